@@ -1,0 +1,1017 @@
+//! The tool catalog: every tool the agent could use, whatever shape it arrived in.
+//!
+//! Catalogs come from Anthropic, OpenAI and MCP tool lists, from bare benchmark files and from
+//! toolshelf's own grouped form, so loading detects the shape per item instead of asking for a
+//! flag. Loading is strict: a missing name, a schema that is not an object or two tools of one name
+//! in one group is an error naming the file and the item, never a silent drop. Once loaded, the
+//! catalog is sorted (built-ins first, then servers by canonical name, tools by canonical name), so
+//! everything rendered from it is independent of input order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::name;
+
+/// Where a tool comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// A tool built into the agent.
+    Builtin,
+    /// A tool of an MCP server.
+    Mcp,
+    /// A tool authored by the model at run time; always deferred.
+    Model,
+}
+
+/// The MCP behaviour hints toolshelf acts on. Absent hints stay `None` so policies can fail
+/// closed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Annotations {
+    /// `readOnlyHint`.
+    pub read_only: Option<bool>,
+    /// `destructiveHint`.
+    pub destructive: Option<bool>,
+    /// The annotations object as given, passed through to MCP clients.
+    pub raw: Option<Map<String, Value>>,
+}
+
+/// One tool, with its canonical name and the original names calls go out under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    /// Canonical name, valid for every provider: `mcp__<server>__<tool>` or the built-in's name.
+    pub name: String,
+    /// The tool's name as its server (or the catalog) gave it.
+    pub original_name: String,
+    /// The tool segment of the canonical name (for built-ins, the canonical name).
+    pub bare: String,
+    /// Canonical name of the tool's server; `None` for built-ins and model tools.
+    pub server: Option<String>,
+    /// Description, as given.
+    pub description: String,
+    /// JSON Schema of the input, normalised (`"dict"` read as `"object"`); an empty object schema
+    /// when the tool declared none.
+    pub input_schema: Map<String, Value>,
+    /// MCP `title`, passed through.
+    pub title: Option<String>,
+    /// MCP `outputSchema`, passed through.
+    pub output_schema: Option<Map<String, Value>>,
+    /// Declared `defer_loading`: `Some(true)`, `Some(false)`, or absent.
+    pub defer_loading: Option<bool>,
+    /// Free-form tags, searchable.
+    pub tags: Vec<String>,
+    /// MCP annotations.
+    pub annotations: Annotations,
+    /// Where the tool comes from.
+    pub origin: Origin,
+}
+
+impl Tool {
+    /// Whether the tool declares `readOnlyHint: true`. Absent means no (fail closed).
+    pub fn is_read_only(&self) -> bool {
+        self.annotations.read_only == Some(true)
+    }
+}
+
+/// An MCP server's group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Server {
+    /// Canonical server segment, as in `mcp__<name>__tool`.
+    pub name: String,
+    /// The server's name as configured.
+    pub original_name: String,
+    /// What the server is for; shown in the deferred index.
+    pub description: String,
+}
+
+impl Server {
+    /// The index header prefix, `mcp__<name>`.
+    pub fn prefix(&self) -> String {
+        format!("{}{}", name::MCP_PREFIX, self.name)
+    }
+}
+
+/// How a name given by the model or a user resolves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// The canonical name of one tool.
+    Exact(usize),
+    /// A bare or original name that only one tool has.
+    Bare(usize),
+    /// A bare name shared by several tools (indices in catalog order).
+    Ambiguous(Vec<usize>),
+    /// No tool has that name.
+    NotFound,
+}
+
+/// A tool definition before canonical naming: what one catalog item says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Name as given.
+    pub name: String,
+    /// Description as given (empty when absent).
+    pub description: String,
+    /// Normalised input schema, if the item had one.
+    pub input_schema: Option<Map<String, Value>>,
+    /// MCP `title`.
+    pub title: Option<String>,
+    /// MCP `outputSchema`.
+    pub output_schema: Option<Map<String, Value>>,
+    /// Declared `defer_loading`.
+    pub defer_loading: Option<bool>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// MCP annotations.
+    pub annotations: Annotations,
+    /// `"origin": "model"` marks a tool the model wrote.
+    pub model_authored: bool,
+    /// A `"server"` field: the tool joins that server's group.
+    pub server: Option<String>,
+}
+
+impl ToolSpec {
+    /// Reads one tool item in any supported shape. `location` names it in errors.
+    pub fn from_value(value: &Value, source_name: &str, location: &str) -> Result<Self> {
+        let err = |message: String| Error::CatalogItem {
+            source_name: source_name.to_owned(),
+            location: location.to_owned(),
+            message,
+        };
+        let obj = value
+            .as_object()
+            .ok_or_else(|| err(format!("expected a tool object, found {}", kind_of(value))))?;
+        // OpenAI chat shape nests the definition under "function".
+        let def = match obj.get("function") {
+            Some(Value::Object(f))
+                if obj.get("type").and_then(Value::as_str) == Some("function") =>
+            {
+                f
+            }
+            Some(_) if obj.get("type").and_then(Value::as_str) == Some("function") => {
+                return Err(err("\"function\" must be an object".into()));
+            }
+            _ => obj,
+        };
+        let name = match def.get("name") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(Value::String(_)) => return Err(err("\"name\" is empty".into())),
+            Some(other) => {
+                return Err(err(format!(
+                    "\"name\" must be a string, found {}",
+                    kind_of(other)
+                )));
+            }
+            None => return Err(err("missing \"name\"".into())),
+        };
+        let named = |message: String| Error::CatalogItem {
+            source_name: source_name.to_owned(),
+            location: format!("{location} {name:?}"),
+            message,
+        };
+        let description = match def.get("description") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => {
+                return Err(named(format!(
+                    "\"description\" must be a string, found {}",
+                    kind_of(other)
+                )));
+            }
+        };
+        let mut schema_keys = ["input_schema", "inputSchema", "parameters"]
+            .into_iter()
+            .filter(|k| def.get(*k).is_some_and(|v| !v.is_null()));
+        let input_schema = match schema_keys.next() {
+            None => None,
+            Some(key) => {
+                if let Some(second) = schema_keys.next() {
+                    return Err(named(format!(
+                        "has both \"{key}\" and \"{second}\"; give one schema"
+                    )));
+                }
+                let mut schema = match &def[key] {
+                    Value::Object(m) => m.clone(),
+                    other => {
+                        return Err(named(format!(
+                            "\"{key}\" must be a JSON Schema object, found {}",
+                            kind_of(other)
+                        )));
+                    }
+                };
+                normalize_schema(&mut schema);
+                match schema.get("type") {
+                    None => {
+                        schema.insert("type".into(), Value::String("object".into()));
+                    }
+                    Some(Value::String(t)) if t == "object" => {}
+                    Some(t) => {
+                        return Err(named(format!(
+                            "\"{key}\" must describe an object (\"type\": \"object\"), found \"type\": {t}"
+                        )));
+                    }
+                }
+                if let Some(p) = schema.get("properties").filter(|p| !p.is_object()) {
+                    return Err(named(format!(
+                        "\"{key}\".properties must be an object, found {}",
+                        kind_of(p)
+                    )));
+                }
+                Some(schema)
+            }
+        };
+        let field = |key: &str| {
+            obj.get(key)
+                .or_else(|| def.get(key))
+                .filter(|v| !v.is_null())
+        };
+        let defer_loading = match field("defer_loading") {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(other) => {
+                return Err(named(format!(
+                    "\"defer_loading\" must be true or false, found {other}"
+                )));
+            }
+        };
+        let tags = match field("tags") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|t| {
+                    t.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| named(format!("\"tags\" must hold strings, found {t}")))
+                })
+                .collect::<Result<_>>()?,
+            Some(other) => {
+                return Err(named(format!(
+                    "\"tags\" must be an array of strings, found {}",
+                    kind_of(other)
+                )));
+            }
+        };
+        let annotations = match field("annotations") {
+            None => Annotations::default(),
+            Some(Value::Object(a)) => {
+                let hint = |k: &str| -> Result<Option<bool>> {
+                    match a.get(k) {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(Value::Bool(b)) => Ok(Some(*b)),
+                        Some(other) => Err(named(format!(
+                            "annotations.{k} must be true or false, found {other}"
+                        ))),
+                    }
+                };
+                Annotations {
+                    read_only: hint("readOnlyHint")?,
+                    destructive: hint("destructiveHint")?,
+                    raw: Some(a.clone()),
+                }
+            }
+            Some(other) => {
+                return Err(named(format!(
+                    "\"annotations\" must be an object, found {}",
+                    kind_of(other)
+                )));
+            }
+        };
+        let model_authored = match field("origin") {
+            None => false,
+            Some(Value::String(s)) if s == "model" => true,
+            Some(Value::String(s)) if s == "builtin" || s == "mcp" => false,
+            Some(other) => {
+                return Err(named(format!(
+                    "\"origin\" must be \"model\", \"builtin\" or \"mcp\", found {other}"
+                )));
+            }
+        };
+        let server = match field("server") {
+            None => None,
+            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+            Some(other) => {
+                return Err(named(format!(
+                    "\"server\" must be a non-empty string, found {other}"
+                )));
+            }
+        };
+        let title = field("title").and_then(Value::as_str).map(str::to_owned);
+        let output_schema = field("outputSchema").and_then(Value::as_object).cloned();
+        Ok(Self {
+            name,
+            description,
+            input_schema,
+            title,
+            output_schema,
+            defer_loading,
+            tags,
+            annotations,
+            model_authored,
+            server,
+        })
+    }
+}
+
+/// Reads `"type": "dict"` as `"object"` and `"float"` as `"number"`, at every depth: benchmark
+/// catalogs use Python type names, and providers reject them.
+pub fn normalize_schema(schema: &mut Map<String, Value>) {
+    for (key, value) in schema.iter_mut() {
+        match value {
+            Value::String(t) if key == "type" => {
+                if let Some(fixed) = fix_type(t) {
+                    *t = fixed.to_owned();
+                }
+            }
+            Value::Array(items) if key == "type" => {
+                for item in items.iter_mut() {
+                    if let Value::String(t) = item
+                        && let Some(fixed) = fix_type(t)
+                    {
+                        *t = fixed.to_owned();
+                    }
+                }
+            }
+            Value::Object(inner) => normalize_schema(inner),
+            Value::Array(items) => {
+                for item in items {
+                    if let Value::Object(inner) = item {
+                        normalize_schema(inner);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn fix_type(t: &str) -> Option<&'static str> {
+    match t {
+        "dict" => Some("object"),
+        "float" => Some("number"),
+        _ => None,
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A server's group before canonical naming.
+#[derive(Debug, Clone, Default)]
+struct Group {
+    description: String,
+    /// (item location, spec)
+    tools: Vec<(String, ToolSpec)>,
+}
+
+/// Collects tool specs and server groups, then names and sorts them into a [`Catalog`].
+///
+/// The gateway uses this directly with specs from live servers; files go through
+/// [`Catalog::from_json_str`].
+#[derive(Debug, Default)]
+pub struct CatalogBuilder {
+    source_name: String,
+    builtin: Vec<(String, ToolSpec)>,
+    servers: BTreeMap<String, Group>,
+    declared: BTreeSet<String>,
+}
+
+impl CatalogBuilder {
+    /// A builder whose errors name `source_name`.
+    pub fn new(source_name: impl Into<String>) -> Self {
+        Self {
+            source_name: source_name.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Declares a server group (possibly with no tools). Declaring one name twice is an error.
+    pub fn add_server(
+        &mut self,
+        original_name: &str,
+        description: &str,
+        location: &str,
+    ) -> Result<()> {
+        if !self.declared.insert(original_name.to_owned()) {
+            return Err(Error::CatalogItem {
+                source_name: self.source_name.clone(),
+                location: format!("{location} {original_name:?}"),
+                message: "server declared twice".into(),
+            });
+        }
+        self.servers
+            .entry(original_name.to_owned())
+            .or_default()
+            .description = description.to_owned();
+        Ok(())
+    }
+
+    /// Adds a tool: to `server`'s group if given (declaring the group if needed), else to its own
+    /// `"server"` field's group, else to the built-ins.
+    pub fn add_tool(&mut self, server: Option<&str>, spec: ToolSpec, location: &str) -> Result<()> {
+        let server = server.map(str::to_owned).or_else(|| spec.server.clone());
+        if server.is_none() && crate::surface::META_TOOLS.contains(&spec.name.as_str()) {
+            return Err(Error::CatalogItem {
+                source_name: self.source_name.clone(),
+                location: format!("{location} {:?}", spec.name),
+                message: "this name is reserved for toolshelf's own meta-tool".into(),
+            });
+        }
+        let list = match server {
+            Some(s) => &mut self.servers.entry(s).or_default().tools,
+            None => &mut self.builtin,
+        };
+        if let Some((first, _)) = list.iter().find(|(_, t)| t.name == spec.name) {
+            return Err(Error::CatalogItem {
+                source_name: self.source_name.clone(),
+                location: format!("{location} {:?}", spec.name),
+                message: format!("duplicate tool name; {first} has the same name in this group"),
+            });
+        }
+        list.push((location.to_owned(), spec));
+        Ok(())
+    }
+
+    /// Assigns canonical names, resolves collisions deterministically and sorts.
+    pub fn build(self) -> Catalog {
+        let mut warnings = Vec::new();
+        // Servers are visited in original-name order, so the one that keeps a contested canonical
+        // name does not depend on input order.
+        let mut server_names: BTreeMap<String, String> = BTreeMap::new();
+        let mut taken_servers: BTreeSet<String> = BTreeSet::new();
+        for original in self.servers.keys() {
+            let mut canon = name::sanitize(original);
+            if taken_servers.contains(&canon) {
+                let fixed = name::with_suffix(&canon, original);
+                warnings.push(format!(
+                    "server {original:?} would be named {canon:?} like another server; named {fixed:?} instead"
+                ));
+                canon = fixed;
+            }
+            taken_servers.insert(canon.clone());
+            server_names.insert(original.clone(), canon);
+        }
+
+        let mut candidates: Vec<(Option<&String>, ToolSpec)> = Vec::new();
+        for (_, spec) in self.builtin {
+            candidates.push((None, spec));
+        }
+        for (original, group) in &self.servers {
+            for (_, spec) in group.tools.iter().cloned() {
+                candidates.push((Some(original), spec));
+            }
+        }
+        candidates.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+
+        let mut taken: BTreeSet<String> = BTreeSet::new();
+        let mut tools = Vec::with_capacity(candidates.len());
+        for (server_original, spec) in candidates {
+            let server = server_original.map(|s| server_names[s].clone());
+            let bare = name::sanitize(&spec.name);
+            let key = match server_original {
+                Some(s) => format!("{s}\u{0}{}", spec.name),
+                None => spec.name.clone(),
+            };
+            let wanted = match &server {
+                Some(s) => format!("{}{s}__{bare}", name::MCP_PREFIX),
+                None => bare.clone(),
+            };
+            let mut canon = name::fit(wanted.clone(), &key);
+            let mut attempt = 0u32;
+            while taken.contains(&canon) {
+                attempt += 1;
+                canon = name::with_suffix(&wanted, &format!("{key}\u{0}{attempt}"));
+            }
+            if attempt > 0 {
+                warnings.push(format!(
+                    "tool {:?}{} would be named {wanted:?} like another tool; named {canon:?} instead",
+                    spec.name,
+                    server_original.map(|s| format!(" of server {s:?}")).unwrap_or_default()
+                ));
+            }
+            taken.insert(canon.clone());
+            let origin = if spec.model_authored {
+                Origin::Model
+            } else if server.is_some() {
+                Origin::Mcp
+            } else {
+                Origin::Builtin
+            };
+            let bare = match &server {
+                Some(s) => canon
+                    .strip_prefix(&format!("{}{s}__", name::MCP_PREFIX))
+                    .map(str::to_owned)
+                    .unwrap_or(bare),
+                None => canon.clone(),
+            };
+            tools.push(Tool {
+                name: canon,
+                original_name: spec.name,
+                bare,
+                server,
+                description: spec.description,
+                input_schema: spec.input_schema.unwrap_or_else(empty_object_schema),
+                title: spec.title,
+                output_schema: spec.output_schema,
+                defer_loading: spec.defer_loading,
+                tags: spec.tags,
+                annotations: spec.annotations,
+                origin,
+            });
+        }
+        tools.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+
+        let mut servers: Vec<Server> = self
+            .servers
+            .into_iter()
+            .map(|(original, group)| Server {
+                name: server_names[&original].clone(),
+                original_name: original,
+                description: group.description,
+            })
+            .collect();
+        servers.sort_by(|a, b| a.name.cmp(&b.name));
+        Catalog {
+            source_name: self.source_name,
+            servers,
+            tools,
+            warnings,
+        }
+    }
+}
+
+fn sort_key(t: &Tool) -> (bool, &str, &str) {
+    (
+        t.server.is_some(),
+        t.server.as_deref().unwrap_or(""),
+        &t.name,
+    )
+}
+
+/// The schema of a tool that declared none: an object with no properties.
+pub fn empty_object_schema() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("type".into(), Value::String("object".into()));
+    m.insert("properties".into(), Value::Object(Map::new()));
+    m
+}
+
+/// A loaded, named and sorted catalog.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    source_name: String,
+    servers: Vec<Server>,
+    tools: Vec<Tool>,
+    warnings: Vec<String>,
+}
+
+impl Catalog {
+    /// Parses a catalog file's text; `source_name` labels errors.
+    pub fn from_json_str(text: &str, source_name: &str) -> Result<Self> {
+        let value: Value = serde_json::from_str(text).map_err(|e| Error::CatalogJson {
+            source_name: source_name.to_owned(),
+            message: e.to_string(),
+        })?;
+        Self::from_value(&value, source_name)
+    }
+
+    /// Reads a catalog in any supported shape (see the module docs and README).
+    pub fn from_value(value: &Value, source_name: &str) -> Result<Self> {
+        let mut b = CatalogBuilder::new(source_name);
+        let shape_err = |message: String| Error::CatalogShape {
+            source_name: source_name.to_owned(),
+            message,
+        };
+        match value {
+            Value::Array(items) => add_list(&mut b, items, None, source_name, "")?,
+            Value::Object(obj) if obj.contains_key("builtin") || obj.contains_key("servers") => {
+                if let Some(unknown) = obj
+                    .keys()
+                    .find(|k| !matches!(k.as_str(), "builtin" | "servers"))
+                {
+                    return Err(shape_err(format!(
+                        "unknown top-level key {unknown:?} in grouped catalog (expected \"builtin\" and \"servers\")"
+                    )));
+                }
+                match obj.get("builtin") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Array(items)) => {
+                        add_list(&mut b, items, None, source_name, "builtin")?
+                    }
+                    Some(other) => {
+                        return Err(shape_err(format!(
+                            "\"builtin\" must be an array of tools, found {}",
+                            kind_of(other)
+                        )));
+                    }
+                }
+                match obj.get("servers") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Array(servers)) => {
+                        for (i, s) in servers.iter().enumerate() {
+                            add_server_value(&mut b, s, i, source_name)?;
+                        }
+                    }
+                    Some(other) => {
+                        return Err(shape_err(format!(
+                            "\"servers\" must be an array, found {}",
+                            kind_of(other)
+                        )));
+                    }
+                }
+            }
+            Value::Object(obj) if obj.contains_key("tools") => match &obj["tools"] {
+                Value::Array(items) => add_list(&mut b, items, None, source_name, "tools")?,
+                other => {
+                    return Err(shape_err(format!(
+                        "\"tools\" must be an array, found {}",
+                        kind_of(other)
+                    )));
+                }
+            },
+            Value::Object(obj) if obj.contains_key("mcpServers") => {
+                return Err(shape_err(
+                    "this is an MCP client configuration (\"mcpServers\"), not a tool catalog; \
+                     run `toolshelf catalog --mcp-config FILE` to capture the servers' tools"
+                        .into(),
+                ));
+            }
+            other => {
+                return Err(shape_err(format!(
+                    "expected a JSON array of tools, an MCP tools/list result {{\"tools\": [...]}}, \
+                     or a grouped catalog {{\"builtin\": [...], \"servers\": [...]}}; found {}",
+                    kind_of(other)
+                )));
+            }
+        }
+        Ok(b.build())
+    }
+
+    /// Label of the source, as used in errors.
+    pub fn source_name(&self) -> &str {
+        &self.source_name
+    }
+
+    /// Every tool, sorted: built-ins (and model tools) by name, then servers by name, tools by name.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// Every server, sorted by canonical name.
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    /// Warnings from naming (collisions).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The server with canonical name `name`.
+    pub fn server(&self, name: &str) -> Option<&Server> {
+        self.servers
+            .binary_search_by(|s| s.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.servers[i])
+    }
+
+    /// Index of the tool with canonical name `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.tools.iter().position(|t| t.name == name)
+    }
+
+    /// The tool with canonical name `name`.
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.position(name).map(|i| &self.tools[i])
+    }
+
+    /// Resolves a canonical, bare or original name.
+    pub fn resolve(&self, name: &str) -> Resolution {
+        if let Some(i) = self.position(name) {
+            return Resolution::Exact(i);
+        }
+        let hits: Vec<usize> = self
+            .tools
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.bare == name || t.original_name == name)
+            .map(|(i, _)| i)
+            .collect();
+        match hits.len() {
+            0 => Resolution::NotFound,
+            1 => Resolution::Bare(hits[0]),
+            _ => Resolution::Ambiguous(hits),
+        }
+    }
+}
+
+fn add_list(
+    b: &mut CatalogBuilder,
+    items: &[Value],
+    server: Option<&str>,
+    source: &str,
+    prefix: &str,
+) -> Result<()> {
+    for (i, item) in items.iter().enumerate() {
+        let location = if prefix.is_empty() {
+            format!("[{i}]")
+        } else {
+            format!("{prefix}[{i}]")
+        };
+        let spec = ToolSpec::from_value(item, source, &location)?;
+        b.add_tool(server, spec, &location)?;
+    }
+    Ok(())
+}
+
+fn add_server_value(b: &mut CatalogBuilder, value: &Value, i: usize, source: &str) -> Result<()> {
+    let location = format!("servers[{i}]");
+    let err = |location: String, message: String| Error::CatalogItem {
+        source_name: source.to_owned(),
+        location,
+        message,
+    };
+    let obj = value.as_object().ok_or_else(|| {
+        err(
+            location.clone(),
+            format!("expected a server object, found {}", kind_of(value)),
+        )
+    })?;
+    let name = match obj.get("name") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(other) => {
+            return Err(err(
+                location,
+                format!("\"name\" must be a non-empty string, found {other}"),
+            ));
+        }
+        None => return Err(err(location, "missing \"name\"".into())),
+    };
+    let named = format!("{location} {name:?}");
+    let description = match obj.get("description") {
+        None | Some(Value::Null) => "",
+        Some(Value::String(s)) => s.as_str(),
+        Some(other) => {
+            return Err(err(
+                named,
+                format!("\"description\" must be a string, found {}", kind_of(other)),
+            ));
+        }
+    };
+    b.add_server(&name, description, &location)?;
+    match obj.get("tools") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(items)) => {
+            add_list(b, items, Some(&name), source, &format!("{named} tools"))
+        }
+        Some(other) => Err(err(
+            named,
+            format!("\"tools\" must be an array, found {}", kind_of(other)),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn load(v: Value) -> Result<Catalog> {
+        Catalog::from_value(&v, "cat.json")
+    }
+
+    fn names(c: &Catalog) -> Vec<&str> {
+        c.tools().iter().map(|t| t.name.as_str()).collect()
+    }
+
+    #[test]
+    fn detects_every_tool_shape() {
+        let c = load(json!([
+            {"name": "a", "description": "anthropic", "input_schema": {"type": "object", "properties": {"x": {"type": "string"}}}},
+            {"type": "function", "function": {"name": "b", "description": "openai", "parameters": {"type": "object", "properties": {"y": {"type": "integer"}}}}},
+            {"type": "function", "name": "c", "description": "responses", "parameters": {"type": "object"}},
+            {"name": "d", "description": "mcp", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+            {"name": "e", "description": "bare", "parameters": {"type": "dict", "properties": {"z": {"type": "float"}}}},
+            {"name": "f", "description": "no schema"}
+        ]))
+        .expect("catalog");
+        assert_eq!(names(&c), ["a", "b", "c", "d", "e", "f"]);
+        let t = |n| c.get(n).expect("tool");
+        assert_eq!(t("a").input_schema["properties"]["x"]["type"], "string");
+        assert_eq!(t("b").input_schema["properties"]["y"]["type"], "integer");
+        assert_eq!(t("b").description, "openai");
+        assert!(t("d").is_read_only());
+        assert_eq!(t("e").input_schema["type"], "object");
+        assert_eq!(t("e").input_schema["properties"]["z"]["type"], "number");
+        assert_eq!(
+            Value::Object(t("f").input_schema.clone()),
+            json!({"type": "object", "properties": {}})
+        );
+        assert!(c.servers().is_empty());
+    }
+
+    #[test]
+    fn detects_tools_list_and_grouped_forms() {
+        let c = load(json!({"tools": [{"name": "x", "inputSchema": {"type": "object"}}]}))
+            .expect("tools/list");
+        assert_eq!(names(&c), ["x"]);
+        let c = load(json!({
+            "builtin": [{"name": "Read"}, {"name": "late", "server": "docs"}],
+            "servers": [
+                {"name": "docs", "description": "Docs", "tools": [{"name": "read_doc"}]},
+                {"name": "empty", "description": "nothing"}
+            ]
+        }))
+        .expect("grouped");
+        assert_eq!(
+            names(&c),
+            ["Read", "mcp__docs__late", "mcp__docs__read_doc"]
+        );
+        assert_eq!(c.servers().len(), 2);
+        assert_eq!(c.server("docs").expect("docs").description, "Docs");
+        let t = c.get("mcp__docs__late").expect("joined");
+        assert_eq!(
+            (t.server.as_deref(), t.bare.as_str(), t.origin),
+            (Some("docs"), "late", Origin::Mcp)
+        );
+    }
+
+    #[test]
+    fn a_server_field_joins_that_group_in_any_shape() {
+        let c = load(json!([
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}, "server": "Asset Price MCP"},
+            {"name": "g", "server": "Asset Price MCP"}
+        ]))
+        .expect("catalog");
+        assert_eq!(
+            names(&c),
+            ["mcp__Asset_Price_MCP__f", "mcp__Asset_Price_MCP__g"]
+        );
+        assert_eq!(c.servers()[0].original_name, "Asset Price MCP");
+    }
+
+    #[test]
+    fn canonical_names_are_valid_and_keep_the_originals() {
+        let long = "x".repeat(70);
+        let c = load(json!({"servers": [
+            {"name": "Asset Price MCP", "tools": [{"name": "triangle_properties.get"}, {"name": long.clone()}]}
+        ]}))
+        .expect("catalog");
+        for t in c.tools() {
+            assert!(name::is_valid(&t.name), "{}", t.name);
+        }
+        let t = c
+            .get("mcp__Asset_Price_MCP__triangle_properties_get")
+            .expect("sanitized");
+        assert_eq!(t.original_name, "triangle_properties.get");
+        let l = c
+            .tools()
+            .iter()
+            .find(|t| t.original_name == long)
+            .expect("long");
+        assert_eq!(l.name.len(), 64);
+        assert!(l.name.starts_with("mcp__Asset_Price_MCP__xxx"));
+    }
+
+    #[test]
+    fn collisions_resolve_deterministically_with_a_warning() {
+        let a = json!({"servers": [{"name": "s", "tools": [{"name": "a.b"}, {"name": "a_b"}]}]});
+        let b = json!({"servers": [{"name": "s", "tools": [{"name": "a_b"}, {"name": "a.b"}]}]});
+        let (ca, cb) = (load(a).expect("a"), load(b).expect("b"));
+        assert_eq!(names(&ca), names(&cb));
+        assert_eq!(ca.warnings().len(), 1, "{:?}", ca.warnings());
+        // "a.b" sorts before "a_b", so it keeps the plain name.
+        assert_eq!(ca.get("mcp__s__a_b").expect("plain").original_name, "a.b");
+        let other = ca
+            .tools()
+            .iter()
+            .find(|t| t.original_name == "a_b")
+            .expect("renamed");
+        assert!(other.name.starts_with("mcp__s__a_b_") && name::is_valid(&other.name));
+
+        let s = load(json!({"servers": [{"name": "my server", "tools": [{"name": "t"}]}, {"name": "my_server", "tools": [{"name": "t"}]}]}))
+            .expect("server collision");
+        assert_eq!(s.servers().len(), 2);
+        assert_ne!(s.servers()[0].name, s.servers()[1].name);
+        assert_eq!(s.warnings().len(), 1);
+    }
+
+    #[test]
+    fn bad_items_are_named() {
+        let cases = [
+            (json!([{"description": "x"}]), "[0]: missing \"name\""),
+            (json!([{"name": 3}]), "\"name\" must be a string"),
+            (
+                json!([{"name": "a"}, {"name": "a"}]),
+                "[1] \"a\": duplicate tool name; [0] has the same name",
+            ),
+            (
+                json!([{"name": "a", "input_schema": "nope"}]),
+                "[0] \"a\": \"input_schema\" must be a JSON Schema object, found a string",
+            ),
+            (
+                json!([{"name": "a", "parameters": {"type": "string"}}]),
+                "must describe an object",
+            ),
+            (
+                json!([{"name": "a", "parameters": {"type": "object", "properties": []}}]),
+                "properties must be an object",
+            ),
+            (
+                json!([{"name": "a", "defer_loading": "yes"}]),
+                "\"defer_loading\" must be true or false",
+            ),
+            (
+                json!([{"name": "a", "annotations": {"readOnlyHint": "true"}}]),
+                "annotations.readOnlyHint",
+            ),
+            (json!([{"name": "tool_search"}]), "reserved"),
+            (
+                json!({"servers": [{"name": "s", "tools": [{"name": "t"}, {"name": "t"}]}]}),
+                "servers[0] \"s\" tools[1] \"t\": duplicate",
+            ),
+            (
+                json!({"servers": [{"name": "s"}, {"name": "s"}]}),
+                "servers[1] \"s\": server declared twice",
+            ),
+            (
+                json!({"servers": [{"tools": []}]}),
+                "servers[0]: missing \"name\"",
+            ),
+            (json!({"mcpServers": {}}), "MCP client configuration"),
+            (
+                json!({"builtin": [], "extra": 1}),
+                "unknown top-level key \"extra\"",
+            ),
+            (json!("tools"), "expected a JSON array of tools"),
+        ];
+        for (input, expected) in cases {
+            let e = load(input.clone())
+                .expect_err(&input.to_string())
+                .to_string();
+            assert!(e.starts_with("cat.json: "), "{e}");
+            assert!(e.contains(expected), "{e:?} lacks {expected:?}");
+        }
+        let e = Catalog::from_json_str("[{\"name\": }", "bad.json")
+            .expect_err("json")
+            .to_string();
+        assert!(
+            e.starts_with("bad.json: not valid JSON") && e.contains("line 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn same_name_in_two_groups_is_fine() {
+        let c = load(json!({"builtin": [{"name": "read"}], "servers": [{"name": "a", "tools": [{"name": "read"}]}, {"name": "b", "tools": [{"name": "read"}]}]}))
+            .expect("catalog");
+        assert_eq!(names(&c), ["read", "mcp__a__read", "mcp__b__read"]);
+        assert_eq!(c.resolve("read"), Resolution::Exact(0));
+        assert_eq!(c.resolve("mcp__b__read"), Resolution::Exact(2));
+        let c = load(json!({"servers": [{"name": "a", "tools": [{"name": "read"}]}, {"name": "b", "tools": [{"name": "read"}, {"name": "only.b"}]}]}))
+            .expect("catalog");
+        assert_eq!(c.resolve("read"), Resolution::Ambiguous(vec![0, 2]));
+        assert_eq!(c.resolve("only.b"), Resolution::Bare(1));
+        assert_eq!(c.resolve("only_b"), Resolution::Bare(1));
+        assert_eq!(c.resolve("nothing"), Resolution::NotFound);
+    }
+
+    #[test]
+    fn order_is_the_sorted_order_whatever_the_input_order() {
+        let c = load(json!({
+            "builtin": [{"name": "Zed"}, {"name": "Alpha"}, {"name": "mid"}],
+            "servers": [
+                {"name": "zeta", "tools": [{"name": "b"}, {"name": "a"}]},
+                {"name": "alpha", "tools": [{"name": "y"}, {"name": "x"}]}
+            ]
+        }))
+        .expect("catalog");
+        let got = names(&c);
+        let mut builtins: Vec<&str> = got
+            .iter()
+            .copied()
+            .filter(|n| !n.starts_with("mcp__"))
+            .collect();
+        let mut mcp: Vec<&str> = got
+            .iter()
+            .copied()
+            .filter(|n| n.starts_with("mcp__"))
+            .collect();
+        assert_eq!(
+            got,
+            [builtins.clone(), mcp.clone()].concat(),
+            "built-ins first"
+        );
+        builtins.sort();
+        mcp.sort();
+        assert_eq!(got, [builtins, mcp].concat(), "each part sorted");
+    }
+}

@@ -1,0 +1,303 @@
+//! The `<available_deferred_tools>` index inside `tool_search`'s description.
+//!
+//! The model can only ask for a tool it knows exists, so the names of deferred tools stay in
+//! context, grouped by source: built-in names first, one a line, then one group per MCP server
+//! with a one-line header and its tool names indented. The block has a character budget; built-in
+//! names are never dropped (the agent's own tools must stay discoverable), and server groups that
+//! do not fit are dropped whole, replaced by one pointer line. Dropped groups remain searchable.
+//! Everything is sorted here, so the bytes depend only on the set of inputs.
+
+/// Opening tag of the index block.
+pub const OPEN: &str = "<available_deferred_tools>";
+/// Closing tag of the index block.
+pub const CLOSE: &str = "</available_deferred_tools>";
+
+/// One server's group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexGroup {
+    /// `mcp__<server>`.
+    pub prefix: String,
+    /// Server description (cut when rendered).
+    pub description: String,
+    /// Deferred tools of the server, by bare name.
+    pub tools: Vec<String>,
+}
+
+/// Inputs of the index.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexInput {
+    /// Deferred built-in (and model-authored) tool names.
+    pub builtin: Vec<String>,
+    /// Server groups.
+    pub groups: Vec<IndexGroup>,
+}
+
+/// A rendered index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeferredIndex {
+    /// The whole block, tags included.
+    pub text: String,
+    /// Server prefixes listed.
+    pub listed: Vec<String>,
+    /// Server prefixes dropped for the budget.
+    pub dropped: Vec<String>,
+    /// Tools of dropped servers.
+    pub dropped_tools: usize,
+    /// The budget, in characters.
+    pub budget: usize,
+    /// Set when the built-in names alone exceed the budget (they are kept anyway).
+    pub over_budget: bool,
+}
+
+/// Folds `text` to one line of at most `max` characters; when anything is cut, the last kept
+/// character is `…`.
+pub fn cut(text: &str, max: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= max {
+        return one_line;
+    }
+    let kept: String = one_line.chars().take(max.saturating_sub(1)).collect();
+    format!("{}…", kept.trim_end())
+}
+
+fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// The line that stands in for dropped groups.
+pub fn pointer_line(servers: usize, tools: usize) -> String {
+    let (s, verb) = if servers == 1 {
+        ("server", "is")
+    } else {
+        ("servers", "are")
+    };
+    let t = if tools == 1 { "tool" } else { "tools" };
+    format!(
+        "[other {servers} MCP {s} with {tools} {t} {verb} not listed here. Use tool_search to discover and invoke them.]"
+    )
+}
+
+impl DeferredIndex {
+    /// Renders the index within `budget` characters, cutting server descriptions at
+    /// `description_chars`.
+    pub fn render(input: &IndexInput, budget: usize, description_chars: usize) -> Self {
+        let mut builtin = input.builtin.clone();
+        builtin.sort();
+        let mut groups: Vec<(String, String)> = input
+            .groups
+            .iter()
+            .map(|g| {
+                let mut tools = g.tools.clone();
+                tools.sort();
+                let description = cut(&g.description, description_chars);
+                let mut block = if description.is_empty() {
+                    g.prefix.clone()
+                } else {
+                    format!("{}: {description}", g.prefix)
+                };
+                for t in &tools {
+                    block.push_str("\n  ");
+                    block.push_str(t);
+                }
+                (g.prefix.clone(), block)
+            })
+            .collect();
+        groups.sort();
+        let tool_counts: std::collections::BTreeMap<&str, usize> = input
+            .groups
+            .iter()
+            .map(|g| (g.prefix.as_str(), g.tools.len()))
+            .collect();
+
+        // Every line ends with '\n' except the closing tag.
+        let fixed =
+            chars(OPEN) + 1 + builtin.iter().map(|b| chars(b) + 1).sum::<usize>() + chars(CLOSE);
+        let all_groups: usize = groups.iter().map(|(_, b)| chars(b) + 1).sum();
+        let (listed, dropped): (Vec<_>, Vec<_>) = if fixed + all_groups <= budget {
+            (groups.iter().collect(), Vec::new())
+        } else {
+            // Reserve room for the pointer line at its longest (every group dropped), then fill
+            // first-fit in sorted order.
+            let total_tools: usize = tool_counts.values().sum();
+            let reserve = chars(&pointer_line(groups.len(), total_tools)) + 1;
+            let mut used = fixed + reserve;
+            let mut listed = Vec::new();
+            let mut dropped = Vec::new();
+            for g in &groups {
+                let size = chars(&g.1) + 1;
+                if used + size <= budget {
+                    used += size;
+                    listed.push(g);
+                } else {
+                    dropped.push(g);
+                }
+            }
+            (listed, dropped)
+        };
+
+        let mut text = String::with_capacity(budget.min(1 << 20));
+        text.push_str(OPEN);
+        text.push('\n');
+        for b in &builtin {
+            text.push_str(b);
+            text.push('\n');
+        }
+        for (_, block) in &listed {
+            text.push_str(block);
+            text.push('\n');
+        }
+        let dropped_tools: usize = dropped.iter().map(|(p, _)| tool_counts[p.as_str()]).sum();
+        if !dropped.is_empty() {
+            text.push_str(&pointer_line(dropped.len(), dropped_tools));
+            text.push('\n');
+        }
+        text.push_str(CLOSE);
+        Self {
+            over_budget: chars(&text) > budget,
+            text,
+            listed: listed.iter().map(|(p, _)| p.clone()).collect(),
+            dropped: dropped.iter().map(|(p, _)| p.clone()).collect(),
+            dropped_tools,
+            budget,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(prefix: &str, description: &str, tools: &[&str]) -> IndexGroup {
+        IndexGroup {
+            prefix: prefix.into(),
+            description: description.into(),
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        }
+    }
+
+    fn sample() -> IndexInput {
+        IndexInput {
+            builtin: vec!["BuiltinB".into(), "BuiltinA".into()],
+            groups: vec![
+                group(
+                    "mcp__empty",
+                    "A server with no tools still gets its own group",
+                    &[],
+                ),
+                group(
+                    "mcp__docs",
+                    "Document server description",
+                    &["read_doc", "create_doc"],
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn renders_the_documented_layout() {
+        let idx = DeferredIndex::render(&sample(), 20_000, 160);
+        assert_eq!(
+            idx.text,
+            "<available_deferred_tools>\nBuiltinA\nBuiltinB\nmcp__docs: Document server description\n  create_doc\n  read_doc\nmcp__empty: A server with no tools still gets its own group\n</available_deferred_tools>"
+        );
+        assert!(idx.dropped.is_empty() && !idx.over_budget);
+    }
+
+    #[test]
+    fn exactly_fitting_keeps_everything_and_one_less_drops() {
+        let full = DeferredIndex::render(&sample(), 20_000, 160);
+        let n = full.text.chars().count();
+        let exact = DeferredIndex::render(&sample(), n, 160);
+        assert_eq!(exact.text, full.text);
+        let short = DeferredIndex::render(&sample(), n - 1, 160);
+        assert_ne!(short.text, full.text);
+        assert!(short.text.chars().count() < n, "{}", short.text);
+        assert!(!short.dropped.is_empty());
+        assert!(
+            short
+                .text
+                .contains("Use tool_search to discover and invoke them.]")
+        );
+    }
+
+    #[test]
+    fn groups_are_dropped_whole_and_counted() {
+        let input = IndexInput {
+            builtin: vec!["Read".into()],
+            groups: vec![
+                group("mcp__a", "first", &["x1", "x2"]),
+                group("mcp__b", &"long ".repeat(100), &["y1", "y2", "y3"]),
+                group("mcp__c", "third", &["z"]),
+            ],
+        };
+        let full = DeferredIndex::render(&input, 100_000, 400)
+            .text
+            .chars()
+            .count();
+        let idx = DeferredIndex::render(&input, full - 1, 400);
+        assert_eq!(idx.dropped, ["mcp__b"]);
+        assert_eq!(idx.listed, ["mcp__a", "mcp__c"]);
+        assert!(
+            idx.text
+                .contains("[other 1 MCP server with 3 tools is not listed here.")
+        );
+        assert!(!idx.text.contains("y1"));
+        assert!(idx.text.chars().count() < full);
+    }
+
+    #[test]
+    fn builtins_survive_any_budget() {
+        let idx = DeferredIndex::render(&sample(), 10, 160);
+        assert!(idx.over_budget);
+        assert!(idx.text.contains("BuiltinA\nBuiltinB\n"));
+        assert_eq!(idx.dropped, ["mcp__docs", "mcp__empty"]);
+        assert!(
+            idx.text
+                .contains("[other 2 MCP servers with 2 tools are not listed here.")
+        );
+    }
+
+    #[test]
+    fn descriptions_are_cut_with_an_ellipsis() {
+        assert_eq!(cut("abcdef", 6), "abcdef");
+        assert_eq!(cut("abcdefg", 6), "abcde…");
+        assert_eq!(cut("multi\n line   text", 100), "multi line text");
+        assert_eq!(cut("天气预报服务", 3), "天气…");
+        let huge = "word ".repeat(10_000);
+        let idx = DeferredIndex::render(
+            &IndexInput {
+                builtin: vec![],
+                groups: vec![group("mcp__h", &huge, &["t"])],
+            },
+            20_000,
+            160,
+        );
+        let header = idx.text.lines().nth(1).expect("header");
+        assert_eq!(header.chars().count(), "mcp__h: ".len() + 160);
+        assert!(header.ends_with('…'));
+    }
+
+    #[test]
+    fn order_does_not_depend_on_input_order() {
+        let a = sample();
+        let mut b = sample();
+        b.builtin.reverse();
+        b.groups.reverse();
+        for g in &mut b.groups {
+            g.tools.reverse();
+        }
+        assert_eq!(
+            DeferredIndex::render(&a, 20_000, 160),
+            DeferredIndex::render(&b, 20_000, 160)
+        );
+    }
+
+    #[test]
+    fn empty_input_is_just_the_tags() {
+        let idx = DeferredIndex::render(&IndexInput::default(), 20_000, 160);
+        assert_eq!(
+            idx.text,
+            "<available_deferred_tools>\n</available_deferred_tools>"
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! toolshelf-core: the pure part of toolshelf.
+//!
+//! From a tool catalog and a policy, compute exactly what the model sees (a few resident tools,
+//! `tool_search` with the index of deferred names, `defer_execute`), deterministically, and
+//! account for what it costs. No I/O, no async runtime: the gateway, proxy and command line wrap
+//! this crate, so every surface they expose is the same bytes.
+
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod index;
+pub mod ledger;
+pub mod name;
+pub mod pattern;
+pub mod policy;
+pub mod surface;
+pub mod tokens;
+
+pub use catalog::{Catalog, CatalogBuilder, Origin, Resolution, Server, Tool, ToolSpec};
+pub use config::{Config, DeferDefault, Rule};
+pub use error::{Error, Result};
+pub use index::DeferredIndex;
+pub use ledger::Ledger;
+pub use pattern::Pattern;
+pub use policy::{Decision, Exposure, Policy, State};
+pub use surface::{Format, Surface};

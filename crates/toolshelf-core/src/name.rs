@@ -1,0 +1,225 @@
+//! Canonical tool names.
+//!
+//! Providers accept tool names matching `^[a-zA-Z0-9_-]{1,64}$`, but real MCP servers are called
+//! "Asset Price MCP" and real tools `triangle_properties.get`. We expose every tool under a
+//! canonical name that satisfies the rule, and keep the original server and tool names beside it
+//! so calls go out under the names the server knows. Everything here is a pure function of its
+//! input: the same catalog always yields the same names, on every machine.
+
+/// Longest name the providers accept.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Prefix of every MCP tool's canonical name: `mcp__<server>__<tool>`.
+pub const MCP_PREFIX: &str = "mcp__";
+
+/// Whether `name` satisfies the providers' rule `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn is_valid(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Replaces every character outside `[a-zA-Z0-9_-]` with `_`. An empty input becomes `_`.
+pub fn sanitize(raw: &str) -> String {
+    let out: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() { "_".to_owned() } else { out }
+}
+
+/// 64-bit FNV-1a: tiny, dependency-free and identical on every platform, which is all a name
+/// suffix needs (this is not a security boundary).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// A short stable hash of `key`: 8 lowercase hex digits.
+pub fn short_hash(key: &str) -> String {
+    format!("{:08x}", fnv1a64(key.as_bytes()) as u32)
+}
+
+/// Makes `candidate` fit [`MAX_NAME_LEN`]: names that fit pass unchanged; longer ones keep
+/// their head and get `_` plus [`short_hash`] of `key`, so two long names that share a head still
+/// differ.
+pub fn fit(candidate: String, key: &str) -> String {
+    if candidate.len() <= MAX_NAME_LEN {
+        return candidate;
+    }
+    with_suffix(&candidate, key)
+}
+
+/// `candidate` cut so that `_<hash of key>` fits, then that suffix appended. Used for long names
+/// and to break collisions.
+pub fn with_suffix(candidate: &str, key: &str) -> String {
+    let suffix = format!("_{}", short_hash(key));
+    // Sanitized names are ASCII, so byte slicing is safe.
+    let keep = candidate.len().min(MAX_NAME_LEN - suffix.len());
+    format!("{}{}", &candidate[..keep], suffix)
+}
+
+/// Splits a name into lowercase words: on `_ - . / :` and spaces, and at camelCase and
+/// letter/digit boundaries. `getHTTPResponse_v2` gives `get http response v 2`.
+pub fn split_words(name: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for part in name.split(|c: char| !c.is_alphanumeric()) {
+        let chars: Vec<char> = part.chars().collect();
+        let mut start = 0;
+        for i in 1..chars.len() {
+            let (prev, cur) = (chars[i - 1], chars[i]);
+            let next_lower = chars.get(i + 1).is_some_and(|c| c.is_lowercase());
+            let boundary = (prev.is_lowercase() && cur.is_uppercase())
+                || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
+                || (prev.is_alphabetic() != cur.is_alphabetic()
+                    && (prev.is_ascii_digit() || cur.is_ascii_digit()));
+            if boundary {
+                words.push(chars[start..i].iter().collect::<String>().to_lowercase());
+                start = i;
+            }
+        }
+        if start < chars.len() {
+            words.push(chars[start..].iter().collect::<String>().to_lowercase());
+        }
+    }
+    words
+}
+
+/// Edit distance between two names, over characters.
+pub fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diag + usize::from(ca != cb));
+            diag = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// Up to `n` of `candidates` closest to `wanted`: names containing it (or contained in it) first,
+/// then by edit distance, ties by name. Compared case-insensitively, also against the part after
+/// the last `__`, so `read_file` finds `mcp__filesystem__read_text_file`.
+pub fn closest<'a>(
+    wanted: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+    n: usize,
+) -> Vec<String> {
+    let w = wanted.to_lowercase();
+    let mut scored: Vec<(usize, &str)> = candidates
+        .into_iter()
+        .map(|c| {
+            let lc = c.to_lowercase();
+            let tail = lc.rsplit("__").next().unwrap_or(&lc).to_owned();
+            let score = if lc.contains(&w) {
+                0
+            } else if !tail.is_empty() && w.contains(&tail) {
+                1
+            } else {
+                levenshtein(&w, &lc).min(levenshtein(&w, &tail)) + 2
+            };
+            (score, c)
+        })
+        .filter(|(d, _)| *d <= (w.chars().count() * 3 / 5).max(3) + 2)
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(n)
+        .map(|(_, c)| c.to_owned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_follows_the_provider_rule() {
+        assert!(is_valid("mcp__docs__read_doc"));
+        assert!(is_valid(&"a".repeat(64)));
+        assert!(!is_valid(&"a".repeat(65)));
+        assert!(!is_valid(""));
+        assert!(!is_valid("triangle_properties.get"));
+        assert!(!is_valid("Asset Price MCP"));
+    }
+
+    #[test]
+    fn sanitize_replaces_invalid_characters() {
+        assert_eq!(sanitize("Asset Price MCP"), "Asset_Price_MCP");
+        assert_eq!(
+            sanitize("triangle_properties.get"),
+            "triangle_properties_get"
+        );
+        assert_eq!(sanitize("天气"), "__");
+        assert_eq!(sanitize(""), "_");
+    }
+
+    #[test]
+    fn fit_keeps_short_names_and_hashes_long_ones() {
+        assert_eq!(fit("short".into(), "k"), "short");
+        let long = "x".repeat(80);
+        let a = fit(long.clone(), "a");
+        let b = fit(long, "b");
+        assert_eq!(a.len(), MAX_NAME_LEN);
+        assert!(is_valid(&a));
+        assert_ne!(a, b);
+        assert_eq!(a, fit("x".repeat(80), "a"), "stable");
+    }
+
+    #[test]
+    fn hash_is_the_published_fnv1a() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn closest_prefers_containment_then_distance() {
+        let names = [
+            "mcp__fs__read_text_file",
+            "mcp__fs__write_file",
+            "Read",
+            "Grep",
+        ];
+        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(closest("read_text", names, 3)[0], "mcp__fs__read_text_file");
+        assert!(closest("read_file", names, 3).contains(&"mcp__fs__read_text_file".to_owned()));
+        assert_eq!(closest("Gerp", names, 1), ["Grep"]);
+        assert!(closest("zzzzzzzzzz", names, 3).is_empty());
+    }
+
+    #[test]
+    fn split_words_handles_case_and_separators() {
+        assert_eq!(
+            split_words("getHTTPResponse_v2"),
+            ["get", "http", "response", "v", "2"]
+        );
+        assert_eq!(
+            split_words("mcp__git__git_log"),
+            ["mcp", "git", "git", "log"]
+        );
+        assert_eq!(
+            split_words("triangle_properties.get"),
+            ["triangle", "properties", "get"]
+        );
+        assert_eq!(split_words("read-file/path"), ["read", "file", "path"]);
+    }
+}

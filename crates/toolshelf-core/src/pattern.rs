@@ -1,0 +1,126 @@
+//! Name patterns for rules and modes.
+//!
+//! A pattern matches anywhere in a canonical name unless anchored with `^` (start) and/or `$`
+//! (end); `*` matches any run of characters and `?` exactly one. Matching is case-sensitive,
+//! like the names themselves. The grammar is small enough that a hand-written matcher is clearer
+//! than translating to a glob or regex crate and back (both would need the anchors rewritten).
+
+use std::fmt;
+
+/// A compiled name pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    source: String,
+    glob: Vec<char>,
+}
+
+impl Pattern {
+    /// Compiles `source`. Fails on an empty pattern, which would match every tool by accident.
+    pub fn new(source: &str) -> Result<Self, String> {
+        let trimmed = source.trim();
+        if trimmed.is_empty() || trimmed == "^" || trimmed == "$" || trimmed == "^$" {
+            return Err(format!("empty pattern {source:?}"));
+        }
+        let (start, rest) = match trimmed.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, trimmed),
+        };
+        let (end, body) = match rest.strip_suffix('$') {
+            Some(body) => (true, body),
+            None => (false, rest),
+        };
+        let mut glob = Vec::with_capacity(body.len() + 2);
+        if !start {
+            glob.push('*');
+        }
+        glob.extend(body.chars());
+        if !end {
+            glob.push('*');
+        }
+        Ok(Self {
+            source: trimmed.to_owned(),
+            glob,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the pattern matches `name`.
+    pub fn matches(&self, name: &str) -> bool {
+        wildcard(&self.glob, &name.chars().collect::<Vec<_>>())
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+/// Classic linear-time wildcard matching with a single backtrack point.
+fn wildcard(glob: &[char], text: &[char]) -> bool {
+    let (mut g, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if g < glob.len() && (glob[g] == '?' || (glob[g] != '*' && glob[g] == text[t])) {
+            g += 1;
+            t += 1;
+        } else if g < glob.len() && glob[g] == '*' {
+            star = Some((g, t));
+            g += 1;
+        } else if let Some((sg, st)) = star {
+            g = sg + 1;
+            t = st + 1;
+            star = Some((sg, st + 1));
+        } else {
+            return false;
+        }
+    }
+    glob[g..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pattern;
+
+    fn m(p: &str, name: &str) -> bool {
+        Pattern::new(p).expect("valid pattern").matches(name)
+    }
+
+    #[test]
+    fn unanchored_matches_anywhere() {
+        assert!(m("git", "mcp__git__git_log"));
+        assert!(m("log", "mcp__git__git_log"));
+        assert!(!m("Log", "mcp__git__git_log"));
+    }
+
+    #[test]
+    fn anchors_pin_the_ends() {
+        assert!(m("^mcp__git__", "mcp__git__git_log"));
+        assert!(!m("^git", "mcp__git__git_log"));
+        assert!(m("_log$", "mcp__git__git_log"));
+        assert!(!m("git$", "mcp__git__git_log"));
+        assert!(m("^Bash$", "Bash"));
+        assert!(!m("^Bash$", "BashOutput"));
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(m("^mcp__*__read*", "mcp__fs__read_file"));
+        assert!(!m("^mcp__*__read*$", "mcp__fs__write_file"));
+        assert!(m("^Gre?$", "Grep"));
+        assert!(!m("^Gre?$", "Gre"));
+        assert!(m("a*b*c", "xxaYYbZZcxx"));
+        assert!(!m("^a*b*c$", "aYYbZZcx"));
+    }
+
+    #[test]
+    fn empty_patterns_are_rejected() {
+        for p in ["", " ", "^", "$", "^$"] {
+            assert!(Pattern::new(p).is_err(), "{p:?}");
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! Exposure policy: for every tool, resident, deferred or hidden, and why.
+//!
+//! The chain, first decisive step wins:
+//! 1. the active mode: a tool outside its whitelist is hidden (appears nowhere);
+//! 2. model-authored tools are always deferred (a `NoDefer` that matches one is a warning);
+//! 3. not-defer beats defer: `defer_loading = false` or any matching `NoDefer` keeps a tool resident;
+//! 4. `defer_loading = true` or any matching `Defer` defers it;
+//! 5. otherwise the global default: `true`, `false`, or `auto:N`, which defers when the
+//!    deferrable definitions exceed N% of the context window.
+//!
+//! Each decision keeps the facts that led to it, so `explain` can print the chain instead of
+//! re-deriving it.
+
+use serde::Serialize;
+
+use crate::catalog::{Catalog, Origin, Tool};
+use crate::config::{Config, DeferDefault, Mode, Rule};
+use crate::error::Result;
+use crate::surface::{Format, definition};
+use crate::tokens;
+
+/// Where a tool ends up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Sent with its full schema every turn.
+    Resident,
+    /// Name in the index, schema on the shelf.
+    Deferred,
+    /// Outside the active mode: appears nowhere.
+    Hidden,
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Resident => "resident",
+            Self::Deferred => "deferred",
+            Self::Hidden => "hidden",
+        })
+    }
+}
+
+/// One tool's decision and the facts behind it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// The outcome.
+    pub state: State,
+    /// One sentence: the decisive step.
+    pub reason: String,
+    /// Whether the active mode admits the tool (`None` without a mode).
+    pub in_mode: Option<bool>,
+    /// Why the mode admits or hides it.
+    pub mode_reason: Option<String>,
+    /// Rules whose pattern matched, as written, in file order.
+    pub matched_rules: Vec<String>,
+    /// Whether the global default decided.
+    pub by_default: bool,
+}
+
+/// The `auto:N` computation, when the default is `auto:N`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AutoDecision {
+    /// N.
+    pub percent: f64,
+    /// The context window in tokens.
+    pub window: u64,
+    /// Tokens of the deferrable definitions (visible tools not forced resident).
+    pub deferrable_tokens: usize,
+    /// `window * percent / 100`.
+    pub threshold_tokens: f64,
+    /// Whether the default therefore defers.
+    pub defers: bool,
+}
+
+/// Rules, default and mode, compiled.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    rules: Vec<Rule>,
+    default: DeferDefault,
+    window: u64,
+    mode: Option<Mode>,
+}
+
+/// The policy applied to a catalog: one decision per tool, in catalog order.
+#[derive(Debug, Clone)]
+pub struct Exposure {
+    /// Decisions, parallel to `Catalog::tools()`.
+    pub decisions: Vec<Decision>,
+    /// The `auto:N` computation, if any.
+    pub auto: Option<AutoDecision>,
+    /// Policy warnings (e.g. a `NoDefer` matching a model-authored tool).
+    pub warnings: Vec<String>,
+}
+
+impl Exposure {
+    /// Indices of tools in `state`, in catalog order.
+    pub fn indices(&self, state: State) -> impl Iterator<Item = usize> + '_ {
+        self.decisions
+            .iter()
+            .enumerate()
+            .filter(move |(_, d)| d.state == state)
+            .map(|(i, _)| i)
+    }
+
+    /// Number of tools in `state`.
+    pub fn count(&self, state: State) -> usize {
+        self.indices(state).count()
+    }
+}
+
+impl Policy {
+    /// Compiles the policy of `config` with the mode `mode` active.
+    pub fn new(config: &Config, source_name: &str, mode: Option<&str>) -> Result<Self> {
+        Ok(Self {
+            rules: config.rules(source_name)?,
+            default: config.defer.default,
+            window: config.defer.window,
+            mode: mode.map(|m| config.mode(m, source_name)).transpose()?,
+        })
+    }
+
+    /// The active mode.
+    pub fn mode(&self) -> Option<&Mode> {
+        self.mode.as_ref()
+    }
+
+    /// The rules, in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The global default.
+    pub fn default(&self) -> DeferDefault {
+        self.default
+    }
+
+    /// Whether the active mode admits `tool`, and why.
+    pub fn admits(&self, tool: &Tool) -> Option<(bool, String)> {
+        let mode = self.mode.as_ref()?;
+        if let Some(patterns) = &mode.tools {
+            match patterns.iter().find(|p| p.matches(&tool.name)) {
+                Some(p) => {
+                    if !mode.read_only {
+                        return Some((true, format!("mode {:?} lists it ({p})", mode.name)));
+                    }
+                }
+                None => {
+                    return Some((
+                        false,
+                        format!("mode {:?} lists no pattern matching it", mode.name),
+                    ));
+                }
+            }
+        }
+        if mode.read_only {
+            return Some(match tool.annotations.read_only {
+                Some(true) => (
+                    true,
+                    format!(
+                        "mode {:?} is read-only and the tool has readOnlyHint = true",
+                        mode.name
+                    ),
+                ),
+                Some(false) => (
+                    false,
+                    format!(
+                        "mode {:?} is read-only and the tool has readOnlyHint = false",
+                        mode.name
+                    ),
+                ),
+                None => (
+                    false,
+                    format!(
+                        "mode {:?} is read-only and the tool has no readOnlyHint (fails closed)",
+                        mode.name
+                    ),
+                ),
+            });
+        }
+        Some((true, String::new()))
+    }
+
+    /// Decides every tool of `catalog`.
+    pub fn apply(&self, catalog: &Catalog) -> Exposure {
+        let mut warnings = Vec::new();
+        let mut decisions: Vec<Decision> = catalog
+            .tools()
+            .iter()
+            .map(|t| self.decide_explicit(t, &mut warnings))
+            .collect();
+        let mut auto = None;
+        let pending: Vec<usize> = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.by_default)
+            .map(|(i, _)| i)
+            .collect();
+        let default_defers = match self.default {
+            DeferDefault::Always => true,
+            DeferDefault::Never => false,
+            DeferDefault::Auto(percent) => {
+                let deferrable_tokens: usize = catalog
+                    .tools()
+                    .iter()
+                    .zip(&decisions)
+                    .filter(|(_, d)| {
+                        d.state != State::Hidden && (d.by_default || d.state == State::Deferred)
+                    })
+                    .map(|(t, _)| tokens::count(&definition(t, Format::Anthropic).to_string()))
+                    .sum();
+                let threshold_tokens = self.window as f64 * percent / 100.0;
+                let defers = deferrable_tokens as f64 > threshold_tokens;
+                auto = Some(AutoDecision {
+                    percent,
+                    window: self.window,
+                    deferrable_tokens,
+                    threshold_tokens,
+                    defers,
+                });
+                defers
+            }
+        };
+        for i in pending {
+            let d = &mut decisions[i];
+            d.state = if default_defers {
+                State::Deferred
+            } else {
+                State::Resident
+            };
+            d.reason = match &auto {
+                Some(a) => format!(
+                    "global default auto:{}: deferrable definitions are {} tokens, {} {:.0} ({}% of {})",
+                    a.percent,
+                    a.deferrable_tokens,
+                    if a.defers { "over" } else { "within" },
+                    a.threshold_tokens,
+                    a.percent,
+                    a.window
+                ),
+                None => format!("global default {}", self.default),
+            };
+        }
+        Exposure {
+            decisions,
+            auto,
+            warnings,
+        }
+    }
+
+    /// Steps 1 to 4; tools left to the default come back with `by_default` set.
+    fn decide_explicit(&self, tool: &Tool, warnings: &mut Vec<String>) -> Decision {
+        let matched: Vec<&Rule> = self
+            .rules
+            .iter()
+            .filter(|r| r.pattern().matches(&tool.name))
+            .collect();
+        let matched_rules = matched.iter().map(|r| r.to_string()).collect();
+        let (in_mode, mode_reason) = match self.admits(tool) {
+            Some((ok, why)) => (Some(ok), Some(why)),
+            None => (None, None),
+        };
+        let mut d = Decision {
+            state: State::Deferred,
+            reason: String::new(),
+            in_mode,
+            mode_reason: mode_reason.clone(),
+            matched_rules,
+            by_default: false,
+        };
+        if in_mode == Some(false) {
+            d.state = State::Hidden;
+            d.reason = mode_reason.unwrap_or_default();
+            return d;
+        }
+        let no_defer = matched.iter().find(|r| r.is_no_defer());
+        if tool.origin == Origin::Model {
+            if let Some(r) = no_defer {
+                warnings.push(format!(
+                    "{r} matches {:?}, a tool written by the model; model-authored tools are always deferred",
+                    tool.name
+                ));
+            }
+            d.reason = "written by the model at run time: always deferred".into();
+            return d;
+        }
+        if tool.defer_loading == Some(false) {
+            d.state = State::Resident;
+            d.reason = "declares defer_loading = false (not-defer beats defer)".into();
+        } else if let Some(r) = no_defer {
+            d.state = State::Resident;
+            d.reason = format!("{r} matches (not-defer beats defer)");
+        } else if tool.defer_loading == Some(true) {
+            d.reason = "declares defer_loading = true".into();
+        } else if let Some(r) = matched.first() {
+            d.reason = format!("{r} matches");
+        } else {
+            d.by_default = true;
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn catalog() -> Catalog {
+        Catalog::from_value(
+            &json!({
+                "builtin": [
+                    {"name": "Read", "description": "read a file", "annotations": {"readOnlyHint": true}},
+                    {"name": "Bash", "description": "run a command", "defer_loading": false},
+                    {"name": "Write", "description": "write", "defer_loading": true},
+                    {"name": "my_tool", "description": "model tool", "origin": "model"}
+                ],
+                "servers": [
+                    {"name": "git", "description": "git", "tools": [
+                        {"name": "git_log", "description": "log", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+                        {"name": "git_commit", "description": "commit", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false}}
+                    ]},
+                    {"name": "time", "tools": [{"name": "now", "description": "now"}]}
+                ]
+            }),
+            "test",
+        )
+        .expect("catalog")
+    }
+
+    fn states(config: &str, mode: Option<&str>) -> Vec<(String, State)> {
+        let c = catalog();
+        let config = Config::from_toml_str(config, "t.toml").expect("config");
+        let e = Policy::new(&config, "t.toml", mode)
+            .expect("policy")
+            .apply(&c);
+        c.tools()
+            .iter()
+            .zip(&e.decisions)
+            .map(|(t, d)| (t.name.clone(), d.state))
+            .collect()
+    }
+
+    fn state_of(config: &str, mode: Option<&str>, name: &str) -> State {
+        states(config, mode)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .expect("tool")
+            .1
+    }
+
+    #[test]
+    fn default_true_defers_undeclared_tools() {
+        assert_eq!(state_of("", None, "Read"), State::Deferred);
+        assert_eq!(state_of("", None, "mcp__git__git_log"), State::Deferred);
+        assert_eq!(
+            state_of("", None, "Bash"),
+            State::Resident,
+            "declared false"
+        );
+    }
+
+    #[test]
+    fn default_false_keeps_undeclared_tools_resident() {
+        let c = "[defer]\ndefault = false";
+        assert_eq!(state_of(c, None, "Read"), State::Resident);
+        assert_eq!(state_of(c, None, "Write"), State::Deferred, "declared true");
+        assert_eq!(
+            state_of(c, None, "my_tool"),
+            State::Deferred,
+            "model tools always deferred"
+        );
+    }
+
+    #[test]
+    fn no_defer_beats_defer() {
+        let c = "[defer]\ndefault = false\nrules = [\"Defer(^mcp__git__)\", \"NoDefer(commit)\"]";
+        assert_eq!(state_of(c, None, "mcp__git__git_log"), State::Deferred);
+        assert_eq!(state_of(c, None, "mcp__git__git_commit"), State::Resident);
+        // Rule order does not matter.
+        let c = "[defer]\ndefault = false\nrules = [\"NoDefer(commit)\", \"Defer(^mcp__git__)\"]";
+        assert_eq!(state_of(c, None, "mcp__git__git_commit"), State::Resident);
+        // NoDefer beats a declared defer_loading = true; a Defer rule cannot beat declared false.
+        assert_eq!(
+            state_of("[defer]\nrules = [\"NoDefer(^Write$)\"]", None, "Write"),
+            State::Resident
+        );
+        assert_eq!(
+            state_of("[defer]\nrules = [\"Defer(Bash)\"]", None, "Bash"),
+            State::Resident
+        );
+    }
+
+    #[test]
+    fn no_defer_on_a_model_tool_warns_and_still_defers() {
+        let c = catalog();
+        let config =
+            Config::from_toml_str("[defer]\nrules = [\"NoDefer(my_tool)\"]", "t").expect("config");
+        let e = Policy::new(&config, "t", None).expect("policy").apply(&c);
+        let i = c.position("my_tool").expect("tool");
+        assert_eq!(e.decisions[i].state, State::Deferred);
+        assert_eq!(e.warnings.len(), 1);
+        assert!(e.warnings[0].contains("my_tool"), "{:?}", e.warnings);
+    }
+
+    #[test]
+    fn read_only_mode_fails_closed() {
+        let c = "[modes.ask]\nread_only = true";
+        assert_eq!(state_of(c, Some("ask"), "Read"), State::Deferred);
+        assert_eq!(
+            state_of(c, Some("ask"), "mcp__git__git_log"),
+            State::Deferred
+        );
+        assert_eq!(
+            state_of(c, Some("ask"), "mcp__git__git_commit"),
+            State::Hidden,
+            "readOnlyHint false"
+        );
+        assert_eq!(
+            state_of(c, Some("ask"), "mcp__time__now"),
+            State::Hidden,
+            "no hint"
+        );
+        assert_eq!(
+            state_of(c, Some("ask"), "Bash"),
+            State::Hidden,
+            "hidden beats declared resident"
+        );
+    }
+
+    #[test]
+    fn tools_mode_is_a_whitelist_and_combines_with_read_only() {
+        let c = "[modes.g]\ntools = [\"^mcp__git__\"]\n[modes.gr]\ntools = [\"^mcp__git__\"]\nread_only = true";
+        let visible: Vec<String> = states(c, Some("g"))
+            .into_iter()
+            .filter(|(_, s)| *s != State::Hidden)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(visible, ["mcp__git__git_commit", "mcp__git__git_log"]);
+        let visible: Vec<String> = states(c, Some("gr"))
+            .into_iter()
+            .filter(|(_, s)| *s != State::Hidden)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(visible, ["mcp__git__git_log"]);
+    }
+
+    #[test]
+    fn unknown_mode_is_an_error() {
+        let config = Config::from_toml_str("[modes.ask]\nread_only = true", "t").expect("config");
+        let e = Policy::new(&config, "t", Some("bogus"))
+            .expect_err("unknown")
+            .to_string();
+        assert!(e.contains("bogus") && e.contains("ask"), "{e}");
+    }
+
+    #[test]
+    fn auto_defers_only_past_the_threshold() {
+        // The whole example is a few hundred tokens: 1% of 200k (2000) keeps it resident,
+        // 0.01% (20 tokens) defers it.
+        assert_eq!(
+            state_of("[defer]\ndefault = \"auto:1\"", None, "Read"),
+            State::Resident
+        );
+        assert_eq!(
+            state_of("[defer]\ndefault = \"auto:0.01\"", None, "Read"),
+            State::Deferred
+        );
+        let c = catalog();
+        let config =
+            Config::from_toml_str("[defer]\ndefault = \"auto:0.01\"", "t").expect("config");
+        let e = Policy::new(&config, "t", None).expect("policy").apply(&c);
+        let a = e.auto.expect("auto computed");
+        assert!(a.defers && a.deferrable_tokens > 20, "{a:?}");
+        assert_eq!(a.threshold_tokens, 20.0);
+    }
+}

@@ -1,0 +1,122 @@
+//! `toolshelf explain`: why one tool is resident, deferred or hidden.
+
+use anyhow::{Result, bail};
+use serde_json::json;
+use toolshelf_core::{Error, Resolution, name};
+
+use super::print_json;
+use crate::inputs::Source;
+
+/// Arguments of `explain`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    source: Source,
+    /// Tool name: canonical (mcp__server__tool), or bare when unambiguous.
+    name: String,
+    /// Print the decision as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let l = args.source.load()?;
+    let tools = l.catalog.tools();
+    let i = match l.catalog.resolve(&args.name) {
+        Resolution::Exact(i) | Resolution::Bare(i) => i,
+        Resolution::Ambiguous(c) => {
+            let names: Vec<&str> = c.iter().map(|&i| tools[i].name.as_str()).collect();
+            bail!(
+                "{:?} names several tools; give one of: {}",
+                args.name,
+                names.join(", ")
+            );
+        }
+        Resolution::NotFound => {
+            return Err(Error::UnknownTool {
+                name: args.name.clone(),
+                suggestions: name::closest(&args.name, tools.iter().map(|t| t.name.as_str()), 5),
+            }
+            .into());
+        }
+    };
+    let (t, d) = (&tools[i], &l.exposure.decisions[i]);
+    let declared = t
+        .defer_loading
+        .map_or("absent".to_owned(), |b| b.to_string());
+    let mode = l.policy.mode();
+    if args.json {
+        return print_json(&json!({
+            "tool": t.name,
+            "original_name": t.original_name,
+            "server": t.server,
+            "server_original_name": t.server.as_deref().and_then(|s| l.catalog.server(s)).map(|s| s.original_name.clone()),
+            "origin": t.origin,
+            "declared": t.defer_loading,
+            "mode": mode.map(|m| json!({"name": m.name, "admits": d.in_mode, "reason": d.mode_reason})),
+            "rules": l.policy.rules().iter().map(|r| json!({"rule": r.to_string(), "matched": d.matched_rules.contains(&r.to_string())})).collect::<Vec<_>>(),
+            "default": l.policy.default().to_string(),
+            "decided_by_default": d.by_default,
+            "auto": l.exposure.auto,
+            "final": d.state,
+            "reason": d.reason,
+        }));
+    }
+    println!("{}", t.name);
+    match &t.server {
+        Some(s) => {
+            let orig = l
+                .catalog
+                .server(s)
+                .map_or(s.as_str(), |s| s.original_name.as_str());
+            println!(
+                "  original:  tool {:?} of server {:?}",
+                t.original_name, orig
+            );
+        }
+        None => println!(
+            "  original:  {:?} ({})",
+            t.original_name,
+            serde_json::to_value(t.origin)?.as_str().unwrap_or("")
+        ),
+    }
+    println!("  declared:  defer_loading = {declared}");
+    match mode {
+        Some(m) => println!(
+            "  mode:      {} -> {}: {}",
+            m.name,
+            if d.in_mode == Some(true) {
+                "admits"
+            } else {
+                "hides"
+            },
+            d.mode_reason.as_deref().unwrap_or("")
+        ),
+        None => println!("  mode:      none"),
+    }
+    if l.policy.rules().is_empty() {
+        println!("  rules:     none");
+    } else {
+        println!("  rules:");
+        for r in l.policy.rules() {
+            let s = r.to_string();
+            let hit = if d.matched_rules.contains(&s) {
+                "matches"
+            } else {
+                "-"
+            };
+            println!("    {s:<40} {hit}");
+        }
+    }
+    println!(
+        "  default:   {}{}",
+        l.policy.default(),
+        if d.by_default {
+            " (decides)"
+        } else {
+            " (not consulted)"
+        }
+    );
+    println!("  final:     {} ({})", d.state, d.reason);
+    Ok(())
+}

@@ -1,0 +1,34 @@
+//! `toolshelf render`: the tool definitions the model is sent.
+
+use anyhow::Result;
+
+use super::{FormatArg, print_json};
+use crate::inputs::Source;
+
+/// Arguments of `render`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    source: Source,
+    /// Wire format of the definitions.
+    #[arg(long, value_enum, default_value_t)]
+    format: FormatArg,
+    /// Print only tool_search's description (the preamble and the deferred index), as text.
+    #[arg(long)]
+    index_only: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let loaded = args.source.load()?;
+    loaded.warn_index();
+    if args.index_only {
+        match loaded.surface.tool_search_description() {
+            Some(d) => println!("{d}"),
+            None => eprintln!(
+                "toolshelf: note: no tool is deferred, so there is no tool_search and no index"
+            ),
+        }
+        return Ok(());
+    }
+    print_json(&loaded.surface.tools(&loaded.catalog, args.format.into()))
+}

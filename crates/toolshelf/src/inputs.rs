@@ -1,0 +1,103 @@
+//! Loading the inputs every command shares: catalog, configuration and mode.
+//!
+//! With neither `--catalog` nor `--config`, commands run on the bundled example (a catalog captured
+//! from real MCP servers and its example configuration), so `toolshelf ledger` shows something
+//! real with no set-up. A `--catalog` without `--config` uses the built-in defaults.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use toolshelf_core::{Catalog, Config, Exposure, Policy, Surface};
+
+/// The bundled example catalog (see `examples/` and `scripts/capture-example-catalog.sh`).
+pub const EXAMPLE_CATALOG: &str = include_str!("../../../examples/catalog.json");
+/// The bundled example configuration.
+pub const EXAMPLE_CONFIG: &str = include_str!("../../../examples/toolshelf.toml");
+
+/// `--catalog`, `--config`, `--mode`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Source {
+    /// Tool catalog (JSON): Anthropic, OpenAI, MCP or bare tool arrays, an MCP tools/list result,
+    /// or toolshelf's grouped form. Default: the bundled example.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Configuration (TOML). Default: the bundled example's when no --catalog is given, else none.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Active mode, as defined by [modes.NAME] in the configuration.
+    #[arg(long, value_name = "NAME")]
+    pub mode: Option<String>,
+}
+
+/// Everything computed from the inputs.
+#[derive(Debug)]
+pub struct Loaded {
+    pub catalog: Catalog,
+    pub config: Config,
+    pub policy: Policy,
+    pub exposure: Exposure,
+    pub surface: Surface,
+}
+
+fn read(path: &PathBuf, what: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))
+}
+
+impl Source {
+    /// Loads and decides everything; prints catalog and policy warnings to stderr.
+    pub fn load(&self) -> Result<Loaded> {
+        let catalog = match &self.catalog {
+            Some(p) => Catalog::from_json_str(&read(p, "catalog")?, &p.display().to_string())?,
+            None => Catalog::from_json_str(EXAMPLE_CATALOG, "examples/catalog.json (bundled)")?,
+        };
+        let config = match (&self.config, &self.catalog) {
+            (Some(p), _) => Config::from_toml_str(&read(p, "config")?, &p.display().to_string())?,
+            (None, None) => {
+                Config::from_toml_str(EXAMPLE_CONFIG, "examples/toolshelf.toml (bundled)")?
+            }
+            (None, Some(_)) => Config::default(),
+        };
+        let config_name = self
+            .config
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "config".into());
+        let policy = Policy::new(&config, &config_name, self.mode.as_deref())?;
+        let exposure = policy.apply(&catalog);
+        let surface = Surface::new(&catalog, &exposure, &config);
+        for w in catalog.warnings().iter().chain(&exposure.warnings) {
+            eprintln!("toolshelf: warning: {w}");
+        }
+        Ok(Loaded {
+            catalog,
+            config,
+            policy,
+            exposure,
+            surface,
+        })
+    }
+}
+
+impl Loaded {
+    /// Warns on stderr when the index is over budget (built-in names alone) or dropped groups.
+    pub fn warn_index(&self) {
+        if let Some(idx) = &self.surface.index {
+            if idx.over_budget {
+                eprintln!(
+                    "toolshelf: warning: the deferred index is {} characters, over its budget of {} ([defer] index_budget_chars): built-in names are never dropped",
+                    idx.text.chars().count(),
+                    idx.budget
+                );
+            }
+            if !idx.dropped.is_empty() {
+                eprintln!(
+                    "toolshelf: note: {} server group(s) with {} tools did not fit the index budget of {} characters and are searchable only: {}",
+                    idx.dropped.len(),
+                    idx.dropped_tools,
+                    idx.budget,
+                    idx.dropped.join(", ")
+                );
+            }
+        }
+    }
+}

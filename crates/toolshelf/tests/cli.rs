@@ -1,0 +1,243 @@
+//! The command-line contract, exercised through the real binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_toolshelf"))
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn example(file: &str) -> String {
+    root().join("examples").join(file).display().to_string()
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run toolshelf")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(!out.status.success(), "{args:?} should fail");
+    String::from_utf8(out.stderr).expect("utf-8")
+}
+
+fn temp_file(name: &str, content: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("toolshelf-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, content).expect("write");
+    path.display().to_string()
+}
+
+#[test]
+fn no_arguments_runs_the_bundled_example() {
+    let bundled = ok(&["render"]);
+    let explicit = ok(&[
+        "render",
+        "--catalog",
+        &example("catalog.json"),
+        "--config",
+        &example("toolshelf.toml"),
+    ]);
+    assert_eq!(bundled, explicit);
+    let tools: Vec<Value> = serde_json::from_str(&bundled).expect("json array");
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(&names[names.len() - 2..], ["tool_search", "defer_execute"]);
+    assert!(
+        tools.iter().all(|t| t.get("input_schema").is_some()),
+        "anthropic format by default"
+    );
+}
+
+#[test]
+fn formats_change_the_shape() {
+    let openai: Vec<Value> =
+        serde_json::from_str(&ok(&["render", "--format", "openai"])).expect("json");
+    assert!(
+        openai
+            .iter()
+            .all(|t| t["type"] == "function" && t["function"]["parameters"].is_object())
+    );
+    let responses: Vec<Value> =
+        serde_json::from_str(&ok(&["render", "--format", "openai-responses"])).expect("json");
+    assert!(
+        responses
+            .iter()
+            .all(|t| t["type"] == "function" && t["parameters"].is_object())
+    );
+    let mcp: Vec<Value> = serde_json::from_str(&ok(&["render", "--format", "mcp"])).expect("json");
+    assert!(mcp.iter().all(|t| t["inputSchema"].is_object()));
+    assert!(fails(&["render", "--format", "xml"]).contains("possible values"));
+}
+
+#[test]
+fn ledger_json_has_the_documented_fields() {
+    let v: Value = serde_json::from_str(&ok(&["ledger", "--json"])).expect("json");
+    for key in ["tools_total", "deferred", "resident", "hidden"] {
+        assert!(v[key].is_u64(), "{key}");
+    }
+    for key in ["all_resident", "after"] {
+        for f in ["chars", "tokens", "window_share"] {
+            assert!(v[key][f].is_number(), "{key}.{f}");
+        }
+    }
+    for key in ["index", "saved_per_turn"] {
+        for f in ["chars", "tokens"] {
+            assert!(v[key][f].is_number(), "{key}.{f}");
+        }
+    }
+    for f in ["name", "chars", "share_of_deferred"] {
+        assert!(!v["largest"][f].is_null(), "largest.{f}");
+    }
+    for f in ["all", "deferred", "largest"] {
+        let r = v["ratios"][f].as_str().expect("ratio");
+        assert!(r.ends_with(":1"), "{r}");
+    }
+    assert!(v["saved_per_turn"]["tokens"].as_i64() > Some(0));
+    let narrow: Value =
+        serde_json::from_str(&ok(&["ledger", "--json", "--window", "100000"])).expect("json");
+    let share = |v: &Value| v["after"]["window_share"].as_f64().expect("share");
+    assert!((share(&narrow) - 2.0 * share(&v)).abs() < 1e-5);
+    let table = ok(&["ledger"]);
+    assert!(
+        table.contains("saved per turn") && table.contains("all resident"),
+        "{table}"
+    );
+}
+
+#[test]
+fn explain_prints_the_chain() {
+    let text = ok(&["explain", "mcp__everything__echo"]);
+    assert!(
+        text.contains("Defer(^mcp__everything__)")
+            && text.contains("NoDefer(^mcp__everything__echo$)"),
+        "{text}"
+    );
+    assert!(text.contains("final:     resident"), "{text}");
+    let v: Value = serde_json::from_str(&ok(&["explain", "Bash", "--json"])).expect("json");
+    assert_eq!(v["final"], "resident");
+    assert_eq!(v["declared"], false);
+    let bash_rule = v["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["rule"] == "Defer(^Bash$)")
+        .expect("rule");
+    assert_eq!(bash_rule["matched"], true);
+    let v: Value = serde_json::from_str(&ok(&["explain", "git_commit", "--mode", "ask", "--json"]))
+        .expect("json");
+    assert_eq!(v["tool"], "mcp__git__git_commit", "bare names resolve");
+    assert_eq!(v["final"], "hidden");
+    assert_eq!(v["mode"]["admits"], false);
+}
+
+#[test]
+fn explain_unknown_tool_suggests_close_names() {
+    let e = fails(&["explain", "git_comit"]);
+    assert!(
+        e.contains("no tool named \"git_comit\"") && e.contains("mcp__git__git_commit"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_mode_lists_the_modes() {
+    let e = fails(&["render", "--mode", "nope"]);
+    assert!(
+        e.contains("unknown mode \"nope\"") && e.contains("ask, files, review"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_catalogs_name_the_file_and_item() {
+    let path = temp_file(
+        "bad.json",
+        r#"{"servers": [{"name": "docs", "tools": [{"name": "a"}, {"name": "a"}]}]}"#,
+    );
+    let e = fails(&["render", "--catalog", &path]);
+    assert!(
+        e.contains(&path) && e.contains("servers[0] \"docs\" tools[1] \"a\": duplicate tool name"),
+        "{e}"
+    );
+    let path = temp_file("schema.json", r#"[{"name": "x", "input_schema": [1]}]"#);
+    let e = fails(&["ledger", "--catalog", &path]);
+    assert!(
+        e.contains("[0] \"x\"") && e.contains("must be a JSON Schema object"),
+        "{e}"
+    );
+    let e = fails(&["render", "--catalog", "/nonexistent/catalog.json"]);
+    assert!(
+        e.contains("cannot read catalog /nonexistent/catalog.json"),
+        "{e}"
+    );
+    let cfg = temp_file("bad.toml", "[defer]\nrules = [\"Defer(x)\", \"Hide(y)\"]\n");
+    let e = fails(&["render", "--config", &cfg]);
+    assert!(e.contains(&cfg) && e.contains("rules[1]"), "{e}");
+}
+
+#[test]
+fn over_budget_builtins_warn_on_stderr() {
+    let cfg = temp_file("tiny.toml", "[defer]\nindex_budget_chars = 10\n");
+    for cmd in ["render", "ledger"] {
+        let out = run(&[cmd, "--config", &cfg]);
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("over its budget of 10"), "{cmd}: {err}");
+    }
+}
+
+#[test]
+fn render_is_byte_identical_for_a_reordered_catalog_file() {
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("catalog.json")).expect("read"))
+            .expect("json");
+    v["servers"].as_array_mut().expect("servers").reverse();
+    for s in v["servers"].as_array_mut().expect("servers") {
+        s["tools"].as_array_mut().expect("tools").reverse();
+    }
+    v["builtin"].as_array_mut().expect("builtin").reverse();
+    let path = temp_file("reversed.json", &v.to_string());
+    let cfg = example("toolshelf.toml");
+    for format in ["anthropic", "openai", "mcp"] {
+        assert_eq!(
+            ok(&[
+                "render",
+                "--catalog",
+                &path,
+                "--config",
+                &cfg,
+                "--format",
+                format
+            ]),
+            ok(&[
+                "render",
+                "--catalog",
+                &example("catalog.json"),
+                "--config",
+                &cfg,
+                "--format",
+                format
+            ]),
+        );
+    }
+}
