@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod name;
 pub mod pattern;
 pub mod policy;
+pub mod search;
 pub mod surface;
 pub mod tokens;
 

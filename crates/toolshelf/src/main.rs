@@ -26,6 +26,10 @@ enum Command {
     Explain(commands::explain::Args),
     /// Account for the per-turn cost of the tool surface and what deferral saves.
     Ledger(commands::ledger::Args),
+    /// Run tool_search: fuzzy queries, exact names, or a batch file.
+    Search(commands::search::Args),
+    /// Measure search quality (recall, MRR, nDCG) and speed on a labelled query set.
+    Eval(commands::eval::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +38,8 @@ fn main() -> ExitCode {
         Command::Render(a) => commands::render::run(a),
         Command::Explain(a) => commands::explain::run(a),
         Command::Ledger(a) => commands::ledger::run(a),
+        Command::Search(a) => commands::search::run(a),
+        Command::Eval(a) => commands::eval::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

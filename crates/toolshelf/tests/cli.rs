@@ -241,3 +241,104 @@ fn render_is_byte_identical_for_a_reordered_catalog_file() {
         );
     }
 }
+
+#[test]
+fn search_prints_text_or_json_hits_in_rank_order() {
+    let text = ok(&["search", "--query", "commit changes"]);
+    assert!(
+        text.starts_with("Tools matching \"commit changes\""),
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&ok(&[
+        "search",
+        "-q",
+        "commit changes",
+        "--json",
+        "--limit",
+        "3",
+    ]))
+    .expect("json");
+    let hits = v["hits"].as_array().expect("hits");
+    assert!(!hits.is_empty());
+    for h in hits {
+        for k in ["name", "tool", "score", "reason"] {
+            assert!(!h[k].is_null(), "{k} in {h}");
+        }
+        assert!(h.get("server").is_some());
+    }
+    let scores: Vec<f64> = hits
+        .iter()
+        .map(|h| h["score"].as_f64().expect("score"))
+        .collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    assert_eq!(hits[0]["name"], "mcp__git__git_commit");
+    assert_eq!(hits[0]["tool"], "git_commit");
+    assert_eq!(hits[0]["server"], "git");
+    assert_eq!(
+        v["text"]
+            .as_str()
+            .map(|t| t.contains("mcp__git__git_commit")),
+        Some(true)
+    );
+    let v: Value =
+        serde_json::from_str(&ok(&["search", "--name", "Write", "--json"])).expect("json");
+    assert_eq!(v["hits"][0]["name"], "Write");
+    assert!(v["hits"][0]["server"].is_null());
+    assert!(fails(&["search"]).contains("required"));
+    assert!(fails(&["search", "-q", "x", "-n", "y"]).contains("cannot be used with"));
+}
+
+#[test]
+fn search_batch_writes_one_line_per_request() {
+    let path = temp_file(
+        "batch.jsonl",
+        "{\"query\": \"commit changes\"}\n\n{\"queries\": [\"read file\", \"读取文件\"]}\n{\"query\": \"xylophone\"}\n",
+    );
+    let out = ok(&["search", "--batch", &path, "--limit", "2", "--json"]);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["hits"][0]["name"], "mcp__git__git_commit");
+    assert_eq!(lines[0]["hits"].as_array().map(Vec::len), Some(2));
+    assert!(
+        lines[1]["hits"][0]["name"]
+            .as_str()
+            .expect("name")
+            .contains("read")
+    );
+    assert_eq!(lines[2]["hits"].as_array().map(Vec::len), Some(0));
+    let bad = temp_file("bad.jsonl", "{\"q\": 1}\n");
+    assert!(fails(&["search", "--batch", &bad, "--json"]).contains("bad.jsonl:1"));
+}
+
+#[test]
+fn eval_reports_the_documented_metrics() {
+    let path = temp_file(
+        "eval.jsonl",
+        "{\"query\": \"commit my changes\", \"gold\": [\"git_commit\"]}\n{\"query\": \"current time in Tokyo\", \"gold\": [\"mcp__time__get_current_time\"]}\n{\"query\": \"xylophone\", \"gold\": [\"Read\"]}\n",
+    );
+    let v: Value =
+        serde_json::from_str(&ok(&["eval", "--queries", &path, "--json"])).expect("json");
+    assert_eq!(v["queries"], 3);
+    for k in ["1", "3", "5", "10"] {
+        let r = v["recall"][k].as_f64().expect("recall");
+        assert!((0.0..=1.0).contains(&r));
+    }
+    // Two of three queries find their tool first; the third cannot.
+    assert!(
+        (v["recall"]["1"].as_f64().expect("r1") - 2.0 / 3.0).abs() < 1e-3,
+        "{v}"
+    );
+    assert!(
+        (v["mrr"].as_f64().expect("mrr") - 2.0 / 3.0).abs() < 1e-3,
+        "{v}"
+    );
+    for k in ["ndcg10", "build_ms"] {
+        assert!(v[k].is_number(), "{k}");
+    }
+    assert!(v["latency_us"]["p50"].is_number() && v["latency_us"]["p99"].is_number());
+    let text = ok(&["eval", "--queries", &path]);
+    assert!(text.contains("recall@1") && text.contains("p99"), "{text}");
+}

@@ -1,8 +1,10 @@
 //! One module per subcommand.
 
+pub mod eval;
 pub mod explain;
 pub mod ledger;
 pub mod render;
+pub mod search;
 
 use toolshelf_core::Format;
 

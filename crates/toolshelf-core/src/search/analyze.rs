@@ -1,0 +1,222 @@
+//! Text analysis shared by indexing and querying: one function turns any text into terms.
+//!
+//! Tool text mixes identifiers (`getHTTPResponse_v2`), English prose and Chinese prose, often in
+//! one description. Latin runs are split at separators and camelCase, lower-cased, stripped of
+//! stop words and stemmed (Snowball English), so "files" finds "file" and "Listing" finds "list".
+//! Chinese runs are segmented with jieba (search mode, which also emits the shorter words inside
+//! long ones) and, because a query's word boundaries rarely match a description's ("汽车保养" vs
+//! "车辆维护"), also indexed as single characters under a separate `~` prefix so they score as a
+//! weak, separate signal rather than as words. The jieba dictionary loads once, on first use.
+
+use std::sync::OnceLock;
+
+use jieba_rs::Jieba;
+use rust_stemmers::{Algorithm, Stemmer};
+
+use crate::name::split_words;
+
+/// Prefix of single-character Chinese terms.
+pub const CJK_CHAR_PREFIX: char = '~';
+
+fn jieba() -> &'static Jieba {
+    static J: OnceLock<Jieba> = OnceLock::new();
+    J.get_or_init(Jieba::new)
+}
+
+fn stemmer() -> &'static Stemmer {
+    static S: OnceLock<Stemmer> = OnceLock::new();
+    S.get_or_init(|| Stemmer::create(Algorithm::English))
+}
+
+/// Loads the segmenter and stemmer now instead of on the first query.
+pub fn warm_up() {
+    let _ = jieba();
+    let _ = stemmer();
+}
+
+/// Whether `c` is a CJK ideograph (the ranges Chinese text uses).
+pub fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x20000..=0x2A6DF | 0x2A700..=0x2EBEF)
+}
+
+/// English words too common in tool text and requests to carry meaning.
+const EN_STOP: &[&str] = &[
+    "a", "about", "above", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as",
+    "at", "be", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could",
+    "did", "do", "does", "doing", "down", "during", "each", "etc", "few", "for", "from", "further",
+    "had", "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if",
+    "in", "into", "is", "it", "its", "itself", "just", "let", "like", "me", "might", "more",
+    "most", "must", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only",
+    "or", "other", "our", "ours", "out", "over", "own", "please", "same", "shall", "she", "should",
+    "so", "some", "such", "than", "that", "the", "their", "them", "then", "there", "these", "they",
+    "this", "those", "through", "to", "too", "under", "until", "up", "us", "very", "was", "we",
+    "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with",
+    "would", "you", "your", "yours", "yourself", "e", "g", "ie", "eg", "want", "need", "help",
+    "give", "tell", "know", "okay", "hi", "hello", "thank", "thanks", "im", "ve", "ll", "d", "s",
+    "t", "re", "m",
+];
+
+/// Chinese function words and request fillers.
+const ZH_STOP: &[&str] = &[
+    "的", "了", "和", "是", "在", "我", "你", "他", "她", "它", "们", "我们", "你们", "这", "那",
+    "这个", "那个", "一个", "一下", "有", "就", "也", "都", "而", "及", "与", "或", "等", "把",
+    "被", "让", "给", "对", "从", "到", "为", "以", "于", "中", "上", "下", "吗", "呢", "吧", "啊",
+    "请", "帮", "帮我", "需要", "想", "想要", "希望", "能", "能否", "可以", "如何", "怎么", "什么",
+    "哪些", "一些", "进行", "使用", "用", "根据", "并", "及其", "其", "该", "此", "之", "个", "些",
+    "所", "着", "过", "还", "又", "再", "很", "最", "更", "已", "已经", "将", "会", "要", "如果",
+    "因为", "所以", "但是", "然后", "比如", "例如", "是否", "告诉", "知道", "获取",
+];
+
+fn is_stop(word: &str) -> bool {
+    // Both lists are short and sorted here once, so lookups are binary searches.
+    static SETS: OnceLock<(Vec<&'static str>, Vec<&'static str>)> = OnceLock::new();
+    let (en, zh) = SETS.get_or_init(|| {
+        let mut en = EN_STOP.to_vec();
+        en.sort_unstable();
+        let mut zh = ZH_STOP.to_vec();
+        zh.sort_unstable();
+        (en, zh)
+    });
+    en.binary_search(&word).is_ok() || zh.binary_search(&word).is_ok()
+}
+
+/// Whether `word` is a stop word (after lower-casing).
+pub fn is_stop_word(word: &str) -> bool {
+    is_stop(&word.to_lowercase())
+}
+
+/// Stems one lower-case Latin word.
+pub fn stem(word: &str) -> String {
+    if word.len() <= 3 || word.bytes().any(|b| b.is_ascii_digit()) {
+        return word.to_owned();
+    }
+    stemmer().stem(word).into_owned()
+}
+
+/// Calls `emit(term, surface)` for every term of `text`; `surface` is the word as written
+/// (lower-cased, before stemming), for reasons shown to the model.
+pub fn analyze_with(text: &str, mut emit: impl FnMut(String, &str)) {
+    let mut latin = String::new();
+    let mut cjk = String::new();
+    let flush_latin = |latin: &mut String, emit: &mut dyn FnMut(String, &str)| {
+        if latin.is_empty() {
+            return;
+        }
+        for w in split_words(latin) {
+            if w.is_empty() || is_stop(&w) {
+                continue;
+            }
+            emit(stem(&w), &w);
+        }
+        latin.clear();
+    };
+    let flush_cjk = |cjk: &mut String, emit: &mut dyn FnMut(String, &str)| {
+        if cjk.is_empty() {
+            return;
+        }
+        for t in jieba().cut_for_search(cjk, true) {
+            if !is_stop(t.word) {
+                emit(t.word.to_owned(), t.word);
+            }
+        }
+        let mut buf = [0u8; 4];
+        for c in cjk.chars() {
+            let ch: &str = c.encode_utf8(&mut buf);
+            if !is_stop(ch) {
+                let mut term = String::with_capacity(5);
+                term.push(CJK_CHAR_PREFIX);
+                term.push(c);
+                emit(term, ch);
+            }
+        }
+        cjk.clear();
+    };
+    for c in text.chars() {
+        if is_cjk(c) {
+            flush_latin(&mut latin, &mut emit);
+            cjk.push(c);
+        } else {
+            flush_cjk(&mut cjk, &mut emit);
+            if c.is_alphanumeric() {
+                latin.push(c);
+            } else if matches!(c, '_' | '-' | '.' | '/') {
+                // Identifier separators: split_words handles them, and camelCase inside.
+                latin.push(' ');
+            } else {
+                flush_latin(&mut latin, &mut emit);
+            }
+        }
+    }
+    flush_latin(&mut latin, &mut emit);
+    flush_cjk(&mut cjk, &mut emit);
+}
+
+/// Appends the terms of `text` to `out`.
+pub fn analyze_into(text: &str, out: &mut Vec<String>) {
+    analyze_with(text, |term, _| out.push(term));
+}
+
+/// The terms of `text`.
+pub fn analyze(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    analyze_into(text, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn english_is_split_lowered_stemmed_and_stopped() {
+        assert_eq!(
+            analyze("Reads the files in a Directory"),
+            ["read", "file", "directori"]
+        );
+        assert_eq!(
+            analyze("getHTTPResponse_v2"),
+            ["get", "http", "respons", "v", "2"]
+        );
+        assert_eq!(analyze("read_text_file"), ["read", "text", "file"]);
+        assert_eq!(
+            analyze("git-log/branch.list"),
+            ["git", "log", "branch", "list"]
+        );
+    }
+
+    #[test]
+    fn chinese_is_segmented_and_also_kept_as_characters() {
+        let t = analyze("读取文件");
+        assert!(
+            t.contains(&"读取".to_owned()) && t.contains(&"文件".to_owned()),
+            "{t:?}"
+        );
+        assert!(
+            t.contains(&"~读".to_owned()) && t.contains(&"~件".to_owned()),
+            "{t:?}"
+        );
+        assert!(
+            !analyze("我的")
+                .iter()
+                .any(|w| w == "我" || w == "的" || w == "~的")
+        );
+    }
+
+    #[test]
+    fn mixed_text_works() {
+        let t = analyze("用git提交commit");
+        assert!(
+            t.contains(&"git".to_owned())
+                && t.contains(&"commit".to_owned())
+                && t.contains(&"提交".to_owned()),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn analysis_is_deterministic() {
+        let s = "Create a new branch 创建新的分支 from HEAD";
+        assert_eq!(analyze(s), analyze(s));
+    }
+}

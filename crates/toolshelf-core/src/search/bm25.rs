@@ -1,0 +1,292 @@
+//! BM25F over the fields of a tool.
+//!
+//! A tool's name, description, parameters, server and tags say different things with different
+//! reliability: a word in the name is strong evidence, the same word in a parameter description is
+//! weak. BM25F keeps per-field term frequencies, normalises each by its field's length, weights and
+//! sums them, and saturates once per term, so a term repeated across fields is not counted as
+//! several independent matches (as it would be by summing per-field BM25 scores).
+//!
+//! The index is a plain inverted file: a term dictionary, postings sorted by document, and field
+//! lengths. It is built once per catalog; a query touches only the postings of its terms.
+
+use std::collections::HashMap;
+
+use super::analyze::CJK_CHAR_PREFIX;
+
+/// The indexed fields of a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Field {
+    /// Tool name split into words (and the original name).
+    Name = 0,
+    /// Tool description and title.
+    Description = 1,
+    /// Parameter names, descriptions and enum values, at every depth.
+    Params = 2,
+    /// Server name and description.
+    Server = 3,
+    /// Tags.
+    Tags = 4,
+}
+
+/// Number of fields.
+pub const FIELDS: usize = 5;
+
+impl Field {
+    /// All fields in index order.
+    pub const ALL: [Field; FIELDS] = [
+        Field::Name,
+        Field::Description,
+        Field::Params,
+        Field::Server,
+        Field::Tags,
+    ];
+
+    /// The field's name in reasons.
+    pub fn label(self) -> &'static str {
+        match self {
+            Field::Name => "name",
+            Field::Description => "description",
+            Field::Params => "parameters",
+            Field::Server => "server",
+            Field::Tags => "tags",
+        }
+    }
+}
+
+/// Ranking parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bm25Params {
+    /// Term-frequency saturation.
+    pub k1: f32,
+    /// Length normalisation per field.
+    pub b: [f32; FIELDS],
+    /// Weight per field.
+    pub weight: [f32; FIELDS],
+    /// Multiplier for single-character Chinese terms (a weaker signal than words).
+    pub cjk_char_weight: f32,
+}
+
+impl Default for Bm25Params {
+    fn default() -> Self {
+        Self {
+            k1: 1.2,
+            b: [0.3, 0.75, 0.75, 0.5, 0.3],
+            weight: [5.0, 1.5, 0.6, 0.4, 1.5],
+            cjk_char_weight: 0.3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Posting {
+    doc: u32,
+    tf: [u16; FIELDS],
+}
+
+/// One document's terms, per field, as produced by the analyzer.
+pub type DocFields = [Vec<String>; FIELDS];
+
+/// The inverted index.
+#[derive(Debug, Clone, Default)]
+pub struct Bm25Index {
+    dict: HashMap<String, u32>,
+    postings: Vec<Vec<Posting>>,
+    idf: Vec<f32>,
+    /// Whether a term is a single Chinese character.
+    weak: Vec<bool>,
+    lengths: Vec<[u32; FIELDS]>,
+    avg: [f32; FIELDS],
+    params: Bm25Params,
+}
+
+/// A document's score and the terms that produced it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    /// Document id.
+    pub doc: u32,
+    /// BM25F score.
+    pub score: f32,
+}
+
+impl Bm25Index {
+    /// Builds the index from every document's fields (document ids are positions).
+    pub fn build(docs: &[DocFields], params: Bm25Params) -> Self {
+        let mut dict: HashMap<String, u32> = HashMap::new();
+        let mut postings: Vec<Vec<Posting>> = Vec::new();
+        let mut lengths = Vec::with_capacity(docs.len());
+        let mut totals = [0f64; FIELDS];
+        for (d, fields) in docs.iter().enumerate() {
+            let mut len = [0u32; FIELDS];
+            for (f, terms) in fields.iter().enumerate() {
+                len[f] = terms.len() as u32;
+                totals[f] += terms.len() as f64;
+                for t in terms {
+                    let next = postings.len() as u32;
+                    let id = *dict.entry(t.clone()).or_insert(next);
+                    if id == next {
+                        postings.push(Vec::new());
+                    }
+                    let list = &mut postings[id as usize];
+                    match list.last_mut() {
+                        Some(p) if p.doc == d as u32 => p.tf[f] = p.tf[f].saturating_add(1),
+                        _ => {
+                            let mut tf = [0u16; FIELDS];
+                            tf[f] = 1;
+                            list.push(Posting { doc: d as u32, tf });
+                        }
+                    }
+                }
+            }
+            lengths.push(len);
+        }
+        let n = docs.len().max(1) as f64;
+        let mut avg = [0f32; FIELDS];
+        for f in 0..FIELDS {
+            avg[f] = ((totals[f] / n) as f32).max(1.0);
+        }
+        let mut idf = vec![0f32; postings.len()];
+        let mut weak = vec![false; postings.len()];
+        for (term, &id) in &dict {
+            let df = postings[id as usize].len() as f64;
+            idf[id as usize] = ((n - df + 0.5) / (df + 0.5)).ln_1p() as f32;
+            weak[id as usize] = term.starts_with(CJK_CHAR_PREFIX);
+        }
+        Self {
+            dict,
+            postings,
+            idf,
+            weak,
+            lengths,
+            avg,
+            params,
+        }
+    }
+
+    /// Number of documents.
+    pub fn len(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Whether the index has no documents.
+    pub fn is_empty(&self) -> bool {
+        self.lengths.is_empty()
+    }
+
+    /// Id of `term`, if any document has it.
+    pub fn term_id(&self, term: &str) -> Option<u32> {
+        self.dict.get(term).copied()
+    }
+
+    /// Whether `term` is a weak (single Chinese character) term.
+    pub fn is_weak(&self, term: u32) -> bool {
+        self.weak[term as usize]
+    }
+
+    /// Field term frequencies of `term` in `doc` (all zero when absent).
+    pub fn tf(&self, term: u32, doc: u32) -> [u16; FIELDS] {
+        let list = &self.postings[term as usize];
+        match list.binary_search_by_key(&doc, |p| p.doc) {
+            Ok(i) => list[i].tf,
+            Err(_) => [0; FIELDS],
+        }
+    }
+
+    /// Adds the BM25F contribution of each `(term, query weight)` to `scores` (indexed by doc,
+    /// sized to [`Self::len`]), and counts strong and weak matched terms per doc in `strong` and
+    /// `weak_hits`.
+    pub fn accumulate(
+        &self,
+        terms: &[(u32, f32)],
+        scores: &mut [f32],
+        strong: &mut [u16],
+        weak_hits: &mut [u16],
+    ) {
+        let p = &self.params;
+        for &(term, qweight) in terms {
+            let is_weak = self.weak[term as usize];
+            let idf =
+                self.idf[term as usize] * qweight * if is_weak { p.cjk_char_weight } else { 1.0 };
+            for post in &self.postings[term as usize] {
+                let len = &self.lengths[post.doc as usize];
+                let mut tf = 0f32;
+                for (f, &count) in post.tf.iter().enumerate() {
+                    if count > 0 {
+                        let norm = 1.0 - p.b[f] + p.b[f] * len[f] as f32 / self.avg[f];
+                        tf += p.weight[f] * f32::from(count) / norm;
+                    }
+                }
+                let d = post.doc as usize;
+                scores[d] += idf * tf / (p.k1 + tf);
+                if is_weak {
+                    weak_hits[d] += 1;
+                } else {
+                    strong[d] += 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(name: &[&str], description: &[&str]) -> DocFields {
+        let v = |s: &[&str]| s.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+        [v(name), v(description), vec![], vec![], vec![]]
+    }
+
+    fn rank(index: &Bm25Index, terms: &[&str]) -> Vec<(u32, f32)> {
+        let ids: Vec<(u32, f32)> = terms
+            .iter()
+            .filter_map(|t| index.term_id(t))
+            .map(|id| (id, 1.0))
+            .collect();
+        let n = index.len();
+        let (mut s, mut a, mut b) = (vec![0.0; n], vec![0; n], vec![0; n]);
+        index.accumulate(&ids, &mut s, &mut a, &mut b);
+        let mut out: Vec<(u32, f32)> = s
+            .into_iter()
+            .enumerate()
+            .filter(|(_, x)| *x > 0.0)
+            .map(|(d, x)| (d as u32, x))
+            .collect();
+        out.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+        out
+    }
+
+    #[test]
+    fn name_matches_outrank_description_matches() {
+        let idx = Bm25Index::build(
+            &[
+                doc(&["list", "file"], &["show", "entri"]),
+                doc(&["show", "tree"], &["list", "file", "recurs"]),
+            ],
+            Bm25Params::default(),
+        );
+        let r = rank(&idx, &["list", "file"]);
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), [0, 1]);
+    }
+
+    #[test]
+    fn rare_terms_weigh_more() {
+        let idx = Bm25Index::build(
+            &[
+                doc(&["a"], &["common", "rare"]),
+                doc(&["b"], &["common"]),
+                doc(&["c"], &["common"]),
+            ],
+            Bm25Params::default(),
+        );
+        let r = rank(&idx, &["common", "rare"]);
+        assert_eq!(r[0].0, 0);
+        assert!(r[0].1 > 2.0 * r[1].1, "{r:?}");
+    }
+
+    #[test]
+    fn unknown_terms_score_nothing() {
+        let idx = Bm25Index::build(&[doc(&["a"], &["b"])], Bm25Params::default());
+        assert!(rank(&idx, &["zzz"]).is_empty());
+        assert_eq!(idx.tf(idx.term_id("b").expect("b"), 0), [0, 1, 0, 0, 0]);
+    }
+}

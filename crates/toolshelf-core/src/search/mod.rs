@@ -1,0 +1,611 @@
+//! `tool_search`: find the right deferred tool, fast, and say why.
+//!
+//! `tool_search` is the only way the model learns a deferred tool's schema, so its recall decides
+//! whether deferral helps or hurts. The engine is shaped in three layers:
+//!
+//! - [`analyze`] turns text into terms (identifier splitting, stemming, jieba for Chinese);
+//! - [`Retriever`]s score every candidate for one query: today [`Lexical`] (BM25F over name,
+//!   description, parameters, server and tags); an embedding ranker plugs in beside it and is
+//!   fused here, without touching the response code;
+//! - [`SearchIndex::rank`] applies what the model asked for on top (exact names first, `+term`
+//!   requirements, `server:` filters, several queries combined into one ranking, abstention) and
+//!   [`render`] turns hits into the text the model reads, within its budget.
+//!
+//! Everything is deterministic: ties break on the canonical name.
+
+pub mod analyze;
+pub mod bm25;
+pub mod render;
+pub mod schema_text;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::catalog::{Catalog, Tool};
+use crate::config::SearchConfig;
+use bm25::{Bm25Index, Bm25Params, DocFields, FIELDS, Field};
+
+/// What the model sent to `tool_search`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SearchRequest {
+    /// `{"tool_names": [...]}`: exact lookup.
+    Names(Vec<String>),
+    /// `{"queries": [...], "limit": N}`: fuzzy lookup.
+    Queries {
+        /// Keyword phrases.
+        queries: Vec<String>,
+        /// Requested number of hits.
+        limit: Option<usize>,
+    },
+}
+
+/// The example shown with every validation error.
+pub const REQUEST_EXAMPLE: &str = "{\"queries\": [\"read file\", \"读取文件\"]} or {\"tool_names\": [\"mcp__filesystem__read_text_file\"]}";
+
+fn string_list(v: &Value, key: &str) -> Result<Vec<String>, String> {
+    let list: Vec<String> = match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("{key} must be a list of strings, found {i}"))
+            })
+            .collect::<Result<_, _>>()?,
+        other => return Err(format!("{key} must be a list of strings, found {other}")),
+    };
+    let list: Vec<String> = list
+        .into_iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if list.is_empty() {
+        return Err(format!("{key} is empty"));
+    }
+    Ok(list)
+}
+
+impl SearchRequest {
+    /// Reads the call's arguments. The error text is meant for the model: it states the rule
+    /// and shows a correct call.
+    pub fn from_json(args: &Value) -> Result<Self, String> {
+        let fail = |why: String| {
+            Err(format!(
+                "Invalid tool_search call: {why}. Give exactly one of tool_names or queries (plus an optional limit), e.g. {REQUEST_EXAMPLE}."
+            ))
+        };
+        let Some(obj) = args.as_object() else {
+            return fail(format!("the arguments must be an object, found {args}"));
+        };
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "tool_names" | "queries" | "limit"))
+        {
+            return fail(format!("unknown argument {k:?}"));
+        }
+        let names = obj.get("tool_names").filter(|v| !v.is_null());
+        let queries = obj.get("queries").filter(|v| !v.is_null());
+        let limit = match obj.get("limit").filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => match v.as_u64().filter(|n| *n >= 1) {
+                Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+                None => return fail(format!("limit must be a positive integer, found {v}")),
+            },
+        };
+        match (names, queries) {
+            (Some(_), Some(_)) => fail("both tool_names and queries were given".into()),
+            (None, None) => fail("neither tool_names nor queries was given".into()),
+            (Some(n), None) => match string_list(n, "tool_names") {
+                Ok(list) => Ok(Self::Names(list)),
+                Err(e) => fail(e),
+            },
+            (None, Some(q)) => match string_list(q, "queries") {
+                Ok(list) => Ok(Self::Queries {
+                    queries: list,
+                    limit,
+                }),
+                Err(e) => fail(e),
+            },
+        }
+    }
+}
+
+/// One ranked tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// Catalog index of the tool.
+    #[serde(skip)]
+    pub index: usize,
+    /// Canonical name.
+    pub name: String,
+    /// Bare tool name (without the server prefix).
+    pub tool: String,
+    /// Canonical server name; `None` for built-ins.
+    pub server: Option<String>,
+    /// Combined score, rounded to 3 decimals (exact name hits score above every fuzzy hit).
+    pub score: f64,
+    /// Which terms matched in which fields.
+    pub reason: String,
+}
+
+/// A retriever scores every candidate document for one query.
+///
+/// Scores need not be comparable across retrievers: [`SearchIndex`] normalises each query's scores
+/// by their maximum before fusing.
+pub trait Retriever: std::fmt::Debug + Send + Sync {
+    /// Short name, for reasons and evaluation.
+    fn name(&self) -> &'static str;
+    /// Writes a score for each document into `scores` (sized to the number of documents; zero
+    /// means no match). `allowed[d]` is false for documents filtered out.
+    fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]);
+}
+
+/// One query after parsing the operators out of it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ParsedQuery {
+    /// The query text without operators.
+    pub text: String,
+    /// Analyzed terms of `text`, with how often each occurs, in first-seen order.
+    pub terms: Vec<(String, f32)>,
+    /// Surface form of each term, for reasons.
+    pub surface: BTreeMap<String, String>,
+    /// `+term`s: each must appear in the tool name (analyzed).
+    pub required: Vec<String>,
+    /// Canonical server names the query is restricted to (`server:NAME`, `mcp__S__`).
+    pub servers: Vec<String>,
+    /// Documents named exactly in the query.
+    pub exact: Vec<u32>,
+}
+
+/// The lexical retriever: BM25F over analyzed fields.
+#[derive(Debug, Clone)]
+pub struct Lexical {
+    index: Bm25Index,
+    /// Minimum matched terms for a document to count: one word, or two single Chinese
+    /// characters. A hit must match something meaningful.
+    min_weak: u16,
+}
+
+impl Lexical {
+    /// The BM25F index.
+    pub fn index(&self) -> &Bm25Index {
+        &self.index
+    }
+}
+
+impl Retriever for Lexical {
+    fn name(&self) -> &'static str {
+        "bm25"
+    }
+
+    fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]) {
+        let n = self.index.len();
+        let terms: Vec<(u32, f32)> = query
+            .terms
+            .iter()
+            .filter_map(|(t, w)| self.index.term_id(t).map(|id| (id, *w)))
+            .collect();
+        let mut strong = vec![0u16; n];
+        let mut weak = vec![0u16; n];
+        self.index
+            .accumulate(&terms, scores, &mut strong, &mut weak);
+        for d in 0..n {
+            if !allowed[d] || (strong[d] == 0 && weak[d] < self.min_weak) {
+                scores[d] = 0.0;
+            }
+        }
+    }
+}
+
+/// Tunables of the ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankParams {
+    /// BM25F parameters.
+    pub bm25: Bm25Params,
+    /// Hits scoring below this fraction of the best hit are dropped.
+    pub min_relative_score: f32,
+}
+
+impl Default for RankParams {
+    fn default() -> Self {
+        Self {
+            bm25: Bm25Params::default(),
+            min_relative_score: 0.1,
+        }
+    }
+}
+
+/// The searchable view of a catalog's visible tools.
+#[derive(Debug)]
+pub struct SearchIndex {
+    /// Catalog index of each document.
+    docs: Vec<usize>,
+    /// Name-field terms of each document, sorted, for `+term`.
+    name_terms: Vec<Vec<String>>,
+    /// Canonical server of each document.
+    servers: Vec<Option<String>>,
+    /// Exact names (canonical, bare, original) to documents.
+    names: BTreeMap<String, Vec<u32>>,
+    /// Server names (canonical and original, lower-cased) to canonical names.
+    server_names: BTreeMap<String, String>,
+    lexical: Lexical,
+    extra: Vec<(Box<dyn Retriever>, f32)>,
+    params: RankParams,
+}
+
+/// The text fields of `tool`, as the analyzer sees them.
+pub fn doc_fields(catalog: &Catalog, tool: &Tool) -> DocFields {
+    let mut fields: DocFields = Default::default();
+    let name = &mut fields[Field::Name as usize];
+    analyze::analyze_into(&tool.bare, name);
+    if tool.original_name != tool.bare {
+        analyze::analyze_into(&tool.original_name, name);
+    }
+    if let Some(t) = &tool.title {
+        analyze::analyze_into(t, &mut fields[Field::Description as usize]);
+    }
+    analyze::analyze_into(&tool.description, &mut fields[Field::Description as usize]);
+    param_text(
+        &Value::Object(tool.input_schema.clone()),
+        &mut fields[Field::Params as usize],
+        0,
+    );
+    if let Some(s) = &tool.server {
+        analyze::analyze_into(s, &mut fields[Field::Server as usize]);
+        if let Some(server) = catalog.server(s) {
+            analyze::analyze_into(&server.description, &mut fields[Field::Server as usize]);
+        }
+    }
+    for tag in &tool.tags {
+        analyze::analyze_into(tag, &mut fields[Field::Tags as usize]);
+    }
+    fields
+}
+
+fn param_text(schema: &Value, out: &mut Vec<String>, depth: usize) {
+    let Some(obj) = schema.as_object() else {
+        return;
+    };
+    if depth > 6 {
+        return;
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (name, prop) in props {
+            analyze::analyze_into(name, out);
+            if let Some(d) = prop.get("description").and_then(Value::as_str) {
+                analyze::analyze_into(d, out);
+            }
+            if let Some(e) = prop.get("enum").and_then(Value::as_array) {
+                for v in e.iter().filter_map(Value::as_str) {
+                    analyze::analyze_into(v, out);
+                }
+            }
+            param_text(prop, out, depth + 1);
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        param_text(items, out, depth + 1);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(vs) = obj.get(key).and_then(Value::as_array) {
+            for v in vs {
+                param_text(v, out, depth + 1);
+            }
+        }
+    }
+}
+
+/// Characters trimmed from query words before they are compared with tool names.
+const NAME_TRIM: &[char] = &[
+    '"', '\'', '`', ',', ';', ':', '(', ')', '[', ']', '{', '}', '<', '>', '?', '!', '。', '，',
+    '？',
+];
+
+impl SearchIndex {
+    /// Indexes the tools of `catalog` at `visible` (catalog indices; hidden tools are simply not
+    /// given, so they can never be found).
+    pub fn build(catalog: &Catalog, visible: &[usize]) -> Self {
+        Self::build_with(catalog, visible, RankParams::default())
+    }
+
+    /// [`Self::build`] with explicit ranking parameters.
+    pub fn build_with(catalog: &Catalog, visible: &[usize], params: RankParams) -> Self {
+        let tools = catalog.tools();
+        let mut docs: Vec<usize> = visible.to_vec();
+        docs.sort_unstable();
+        docs.dedup();
+        let fields: Vec<DocFields> = docs
+            .iter()
+            .map(|&i| doc_fields(catalog, &tools[i]))
+            .collect();
+        let name_terms = fields
+            .iter()
+            .map(|f| {
+                let mut t = f[Field::Name as usize].clone();
+                t.sort();
+                t.dedup();
+                t
+            })
+            .collect();
+        let mut names: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for (d, &i) in docs.iter().enumerate() {
+            let t = &tools[i];
+            for n in [&t.name, &t.bare, &t.original_name] {
+                let e = names.entry(n.clone()).or_default();
+                if !e.contains(&(d as u32)) {
+                    e.push(d as u32);
+                }
+            }
+        }
+        let mut server_names = BTreeMap::new();
+        for s in catalog.servers() {
+            server_names.insert(s.name.to_lowercase(), s.name.clone());
+            server_names.insert(s.original_name.to_lowercase(), s.name.clone());
+        }
+        let lexical = Lexical {
+            index: Bm25Index::build(&fields, params.bm25.clone()),
+            min_weak: 2,
+        };
+        Self {
+            servers: docs.iter().map(|&i| tools[i].server.clone()).collect(),
+            docs,
+            name_terms,
+            names,
+            server_names,
+            lexical,
+            extra: Vec::new(),
+            params,
+        }
+    }
+
+    /// Adds a retriever fused with the lexical one at `weight` (the lexical one weighs 1).
+    pub fn add_retriever(&mut self, retriever: Box<dyn Retriever>, weight: f32) {
+        self.extra.push((retriever, weight));
+    }
+
+    /// Number of searchable tools.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Whether no tool is searchable.
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// Catalog indices of the searchable tools, sorted.
+    pub fn catalog_indices(&self) -> &[usize] {
+        &self.docs
+    }
+
+    /// Documents with exactly this canonical, bare or original name.
+    pub fn exact(&self, name: &str) -> &[u32] {
+        self.names.get(name).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Catalog index of document `d`.
+    pub fn catalog_index(&self, d: u32) -> usize {
+        self.docs[d as usize]
+    }
+
+    /// Splits operators out of one query string.
+    pub fn parse(&self, query: &str) -> ParsedQuery {
+        let mut q = ParsedQuery::default();
+        let mut text_words = Vec::new();
+        for raw in query.split_whitespace() {
+            if let Some(req) = raw.strip_prefix('+').filter(|r| !r.is_empty()) {
+                q.required.extend(analyze::analyze(req));
+                text_words.push(req);
+                continue;
+            }
+            if let Some(s) = raw.strip_prefix("server:") {
+                let key = s
+                    .trim_start_matches("mcp__")
+                    .trim_end_matches('_')
+                    .to_lowercase();
+                match self.server_names.get(&key) {
+                    Some(canon) => q.servers.push(canon.clone()),
+                    // An unknown server matches nothing rather than everything.
+                    None => q.servers.push(format!("\u{0}{s}")),
+                }
+                continue;
+            }
+            let word = raw.trim_matches(NAME_TRIM);
+            let exact = self.exact(word);
+            if !exact.is_empty() {
+                q.exact.extend_from_slice(exact);
+                text_words.push(word);
+                continue;
+            }
+            if let Some(rest) = word.strip_prefix("mcp__") {
+                let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
+                if let Some(canon) = self.server_names.get(&server.to_lowercase()) {
+                    q.servers.push(canon.clone());
+                    if !tail.is_empty() {
+                        text_words.push(tail);
+                    }
+                    continue;
+                }
+            }
+            text_words.push(raw);
+        }
+        q.text = text_words.join(" ");
+        let mut counts: Vec<(String, f32)> = Vec::new();
+        analyze::analyze_with(&q.text, |term, surface| {
+            q.surface
+                .entry(term.clone())
+                .or_insert_with(|| surface.to_owned());
+            match counts.iter_mut().find(|(t, _)| *t == term) {
+                Some((_, c)) => *c += 1.0,
+                None => counts.push((term, 1.0)),
+            }
+        });
+        q.terms = counts;
+        q.exact.sort_unstable();
+        q.exact.dedup();
+        q
+    }
+
+    fn allowed(&self, q: &ParsedQuery) -> Vec<bool> {
+        (0..self.docs.len())
+            .map(|d| {
+                (q.servers.is_empty()
+                    || self.servers[d]
+                        .as_ref()
+                        .is_some_and(|s| q.servers.contains(s)))
+                    && q.required
+                        .iter()
+                        .all(|r| self.name_terms[d].binary_search(r).is_ok())
+            })
+            .collect()
+    }
+
+    /// Ranks the searchable tools for `queries`, combined into one ranking: exact names first,
+    /// then fused, per-query normalised scores. Returns at most `limit` hits.
+    pub fn rank(&self, catalog: &Catalog, queries: &[String], limit: usize) -> Vec<Hit> {
+        let n = self.docs.len();
+        let mut combined = vec![0f32; n];
+        let mut exact: Vec<u32> = Vec::new();
+        let mut parsed = Vec::with_capacity(queries.len());
+        let mut scores = vec![0f32; n];
+        for query in queries {
+            let q = self.parse(query);
+            let allowed = self.allowed(&q);
+            exact.extend(q.exact.iter().filter(|&&d| allowed[d as usize]));
+            let retrievers = std::iter::once((&self.lexical as &dyn Retriever, 1.0f32))
+                .chain(self.extra.iter().map(|(r, w)| (r.as_ref(), *w)));
+            for (retriever, weight) in retrievers {
+                scores.iter_mut().for_each(|s| *s = 0.0);
+                retriever.score(&q, &allowed, &mut scores);
+                let max = scores.iter().copied().fold(0f32, f32::max);
+                if max > 0.0 {
+                    for (c, s) in combined.iter_mut().zip(&scores) {
+                        *c += weight * s / max;
+                    }
+                }
+            }
+            parsed.push(q);
+        }
+        exact.sort_unstable();
+        exact.dedup();
+        let best = combined.iter().copied().fold(0f32, f32::max);
+        let floor = best * self.params.min_relative_score;
+        let tools = catalog.tools();
+        let mut ranked: Vec<(f32, u32)> = combined
+            .iter()
+            .enumerate()
+            .filter(|(d, s)| {
+                **s > 0.0 && **s >= floor && exact.binary_search(&(*d as u32)).is_err()
+            })
+            .map(|(d, s)| (*s, d as u32))
+            .collect();
+        let name_of = |d: u32| tools[self.docs[d as usize]].name.as_str();
+        let order = |a: &(f32, u32), b: &(f32, u32)| {
+            b.0.total_cmp(&a.0)
+                .then_with(|| name_of(a.1).cmp(name_of(b.1)))
+        };
+        // Only the best `limit` need sorting; the order is total, so the result is the same.
+        let keep = limit.saturating_sub(exact.len());
+        if keep == 0 {
+            ranked.clear();
+        } else if ranked.len() > keep {
+            ranked.select_nth_unstable_by(keep - 1, order);
+            ranked.truncate(keep);
+        }
+        ranked.sort_by(order);
+        let top = best.max(1.0);
+        let mut exact_hits: Vec<(f32, u32)> = exact.iter().map(|&d| (top + 1.0, d)).collect();
+        exact_hits.sort_by(|a, b| name_of(a.1).cmp(name_of(b.1)));
+        exact_hits
+            .into_iter()
+            .chain(ranked)
+            .take(limit)
+            .map(|(score, d)| {
+                let reason = if exact.binary_search(&d).is_ok() {
+                    "exact name in the query".to_owned()
+                } else {
+                    self.reason(d, &parsed)
+                };
+                self.hit(catalog, d, score, reason)
+            })
+            .collect()
+    }
+
+    fn hit(&self, catalog: &Catalog, d: u32, score: f32, reason: String) -> Hit {
+        let t = &catalog.tools()[self.docs[d as usize]];
+        Hit {
+            index: self.docs[d as usize],
+            name: t.name.clone(),
+            tool: t.bare.clone(),
+            server: t.server.clone(),
+            score: (f64::from(score) * 1000.0).round() / 1000.0,
+            reason,
+        }
+    }
+
+    /// A hit for an exactly named document (exact lookups).
+    pub fn named_hit(&self, catalog: &Catalog, d: u32) -> Hit {
+        self.hit(catalog, d, 0.0, "exact name".into())
+    }
+
+    /// "read" in name, description; "文件" in description ...
+    fn reason(&self, d: u32, parsed: &[ParsedQuery]) -> String {
+        let idx = self.lexical.index();
+        let mut parts: Vec<String> = Vec::new();
+        let mut chars: BTreeMap<String, String> = BTreeMap::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for q in parsed {
+            for (term, _) in &q.terms {
+                if !seen.insert(term.clone()) {
+                    continue;
+                }
+                let Some(id) = idx.term_id(term) else {
+                    continue;
+                };
+                let tf = idx.tf(id, d);
+                let fields: Vec<&'static str> = (0..FIELDS)
+                    .filter(|&f| tf[f] > 0)
+                    .map(|f| Field::ALL[f].label())
+                    .collect();
+                if fields.is_empty() {
+                    continue;
+                }
+                let surface = q.surface.get(term).cloned().unwrap_or_else(|| term.clone());
+                if idx.is_weak(id) {
+                    chars
+                        .entry(fields.join(", "))
+                        .or_default()
+                        .push_str(&surface);
+                } else {
+                    parts.push(format!("\"{surface}\" in {}", fields.join(", ")));
+                }
+            }
+        }
+        if parts.is_empty() {
+            for (fields, cs) in &chars {
+                parts.push(format!("characters \"{cs}\" in {fields}"));
+            }
+        }
+        if parts.is_empty() {
+            let names: Vec<&str> = self.extra.iter().map(|(r, _)| r.name()).collect();
+            return format!("related by meaning ({})", names.join(", "));
+        }
+        let total = parts.len();
+        parts.truncate(4);
+        let mut s = parts.join("; ");
+        if total > 4 {
+            s.push_str(&format!("; +{} more terms", total - 4));
+        }
+        s
+    }
+}
+
+/// The configured limit for a fuzzy request.
+pub fn effective_limit(requested: Option<usize>, config: &SearchConfig) -> usize {
+    requested
+        .unwrap_or(config.default_limit)
+        .clamp(1, config.max_limit)
+}

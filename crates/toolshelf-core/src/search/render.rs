@@ -1,0 +1,411 @@
+//! The text the model reads back from `tool_search`.
+//!
+//! Plain text, deterministic, and never over the configured budget. The top hits carry their full
+//! parameter list and the exact `defer_execute` call; the rest of the hits within the limit get one
+//! line; hits past the limit are names only. When the budget runs short the response degrades in
+//! steps, cutting descriptions before anything else and never cutting a name: a truncated schema
+//! the model can re-request is better than a truncated name it cannot use.
+
+use serde::Serialize;
+
+use super::schema_text::{Detail, call_form, render_params};
+use super::{Hit, SearchIndex, SearchRequest, effective_limit};
+use crate::catalog::{Catalog, Resolution};
+use crate::config::SearchConfig;
+use crate::index::cut;
+
+/// How the search went, for callers that log or act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Tools were found.
+    Found,
+    /// Nothing matched.
+    NoMatch,
+}
+
+/// What `tool_search` returns.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResponse {
+    /// Hits in rank order (all of them, including names-only ones).
+    pub hits: Vec<Hit>,
+    /// The text for the model.
+    pub text: String,
+    /// Catalog indices of tools whose full schema is in `text` (they count as loaded).
+    #[serde(skip)]
+    pub loaded: Vec<usize>,
+    /// Found or not.
+    pub outcome: Outcome,
+}
+
+impl SearchResponse {
+    /// The response when the engine itself failed: the model must be able to tell "no such tool"
+    /// from "search broke".
+    pub fn engine_failure(reason: &str) -> Self {
+        Self {
+            hits: Vec::new(),
+            text: format!(
+                "tool_search failed: {reason}. This is a fault in the search engine, not a sign that no tool matches. \
+Try again, or look a tool up by its exact name from <available_deferred_tools> with tool_names."
+            ),
+            loaded: Vec::new(),
+            outcome: Outcome::NoMatch,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Full,
+    Line,
+    NameOnly,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    /// Characters of the description of full hits (`usize::MAX`: whole).
+    full_desc: usize,
+    param: Detail,
+    /// Characters of one-line descriptions (0: none).
+    line_desc: usize,
+    reasons: bool,
+    schemas: bool,
+}
+
+const LEVELS: [Level; 6] = [
+    Level {
+        full_desc: usize::MAX,
+        param: Detail::Cut(300),
+        line_desc: 200,
+        reasons: true,
+        schemas: true,
+    },
+    Level {
+        full_desc: 800,
+        param: Detail::Cut(150),
+        line_desc: 120,
+        reasons: true,
+        schemas: true,
+    },
+    Level {
+        full_desc: 300,
+        param: Detail::Cut(80),
+        line_desc: 80,
+        reasons: true,
+        schemas: true,
+    },
+    Level {
+        full_desc: 120,
+        param: Detail::Cut(40),
+        line_desc: 0,
+        reasons: false,
+        schemas: true,
+    },
+    Level {
+        full_desc: 0,
+        param: Detail::TypesOnly,
+        line_desc: 0,
+        reasons: false,
+        schemas: true,
+    },
+    Level {
+        full_desc: 0,
+        param: Detail::TypesOnly,
+        line_desc: 0,
+        reasons: false,
+        schemas: false,
+    },
+];
+
+fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// Runs a `tool_search` request against the index and renders the response.
+pub fn search(
+    index: &SearchIndex,
+    catalog: &Catalog,
+    request: &SearchRequest,
+    config: &SearchConfig,
+) -> SearchResponse {
+    match request {
+        SearchRequest::Names(names) => exact(index, catalog, names, config),
+        SearchRequest::Queries { queries, limit } => {
+            let limit = effective_limit(*limit, config);
+            let hits = index.rank(catalog, queries, limit + config.max_limit);
+            let quoted: Vec<String> = queries.iter().map(|q| format!("{q:?}")).collect();
+            if hits.is_empty() {
+                return no_match(&quoted.join(", "), config);
+            }
+            let header = format!("Tools matching {} (best first):", quoted.join(", "));
+            layout(
+                catalog,
+                header,
+                hits,
+                limit,
+                config.full_schemas,
+                config.response_budget_chars,
+            )
+        }
+    }
+}
+
+fn no_match(what: &str, config: &SearchConfig) -> SearchResponse {
+    let text = format!(
+        "No deferred tool matches {what}. Try other or fewer words, give keywords in both English and Chinese \
+(e.g. [\"send email\", \"发送邮件\"]), or look a tool up by its exact name from <available_deferred_tools> with tool_names."
+    );
+    SearchResponse {
+        hits: Vec::new(),
+        text: fit_plain(text, config.response_budget_chars),
+        loaded: Vec::new(),
+        outcome: Outcome::NoMatch,
+    }
+}
+
+fn exact(
+    index: &SearchIndex,
+    catalog: &Catalog,
+    names: &[String],
+    config: &SearchConfig,
+) -> SearchResponse {
+    let mut hits: Vec<Hit> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let mut missing: Vec<&String> = Vec::new();
+    for name in names {
+        let docs = index.exact(name);
+        if docs.is_empty() {
+            // A name that differs only in case or separators still resolves when unambiguous.
+            match catalog.resolve(name) {
+                Resolution::Exact(i) | Resolution::Bare(i)
+                    if index.catalog_indices().binary_search(&i).is_ok() =>
+                {
+                    let d = index
+                        .catalog_indices()
+                        .binary_search(&i)
+                        .unwrap_or_default() as u32;
+                    push_unique(&mut hits, index.named_hit(catalog, d));
+                }
+                _ => missing.push(name),
+            }
+            continue;
+        }
+        if docs.len() > 1 {
+            notes.push(format!(
+                "{name:?} names {} tools; all are shown.",
+                docs.len()
+            ));
+        }
+        for &d in docs {
+            push_unique(&mut hits, index.named_hit(catalog, d));
+        }
+    }
+    let mut fallback: Vec<Hit> = Vec::new();
+    for name in &missing {
+        let found = index.rank(catalog, std::slice::from_ref(*name), config.default_limit);
+        if found.is_empty() {
+            notes.push(format!(
+                "No tool is named {name:?}, and a search for it found nothing."
+            ));
+        } else {
+            notes.push(format!(
+                "No tool is named {name:?}; a search for it found: {}.",
+                found
+                    .iter()
+                    .map(|h| h.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        for h in found {
+            if !hits.iter().any(|x| x.index == h.index)
+                && !fallback.iter().any(|x| x.index == h.index)
+            {
+                fallback.push(h);
+            }
+        }
+    }
+    if hits.is_empty() && fallback.is_empty() {
+        let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+        return no_match(&format!("the names {}", quoted.join(", ")), config);
+    }
+    let header = if notes.is_empty() {
+        String::new()
+    } else {
+        notes.join("\n")
+    };
+    // Named tools all get full schemas; fallback hits follow the fuzzy layout after them.
+    let full = hits.len() + config.full_schemas.min(fallback.len());
+    let limit = hits.len() + config.default_limit.min(fallback.len());
+    hits.extend(fallback);
+    layout(
+        catalog,
+        header,
+        hits,
+        limit,
+        full,
+        config.response_budget_chars,
+    )
+}
+
+fn push_unique(hits: &mut Vec<Hit>, hit: Hit) {
+    if !hits.iter().any(|h| h.index == hit.index) {
+        hits.push(hit);
+    }
+}
+
+fn kinds(n: usize, limit: usize, full: usize) -> Vec<Kind> {
+    (0..n)
+        .map(|i| {
+            if i < full.min(limit) {
+                Kind::Full
+            } else if i < limit {
+                Kind::Line
+            } else {
+                Kind::NameOnly
+            }
+        })
+        .collect()
+}
+
+fn layout(
+    catalog: &Catalog,
+    header: String,
+    hits: Vec<Hit>,
+    limit: usize,
+    full: usize,
+    budget: usize,
+) -> SearchResponse {
+    let kinds = kinds(hits.len(), limit, full);
+    let mut names_kept = hits.len();
+    loop {
+        for level in LEVELS {
+            let (text, loaded) = render(
+                catalog,
+                &header,
+                &hits[..names_kept],
+                &kinds,
+                level,
+                hits.len() - names_kept,
+            );
+            if chars(&text) <= budget {
+                return SearchResponse {
+                    hits,
+                    text,
+                    loaded,
+                    outcome: Outcome::Found,
+                };
+            }
+        }
+        if names_kept <= 1 {
+            // Not even one name and the header fit: the budget is smaller than any useful answer.
+            let text = fit_plain(
+                format!("{} (response budget too small for more)", hits[0].name),
+                budget,
+            );
+            return SearchResponse {
+                hits,
+                text,
+                loaded: Vec::new(),
+                outcome: Outcome::Found,
+            };
+        }
+        names_kept -= 1;
+    }
+}
+
+/// Cuts plain text to the budget (used only for fixed messages).
+fn fit_plain(text: String, budget: usize) -> String {
+    if chars(&text) <= budget {
+        text
+    } else {
+        cut(&text, budget)
+    }
+}
+
+fn render(
+    catalog: &Catalog,
+    header: &str,
+    hits: &[Hit],
+    kinds: &[Kind],
+    level: Level,
+    omitted: usize,
+) -> (String, Vec<usize>) {
+    let tools = catalog.tools();
+    let mut out = String::new();
+    let mut loaded = Vec::new();
+    if !header.is_empty() {
+        out.push_str(header);
+        out.push_str("\n\n");
+    }
+    let mut names_only: Vec<&str> = Vec::new();
+    let mut schemas_dropped = false;
+    for (i, hit) in hits.iter().enumerate() {
+        let t = &tools[hit.index];
+        let kind = match kinds[i] {
+            Kind::Full if !level.schemas => {
+                schemas_dropped = true;
+                Kind::Line
+            }
+            k => k,
+        };
+        match kind {
+            Kind::Full => {
+                out.push_str(&format!("{}. {}\n", i + 1, t.name));
+                let desc = cut(&t.description, level.full_desc);
+                if !desc.is_empty() && level.full_desc > 0 {
+                    out.push_str(&format!("   {desc}\n"));
+                }
+                if level.reasons {
+                    out.push_str(&format!("   why: {}\n", hit.reason));
+                }
+                let params = render_params(&t.input_schema, level.param, 5);
+                if params.is_empty() {
+                    out.push_str("   parameters: none\n");
+                } else {
+                    out.push_str("   parameters:\n");
+                    out.push_str(&params);
+                }
+                out.push_str(&format!(
+                    "   call: {}\n\n",
+                    call_form(&t.name, &t.input_schema)
+                ));
+                loaded.push(hit.index);
+            }
+            Kind::Line => {
+                out.push_str(&format!("{}. {}", i + 1, t.name));
+                let desc = cut(&t.description, level.line_desc);
+                if level.line_desc > 0 && !desc.is_empty() {
+                    out.push_str(&format!(": {desc}"));
+                }
+                if level.reasons {
+                    out.push_str(&format!(" (why: {})", hit.reason));
+                }
+                out.push('\n');
+            }
+            Kind::NameOnly => names_only.push(&t.name),
+        }
+    }
+    if !names_only.is_empty() {
+        if !out.ends_with("\n\n") && !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("Also matching (pass names as tool_names to get their schemas): ");
+        out.push_str(&names_only.join(", "));
+        out.push('\n');
+    }
+    if schemas_dropped {
+        out.push_str(
+            "(schemas left out to fit the response; pass fewer names as tool_names to get them)\n",
+        );
+    }
+    if omitted > 0 {
+        out.push_str(&format!(
+            "(+{omitted} more matches left out to fit the response)\n"
+        ));
+    }
+    while out.ends_with('\n') {
+        out.pop();
+    }
+    (out, loaded)
+}

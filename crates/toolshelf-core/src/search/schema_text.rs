@@ -1,0 +1,292 @@
+//! A JSON Schema rendered as compact text for the model.
+//!
+//! Full JSON schemas are verbose (`{"type": "string", "description": ...}` per parameter); the
+//! model needs the names, types, which are required, enums and what each is for. One line per
+//! parameter, nested objects indented, keeps a search response small enough to show several
+//! tools at once. The exact call form is rendered beside it, so the model copies a valid shape.
+
+use serde_json::{Map, Value};
+
+use crate::index::cut;
+
+/// How much of each parameter description to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Descriptions cut at this many characters.
+    Cut(usize),
+    /// No descriptions, names and types only.
+    TypesOnly,
+}
+
+const MAX_DEPTH: usize = 6;
+
+/// Renders the parameters of `schema` (an object schema), one per line, indented by `indent`
+/// spaces. Returns an empty string for a schema without properties.
+pub fn render_params(schema: &Map<String, Value>, detail: Detail, indent: usize) -> String {
+    let mut out = String::new();
+    object_lines(schema, schema, detail, indent, 0, &mut out);
+    out
+}
+
+fn resolve<'a>(
+    root: &'a Map<String, Value>,
+    node: &'a Map<String, Value>,
+) -> &'a Map<String, Value> {
+    let Some(Value::String(r)) = node.get("$ref") else {
+        return node;
+    };
+    let path = r.strip_prefix("#/").unwrap_or("");
+    let mut cur = Some(root);
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        cur = cur.and_then(|m| m.get(part)).and_then(Value::as_object);
+    }
+    cur.unwrap_or(node)
+}
+
+fn object_lines(
+    root: &Map<String, Value>,
+    schema: &Map<String, Value>,
+    detail: Detail,
+    indent: usize,
+    depth: usize,
+    out: &mut String,
+) {
+    let schema = resolve(root, schema);
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, prop) in props {
+        let Some(prop) = prop.as_object() else {
+            continue;
+        };
+        let prop = resolve(root, prop);
+        out.push_str(&" ".repeat(indent));
+        out.push_str(name);
+        out.push_str(" (");
+        out.push_str(&type_label(root, prop));
+        if required.contains(&name.as_str()) {
+            out.push_str(", required");
+        }
+        if let Some(e) = prop.get("enum").and_then(Value::as_array) {
+            let items: Vec<String> = e.iter().take(20).map(Value::to_string).collect();
+            out.push_str(", one of: ");
+            out.push_str(&items.join(", "));
+            if e.len() > 20 {
+                out.push_str(", …");
+            }
+        }
+        if let Some(d) = prop.get("default") {
+            out.push_str(", default: ");
+            out.push_str(&cut(&d.to_string(), 40));
+        }
+        out.push(')');
+        if let Detail::Cut(n) = detail {
+            let description = prop
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !description.trim().is_empty() && n > 0 {
+                out.push_str(": ");
+                out.push_str(&cut(description, n));
+            }
+        }
+        out.push('\n');
+        if depth < MAX_DEPTH
+            && let Some(inner) = nested_object(root, prop)
+        {
+            object_lines(root, inner, detail, indent + 2, depth + 1, out);
+        }
+    }
+}
+
+/// The object schema nested in `prop`: itself, its array items, or its one non-null variant.
+fn nested_object<'a>(
+    root: &'a Map<String, Value>,
+    prop: &'a Map<String, Value>,
+) -> Option<&'a Map<String, Value>> {
+    if prop.get("properties").is_some() {
+        return Some(prop);
+    }
+    if let Some(items) = prop.get("items").and_then(Value::as_object) {
+        let items = resolve(root, items);
+        if items.get("properties").is_some() {
+            return Some(items);
+        }
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(vs) = prop.get(key).and_then(Value::as_array) {
+            let objects: Vec<&Map<String, Value>> = vs
+                .iter()
+                .filter_map(Value::as_object)
+                .map(|v| resolve(root, v))
+                .filter(|v| v.get("properties").is_some())
+                .collect();
+            if objects.len() == 1 {
+                return Some(objects[0]);
+            }
+        }
+    }
+    None
+}
+
+fn type_label(root: &Map<String, Value>, prop: &Map<String, Value>) -> String {
+    let prop = resolve(root, prop);
+    match prop.get("type") {
+        Some(Value::String(t)) if t == "array" => {
+            match prop.get("items").and_then(Value::as_object) {
+                Some(items) => format!("array of {}", type_label(root, items)),
+                None => "array".into(),
+            }
+        }
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" or "),
+        _ => {
+            for key in ["anyOf", "oneOf"] {
+                if let Some(vs) = prop.get(key).and_then(Value::as_array) {
+                    let labels: Vec<String> = vs
+                        .iter()
+                        .filter_map(Value::as_object)
+                        .map(|v| type_label(root, v))
+                        .collect();
+                    return labels.join(" or ");
+                }
+            }
+            if prop.get("const").is_some() {
+                return "const".into();
+            }
+            "any".into()
+        }
+    }
+}
+
+/// A placeholder value for a parameter of `prop`'s type, for the example call.
+fn placeholder(root: &Map<String, Value>, prop: &Map<String, Value>) -> Value {
+    let prop = resolve(root, prop);
+    if let Some(first) = prop
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    let t = match prop.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null"),
+        _ => "",
+    };
+    match t {
+        "string" => Value::String("…".into()),
+        "integer" | "number" => Value::from(0),
+        "boolean" => Value::Bool(false),
+        "array" => Value::Array(Vec::new()),
+        "object" => {
+            let mut m = Map::new();
+            fill_required(root, prop, &mut m);
+            Value::Object(m)
+        }
+        _ => Value::String("…".into()),
+    }
+}
+
+fn fill_required(
+    root: &Map<String, Value>,
+    schema: &Map<String, Value>,
+    out: &mut Map<String, Value>,
+) {
+    let (Some(props), Some(required)) = (
+        schema.get("properties").and_then(Value::as_object),
+        schema.get("required").and_then(Value::as_array),
+    ) else {
+        return;
+    };
+    for (name, prop) in props {
+        if required.iter().any(|r| r.as_str() == Some(name))
+            && let Some(p) = prop.as_object()
+        {
+            out.insert(name.clone(), placeholder(root, p));
+        }
+    }
+}
+
+/// The exact call form: `defer_execute {"tool_name": ..., "params": {...}}`, with the required
+/// parameters filled with placeholders of their type.
+pub fn call_form(tool_name: &str, schema: &Map<String, Value>) -> String {
+    let mut params = Map::new();
+    fill_required(schema, schema, &mut params);
+    let mut call = Map::new();
+    call.insert("tool_name".into(), Value::String(tool_name.to_owned()));
+    call.insert("params".into(), Value::Object(params));
+    format!("defer_execute {}", Value::Object(call))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().expect("object")
+    }
+
+    #[test]
+    fn renders_types_required_enums_and_nesting() {
+        let s = obj(json!({
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string", "description": "What to draw"},
+                "size": {"type": "string", "enum": ["small", "large"], "default": "small"},
+                "opts": {"type": "object", "properties": {"seed": {"type": "integer"}}, "required": ["seed"]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null}
+            },
+            "required": ["prompt"]
+        }));
+        assert_eq!(
+            render_params(&s, Detail::Cut(100), 2),
+            "  prompt (string, required): What to draw\n  size (string, one of: \"small\", \"large\", default: \"small\")\n  opts (object)\n    seed (integer, required)\n  tags (array of string)\n  limit (integer or null, default: null)\n"
+        );
+        assert_eq!(
+            call_form("t", &s),
+            "defer_execute {\"tool_name\":\"t\",\"params\":{\"prompt\":\"…\"}}"
+        );
+    }
+
+    #[test]
+    fn types_only_drops_descriptions_and_refs_resolve() {
+        let s = obj(json!({
+            "type": "object",
+            "$defs": {"Loc": {"type": "object", "properties": {"city": {"type": "string", "description": "City"}}, "required": ["city"]}},
+            "properties": {"where": {"$ref": "#/$defs/Loc", "description": "Place"}},
+            "required": ["where"]
+        }));
+        assert_eq!(
+            render_params(&s, Detail::TypesOnly, 0),
+            "where (object, required)\n  city (string, required)\n"
+        );
+        assert_eq!(
+            call_form("w", &s),
+            "defer_execute {\"tool_name\":\"w\",\"params\":{\"where\":{\"city\":\"…\"}}}"
+        );
+    }
+
+    #[test]
+    fn empty_schema_renders_nothing() {
+        assert_eq!(
+            render_params(&obj(json!({"type": "object"})), Detail::Cut(10), 2),
+            ""
+        );
+    }
+}

@@ -1,0 +1,415 @@
+//! tool_search end to end over the core: requests, ranking rules, the response text and its
+//! budget, and determinism.
+
+use serde_json::{Value, json};
+use toolshelf_core::config::SearchConfig;
+use toolshelf_core::search::render::{Outcome, search};
+use toolshelf_core::search::{SearchIndex, SearchRequest};
+use toolshelf_core::{Catalog, Config, Policy, State, Surface};
+
+const CATALOG: &str = include_str!("../../../examples/catalog.json");
+const CONFIG: &str = include_str!("../../../examples/toolshelf.toml");
+
+struct Env {
+    catalog: Catalog,
+    index: SearchIndex,
+    config: SearchConfig,
+}
+
+fn env_with(catalog: Catalog, mode: Option<&str>) -> Env {
+    let config = Config::from_toml_str(CONFIG, "toolshelf.toml").expect("config");
+    let exposure = Policy::new(&config, "toolshelf.toml", mode)
+        .expect("policy")
+        .apply(&catalog);
+    let surface = Surface::new(&catalog, &exposure, &config);
+    let visible: Vec<usize> = surface
+        .resident
+        .iter()
+        .chain(&surface.deferred)
+        .copied()
+        .collect();
+    let index = SearchIndex::build(&catalog, &visible);
+    Env {
+        catalog,
+        index,
+        config: config.search,
+    }
+}
+
+fn env(mode: Option<&str>) -> Env {
+    env_with(
+        Catalog::from_json_str(CATALOG, "catalog.json").expect("catalog"),
+        mode,
+    )
+}
+
+fn run(e: &Env, args: Value) -> toolshelf_core::search::render::SearchResponse {
+    let request = SearchRequest::from_json(&args).expect("valid request");
+    search(&e.index, &e.catalog, &request, &e.config)
+}
+
+fn names(e: &Env, queries: &[&str], limit: usize) -> Vec<String> {
+    let q: Vec<String> = queries.iter().map(|s| (*s).to_owned()).collect();
+    e.index
+        .rank(&e.catalog, &q, limit)
+        .into_iter()
+        .map(|h| h.name)
+        .collect()
+}
+
+#[test]
+fn exactly_one_of_names_or_queries() {
+    for bad in [
+        json!({}),
+        json!({"tool_names": ["a"], "queries": ["b"]}),
+        json!({"limit": 3}),
+    ] {
+        let err = SearchRequest::from_json(&bad).expect_err("invalid");
+        assert!(
+            err.contains("exactly one of tool_names or queries"),
+            "{err}"
+        );
+        assert!(
+            err.contains("{\"queries\": [\"read file\", \"读取文件\"]}"),
+            "shows an example: {err}"
+        );
+    }
+    for bad in [
+        json!({"queries": []}),
+        json!({"queries": [1]}),
+        json!({"queries": ["x"], "limit": 0}),
+        json!({"query": "x"}),
+        json!("x"),
+    ] {
+        assert!(SearchRequest::from_json(&bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        SearchRequest::from_json(&json!({"queries": "git log"}))
+            .expect("a lone string is accepted"),
+        SearchRequest::Queries {
+            queries: vec!["git log".into()],
+            limit: None
+        }
+    );
+}
+
+#[test]
+fn fuzzy_limit_defaults_and_is_capped_but_exact_lookups_are_not() {
+    let e = env(None);
+    let r = run(&e, json!({"queries": ["file"]}));
+    assert_eq!(
+        r.text
+            .lines()
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .count(),
+        5,
+        "default limit 5:\n{}",
+        r.text
+    );
+    let r = run(&e, json!({"queries": ["file"], "limit": 50}));
+    let numbered = r
+        .text
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    assert_eq!(numbered, 10, "capped at max_limit 10");
+    let all: Vec<String> = e
+        .catalog
+        .tools()
+        .iter()
+        .filter(|t| t.server.as_deref() == Some("filesystem"))
+        .map(|t| t.name.clone())
+        .collect();
+    assert!(all.len() > 10);
+    let r = run(&e, json!({"tool_names": all}));
+    assert_eq!(r.loaded.len(), all.len(), "every named tool is loaded");
+}
+
+#[test]
+fn exact_lookup_by_canonical_and_bare_name() {
+    let e = env(None);
+    let r = run(
+        &e,
+        json!({"tool_names": ["mcp__git__git_log", "git_status"]}),
+    );
+    let got: Vec<&str> = r.hits.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(got, ["mcp__git__git_log", "mcp__git__git_status"]);
+    assert!(
+        r.text
+            .contains("call: defer_execute {\"tool_name\":\"mcp__git__git_log\""),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.outcome, Outcome::Found);
+}
+
+#[test]
+fn ambiguous_bare_names_return_every_candidate() {
+    let c = Catalog::from_value(
+        &json!({"servers": [
+            {"name": "a", "tools": [{"name": "search", "description": "search a"}]},
+            {"name": "b", "tools": [{"name": "search", "description": "search b"}]}
+        ]}),
+        "t",
+    )
+    .expect("catalog");
+    let all: Vec<usize> = (0..c.tools().len()).collect();
+    let e = Env {
+        index: SearchIndex::build(&c, &all),
+        catalog: c,
+        config: SearchConfig::default(),
+    };
+    let r = run(&e, json!({"tool_names": ["search"]}));
+    assert_eq!(r.hits.len(), 2);
+    assert!(r.text.contains("\"search\" names 2 tools"), "{}", r.text);
+}
+
+#[test]
+fn unknown_names_fall_back_to_search_and_say_so() {
+    let e = env(None);
+    let r = run(&e, json!({"tool_names": ["git_history"]}));
+    assert!(
+        r.text
+            .starts_with("No tool is named \"git_history\"; a search for it found:"),
+        "{}",
+        r.text
+    );
+    assert!(r.hits.iter().any(|h| h.name.starts_with("mcp__git__")));
+    let r = run(&e, json!({"tool_names": ["zzqx"]}));
+    assert_eq!(r.outcome, Outcome::NoMatch);
+    assert!(r.text.contains("No deferred tool matches"), "{}", r.text);
+}
+
+#[test]
+fn an_exact_name_inside_a_query_ranks_first() {
+    let e = env(None);
+    assert_eq!(names(&e, &["read file"], 1), ["mcp__filesystem__read_file"]);
+    assert_eq!(
+        names(&e, &["read a file with mcp__filesystem__read_text_file"], 1),
+        ["mcp__filesystem__read_text_file"]
+    );
+    assert_eq!(
+        names(&e, &["read a file with read_media_file please"], 1),
+        ["mcp__filesystem__read_media_file"]
+    );
+}
+
+#[test]
+fn plus_terms_must_be_in_the_name() {
+    let e = env(None);
+    let got = names(&e, &["+commit changes"], 10);
+    assert!(!got.is_empty());
+    assert!(got.iter().all(|n| n.contains("commit")), "{got:?}");
+}
+
+#[test]
+fn server_filters_narrow_first() {
+    let e = env(None);
+    for q in [
+        "server:memory read",
+        "mcp__memory__ read",
+        "server:MEMORY read",
+    ] {
+        let got = names(&e, &[q], 10);
+        assert!(!got.is_empty(), "{q}");
+        assert!(
+            got.iter().all(|n| n.starts_with("mcp__memory__")),
+            "{q}: {got:?}"
+        );
+    }
+    assert!(names(&e, &["server:nosuch read"], 10).is_empty());
+}
+
+#[test]
+fn no_padding_with_noise() {
+    let e = env(None);
+    let r = run(&e, json!({"queries": ["the of and please"]}));
+    assert_eq!(r.outcome, Outcome::NoMatch);
+    assert!(r.text.contains("both English and Chinese"), "{}", r.text);
+    let r = run(&e, json!({"queries": ["xylophone quasar"]}));
+    assert_eq!(r.outcome, Outcome::NoMatch);
+}
+
+#[test]
+fn every_hit_says_why() {
+    let e = env(None);
+    let hits = e
+        .index
+        .rank(&e.catalog, &["show commit history".to_owned()], 10);
+    assert!(!hits.is_empty());
+    for h in &hits {
+        assert!(h.reason.contains(" in "), "{}: {}", h.name, h.reason);
+    }
+    assert_eq!(hits[0].name, "mcp__git__git_log");
+}
+
+#[test]
+fn chinese_and_mixed_queries() {
+    let c = Catalog::from_value(
+        &json!([
+            {"name": "weather_now", "description": "查询城市的实时天气和温度"},
+            {"name": "send_mail", "description": "发送电子邮件给联系人"},
+            {"name": "git_commit", "description": "Record changes to the repository"}
+        ]),
+        "t",
+    )
+    .expect("catalog");
+    let all: Vec<usize> = (0..3).collect();
+    let e = Env {
+        index: SearchIndex::build(&c, &all),
+        catalog: c,
+        config: SearchConfig::default(),
+    };
+    assert_eq!(names(&e, &["北京今天的天气怎么样"], 1), ["weather_now"]);
+    assert_eq!(names(&e, &["给老板发邮件"], 1), ["send_mail"]);
+    assert_eq!(names(&e, &["提交 commit"], 1), ["git_commit"]);
+}
+
+#[test]
+fn several_queries_combine_into_one_ranking() {
+    let e = env(None);
+    // "git history" alone and "提交历史" alone; together the tool matching both leads.
+    let combined = names(&e, &["commit history", "show the log"], 3);
+    assert_eq!(combined[0], "mcp__git__git_log");
+}
+
+#[test]
+fn hidden_tools_are_never_returned() {
+    let e = env(Some("ask"));
+    let config = Config::from_toml_str(CONFIG, "t").expect("config");
+    let exposure = Policy::new(&config, "t", Some("ask"))
+        .expect("policy")
+        .apply(&e.catalog);
+    let hidden: Vec<&str> = e
+        .catalog
+        .tools()
+        .iter()
+        .zip(&exposure.decisions)
+        .filter(|(_, d)| d.state == State::Hidden)
+        .map(|(t, _)| t.name.as_str())
+        .collect();
+    assert!(hidden.contains(&"mcp__git__git_commit"));
+    for q in [
+        "commit changes",
+        "write file",
+        "delete entities",
+        "git_commit",
+        "mcp__git__git_commit",
+    ] {
+        let got = names(&e, &[q], 10);
+        for h in &hidden {
+            assert!(!got.iter().any(|n| n == h), "{q} returned hidden {h}");
+        }
+    }
+    let r = run(&e, json!({"tool_names": ["mcp__git__git_commit"]}));
+    assert!(
+        !r.hits.iter().any(|h| h.name == "mcp__git__git_commit"),
+        "{}",
+        r.text
+    );
+}
+
+#[test]
+fn the_response_never_exceeds_its_budget_and_never_cuts_a_name() {
+    let e = env(None);
+    let request = SearchRequest::from_json(&json!({"queries": ["file", "文件"], "limit": 10}))
+        .expect("request");
+    let mut previous_len = usize::MAX;
+    for budget in [16_000, 8_000, 4_000, 2_000, 1_000, 600, 400, 250, 120, 60] {
+        let config = SearchConfig {
+            response_budget_chars: budget,
+            ..SearchConfig::default()
+        };
+        let r = search(&e.index, &e.catalog, &request, &config);
+        let len = r.text.chars().count();
+        assert!(len <= budget, "budget {budget}: {len} chars\n{}", r.text);
+        assert!(len <= previous_len);
+        previous_len = len;
+        // Every hit is either named in full or counted as left out.
+        let named = r.hits.iter().filter(|h| r.text.contains(&h.name)).count();
+        if let Some(rest) = r.text.split("(+").nth(1) {
+            let omitted: usize = rest
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("count");
+            assert_eq!(named + omitted, r.hits.len(), "budget {budget}\n{}", r.text);
+        } else if budget >= 400 {
+            assert_eq!(named, r.hits.len(), "budget {budget}\n{}", r.text);
+        }
+    }
+}
+
+#[test]
+fn descriptions_are_cut_before_names() {
+    let e = env(None);
+    let request =
+        SearchRequest::from_json(&json!({"queries": ["file"], "limit": 10})).expect("request");
+    let full = search(&e.index, &e.catalog, &request, &SearchConfig::default());
+    let tight = SearchConfig {
+        response_budget_chars: full.text.chars().count() / 2,
+        ..SearchConfig::default()
+    };
+    let r = search(&e.index, &e.catalog, &request, &tight);
+    for h in &full.hits {
+        assert!(r.text.contains(&h.name), "{} lost:\n{}", h.name, r.text);
+    }
+}
+
+#[test]
+fn responses_do_not_depend_on_catalog_order() {
+    let e = env(None);
+    let mut v: Value = serde_json::from_str(CATALOG).expect("json");
+    v["servers"].as_array_mut().expect("servers").reverse();
+    for s in v["servers"].as_array_mut().expect("servers") {
+        s["tools"].as_array_mut().expect("tools").reverse();
+    }
+    let p = env_with(Catalog::from_value(&v, "rev").expect("catalog"), None);
+    for args in [
+        json!({"queries": ["file"]}),
+        json!({"queries": ["git", "提交"]}),
+        json!({"tool_names": ["git_log", "nosuch"]}),
+    ] {
+        assert_eq!(run(&e, args.clone()).text, run(&p, args).text);
+    }
+}
+
+#[test]
+fn response_snapshots() {
+    let e = env(None);
+    insta::assert_snapshot!(
+        "fuzzy_read_file",
+        run(&e, json!({"queries": ["read file", "读取文件"]})).text
+    );
+    insta::assert_snapshot!(
+        "fuzzy_commit",
+        run(
+            &e,
+            json!({"queries": ["commit staged changes"], "limit": 3})
+        )
+        .text
+    );
+    insta::assert_snapshot!(
+        "exact_names",
+        run(
+            &e,
+            json!({"tool_names": ["mcp__git__git_log", "create_entities"]})
+        )
+        .text
+    );
+    insta::assert_snapshot!(
+        "unknown_name",
+        run(&e, json!({"tool_names": ["git_history"]})).text
+    );
+    insta::assert_snapshot!("no_match", run(&e, json!({"queries": ["xylophone"]})).text);
+    let tight = SearchConfig {
+        response_budget_chars: 700,
+        ..SearchConfig::default()
+    };
+    let request =
+        SearchRequest::from_json(&json!({"queries": ["file"], "limit": 8})).expect("request");
+    insta::assert_snapshot!(
+        "tight_budget",
+        search(&e.index, &e.catalog, &request, &tight).text
+    );
+}

@@ -1,0 +1,192 @@
+//! `toolshelf eval`: retrieval quality and speed of the search engine on a labelled query set.
+
+use std::io::{BufRead, IsTerminal};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use toolshelf_core::Resolution;
+use toolshelf_core::search::SearchIndex;
+
+use super::print_json;
+use crate::inputs::Source;
+
+/// Arguments of `eval`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    source: Source,
+    /// JSON lines: {"query": "...", "gold": ["tool", ...]} (gold names bare or canonical).
+    #[arg(long, value_name = "FILE.jsonl")]
+    queries: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Case {
+    query: String,
+    gold: Vec<usize>,
+}
+
+fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Case>, usize)> {
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read queries {}", path.display()))?;
+    let mut cases = Vec::new();
+    let mut unknown_gold = 0;
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&line)
+            .with_context(|| format!("{}:{}: not valid JSON", path.display(), n + 1))?;
+        let (Some(query), Some(gold)) = (v["query"].as_str(), v["gold"].as_array()) else {
+            bail!(
+                "{}:{}: expected {{\"query\": \"...\", \"gold\": [...]}}",
+                path.display(),
+                n + 1
+            );
+        };
+        let mut ids = Vec::new();
+        for g in gold.iter().filter_map(Value::as_str) {
+            match loaded.catalog.resolve(g) {
+                Resolution::Exact(i) | Resolution::Bare(i) => ids.push(i),
+                Resolution::Ambiguous(c) => ids.push(c[0]),
+                Resolution::NotFound => unknown_gold += 1,
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        cases.push(Case {
+            query: query.to_owned(),
+            gold: ids,
+        });
+    }
+    Ok((cases, unknown_gold))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Peak resident memory of this process in KiB (Linux), if known.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let loaded = args.source.load()?;
+    let (cases, unknown_gold) = load_cases(&args.queries, &loaded)?;
+    anyhow::ensure!(!cases.is_empty(), "{}: no queries", args.queries.display());
+    if unknown_gold > 0 {
+        eprintln!(
+            "toolshelf: warning: {unknown_gold} gold names are not in the catalog (counted as misses)"
+        );
+    }
+    toolshelf_core::search::analyze::warm_up();
+    let start = Instant::now();
+    let index: SearchIndex = super::search::build_index(&loaded);
+    let build_ms = start.elapsed().as_secs_f64() * 1000.0;
+
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(cases.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} queries, {per_sec}, eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let ks = [1usize, 3, 5, 10];
+    let mut recall = [0f64; 4];
+    let (mut mrr, mut ndcg) = (0f64, 0f64);
+    let mut latencies = Vec::with_capacity(cases.len());
+    for case in &cases {
+        let t = Instant::now();
+        let hits = index.rank(&loaded.catalog, std::slice::from_ref(&case.query), 10);
+        latencies.push(t.elapsed().as_secs_f64() * 1e6);
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        if case.gold.is_empty() {
+            continue;
+        }
+        let ranked: Vec<usize> = hits.iter().map(|h| h.index).collect();
+        let g = case.gold.len() as f64;
+        for (slot, &k) in ks.iter().enumerate() {
+            let found = ranked
+                .iter()
+                .take(k)
+                .filter(|i| case.gold.contains(i))
+                .count();
+            recall[slot] += found as f64 / g;
+        }
+        if let Some(pos) = ranked.iter().position(|i| case.gold.contains(i)) {
+            mrr += 1.0 / (pos + 1) as f64;
+        }
+        let dcg: f64 = ranked
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| case.gold.contains(i))
+            .map(|(r, _)| 1.0 / ((r + 2) as f64).log2())
+            .sum();
+        let ideal: f64 = (0..case.gold.len().min(10))
+            .map(|r| 1.0 / ((r + 2) as f64).log2())
+            .sum();
+        ndcg += dcg / ideal;
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let n = cases.len() as f64;
+    latencies.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(&latencies, 50.0), percentile(&latencies, 99.0));
+    let result = json!({
+        "queries": cases.len(),
+        "tools": index.len(),
+        "recall": {"1": round4(recall[0] / n), "3": round4(recall[1] / n), "5": round4(recall[2] / n), "10": round4(recall[3] / n)},
+        "mrr": round4(mrr / n),
+        "ndcg10": round4(ndcg / n),
+        "build_ms": round4(build_ms),
+        "latency_us": {"p50": round4(p50), "p99": round4(p99)},
+        "peak_rss_kib": peak_rss_kib(),
+        "unknown_gold": unknown_gold,
+    });
+    if args.json {
+        return print_json(&result);
+    }
+    println!(
+        "{} queries over {} tools ({})",
+        cases.len(),
+        index.len(),
+        args.queries.display()
+    );
+    println!(
+        "recall@1 {:.3}  @3 {:.3}  @5 {:.3}  @10 {:.3}",
+        recall[0] / n,
+        recall[1] / n,
+        recall[2] / n,
+        recall[3] / n
+    );
+    println!("MRR {:.3}  nDCG@10 {:.3}", mrr / n, ndcg / n);
+    println!("index build {build_ms:.1} ms; query latency p50 {p50:.0} µs, p99 {p99:.0} µs");
+    if let Some(kib) = peak_rss_kib() {
+        println!("peak memory {:.1} MiB", kib as f64 / 1024.0);
+    }
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! `toolshelf search`: run `tool_search` from the command line, one request or a batch.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use toolshelf_core::search::render::search;
+use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
+
+use super::print_json;
+use crate::inputs::{Loaded, Source};
+
+/// Arguments of `search`.
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["query", "name", "batch"]))]
+pub struct Args {
+    #[command(flatten)]
+    source: Source,
+    /// Fuzzy query (repeat for several; they are combined into one ranking).
+    #[arg(long, short = 'q', value_name = "TEXT")]
+    query: Vec<String>,
+    /// Exact tool name (repeat for several).
+    #[arg(long, short = 'n', value_name = "NAME")]
+    name: Vec<String>,
+    /// JSON lines file of requests, {"query": "..."} or {"queries": [...]}; one result line each.
+    #[arg(long, value_name = "FILE.jsonl")]
+    batch: Option<PathBuf>,
+    /// Maximum number of fuzzy hits (capped at [search] max_limit, except in --batch).
+    #[arg(long, short = 'k')]
+    limit: Option<usize>,
+    /// Print {"hits": [...], "text": "..."} instead of the text the model reads.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The index over every tool the active mode lets the model see.
+pub fn build_index(loaded: &Loaded) -> SearchIndex {
+    let visible: Vec<usize> = loaded
+        .surface
+        .resident
+        .iter()
+        .chain(&loaded.surface.deferred)
+        .copied()
+        .collect();
+    SearchIndex::build(&loaded.catalog, &visible)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let loaded = args.source.load()?;
+    let index = build_index(&loaded);
+    if let Some(path) = &args.batch {
+        return batch(&loaded, &index, path, args.limit, args.json);
+    }
+    let mut request = json!({});
+    match (args.query.is_empty(), args.name.is_empty()) {
+        (false, true) => {
+            request["queries"] = json!(args.query);
+            if let Some(l) = args.limit {
+                request["limit"] = json!(l);
+            }
+        }
+        (true, false) => request["tool_names"] = json!(args.name),
+        _ => bail!("give --query or --name, not both"),
+    }
+    let request = SearchRequest::from_json(&request).map_err(anyhow::Error::msg)?;
+    let response = search(&index, &loaded.catalog, &request, &loaded.config.search);
+    if args.json {
+        print_json(&json!({"hits": response.hits, "text": response.text}))
+    } else {
+        println!("{}", response.text);
+        Ok(())
+    }
+}
+
+fn batch(
+    loaded: &Loaded,
+    index: &SearchIndex,
+    path: &PathBuf,
+    limit: Option<usize>,
+    json_out: bool,
+) -> Result<()> {
+    anyhow::ensure!(json_out, "--batch writes JSON lines: add --json");
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read batch file {}", path.display()))?;
+    let limit = limit.unwrap_or_else(|| effective_limit(None, &loaded.config.search));
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line =
+            line.with_context(|| format!("{}: cannot read line {}", path.display(), n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&line)
+            .with_context(|| format!("{}:{}: not valid JSON", path.display(), n + 1))?;
+        let queries: Vec<String> = match (v.get("query"), v.get("queries")) {
+            (Some(Value::String(q)), None) => vec![q.clone()],
+            (None, Some(Value::Array(qs))) => qs
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            _ => bail!(
+                "{}:{}: expected {{\"query\": \"...\"}} or {{\"queries\": [...]}}",
+                path.display(),
+                n + 1
+            ),
+        };
+        let hits = index.rank(&loaded.catalog, &queries, limit);
+        serde_json::to_writer(&mut out, &json!({"hits": hits}))?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
