@@ -448,7 +448,7 @@ impl CatalogBuilder {
         let mut server_names: BTreeMap<String, String> = BTreeMap::new();
         let mut taken_servers: BTreeSet<String> = BTreeSet::new();
         for original in self.servers.keys() {
-            let mut canon = name::sanitize(original);
+            let mut canon = name::sanitize_or_hash(original, "server");
             if taken_servers.contains(&canon) {
                 let fixed = name::with_suffix(&canon, original);
                 warnings.push(format!(
@@ -475,7 +475,7 @@ impl CatalogBuilder {
         let mut tools = Vec::with_capacity(candidates.len());
         for (server_original, spec) in candidates {
             let server = server_original.map(|s| server_names[s].clone());
-            let bare = name::sanitize(&spec.name);
+            let bare = name::sanitize_or_hash(&spec.name, "tool");
             let key = match server_original {
                 Some(s) => format!("{s}\u{0}{}", spec.name),
                 None => spec.name.clone(),

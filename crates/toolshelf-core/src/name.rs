@@ -36,6 +36,18 @@ pub fn sanitize(raw: &str) -> String {
     if out.is_empty() { "_".to_owned() } else { out }
 }
 
+/// [`sanitize`], unless that leaves no ASCII letter or digit (a name written entirely in, say,
+/// Chinese would become a row of underscores): then `<prefix>_<short hash of raw>`, which is at
+/// least distinct and stable.
+pub fn sanitize_or_hash(raw: &str, prefix: &str) -> String {
+    let s = sanitize(raw);
+    if s.bytes().any(|b| b.is_ascii_alphanumeric()) {
+        s
+    } else {
+        format!("{prefix}_{}", short_hash(raw))
+    }
+}
+
 /// 64-bit FNV-1a: tiny, dependency-free and identical on every platform, which is all a name
 /// suffix needs (this is not a security boundary).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -171,6 +183,19 @@ mod tests {
         );
         assert_eq!(sanitize("天气"), "__");
         assert_eq!(sanitize(""), "_");
+    }
+
+    #[test]
+    fn names_without_any_ascii_letter_get_a_stable_hash() {
+        assert_eq!(
+            sanitize_or_hash("Asset Price MCP", "server"),
+            "Asset_Price_MCP"
+        );
+        let a = sanitize_or_hash("住处选择建议通用工具", "tool");
+        assert!(a.starts_with("tool_") && is_valid(&a), "{a}");
+        assert_eq!(a, sanitize_or_hash("住处选择建议通用工具", "tool"));
+        assert_ne!(a, sanitize_or_hash("健康状况监测助手", "tool"));
+        assert_eq!(sanitize_or_hash("天气weather", "tool"), "__weather");
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub struct Bm25Params {
     pub b: [f32; FIELDS],
     /// Weight per field.
     pub weight: [f32; FIELDS],
-    /// Multiplier for single-character Chinese terms (a weaker signal than words).
+    /// Multiplier for Chinese character-bigram terms (a weaker signal than words).
     pub cjk_char_weight: f32,
 }
 
@@ -92,7 +92,7 @@ pub struct Bm25Index {
     dict: HashMap<String, u32>,
     postings: Vec<Vec<Posting>>,
     idf: Vec<f32>,
-    /// Whether a term is a single Chinese character.
+    /// Whether a term is a Chinese character bigram.
     weak: Vec<bool>,
     lengths: Vec<[u32; FIELDS]>,
     avg: [f32; FIELDS],
@@ -177,7 +177,7 @@ impl Bm25Index {
         self.dict.get(term).copied()
     }
 
-    /// Whether `term` is a weak (single Chinese character) term.
+    /// Whether `term` is a weak (Chinese character bigram) term.
     pub fn is_weak(&self, term: u32) -> bool {
         self.weak[term as usize]
     }

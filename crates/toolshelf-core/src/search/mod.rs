@@ -164,8 +164,8 @@ pub struct ParsedQuery {
 #[derive(Debug, Clone)]
 pub struct Lexical {
     index: Bm25Index,
-    /// Minimum matched terms for a document to count: one word, or two single Chinese
-    /// characters. A hit must match something meaningful.
+    /// Minimum matched terms for a document to count: one word, or two Chinese character
+    /// bigrams. A hit must match something meaningful.
     min_weak: u16,
 }
 
@@ -233,6 +233,7 @@ pub struct SearchIndex {
     server_names: BTreeMap<String, String>,
     lexical: Lexical,
     extra: Vec<(Box<dyn Retriever>, f32)>,
+    lexical_weight: f32,
     params: RankParams,
 }
 
@@ -263,6 +264,42 @@ pub fn doc_fields(catalog: &Catalog, tool: &Tool) -> DocFields {
         analyze::analyze_into(tag, &mut fields[Field::Tags as usize]);
     }
     fields
+}
+
+/// The text of `tool` for an embedding model: name words, title, description, parameter names
+/// and descriptions, and the server's description, one per line.
+pub fn doc_text(catalog: &Catalog, tool: &Tool) -> String {
+    let mut parts: Vec<String> = vec![crate::name::split_words(&tool.bare).join(" ")];
+    if let Some(t) = &tool.title {
+        parts.push(t.clone());
+    }
+    parts.push(tool.description.clone());
+    let mut params = Vec::new();
+    param_words(&Value::Object(tool.input_schema.clone()), &mut params, 0);
+    if !params.is_empty() {
+        parts.push(params.join(" "));
+    }
+    if let Some(server) = tool.server.as_deref().and_then(|s| catalog.server(s)) {
+        parts.push(server.description.clone());
+    }
+    parts.retain(|p| !p.trim().is_empty());
+    parts.join("\n")
+}
+
+fn param_words(schema: &Value, out: &mut Vec<String>, depth: usize) {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    if depth > 3 {
+        return;
+    }
+    for (name, prop) in props {
+        out.push(crate::name::split_words(name).join(" "));
+        if let Some(d) = prop.get("description").and_then(Value::as_str) {
+            out.push(d.to_owned());
+        }
+        param_words(prop, out, depth + 1);
+    }
 }
 
 fn param_text(schema: &Value, out: &mut Vec<String>, depth: usize) {
@@ -357,13 +394,20 @@ impl SearchIndex {
             server_names,
             lexical,
             extra: Vec::new(),
+            lexical_weight: 1.0,
             params,
         }
     }
 
-    /// Adds a retriever fused with the lexical one at `weight` (the lexical one weighs 1).
+    /// Adds a retriever fused with the lexical one at `weight`.
     pub fn add_retriever(&mut self, retriever: Box<dyn Retriever>, weight: f32) {
         self.extra.push((retriever, weight));
+    }
+
+    /// Weight of the lexical retriever in the fusion (1 by default; 0 ranks by the added
+    /// retrievers alone, for comparisons).
+    pub fn set_lexical_weight(&mut self, weight: f32) {
+        self.lexical_weight = weight;
     }
 
     /// Number of searchable tools.
@@ -475,9 +519,13 @@ impl SearchIndex {
             let q = self.parse(query);
             let allowed = self.allowed(&q);
             exact.extend(q.exact.iter().filter(|&&d| allowed[d as usize]));
-            let retrievers = std::iter::once((&self.lexical as &dyn Retriever, 1.0f32))
-                .chain(self.extra.iter().map(|(r, w)| (r.as_ref(), *w)));
+            let retrievers =
+                std::iter::once((&self.lexical as &dyn Retriever, self.lexical_weight))
+                    .chain(self.extra.iter().map(|(r, w)| (r.as_ref(), *w)));
             for (retriever, weight) in retrievers {
+                if weight == 0.0 {
+                    continue;
+                }
                 scores.iter_mut().for_each(|s| *s = 0.0);
                 retriever.score(&q, &allowed, &mut scores);
                 let max = scores.iter().copied().fold(0f32, f32::max);
@@ -575,10 +623,11 @@ impl SearchIndex {
                 }
                 let surface = q.surface.get(term).cloned().unwrap_or_else(|| term.clone());
                 if idx.is_weak(id) {
-                    chars
-                        .entry(fields.join(", "))
-                        .or_default()
-                        .push_str(&surface);
+                    let e = chars.entry(fields.join(", ")).or_default();
+                    if !e.is_empty() {
+                        e.push_str("\", \"");
+                    }
+                    e.push_str(&surface);
                 } else {
                     parts.push(format!("\"{surface}\" in {}", fields.join(", ")));
                 }
@@ -586,7 +635,7 @@ impl SearchIndex {
         }
         if parts.is_empty() {
             for (fields, cs) in &chars {
-                parts.push(format!("characters \"{cs}\" in {fields}"));
+                parts.push(format!("Chinese text \"{cs}\" in {fields}"));
             }
         }
         if parts.is_empty() {
