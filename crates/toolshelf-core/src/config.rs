@@ -24,6 +24,24 @@ pub struct Config {
     /// `[search]`: limits of `tool_search`.
     #[serde(default)]
     pub search: SearchConfig,
+    /// `[servers.NAME]`: the MCP servers the gateway fronts.
+    #[serde(default)]
+    pub servers: BTreeMap<String, ServerConfig>,
+    /// `[execute]`: how `defer_execute` runs calls.
+    #[serde(default)]
+    pub execute: ExecuteConfig,
+    /// `[permissions]`: allow / ask / deny rules on target tools.
+    #[serde(default)]
+    pub permissions: PermissionsConfig,
+    /// `[hooks]`: commands run on gateway events.
+    #[serde(default)]
+    pub hooks: HooksConfig,
+    /// `[audit]`: the JSON-lines audit log.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// `[cache]`: the on-disk catalog cache.
+    #[serde(default)]
+    pub cache: CacheConfig,
 }
 
 /// The global default for tools that do not declare `defer_loading`.
@@ -145,6 +163,224 @@ impl Default for SearchConfig {
     }
 }
 
+/// `[servers.NAME]`: one downstream MCP server, over stdio (`command`) or streamable HTTP
+/// (`url`). Strings in `command`, `args`, `env`, `cwd` and `url` may use `${VAR}`,
+/// `${VAR:-default}` and a leading `~/`; the gateway expands them when it starts the server.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Program to run (stdio transport).
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory.
+    pub cwd: Option<String>,
+    /// Streamable HTTP endpoint (instead of `command`).
+    pub url: Option<String>,
+    /// What the server is for; heads its group in the index (default: the server's own
+    /// instructions, first line).
+    pub description: Option<String>,
+    /// Seconds allowed for start-up (spawn, initialize, tools/list).
+    #[serde(default = "default_startup_timeout")]
+    pub startup_timeout_secs: u64,
+    /// Per-call timeout for this server (default `[execute] call_timeout_secs`).
+    pub call_timeout_secs: Option<u64>,
+    /// First delay before restarting the server after it crashed; doubles per failure, at most
+    /// 60 seconds.
+    #[serde(default = "default_restart_delay")]
+    pub restart_delay_secs: u64,
+    /// `false` keeps the server out of the gateway.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn default_startup_timeout() -> u64 {
+    30
+}
+fn default_restart_delay() -> u64 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+
+/// `[execute]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecuteConfig {
+    /// `require_search`: a deferred tool must be loaded (by `tool_search`, or by a refused call
+    /// that returned its schema) before `defer_execute` runs it.
+    pub require_search: bool,
+    /// `call_timeout_secs`: default per-call timeout.
+    pub call_timeout_secs: u64,
+}
+
+impl Default for ExecuteConfig {
+    fn default() -> Self {
+        Self {
+            require_search: true,
+            call_timeout_secs: 60,
+        }
+    }
+}
+
+/// What a permission rule (or the default) does with a call.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Run it.
+    #[default]
+    Allow,
+    /// Ask the user first (MCP elicitation), refuse when that is impossible.
+    Ask,
+    /// Refuse it.
+    Deny,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Allow => "allow",
+            Self::Ask => "ask",
+            Self::Deny => "deny",
+        })
+    }
+}
+
+/// `[permissions]`: rules `"PATTERN"` or `"PATTERN(argument glob)"`, see [`crate::permission`].
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionsConfig {
+    /// Rules that run a call without asking.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Rules that ask the user first.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Rules that refuse a call.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// What happens to a call no rule matches.
+    #[serde(default)]
+    pub default: Action,
+}
+
+/// `[hooks]`: per event, the commands to run, in order.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksConfig {
+    /// Before a call runs; may deny it, rewrite its params or add guidance.
+    #[serde(default)]
+    pub pre_call: Vec<HookCommand>,
+    /// After a call succeeded; may rewrite the result or add guidance.
+    #[serde(default)]
+    pub post_call: Vec<HookCommand>,
+    /// After a call failed (downstream error, timeout, crash); may add guidance.
+    #[serde(default)]
+    pub call_failed: Vec<HookCommand>,
+    /// After `tool_search` answered; may add guidance.
+    #[serde(default)]
+    pub post_search: Vec<HookCommand>,
+    /// When a client session starts.
+    #[serde(default)]
+    pub session_start: Vec<HookCommand>,
+    /// When a client session ends.
+    #[serde(default)]
+    pub session_end: Vec<HookCommand>,
+}
+
+impl HooksConfig {
+    /// Every event with its commands, in a fixed order (for validation and listing).
+    pub fn all(&self) -> [(&'static str, &[HookCommand]); 6] {
+        [
+            ("pre_call", &self.pre_call),
+            ("post_call", &self.post_call),
+            ("call_failed", &self.call_failed),
+            ("post_search", &self.post_search),
+            ("session_start", &self.session_start),
+            ("session_end", &self.session_end),
+        ]
+    }
+}
+
+/// One hook command.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookCommand {
+    /// Program to run; it reads the event as JSON on stdin.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Only for target tools matching this pattern (call events); default every tool.
+    pub tools: Option<String>,
+    /// Seconds the hook may take.
+    #[serde(default = "default_hook_timeout")]
+    pub timeout_secs: u64,
+    /// What a hook that fails or times out means: `"allow"` (fail open) or `"deny"` (closed).
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+fn default_hook_timeout() -> u64 {
+    10
+}
+
+/// Fail-open or fail-closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Go on as if the hook had allowed the call (the failure is reported).
+    #[default]
+    Allow,
+    /// Refuse the call.
+    Deny,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// `false` writes no audit log.
+    pub enabled: bool,
+    /// File to append to (default `audit.jsonl` in the cache directory).
+    pub path: Option<String>,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            path: None,
+        }
+    }
+}
+
+/// `[cache]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// `false` starts every server at start-up and keeps no catalog on disk.
+    pub enabled: bool,
+    /// Directory (default `$XDG_CACHE_HOME/toolshelf` or `~/.cache/toolshelf`).
+    pub path: Option<String>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            path: None,
+        }
+    }
+}
+
 /// One override rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rule {
@@ -241,7 +477,146 @@ impl Config {
                 message: "[defer] window must be a positive number of tokens".into(),
             });
         }
+        config.check_gateway(source_name)?;
         Ok(config)
+    }
+
+    /// Checks the gateway sections: servers, timeouts, permission rules, hook patterns.
+    fn check_gateway(&self, source_name: &str) -> Result<()> {
+        let err = |message: String| Error::Config {
+            source_name: source_name.to_owned(),
+            message,
+        };
+        for (name, server) in &self.servers {
+            server
+                .check()
+                .map_err(|e| err(format!("[servers.{name}] {e}")))?;
+        }
+        if self.execute.call_timeout_secs == 0 {
+            return Err(err("[execute] call_timeout_secs must be at least 1".into()));
+        }
+        crate::permission::Permissions::new(&self.permissions, source_name)?;
+        for (event, commands) in self.hooks.all() {
+            for (i, h) in commands.iter().enumerate() {
+                let at = format!("[hooks] {event}[{i}]");
+                if h.command.trim().is_empty() {
+                    return Err(err(format!("{at}: command is empty")));
+                }
+                if h.timeout_secs == 0 {
+                    return Err(err(format!("{at}: timeout_secs must be at least 1")));
+                }
+                if let Some(p) = &h.tools {
+                    Pattern::new(p).map_err(|e| err(format!("{at} tools: {e}")))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the `mcpServers` of a client configuration (`mcp.json` shape) into server
+    /// sections. Keys other clients add (`alwaysAllow`, `autoApprove`, `timeout`, ...) are not
+    /// ours to judge, so they are returned as warnings instead of failing the whole file.
+    pub fn servers_from_mcp_json(
+        text: &str,
+        source_name: &str,
+    ) -> Result<(BTreeMap<String, ServerConfig>, Vec<String>)> {
+        let err = |message: String| Error::Config {
+            source_name: source_name.to_owned(),
+            message,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let servers = value
+            .get("mcpServers")
+            .and_then(serde_json::Value::as_object)
+            .ok_or_else(|| err("expected an object {\"mcpServers\": {NAME: {...}}}".into()))?;
+        let mut out = BTreeMap::new();
+        let mut warnings = Vec::new();
+        for (name, entry) in servers {
+            let at = format!("mcpServers.{name}");
+            let obj = entry
+                .as_object()
+                .ok_or_else(|| err(format!("{at}: expected an object")))?;
+            let string = |key: &str| -> Result<Option<String>> {
+                match obj.get(key) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                    Some(other) => {
+                        Err(err(format!("{at}.{key}: expected a string, found {other}")))
+                    }
+                }
+            };
+            let args = match obj.get("args") {
+                None | Some(serde_json::Value::Null) => Vec::new(),
+                Some(serde_json::Value::Array(items)) => items
+                    .iter()
+                    .map(|a| {
+                        a.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| err(format!("{at}.args: expected strings, found {a}")))
+                    })
+                    .collect::<Result<_>>()?,
+                Some(other) => {
+                    return Err(err(format!("{at}.args: expected an array, found {other}")));
+                }
+            };
+            let env = match obj.get("env") {
+                None | Some(serde_json::Value::Null) => BTreeMap::new(),
+                Some(serde_json::Value::Object(m)) => m
+                    .iter()
+                    .map(|(k, v)| match v {
+                        serde_json::Value::String(s) => Ok((k.clone(), s.clone())),
+                        other => Err(err(format!(
+                            "{at}.env.{k}: expected a string, found {other}"
+                        ))),
+                    })
+                    .collect::<Result<_>>()?,
+                Some(other) => {
+                    return Err(err(format!("{at}.env: expected an object, found {other}")));
+                }
+            };
+            match string("type")?.as_deref() {
+                None | Some("stdio" | "http" | "streamable-http" | "streamableHttp") => {}
+                Some(other) => {
+                    return Err(err(format!(
+                        "{at}.type: {other:?} is not supported (use \"stdio\" or \"http\", streamable HTTP)"
+                    )));
+                }
+            }
+            let disabled = obj.get("disabled").and_then(serde_json::Value::as_bool) == Some(true);
+            for key in obj.keys() {
+                if !matches!(
+                    key.as_str(),
+                    "command"
+                        | "args"
+                        | "env"
+                        | "cwd"
+                        | "url"
+                        | "type"
+                        | "description"
+                        | "disabled"
+                ) {
+                    warnings.push(format!(
+                        "{source_name}: {at}.{key} is not used by toolshelf"
+                    ));
+                }
+            }
+            let server = ServerConfig {
+                command: string("command")?,
+                args,
+                env,
+                cwd: string("cwd")?,
+                url: string("url")?,
+                description: string("description")?,
+                startup_timeout_secs: default_startup_timeout(),
+                call_timeout_secs: None,
+                restart_delay_secs: default_restart_delay(),
+                enabled: !disabled,
+            };
+            server.check().map_err(|e| err(format!("{at}: {e}")))?;
+            out.insert(name.clone(), server);
+        }
+        Ok((out, warnings))
     }
 
     /// The override rules, compiled, in file order.
@@ -294,6 +669,81 @@ impl Config {
             description: m.description.clone(),
         })
     }
+}
+
+impl ServerConfig {
+    /// Checks one server section; the message names the key.
+    fn check(&self) -> std::result::Result<(), String> {
+        match (&self.command, &self.url) {
+            (Some(_), Some(_)) => return Err("sets both command and url; give one".into()),
+            (None, None) => {
+                return Err(
+                    "needs command (a stdio server) or url (a streamable HTTP server)".into(),
+                );
+            }
+            (Some(c), None) if c.trim().is_empty() => return Err("command is empty".into()),
+            (None, Some(u))
+                if !(u.starts_with("http://")
+                    || u.starts_with("https://")
+                    || u.starts_with("${")) =>
+            {
+                return Err(format!("url {u:?} must start with http:// or https://"));
+            }
+            _ => {}
+        }
+        if self.url.is_some()
+            && (!self.args.is_empty() || self.cwd.is_some() || !self.env.is_empty())
+        {
+            return Err("args, env and cwd apply to command servers only, not to url".into());
+        }
+        if self.startup_timeout_secs == 0 {
+            return Err("startup_timeout_secs must be at least 1".into());
+        }
+        if self.call_timeout_secs == Some(0) {
+            return Err("call_timeout_secs must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Expands `${VAR}`, `${VAR:-default}` and a leading `~/` (with `HOME`) in `text`, looking
+/// variables up with `lookup`. An unset variable without a default is an error naming it, so a
+/// missing install prefix fails at start-up with its name instead of as "file not found".
+pub fn expand(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    if let Some(tail) = rest.strip_prefix("~/") {
+        let home = lookup("HOME").ok_or("~ used but HOME is not set")?;
+        out.push_str(&home);
+        out.push('/');
+        rest = tail;
+    }
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let body_end = rest[start..]
+            .find('}')
+            .ok_or_else(|| format!("unclosed ${{ in {text:?}"))?;
+        let body = &rest[start + 2..start + body_end];
+        let (name, default) = match body.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (body, None),
+        };
+        match (lookup(name).filter(|v| !v.is_empty()), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(&expand(d, lookup)?),
+            (None, None) => {
+                return Err(format!(
+                    "environment variable {name} is not set (used in {text:?})"
+                ));
+            }
+        }
+        rest = &rest[start + body_end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -392,5 +842,140 @@ mod tests {
             .expect_err("over max")
             .to_string();
         assert!(e.contains("default_limit"), "{e}");
+    }
+
+    #[test]
+    fn gateway_sections_parse_with_defaults() {
+        let c = parse(
+            "[servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"x\"]\n[servers.web]\nurl = \"http://localhost:1/mcp\"\ncall_timeout_secs = 5\n\
+             [permissions]\ndeny = [\"^mcp__fs__write*\"]\ndefault = \"ask\"\n\
+             [[hooks.pre_call]]\ncommand = \"/bin/true\"\non_error = \"deny\"\n",
+        )
+        .expect("config");
+        let fs = &c.servers["fs"];
+        assert_eq!(
+            (fs.startup_timeout_secs, fs.enabled, fs.call_timeout_secs),
+            (30, true, None)
+        );
+        assert_eq!(c.servers["web"].call_timeout_secs, Some(5));
+        assert!(c.execute.require_search);
+        assert_eq!(c.execute.call_timeout_secs, 60);
+        assert_eq!(c.permissions.default, Action::Ask);
+        assert_eq!(c.hooks.pre_call[0].on_error, OnError::Deny);
+        assert_eq!(c.hooks.pre_call[0].timeout_secs, 10);
+        assert!(c.audit.enabled && c.cache.enabled);
+    }
+
+    #[test]
+    fn bad_gateway_sections_are_named() {
+        let cases = [
+            ("[servers.a]\nargs = []", "[servers.a] needs command"),
+            (
+                "[servers.a]\ncommand = \"x\"\nurl = \"http://h\"",
+                "[servers.a] sets both",
+            ),
+            ("[servers.a]\nurl = \"ftp://h\"", "must start with http"),
+            (
+                "[servers.a]\ncommand = \"x\"\nstartup_timeout_secs = 0",
+                "startup_timeout_secs",
+            ),
+            ("[servers.a]\ncommand = \"x\"\ncomand = 1", "comand"),
+            ("[permissions]\ndeny = [\"x(\"]", "deny[0]"),
+            ("[permissions]\ndefault = \"maybe\"", "maybe"),
+            (
+                "[[hooks.pre_call]]\ncommand = \"\"",
+                "[hooks] pre_call[0]: command is empty",
+            ),
+            (
+                "[[hooks.post_call]]\ncommand = \"x\"\ntools = \"\"",
+                "[hooks] post_call[0] tools",
+            ),
+            (
+                "[execute]\ncall_timeout_secs = 0",
+                "[execute] call_timeout_secs",
+            ),
+        ];
+        for (text, expected) in cases {
+            let e = parse(text).expect_err(text).to_string();
+            assert!(
+                e.starts_with("test.toml: ") && e.contains(expected),
+                "{e:?} lacks {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn mcp_json_servers_are_read() {
+        let (servers, warnings) = Config::servers_from_mcp_json(
+            r#"{"mcpServers": {
+                "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"], "env": {"A": "1"}, "alwaysAllow": []},
+                "web": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
+                "off": {"command": "x", "disabled": true}
+            }}"#,
+            "mcp.json",
+        )
+        .expect("mcp.json");
+        assert_eq!(servers["fs"].args.len(), 3);
+        assert_eq!(servers["fs"].env["A"], "1");
+        assert_eq!(
+            servers["web"].url.as_deref(),
+            Some("http://127.0.0.1:9/mcp")
+        );
+        assert!(!servers["off"].enabled);
+        assert_eq!(
+            warnings,
+            ["mcp.json: mcpServers.fs.alwaysAllow is not used by toolshelf"]
+        );
+        for (text, expected) in [
+            (r#"{"servers": {}}"#, "mcpServers"),
+            (
+                r#"{"mcpServers": {"a": {"args": []}}}"#,
+                "mcpServers.a: needs command",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"type": "sse", "url": "http://h"}}}"#,
+                "mcpServers.a.type",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"command": "x", "args": [1]}}}"#,
+                "mcpServers.a.args",
+            ),
+        ] {
+            let e = Config::servers_from_mcp_json(text, "mcp.json")
+                .expect_err(text)
+                .to_string();
+            assert!(
+                e.starts_with("mcp.json: ") && e.contains(expected),
+                "{e:?} lacks {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn expand_substitutes_variables_and_home() {
+        let env = |k: &str| match k {
+            "HOME" => Some("/home/u".to_owned()),
+            "P" => Some("/opt/p".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            expand("~/x/${P}/bin", &env).expect("ok"),
+            "/home/u/x//opt/p/bin"
+        );
+        assert_eq!(
+            expand("${Q:-~/.cache}/y", &env).expect("ok"),
+            "/home/u/.cache/y"
+        );
+        assert_eq!(expand("plain", &env).expect("ok"), "plain");
+        assert!(
+            expand("${Q}", &env)
+                .expect_err("unset")
+                .contains("Q is not set")
+        );
+        assert!(
+            expand("${P", &env)
+                .expect_err("unclosed")
+                .contains("unclosed")
+        );
     }
 }

@@ -5,15 +5,20 @@
 //! account for what it costs. No I/O, no async runtime: the gateway, proxy and command line wrap
 //! this crate, so every surface they expose is the same bytes.
 
+pub mod audit;
 pub mod catalog;
 pub mod config;
 pub mod error;
+pub mod hook;
 pub mod index;
+pub mod invoke;
 pub mod ledger;
 pub mod name;
 pub mod pattern;
+pub mod permission;
 pub mod policy;
 pub mod search;
+pub mod session;
 pub mod surface;
 pub mod tokens;
 

@@ -30,6 +30,12 @@ enum Command {
     Search(commands::search::Args),
     /// Measure search quality (recall, MRR, nDCG) and speed on a labelled query set.
     Eval(commands::eval::Args),
+    /// Run the MCP gateway (stdio, or streamable HTTP with --http) in front of the configured servers.
+    Serve(commands::serve::Args),
+    /// Show each configured server's state (of the running gateway, or by starting them).
+    Status(commands::status::Args),
+    /// Start the configured servers and print their merged catalog (grouped form).
+    Catalog(commands::catalog::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,9 +46,19 @@ fn main() -> ExitCode {
         Command::Ledger(a) => commands::ledger::run(a),
         Command::Search(a) => commands::search::run(a),
         Command::Eval(a) => commands::eval::run(a),
+        Command::Serve(a) => commands::serve::run(a),
+        Command::Status(a) => commands::status::run(a),
+        Command::Catalog(a) => commands::catalog::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): nothing left to say to anyone.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("toolshelf: error: {e:#}");
             ExitCode::FAILURE

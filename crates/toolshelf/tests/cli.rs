@@ -342,3 +342,21 @@ fn eval_reports_the_documented_metrics() {
     let text = ok(&["eval", "--queries", &path]);
     assert!(text.contains("recall@1") && text.contains("p99"), "{text}");
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let tools: Vec<Value> = (0..3000)
+        .map(|i| serde_json::json!({"name": format!("tool_{i}"), "description": "x".repeat(200), "defer_loading": false}))
+        .collect();
+    let path = temp_file("big.json", &Value::Array(tools).to_string());
+    let bin = env!("CARGO_BIN_EXE_toolshelf");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{bin}' render --catalog '{path}' | head -c 10 >/dev/null"
+        ))
+        .output()
+        .expect("sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
+}

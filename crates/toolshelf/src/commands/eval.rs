@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use toolshelf_core::Resolution;
 use toolshelf_core::search::SearchIndex;
 
-use super::print_json;
+use super::{outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `eval`.
@@ -170,23 +170,23 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         return print_json(&result);
     }
-    println!(
+    outln!(
         "{} queries over {} tools ({})",
         cases.len(),
         index.len(),
         args.queries.display()
     );
-    println!(
+    outln!(
         "recall@1 {:.3}  @3 {:.3}  @5 {:.3}  @10 {:.3}",
         recall[0] / n,
         recall[1] / n,
         recall[2] / n,
         recall[3] / n
     );
-    println!("MRR {:.3}  nDCG@10 {:.3}", mrr / n, ndcg / n);
-    println!("index build {build_ms:.1} ms; query latency p50 {p50:.0} µs, p99 {p99:.0} µs");
+    outln!("MRR {:.3}  nDCG@10 {:.3}", mrr / n, ndcg / n);
+    outln!("index build {build_ms:.1} ms; query latency p50 {p50:.0} µs, p99 {p99:.0} µs");
     if let Some(kib) = peak_rss_kib() {
-        println!("peak memory {:.1} MiB", kib as f64 / 1024.0);
+        outln!("peak memory {:.1} MiB", kib as f64 / 1024.0);
     }
     Ok(())
 }

@@ -4,7 +4,7 @@ use anyhow::{Result, bail};
 use serde_json::json;
 use toolshelf_core::{Error, Resolution, name};
 
-use super::print_json;
+use super::{outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `explain`.
@@ -62,27 +62,28 @@ pub fn run(args: Args) -> Result<()> {
             "reason": d.reason,
         }));
     }
-    println!("{}", t.name);
+    outln!("{}", t.name);
     match &t.server {
         Some(s) => {
             let orig = l
                 .catalog
                 .server(s)
                 .map_or(s.as_str(), |s| s.original_name.as_str());
-            println!(
+            outln!(
                 "  original:  tool {:?} of server {:?}",
-                t.original_name, orig
+                t.original_name,
+                orig
             );
         }
-        None => println!(
+        None => outln!(
             "  original:  {:?} ({})",
             t.original_name,
             serde_json::to_value(t.origin)?.as_str().unwrap_or("")
         ),
     }
-    println!("  declared:  defer_loading = {declared}");
+    outln!("  declared:  defer_loading = {declared}");
     match mode {
-        Some(m) => println!(
+        Some(m) => outln!(
             "  mode:      {} -> {}: {}",
             m.name,
             if d.in_mode == Some(true) {
@@ -92,12 +93,12 @@ pub fn run(args: Args) -> Result<()> {
             },
             d.mode_reason.as_deref().unwrap_or("")
         ),
-        None => println!("  mode:      none"),
+        None => outln!("  mode:      none"),
     }
     if l.policy.rules().is_empty() {
-        println!("  rules:     none");
+        outln!("  rules:     none");
     } else {
-        println!("  rules:");
+        outln!("  rules:");
         for r in l.policy.rules() {
             let s = r.to_string();
             let hit = if d.matched_rules.contains(&s) {
@@ -105,10 +106,10 @@ pub fn run(args: Args) -> Result<()> {
             } else {
                 "-"
             };
-            println!("    {s:<40} {hit}");
+            outln!("    {s:<40} {hit}");
         }
     }
-    println!(
+    outln!(
         "  default:   {}{}",
         l.policy.default(),
         if d.by_default {
@@ -117,6 +118,6 @@ pub fn run(args: Args) -> Result<()> {
             " (not consulted)"
         }
     );
-    println!("  final:     {} ({})", d.state, d.reason);
+    outln!("  final:     {} ({})", d.state, d.reason);
     Ok(())
 }

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use toolshelf_core::Ledger;
 
-use super::{FormatArg, print_json};
+use super::{FormatArg, outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `ledger`.
@@ -48,51 +48,58 @@ pub fn run(args: Args) -> Result<()> {
         return print_json(&ledger);
     }
     let g = &ledger;
-    println!(
+    outln!(
         "toolshelf ledger: {} ({} format, window {} tokens)",
         l.catalog.source_name(),
         g.format,
         thousands(window as i64)
     );
-    println!(
+    outln!(
         "tools: {} total, {} deferred, {} resident, {} hidden",
-        g.tools_total, g.deferred, g.resident, g.hidden
+        g.tools_total,
+        g.deferred,
+        g.resident,
+        g.hidden
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:<24}{:>10}{:>10}{:>10}",
-        "per turn", "chars", "tokens", "window"
+        "per turn",
+        "chars",
+        "tokens",
+        "window"
     );
-    let row = |label: &str, chars: i64, tokens: i64, share: Option<f64>| {
-        println!(
+    let row = |label: &str, chars: i64, tokens: i64, share: Option<f64>| -> Result<()> {
+        outln!(
             "{label:<24}{:>10}{:>10}{:>10}",
             thousands(chars),
             thousands(tokens),
             share.map(pct).unwrap_or_default()
         );
+        Ok(())
     };
     row(
         "all resident",
         g.all_resident.chars as i64,
         g.all_resident.tokens as i64,
         Some(g.all_resident.window_share),
-    );
+    )?;
     row(
         "with toolshelf",
         g.after.chars as i64,
         g.after.tokens as i64,
         Some(g.after.window_share),
-    );
-    row("  of which index", g.index.chars, g.index.tokens, None);
+    )?;
+    row("  of which index", g.index.chars, g.index.tokens, None)?;
     row(
         "saved per turn",
         g.saved_per_turn.chars,
         g.saved_per_turn.tokens,
         None,
-    );
-    println!();
+    )?;
+    outln!();
     if let Some(big) = &g.largest {
-        println!(
+        outln!(
             "largest deferred: {} ({} chars, {} of deferred)",
             big.name,
             thousands(big.chars as i64),
@@ -100,14 +107,14 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let r = |x: &Option<String>| x.clone().unwrap_or_else(|| "n/a".into());
-    println!(
+    outln!(
         "schema chars per name char: all {}, deferred {}, largest {}",
         r(&g.ratios.all),
         r(&g.ratios.deferred),
         r(&g.ratios.largest)
     );
     if !g.index_dropped_servers.is_empty() {
-        println!(
+        outln!(
             "not in the index (searchable only): {}",
             g.index_dropped_servers.join(", ")
         );

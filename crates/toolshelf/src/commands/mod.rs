@@ -1,12 +1,27 @@
 //! One module per subcommand.
 
+pub mod catalog;
 pub mod eval;
 pub mod explain;
 pub mod ledger;
 pub mod render;
 pub mod search;
+pub mod serve;
+pub mod status;
 
 use toolshelf_core::Format;
+
+/// `println!` for command output: a closed stdout (`toolshelf search ... | head`) returns an
+/// error from the enclosing function instead of panicking; `main` then exits quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            return Err(e.into());
+        }
+    }};
+}
+pub(crate) use outln;
 
 /// `--format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -35,6 +50,6 @@ impl From<FormatArg> for Format {
 
 /// Prints a JSON value, pretty, with a trailing newline.
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

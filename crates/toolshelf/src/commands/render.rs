@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::{FormatArg, print_json};
+use super::{FormatArg, outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `render`.
@@ -23,7 +23,7 @@ pub fn run(args: Args) -> Result<()> {
     loaded.warn_index();
     if args.index_only {
         match loaded.surface.tool_search_description() {
-            Some(d) => println!("{d}"),
+            Some(d) => outln!("{d}"),
             None => eprintln!(
                 "toolshelf: note: no tool is deferred, so there is no tool_search and no index"
             ),

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use toolshelf_core::search::render::search;
 use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
 
-use super::print_json;
+use super::{outln, print_json};
 use crate::inputs::{Loaded, Source};
 
 /// Arguments of `search`.
@@ -68,7 +68,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         print_json(&json!({"hits": response.hits, "text": response.text}))
     } else {
-        println!("{}", response.text);
+        outln!("{}", response.text);
         Ok(())
     }
 }

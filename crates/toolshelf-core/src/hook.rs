@@ -1,0 +1,327 @@
+//! Hook events and answers: the contract between the gateway and a hook command.
+//!
+//! A hook is any program. It gets one [`HookEvent`] as JSON on stdin and answers through its exit
+//! status and stdout, so a two-line shell script is a valid hook:
+//! - exit 0 with empty stdout: allow, change nothing;
+//! - exit 0 with a JSON [`HookAnswer`] on stdout: allow or deny, rewrite params (`pre_call`) or
+//!   the result (`post_call`), add guidance the model reads;
+//! - exit 2: deny, with stderr as the reason the model sees;
+//! - anything else (another status, a timeout, unreadable stdout): the hook failed, and its
+//!   `on_error` decides: `allow` goes on (fail open), `deny` refuses (fail closed). Either way the
+//!   failure is reported in the log and the audit trail.
+//!
+//! Running the process is the gateway's job; deciding what its output means is pure, and here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::config::OnError;
+
+/// The events hooks can subscribe to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookEventKind {
+    /// Before a call runs.
+    PreCall,
+    /// After a call succeeded.
+    PostCall,
+    /// After a call failed.
+    CallFailed,
+    /// After `tool_search` answered.
+    PostSearch,
+    /// A client session started.
+    SessionStart,
+    /// A client session ended.
+    SessionEnd,
+}
+
+impl HookEventKind {
+    /// The config key (`pre_call`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PreCall => "pre_call",
+            Self::PostCall => "post_call",
+            Self::CallFailed => "call_failed",
+            Self::PostSearch => "post_search",
+            Self::SessionStart => "session_start",
+            Self::SessionEnd => "session_end",
+        }
+    }
+}
+
+/// What a hook reads on stdin. Fields that do not apply to the event are absent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookEvent {
+    /// The event.
+    pub event: HookEventKind,
+    /// The client session's id.
+    pub session: String,
+    /// Target tool, canonical name (call events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The target's server, as configured (call events on MCP tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The name the server knows the tool by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_tool: Option<String>,
+    /// Whether the call came through `defer_execute` (else the client called a pinned tool).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via_defer_execute: Option<bool>,
+    /// The call's params (call events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<Map<String, Value>>,
+    /// The call's result as MCP JSON (`post_call`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// What went wrong (`call_failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `tool_search`'s arguments (`post_search`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<Value>,
+    /// Canonical names whose schemas the search returned (`post_search`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<Vec<String>>,
+}
+
+impl HookEvent {
+    /// An event with only its kind and session set.
+    pub fn new(event: HookEventKind, session: impl Into<String>) -> Self {
+        Self {
+            event,
+            session: session.into(),
+            tool: None,
+            server: None,
+            original_tool: None,
+            via_defer_execute: None,
+            params: None,
+            result: None,
+            error: None,
+            search: None,
+            loaded: None,
+        }
+    }
+}
+
+/// `allow` or `deny`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HookDecision {
+    /// Go on.
+    Allow,
+    /// Refuse.
+    Deny,
+}
+
+/// What a hook may print on stdout (exit 0). Every field is optional.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookAnswer {
+    /// `"allow"` (default) or `"deny"`.
+    pub decision: Option<HookDecision>,
+    /// Why; the model reads it when the call is denied.
+    pub reason: Option<String>,
+    /// Replacement params (`pre_call` only).
+    pub params: Option<Map<String, Value>>,
+    /// Replacement result, an MCP `CallToolResult` (`post_call` only).
+    pub result: Option<Value>,
+    /// Text appended to what the model reads.
+    pub guidance: Option<String>,
+}
+
+/// What one hook run means.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookOutcome {
+    /// Go on, maybe with changes.
+    Allow(HookAnswer),
+    /// Refuse, with the reason the model reads.
+    Deny(String),
+}
+
+/// How a hook process ended, as the gateway observed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookRun {
+    /// It exited.
+    Exited {
+        /// Exit status (`None` when killed by a signal).
+        code: Option<i32>,
+        /// Its stdout.
+        stdout: String,
+        /// Its stderr.
+        stderr: String,
+    },
+    /// It could not be started or did not finish in time.
+    Failed(String),
+}
+
+/// Interprets a run of the hook `label` for `event`. Returns the outcome and, when the hook
+/// itself failed, the failure to report.
+pub fn interpret(
+    label: &str,
+    event: HookEventKind,
+    run: HookRun,
+    on_error: OnError,
+) -> (HookOutcome, Option<String>) {
+    let failed = |why: String| {
+        let report = format!("hook {label} failed: {why}");
+        let outcome = match on_error {
+            OnError::Allow => HookOutcome::Allow(HookAnswer::default()),
+            OnError::Deny => HookOutcome::Deny(format!("{report} (on_error = \"deny\")")),
+        };
+        (outcome, Some(report))
+    };
+    let (code, stdout, stderr) = match run {
+        HookRun::Failed(why) => return failed(why),
+        HookRun::Exited {
+            code,
+            stdout,
+            stderr,
+        } => (code, stdout, stderr),
+    };
+    match code {
+        Some(0) => {}
+        Some(2) => {
+            let reason = stderr.trim();
+            let reason = if reason.is_empty() {
+                format!("denied by hook {label}")
+            } else {
+                reason.to_owned()
+            };
+            return (HookOutcome::Deny(reason), None);
+        }
+        Some(c) => {
+            return failed(format!(
+                "exit status {c}{}",
+                tail(&stderr).map(|s| format!(": {s}")).unwrap_or_default()
+            ));
+        }
+        None => return failed("killed by a signal".into()),
+    }
+    if stdout.trim().is_empty() {
+        return (HookOutcome::Allow(HookAnswer::default()), None);
+    }
+    let answer: HookAnswer = match serde_json::from_str(stdout.trim()) {
+        Ok(a) => a,
+        Err(e) => return failed(format!("stdout is not a valid answer: {e}")),
+    };
+    if answer.params.is_some() && event != HookEventKind::PreCall {
+        return failed(format!(
+            "\"params\" can only be rewritten by pre_call hooks, not {}",
+            event.as_str()
+        ));
+    }
+    if answer.result.is_some() && event != HookEventKind::PostCall {
+        return failed(format!(
+            "\"result\" can only be rewritten by post_call hooks, not {}",
+            event.as_str()
+        ));
+    }
+    match answer.decision {
+        Some(HookDecision::Deny) => {
+            let reason = answer
+                .reason
+                .clone()
+                .unwrap_or_else(|| format!("denied by hook {label}"));
+            (HookOutcome::Deny(reason), None)
+        }
+        _ => (HookOutcome::Allow(answer), None),
+    }
+}
+
+fn tail(stderr: &str) -> Option<&str> {
+    let t = stderr.trim();
+    (!t.is_empty()).then(|| {
+        let start = t.char_indices().rev().nth(299).map_or(0, |(i, _)| i);
+        &t[start..]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn exited(code: i32, stdout: &str, stderr: &str) -> HookRun {
+        HookRun::Exited {
+            code: Some(code),
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+        }
+    }
+
+    #[test]
+    fn exit_status_and_answer_decide() {
+        let pre = HookEventKind::PreCall;
+        let (o, r) = interpret("h", pre, exited(0, "", ""), OnError::Deny);
+        assert_eq!((o, r), (HookOutcome::Allow(HookAnswer::default()), None));
+        let (o, _) = interpret(
+            "h",
+            pre,
+            exited(2, "", "no pushing on Fridays\n"),
+            OnError::Allow,
+        );
+        assert_eq!(o, HookOutcome::Deny("no pushing on Fridays".into()));
+        let (o, _) = interpret(
+            "h",
+            pre,
+            exited(0, r#"{"decision": "deny", "reason": "r"}"#, ""),
+            OnError::Allow,
+        );
+        assert_eq!(o, HookOutcome::Deny("r".into()));
+        let (o, _) = interpret(
+            "h",
+            pre,
+            exited(0, r#"{"params": {"a": 1}, "guidance": "g"}"#, ""),
+            OnError::Allow,
+        );
+        let HookOutcome::Allow(a) = o else {
+            panic!("allow")
+        };
+        assert_eq!(
+            (
+                a.params.expect("params")["a"].clone(),
+                a.guidance.as_deref()
+            ),
+            (json!(1), Some("g"))
+        );
+    }
+
+    #[test]
+    fn failures_follow_on_error() {
+        for run in [
+            exited(1, "", "boom"),
+            exited(0, "not json", ""),
+            exited(0, r#"{"verdict": "deny"}"#, ""),
+            HookRun::Failed("timed out after 1s".into()),
+        ] {
+            let (open, report) =
+                interpret("h", HookEventKind::PreCall, run.clone(), OnError::Allow);
+            assert_eq!(open, HookOutcome::Allow(HookAnswer::default()));
+            assert!(report.expect("reported").starts_with("hook h failed: "));
+            let (closed, _) = interpret("h", HookEventKind::PreCall, run, OnError::Deny);
+            assert!(matches!(closed, HookOutcome::Deny(r) if r.contains("on_error = \"deny\"")));
+        }
+        let (_, report) = interpret(
+            "h",
+            HookEventKind::PostSearch,
+            exited(0, r#"{"params": {}}"#, ""),
+            OnError::Allow,
+        );
+        assert!(
+            report
+                .expect("wrong event")
+                .contains("only be rewritten by pre_call")
+        );
+    }
+
+    #[test]
+    fn events_serialize_without_absent_fields() {
+        let mut e = HookEvent::new(HookEventKind::PreCall, "s1");
+        e.tool = Some("mcp__git__git_log".into());
+        assert_eq!(
+            serde_json::to_value(&e).expect("json"),
+            json!({"event": "pre_call", "session": "s1", "tool": "mcp__git__git_log"})
+        );
+    }
+}

@@ -1,0 +1,512 @@
+//! One downstream MCP server: starting it, calling it, watching it, restarting it.
+//!
+//! Each server is its own small state machine (cached, starting, ready, failed, disabled) behind
+//! its own locks, so a server that hangs in start-up or crashes never holds up another. Starts are
+//! serialised per server (two calls that both find it stopped start it once) and bounded by the
+//! start-up timeout; calls are bounded by the call timeout. A watcher task owns the connection and
+//! notices when it closes; a crash or a failed start is retried in the background with a doubling
+//! delay, so tools of a server that was late come in without anyone asking. The last known tool
+//! list survives a crash: the tools stay searchable while the server restarts.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    Implementation, JsonObject,
+};
+use rmcp::service::{NotificationContext, RunningServiceCancellationToken, ServiceError};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use serde::Serialize;
+use serde_json::Value;
+use toolshelf_core::config::{ServerConfig, expand};
+
+use crate::hub::Hub;
+
+/// Consecutive failures after which background restarts stop (a call can still start it).
+const MAX_BACKGROUND_RETRIES: u32 = 5;
+/// Longest delay between two restart attempts.
+const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// Where a server is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerState {
+    /// Not started; its tools come from the catalog cache. Starts on the first call.
+    Cached,
+    /// Starting (spawn, initialize, tools/list).
+    Starting,
+    /// Connected.
+    Ready,
+    /// Not running, with the reason.
+    Failed(String),
+    /// `enabled = false`.
+    Disabled,
+}
+
+/// A server's state as `toolshelf status` and the `toolshelf://status` resource show it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ServerStatus {
+    /// The server, as configured.
+    pub name: String,
+    /// `cached`, `starting`, `ready`, `failed` or `disabled`.
+    pub state: String,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Number of tools known (live or cached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<usize>,
+    /// Process id of a running stdio server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// Failed starts and crashes so far.
+    pub failures: u32,
+}
+
+/// Why a call did not produce a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The server is not running and could not be (re)started now.
+    Unavailable(String),
+    /// No answer within the call timeout.
+    Timeout(u64),
+    /// The connection closed during the call.
+    Crashed(String),
+    /// The server answered with a JSON-RPC error.
+    Protocol(String),
+}
+
+impl CallError {
+    /// Short outcome label for the audit log.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::Timeout(_) => "timeout",
+            Self::Crashed(_) => "crashed",
+            Self::Protocol(_) => "error",
+        }
+    }
+}
+
+struct Inner {
+    state: ServerState,
+    peer: Option<Peer<RoleClient>>,
+    stop: Option<RunningServiceCancellationToken>,
+    pid: Option<u32>,
+    /// Last known tools (live or cached), as MCP JSON; `None` until first listed.
+    tools: Option<Vec<Value>>,
+    /// Description for the index: configured, else the server's instructions.
+    description: String,
+    failures: u32,
+    retry_at: Option<Instant>,
+    /// Bumped per connection, so a stale watcher cannot mark a newer connection failed.
+    generation: u64,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("state", &self.state)
+            .field("pid", &self.pid)
+            .field("failures", &self.failures)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One downstream server.
+#[derive(Debug)]
+pub struct Downstream {
+    name: String,
+    config: ServerConfig,
+    inner: Mutex<Inner>,
+    start_lock: tokio::sync::Mutex<()>,
+    hub: Weak<Hub>,
+}
+
+impl Downstream {
+    /// A server in `state`, with `tools` known from the cache if any.
+    pub fn new(
+        name: String,
+        config: ServerConfig,
+        cached: Option<(String, Vec<Value>)>,
+        hub: Weak<Hub>,
+    ) -> Self {
+        let configured = config.description.clone();
+        let (state, description, tools) = match (config.enabled, cached) {
+            (false, _) => (ServerState::Disabled, configured.unwrap_or_default(), None),
+            (true, Some((desc, tools))) => {
+                (ServerState::Cached, configured.unwrap_or(desc), Some(tools))
+            }
+            (true, None) => (ServerState::Starting, configured.unwrap_or_default(), None),
+        };
+        Self {
+            name,
+            config,
+            inner: Mutex::new(Inner {
+                state,
+                peer: None,
+                stop: None,
+                pid: None,
+                tools,
+                description,
+                failures: 0,
+                retry_at: None,
+                generation: 0,
+            }),
+            start_lock: tokio::sync::Mutex::new(()),
+            hub,
+        }
+    }
+
+    /// The server's name, as configured.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding this lock leaves plain data behind; keep serving.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current state.
+    pub fn state(&self) -> ServerState {
+        self.lock().state.clone()
+    }
+
+    /// Description and last known tools (`None` when never listed).
+    pub fn tools(&self) -> (String, Option<Vec<Value>>) {
+        let i = self.lock();
+        (i.description.clone(), i.tools.clone())
+    }
+
+    /// The status line.
+    pub fn status(&self) -> ServerStatus {
+        let i = self.lock();
+        let (state, reason) = match &i.state {
+            ServerState::Cached => ("cached", None),
+            ServerState::Starting => ("starting", None),
+            ServerState::Ready => ("ready", None),
+            ServerState::Failed(r) => ("failed", Some(r.clone())),
+            ServerState::Disabled => ("disabled", None),
+        };
+        ServerStatus {
+            name: self.name.clone(),
+            state: state.into(),
+            reason,
+            tools: i.tools.as_ref().map(Vec::len),
+            pid: i.pid,
+            transport: if self.config.url.is_some() {
+                "http"
+            } else {
+                "stdio"
+            }
+            .into(),
+            failures: i.failures,
+        }
+    }
+
+    fn set_state(&self, state: ServerState) {
+        self.lock().state = state;
+        self.changed(false);
+    }
+
+    /// Tells the hub that state (and maybe tools) changed.
+    fn changed(&self, tools: bool) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.server_changed(&self.name, tools);
+        }
+    }
+
+    fn ready_peer(&self) -> Option<Peer<RoleClient>> {
+        let i = self.lock();
+        (i.state == ServerState::Ready)
+            .then(|| i.peer.clone())
+            .flatten()
+    }
+
+    fn delay(&self, failures: u32) -> Duration {
+        let base = Duration::from_secs(self.config.restart_delay_secs.max(1));
+        base.saturating_mul(1 << failures.saturating_sub(1).min(6))
+            .min(MAX_DELAY)
+    }
+
+    /// Connects if needed and returns the peer. Concurrent callers share one start.
+    pub async fn ensure_started(self: &Arc<Self>) -> Result<Peer<RoleClient>, String> {
+        if let Some(p) = self.ready_peer() {
+            return Ok(p);
+        }
+        let _one_start = self.start_lock.lock().await;
+        if let Some(p) = self.ready_peer() {
+            return Ok(p);
+        }
+        {
+            let i = self.lock();
+            match &i.state {
+                ServerState::Disabled => {
+                    return Err(format!(
+                        "server {:?} is disabled in the configuration",
+                        self.name
+                    ));
+                }
+                ServerState::Failed(reason) => {
+                    if let Some(at) = i.retry_at.filter(|at| *at > Instant::now()) {
+                        return Err(format!(
+                            "server {:?} is not running: {reason}; next restart attempt in {:.1}s",
+                            self.name,
+                            at.saturating_duration_since(Instant::now()).as_secs_f64()
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.set_state(ServerState::Starting);
+        tracing::info!(server = %self.name, "starting");
+        let secs = self.config.startup_timeout_secs;
+        let result = match tokio::time::timeout(Duration::from_secs(secs), self.connect()).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "did not start within {secs}s (startup_timeout_secs)"
+            )),
+        };
+        match result {
+            Ok(peer) => Ok(peer),
+            Err(reason) => {
+                let failures = {
+                    let mut i = self.lock();
+                    i.failures += 1;
+                    i.retry_at = Some(Instant::now() + self.delay(i.failures));
+                    i.state = ServerState::Failed(reason.clone());
+                    i.failures
+                };
+                tracing::warn!(server = %self.name, "failed: {reason}");
+                self.changed(false);
+                self.schedule_retry(failures);
+                Err(format!("server {:?} could not start: {reason}", self.name))
+            }
+        }
+    }
+
+    /// Retries in the background after `failures` consecutive failures.
+    fn schedule_retry(self: &Arc<Self>, failures: u32) {
+        if !self.hub.upgrade().is_some_and(|h| h.restarts) {
+            return;
+        }
+        if failures > MAX_BACKGROUND_RETRIES {
+            tracing::warn!(
+                server = %self.name,
+                "giving up background restarts after {failures} failures; a call will try again"
+            );
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let delay = self.delay(failures);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let Some(me) = me.upgrade() else { return };
+            if matches!(me.state(), ServerState::Failed(_)) {
+                let _ = me.ensure_started().await;
+            }
+        });
+    }
+
+    /// Spawns or connects, initializes, lists tools, and starts the watcher.
+    async fn connect(self: &Arc<Self>) -> Result<Peer<RoleClient>, String> {
+        let handler = DownstreamClient {
+            server: Arc::downgrade(self),
+        };
+        let env = |k: &str| std::env::var(k).ok();
+        let (service, pid) = match (&self.config.command, &self.config.url) {
+            (Some(command), _) => {
+                let program = expand(command, &env)?;
+                let mut cmd = tokio::process::Command::new(&program);
+                for a in &self.config.args {
+                    cmd.arg(expand(a, &env)?);
+                }
+                for (k, v) in &self.config.env {
+                    cmd.env(k, expand(v, &env)?);
+                }
+                if let Some(cwd) = &self.config.cwd {
+                    cmd.current_dir(expand(cwd, &env)?);
+                }
+                let (process, _) = TokioChildProcess::builder(cmd)
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .map_err(|e| format!("cannot run {program:?}: {e}"))?;
+                let pid = process.id();
+                let service = handler
+                    .serve(process)
+                    .await
+                    .map_err(|e| format!("initialize failed: {e}"))?;
+                (service, pid)
+            }
+            (None, Some(url)) => {
+                let url = expand(url, &env)?;
+                let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+                let service = handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("initialize at {url} failed: {e}"))?;
+                (service, None)
+            }
+            (None, None) => return Err("neither command nor url is set".into()),
+        };
+        let peer = service.peer().clone();
+        let tools = list_tools(&peer).await?;
+        let instructions = peer
+            .peer_info()
+            .and_then(|info| info.instructions.clone())
+            .and_then(|t| t.lines().find(|l| !l.trim().is_empty()).map(str::to_owned))
+            .unwrap_or_default();
+        let generation = {
+            let mut i = self.lock();
+            i.generation += 1;
+            i.state = ServerState::Ready;
+            i.peer = Some(peer.clone());
+            i.stop = Some(service.cancellation_token());
+            i.pid = pid;
+            i.tools = Some(tools);
+            i.failures = 0;
+            i.retry_at = None;
+            if self.config.description.is_none() {
+                i.description = instructions;
+            }
+            i.generation
+        };
+        tracing::info!(server = %self.name, pid = ?pid, "ready");
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let reason = service.waiting().await;
+            if let Some(me) = me.upgrade() {
+                me.on_closed(generation, format!("{reason:?}"));
+            }
+        });
+        self.changed(true);
+        Ok(peer)
+    }
+
+    /// The watcher saw the connection close.
+    fn on_closed(self: &Arc<Self>, generation: u64, why: String) {
+        let failures = {
+            let mut i = self.lock();
+            if i.generation != generation || i.state != ServerState::Ready {
+                return;
+            }
+            i.failures += 1;
+            i.retry_at = Some(Instant::now() + self.delay(i.failures));
+            i.state = ServerState::Failed(format!(
+                "the server exited or closed the connection ({why})"
+            ));
+            i.peer = None;
+            i.stop = None;
+            i.pid = None;
+            i.failures
+        };
+        tracing::warn!(server = %self.name, "connection closed ({why}); restarting with backoff");
+        self.changed(false);
+        self.schedule_retry(failures);
+    }
+
+    /// Re-lists tools after `notifications/tools/list_changed`.
+    async fn refresh(self: &Arc<Self>, peer: Peer<RoleClient>) {
+        match list_tools(&peer).await {
+            Ok(tools) => {
+                self.lock().tools = Some(tools);
+                tracing::info!(server = %self.name, "tool list changed");
+                self.changed(true);
+            }
+            Err(e) => tracing::warn!(server = %self.name, "re-listing tools failed: {e}"),
+        }
+    }
+
+    /// Calls `tool` (the server's own name for it) with a timeout.
+    pub async fn call(
+        self: &Arc<Self>,
+        tool: &str,
+        arguments: JsonObject,
+        timeout_secs: u64,
+    ) -> Result<CallToolResult, CallError> {
+        let peer = self
+            .ensure_started()
+            .await
+            .map_err(CallError::Unavailable)?;
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let call = peer.call_tool_once(params);
+        match tokio::time::timeout(Duration::from_secs(timeout_secs), call).await {
+            Err(_) => Err(CallError::Timeout(timeout_secs)),
+            Ok(Ok(CallToolResponse::Complete(result))) => Ok(result),
+            Ok(Ok(_)) => Err(CallError::Protocol(
+                "the server asked for client input or created a task; toolshelf passes on only complete results".into(),
+            )),
+            Ok(Err(ServiceError::McpError(e))) => Err(CallError::Protocol(format!(
+                "the server answered with error {}: {}",
+                e.code.0, e.message
+            ))),
+            Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
+                Err(CallError::Crashed(format!(
+                    "server {:?} closed the connection during the call ({e}); it is restarted with backoff",
+                    self.name
+                )))
+            }
+            Ok(Err(e)) => Err(CallError::Protocol(e.to_string())),
+        }
+    }
+
+    /// Closes the connection (the child process is killed when its transport drops).
+    pub fn stop(&self) {
+        let token = {
+            let mut i = self.lock();
+            i.generation += 1;
+            i.peer = None;
+            i.pid = None;
+            i.stop.take()
+        };
+        if let Some(t) = token {
+            t.cancel();
+        }
+    }
+}
+
+async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
+    let tools = peer
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    tools
+        .into_iter()
+        .map(|t| serde_json::to_value(t).map_err(|e| format!("unreadable tool: {e}")))
+        .collect()
+}
+
+/// The client side of one downstream connection: identifies toolshelf and reacts to
+/// `notifications/tools/list_changed`.
+#[derive(Debug, Clone)]
+struct DownstreamClient {
+    server: Weak<Downstream>,
+}
+
+impl ClientHandler for DownstreamClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolshelf", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        if let Some(server) = self.server.upgrade() {
+            // Re-list outside the notification handler: the handler must not wait on a request
+            // to the same peer.
+            tokio::spawn(async move { server.refresh(context.peer).await });
+        }
+    }
+}

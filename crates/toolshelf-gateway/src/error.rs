@@ -1,0 +1,40 @@
+//! The gateway's one error type: what stops the gateway itself from starting or serving.
+//!
+//! Failures of single calls or single servers are not errors here: they become tool results the
+//! model reads, or a server state (`failed: reason`), because one broken server must never take
+//! the gateway down.
+
+/// Everything that can stop the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The configuration or a catalog is invalid.
+    #[error(transparent)]
+    Core(#[from] toolshelf_core::Error),
+    /// A server section cannot be used as written (e.g. an unset `${VAR}`).
+    #[error("[servers.{server}] {message}")]
+    Server {
+        /// The server, as configured.
+        server: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Serving MCP to the client failed.
+    #[error("serving MCP over {transport}: {message}")]
+    Serve {
+        /// `stdio` or `http`.
+        transport: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// A file the gateway needs could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias for the gateway.
+pub type Result<T, E = GatewayError> = std::result::Result<T, E>;

@@ -1,0 +1,25 @@
+//! toolshelf-gateway: one MCP server that fronts many.
+//!
+//! A client connects to toolshelf instead of to each of its MCP servers and sees a few pinned
+//! tools plus `tool_search` and `defer_execute`. Everything about *what* the model sees and *may*
+//! run (catalog, policy, index, validation, permissions, hook answers, audit records) is decided
+//! by `toolshelf-core`, which has no I/O; this crate adds the moving parts: processes and
+//! connections to the downstream servers ([`downstream`]), the shared state ([`hub`]), one MCP
+//! session per client ([`session`]), hook processes ([`hooks`]), files ([`cache`], [`audit`]), and
+//! the stdio and HTTP listeners ([`serve`]).
+//!
+//! Logs go through `tracing` to stderr: over stdio, stdout is the MCP channel.
+
+pub mod audit;
+pub mod cache;
+pub mod downstream;
+pub mod error;
+pub mod hooks;
+pub mod hub;
+pub mod search;
+pub mod serve;
+pub mod session;
+
+pub use error::{GatewayError, Result};
+pub use hub::{Hub, Settings, Snapshot};
+pub use session::GatewaySession;

@@ -1,0 +1,47 @@
+//! `tool_search` in the gateway: the one seam between a session and the search engine.
+//!
+//! A session only needs the text the model reads, which tools' full schemas that text carries
+//! (they become loaded for the session) and whether the call was malformed. The engine itself
+//! (`toolshelf_core::search`) parses the request, ranks and renders; its index is built with each
+//! snapshot over the tools visible in this gateway's mode, so hidden tools are never found.
+
+use serde_json::{Map, Value};
+use toolshelf_core::config::SearchConfig;
+use toolshelf_core::search::SearchRequest;
+use toolshelf_core::search::render::search;
+
+use crate::hub::Snapshot;
+
+/// What one `tool_search` call produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchOutcome {
+    /// The text the model reads.
+    pub text: String,
+    /// Catalog indices (in the snapshot) whose full schema is in the text.
+    pub loaded: Vec<usize>,
+    /// Whether the call was malformed (a search that found nothing is an answer, not an error).
+    pub is_error: bool,
+}
+
+/// Answers one `tool_search` call over the visible tools of `snapshot`.
+pub fn tool_search(
+    snapshot: &Snapshot,
+    config: &SearchConfig,
+    args: &Map<String, Value>,
+) -> SearchOutcome {
+    match SearchRequest::from_json(&Value::Object(args.clone())) {
+        Err(text) => SearchOutcome {
+            text,
+            loaded: Vec::new(),
+            is_error: true,
+        },
+        Ok(request) => {
+            let r = search(&snapshot.search, &snapshot.catalog, &request, config);
+            SearchOutcome {
+                text: r.text,
+                loaded: r.loaded,
+                is_error: false,
+            }
+        }
+    }
+}

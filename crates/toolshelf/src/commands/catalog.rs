@@ -1,0 +1,44 @@
+//! `toolshelf catalog`: start the configured servers and print their merged catalog.
+//!
+//! The output is toolshelf's grouped form, so `render`, `ledger` and `search` read it as is. A
+//! server that fails to start is named on stderr and the command fails after printing what the
+//! others gave: a partial catalog must not pass for a whole one in a script.
+
+use anyhow::{Result, bail};
+use toolshelf_gateway::Hub;
+
+use super::print_json;
+use super::serve::{GatewaySource, init_logging, runtime};
+
+/// Arguments of `catalog`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    source: GatewaySource,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    init_logging("warn");
+    let settings = args.source.one_shot()?;
+    let (catalog, statuses) = runtime()?.block_on(async move {
+        let hub = Hub::start(settings)?;
+        hub.settled().await;
+        let out = (hub.grouped_catalog(), hub.statuses());
+        hub.shutdown();
+        anyhow::Ok(out)
+    })?;
+    print_json(&catalog)?;
+    let failed: Vec<String> = statuses
+        .iter()
+        .filter(|s| s.state == "failed")
+        .map(|s| format!("{}: {}", s.name, s.reason.as_deref().unwrap_or("failed")))
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} server(s) did not start, the catalog above lacks their tools:\n  {}",
+            failed.len(),
+            failed.join("\n  ")
+        );
+    }
+    Ok(())
+}

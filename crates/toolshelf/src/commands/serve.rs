@@ -1,0 +1,148 @@
+//! `toolshelf serve`: the MCP gateway, over stdio or streamable HTTP.
+//!
+//! Also home of the inputs `serve`, `status` and `catalog` share (`--config`, `--mcp-config`,
+//! `--mode`), so the three always agree on which servers a configuration means and which cache
+//! and status files belong to it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use toolshelf_core::Config;
+use toolshelf_gateway::{Hub, Settings};
+
+/// `--config`, `--mcp-config`, `--mode` of the gateway commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewaySource {
+    /// toolshelf configuration (TOML) with [servers.NAME] sections and the gateway settings.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// An MCP client configuration ({"mcpServers": {...}}, the common mcp.json shape) whose
+    /// servers toolshelf fronts, alone or added to --config's.
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
+    /// Active mode, as defined by [modes.NAME] in the configuration.
+    #[arg(long, value_name = "NAME")]
+    pub mode: Option<String>,
+}
+
+fn absolute(path: &Path) -> String {
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_owned())
+        .display()
+        .to_string()
+}
+
+impl GatewaySource {
+    /// The configuration with every server merged in, and its label.
+    pub fn load(&self) -> Result<(Config, String)> {
+        let mut labels = Vec::new();
+        let mut config = match &self.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read config {}", p.display()))?;
+                labels.push(absolute(p));
+                Config::from_toml_str(&text, &p.display().to_string())?
+            }
+            None => Config::default(),
+        };
+        if let Some(p) = &self.mcp_config {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read MCP config {}", p.display()))?;
+            let name = p.display().to_string();
+            let (servers, warnings) = Config::servers_from_mcp_json(&text, &name)?;
+            for w in warnings {
+                eprintln!("toolshelf: warning: {w}");
+            }
+            let config_name = self
+                .config
+                .as_ref()
+                .map(|c| c.display().to_string())
+                .unwrap_or_default();
+            toolshelf_gateway::hub::merge_servers(&mut config, servers, &config_name, &name)?;
+            labels.push(absolute(p));
+        }
+        if labels.is_empty() {
+            bail!(
+                "give --config FILE (a toolshelf.toml with [servers.NAME] sections) and/or --mcp-config FILE (an mcp.json); see examples/gateway.toml"
+            );
+        }
+        if config.servers.is_empty() {
+            bail!("{}: no MCP servers configured", labels.join(" + "));
+        }
+        Ok((config, labels.join(" + ")))
+    }
+
+    /// Settings for a long-running gateway (`serve`): cached servers start lazily, crashed ones
+    /// restart, the status file is kept.
+    pub fn serving(&self) -> Result<Settings> {
+        let (config, label) = self.load()?;
+        Ok(Settings {
+            config,
+            label,
+            mode: self.mode.clone(),
+            lazy: true,
+            status_file: true,
+            restarts: true,
+        })
+    }
+
+    /// Settings for a one-shot look at the servers (`catalog`, `status`): every server is
+    /// started now and reported as it was, nothing is restarted or audited.
+    pub fn one_shot(&self) -> Result<Settings> {
+        let mut s = self.serving()?;
+        s.lazy = false;
+        s.status_file = false;
+        s.restarts = false;
+        s.config.audit.enabled = false;
+        Ok(s)
+    }
+}
+
+/// Arguments of `serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    source: GatewaySource,
+    /// Serve streamable HTTP at http://ADDR/mcp (e.g. 127.0.0.1:8848) instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+}
+
+/// Logs to stderr (stdout is the MCP channel over stdio); `TOOLSHELF_LOG` overrides the level.
+pub fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLSHELF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// A Tokio runtime for the gateway commands.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub fn run(args: Args) -> Result<()> {
+    init_logging("info");
+    let settings = args.source.serving()?;
+    runtime()?.block_on(async move {
+        let hub: Arc<Hub> = Hub::start(settings)?;
+        let served = match &args.http {
+            Some(addr) => {
+                toolshelf_gateway::serve::serve_http(hub.clone(), addr, |bound| {
+                    eprintln!("toolshelf: serving MCP at http://{bound}/mcp");
+                })
+                .await
+            }
+            None => toolshelf_gateway::serve::serve_stdio(hub.clone()).await,
+        };
+        hub.shutdown();
+        served.map_err(anyhow::Error::from)
+    })
+}

@@ -1,0 +1,797 @@
+//! End-to-end tests of the gateway: the real `toolshelf serve` binary in front of real MCP
+//! servers (npm: everything, filesystem, memory; PyPI: time, git) and a tiny standard-library
+//! test server (`fixtures/test_server.py`: hangs, changes its tools, reports its pid), driven by
+//! rmcp's client over stdio and streamable HTTP.
+//!
+//! The servers are installed by `scripts/install-mcp-servers.sh` (`scripts/test` runs it); when
+//! they are missing these tests fail and say so, they never skip. Waiting for something that
+//! happens in the background (a restart, a re-listed server) polls with a generous deadline: the
+//! assertions are about what happens, never about how fast.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, Implementation, ReadResourceRequestParams, ResourceContents,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+const TOOLSHELF: &str = env!("CARGO_BIN_EXE_toolshelf");
+
+fn prefix() -> PathBuf {
+    std::env::var_os("TOOLSHELF_MCP_PREFIX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/toolshelf-mcp")
+        })
+}
+
+/// Path of an installed server; panics with the fix when it is missing.
+fn server_bin(rel: &str) -> String {
+    let p = prefix().join(rel);
+    assert!(
+        p.exists(),
+        "{} is not installed: run `bash scripts/install-mcp-servers.sh` (or `bash scripts/test`, which runs it) first",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A scratch directory with a config, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("toolshelf-e2e-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let dir = std::fs::canonicalize(&dir).expect("canonical");
+        Self(dir)
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.0.join(rel).display().to_string()
+    }
+
+    fn write(&self, rel: &str, content: &str) -> String {
+        let p = self.0.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, content).expect("write");
+        p.display().to_string()
+    }
+
+    fn audit(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.0.join("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn test_server_section(call_timeout: u64) -> String {
+    format!(
+        "[servers.test]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = {call_timeout}\nrestart_delay_secs = 3\n",
+        fixture("test_server.py")
+    )
+}
+
+/// The common sections: audit and cache inside the scratch directory.
+fn files_sections(s: &Scratch) -> String {
+    format!(
+        "[audit]\npath = {:?}\n[cache]\npath = {:?}\n",
+        s.path("audit.jsonl"),
+        s.path("cache")
+    )
+}
+
+/// A client that records nothing and answers elicitations by a fixed rule.
+#[derive(Debug, Clone, Default)]
+struct TestClient {
+    /// `Some(accept)`: declare elicitation support and answer so.
+    elicitation: Option<bool>,
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        let caps = match self.elicitation {
+            Some(_) => ClientCapabilities::builder().enable_elicitation().build(),
+            None => ClientCapabilities::default(),
+        };
+        ClientConfig::new(caps, Implementation::new("toolshelf-e2e", "0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(if self.elicitation == Some(true) {
+            ElicitationAction::Accept
+        } else {
+            ElicitationAction::Decline
+        }))
+    }
+}
+
+type Client = RunningService<RoleClient, TestClient>;
+
+async fn stdio_client(config: &str, handler: TestClient) -> Client {
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", config])
+        .env("TOOLSHELF_LOG", "warn");
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn toolshelf serve");
+    handler
+        .serve(transport)
+        .await
+        .expect("initialize toolshelf")
+}
+
+/// `toolshelf serve --http 127.0.0.1:0`; returns the child and the URL it serves.
+fn http_gateway(config: &str) -> (std::process::Child, String) {
+    let mut child = std::process::Command::new(TOOLSHELF)
+        .args(["serve", "--config", config, "--http", "127.0.0.1:0"])
+        .env("TOOLSHELF_LOG", "warn")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn toolshelf serve --http");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("toolshelf exited before serving")
+            .expect("stderr line");
+        eprintln!("{line}");
+        if let Some(rest) = line.strip_prefix("toolshelf: serving MCP at ") {
+            break rest.trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
+    (child, url)
+}
+
+async fn http_client(url: &str, handler: TestClient) -> Client {
+    handler
+        .serve(StreamableHttpClientTransport::from_uri(url))
+        .await
+        .expect("initialize over HTTP")
+}
+
+async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {name} failed at the protocol level: {e}"))
+}
+
+async fn exec(client: &Client, tool: &str, params: Value) -> CallToolResult {
+    call(
+        client,
+        "defer_execute",
+        json!({"tool_name": tool, "params": params}),
+    )
+    .await
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn ok(r: &CallToolResult) -> String {
+    assert_ne!(r.is_error, Some(true), "expected success, got: {}", text(r));
+    text(r)
+}
+
+fn err(r: &CallToolResult) -> String {
+    assert_eq!(
+        r.is_error,
+        Some(true),
+        "expected an error, got: {}",
+        text(r)
+    );
+    text(r)
+}
+
+async fn list_json(client: &Client) -> String {
+    let tools = client.list_all_tools().await.expect("tools/list");
+    serde_json::to_string(&tools).expect("json")
+}
+
+async fn statuses(client: &Client) -> Vec<Value> {
+    let r = client
+        .read_resource(ReadResourceRequestParams::new("toolshelf://status"))
+        .await
+        .expect("read toolshelf://status");
+    let ResourceContents::TextResourceContents { text, .. } = &r.contents[0] else {
+        panic!("status is text")
+    };
+    let v: Value = serde_json::from_str(text).expect("status JSON");
+    v["servers"].as_array().expect("servers").clone()
+}
+
+async fn server_status(client: &Client, name: &str) -> Value {
+    statuses(client)
+        .await
+        .into_iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no status for {name}"))
+}
+
+/// Polls `check` every 100 ms until it holds; fails after 60 s with `what`.
+async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn kill(pid: u64) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -9 {pid}");
+}
+
+/// Everything over one stdio session with the real servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_gateway_with_real_servers() {
+    let s = Scratch::new("stdio");
+    let npm = |b: &str| server_bin(&format!("npm/node_modules/.bin/{b}"));
+    let py = |b: &str| server_bin(&format!("venv/bin/{b}"));
+    std::fs::create_dir_all(s.0.join("files")).expect("files dir");
+    s.write("files/hello.txt", "hello from the e2e test\n");
+    s.write("files/secret.txt", "do not read\n");
+    let repo = s.path("repo");
+    let git = |args: &[&str]| {
+        let st = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .status()
+            .expect("git");
+        assert!(st.success(), "git {args:?}");
+    };
+    s.write("repo/README.md", "# scratch\n");
+    git(&["-c", "init.defaultBranch=main", "init", "-q"]);
+    let hook = s.write(
+        "hook.sh",
+        "#!/bin/sh\nevent=$(cat)\ncase \"$event\" in\n  *'\"tool\":\"mcp__everything__echo\"'*) echo 'echo is blocked by the test hook' >&2; exit 2;;\n  *'\"tool\":\"mcp__time__'*) echo '{\"guidance\": \"time-hook-guidance\"}';;\nesac\nexit 0\n",
+    );
+    std::process::Command::new("chmod")
+        .args(["+x", &hook])
+        .status()
+        .expect("chmod");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.everything]\ncommand = {:?}\nargs = [\"stdio\"]\n\
+             [servers.filesystem]\ncommand = {:?}\nargs = [{:?}]\n\
+             [servers.memory]\ncommand = {:?}\nenv = {{ MEMORY_FILE_PATH = {:?} }}\n\
+             [servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"Etc/UTC\"]\n\
+             [servers.git]\ncommand = {:?}\nargs = [\"--repository\", {:?}]\n\
+             {}\
+             [defer]\nrules = [\"NoDefer(^mcp__time__)\"]\n\
+             [permissions]\ndeny = [\"^mcp__git__git_reset$\", \"^mcp__filesystem__(*secret*)\"]\n\
+             ask = [\"^mcp__filesystem__write_file$\"]\n\
+             [[hooks.pre_call]]\ncommand = {hook:?}\n\
+             {}",
+            npm("mcp-server-everything"),
+            npm("mcp-server-filesystem"),
+            s.path("files"),
+            npm("mcp-server-memory"),
+            s.path("memory.jsonl"),
+            py("mcp-server-time"),
+            py("mcp-server-git"),
+            repo,
+            test_server_section(2),
+            files_sections(&s),
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+
+    // The list: resident time tools plus the meta-tools, byte-identical across lists.
+    let first = list_json(&client).await;
+    assert_eq!(
+        first,
+        list_json(&client).await,
+        "tools/list must not change within a session"
+    );
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .expect("list")
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "mcp__time__convert_time",
+            "mcp__time__get_current_time",
+            "tool_search",
+            "defer_execute"
+        ]
+    );
+    assert!(
+        first.contains("\\n  create_entities\\n"),
+        "the index names deferred tools: {first}"
+    );
+    assert!(
+        first.contains("\\n  git_log\\n") && !first.contains("git_reset"),
+        "an unconditional deny hides the tool"
+    );
+    for st in statuses(&client).await {
+        assert_eq!(st["state"], "ready", "{st}");
+    }
+
+    // Exact search loads a schema; the call then runs.
+    let found = ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__memory__create_entities"]}),
+    )
+    .await);
+    assert!(
+        found.contains("entities (array of object, required)")
+            && found.contains("defer_execute {\"tool_name\":\"mcp__memory__create_entities\""),
+        "{found}"
+    );
+
+    // Fuzzy search in Chinese and English finds deferred tools.
+    let fuzzy = ok(&call(
+        &client,
+        "tool_search",
+        json!({"queries": ["读取文件", "read text file"]}),
+    )
+    .await);
+    assert!(fuzzy.contains("1. mcp__filesystem__read"), "{fuzzy}");
+    let zh = ok(&call(&client, "tool_search", json!({"queries": ["天气预报"]})).await);
+    assert!(zh.contains("1. mcp__test__forecast"), "{zh}");
+    let created = exec(&client, "mcp__memory__create_entities", json!({"entities": [{"name": "toolshelf", "entityType": "project", "observations": ["fronts MCP servers"]}]})).await;
+    assert!(ok(&created).contains("toolshelf"));
+
+    // Not loaded: refused with the schema, and the refusal loads it (bare name resolves too).
+    let refused = err(&exec(&client, "read_graph", json!({})).await);
+    assert!(
+        refused.contains("It is loaded now")
+            && refused.contains("\"name\":\"mcp__memory__read_graph\""),
+        "{refused}"
+    );
+    assert!(ok(&exec(&client, "read_graph", json!({})).await).contains("fronts MCP servers"));
+
+    // A schema error lists the pointer and attaches the schema.
+    let invalid = err(&exec(
+        &client,
+        "mcp__memory__create_entities",
+        json!({"entities": [{"name": 3}]}),
+    )
+    .await);
+    assert!(
+        invalid.contains("at /entities/0/name") && invalid.contains("Expected schema:"),
+        "{invalid}"
+    );
+    assert!(invalid.contains("\"required\""), "{invalid}");
+
+    // Unknown and hidden names get the same answer; the hidden one is audited.
+    let unknown = err(&exec(&client, "mcp__memory__read_grph", json!({})).await);
+    assert!(
+        unknown.contains("Closest names") && unknown.contains("mcp__memory__read_graph"),
+        "{unknown}"
+    );
+    let hidden = err(&exec(&client, "mcp__git__git_reset", json!({"repo_path": repo})).await);
+    assert!(
+        hidden.starts_with("No tool named \"mcp__git__git_reset\" is available"),
+        "{hidden}"
+    );
+    let searched = ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__git__git_reset"]}),
+    )
+    .await);
+    assert!(
+        !searched.contains("\"tool_name\":\"mcp__git__git_reset\""),
+        "a hidden tool is never found: {searched}"
+    );
+
+    // Deny by argument glob; ask without elicitation support.
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__filesystem__read_text_file", "mcp__filesystem__write_file"]}),
+    )
+    .await);
+    let hello = exec(
+        &client,
+        "mcp__filesystem__read_text_file",
+        json!({"path": s.path("files/hello.txt")}),
+    )
+    .await;
+    assert!(ok(&hello).contains("hello from the e2e test"));
+    let secret = err(&exec(
+        &client,
+        "mcp__filesystem__read_text_file",
+        json!({"path": s.path("files/secret.txt")}),
+    )
+    .await);
+    assert!(
+        secret.contains("deny[1]") && secret.contains("forbids this call"),
+        "{secret}"
+    );
+    let write = err(&exec(
+        &client,
+        "mcp__filesystem__write_file",
+        json!({"path": s.path("files/new.txt"), "content": "x"}),
+    )
+    .await);
+    assert!(
+        write.contains("needs the user's approval") && write.contains("elicitation"),
+        "{write}"
+    );
+    assert!(!s.0.join("files/new.txt").exists());
+
+    // A hook blocks a call; a pinned tool called directly goes through the same hooks.
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__everything__echo"]}),
+    )
+    .await);
+    let blocked = err(&exec(&client, "mcp__everything__echo", json!({"message": "hi"})).await);
+    assert!(
+        blocked.contains("echo is blocked by the test hook"),
+        "{blocked}"
+    );
+    let time = ok(&call(
+        &client,
+        "mcp__time__get_current_time",
+        json!({"timezone": "Etc/UTC"}),
+    )
+    .await);
+    assert!(
+        time.contains("time-hook-guidance") && time.contains("Etc/UTC"),
+        "{time}"
+    );
+    let bad_time = err(&call(
+        &client,
+        "mcp__time__get_current_time",
+        json!({"timezone": 5}),
+    )
+    .await);
+    assert!(bad_time.contains("at /timezone"), "{bad_time}");
+
+    // A hung call times out and the session (and that server) goes on.
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__hang", "mcp__test__ping", "mcp__test__add_tool"]}),
+    )
+    .await);
+    let hung = err(&exec(&client, "mcp__test__hang", json!({})).await);
+    assert!(hung.contains("did not answer within 2s"), "{hung}");
+    assert_eq!(
+        ok(&exec(&client, "mcp__test__ping", json!({})).await),
+        "pong"
+    );
+
+    // Tools change mid-session: searchable at once, announced once, the list stays frozen.
+    ok(&exec(&client, "mcp__test__add_tool", json!({"name": "late_tool"})).await);
+    let mut texts = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = call(
+            &client,
+            "tool_search",
+            json!({"tool_names": ["mcp__test__late_tool"]}),
+        )
+        .await;
+        texts.push(text(&r));
+        if texts
+            .last()
+            .is_some_and(|t| t.contains("1. mcp__test__late_tool"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new tool never became searchable: {texts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let notices = texts
+        .iter()
+        .filter(|t| t.contains("the available tools changed; new: mcp__test__late_tool"))
+        .count();
+    assert_eq!(notices, 1, "the change is announced once: {texts:?}");
+    assert_eq!(
+        first,
+        list_json(&client).await,
+        "tools/list stays frozen after a tools change"
+    );
+
+    // A server killed mid-session: a clear error, then it is restarted and works again.
+    let pid = server_status(&client, "memory").await["pid"]
+        .as_u64()
+        .expect("memory pid");
+    kill(pid);
+    wait_for("memory to be seen as failed", || async {
+        server_status(&client, "memory").await["state"] == "failed"
+    })
+    .await;
+    let down = err(&exec(&client, "read_graph", json!({})).await);
+    assert!(
+        down.contains("not running") && down.contains("next restart attempt"),
+        "{down}"
+    );
+    wait_for("memory to be restarted", || async {
+        server_status(&client, "memory").await["state"] == "ready"
+    })
+    .await;
+    assert_ne!(
+        server_status(&client, "memory").await["pid"].as_u64(),
+        Some(pid)
+    );
+    assert!(ok(&exec(&client, "read_graph", json!({})).await).contains("fronts MCP servers"));
+
+    client.cancel().await.expect("close");
+
+    // The audit log has every kind of event, the hidden request included.
+    let audit = s.audit();
+    let has = |kind: &str, outcome: Option<&str>| {
+        audit
+            .iter()
+            .any(|r| r["kind"] == kind && outcome.is_none_or(|o| r["outcome"] == o))
+    };
+    assert!(has("search", Some("ok")) && has("call", Some("ok")) && has("call", Some("timeout")));
+    assert!(
+        has("refused", Some("not_loaded"))
+            && has("refused", Some("invalid"))
+            && has("refused", Some("denied"))
+    );
+    assert!(has("refused", Some("denied_by_hook")) && has("refused", Some("not_approved")));
+    assert!(has("server", Some("failed")) && has("session", Some("start")));
+    let hidden = audit
+        .iter()
+        .find(|r| r["kind"] == "hidden")
+        .expect("hidden request audited");
+    assert_eq!(hidden["tool"], "mcp__git__git_reset");
+    assert!(
+        hidden["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("deny[0]")
+    );
+}
+
+/// Several HTTP sessions at once, each with its own state; elicitation approves `ask` calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sessions_have_their_own_state() {
+    let s = Scratch::new("http");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"Etc/UTC\"]\n{}\
+             [permissions]\nask = [\"^mcp__test__ping$\"]\n{}",
+            server_bin("venv/bin/mcp-server-time"),
+            test_server_section(5),
+            files_sections(&s)
+        ),
+    );
+    let (mut gateway, url) = http_gateway(&config);
+    let approving = http_client(
+        &url,
+        TestClient {
+            elicitation: Some(true),
+        },
+    )
+    .await;
+    let declining = http_client(
+        &url,
+        TestClient {
+            elicitation: Some(false),
+        },
+    )
+    .await;
+    let plain = http_client(&url, TestClient::default()).await;
+
+    let list = list_json(&approving).await;
+    assert_eq!(
+        list,
+        list_json(&declining).await,
+        "every session gets the same bytes"
+    );
+    assert_eq!(list, list_json(&plain).await);
+
+    // Loading is per session.
+    ok(&call(
+        &approving,
+        "tool_search",
+        json!({"tool_names": ["mcp__time__convert_time", "mcp__test__ping"]}),
+    )
+    .await);
+    let converted = ok(&exec(
+        &approving,
+        "mcp__time__convert_time",
+        json!({"source_timezone": "Etc/UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+    )
+    .await);
+    assert!(converted.contains("Asia/Tokyo"), "{converted}");
+    let other = err(&exec(
+        &plain,
+        "mcp__time__convert_time",
+        json!({"source_timezone": "Etc/UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+    )
+    .await);
+    assert!(other.contains("It is loaded now"), "{other}");
+
+    // ask: approved through elicitation, declined, or impossible without it.
+    assert_eq!(
+        ok(&exec(&approving, "mcp__test__ping", json!({})).await),
+        "pong"
+    );
+    ok(&call(
+        &declining,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__ping"]}),
+    )
+    .await);
+    assert!(err(&exec(&declining, "mcp__test__ping", json!({})).await).contains("did not approve"));
+    ok(&call(
+        &plain,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__ping"]}),
+    )
+    .await);
+    assert!(err(&exec(&plain, "mcp__test__ping", json!({})).await).contains("cannot ask the user"));
+
+    for c in [approving, declining, plain] {
+        c.cancel().await.expect("close");
+    }
+    gateway.kill().expect("stop gateway");
+    let _ = gateway.wait();
+}
+
+/// A second start serves tools from the cache at once and starts the server on first use;
+/// `catalog` and `status` work from an mcp.json.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_catalog_and_status() {
+    let s = Scratch::new("cache");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!("{}{}", test_server_section(5), files_sections(&s)),
+    );
+    // First run lists the server and fills the cache.
+    let first = stdio_client(&config, TestClient::default()).await;
+    let list = list_json(&first).await;
+    assert_eq!(server_status(&first, "test").await["state"], "ready");
+    first.cancel().await.expect("close");
+    let cache_files: Vec<_> = std::fs::read_dir(s.0.join("cache"))
+        .expect("cache dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("catalog-"))
+        .collect();
+    assert_eq!(cache_files.len(), 1, "one cache file per configuration");
+
+    // Second run: same list, server not started until a call needs it.
+    let second = stdio_client(&config, TestClient::default()).await;
+    assert_eq!(list, list_json(&second).await);
+    let st = server_status(&second, "test").await;
+    assert_eq!(
+        (st["state"].as_str(), st.get("pid")),
+        (Some("cached"), None),
+        "{st}"
+    );
+    ok(&call(
+        &second,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__pid"]}),
+    )
+    .await);
+    let pid = ok(&exec(&second, "mcp__test__pid", json!({})).await);
+    let st = server_status(&second, "test").await;
+    assert_eq!(st["state"], "ready");
+    assert_eq!(st["pid"].as_u64().map(|p| p.to_string()), Some(pid));
+
+    // status sees the running gateway.
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config, "--json"])
+        .output()
+        .expect("status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(v["source"], "running");
+    assert_eq!(v["servers"][0]["state"], "ready");
+    second.cancel().await.expect("close");
+
+    // catalog from an mcp.json prints the grouped form, which render reads.
+    let mcp = s.write(
+        "mcp.json",
+        &json!({"mcpServers": {
+            "test": {"command": "python3", "args": [fixture("test_server.py")]},
+            "broken": {"command": s.path("no-such-server")}
+        }})
+        .to_string(),
+    );
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["catalog", "--mcp-config", &mcp])
+        .env("XDG_CACHE_HOME", s.path("xdg"))
+        .output()
+        .expect("catalog");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("broken") && stderr.contains("no-such-server"),
+        "{stderr}"
+    );
+    let catalog = s.write("catalog.json", &String::from_utf8_lossy(&out.stdout));
+    let rendered = std::process::Command::new(TOOLSHELF)
+        .args(["render", "--catalog", &catalog, "--index-only"])
+        .output()
+        .expect("render");
+    let index = String::from_utf8_lossy(&rendered.stdout);
+    assert!(
+        index.contains("mcp__test: Test server for toolshelf's end-to-end tests.")
+            && index.contains("  hang"),
+        "{index}"
+    );
+
+    // status without a running gateway probes the servers.
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--mcp-config", &mcp])
+        .env("XDG_CACHE_HOME", s.path("xdg"))
+        .output()
+        .expect("status");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("started each server to check it"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("broken") && l.contains("failed") && l.contains("cannot run")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("test") && l.contains("ready")),
+        "{table}"
+    );
+}
