@@ -284,7 +284,7 @@ pub struct HooksConfig {
     /// After a call failed (downstream error, timeout, crash); may add guidance.
     #[serde(default)]
     pub call_failed: Vec<HookCommand>,
-    /// After `tool_search` answered; may add guidance.
+    /// After `tool_search` answered; may withhold or rewrite its result or add guidance.
     #[serde(default)]
     pub post_search: Vec<HookCommand>,
     /// When a client session starts.
@@ -318,7 +318,7 @@ pub struct HookCommand {
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// Only for target tools matching this pattern (call events); default every tool.
+    /// Only for target tools matching this pattern (call events only); default every tool.
     pub tools: Option<String>,
     /// Seconds the hook may take.
     #[serde(default = "default_hook_timeout")]
@@ -506,6 +506,13 @@ impl Config {
                     return Err(err(format!("{at}: timeout_secs must be at least 1")));
                 }
                 if let Some(p) = &h.tools {
+                    // Session and search events have no target tool: a pattern there would
+                    // silently keep the hook from ever running.
+                    if !matches!(event, "pre_call" | "post_call" | "call_failed") {
+                        return Err(err(format!(
+                            "{at}: tools only applies to call events (pre_call, post_call, call_failed); a {event} hook has no target tool"
+                        )));
+                    }
                     Pattern::new(p).map_err(|e| err(format!("{at} tools: {e}")))?;
                 }
             }
@@ -889,6 +896,10 @@ mod tests {
             (
                 "[[hooks.post_call]]\ncommand = \"x\"\ntools = \"\"",
                 "[hooks] post_call[0] tools",
+            ),
+            (
+                "[[hooks.post_search]]\ncommand = \"x\"\ntools = \"^mcp__a__\"",
+                "[hooks] post_search[0]: tools only applies to call events",
             ),
             (
                 "[execute]\ncall_timeout_secs = 0",

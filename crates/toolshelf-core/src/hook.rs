@@ -4,7 +4,7 @@
 //! status and stdout, so a two-line shell script is a valid hook:
 //! - exit 0 with empty stdout: allow, change nothing;
 //! - exit 0 with a JSON [`HookAnswer`] on stdout: allow or deny, rewrite params (`pre_call`) or
-//!   the result (`post_call`), add guidance the model reads;
+//!   the result (`post_call`, `post_search`), add guidance the model reads;
 //! - exit 2: deny, with stderr as the reason the model sees;
 //! - anything else (another status, a timeout, unreadable stdout): the hook failed, and its
 //!   `on_error` decides: `allow` goes on (fail open), `deny` refuses (fail closed). Either way the
@@ -71,7 +71,7 @@ pub struct HookEvent {
     /// The call's params (call events).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub params: Option<Map<String, Value>>,
-    /// The call's result as MCP JSON (`post_call`).
+    /// The result as MCP `CallToolResult` JSON (`post_call`; `post_search`: the search's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// What went wrong (`call_failed`).
@@ -124,7 +124,7 @@ pub struct HookAnswer {
     pub reason: Option<String>,
     /// Replacement params (`pre_call` only).
     pub params: Option<Map<String, Value>>,
-    /// Replacement result, an MCP `CallToolResult` (`post_call` only).
+    /// Replacement result, an MCP `CallToolResult` (`post_call` and `post_search` only).
     pub result: Option<Value>,
     /// Text appended to what the model reads.
     pub guidance: Option<String>,
@@ -211,9 +211,11 @@ pub fn interpret(
             event.as_str()
         ));
     }
-    if answer.result.is_some() && event != HookEventKind::PostCall {
+    if answer.result.is_some()
+        && !matches!(event, HookEventKind::PostCall | HookEventKind::PostSearch)
+    {
         return failed(format!(
-            "\"result\" can only be rewritten by post_call hooks, not {}",
+            "\"result\" can only be rewritten by post_call and post_search hooks, not {}",
             event.as_str()
         ));
     }
@@ -313,6 +315,25 @@ mod tests {
                 .expect("wrong event")
                 .contains("only be rewritten by pre_call")
         );
+        let result = r#"{"result": {"content": []}}"#;
+        let (_, report) = interpret(
+            "h",
+            HookEventKind::CallFailed,
+            exited(0, result, ""),
+            OnError::Allow,
+        );
+        assert!(
+            report
+                .expect("wrong event")
+                .contains("post_call and post_search")
+        );
+        let (o, report) = interpret(
+            "h",
+            HookEventKind::PostSearch,
+            exited(0, result, ""),
+            OnError::Deny,
+        );
+        assert!(report.is_none() && matches!(o, HookOutcome::Allow(a) if a.result.is_some()));
     }
 
     #[test]

@@ -15,9 +15,11 @@ use crate::error::{GatewayError, Result};
 use crate::hub::Hub;
 use crate::session::GatewaySession;
 
-/// Serves one session over stdin/stdout until the client closes it.
+/// Serves one session over stdin/stdout until the client closes it, then ends the session
+/// (audit, `session_end` hooks) before returning, so the process does not exit under them.
 pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
     let session = GatewaySession::new(hub);
+    let end = session.end();
     let running =
         session
             .serve(rmcp::transport::stdio())
@@ -27,6 +29,7 @@ pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
                 message: e.to_string(),
             })?;
     let _ = running.waiting().await;
+    end.run().await;
     Ok(())
 }
 

@@ -51,26 +51,88 @@ pub struct GatewaySession {
     hub: Arc<Hub>,
     id: String,
     local: tokio::sync::Mutex<Local>,
+    end: Arc<SessionEnd>,
+}
+
+/// The end of a session: its audit record and `session_end` hooks, run once.
+///
+/// Dropping the session starts it on the runtime, which suffices for HTTP sessions (the server
+/// keeps running). The stdio server must await it instead: the session is dropped as the
+/// connection closes, and a task spawned then dies with the runtime when the process exits.
+#[derive(Debug)]
+pub struct SessionEnd {
+    hub: Arc<Hub>,
+    id: String,
+    done: tokio::sync::Mutex<bool>,
+}
+
+impl SessionEnd {
+    /// Records the end and runs the `session_end` hooks, unless that already happened.
+    pub async fn run(&self) {
+        let mut done = self.done.lock().await;
+        if std::mem::replace(&mut *done, true) {
+            return;
+        }
+        self.record_end();
+        if !self.hub.config.hooks.session_end.is_empty() {
+            let event = HookEvent::new(HookEventKind::SessionEnd, &self.id);
+            let v = hooks::run(&self.hub.config.hooks.session_end, event).await;
+            report_hook_failures(&self.hub, &self.id, &v, None);
+        }
+    }
+
+    fn record_end(&self) {
+        let mut r = record(&self.id, AuditKind::Session);
+        r.outcome = Some("end".into());
+        self.hub.audit.append(&r);
+    }
 }
 
 fn error_result(text: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text.into())])
 }
 
+/// An audit record of session `id`.
+fn record(id: &str, kind: AuditKind) -> AuditRecord {
+    let mut r = Audit::record(kind);
+    r.session = Some(id.to_owned());
+    r
+}
+
+fn report_hook_failures(hub: &Hub, id: &str, verdict: &HookVerdict, tool: Option<&str>) {
+    for f in &verdict.failures {
+        let mut r = record(id, AuditKind::HookError);
+        r.tool = tool.map(str::to_owned);
+        r.detail = Some(f.clone());
+        hub.audit.append(&r);
+    }
+}
+
 impl GatewaySession {
     /// A new session on `hub`.
     pub fn new(hub: Arc<Hub>) -> Self {
         let id = hub.new_session_id();
+        let end = Arc::new(SessionEnd {
+            hub: hub.clone(),
+            id: id.clone(),
+            done: tokio::sync::Mutex::new(false),
+        });
         Self {
             hub,
             id,
             local: tokio::sync::Mutex::new(Local::default()),
+            end,
         }
     }
 
     /// The session id (as in hook events and the audit log).
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The session's end, for a server that must await it (see [`SessionEnd`]).
+    pub fn end(&self) -> Arc<SessionEnd> {
+        self.end.clone()
     }
 
     /// The frozen tool list, freezing it on first use.
@@ -88,17 +150,34 @@ impl GatewaySession {
     }
 
     fn record(&self, kind: AuditKind) -> AuditRecord {
-        let mut r = Audit::record(kind);
-        r.session = Some(self.id.clone());
-        r
+        record(&self.id, kind)
     }
 
     fn report_hook_failures(&self, verdict: &HookVerdict, tool: Option<&str>) {
-        for f in &verdict.failures {
-            let mut r = self.record(AuditKind::HookError);
-            r.tool = tool.map(str::to_owned);
-            r.detail = Some(f.clone());
-            self.hub.audit.append(&r);
+        report_hook_failures(&self.hub, &self.id, verdict, tool);
+    }
+
+    /// A hook's replacement result, or `None` (reported) when it is not a `CallToolResult`.
+    fn hook_result(
+        &self,
+        event: HookEventKind,
+        tool: Option<&str>,
+        r: Value,
+    ) -> Option<CallToolResult> {
+        match serde_json::from_value::<CallToolResult>(r) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                let f = format!(
+                    "a {} hook's result is not an MCP CallToolResult ({e}); the original result is kept",
+                    event.as_str()
+                );
+                tracing::warn!("{f}");
+                let mut h = self.record(AuditKind::HookError);
+                h.tool = tool.map(str::to_owned);
+                h.detail = Some(f);
+                self.hub.audit.append(&h);
+                None
+            }
         }
     }
 
@@ -110,38 +189,44 @@ impl GatewaySession {
             .iter()
             .map(|&i| snap.catalog.tools()[i].name.clone())
             .collect();
-        self.local
-            .lock()
-            .await
-            .state
-            .activate(names.iter().map(String::as_str));
         let mut r = self.record(AuditKind::Search);
         r.params = Some(args.clone());
         r.outcome = Some(if outcome.is_error { "error" } else { "ok" }.into());
         r.detail = Some(names.join(","));
         self.hub.audit.append(&r);
-        let mut text = outcome.text;
+        let mut result = if outcome.is_error {
+            error_result(outcome.text)
+        } else {
+            CallToolResult::success(vec![ContentBlock::text(outcome.text)])
+        };
         if !self.hub.config.hooks.post_search.is_empty() {
             let mut event = HookEvent::new(HookEventKind::PostSearch, &self.id);
             event.search = Some(Value::Object(args));
-            event.loaded = Some(names);
+            event.loaded = Some(names.clone());
+            event.result = serde_json::to_value(&result).ok();
             let verdict = hooks::run(&self.hub.config.hooks.post_search, event).await;
             self.report_hook_failures(&verdict, None);
             if let Some(reason) = verdict.denied {
+                // The model never saw the schemas, so nothing is loaded.
                 return error_result(format!(
                     "The search result was withheld by a hook: {reason}"
                 ));
             }
+            if let Some(r) = verdict.result
+                && let Some(r) = self.hook_result(HookEventKind::PostSearch, None, r)
+            {
+                result = r;
+            }
             for g in verdict.guidance {
-                text.push_str("\n\n");
-                text.push_str(&g);
+                result.content.push(ContentBlock::text(g));
             }
         }
-        if outcome.is_error {
-            error_result(text)
-        } else {
-            CallToolResult::success(vec![ContentBlock::text(text)])
-        }
+        self.local
+            .lock()
+            .await
+            .state
+            .activate(names.iter().map(String::as_str));
+        result
     }
 
     /// Asks the user through MCP elicitation; `Err` is the refusal text.
@@ -321,20 +406,10 @@ configuration ([permissions] allow), or do without it."
                         result = error_result(format!(
                             "{name} ran, but a post_call hook withheld its result: {reason}"
                         ));
-                    } else if let Some(r) = post.result {
-                        match serde_json::from_value::<CallToolResult>(r) {
-                            Ok(r) => result = r,
-                            Err(e) => {
-                                let f = format!(
-                                    "a post_call hook's result is not an MCP CallToolResult ({e}); the original result is kept"
-                                );
-                                tracing::warn!("{f}");
-                                let mut h = self.record(AuditKind::HookError);
-                                h.tool = Some(name.to_owned());
-                                h.detail = Some(f);
-                                self.hub.audit.append(&h);
-                            }
-                        }
+                    } else if let Some(r) = post.result
+                        && let Some(r) = self.hook_result(HookEventKind::PostCall, Some(name), r)
+                    {
+                        result = r;
                     }
                     guidance.extend(post.guidance);
                 }
@@ -489,18 +564,23 @@ tool_search, run them with defer_execute.",
 
 impl Drop for GatewaySession {
     fn drop(&mut self) {
-        let mut r = self.record(AuditKind::Session);
-        r.outcome = Some("end".into());
-        self.hub.audit.append(&r);
-        if self.hub.config.hooks.session_end.is_empty() {
-            return;
-        }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let hub = self.hub.clone();
-            let event = HookEvent::new(HookEventKind::SessionEnd, &self.id);
-            rt.spawn(async move {
-                hooks::run(&hub.config.hooks.session_end, event).await;
-            });
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let end = self.end.clone();
+                rt.spawn(async move { end.run().await });
+            }
+            // Never the case in the gateway; without a runtime only the audit line can be written.
+            Err(_) => {
+                if let Ok(mut done) = self.end.done.try_lock()
+                    && !std::mem::replace(&mut *done, true)
+                {
+                    self.end.record_end();
+                    tracing::warn!(
+                        "session {} ended outside the async runtime; its session_end hooks did not run",
+                        self.id
+                    );
+                }
+            }
         }
     }
 }

@@ -599,15 +599,23 @@ async fn stdio_gateway_with_real_servers() {
     );
 }
 
-/// Several HTTP sessions at once, each with its own state; elicitation approves `ask` calls.
+/// Several HTTP sessions at once, each with its own state; elicitation approves `ask` calls;
+/// session hooks see each session start and end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_sessions_have_their_own_state() {
     let s = Scratch::new("http");
+    let script = s.write("hook.sh", HOOK_SH);
+    let log = s.path("events.jsonl");
+    let session_hooks = ["session_start", "session_end"]
+        .map(|e| {
+            format!("[[hooks.{e}]]\ncommand = \"sh\"\nargs = [{script:?}, \"session\", {log:?}]\n")
+        })
+        .concat();
     let config = s.write(
         "toolshelf.toml",
         &format!(
             "[servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"Etc/UTC\"]\n{}\
-             [permissions]\nask = [\"^mcp__test__ping$\"]\n{}",
+             [permissions]\nask = [\"^mcp__test__ping$\"]\n{}{session_hooks}",
             server_bin("venv/bin/mcp-server-time"),
             test_server_section(5),
             files_sections(&s)
@@ -683,6 +691,22 @@ async fn http_sessions_have_their_own_state() {
     for c in [approving, declining, plain] {
         c.cancel().await.expect("close");
     }
+    // Each session started and, once its client closed it, ended.
+    let sessions = |event: &str| -> std::collections::BTreeSet<String> {
+        hook_log(&log)
+            .into_iter()
+            .filter(|(_, e)| e["event"] == event)
+            .map(|(_, e)| e["session"].as_str().expect("session").to_owned())
+            .collect()
+    };
+    wait_for("three session_start hooks", || async {
+        sessions("session_start").len() == 3
+    })
+    .await;
+    wait_for("every session_end hook", || async {
+        sessions("session_end") == sessions("session_start")
+    })
+    .await;
     gateway.kill().expect("stop gateway");
     let _ = gateway.wait();
 }
@@ -793,5 +817,325 @@ async fn cache_catalog_and_status() {
             .lines()
             .any(|l| l.starts_with("test") && l.contains("ready")),
         "{table}"
+    );
+}
+
+/// The hook script of the tests (`sh`: a Python hook costs a quarter second per run on a busy
+/// machine, and every call runs several): `hook.sh ROLE LOG` appends `{"hook": ROLE, "event":
+/// EVENT}` to LOG, then answers by its role and the call's `message` (`sleep` never answers).
+const HOOK_SH: &str = r#"role=$1 log=$2
+event=$(cat)
+printf '{"hook":"%s","event":%s}\n' "$role" "$event" >> "$log"
+case "$role:$event" in
+  pre:*'"message":"rewrite me"'*)
+    echo '{"params": {"message": "rewritten by pre_call", "added": 1}, "guidance": "pre_call guidance"}' ;;
+  pre:*'"message":"break the params"'*)
+    echo '{"params": {"message": 5}}' ;;
+  open:*'"message":"open error"'*|closed:*'"message":"closed error"'*)
+    echo "$role hook crashed" >&2; exit 1 ;;
+  sleep:*)
+    exec sleep 60 ;;
+  post:*'"message":"not a result"'*)
+    echo '{"result": {"content": "plain text is not a content list"}}' ;;
+  post:*'"message":"rewrite the result"'*)
+    echo '{"result": {"content": [{"type": "text", "text": "result rewritten by post_call"}]}, "guidance": "post_call guidance"}' ;;
+  failed:*)
+    tool=$(printf '%s' "$event" | sed 's/.*"tool":"\([^"]*\)".*/\1/')
+    printf '{"guidance": "call_failed guidance for %s"}\n' "$tool" ;;
+  search:*'"queries":["withhold"]'*)
+    echo '{"decision": "deny", "reason": "the test hook withholds this search"}' ;;
+  search:*'"queries":["rewrite"]'*)
+    echo '{"result": {"content": [{"type": "text", "text": "search result rewritten by post_search"}]}}' ;;
+  search:*)
+    echo '{"guidance": "post_search guidance"}' ;;
+esac
+"#;
+
+/// Events the hooks of `hooks_on_every_event` logged, as `(role, event)`.
+fn hook_log(path: &str) -> Vec<(String, Value)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).expect("hook log line is JSON");
+            (
+                v["hook"].as_str().expect("role").to_owned(),
+                v["event"].take(),
+            )
+        })
+        .collect()
+}
+
+/// Every hook event over one stdio session: rewrites of params, results and search results,
+/// guidance, call failures, session start and end, and hooks that fail open or closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_on_every_event() {
+    let s = Scratch::new("hooks");
+    let script = s.write("hook.sh", HOOK_SH);
+    let log = s.path("events.jsonl");
+    let hook = |event: &str, role: &str, extra: &str| {
+        format!(
+            "[[hooks.{event}]]\ncommand = \"sh\"\nargs = [{script:?}, {role:?}, {log:?}]\n{extra}"
+        )
+    };
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            test_server_section(3),
+            files_sections(&s),
+            "[execute]\nrequire_search = false\n".into(),
+            hook("session_start", "session", ""),
+            hook("session_end", "session", ""),
+            hook(
+                "pre_call",
+                "pre",
+                "tools = \"^mcp__test__echo$\"\non_error = \"deny\"\n",
+            ),
+            hook("pre_call", "open", "on_error = \"allow\"\n"),
+            hook("pre_call", "closed", "on_error = \"deny\"\n"),
+            // Hooks that always time out, kept to one tool each so that a loaded machine's slow
+            // start of the others never meets a one-second limit.
+            hook(
+                "pre_call",
+                "sleep",
+                "tools = \"^mcp__test__ping$\"\ntimeout_secs = 1\non_error = \"allow\"\n",
+            ),
+            hook(
+                "pre_call",
+                "sleep",
+                "tools = \"^mcp__test__pid$\"\ntimeout_secs = 1\non_error = \"deny\"\n",
+            ),
+            hook("post_call", "post", ""),
+            hook("call_failed", "failed", ""),
+            hook("post_search", "search", ""),
+        ]
+        .concat(),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let echo = |message: &str| exec(&client, "mcp__test__echo", json!({"message": message}));
+    let events = |role: &str| -> Vec<Value> {
+        hook_log(&log)
+            .into_iter()
+            .filter(|(r, _)| r == role)
+            .map(|(_, e)| e)
+            .collect()
+    };
+
+    // pre_call rewrites the params: the server receives the rewritten ones; guidance is appended.
+    let rewritten = ok(&echo("rewrite me").await);
+    assert!(
+        rewritten.starts_with(r#"{"added":1,"message":"rewritten by pre_call"}"#)
+            && rewritten.ends_with("\npre_call guidance"),
+        "{rewritten}"
+    );
+    let pre = events("pre");
+    assert_eq!(
+        pre.last().expect("pre_call event"),
+        &json!({"event": "pre_call", "session": pre[0]["session"], "tool": "mcp__test__echo",
+                "server": "test", "original_tool": "echo", "via_defer_execute": true,
+                "params": {"message": "rewrite me"}})
+    );
+    // The next hook in the chain sees the rewrite, and post_call sees what the server returned.
+    assert_eq!(
+        events("open").last().expect("open")["params"],
+        json!({"message": "rewritten by pre_call", "added": 1})
+    );
+    let post = events("post");
+    let post = post.last().expect("post_call event");
+    assert_eq!(
+        (&post["event"], &post["params"]["added"]),
+        (&json!("post_call"), &json!(1))
+    );
+    assert_eq!(
+        post["result"]["content"][0]["text"], r#"{"added":1,"message":"rewritten by pre_call"}"#,
+        "{post}"
+    );
+    // A rewrite that breaks the schema is refused with the schema.
+    let broken = err(&echo("break the params").await);
+    assert!(
+        broken.contains("pre_call hook rewrote its params") && broken.contains("at /message"),
+        "{broken}"
+    );
+
+    // post_call rewrites the result and adds guidance.
+    let result = ok(&echo("rewrite the result").await);
+    assert_eq!(result, "result rewritten by post_call\npost_call guidance");
+    assert_eq!(
+        ok(&echo("plain").await),
+        r#"{"message":"plain"}"#,
+        "no hook answer, no change"
+    );
+    // A replacement that is not a CallToolResult is reported and the original kept.
+    assert_eq!(
+        ok(&echo("not a result").await),
+        r#"{"message":"not a result"}"#
+    );
+    let audit = s.audit();
+    let reported = audit
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "hook_error")
+        .expect("bad result reported");
+    assert!(
+        reported["tool"] == "mcp__test__echo"
+            && reported["detail"].as_str().is_some_and(
+                |d| d.starts_with("a post_call hook's result is not an MCP CallToolResult")
+            ),
+        "{reported}"
+    );
+
+    // call_failed: a timeout and a server error, with the tool and the error in the event.
+    let hung = err(&exec(&client, "mcp__test__hang", json!({})).await);
+    assert!(
+        hung.contains("did not answer within 3s")
+            && hung.ends_with("\ncall_failed guidance for mcp__test__hang"),
+        "{hung}"
+    );
+    let failed = err(&exec(&client, "mcp__test__fail", json!({})).await);
+    assert!(
+        failed.contains("deliberate failure")
+            && failed.ends_with("\ncall_failed guidance for mcp__test__fail"),
+        "{failed}"
+    );
+    let failures = events("failed");
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    for (e, tool, error) in [
+        (&failures[0], "mcp__test__hang", "did not answer within 3s"),
+        (&failures[1], "mcp__test__fail", "deliberate failure"),
+    ] {
+        assert_eq!(
+            (&e["event"], &e["tool"], &e["server"], &e["params"]),
+            (
+                &json!("call_failed"),
+                &json!(tool),
+                &json!("test"),
+                &json!({})
+            ),
+            "{e}"
+        );
+        assert!(
+            e["error"].as_str().expect("error").contains(error) && e.get("result").is_none(),
+            "{e}"
+        );
+    }
+    assert!(
+        events("post")
+            .iter()
+            .all(|e| e["tool"] != "mcp__test__hang" && e["tool"] != "mcp__test__fail"),
+        "post_call runs only after calls that returned"
+    );
+
+    // post_search: sees the arguments, the loaded names and the result; adds guidance,
+    // rewrites the result or withholds it.
+    let args = json!({"tool_names": ["mcp__test__ping"]});
+    let found = ok(&call(&client, "tool_search", args.clone()).await);
+    assert!(
+        found.contains("1. mcp__test__ping") && found.ends_with("\npost_search guidance"),
+        "{found}"
+    );
+    let searched = events("search");
+    let searched = searched.last().expect("post_search event");
+    assert_eq!(
+        (&searched["search"], &searched["loaded"]),
+        (&args, &json!(["mcp__test__ping"])),
+        "{searched}"
+    );
+    assert!(
+        searched["result"]["content"][0]["text"]
+            .as_str()
+            .expect("search result text")
+            .contains("1. mcp__test__ping"),
+        "{searched}"
+    );
+    let rewritten = ok(&call(&client, "tool_search", json!({"queries": ["rewrite"]})).await);
+    assert_eq!(rewritten, "search result rewritten by post_search");
+    let withheld = err(&call(&client, "tool_search", json!({"queries": ["withhold"]})).await);
+    assert!(
+        withheld.contains("the test hook withholds this search"),
+        "{withheld}"
+    );
+
+    // Failing hooks: fail open lets the call through, fail closed refuses it; both are reported.
+    let failed_hook = |i: usize, why: &str| format!("hook pre_call[{i}] \"sh\" failed: {why}");
+    for (tool, message, answer, failure) in [
+        (
+            "mcp__test__echo",
+            Some("open error"),
+            Some(r#"{"message":"open error"}"#),
+            failed_hook(1, "exit status 1: open hook crashed"),
+        ),
+        (
+            "mcp__test__ping",
+            None,
+            Some("pong"),
+            failed_hook(3, "timed out after 1s"),
+        ),
+        (
+            "mcp__test__echo",
+            Some("closed error"),
+            None,
+            failed_hook(2, "exit status 1: closed hook crashed"),
+        ),
+        (
+            "mcp__test__pid",
+            None,
+            None,
+            failed_hook(4, "timed out after 1s"),
+        ),
+    ] {
+        let params = message.map_or(json!({}), |m| json!({"message": m}));
+        let r = exec(&client, tool, params).await;
+        match answer {
+            Some(answer) => assert_eq!(ok(&r), answer),
+            None => assert_eq!(
+                err(&r),
+                format!(
+                    "{tool} was not run: a pre_call hook denied it: {failure} (on_error = \"deny\")"
+                )
+            ),
+        }
+        let audit = s.audit();
+        let reported = audit
+            .iter()
+            .rev()
+            .find(|r| r["kind"] == "hook_error")
+            .expect("hook failure audited");
+        assert_eq!(
+            (&reported["tool"], &reported["detail"]),
+            (&json!(tool), &json!(failure)),
+            "{reported}"
+        );
+    }
+    assert!(
+        s.audit()
+            .iter()
+            .any(|r| r["kind"] == "refused" && r["outcome"] == "denied_by_hook"),
+        "fail-closed refusals are audited"
+    );
+
+    // session_start came with the session; session_end comes when the client disconnects.
+    let session = pre[0]["session"].clone();
+    assert_eq!(
+        events("session"),
+        [json!({"event": "session_start", "session": session})]
+    );
+    client.cancel().await.expect("close");
+    wait_for("the session_end hook", || async {
+        events("session").len() == 2
+    })
+    .await;
+    assert_eq!(
+        events("session")[1],
+        json!({"event": "session_end", "session": session})
+    );
+    assert!(
+        s.audit()
+            .iter()
+            .any(|r| r["kind"] == "session" && r["outcome"] == "end" && r["session"] == session),
+        "the end is audited"
+    );
+    assert!(
+        hook_log(&log).iter().all(|(_, e)| e["session"] == session),
+        "one session"
     );
 }
