@@ -43,6 +43,24 @@ pub struct Settings {
     /// Restart crashed and failed servers in the background (`serve`); one-shot commands that
     /// report what they saw (`catalog`, `status`) turn this off.
     pub restarts: bool,
+    /// Adds rankers to each snapshot's search index (the embedding ranker), off the request
+    /// path: until it is done, search uses BM25F alone.
+    pub enrich: Option<Enricher>,
+}
+
+/// Something that adds retrievers to a search index, such as the embedding ranker. It runs on a
+/// background thread for every new snapshot, so model loading never delays `tools/list`.
+#[derive(Clone)]
+pub struct Enricher(pub Arc<EnrichFn>);
+
+/// The function inside an [`Enricher`]: adds retrievers, or says why it could not.
+pub type EnrichFn =
+    dyn Fn(&mut SearchIndex, &Catalog) -> std::result::Result<(), String> + Send + Sync;
+
+impl std::fmt::Debug for Enricher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Enricher")
+    }
 }
 
 /// One immutable view of the catalog and what sessions may see of it.
@@ -58,8 +76,10 @@ pub struct Snapshot {
     pub visible: BTreeSet<String>,
     /// The MCP `tools/list` items of the surface.
     pub tools_list: Vec<rmcp::model::Tool>,
-    /// The search index over the visible tools.
+    /// The search index over the visible tools (BM25F).
     pub search: SearchIndex,
+    /// The same index with the enricher's rankers, once built in the background.
+    enriched: std::sync::OnceLock<SearchIndex>,
     validators: Mutex<HashMap<usize, Arc<ParamsValidator>>>,
 }
 
@@ -105,7 +125,39 @@ impl Snapshot {
             visible,
             tools_list,
             search,
+            enriched: std::sync::OnceLock::new(),
             validators: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The best search index available now: enriched when ready, else BM25F alone.
+    pub fn search_index(&self) -> &SearchIndex {
+        self.enriched.get().unwrap_or(&self.search)
+    }
+
+    /// Builds the enriched index on a background thread.
+    fn enrich_in_background(self: &Arc<Self>, enricher: &Enricher) {
+        let snap = Arc::clone(self);
+        let enricher = enricher.clone();
+        let spawned = std::thread::Builder::new()
+            .name("toolshelf-enrich".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let mut index = SearchIndex::build(&snap.catalog, snap.search.catalog_indices());
+                match (enricher.0)(&mut index, &snap.catalog) {
+                    Ok(()) => {
+                        let _ = snap.enriched.set(index);
+                        tracing::info!(
+                            tools = snap.search.len(),
+                            ms = started.elapsed().as_millis() as u64,
+                            "semantic search ready"
+                        );
+                    }
+                    Err(e) => tracing::warn!("semantic search unavailable, using BM25F alone: {e}"),
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the semantic indexer, using BM25F alone: {e}");
         }
     }
 
@@ -151,6 +203,7 @@ pub struct Hub {
     sessions: AtomicU64,
     /// Whether servers are restarted in the background.
     pub restarts: bool,
+    enrich: Option<Enricher>,
 }
 
 /// Merges `[servers]` of the configuration with the servers of an `mcp.json`; a name in both is
@@ -184,6 +237,7 @@ impl Hub {
             lazy,
             status_file,
             restarts,
+            enrich,
         } = settings;
         let policy = Policy::new(&config, &label, mode.as_deref())?;
         let permissions = Permissions::new(&config.permissions, &label)?;
@@ -238,6 +292,7 @@ impl Hub {
                 settled,
                 sessions: AtomicU64::new(0),
                 restarts,
+                enrich,
             }
         });
         hub.rebuild();
@@ -338,8 +393,16 @@ impl Hub {
                 }
             }
         }
-        let snap = Snapshot::build(b.build(), &self.policy, &self.permissions, &self.config);
-        *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+        let snap = Arc::new(Snapshot::build(
+            b.build(),
+            &self.policy,
+            &self.permissions,
+            &self.config,
+        ));
+        if let Some(enricher) = &self.enrich {
+            snap.enrich_in_background(enricher);
+        }
+        *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snap;
     }
 
     fn save_cache(&self) {

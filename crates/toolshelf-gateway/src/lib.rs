@@ -21,5 +21,5 @@ pub mod serve;
 pub mod session;
 
 pub use error::{GatewayError, Result};
-pub use hub::{Hub, Settings, Snapshot};
+pub use hub::{Enricher, Hub, Settings, Snapshot};
 pub use session::GatewaySession;

@@ -36,7 +36,7 @@ pub fn tool_search(
             is_error: true,
         },
         Ok(request) => {
-            let r = search(&snapshot.search, &snapshot.catalog, &request, config);
+            let r = search(snapshot.search_index(), &snapshot.catalog, &request, config);
             SearchOutcome {
                 text: r.text,
                 loaded: r.loaded,

@@ -94,8 +94,9 @@ pub struct Bm25Index {
     idf: Vec<f32>,
     /// Whether a term is a Chinese character bigram.
     weak: Vec<bool>,
-    lengths: Vec<[u32; FIELDS]>,
-    avg: [f32; FIELDS],
+    /// Per document and field: `weight / (1 - b + b * len / avg_len)`, so scoring a posting is
+    /// multiplications only.
+    factors: Vec<[f32; FIELDS]>,
     params: Bm25Params,
 }
 
@@ -144,6 +145,14 @@ impl Bm25Index {
         for f in 0..FIELDS {
             avg[f] = ((totals[f] / n) as f32).max(1.0);
         }
+        let factors = lengths
+            .iter()
+            .map(|len: &[u32; FIELDS]| {
+                std::array::from_fn(|f| {
+                    params.weight[f] / (1.0 - params.b[f] + params.b[f] * len[f] as f32 / avg[f])
+                })
+            })
+            .collect();
         let mut idf = vec![0f32; postings.len()];
         let mut weak = vec![false; postings.len()];
         for (term, &id) in &dict {
@@ -156,20 +165,19 @@ impl Bm25Index {
             postings,
             idf,
             weak,
-            lengths,
-            avg,
+            factors,
             params,
         }
     }
 
     /// Number of documents.
     pub fn len(&self) -> usize {
-        self.lengths.len()
+        self.factors.len()
     }
 
     /// Whether the index has no documents.
     pub fn is_empty(&self) -> bool {
-        self.lengths.is_empty()
+        self.factors.is_empty()
     }
 
     /// Id of `term`, if any document has it.
@@ -207,13 +215,10 @@ impl Bm25Index {
             let idf =
                 self.idf[term as usize] * qweight * if is_weak { p.cjk_char_weight } else { 1.0 };
             for post in &self.postings[term as usize] {
-                let len = &self.lengths[post.doc as usize];
+                let factor = &self.factors[post.doc as usize];
                 let mut tf = 0f32;
-                for (f, &count) in post.tf.iter().enumerate() {
-                    if count > 0 {
-                        let norm = 1.0 - p.b[f] + p.b[f] * len[f] as f32 / self.avg[f];
-                        tf += p.weight[f] * f32::from(count) / norm;
-                    }
+                for (&count, &k) in post.tf.iter().zip(factor) {
+                    tf += k * f32::from(count);
                 }
                 let d = post.doc as usize;
                 scores[d] += idf * tf / (p.k1 + tf);

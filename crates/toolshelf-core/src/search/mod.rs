@@ -18,6 +18,7 @@ pub mod bm25;
 pub mod render;
 pub mod schema_text;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -141,6 +142,13 @@ pub trait Retriever: std::fmt::Debug + Send + Sync {
     /// Writes a score for each document into `scores` (sized to the number of documents; zero
     /// means no match). `allowed[d]` is false for documents filtered out.
     fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]);
+
+    /// The least score with which this retriever alone (no shared meaningful word) may bring a
+    /// tool into the results. Abstention: below it, a tool that shares no word with the query
+    /// is noise, not a hit.
+    fn alone_floor(&self) -> f32 {
+        0.0
+    }
 }
 
 /// One query after parsing the operators out of it.
@@ -188,16 +196,39 @@ impl Retriever for Lexical {
             .iter()
             .filter_map(|(t, w)| self.index.term_id(t).map(|id| (id, *w)))
             .collect();
-        let mut strong = vec![0u16; n];
-        let mut weak = vec![0u16; n];
-        self.index
-            .accumulate(&terms, scores, &mut strong, &mut weak);
-        for d in 0..n {
-            if !allowed[d] || (strong[d] == 0 && weak[d] < self.min_weak) {
-                scores[d] = 0.0;
+        LEXICAL_SCRATCH.with_borrow_mut(|(strong, weak)| {
+            strong.clear();
+            strong.resize(n, 0);
+            weak.clear();
+            weak.resize(n, 0);
+            self.index.accumulate(&terms, scores, strong, weak);
+            for (((score, &ok), &s), &w) in scores
+                .iter_mut()
+                .zip(allowed)
+                .zip(strong.iter())
+                .zip(weak.iter())
+            {
+                if !ok || (s == 0 && w < self.min_weak) {
+                    *score = 0.0;
+                }
             }
-        }
+        });
     }
+}
+
+thread_local! {
+    /// Per-thread buffers sized to the catalog, reused across queries: allocating and zeroing
+    /// fresh pages for them on every query cost more than scoring a 10k-tool catalog.
+    static LEXICAL_SCRATCH: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static RANK_SCRATCH: RefCell<RankScratch> = const { RefCell::new(RankScratch { combined: Vec::new(), scores: Vec::new(), allowed: Vec::new(), lexical_hit: Vec::new() }) };
+}
+
+#[derive(Debug)]
+struct RankScratch {
+    combined: Vec<f32>,
+    scores: Vec<f32>,
+    allowed: Vec<bool>,
+    lexical_hit: Vec<bool>,
 }
 
 /// Tunables of the ranking.
@@ -479,12 +510,17 @@ impl SearchIndex {
         q.text = text_words.join(" ");
         let mut counts: Vec<(String, f32)> = Vec::new();
         analyze::analyze_with(&q.text, |term, surface| {
-            q.surface
-                .entry(term.clone())
-                .or_insert_with(|| surface.to_owned());
-            match counts.iter_mut().find(|(t, _)| *t == term) {
-                Some((_, c)) => *c += 1.0,
-                None => counts.push((term, 1.0)),
+            match q.surface.get(&term) {
+                // Seen before: find its slot (queries are short; first-seen order is kept).
+                Some(_) => {
+                    if let Some((_, c)) = counts.iter_mut().find(|(t, _)| *t == term) {
+                        *c += 1.0;
+                    }
+                }
+                None => {
+                    q.surface.insert(term.clone(), surface.to_owned());
+                    counts.push((term, 1.0));
+                }
             }
         });
         q.terms = counts;
@@ -493,44 +529,72 @@ impl SearchIndex {
         q
     }
 
-    fn allowed(&self, q: &ParsedQuery) -> Vec<bool> {
-        (0..self.docs.len())
-            .map(|d| {
-                (q.servers.is_empty()
-                    || self.servers[d]
-                        .as_ref()
-                        .is_some_and(|s| q.servers.contains(s)))
-                    && q.required
-                        .iter()
-                        .all(|r| self.name_terms[d].binary_search(r).is_ok())
-            })
-            .collect()
+    fn allowed_into(&self, q: &ParsedQuery, out: &mut Vec<bool>) {
+        out.clear();
+        out.extend((0..self.docs.len()).map(|d| {
+            (q.servers.is_empty()
+                || self.servers[d]
+                    .as_ref()
+                    .is_some_and(|s| q.servers.contains(s)))
+                && q.required
+                    .iter()
+                    .all(|r| self.name_terms[d].binary_search(r).is_ok())
+        }));
     }
 
     /// Ranks the searchable tools for `queries`, combined into one ranking: exact names first,
     /// then fused, per-query normalised scores. Returns at most `limit` hits.
     pub fn rank(&self, catalog: &Catalog, queries: &[String], limit: usize) -> Vec<Hit> {
+        RANK_SCRATCH.with_borrow_mut(|scratch| self.rank_with(catalog, queries, limit, scratch))
+    }
+
+    fn rank_with(
+        &self,
+        catalog: &Catalog,
+        queries: &[String],
+        limit: usize,
+        scratch: &mut RankScratch,
+    ) -> Vec<Hit> {
         let n = self.docs.len();
-        let mut combined = vec![0f32; n];
+        let RankScratch {
+            combined,
+            scores,
+            allowed,
+            lexical_hit,
+        } = scratch;
+        combined.clear();
+        combined.resize(n, 0.0);
+        scores.resize(n, 0.0);
         let mut exact: Vec<u32> = Vec::new();
         let mut parsed = Vec::with_capacity(queries.len());
-        let mut scores = vec![0f32; n];
         for query in queries {
             let q = self.parse(query);
-            let allowed = self.allowed(&q);
+            self.allowed_into(&q, allowed);
             exact.extend(q.exact.iter().filter(|&&d| allowed[d as usize]));
             let retrievers =
                 std::iter::once((&self.lexical as &dyn Retriever, self.lexical_weight))
                     .chain(self.extra.iter().map(|(r, w)| (r.as_ref(), *w)));
-            for (retriever, weight) in retrievers {
-                if weight == 0.0 {
+            for (k, (retriever, weight)) in retrievers.enumerate() {
+                if weight == 0.0 && k > 0 {
                     continue;
                 }
                 scores.iter_mut().for_each(|s| *s = 0.0);
-                retriever.score(&q, &allowed, &mut scores);
+                retriever.score(&q, allowed, scores);
+                if k == 0 {
+                    // The lexical retriever runs first; remember which tools share a word.
+                    lexical_hit.clear();
+                    lexical_hit.extend(scores.iter().map(|s| *s > 0.0));
+                } else {
+                    let floor = retriever.alone_floor();
+                    for (s, &hit) in scores.iter_mut().zip(lexical_hit.iter()) {
+                        if !hit && *s < floor {
+                            *s = 0.0;
+                        }
+                    }
+                }
                 let max = scores.iter().copied().fold(0f32, f32::max);
-                if max > 0.0 {
-                    for (c, s) in combined.iter_mut().zip(&scores) {
+                if max > 0.0 && weight > 0.0 {
+                    for (c, s) in combined.iter_mut().zip(scores.iter()) {
                         *c += weight * s / max;
                     }
                 }

@@ -23,6 +23,9 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Ranker: bm25, semantic, or both fused.
+    #[arg(long, value_enum, default_value_t)]
+    ranker: super::search::Ranker,
 }
 
 struct Case {
@@ -99,7 +102,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     toolshelf_core::search::analyze::warm_up();
     let start = Instant::now();
-    let index: SearchIndex = super::search::build_index(&loaded);
+    let index: SearchIndex = super::search::build_index(&loaded, args.ranker)?;
     let build_ms = start.elapsed().as_secs_f64() * 1000.0;
 
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -166,6 +169,7 @@ pub fn run(args: Args) -> Result<()> {
         "latency_us": {"p50": round4(p50), "p99": round4(p99)},
         "peak_rss_kib": peak_rss_kib(),
         "unknown_gold": unknown_gold,
+        "ranker": format!("{:?}", args.ranker).to_lowercase(),
     });
     if args.json {
         return print_json(&result);

@@ -32,10 +32,25 @@ pub struct Args {
     /// Print {"hits": [...], "text": "..."} instead of the text the model reads.
     #[arg(long)]
     json: bool,
+    /// Ranker: bm25, semantic, or both fused.
+    #[arg(long, value_enum, default_value_t)]
+    ranker: Ranker,
 }
 
-/// The index over every tool the active mode lets the model see.
-pub fn build_index(loaded: &Loaded) -> SearchIndex {
+/// Which rankers `tool_search` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Ranker {
+    /// BM25F over names, descriptions, parameters, server and tags.
+    Bm25,
+    /// The bundled embedding model alone.
+    Semantic,
+    /// Both, fused (the default when the binary has the model).
+    #[default]
+    Hybrid,
+}
+
+/// The index over every tool the active mode lets the model see, with `ranker`.
+pub fn build_index(loaded: &Loaded, ranker: Ranker) -> Result<SearchIndex> {
     let visible: Vec<usize> = loaded
         .surface
         .resident
@@ -43,12 +58,32 @@ pub fn build_index(loaded: &Loaded) -> SearchIndex {
         .chain(&loaded.surface.deferred)
         .copied()
         .collect();
-    SearchIndex::build(&loaded.catalog, &visible)
+    let mut index = SearchIndex::build(&loaded.catalog, &visible);
+    if ranker == Ranker::Bm25 {
+        return Ok(index);
+    }
+    #[cfg(feature = "embed")]
+    {
+        toolshelf_embed::attach_bundled(&mut index, &loaded.catalog)?;
+        if ranker == Ranker::Semantic {
+            index.set_lexical_weight(0.0);
+        }
+        Ok(index)
+    }
+    #[cfg(not(feature = "embed"))]
+    {
+        if ranker == Ranker::Semantic {
+            bail!(
+                "this build has no embedding model (cargo feature `embed` is off): use --ranker bm25"
+            );
+        }
+        Ok(index)
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
     let loaded = args.source.load()?;
-    let index = build_index(&loaded);
+    let index = build_index(&loaded, args.ranker)?;
     if let Some(path) = &args.batch {
         return batch(&loaded, &index, path, args.limit, args.json);
     }

@@ -84,6 +84,7 @@ impl GatewaySource {
             lazy: true,
             status_file: true,
             restarts: true,
+            enrich: enricher(),
         })
     }
 
@@ -94,6 +95,7 @@ impl GatewaySource {
         s.lazy = false;
         s.status_file = false;
         s.restarts = false;
+        s.enrich = None;
         s.config.audit.enabled = false;
         Ok(s)
     }
@@ -145,4 +147,20 @@ pub fn run(args: Args) -> Result<()> {
         hub.shutdown();
         served.map_err(anyhow::Error::from)
     })
+}
+
+/// The embedding ranker, when this binary has it.
+fn enricher() -> Option<toolshelf_gateway::Enricher> {
+    #[cfg(feature = "embed")]
+    {
+        Some(toolshelf_gateway::Enricher(std::sync::Arc::new(
+            |index, catalog| {
+                toolshelf_embed::attach_bundled(index, catalog).map_err(|e| e.to_string())
+            },
+        )))
+    }
+    #[cfg(not(feature = "embed"))]
+    {
+        None
+    }
 }

@@ -1,0 +1,294 @@
+//! toolshelf-embed: a semantic [`Retriever`] for `tool_search`, fully offline.
+//!
+//! Lexical search misses paraphrases, task-style requests and cross-language matches (a Chinese
+//! query for an English description). This crate ranks by meaning with a static embedding model
+//! (model2vec format: one vector per token, mean-pooled), distilled from a multilingual teacher by
+//! `scripts/distill-embeddings` and embedded in the binary, so nothing is downloaded and a query
+//! costs microseconds.
+//!
+//! Shape: [`Embedder`] wraps the model (loaded once, lazily: about half a second); [`Semantic`]
+//! holds one int8 row per tool, built at index time, and scores a query with exact dot products
+//! over contiguous rows. Vectors are quantised to int8 with fixed rounding, so scores are equal
+//! across runs and machines. The core fuses it with BM25F through the [`Retriever`] seam.
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use model2vec_rs::model::StaticModel;
+use toolshelf_core::Catalog;
+use toolshelf_core::search::{ParsedQuery, Retriever, SearchIndex, doc_text};
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The model files could not be read or parsed.
+    #[error("cannot load the embedding model from {source_name}: {message}")]
+    Load {
+        /// Where the model came from.
+        source_name: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The binary was built without the bundled model.
+    #[error("this build has no bundled embedding model (cargo feature `bundled-model` is off)")]
+    NotBundled,
+}
+
+/// The embedding model.
+pub struct Embedder {
+    model: StaticModel,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("dim", &self.model.dim())
+            .finish()
+    }
+}
+
+#[cfg(feature = "bundled-model")]
+mod bundled {
+    pub const TOKENIZER: &[u8] = include_bytes!("../../../models/zh-en-static/tokenizer.json");
+    pub const MODEL: &[u8] = include_bytes!("../../../models/zh-en-static/model.safetensors");
+    pub const CONFIG: &[u8] = include_bytes!("../../../models/zh-en-static/config.json");
+}
+
+/// `models/zh-en-static/SHA256SUMS`: the recorded checksum of every artifact file.
+pub const BUNDLED_SHA256SUMS: &str = include_str!("../../../models/zh-en-static/SHA256SUMS");
+
+/// The recorded sha256 of an artifact file, from [`BUNDLED_SHA256SUMS`].
+pub fn recorded_sha256(file: &str) -> Option<&'static str> {
+    BUNDLED_SHA256SUMS.lines().find_map(|l| {
+        let (hash, name) = l.split_once(char::is_whitespace)?;
+        (name.trim().trim_start_matches('*') == file).then_some(hash)
+    })
+}
+
+/// The bundled model's files (tokenizer, weights, config), when built with `bundled-model`.
+pub fn bundled_files() -> Option<[(&'static str, &'static [u8]); 3]> {
+    #[cfg(feature = "bundled-model")]
+    {
+        Some([
+            ("tokenizer.json", bundled::TOKENIZER),
+            ("model.safetensors", bundled::MODEL),
+            ("config.json", bundled::CONFIG),
+        ])
+    }
+    #[cfg(not(feature = "bundled-model"))]
+    {
+        None
+    }
+}
+
+impl Embedder {
+    /// Loads a model from its three files' bytes.
+    pub fn from_bytes(
+        tokenizer: &[u8],
+        model: &[u8],
+        config: &[u8],
+        source_name: &str,
+    ) -> Result<Self, Error> {
+        let model = StaticModel::from_bytes(tokenizer, model, config, Some(true)).map_err(|e| {
+            Error::Load {
+                source_name: source_name.to_owned(),
+                message: format!("{e:#}"),
+            }
+        })?;
+        Ok(Self { model })
+    }
+
+    /// Loads a model from a model2vec folder (`tokenizer.json`, `model.safetensors`, `config.json`).
+    pub fn from_dir(dir: &std::path::Path) -> Result<Self, Error> {
+        let read = |name: &str| {
+            std::fs::read(dir.join(name)).map_err(|e| Error::Load {
+                source_name: dir.display().to_string(),
+                message: format!("{name}: {e}"),
+            })
+        };
+        Self::from_bytes(
+            &read("tokenizer.json")?,
+            &read("model.safetensors")?,
+            &read("config.json")?,
+            &dir.display().to_string(),
+        )
+    }
+
+    /// The bundled model, loaded on first use and shared.
+    pub fn bundled() -> Result<&'static Embedder, Error> {
+        #[cfg(feature = "bundled-model")]
+        {
+            static MODEL: OnceLock<Result<Embedder, String>> = OnceLock::new();
+            MODEL
+                .get_or_init(|| {
+                    Embedder::from_bytes(
+                        bundled::TOKENIZER,
+                        bundled::MODEL,
+                        bundled::CONFIG,
+                        "the bundled model",
+                    )
+                    .map_err(|e| e.to_string())
+                })
+                .as_ref()
+                .map_err(|message| Error::Load {
+                    source_name: "the bundled model".into(),
+                    message: message.clone(),
+                })
+        }
+        #[cfg(not(feature = "bundled-model"))]
+        {
+            let _: Option<&OnceLock<()>> = None;
+            Err(Error::NotBundled)
+        }
+    }
+
+    /// Vector dimension.
+    pub fn dim(&self) -> usize {
+        self.model.dim()
+    }
+
+    /// The unit vector of `text`, quantised (see [`quantize`]).
+    pub fn embed(&self, text: &str) -> Vec<i8> {
+        quantize(&self.model.encode_single(text))
+    }
+
+    /// The unit vector of `text` in f32, before quantisation.
+    pub fn embed_f32(&self, text: &str) -> Vec<f32> {
+        self.model.encode_single(text)
+    }
+}
+
+/// Scale of the int8 grid: a unit vector's components lie in [-1, 1]; 127 per unit would waste
+/// most of the range (components of a 256-d unit vector are mostly below 0.3), so values are
+/// scaled by this and clamped.
+pub const QUANT_SCALE: f32 = 400.0;
+
+/// Rounds a unit vector onto the int8 grid with a fixed rule (round half away from zero), so the
+/// same text gives the same bytes everywhere.
+pub fn quantize(v: &[f32]) -> Vec<i8> {
+    v.iter()
+        .map(|x| (x * QUANT_SCALE).round().clamp(-127.0, 127.0) as i8)
+        .collect()
+}
+
+/// Dot products of `q` with every row of `rows` (row-major, `q.len()` wide) into `out`.
+///
+/// Compiled for several instruction sets and chosen at run time (AVX2 where the CPU has it): the
+/// baseline x86-64 build has no 32-bit integer multiply, and this loop is most of a query's cost.
+#[multiversion::multiversion(targets = "simd")]
+fn dot_all(q: &[i8], rows: &[i8], out: &mut [i32]) {
+    for (o, r) in out.iter_mut().zip(rows.chunks_exact(q.len())) {
+        *o = q
+            .iter()
+            .zip(r)
+            .map(|(x, y)| i32::from(*x) * i32::from(*y))
+            .sum();
+    }
+}
+
+/// Dot products of every row, and the (dot, document) pairs that pass the threshold.
+type Scratch = (Vec<i32>, Vec<(i32, u32)>);
+
+thread_local! {
+    /// Per-thread scratch for [`Semantic::score`], so a query allocates nothing per document.
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Fusion weight of the semantic ranker relative to BM25F (which weighs 1).
+pub const DEFAULT_WEIGHT: f32 = 0.8;
+
+/// Adds the bundled model's semantic ranker to `index` at [`DEFAULT_WEIGHT`].
+pub fn attach_bundled(index: &mut SearchIndex, catalog: &Catalog) -> Result<(), Error> {
+    let embedder = Embedder::bundled()?;
+    let semantic = Semantic::build(embedder, catalog, index);
+    index.add_retriever(Box::new(semantic), DEFAULT_WEIGHT);
+    Ok(())
+}
+
+/// One int8 row per searchable tool, in the search index's document order.
+#[derive(Debug, Clone)]
+pub struct Semantic {
+    embedder: &'static Embedder,
+    dim: usize,
+    rows: Vec<i8>,
+    /// Cosine below which a tool does not count as related.
+    pub min_cosine: f32,
+    /// At most this many tools per query get a semantic score.
+    pub top_k: usize,
+    /// Cosine a tool needs to be a hit on meaning alone, sharing no word with the query.
+    pub min_cosine_alone: f32,
+}
+
+impl Semantic {
+    /// Embeds every tool of `index` (its document order).
+    pub fn build(embedder: &'static Embedder, catalog: &Catalog, index: &SearchIndex) -> Self {
+        let dim = embedder.dim();
+        let mut rows = Vec::with_capacity(index.len() * dim);
+        for &i in index.catalog_indices() {
+            rows.extend(embedder.embed(&doc_text(catalog, &catalog.tools()[i])));
+        }
+        Self {
+            embedder,
+            dim,
+            rows,
+            min_cosine: 0.1,
+            top_k: 100,
+            min_cosine_alone: 0.25,
+        }
+    }
+
+    /// The raw int8 rows (document-major), e.g. to cache them with the catalog.
+    pub fn rows(&self) -> &[i8] {
+        &self.rows
+    }
+
+    /// Cosine of the query text with every document, in document order.
+    pub fn cosines(&self, text: &str) -> Vec<f32> {
+        let q = self.embedder.embed(text);
+        let mut dots = vec![0i32; self.rows.len() / self.dim.max(1)];
+        dot_all(&q, &self.rows, &mut dots);
+        dots.into_iter()
+            .map(|d| d as f32 / (QUANT_SCALE * QUANT_SCALE))
+            .collect()
+    }
+}
+
+impl Retriever for Semantic {
+    fn name(&self) -> &'static str {
+        "semantic"
+    }
+
+    fn alone_floor(&self) -> f32 {
+        self.min_cosine_alone - self.min_cosine
+    }
+
+    fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]) {
+        if query.text.trim().is_empty() {
+            return;
+        }
+        let q = self.embedder.embed(&query.text);
+        let scale = QUANT_SCALE * QUANT_SCALE;
+        SCRATCH.with_borrow_mut(|(dots, kept)| {
+            dots.clear();
+            dots.resize(self.rows.len() / self.dim.max(1), 0);
+            dot_all(&q, &self.rows, dots);
+            kept.clear();
+            // Compare in the integer domain; convert only the survivors.
+            let min_dot = (self.min_cosine * scale).ceil() as i32;
+            for (d, (&dot, &ok)) in dots.iter().zip(allowed).enumerate() {
+                if dot >= min_dot && ok {
+                    kept.push((dot, d as u32));
+                }
+            }
+            if kept.len() > self.top_k && self.top_k > 0 {
+                kept.select_nth_unstable_by(self.top_k - 1, |a, b| {
+                    b.0.cmp(&a.0).then(a.1.cmp(&b.1))
+                });
+                kept.truncate(self.top_k);
+            }
+            for &(dot, d) in kept.iter() {
+                scores[d as usize] = dot as f32 / scale - self.min_cosine;
+            }
+        });
+    }
+}

@@ -1,0 +1,55 @@
+//! The bundled model: its checksum, determinism, and cross-language retrieval.
+
+use sha2::{Digest, Sha256};
+use toolshelf_embed::{Embedder, bundled_files, recorded_sha256};
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn bundled_files_match_the_recorded_checksums() {
+    let files = bundled_files().expect("built with the bundled model");
+    for (name, bytes) in files {
+        let got = hex(&Sha256::digest(bytes));
+        assert_eq!(Some(got.as_str()), recorded_sha256(name), "{name}");
+    }
+}
+
+#[test]
+fn embeddings_are_deterministic_and_fixed() {
+    let e = Embedder::bundled().expect("model loads");
+    assert_eq!(e.dim(), 256);
+    let text = "Read the complete contents of a file 读取文件内容";
+    let a = e.embed(text);
+    let b = e.embed(text);
+    assert_eq!(a, b);
+    assert!(a.iter().any(|&x| x != 0));
+    // The quantised bytes are pinned: a change of model, tokenizer or rounding shows here.
+    let bytes: Vec<u8> = a.iter().map(|&x| x as u8).collect();
+    insta::assert_snapshot!(hex(&Sha256::digest(&bytes)));
+}
+
+fn cos(e: &Embedder, a: &str, b: &str) -> f32 {
+    let (x, y) = (e.embed_f32(a), e.embed_f32(b));
+    x.iter().zip(&y).map(|(p, q)| p * q).sum()
+}
+
+#[test]
+fn translations_are_closer_than_unrelated_text() {
+    let e = Embedder::bundled().expect("model loads");
+    let pairs = [
+        ("read a file", "读取文件", "天气预报"),
+        ("send email", "发送邮件", "读取文件"),
+        ("weather forecast", "天气预报", "提交代码"),
+        ("git commit", "提交代码", "发送邮件"),
+    ];
+    for (en, zh, other) in pairs {
+        let related = cos(e, en, zh);
+        let unrelated = cos(e, en, other);
+        assert!(
+            related > unrelated + 0.1,
+            "{en}/{zh}: {related} vs {other}: {unrelated}"
+        );
+    }
+}
