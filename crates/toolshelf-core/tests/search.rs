@@ -413,3 +413,22 @@ fn response_snapshots() {
         search(&e.index, &e.catalog, &request, &tight).text
     );
 }
+
+#[test]
+fn an_engine_failure_says_it_is_one() {
+    let r = toolshelf_core::search::render::SearchResponse::engine_failure("index missing");
+    assert!(
+        r.text.starts_with("tool_search failed: index missing."),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("not a sign that no tool matches"),
+        "{}",
+        r.text
+    );
+    assert_ne!(
+        r.text,
+        run(&env(None), json!({"queries": ["xylophone"]})).text
+    );
+}

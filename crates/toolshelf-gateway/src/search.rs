@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 use toolshelf_core::config::SearchConfig;
 use toolshelf_core::search::SearchRequest;
-use toolshelf_core::search::render::search;
+use toolshelf_core::search::render::{SearchResponse, search};
 
 use crate::hub::Snapshot;
 
@@ -36,11 +36,31 @@ pub fn tool_search(
             is_error: true,
         },
         Ok(request) => {
-            let r = search(snapshot.search_index(), &snapshot.catalog, &request, config);
-            SearchOutcome {
-                text: r.text,
-                loaded: r.loaded,
-                is_error: false,
+            // A fault in the engine must read as a fault, not as "no such tool": the model would
+            // otherwise conclude the tool does not exist.
+            let run = std::panic::AssertUnwindSafe(|| {
+                search(snapshot.search_index(), &snapshot.catalog, &request, config)
+            });
+            match std::panic::catch_unwind(run) {
+                Ok(r) => SearchOutcome {
+                    text: r.text,
+                    loaded: r.loaded,
+                    is_error: false,
+                },
+                Err(panic) => {
+                    let why = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    tracing::error!("tool_search panicked: {why}");
+                    SearchOutcome {
+                        text: SearchResponse::engine_failure(&format!("internal error ({why})"))
+                            .text,
+                        loaded: Vec::new(),
+                        is_error: true,
+                    }
+                }
             }
         }
     }
