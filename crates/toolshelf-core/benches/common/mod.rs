@@ -3,8 +3,12 @@
 
 #![allow(dead_code)]
 
+use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
+
+use criterion::{BenchmarkId, Criterion};
+use toolshelf_core::search::SearchIndex;
 
 use serde_json::Value;
 use toolshelf_core::Catalog;
@@ -88,4 +92,48 @@ pub fn latency_percentiles(queries: &[String], mut f: impl FnMut(&String)) -> (f
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat[((p / 100.0) * (lat.len() - 1) as f64).round() as usize];
     (pct(50.0), pct(99.0))
+}
+
+/// For each size: a synthetic catalog, `build`'s time (criterion, up to `bench_build_up_to`
+/// tools; larger builds are timed once), query time (criterion) and p50/p99 over every query.
+pub fn bench_sizes(
+    c: &mut Criterion,
+    label: &str,
+    bench_build_up_to: usize,
+    build: impl Fn(&Catalog, &[usize]) -> SearchIndex,
+) {
+    let pool = pooled_tools();
+    let qs = queries();
+    for size in [1_000usize, 10_000, 100_000] {
+        let catalog = catalog_of(&pool, size);
+        let all: Vec<usize> = (0..catalog.tools().len()).collect();
+        let mut group = c.benchmark_group(format!("{label}_{size}"));
+        group.sample_size(10);
+        if size <= bench_build_up_to {
+            group.bench_function(BenchmarkId::new("build", size), |b| {
+                b.iter(|| black_box(build(&catalog, &all)))
+            });
+        }
+        let t = Instant::now();
+        let index = build(&catalog, &all);
+        eprintln!(
+            "{label}_{size}: build {:.0} ms",
+            t.elapsed().as_secs_f64() * 1000.0
+        );
+        let mut i = 0;
+        group.bench_function(BenchmarkId::new("query", size), |b| {
+            b.iter(|| {
+                i = (i + 1) % qs.len();
+                black_box(index.rank(&catalog, std::slice::from_ref(&qs[i]), 10))
+            })
+        });
+        group.finish();
+        let (p50, p99) = latency_percentiles(&qs, |q| {
+            black_box(index.rank(&catalog, std::slice::from_ref(q), 10));
+        });
+        eprintln!(
+            "{label}_{size}: {} queries, p50 {p50:.0} µs, p99 {p99:.0} µs",
+            qs.len()
+        );
+    }
 }
