@@ -58,12 +58,13 @@ pub fn build_index(loaded: &Loaded, ranker: Ranker) -> Result<SearchIndex> {
         .chain(&loaded.surface.deferred)
         .copied()
         .collect();
-    let mut index = SearchIndex::build(&loaded.catalog, &visible);
+    let index = SearchIndex::build(&loaded.catalog, &visible);
     if ranker == Ranker::Bm25 {
         return Ok(index);
     }
     #[cfg(feature = "embed")]
     {
+        let mut index = index;
         toolshelf_embed::attach_bundled(&mut index, &loaded.catalog)?;
         if ranker == Ranker::Semantic {
             index.set_lexical_weight(0.0);
