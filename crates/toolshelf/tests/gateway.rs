@@ -1139,3 +1139,42 @@ async fn hooks_on_every_event() {
         "one session"
     );
 }
+
+/// With neither --config nor --mcp-config, the gateway commands run the bundled example, which
+/// fronts every server the install script installs (the README's first command relies on it).
+#[test]
+fn the_bundled_example_fronts_every_installed_server() {
+    server_bin("venv/bin/mcp-server-time");
+    let cache = std::env::temp_dir().join(format!("toolshelf-bundled-{}", std::process::id()));
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--json"])
+        .env("TOOLSHELF_MCP_PREFIX", prefix())
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("run toolshelf status");
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
+    let servers = v["servers"].as_array().expect("servers");
+    let names: Vec<&str> = servers.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "everything",
+            "fetch",
+            "filesystem",
+            "git",
+            "memory",
+            "sequential-thinking",
+            "time"
+        ]
+    );
+    for s in servers {
+        assert_eq!(s["state"], "ready", "{s}");
+        assert!(s["tools"].as_u64() > Some(0), "{s}");
+    }
+}

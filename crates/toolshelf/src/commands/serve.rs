@@ -11,10 +11,19 @@ use anyhow::{Context, Result, bail};
 use toolshelf_core::Config;
 use toolshelf_gateway::{Hub, Settings};
 
+/// The bundled example gateway configuration: the pinned servers that
+/// `scripts/install-mcp-servers.sh` installs.
+pub const EXAMPLE_GATEWAY_CONFIG: &str = include_str!("../../../../examples/gateway.toml");
+
+/// Label of the bundled example configuration (also keys its cache and status files).
+const EXAMPLE_GATEWAY_LABEL: &str = "examples/gateway.toml (bundled)";
+
 /// `--config`, `--mcp-config`, `--mode` of the gateway commands.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GatewaySource {
     /// toolshelf configuration (TOML) with [servers.NAME] sections and the gateway settings.
+    /// With neither this nor --mcp-config: the bundled example, fronting the servers that
+    /// scripts/install-mcp-servers.sh installs.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// An MCP client configuration ({"mcpServers": {...}}, the common mcp.json shape) whose
@@ -44,6 +53,10 @@ impl GatewaySource {
                 labels.push(absolute(p));
                 Config::from_toml_str(&text, &p.display().to_string())?
             }
+            None if self.mcp_config.is_none() => {
+                labels.push(EXAMPLE_GATEWAY_LABEL.to_owned());
+                Config::from_toml_str(EXAMPLE_GATEWAY_CONFIG, EXAMPLE_GATEWAY_LABEL)?
+            }
             None => Config::default(),
         };
         if let Some(p) = &self.mcp_config {
@@ -61,11 +74,6 @@ impl GatewaySource {
                 .unwrap_or_default();
             toolshelf_gateway::hub::merge_servers(&mut config, servers, &config_name, &name)?;
             labels.push(absolute(p));
-        }
-        if labels.is_empty() {
-            bail!(
-                "give --config FILE (a toolshelf.toml with [servers.NAME] sections) and/or --mcp-config FILE (an mcp.json); see examples/gateway.toml"
-            );
         }
         if config.servers.is_empty() {
             bail!("{}: no MCP servers configured", labels.join(" + "));
