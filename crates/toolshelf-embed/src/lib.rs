@@ -199,10 +199,113 @@ pub const DEFAULT_WEIGHT: f32 = 0.8;
 
 /// Adds the bundled model's semantic ranker to `index` at [`DEFAULT_WEIGHT`].
 pub fn attach_bundled(index: &mut SearchIndex, catalog: &Catalog) -> Result<(), Error> {
+    attach_bundled_cached(index, catalog, &mut VectorCache::default())
+}
+
+/// [`attach_bundled`], taking tool vectors from `cache` and adding the ones it lacks.
+pub fn attach_bundled_cached(
+    index: &mut SearchIndex,
+    catalog: &Catalog,
+    cache: &mut VectorCache,
+) -> Result<(), Error> {
     let embedder = Embedder::bundled()?;
-    let semantic = Semantic::build(embedder, catalog, index);
+    let semantic = Semantic::build_cached(embedder, catalog, index, cache);
     index.add_retriever(Box::new(semantic), DEFAULT_WEIGHT);
     Ok(())
+}
+
+/// Tool vectors by the hash of the text they embed, kept with the gateway's catalog cache so a
+/// restart or a catalog change embeds only tools whose text is new.
+///
+/// The file is small and private to this crate: a header line naming the model (the sha256 of
+/// its weights, so vectors of another model are never reused), then fixed-size records of an
+/// 8-byte little-endian key and `dim` int8 components. A file that does not parse is ignored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VectorCache {
+    vectors: std::collections::BTreeMap<u64, Vec<i8>>,
+    dirty: bool,
+}
+
+const CACHE_MAGIC: &str = "toolshelf-vectors-v1";
+
+fn cache_header() -> String {
+    format!(
+        "{CACHE_MAGIC} {}\n",
+        recorded_sha256("model.safetensors").unwrap_or("unknown")
+    )
+}
+
+impl VectorCache {
+    /// Loads `path`; an absent, foreign or damaged file gives an empty cache.
+    pub fn load(path: &std::path::Path, dim: usize) -> Self {
+        let Ok(bytes) = std::fs::read(path) else {
+            return Self::default();
+        };
+        let header = cache_header();
+        let Some(body) = bytes.strip_prefix(header.as_bytes()) else {
+            return Self::default();
+        };
+        let record = 8 + dim;
+        if dim == 0 || body.len() % record != 0 {
+            return Self::default();
+        }
+        let vectors = body
+            .chunks_exact(record)
+            .map(|r| {
+                let mut key = [0u8; 8];
+                key.copy_from_slice(&r[..8]);
+                (
+                    u64::from_le_bytes(key),
+                    r[8..].iter().map(|&b| b as i8).collect(),
+                )
+            })
+            .collect();
+        Self {
+            vectors,
+            dirty: false,
+        }
+    }
+
+    /// Writes the cache to `path` (atomically, via a temporary file) if anything was added.
+    pub fn save(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let mut out = cache_header().into_bytes();
+        for (key, v) in &self.vectors {
+            out.extend_from_slice(&key.to_le_bytes());
+            out.extend(v.iter().map(|&x| x as u8));
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, out)?;
+        std::fs::rename(&tmp, path)?;
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Number of cached vectors.
+    pub fn len(&self) -> usize {
+        self.vectors.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.vectors.is_empty()
+    }
+
+    /// The vector of `text`, embedded on a miss.
+    fn get_or_embed(&mut self, embedder: &Embedder, text: &str) -> &[i8] {
+        let key =
+            toolshelf_core::name::fnv1a64(text.as_bytes()) ^ (text.len() as u64).rotate_left(32);
+        let dirty = &mut self.dirty;
+        self.vectors.entry(key).or_insert_with(|| {
+            *dirty = true;
+            embedder.embed(text)
+        })
+    }
 }
 
 /// One int8 row per searchable tool, in the search index's document order.
@@ -222,10 +325,22 @@ pub struct Semantic {
 impl Semantic {
     /// Embeds every tool of `index` (its document order).
     pub fn build(embedder: &'static Embedder, catalog: &Catalog, index: &SearchIndex) -> Self {
+        Self::build_cached(embedder, catalog, index, &mut VectorCache::default())
+    }
+
+    /// [`Self::build`], reusing and filling `cache`.
+    pub fn build_cached(
+        embedder: &'static Embedder,
+        catalog: &Catalog,
+        index: &SearchIndex,
+        cache: &mut VectorCache,
+    ) -> Self {
         let dim = embedder.dim();
         let mut rows = Vec::with_capacity(index.len() * dim);
         for &i in index.catalog_indices() {
-            rows.extend(embedder.embed(&doc_text(catalog, &catalog.tools()[i])));
+            rows.extend_from_slice(
+                cache.get_or_embed(embedder, &doc_text(catalog, &catalog.tools()[i])),
+            );
         }
         Self {
             embedder,

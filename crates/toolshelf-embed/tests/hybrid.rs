@@ -109,3 +109,38 @@ fn ties_break_by_name_whatever_the_input_order() {
         );
     }
 }
+
+#[test]
+fn tool_vectors_are_cached_on_disk_and_reused() {
+    use toolshelf_embed::{Embedder, Semantic, VectorCache};
+    let c = Catalog::from_value(&tools(), "t").expect("catalog");
+    let index = SearchIndex::build(&c, &(0..c.tools().len()).collect::<Vec<_>>());
+    let embedder = Embedder::bundled().expect("model");
+    let path = std::env::temp_dir().join(format!("toolshelf-vectors-{}.bin", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+
+    let mut cache = VectorCache::load(&path, embedder.dim());
+    assert!(cache.is_empty());
+    let fresh = Semantic::build_cached(embedder, &c, &index, &mut cache);
+    assert_eq!(cache.len(), c.tools().len());
+    cache.save(&path).expect("save");
+
+    let mut reloaded = VectorCache::load(&path, embedder.dim());
+    assert_eq!(reloaded, {
+        let mut c2 = cache.clone();
+        c2.save(&path).expect("no-op save");
+        c2
+    });
+    let again = Semantic::build_cached(embedder, &c, &index, &mut reloaded);
+    assert_eq!(
+        again.rows(),
+        fresh.rows(),
+        "cached vectors equal freshly embedded ones"
+    );
+    assert_eq!(fresh.rows(), Semantic::build(embedder, &c, &index).rows());
+
+    // A damaged file is ignored, not trusted.
+    std::fs::write(&path, b"toolshelf-vectors-v1 something-else\n1234").expect("write");
+    assert!(VectorCache::load(&path, embedder.dim()).is_empty());
+    let _ = std::fs::remove_file(&path);
+}

@@ -85,6 +85,7 @@ impl GatewaySource {
     /// restart, the status file is kept.
     pub fn serving(&self) -> Result<Settings> {
         let (config, label) = self.load()?;
+        let enrich = enricher(&config);
         Ok(Settings {
             config,
             label,
@@ -92,7 +93,7 @@ impl GatewaySource {
             lazy: true,
             status_file: true,
             restarts: true,
-            enrich: enricher(),
+            enrich,
         })
     }
 
@@ -157,18 +158,42 @@ pub fn run(args: Args) -> Result<()> {
     })
 }
 
-/// The embedding ranker, when this binary has it.
-fn enricher() -> Option<toolshelf_gateway::Enricher> {
+/// The embedding ranker, when this binary has it. Tool vectors are kept in `vectors.bin` in the
+/// gateway's cache directory, so a restart or a catalog change embeds only new tool text.
+fn enricher(config: &Config) -> Option<toolshelf_gateway::Enricher> {
     #[cfg(feature = "embed")]
     {
-        Some(toolshelf_gateway::Enricher(std::sync::Arc::new(
-            |index, catalog| {
-                toolshelf_embed::attach_bundled(index, catalog).map_err(|e| e.to_string())
+        let path = toolshelf_gateway::hub::cache_dir(config).join("vectors.bin");
+        let cache = std::sync::Mutex::new(None::<toolshelf_embed::VectorCache>);
+        let persist = config.cache.enabled;
+        Some(toolshelf_gateway::Enricher(Arc::new(
+            move |index, catalog| {
+                let dim = toolshelf_embed::Embedder::bundled()
+                    .map_err(|e| e.to_string())?
+                    .dim();
+                let mut guard = cache.lock().unwrap_or_else(|p| p.into_inner());
+                let vectors = guard.get_or_insert_with(|| {
+                    if persist {
+                        toolshelf_embed::VectorCache::load(&path, dim)
+                    } else {
+                        Default::default()
+                    }
+                });
+                toolshelf_embed::attach_bundled_cached(index, catalog, vectors)
+                    .map_err(|e| e.to_string())?;
+                if persist && let Err(e) = vectors.save(&path) {
+                    eprintln!(
+                        "toolshelf: warning: cannot write the vector cache {}: {e}",
+                        path.display()
+                    );
+                }
+                Ok(())
             },
         )))
     }
     #[cfg(not(feature = "embed"))]
     {
+        let _ = config;
         None
     }
 }
