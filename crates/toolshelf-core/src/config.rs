@@ -471,6 +471,15 @@ impl Config {
                 ),
             });
         }
+        if config.search.response_budget_chars < 200 {
+            return Err(Error::Config {
+                source_name: source_name.to_owned(),
+                message: format!(
+                    "[search] response_budget_chars must be at least 200 (got {}): a smaller budget cannot hold one result",
+                    config.search.response_budget_chars
+                ),
+            });
+        }
         if config.defer.window == 0 {
             return Err(Error::Config {
                 source_name: source_name.to_owned(),
@@ -845,6 +854,10 @@ mod tests {
 
     #[test]
     fn search_limits_are_checked() {
+        let e = parse("[search]\nresponse_budget_chars = 0")
+            .expect_err("tiny budget")
+            .to_string();
+        assert!(e.contains("response_budget_chars"), "{e}");
         let e = parse("[search]\ndefault_limit = 20")
             .expect_err("over max")
             .to_string();

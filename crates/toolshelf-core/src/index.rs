@@ -60,7 +60,7 @@ pub fn cut(text: &str, max: usize) -> String {
     format!("{}…", kept.trim_end())
 }
 
-fn chars(s: &str) -> usize {
+pub(crate) fn chars(s: &str) -> usize {
     s.chars().count()
 }
 

@@ -153,18 +153,10 @@ pub fn schema_block(tool: &Tool) -> String {
     Value::Object(m).to_string()
 }
 
-/// The exact call form for a tool, with its required params as placeholders.
+/// The exact call form for a tool, with its required params as placeholders: the same text
+/// `tool_search` shows, so the model sees one shape for one tool.
 pub fn call_form(tool: &Tool) -> String {
-    let mut params = Map::new();
-    if let Some(Value::Array(req)) = tool.input_schema.get("required") {
-        for r in req.iter().filter_map(Value::as_str) {
-            params.insert(r.to_owned(), Value::String("...".into()));
-        }
-    }
-    let mut call = Map::new();
-    call.insert("tool_name".into(), tool.name.clone().into());
-    call.insert("params".into(), Value::Object(params));
-    format!("{DEFER_EXECUTE} {}", Value::Object(call))
+    crate::search::schema_text::call_form(&tool.name, &tool.input_schema)
 }
 
 /// The refusal of a deferred tool not loaded in this session (`[execute] require_search`).
@@ -374,7 +366,7 @@ mod tests {
         let tool = c.get("mcp__fs__read_text_file").expect("tool");
         let t = not_loaded_text(tool);
         assert!(t.contains("It is loaded now"), "{t}");
-        assert!(t.ends_with("defer_execute {\"tool_name\":\"mcp__fs__read_text_file\",\"params\":{\"path\":\"...\"}}"), "{t}");
+        assert!(t.ends_with("defer_execute {\"tool_name\":\"mcp__fs__read_text_file\",\"params\":{\"path\":\"…\"}}"), "{t}");
     }
 
     #[test]

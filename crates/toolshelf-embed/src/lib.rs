@@ -224,6 +224,7 @@ pub fn attach_bundled_cached(
 pub struct VectorCache {
     vectors: std::collections::BTreeMap<u64, Vec<i8>>,
     dirty: bool,
+    embedded: usize,
 }
 
 const CACHE_MAGIC: &str = "toolshelf-vectors-v1";
@@ -263,6 +264,7 @@ impl VectorCache {
         Self {
             vectors,
             dirty: false,
+            embedded: 0,
         }
     }
 
@@ -286,6 +288,11 @@ impl VectorCache {
         Ok(())
     }
 
+    /// How many vectors this cache had to embed (misses) since it was created or loaded.
+    pub fn embedded(&self) -> usize {
+        self.embedded
+    }
+
     /// Number of cached vectors.
     pub fn len(&self) -> usize {
         self.vectors.len()
@@ -300,9 +307,10 @@ impl VectorCache {
     fn get_or_embed(&mut self, embedder: &Embedder, text: &str) -> &[i8] {
         let key =
             toolshelf_core::name::fnv1a64(text.as_bytes()) ^ (text.len() as u64).rotate_left(32);
-        let dirty = &mut self.dirty;
+        let (dirty, embedded) = (&mut self.dirty, &mut self.embedded);
         self.vectors.entry(key).or_insert_with(|| {
             *dirty = true;
+            *embedded += 1;
             embedder.embed(text)
         })
     }
@@ -355,16 +363,6 @@ impl Semantic {
     /// The raw int8 rows (document-major), e.g. to cache them with the catalog.
     pub fn rows(&self) -> &[i8] {
         &self.rows
-    }
-
-    /// Cosine of the query text with every document, in document order.
-    pub fn cosines(&self, text: &str) -> Vec<f32> {
-        let q = self.embedder.embed(text);
-        let mut dots = vec![0i32; self.rows.len() / self.dim.max(1)];
-        dot_all(&q, &self.rows, &mut dots);
-        dots.into_iter()
-            .map(|d| d as f32 / (QUANT_SCALE * QUANT_SCALE))
-            .collect()
     }
 }
 

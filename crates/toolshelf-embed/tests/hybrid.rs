@@ -126,21 +126,21 @@ fn tool_vectors_are_cached_on_disk_and_reused() {
     cache.save(&path).expect("save");
 
     let mut reloaded = VectorCache::load(&path, embedder.dim());
-    assert_eq!(reloaded, {
-        let mut c2 = cache.clone();
-        c2.save(&path).expect("no-op save");
-        c2
-    });
+    assert_eq!(reloaded.len(), c.tools().len());
     let again = Semantic::build_cached(embedder, &c, &index, &mut reloaded);
+    assert_eq!(reloaded.embedded(), 0, "every vector came from the file");
     assert_eq!(
         again.rows(),
         fresh.rows(),
         "cached vectors equal freshly embedded ones"
     );
-    assert_eq!(fresh.rows(), Semantic::build(embedder, &c, &index).rows());
 
-    // A damaged file is ignored, not trusted.
-    std::fs::write(&path, b"toolshelf-vectors-v1 something-else\n1234").expect("write");
+    // A file cut short is ignored, not trusted.
+    let bytes = std::fs::read(&path).expect("read");
+    std::fs::write(&path, &bytes[..bytes.len() - 1]).expect("write");
+    assert!(VectorCache::load(&path, embedder.dim()).is_empty());
+    // So is one written for another model.
+    std::fs::write(&path, b"toolshelf-vectors-v1 another-model\n").expect("write");
     assert!(VectorCache::load(&path, embedder.dim()).is_empty());
     let _ = std::fs::remove_file(&path);
 }

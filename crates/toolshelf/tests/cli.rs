@@ -360,3 +360,16 @@ fn a_closed_stdout_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
 }
+
+#[test]
+fn eval_counts_unknown_gold_names_as_misses() {
+    let path = temp_file(
+        "eval-unknown.jsonl",
+        "{\"query\": \"commit my changes\", \"gold\": [\"git_commit\", \"no_such_tool\"]}\n",
+    );
+    let out = run(&["eval", "--ranker", "bm25", "--queries", &path, "--json"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 gold names are not in the catalog"));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["recall"]["10"].as_f64(), Some(0.5), "{v}");
+}

@@ -83,11 +83,6 @@ fn is_stop(word: &str) -> bool {
     en.binary_search(&word).is_ok() || zh.binary_search(&word).is_ok()
 }
 
-/// Whether `word` is a stop word (after lower-casing).
-pub fn is_stop_word(word: &str) -> bool {
-    is_stop(&word.to_lowercase())
-}
-
 /// Stems one lower-case Latin word.
 pub fn stem(word: &str) -> String {
     if word.len() <= 3 || word.bytes().any(|b| b.is_ascii_digit()) {

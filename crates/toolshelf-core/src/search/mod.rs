@@ -461,11 +461,6 @@ impl SearchIndex {
         self.names.get(name).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// Catalog index of document `d`.
-    pub fn catalog_index(&self, d: u32) -> usize {
-        self.docs[d as usize]
-    }
-
     /// Splits operators out of one query string.
     pub fn parse(&self, query: &str) -> ParsedQuery {
         let mut q = ParsedQuery::default();

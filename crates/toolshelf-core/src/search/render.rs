@@ -12,7 +12,7 @@ use super::schema_text::{Detail, call_form, render_params};
 use super::{Hit, SearchIndex, SearchRequest, effective_limit};
 use crate::catalog::{Catalog, Resolution};
 use crate::config::SearchConfig;
-use crate::index::cut;
+use crate::index::{chars, cut};
 
 /// How the search went, for callers that log or act on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -117,10 +117,6 @@ const LEVELS: [Level; 6] = [
     },
 ];
 
-fn chars(s: &str) -> usize {
-    s.chars().count()
-}
-
 /// Runs a `tool_search` request against the index and renders the response.
 pub fn search(
     index: &SearchIndex,
@@ -133,11 +129,11 @@ pub fn search(
         SearchRequest::Queries { queries, limit } => {
             let limit = effective_limit(*limit, config);
             let hits = index.rank(catalog, queries, limit + config.max_limit);
-            let quoted: Vec<String> = queries.iter().map(|q| format!("{q:?}")).collect();
+            let quoted = quote_list(queries);
             if hits.is_empty() {
-                return no_match(&quoted.join(", "), config);
+                return no_match(&quoted, config);
             }
-            let header = format!("Tools matching {} (best first):", quoted.join(", "));
+            let header = format!("Tools matching {quoted} (best first):");
             layout(
                 catalog,
                 header,
@@ -192,7 +188,8 @@ fn exact(
         }
         if docs.len() > 1 {
             notes.push(format!(
-                "{name:?} names {} tools; all are shown.",
+                "{} names {} tools; all are shown.",
+                quote(name),
                 docs.len()
             ));
         }
@@ -201,15 +198,24 @@ fn exact(
         }
     }
     let mut fallback: Vec<Hit> = Vec::new();
-    for name in &missing {
+    // Each unknown name costs a fuzzy search; a call naming hundreds gets the first few.
+    if missing.len() > 5 {
+        notes.push(format!(
+            "{} more names match no tool and were not searched for.",
+            missing.len() - 5
+        ));
+    }
+    for name in missing.iter().take(5) {
         let found = index.rank(catalog, std::slice::from_ref(*name), config.default_limit);
         if found.is_empty() {
             notes.push(format!(
-                "No tool is named {name:?}, and a search for it found nothing."
+                "No tool is named {}, and a search for it found nothing.",
+                quote(name)
             ));
         } else {
             notes.push(format!(
-                "No tool is named {name:?}; a search for it found: {}.",
+                "No tool is named {}; a search for it found: {}.",
+                quote(name),
                 found
                     .iter()
                     .map(|h| h.name.as_str())
@@ -226,8 +232,7 @@ fn exact(
         }
     }
     if hits.is_empty() && fallback.is_empty() {
-        let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
-        return no_match(&format!("the names {}", quoted.join(", ")), config);
+        return no_match(&format!("the names {}", quote_list(names)), config);
     }
     let header = if notes.is_empty() {
         String::new()
@@ -246,6 +251,20 @@ fn exact(
         full,
         config.response_budget_chars,
     )
+}
+
+/// `"text"`, cut: the model's own words are echoed back, but never at length.
+fn quote(text: &str) -> String {
+    format!("{:?}", cut(text, 80))
+}
+
+/// The first few items, quoted and cut, and how many more there were.
+fn quote_list(items: &[String]) -> String {
+    let mut out: Vec<String> = items.iter().take(5).map(|i| quote(i)).collect();
+    if items.len() > 5 {
+        out.push(format!("and {} more", items.len() - 5));
+    }
+    out.join(", ")
 }
 
 fn push_unique(hits: &mut Vec<Hit>, hit: Hit) {
@@ -277,40 +296,49 @@ fn layout(
     budget: usize,
 ) -> SearchResponse {
     let kinds = kinds(hits.len(), limit, full);
-    let mut names_kept = hits.len();
-    loop {
-        for level in LEVELS {
+    // The most detailed level at which the first `kept` hits fit, if any.
+    let attempt = |kept: usize| {
+        LEVELS.iter().find_map(|&level| {
             let (text, loaded) = render(
                 catalog,
                 &header,
-                &hits[..names_kept],
+                &hits[..kept],
                 &kinds,
                 level,
-                hits.len() - names_kept,
+                hits.len() - kept,
             );
-            if chars(&text) <= budget {
-                return SearchResponse {
-                    hits,
-                    text,
-                    loaded,
-                    outcome: Outcome::Found,
-                };
+            (chars(&text) <= budget).then_some((text, loaded))
+        })
+    };
+    // Keeping fewer names never makes the text longer, so the largest number of names that fits
+    // is found by bisection (the model may name thousands of tools in one call).
+    let fitted = match attempt(hits.len()) {
+        Some(r) => Some(r),
+        None => {
+            let (mut lo, mut hi, mut best) = (1, hits.len() - 1, None);
+            while lo <= hi {
+                let mid = lo + (hi - lo) / 2;
+                match attempt(mid) {
+                    Some(r) => {
+                        best = Some(r);
+                        lo = mid + 1;
+                    }
+                    None => hi = mid - 1,
+                }
             }
+            best
         }
-        if names_kept <= 1 {
-            // Not even one name and the header fit: the budget is smaller than any useful answer.
-            let text = fit_plain(
-                format!("{} (response budget too small for more)", hits[0].name),
-                budget,
-            );
-            return SearchResponse {
-                hits,
-                text,
-                loaded: Vec::new(),
-                outcome: Outcome::Found,
-            };
-        }
-        names_kept -= 1;
+    };
+    let (text, loaded) = fitted.unwrap_or_else(|| {
+        // Not even one name and the header fit: the budget is smaller than any useful answer.
+        let text = format!("{} (response budget too small for more)", hits[0].name);
+        (fit_plain(text, budget), Vec::new())
+    });
+    SearchResponse {
+        hits,
+        text,
+        loaded,
+        outcome: Outcome::Found,
     }
 }
 

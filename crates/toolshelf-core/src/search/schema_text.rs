@@ -68,7 +68,7 @@ fn object_lines(
         out.push_str(&" ".repeat(indent));
         out.push_str(name);
         out.push_str(" (");
-        out.push_str(&type_label(root, prop));
+        out.push_str(&type_label(root, prop, 0));
         if required.contains(&name.as_str()) {
             out.push_str(", required");
         }
@@ -134,12 +134,16 @@ fn nested_object<'a>(
     None
 }
 
-fn type_label(root: &Map<String, Value>, prop: &Map<String, Value>) -> String {
+fn type_label(root: &Map<String, Value>, prop: &Map<String, Value>, depth: usize) -> String {
+    // Schemas may refer to themselves (`$ref: "#"`, recursive `$defs`): stop descending.
+    if depth > MAX_DEPTH {
+        return "any".into();
+    }
     let prop = resolve(root, prop);
     match prop.get("type") {
         Some(Value::String(t)) if t == "array" => {
             match prop.get("items").and_then(Value::as_object) {
-                Some(items) => format!("array of {}", type_label(root, items)),
+                Some(items) => format!("array of {}", type_label(root, items, depth + 1)),
                 None => "array".into(),
             }
         }
@@ -155,7 +159,7 @@ fn type_label(root: &Map<String, Value>, prop: &Map<String, Value>) -> String {
                     let labels: Vec<String> = vs
                         .iter()
                         .filter_map(Value::as_object)
-                        .map(|v| type_label(root, v))
+                        .map(|v| type_label(root, v, depth + 1))
                         .collect();
                     return labels.join(" or ");
                 }
@@ -169,7 +173,10 @@ fn type_label(root: &Map<String, Value>, prop: &Map<String, Value>) -> String {
 }
 
 /// A placeholder value for a parameter of `prop`'s type, for the example call.
-fn placeholder(root: &Map<String, Value>, prop: &Map<String, Value>) -> Value {
+fn placeholder(root: &Map<String, Value>, prop: &Map<String, Value>, depth: usize) -> Value {
+    if depth > MAX_DEPTH {
+        return Value::String("…".into());
+    }
     let prop = resolve(root, prop);
     if let Some(first) = prop
         .get("enum")
@@ -194,7 +201,7 @@ fn placeholder(root: &Map<String, Value>, prop: &Map<String, Value>) -> Value {
         "array" => Value::Array(Vec::new()),
         "object" => {
             let mut m = Map::new();
-            fill_required(root, prop, &mut m);
+            fill_required(root, prop, &mut m, depth + 1);
             Value::Object(m)
         }
         _ => Value::String("…".into()),
@@ -205,6 +212,7 @@ fn fill_required(
     root: &Map<String, Value>,
     schema: &Map<String, Value>,
     out: &mut Map<String, Value>,
+    depth: usize,
 ) {
     let (Some(props), Some(required)) = (
         schema.get("properties").and_then(Value::as_object),
@@ -216,7 +224,7 @@ fn fill_required(
         if required.iter().any(|r| r.as_str() == Some(name))
             && let Some(p) = prop.as_object()
         {
-            out.insert(name.clone(), placeholder(root, p));
+            out.insert(name.clone(), placeholder(root, p, depth));
         }
     }
 }
@@ -225,7 +233,7 @@ fn fill_required(
 /// parameters filled with placeholders of their type.
 pub fn call_form(tool_name: &str, schema: &Map<String, Value>) -> String {
     let mut params = Map::new();
-    fill_required(schema, schema, &mut params);
+    fill_required(schema, schema, &mut params, 0);
     let mut call = Map::new();
     call.insert("tool_name".into(), Value::String(tool_name.to_owned()));
     call.insert("params".into(), Value::Object(params));
@@ -280,6 +288,26 @@ mod tests {
             call_form("w", &s),
             "defer_execute {\"tool_name\":\"w\",\"params\":{\"where\":{\"city\":\"…\"}}}"
         );
+    }
+
+    #[test]
+    fn self_referencing_schemas_stop_at_a_depth() {
+        let s = obj(json!({
+            "type": "object",
+            "$defs": {"J": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/J"}}]}},
+            "properties": {
+                "node": {"$ref": "#", "description": "A subtree"},
+                "value": {"$ref": "#/$defs/J"}
+            },
+            "required": ["node", "value"]
+        }));
+        let text = render_params(&s, Detail::Cut(40), 0);
+        assert!(text.starts_with("node (object, required)"), "{text}");
+        assert!(
+            text.contains("value (string or array of string or array of"),
+            "{text}"
+        );
+        assert!(call_form("t", &s).starts_with("defer_execute {\"tool_name\":\"t\""));
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Args {
 struct Case {
     query: String,
     gold: Vec<usize>,
+    /// Gold names given, including ones not in the catalog (which count as misses).
+    gold_total: usize,
 }
 
 fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Case>, usize)> {
@@ -53,6 +55,7 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
             );
         };
         let mut ids = Vec::new();
+        let unknown_before = unknown_gold;
         for g in gold.iter().filter_map(Value::as_str) {
             match loaded.catalog.resolve(g) {
                 Resolution::Exact(i) | Resolution::Bare(i) => ids.push(i),
@@ -62,9 +65,11 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
         }
         ids.sort_unstable();
         ids.dedup();
+        let gold_total = ids.len() + (unknown_gold - unknown_before);
         cases.push(Case {
             query: query.to_owned(),
             gold: ids,
+            gold_total,
         });
     }
     Ok((cases, unknown_gold))
@@ -126,11 +131,11 @@ pub fn run(args: Args) -> Result<()> {
         if let Some(b) = &bar {
             b.inc(1);
         }
-        if case.gold.is_empty() {
+        if case.gold_total == 0 {
             continue;
         }
         let ranked: Vec<usize> = hits.iter().map(|h| h.index).collect();
-        let g = case.gold.len() as f64;
+        let g = case.gold_total as f64;
         for (slot, &k) in ks.iter().enumerate() {
             let found = ranked
                 .iter()
@@ -148,7 +153,7 @@ pub fn run(args: Args) -> Result<()> {
             .filter(|(_, i)| case.gold.contains(i))
             .map(|(r, _)| 1.0 / ((r + 2) as f64).log2())
             .sum();
-        let ideal: f64 = (0..case.gold.len().min(10))
+        let ideal: f64 = (0..case.gold_total.min(10))
             .map(|r| 1.0 / ((r + 2) as f64).log2())
             .sum();
         ndcg += dcg / ideal;
