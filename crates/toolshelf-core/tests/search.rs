@@ -432,3 +432,14 @@ fn an_engine_failure_says_it_is_one() {
         run(&env(None), json!({"queries": ["xylophone"]})).text
     );
 }
+
+#[test]
+fn a_lexical_clone_ranks_like_the_original() {
+    let e = env(None);
+    let copy = e.index.clone_lexical();
+    for q in ["read file", "commit changes", "提交", "server:git log"] {
+        let a: Vec<_> = e.index.rank(&e.catalog, &[q.to_owned()], 10);
+        let b: Vec<_> = copy.rank(&e.catalog, &[q.to_owned()], 10);
+        assert_eq!(a, b, "{q}");
+    }
+}

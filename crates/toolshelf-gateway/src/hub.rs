@@ -143,7 +143,7 @@ impl Snapshot {
             .name("toolshelf-enrich".into())
             .spawn(move || {
                 let started = std::time::Instant::now();
-                let mut index = SearchIndex::build(&snap.catalog, snap.search.catalog_indices());
+                let mut index = snap.search.clone_lexical();
                 match (enricher.0)(&mut index, &snap.catalog) {
                     Ok(()) => {
                         let _ = snap.enriched.set(index);

@@ -430,6 +430,22 @@ impl SearchIndex {
         }
     }
 
+    /// A copy of this index without its added retrievers: cheaper than building the lexical
+    /// index again when another ranker is to be attached to the copy.
+    pub fn clone_lexical(&self) -> Self {
+        Self {
+            docs: self.docs.clone(),
+            name_terms: self.name_terms.clone(),
+            servers: self.servers.clone(),
+            names: self.names.clone(),
+            server_names: self.server_names.clone(),
+            lexical: self.lexical.clone(),
+            extra: Vec::new(),
+            lexical_weight: self.lexical_weight,
+            params: self.params.clone(),
+        }
+    }
+
     /// Adds a retriever fused with the lexical one at `weight`.
     pub fn add_retriever(&mut self, retriever: Box<dyn Retriever>, weight: f32) {
         self.extra.push((retriever, weight));
