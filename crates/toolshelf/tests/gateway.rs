@@ -1178,3 +1178,40 @@ fn the_bundled_example_fronts_every_installed_server() {
         assert!(s["tools"].as_u64() > Some(0), "{s}");
     }
 }
+
+/// The gateway adds the embedding ranker in the background: a Chinese request for an English-
+/// described tool, which BM25F alone cannot match, is found once it is ready, and the reason
+/// says the hit came from meaning. The tool vectors are then cached beside the catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semantic_search_through_the_gateway() {
+    let s = Scratch::new("semantic");
+    std::fs::create_dir_all(s.path("files")).expect("files dir");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.filesystem]\ncommand = {:?}\nargs = [{:?}]\n{}",
+            server_bin("npm/node_modules/.bin/mcp-server-filesystem"),
+            s.path("files"),
+            files_sections(&s),
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let found = |t: &str| t.contains("related by meaning") && t.contains("mcp__filesystem__read");
+    wait_for("a meaning-based hit for 读取文件内容", || {
+        let client = &client;
+        async move {
+            let r = call(client, "tool_search", json!({"queries": ["读取文件内容"]})).await;
+            found(&text(&r))
+        }
+    })
+    .await;
+    let last = text(&call(&client, "tool_search", json!({"queries": ["读取文件内容"]})).await);
+    assert!(found(&last), "{last}");
+    assert!(
+        last.starts_with("Tools matching \"读取文件内容\""),
+        "{last}"
+    );
+    let cached = std::fs::metadata(s.path("cache/vectors.bin")).expect("vectors.bin is written");
+    assert!(cached.len() > 1000, "{}", cached.len());
+    client.cancel().await.expect("close");
+}
