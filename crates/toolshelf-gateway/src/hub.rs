@@ -63,6 +63,69 @@ impl std::fmt::Debug for Enricher {
     }
 }
 
+/// One background thread that adds the enricher's rankers to the newest snapshot. Snapshots are
+/// rebuilt in bursts (one per server that finishes starting); only the newest matters, since
+/// sessions search the newest one, so a snapshot replaced before its turn is skipped.
+#[derive(Debug)]
+struct Enrichment {
+    latest: Arc<(Mutex<Option<std::sync::Weak<Snapshot>>>, std::sync::Condvar)>,
+}
+
+impl Enrichment {
+    fn start(enricher: Enricher) -> Option<Self> {
+        let latest: Arc<(Mutex<Option<std::sync::Weak<Snapshot>>>, std::sync::Condvar)> =
+            Arc::default();
+        let shared = Arc::clone(&latest);
+        let spawned = std::thread::Builder::new()
+            .name("toolshelf-enrich".into())
+            .spawn(move || {
+                loop {
+                    let next = {
+                        let (slot, wake) = &*shared;
+                        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+                        loop {
+                            if let Some(weak) = guard.take() {
+                                break weak;
+                            }
+                            guard = wake.wait(guard).unwrap_or_else(|p| p.into_inner());
+                        }
+                    };
+                    // Gone already: replaced and no longer searched by anyone.
+                    let Some(snap) = next.upgrade() else { continue };
+                    let started = std::time::Instant::now();
+                    let mut index = snap.search.clone_lexical();
+                    match (enricher.0)(&mut index, &snap.catalog) {
+                        Ok(()) => {
+                            let _ = snap.enriched.set(index);
+                            tracing::info!(
+                                tools = snap.search.len(),
+                                ms = started.elapsed().as_millis() as u64,
+                                "semantic search ready"
+                            );
+                        }
+                        Err(e) => {
+                            tracing::warn!("semantic search unavailable, using BM25F alone: {e}")
+                        }
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => Some(Self { latest }),
+            Err(e) => {
+                tracing::warn!("cannot start the semantic indexer, using BM25F alone: {e}");
+                None
+            }
+        }
+    }
+
+    /// Makes `snap` the next to enrich, replacing any snapshot still waiting.
+    fn submit(&self, snap: &Arc<Snapshot>) {
+        let (slot, wake) = &*self.latest;
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(snap));
+        wake.notify_one();
+    }
+}
+
 /// One immutable view of the catalog and what sessions may see of it.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -135,32 +198,6 @@ impl Snapshot {
         self.enriched.get().unwrap_or(&self.search)
     }
 
-    /// Builds the enriched index on a background thread.
-    fn enrich_in_background(self: &Arc<Self>, enricher: &Enricher) {
-        let snap = Arc::clone(self);
-        let enricher = enricher.clone();
-        let spawned = std::thread::Builder::new()
-            .name("toolshelf-enrich".into())
-            .spawn(move || {
-                let started = std::time::Instant::now();
-                let mut index = snap.search.clone_lexical();
-                match (enricher.0)(&mut index, &snap.catalog) {
-                    Ok(()) => {
-                        let _ = snap.enriched.set(index);
-                        tracing::info!(
-                            tools = snap.search.len(),
-                            ms = started.elapsed().as_millis() as u64,
-                            "semantic search ready"
-                        );
-                    }
-                    Err(e) => tracing::warn!("semantic search unavailable, using BM25F alone: {e}"),
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start the semantic indexer, using BM25F alone: {e}");
-        }
-    }
-
     /// Whether tool `i` may be shown and run.
     pub fn is_visible(&self, i: usize) -> bool {
         self.exposure.decisions[i].state != State::Hidden
@@ -203,7 +240,7 @@ pub struct Hub {
     sessions: AtomicU64,
     /// Whether servers are restarted in the background.
     pub restarts: bool,
-    enrich: Option<Enricher>,
+    enrichment: Option<Enrichment>,
 }
 
 /// Merges `[servers]` of the configuration with the servers of an `mcp.json`; a name in both is
@@ -292,7 +329,7 @@ impl Hub {
                 settled,
                 sessions: AtomicU64::new(0),
                 restarts,
-                enrich,
+                enrichment: enrich.and_then(Enrichment::start),
             }
         });
         hub.rebuild();
@@ -399,8 +436,8 @@ impl Hub {
             &self.permissions,
             &self.config,
         ));
-        if let Some(enricher) = &self.enrich {
-            snap.enrich_in_background(enricher);
+        if let Some(enrichment) = &self.enrichment {
+            enrichment.submit(&snap);
         }
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snap;
     }
