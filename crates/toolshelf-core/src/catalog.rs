@@ -7,7 +7,7 @@
 //! catalog is sorted (built-ins first, then servers by canonical name, tools by canonical name), so
 //! everything rendered from it is independent of input order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
@@ -45,6 +45,13 @@ pub struct Tool {
     pub name: String,
     /// The tool's name as its server (or the catalog) gave it.
     pub original_name: String,
+    /// The server's name as configured (or as the catalog gave it); `None` for built-ins.
+    pub original_server: Option<String>,
+    /// Other names that mean this tool to a rule, sorted: the canonical name it would have had
+    /// without a collision or the length limit, and `mcp__<original server>__<original tool>`
+    /// (a built-in's original name). Deny and ask rules and hooks match any of them, so a
+    /// rewritten name never lets a call slip past a rule written for it.
+    pub aliases: Vec<String>,
     /// The tool segment of the canonical name (for built-ins, the canonical name).
     pub bare: String,
     /// Canonical name of the tool's server; `None` for built-ins and model tools.
@@ -353,7 +360,7 @@ fn fix_type(t: &str) -> Option<&'static str> {
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -370,16 +377,33 @@ struct Group {
     description: String,
     /// (item location, spec)
     tools: Vec<(String, ToolSpec)>,
+    /// Tool name to its position in `tools`, for the duplicate check.
+    names: HashMap<String, usize>,
+}
+
+impl Group {
+    fn push(&mut self, location: &str, spec: ToolSpec) -> std::result::Result<(), String> {
+        if let Some(&first) = self.names.get(&spec.name) {
+            return Err(format!(
+                "duplicate tool name; {} has the same name in this group",
+                self.tools[first].0
+            ));
+        }
+        self.names.insert(spec.name.clone(), self.tools.len());
+        self.tools.push((location.to_owned(), spec));
+        Ok(())
+    }
 }
 
 /// Collects tool specs and server groups, then names and sorts them into a [`Catalog`].
 ///
 /// The gateway uses this directly with specs from live servers; files go through
-/// [`Catalog::from_json_str`].
+/// [`Catalog::from_json_str`]. Adding is linear in the number of tools (a name map per group), so
+/// a 100,000-tool server loads as fast as 100 servers of 1,000.
 #[derive(Debug, Default)]
 pub struct CatalogBuilder {
     source_name: String,
-    builtin: Vec<(String, ToolSpec)>,
+    builtin: Group,
     servers: BTreeMap<String, Group>,
     declared: BTreeSet<String>,
 }
@@ -418,87 +442,135 @@ impl CatalogBuilder {
     /// `"server"` field's group, else to the built-ins.
     pub fn add_tool(&mut self, server: Option<&str>, spec: ToolSpec, location: &str) -> Result<()> {
         let server = server.map(str::to_owned).or_else(|| spec.server.clone());
-        if server.is_none() && crate::surface::META_TOOLS.contains(&spec.name.as_str()) {
-            return Err(Error::CatalogItem {
-                source_name: self.source_name.clone(),
-                location: format!("{location} {:?}", spec.name),
-                message: "this name is reserved for toolshelf's own meta-tool".into(),
-            });
-        }
-        let list = match server {
-            Some(s) => &mut self.servers.entry(s).or_default().tools,
+        let group = match server {
+            Some(s) => self.servers.entry(s).or_default(),
             None => &mut self.builtin,
         };
-        if let Some((first, _)) = list.iter().find(|(_, t)| t.name == spec.name) {
-            return Err(Error::CatalogItem {
+        let name = spec.name.clone();
+        group
+            .push(location, spec)
+            .map_err(|message| Error::CatalogItem {
                 source_name: self.source_name.clone(),
-                location: format!("{location} {:?}", spec.name),
-                message: format!("duplicate tool name; {first} has the same name in this group"),
-            });
-        }
-        list.push((location.to_owned(), spec));
-        Ok(())
+                location: format!("{location} {name:?}"),
+                message,
+            })
     }
 
     /// Assigns canonical names, resolves collisions deterministically and sorts.
+    ///
+    /// A contested name (two servers, or two tools, that would get the same canonical name) goes
+    /// to the one whose original name needed no rewriting, if exactly one did; every other
+    /// contender gets the name plus a hash of its original. The outcome therefore never depends
+    /// on how names sort, so a server cannot take a name a rule was written for by choosing a
+    /// name that sorts first. A catalog tool named like a meta-tool never keeps that name.
     pub fn build(self) -> Catalog {
         let mut warnings = Vec::new();
-        // Servers are visited in original-name order, so the one that keeps a contested canonical
-        // name does not depend on input order.
-        let mut server_names: BTreeMap<String, String> = BTreeMap::new();
-        let mut taken_servers: BTreeSet<String> = BTreeSet::new();
-        for original in self.servers.keys() {
-            let mut canon = name::sanitize_or_hash(original, "server");
-            if taken_servers.contains(&canon) {
-                let fixed = name::with_suffix(&canon, original);
+
+        let (server_originals, groups): (Vec<String>, Vec<Group>) =
+            self.servers.into_iter().unzip();
+        let wanted_servers: Vec<String> = server_originals
+            .iter()
+            .map(|o| name::server_segment(o))
+            .collect();
+        let server_names = assign(
+            &wanted_servers,
+            |i| server_originals[i] == wanted_servers[i],
+            |i| server_originals[i].as_str(),
+            |_| false,
+            BTreeSet::new(),
+            |i, wanted, fixed| {
                 warnings.push(format!(
-                    "server {original:?} would be named {canon:?} like another server; named {fixed:?} instead"
-                ));
-                canon = fixed;
-            }
-            taken_servers.insert(canon.clone());
-            server_names.insert(original.clone(), canon);
-        }
+                    "server {:?} would be named {wanted:?} like another server; named {fixed:?} instead",
+                    server_originals[i]
+                ))
+            },
+        );
 
-        let mut candidates: Vec<(Option<&String>, ToolSpec)> = Vec::new();
-        for (_, spec) in self.builtin {
-            candidates.push((None, spec));
+        // Candidates in a fixed order (built-ins, then servers by original name, tools by
+        // original name); the order only breaks ties between hash suffixes.
+        struct Candidate {
+            server: Option<usize>,
+            spec: ToolSpec,
+            segment: String,
+            wanted: String,
+            key: String,
         }
-        for (original, group) in &self.servers {
-            for (_, spec) in group.tools.iter().cloned() {
-                candidates.push((Some(original), spec));
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut builtin = self.builtin.tools;
+        builtin.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        for (_, spec) in builtin {
+            let segment = name::tool_segment(&spec.name);
+            candidates.push(Candidate {
+                server: None,
+                wanted: segment.clone(),
+                segment,
+                key: spec.name.clone(),
+                spec,
+            });
+        }
+        let mut descriptions = Vec::with_capacity(groups.len());
+        for (s, group) in groups.into_iter().enumerate() {
+            let original = &server_originals[s];
+            descriptions.push(group.description);
+            let mut tools = group.tools;
+            tools.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+            for (_, spec) in tools {
+                let segment = name::tool_segment(&spec.name);
+                candidates.push(Candidate {
+                    server: Some(s),
+                    wanted: name::mcp_name(&server_names[s], &segment),
+                    key: format!("{original}\u{0}{}", spec.name),
+                    segment,
+                    spec,
+                });
             }
         }
-        candidates.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+        let wanted: Vec<String> = candidates.iter().map(|c| c.wanted.clone()).collect();
+        let exact = |i: usize| {
+            let c = &candidates[i];
+            match c.server {
+                None => c.spec.name == c.wanted,
+                Some(s) => {
+                    server_originals[s] == wanted_servers[s]
+                        && server_names[s] == wanted_servers[s]
+                        && c.spec.name == c.segment
+                }
+            }
+        };
+        let reserved = |i: usize| {
+            candidates[i].server.is_none() && name::META_TOOLS.contains(&wanted[i].as_str())
+        };
+        let tool_names = assign(
+            &wanted,
+            exact,
+            |i| candidates[i].key.as_str(),
+            reserved,
+            name::META_TOOLS.iter().map(|m| (*m).to_owned()).collect(),
+            |i, w, fixed| {
+                let c = &candidates[i];
+                let of = c
+                    .server
+                    .map(|s| format!(" of server {:?}", server_originals[s]))
+                    .unwrap_or_default();
+                warnings.push(if reserved(i) {
+                    format!(
+                        "tool {:?}{of} has the name of toolshelf's own meta-tool; named {fixed:?} instead (calls reach the original)",
+                        c.spec.name
+                    )
+                } else {
+                    format!(
+                        "tool {:?}{of} would be named {w:?} like another tool; named {fixed:?} instead",
+                        c.spec.name
+                    )
+                });
+            },
+        );
 
-        let mut taken: BTreeSet<String> = BTreeSet::new();
         let mut tools = Vec::with_capacity(candidates.len());
-        for (server_original, spec) in candidates {
-            let server = server_original.map(|s| server_names[s].clone());
-            let bare = name::sanitize_or_hash(&spec.name, "tool");
-            let key = match server_original {
-                Some(s) => format!("{s}\u{0}{}", spec.name),
-                None => spec.name.clone(),
-            };
-            let wanted = match &server {
-                Some(s) => format!("{}{s}__{bare}", name::MCP_PREFIX),
-                None => bare.clone(),
-            };
-            let mut canon = name::fit(wanted.clone(), &key);
-            let mut attempt = 0u32;
-            while taken.contains(&canon) {
-                attempt += 1;
-                canon = name::with_suffix(&wanted, &format!("{key}\u{0}{attempt}"));
-            }
-            if attempt > 0 {
-                warnings.push(format!(
-                    "tool {:?}{} would be named {wanted:?} like another tool; named {canon:?} instead",
-                    spec.name,
-                    server_original.map(|s| format!(" of server {s:?}")).unwrap_or_default()
-                ));
-            }
-            taken.insert(canon.clone());
-            let origin = if spec.model_authored {
+        for (c, canon) in candidates.into_iter().zip(tool_names) {
+            let server = c.server.map(|s| server_names[s].clone());
+            let original_server = c.server.map(|s| server_originals[s].clone());
+            let origin = if c.spec.model_authored {
                 Origin::Model
             } else if server.is_some() {
                 Origin::Mcp
@@ -509,43 +581,109 @@ impl CatalogBuilder {
                 Some(s) => canon
                     .strip_prefix(&format!("{}{s}__", name::MCP_PREFIX))
                     .map(str::to_owned)
-                    .unwrap_or(bare),
+                    .unwrap_or_else(|| c.segment.clone()),
                 None => canon.clone(),
             };
+            let mut aliases = vec![c.wanted];
+            match &original_server {
+                Some(os) => aliases.push(name::mcp_name(os, &c.spec.name)),
+                None => aliases.push(c.spec.name.clone()),
+            }
+            aliases.retain(|a| *a != canon);
+            aliases.sort();
+            aliases.dedup();
             tools.push(Tool {
                 name: canon,
-                original_name: spec.name,
+                original_name: c.spec.name,
+                original_server,
+                aliases,
                 bare,
                 server,
-                description: spec.description,
-                input_schema: spec.input_schema.unwrap_or_else(empty_object_schema),
-                title: spec.title,
-                output_schema: spec.output_schema,
-                defer_loading: spec.defer_loading,
-                tags: spec.tags,
-                annotations: spec.annotations,
+                description: c.spec.description,
+                input_schema: c.spec.input_schema.unwrap_or_else(empty_object_schema),
+                title: c.spec.title,
+                output_schema: c.spec.output_schema,
+                defer_loading: c.spec.defer_loading,
+                tags: c.spec.tags,
+                annotations: c.spec.annotations,
                 origin,
             });
         }
         tools.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
 
-        let mut servers: Vec<Server> = self
-            .servers
+        let mut servers: Vec<Server> = server_originals
             .into_iter()
-            .map(|(original, group)| Server {
-                name: server_names[&original].clone(),
+            .zip(server_names)
+            .zip(descriptions)
+            .map(|((original, canon), description)| Server {
+                name: canon,
                 original_name: original,
-                description: group.description,
+                description,
             })
             .collect();
         servers.sort_by(|a, b| a.name.cmp(&b.name));
-        Catalog {
-            source_name: self.source_name,
-            servers,
-            tools,
-            warnings,
+        Catalog::new(self.source_name, servers, tools, warnings)
+    }
+}
+/// Gives each of `wanted` (indexed by candidate) a distinct final name; see
+/// [`CatalogBuilder::build`] for the rule. `key(i)` is unique per candidate and seeds its hash
+/// suffix; `taken` holds names no candidate may have; `renamed(i, wanted, final)` is told of every
+/// candidate that lost its wanted name.
+fn assign<'k>(
+    wanted: &[String],
+    exact: impl Fn(usize) -> bool,
+    key: impl Fn(usize) -> &'k str,
+    reserved: impl Fn(usize) -> bool,
+    mut taken: BTreeSet<String>,
+    mut renamed: impl FnMut(usize, &str, &str),
+) -> Vec<String> {
+    let mut by_wanted: HashMap<&str, Vec<usize>> = HashMap::with_capacity(wanted.len());
+    for (i, w) in wanted.iter().enumerate() {
+        by_wanted.entry(w.as_str()).or_default().push(i);
+    }
+    let owns = |i: usize| {
+        if reserved(i) {
+            return false;
+        }
+        let contenders = &by_wanted[wanted[i].as_str()];
+        contenders.len() == 1
+            || (exact(i)
+                && contenders
+                    .iter()
+                    .filter(|&&j| exact(j) && !reserved(j))
+                    .count()
+                    == 1)
+    };
+    let mut out = vec![String::new(); wanted.len()];
+    let mut later = Vec::new();
+    // Owners of names that fit go first: their names are distinct by construction.
+    for (i, w) in wanted.iter().enumerate() {
+        if owns(i) && w.len() <= name::MAX_NAME_LEN && !taken.contains(w) {
+            taken.insert(w.clone());
+            out[i] = w.clone();
+        } else {
+            later.push(i);
         }
     }
+    for i in later {
+        let owner = owns(i);
+        let mut fixed = if owner {
+            name::fit(wanted[i].clone(), key(i))
+        } else {
+            name::with_suffix(&wanted[i], key(i))
+        };
+        let mut attempt = 0u32;
+        while taken.contains(&fixed) {
+            attempt += 1;
+            fixed = name::with_suffix(&wanted[i], &format!("{}\u{0}{attempt}", key(i)));
+        }
+        if !owner || attempt > 0 {
+            renamed(i, &wanted[i], &fixed);
+        }
+        taken.insert(fixed.clone());
+        out[i] = fixed;
+    }
+    out
 }
 
 fn sort_key(t: &Tool) -> (bool, &str, &str) {
@@ -571,12 +709,46 @@ pub struct Catalog {
     servers: Vec<Server>,
     tools: Vec<Tool>,
     warnings: Vec<String>,
+    /// Canonical name to index (lookups only, never iterated).
+    by_name: HashMap<String, usize>,
+    /// Bare, original and alias names to indices, ascending (lookups only, never iterated).
+    by_short: HashMap<String, Vec<usize>>,
 }
 
 impl Catalog {
+    fn new(
+        source_name: String,
+        servers: Vec<Server>,
+        tools: Vec<Tool>,
+        warnings: Vec<String>,
+    ) -> Self {
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        let mut by_short: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, t) in tools.iter().enumerate() {
+            for n in [&t.bare, &t.original_name].into_iter().chain(&t.aliases) {
+                let e = by_short.entry(n.clone()).or_default();
+                if e.last() != Some(&i) {
+                    e.push(i);
+                }
+            }
+        }
+        Self {
+            source_name,
+            servers,
+            tools,
+            warnings,
+            by_name,
+            by_short,
+        }
+    }
+
     /// Parses a catalog file's text; `source_name` labels errors.
     pub fn from_json_str(text: &str, source_name: &str) -> Result<Self> {
-        let value: Value = serde_json::from_str(text).map_err(|e| Error::CatalogJson {
+        let value = crate::json::parse(text).map_err(|e| Error::CatalogJson {
             source_name: source_name.to_owned(),
             message: e.to_string(),
         })?;
@@ -685,7 +857,7 @@ impl Catalog {
 
     /// Index of the tool with canonical name `name`.
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.tools.iter().position(|t| t.name == name)
+        self.by_name.get(name).copied()
     }
 
     /// The tool with canonical name `name`.
@@ -693,22 +865,17 @@ impl Catalog {
         self.position(name).map(|i| &self.tools[i])
     }
 
-    /// Resolves a canonical, bare or original name.
+    /// Resolves a name: canonical first, else bare, original or alias (see [`Tool::aliases`]),
+    /// which is ambiguous when several tools have it.
     pub fn resolve(&self, name: &str) -> Resolution {
         if let Some(i) = self.position(name) {
             return Resolution::Exact(i);
         }
-        let hits: Vec<usize> = self
-            .tools
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.bare == name || t.original_name == name)
-            .map(|(i, _)| i)
-            .collect();
+        let hits: &[usize] = self.by_short.get(name).map_or(&[], Vec::as_slice);
         match hits.len() {
             0 => Resolution::NotFound,
             1 => Resolution::Bare(hits[0]),
-            _ => Resolution::Ambiguous(hits),
+            _ => Resolution::Ambiguous(hits.to_vec()),
         }
     }
 }
@@ -882,26 +1049,147 @@ mod tests {
     }
 
     #[test]
-    fn collisions_resolve_deterministically_with_a_warning() {
+    fn a_contested_name_goes_to_the_exact_original_whatever_the_order() {
         let a = json!({"servers": [{"name": "s", "tools": [{"name": "a.b"}, {"name": "a_b"}]}]});
         let b = json!({"servers": [{"name": "s", "tools": [{"name": "a_b"}, {"name": "a.b"}]}]});
         let (ca, cb) = (load(a).expect("a"), load(b).expect("b"));
         assert_eq!(names(&ca), names(&cb));
         assert_eq!(ca.warnings().len(), 1, "{:?}", ca.warnings());
-        // "a.b" sorts before "a_b", so it keeps the plain name.
-        assert_eq!(ca.get("mcp__s__a_b").expect("plain").original_name, "a.b");
+        // "a_b" needed no rewriting, so it keeps the plain name although "a.b" sorts first.
+        assert_eq!(ca.get("mcp__s__a_b").expect("plain").original_name, "a_b");
         let other = ca
             .tools()
             .iter()
-            .find(|t| t.original_name == "a_b")
+            .find(|t| t.original_name == "a.b")
             .expect("renamed");
         assert!(other.name.starts_with("mcp__s__a_b_") && name::is_valid(&other.name));
+        assert!(
+            other.aliases.contains(&"mcp__s__a_b".to_owned()),
+            "{:?}",
+            other.aliases
+        );
+        assert!(
+            other.aliases.contains(&"mcp__s__a.b".to_owned()),
+            "{:?}",
+            other.aliases
+        );
 
-        let s = load(json!({"servers": [{"name": "my server", "tools": [{"name": "t"}]}, {"name": "my_server", "tools": [{"name": "t"}]}]}))
-            .expect("server collision");
-        assert_eq!(s.servers().len(), 2);
-        assert_ne!(s.servers()[0].name, s.servers()[1].name);
-        assert_eq!(s.warnings().len(), 1);
+        // Servers: `x_y` owns its name against `x.y`, in either order; `x.y` and `x:y`, neither
+        // of them exact, both give it up.
+        for servers in [
+            json!([{"name": "x.y", "tools": [{"name": "t"}]}, {"name": "x_y", "tools": [{"name": "t"}]}]),
+            json!([{"name": "x_y", "tools": [{"name": "t"}]}, {"name": "x.y", "tools": [{"name": "t"}]}]),
+        ] {
+            let c = load(json!({ "servers": servers })).expect("catalog");
+            assert_eq!(
+                c.get("mcp__x_y__t")
+                    .expect("plain")
+                    .original_server
+                    .as_deref(),
+                Some("x_y")
+            );
+            assert_eq!(c.warnings().len(), 1, "{:?}", c.warnings());
+        }
+        let c = load(json!({"servers": [{"name": "x.y", "tools": [{"name": "t"}]}, {"name": "x:y", "tools": [{"name": "t"}]}]}))
+            .expect("catalog");
+        assert!(c.get("mcp__x_y__t").is_none(), "{:?}", names(&c));
+        assert_eq!(c.servers().len(), 2);
+        assert!(
+            c.servers()
+                .iter()
+                .all(|s| s.name.starts_with("x_y_") && !s.name.contains("__"))
+        );
+        assert_eq!(c.warnings().len(), 2, "{:?}", c.warnings());
+        // Alone, a rewritten name is not contested and is kept as is.
+        let c = load(json!({"servers": [{"name": "x.y", "tools": [{"name": "t.u"}]}]}))
+            .expect("catalog");
+        assert_eq!(names(&c), ["mcp__x_y__t_u"]);
+        assert!(c.warnings().is_empty());
+    }
+
+    #[test]
+    fn separators_in_server_names_cannot_forge_another_tools_name() {
+        let c = load(json!({"servers": [
+            {"name": "a", "tools": [{"name": "b__c"}]},
+            {"name": "a__b", "tools": [{"name": "c"}]}
+        ]}))
+        .expect("catalog");
+        assert_eq!(names(&c), ["mcp__a__b__c", "mcp__a_b__c"]);
+        assert!(
+            c.warnings().is_empty(),
+            "distinct by construction: {:?}",
+            c.warnings()
+        );
+        for t in c.tools() {
+            let (server, tool) = name::split_mcp(&t.name).expect("splits");
+            assert_eq!(Some(server), t.server.as_deref());
+            assert_eq!(tool, t.bare);
+            assert!(t.aliases.contains(&"mcp__a__b__c".to_owned()) || t.name == "mcp__a__b__c");
+        }
+    }
+
+    #[test]
+    fn a_tool_named_like_a_meta_tool_keeps_a_distinct_name() {
+        let c = load(json!([
+            {"name": "tool_search", "description": "search GitHub"},
+            {"name": "defer_execute"},
+            {"name": "other"}
+        ]))
+        .expect("loads, not refused");
+        let renamed: Vec<&Tool> = c
+            .tools()
+            .iter()
+            .filter(|t| t.original_name != t.name)
+            .collect();
+        assert_eq!(renamed.len(), 2);
+        for t in renamed {
+            assert!(!name::META_TOOLS.contains(&t.name.as_str()));
+            assert!(
+                t.name.starts_with(&format!("{}_", t.original_name)) && name::is_valid(&t.name)
+            );
+            assert_eq!(
+                c.resolve(&t.name),
+                Resolution::Exact(c.position(&t.name).expect("pos"))
+            );
+        }
+        assert_eq!(c.warnings().len(), 2);
+        assert!(c.warnings()[0].contains("meta-tool"), "{:?}", c.warnings());
+        assert!(c.get("other").is_some());
+        // MCP tools are prefixed, so a server's `tool_search` is no contest at all.
+        let c = load(json!({"servers": [{"name": "gh", "tools": [{"name": "tool_search"}]}]}))
+            .expect("catalog");
+        assert_eq!(names(&c), ["mcp__gh__tool_search"]);
+    }
+
+    #[test]
+    fn duplicate_json_keys_are_refused_naming_the_item() {
+        let e = Catalog::from_json_str(
+            r#"{"servers": [{"name": "s", "tools": [{"name": "t", "description": "a", "description": "b"}]}]}"#,
+            "cat.json",
+        )
+        .expect_err("duplicate key")
+        .to_string();
+        assert!(
+            e.starts_with("cat.json: ")
+                && e.contains("duplicate key \"description\" in servers[0].tools[0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn long_names_are_cut_and_keep_their_originals() {
+        let long_server = "s".repeat(50);
+        let long_tool = "t".repeat(50);
+        let c = load(json!({"servers": [{"name": long_server.clone(), "tools": [{"name": long_tool.clone()}, {"name": format!("{long_tool}x")}]}]}))
+            .expect("catalog");
+        let got: Vec<&Tool> = c.tools().iter().collect();
+        assert_eq!(got.len(), 2);
+        assert_ne!(got[0].name, got[1].name);
+        for t in got {
+            assert!(name::is_valid(&t.name), "{}", t.name);
+            assert_eq!(t.original_server.as_deref(), Some(long_server.as_str()));
+            assert!(t.original_name.starts_with(&long_tool));
+        }
     }
 
     #[test]
@@ -933,7 +1221,6 @@ mod tests {
                 json!([{"name": "a", "annotations": {"readOnlyHint": "true"}}]),
                 "annotations.readOnlyHint",
             ),
-            (json!([{"name": "tool_search"}]), "reserved"),
             (
                 json!({"servers": [{"name": "s", "tools": [{"name": "t"}, {"name": "t"}]}]}),
                 "servers[0] \"s\" tools[1] \"t\": duplicate",

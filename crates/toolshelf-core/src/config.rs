@@ -1,15 +1,15 @@
 //! The configuration file (TOML).
 //!
-//! Only data lives here; [`crate::policy`] gives it meaning. Unknown keys are errors, because a
+//! Only plain data lives here: parsing checks the shape (unknown keys are errors, because a
 //! misspelt `index_budget_chars` silently falling back to the default is exactly the kind of bug
-//! nobody finds. Every error names the file and the key or rule.
+//! nobody finds). What the values mean, and whether they make sense together, is decided once in
+//! [`crate::compile`], which turns a `Config` into the compiled rules every surface uses.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
 use crate::error::{Error, Result};
-use crate::pattern::Pattern;
 
 /// The whole configuration. Every section is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -349,8 +349,12 @@ pub enum OnError {
 pub struct AuditConfig {
     /// `false` writes no audit log.
     pub enabled: bool,
-    /// File to append to (default `audit.jsonl` in the cache directory).
+    /// File to append to (default `audit.jsonl` in the cache directory; a leading `~/` is the
+    /// home directory).
     pub path: Option<String>,
+    /// `true` (the default) refuses calls while the audit log cannot be written, so no call runs
+    /// unrecorded; `false` runs them and counts the records lost.
+    pub required: bool,
 }
 
 impl Default for AuditConfig {
@@ -358,6 +362,7 @@ impl Default for AuditConfig {
         Self {
             enabled: true,
             path: None,
+            required: true,
         }
     }
 }
@@ -368,7 +373,8 @@ impl Default for AuditConfig {
 pub struct CacheConfig {
     /// `false` starts every server at start-up and keeps no catalog on disk.
     pub enabled: bool,
-    /// Directory (default `$XDG_CACHE_HOME/toolshelf` or `~/.cache/toolshelf`).
+    /// Directory (default `$XDG_CACHE_HOME/toolshelf` or `~/.cache/toolshelf`; a leading `~/` is
+    /// the home directory).
     pub path: Option<String>,
 }
 
@@ -381,152 +387,14 @@ impl Default for CacheConfig {
     }
 }
 
-/// One override rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rule {
-    /// `Defer(PATTERN)`.
-    Defer(Pattern),
-    /// `NoDefer(PATTERN)`.
-    NoDefer(Pattern),
-}
-
-impl Rule {
-    /// Parses `Defer(PATTERN)` or `NoDefer(PATTERN)`.
-    pub fn parse(text: &str) -> std::result::Result<Self, String> {
-        let t = text.trim();
-        let (kind, rest) = if let Some(rest) = t.strip_prefix("NoDefer(") {
-            ("NoDefer", rest)
-        } else if let Some(rest) = t.strip_prefix("Defer(") {
-            ("Defer", rest)
-        } else {
-            return Err(format!(
-                "rule {text:?} must be Defer(PATTERN) or NoDefer(PATTERN)"
-            ));
-        };
-        let inner = rest
-            .strip_suffix(')')
-            .ok_or_else(|| format!("rule {text:?} is missing its closing parenthesis"))?;
-        let pattern = Pattern::new(inner).map_err(|e| format!("rule {text:?}: {e}"))?;
-        Ok(if kind == "Defer" {
-            Self::Defer(pattern)
-        } else {
-            Self::NoDefer(pattern)
-        })
-    }
-
-    /// The rule's pattern.
-    pub fn pattern(&self) -> &Pattern {
-        match self {
-            Self::Defer(p) | Self::NoDefer(p) => p,
-        }
-    }
-
-    /// Whether this is a `NoDefer` rule.
-    pub fn is_no_defer(&self) -> bool {
-        matches!(self, Self::NoDefer(_))
-    }
-}
-
-impl std::fmt::Display for Rule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Defer(p) => write!(f, "Defer({p})"),
-            Self::NoDefer(p) => write!(f, "NoDefer({p})"),
-        }
-    }
-}
-
-/// A mode with its patterns compiled.
-#[derive(Debug, Clone)]
-pub struct Mode {
-    /// The mode's name.
-    pub name: String,
-    /// Compiled `tools` patterns; `None` when the mode does not list tools.
-    pub tools: Option<Vec<Pattern>>,
-    /// `read_only`.
-    pub read_only: bool,
-    /// `description`.
-    pub description: String,
-}
-
 impl Config {
-    /// Parses TOML text; `source_name` labels errors.
+    /// Parses TOML text; `source_name` labels errors. Only the shape is checked here; see
+    /// [`crate::compile::Compiled::new`] for everything else.
     pub fn from_toml_str(text: &str, source_name: &str) -> Result<Self> {
-        let config: Self = toml::from_str(text).map_err(|e| Error::Config {
+        toml::from_str(text).map_err(|e| Error::Config {
             source_name: source_name.to_owned(),
             message: e.to_string().trim_end().to_owned(),
-        })?;
-        // Compile everything once so a bad rule fails at load, not at first use.
-        config.rules(source_name)?;
-        for name in config.modes.keys() {
-            config.mode(name, source_name)?;
-        }
-        let s = &config.search;
-        if s.default_limit == 0 || s.max_limit == 0 || s.default_limit > s.max_limit {
-            return Err(Error::Config {
-                source_name: source_name.to_owned(),
-                message: format!(
-                    "[search] needs 1 <= default_limit <= max_limit (got default_limit = {}, max_limit = {})",
-                    s.default_limit, s.max_limit
-                ),
-            });
-        }
-        if config.search.response_budget_chars < 200 {
-            return Err(Error::Config {
-                source_name: source_name.to_owned(),
-                message: format!(
-                    "[search] response_budget_chars must be at least 200 (got {}): a smaller budget cannot hold one result",
-                    config.search.response_budget_chars
-                ),
-            });
-        }
-        if config.defer.window == 0 {
-            return Err(Error::Config {
-                source_name: source_name.to_owned(),
-                message: "[defer] window must be a positive number of tokens".into(),
-            });
-        }
-        config.check_gateway(source_name)?;
-        Ok(config)
-    }
-
-    /// Checks the gateway sections: servers, timeouts, permission rules, hook patterns.
-    fn check_gateway(&self, source_name: &str) -> Result<()> {
-        let err = |message: String| Error::Config {
-            source_name: source_name.to_owned(),
-            message,
-        };
-        for (name, server) in &self.servers {
-            server
-                .check()
-                .map_err(|e| err(format!("[servers.{name}] {e}")))?;
-        }
-        if self.execute.call_timeout_secs == 0 {
-            return Err(err("[execute] call_timeout_secs must be at least 1".into()));
-        }
-        crate::permission::Permissions::new(&self.permissions, source_name)?;
-        for (event, commands) in self.hooks.all() {
-            for (i, h) in commands.iter().enumerate() {
-                let at = format!("[hooks] {event}[{i}]");
-                if h.command.trim().is_empty() {
-                    return Err(err(format!("{at}: command is empty")));
-                }
-                if h.timeout_secs == 0 {
-                    return Err(err(format!("{at}: timeout_secs must be at least 1")));
-                }
-                if let Some(p) = &h.tools {
-                    // Session and search events have no target tool: a pattern there would
-                    // silently keep the hook from ever running.
-                    if !matches!(event, "pre_call" | "post_call" | "call_failed") {
-                        return Err(err(format!(
-                            "{at}: tools only applies to call events (pre_call, post_call, call_failed); a {event} hook has no target tool"
-                        )));
-                    }
-                    Pattern::new(p).map_err(|e| err(format!("{at} tools: {e}")))?;
-                }
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Reads the `mcpServers` of a client configuration (`mcp.json` shape) into server
@@ -540,8 +408,7 @@ impl Config {
             source_name: source_name.to_owned(),
             message,
         };
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let value = crate::json::parse(text).map_err(|e| err(format!("not valid JSON: {e}")))?;
         let servers = value
             .get("mcpServers")
             .and_then(serde_json::Value::as_object)
@@ -634,62 +501,11 @@ impl Config {
         }
         Ok((out, warnings))
     }
-
-    /// The override rules, compiled, in file order.
-    pub fn rules(&self, source_name: &str) -> Result<Vec<Rule>> {
-        self.defer
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                Rule::parse(r).map_err(|message| Error::Config {
-                    source_name: source_name.to_owned(),
-                    message: format!("[defer] rules[{i}]: {message}"),
-                })
-            })
-            .collect()
-    }
-
-    /// The mode called `name`, compiled.
-    pub fn mode(&self, name: &str, source_name: &str) -> Result<Mode> {
-        let m = self.modes.get(name).ok_or_else(|| Error::UnknownMode {
-            name: name.to_owned(),
-            available: self.modes.keys().cloned().collect(),
-        })?;
-        let tools = match &m.tools {
-            None => None,
-            Some(list) => Some(
-                list.iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        Pattern::new(p).map_err(|e| Error::Config {
-                            source_name: source_name.to_owned(),
-                            message: format!("[modes.{name}] tools[{i}]: {e}"),
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            ),
-        };
-        if tools.is_none() && !m.read_only {
-            return Err(Error::Config {
-                source_name: source_name.to_owned(),
-                message: format!(
-                    "[modes.{name}] must set `tools = [PATTERN, ...]` and/or `read_only = true`"
-                ),
-            });
-        }
-        Ok(Mode {
-            name: name.to_owned(),
-            tools,
-            read_only: m.read_only,
-            description: m.description.clone(),
-        })
-    }
 }
 
 impl ServerConfig {
     /// Checks one server section; the message names the key.
-    fn check(&self) -> std::result::Result<(), String> {
+    pub fn check(&self) -> std::result::Result<(), String> {
         match (&self.command, &self.url) {
             (Some(_), Some(_)) => return Err("sets both command and url; give one".into()),
             (None, None) => {
@@ -766,8 +582,11 @@ pub fn expand(
 mod tests {
     use super::*;
 
+    /// Parses and compiles: validation happens in the compile step.
     fn parse(t: &str) -> Result<Config> {
-        Config::from_toml_str(t, "test.toml")
+        let c = Config::from_toml_str(t, "test.toml")?;
+        crate::compile::Compiled::new(c.clone(), "test.toml", None)?;
+        Ok(c)
     }
 
     #[test]
@@ -827,19 +646,6 @@ mod tests {
     }
 
     #[test]
-    fn rules_parse_both_kinds() {
-        assert!(matches!(
-            Rule::parse("NoDefer(^mcp__x__)"),
-            Ok(Rule::NoDefer(_))
-        ));
-        assert!(matches!(Rule::parse(" Defer(Bash) "), Ok(Rule::Defer(_))));
-        assert_eq!(
-            Rule::parse("Defer(a*b)").expect("ok").to_string(),
-            "Defer(a*b)"
-        );
-    }
-
-    #[test]
     fn modes_need_a_whitelist() {
         let e = parse("[modes.x]\ndescription = \"nothing\"")
             .expect_err("empty mode")
@@ -847,8 +653,10 @@ mod tests {
         assert!(e.contains("[modes.x]"), "{e}");
         let c = parse("[modes.ask]\nread_only = true\n[modes.f]\ntools = [\"^mcp__fs__\"]")
             .expect("ok");
-        assert!(c.mode("ask", "t").expect("ask").read_only);
-        let e = c.mode("nope", "t").expect_err("unknown").to_string();
+        let compiled = |mode| crate::compile::Compiled::new(c.clone(), "t", Some(mode));
+        let ask = compiled("ask").expect("ask");
+        assert!(ask.policy().mode().expect("active").read_only);
+        let e = compiled("nope").expect_err("unknown").to_string();
         assert!(e.contains("ask, f"), "{e}");
     }
 

@@ -15,7 +15,97 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::config::OnError;
+use crate::catalog::Tool;
+use crate::config::{HookCommand, HooksConfig, OnError};
+use crate::pattern::Pattern;
+
+/// One hook command, compiled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    /// The command as configured.
+    pub command: HookCommand,
+    /// Its `tools` pattern, compiled.
+    pub tools: Option<Pattern>,
+    /// `pre_call[0] "cmd"`, for messages.
+    pub label: String,
+}
+
+impl Hook {
+    /// Whether the hook runs for a call of `tool` (`None`: an event without a target tool).
+    /// Like a deny rule, a `tools` pattern sees every name of the tool (canonical and aliases),
+    /// so a renamed tool never slips past a hook written for its original name.
+    pub fn applies_to(&self, tool: Option<&Tool>) -> bool {
+        match (&self.tools, tool) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(p), Some(t)) => p.matches(&t.name) || t.aliases.iter().any(|a| p.matches(a)),
+        }
+    }
+}
+
+/// Every event's hooks, in configuration order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hooks {
+    events: Vec<(HookEventKind, Vec<Hook>)>,
+}
+
+impl Hooks {
+    /// Compiles `[hooks]`; the error names the event, the index and the problem.
+    pub fn new(config: &HooksConfig) -> Result<Self, String> {
+        let mut events = Vec::new();
+        for (kind, commands) in [
+            (HookEventKind::PreCall, &config.pre_call),
+            (HookEventKind::PostCall, &config.post_call),
+            (HookEventKind::CallFailed, &config.call_failed),
+            (HookEventKind::PostSearch, &config.post_search),
+            (HookEventKind::SessionStart, &config.session_start),
+            (HookEventKind::SessionEnd, &config.session_end),
+        ] {
+            let event = kind.as_str();
+            let mut hooks = Vec::new();
+            for (i, h) in commands.iter().enumerate() {
+                let at = format!("[hooks] {event}[{i}]");
+                if h.command.trim().is_empty() {
+                    return Err(format!("{at}: command is empty"));
+                }
+                if h.timeout_secs == 0 {
+                    return Err(format!("{at}: timeout_secs must be at least 1"));
+                }
+                let tools = match &h.tools {
+                    None => None,
+                    // Session and search events have no target tool: a pattern there would
+                    // silently keep the hook from ever running.
+                    Some(_) if !kind.has_target() => {
+                        return Err(format!(
+                            "{at}: tools only applies to call events (pre_call, post_call, call_failed); a {event} hook has no target tool"
+                        ));
+                    }
+                    Some(p) => Some(Pattern::new(p).map_err(|e| format!("{at} tools: {e}"))?),
+                };
+                hooks.push(Hook {
+                    command: h.clone(),
+                    tools,
+                    label: format!("{event}[{i}] {:?}", h.command),
+                });
+            }
+            events.push((kind, hooks));
+        }
+        Ok(Self { events })
+    }
+
+    /// The hooks of `event`, in configuration order.
+    pub fn of(&self, event: HookEventKind) -> &[Hook] {
+        self.events
+            .iter()
+            .find(|(k, _)| *k == event)
+            .map_or(&[], |(_, h)| h.as_slice())
+    }
+
+    /// Every hook of every event.
+    pub fn all(&self) -> impl Iterator<Item = &Hook> {
+        self.events.iter().flat_map(|(_, h)| h)
+    }
+}
 
 /// The events hooks can subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +126,11 @@ pub enum HookEventKind {
 }
 
 impl HookEventKind {
+    /// Whether the event concerns one target tool (the call events).
+    pub fn has_target(self) -> bool {
+        matches!(self, Self::PreCall | Self::PostCall | Self::CallFailed)
+    }
+
     /// The config key (`pre_call`, ...).
     pub fn as_str(self) -> &'static str {
         match self {

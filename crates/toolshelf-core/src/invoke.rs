@@ -1,46 +1,412 @@
-//! Resolving and checking a call before it goes out: `defer_execute` and direct calls alike.
+//! The call pipeline: the stages every call passes, through `defer_execute` or direct.
 //!
-//! Everything the model reads when a call cannot run is written here, so the texts are the same
-//! over stdio and HTTP and can be unit-tested. Each refusal says what to do next: an unknown name
-//! lists the closest *visible* tools (a hidden tool gets exactly the same answer as an unknown
-//! one, so the model learns nothing about what the mode hides), and a schema violation lists every
-//! problem with its JSON pointer and attaches the expected schema, so one round trip fixes it.
+//! resolve → require-loaded → validate → authorize → (ask) → pre-call hooks → invoke → post-call
+//! hooks. The stages that decide are here, pure; the edges (the gateway today, the API proxy
+//! next) run the parts that need I/O (asking the user, hook processes, the call itself) between
+//! them. Each stage returns `Ok` or a [`Refusal`]: a typed value from which the text the model
+//! reads ([`Refusal::text`]), the audit record's outcome ([`RefusalKind::as_str`]) and metrics
+//! labels are all derived, so they cannot disagree.
+//!
+//! Every refusal says what to do next: an unknown name lists the closest *visible* tools (a
+//! hidden tool gets exactly the same answer as an unknown one, so the model learns nothing about
+//! what the mode hides), and a schema violation lists every problem with its JSON pointer and
+//! attaches the expected schema, so one round trip fixes it. Whatever the caller sent is echoed
+//! only in part ([`echo`]): a megabyte of tool name must not come back whole.
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::catalog::{Catalog, Resolution, Tool};
-use crate::name;
-use crate::surface::{DEFER_EXECUTE, META_TOOLS};
+use crate::config::Action;
+use crate::name::{self, DEFER_EXECUTE, META_TOOLS};
+use crate::permission::Permissions;
+use crate::policy::{Exposure, State};
 
 /// How many closest names an unknown-tool error suggests.
 pub const SUGGESTIONS: usize = 5;
 
-/// Why a name did not resolve to a runnable tool.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unresolved {
-    /// The text the model reads.
-    pub text: String,
-    /// Whether the name named a tool that exists but is hidden (for the audit log only).
-    pub hidden: Option<String>,
+/// Longest echo of caller input in a message or log line, in characters.
+pub const ECHO_CHARS: usize = 120;
+
+/// `text` cut to [`ECHO_CHARS`], saying how long it was when cut.
+pub fn echo(text: &str) -> String {
+    let n = text.chars().count();
+    if n <= ECHO_CHARS {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(ECHO_CHARS).collect();
+    format!("{head}… ({n} characters)")
 }
 
-/// Resolves `wanted` (canonical, or bare/original when unambiguous among visible tools) to a
-/// catalog index. `visible(i)` says whether tool `i` may be shown and run in this session.
-pub fn resolve(
-    catalog: &Catalog,
-    visible: impl Fn(usize) -> bool,
-    wanted: &str,
-) -> Result<usize, Unresolved> {
-    let tools = catalog.tools();
-    if META_TOOLS.contains(&wanted) {
-        return Err(Unresolved {
-            text: format!(
-                "{wanted} is one of toolshelf's own tools: call it directly, not through {DEFER_EXECUTE}."
+/// How the call reached toolshelf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// Through the `defer_execute` meta-tool.
+    DeferExecute,
+    /// Directly, as a pinned (resident) tool of the list.
+    Direct,
+}
+
+/// Why asking the user did not give approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskRefusal {
+    /// The client cannot ask its user (no MCP elicitation).
+    Unsupported,
+    /// The user said no, or dismissed the question (the client's word for it).
+    Declined(String),
+    /// Asking failed.
+    Failed(String),
+}
+
+/// The kind of a refusal: one short label per stage outcome, for the audit log and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalKind {
+    /// `defer_execute`'s own arguments are malformed.
+    BadArguments,
+    /// `defer_execute` was asked to run a meta-tool.
+    MetaTool,
+    /// No visible tool has the name.
+    Unknown,
+    /// The name is a tool hidden from this session.
+    Hidden,
+    /// Several visible tools have the name.
+    Ambiguous,
+    /// The tool exists but this edge cannot run it.
+    NotRunnable,
+    /// A deferred tool whose schema the model has not been shown.
+    NotLoaded,
+    /// The params violate the tool's schema.
+    Invalid,
+    /// The tool's own schema does not compile, so no params can be checked.
+    SchemaBroken,
+    /// A permission rule forbids the call.
+    Denied,
+    /// The call needed the user's approval and did not get it.
+    NotApproved,
+    /// A pre-call hook denied the call.
+    DeniedByHook,
+    /// A pre-call hook rewrote the params into ones the schema rejects.
+    InvalidAfterHook,
+    /// The audit log is required and cannot be written.
+    AuditUnavailable,
+}
+
+impl RefusalKind {
+    /// The label, as in the audit log's `outcome`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BadArguments => "bad_arguments",
+            Self::MetaTool => "meta_tool",
+            Self::Unknown => "unknown",
+            Self::Hidden => "hidden",
+            Self::Ambiguous => "ambiguous",
+            Self::NotRunnable => "not_runnable",
+            Self::NotLoaded => "not_loaded",
+            Self::Invalid => "invalid",
+            Self::SchemaBroken => "schema_broken",
+            Self::Denied => "denied",
+            Self::NotApproved => "not_approved",
+            Self::DeniedByHook => "denied_by_hook",
+            Self::InvalidAfterHook => "invalid_after_hook",
+            Self::AuditUnavailable => "audit_unavailable",
+        }
+    }
+}
+
+/// A call refused before it ran. Tool fields are catalog indices of the snapshot the call was
+/// resolved in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// `defer_execute`'s arguments are malformed; the text says how.
+    BadArguments {
+        /// The parser's message, with an example call.
+        message: String,
+    },
+    /// `defer_execute` was asked to run `tool_search` or itself.
+    MetaTool {
+        /// The meta-tool's name.
+        name: String,
+    },
+    /// No visible tool has the name.
+    Unknown {
+        /// The name as requested.
+        requested: String,
+        /// Closest visible names.
+        suggestions: Vec<String>,
+    },
+    /// The name resolves to a tool hidden from this session; the model reads exactly what it
+    /// reads for [`Refusal::Unknown`].
+    Hidden {
+        /// The name as requested.
+        requested: String,
+        /// Closest visible names.
+        suggestions: Vec<String>,
+        /// The hidden tool.
+        tool: usize,
+        /// Why it is hidden (for the audit log only).
+        reason: String,
+    },
+    /// Several visible tools have the name.
+    Ambiguous {
+        /// The name as requested.
+        requested: String,
+        /// Their canonical names.
+        candidates: Vec<String>,
+    },
+    /// The tool exists but this edge has nothing to run it with (e.g. a built-in in the gateway).
+    NotRunnable {
+        /// The tool.
+        tool: usize,
+    },
+    /// The tool is deferred and its schema has not been shown in this session; the refusal
+    /// carries the schema, so it loads the tool.
+    NotLoaded {
+        /// The tool.
+        tool: usize,
+    },
+    /// The params violate the schema; the refusal carries the schema.
+    Invalid {
+        /// The tool.
+        tool: usize,
+        /// Every violation.
+        violations: Vec<Violation>,
+    },
+    /// The tool's schema does not compile, so its params cannot be checked: the call is refused
+    /// rather than sent unchecked.
+    SchemaBroken {
+        /// The tool.
+        tool: usize,
+        /// The schema compiler's message.
+        error: String,
+    },
+    /// A permission rule (or the default) forbids the call.
+    Denied {
+        /// The tool.
+        tool: usize,
+        /// `[permissions] deny[0] "..."` or the default.
+        because: String,
+    },
+    /// The call needed the user's approval and did not get it.
+    NotApproved {
+        /// The tool.
+        tool: usize,
+        /// The rule that asked.
+        because: String,
+        /// What happened when asking.
+        why: AskRefusal,
+    },
+    /// A pre-call hook denied the call.
+    DeniedByHook {
+        /// The tool.
+        tool: usize,
+        /// The hook's reason.
+        reason: String,
+    },
+    /// A pre-call hook rewrote the params into ones the schema rejects.
+    InvalidAfterHook {
+        /// The tool.
+        tool: usize,
+        /// Every violation of the rewritten params.
+        violations: Vec<Violation>,
+    },
+    /// `[audit] required` is on and the audit log cannot be written.
+    AuditUnavailable {
+        /// The tool.
+        tool: usize,
+        /// Why the log cannot be written.
+        error: String,
+    },
+}
+
+impl Refusal {
+    /// The refusal's kind.
+    pub fn kind(&self) -> RefusalKind {
+        match self {
+            Self::BadArguments { .. } => RefusalKind::BadArguments,
+            Self::MetaTool { .. } => RefusalKind::MetaTool,
+            Self::Unknown { .. } => RefusalKind::Unknown,
+            Self::Hidden { .. } => RefusalKind::Hidden,
+            Self::Ambiguous { .. } => RefusalKind::Ambiguous,
+            Self::NotRunnable { .. } => RefusalKind::NotRunnable,
+            Self::NotLoaded { .. } => RefusalKind::NotLoaded,
+            Self::Invalid { .. } => RefusalKind::Invalid,
+            Self::SchemaBroken { .. } => RefusalKind::SchemaBroken,
+            Self::Denied { .. } => RefusalKind::Denied,
+            Self::NotApproved { .. } => RefusalKind::NotApproved,
+            Self::DeniedByHook { .. } => RefusalKind::DeniedByHook,
+            Self::InvalidAfterHook { .. } => RefusalKind::InvalidAfterHook,
+            Self::AuditUnavailable { .. } => RefusalKind::AuditUnavailable,
+        }
+    }
+
+    /// The target tool, when the name resolved.
+    pub fn tool(&self) -> Option<usize> {
+        match self {
+            Self::BadArguments { .. }
+            | Self::MetaTool { .. }
+            | Self::Unknown { .. }
+            | Self::Ambiguous { .. } => None,
+            Self::Hidden { tool, .. }
+            | Self::NotRunnable { tool }
+            | Self::NotLoaded { tool }
+            | Self::Invalid { tool, .. }
+            | Self::SchemaBroken { tool, .. }
+            | Self::Denied { tool, .. }
+            | Self::NotApproved { tool, .. }
+            | Self::DeniedByHook { tool, .. }
+            | Self::InvalidAfterHook { tool, .. }
+            | Self::AuditUnavailable { tool, .. } => Some(*tool),
+        }
+    }
+
+    /// The tool whose full schema the text carries: the model has now seen it, so it counts as
+    /// loaded in the session.
+    pub fn loads(&self) -> Option<usize> {
+        match self {
+            Self::NotLoaded { tool }
+            | Self::Invalid { tool, .. }
+            | Self::InvalidAfterHook { tool, .. } => Some(*tool),
+            _ => None,
+        }
+    }
+
+    /// What the model reads.
+    pub fn text(&self, catalog: &Catalog) -> String {
+        let tool = |i: &usize| &catalog.tools()[*i];
+        match self {
+            Self::BadArguments { message } => message.clone(),
+            Self::MetaTool { name } => format!(
+                "{name} is one of toolshelf's own tools: call it directly, not through {DEFER_EXECUTE}."
             ),
-            hidden: None,
+            Self::Unknown {
+                requested,
+                suggestions,
+            }
+            | Self::Hidden {
+                requested,
+                suggestions,
+                ..
+            } => {
+                let hint = if suggestions.is_empty() {
+                    "No similar tool name either.".to_owned()
+                } else {
+                    format!("Closest names: {}.", suggestions.join(", "))
+                };
+                format!(
+                    "No tool named {:?} is available. {hint} Use tool_search to find tools by keyword; names are case-sensitive.",
+                    echo(requested)
+                )
+            }
+            Self::Ambiguous {
+                requested,
+                candidates,
+            } => format!(
+                "{:?} is ambiguous: {} tools have that name ({}). Give the full name.",
+                echo(requested),
+                candidates.len(),
+                candidates.join(", ")
+            ),
+            Self::NotRunnable { tool: i } => format!(
+                "{} is not a tool of a server this gateway fronts; toolshelf cannot run it.",
+                tool(i).name
+            ),
+            Self::NotLoaded { tool: i } => {
+                let t = tool(i);
+                format!(
+                    "{} was not run: its schema had not been loaded in this session, so the params could not be \
+checked. It is loaded now; here is its schema. Call it again with params that match:\n{}\n{}",
+                    t.name,
+                    schema_block(t),
+                    call_form(t)
+                )
+            }
+            Self::Invalid {
+                tool: i,
+                violations,
+            } => invalid_params_text(tool(i), violations),
+            Self::SchemaBroken { tool: i, error } => format!(
+                "{} was not run: its input schema is broken ({}), so its params cannot be checked. \
+This is a fault of the tool's server, not of your call; use another tool or ask the user to fix the server.",
+                tool(i).name,
+                echo(error)
+            ),
+            Self::Denied { tool: i, because } => {
+                format!("{} was not run: {because} forbids this call.", tool(i).name)
+            }
+            Self::NotApproved {
+                tool: i,
+                because,
+                why,
+            } => {
+                let name = &tool(i).name;
+                match why {
+                    AskRefusal::Unsupported => format!(
+                        "{name} was not run: it needs the user's approval ({because}), and this client cannot \
+ask the user (it does not support MCP elicitation). Ask the user to allow it in the toolshelf \
+configuration ([permissions] allow), or do without it."
+                    ),
+                    AskRefusal::Declined(action) => {
+                        format!("{name} was not run: the user did not approve it ({action}).")
+                    }
+                    AskRefusal::Failed(e) => format!(
+                        "{name} was not run: asking the user for approval failed: {}",
+                        echo(e)
+                    ),
+                }
+            }
+            Self::DeniedByHook { tool: i, reason } => format!(
+                "{} was not run: a pre_call hook denied it: {reason}",
+                tool(i).name
+            ),
+            Self::InvalidAfterHook {
+                tool: i,
+                violations,
+            } => format!(
+                "{} was not run: a pre_call hook rewrote its params into ones that do not match the schema.\n{}",
+                tool(i).name,
+                invalid_params_text(tool(i), violations)
+            ),
+            Self::AuditUnavailable { tool: i, error } => format!(
+                "{} was not run: toolshelf must record every call ([audit] required = true) and the audit \
+log cannot be written ({error}). Tell the user; no tool can run until it is fixed.",
+                tool(i).name
+            ),
+        }
+    }
+
+    /// The audit record's `detail`: the rule, hook or reason behind the refusal.
+    pub fn detail(&self, catalog: &Catalog) -> String {
+        match self {
+            Self::Hidden { reason, .. } => reason.clone(),
+            Self::Denied { because, .. } => because.clone(),
+            Self::NotApproved { because, why, .. } => format!(
+                "{because}; {}",
+                match why {
+                    AskRefusal::Unsupported => "the client cannot ask (no elicitation)".to_owned(),
+                    AskRefusal::Declined(a) => format!("the user answered {a}"),
+                    AskRefusal::Failed(e) => format!("asking failed: {}", echo(e)),
+                }
+            ),
+            Self::DeniedByHook { reason, .. } => echo(reason),
+            Self::SchemaBroken { error, .. } | Self::AuditUnavailable { error, .. } => echo(error),
+            _ => echo(&self.text(catalog)),
+        }
+    }
+}
+
+/// Stage 1: resolves `requested` (canonical, or bare/original when unambiguous among visible
+/// tools) to a catalog index.
+pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Result<usize, Refusal> {
+    let visible = |i: usize| exposure.decisions[i].state != State::Hidden;
+    if META_TOOLS.contains(&requested) {
+        return Err(Refusal::MetaTool {
+            name: requested.to_owned(),
         });
     }
-    let candidates: Vec<usize> = match catalog.resolve(wanted) {
+    let candidates: Vec<usize> = match catalog.resolve(requested) {
         Resolution::Exact(i) | Resolution::Bare(i) => vec![i],
         Resolution::Ambiguous(v) => v,
         Resolution::NotFound => Vec::new(),
@@ -49,36 +415,166 @@ pub fn resolve(
     match shown.as_slice() {
         [i] => Ok(*i),
         [] => {
-            let hidden = candidates.first().map(|&i| tools[i].name.clone());
+            let tools = catalog.tools();
             let names = tools
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| visible(*i))
                 .map(|(_, t)| t.name.as_str());
-            let closest = name::closest(wanted, names, SUGGESTIONS);
-            let hint = if closest.is_empty() {
-                "No similar tool name either.".to_owned()
+            // A name longer than any tool's cannot be close to one; skip the edit distances.
+            let suggestions = if requested.len() <= 4 * name::MAX_NAME_LEN {
+                name::closest(requested, names, SUGGESTIONS)
             } else {
-                format!("Closest names: {}.", closest.join(", "))
+                Vec::new()
             };
-            Err(Unresolved {
-                text: format!(
-                    "No tool named {wanted:?} is available. {hint} Use tool_search to find tools by keyword; names are case-sensitive."
-                ),
-                hidden,
+            Err(match candidates.first() {
+                Some(&tool) => Refusal::Hidden {
+                    requested: requested.to_owned(),
+                    suggestions,
+                    tool,
+                    reason: exposure.decisions[tool].reason.clone(),
+                },
+                None => Refusal::Unknown {
+                    requested: requested.to_owned(),
+                    suggestions,
+                },
             })
         }
-        many => Err(Unresolved {
-            text: format!(
-                "{wanted:?} is ambiguous: {} tools have that name ({}). Give the full name.",
-                many.len(),
-                many.iter()
-                    .map(|&i| tools[i].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            hidden: None,
+        many => Err(Refusal::Ambiguous {
+            requested: requested.to_owned(),
+            candidates: many
+                .iter()
+                .map(|&i| catalog.tools()[i].name.clone())
+                .collect(),
         }),
+    }
+}
+
+/// Stage 2: a deferred tool runs only once the model has seen its schema (`[execute]
+/// require_search`). Resident tools were sent with their schema.
+pub fn require_loaded(
+    exposure: &Exposure,
+    tool: usize,
+    require_search: bool,
+    loaded: bool,
+) -> Result<(), Refusal> {
+    if require_search && !loaded && exposure.decisions[tool].state == State::Deferred {
+        return Err(Refusal::NotLoaded { tool });
+    }
+    Ok(())
+}
+
+/// Stage 3: the params against the tool's schema.
+pub fn validate(
+    tool: usize,
+    validator: &ParamsValidator,
+    params: &Map<String, Value>,
+) -> Result<(), Refusal> {
+    match validator.check(params) {
+        Checked::Valid => Ok(()),
+        Checked::Invalid(violations) => Err(Refusal::Invalid { tool, violations }),
+        Checked::Broken(error) => Err(Refusal::SchemaBroken { tool, error }),
+    }
+}
+
+/// What the permission rules let a call do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authorization {
+    /// Run it.
+    Allowed,
+    /// Ask the user first; `because` names the rule.
+    Ask {
+        /// The rule that asks.
+        because: String,
+    },
+}
+
+/// Stage 4: the permission rules, on the target tool.
+pub fn authorize(
+    catalog: &Catalog,
+    permissions: &Permissions,
+    tool: usize,
+    params: &Map<String, Value>,
+) -> Result<Authorization, Refusal> {
+    let verdict = permissions.check(&catalog.tools()[tool], params);
+    match verdict.action {
+        Action::Allow => Ok(Authorization::Allowed),
+        Action::Ask => Ok(Authorization::Ask {
+            because: verdict.because(),
+        }),
+        Action::Deny => Err(Refusal::Denied {
+            tool,
+            because: verdict.because(),
+        }),
+    }
+}
+
+/// Stage 4b: the user's answer when the rules asked for it.
+pub fn approved(tool: usize, because: &str, answer: Result<(), AskRefusal>) -> Result<(), Refusal> {
+    answer.map_err(|why| Refusal::NotApproved {
+        tool,
+        because: because.to_owned(),
+        why,
+    })
+}
+
+/// Stage 5: what the pre-call hooks decided. A deny refuses; rewritten params must still fit
+/// the schema. Returns the params to send.
+pub fn after_pre_call(
+    tool: usize,
+    validator: &ParamsValidator,
+    denied: Option<String>,
+    rewritten: Option<Map<String, Value>>,
+    params: Map<String, Value>,
+) -> Result<Map<String, Value>, Refusal> {
+    if let Some(reason) = denied {
+        return Err(Refusal::DeniedByHook { tool, reason });
+    }
+    match rewritten {
+        None => Ok(params),
+        Some(p) => match validator.check(&p) {
+            Checked::Valid => Ok(p),
+            Checked::Invalid(violations) => Err(Refusal::InvalidAfterHook { tool, violations }),
+            Checked::Broken(error) => Err(Refusal::SchemaBroken { tool, error }),
+        },
+    }
+}
+
+/// Why an allowed call produced no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallFailure {
+    /// The server is not running and could not be (re)started now.
+    Unavailable(String),
+    /// No answer within the call timeout (seconds).
+    Timeout(u64),
+    /// The connection closed during the call.
+    Crashed(String),
+    /// The server answered with an error, or with something that is not an answer.
+    Protocol(String),
+}
+
+impl CallFailure {
+    /// Short outcome label for the audit log.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::Timeout(_) => "timeout",
+            Self::Crashed(_) => "crashed",
+            Self::Protocol(_) => "error",
+        }
+    }
+
+    /// What the model reads about tool `name`.
+    pub fn text(&self, name: &str) -> String {
+        match self {
+            Self::Unavailable(s) => format!("{name} was not run: {s}"),
+            Self::Timeout(n) => format!(
+                "{name} did not answer within {n}s (the call timeout) and was abandoned. \
+The server is still running and other calls go on; if this tool is slow by nature, raise its \
+call_timeout_secs."
+            ),
+            Self::Crashed(s) | Self::Protocol(s) => format!("{name} failed: {s}"),
+        }
     }
 }
 
@@ -98,9 +594,9 @@ pub enum Checked {
     Valid,
     /// Every violation, sorted by pointer then message.
     Invalid(Vec<Violation>),
-    /// The tool's own schema cannot be compiled (e.g. a remote `$ref`); the call goes out
-    /// unchecked and the server judges it. The string says why, for the log.
-    Unchecked(String),
+    /// The tool's own schema cannot be compiled (a bad `pattern`, a dangling or remote `$ref`, an
+    /// unknown `$schema`): nothing can be checked.
+    Broken(String),
 }
 
 /// A compiled input schema; compile once per tool and reuse.
@@ -109,9 +605,13 @@ pub struct ParamsValidator {
     inner: Result<jsonschema::Validator, String>,
 }
 
+/// Longest violation message kept, in characters: a violation quotes the offending value.
+const VIOLATION_CHARS: usize = 300;
+
 impl ParamsValidator {
     /// Compiles `schema`. The draft is the schema's own `$schema` (servers in the wild say
-    /// draft-07), else 2020-12; remote `$ref`s are not fetched.
+    /// draft-07), else 2020-12. Remote and file `$ref`s are never fetched (the `jsonschema`
+    /// crate is built without its resolvers), so such a schema does not compile.
     pub fn new(schema: &Map<String, Value>) -> Self {
         let value = Value::Object(schema.clone());
         Self {
@@ -119,17 +619,23 @@ impl ParamsValidator {
         }
     }
 
+    /// Why the schema does not compile, if it does not.
+    pub fn broken(&self) -> Option<&str> {
+        self.inner.as_ref().err().map(String::as_str)
+    }
+
     /// Checks `params`.
-    pub fn check(&self, params: &Value) -> Checked {
+    pub fn check(&self, params: &Map<String, Value>) -> Checked {
         let validator = match &self.inner {
             Ok(v) => v,
-            Err(e) => return Checked::Unchecked(e.clone()),
+            Err(e) => return Checked::Broken(e.clone()),
         };
+        let params = Value::Object(params.clone());
         let mut violations: Vec<Violation> = validator
-            .iter_errors(params)
+            .iter_errors(&params)
             .map(|e| Violation {
                 pointer: e.instance_path().to_string(),
-                message: e.to_string(),
+                message: echo_long(&e.to_string()),
             })
             .collect();
         if violations.is_empty() {
@@ -139,6 +645,15 @@ impl ParamsValidator {
         violations.dedup();
         Checked::Invalid(violations)
     }
+}
+
+fn echo_long(text: &str) -> String {
+    let n = text.chars().count();
+    if n <= VIOLATION_CHARS {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(VIOLATION_CHARS).collect();
+    format!("{head}… ({n} characters)")
 }
 
 /// The tool's definition as attached to refusals: name, description and input schema, compact.
@@ -159,20 +674,7 @@ pub fn call_form(tool: &Tool) -> String {
     crate::search::schema_text::call_form(&tool.name, &tool.input_schema)
 }
 
-/// The refusal of a deferred tool not loaded in this session (`[execute] require_search`).
-/// The refusal itself loads the tool.
-pub fn not_loaded_text(tool: &Tool) -> String {
-    format!(
-        "{} was not run: its schema had not been loaded in this session, so the params could not be \
-checked. It is loaded now; here is its schema. Call it again with params that match:\n{}\n{}",
-        tool.name,
-        schema_block(tool),
-        call_form(tool)
-    )
-}
-
-/// The refusal of params that violate the schema.
-pub fn invalid_params_text(tool: &Tool, violations: &[Violation]) -> String {
+fn invalid_params_text(tool: &Tool, violations: &[Violation]) -> String {
     let mut out = format!(
         "{} was not run: its params do not match its schema ({} problem{}):\n",
         tool.name,
@@ -192,51 +694,11 @@ pub fn invalid_params_text(tool: &Tool, violations: &[Violation]) -> String {
     out
 }
 
-/// Reads `defer_execute`'s own arguments: `tool_name` and `params` (an object; absent or null
-/// means `{}`).
-pub fn parse_defer_execute(
-    args: &Map<String, Value>,
-) -> Result<(String, Map<String, Value>), String> {
-    let example =
-        "Example: {\"tool_name\": \"mcp__git__git_status\", \"params\": {\"repo_path\": \".\"}}";
-    let name = match args.get("tool_name") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
-        Some(other) if !other.is_string() => {
-            return Err(format!(
-                "defer_execute: tool_name must be a string, found {other}. {example}"
-            ));
-        }
-        _ => return Err(format!("defer_execute needs tool_name. {example}")),
-    };
-    let params = match args.get("params") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        // Some models send params as a JSON string; accept it when it holds an object.
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Object(m)) => m,
-            _ => {
-                return Err(format!(
-                    "defer_execute: params must be a JSON object, found a string. {example}"
-                ));
-            }
-        },
-        Some(other) => {
-            return Err(format!(
-                "defer_execute: params must be a JSON object, found {other}. {example}"
-            ));
-        }
-    };
-    if let Some(extra) = args.keys().find(|k| *k != "tool_name" && *k != "params") {
-        return Err(format!(
-            "defer_execute takes only tool_name and params, not {extra:?}; put the tool's arguments inside params. {example}"
-        ));
-    }
-    Ok((name, params))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::Compiled;
+    use crate::config::Config;
     use serde_json::json;
 
     fn catalog() -> Catalog {
@@ -253,77 +715,108 @@ mod tests {
         .expect("catalog")
     }
 
+    fn compiled(toml: &str) -> Compiled {
+        Compiled::new(Config::from_toml_str(toml, "t").expect("toml"), "t", None).expect("compiles")
+    }
+
+    fn exposure(c: &Catalog, toml: &str) -> Exposure {
+        compiled(toml).expose(c)
+    }
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().expect("object")
+    }
+
     #[test]
     fn resolves_canonical_and_unambiguous_bare_names() {
         let c = catalog();
-        let all = |_| true;
-        let i = resolve(&c, all, "mcp__fs__read_text_file").expect("canonical");
+        let all = exposure(&c, "");
+        let i = resolve(&c, &all, "mcp__fs__read_text_file").expect("canonical");
         assert_eq!(c.tools()[i].name, "mcp__fs__read_text_file");
         assert_eq!(
-            resolve(&c, all, "git_log").expect("bare"),
+            resolve(&c, &all, "git_log").expect("bare"),
             c.position("mcp__git__git_log").expect("x")
         );
-        let e = resolve(&c, all, "write_file").expect_err("ambiguous");
+        let e = resolve(&c, &all, "write_file").expect_err("ambiguous");
+        assert_eq!(e.kind(), RefusalKind::Ambiguous);
         assert!(
-            e.text.contains("mcp__fs__write_file, mcp__git__write_file"),
+            e.text(&c)
+                .contains("mcp__fs__write_file, mcp__git__write_file"),
             "{}",
-            e.text
+            e.text(&c)
         );
         // Hiding one of two candidates makes the bare name unambiguous.
-        let fs_write = c.position("mcp__fs__write_file").expect("x");
+        let hide = exposure(&c, "[permissions]\ndeny = [\"^mcp__fs__write_file$\"]");
         assert_eq!(
-            resolve(&c, |i| i != fs_write, "write_file").expect("one left"),
+            resolve(&c, &hide, "write_file").expect("one left"),
             c.position("mcp__git__write_file").expect("x")
         );
-        let e = resolve(&c, all, "defer_execute").expect_err("meta");
-        assert!(e.text.contains("call it directly"), "{}", e.text);
+        let e = resolve(&c, &all, "defer_execute").expect_err("meta");
+        assert_eq!(e.kind(), RefusalKind::MetaTool);
+        assert!(e.text(&c).contains("call it directly"), "{}", e.text(&c));
     }
 
     #[test]
     fn hidden_and_unknown_names_get_the_same_answer() {
         let c = catalog();
-        let log = c.position("mcp__git__git_log").expect("x");
-        let hidden = resolve(&c, |i| i != log, "mcp__git__git_log").expect_err("hidden");
-        assert_eq!(hidden.hidden.as_deref(), Some("mcp__git__git_log"));
+        let e = exposure(&c, "[permissions]\ndeny = [\"^mcp__git__git_log$\"]");
+        let hidden = resolve(&c, &e, "mcp__git__git_log").expect_err("hidden");
+        assert_eq!(hidden.kind(), RefusalKind::Hidden);
+        assert_eq!(hidden.tool(), c.position("mcp__git__git_log"));
         assert!(
-            !hidden.text.contains("Closest names: mcp__git__git_log"),
+            hidden.detail(&c).contains("denies every call"),
             "{}",
-            hidden.text
+            hidden.detail(&c)
         );
-        let unknown = resolve(&c, |i| i != log, "mcp__git__git_lag").expect_err("unknown");
-        assert_eq!(unknown.hidden, None);
+        let unknown = resolve(&c, &e, "mcp__git__git_lag").expect_err("unknown");
+        assert_eq!(unknown.kind(), RefusalKind::Unknown);
         // Same wording; the suggestions never include the hidden tool.
+        for r in [&hidden, &unknown] {
+            let t = r.text(&c);
+            assert!(t.starts_with("No tool named"), "{t}");
+            assert!(!t.contains("Closest names: mcp__git__git_log"), "{t}");
+        }
+        let all = exposure(&c, "");
+        let e = resolve(&c, &all, "read_txt_file").expect_err("typo");
+        let t = e.text(&c);
         assert!(
-            hidden.text.starts_with("No tool named") && unknown.text.starts_with("No tool named")
+            t.contains("Closest names: ") && t.contains("mcp__fs__read_text_file"),
+            "{t}"
         );
-        assert!(
-            !unknown.text.contains("Closest names: mcp__git__git_log"),
-            "{}",
-            unknown.text
-        );
-        let e = resolve(&c, |_| true, "read_txt_file").expect_err("typo");
-        assert!(
-            e.text.contains("Closest names: ") && e.text.contains("mcp__fs__read_text_file"),
-            "{}",
-            e.text
-        );
+    }
+
+    #[test]
+    fn echoes_of_caller_input_are_capped() {
+        let c = catalog();
+        let all = exposure(&c, "");
+        let huge = "x".repeat(1_000_000);
+        let e = resolve(&c, &all, &huge).expect_err("unknown");
+        let t = e.text(&c);
+        assert!(t.len() < 600, "{} bytes", t.len());
+        assert!(t.contains("(1000000 characters)"), "{t}");
+        assert!(e.detail(&c).len() < 600);
     }
 
     #[test]
     fn violations_carry_pointers_and_the_schema() {
         let c = catalog();
-        let tool = c.get("mcp__fs__read_text_file").expect("tool");
-        let v = ParamsValidator::new(&tool.input_schema);
-        assert_eq!(v.check(&json!({"path": "/x"})), Checked::Valid);
-        let Checked::Invalid(problems) = v.check(&json!({"path": 3})) else {
+        let i = c.position("mcp__fs__read_text_file").expect("tool");
+        let v = ParamsValidator::new(&c.tools()[i].input_schema);
+        assert_eq!(v.check(&obj(json!({"path": "/x"}))), Checked::Valid);
+        let Err(r) = validate(i, &v, &obj(json!({"path": 3}))) else {
             panic!("invalid")
         };
-        assert_eq!(problems[0].pointer, "/path");
-        let Checked::Invalid(problems) = v.check(&json!({})) else {
+        assert_eq!(r.kind(), RefusalKind::Invalid);
+        assert_eq!(r.loads(), Some(i), "the refusal carries the schema");
+        let Checked::Invalid(problems) = v.check(&Map::new()) else {
             panic!("invalid")
         };
         assert_eq!(problems[0].pointer, "");
-        let text = invalid_params_text(tool, &problems);
+        let text = Refusal::Invalid {
+            tool: i,
+            violations: problems,
+        }
+        .text(&c);
         assert!(
             text.contains("- at /: ") && text.contains("\"path\" is a required property"),
             "{text}"
@@ -342,8 +835,8 @@ mod tests {
             "definitions": {"E": {"type": "object", "properties": {"n": {"type": "string"}}, "required": ["n"]}},
             "additionalProperties": false});
         let v = ParamsValidator::new(draft7.as_object().expect("object"));
-        assert_eq!(v.check(&json!({"e": {"n": "a"}})), Checked::Valid);
-        let Checked::Invalid(p) = v.check(&json!({"e": {}, "x": 1})) else {
+        assert_eq!(v.check(&obj(json!({"e": {"n": "a"}}))), Checked::Valid);
+        let Checked::Invalid(p) = v.check(&obj(json!({"e": {}, "x": 1}))) else {
             panic!("invalid")
         };
         let pointers: Vec<&str> = p.iter().map(|v| v.pointer.as_str()).collect();
@@ -351,56 +844,85 @@ mod tests {
         let pydantic = json!({"type": "object", "$defs": {"M": {"enum": ["a", "b"], "type": "string"}},
             "properties": {"m": {"anyOf": [{"$ref": "#/$defs/M"}, {"type": "null"}], "default": null}}});
         let v = ParamsValidator::new(pydantic.as_object().expect("object"));
-        assert_eq!(v.check(&json!({"m": null})), Checked::Valid);
-        assert!(matches!(v.check(&json!({"m": "c"})), Checked::Invalid(p) if p[0].pointer == "/m"));
-        let remote = json!({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}});
-        assert!(matches!(
-            ParamsValidator::new(remote.as_object().expect("o")).check(&json!({})),
-            Checked::Unchecked(_)
-        ));
+        assert_eq!(v.check(&obj(json!({"m": null}))), Checked::Valid);
+        assert!(
+            matches!(v.check(&obj(json!({"m": "c"}))), Checked::Invalid(p) if p[0].pointer == "/m")
+        );
     }
 
     #[test]
-    fn refusals_say_what_to_do() {
+    fn a_schema_that_does_not_compile_refuses_every_call() {
+        for (schema, says) in [
+            (
+                json!({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}}),
+                "resolve-http",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}),
+                "missing",
+            ),
+            (
+                json!({"$schema": "https://example.invalid/my-draft", "type": "object"}),
+                "meta-schema",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "(unclosed"}}}),
+                "regex",
+            ),
+        ] {
+            let v = ParamsValidator::new(schema.as_object().expect("o"));
+            assert!(
+                v.broken().is_some_and(|e| e.contains(says)),
+                "{schema}: {:?}",
+                v.broken()
+            );
+            let r = validate(0, &v, &Map::new()).expect_err("refused, never unchecked");
+            assert_eq!(r.kind(), RefusalKind::SchemaBroken);
+        }
+    }
+
+    #[test]
+    fn stages_refuse_in_order_with_typed_reasons() {
         let c = catalog();
-        let tool = c.get("mcp__fs__read_text_file").expect("tool");
-        let t = not_loaded_text(tool);
+        let i = c.position("mcp__fs__read_text_file").expect("tool");
+        let e = exposure(&c, "");
+        let r = require_loaded(&e, i, true, false).expect_err("not loaded");
+        assert_eq!((r.kind(), r.loads()), (RefusalKind::NotLoaded, Some(i)));
+        let t = r.text(&c);
         assert!(t.contains("It is loaded now"), "{t}");
         assert!(t.ends_with("defer_execute {\"tool_name\":\"mcp__fs__read_text_file\",\"params\":{\"path\":\"…\"}}"), "{t}");
-    }
-
-    #[test]
-    fn defer_execute_arguments_are_checked() {
-        let ok = |v: Value| parse_defer_execute(v.as_object().expect("o"));
-        assert_eq!(
-            ok(json!({"tool_name": "a", "params": {"x": 1}}))
-                .expect("ok")
-                .1["x"],
-            1
-        );
+        require_loaded(&e, i, true, true).expect("loaded");
+        require_loaded(&e, i, false, false).expect("search not required");
+        let asking = compiled("[permissions]\nask = [\"read\"]");
+        let because = match authorize(&c, asking.permissions(), i, &Map::new()) {
+            Ok(Authorization::Ask { because }) => because,
+            other => panic!("{other:?}"),
+        };
+        let r = approved(i, &because, Err(AskRefusal::Unsupported)).expect_err("refused");
+        assert_eq!(r.kind(), RefusalKind::NotApproved);
+        assert!(r.text(&c).contains("cannot ask the user"));
+        let v = ParamsValidator::new(&c.tools()[i].input_schema);
+        let r = after_pre_call(i, &v, Some("no".into()), None, Map::new()).expect_err("denied");
+        assert_eq!(r.kind(), RefusalKind::DeniedByHook);
+        let r = after_pre_call(i, &v, None, Some(obj(json!({"path": 1}))), Map::new())
+            .expect_err("bad rewrite");
+        assert_eq!(r.kind(), RefusalKind::InvalidAfterHook);
+        let p = after_pre_call(i, &v, None, Some(obj(json!({"path": "/b"}))), Map::new())
+            .expect("rewritten");
+        assert_eq!(p["path"], "/b");
+        let w = c.position("mcp__fs__write_file").expect("w");
+        let perms = compiled("[permissions]\ndeny = [\"write(*secret*)\"]");
+        let r = authorize(&c, perms.permissions(), w, &obj(json!({"p": "/secret/x"})))
+            .expect_err("denied");
+        assert_eq!(r.kind(), RefusalKind::Denied);
         assert!(
-            ok(json!({"tool_name": "a"}))
-                .expect("no params")
-                .1
-                .is_empty()
+            r.text(&c).contains("[permissions] deny[0]"),
+            "{}",
+            r.text(&c)
         );
         assert_eq!(
-            ok(json!({"tool_name": "a", "params": "{\"x\": 2}"}))
-                .expect("string")
-                .1["x"],
-            2
+            authorize(&c, perms.permissions(), w, &Map::new()),
+            Ok(Authorization::Allowed)
         );
-        for (v, expected) in [
-            (json!({}), "needs tool_name"),
-            (json!({"tool_name": 3}), "must be a string"),
-            (
-                json!({"tool_name": "a", "params": [1]}),
-                "must be a JSON object",
-            ),
-            (json!({"tool_name": "a", "path": "/"}), "not \"path\""),
-        ] {
-            let e = ok(v).expect_err(expected);
-            assert!(e.contains(expected) && e.contains("Example"), "{e}");
-        }
     }
 }

@@ -9,8 +9,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::catalog::Catalog;
-use crate::surface::{Format, Surface, definition};
+use crate::surface::Surface;
 use crate::tokens;
+use crate::wire::{Format, definition};
 
 /// Characters, tokens and share of the context window.
 #[derive(Debug, Clone, PartialEq, Serialize)]

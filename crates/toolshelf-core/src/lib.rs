@@ -7,12 +7,15 @@
 
 pub mod audit;
 pub mod catalog;
+pub mod compile;
 pub mod config;
 pub mod error;
 pub mod hook;
 pub mod index;
 pub mod invoke;
+pub mod json;
 pub mod ledger;
+pub mod meta;
 pub mod name;
 pub mod pattern;
 pub mod permission;
@@ -21,12 +24,15 @@ pub mod search;
 pub mod session;
 pub mod surface;
 pub mod tokens;
+pub mod wire;
 
 pub use catalog::{Catalog, CatalogBuilder, Origin, Resolution, Server, Tool, ToolSpec};
-pub use config::{Config, DeferDefault, Rule};
+pub use compile::Compiled;
+pub use config::{Config, DeferDefault};
 pub use error::{Error, Result};
 pub use index::DeferredIndex;
 pub use ledger::Ledger;
 pub use pattern::Pattern;
-pub use policy::{Decision, Exposure, Policy, State};
-pub use surface::{Format, Surface};
+pub use policy::{Decision, Exposure, Policy, Rule, State};
+pub use surface::Surface;
+pub use wire::Format;

@@ -5,6 +5,19 @@
 //! canonical name that satisfies the rule, and keep the original server and tool names beside it
 //! so calls go out under the names the server knows. Everything here is a pure function of its
 //! input: the same catalog always yields the same names, on every machine.
+//!
+//! Canonical MCP names are unambiguous by construction: a server segment never contains `__` and
+//! never starts or ends with `_` ([`server_segment`]), so in `mcp__SERVER__TOOL` the server is
+//! always the text up to the first `__` after the prefix ([`split_mcp`]). Servers `a` (tool
+//! `b__c`) and `a__b` (tool `c`) therefore get two different names, `mcp__a__b__c` and
+//! `mcp__a_b__c`, instead of contesting one.
+
+/// Name of the search meta-tool.
+pub const TOOL_SEARCH: &str = "tool_search";
+/// Name of the execution meta-tool.
+pub const DEFER_EXECUTE: &str = "defer_execute";
+/// Both meta-tool names. A catalog tool with one of these names keeps a distinct name instead.
+pub const META_TOOLS: [&str; 2] = [TOOL_SEARCH, DEFER_EXECUTE];
 
 /// Longest name the providers accept.
 pub const MAX_NAME_LEN: usize = 64;
@@ -57,6 +70,46 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
     hash
+}
+
+/// The canonical segment of a server's name: [`sanitize`]d, runs of `_` folded into one and `_`
+/// trimmed from both ends, so the segment can never contain the `__` separator or blur into it.
+/// A name with no ASCII letter or digit left becomes `server_<hash>`.
+pub fn server_segment(raw: &str) -> String {
+    let sanitized = sanitize(raw);
+    let mut out = String::with_capacity(sanitized.len());
+    for c in sanitized.chars() {
+        if c == '_' && (out.is_empty() || out.ends_with('_')) {
+            continue;
+        }
+        out.push(c);
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    if out.bytes().any(|b| b.is_ascii_alphanumeric()) {
+        out
+    } else {
+        format!("server_{}", short_hash(raw))
+    }
+}
+
+/// The canonical segment of a tool's name: [`sanitize_or_hash`] with prefix `tool`.
+pub fn tool_segment(raw: &str) -> String {
+    sanitize_or_hash(raw, "tool")
+}
+
+/// `mcp__<server>__<tool>` from two segments.
+pub fn mcp_name(server: &str, tool: &str) -> String {
+    format!("{MCP_PREFIX}{server}__{tool}")
+}
+
+/// Splits a canonical MCP name into (server segment, tool segment): the server is the text up to
+/// the first `__` after the prefix. `None` for names without the prefix or the separator.
+pub fn split_mcp(name: &str) -> Option<(&str, &str)> {
+    name.strip_prefix(MCP_PREFIX)?
+        .split_once("__")
+        .filter(|(s, t)| !s.is_empty() && !t.is_empty())
 }
 
 /// A short stable hash of `key`: 8 lowercase hex digits.
@@ -196,6 +249,38 @@ mod tests {
         assert_eq!(a, sanitize_or_hash("住处选择建议通用工具", "tool"));
         assert_ne!(a, sanitize_or_hash("健康状况监测助手", "tool"));
         assert_eq!(sanitize_or_hash("天气weather", "tool"), "__weather");
+    }
+
+    #[test]
+    fn server_segments_cannot_contain_the_separator() {
+        assert_eq!(server_segment("git"), "git");
+        assert_eq!(server_segment("a__b"), "a_b");
+        assert_eq!(server_segment("x.y"), "x_y");
+        assert_eq!(server_segment("_lead__and_trail_"), "lead_and_trail");
+        assert_eq!(server_segment("Asset Price MCP"), "Asset_Price_MCP");
+        let h = server_segment("天气");
+        assert!(h.starts_with("server_") && is_valid(&h), "{h}");
+        for raw in ["a__b", "__", "a___", "_x_", "x..y", "--a__-b"] {
+            let s = server_segment(raw);
+            assert!(
+                !s.contains("__") && !s.starts_with('_') && !s.ends_with('_'),
+                "{raw:?} -> {s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn mcp_names_split_back_into_their_segments() {
+        // Servers `a` (tool `b__c`) and `a__b` (tool `c`): two names, each splitting back.
+        let one = mcp_name(&server_segment("a"), &tool_segment("b__c"));
+        let two = mcp_name(&server_segment("a__b"), &tool_segment("c"));
+        assert_ne!(one, two);
+        assert_eq!(split_mcp(&one), Some(("a", "b__c")));
+        assert_eq!(split_mcp(&two), Some(("a_b", "c")));
+        // A tool segment may start with `_`; the server segment never ends with one.
+        assert_eq!(split_mcp(&mcp_name("a", "_b")), Some(("a", "_b")));
+        assert_eq!(split_mcp("Read"), None);
+        assert_eq!(split_mcp("mcp__only"), None);
     }
 
     #[test]

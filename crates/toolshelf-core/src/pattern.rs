@@ -12,6 +12,9 @@ use std::fmt;
 pub struct Pattern {
     source: String,
     glob: Vec<char>,
+    /// `glob` as bytes when it is ASCII: canonical names always are, so matching them needs no
+    /// allocation.
+    ascii: Option<Vec<u8>>,
 }
 
 impl Pattern {
@@ -37,9 +40,14 @@ impl Pattern {
         if !end {
             glob.push('*');
         }
+        let ascii = glob
+            .iter()
+            .all(char::is_ascii)
+            .then(|| glob.iter().map(|&c| c as u8).collect());
         Ok(Self {
             source: trimmed.to_owned(),
             glob,
+            ascii,
         })
     }
 
@@ -50,7 +58,10 @@ impl Pattern {
 
     /// Whether the pattern matches `name`.
     pub fn matches(&self, name: &str) -> bool {
-        wildcard(&self.glob, &name.chars().collect::<Vec<_>>())
+        match &self.ascii {
+            Some(glob) if name.is_ascii() => wildcard(glob, name.as_bytes(), b'*', b'?'),
+            _ => wildcard(&self.glob, &name.chars().collect::<Vec<_>>(), '*', '?'),
+        }
     }
 }
 
@@ -60,15 +71,22 @@ impl fmt::Display for Pattern {
     }
 }
 
+/// Whether the whole of `text` matches `glob` (`*` any run, `?` one character, no anchors).
+pub fn glob_matches(glob: &str, text: &str) -> bool {
+    let g: Vec<char> = glob.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    wildcard(&g, &t, '*', '?')
+}
+
 /// Classic linear-time wildcard matching with a single backtrack point.
-fn wildcard(glob: &[char], text: &[char]) -> bool {
+fn wildcard<T: Copy + PartialEq>(glob: &[T], text: &[T], any: T, one: T) -> bool {
     let (mut g, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
-        if g < glob.len() && (glob[g] == '?' || (glob[g] != '*' && glob[g] == text[t])) {
+        if g < glob.len() && (glob[g] == one || (glob[g] != any && glob[g] == text[t])) {
             g += 1;
             t += 1;
-        } else if g < glob.len() && glob[g] == '*' {
+        } else if g < glob.len() && glob[g] == any {
             star = Some((g, t));
             g += 1;
         } else if let Some((sg, st)) = star {
@@ -79,7 +97,7 @@ fn wildcard(glob: &[char], text: &[char]) -> bool {
             return false;
         }
     }
-    glob[g..].iter().all(|&c| c == '*')
+    glob[g..].iter().all(|&c| c == any)
 }
 
 #[cfg(test)]

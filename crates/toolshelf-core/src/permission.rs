@@ -1,83 +1,165 @@
 //! Permission rules: may this call of that tool run?
 //!
-//! Rules are checked against the *target* tool's canonical name (`mcp__git__git_commit`), never
-//! against `defer_execute`, so hiding a tool behind the meta-tool changes nothing. Each rule is
-//! `PATTERN` or `PATTERN(ARGS)`, with PATTERN as in [`crate::pattern`]. Precedence is by action,
-//! not by order: any matching deny beats any matching ask, which beats any matching allow; with
-//! no match, `[permissions] default` decides.
+//! Rules are checked against the *target* tool, never against `defer_execute`, so hiding a tool
+//! behind the meta-tool changes nothing. Each rule is `PATTERN` or `PATTERN(ARGS)`, with PATTERN
+//! as in [`crate::pattern`]. Precedence is by action, not by order: any matching deny beats any
+//! matching ask, which beats any matching allow; with no match, `[permissions] default` decides.
 //!
-//! `ARGS`, the argument glob, looks at the call's params (`*` any run, `?` one character, always
-//! matched against the whole value):
-//! - `key=GLOB` matches when the top-level param `key` is present and its value matches: a string
+//! **Which names a rule sees.** Names get rewritten (invalid characters, collisions, the 64
+//! character limit), so a rule may be written for a name the tool no longer has. Deny and ask
+//! rules fail closed: they apply when PATTERN matches the canonical name *or any alias* (the name
+//! the tool would have had, and `mcp__<original server>__<original tool>`; see
+//! [`crate::catalog::Tool::aliases`]). Allow rules apply only through the canonical name, which is
+//! unique, so a rule that allows one tool can never allow another that merely shares an original
+//! name.
+//!
+//! **Argument globs.** `ARGS` looks at the call's params. Globs are matched against the whole
+//! value: `*` any run of characters, `?` one character.
+//! - `key=GLOB`: the top-level param `key` is present and its value matches, textually: a string
 //!   as is, anything else as compact JSON (`count=1?` matches 10 to 19);
-//! - `GLOB` alone matches when *any* string anywhere in the params matches, which suits deny rules
-//!   (`deny = ["^mcp__filesystem__(*/.ssh/*)"]`). For allow rules prefer `key=GLOB`: "some string
-//!   matches" is a weak reason to allow.
+//! - `GLOB`: *any* string anywhere in the params matches, object keys included, which suits deny
+//!   rules (`deny = ["^mcp__filesystem__(*/.ssh/*)"]`). For allow rules prefer `key=GLOB`: "some
+//!   string matches" is a weak reason to allow.
+//! - `file:key=GLOB` and `file:GLOB`: the same, but path-aware. Both the value and the glob are
+//!   normalised lexically first (a `file://` prefix dropped, `//` and `/./` folded, `..` applied),
+//!   and the glob works on path segments: `*` and `?` never cross a `/`, `**` spans any number
+//!   of segments. So `file:path=/etc/**` matches `//etc/passwd` and `/tmp/../etc/passwd`, which
+//!   the textual `path=/etc/*` misses. Normalisation is lexical: symbolic links are not resolved
+//!   (the core does no I/O) and relative paths stay relative.
 //!
-//! A deny rule without ARGS denies every call, so the tool is hidden like a tool outside the mode
-//! ([`Permissions::hide_denied`]): offering the model a tool it may never run only wastes a turn.
+//! A deny rule without ARGS denies every call; [`crate::policy`] then hides the tool.
 
 use serde_json::{Map, Value};
 
-use crate::catalog::Catalog;
+use crate::catalog::Tool;
 use crate::config::{Action, PermissionsConfig};
 use crate::error::{Error, Result};
-use crate::pattern::Pattern;
-use crate::policy::{Exposure, State};
+use crate::pattern::{Pattern, glob_matches};
+
+/// How an argument glob compares a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlobKind {
+    /// The value's text as is.
+    Text,
+    /// The value as a path, normalised, segment by segment.
+    Path,
+}
 
 /// What a rule's argument glob looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgGlob {
-    /// `key=GLOB`: one top-level param.
-    Field {
-        /// The param name.
-        key: String,
-        /// Whole-value glob.
-        glob: Pattern,
-    },
-    /// `GLOB`: any string value, at any depth.
-    Any(Pattern),
+pub struct ArgGlob {
+    /// `Some(key)`: one top-level param; `None`: any string, at any depth, keys included.
+    pub key: Option<String>,
+    /// The glob, as written (normalised for paths).
+    pub glob: String,
+    /// Textual or path-aware.
+    pub kind: GlobKind,
 }
 
 impl ArgGlob {
     fn parse(text: &str) -> std::result::Result<Self, String> {
-        let whole = |g: &str| Pattern::new(&format!("^{g}$"));
-        match text.split_once('=') {
+        let (kind, rest) = match text.strip_prefix("file:") {
+            Some(rest) => (GlobKind::Path, rest),
+            None => (GlobKind::Text, text),
+        };
+        let (key, glob) = match rest.split_once('=') {
             Some((key, glob))
                 if !key.is_empty()
                     && key
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
             {
-                Ok(Self::Field {
-                    key: key.to_owned(),
-                    glob: whole(glob).map_err(|_| format!("empty argument glob after {key}="))?,
-                })
+                (Some(key.to_owned()), glob)
             }
-            _ => Ok(Self::Any(
-                whole(text).map_err(|_| "empty argument glob ()".to_owned())?,
-            )),
+            _ => (None, rest),
+        };
+        if glob.is_empty() {
+            return Err(match &key {
+                Some(k) => format!("empty argument glob after {k}="),
+                None => "empty argument glob ()".to_owned(),
+            });
         }
+        let glob = match kind {
+            GlobKind::Text => glob.to_owned(),
+            GlobKind::Path => normalize_path(glob),
+        };
+        Ok(Self { key, glob, kind })
     }
 
     /// Whether the call's params match.
     pub fn matches(&self, params: &Map<String, Value>) -> bool {
-        match self {
-            Self::Field { key, glob } => params.get(key).is_some_and(|v| match v {
-                Value::String(s) => glob.matches(s),
-                other => glob.matches(&other.to_string()),
+        match &self.key {
+            Some(key) => params.get(key).is_some_and(|v| match v {
+                Value::String(s) => self.matches_text(s),
+                other => self.matches_text(&other.to_string()),
             }),
-            Self::Any(glob) => params.values().any(|v| any_string(v, glob)),
+            None => params
+                .iter()
+                .any(|(k, v)| self.matches_text(k) || self.any_string(v)),
+        }
+    }
+
+    fn matches_text(&self, text: &str) -> bool {
+        match self.kind {
+            GlobKind::Text => glob_matches(&self.glob, text),
+            GlobKind::Path => path_matches(&self.glob, &normalize_path(text)),
+        }
+    }
+
+    fn any_string(&self, v: &Value) -> bool {
+        match v {
+            Value::String(s) => self.matches_text(s),
+            Value::Array(items) => items.iter().any(|i| self.any_string(i)),
+            Value::Object(m) => m
+                .iter()
+                .any(|(k, i)| self.matches_text(k) || self.any_string(i)),
+            _ => false,
         }
     }
 }
 
-fn any_string(v: &Value, glob: &Pattern) -> bool {
-    match v {
-        Value::String(s) => glob.matches(s),
-        Value::Array(items) => items.iter().any(|i| any_string(i, glob)),
-        Value::Object(m) => m.values().any(|i| any_string(i, glob)),
-        _ => false,
+/// Lexical path normalisation: drops a `file://` prefix, folds repeated `/` and `.` segments,
+/// applies `..` (never above the root of an absolute path; kept at the head of a relative one).
+pub fn normalize_path(raw: &str) -> String {
+    let raw = raw.strip_prefix("file://").unwrap_or(raw);
+    let absolute = raw.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in raw.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => match parts.last() {
+                Some(&last) if last != ".." => {
+                    parts.pop();
+                }
+                _ if absolute => {}
+                _ => parts.push(".."),
+            },
+            s => parts.push(s),
+        }
+    }
+    let joined = parts.join("/");
+    match (absolute, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_owned(),
+        (false, false) => joined,
+    }
+}
+
+/// Whether a normalised path matches a normalised path glob, segment by segment.
+fn path_matches(glob: &str, path: &str) -> bool {
+    let g: Vec<&str> = glob.split('/').collect();
+    let p: Vec<&str> = path.split('/').collect();
+    segments_match(&g, &p)
+}
+
+fn segments_match(glob: &[&str], path: &[&str]) -> bool {
+    match glob.split_first() {
+        None => path.is_empty(),
+        Some((&"**", rest)) => (0..=path.len()).any(|skip| segments_match(rest, &path[skip..])),
+        Some((g, rest)) => match path.split_first() {
+            Some((p, tail)) => glob_matches(g, p) && segments_match(rest, tail),
+            None => false,
+        },
     }
 }
 
@@ -121,9 +203,17 @@ impl PermissionRule {
         })
     }
 
+    /// Whether the rule's pattern names `tool`: through any of its names for deny and ask,
+    /// through its canonical name only for allow (see the module docs).
+    pub fn names(&self, tool: &Tool) -> bool {
+        self.pattern.matches(&tool.name)
+            || (self.action != Action::Allow
+                && tool.aliases.iter().any(|a| self.pattern.matches(a)))
+    }
+
     /// Whether the rule applies to this call.
-    pub fn matches(&self, tool: &str, params: &Map<String, Value>) -> bool {
-        self.pattern.matches(tool) && self.args.as_ref().is_none_or(|a| a.matches(params))
+    pub fn matches(&self, tool: &Tool, params: &Map<String, Value>) -> bool {
+        self.names(tool) && self.args.as_ref().is_none_or(|a| a.matches(params))
     }
 }
 
@@ -177,8 +267,13 @@ impl Permissions {
         })
     }
 
-    /// The verdict on calling `tool` (canonical name) with `params`: deny beats ask beats allow.
-    pub fn check(&self, tool: &str, params: &Map<String, Value>) -> Verdict {
+    /// Every rule: deny rules first, then ask, then allow, each in file order.
+    pub fn rules(&self) -> &[PermissionRule] {
+        &self.rules
+    }
+
+    /// The verdict on calling `tool` with `params`: deny beats ask beats allow.
+    pub fn check(&self, tool: &Tool, params: &Map<String, Value>) -> Verdict {
         // Rules are stored deny, ask, allow, so the first match has the strongest action.
         match self.rules.iter().find(|r| r.matches(tool, params)) {
             Some(r) => Verdict {
@@ -193,30 +288,17 @@ impl Permissions {
     }
 
     /// The deny rule that forbids every call of `tool`, whatever its params.
-    pub fn denies_unconditionally(&self, tool: &str) -> Option<&PermissionRule> {
+    pub fn denies_unconditionally(&self, tool: &Tool) -> Option<&PermissionRule> {
         self.rules
             .iter()
-            .find(|r| r.action == Action::Deny && r.args.is_none() && r.pattern.matches(tool))
-    }
-
-    /// Hides every visible tool that a deny rule forbids unconditionally, with the rule as the
-    /// reason (what `explain` and the audit log show).
-    pub fn hide_denied(&self, catalog: &Catalog, exposure: &mut Exposure) {
-        for (tool, d) in catalog.tools().iter().zip(exposure.decisions.iter_mut()) {
-            if d.state == State::Hidden {
-                continue;
-            }
-            if let Some(r) = self.denies_unconditionally(&tool.name) {
-                d.state = State::Hidden;
-                d.reason = format!("[permissions] {} denies every call", r.label);
-            }
-        }
+            .find(|r| r.action == Action::Deny && r.args.is_none() && r.names(tool))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::Catalog;
     use serde_json::json;
 
     fn perms(allow: &[&str], ask: &[&str], deny: &[&str], default: Action) -> Permissions {
@@ -231,6 +313,14 @@ mod tests {
             "t.toml",
         )
         .expect("rules")
+    }
+
+    /// A built-in tool called `name` (canonical names of built-ins are their own).
+    fn tool(name: &str) -> Tool {
+        Catalog::from_value(&json!([{ "name": name }]), "c")
+            .expect("catalog")
+            .tools()[0]
+            .clone()
     }
 
     fn params(v: Value) -> Map<String, Value> {
@@ -249,12 +339,13 @@ mod tests {
             Action::Allow,
         );
         let empty = Map::new();
-        assert_eq!(p.check("mcp__git__git_commit", &empty).action, Action::Deny);
-        assert_eq!(p.check("mcp__git__commit_x", &empty).action, Action::Ask);
-        assert_eq!(p.check("mcp__git__git_log", &empty).action, Action::Allow);
-        let v = p.check("mcp__git__git_commit", &empty);
+        let check = |n: &str| p.check(&tool(n), &empty).action;
+        assert_eq!(check("mcp__git__git_commit"), Action::Deny);
+        assert_eq!(check("mcp__git__commit_x"), Action::Ask);
+        assert_eq!(check("mcp__git__git_log"), Action::Allow);
+        let v = p.check(&tool("mcp__git__git_commit"), &empty);
         assert_eq!(v.because(), "[permissions] deny[0] \"git_commit$\"");
-        let d = perms(&[], &[], &[], Action::Deny).check("x", &empty);
+        let d = perms(&[], &[], &[], Action::Deny).check(&tool("x"), &empty);
         assert_eq!(
             (d.action, d.because().as_str()),
             (Action::Deny, "[permissions] default = \"deny\"")
@@ -269,7 +360,7 @@ mod tests {
             &["^mcp__fs__(*/.ssh/*)", "count(n=1?)"],
             Action::Ask,
         );
-        let call = |tool, v| p.check(tool, &params(v)).action;
+        let call = |t: &str, v| p.check(&tool(t), &params(v)).action;
         assert_eq!(
             call("mcp__git__git_commit", json!({"message": "fix: x"})),
             Action::Allow
@@ -291,6 +382,11 @@ mod tests {
             Action::Deny
         );
         assert_eq!(
+            call("mcp__fs__read", json!({"files": {"/h/.ssh/k": "read"}})),
+            Action::Deny,
+            "a bare glob sees object keys"
+        );
+        assert_eq!(
             call("mcp__fs__read", json!({"path": "/h/ssh"})),
             Action::Ask
         );
@@ -303,27 +399,95 @@ mod tests {
     }
 
     #[test]
-    fn only_unconditional_denies_hide() {
-        let p = perms(&[], &[], &["^mcp__a__(x)", "^mcp__b__"], Action::Allow);
-        assert!(p.denies_unconditionally("mcp__a__t").is_none());
-        assert!(p.denies_unconditionally("mcp__b__t").is_some());
-        let catalog = Catalog::from_value(
-            &json!({"servers": [{"name": "a", "tools": [{"name": "t"}]}, {"name": "b", "tools": [{"name": "t"}]}]}),
+    fn path_globs_normalise_before_matching() {
+        let textual = perms(&[], &[], &["read(path=/etc/*)"], Action::Allow);
+        let aware = perms(&[], &[], &["read(file:path=/etc/**)"], Action::Allow);
+        let anywhere = perms(&[], &[], &["read(file:**/.ssh/*)"], Action::Allow);
+        let deny =
+            |p: &Permissions, v: Value| p.check(&tool("read"), &params(v)).action == Action::Deny;
+        for path in [
+            "//etc/passwd",
+            "/tmp/../etc/passwd",
+            "/./etc/passwd",
+            "file:///etc/passwd",
+            "/etc/ssl/certs/x",
+        ] {
+            assert!(deny(&aware, json!({"path": path})), "{path}");
+        }
+        assert!(
+            !deny(&textual, json!({"path": "//etc/passwd"})),
+            "textual globs stay textual"
+        );
+        assert!(!deny(&textual, json!({"path": "/tmp/../etc/passwd"})));
+        assert!(deny(&textual, json!({"path": "/etc/passwd"})));
+        assert!(!deny(&aware, json!({"path": "/etcetera/x"})));
+        assert!(!deny(&aware, json!({"path": "/tmp/etc/passwd"})));
+        assert!(
+            !deny(&aware, json!({"path": "etc/passwd"})),
+            "relative stays relative"
+        );
+        assert!(deny(
+            &anywhere,
+            json!({"a": {"b": ["/home/u/x/../.ssh/id"]}})
+        ));
+        assert!(
+            deny(&anywhere, json!({"a": ".ssh/id"})),
+            "** spans zero segments"
+        );
+        assert!(
+            !deny(&anywhere, json!({"a": "/home/u/.ssh/keys/id"})),
+            "* stays in one segment"
+        );
+        assert_eq!(normalize_path("/../../x/./y//z/.."), "/x/y");
+        assert_eq!(normalize_path("../a/../../b"), "../../b");
+        assert_eq!(normalize_path("a/.."), ".");
+    }
+
+    #[test]
+    fn deny_and_ask_see_every_name_allow_only_the_canonical_one() {
+        // Servers `a` (tool `b__c`) and `a__b` (tool `c`) both have the original name
+        // mcp__a__b__c; a deny rule written for it must stop both.
+        let c = Catalog::from_value(
+            &json!({"servers": [
+                {"name": "a", "tools": [{"name": "b__c"}]},
+                {"name": "a__b", "tools": [{"name": "c"}]}
+            ]}),
             "c",
         )
         .expect("catalog");
-        let config = crate::Config::default();
-        let mut e = crate::Policy::new(&config, "c", None)
-            .expect("policy")
-            .apply(&catalog);
-        p.hide_denied(&catalog, &mut e);
-        let states: Vec<State> = e.decisions.iter().map(|d| d.state).collect();
-        assert_eq!(states, [State::Deferred, State::Hidden]);
+        let names: Vec<&str> = c.tools().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["mcp__a__b__c", "mcp__a_b__c"]);
+        let none = Map::new();
+        let deny = perms(&[], &[], &["^mcp__a__b__c$"], Action::Allow);
+        for t in c.tools() {
+            assert_eq!(deny.check(t, &none).action, Action::Deny, "{}", t.name);
+            assert!(deny.denies_unconditionally(t).is_some(), "{}", t.name);
+        }
+        let ask = perms(&[], &["^mcp__a__b__c$"], &[], Action::Allow);
         assert!(
-            e.decisions[1].reason.contains("deny[1]"),
-            "{}",
-            e.decisions[1].reason
+            c.tools()
+                .iter()
+                .all(|t| ask.check(t, &none).action == Action::Ask)
         );
+        let allow = perms(&["^mcp__a__b__c$"], &[], &[], Action::Deny);
+        let allowed: Vec<&str> = c
+            .tools()
+            .iter()
+            .filter(|t| allow.check(t, &none).action == Action::Allow)
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(
+            allowed,
+            ["mcp__a__b__c"],
+            "allow matches one tool, by its canonical name"
+        );
+    }
+
+    #[test]
+    fn only_unconditional_denies_hide() {
+        let p = perms(&[], &[], &["^mcp__a__(x)", "^mcp__b__"], Action::Allow);
+        assert!(p.denies_unconditionally(&tool("mcp__a__t")).is_none());
+        assert!(p.denies_unconditionally(&tool("mcp__b__t")).is_some());
     }
 
     #[test]
@@ -333,6 +497,7 @@ mod tests {
             ("()", "empty pattern"),
             ("x()", "empty argument glob"),
             ("x(k=)", "empty argument glob after k="),
+            ("x(file:k=)", "empty argument glob after k="),
         ] {
             let e = Permissions::new(
                 &PermissionsConfig {

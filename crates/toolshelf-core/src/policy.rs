@@ -2,11 +2,16 @@
 //!
 //! The chain, first decisive step wins:
 //! 1. the active mode: a tool outside its whitelist is hidden (appears nowhere);
-//! 2. model-authored tools are always deferred (a `NoDefer` that matches one is a warning);
-//! 3. not-defer beats defer: `defer_loading = false` or any matching `NoDefer` keeps a tool resident;
-//! 4. `defer_loading = true` or any matching `Defer` defers it;
-//! 5. otherwise the global default: `true`, `false`, or `auto:N`, which defers when the
-//!    deferrable definitions exceed N% of the context window.
+//! 2. a `[permissions] deny` rule without an argument glob forbids every call, so the tool is
+//!    hidden too: offering the model a tool it may never run only wastes a turn;
+//! 3. model-authored tools are always deferred (a `NoDefer` that matches one is a warning);
+//! 4. not-defer beats defer: `defer_loading = false` or any matching `NoDefer` keeps a tool resident;
+//! 5. `defer_loading = true` or any matching `Defer` defers it;
+//! 6. otherwise the global default: `true`, `false`, or `auto:N`, which defers when the
+//!    deferrable definitions (of tools not hidden) exceed N% of the context window.
+//!
+//! This is the one place exposure is decided: the gateway, `render`, `ledger`, `explain` and
+//! `search` all take their [`Exposure`] from here, so they show the same tools.
 //!
 //! Each decision keeps the facts that led to it, so `explain` can print the chain instead of
 //! re-deriving it.
@@ -14,10 +19,79 @@
 use serde::Serialize;
 
 use crate::catalog::{Catalog, Origin, Tool};
-use crate::config::{Config, DeferDefault, Mode, Rule};
-use crate::error::Result;
-use crate::surface::{Format, definition};
+use crate::config::DeferDefault;
+use crate::pattern::Pattern;
+use crate::permission::Permissions;
 use crate::tokens;
+use crate::wire::{Format, definition};
+
+/// One override rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// `Defer(PATTERN)`.
+    Defer(Pattern),
+    /// `NoDefer(PATTERN)`.
+    NoDefer(Pattern),
+}
+
+impl Rule {
+    /// Parses `Defer(PATTERN)` or `NoDefer(PATTERN)`.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let t = text.trim();
+        let (kind, rest) = if let Some(rest) = t.strip_prefix("NoDefer(") {
+            ("NoDefer", rest)
+        } else if let Some(rest) = t.strip_prefix("Defer(") {
+            ("Defer", rest)
+        } else {
+            return Err(format!(
+                "rule {text:?} must be Defer(PATTERN) or NoDefer(PATTERN)"
+            ));
+        };
+        let inner = rest
+            .strip_suffix(')')
+            .ok_or_else(|| format!("rule {text:?} is missing its closing parenthesis"))?;
+        let pattern = Pattern::new(inner).map_err(|e| format!("rule {text:?}: {e}"))?;
+        Ok(if kind == "Defer" {
+            Self::Defer(pattern)
+        } else {
+            Self::NoDefer(pattern)
+        })
+    }
+
+    /// The rule's pattern.
+    pub fn pattern(&self) -> &Pattern {
+        match self {
+            Self::Defer(p) | Self::NoDefer(p) => p,
+        }
+    }
+
+    /// Whether this is a `NoDefer` rule.
+    pub fn is_no_defer(&self) -> bool {
+        matches!(self, Self::NoDefer(_))
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Defer(p) => write!(f, "Defer({p})"),
+            Self::NoDefer(p) => write!(f, "NoDefer({p})"),
+        }
+    }
+}
+
+/// A mode with its patterns compiled.
+#[derive(Debug, Clone)]
+pub struct Mode {
+    /// The mode's name.
+    pub name: String,
+    /// Compiled `tools` patterns; `None` when the mode does not list tools.
+    pub tools: Option<Vec<Pattern>>,
+    /// `read_only`.
+    pub read_only: bool,
+    /// `description`.
+    pub description: String,
+}
 
 /// Where a tool ends up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -54,6 +128,8 @@ pub struct Decision {
     pub mode_reason: Option<String>,
     /// Rules whose pattern matched, as written, in file order.
     pub matched_rules: Vec<String>,
+    /// The `[permissions] deny` rule that forbids every call, when one does.
+    pub denied_by: Option<String>,
     /// Whether the global default decided.
     pub by_default: bool,
 }
@@ -110,14 +186,14 @@ impl Exposure {
 }
 
 impl Policy {
-    /// Compiles the policy of `config` with the mode `mode` active.
-    pub fn new(config: &Config, source_name: &str, mode: Option<&str>) -> Result<Self> {
-        Ok(Self {
-            rules: config.rules(source_name)?,
-            default: config.defer.default,
-            window: config.defer.window,
-            mode: mode.map(|m| config.mode(m, source_name)).transpose()?,
-        })
+    /// A policy from compiled parts; [`crate::compile::Compiled`] builds it from a configuration.
+    pub fn new(rules: Vec<Rule>, default: DeferDefault, window: u64, mode: Option<Mode>) -> Self {
+        Self {
+            rules,
+            default,
+            window,
+            mode,
+        }
     }
 
     /// The active mode.
@@ -181,13 +257,13 @@ impl Policy {
         Some((true, String::new()))
     }
 
-    /// Decides every tool of `catalog`.
-    pub fn apply(&self, catalog: &Catalog) -> Exposure {
+    /// Decides every tool of `catalog`; `permissions` hide the tools they deny outright.
+    pub fn apply(&self, catalog: &Catalog, permissions: &Permissions) -> Exposure {
         let mut warnings = Vec::new();
         let mut decisions: Vec<Decision> = catalog
             .tools()
             .iter()
-            .map(|t| self.decide_explicit(t, &mut warnings))
+            .map(|t| self.decide_explicit(t, permissions, &mut warnings))
             .collect();
         let mut auto = None;
         let pending: Vec<usize> = decisions
@@ -248,8 +324,13 @@ impl Policy {
         }
     }
 
-    /// Steps 1 to 4; tools left to the default come back with `by_default` set.
-    fn decide_explicit(&self, tool: &Tool, warnings: &mut Vec<String>) -> Decision {
+    /// Steps 1 to 5; tools left to the default come back with `by_default` set.
+    fn decide_explicit(
+        &self,
+        tool: &Tool,
+        permissions: &Permissions,
+        warnings: &mut Vec<String>,
+    ) -> Decision {
         let matched: Vec<&Rule> = self
             .rules
             .iter()
@@ -266,11 +347,18 @@ impl Policy {
             in_mode,
             mode_reason: mode_reason.clone(),
             matched_rules,
+            denied_by: None,
             by_default: false,
         };
         if in_mode == Some(false) {
             d.state = State::Hidden;
             d.reason = mode_reason.unwrap_or_default();
+            return d;
+        }
+        if let Some(rule) = permissions.denies_unconditionally(tool) {
+            d.state = State::Hidden;
+            d.denied_by = Some(rule.label.clone());
+            d.reason = format!("[permissions] {} denies every call", rule.label);
             return d;
         }
         let no_defer = matched.iter().find(|r| r.is_no_defer());
@@ -304,6 +392,8 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::Compiled;
+    use crate::config::Config;
     use serde_json::json;
 
     fn catalog() -> Catalog {
@@ -328,12 +418,21 @@ mod tests {
         .expect("catalog")
     }
 
+    fn compiled(config: &str, mode: Option<&str>) -> crate::compile::Result<Compiled> {
+        Compiled::new(
+            Config::from_toml_str(config, "t.toml").expect("config"),
+            "t.toml",
+            mode,
+        )
+    }
+
+    fn expose(config: &str, c: &Catalog) -> Exposure {
+        compiled(config, None).expect("compiles").expose(c)
+    }
+
     fn states(config: &str, mode: Option<&str>) -> Vec<(String, State)> {
         let c = catalog();
-        let config = Config::from_toml_str(config, "t.toml").expect("config");
-        let e = Policy::new(&config, "t.toml", mode)
-            .expect("policy")
-            .apply(&c);
+        let e = compiled(config, mode).expect("compiles").expose(&c);
         c.tools()
             .iter()
             .zip(&e.decisions)
@@ -347,6 +446,51 @@ mod tests {
             .find(|(n, _)| n == name)
             .expect("tool")
             .1
+    }
+
+    #[test]
+    fn rules_parse_both_kinds() {
+        assert!(matches!(
+            Rule::parse("NoDefer(^mcp__x__)"),
+            Ok(Rule::NoDefer(_))
+        ));
+        assert!(matches!(Rule::parse(" Defer(Bash) "), Ok(Rule::Defer(_))));
+        assert_eq!(
+            Rule::parse("Defer(a*b)").expect("ok").to_string(),
+            "Defer(a*b)"
+        );
+    }
+
+    #[test]
+    fn unconditional_deny_hides_before_the_default_is_measured() {
+        let config = "[permissions]\ndeny = [\"^mcp__git__\", \"^Read$(path=/x)\"]";
+        assert_eq!(state_of(config, None, "mcp__git__git_log"), State::Hidden);
+        assert_eq!(state_of(config, None, "mcp__time__now"), State::Deferred);
+        assert_eq!(
+            state_of(config, None, "Read"),
+            State::Deferred,
+            "a deny with ARGS does not hide"
+        );
+        let c = catalog();
+        let e = expose(config, &c);
+        let d = &e.decisions[c.position("mcp__git__git_log").expect("tool")];
+        assert_eq!(d.denied_by.as_deref(), Some("deny[0] \"^mcp__git__\""));
+        assert!(d.reason.contains("denies every call"), "{}", d.reason);
+        // auto:N measures only what the model could see: denying the tools that tip the balance
+        // keeps the rest resident.
+        let all = expose("[defer]\ndefault = \"auto:0.1\"", &c)
+            .auto
+            .expect("auto");
+        let some = expose(
+            "[defer]\ndefault = \"auto:0.1\"\n[permissions]\ndeny = [\"^mcp__\"]",
+            &c,
+        )
+        .auto
+        .expect("auto");
+        assert!(
+            some.deferrable_tokens < all.deferrable_tokens,
+            "{some:?} vs {all:?}"
+        );
     }
 
     #[test]
@@ -394,9 +538,7 @@ mod tests {
     #[test]
     fn no_defer_on_a_model_tool_warns_and_still_defers() {
         let c = catalog();
-        let config =
-            Config::from_toml_str("[defer]\nrules = [\"NoDefer(my_tool)\"]", "t").expect("config");
-        let e = Policy::new(&config, "t", None).expect("policy").apply(&c);
+        let e = expose("[defer]\nrules = [\"NoDefer(my_tool)\"]", &c);
         let i = c.position("my_tool").expect("tool");
         assert_eq!(e.decisions[i].state, State::Deferred);
         assert_eq!(e.warnings.len(), 1);
@@ -447,8 +589,7 @@ mod tests {
 
     #[test]
     fn unknown_mode_is_an_error() {
-        let config = Config::from_toml_str("[modes.ask]\nread_only = true", "t").expect("config");
-        let e = Policy::new(&config, "t", Some("bogus"))
+        let e = compiled("[modes.ask]\nread_only = true", Some("bogus"))
             .expect_err("unknown")
             .to_string();
         assert!(e.contains("bogus") && e.contains("ask"), "{e}");
@@ -467,9 +608,7 @@ mod tests {
             State::Deferred
         );
         let c = catalog();
-        let config =
-            Config::from_toml_str("[defer]\ndefault = \"auto:0.01\"", "t").expect("config");
-        let e = Policy::new(&config, "t", None).expect("policy").apply(&c);
+        let e = expose("[defer]\ndefault = \"auto:0.01\"", &c);
         let a = e.auto.expect("auto computed");
         assert!(a.defers && a.deferrable_tokens > 20, "{a:?}");
         assert_eq!(a.threshold_tokens, 20.0);

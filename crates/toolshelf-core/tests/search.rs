@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use toolshelf_core::config::SearchConfig;
 use toolshelf_core::search::render::{Outcome, search};
 use toolshelf_core::search::{SearchIndex, SearchRequest};
-use toolshelf_core::{Catalog, Config, Policy, State, Surface};
+use toolshelf_core::{Catalog, Compiled, Config, State};
 
 const CATALOG: &str = include_str!("../../../examples/catalog.json");
 const CONFIG: &str = include_str!("../../../examples/toolshelf.toml");
@@ -18,10 +18,8 @@ struct Env {
 
 fn env_with(catalog: Catalog, mode: Option<&str>) -> Env {
     let config = Config::from_toml_str(CONFIG, "toolshelf.toml").expect("config");
-    let exposure = Policy::new(&config, "toolshelf.toml", mode)
-        .expect("policy")
-        .apply(&catalog);
-    let surface = Surface::new(&catalog, &exposure, &config);
+    let compiled = Compiled::new(config.clone(), "toolshelf.toml", mode).expect("compiles");
+    let surface = compiled.surface(&catalog, &compiled.expose(&catalog));
     let visible: Vec<usize> = surface
         .resident
         .iter()
@@ -83,6 +81,24 @@ fn exactly_one_of_names_or_queries() {
     ] {
         assert!(SearchRequest::from_json(&bad).is_err(), "{bad}");
     }
+    // Empty lists count as not given: this is "neither", not "both".
+    let err =
+        SearchRequest::from_json(&json!({"tool_names": [], "queries": []})).expect_err("empty");
+    assert!(err.contains("hold no non-blank entry"), "{err}");
+    let err = SearchRequest::from_json(&json!({"tool_names": [" "], "queries": ["git log"]}))
+        .expect("a blank list is not given");
+    assert_eq!(
+        err,
+        SearchRequest::Queries {
+            queries: vec!["git log".into()],
+            limit: None
+        }
+    );
+    let err = SearchRequest::from_json(&json!({"tool_names": [], "queries": ["x"], "limit": 3}));
+    assert!(err.is_ok(), "{err:?}");
+    let err =
+        SearchRequest::from_json(&json!({"queries": ["x"], "extra": 1})).expect_err("unknown");
+    assert!(err.contains("unknown field `extra`"), "{err}");
     assert_eq!(
         SearchRequest::from_json(&json!({"queries": "git log"}))
             .expect("a lone string is accepted"),
@@ -217,7 +233,45 @@ fn server_filters_narrow_first() {
             "{q}: {got:?}"
         );
     }
-    assert!(names(&e, &["server:nosuch read"], 10).is_empty());
+    // Several server filters search each of them.
+    let both = names(&e, &["server:memory server:git read"], 10);
+    assert!(
+        both.iter().any(|n| n.starts_with("mcp__memory__")),
+        "{both:?}"
+    );
+    assert!(both.iter().any(|n| n.starts_with("mcp__git__")), "{both:?}");
+    assert!(
+        both.iter()
+            .all(|n| n.starts_with("mcp__memory__") || n.starts_with("mcp__git__")),
+        "{both:?}"
+    );
+}
+
+#[test]
+fn ignored_parts_of_a_query_are_named_in_the_response() {
+    let e = env(None);
+    // An unknown server filter is dropped, and the response says so instead of silently
+    // returning nothing (or silently ignoring it).
+    for q in ["server:nosuch read file", "mcp__nosuch__ read file"] {
+        let r = run(&e, json!({ "queries": [q] }));
+        assert_eq!(r.outcome, Outcome::Found, "{q}");
+        assert!(
+            r.text.starts_with("Note: ") && r.text.contains("\"nosuch\" is unknown"),
+            "{q}: {}",
+            r.text
+        );
+        assert!(r.text.contains("servers: "), "{}", r.text);
+        assert!(
+            r.hits.iter().any(|h| h.server.as_deref() != Some("memory")),
+            "every server searched"
+        );
+    }
+    let r = run(&e, json!({"queries": ["server:nosuch xylophone quasar"]}));
+    assert_eq!(r.outcome, Outcome::NoMatch);
+    assert!(r.text.contains("\"nosuch\" is unknown"), "{}", r.text);
+    // A known filter adds no note.
+    let r = run(&e, json!({"queries": ["server:memory read"]}));
+    assert!(!r.text.contains("Note: "), "{}", r.text);
 }
 
 #[test]
@@ -277,9 +331,9 @@ fn several_queries_combine_into_one_ranking() {
 fn hidden_tools_are_never_returned() {
     let e = env(Some("ask"));
     let config = Config::from_toml_str(CONFIG, "t").expect("config");
-    let exposure = Policy::new(&config, "t", Some("ask"))
-        .expect("policy")
-        .apply(&e.catalog);
+    let exposure = Compiled::new(config, "t", Some("ask"))
+        .expect("compiles")
+        .expose(&e.catalog);
     let hidden: Vec<&str> = e
         .catalog
         .tools()

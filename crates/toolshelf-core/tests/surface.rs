@@ -2,16 +2,14 @@
 //! from input order.
 
 use serde_json::Value;
-use toolshelf_core::{Catalog, Config, Format, Ledger, Policy, Surface};
+use toolshelf_core::{Catalog, Compiled, Config, Format, Ledger, Surface};
 
 const CATALOG: &str = include_str!("../../../examples/catalog.json");
 const CONFIG: &str = include_str!("../../../examples/toolshelf.toml");
 
 fn surface_of(catalog: &Catalog, config: &Config, mode: Option<&str>) -> Surface {
-    let exposure = Policy::new(config, "toolshelf.toml", mode)
-        .expect("policy")
-        .apply(catalog);
-    Surface::new(catalog, &exposure, config)
+    let compiled = Compiled::new(config.clone(), "toolshelf.toml", mode).expect("compiles");
+    compiled.surface(catalog, &compiled.expose(catalog))
 }
 
 fn example() -> (Catalog, Config) {

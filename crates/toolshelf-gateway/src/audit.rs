@@ -2,14 +2,26 @@
 //!
 //! Writes go straight to an unbuffered `File` under a mutex: a line is in the operating system's
 //! hands before the client sees the result, and lines from concurrent sessions never interleave.
-//! A log that cannot be written is reported once on stderr and does not block calls.
+//!
+//! A log nobody can read is no log, so the writer checks before each line that its file is still
+//! the one at the configured path: if the file was removed, its directory deleted, or the log
+//! rotated (renamed away), it reopens the path (creating the directory again) instead of writing
+//! on into an unlinked file. A write that fails (a full disk, a read-only mount) is retried once on
+//! a fresh handle; a record that still cannot be written is counted as dropped and the failure is
+//! logged once, when it starts, not per record.
+//!
+//! With `[audit] required = true` (the default) no call runs while the log is failing:
+//! [`Audit::ready`] is a stage of the call pipeline, and it first tries to write a `recovered`
+//! record, so the log resumes by itself as soon as the disk has room again, saying how many
+//! records were lost.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::Serialize;
 use toolshelf_core::audit::{AuditKind, AuditRecord};
 
 use crate::error::{GatewayError, Result};
@@ -17,28 +29,104 @@ use crate::error::{GatewayError, Result};
 /// The audit log (or none).
 #[derive(Debug, Default)]
 pub struct Audit {
-    file: Option<(PathBuf, Mutex<File>)>,
-    broken: AtomicBool,
+    writer: Option<Writer>,
+    required: bool,
+    dropped: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Writer {
+    path: PathBuf,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    file: Option<File>,
+    /// Why the last write failed; `None` while writes succeed.
+    failing: Option<String>,
+    /// Records dropped since the failure began (reported when writes resume).
+    lost: u64,
+}
+
+/// The audit log's health, as `toolshelf status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AuditStatus {
+    /// The file.
+    pub path: String,
+    /// Whether calls are refused while it cannot be written.
+    pub required: bool,
+    /// Records that could not be written, since start.
+    pub dropped: u64,
+    /// Why writes are failing now; absent while they succeed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Whether `file` is still the file at `path` (not removed, not replaced by rotation).
+#[cfg(unix)]
+fn still_at(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn still_at(_file: &File, path: &Path) -> bool {
+    path.exists()
+}
+
+impl State {
+    /// Writes `line`, reopening the path when the handle no longer leads to it or a write fails.
+    fn write(&mut self, path: &Path, line: &[u8]) -> std::io::Result<()> {
+        if self.file.as_ref().is_none_or(|f| !still_at(f, path)) {
+            self.file = Some(open_append(path)?);
+        }
+        let first = self
+            .file
+            .as_mut()
+            .map_or(Err(std::io::Error::other("no file")), |f| {
+                f.write_all(line).and_then(|()| f.flush())
+            });
+        if first.is_ok() {
+            return Ok(());
+        }
+        // One retry on a fresh handle: the failure may have been the handle's.
+        let mut fresh = open_append(path)?;
+        fresh.write_all(line).and_then(|()| fresh.flush())?;
+        self.file = Some(fresh);
+        Ok(())
+    }
 }
 
 impl Audit {
-    /// Opens `path` for appending, creating it and its directory.
-    pub fn open(path: &Path) -> Result<Self> {
-        let io = |source| GatewayError::Io {
+    /// Opens `path` for appending, creating it and its directory. `required`: refuse calls
+    /// while the log cannot be written.
+    pub fn open(path: &Path, required: bool) -> Result<Self> {
+        let file = open_append(path).map_err(|source| GatewayError::Io {
             path: path.display().to_string(),
             source,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io)?;
+        })?;
         Ok(Self {
-            file: Some((path.to_owned(), Mutex::new(file))),
-            broken: AtomicBool::new(false),
+            writer: Some(Writer {
+                path: path.to_owned(),
+                state: Mutex::new(State {
+                    file: Some(file),
+                    failing: None,
+                    lost: 0,
+                }),
+            }),
+            required,
+            dropped: AtomicU64::new(0),
         })
     }
 
@@ -56,21 +144,201 @@ impl Audit {
         AuditRecord::new(ms, kind)
     }
 
-    /// Appends one record.
-    pub fn append(&self, record: &AuditRecord) {
-        let Some((path, file)) = &self.file else {
-            return;
+    /// Appends one record. `Err` says why it was dropped (it is counted either way).
+    pub fn append(&self, record: &AuditRecord) -> std::result::Result<(), String> {
+        let Some(w) = &self.writer else {
+            return Ok(());
         };
         let mut line = record.to_line();
         line.push('\n');
-        let result = match file.lock() {
-            Ok(mut f) => f.write_all(line.as_bytes()).and_then(|()| f.flush()),
-            Err(_) => Err(std::io::Error::other("audit log lock poisoned")),
-        };
-        if let Err(e) = result
-            && !self.broken.swap(true, Ordering::Relaxed)
-        {
-            tracing::error!("cannot write the audit log {}: {e}", path.display());
+        let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
+        match state.write(&w.path, line.as_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let why = e.to_string();
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                state.lost += 1;
+                if state.failing.is_none() {
+                    tracing::error!(
+                        "cannot write the audit log {}: {why}; records are being dropped{}",
+                        w.path.display(),
+                        if self.required {
+                            " and calls are refused until it can be written ([audit] required = true)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                state.failing = Some(why.clone());
+                Err(why)
+            }
         }
+    }
+
+    /// Whether a call may run as far as the audit log is concerned: always when the log is not
+    /// required; otherwise only when it can be written. A failing log is retried here, by
+    /// writing a `recovered` record that says how many records were lost.
+    pub fn ready(&self) -> std::result::Result<(), String> {
+        let Some(w) = &self.writer else {
+            return Ok(());
+        };
+        if !self.required {
+            return Ok(());
+        }
+        let lost = {
+            let state = w.state.lock().unwrap_or_else(|p| p.into_inner());
+            if state.failing.is_none() {
+                return Ok(());
+            }
+            state.lost
+        };
+        let mut r = Self::record(AuditKind::Audit);
+        r.outcome = Some("recovered".into());
+        r.detail = Some(format!(
+            "{lost} records were lost while the log could not be written"
+        ));
+        let mut line = r.to_line();
+        line.push('\n');
+        let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
+        match state.write(&w.path, line.as_bytes()) {
+            Ok(()) => {
+                tracing::warn!(
+                    "the audit log {} can be written again ({lost} records lost)",
+                    w.path.display()
+                );
+                state.failing = None;
+                state.lost = 0;
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!("{}: {e}", w.path.display());
+                state.failing = Some(e.to_string());
+                Err(why)
+            }
+        }
+    }
+
+    /// The log's health; `None` when there is no log.
+    pub fn status(&self) -> Option<AuditStatus> {
+        let w = self.writer.as_ref()?;
+        let state = w.state.lock().unwrap_or_else(|p| p.into_inner());
+        Some(AuditStatus {
+            path: w.path.display().to_string(),
+            required: self.required,
+            dropped: self.dropped.load(Ordering::Relaxed),
+            error: state.failing.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("toolshelf-audit-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn lines(path: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON line"))
+            .collect()
+    }
+
+    #[test]
+    fn a_removed_directory_is_recreated_and_nothing_is_lost() {
+        let dir = scratch("removed");
+        let path = dir.join("logs/audit.jsonl");
+        let audit = Audit::open(&path, true).expect("open");
+        audit
+            .append(&Audit::record(AuditKind::Search))
+            .expect("first");
+        std::fs::remove_dir_all(&dir).expect("remove");
+        audit
+            .append(&Audit::record(AuditKind::Call))
+            .expect("reopened");
+        let got = lines(&path);
+        assert_eq!(got.len(), 1, "the record after removal is in the new file");
+        assert_eq!(got[0]["kind"], "call");
+        assert_eq!(audit.status().expect("status").dropped, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_rotated_log_is_followed_to_the_new_file() {
+        let dir = scratch("rotated");
+        let path = dir.join("audit.jsonl");
+        let audit = Audit::open(&path, true).expect("open");
+        audit
+            .append(&Audit::record(AuditKind::Search))
+            .expect("first");
+        std::fs::rename(&path, dir.join("audit.jsonl.1")).expect("rotate");
+        audit
+            .append(&Audit::record(AuditKind::Call))
+            .expect("second");
+        assert_eq!(lines(&path).len(), 1);
+        assert_eq!(lines(&dir.join("audit.jsonl.1")).len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_full_disk_drops_counts_and_refuses_when_required() {
+        // /dev/full accepts opens and fails every write with ENOSPC.
+        let full = Path::new("/dev/full");
+        let required = Audit::open(full, true).expect("open");
+        let e = required
+            .append(&Audit::record(AuditKind::Call))
+            .expect_err("full");
+        assert!(e.contains("No space left"), "{e}");
+        required
+            .append(&Audit::record(AuditKind::Call))
+            .expect_err("still full");
+        let s = required.status().expect("status");
+        assert_eq!(s.dropped, 2);
+        assert!(s.error.is_some());
+        let refused = required.ready().expect_err("required: refuse");
+        assert!(refused.contains("/dev/full"), "{refused}");
+        let optional = Audit::open(full, false).expect("open");
+        optional
+            .append(&Audit::record(AuditKind::Call))
+            .expect_err("full");
+        optional.ready().expect("not required: calls go on");
+        assert_eq!(optional.status().expect("status").dropped, 1);
+    }
+
+    #[test]
+    fn writes_resume_with_a_record_of_what_was_lost() {
+        let dir = scratch("resume");
+        let path = dir.join("audit.jsonl");
+        let audit = Audit::open(&path, true).expect("open");
+        // Make the path unwritable: a directory where the file should be.
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::create_dir_all(&path).expect("dir in the way");
+        audit
+            .append(&Audit::record(AuditKind::Call))
+            .expect_err("cannot write");
+        audit.ready().expect_err("still cannot");
+        std::fs::remove_dir(&path).expect("clear the way");
+        audit.ready().expect("recovered");
+        let got = lines(&path);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0]["kind"].as_str(), got[0]["outcome"].as_str()),
+            (Some("audit"), Some("recovered"))
+        );
+        assert!(
+            got[0]["detail"]
+                .as_str()
+                .expect("detail")
+                .starts_with("1 records were lost")
+        );
+        assert!(audit.status().expect("status").error.is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -22,8 +22,9 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
 use toolshelf_core::config::{ServerConfig, expand};
+use toolshelf_core::invoke::CallFailure;
 
-use crate::hub::Hub;
+use crate::hub::{Events, HubEvent};
 
 /// Consecutive failures after which background restarts stop (a call can still start it).
 const MAX_BACKGROUND_RETRIES: u32 = 5;
@@ -67,31 +68,6 @@ pub struct ServerStatus {
     pub failures: u32,
 }
 
-/// Why a call did not produce a result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallError {
-    /// The server is not running and could not be (re)started now.
-    Unavailable(String),
-    /// No answer within the call timeout.
-    Timeout(u64),
-    /// The connection closed during the call.
-    Crashed(String),
-    /// The server answered with a JSON-RPC error.
-    Protocol(String),
-}
-
-impl CallError {
-    /// Short outcome label for the audit log.
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            Self::Unavailable(_) => "unavailable",
-            Self::Timeout(_) => "timeout",
-            Self::Crashed(_) => "crashed",
-            Self::Protocol(_) => "error",
-        }
-    }
-}
-
 struct Inner {
     state: ServerState,
     peer: Option<Peer<RoleClient>>,
@@ -124,7 +100,9 @@ pub struct Downstream {
     config: ServerConfig,
     inner: Mutex<Inner>,
     start_lock: tokio::sync::Mutex<()>,
-    hub: Weak<Hub>,
+    events: Events,
+    /// Whether failed and crashed servers are restarted in the background.
+    restarts: bool,
 }
 
 impl Downstream {
@@ -133,7 +111,8 @@ impl Downstream {
         name: String,
         config: ServerConfig,
         cached: Option<(String, Vec<Value>)>,
-        hub: Weak<Hub>,
+        events: Events,
+        restarts: bool,
     ) -> Self {
         let configured = config.description.clone();
         let (state, description, tools) = match (config.enabled, cached) {
@@ -158,7 +137,8 @@ impl Downstream {
                 generation: 0,
             }),
             start_lock: tokio::sync::Mutex::new(()),
-            hub,
+            events,
+            restarts,
         }
     }
 
@@ -219,11 +199,13 @@ impl Downstream {
         self.changed(false);
     }
 
-    /// Tells the hub that state (and maybe tools) changed.
+    /// Tells the hub that state (and maybe tools) changed. A hub that is gone has no one left
+    /// to tell.
     fn changed(&self, tools: bool) {
-        if let Some(hub) = self.hub.upgrade() {
-            hub.server_changed(&self.name, tools);
-        }
+        let _ = self.events.send(HubEvent::Changed {
+            server: self.name.clone(),
+            tools,
+        });
     }
 
     fn ready_peer(&self) -> Option<Peer<RoleClient>> {
@@ -298,7 +280,7 @@ impl Downstream {
 
     /// Retries in the background after `failures` consecutive failures.
     fn schedule_retry(self: &Arc<Self>, failures: u32) {
-        if !self.hub.upgrade().is_some_and(|h| h.restarts) {
+        if !self.restarts {
             return;
         }
         if failures > MAX_BACKGROUND_RETRIES {
@@ -434,30 +416,30 @@ impl Downstream {
         tool: &str,
         arguments: JsonObject,
         timeout_secs: u64,
-    ) -> Result<CallToolResult, CallError> {
+    ) -> Result<CallToolResult, CallFailure> {
         let peer = self
             .ensure_started()
             .await
-            .map_err(CallError::Unavailable)?;
+            .map_err(CallFailure::Unavailable)?;
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         let call = peer.call_tool_once(params);
         match tokio::time::timeout(Duration::from_secs(timeout_secs), call).await {
-            Err(_) => Err(CallError::Timeout(timeout_secs)),
+            Err(_) => Err(CallFailure::Timeout(timeout_secs)),
             Ok(Ok(CallToolResponse::Complete(result))) => Ok(result),
-            Ok(Ok(_)) => Err(CallError::Protocol(
+            Ok(Ok(_)) => Err(CallFailure::Protocol(
                 "the server asked for client input or created a task; toolshelf passes on only complete results".into(),
             )),
-            Ok(Err(ServiceError::McpError(e))) => Err(CallError::Protocol(format!(
+            Ok(Err(ServiceError::McpError(e))) => Err(CallFailure::Protocol(format!(
                 "the server answered with error {}: {}",
                 e.code.0, e.message
             ))),
             Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
-                Err(CallError::Crashed(format!(
+                Err(CallFailure::Crashed(format!(
                     "server {:?} closed the connection during the call ({e}); it is restarted with backoff",
                     self.name
                 )))
             }
-            Ok(Err(e)) => Err(CallError::Protocol(e.to_string())),
+            Ok(Err(e)) => Err(CallFailure::Protocol(e.to_string())),
         }
     }
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt;
+use toolshelf_core::Tool;
 use toolshelf_core::config::HookCommand;
-use toolshelf_core::hook::{HookEvent, HookOutcome, HookRun, interpret};
-use toolshelf_core::pattern::Pattern;
+use toolshelf_core::hook::{Hook, HookEvent, HookOutcome, HookRun, interpret};
 
 /// What the hooks of one event decided together.
 #[derive(Debug, Default)]
@@ -28,23 +28,14 @@ pub struct HookVerdict {
     pub failures: Vec<String>,
 }
 
-/// Runs `commands` for `event` and combines their answers.
-pub async fn run(commands: &[HookCommand], mut event: HookEvent) -> HookVerdict {
+/// Runs the `hooks` that apply to `tool` (the call's target; `None` for events without one)
+/// for `event`, and combines their answers.
+pub async fn run(hooks: &[Hook], tool: Option<&Tool>, mut event: HookEvent) -> HookVerdict {
     let mut verdict = HookVerdict::default();
-    for (i, hook) in commands.iter().enumerate() {
-        if let Some(p) = &hook.tools {
-            let applies = match (Pattern::new(p), &event.tool) {
-                (Ok(p), Some(tool)) => p.matches(tool),
-                _ => false,
-            };
-            if !applies {
-                continue;
-            }
-        }
-        let label = format!("{}[{i}] {:?}", event.event.as_str(), hook.command);
+    for hook in hooks.iter().filter(|h| h.applies_to(tool)) {
         let input = serde_json::to_vec(&event).unwrap_or_default();
-        let run = run_one(hook, &input).await;
-        let (outcome, failure) = interpret(&label, event.event, run, hook.on_error);
+        let run = run_one(&hook.command, &input).await;
+        let (outcome, failure) = interpret(&hook.label, event.event, run, hook.command.on_error);
         if let Some(f) = failure {
             tracing::warn!("{f}");
             verdict.failures.push(f);
@@ -102,8 +93,8 @@ async fn run_one(hook: &HookCommand, input: &[u8]) -> HookRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolshelf_core::config::OnError;
-    use toolshelf_core::hook::HookEventKind;
+    use toolshelf_core::config::{HooksConfig, OnError};
+    use toolshelf_core::hook::{HookEventKind, Hooks};
 
     fn sh(script: &str, on_error: OnError, timeout_secs: u64) -> HookCommand {
         HookCommand {
@@ -113,6 +104,24 @@ mod tests {
             timeout_secs,
             on_error,
         }
+    }
+
+    fn compiled(commands: Vec<HookCommand>) -> Vec<Hook> {
+        let config = HooksConfig {
+            pre_call: commands,
+            ..Default::default()
+        };
+        Hooks::new(&config)
+            .expect("valid")
+            .of(HookEventKind::PreCall)
+            .to_vec()
+    }
+
+    fn tool(name: &str) -> Tool {
+        toolshelf_core::Catalog::from_value(&serde_json::json!([{ "name": name }]), "c")
+            .expect("catalog")
+            .tools()[0]
+            .clone()
     }
 
     fn event() -> HookEvent {
@@ -134,7 +143,8 @@ mod tests {
             OnError::Deny,
             10,
         );
-        let v = run(&[rewrite.clone(), check], event()).await;
+        let t = tool("mcp__a__t");
+        let v = run(&compiled(vec![rewrite.clone(), check]), Some(&t), event()).await;
         assert_eq!(
             (v.denied.as_deref(), v.guidance.as_slice()),
             (None, &["g1".to_owned(), "g2".to_owned()][..])
@@ -142,7 +152,7 @@ mod tests {
         assert_eq!(v.params.expect("rewritten")["x"], 1);
         let deny = sh("echo 'not today' >&2; exit 2", OnError::Allow, 10);
         let never = sh("echo '{\"guidance\": \"never\"}'", OnError::Allow, 10);
-        let v = run(&[deny, never], event()).await;
+        let v = run(&compiled(vec![deny, never]), Some(&t), event()).await;
         assert_eq!(v.denied.as_deref(), Some("not today"));
         assert!(v.guidance.is_empty());
     }
@@ -150,18 +160,18 @@ mod tests {
     #[tokio::test]
     async fn failing_hooks_follow_on_error() {
         let slow = |on| sh("sleep 5", on, 1);
-        let v = run(&[slow(OnError::Allow)], event()).await;
+        let v = run(&compiled(vec![slow(OnError::Allow)]), None, event()).await;
         assert!(
             v.denied.is_none() && v.failures[0].contains("timed out after 1s"),
             "{v:?}"
         );
-        let v = run(&[slow(OnError::Deny)], event()).await;
+        let v = run(&compiled(vec![slow(OnError::Deny)]), None, event()).await;
         assert!(v.denied.expect("closed").contains("on_error = \"deny\""));
         let missing = HookCommand {
             command: "/nonexistent/hook".into(),
             ..sh("", OnError::Allow, 1)
         };
-        let v = run(&[missing], event()).await;
+        let v = run(&compiled(vec![missing]), None, event()).await;
         assert!(v.failures[0].contains("cannot run it"), "{v:?}");
     }
 
@@ -169,6 +179,18 @@ mod tests {
     async fn tool_patterns_select_hooks() {
         let mut only_b = sh("exit 2", OnError::Allow, 10);
         only_b.tools = Some("^mcp__b__".into());
-        assert!(run(&[only_b], event()).await.denied.is_none());
+        let hooks = compiled(vec![only_b]);
+        assert!(
+            run(&hooks, Some(&tool("mcp__a__t")), event())
+                .await
+                .denied
+                .is_none()
+        );
+        assert!(
+            run(&hooks, Some(&tool("mcp__b__t")), event())
+                .await
+                .denied
+                .is_some()
+        );
     }
 }

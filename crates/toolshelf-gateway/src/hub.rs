@@ -3,8 +3,14 @@
 //! It owns the downstream servers, the current catalog snapshot, the audit log and the cache and
 //! status files. A snapshot (catalog, exposure, surface, the MCP tool list) is immutable and
 //! rebuilt whole whenever a server's tools change; sessions hold an `Arc` to the one they started
-//! with for their frozen list and read the newest one for search and execution. Rebuilds are
-//! serialised, so two servers finishing start-up together cannot overwrite each other's tools.
+//! with for their frozen list and read the newest one for search and execution.
+//!
+//! Servers never call into the hub: they publish [`HubEvent`]s on a channel, and one hub task
+//! consumes them. It takes every event that is waiting at once, so a burst (seven servers
+//! finishing start-up, a server announcing a thousand list changes) costs one rebuild, not one per
+//! event; it rebuilds the catalog and index on the blocking pool, off the async workers; and it is
+//! the only writer of the snapshot, the catalog cache and the status file, so those writes are
+//! serialised by construction.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -12,17 +18,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
+use tokio::sync::mpsc;
 use toolshelf_core::audit::AuditKind;
 use toolshelf_core::config::ServerConfig;
 use toolshelf_core::invoke::ParamsValidator;
-use toolshelf_core::permission::Permissions;
 use toolshelf_core::search::SearchIndex;
 use toolshelf_core::{
-    Catalog, CatalogBuilder, Config, Exposure, Format, Policy, State, Surface, Tool, ToolSpec,
+    Catalog, CatalogBuilder, Compiled, Config, Exposure, Format, State, Surface, Tool, ToolSpec,
 };
 
 use crate::audit::Audit;
-use crate::cache::{CachedServer, CatalogCache, config_key, default_cache_dir, fingerprint};
+use crate::cache::{
+    CachedServer, CatalogCache, config_key, default_cache_dir, expand_path, fingerprint,
+};
 use crate::downstream::{Downstream, ServerState, ServerStatus};
 use crate::error::{GatewayError, Result};
 
@@ -147,15 +155,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn build(
-        catalog: Catalog,
-        policy: &Policy,
-        permissions: &Permissions,
-        config: &Config,
-    ) -> Self {
-        let mut exposure = policy.apply(&catalog);
-        permissions.hide_denied(&catalog, &mut exposure);
-        let surface = Surface::new(&catalog, &exposure, config);
+    fn build(catalog: Catalog, compiled: &Compiled) -> Self {
+        let exposure = compiled.expose(&catalog);
+        let surface = compiled.surface(&catalog, &exposure);
         for w in catalog.warnings().iter().chain(&exposure.warnings) {
             tracing::warn!("{w}");
         }
@@ -219,19 +221,31 @@ impl Snapshot {
     }
 }
 
+/// What a downstream server tells the hub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HubEvent {
+    /// A server's state changed; `tools` when its tool list (or description) changed too.
+    Changed {
+        /// The server, as configured.
+        server: String,
+        /// Whether the catalog must be rebuilt.
+        tools: bool,
+    },
+    /// Every server started at start-up is ready or has failed (sent once, after their events).
+    Settled,
+}
+
+/// The sending side of the hub's event channel, as servers hold it.
+pub type Events = mpsc::UnboundedSender<HubEvent>;
+
 /// The shared state of a running gateway.
 #[derive(Debug)]
 pub struct Hub {
-    /// The configuration.
-    pub config: Config,
+    compiled: Compiled,
     label: String,
-    policy: Policy,
-    /// Permission rules.
-    pub permissions: Permissions,
     /// Downstream servers by configured name.
     pub servers: BTreeMap<String, Arc<Downstream>>,
     snapshot: RwLock<Arc<Snapshot>>,
-    rebuild_lock: Mutex<()>,
     /// The audit log.
     pub audit: Audit,
     cache: Option<CatalogCache>,
@@ -276,9 +290,9 @@ impl Hub {
             restarts,
             enrich,
         } = settings;
-        let policy = Policy::new(&config, &label, mode.as_deref())?;
-        let permissions = Permissions::new(&config.permissions, &label)?;
-        let cache_dir = cache_dir(&config);
+        let compiled = Compiled::new(config, &label, mode.as_deref())?;
+        let config = compiled.config();
+        let cache_dir = cache_dir(config)?;
         let key = config_key(&label);
         let cache = config
             .cache
@@ -289,58 +303,76 @@ impl Hub {
             _ => BTreeMap::new(),
         };
         let audit = if config.audit.enabled {
-            let path = config
-                .audit
-                .path
-                .as_ref()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| cache_dir.join("audit.jsonl"));
-            Audit::open(&path)?
+            let path = match &config.audit.path {
+                Some(p) => crate::cache::expand_path(p).map_err(|message| GatewayError::Io {
+                    path: p.clone(),
+                    source: std::io::Error::other(message),
+                })?,
+                None => cache_dir.join("audit.jsonl"),
+            };
+            Audit::open(&path, config.audit.required)?
         } else {
             Audit::disabled()
         };
-        let status_path = status_file.then(|| status_path(&cache_dir, &label));
+        // The status file belongs to the cache: a gateway told to keep nothing on disk keeps no
+        // status either.
+        let status_path = (status_file && config.cache.enabled)
+            .then(|| status_path(&cache_dir, &label, std::process::id()));
         let (settled, _) = tokio::sync::watch::channel(false);
-        let hub = Arc::new_cyclic(|weak| {
-            let servers = config
-                .servers
-                .iter()
-                .map(|(name, sc)| {
-                    let from_cache = cached
-                        .get(name)
-                        .filter(|c| c.fingerprint == fingerprint(sc))
-                        .map(|c| (c.description.clone(), c.tools.clone()));
-                    let ds = Downstream::new(name.clone(), sc.clone(), from_cache, weak.clone());
-                    (name.clone(), Arc::new(ds))
-                })
-                .collect();
-            let empty = Snapshot::build(Catalog::default(), &policy, &permissions, &config);
-            Self {
-                config,
-                label,
-                policy,
-                permissions,
-                servers,
-                snapshot: RwLock::new(Arc::new(empty)),
-                rebuild_lock: Mutex::new(()),
-                audit,
-                cache,
-                status_path,
-                settled,
-                sessions: AtomicU64::new(0),
-                restarts,
-                enrichment: enrich.and_then(Enrichment::start),
-            }
+        let (events, mut inbox) = mpsc::unbounded_channel();
+        let servers = config
+            .servers
+            .iter()
+            .map(|(name, sc)| {
+                let from_cache = cached
+                    .get(name)
+                    .filter(|c| c.fingerprint == fingerprint(sc))
+                    .map(|c| (c.description.clone(), c.tools.clone()));
+                let ds = Downstream::new(
+                    name.clone(),
+                    sc.clone(),
+                    from_cache,
+                    events.clone(),
+                    restarts,
+                );
+                (name.clone(), Arc::new(ds))
+            })
+            .collect();
+        let empty = Snapshot::build(Catalog::default(), &compiled);
+        let hub = Arc::new(Self {
+            compiled,
+            label,
+            servers,
+            snapshot: RwLock::new(Arc::new(empty)),
+            audit,
+            cache,
+            status_path,
+            settled,
+            sessions: AtomicU64::new(0),
+            restarts,
+            enrichment: enrich.and_then(Enrichment::start),
         });
         hub.rebuild();
         hub.write_status();
+        // The hub task: the one consumer of server events. It holds the hub weakly, so dropping
+        // the last handle ends it.
+        let weak = Arc::downgrade(&hub);
+        tokio::spawn(async move {
+            while let Some(first) = inbox.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = inbox.try_recv() {
+                    batch.push(more);
+                }
+                let Some(hub) = weak.upgrade() else { return };
+                hub.handle(batch).await;
+            }
+        });
         let starting: Vec<Arc<Downstream>> = hub
             .servers
             .values()
             .filter(|s| s.state() == ServerState::Starting)
             .cloned()
             .collect();
-        let weak = Arc::downgrade(&hub);
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             for s in starting {
@@ -349,14 +381,74 @@ impl Hub {
                 });
             }
             while tasks.join_next().await.is_some() {}
-            if let Some(hub) = weak.upgrade() {
-                hub.settled.send_replace(true);
-            }
+            let _ = events.send(HubEvent::Settled);
         });
         Ok(hub)
     }
 
-    /// Waits until every server that was started at start-up is ready or has failed.
+    /// Handles a batch of events: one rebuild and one cache write for all tool changes in it,
+    /// an audit record per state change, one status write.
+    async fn handle(self: &Arc<Self>, batch: Vec<HubEvent>) {
+        let mut changed: Vec<String> = Vec::new();
+        let mut tools = false;
+        let mut settled = false;
+        for e in batch {
+            match e {
+                HubEvent::Changed { server, tools: t } => {
+                    tools |= t;
+                    if !changed.contains(&server) {
+                        changed.push(server);
+                    }
+                }
+                HubEvent::Settled => settled = true,
+            }
+        }
+        if tools {
+            let hub = self.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                hub.rebuild();
+                hub.save_cache();
+            })
+            .await;
+        }
+        if settled && !*self.settled.borrow() {
+            // Once every server has listed its tools (or failed), a rule that names none of
+            // them is most likely a typo.
+            for w in self.compiled.unmatched(&self.snapshot().catalog) {
+                tracing::warn!("{w}");
+            }
+        }
+        for name in &changed {
+            if let Some(s) = self.servers.get(name) {
+                let status = s.status();
+                let mut r = Audit::record(AuditKind::Server);
+                r.server = Some(name.clone());
+                r.outcome = Some(status.state.clone());
+                r.detail = status.reason.clone();
+                let _ = self.audit.append(&r);
+            }
+        }
+        if !changed.is_empty() || settled {
+            let hub = self.clone();
+            let _ = tokio::task::spawn_blocking(move || hub.write_status()).await;
+        }
+        if settled {
+            self.settled.send_replace(true);
+        }
+    }
+
+    /// The compiled configuration: policy, permissions, hooks.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// The configuration as written.
+    pub fn config(&self) -> &Config {
+        self.compiled.config()
+    }
+
+    /// Waits until every server that was started at start-up is ready or has failed, and the
+    /// catalog holds their tools.
     pub async fn settled(&self) {
         let mut rx = self.settled.subscribe();
         let _ = rx.wait_for(|done| *done).await;
@@ -371,14 +463,30 @@ impl Hub {
     }
 
     /// The downstream server of an MCP tool.
-    pub fn server_of(&self, catalog: &Catalog, tool: &Tool) -> Option<&Arc<Downstream>> {
-        let server = catalog.server(tool.server.as_deref()?)?;
-        self.servers.get(&server.original_name)
+    pub fn server_of(&self, tool: &Tool) -> Option<&Arc<Downstream>> {
+        self.servers.get(tool.original_server.as_deref()?)
     }
 
-    /// Every server's status, sorted by name.
+    /// Every server's status, sorted by name. `tools` counts the tools a session can see (not
+    /// those the mode or a deny rule hides).
     pub fn statuses(&self) -> Vec<ServerStatus> {
-        self.servers.values().map(|s| s.status()).collect()
+        let snap = self.snapshot();
+        let mut visible: BTreeMap<&str, usize> = BTreeMap::new();
+        for (t, d) in snap.catalog.tools().iter().zip(&snap.exposure.decisions) {
+            if let (Some(s), true) = (t.original_server.as_deref(), d.state != State::Hidden) {
+                *visible.entry(s).or_default() += 1;
+            }
+        }
+        self.servers
+            .values()
+            .map(|s| {
+                let mut status = s.status();
+                if status.tools.is_some() {
+                    status.tools = Some(visible.get(s.name()).copied().unwrap_or(0));
+                }
+                status
+            })
+            .collect()
     }
 
     /// A new session id.
@@ -390,26 +498,8 @@ impl Hub {
         )
     }
 
-    /// Called by a server whose state or tools changed.
-    pub fn server_changed(&self, name: &str, tools: bool) {
-        if tools {
-            self.rebuild();
-            self.save_cache();
-        }
-        if let Some(s) = self.servers.get(name) {
-            let status = s.status();
-            let mut r = Audit::record(AuditKind::Server);
-            r.server = Some(name.to_owned());
-            r.outcome = Some(status.state.clone());
-            r.detail = status.reason.clone();
-            self.audit.append(&r);
-        }
-        self.write_status();
-    }
-
     /// Rebuilds the snapshot from every server's known tools.
     fn rebuild(&self) {
-        let _one = self.rebuild_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut b = CatalogBuilder::new(self.label.clone());
         for (name, server) in &self.servers {
             if server.state() == ServerState::Disabled {
@@ -430,12 +520,7 @@ impl Hub {
                 }
             }
         }
-        let snap = Arc::new(Snapshot::build(
-            b.build(),
-            &self.policy,
-            &self.permissions,
-            &self.config,
-        ));
+        let snap = Arc::new(Snapshot::build(b.build(), &self.compiled));
         if let Some(enrichment) = &self.enrichment {
             enrichment.submit(&snap);
         }
@@ -475,6 +560,7 @@ impl Hub {
             pid: std::process::id(),
             config: self.label.clone(),
             servers: self.statuses(),
+            audit: self.audit.status(),
         };
         let text = serde_json::to_string_pretty(&status).unwrap_or_default();
         if let Err(e) = crate::cache::write_atomic(path, text.as_bytes()) {
@@ -502,6 +588,9 @@ impl Hub {
         for s in self.servers.values() {
             s.stop();
         }
+        if let Some(path) = &self.status_path {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -514,19 +603,64 @@ pub struct StatusFile {
     pub config: String,
     /// Its servers.
     pub servers: Vec<ServerStatus>,
+    /// Its audit log's health (absent without a log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::audit::AuditStatus>,
 }
 
-/// The cache directory of `config`: `[cache] path`, else the user's cache directory.
-pub fn cache_dir(config: &Config) -> PathBuf {
-    config
-        .cache
-        .path
-        .as_ref()
-        .map(PathBuf::from)
-        .unwrap_or_else(default_cache_dir)
+/// The cache directory of `config`: `[cache] path` (with `~/` expanded), else the user's
+/// cache directory (see [`default_cache_dir`]).
+pub fn cache_dir(config: &Config) -> Result<PathBuf> {
+    match &config.cache.path {
+        Some(p) => expand_path(p).map_err(|message| GatewayError::Io {
+            path: p.clone(),
+            source: std::io::Error::other(message),
+        }),
+        None => default_cache_dir().map_err(|source| GatewayError::Io {
+            path: "the cache directory".into(),
+            source,
+        }),
+    }
 }
 
-/// Where the gateway of configuration `label` writes its status.
-pub fn status_path(cache_dir: &std::path::Path, label: &str) -> PathBuf {
-    cache_dir.join(format!("status-{}.json", config_key(label)))
+/// Where the gateway process `pid` of configuration `label` writes its status. Each gateway has
+/// its own file, so two gateways on one configuration never overwrite each other's.
+pub fn status_path(cache_dir: &std::path::Path, label: &str, pid: u32) -> PathBuf {
+    cache_dir.join(format!("status-{}-{pid}.json", config_key(label)))
+}
+
+/// The status files of every gateway of configuration `label` in `cache_dir`, sorted by pid.
+/// Files of processes that are gone are removed.
+pub fn running_gateways(cache_dir: &std::path::Path, label: &str) -> Vec<StatusFile> {
+    let prefix = format!("status-{}-", config_key(label));
+    let Ok(entries) = std::fs::read_dir(cache_dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<StatusFile> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid: u32 = name
+                .strip_prefix(&prefix)?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()?;
+            let status = std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|t| serde_json::from_str::<StatusFile>(&t).ok())
+                .filter(|s| s.pid == pid);
+            if !process_alive(pid) {
+                let _ = std::fs::remove_file(e.path());
+                return None;
+            }
+            status
+        })
+        .collect();
+    out.sort_by_key(|s| s.pid);
+    out
+}
+
+/// Whether process `pid` still exists.
+pub fn process_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }

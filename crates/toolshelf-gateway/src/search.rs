@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 use toolshelf_core::config::SearchConfig;
 use toolshelf_core::search::SearchRequest;
-use toolshelf_core::search::render::{SearchResponse, search};
+use toolshelf_core::search::render::{Outcome, SearchResponse, search};
 
 use crate::hub::Snapshot;
 
@@ -19,30 +19,41 @@ pub struct SearchOutcome {
     pub text: String,
     /// Catalog indices (in the snapshot) whose full schema is in the text.
     pub loaded: Vec<usize>,
-    /// Whether the call was malformed (a search that found nothing is an answer, not an error).
+    /// Whether the call failed: malformed, or the engine broke (a search that found nothing is
+    /// an answer, not an error).
     pub is_error: bool,
+    /// `ok`, `no_match`, `invalid` or `engine_failure`, for the audit log.
+    pub outcome: &'static str,
 }
 
 /// Answers one `tool_search` call over the visible tools of `snapshot`.
+/// `before` runs inside the engine's fault boundary, first (the failpoint of the tests).
 pub fn tool_search(
     snapshot: &Snapshot,
     config: &SearchConfig,
     args: &Map<String, Value>,
+    before: impl FnOnce(),
 ) -> SearchOutcome {
     match SearchRequest::from_json(&Value::Object(args.clone())) {
         Err(text) => SearchOutcome {
             text,
             loaded: Vec::new(),
             is_error: true,
+            outcome: "invalid",
         },
         Ok(request) => {
             // A fault in the engine must read as a fault, not as "no such tool": the model would
             // otherwise conclude the tool does not exist.
             let run = std::panic::AssertUnwindSafe(|| {
+                before();
                 search(snapshot.search_index(), &snapshot.catalog, &request, config)
             });
             match std::panic::catch_unwind(run) {
                 Ok(r) => SearchOutcome {
+                    outcome: match r.outcome {
+                        Outcome::Found => "ok",
+                        Outcome::NoMatch => "no_match",
+                    },
                     text: r.text,
                     loaded: r.loaded,
                     is_error: false,
@@ -59,6 +70,7 @@ pub fn tool_search(
                             .text,
                         loaded: Vec::new(),
                         is_error: true,
+                        outcome: "engine_failure",
                     }
                 }
             }

@@ -3,12 +3,16 @@
 //! `tools/list` and `tools/call` are written by hand because the list is computed, not declared.
 //! The list is frozen on first use (after start-up has settled, so the first list is complete)
 //! and served byte-identical for the session's life. Every call, through `defer_execute` or
-//! direct to a pinned tool, takes one path: resolve, require-search, validate, permissions,
-//! pre-call hooks, the downstream call with its timeout, post-call hooks, audit. Refusals are tool
-//! results with `isError: true` and a text that says how to recover; protocol errors are kept for
-//! requests that cannot be routed at all.
+//! direct to a pinned tool, takes the stages of [`toolshelf_core::invoke`]: resolve,
+//! require-loaded, validate, authorize (asking the user when a rule says so), pre-call hooks, the
+//! audit log's readiness, then the downstream call with its timeout and the post-call hooks. A
+//! stage that refuses returns a typed [`Refusal`]; the tool result the model reads and the audit
+//! record are both derived from it here, in one place. Refusals are tool results with
+//! `isError: true` and a text that says how to recover; protocol errors are kept for requests
+//! that cannot be routed at all.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use rmcp::model::{
@@ -20,18 +24,15 @@ use rmcp::model::{
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
-use toolshelf_core::State;
-use toolshelf_core::audit::{AuditKind, AuditRecord};
-use toolshelf_core::config::Action;
+use toolshelf_core::audit::{AuditKind, AuditRecord, capped_params};
 use toolshelf_core::hook::{HookEvent, HookEventKind};
-use toolshelf_core::invoke::{
-    Checked, invalid_params_text, not_loaded_text, parse_defer_execute, resolve,
-};
+use toolshelf_core::invoke::{self, AskRefusal, Authorization, Refusal, RefusalKind, Via, echo};
+use toolshelf_core::meta::DeferExecuteArgs;
+use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use toolshelf_core::session::SessionState;
-use toolshelf_core::surface::{DEFER_EXECUTE, TOOL_SEARCH};
 
 use crate::audit::Audit;
-use crate::downstream::CallError;
+use crate::downstream::Downstream;
 use crate::hooks::{self, HookVerdict};
 use crate::hub::{Hub, Snapshot};
 use crate::search::tool_search;
@@ -54,7 +55,8 @@ pub struct GatewaySession {
     end: Arc<SessionEnd>,
 }
 
-/// The end of a session: its audit record and `session_end` hooks, run once.
+/// The end of a session: its audit record and `session_end` hooks, run once, and only for a
+/// session that started (an HTTP session that never finished its handshake has neither).
 ///
 /// Dropping the session starts it on the runtime, which suffices for HTTP sessions (the server
 /// keeps running). The stdio server must await it instead: the session is dropped as the
@@ -63,20 +65,23 @@ pub struct GatewaySession {
 pub struct SessionEnd {
     hub: Arc<Hub>,
     id: String,
+    started: AtomicBool,
     done: tokio::sync::Mutex<bool>,
 }
 
 impl SessionEnd {
-    /// Records the end and runs the `session_end` hooks, unless that already happened.
+    /// Records the end and runs the `session_end` hooks, unless that already happened or the
+    /// session never started.
     pub async fn run(&self) {
         let mut done = self.done.lock().await;
-        if std::mem::replace(&mut *done, true) {
+        if std::mem::replace(&mut *done, true) || !self.started.load(Ordering::SeqCst) {
             return;
         }
         self.record_end();
-        if !self.hub.config.hooks.session_end.is_empty() {
+        let hooks = self.hub.compiled().hooks().of(HookEventKind::SessionEnd);
+        if !hooks.is_empty() {
             let event = HookEvent::new(HookEventKind::SessionEnd, &self.id);
-            let v = hooks::run(&self.hub.config.hooks.session_end, event).await;
+            let v = hooks::run(hooks, None, event).await;
             report_hook_failures(&self.hub, &self.id, &v, None);
         }
     }
@@ -84,7 +89,7 @@ impl SessionEnd {
     fn record_end(&self) {
         let mut r = record(&self.id, AuditKind::Session);
         r.outcome = Some("end".into());
-        self.hub.audit.append(&r);
+        let _ = self.hub.audit.append(&r);
     }
 }
 
@@ -104,8 +109,38 @@ fn report_hook_failures(hub: &Hub, id: &str, verdict: &HookVerdict, tool: Option
         let mut r = record(id, AuditKind::HookError);
         r.tool = tool.map(str::to_owned);
         r.detail = Some(f.clone());
-        hub.audit.append(&r);
+        let _ = hub.audit.append(&r);
     }
+}
+
+/// What the admission stages let through: the tool, its server, the params to send and the
+/// hooks' guidance so far.
+struct Admitted {
+    index: usize,
+    server: Arc<Downstream>,
+    guidance: Vec<String>,
+}
+
+/// A label of an ask's outcome for the audit log.
+fn ask_label(answer: &Result<(), AskRefusal>) -> &'static str {
+    match answer {
+        Ok(()) => "approved",
+        Err(AskRefusal::Unsupported) => "unsupported",
+        Err(AskRefusal::Declined(_)) => "declined",
+        Err(AskRefusal::Failed(_)) => "failed",
+    }
+}
+
+/// Test-only fault injection: in debug builds, a name listed in `TOOLSHELF_FAILPOINTS` makes the
+/// code at that point panic, so end-to-end tests can reach failure paths that correct input never
+/// reaches. Release builds ignore it.
+fn failpoint(name: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("TOOLSHELF_FAILPOINTS").is_ok_and(|v| v.split(',').any(|p| p.trim() == name)) {
+        panic!("failpoint {name}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
 }
 
 impl GatewaySession {
@@ -115,6 +150,7 @@ impl GatewaySession {
         let end = Arc::new(SessionEnd {
             hub: hub.clone(),
             id: id.clone(),
+            started: AtomicBool::new(false),
             done: tokio::sync::Mutex::new(false),
         });
         Self {
@@ -175,7 +211,7 @@ impl GatewaySession {
                 let mut h = self.record(AuditKind::HookError);
                 h.tool = tool.map(str::to_owned);
                 h.detail = Some(f);
-                self.hub.audit.append(&h);
+                let _ = self.hub.audit.append(&h);
                 None
             }
         }
@@ -183,28 +219,31 @@ impl GatewaySession {
 
     async fn search(&self, args: Map<String, Value>) -> CallToolResult {
         let snap = self.hub.snapshot();
-        let outcome = tool_search(&snap, &self.hub.config.search, &args);
+        let outcome = tool_search(&snap, &self.hub.config().search, &args, || {
+            failpoint("search")
+        });
         let names: Vec<String> = outcome
             .loaded
             .iter()
             .map(|&i| snap.catalog.tools()[i].name.clone())
             .collect();
         let mut r = self.record(AuditKind::Search);
-        r.params = Some(args.clone());
-        r.outcome = Some(if outcome.is_error { "error" } else { "ok" }.into());
+        r.params = Some(capped_params(&args));
+        r.outcome = Some(outcome.outcome.into());
         r.detail = Some(names.join(","));
-        self.hub.audit.append(&r);
+        let _ = self.hub.audit.append(&r);
         let mut result = if outcome.is_error {
             error_result(outcome.text)
         } else {
             CallToolResult::success(vec![ContentBlock::text(outcome.text)])
         };
-        if !self.hub.config.hooks.post_search.is_empty() {
+        let hooks = self.hub.compiled().hooks().of(HookEventKind::PostSearch);
+        if !hooks.is_empty() {
             let mut event = HookEvent::new(HookEventKind::PostSearch, &self.id);
             event.search = Some(Value::Object(args));
             event.loaded = Some(names.clone());
             event.result = serde_json::to_value(&result).ok();
-            let verdict = hooks::run(&self.hub.config.hooks.post_search, event).await;
+            let verdict = hooks::run(hooks, None, event).await;
             self.report_hook_failures(&verdict, None);
             if let Some(reason) = verdict.denied {
                 // The model never saw the schemas, so nothing is loaded.
@@ -229,30 +268,25 @@ impl GatewaySession {
         result
     }
 
-    /// Asks the user through MCP elicitation; `Err` is the refusal text.
+    /// Asks the user through MCP elicitation.
     async fn ask(
         &self,
         context: &RequestContext<RoleServer>,
         tool: &str,
         params: &Map<String, Value>,
-        because: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), AskRefusal> {
         if !context
             .peer
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Form)
         {
-            return Err(format!(
-                "{tool} was not run: it needs the user's approval ({because}), and this client cannot \
-ask the user (it does not support MCP elicitation). Ask the user to allow it in the toolshelf \
-configuration ([permissions] allow), or do without it."
-            ));
+            return Err(AskRefusal::Unsupported);
         }
         let schema = serde_json::from_value(json!({"type": "object", "properties": {}}))
-            .map_err(|e| format!("{tool} was not run: cannot build the approval request: {e}"))?;
+            .map_err(|e| AskRefusal::Failed(format!("cannot build the approval request: {e}")))?;
         let message = format!(
             "Allow the agent to run {tool} with these arguments?\n{}",
-            Value::Object(params.clone())
+            echo(&Value::Object(params.clone()).to_string())
         );
         let request = ElicitRequestParams::FormElicitationParams {
             meta: None,
@@ -261,14 +295,126 @@ configuration ([permissions] allow), or do without it."
         };
         match context.peer.create_elicitation(request).await {
             Ok(answer) if answer.action == ElicitationAction::Accept => Ok(()),
-            Ok(answer) => Err(format!(
-                "{tool} was not run: the user did not approve it ({:?}).",
-                answer.action
-            )),
-            Err(e) => Err(format!(
-                "{tool} was not run: asking the user for approval failed: {e}"
-            )),
+            Ok(answer) => Err(AskRefusal::Declined(format!("{:?}", answer.action))),
+            Err(e) => Err(AskRefusal::Failed(e.to_string())),
         }
+    }
+
+    /// The stages before the call goes out. `params` ends as the params to send (pre-call hooks
+    /// may rewrite them); `ask` records the outcome of asking the user, if a rule asked.
+    async fn admit(
+        &self,
+        snap: &Snapshot,
+        requested: &str,
+        params: &mut Map<String, Value>,
+        via: Via,
+        context: &RequestContext<RoleServer>,
+        ask: &mut Option<&'static str>,
+    ) -> Result<Admitted, Refusal> {
+        let i = invoke::resolve(&snap.catalog, &snap.exposure, requested)?;
+        let tool = &snap.catalog.tools()[i];
+        let server = self
+            .hub
+            .server_of(tool)
+            .cloned()
+            .ok_or(Refusal::NotRunnable { tool: i })?;
+        {
+            let local = self.local.lock().await;
+            invoke::require_loaded(
+                &snap.exposure,
+                i,
+                self.hub.config().execute.require_search,
+                local.state.is_activated(&tool.name),
+            )?;
+        }
+        let validator = snap.validator(i);
+        invoke::validate(i, &validator, params)?;
+        let permissions = self.hub.compiled().permissions();
+        if let Authorization::Ask { because } =
+            invoke::authorize(&snap.catalog, permissions, i, params)?
+        {
+            let answer = self.ask(context, &tool.name, params).await;
+            *ask = Some(ask_label(&answer));
+            invoke::approved(i, &because, answer)?;
+        }
+        let mut guidance = Vec::new();
+        let hooks = self.hub.compiled().hooks().of(HookEventKind::PreCall);
+        if hooks.iter().any(|h| h.applies_to(Some(tool))) {
+            let mut event = self.call_event(HookEventKind::PreCall, tool, &server, via);
+            event.params = Some(params.clone());
+            let pre = hooks::run(hooks, Some(tool), event).await;
+            self.report_hook_failures(&pre, Some(&tool.name));
+            *params = invoke::after_pre_call(
+                i,
+                &validator,
+                pre.denied,
+                pre.params,
+                std::mem::take(params),
+            )?;
+            guidance = pre.guidance;
+        }
+        self.hub
+            .audit
+            .ready()
+            .map_err(|error| Refusal::AuditUnavailable { tool: i, error })?;
+        Ok(Admitted {
+            index: i,
+            server,
+            guidance,
+        })
+    }
+
+    fn call_event(
+        &self,
+        kind: HookEventKind,
+        tool: &toolshelf_core::Tool,
+        server: &Downstream,
+        via: Via,
+    ) -> HookEvent {
+        let mut event = HookEvent::new(kind, &self.id);
+        event.tool = Some(tool.name.clone());
+        event.server = Some(server.name().to_owned());
+        event.original_tool = Some(tool.original_name.clone());
+        event.via_defer_execute = Some(via == Via::DeferExecute);
+        event
+    }
+
+    /// Audits a refusal and turns it into the tool result the model reads. A refusal that
+    /// carries a schema loads the tool for this session.
+    async fn refuse(
+        &self,
+        snap: &Snapshot,
+        requested: &str,
+        via: Via,
+        params: &Map<String, Value>,
+        refusal: &Refusal,
+        ask: Option<&'static str>,
+    ) -> CallToolResult {
+        let tools = snap.catalog.tools();
+        let mut r = self.record(if refusal.kind() == RefusalKind::Hidden {
+            AuditKind::Hidden
+        } else {
+            AuditKind::Refused
+        });
+        r.requested = Some(echo(requested));
+        r.via = Some(via);
+        r.tool = refusal.tool().map(|i| tools[i].name.clone());
+        r.server = refusal
+            .tool()
+            .and_then(|i| tools[i].original_server.clone());
+        r.params = Some(capped_params(params));
+        r.outcome = Some(refusal.kind().as_str().into());
+        r.detail = Some(refusal.detail(&snap.catalog));
+        r.ask = ask.map(str::to_owned);
+        let _ = self.hub.audit.append(&r);
+        if let Some(i) = refusal.loads() {
+            self.local
+                .lock()
+                .await
+                .state
+                .activate([tools[i].name.as_str()]);
+        }
+        error_result(refusal.text(&snap.catalog))
     }
 
     /// The one path every call takes.
@@ -276,131 +422,54 @@ configuration ([permissions] allow), or do without it."
         &self,
         requested: &str,
         mut params: Map<String, Value>,
-        via_defer_execute: bool,
+        via: Via,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
         let snap = self.hub.snapshot();
-        let refuse =
-            |outcome: &str, tool: Option<&str>, detail: &str, params: &Map<String, Value>| {
-                let mut r = self.record(AuditKind::Refused);
-                r.requested = Some(requested.to_owned());
-                r.tool = tool.map(str::to_owned);
-                r.params = Some(params.clone());
-                r.outcome = Some(outcome.to_owned());
-                r.detail = Some(detail.to_owned());
-                self.hub.audit.append(&r);
-                error_result(detail)
-            };
-        let i = match resolve(&snap.catalog, |i| snap.is_visible(i), requested) {
-            Ok(i) => i,
-            Err(u) => {
-                if let Some(hidden) = &u.hidden {
-                    let mut r = self.record(AuditKind::Hidden);
-                    r.requested = Some(requested.to_owned());
-                    r.tool = Some(hidden.clone());
-                    r.params = Some(params.clone());
-                    r.detail = Some(snap_reason(&snap, hidden));
-                    self.hub.audit.append(&r);
-                    return error_result(u.text);
-                }
-                return refuse("unknown", None, &u.text, &params);
+        let mut ask = None;
+        let admitted = match self
+            .admit(&snap, requested, &mut params, via, context, &mut ask)
+            .await
+        {
+            Ok(a) => a,
+            Err(refusal) => {
+                return self
+                    .refuse(&snap, requested, via, &params, &refusal, ask)
+                    .await;
             }
         };
-        let tool = &snap.catalog.tools()[i];
+        let Admitted {
+            index,
+            server,
+            mut guidance,
+        } = admitted;
+        let tool = &snap.catalog.tools()[index];
         let name = tool.name.as_str();
-        let Some(server) = self.hub.server_of(&snap.catalog, tool) else {
-            let text = format!(
-                "{name} is not a tool of a server this gateway fronts; toolshelf cannot run it."
-            );
-            return refuse("unknown", Some(name), &text, &params);
-        };
-        if snap.state(i) == State::Deferred && self.hub.config.execute.require_search {
-            let mut local = self.local.lock().await;
-            if !local.state.is_activated(name) {
-                local.state.activate([name]);
-                return refuse("not_loaded", Some(name), &not_loaded_text(tool), &params);
-            }
-        }
-        let validator = snap.validator(i);
-        match validator.check(&Value::Object(params.clone())) {
-            Checked::Valid => {}
-            Checked::Invalid(v) => {
-                return refuse(
-                    "invalid",
-                    Some(name),
-                    &invalid_params_text(tool, &v),
-                    &params,
-                );
-            }
-            Checked::Unchecked(why) => {
-                tracing::warn!(
-                    "{name}: its input schema cannot be compiled, params go out unchecked: {why}"
-                );
-            }
-        }
-        let verdict = self.hub.permissions.check(name, &params);
-        match verdict.action {
-            Action::Allow => {}
-            Action::Deny => {
-                let text = format!(
-                    "{name} was not run: {} forbids this call.",
-                    verdict.because()
-                );
-                return refuse("denied", Some(name), &text, &params);
-            }
-            Action::Ask => {
-                if let Err(text) = self.ask(context, name, &params, &verdict.because()).await {
-                    return refuse("not_approved", Some(name), &text, &params);
-                }
-            }
-        }
-        let mut event = HookEvent::new(HookEventKind::PreCall, &self.id);
-        event.tool = Some(name.to_owned());
-        event.server = Some(server.name().to_owned());
-        event.original_tool = Some(tool.original_name.clone());
-        event.via_defer_execute = Some(via_defer_execute);
-        let mut guidance = Vec::new();
-        if !self.hub.config.hooks.pre_call.is_empty() {
-            event.params = Some(params.clone());
-            let pre = hooks::run(&self.hub.config.hooks.pre_call, event.clone()).await;
-            self.report_hook_failures(&pre, Some(name));
-            if let Some(reason) = pre.denied {
-                let text = format!("{name} was not run: a pre_call hook denied it: {reason}");
-                return refuse("denied_by_hook", Some(name), &text, &params);
-            }
-            if let Some(p) = pre.params {
-                if let Checked::Invalid(v) = validator.check(&Value::Object(p.clone())) {
-                    let text = format!(
-                        "{name} was not run: a pre_call hook rewrote its params into ones that do not match the schema.\n{}",
-                        invalid_params_text(tool, &v)
-                    );
-                    return refuse("invalid_after_hook", Some(name), &text, &p);
-                }
-                params = p;
-            }
-            guidance = pre.guidance;
-        }
         let timeout = server
             .config()
             .call_timeout_secs
-            .unwrap_or(self.hub.config.execute.call_timeout_secs);
+            .unwrap_or(self.hub.config().execute.call_timeout_secs);
         let started = Instant::now();
         let outcome = server
             .call(&tool.original_name, params.clone(), timeout)
             .await;
         let mut record = self.record(AuditKind::Call);
-        record.requested = Some(requested.to_owned());
+        record.requested = Some(echo(requested));
+        record.via = Some(via);
         record.tool = Some(name.to_owned());
         record.server = Some(server.name().to_owned());
-        record.params = Some(params.clone());
+        record.params = Some(capped_params(&params));
         record.duration_ms = Some(started.elapsed().as_millis() as u64);
+        record.ask = ask.map(str::to_owned);
+        let mut event = self.call_event(HookEventKind::PostCall, tool, &server, via);
         event.params = Some(params);
+        let hooks = self.hub.compiled().hooks();
         let mut result = match outcome {
             Ok(mut result) => {
-                if !self.hub.config.hooks.post_call.is_empty() {
-                    event.event = HookEventKind::PostCall;
+                let post = hooks.of(HookEventKind::PostCall);
+                if post.iter().any(|h| h.applies_to(Some(tool))) {
                     event.result = serde_json::to_value(&result).ok();
-                    let post = hooks::run(&self.hub.config.hooks.post_call, event).await;
+                    let post = hooks::run(post, Some(tool), event).await;
                     self.report_hook_failures(&post, Some(name));
                     if let Some(reason) = post.denied {
                         result = error_result(format!(
@@ -423,43 +492,60 @@ configuration ([permissions] allow), or do without it."
                 );
                 result
             }
-            Err(e) => {
-                let text = match &e {
-                    CallError::Unavailable(s) => format!("{name} was not run: {s}"),
-                    CallError::Timeout(n) => format!(
-                        "{name} did not answer within {n}s (the call timeout) and was abandoned. \
-The server is still running and other calls go on; if this tool is slow by nature, raise its \
-call_timeout_secs."
-                    ),
-                    CallError::Crashed(s) => format!("{name} failed: {s}"),
-                    CallError::Protocol(s) => format!("{name} failed: {s}"),
-                };
-                record.outcome = Some(e.outcome().into());
-                record.detail = Some(text.clone());
-                if !self.hub.config.hooks.call_failed.is_empty() {
+            Err(failure) => {
+                let text = failure.text(name);
+                record.outcome = Some(failure.as_str().into());
+                record.detail = Some(echo(&text));
+                let failed = hooks.of(HookEventKind::CallFailed);
+                if failed.iter().any(|h| h.applies_to(Some(tool))) {
                     event.event = HookEventKind::CallFailed;
                     event.error = Some(text.clone());
-                    let failed = hooks::run(&self.hub.config.hooks.call_failed, event).await;
+                    let failed = hooks::run(failed, Some(tool), event).await;
                     self.report_hook_failures(&failed, Some(name));
                     guidance.extend(failed.guidance);
                 }
                 error_result(text)
             }
         };
-        self.hub.audit.append(&record);
+        if let Err(e) = self.hub.audit.append(&record) {
+            tracing::warn!("the call of {name} ran but its audit record was lost: {e}");
+        }
         for g in guidance {
             result.content.push(ContentBlock::text(g));
         }
         result
     }
-}
 
-/// Why a hidden tool is hidden, for the audit log.
-fn snap_reason(snap: &Snapshot, name: &str) -> String {
-    snap.catalog
-        .position(name)
-        .map(|i| snap.exposure.decisions[i].reason.clone())
-        .unwrap_or_default()
+    /// `defer_execute`: its own arguments first, then the target's pipeline.
+    async fn defer_execute(
+        &self,
+        args: Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match DeferExecuteArgs::parse(&args) {
+            Ok(call) => {
+                self.execute(&call.tool_name, call.params, Via::DeferExecute, context)
+                    .await
+            }
+            Err(message) => {
+                let requested = args
+                    .get("tool_name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let snap = self.hub.snapshot();
+                self.refuse(
+                    &snap,
+                    &requested,
+                    Via::DeferExecute,
+                    &args,
+                    &Refusal::BadArguments { message },
+                    None,
+                )
+                .await
+            }
+        }
+    }
 }
 
 impl ServerHandler for GatewaySession {
@@ -508,11 +594,8 @@ tool_search, run them with defer_execute.",
         let args = request.arguments.unwrap_or_default();
         let mut result = match request.name.as_ref() {
             TOOL_SEARCH => self.search(args).await,
-            DEFER_EXECUTE => match parse_defer_execute(&args) {
-                Ok((target, params)) => self.execute(&target, params, true, &context).await,
-                Err(text) => error_result(text),
-            },
-            other => self.execute(other, args, false, &context).await,
+            DEFER_EXECUTE => self.defer_execute(args, &context).await,
+            other => self.execute(other, args, Via::Direct, &context).await,
         };
         let visible = self.hub.snapshot().visible.clone();
         if let Some(notice) = self.local.lock().await.state.change_notice(&visible) {
@@ -545,18 +628,22 @@ tool_search, run them with defer_execute.",
                 None,
             ));
         }
-        let text = serde_json::to_string_pretty(&json!({"servers": self.hub.statuses()}))
-            .unwrap_or_default();
+        let text = serde_json::to_string_pretty(
+            &json!({"servers": self.hub.statuses(), "audit": self.hub.audit.status()}),
+        )
+        .unwrap_or_default();
         Ok(ReadResourceResult::new(vec![ResourceContents::text(text, STATUS_URI)]).into())
     }
 
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {
+        self.end.started.store(true, Ordering::SeqCst);
         let mut r = self.record(AuditKind::Session);
         r.outcome = Some("start".into());
-        self.hub.audit.append(&r);
-        if !self.hub.config.hooks.session_start.is_empty() {
+        let _ = self.hub.audit.append(&r);
+        let hooks = self.hub.compiled().hooks().of(HookEventKind::SessionStart);
+        if !hooks.is_empty() {
             let event = HookEvent::new(HookEventKind::SessionStart, &self.id);
-            let v = hooks::run(&self.hub.config.hooks.session_start, event).await;
+            let v = hooks::run(hooks, None, event).await;
             self.report_hook_failures(&v, None);
         }
     }
@@ -573,6 +660,7 @@ impl Drop for GatewaySession {
             Err(_) => {
                 if let Ok(mut done) = self.end.done.try_lock()
                     && !std::mem::replace(&mut *done, true)
+                    && self.end.started.load(Ordering::SeqCst)
                 {
                     self.end.record_end();
                     tracing::warn!(

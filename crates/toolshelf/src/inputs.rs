@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use toolshelf_core::{Catalog, Config, Exposure, Policy, Surface};
+use toolshelf_core::{Catalog, Compiled, Config, Exposure, Surface};
 
 /// The bundled example catalog (see `examples/` and `scripts/capture-example-catalog.sh`).
 pub const EXAMPLE_CATALOG: &str = include_str!("../../../examples/catalog.json");
@@ -33,8 +33,7 @@ pub struct Source {
 #[derive(Debug)]
 pub struct Loaded {
     pub catalog: Catalog,
-    pub config: Config,
-    pub policy: Policy,
+    pub compiled: Compiled,
     pub exposure: Exposure,
     pub surface: Surface,
 }
@@ -57,21 +56,26 @@ impl Source {
             }
             (None, Some(_)) => Config::default(),
         };
-        let config_name = self
-            .config
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "config".into());
-        let policy = Policy::new(&config, &config_name, self.mode.as_deref())?;
-        let exposure = policy.apply(&catalog);
-        let surface = Surface::new(&catalog, &exposure, &config);
-        for w in catalog.warnings().iter().chain(&exposure.warnings) {
+        let config_name = match (&self.config, &self.catalog) {
+            (Some(p), _) => p.display().to_string(),
+            (None, None) => "examples/toolshelf.toml (bundled)".into(),
+            (None, Some(_)) => "the default configuration".into(),
+        };
+        // One exposure decision for every command, the same the gateway makes.
+        let compiled = Compiled::new(config, &config_name, self.mode.as_deref())?;
+        let exposure = compiled.expose(&catalog);
+        let surface = compiled.surface(&catalog, &exposure);
+        for w in catalog
+            .warnings()
+            .iter()
+            .chain(&exposure.warnings)
+            .chain(&compiled.unmatched(&catalog))
+        {
             eprintln!("toolshelf: warning: {w}");
         }
         Ok(Loaded {
             catalog,
-            config,
-            policy,
+            compiled,
             exposure,
             surface,
         })
@@ -79,6 +83,11 @@ impl Source {
 }
 
 impl Loaded {
+    /// The configuration as written.
+    pub fn config(&self) -> &Config {
+        self.compiled.config()
+    }
+
     /// Warns on stderr when the index is over budget (built-in names alone) or dropped groups.
     pub fn warn_index(&self) {
         if let Some(idx) = &self.surface.index {

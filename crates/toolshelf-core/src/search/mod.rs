@@ -45,71 +45,49 @@ pub enum SearchRequest {
 /// The example shown with every validation error.
 pub const REQUEST_EXAMPLE: &str = "{\"queries\": [\"read file\", \"读取文件\"]} or {\"tool_names\": [\"mcp__filesystem__read_text_file\"]}";
 
-fn string_list(v: &Value, key: &str) -> Result<Vec<String>, String> {
-    let list: Vec<String> = match v {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(items) => items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("{key} must be a list of strings, found {i}"))
-            })
-            .collect::<Result<_, _>>()?,
-        other => return Err(format!("{key} must be a list of strings, found {other}")),
-    };
-    let list: Vec<String> = list
-        .into_iter()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .collect();
-    if list.is_empty() {
-        return Err(format!("{key} is empty"));
-    }
-    Ok(list)
-}
-
 impl SearchRequest {
-    /// Reads the call's arguments. The error text is meant for the model: it states the rule
-    /// and shows a correct call.
+    /// Reads the call's arguments (see [`crate::meta::SearchArgs`], whose schema the model is
+    /// sent). The error text is meant for the model: it states the rule and shows a correct call.
+    /// Blank entries are dropped, and an empty list counts as not given.
     pub fn from_json(args: &Value) -> Result<Self, String> {
         let fail = |why: String| {
             Err(format!(
                 "Invalid tool_search call: {why}. Give exactly one of tool_names or queries (plus an optional limit), e.g. {REQUEST_EXAMPLE}."
             ))
         };
-        let Some(obj) = args.as_object() else {
-            return fail(format!("the arguments must be an object, found {args}"));
-        };
-        if let Some(k) = obj
-            .keys()
-            .find(|k| !matches!(k.as_str(), "tool_names" | "queries" | "limit"))
-        {
-            return fail(format!("unknown argument {k:?}"));
+        if !args.is_object() {
+            return fail(format!(
+                "the arguments must be an object, found {}",
+                crate::invoke::echo(&args.to_string())
+            ));
         }
-        let names = obj.get("tool_names").filter(|v| !v.is_null());
-        let queries = obj.get("queries").filter(|v| !v.is_null());
-        let limit = match obj.get("limit").filter(|v| !v.is_null()) {
-            None => None,
-            Some(v) => match v.as_u64().filter(|n| *n >= 1) {
-                Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-                None => return fail(format!("limit must be a positive integer, found {v}")),
-            },
+        let parsed: crate::meta::SearchArgs = match serde_json::from_value(args.clone()) {
+            Ok(p) => p,
+            Err(e) => return fail(crate::invoke::echo(&e.to_string())),
         };
-        match (names, queries) {
+        let clean = |list: Option<Vec<String>>| -> Option<Vec<String>> {
+            let list: Vec<String> = list?
+                .into_iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect();
+            (!list.is_empty()).then_some(list)
+        };
+        let given = |v: &Option<Vec<String>>| v.is_some();
+        let had = (given(&parsed.tool_names), given(&parsed.queries));
+        let limit = match parsed.limit {
+            None => None,
+            Some(0) => return fail("limit must be a positive integer, found 0".into()),
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        };
+        match (clean(parsed.tool_names), clean(parsed.queries)) {
             (Some(_), Some(_)) => fail("both tool_names and queries were given".into()),
-            (None, None) => fail("neither tool_names nor queries was given".into()),
-            (Some(n), None) => match string_list(n, "tool_names") {
-                Ok(list) => Ok(Self::Names(list)),
-                Err(e) => fail(e),
-            },
-            (None, Some(q)) => match string_list(q, "queries") {
-                Ok(list) => Ok(Self::Queries {
-                    queries: list,
-                    limit,
-                }),
-                Err(e) => fail(e),
-            },
+            (Some(names), None) => Ok(Self::Names(names)),
+            (None, Some(queries)) => Ok(Self::Queries { queries, limit }),
+            (None, None) => fail(match had {
+                (false, false) => "neither tool_names nor queries was given".into(),
+                _ => "tool_names and queries hold no non-blank entry".into(),
+            }),
         }
     }
 }
@@ -126,6 +104,11 @@ pub struct Hit {
     pub tool: String,
     /// Canonical server name; `None` for built-ins.
     pub server: Option<String>,
+    /// The tool's name as its server (or the catalog) gave it: canonical names are rewritten for
+    /// invalid characters, collisions and the 64-character limit, this is the way back.
+    pub original: String,
+    /// The server's name as configured; `None` for built-ins.
+    pub original_server: Option<String>,
     /// Combined score, rounded to 3 decimals (exact name hits score above every fuzzy hit).
     pub score: f64,
     /// Which terms matched in which fields.
@@ -166,6 +149,8 @@ pub struct ParsedQuery {
     pub servers: Vec<String>,
     /// Documents named exactly in the query.
     pub exact: Vec<u32>,
+    /// What the parser ignored and why, for the response text.
+    pub notes: Vec<String>,
 }
 
 /// The lexical retriever: BM25F over analyzed fields.
@@ -493,9 +478,12 @@ impl SearchIndex {
                     .trim_end_matches('_')
                     .to_lowercase();
                 match self.server_names.get(&key) {
-                    Some(canon) => q.servers.push(canon.clone()),
-                    // An unknown server matches nothing rather than everything.
-                    None => q.servers.push(format!("\u{0}{s}")),
+                    Some(canon) => {
+                        if !q.servers.contains(canon) {
+                            q.servers.push(canon.clone());
+                        }
+                    }
+                    None => q.notes.push(self.unknown_server_note(raw, s)),
                 }
                 continue;
             }
@@ -508,13 +496,18 @@ impl SearchIndex {
             }
             if let Some(rest) = word.strip_prefix("mcp__") {
                 let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
-                if let Some(canon) = self.server_names.get(&server.to_lowercase()) {
-                    q.servers.push(canon.clone());
-                    if !tail.is_empty() {
-                        text_words.push(tail);
+                match self.server_names.get(&server.to_lowercase()) {
+                    Some(canon) => {
+                        if !q.servers.contains(canon) {
+                            q.servers.push(canon.clone());
+                        }
                     }
-                    continue;
+                    None => q.notes.push(self.unknown_server_note(word, server)),
                 }
+                if !tail.is_empty() {
+                    text_words.push(tail);
+                }
+                continue;
             }
             text_words.push(raw);
         }
@@ -538,6 +531,41 @@ impl SearchIndex {
         q.exact.sort_unstable();
         q.exact.dedup();
         q
+    }
+
+    fn unknown_server_note(&self, token: &str, server: &str) -> String {
+        let mut known: Vec<&str> = self.server_names.values().map(String::as_str).collect();
+        known.sort_unstable();
+        known.dedup();
+        let listed = if known.is_empty() {
+            "there are no servers".to_owned()
+        } else if known.len() <= 8 {
+            format!("servers: {}", known.join(", "))
+        } else {
+            format!(
+                "servers: {}, and {} more",
+                known[..8].join(", "),
+                known.len() - 8
+            )
+        };
+        format!(
+            "{:?} names no server ({:?} is unknown; {listed}), so it was ignored and every server was searched.",
+            crate::invoke::echo(token),
+            crate::invoke::echo(server)
+        )
+    }
+
+    /// What parsing `queries` ignored and why, once per distinct note.
+    pub fn notes(&self, queries: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for q in queries {
+            for n in self.parse(q).notes {
+                if !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+        }
+        out
     }
 
     fn allowed_into(&self, q: &ParsedQuery, out: &mut Vec<bool>) {
@@ -664,6 +692,8 @@ impl SearchIndex {
             name: t.name.clone(),
             tool: t.bare.clone(),
             server: t.server.clone(),
+            original: t.original_name.clone(),
+            original_server: t.original_server.clone(),
             score: (f64::from(score) * 1000.0).round() / 1000.0,
             reason,
         }

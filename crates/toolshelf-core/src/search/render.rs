@@ -130,10 +130,17 @@ pub fn search(
             let limit = effective_limit(*limit, config);
             let hits = index.rank(catalog, queries, limit + config.max_limit);
             let quoted = quote_list(queries);
+            let notes = index.notes(queries);
             if hits.is_empty() {
-                return no_match(&quoted, config);
+                return no_match(&quoted, &notes, config);
             }
-            let header = format!("Tools matching {quoted} (best first):");
+            let mut header = String::new();
+            for n in &notes {
+                header.push_str("Note: ");
+                header.push_str(n);
+                header.push('\n');
+            }
+            header.push_str(&format!("Tools matching {quoted} (best first):"));
             layout(
                 catalog,
                 header,
@@ -146,11 +153,17 @@ pub fn search(
     }
 }
 
-fn no_match(what: &str, config: &SearchConfig) -> SearchResponse {
-    let text = format!(
+fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchResponse {
+    let mut text = String::new();
+    for n in notes {
+        text.push_str("Note: ");
+        text.push_str(n);
+        text.push('\n');
+    }
+    text.push_str(&format!(
         "No deferred tool matches {what}. Try other or fewer words, give keywords in both English and Chinese \
 (e.g. [\"send email\", \"发送邮件\"]), or look a tool up by its exact name from <available_deferred_tools> with tool_names."
-    );
+    ));
     SearchResponse {
         hits: Vec::new(),
         text: fit_plain(text, config.response_budget_chars),
@@ -232,7 +245,7 @@ fn exact(
         }
     }
     if hits.is_empty() && fallback.is_empty() {
-        return no_match(&format!("the names {}", quote_list(names)), config);
+        return no_match(&format!("the names {}", quote_list(names)), &[], config);
     }
     let header = if notes.is_empty() {
         String::new()

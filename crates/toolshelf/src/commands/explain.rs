@@ -44,18 +44,21 @@ pub fn run(args: Args) -> Result<()> {
     let declared = t
         .defer_loading
         .map_or("absent".to_owned(), |b| b.to_string());
-    let mode = l.policy.mode();
+    let policy = l.compiled.policy();
+    let mode = policy.mode();
     if args.json {
         return print_json(&json!({
             "tool": t.name,
             "original_name": t.original_name,
             "server": t.server,
-            "server_original_name": t.server.as_deref().and_then(|s| l.catalog.server(s)).map(|s| s.original_name.clone()),
+            "server_original_name": t.original_server,
+            "aliases": t.aliases,
             "origin": t.origin,
             "declared": t.defer_loading,
             "mode": mode.map(|m| json!({"name": m.name, "admits": d.in_mode, "reason": d.mode_reason})),
-            "rules": l.policy.rules().iter().map(|r| json!({"rule": r.to_string(), "matched": d.matched_rules.contains(&r.to_string())})).collect::<Vec<_>>(),
-            "default": l.policy.default().to_string(),
+            "denied_by": d.denied_by,
+            "rules": policy.rules().iter().map(|r| json!({"rule": r.to_string(), "matched": d.matched_rules.contains(&r.to_string())})).collect::<Vec<_>>(),
+            "default": policy.default().to_string(),
             "decided_by_default": d.by_default,
             "auto": l.exposure.auto,
             "final": d.state,
@@ -63,12 +66,8 @@ pub fn run(args: Args) -> Result<()> {
         }));
     }
     outln!("{}", t.name);
-    match &t.server {
-        Some(s) => {
-            let orig = l
-                .catalog
-                .server(s)
-                .map_or(s.as_str(), |s| s.original_name.as_str());
+    match &t.original_server {
+        Some(orig) => {
             outln!(
                 "  original:  tool {:?} of server {:?}",
                 t.original_name,
@@ -80,6 +79,12 @@ pub fn run(args: Args) -> Result<()> {
             t.original_name,
             serde_json::to_value(t.origin)?.as_str().unwrap_or("")
         ),
+    }
+    if !t.aliases.is_empty() {
+        outln!(
+            "  aliases:   {} (deny and ask rules and hooks match these too)",
+            t.aliases.join(", ")
+        );
     }
     outln!("  declared:  defer_loading = {declared}");
     match mode {
@@ -95,11 +100,15 @@ pub fn run(args: Args) -> Result<()> {
         ),
         None => outln!("  mode:      none"),
     }
-    if l.policy.rules().is_empty() {
+    match &d.denied_by {
+        Some(rule) => outln!("  deny:      [permissions] {rule} denies every call: hidden"),
+        None => outln!("  deny:      no rule denies every call"),
+    }
+    if policy.rules().is_empty() {
         outln!("  rules:     none");
     } else {
         outln!("  rules:");
-        for r in l.policy.rules() {
+        for r in policy.rules() {
             let s = r.to_string();
             let hit = if d.matched_rules.contains(&s) {
                 "matches"
@@ -111,7 +120,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     outln!(
         "  default:   {}{}",
-        l.policy.default(),
+        policy.default(),
         if d.by_default {
             " (decides)"
         } else {

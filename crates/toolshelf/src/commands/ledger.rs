@@ -41,7 +41,7 @@ fn pct(x: f64) -> String {
 pub fn run(args: Args) -> Result<()> {
     let l = args.source.load()?;
     l.warn_index();
-    let window = args.window.unwrap_or(l.config.defer.window);
+    let window = args.window.unwrap_or(l.config().defer.window);
     anyhow::ensure!(window > 0, "--window must be a positive number of tokens");
     let ledger = Ledger::compute(&l.catalog, &l.surface, args.format.into(), window);
     if args.json {

@@ -100,7 +100,7 @@ pub fn run(args: Args) -> Result<()> {
         _ => bail!("give --query or --name, not both"),
     }
     let request = SearchRequest::from_json(&request).map_err(anyhow::Error::msg)?;
-    let response = search(&index, &loaded.catalog, &request, &loaded.config.search);
+    let response = search(&index, &loaded.catalog, &request, &loaded.config().search);
     if args.json {
         print_json(&json!({"hits": response.hits, "text": response.text}))
     } else {
@@ -119,7 +119,7 @@ fn batch(
     anyhow::ensure!(json_out, "--batch writes JSON lines: add --json");
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read batch file {}", path.display()))?;
-    let limit = limit.unwrap_or_else(|| effective_limit(None, &loaded.config.search));
+    let limit = limit.unwrap_or_else(|| effective_limit(None, &loaded.config().search));
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {

@@ -163,9 +163,11 @@ pub fn run(args: Args) -> Result<()> {
 fn enricher(config: &Config) -> Option<toolshelf_gateway::Enricher> {
     #[cfg(feature = "embed")]
     {
-        let path = toolshelf_gateway::hub::cache_dir(config).join("vectors.bin");
+        let path = toolshelf_gateway::hub::cache_dir(config)
+            .map(|d| d.join("vectors.bin"))
+            .unwrap_or_default();
         let cache = std::sync::Mutex::new(None::<toolshelf_embed::VectorCache>);
-        let persist = config.cache.enabled;
+        let persist = config.cache.enabled && !path.as_os_str().is_empty();
         Some(toolshelf_gateway::Enricher(Arc::new(
             move |index, catalog| {
                 let dim = toolshelf_embed::Embedder::bundled()

@@ -1,12 +1,14 @@
 //! `toolshelf status`: the state of each server of a configuration.
 //!
-//! A running gateway keeps a status file next to its cache; when its process is alive, that file
-//! is the answer. Otherwise there is no gateway to ask, so the command starts every server itself
-//! (with the start-up timeouts) and reports what it saw, saying which of the two it did.
+//! Each running gateway keeps a status file of its own next to its cache (named with its process
+//! id); the files of live processes are the answer, one block per gateway. Otherwise there is no
+//! gateway to ask, so the command starts every server itself (with the start-up timeouts) and
+//! reports what it saw, saying which of the two it did. Tool counts are the tools a session can
+//! see: tools the mode or a deny rule hides are not counted.
 
 use anyhow::Result;
 use toolshelf_gateway::downstream::ServerStatus;
-use toolshelf_gateway::hub::{StatusFile, cache_dir, status_path};
+use toolshelf_gateway::hub::{cache_dir, running_gateways};
 
 use super::serve::{GatewaySource, init_logging, runtime};
 use super::{outln, print_json};
@@ -21,45 +23,57 @@ pub struct Args {
     json: bool,
 }
 
-fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
 pub fn run(args: Args) -> Result<()> {
     init_logging("warn");
     let mut settings = args.source.one_shot()?;
-    let path = status_path(&cache_dir(&settings.config), &settings.label);
-    let running = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<StatusFile>(&t).ok())
-        .filter(|s| alive(s.pid));
-    let (source, pid, servers) = match running {
-        Some(s) => ("running", Some(s.pid), s.servers),
-        None => {
-            settings.config.cache.enabled = false;
-            let servers = runtime()?.block_on(async move {
-                let hub = toolshelf_gateway::Hub::start(settings)?;
-                hub.settled().await;
-                let s = hub.statuses();
-                hub.shutdown();
-                anyhow::Ok(s)
-            })?;
-            ("probe", None, servers)
-        }
+    let running = if settings.config.cache.enabled {
+        running_gateways(&cache_dir(&settings.config)?, &settings.label)
+    } else {
+        Vec::new()
     };
+    if !running.is_empty() {
+        if args.json {
+            let gateways: Vec<_> = running
+                .iter()
+                .map(|g| serde_json::json!({"pid": g.pid, "servers": g.servers, "audit": g.audit}))
+                .collect();
+            // `pid` and `servers` are the first gateway's, for scripts that expect one.
+            return print_json(&serde_json::json!({
+                "source": "running",
+                "pid": running[0].pid,
+                "servers": running[0].servers,
+                "gateways": gateways,
+            }));
+        }
+        for g in &running {
+            outln!("gateway running (pid {})", g.pid);
+            print_table(&g.servers)?;
+            if let Some(a) = &g.audit {
+                outln!(
+                    "audit: {} ({} records dropped{})",
+                    a.path,
+                    a.dropped,
+                    a.error
+                        .as_deref()
+                        .map(|e| format!("; failing: {e}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        return Ok(());
+    }
+    settings.config.cache.enabled = false;
+    let servers = runtime()?.block_on(async move {
+        let hub = toolshelf_gateway::Hub::start(settings)?;
+        hub.settled().await;
+        let s = hub.statuses();
+        hub.shutdown();
+        anyhow::Ok(s)
+    })?;
     if args.json {
-        let mut v = serde_json::json!({"source": source, "servers": servers});
-        if let Some(pid) = pid {
-            v["pid"] = pid.into();
-        }
-        return print_json(&v);
+        return print_json(&serde_json::json!({"source": "probe", "servers": servers}));
     }
-    match pid {
-        Some(pid) => outln!("gateway running (pid {pid})"),
-        None => {
-            outln!("no gateway running for this configuration; started each server to check it")
-        }
-    }
+    outln!("no gateway running for this configuration; started each server to check it");
     print_table(&servers)
 }
 

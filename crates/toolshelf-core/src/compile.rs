@@ -1,0 +1,293 @@
+//! Compiling the configuration: from plain data to the rules every surface uses.
+//!
+//! [`Config`] is what the file says; [`Compiled`] is what it means. Compiling validates everything
+//! at once (every rule, mode, limit, server section and hook, each error naming the key) and
+//! returns the exposure policy, the permission rules and the hooks, so no surface interprets the
+//! configuration on its own. The gateway, the command-line tools and (later) the proxy all decide
+//! exposure through [`Compiled::expose`]: a tool an unconditional deny rule hides is hidden in
+//! `render`, `ledger`, `explain` and `search` exactly as in the gateway.
+
+use std::collections::BTreeMap;
+
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::error::{Error, Result as CoreResult};
+use crate::hook::Hooks;
+use crate::pattern::Pattern;
+use crate::permission::Permissions;
+use crate::policy::{Exposure, Mode, Policy, Rule};
+use crate::surface::Surface;
+
+/// Result alias for compiling (the core's error type).
+pub type Result<T> = CoreResult<T>;
+
+/// A validated configuration with its rules compiled, for one active mode.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    config: Config,
+    source_name: String,
+    policy: Policy,
+    modes: BTreeMap<String, Mode>,
+    permissions: Permissions,
+    hooks: Hooks,
+}
+
+impl Compiled {
+    /// Validates `config` (named `source_name` in errors) and compiles it with `mode` active.
+    pub fn new(config: Config, source_name: &str, mode: Option<&str>) -> Result<Self> {
+        let err = |message: String| Error::Config {
+            source_name: source_name.to_owned(),
+            message,
+        };
+        let rules = config
+            .defer
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Rule::parse(r).map_err(|m| err(format!("[defer] rules[{i}]: {m}"))))
+            .collect::<Result<Vec<_>>>()?;
+        let modes = config
+            .modes
+            .keys()
+            .map(|name| Ok((name.clone(), compile_mode(&config, name, source_name)?)))
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        let active = match mode {
+            None => None,
+            Some(m) => Some(modes.get(m).cloned().ok_or_else(|| Error::UnknownMode {
+                name: m.to_owned(),
+                available: modes.keys().cloned().collect(),
+            })?),
+        };
+        let s = &config.search;
+        if s.default_limit == 0 || s.max_limit == 0 || s.default_limit > s.max_limit {
+            return Err(err(format!(
+                "[search] needs 1 <= default_limit <= max_limit (got default_limit = {}, max_limit = {})",
+                s.default_limit, s.max_limit
+            )));
+        }
+        if s.response_budget_chars < 200 {
+            return Err(err(format!(
+                "[search] response_budget_chars must be at least 200 (got {}): a smaller budget cannot hold one result",
+                s.response_budget_chars
+            )));
+        }
+        if config.defer.window == 0 {
+            return Err(err(
+                "[defer] window must be a positive number of tokens".into()
+            ));
+        }
+        for (name, server) in &config.servers {
+            server
+                .check()
+                .map_err(|e| err(format!("[servers.{name}] {e}")))?;
+        }
+        if config.execute.call_timeout_secs == 0 {
+            return Err(err("[execute] call_timeout_secs must be at least 1".into()));
+        }
+        let permissions = Permissions::new(&config.permissions, source_name)?;
+        let hooks = Hooks::new(&config.hooks).map_err(err)?;
+        let policy = Policy::new(rules, config.defer.default, config.defer.window, active);
+        Ok(Self {
+            config,
+            source_name: source_name.to_owned(),
+            policy,
+            modes,
+            permissions,
+            hooks,
+        })
+    }
+
+    /// The configuration as written.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The name errors and warnings give the configuration.
+    pub fn source_name(&self) -> &str {
+        &self.source_name
+    }
+
+    /// The exposure policy (rules, default, active mode).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The permission rules.
+    pub fn permissions(&self) -> &Permissions {
+        &self.permissions
+    }
+
+    /// The hooks, per event.
+    pub fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+
+    /// Every tool's exposure: resident, deferred or hidden, and why.
+    pub fn expose(&self, catalog: &Catalog) -> Exposure {
+        self.policy.apply(catalog, &self.permissions)
+    }
+
+    /// The model-visible surface of `catalog` under `exposure`.
+    pub fn surface(&self, catalog: &Catalog, exposure: &Exposure) -> Surface {
+        Surface::new(catalog, exposure, &self.config)
+    }
+
+    /// Rules that name no tool of `catalog`: usually a typo, and a silent one for a deny rule.
+    /// One line each, naming the rule.
+    pub fn unmatched(&self, catalog: &Catalog) -> Vec<String> {
+        let tools = catalog.tools();
+        let any_name = |p: &Pattern| {
+            tools
+                .iter()
+                .any(|t| p.matches(&t.name) || t.aliases.iter().any(|a| p.matches(a)))
+        };
+        let canonical = |p: &Pattern| tools.iter().any(|t| p.matches(&t.name));
+        let mut out = Vec::new();
+        for r in self.policy.rules() {
+            if !canonical(r.pattern()) {
+                out.push(format!("[defer] rule {r} matches no tool"));
+            }
+        }
+        for (name, mode) in &self.modes {
+            for p in mode.tools.iter().flatten() {
+                if !canonical(p) {
+                    out.push(format!(
+                        "[modes.{name}] tools pattern {:?} matches no tool",
+                        p.as_str()
+                    ));
+                }
+            }
+        }
+        for r in self.permissions.rules() {
+            if !tools.iter().any(|t| r.names(t)) {
+                let hint = if any_name(&r.pattern) {
+                    " by its canonical name (allow rules match canonical names only; see `toolshelf explain`)"
+                } else {
+                    ""
+                };
+                out.push(format!("[permissions] {} matches no tool{hint}", r.label));
+            }
+        }
+        for hook in self.hooks.all() {
+            if let Some(p) = &hook.tools
+                && !any_name(p)
+            {
+                out.push(format!(
+                    "[hooks] {} tools pattern {:?} matches no tool",
+                    hook.label,
+                    p.as_str()
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> {
+    let err = |message: String| Error::Config {
+        source_name: source_name.to_owned(),
+        message,
+    };
+    let m = &config.modes[name];
+    let tools = match &m.tools {
+        None => None,
+        Some(list) => Some(
+            list.iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    Pattern::new(p).map_err(|e| err(format!("[modes.{name}] tools[{i}]: {e}")))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        ),
+    };
+    if tools.is_none() && !m.read_only {
+        return Err(err(format!(
+            "[modes.{name}] must set `tools = [PATTERN, ...]` and/or `read_only = true`"
+        )));
+    }
+    Ok(Mode {
+        name: name.to_owned(),
+        tools,
+        read_only: m.read_only,
+        description: m.description.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compile(toml: &str, mode: Option<&str>) -> Result<Compiled> {
+        Compiled::new(Config::from_toml_str(toml, "t.toml")?, "t.toml", mode)
+    }
+
+    #[test]
+    fn every_section_is_validated_with_its_key_named() {
+        for (toml, says) in [
+            ("[defer]\nrules = [\"Hide(x)\"]", "[defer] rules[0]"),
+            ("[modes.m]\ndescription = \"x\"", "[modes.m] must set"),
+            ("[modes.m]\ntools = [\"\"]", "[modes.m] tools[0]"),
+            ("[search]\ndefault_limit = 0", "[search] needs"),
+            ("[search]\nresponse_budget_chars = 10", "at least 200"),
+            ("[defer]\nwindow = 0", "[defer] window"),
+            ("[servers.s]\nargs = []", "[servers.s] needs command"),
+            (
+                "[execute]\ncall_timeout_secs = 0",
+                "[execute] call_timeout_secs",
+            ),
+            ("[permissions]\ndeny = [\"x(\"]", "[permissions] deny[0]"),
+            (
+                "[[hooks.pre_call]]\ncommand = \"\"",
+                "[hooks] pre_call[0]: command is empty",
+            ),
+            (
+                "[[hooks.session_start]]\ncommand = \"x\"\ntools = \"y\"",
+                "tools only applies to call events",
+            ),
+        ] {
+            let e = compile(toml, None).expect_err(toml).to_string();
+            assert!(
+                e.starts_with("t.toml: ") && e.contains(says),
+                "{toml:?}: {e}"
+            );
+        }
+        assert!(compile("", None).is_ok());
+    }
+
+    #[test]
+    fn an_unknown_mode_lists_the_defined_ones() {
+        let e = compile("[modes.ask]\nread_only = true", Some("bogus"))
+            .expect_err("unknown")
+            .to_string();
+        assert!(e.contains("bogus") && e.contains("ask"), "{e}");
+    }
+
+    #[test]
+    fn rules_that_name_no_tool_are_reported() {
+        let c = Catalog::from_value(
+            &json!({"builtin": [{"name": "Read"}], "servers": [{"name": "a.b", "tools": [{"name": "t"}]}]}),
+            "c",
+        )
+        .expect("catalog");
+        let compiled = compile(
+            "[defer]\nrules = [\"Defer(Read)\", \"NoDefer(Raed)\"]\n\
+             [modes.m]\ntools = [\"^Read$\", \"^Write$\"]\n\
+             [permissions]\ndeny = [\"^mcp__a.b__t$\", \"^mcp__nope__\"]\nallow = [\"^mcp__a.b__t$\"]\n\
+             [[hooks.pre_call]]\ncommand = \"x\"\ntools = \"zzz\"",
+            None,
+        )
+        .expect("compiles");
+        let got = compiled.unmatched(&c);
+        assert_eq!(
+            got,
+            [
+                "[defer] rule NoDefer(Raed) matches no tool",
+                "[modes.m] tools pattern \"^Write$\" matches no tool",
+                "[permissions] deny[1] \"^mcp__nope__\" matches no tool",
+                "[permissions] allow[0] \"^mcp__a.b__t$\" matches no tool by its canonical name (allow rules match canonical names only; see `toolshelf explain`)",
+                "[hooks] pre_call[0] \"x\" tools pattern \"zzz\" matches no tool",
+            ]
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! Strict JSON reading: a duplicate object key is an error, not "the last one wins".
+//!
+//! `serde_json::Value` keeps the last of two equal keys silently, so a catalog item with two
+//! `"description"` or two `"inputSchema"` keys would load with whichever came second, and nobody
+//! would learn that the file says two things. Catalog and client-configuration files go through
+//! [`parse`] instead, which refuses such a file naming the key and where it is
+//! (`servers[1].tools[3]`). The path is kept as a chain of borrowed segments and only formatted
+//! when there is an error, so strictness costs no allocation per value.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// Parses `text` as JSON, refusing duplicate keys in any object. The error message names the
+/// duplicate key, the object's path and the line and column.
+pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    let value = Strict { at: &Path::Root }.deserialize(&mut d)?;
+    d.end()?;
+    Ok(value)
+}
+
+/// Where a value sits in the document.
+#[derive(Debug)]
+enum Path<'a> {
+    Root,
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Root => f.write_str("the top level"),
+            Path::Key(Path::Root, k) => write!(f, "{k}"),
+            Path::Key(parent, k) => write!(f, "{parent}.{k}"),
+            Path::Index(Path::Root, i) => write!(f, "[{i}]"),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
+struct Strict<'a> {
+    at: &'a Path<'a>,
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        loop {
+            let at = Path::Index(self.at, items.len());
+            match seq.next_element_seed(Strict { at: &at })? {
+                Some(v) => items.push(v),
+                None => return Ok(Value::Array(items)),
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "duplicate key {key:?} in {}: a key may appear once per object",
+                    self.at
+                )));
+            }
+            let at = Path::Key(self.at, &key);
+            let value = map.next_value_seed(Strict { at: &at })?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_what_serde_json_reads() {
+        let text = r#"{"a": [1, -2, 3.5, true, null, "x", {"b": {}}], "c": "\u00e9"}"#;
+        let strict = parse(text).expect("valid");
+        let loose: Value = serde_json::from_str(text).expect("valid");
+        assert_eq!(strict, loose);
+        assert_eq!(
+            serde_json::to_string(&strict).expect("json"),
+            serde_json::to_string(&loose).expect("json"),
+            "key order is kept"
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_named_with_their_path() {
+        let e = parse(r#"{"servers": [{"name": "s", "tools": [{"name": "a"}, {"name": "b", "description": "x", "description": "y"}]}]}"#)
+            .expect_err("duplicate")
+            .to_string();
+        assert!(
+            e.contains(r#"duplicate key "description" in servers[0].tools[1]"#),
+            "{e}"
+        );
+        assert!(e.contains("line 1"), "{e}");
+        let e = parse(r#"[{"name": "a", "name": "b"}]"#)
+            .expect_err("dup")
+            .to_string();
+        assert!(e.contains(r#"duplicate key "name" in [0]"#), "{e}");
+        let e = parse(r#"{"a": 1, "a": 1}"#).expect_err("dup").to_string();
+        assert!(e.contains("in the top level"), "{e}");
+    }
+
+    #[test]
+    fn trailing_garbage_and_bad_json_fail() {
+        assert!(parse("[] x").is_err());
+        assert!(parse("{\"a\": }").is_err());
+    }
+}
