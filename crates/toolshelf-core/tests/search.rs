@@ -322,9 +322,16 @@ fn chinese_and_mixed_queries() {
 #[test]
 fn several_queries_combine_into_one_ranking() {
     let e = env(None);
-    // "git history" alone and "提交历史" alone; together the tool matching both leads.
-    let combined = names(&e, &["commit history", "show the log"], 3);
-    assert_eq!(combined[0], "mcp__git__git_log");
+    // Each query alone puts another tool first; the tool both rank highly leads once they are
+    // combined, so the result depends on both queries, not on either one.
+    let sizes = names(&e, &["file metadata size"], 3);
+    let listing = names(&e, &["directory listing"], 3);
+    let combined = names(&e, &["file metadata size", "directory listing"], 3);
+    let both = "mcp__filesystem__list_directory_with_sizes";
+    assert_eq!(combined[0], both, "{combined:?}");
+    assert_ne!(sizes[0], both, "{sizes:?}");
+    assert_ne!(listing[0], both, "{listing:?}");
+    assert!(sizes.contains(&both.to_owned()) && listing.contains(&both.to_owned()));
 }
 
 #[test]
@@ -369,7 +376,15 @@ fn the_response_never_exceeds_its_budget_and_never_cuts_a_name() {
     let request = SearchRequest::from_json(&json!({"queries": ["file", "文件"], "limit": 10}))
         .expect("request");
     let mut previous_len = usize::MAX;
-    for budget in [16_000, 8_000, 4_000, 2_000, 1_000, 600, 400, 250, 120, 60] {
+    // From generous down to the smallest budget the configuration accepts.
+    let minimum = Compiled::new(
+        Config::from_toml_str("[search]\nresponse_budget_chars = 199", "t").expect("toml"),
+        "t",
+        None,
+    )
+    .expect_err("below the minimum");
+    assert!(minimum.to_string().contains("at least 200"), "{minimum}");
+    for budget in [16_000, 8_000, 4_000, 2_000, 1_000, 600, 400, 300, 200] {
         let config = SearchConfig {
             response_budget_chars: budget,
             ..SearchConfig::default()

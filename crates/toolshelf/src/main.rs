@@ -14,6 +14,10 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "toolshelf", version, about, long_about = None, propagate_version = true)]
 struct Cli {
+    /// More log output on stderr: -v everything at info (including the MCP library), -vv debug,
+    /// -vvv trace. RUST_LOG or TOOLSHELF_LOG (a tracing filter) override it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,6 +44,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    commands::serve::set_verbosity(cli.verbose);
     let result = match cli.command {
         Command::Render(a) => commands::render::run(a),
         Command::Explain(a) => commands::explain::run(a),

@@ -373,3 +373,220 @@ fn eval_counts_unknown_gold_names_as_misses() {
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["recall"]["10"].as_f64(), Some(0.5), "{v}");
 }
+
+#[test]
+fn bytes_are_stable_across_processes() {
+    // Each process seeds its hash maps afresh: output that iterated one would differ here.
+    for format in ["anthropic", "openai", "openai-responses", "mcp"] {
+        let first = ok(&["render", "--format", format]);
+        for _ in 0..2 {
+            assert_eq!(first, ok(&["render", "--format", format]), "{format}");
+        }
+    }
+    assert_eq!(
+        ok(&["render", "--index-only"]),
+        ok(&["render", "--index-only"])
+    );
+    assert_eq!(ok(&["ledger", "--json"]), ok(&["ledger", "--json"]));
+}
+
+#[test]
+fn a_deny_rule_hides_the_tool_in_every_command() {
+    let cfg = temp_file(
+        "deny.toml",
+        "[permissions]\ndeny = [\"^mcp__git__git_commit$\", \"^mcp__filesystem__(file:path=/etc/**)\"]\n",
+    );
+    let render = ok(&["render", "--config", &cfg]);
+    assert!(
+        !render.contains("git_commit"),
+        "render shows the denied tool"
+    );
+    assert!(
+        ok(&["render", "--index-only"]).contains("git_commit"),
+        "shown without the rule"
+    );
+    let index = ok(&["render", "--config", &cfg, "--index-only"]);
+    assert!(
+        !index.contains("git_commit") && index.contains("git_log"),
+        "{index}"
+    );
+    let with: Value =
+        serde_json::from_str(&ok(&["ledger", "--config", &cfg, "--json"])).expect("json");
+    assert_eq!(with["hidden"], 1, "{with}");
+    let search: Value = serde_json::from_str(&ok(&[
+        "search",
+        "--config",
+        &cfg,
+        "-q",
+        "commit changes",
+        "--json",
+    ]))
+    .expect("json");
+    let names: Vec<&str> = search["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| h["name"].as_str().expect("name"))
+        .collect();
+    assert!(!names.contains(&"mcp__git__git_commit"), "{names:?}");
+    let explain = ok(&["explain", "--config", &cfg, "mcp__git__git_commit"]);
+    assert!(
+        explain.contains(
+            "deny:      [permissions] deny[0] \"^mcp__git__git_commit$\" denies every call: hidden"
+        ) && explain.contains("final:     hidden"),
+        "{explain}"
+    );
+    let v: Value = serde_json::from_str(&ok(&[
+        "explain",
+        "--config",
+        &cfg,
+        "mcp__git__git_commit",
+        "--json",
+    ]))
+    .expect("json");
+    assert_eq!(v["denied_by"], "deny[0] \"^mcp__git__git_commit$\"");
+    // A deny with an argument glob refuses some calls only, so the tool stays.
+    let v: Value = serde_json::from_str(&ok(&[
+        "explain",
+        "--config",
+        &cfg,
+        "read_text_file",
+        "--json",
+    ]))
+    .expect("json");
+    assert_eq!(v["final"], "deferred");
+    assert!(v["denied_by"].is_null());
+}
+
+#[test]
+fn rules_that_match_no_tool_are_warned_about() {
+    let cfg = temp_file(
+        "typo.toml",
+        "[permissions]\ndeny = [\"^mcp__git__git_comit$\"]\n",
+    );
+    let out = run(&["render", "--config", &cfg]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: [permissions] deny[0] \"^mcp__git__git_comit$\" matches no tool"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_catalog_with_a_meta_tool_name_loads_and_hits_map_back_to_originals() {
+    // Real sets have a function called tool_search (a GitHub search tool): it must not make
+    // the whole catalog unloadable.
+    let catalog = temp_file(
+        "meta.json",
+        &serde_json::json!({
+            "builtin": [{"name": "tool_search", "description": "Search GitHub repositories by topic"}],
+            "servers": [
+                {"name": "Asset Price MCP", "tools": [{"name": "price.get", "description": "Get the current price of a stock ticker"}]},
+                {"name": "a__b", "tools": [{"name": "c", "description": "a tool behind a double underscore"}]}
+            ]
+        })
+        .to_string(),
+    );
+    let out = run(&[
+        "search",
+        "--catalog",
+        &catalog,
+        "-q",
+        "github repositories",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tool \"tool_search\" has the name of toolshelf's own meta-tool"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let hit = &v["hits"][0];
+    assert_eq!(hit["original"], "tool_search");
+    assert_ne!(hit["name"], "tool_search");
+    assert!(hit["original_server"].is_null());
+    let v: Value = serde_json::from_str(&ok(&[
+        "search",
+        "--catalog",
+        &catalog,
+        "-q",
+        "stock price",
+        "--json",
+    ]))
+    .expect("json");
+    let hit = &v["hits"][0];
+    assert_eq!(
+        (
+            hit["name"].as_str(),
+            hit["original"].as_str(),
+            hit["original_server"].as_str()
+        ),
+        (
+            Some("mcp__Asset_Price_MCP__price_get"),
+            Some("price.get"),
+            Some("Asset Price MCP")
+        )
+    );
+    // Rendered: the renamed tool in the index, the real meta-tools once each.
+    let tools: Vec<Value> =
+        serde_json::from_str(&ok(&["render", "--catalog", &catalog])).expect("json");
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["tool_search", "defer_execute"]);
+    // eval takes gold as canonical, bare, original or mcp__<original server>__<original tool>.
+    let queries = temp_file(
+        "meta-eval.jsonl",
+        "{\"query\": \"stock price\", \"gold\": [\"price.get\"]}\n\
+         {\"query\": \"stock price\", \"gold\": [\"mcp__Asset Price MCP__price.get\"]}\n\
+         {\"query\": \"github repositories\", \"gold\": [\"tool_search\"]}\n\
+         {\"query\": \"double underscore\", \"gold\": [\"mcp__a__b__c\"]}\n",
+    );
+    let out = run(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--catalog",
+        &catalog,
+        "--queries",
+        &queries,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("not in the catalog"));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["recall"]["1"].as_f64(), Some(1.0), "{v}");
+}
+
+#[test]
+fn duplicate_keys_in_a_catalog_are_refused() {
+    let path = temp_file(
+        "dup.json",
+        r#"{"servers": [{"name": "docs", "tools": [{"name": "a", "inputSchema": {"type": "object"}, "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}]}]}"#,
+    );
+    let e = fails(&["render", "--catalog", &path]);
+    assert!(
+        e.contains(&path) && e.contains("duplicate key \"inputSchema\" in servers[0].tools[0]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn verbosity_and_help_are_documented() {
+    let help = ok(&["--help"]);
+    assert!(
+        help.contains("--verbose") && help.contains("RUST_LOG"),
+        "{help}"
+    );
+}

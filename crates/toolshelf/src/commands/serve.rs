@@ -120,10 +120,32 @@ pub struct Args {
     http: Option<String>,
 }
 
-/// Logs to stderr (stdout is the MCP channel over stdio); `TOOLSHELF_LOG` overrides the level.
+static VERBOSITY: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+
+/// Records `-v` (how many times it was given) for [`init_logging`].
+pub fn set_verbosity(v: u8) {
+    let _ = VERBOSITY.set(v);
+}
+
+/// Logs to stderr (stdout is the MCP channel over stdio). `default` is the filter without `-v`;
+/// `-v` raises everything to info (the MCP library's per-message lines included), `-vv` debug,
+/// `-vvv` trace; `RUST_LOG` or `TOOLSHELF_LOG` replace the filter entirely.
 pub fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLSHELF_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let level = match VERBOSITY.get().copied().unwrap_or(0) {
+        0 => default,
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = ["TOOLSHELF_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|k| {
+            std::env::var(k)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        })
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -140,7 +162,9 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    init_logging("info");
+    // Warnings, and toolshelf's own state changes (servers starting, ready, failing, their
+    // tools changing); the MCP library's line per message only with -v.
+    init_logging("warn,toolshelf_gateway=info");
     let settings = args.source.serving()?;
     runtime()?.block_on(async move {
         let hub: Arc<Hub> = Hub::start(settings)?;
