@@ -48,8 +48,8 @@ pub struct Tool {
     /// The server's name as configured (or as the catalog gave it); `None` for built-ins.
     pub original_server: Option<String>,
     /// Other names that mean this tool to a rule, sorted: the canonical name it would have had
-    /// without a collision or the length limit, and `mcp__<original server>__<original tool>`
-    /// (a built-in's original name). Deny and ask rules and hooks match any of them, so a
+    /// without a collision (of its own name or of its server's) or the length limit, and
+    /// `mcp__<original server>__<original tool>` (a built-in's original name). Deny and ask rules and hooks match any of them, so a
     /// rewritten name never lets a call slip past a rule written for it.
     pub aliases: Vec<String>,
     /// The tool segment of the canonical name (for built-ins, the canonical name).
@@ -585,9 +585,13 @@ impl CatalogBuilder {
                 None => canon.clone(),
             };
             let mut aliases = vec![c.wanted];
-            match &original_server {
-                Some(os) => aliases.push(name::mcp_name(os, &c.spec.name)),
-                None => aliases.push(c.spec.name.clone()),
+            match (&original_server, c.server) {
+                (Some(os), Some(s)) => {
+                    // Also the name before the server itself lost a contest for its segment.
+                    aliases.push(name::mcp_name(&wanted_servers[s], &c.segment));
+                    aliases.push(name::mcp_name(os, &c.spec.name));
+                }
+                _ => aliases.push(c.spec.name.clone()),
             }
             aliases.retain(|a| *a != canon);
             aliases.sort();

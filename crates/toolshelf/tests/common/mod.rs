@@ -1,0 +1,278 @@
+//! What the end-to-end tests of the gateway share: scratch directories, the real `toolshelf`
+//! binary as a stdio or HTTP server, an rmcp client, and readers for results, the status resource
+//! and the audit log. Waiting for something that happens in the background polls with a generous
+//! deadline: the assertions are about what happens, never about how fast.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, Implementation, ReadResourceRequestParams, ResourceContents,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+pub const TOOLSHELF: &str = env!("CARGO_BIN_EXE_toolshelf");
+
+pub fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A scratch directory, removed at the end.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("toolshelf-e2e-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Self(std::fs::canonicalize(&dir).expect("canonical"))
+    }
+
+    pub fn path(&self, rel: &str) -> String {
+        self.0.join(rel).display().to_string()
+    }
+
+    pub fn write(&self, rel: &str, content: &str) -> String {
+        let p = self.0.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, content).expect("write");
+        p.display().to_string()
+    }
+
+    /// The audit log at `rel`, one JSON value a line.
+    pub fn audit_at(&self, rel: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.0.join(rel))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect()
+    }
+
+    /// The audit log of [`files_sections`].
+    pub fn audit(&self) -> Vec<Value> {
+        self.audit_at("audit.jsonl")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `[audit]` and `[cache]` inside the scratch directory.
+pub fn files_sections(s: &Scratch) -> String {
+    format!(
+        "[audit]\npath = {:?}\n[cache]\npath = {:?}\n",
+        s.path("audit.jsonl"),
+        s.path("cache")
+    )
+}
+
+/// A `[servers.NAME]` section running `fixtures/named_server.py` with these tools.
+pub fn named_server(name: &str, tools: &Value, extra: &str) -> String {
+    named_server_failing_while(name, tools, None, extra)
+}
+
+/// [`named_server`] that exits at once while the file `marker` exists.
+pub fn named_server_failing_while(
+    name: &str,
+    tools: &Value,
+    marker: Option<&str>,
+    extra: &str,
+) -> String {
+    let mut args = vec![
+        fixture("named_server.py"),
+        name.to_owned(),
+        tools.to_string(),
+    ];
+    args.extend(marker.map(str::to_owned));
+    format!(
+        "[servers.{name:?}]\ncommand = \"python3\"\nargs = {}\nrestart_delay_secs = 1\n{extra}\n",
+        Value::from(args)
+    )
+}
+
+/// A tool definition for [`named_server`].
+pub fn tool(name: &str, description: &str, schema: Value) -> Value {
+    json!({"name": name, "description": description, "inputSchema": schema})
+}
+
+/// A client that answers elicitations by a fixed rule.
+#[derive(Debug, Clone, Default)]
+pub struct TestClient {
+    /// `Some(accept)`: declare elicitation support and answer so.
+    pub elicitation: Option<bool>,
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        let caps = match self.elicitation {
+            Some(_) => ClientCapabilities::builder().enable_elicitation().build(),
+            None => ClientCapabilities::default(),
+        };
+        ClientConfig::new(caps, Implementation::new("toolshelf-e2e", "0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(if self.elicitation == Some(true) {
+            ElicitationAction::Accept
+        } else {
+            ElicitationAction::Decline
+        }))
+    }
+}
+
+pub type Client = RunningService<RoleClient, TestClient>;
+
+/// `toolshelf serve --config CONFIG` over stdio, with `env` applied to its command.
+pub async fn stdio_client_with(
+    config: &str,
+    handler: TestClient,
+    env: impl FnOnce(&mut tokio::process::Command),
+) -> Client {
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", config])
+        .env("TOOLSHELF_LOG", "warn");
+    env(&mut cmd);
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn toolshelf serve");
+    handler
+        .serve(transport)
+        .await
+        .expect("initialize toolshelf")
+}
+
+pub async fn stdio_client(config: &str, handler: TestClient) -> Client {
+    stdio_client_with(config, handler, |_| {}).await
+}
+
+/// `toolshelf serve --http 127.0.0.1:0`; returns the child and the URL it serves.
+pub fn http_gateway(config: &str) -> (std::process::Child, String) {
+    let mut child = std::process::Command::new(TOOLSHELF)
+        .args(["serve", "--config", config, "--http", "127.0.0.1:0"])
+        .env("TOOLSHELF_LOG", "warn")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn toolshelf serve --http");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("toolshelf exited before serving")
+            .expect("stderr line");
+        eprintln!("{line}");
+        if let Some(rest) = line.strip_prefix("toolshelf: serving MCP at ") {
+            break rest.trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
+    (child, url)
+}
+
+pub async fn http_client(url: &str, handler: TestClient) -> Client {
+    handler
+        .serve(StreamableHttpClientTransport::from_uri(url))
+        .await
+        .expect("initialize over HTTP")
+}
+
+pub async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {name} failed at the protocol level: {e}"))
+}
+
+pub async fn exec(client: &Client, tool: &str, params: Value) -> CallToolResult {
+    call(
+        client,
+        "defer_execute",
+        json!({"tool_name": tool, "params": params}),
+    )
+    .await
+}
+
+pub async fn search(client: &Client, args: Value) -> CallToolResult {
+    call(client, "tool_search", args).await
+}
+
+pub fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub fn ok(r: &CallToolResult) -> String {
+    assert_ne!(r.is_error, Some(true), "expected success, got: {}", text(r));
+    text(r)
+}
+
+pub fn err(r: &CallToolResult) -> String {
+    assert_eq!(
+        r.is_error,
+        Some(true),
+        "expected an error, got: {}",
+        text(r)
+    );
+    text(r)
+}
+
+pub async fn list_names(client: &Client) -> Vec<String> {
+    client
+        .list_all_tools()
+        .await
+        .expect("tools/list")
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect()
+}
+
+/// The `toolshelf://status` resource.
+pub async fn status(client: &Client) -> Value {
+    let r = client
+        .read_resource(ReadResourceRequestParams::new("toolshelf://status"))
+        .await
+        .expect("read toolshelf://status");
+    let ResourceContents::TextResourceContents { text, .. } = &r.contents[0] else {
+        panic!("status is text")
+    };
+    serde_json::from_str(text).expect("status JSON")
+}
+
+/// Polls `check` every 100 ms until it holds; fails after 60 s with `what`.
+pub async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

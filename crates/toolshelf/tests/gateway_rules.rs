@@ -1,0 +1,493 @@
+//! End-to-end tests of the gateway's rules and records: names that collide, permission rules that
+//! must hold on every name of a tool, schemas that do not compile, the audit log's fidelity and
+//! its failure, the files the gateway keeps (status per process, a private default directory),
+//! and tools that arrive after the session froze its list. Real `toolshelf` binary, real rmcp
+//! client, and `fixtures/named_server.py` as downstream servers with tools chosen per test.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn empty() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+/// Servers `a` (tool `b__c`) and `a__b` (tool `c`) both have the original name `mcp__a__b__c`;
+/// servers `x.y` and `x_y` both want `mcp__x_y__t`. A rule written for either name stops every
+/// tool that has it, whichever of them keeps the plain canonical name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_rule_holds_on_every_name_a_tool_has() {
+    let s = Scratch::new("collide");
+    let config = format!(
+        "{}{}{}{}{}[permissions]\ndeny = [\"^mcp__a__b__c$\", \"^mcp__x_y__t$\"]\n",
+        named_server(
+            "a",
+            &json!([
+                tool("b__c", "the b__c tool of server a", empty()),
+                tool("free", "a free tool", empty())
+            ]),
+            ""
+        ),
+        named_server(
+            "a__b",
+            &json!([tool("c", "the c tool of server a__b", empty())]),
+            ""
+        ),
+        named_server(
+            "x.y",
+            &json!([tool("t", "the t tool of server x.y", empty())]),
+            ""
+        ),
+        named_server(
+            "x_y",
+            &json!([tool("t", "the t tool of server x_y", empty())]),
+            ""
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    // Every denied tool is hidden: not in the index, not found, not runnable by any name.
+    let tools = client.list_all_tools().await.expect("list");
+    let index = tools
+        .iter()
+        .find(|t| t.name == "tool_search")
+        .and_then(|t| t.description.clone())
+        .expect("tool_search");
+    assert!(index.contains("mcp__a\n  free"), "{index}");
+    for needle in ["b__c", "mcp__a_b", "mcp__x_y"] {
+        assert!(!index.contains(needle), "{needle} is listed:\n{index}");
+    }
+    let found = text(
+        &search(
+            &client,
+            json!({"queries": ["the tool of server"], "limit": 10}),
+        )
+        .await,
+    );
+    assert!(
+        !found.contains("server a__b") && !found.contains("server x"),
+        "{found}"
+    );
+    for name in [
+        "mcp__a__b__c",
+        "mcp__a_b__c",
+        "mcp__x_y__t",
+        "b__c",
+        "c",
+        "t",
+    ] {
+        let e = err(&exec(&client, name, json!({})).await);
+        assert!(e.starts_with("No tool named"), "{name}: {e}");
+    }
+    ok(&exec(&client, "mcp__a__free", json!({})).await);
+    client.cancel().await.expect("close");
+    let audit = s.audit();
+    let hidden: Vec<&Value> = audit.iter().filter(|r| r["kind"] == "hidden").collect();
+    assert_eq!(
+        hidden.len(),
+        6,
+        "every name is refused as hidden: {audit:?}"
+    );
+    assert!(hidden.iter().all(|r| {
+        r["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("denies every call"))
+    }));
+    let ran: Vec<&Value> = audit.iter().filter(|r| r["kind"] == "call").collect();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(ran[0]["tool"], "mcp__a__free");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_that_does_not_compile_refuses_the_call() {
+    let s = Scratch::new("schema");
+    let broken =
+        json!({"type": "object", "properties": {"q": {"type": "string", "pattern": "(unclosed"}}});
+    let remote =
+        json!({"type": "object", "properties": {"q": {"$ref": "https://example.invalid/q.json"}}});
+    let config = format!(
+        "{}{}",
+        named_server(
+            "s",
+            &json!([
+                tool("bad_pattern", "a tool with a broken pattern", broken),
+                tool("remote_ref", "a tool with a remote ref", remote)
+            ]),
+            ""
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(
+        &client,
+        json!({"tool_names": ["mcp__s__bad_pattern", "mcp__s__remote_ref"]}),
+    )
+    .await);
+    for (name, says) in [
+        ("mcp__s__bad_pattern", "regex"),
+        ("mcp__s__remote_ref", "resolve-http"),
+    ] {
+        let e = err(&exec(&client, name, json!({"q": "anything"})).await);
+        assert!(
+            e.starts_with(&format!("{name} was not run: its input schema is broken"))
+                && e.contains(says),
+            "{e}"
+        );
+    }
+    client.cancel().await.expect("close");
+    let refused: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|r| r["outcome"] == "schema_broken" && r["detail"].is_string())
+    );
+    assert!(
+        !s.audit().iter().any(|r| r["kind"] == "call"),
+        "nothing ran unchecked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_records_how_each_call_came_and_what_the_user_said() {
+    let s = Scratch::new("fidelity");
+    let config = format!(
+        "{}{}[defer]\nrules = [\"NoDefer(^mcp__s__pinned$)\"]\n[permissions]\nask = [\"^mcp__s__asked$\"]\n",
+        named_server(
+            "s",
+            &json!([
+                tool("pinned", "a resident tool", empty()),
+                tool("deferred", "a deferred tool", empty()),
+                tool("asked", "a tool that needs approval", empty())
+            ]),
+            ""
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(
+        &cfg,
+        TestClient {
+            elicitation: Some(false),
+        },
+    )
+    .await;
+    ok(&call(&client, "mcp__s__pinned", json!({})).await);
+    ok(&search(
+        &client,
+        json!({"tool_names": ["mcp__s__deferred", "mcp__s__asked"]}),
+    )
+    .await);
+    ok(&exec(&client, "deferred", json!({})).await);
+    let e = err(&exec(&client, "mcp__s__asked", json!({})).await);
+    assert!(e.contains("the user did not approve it"), "{e}");
+    // A name of a megabyte comes back, and goes to the log, in a few hundred bytes.
+    let huge = "x".repeat(1_000_000);
+    let e = err(&exec(&client, &huge, json!({"content": "y".repeat(200_000)})).await);
+    assert!(
+        e.len() < 600 && e.contains("(1000000 characters)"),
+        "{} bytes",
+        e.len()
+    );
+    client.cancel().await.expect("close");
+    let audit = s.audit();
+    let calls: Vec<&Value> = audit.iter().filter(|r| r["kind"] == "call").collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        (calls[0]["requested"].as_str(), calls[0]["via"].as_str()),
+        (Some("mcp__s__pinned"), Some("direct"))
+    );
+    assert_eq!(
+        (
+            calls[1]["requested"].as_str(),
+            calls[1]["tool"].as_str(),
+            calls[1]["via"].as_str()
+        ),
+        (
+            Some("deferred"),
+            Some("mcp__s__deferred"),
+            Some("defer_execute")
+        )
+    );
+    let asked = audit
+        .iter()
+        .find(|r| r["outcome"] == "not_approved")
+        .expect("refusal");
+    assert_eq!(asked["ask"], "declined");
+    assert!(
+        asked["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("the user answered"),
+        "{asked}"
+    );
+    let unknown = audit
+        .iter()
+        .find(|r| r["outcome"] == "unknown")
+        .expect("unknown");
+    let line = serde_json::to_string(unknown).expect("json");
+    assert!(line.len() < 6_000, "an audit line of {} bytes", line.len());
+    assert!(
+        unknown["requested"]
+            .as_str()
+            .expect("requested")
+            .ends_with("(1000000 characters)")
+    );
+    assert!(
+        unknown["params"]["_truncated_bytes"].as_u64() > Some(200_000),
+        "{unknown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_refused_while_a_required_audit_log_cannot_be_written() {
+    for required in [true, false] {
+        let s = Scratch::new(&format!("full-{required}"));
+        // /dev/full opens, and fails every write with "no space left on device".
+        let config = format!(
+            "{}[audit]\npath = \"/dev/full\"\nrequired = {required}\n[cache]\npath = {:?}\n",
+            named_server("s", &json!([tool("t", "a tool", empty())]), ""),
+            s.path("cache"),
+        );
+        let cfg = s.write("toolshelf.toml", &config);
+        let client = stdio_client(&cfg, TestClient::default()).await;
+        ok(&search(&client, json!({"tool_names": ["mcp__s__t"]})).await);
+        let r = exec(&client, "mcp__s__t", json!({})).await;
+        if required {
+            let e = err(&r);
+            assert!(
+                e.contains("[audit] required = true") && e.contains("/dev/full"),
+                "{e}"
+            );
+        } else {
+            assert!(ok(&r).contains("\"server\":\"s\""));
+        }
+        let audit = status(&client).await["audit"].clone();
+        assert_eq!(audit["required"], required);
+        assert!(audit["dropped"].as_u64() >= Some(2), "{audit}");
+        assert!(
+            audit["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("No space left")),
+            "{audit}"
+        );
+        client.cancel().await.expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_of_a_server_that_starts_late_are_reachable_from_a_frozen_list() {
+    let s = Scratch::new("late");
+    let marker = s.write("fail-while-present", "");
+    let tools = json!([tool(
+        "arrived",
+        "a tool that arrives after the list froze",
+        empty()
+    )]);
+    let config = format!(
+        "{}{}",
+        named_server_failing_while("late", &tools, Some(&marker), "startup_timeout_secs = 5"),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    // Every server is failing: the list still has the meta-tools, so later tools can be reached.
+    let names = list_names(&client).await;
+    assert_eq!(names, ["tool_search", "defer_execute"]);
+    std::fs::remove_file(&marker).expect("let the server start");
+    wait_for("the late server's tool to become searchable", || async {
+        text(&search(&client, json!({"queries": ["arrives after"]})).await)
+            .contains("mcp__late__arrived")
+    })
+    .await;
+    let r = exec(&client, "mcp__late__arrived", json!({})).await;
+    assert!(ok(&r).contains("\"server\":\"late\""), "{}", text(&r));
+    assert_eq!(
+        list_names(&client).await,
+        names,
+        "the frozen list did not change"
+    );
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_engine_fault_reads_as_a_fault() {
+    let s = Scratch::new("fault");
+    let config = format!(
+        "{}{}[execute]\nrequire_search = false\n",
+        named_server("s", &json!([tool("t", "read a file", empty())]), ""),
+        files_sections(&s)
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    // A debug-build failpoint makes the engine panic inside tool_search.
+    let client = stdio_client_with(&cfg, TestClient::default(), |c| {
+        c.env("TOOLSHELF_FAILPOINTS", "search");
+    })
+    .await;
+    let e = err(&search(&client, json!({"queries": ["read file"]})).await);
+    assert!(
+        e.starts_with("tool_search failed: internal error (failpoint search)")
+            && e.contains("not a sign that no tool matches"),
+        "{e}"
+    );
+    // The gateway survives it and keeps serving.
+    ok(&exec(&client, "mcp__s__t", json!({})).await);
+    client.cancel().await.expect("close");
+    let searches: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "search")
+        .collect();
+    assert_eq!(searches[0]["outcome"], "engine_failure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_gateway_has_its_own_status_and_counts_only_visible_tools() {
+    let s = Scratch::new("status");
+    let config = format!(
+        "{}{}[permissions]\ndeny = [\"^mcp__s__secret$\"]\n",
+        named_server(
+            "s",
+            &json!([
+                tool("open", "x", empty()),
+                tool("also_open", "y", empty()),
+                tool("secret", "z", empty())
+            ]),
+            ""
+        ),
+        files_sections(&s)
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let (mut one, url_one) = http_gateway(&cfg);
+    let (mut two, url_two) = http_gateway(&cfg);
+    // Sessions on both, so both have settled.
+    for url in [&url_one, &url_two] {
+        let c = http_client(url, TestClient::default()).await;
+        list_names(&c).await;
+        assert_eq!(
+            status(&c).await["servers"][0]["tools"],
+            2,
+            "the denied tool is not counted"
+        );
+        c.cancel().await.expect("close");
+    }
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &cfg, "--json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("status");
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["source"], "running");
+    let mut pids: Vec<u64> = v["gateways"]
+        .as_array()
+        .expect("gateways")
+        .iter()
+        .map(|g| g["pid"].as_u64().expect("pid"))
+        .collect();
+    pids.sort_unstable();
+    let mut want = vec![u64::from(one.id()), u64::from(two.id())];
+    want.sort_unstable();
+    assert_eq!(pids, want);
+    for g in v["gateways"].as_array().expect("gateways") {
+        assert_eq!(g["servers"][0]["tools"], 2);
+    }
+    let table = String::from_utf8(
+        std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &cfg])
+            .output()
+            .expect("status")
+            .stdout,
+    )
+    .expect("utf-8");
+    assert_eq!(table.matches("gateway running (pid").count(), 2, "{table}");
+    one.kill().expect("kill");
+    one.wait().expect("wait");
+    let v: Value = serde_json::from_slice(
+        &std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &cfg, "--json"])
+            .output()
+            .expect("status")
+            .stdout,
+    )
+    .expect("json");
+    assert_eq!(v["gateways"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["pid"], u64::from(two.id()));
+    two.kill().expect("kill");
+    two.wait().expect("wait");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_cache_there_is_no_status_file() {
+    let s = Scratch::new("nocache");
+    let config = format!(
+        "{}[audit]\nenabled = false\n[cache]\nenabled = false\npath = {:?}\n",
+        named_server("s", &json!([tool("t", "x", empty())]), ""),
+        s.path("cache")
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__s__t"]})).await);
+    assert!(
+        !s.0.join("cache").exists(),
+        "nothing is written to the cache directory"
+    );
+    client.cancel().await.expect("close");
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_home_files_go_to_a_private_directory() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = Scratch::new("nohome");
+    let config = named_server("s", &json!([tool("t", "x", empty())]), "");
+    let cfg = s.write("toolshelf.toml", &config);
+    let tmp = s.0.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let no_home = |c: &mut tokio::process::Command| {
+        c.env_remove("HOME")
+            .env_remove("XDG_CACHE_HOME")
+            .env("TMPDIR", &tmp);
+    };
+    let client = stdio_client_with(&cfg, TestClient::default(), no_home).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__s__t"]})).await);
+    ok(&exec(&client, "mcp__s__t", json!({})).await);
+    client.cancel().await.expect("close");
+    let uid = std::fs::metadata("/proc/self").expect("proc").uid();
+    let dir = tmp.join(format!("toolshelf-{uid}"));
+    let meta = std::fs::symlink_metadata(&dir).expect("private dir exists");
+    assert!(meta.is_dir());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    assert!(dir.join("audit.jsonl").exists());
+
+    // A directory of that name that is a symbolic link is refused, not followed.
+    let tmp2 = s.0.join("tmp2");
+    std::fs::create_dir_all(tmp2.join("elsewhere")).expect("dir");
+    std::os::unix::fs::symlink(
+        tmp2.join("elsewhere"),
+        tmp2.join(format!("toolshelf-{uid}")),
+    )
+    .expect("symlink");
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &cfg])
+        .env_remove("HOME")
+        .env_remove("XDG_CACHE_HOME")
+        .env("TMPDIR", &tmp2)
+        .output()
+        .expect("status");
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("is a symbolic link") && e.contains("set HOME or XDG_CACHE_HOME"),
+        "{e}"
+    );
+}
