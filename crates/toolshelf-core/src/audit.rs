@@ -79,6 +79,29 @@ pub enum AuditKind {
     Audit,
 }
 
+/// A tool in a search record: canonical name and the names its server gave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditHit {
+    /// Canonical name.
+    pub name: String,
+    /// The tool's name as its server (or catalog) gave it.
+    pub original: String,
+    /// The server, as configured; absent for built-ins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+impl AuditHit {
+    /// The hit for `tool`.
+    pub fn of(tool: &crate::catalog::Tool) -> Self {
+        Self {
+            name: tool.name.clone(),
+            original: tool.original_name.clone(),
+            server: tool.original_server.clone(),
+        }
+    }
+}
+
 /// One line of the audit log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditRecord {
@@ -116,6 +139,9 @@ pub struct AuditRecord {
     /// When a rule asked the user: `approved`, `declined`, `unsupported` or `failed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ask: Option<String>,
+    /// Searches: the tools whose full schemas the response carried, with their original names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<Vec<AuditHit>>,
 }
 
 impl AuditRecord {
@@ -134,6 +160,7 @@ impl AuditRecord {
             detail: None,
             duration_ms: None,
             ask: None,
+            loaded: None,
         }
     }
 

@@ -292,32 +292,44 @@ impl Hub {
         } = settings;
         let compiled = Compiled::new(config, &label, mode.as_deref())?;
         let config = compiled.config();
-        let cache_dir = cache_dir(config)?;
+        // The cache directory, only when something is kept there: a gateway with no cache and an
+        // explicit (or no) audit path needs no home at all.
+        let needs_dir =
+            config.cache.enabled || (config.audit.enabled && config.audit.path.is_none());
+        let cache_dir = if needs_dir {
+            Some(cache_dir(config)?)
+        } else {
+            None
+        };
         let key = config_key(&label);
-        let cache = config
-            .cache
-            .enabled
-            .then(|| CatalogCache::new(&cache_dir, &key));
+        let cache = match (&cache_dir, config.cache.enabled) {
+            (Some(dir), true) => Some(CatalogCache::new(dir, &key)),
+            _ => None,
+        };
         let cached = match (&cache, lazy) {
             (Some(c), true) => c.load(),
             _ => BTreeMap::new(),
         };
-        let audit = if config.audit.enabled {
-            let path = match &config.audit.path {
-                Some(p) => crate::cache::expand_path(p).map_err(|message| GatewayError::Io {
+        let audit = match (config.audit.enabled, &config.audit.path, &cache_dir) {
+            (false, _, _) => Audit::disabled(),
+            (true, Some(p), _) => {
+                let path = crate::cache::expand_path(p).map_err(|message| GatewayError::Io {
                     path: p.clone(),
                     source: std::io::Error::other(message),
-                })?,
-                None => cache_dir.join("audit.jsonl"),
-            };
-            Audit::open(&path, config.audit.required)?
-        } else {
-            Audit::disabled()
+                })?;
+                Audit::open(&path, config.audit.required)?
+            }
+            (true, None, Some(dir)) => {
+                Audit::open(&dir.join("audit.jsonl"), config.audit.required)?
+            }
+            (true, None, None) => Audit::disabled(),
         };
         // The status file belongs to the cache: a gateway told to keep nothing on disk keeps no
         // status either.
-        let status_path = (status_file && config.cache.enabled)
-            .then(|| status_path(&cache_dir, &label, std::process::id()));
+        let status_path = match (&cache_dir, status_file && config.cache.enabled) {
+            (Some(dir), true) => Some(status_path(dir, &label, std::process::id())),
+            _ => None,
+        };
         let (settled, _) = tokio::sync::watch::channel(false);
         let (events, mut inbox) = mpsc::unbounded_channel();
         let servers = config
@@ -660,7 +672,9 @@ pub fn running_gateways(cache_dir: &std::path::Path, label: &str) -> Vec<StatusF
     out
 }
 
-/// Whether process `pid` still exists.
+/// Whether process `pid` still exists. Where there is no `/proc` to ask, every process counts as
+/// alive: a stale status file is shown rather than a live one deleted.
 pub fn process_alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    !std::path::Path::new("/proc/self").exists()
+        || std::path::Path::new(&format!("/proc/{pid}")).exists()
 }

@@ -24,7 +24,7 @@ use rmcp::model::{
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
-use toolshelf_core::audit::{AuditKind, AuditRecord, capped_params};
+use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord, capped_params};
 use toolshelf_core::hook::{HookEvent, HookEventKind};
 use toolshelf_core::invoke::{self, AskRefusal, Authorization, Refusal, RefusalKind, Via, echo};
 use toolshelf_core::meta::DeferExecuteArgs;
@@ -230,7 +230,13 @@ impl GatewaySession {
         let mut r = self.record(AuditKind::Search);
         r.params = Some(capped_params(&args));
         r.outcome = Some(outcome.outcome.into());
-        r.detail = Some(names.join(","));
+        r.loaded = Some(
+            outcome
+                .loaded
+                .iter()
+                .map(|&i| AuditHit::of(&snap.catalog.tools()[i]))
+                .collect(),
+        );
         let _ = self.hub.audit.append(&r);
         let mut result = if outcome.is_error {
             error_result(outcome.text)
