@@ -587,3 +587,51 @@ async fn a_session_that_never_finished_its_handshake_has_no_end_record() {
     gateway.kill().expect("kill");
     gateway.wait().expect("wait");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_log_holds_warnings_and_state_changes_only() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::TokioChildProcess;
+    let s = Scratch::new("logging");
+    let config = format!(
+        "{}{}",
+        named_server("s", &json!([tool("t", "x", empty())]), ""),
+        files_sections(&s)
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    for verbose in [false, true] {
+        let log = s.0.join(format!("stderr-{verbose}.log"));
+        let mut cmd = tokio::process::Command::new(TOOLSHELF);
+        cmd.args(["serve", "--config", &cfg])
+            .env_remove("TOOLSHELF_LOG")
+            .env_remove("RUST_LOG");
+        if verbose {
+            cmd.arg("-v");
+        }
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+            .spawn()
+            .expect("spawn");
+        let client = TestClient::default()
+            .serve(transport)
+            .await
+            .expect("initialize");
+        ok(&search(&client, json!({"tool_names": ["mcp__s__t"]})).await);
+        ok(&exec(&client, "mcp__s__t", json!({})).await);
+        client.cancel().await.expect("close");
+        let text = std::fs::read_to_string(&log).expect("stderr");
+        assert!(
+            text.contains("toolshelf_gateway::downstream: ready"),
+            "state changes are logged: {text}"
+        );
+        let library = text
+            .lines()
+            .filter(|l| l.contains(" INFO ") && l.contains("rmcp::"))
+            .count();
+        if verbose {
+            assert!(library > 0, "-v shows the MCP library's lines: {text}");
+        } else {
+            assert_eq!(library, 0, "{text}");
+        }
+    }
+}
