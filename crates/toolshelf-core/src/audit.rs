@@ -3,7 +3,7 @@
 //! The record type lives in the core so its shape is defined once and tested without a file;
 //! the gateway stamps the time and appends. Fields that do not apply are left out, so `jq`
 //! filters stay short (`select(.kind == "hidden")`). Whatever the caller sent is logged in
-//! bounded form ([`capped_params`], [`crate::invoke::echo`]): a megabyte of params must not become
+//! bounded form ([`capped_params`], [`crate::echo::echo`]): a megabyte of params must not become
 //! a megabyte of log per call.
 
 use serde::Serialize;
@@ -24,12 +24,12 @@ pub fn capped_params(params: &Map<String, Value>) -> Map<String, Value> {
     }
     fn cut(v: &Value) -> Value {
         match v {
-            Value::String(s) if s.chars().count() > 200 => Value::String(crate::invoke::echo(s)),
+            Value::String(s) if s.chars().count() > 200 => Value::String(crate::echo::echo(s)),
             Value::Array(items) => Value::Array(items.iter().take(20).map(cut).collect()),
             Value::Object(m) => Value::Object(
                 m.iter()
                     .take(50)
-                    .map(|(k, v)| (crate::invoke::echo(k), cut(v)))
+                    .map(|(k, v)| (crate::echo::echo(k), cut(v)))
                     .collect(),
             ),
             other => other.clone(),
@@ -38,7 +38,7 @@ pub fn capped_params(params: &Map<String, Value>) -> Map<String, Value> {
     let mut shortened: Map<String, Value> = params
         .iter()
         .take(50)
-        .map(|(k, v)| (crate::invoke::echo(k), cut(v)))
+        .map(|(k, v)| (crate::echo::echo(k), cut(v)))
         .collect();
     shortened.insert("_truncated_bytes".into(), full.into());
     if size(&shortened) <= PARAMS_BYTES {
@@ -51,7 +51,7 @@ pub fn capped_params(params: &Map<String, Value>) -> Map<String, Value> {
         params
             .keys()
             .take(20)
-            .map(|k| Value::String(crate::invoke::echo(k)))
+            .map(|k| Value::String(crate::echo::echo(k)))
             .collect(),
     );
     note

@@ -16,6 +16,9 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+pub use crate::echo::echo;
+use crate::echo::echo_within;
+
 use crate::catalog::{Catalog, Resolution, Tool};
 use crate::config::Action;
 use crate::name::{self, DEFER_EXECUTE, META_TOOLS};
@@ -24,19 +27,6 @@ use crate::policy::{Exposure, State};
 
 /// How many closest names an unknown-tool error suggests.
 pub const SUGGESTIONS: usize = 5;
-
-/// Longest echo of caller input in a message or log line, in characters.
-pub const ECHO_CHARS: usize = 120;
-
-/// `text` cut to [`ECHO_CHARS`], saying how long it was when cut.
-pub fn echo(text: &str) -> String {
-    let n = text.chars().count();
-    if n <= ECHO_CHARS {
-        return text.to_owned();
-    }
-    let head: String = text.chars().take(ECHO_CHARS).collect();
-    format!("{head}… ({n} characters)")
-}
 
 /// How the call reached toolshelf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -635,7 +625,7 @@ impl ParamsValidator {
             .iter_errors(&params)
             .map(|e| Violation {
                 pointer: e.instance_path().to_string(),
-                message: echo_long(&e.to_string()),
+                message: echo_within(&e.to_string(), VIOLATION_CHARS),
             })
             .collect();
         if violations.is_empty() {
@@ -645,15 +635,6 @@ impl ParamsValidator {
         violations.dedup();
         Checked::Invalid(violations)
     }
-}
-
-fn echo_long(text: &str) -> String {
-    let n = text.chars().count();
-    if n <= VIOLATION_CHARS {
-        return text.to_owned();
-    }
-    let head: String = text.chars().take(VIOLATION_CHARS).collect();
-    format!("{head}… ({n} characters)")
 }
 
 /// The tool's definition as attached to refusals: name, description and input schema, compact.

@@ -9,6 +9,7 @@ pub mod audit;
 pub mod catalog;
 pub mod compile;
 pub mod config;
+pub mod echo;
 pub mod error;
 pub mod hook;
 pub mod index;

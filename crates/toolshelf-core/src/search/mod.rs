@@ -58,12 +58,12 @@ impl SearchRequest {
         if !args.is_object() {
             return fail(format!(
                 "the arguments must be an object, found {}",
-                crate::invoke::echo(&args.to_string())
+                crate::echo::echo(&args.to_string())
             ));
         }
         let parsed: crate::meta::SearchArgs = match serde_json::from_value(args.clone()) {
             Ok(p) => p,
-            Err(e) => return fail(crate::invoke::echo(&e.to_string())),
+            Err(e) => return fail(crate::echo::echo(&e.to_string())),
         };
         let clean = |list: Option<Vec<String>>| -> Option<Vec<String>> {
             let list: Vec<String> = list?
@@ -550,8 +550,8 @@ impl SearchIndex {
         };
         format!(
             "{:?} names no server ({:?} is unknown; {listed}), so it was ignored and every server was searched.",
-            crate::invoke::echo(token),
-            crate::invoke::echo(server)
+            crate::echo::echo(token),
+            crate::echo::echo(server)
         )
     }
 
