@@ -139,27 +139,34 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    /// Reads one tool item in any supported shape. `location` names it in errors.
-    pub fn from_value(value: &Value, source_name: &str, location: &str) -> Result<Self> {
+    /// Reads one tool item in any supported shape. `location` names it in errors. The item is
+    /// taken by value: its schema moves into the spec instead of being copied.
+    pub fn from_value(value: Value, source_name: &str, location: &str) -> Result<Self> {
         let err = |message: String| Error::CatalogItem {
             source_name: source_name.to_owned(),
             location: location.to_owned(),
             message,
         };
-        let obj = value
-            .as_object()
-            .ok_or_else(|| err(format!("expected a tool object, found {}", kind_of(value))))?;
-        // OpenAI chat shape nests the definition under "function".
-        let def = match obj.get("function") {
-            Some(Value::Object(f))
-                if obj.get("type").and_then(Value::as_str) == Some("function") =>
-            {
-                f
+        let mut obj = match value {
+            Value::Object(m) => m,
+            other => {
+                return Err(err(format!(
+                    "expected a tool object, found {}",
+                    kind_of(&other)
+                )));
             }
-            Some(_) if obj.get("type").and_then(Value::as_str) == Some("function") => {
-                return Err(err("\"function\" must be an object".into()));
+        };
+        // OpenAI chat shape nests the definition under "function". `obj` keeps the outer keys
+        // (`defer_loading`, `server`, ... may sit beside "function"); `def` is the definition.
+        let nested = obj.get("type").and_then(Value::as_str) == Some("function")
+            && obj.contains_key("function");
+        let mut def = if nested {
+            match obj.remove("function") {
+                Some(Value::Object(f)) => f,
+                _ => return Err(err("\"function\" must be an object".into())),
             }
-            _ => obj,
+        } else {
+            std::mem::take(&mut obj)
         };
         let name = match def.get("name") {
             Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
@@ -198,12 +205,12 @@ impl ToolSpec {
                         "has both \"{key}\" and \"{second}\"; give one schema"
                     )));
                 }
-                let mut schema = match &def[key] {
-                    Value::Object(m) => m.clone(),
+                let mut schema = match def.remove(key).unwrap_or(Value::Null) {
+                    Value::Object(m) => m,
                     other => {
                         return Err(named(format!(
                             "\"{key}\" must be a JSON Schema object, found {}",
-                            kind_of(other)
+                            kind_of(&other)
                         )));
                     }
                 };
@@ -756,11 +763,17 @@ impl Catalog {
             source_name: source_name.to_owned(),
             message: e.to_string(),
         })?;
-        Self::from_value(&value, source_name)
+        Self::from_owned(value, source_name)
     }
 
     /// Reads a catalog in any supported shape (see the module docs and README).
     pub fn from_value(value: &Value, source_name: &str) -> Result<Self> {
+        Self::from_owned(value.clone(), source_name)
+    }
+
+    /// [`Self::from_value`] taking the value, whose tool schemas then move into the catalog
+    /// instead of being copied.
+    pub fn from_owned(value: Value, source_name: &str) -> Result<Self> {
         let mut b = CatalogBuilder::new(source_name);
         let shape_err = |message: String| Error::CatalogShape {
             source_name: source_name.to_owned(),
@@ -768,7 +781,9 @@ impl Catalog {
         };
         match value {
             Value::Array(items) => add_list(&mut b, items, None, source_name, "")?,
-            Value::Object(obj) if obj.contains_key("builtin") || obj.contains_key("servers") => {
+            Value::Object(mut obj)
+                if obj.contains_key("builtin") || obj.contains_key("servers") =>
+            {
                 if let Some(unknown) = obj
                     .keys()
                     .find(|k| !matches!(k.as_str(), "builtin" | "servers"))
@@ -777,7 +792,7 @@ impl Catalog {
                         "unknown top-level key {unknown:?} in grouped catalog (expected \"builtin\" and \"servers\")"
                     )));
                 }
-                match obj.get("builtin") {
+                match obj.remove("builtin") {
                     None | Some(Value::Null) => {}
                     Some(Value::Array(items)) => {
                         add_list(&mut b, items, None, source_name, "builtin")?
@@ -785,34 +800,36 @@ impl Catalog {
                     Some(other) => {
                         return Err(shape_err(format!(
                             "\"builtin\" must be an array of tools, found {}",
-                            kind_of(other)
+                            kind_of(&other)
                         )));
                     }
                 }
-                match obj.get("servers") {
+                match obj.remove("servers") {
                     None | Some(Value::Null) => {}
                     Some(Value::Array(servers)) => {
-                        for (i, s) in servers.iter().enumerate() {
+                        for (i, s) in servers.into_iter().enumerate() {
                             add_server_value(&mut b, s, i, source_name)?;
                         }
                     }
                     Some(other) => {
                         return Err(shape_err(format!(
                             "\"servers\" must be an array, found {}",
-                            kind_of(other)
+                            kind_of(&other)
                         )));
                     }
                 }
             }
-            Value::Object(obj) if obj.contains_key("tools") => match &obj["tools"] {
-                Value::Array(items) => add_list(&mut b, items, None, source_name, "tools")?,
-                other => {
-                    return Err(shape_err(format!(
-                        "\"tools\" must be an array, found {}",
-                        kind_of(other)
-                    )));
+            Value::Object(mut obj) if obj.contains_key("tools") => {
+                match obj.remove("tools").unwrap_or(Value::Null) {
+                    Value::Array(items) => add_list(&mut b, items, None, source_name, "tools")?,
+                    other => {
+                        return Err(shape_err(format!(
+                            "\"tools\" must be an array, found {}",
+                            kind_of(&other)
+                        )));
+                    }
                 }
-            },
+            }
             Value::Object(obj) if obj.contains_key("mcpServers") => {
                 return Err(shape_err(
                     "this is an MCP client configuration (\"mcpServers\"), not a tool catalog; \
@@ -824,7 +841,7 @@ impl Catalog {
                 return Err(shape_err(format!(
                     "expected a JSON array of tools, an MCP tools/list result {{\"tools\": [...]}}, \
                      or a grouped catalog {{\"builtin\": [...], \"servers\": [...]}}; found {}",
-                    kind_of(other)
+                    kind_of(&other)
                 )));
             }
         }
@@ -886,12 +903,12 @@ impl Catalog {
 
 fn add_list(
     b: &mut CatalogBuilder,
-    items: &[Value],
+    items: Vec<Value>,
     server: Option<&str>,
     source: &str,
     prefix: &str,
 ) -> Result<()> {
-    for (i, item) in items.iter().enumerate() {
+    for (i, item) in items.into_iter().enumerate() {
         let location = if prefix.is_empty() {
             format!("[{i}]")
         } else {
@@ -903,19 +920,22 @@ fn add_list(
     Ok(())
 }
 
-fn add_server_value(b: &mut CatalogBuilder, value: &Value, i: usize, source: &str) -> Result<()> {
+fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str) -> Result<()> {
     let location = format!("servers[{i}]");
     let err = |location: String, message: String| Error::CatalogItem {
         source_name: source.to_owned(),
         location,
         message,
     };
-    let obj = value.as_object().ok_or_else(|| {
-        err(
-            location.clone(),
-            format!("expected a server object, found {}", kind_of(value)),
-        )
-    })?;
+    let mut obj = match value {
+        Value::Object(m) => m,
+        other => {
+            return Err(err(
+                location,
+                format!("expected a server object, found {}", kind_of(&other)),
+            ));
+        }
+    };
     let name = match obj.get("name") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
         Some(other) => {
@@ -938,14 +958,14 @@ fn add_server_value(b: &mut CatalogBuilder, value: &Value, i: usize, source: &st
         }
     };
     b.add_server(&name, description, &location)?;
-    match obj.get("tools") {
+    match obj.remove("tools") {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Array(items)) => {
             add_list(b, items, Some(&name), source, &format!("{named} tools"))
         }
         Some(other) => Err(err(
             named,
-            format!("\"tools\" must be an array, found {}", kind_of(other)),
+            format!("\"tools\" must be an array, found {}", kind_of(&other)),
         )),
     }
 }

@@ -523,7 +523,7 @@ impl Hub {
                 tracing::error!("{e}");
                 continue;
             }
-            for (i, tool) in tools.iter().flatten().enumerate() {
+            for (i, tool) in tools.into_iter().flatten().enumerate() {
                 let loc = format!("{at} tools[{i}]");
                 let added = ToolSpec::from_value(tool, &self.label, &loc)
                     .and_then(|spec| b.add_tool(Some(name), spec, &loc));
