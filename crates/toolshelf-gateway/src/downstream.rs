@@ -7,8 +7,11 @@
 //! notices when it closes; a crash or a failed start is retried in the background with a doubling
 //! delay, so tools of a server that was late come in without anyone asking. The last known tool
 //! list survives a crash: the tools stay searchable while the server restarts.
+//!
+//! Stdio servers run behind [`ChildTransport`] rather than rmcp's child-process transport, so a
+//! reply that cannot be read (too long, not JSON, not JSON-RPC) fails its call at once with the
+//! reason instead of at the call timeout.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,7 +20,7 @@ use rmcp::model::{
     Implementation, JsonObject,
 };
 use rmcp::service::{NotificationContext, RunningServiceCancellationToken, ServiceError};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
@@ -25,6 +28,7 @@ use toolshelf_core::config::{ServerConfig, expand};
 use toolshelf_core::invoke::CallFailure;
 
 use crate::hub::{Events, HubEvent};
+use crate::stdio::{ChildTransport, Fault, is_unreadable_reply};
 
 /// Consecutive failures after which background restarts stop (a call can still start it).
 const MAX_BACKGROUND_RETRIES: u32 = 5;
@@ -81,6 +85,8 @@ struct Inner {
     retry_at: Option<Instant>,
     /// Bumped per connection, so a stale watcher cannot mark a newer connection failed.
     generation: u64,
+    /// Why the stdio transport ended the current connection, if it did.
+    fault: Option<Fault>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -135,6 +141,7 @@ impl Downstream {
                 failures: 0,
                 retry_at: None,
                 generation: 0,
+                fault: None,
             }),
             start_lock: tokio::sync::Mutex::new(()),
             events,
@@ -307,6 +314,7 @@ impl Downstream {
             server: Arc::downgrade(self),
         };
         let env = |k: &str| std::env::var(k).ok();
+        let fault = Fault::default();
         let (service, pid) = match (&self.config.command, &self.config.url) {
             (Some(command), _) => {
                 let program = expand(command, &env)?;
@@ -320,11 +328,9 @@ impl Downstream {
                 if let Some(cwd) = &self.config.cwd {
                     cmd.current_dir(expand(cwd, &env)?);
                 }
-                let (process, _) = TokioChildProcess::builder(cmd)
-                    .stderr(Stdio::inherit())
-                    .spawn()
+                let process = ChildTransport::spawn(&self.name, cmd, fault.clone())
                     .map_err(|e| format!("cannot run {program:?}: {e}"))?;
-                let pid = process.id();
+                let pid = process.pid();
                 let service = handler
                     .serve(process)
                     .await
@@ -356,6 +362,7 @@ impl Downstream {
             i.peer = Some(peer.clone());
             i.stop = Some(service.cancellation_token());
             i.pid = pid;
+            i.fault = Some(fault);
             i.tools = Some(tools);
             i.failures = 0;
             i.retry_at = None;
@@ -385,9 +392,11 @@ impl Downstream {
             }
             i.failures += 1;
             i.retry_at = Some(Instant::now() + self.delay(i.failures));
-            i.state = ServerState::Failed(format!(
-                "the server exited or closed the connection ({why})"
-            ));
+            let fault = i.fault.take().and_then(|f| fault_reason(&f));
+            i.state =
+                ServerState::Failed(fault.unwrap_or_else(|| {
+                    format!("the server exited or closed the connection ({why})")
+                }));
             i.peer = None;
             i.stop = None;
             i.pid = None;
@@ -398,9 +407,17 @@ impl Downstream {
         self.schedule_retry(failures);
     }
 
-    /// Re-lists tools after `notifications/tools/list_changed`.
+    /// Re-lists tools after `notifications/tools/list_changed`, within the start-up timeout.
     async fn refresh(self: &Arc<Self>, peer: Peer<RoleClient>) {
-        match list_tools(&peer).await {
+        let secs = self.config.startup_timeout_secs;
+        let listed = tokio::time::timeout(Duration::from_secs(secs), list_tools(&peer))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "tools/list got no answer within {secs}s (startup_timeout_secs)"
+                ))
+            });
+        match listed {
             Ok(tools) => {
                 self.lock().tools = Some(tools);
                 tracing::info!(server = %self.name, "tool list changed");
@@ -421,6 +438,7 @@ impl Downstream {
             .ensure_started()
             .await
             .map_err(CallFailure::Unavailable)?;
+        let fault = self.lock().fault.clone();
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         let call = peer.call_tool_once(params);
         match tokio::time::timeout(Duration::from_secs(timeout_secs), call).await {
@@ -429,15 +447,22 @@ impl Downstream {
             Ok(Ok(_)) => Err(CallFailure::Protocol(
                 "the server asked for client input or created a task; toolshelf passes on only complete results".into(),
             )),
+            Ok(Err(ServiceError::McpError(e))) if is_unreadable_reply(&e) => {
+                Err(CallFailure::Protocol(e.message.into_owned()))
+            }
             Ok(Err(ServiceError::McpError(e))) => Err(CallFailure::Protocol(format!(
                 "the server answered with error {}: {}",
                 e.code.0, e.message
             ))),
             Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
-                Err(CallFailure::Crashed(format!(
-                    "server {:?} closed the connection during the call ({e}); it is restarted with backoff",
-                    self.name
-                )))
+                let why = fault.as_ref().and_then(fault_reason);
+                Err(CallFailure::Crashed(match why {
+                    Some(why) => format!("{why}; it is restarted with backoff"),
+                    None => format!(
+                        "server {:?} closed the connection during the call ({e}); it is restarted with backoff",
+                        self.name
+                    ),
+                }))
             }
             Ok(Err(e)) => Err(CallFailure::Protocol(e.to_string())),
         }
@@ -450,12 +475,18 @@ impl Downstream {
             i.generation += 1;
             i.peer = None;
             i.pid = None;
+            i.fault = None;
             i.stop.take()
         };
         if let Some(t) = token {
             t.cancel();
         }
     }
+}
+
+/// The reason a transport recorded for ending its connection.
+fn fault_reason(fault: &Fault) -> Option<String> {
+    fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {

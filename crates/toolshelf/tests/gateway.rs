@@ -1215,3 +1215,115 @@ async fn semantic_search_through_the_gateway() {
     assert!(cached.len() > 1000, "{}", cached.len());
     client.cancel().await.expect("close");
 }
+
+/// Replies a downstream server sends that cannot be read fail their call at once, with what was
+/// wrong, instead of at the call timeout (60 s here, which every assertion on the text would
+/// notice); a long reply under the limit still arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_downstream_replies_fail_at_once() {
+    let s = Scratch::new("replies");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!("{}{}", test_server_section(60), files_sections(&s)),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__big", "mcp__test__bad_reply", "mcp__test__hang", "mcp__test__hung", "mcp__test__ping"]}),
+    )
+    .await);
+    let pid = server_status(&client, "test").await["pid"].clone();
+
+    let long = ok(&exec(&client, "mcp__test__big", json!({"bytes": 12_000_000})).await);
+    assert_eq!(long.len(), 12_000_000);
+    assert!(long.bytes().all(|b| b == b'x'));
+
+    let over = err(&exec(&client, "mcp__test__big", json!({"bytes": 17_000_000})).await);
+    assert_eq!(
+        over,
+        "mcp__test__big failed: server \"test\" sent a reply of 17.0 MB, over the 16 MiB limit; the call was abandoned"
+    );
+    let truncated = err(&exec(
+        &client,
+        "mcp__test__bad_reply",
+        json!({"kind": "truncated"}),
+    )
+    .await);
+    assert!(
+        truncated.starts_with(
+            "mcp__test__bad_reply failed: server \"test\" sent a reply that is not valid JSON ("
+        ) && truncated.ends_with("; the call was abandoned"),
+        "{truncated}"
+    );
+    let deep = err(&exec(&client, "mcp__test__bad_reply", json!({"kind": "deep"})).await);
+    assert!(
+        deep.contains("server \"test\" sent a reply nested deeper than the 128 levels"),
+        "{deep}"
+    );
+    let shapeless = err(&exec(
+        &client,
+        "mcp__test__bad_reply",
+        json!({"kind": "not_jsonrpc"}),
+    )
+    .await);
+    assert!(
+        shapeless.contains(
+            "server \"test\" sent a reply that is not a JSON-RPC response (it has neither \"result\" nor \"error\")"
+        ),
+        "{shapeless}"
+    );
+    // Each of these failed one call only: the same process answers the next.
+    assert_eq!(
+        ok(&exec(&client, "mcp__test__ping", json!({})).await),
+        "pong"
+    );
+    assert_eq!(server_status(&client, "test").await["pid"], pid);
+
+    // A broken line that names no request while two are pending: both fail now, with the reason,
+    // and the server is restarted.
+    let peer = client.peer().clone();
+    let hang = tokio::spawn(async move {
+        peer.call_tool(
+            CallToolRequestParams::new("defer_execute").with_arguments(
+                json!({"tool_name": "mcp__test__hang", "params": {}})
+                    .as_object()
+                    .expect("object")
+                    .clone(),
+            ),
+        )
+        .await
+        .expect("tools/call hang")
+    });
+    wait_for("the hang call to reach the server", || async {
+        ok(&exec(&client, "mcp__test__hung", json!({})).await) == "1"
+    })
+    .await;
+    let noid = err(&exec(&client, "mcp__test__bad_reply", json!({"kind": "noid"})).await);
+    let hung = err(&hang.await.expect("hang task"));
+    for text in [&noid, &hung] {
+        assert!(
+            text.contains("server \"test\" sent a reply that is not valid JSON (")
+                && text.contains("could not be matched to one of the 2 pending requests")
+                && !text.contains("did not answer within"),
+            "{text}"
+        );
+    }
+    wait_for("the test server to be restarted", || async {
+        let st = server_status(&client, "test").await;
+        st["state"] == "ready" && st["pid"] != pid
+    })
+    .await;
+    client.cancel().await.expect("close");
+    let failed = s
+        .audit()
+        .into_iter()
+        .find(|r| r["kind"] == "server" && r["outcome"] == "failed")
+        .expect("the failure is audited");
+    assert!(
+        failed["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("could not be matched")),
+        "{failed}"
+    );
+}
