@@ -11,15 +11,21 @@
 //! Stdio servers run behind [`ChildTransport`] rather than rmcp's child-process transport, so a
 //! reply that cannot be read (too long, not JSON, not JSON-RPC) fails its call at once with the
 //! reason instead of at the call timeout.
+//!
+//! Tools are listed raw (`tools/list` as a custom request, the result as JSON) rather than through
+//! rmcp's typed `list_tools`: one malformed tool makes the typed result fail for the whole server,
+//! while here that tool is skipped with a warning and the others load.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, JsonObject,
+    ClientRequest, CustomRequest, Implementation, JsonObject, ServerResult,
 };
-use rmcp::service::{NotificationContext, RunningServiceCancellationToken, ServiceError};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RunningServiceCancellationToken, ServiceError,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde::Serialize;
@@ -34,6 +40,8 @@ use crate::stdio::{ChildTransport, Fault, is_unreadable_reply};
 const MAX_BACKGROUND_RETRIES: u32 = 5;
 /// Longest delay between two restart attempts.
 const MAX_DELAY: Duration = Duration::from_secs(60);
+/// Pages of `tools/list` read before a server's cursor is taken to be endless.
+const MAX_LIST_PAGES: usize = 100;
 
 /// Where a server is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,7 +357,8 @@ impl Downstream {
             (None, None) => return Err("neither command nor url is set".into()),
         };
         let peer = service.peer().clone();
-        let tools = list_tools(&peer).await?;
+        let startup = Duration::from_secs(self.config.startup_timeout_secs);
+        let tools = list_tools(&self.name, &peer, startup).await?;
         let instructions = peer
             .peer_info()
             .and_then(|info| info.instructions.clone())
@@ -409,15 +418,8 @@ impl Downstream {
 
     /// Re-lists tools after `notifications/tools/list_changed`, within the start-up timeout.
     async fn refresh(self: &Arc<Self>, peer: Peer<RoleClient>) {
-        let secs = self.config.startup_timeout_secs;
-        let listed = tokio::time::timeout(Duration::from_secs(secs), list_tools(&peer))
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "tools/list got no answer within {secs}s (startup_timeout_secs)"
-                ))
-            });
-        match listed {
+        let startup = Duration::from_secs(self.config.startup_timeout_secs);
+        match list_tools(&self.name, &peer, startup).await {
             Ok(tools) => {
                 self.lock().tools = Some(tools);
                 tracing::info!(server = %self.name, "tool list changed");
@@ -489,15 +491,74 @@ fn fault_reason(fault: &Fault) -> Option<String> {
     fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
-    let tools = peer
-        .list_all_tools()
-        .await
-        .map_err(|e| format!("tools/list failed: {e}"))?;
-    tools
-        .into_iter()
-        .map(|t| serde_json::to_value(t).map_err(|e| format!("unreadable tool: {e}")))
-        .collect()
+/// Every tool of `server` as MCP JSON, page by page, each page within `timeout`. A tool without
+/// a string `name` or an object `inputSchema` is skipped with a warning.
+async fn list_tools(
+    server: &str,
+    peer: &Peer<RoleClient>,
+    timeout: Duration,
+) -> Result<Vec<Value>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut index = 0;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = cursor.take().map(|c| serde_json::json!({ "cursor": c }));
+        let request = ClientRequest::CustomRequest(CustomRequest::new("tools/list", params));
+        let answer = match peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+        {
+            Ok(handle) => handle.await_response().await,
+            Err(e) => Err(e),
+        };
+        let page = match answer {
+            Ok(ServerResult::CustomResult(r)) => r.0,
+            Ok(other) => serde_json::to_value(other).map_err(|e| e.to_string())?,
+            Err(ServiceError::Timeout { .. }) => {
+                return Err(format!(
+                    "tools/list got no answer within {}s (startup_timeout_secs)",
+                    timeout.as_secs()
+                ));
+            }
+            Err(e) => return Err(format!("tools/list failed: {e}")),
+        };
+        let Some(items) = page.get("tools").and_then(Value::as_array) else {
+            return Err("tools/list answered without a \"tools\" array".into());
+        };
+        for tool in items {
+            if let Some(problem) = malformed(tool) {
+                let named = tool
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(|n| format!(" {n:?}"))
+                    .unwrap_or_default();
+                tracing::warn!("server {server:?}: skipping tools[{index}]{named}: {problem}");
+            } else {
+                tools.push(tool.clone());
+            }
+            index += 1;
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+            _ => return Ok(tools),
+        }
+    }
+    Err(format!(
+        "tools/list still had a nextCursor after {MAX_LIST_PAGES} pages ({index} tools); the server's pagination does not end"
+    ))
+}
+
+/// What makes a listed tool unusable, if anything.
+fn malformed(tool: &Value) -> Option<&'static str> {
+    if !tool.is_object() {
+        Some("it is not a JSON object")
+    } else if !tool.get("name").is_some_and(Value::is_string) {
+        Some("it has no string \"name\"")
+    } else if !tool.get("inputSchema").is_some_and(Value::is_object) {
+        Some("it has no object \"inputSchema\"")
+    } else {
+        None
+    }
 }
 
 /// The client side of one downstream connection: identifies toolshelf and reacts to

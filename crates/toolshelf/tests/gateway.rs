@@ -1327,3 +1327,56 @@ async fn unreadable_downstream_replies_fail_at_once() {
         "{failed}"
     );
 }
+
+/// A server whose list has a tool without `inputSchema` and one without a name keeps its other
+/// tools, over several pages; a server whose cursor never ends fails with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_paged_tool_lists() {
+    let s = Scratch::new("lists");
+    let script = fixture("test_server.py");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[servers.odd]\ncommand = \"python3\"\nargs = [{script:?}, \"--odd-tools\", \"--page-size\", \"3\"]\n\
+             [servers.endless]\ncommand = \"python3\"\nargs = [{script:?}, \"--page-size\", \"5\", \"--endless-cursor\"]\n{}",
+            test_server_section(5),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    list_json(&client).await;
+    let test = server_status(&client, "test").await;
+    let odd = server_status(&client, "odd").await;
+    assert_eq!(odd["state"], "ready", "{odd}");
+    assert!(test["tools"].as_u64() > Some(3), "{test}");
+    assert_eq!(odd["tools"], test["tools"], "every well-formed tool loads");
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__odd__ping"]}),
+    )
+    .await);
+    assert_eq!(
+        ok(&exec(&client, "mcp__odd__ping", json!({})).await),
+        "pong"
+    );
+    let skipped = ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__odd__schemaless"]}),
+    )
+    .await);
+    assert!(
+        !skipped.contains("\"tool_name\":\"mcp__odd__schemaless\""),
+        "{skipped}"
+    );
+    wait_for("the endless server to fail with the reason", || async {
+        let st = server_status(&client, "endless").await;
+        st["state"] == "failed"
+            && st["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("tools/list still had a nextCursor after 100 pages"))
+    })
+    .await;
+    client.cancel().await.expect("close");
+}
