@@ -15,6 +15,10 @@
 //! Tools are listed raw (`tools/list` as a custom request, the result as JSON) rather than through
 //! rmcp's typed `list_tools`: one malformed tool makes the typed result fail for the whole server,
 //! while here that tool is skipped with a warning and the others load.
+//!
+//! `notifications/tools/list_changed` is coalesced per server: rmcp hands over each notification
+//! on its own task, and a server may send thousands in a burst, so at most one re-list runs and a
+//! notice arriving meanwhile schedules exactly one more, which sees every change before it.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -117,6 +121,16 @@ pub struct Downstream {
     events: Events,
     /// Whether failed and crashed servers are restarted in the background.
     restarts: bool,
+    refresh: Mutex<Refresh>,
+}
+
+/// The re-listing after `notifications/tools/list_changed`.
+#[derive(Debug, Default)]
+struct Refresh {
+    /// A re-list task is running.
+    running: bool,
+    /// A notice came after the running re-list began: list again, over this connection.
+    next: Option<Peer<RoleClient>>,
 }
 
 impl Downstream {
@@ -154,6 +168,7 @@ impl Downstream {
             start_lock: tokio::sync::Mutex::new(()),
             events,
             restarts,
+            refresh: Mutex::default(),
         }
     }
 
@@ -416,7 +431,37 @@ impl Downstream {
         self.schedule_retry(failures);
     }
 
-    /// Re-lists tools after `notifications/tools/list_changed`, within the start-up timeout.
+    /// Schedules a re-list after `notifications/tools/list_changed` from `peer`: starts the one
+    /// re-list task, or has the running one list once more when it is done.
+    fn list_changed(self: &Arc<Self>, peer: Peer<RoleClient>) {
+        {
+            let mut r = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
+            r.next = Some(peer);
+            if std::mem::replace(&mut r.running, true) {
+                return;
+            }
+        }
+        let me = self.clone();
+        // Outside the notification handler: the handler must not wait on a request to the same
+        // peer.
+        tokio::spawn(async move {
+            loop {
+                let peer = {
+                    let mut r = me.refresh.lock().unwrap_or_else(|p| p.into_inner());
+                    match r.next.take() {
+                        Some(p) => p,
+                        None => {
+                            r.running = false;
+                            return;
+                        }
+                    }
+                };
+                me.refresh(peer).await;
+            }
+        });
+    }
+
+    /// Re-lists tools, within the start-up timeout.
     async fn refresh(self: &Arc<Self>, peer: Peer<RoleClient>) {
         let startup = Duration::from_secs(self.config.startup_timeout_secs);
         match list_tools(&self.name, &peer, startup).await {
@@ -578,9 +623,7 @@ impl ClientHandler for DownstreamClient {
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         if let Some(server) = self.server.upgrade() {
-            // Re-list outside the notification handler: the handler must not wait on a request
-            // to the same peer.
-            tokio::spawn(async move { server.refresh(context.peer).await });
+            server.list_changed(context.peer);
         }
     }
 }

@@ -1380,3 +1380,49 @@ async fn malformed_and_paged_tool_lists() {
     .await;
     client.cancel().await.expect("close");
 }
+
+/// A burst of 2,000 `notifications/tools/list_changed` costs a few re-lists, not 2,000, and the
+/// last one still sees the tool added just before the last notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_change_floods_are_coalesced() {
+    let s = Scratch::new("flood");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!("{}{}", test_server_section(30), files_sections(&s)),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__flood", "mcp__test__lists"]}),
+    )
+    .await);
+    let lists = || async {
+        ok(&exec(&client, "mcp__test__lists", json!({})).await)
+            .parse::<u64>()
+            .expect("a count")
+    };
+    let before = lists().await;
+    ok(&exec(
+        &client,
+        "mcp__test__flood",
+        json!({"count": 2000, "name": "after_flood"}),
+    )
+    .await);
+    wait_for("the tool added by the flood to be searchable", || async {
+        let r = call(
+            &client,
+            "tool_search",
+            json!({"tool_names": ["mcp__test__after_flood"]}),
+        )
+        .await;
+        text(&r).contains("1. mcp__test__after_flood")
+    })
+    .await;
+    let relists = lists().await - before;
+    assert!(
+        (1..20).contains(&relists),
+        "2,000 notices caused {relists} tools/list requests"
+    );
+    client.cancel().await.expect("close");
+}
