@@ -11,6 +11,7 @@ pub mod compile;
 pub mod config;
 pub mod error;
 pub mod hook;
+pub mod http;
 pub mod index;
 pub mod invoke;
 pub mod json;
