@@ -37,6 +37,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
 /// How much of a line's start and end is searched for its `"id"` when it cannot be parsed.
 const ID_WINDOW: usize = 256;
+/// How long a server may take to exit once its stdin is closed.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// The `data` of the error responses this transport makes up, so they are told apart from
 /// errors the server sent.
 const MARK: &str = "toolshelf-transport";
@@ -59,7 +61,7 @@ pub fn is_unreadable_reply(error: &ErrorData) -> bool {
 #[derive(Debug)]
 pub struct ChildTransport {
     server: String,
-    _child: Child,
+    child: Child,
     pid: Option<u32>,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     stdout: BufReader<ChildStdout>,
@@ -136,7 +138,7 @@ impl ChildTransport {
         Ok(Self {
             server: server.to_owned(),
             pid: child.id(),
-            _child: child,
+            child,
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             stdout: BufReader::new(stdout),
             max_line,
@@ -491,6 +493,9 @@ impl Transport<RoleClient> for ChildTransport {
                     );
                     tracing::warn!(server = %self.server, "{reason}");
                     self.record_fault(reason);
+                    // The connection is unusable: no graceful exit to wait for in `close`, and
+                    // the pending calls fail only once it returns.
+                    let _ = self.child.start_kill();
                     return None;
                 }
             }
@@ -498,9 +503,13 @@ impl Transport<RoleClient> for ChildTransport {
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        // Closing stdin asks the server to exit; the child is killed when the transport drops.
+        // The stdio shutdown of the MCP specification: close stdin, let the server exit, and
+        // kill it when it does not. (Dropping the transport kills it in any case.)
         drop(self.stdin.lock().await.take());
-        Ok(())
+        match tokio::time::timeout(EXIT_WAIT, self.child.wait()).await {
+            Ok(_) => Ok(()),
+            Err(_) => self.child.kill().await,
+        }
     }
 }
 
