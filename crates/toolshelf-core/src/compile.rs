@@ -84,6 +84,7 @@ impl Compiled {
         if config.execute.call_timeout_secs == 0 {
             return Err(err("[execute] call_timeout_secs must be at least 1".into()));
         }
+        crate::http::Listener::new(&config).map_err(err)?;
         let permissions = Permissions::new(&config.permissions, source_name)?;
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let policy = Policy::new(rules, config.defer.default, config.defer.window, active);

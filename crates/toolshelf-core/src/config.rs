@@ -42,6 +42,9 @@ pub struct Config {
     /// `[cache]`: the on-disk catalog cache.
     #[serde(default)]
     pub cache: CacheConfig,
+    /// `[http]`: the streamable HTTP listener of `serve --http`.
+    #[serde(default)]
+    pub http: HttpConfig,
 }
 
 /// The global default for tools that do not declare `defer_loading`.
@@ -383,6 +386,34 @@ impl Default for CacheConfig {
         Self {
             enabled: true,
             path: None,
+        }
+    }
+}
+
+/// `[http]`, checked and interpreted by [`crate::http::Listener`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// `max_sessions`: client sessions served at once; a new one past it is refused.
+    pub max_sessions: usize,
+    /// `session_idle_secs`: a session without traffic this long is closed (default 900, raised
+    /// to outlast the longest tool call).
+    pub session_idle_secs: Option<u64>,
+    /// `allowed_origins`: browser origins accepted besides loopback ones, `scheme://host[:port]`
+    /// (`:*` for any port; without a port, the scheme's default), or `null`.
+    pub allowed_origins: Vec<String>,
+    /// `allowed_hosts`: `Host` header values accepted besides loopback ones, `name` (any port) or
+    /// `name:port`; needed when listening on a non-loopback address.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_sessions: 256,
+            session_idle_secs: None,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }

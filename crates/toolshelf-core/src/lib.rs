@@ -12,6 +12,7 @@ pub mod config;
 pub mod echo;
 pub mod error;
 pub mod hook;
+pub mod http;
 pub mod index;
 pub mod invoke;
 pub mod json;

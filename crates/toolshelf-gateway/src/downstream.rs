@@ -7,17 +7,30 @@
 //! notices when it closes; a crash or a failed start is retried in the background with a doubling
 //! delay, so tools of a server that was late come in without anyone asking. The last known tool
 //! list survives a crash: the tools stay searchable while the server restarts.
+//!
+//! Stdio servers run behind [`ChildTransport`] rather than rmcp's child-process transport, so a
+//! reply that cannot be read (too long, not JSON, not JSON-RPC) fails its call at once with the
+//! reason instead of at the call timeout.
+//!
+//! Tools are listed raw (`tools/list` as a custom request, the result as JSON) rather than through
+//! rmcp's typed `list_tools`: one malformed tool makes the typed result fail for the whole server,
+//! while here that tool is skipped with a warning and the others load.
+//!
+//! `notifications/tools/list_changed` is coalesced per server: rmcp hands over each notification
+//! on its own task, and a server may send thousands in a burst, so at most one re-list runs and a
+//! notice arriving meanwhile schedules exactly one more, which sees every change before it.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, JsonObject,
+    ClientRequest, CustomRequest, Implementation, JsonObject, ServerResult,
 };
-use rmcp::service::{NotificationContext, RunningServiceCancellationToken, ServiceError};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RunningServiceCancellationToken, ServiceError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
@@ -25,11 +38,14 @@ use toolshelf_core::config::{ServerConfig, expand};
 use toolshelf_core::invoke::CallFailure;
 
 use crate::hub::{Events, HubEvent};
+use crate::stdio::{ChildTransport, Fault, is_unreadable_reply};
 
 /// Consecutive failures after which background restarts stop (a call can still start it).
 const MAX_BACKGROUND_RETRIES: u32 = 5;
 /// Longest delay between two restart attempts.
 const MAX_DELAY: Duration = Duration::from_secs(60);
+/// Pages of `tools/list` read before a server's cursor is taken to be endless.
+const MAX_LIST_PAGES: usize = 100;
 
 /// Where a server is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +97,8 @@ struct Inner {
     retry_at: Option<Instant>,
     /// Bumped per connection, so a stale watcher cannot mark a newer connection failed.
     generation: u64,
+    /// Why the stdio transport ended the current connection, if it did.
+    fault: Option<Fault>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -103,6 +121,16 @@ pub struct Downstream {
     events: Events,
     /// Whether failed and crashed servers are restarted in the background.
     restarts: bool,
+    refresh: Mutex<Refresh>,
+}
+
+/// The re-listing after `notifications/tools/list_changed`.
+#[derive(Debug, Default)]
+struct Refresh {
+    /// A re-list task is running.
+    running: bool,
+    /// A notice came after the running re-list began: list again, over this connection.
+    next: Option<Peer<RoleClient>>,
 }
 
 impl Downstream {
@@ -135,10 +163,12 @@ impl Downstream {
                 failures: 0,
                 retry_at: None,
                 generation: 0,
+                fault: None,
             }),
             start_lock: tokio::sync::Mutex::new(()),
             events,
             restarts,
+            refresh: Mutex::default(),
         }
     }
 
@@ -307,6 +337,7 @@ impl Downstream {
             server: Arc::downgrade(self),
         };
         let env = |k: &str| std::env::var(k).ok();
+        let fault = Fault::default();
         let (service, pid) = match (&self.config.command, &self.config.url) {
             (Some(command), _) => {
                 let program = expand(command, &env)?;
@@ -320,11 +351,9 @@ impl Downstream {
                 if let Some(cwd) = &self.config.cwd {
                     cmd.current_dir(expand(cwd, &env)?);
                 }
-                let (process, _) = TokioChildProcess::builder(cmd)
-                    .stderr(Stdio::inherit())
-                    .spawn()
+                let process = ChildTransport::spawn(&self.name, cmd, fault.clone())
                     .map_err(|e| format!("cannot run {program:?}: {e}"))?;
-                let pid = process.id();
+                let pid = process.pid();
                 let service = handler
                     .serve(process)
                     .await
@@ -343,7 +372,8 @@ impl Downstream {
             (None, None) => return Err("neither command nor url is set".into()),
         };
         let peer = service.peer().clone();
-        let tools = list_tools(&peer).await?;
+        let startup = Duration::from_secs(self.config.startup_timeout_secs);
+        let tools = list_tools(&self.name, &peer, startup).await?;
         let instructions = peer
             .peer_info()
             .and_then(|info| info.instructions.clone())
@@ -356,6 +386,7 @@ impl Downstream {
             i.peer = Some(peer.clone());
             i.stop = Some(service.cancellation_token());
             i.pid = pid;
+            i.fault = Some(fault);
             i.tools = Some(tools);
             i.failures = 0;
             i.retry_at = None;
@@ -385,9 +416,11 @@ impl Downstream {
             }
             i.failures += 1;
             i.retry_at = Some(Instant::now() + self.delay(i.failures));
-            i.state = ServerState::Failed(format!(
-                "the server exited or closed the connection ({why})"
-            ));
+            let fault = i.fault.take().and_then(|f| fault_reason(&f));
+            i.state =
+                ServerState::Failed(fault.unwrap_or_else(|| {
+                    format!("the server exited or closed the connection ({why})")
+                }));
             i.peer = None;
             i.stop = None;
             i.pid = None;
@@ -398,9 +431,40 @@ impl Downstream {
         self.schedule_retry(failures);
     }
 
-    /// Re-lists tools after `notifications/tools/list_changed`.
+    /// Schedules a re-list after `notifications/tools/list_changed` from `peer`: starts the one
+    /// re-list task, or has the running one list once more when it is done.
+    fn list_changed(self: &Arc<Self>, peer: Peer<RoleClient>) {
+        {
+            let mut r = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
+            r.next = Some(peer);
+            if std::mem::replace(&mut r.running, true) {
+                return;
+            }
+        }
+        let me = self.clone();
+        // Outside the notification handler: the handler must not wait on a request to the same
+        // peer.
+        tokio::spawn(async move {
+            loop {
+                let peer = {
+                    let mut r = me.refresh.lock().unwrap_or_else(|p| p.into_inner());
+                    match r.next.take() {
+                        Some(p) => p,
+                        None => {
+                            r.running = false;
+                            return;
+                        }
+                    }
+                };
+                me.refresh(peer).await;
+            }
+        });
+    }
+
+    /// Re-lists tools, within the start-up timeout.
     async fn refresh(self: &Arc<Self>, peer: Peer<RoleClient>) {
-        match list_tools(&peer).await {
+        let startup = Duration::from_secs(self.config.startup_timeout_secs);
+        match list_tools(&self.name, &peer, startup).await {
             Ok(tools) => {
                 self.lock().tools = Some(tools);
                 tracing::info!(server = %self.name, "tool list changed");
@@ -421,6 +485,7 @@ impl Downstream {
             .ensure_started()
             .await
             .map_err(CallFailure::Unavailable)?;
+        let fault = self.lock().fault.clone();
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         let call = peer.call_tool_once(params);
         match tokio::time::timeout(Duration::from_secs(timeout_secs), call).await {
@@ -429,15 +494,22 @@ impl Downstream {
             Ok(Ok(_)) => Err(CallFailure::Protocol(
                 "the server asked for client input or created a task; toolshelf passes on only complete results".into(),
             )),
+            Ok(Err(ServiceError::McpError(e))) if is_unreadable_reply(&e) => {
+                Err(CallFailure::Protocol(e.message.into_owned()))
+            }
             Ok(Err(ServiceError::McpError(e))) => Err(CallFailure::Protocol(format!(
                 "the server answered with error {}: {}",
                 e.code.0, e.message
             ))),
             Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
-                Err(CallFailure::Crashed(format!(
-                    "server {:?} closed the connection during the call ({e}); it is restarted with backoff",
-                    self.name
-                )))
+                let why = fault.as_ref().and_then(fault_reason);
+                Err(CallFailure::Crashed(match why {
+                    Some(why) => format!("{why}; it is restarted with backoff"),
+                    None => format!(
+                        "server {:?} closed the connection during the call ({e}); it is restarted with backoff",
+                        self.name
+                    ),
+                }))
             }
             Ok(Err(e)) => Err(CallFailure::Protocol(e.to_string())),
         }
@@ -450,6 +522,7 @@ impl Downstream {
             i.generation += 1;
             i.peer = None;
             i.pid = None;
+            i.fault = None;
             i.stop.take()
         };
         if let Some(t) = token {
@@ -458,15 +531,79 @@ impl Downstream {
     }
 }
 
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
-    let tools = peer
-        .list_all_tools()
-        .await
-        .map_err(|e| format!("tools/list failed: {e}"))?;
-    tools
-        .into_iter()
-        .map(|t| serde_json::to_value(t).map_err(|e| format!("unreadable tool: {e}")))
-        .collect()
+/// The reason a transport recorded for ending its connection.
+fn fault_reason(fault: &Fault) -> Option<String> {
+    fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Every tool of `server` as MCP JSON, page by page, each page within `timeout`. A tool without
+/// a string `name` or an object `inputSchema` is skipped with a warning.
+async fn list_tools(
+    server: &str,
+    peer: &Peer<RoleClient>,
+    timeout: Duration,
+) -> Result<Vec<Value>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut index = 0;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = cursor.take().map(|c| serde_json::json!({ "cursor": c }));
+        let request = ClientRequest::CustomRequest(CustomRequest::new("tools/list", params));
+        let answer = match peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+        {
+            Ok(handle) => handle.await_response().await,
+            Err(e) => Err(e),
+        };
+        let page = match answer {
+            Ok(ServerResult::CustomResult(r)) => r.0,
+            Ok(other) => serde_json::to_value(other).map_err(|e| e.to_string())?,
+            Err(ServiceError::Timeout { .. }) => {
+                return Err(format!(
+                    "tools/list got no answer within {}s (startup_timeout_secs)",
+                    timeout.as_secs()
+                ));
+            }
+            Err(e) => return Err(format!("tools/list failed: {e}")),
+        };
+        let Some(items) = page.get("tools").and_then(Value::as_array) else {
+            return Err("tools/list answered without a \"tools\" array".into());
+        };
+        for tool in items {
+            if let Some(problem) = malformed(tool) {
+                let named = tool
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(|n| format!(" {n:?}"))
+                    .unwrap_or_default();
+                tracing::warn!("server {server:?}: skipping tools[{index}]{named}: {problem}");
+            } else {
+                tools.push(tool.clone());
+            }
+            index += 1;
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+            _ => return Ok(tools),
+        }
+    }
+    Err(format!(
+        "tools/list still had a nextCursor after {MAX_LIST_PAGES} pages ({index} tools); the server's pagination does not end"
+    ))
+}
+
+/// What makes a listed tool unusable, if anything.
+fn malformed(tool: &Value) -> Option<&'static str> {
+    if !tool.is_object() {
+        Some("it is not a JSON object")
+    } else if !tool.get("name").is_some_and(Value::is_string) {
+        Some("it has no string \"name\"")
+    } else if !tool.get("inputSchema").is_some_and(Value::is_object) {
+        Some("it has no object \"inputSchema\"")
+    } else {
+        None
+    }
 }
 
 /// The client side of one downstream connection: identifies toolshelf and reacts to
@@ -486,9 +623,7 @@ impl ClientHandler for DownstreamClient {
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         if let Some(server) = self.server.upgrade() {
-            // Re-list outside the notification handler: the handler must not wait on a request
-            // to the same peer.
-            tokio::spawn(async move { server.refresh(context.peer).await });
+            server.list_changed(context.peer);
         }
     }
 }

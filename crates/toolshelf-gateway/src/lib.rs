@@ -4,9 +4,9 @@
 //! tools plus `tool_search` and `defer_execute`. Everything about *what* the model sees and *may*
 //! run (catalog, policy, index, validation, permissions, hook answers, audit records) is decided
 //! by `toolshelf-core`, which has no I/O; this crate adds the moving parts: processes and
-//! connections to the downstream servers ([`downstream`]), the shared state ([`hub`]), one MCP
-//! session per client ([`session`]), hook processes ([`hooks`]), files ([`cache`], [`audit`]), and
-//! the stdio and HTTP listeners ([`serve`]).
+//! connections to the downstream servers ([`downstream`], [`stdio`]), the shared state ([`hub`]),
+//! one MCP session per client ([`session`]), hook processes ([`hooks`]), files ([`cache`],
+//! [`audit`]), and the stdio and HTTP listeners ([`serve`]).
 //!
 //! Logs go through `tracing` to stderr: over stdio, stdout is the MCP channel.
 
@@ -19,6 +19,7 @@ pub mod hub;
 pub mod search;
 pub mod serve;
 pub mod session;
+pub mod stdio;
 
 pub use error::{GatewayError, Result};
 pub use hub::{Enricher, Hub, Settings, Snapshot};

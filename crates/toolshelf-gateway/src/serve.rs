@@ -3,17 +3,41 @@
 //! Over HTTP every client session gets its own [`GatewaySession`] (rmcp calls the factory once
 //! per session), so frozen lists and loaded tools never leak between clients while the servers
 //! and the catalog are shared.
+//!
+//! rmcp's streamable HTTP service sits behind `guard`, which adds what rmcp lacks: it refuses
+//! a request with more than one `Host` or `Origin` header (rmcp reads only the first), checks
+//! both against loopback and `[http]` with answers that name the key (rmcp, configured alike,
+//! checks again behind it), refuses an `initialize` past `[http] max_sessions`, and answers a
+//! body that is not JSON-RPC with a JSON-RPC error (parse error or invalid request, HTTP 400)
+//! instead of rmcp's plain-text 415. For that it buffers the body, up to the 4 MiB rmcp allows,
+//! and still lets rmcp answer first, so rmcp's order of checks (406, 415, 413) holds; only its
+//! parse-failure and too-large answers are rewritten.
+//!
+//! A session without traffic for `[http] session_idle_secs` is closed, which drops its
+//! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
+//! runs during a silent tool call, which is why that setting must outlast the longest call.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+use toolshelf_core::http::Listener;
 
 use crate::error::{GatewayError, Result};
 use crate::hub::Hub;
 use crate::session::GatewaySession;
+
+/// The largest request body, as rmcp's default `max_request_body_bytes`.
+const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// Serves one session over stdin/stdout until the client closes it, then ends the session
 /// (audit, `session_end` hooks) before returning, so the process does not exit under them.
@@ -50,17 +74,192 @@ pub async fn serve_http(
     let local = listener
         .local_addr()
         .map_err(|e| err(format!("no local address: {e}")))?;
+    let checks = Listener::new(hub.config()).map_err(err)?;
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(Duration::from_secs(checks.session_idle_secs));
+    let sessions = Arc::new(sessions);
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(checks.rmcp_hosts())
+        .with_allowed_origins(checks.rmcp_origins());
+    config.max_request_body_bytes = MAX_BODY;
+    let counted = sessions.clone();
     let service = StreamableHttpService::new(
-        move || Ok(GatewaySession::new(hub.clone())),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        move || Ok(GatewaySession::new(hub.clone()).with_http_sessions(counted.clone())),
+        sessions.clone(),
+        config,
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let state = Arc::new(Guard {
+        checks,
+        sessions,
+        admitting: tokio::sync::Mutex::new(()),
+    });
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| err(e.to_string()))
+}
+
+/// What [`guard`] needs.
+#[derive(Debug)]
+struct Guard {
+    checks: Listener,
+    sessions: Arc<LocalSessionManager>,
+    /// Held from counting the sessions for an `initialize` until rmcp has made the new one, so
+    /// concurrent handshakes cannot pass the limit together.
+    admitting: tokio::sync::Mutex<()>,
+}
+
+/// The checks in front of rmcp (see the module documentation).
+async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    for (name, h) in [("Host", header::HOST), ("Origin", header::ORIGIN)] {
+        if headers.get_all(&h).iter().nth(1).is_some() {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                format!("Bad Request: more than one {name} header"),
+            );
+        }
+    }
+    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    if let Some(origin) = headers.get(header::ORIGIN).map(text)
+        && !g.checks.origin_allowed(&origin)
+    {
+        return plain(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Forbidden: Origin {origin:?} is not allowed; toolshelf accepts loopback origins and those in [http] allowed_origins"
+            ),
+        );
+    }
+    if let Some(host) = headers.get(header::HOST).map(text)
+        && !g.checks.host_allowed(&host)
+    {
+        return plain(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Forbidden: Host {host:?} is not allowed; toolshelf accepts loopback hosts and those in [http] allowed_hosts"
+            ),
+        );
+    }
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    // `None`: over the limit (or the client stopped sending, when no answer reaches it anyway).
+    let bytes = axum::body::to_bytes(body, MAX_BODY).await.ok();
+    let message: Option<Value> = bytes
+        .as_deref()
+        .and_then(|b| serde_json::from_slice(b).ok());
+    let initialize = !parts.headers.contains_key("mcp-session-id")
+        && message
+            .as_ref()
+            .and_then(|m| m.get("method"))
+            .and_then(Value::as_str)
+            == Some("initialize");
+    // rmcp reads the body again; one over the limit is replaced by one it refuses alike.
+    let body = match &bytes {
+        Some(b) => Body::from(b.clone()),
+        None => Body::from(vec![b' '; MAX_BODY + 1]),
+    };
+    let request = Request::from_parts(parts, body);
+    let _admitting = if initialize {
+        let admitting = g.admitting.lock().await;
+        let open = g.sessions.sessions.read().await.len();
+        let max = g.checks.max_sessions;
+        if open >= max {
+            let id = message.as_ref().map_or(Value::Null, id_of);
+            return jsonrpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                -32000,
+                format!(
+                    "toolshelf is serving {open} HTTP sessions, its limit ([http] max_sessions = {max}); end a session or raise the limit"
+                ),
+            );
+        }
+        Some(admitting)
+    } else {
+        None
+    };
+    let response = next.run(request).await;
+    match (response.status(), &bytes) {
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, Some(bytes)) => unparsable(response, bytes).await,
+        (StatusCode::PAYLOAD_TOO_LARGE, _) => jsonrpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Value::Null,
+            -32600,
+            format!(
+                "Invalid Request: the body is over the {} MiB limit",
+                MAX_BODY >> 20
+            ),
+        ),
+        _ => response,
+    }
+}
+
+/// rmcp's 415 for a body it could not read as a message becomes a JSON-RPC parse error (not
+/// JSON) or invalid request (JSON, but not JSON-RPC); any other 415 is passed on.
+async fn unparsable(response: Response, body: &[u8]) -> Response {
+    const RMCP_PREFIX: &str = "fail to deserialize request body";
+    let (parts, answer) = response.into_parts();
+    let answer = axum::body::to_bytes(answer, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let Some(why) = answer.strip_prefix(RMCP_PREFIX) else {
+        return Response::from_parts(parts, Body::from(answer));
+    };
+    match serde_json::from_slice::<Value>(body) {
+        Err(e) => jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32700,
+            format!("Parse error: {e}"),
+        ),
+        Ok(v) => jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            id_of(&v),
+            -32600,
+            format!(
+                "Invalid Request: the body is JSON but not a JSON-RPC 2.0 message ({})",
+                why.trim()
+            ),
+        ),
+    }
+}
+
+/// A message's id, when it has a usable one.
+fn id_of(message: &Value) -> Value {
+    message
+        .get("id")
+        .filter(|id| id.is_string() || id.is_number())
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn plain(status: StatusCode, text: String) -> Response {
+    let mut r = Response::new(Body::from(text));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn jsonrpc_error(status: StatusCode, id: Value, code: i64, message: String) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let mut r = Response::new(Body::from(body.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 async fn shutdown_signal() {

@@ -22,6 +22,7 @@ use rmcp::model::{
     ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord, capped_params};
@@ -53,6 +54,8 @@ pub struct GatewaySession {
     id: String,
     local: tokio::sync::Mutex<Local>,
     end: Arc<SessionEnd>,
+    /// The HTTP listener's sessions, counted in the status resource.
+    http_sessions: Option<Arc<LocalSessionManager>>,
 }
 
 /// The end of a session: its audit record and `session_end` hooks, run once, and only for a
@@ -158,7 +161,14 @@ impl GatewaySession {
             id,
             local: tokio::sync::Mutex::new(Local::default()),
             end,
+            http_sessions: None,
         }
+    }
+
+    /// A session served over HTTP by `sessions`, whose count the status resource shows.
+    pub fn with_http_sessions(mut self, sessions: Arc<LocalSessionManager>) -> Self {
+        self.http_sessions = Some(sessions);
+        self
     }
 
     /// The session id (as in hook events and the audit log).
@@ -634,10 +644,11 @@ tool_search, run them with defer_execute.",
                 None,
             ));
         }
-        let text = serde_json::to_string_pretty(
-            &json!({"servers": self.hub.statuses(), "audit": self.hub.audit.status()}),
-        )
-        .unwrap_or_default();
+        let mut status = json!({"servers": self.hub.statuses(), "audit": self.hub.audit.status()});
+        if let Some(sessions) = &self.http_sessions {
+            status["http_sessions"] = sessions.sessions.read().await.len().into();
+        }
+        let text = serde_json::to_string_pretty(&status).unwrap_or_default();
         Ok(ReadResourceResult::new(vec![ResourceContents::text(text, STATUS_URI)]).into())
     }
 

@@ -1215,3 +1215,520 @@ async fn semantic_search_through_the_gateway() {
     assert!(cached.len() > 1000, "{}", cached.len());
     client.cancel().await.expect("close");
 }
+
+/// Replies a downstream server sends that cannot be read fail their call at once, with what was
+/// wrong, instead of at the call timeout (60 s here, which every assertion on the text would
+/// notice); a long reply under the limit still arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_downstream_replies_fail_at_once() {
+    let s = Scratch::new("replies");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!("{}{}", test_server_section(60), files_sections(&s)),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__big", "mcp__test__bad_reply", "mcp__test__hang", "mcp__test__hung", "mcp__test__ping"]}),
+    )
+    .await);
+    let pid = server_status(&client, "test").await["pid"].clone();
+
+    let long = ok(&exec(&client, "mcp__test__big", json!({"bytes": 12_000_000})).await);
+    assert_eq!(long.len(), 12_000_000);
+    assert!(long.bytes().all(|b| b == b'x'));
+
+    let over = err(&exec(&client, "mcp__test__big", json!({"bytes": 17_000_000})).await);
+    assert_eq!(
+        over,
+        "mcp__test__big failed: server \"test\" sent a reply of 17.0 MB, over the 16 MiB limit; the call was abandoned"
+    );
+    let truncated = err(&exec(
+        &client,
+        "mcp__test__bad_reply",
+        json!({"kind": "truncated"}),
+    )
+    .await);
+    assert!(
+        truncated.starts_with(
+            "mcp__test__bad_reply failed: server \"test\" sent a reply that is not valid JSON ("
+        ) && truncated.ends_with("; the call was abandoned"),
+        "{truncated}"
+    );
+    let deep = err(&exec(&client, "mcp__test__bad_reply", json!({"kind": "deep"})).await);
+    assert!(
+        deep.contains("server \"test\" sent a reply nested deeper than the 128 levels"),
+        "{deep}"
+    );
+    let shapeless = err(&exec(
+        &client,
+        "mcp__test__bad_reply",
+        json!({"kind": "not_jsonrpc"}),
+    )
+    .await);
+    assert!(
+        shapeless.contains(
+            "server \"test\" sent a reply that is not a JSON-RPC response (it has neither \"result\" nor \"error\")"
+        ),
+        "{shapeless}"
+    );
+    // Each of these failed one call only: the same process answers the next.
+    assert_eq!(
+        ok(&exec(&client, "mcp__test__ping", json!({})).await),
+        "pong"
+    );
+    assert_eq!(server_status(&client, "test").await["pid"], pid);
+
+    // A broken line that names no request while two are pending: both fail now, with the reason,
+    // and the server is restarted.
+    let peer = client.peer().clone();
+    let hang = tokio::spawn(async move {
+        peer.call_tool(
+            CallToolRequestParams::new("defer_execute").with_arguments(
+                json!({"tool_name": "mcp__test__hang", "params": {}})
+                    .as_object()
+                    .expect("object")
+                    .clone(),
+            ),
+        )
+        .await
+        .expect("tools/call hang")
+    });
+    wait_for("the hang call to reach the server", || async {
+        ok(&exec(&client, "mcp__test__hung", json!({})).await) == "1"
+    })
+    .await;
+    let noid = err(&exec(&client, "mcp__test__bad_reply", json!({"kind": "noid"})).await);
+    let hung = err(&hang.await.expect("hang task"));
+    for text in [&noid, &hung] {
+        assert!(
+            text.contains("server \"test\" sent a reply that is not valid JSON (")
+                && text.contains("could not be matched to one of the 2 pending requests")
+                && !text.contains("did not answer within"),
+            "{text}"
+        );
+    }
+    wait_for("the test server to be restarted", || async {
+        let st = server_status(&client, "test").await;
+        st["state"] == "ready" && st["pid"] != pid
+    })
+    .await;
+    client.cancel().await.expect("close");
+    let failed = s
+        .audit()
+        .into_iter()
+        .find(|r| r["kind"] == "server" && r["outcome"] == "failed")
+        .expect("the failure is audited");
+    assert!(
+        failed["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("could not be matched")),
+        "{failed}"
+    );
+}
+
+/// A server whose list has a tool without `inputSchema` and one without a name keeps its other
+/// tools, over several pages; a server whose cursor never ends fails with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_paged_tool_lists() {
+    let s = Scratch::new("lists");
+    let script = fixture("test_server.py");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[servers.odd]\ncommand = \"python3\"\nargs = [{script:?}, \"--odd-tools\", \"--page-size\", \"3\"]\n\
+             [servers.endless]\ncommand = \"python3\"\nargs = [{script:?}, \"--page-size\", \"5\", \"--endless-cursor\"]\n{}",
+            test_server_section(5),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    list_json(&client).await;
+    let test = server_status(&client, "test").await;
+    let odd = server_status(&client, "odd").await;
+    assert_eq!(odd["state"], "ready", "{odd}");
+    assert!(test["tools"].as_u64() > Some(3), "{test}");
+    assert_eq!(odd["tools"], test["tools"], "every well-formed tool loads");
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__odd__ping"]}),
+    )
+    .await);
+    assert_eq!(
+        ok(&exec(&client, "mcp__odd__ping", json!({})).await),
+        "pong"
+    );
+    let skipped = ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__odd__schemaless"]}),
+    )
+    .await);
+    assert!(
+        !skipped.contains("\"tool_name\":\"mcp__odd__schemaless\""),
+        "{skipped}"
+    );
+    wait_for("the endless server to fail with the reason", || async {
+        let st = server_status(&client, "endless").await;
+        st["state"] == "failed"
+            && st["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("tools/list still had a nextCursor after 100 pages"))
+    })
+    .await;
+    client.cancel().await.expect("close");
+}
+
+/// A burst of 2,000 `notifications/tools/list_changed` costs a few re-lists, not 2,000, and the
+/// last one still sees the tool added just before the last notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_change_floods_are_coalesced() {
+    let s = Scratch::new("flood");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!("{}{}", test_server_section(30), files_sections(&s)),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__flood", "mcp__test__lists"]}),
+    )
+    .await);
+    let lists = || async {
+        ok(&exec(&client, "mcp__test__lists", json!({})).await)
+            .parse::<u64>()
+            .expect("a count")
+    };
+    let before = lists().await;
+    ok(&exec(
+        &client,
+        "mcp__test__flood",
+        json!({"count": 2000, "name": "after_flood"}),
+    )
+    .await);
+    wait_for("the tool added by the flood to be searchable", || async {
+        let r = call(
+            &client,
+            "tool_search",
+            json!({"tool_names": ["mcp__test__after_flood"]}),
+        )
+        .await;
+        text(&r).contains("1. mcp__test__after_flood")
+    })
+    .await;
+    let relists = lists().await - before;
+    assert!(
+        (1..20).contains(&relists),
+        "2,000 notices caused {relists} tools/list requests"
+    );
+    client.cancel().await.expect("close");
+}
+
+/// A response to [`raw_http`].
+#[derive(Debug)]
+struct RawResponse {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl RawResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+}
+
+/// One HTTP/1.1 request on its own connection to the gateway serving `url`, written byte by byte
+/// so tests can send what a well-behaved client library would not (two Host headers, broken
+/// JSON). `headers` replace the default `Host`, `Accept` and `Content-Type` when they name them.
+async fn raw_http(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> RawResponse {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/mcp"))
+        .expect("http://ADDR/mcp");
+    let mut head = format!("{method} /mcp HTTP/1.1\r\n");
+    let named = |n: &str| headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(n));
+    for (name, value) in [
+        ("Host", addr),
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+    ] {
+        if !named(name) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    for (name, value) in headers.iter().filter(|(_, v)| !v.is_empty()) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the gateway");
+    stream.write_all(head.as_bytes()).await.expect("send head");
+    // The server may answer before reading a body it refuses; the answer is what counts.
+    let _ = stream.write_all(body).await;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
+        .await
+        .expect("the gateway ends its answer")
+        .expect("read the answer");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = rest;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if size == 0 {
+                break;
+            }
+            out.push_str(&after[..size.min(after.len())]);
+            rest = after.get(size + 2..).unwrap_or("");
+        }
+        out
+    } else {
+        rest.to_owned()
+    };
+    RawResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+const RAW_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":41,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+/// Opens a session by hand (initialize, then initialized) and returns its id.
+async fn raw_session(url: &str) -> String {
+    let init = raw_http(url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
+    assert_eq!(init.status, 200, "{init:?}");
+    let id = init
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    let done = raw_http(
+        url,
+        "POST",
+        &[
+            ("Mcp-Session-Id", &id),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(done.status, 202, "{done:?}");
+    id
+}
+
+async fn http_sessions(client: &Client) -> u64 {
+    let r = client
+        .read_resource(ReadResourceRequestParams::new("toolshelf://status"))
+        .await
+        .expect("read toolshelf://status");
+    let ResourceContents::TextResourceContents { text, .. } = &r.contents[0] else {
+        panic!("status is text")
+    };
+    let v: Value = serde_json::from_str(text).expect("status JSON");
+    v["http_sessions"].as_u64().expect("http_sessions")
+}
+
+/// The HTTP listener refuses duplicate Host or Origin headers, foreign origins and hosts, answers
+/// broken bodies with JSON-RPC errors while keeping rmcp's own answers, and refuses a session
+/// past `[http] max_sessions`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_listener_checks_requests_and_caps_sessions() {
+    let s = Scratch::new("http-guard");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[http]\nmax_sessions = 3\nallowed_origins = [\"https://app.example.com\"]\n",
+            test_server_section(5),
+            files_sections(&s)
+        ),
+    );
+    let (mut gateway, url) = http_gateway(&config);
+    let broken = br#"{"jsonrpc": "2.0", "id": 1, "method": "#;
+
+    let foreign = raw_http(
+        &url,
+        "POST",
+        &[("Origin", "http://evil.example")],
+        RAW_INITIALIZE.as_bytes(),
+    )
+    .await;
+    assert_eq!(foreign.status, 403);
+    assert_eq!(
+        foreign.body,
+        "Forbidden: Origin \"http://evil.example\" is not allowed; toolshelf accepts loopback origins and those in [http] allowed_origins"
+    );
+    let other_port = raw_http(
+        &url,
+        "POST",
+        &[("Origin", "https://app.example.com:8443")],
+        broken,
+    )
+    .await;
+    assert_eq!(other_port.status, 403, "{other_port:?}");
+    let host = raw_http(&url, "POST", &[("Host", "evil.example")], broken).await;
+    assert_eq!(host.status, 403);
+    assert!(host.body.contains("[http] allowed_hosts"), "{host:?}");
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    for (name, value) in [("Host", addr), ("Origin", "http://localhost")] {
+        let twice = raw_http(&url, "POST", &[(name, value), (name, value)], broken).await;
+        assert_eq!(twice.status, 400, "{twice:?}");
+        assert_eq!(
+            twice.body,
+            format!("Bad Request: more than one {name} header")
+        );
+    }
+
+    // Broken bodies get JSON-RPC errors; a listed or loopback origin passes.
+    let parse = raw_http(
+        &url,
+        "POST",
+        &[("Origin", "https://app.example.com")],
+        broken,
+    )
+    .await;
+    assert_eq!(parse.status, 400, "{parse:?}");
+    assert_eq!(parse.header("content-type"), Some("application/json"));
+    let e = parse.json();
+    assert_eq!(
+        (&e["jsonrpc"], &e["id"], &e["error"]["code"]),
+        (&json!("2.0"), &Value::Null, &json!(-32700))
+    );
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .expect("message")
+            .starts_with("Parse error: "),
+        "{e}"
+    );
+    let invalid = raw_http(
+        &url,
+        "POST",
+        &[("Origin", "http://localhost:5173")],
+        br#"{"id": 7, "hello": "world"}"#,
+    )
+    .await;
+    assert_eq!(invalid.status, 400, "{invalid:?}");
+    let e = invalid.json();
+    assert_eq!((&e["id"], &e["error"]["code"]), (&json!(7), &json!(-32600)));
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .expect("message")
+            .starts_with("Invalid Request: "),
+        "{e}"
+    );
+    // rmcp's own answers, in its order, are kept.
+    let media = raw_http(&url, "POST", &[("Content-Type", "text/plain")], broken).await;
+    assert_eq!(media.status, 415, "{media:?}");
+    assert!(
+        media.body.starts_with("Unsupported Media Type"),
+        "{media:?}"
+    );
+    let accept = raw_http(&url, "POST", &[("Accept", "application/json")], broken).await;
+    assert_eq!(accept.status, 406, "{accept:?}");
+    let large = raw_http(&url, "POST", &[], &vec![b' '; 4 * 1024 * 1024 + 10]).await;
+    assert_eq!(large.status, 413, "{large:?}");
+    assert_eq!(large.json()["error"]["code"], -32600);
+
+    // Three sessions at most: the observer and two by hand; a fourth is refused until one ends.
+    let observer = http_client(&url, TestClient::default()).await;
+    let first = raw_session(&url).await;
+    raw_session(&url).await;
+    assert_eq!(http_sessions(&observer).await, 3);
+    let refused = raw_http(&url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    let e = refused.json();
+    assert_eq!(
+        (&e["id"], &e["error"]["code"]),
+        (&json!(41), &json!(-32000))
+    );
+    assert_eq!(
+        e["error"]["message"],
+        "toolshelf is serving 3 HTTP sessions, its limit ([http] max_sessions = 3); end a session or raise the limit"
+    );
+    let ended = raw_http(
+        &url,
+        "DELETE",
+        &[
+            ("Mcp-Session-Id", &first),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        b"",
+    )
+    .await;
+    assert!(ended.status < 300, "{ended:?}");
+    raw_session(&url).await;
+    assert_eq!(http_sessions(&observer).await, 3);
+    observer.cancel().await.expect("close");
+    gateway.kill().expect("stop gateway");
+    let _ = gateway.wait();
+}
+
+/// Sessions abandoned without a goodbye are closed after `[http] session_idle_secs`: the listener
+/// forgets them and each one's end is recorded, so neither memory nor the session cap leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sessions_left_idle_are_closed() {
+    let s = Scratch::new("http-idle");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.test]\ncommand = \"python3\"\nargs = [{:?}]\nstartup_timeout_secs = 2\ncall_timeout_secs = 1\n\
+             {}[http]\nsession_idle_secs = 8\n",
+            fixture("test_server.py"),
+            files_sections(&s)
+        ),
+    );
+    let (mut gateway, url) = http_gateway(&config);
+    let mut abandoned = std::collections::BTreeSet::new();
+    for _ in 0..50 {
+        abandoned.insert(raw_session(&url).await);
+    }
+    assert_eq!(abandoned.len(), 50);
+    let observer = http_client(&url, TestClient::default()).await;
+    let ends = || {
+        s.audit()
+            .iter()
+            .filter(|r| r["kind"] == "session" && r["outcome"] == "end")
+            .count()
+    };
+    wait_for("every abandoned session to be closed", || async {
+        http_sessions(&observer).await == 1 && ends() >= 50
+    })
+    .await;
+    assert_eq!(ends(), 50, "only the abandoned sessions ended");
+    observer.cancel().await.expect("close");
+    gateway.kill().expect("stop gateway");
+    let _ = gateway.wait();
+}

@@ -1,0 +1,657 @@
+//! The stdio transport to a downstream server: its child process, one JSON-RPC message a line.
+//!
+//! rmcp's own child-process transport drops a line over its 16 MiB limit, ignores a line that is
+//! not valid JSON (or nested deeper than serde_json reads), and answers valid JSON that is not
+//! JSON-RPC with an id-less error to the child; in every case the request that line answered
+//! stays pending until the call timeout. This transport reads the lines itself and turns a bad
+//! line into an answer at once: an error response carrying the id of the request it was meant
+//! for, which rmcp routes to the waiting caller. The id is the one a parsable line names, else
+//! the only request pending, else an `"id"` found near the line's start or end that names a
+//! pending request. A bad line that cannot be attributed ends the stream, so every pending call
+//! fails now instead of at its timeout; the reason is kept in the connection's [`Fault`] for the
+//! server's failed state.
+//!
+//! A line that does not even start like a JSON object is stray output (a banner, a log line) and
+//! is skipped with a warning, as before: it answers nothing, and treating it as a broken reply
+//! would fail an `initialize` that a chatty server otherwise completes.
+//!
+//! `receive` is cancel-safe (rmcp polls it inside a `select!`): the partial line and the state of
+//! an oversized line live in the struct, and bytes are consumed only once copied.
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use rmcp::RoleClient;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ErrorData, JsonRpcMessage, RequestId,
+    ServerJsonRpcMessage,
+};
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+/// The longest line read, newline included: rmcp's `DEFAULT_MAX_LINE_LENGTH`, so a reply that
+/// other rmcp clients read is read here too.
+pub const MAX_LINE: usize = 16 * 1024 * 1024;
+/// How much of a line's start and end is searched for its `"id"` when it cannot be parsed.
+const ID_WINDOW: usize = 256;
+/// How long a server may take to exit once its stdin is closed.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+/// The `data` of the error responses this transport makes up, so they are told apart from
+/// errors the server sent.
+const MARK: &str = "toolshelf-transport";
+
+/// Why a connection was ended by its transport, for the server's failed state.
+pub type Fault = Arc<Mutex<Option<String>>>;
+
+/// Whether `error` was made up by this transport for a reply it could not read; its message
+/// then says what happened, naming the server.
+pub fn is_unreadable_reply(error: &ErrorData) -> bool {
+    error
+        .data
+        .as_ref()
+        .and_then(|d| d.get("source"))
+        .and_then(Value::as_str)
+        == Some(MARK)
+}
+
+/// A child process speaking MCP over its stdin and stdout (stderr is inherited).
+#[derive(Debug)]
+pub struct ChildTransport {
+    server: String,
+    child: Child,
+    pid: Option<u32>,
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    stdout: BufReader<ChildStdout>,
+    max_line: usize,
+    line: Vec<u8>,
+    oversized: Option<Oversized>,
+    pending: HashSet<RequestId>,
+    fault: Fault,
+}
+
+/// What is kept of a line over the limit while the rest of it is skipped.
+#[derive(Debug, Default)]
+struct Oversized {
+    len: usize,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl Oversized {
+    fn push(&mut self, chunk: &[u8]) {
+        self.len += chunk.len();
+        let room = ID_WINDOW.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        if chunk.len() >= ID_WINDOW {
+            self.tail.clear();
+            self.tail
+                .extend_from_slice(&chunk[chunk.len() - ID_WINDOW..]);
+        } else {
+            self.tail.extend_from_slice(chunk);
+            let excess = self.tail.len().saturating_sub(ID_WINDOW);
+            self.tail.drain(..excess);
+        }
+    }
+}
+
+enum LineRead {
+    Line,
+    Oversized(Oversized),
+    Eof,
+    Io(std::io::Error),
+}
+
+/// A line that answers a request but cannot be delivered as that answer.
+struct BadReply {
+    reason: String,
+    /// The id the line names for certain (it parsed as JSON).
+    id: Option<RequestId>,
+    /// Where to look for an id when it did not parse.
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl ChildTransport {
+    /// Starts `command` for server `server`, with stdin and stdout piped and stderr inherited.
+    /// The child is killed when the transport is dropped.
+    pub fn spawn(
+        server: &str,
+        mut command: tokio::process::Command,
+        fault: Fault,
+    ) -> std::io::Result<Self> {
+        Self::spawn_with_limit(server, command_ready(&mut command), fault, MAX_LINE)
+    }
+
+    fn spawn_with_limit(
+        server: &str,
+        command: &mut tokio::process::Command,
+        fault: Fault,
+        max_line: usize,
+    ) -> std::io::Result<Self> {
+        let mut child = command.spawn()?;
+        let missing = || std::io::Error::other("the child's stdio was not piped");
+        let stdin = child.stdin.take().ok_or_else(missing)?;
+        let stdout = child.stdout.take().ok_or_else(missing)?;
+        Ok(Self {
+            server: server.to_owned(),
+            pid: child.id(),
+            child,
+            stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            stdout: BufReader::new(stdout),
+            max_line,
+            line: Vec::new(),
+            oversized: None,
+            pending: HashSet::new(),
+            fault,
+        })
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Reads one line into `self.line`, or past it when it is over the limit.
+    async fn read_line(&mut self) -> LineRead {
+        loop {
+            let (consumed, ended) = {
+                let available = match self.stdout.fill_buf().await {
+                    Ok(a) => a,
+                    Err(e) => return LineRead::Io(e),
+                };
+                if available.is_empty() {
+                    return LineRead::Eof;
+                }
+                let newline = available.iter().position(|b| *b == b'\n');
+                let take = newline.map_or(available.len(), |i| i + 1);
+                let chunk = &available[..take];
+                if let Some(o) = &mut self.oversized {
+                    o.push(chunk);
+                } else if self.line.len() + take > self.max_line {
+                    let mut o = Oversized::default();
+                    o.push(&self.line);
+                    o.push(chunk);
+                    self.line = Vec::new();
+                    self.oversized = Some(o);
+                } else {
+                    self.line.extend_from_slice(chunk);
+                }
+                (take, newline.is_some())
+            };
+            self.stdout.consume(consumed);
+            if ended {
+                return match self.oversized.take() {
+                    Some(o) => LineRead::Oversized(o),
+                    None => LineRead::Line,
+                };
+            }
+        }
+    }
+
+    /// Parses the line in `self.line`: a message, nothing to deliver, or a bad reply.
+    fn parse_line(&mut self) -> Result<Option<ServerJsonRpcMessage>, BadReply> {
+        let line = std::mem::take(&mut self.line);
+        let parsed = self.parse(&line);
+        // A huge reply leaves a huge buffer behind; keep small ones for the next line.
+        if line.capacity() <= 1 << 20 {
+            self.line = line;
+            self.line.clear();
+        }
+        parsed
+    }
+
+    fn parse(&self, line: &[u8]) -> Result<Option<ServerJsonRpcMessage>, BadReply> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        let start = line.iter().position(|b| !b.is_ascii_whitespace());
+        let Some(start) = start else { return Ok(None) };
+        if line[start] != b'{' {
+            let preview = String::from_utf8_lossy(&line[..line.len().min(200)]);
+            tracing::warn!(
+                server = %self.server,
+                "ignoring a line on stdout that is not a JSON-RPC message: {preview}"
+            );
+            return Ok(None);
+        }
+        let error = match serde_json::from_slice::<ServerJsonRpcMessage>(line) {
+            Ok(message) => return Ok(Some(message)),
+            Err(e) => e,
+        };
+        let server = &self.server;
+        match serde_json::from_slice::<Value>(line) {
+            Ok(value) => {
+                let id = value.get("id").and_then(request_id);
+                if value.get("method").and_then(Value::as_str).is_some() {
+                    // A request or notification from the server that rmcp cannot read: nobody
+                    // here waits for it. A request gets an error, so the server does not wait.
+                    match id {
+                        Some(id) => {
+                            tracing::warn!(server = %server, "refusing a request it cannot read: {error}");
+                            self.answer_invalid(id);
+                        }
+                        None => {
+                            tracing::debug!(server = %server, "ignoring a notification it cannot read: {error}");
+                        }
+                    }
+                    return Ok(None);
+                }
+                let why = match value.as_object() {
+                    Some(o) if !o.contains_key("result") && !o.contains_key("error") => {
+                        "it has neither \"result\" nor \"error\"".to_owned()
+                    }
+                    _ => error.to_string(),
+                };
+                Err(BadReply {
+                    reason: format!(
+                        "server {server:?} sent a reply that is not a JSON-RPC response ({why})"
+                    ),
+                    id,
+                    head: Vec::new(),
+                    tail: Vec::new(),
+                })
+            }
+            Err(e) => {
+                let reason = if e.to_string().starts_with("recursion limit exceeded") {
+                    format!(
+                        "server {server:?} sent a reply nested deeper than the 128 levels toolshelf reads"
+                    )
+                } else {
+                    format!("server {server:?} sent a reply that is not valid JSON ({e})")
+                };
+                Err(BadReply {
+                    reason,
+                    id: None,
+                    head: line[..line.len().min(ID_WINDOW)].to_vec(),
+                    tail: line[line.len().saturating_sub(ID_WINDOW)..].to_vec(),
+                })
+            }
+        }
+    }
+
+    /// Answers a request of the server's that cannot be read, off the receive path.
+    fn answer_invalid(&self, id: RequestId) {
+        let message = ClientJsonRpcMessage::error(
+            ErrorData::invalid_request("toolshelf cannot read this request", None),
+            Some(id),
+        );
+        let send = write_message(self.stdin.clone(), &message);
+        tokio::spawn(async move {
+            let _ = send.await;
+        });
+    }
+
+    /// The pending request a bad reply answers, if it can be told.
+    fn attribute(&self, bad: &BadReply) -> Result<RequestId, &'static str> {
+        if let Some(id) = &bad.id {
+            return if self.pending.contains(id) {
+                Ok(id.clone())
+            } else {
+                Err("it names no pending request")
+            };
+        }
+        let found = ids_in(&bad.head)
+            .into_iter()
+            .chain(ids_in(&bad.tail).into_iter().rev())
+            .find(|id| self.pending.contains(id));
+        if let Some(id) = found {
+            return Ok(id);
+        }
+        match self.pending.len() {
+            0 => Err("no request is pending"),
+            1 => Ok(self.pending.iter().next().cloned().expect("one pending")),
+            _ => Err("several requests are pending"),
+        }
+    }
+
+    fn record_fault(&self, reason: String) {
+        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    }
+}
+
+/// Pipes stdin and stdout, inherits stderr, and kills the child with its transport.
+fn command_ready(command: &mut tokio::process::Command) -> &mut tokio::process::Command {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+}
+
+/// A JSON-RPC id as a message names it.
+fn request_id(v: &Value) -> Option<RequestId> {
+    match v {
+        Value::Number(n) => n.as_i64().map(RequestId::Number),
+        Value::String(s) => Some(RequestId::String(s.as_str().into())),
+        _ => None,
+    }
+}
+
+/// Every `"id": N` or `"id": "S"` in `bytes`, in order.
+fn ids_in(bytes: &[u8]) -> Vec<RequestId> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(pos) = find(&bytes[at..], b"\"id\"") {
+        at += pos + 4;
+        let mut rest = bytes[at..].trim_ascii_start();
+        let Some(after) = rest.strip_prefix(b":") else {
+            continue;
+        };
+        rest = after.trim_ascii_start();
+        if let Some(s) = rest.strip_prefix(b"\"") {
+            if let Some(end) = s.iter().position(|b| *b == b'"')
+                && let Ok(s) = std::str::from_utf8(&s[..end])
+            {
+                out.push(RequestId::String(s.into()));
+            }
+        } else {
+            let end = rest
+                .iter()
+                .position(|b| !(b.is_ascii_digit() || *b == b'-'))
+                .unwrap_or(rest.len());
+            if let Some(n) = std::str::from_utf8(&rest[..end])
+                .ok()
+                .and_then(|s| s.parse().ok())
+            {
+                out.push(RequestId::Number(n));
+            }
+        }
+    }
+    out
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `n` bytes for a reader: `17.0 MB`, or `2050 bytes` below a megabyte.
+fn size(n: usize) -> String {
+    if n < 1_000_000 {
+        format!("{n} bytes")
+    } else {
+        format!("{:.1} MB", n as f64 / 1e6)
+    }
+}
+
+/// The line limit for a reader: `16 MiB`, or `1000-byte` when not whole mebibytes.
+fn limit(n: usize) -> String {
+    if n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n}-byte")
+    }
+}
+
+/// Serialises `message` now and writes it as one line when awaited.
+fn write_message(
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    message: &ClientJsonRpcMessage,
+) -> impl Future<Output = std::io::Result<()>> + Send + 'static + use<> {
+    let bytes = serde_json::to_vec(message).map(|mut b| {
+        b.push(b'\n');
+        b
+    });
+    async move {
+        let bytes = bytes.map_err(std::io::Error::other)?;
+        let mut stdin = stdin.lock().await;
+        let Some(stdin) = stdin.as_mut() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the transport is closed",
+            ));
+        };
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await
+    }
+}
+
+impl Transport<RoleClient> for ChildTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        match &item {
+            JsonRpcMessage::Request(r) => {
+                self.pending.insert(r.id.clone());
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    self.pending.remove(id);
+                }
+            }
+            _ => {}
+        }
+        write_message(self.stdin.clone(), &item)
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            let bad = match self.read_line().await {
+                LineRead::Eof => return None,
+                LineRead::Io(e) => {
+                    self.record_fault(format!(
+                        "reading the output of server {:?} failed: {e}",
+                        self.server
+                    ));
+                    return None;
+                }
+                LineRead::Oversized(o) => BadReply {
+                    reason: format!(
+                        "server {:?} sent a reply of {}, over the {} limit",
+                        self.server,
+                        size(o.len),
+                        limit(self.max_line)
+                    ),
+                    id: None,
+                    head: o.head,
+                    tail: o.tail,
+                },
+                LineRead::Line => match self.parse_line() {
+                    Ok(None) => continue,
+                    Ok(Some(message)) => {
+                        match &message {
+                            JsonRpcMessage::Response(r) => {
+                                self.pending.remove(&r.id);
+                            }
+                            JsonRpcMessage::Error(e) => {
+                                if let Some(id) = &e.id {
+                                    self.pending.remove(id);
+                                }
+                            }
+                            _ => {}
+                        }
+                        return Some(message);
+                    }
+                    Err(bad) => bad,
+                },
+            };
+            match self.attribute(&bad) {
+                Ok(id) => {
+                    tracing::warn!(server = %self.server, "{}; the call was abandoned", bad.reason);
+                    self.pending.remove(&id);
+                    let error = ErrorData::internal_error(
+                        format!("{}; the call was abandoned", bad.reason),
+                        Some(json!({ "source": MARK })),
+                    );
+                    return Some(ServerJsonRpcMessage::error(error, Some(id)));
+                }
+                Err(why) if self.pending.is_empty() => {
+                    tracing::warn!(server = %self.server, "{} ({why}); ignored", bad.reason);
+                }
+                Err(why) => {
+                    let reason = format!(
+                        "{}, and it could not be matched to one of the {} pending requests ({why}); the connection was closed",
+                        bad.reason,
+                        self.pending.len()
+                    );
+                    tracing::warn!(server = %self.server, "{reason}");
+                    self.record_fault(reason);
+                    // The connection is unusable: no graceful exit to wait for in `close`, and
+                    // the pending calls fail only once it returns.
+                    let _ = self.child.start_kill();
+                    return None;
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // The stdio shutdown of the MCP specification: close stdin, let the server exit, and
+        // kill it when it does not. (Dropping the transport kills it in any case.)
+        drop(self.stdin.lock().await.take());
+        match tokio::time::timeout(EXIT_WAIT, self.child.wait()).await {
+            Ok(_) => Ok(()),
+            Err(_) => self.child.kill().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_found_near_either_end() {
+        assert_eq!(
+            ids_in(br#"{"jsonrpc":"2.0","id": 12,"result":{"x":"#),
+            [RequestId::Number(12)]
+        );
+        assert_eq!(
+            ids_in(br#"aaa"}]}, "id" : "req-7"}"#),
+            [RequestId::String("req-7".into())]
+        );
+        assert_eq!(ids_in(br#"{"idx": 3, "id": true}"#), []);
+        assert!(ids_in(b"").is_empty());
+    }
+
+    #[test]
+    fn an_oversized_line_keeps_its_head_and_tail() {
+        let mut o = Oversized::default();
+        o.push(&[b'a'; 100]);
+        o.push(&[b'b'; 1000]);
+        o.push(&[b'c'; 10]);
+        assert_eq!(o.len, 1110);
+        assert_eq!(o.head.len(), ID_WINDOW);
+        assert_eq!(&o.head[..100], &[b'a'; 100][..]);
+        assert_eq!(o.tail.len(), ID_WINDOW);
+        assert_eq!(&o.tail[ID_WINDOW - 10..], b"cccccccccc");
+    }
+
+    fn request(id: i64) -> ClientJsonRpcMessage {
+        ClientJsonRpcMessage::request(
+            rmcp::model::ClientRequest::PingRequest(Default::default()),
+            RequestId::Number(id),
+        )
+    }
+
+    /// A child that prints `lines` (after reading one line of input each, so the requests are
+    /// sent first) with a line limit of 1,000 bytes.
+    fn child(lines: &[&str], fault: Fault) -> ChildTransport {
+        let script = lines
+            .iter()
+            .map(|l| format!("read _\nprintf '%s\\n' '{l}'\n"))
+            .collect::<String>();
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", &script]);
+        ChildTransport::spawn_with_limit("t", command_ready(&mut cmd), fault, 1000)
+            .expect("spawn sh")
+    }
+
+    async fn error_of(t: &mut ChildTransport) -> (RequestId, String) {
+        match t.receive().await {
+            Some(JsonRpcMessage::Error(e)) => {
+                assert!(is_unreadable_reply(&e.error), "{e:?}");
+                (e.id.expect("id"), e.error.message.into_owned())
+            }
+            other => panic!("expected a made-up error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_replies_answer_their_request_at_once() {
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","id":2,"result":{{"x":"{}"}}}}"#,
+            "y".repeat(2000)
+        );
+        let fault = Fault::default();
+        let mut t = child(
+            &[
+                "Server starting...",
+                r#"{"jsonrpc":"2.0","id":1,"result":{"#,
+                &big,
+                r#"{"jsonrpc":"2.0","id":3}"#,
+                r#"{"jsonrpc":"2.0","id":4,"result":{}}"#,
+            ],
+            fault.clone(),
+        );
+        for id in 1..=4 {
+            t.send(request(id)).await.expect("send");
+        }
+        t.send(request(5)).await.expect("send");
+        let (id, message) = error_of(&mut t).await;
+        assert_eq!(id, RequestId::Number(1));
+        assert!(
+            message.starts_with("server \"t\" sent a reply that is not valid JSON (")
+                && message.ends_with("; the call was abandoned"),
+            "{message}"
+        );
+        let (id, message) = error_of(&mut t).await;
+        assert_eq!(id, RequestId::Number(2));
+        assert!(
+            message.contains("sent a reply of 2043 bytes, over the 1000-byte limit"),
+            "{message}"
+        );
+        let (id, message) = error_of(&mut t).await;
+        assert_eq!(id, RequestId::Number(3));
+        assert!(
+            message.contains("not a JSON-RPC response (it has neither \"result\" nor \"error\")"),
+            "{message}"
+        );
+        match t.receive().await {
+            Some(JsonRpcMessage::Response(r)) => assert_eq!(r.id, RequestId::Number(4)),
+            other => panic!("expected the good reply, got {other:?}"),
+        }
+        assert_eq!(t.pending.len(), 1, "only request 5 is still pending");
+        assert!(fault.lock().expect("fault").is_none());
+    }
+
+    #[tokio::test]
+    async fn an_unattributable_bad_reply_ends_the_stream_with_the_reason() {
+        let fault = Fault::default();
+        let mut t = child(&[r#"{"broken"#], fault.clone());
+        t.send(request(1)).await.expect("send");
+        t.send(request(2)).await.expect("send");
+        assert!(t.receive().await.is_none(), "the stream ends");
+        let reason = fault.lock().expect("fault").clone().expect("a fault");
+        assert!(
+            reason.contains("not valid JSON")
+                && reason.contains("could not be matched to one of the 2 pending requests"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deep_reply_is_named_as_such() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let mut t = child(&[&deep], Fault::default());
+        t.send(request(1)).await.expect("send");
+        t.send(request(2)).await.expect("send");
+        let (id, message) = error_of(&mut t).await;
+        assert_eq!(id, RequestId::Number(1), "found by the id near the start");
+        assert!(
+            message.contains("nested deeper than the 128 levels"),
+            "{message}"
+        );
+    }
+}
