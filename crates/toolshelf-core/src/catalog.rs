@@ -7,7 +7,7 @@
 //! catalog is sorted (built-ins first, then servers by canonical name, tools by canonical name), so
 //! everything rendered from it is independent of input order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -76,6 +76,14 @@ pub struct Tool {
 }
 
 impl Tool {
+    /// The names besides the canonical one that resolve to this tool when unambiguous: bare,
+    /// original and aliases.
+    pub fn short_names(&self) -> impl Iterator<Item = &String> {
+        [&self.bare, &self.original_name]
+            .into_iter()
+            .chain(&self.aliases)
+    }
+
     /// Whether the tool declares `readOnlyHint: true`. Absent means no (fail closed).
     pub fn is_read_only(&self) -> bool {
         self.annotations.read_only == Some(true)
@@ -484,7 +492,7 @@ impl CatalogBuilder {
             |i| server_originals[i] == wanted_servers[i],
             |i| server_originals[i].as_str(),
             |_| false,
-            BTreeSet::new(),
+            HashSet::new(),
             |i, wanted, fixed| {
                 warnings.push(format!(
                     "server {:?} would be named {wanted:?} like another server; named {fixed:?} instead",
@@ -499,17 +507,19 @@ impl CatalogBuilder {
             server: Option<usize>,
             spec: ToolSpec,
             segment: String,
-            wanted: String,
             key: String,
         }
-        let mut candidates: Vec<Candidate> = Vec::new();
+        let total = self.builtin.tools.len() + groups.iter().map(|g| g.tools.len()).sum::<usize>();
+        let mut candidates: Vec<Candidate> = Vec::with_capacity(total);
+        // The name each candidate wants, parallel to `candidates`.
+        let mut wanted: Vec<String> = Vec::with_capacity(total);
         let mut builtin = self.builtin.tools;
         builtin.sort_by(|a, b| a.1.name.cmp(&b.1.name));
         for (_, spec) in builtin {
             let segment = name::tool_segment(&spec.name);
+            wanted.push(segment.clone());
             candidates.push(Candidate {
                 server: None,
-                wanted: segment.clone(),
                 segment,
                 key: spec.name.clone(),
                 spec,
@@ -523,20 +533,19 @@ impl CatalogBuilder {
             tools.sort_by(|a, b| a.1.name.cmp(&b.1.name));
             for (_, spec) in tools {
                 let segment = name::tool_segment(&spec.name);
+                wanted.push(name::mcp_name(&server_names[s], &segment));
                 candidates.push(Candidate {
                     server: Some(s),
-                    wanted: name::mcp_name(&server_names[s], &segment),
                     key: format!("{original}\u{0}{}", spec.name),
                     segment,
                     spec,
                 });
             }
         }
-        let wanted: Vec<String> = candidates.iter().map(|c| c.wanted.clone()).collect();
         let exact = |i: usize| {
             let c = &candidates[i];
             match c.server {
-                None => c.spec.name == c.wanted,
+                None => c.spec.name == wanted[i],
                 Some(s) => {
                     server_originals[s] == wanted_servers[s]
                         && server_names[s] == wanted_servers[s]
@@ -574,7 +583,7 @@ impl CatalogBuilder {
         );
 
         let mut tools = Vec::with_capacity(candidates.len());
-        for (c, canon) in candidates.into_iter().zip(tool_names) {
+        for ((c, canon), wanted) in candidates.into_iter().zip(tool_names).zip(wanted) {
             let server = c.server.map(|s| server_names[s].clone());
             let original_server = c.server.map(|s| server_originals[s].clone());
             let origin = if c.spec.model_authored {
@@ -591,7 +600,7 @@ impl CatalogBuilder {
                     .unwrap_or_else(|| c.segment.clone()),
                 None => canon.clone(),
             };
-            let mut aliases = vec![c.wanted];
+            let mut aliases = vec![wanted];
             match (&original_server, c.server) {
                 (Some(os), Some(s)) => {
                     // Also the name before the server itself lost a contest for its segment.
@@ -645,7 +654,7 @@ fn assign<'k>(
     exact: impl Fn(usize) -> bool,
     key: impl Fn(usize) -> &'k str,
     reserved: impl Fn(usize) -> bool,
-    mut taken: BTreeSet<String>,
+    mut taken: HashSet<String>,
     mut renamed: impl FnMut(usize, &str, &str),
 ) -> Vec<String> {
     let mut by_wanted: HashMap<&str, Vec<usize>> = HashMap::with_capacity(wanted.len());
@@ -720,10 +729,11 @@ pub struct Catalog {
     servers: Vec<Server>,
     tools: Vec<Tool>,
     warnings: Vec<String>,
-    /// Canonical name to index (lookups only, never iterated).
-    by_name: HashMap<String, usize>,
-    /// Bare, original and alias names to indices, ascending (lookups only, never iterated).
-    by_short: HashMap<String, Vec<usize>>,
+    /// Tool indices sorted by canonical name, for binary search (no copy of any name).
+    by_name: Vec<u32>,
+    /// (hash of a bare, original or alias name, tool index), sorted: a lookup hashes the name
+    /// and checks the few tools under that hash.
+    by_short: Vec<(u64, u32)>,
 }
 
 impl Catalog {
@@ -733,20 +743,16 @@ impl Catalog {
         tools: Vec<Tool>,
         warnings: Vec<String>,
     ) -> Self {
-        let by_name = tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-        let mut by_short: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_name: Vec<u32> = (0..tools.len() as u32).collect();
+        by_name.sort_unstable_by(|&a, &b| tools[a as usize].name.cmp(&tools[b as usize].name));
+        let mut by_short: Vec<(u64, u32)> = Vec::with_capacity(tools.len() * 3);
         for (i, t) in tools.iter().enumerate() {
-            for n in [&t.bare, &t.original_name].into_iter().chain(&t.aliases) {
-                let e = by_short.entry(n.clone()).or_default();
-                if e.last() != Some(&i) {
-                    e.push(i);
-                }
+            for n in t.short_names() {
+                by_short.push((name::fnv1a64(n.as_bytes()), i as u32));
             }
         }
+        by_short.sort_unstable();
+        by_short.dedup();
         Self {
             source_name,
             servers,
@@ -878,7 +884,10 @@ impl Catalog {
 
     /// Index of the tool with canonical name `name`.
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).copied()
+        self.by_name
+            .binary_search_by(|&i| self.tools[i as usize].name.as_str().cmp(name))
+            .ok()
+            .map(|k| self.by_name[k] as usize)
     }
 
     /// The tool with canonical name `name`.
@@ -892,11 +901,18 @@ impl Catalog {
         if let Some(i) = self.position(name) {
             return Resolution::Exact(i);
         }
-        let hits: &[usize] = self.by_short.get(name).map_or(&[], Vec::as_slice);
+        let hash = name::fnv1a64(name.as_bytes());
+        let from = self.by_short.partition_point(|&(h, _)| h < hash);
+        let hits: Vec<usize> = self.by_short[from..]
+            .iter()
+            .take_while(|&&(h, _)| h == hash)
+            .map(|&(_, i)| i as usize)
+            .filter(|&i| self.tools[i].short_names().any(|n| n == name))
+            .collect();
         match hits.len() {
             0 => Resolution::NotFound,
             1 => Resolution::Bare(hits[0]),
-            _ => Resolution::Ambiguous(hits.to_vec()),
+            _ => Resolution::Ambiguous(hits),
         }
     }
 }

@@ -122,11 +122,17 @@ impl Bm25Index {
                 len[f] = terms.len() as u32;
                 totals[f] += terms.len() as f64;
                 for t in terms {
-                    let next = postings.len() as u32;
-                    let id = *dict.entry(t.clone()).or_insert(next);
-                    if id == next {
-                        postings.push(Vec::new());
-                    }
+                    // Look up before inserting: most occurrences are of known terms, and an
+                    // `entry` would copy the term every time.
+                    let id = match dict.get(t.as_str()) {
+                        Some(&id) => id,
+                        None => {
+                            let id = postings.len() as u32;
+                            dict.insert(t.clone(), id);
+                            postings.push(Vec::new());
+                            id
+                        }
+                    };
                     let list = &mut postings[id as usize];
                     match list.last_mut() {
                         Some(p) if p.doc == d as u32 => p.tf[f] = p.tf[f].saturating_add(1),

@@ -282,6 +282,37 @@ pub fn doc_fields(catalog: &Catalog, tool: &Tool) -> DocFields {
     fields
 }
 
+/// [`doc_fields`] of every tool at `docs`, in order. Analysis (segmentation and stemming) is most
+/// of an index build, and each tool's is independent of the others', so large catalogs are split
+/// across the machine's cores; the result is the same as analysing them one by one.
+fn analyze_all(catalog: &Catalog, docs: &[usize]) -> Vec<DocFields> {
+    let tools = catalog.tools();
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    if threads < 2 || docs.len() < 4096 {
+        return docs
+            .iter()
+            .map(|&i| doc_fields(catalog, &tools[i]))
+            .collect();
+    }
+    let chunk = docs.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = docs
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|&i| doc_fields(catalog, &tools[i]))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 /// The text of `tool` for an embedding model: name words, title, description, parameter names
 /// and descriptions, and the server's description, one per line.
 pub fn doc_text(catalog: &Catalog, tool: &Tool) -> String {
@@ -370,10 +401,7 @@ impl SearchIndex {
         let mut docs: Vec<usize> = visible.to_vec();
         docs.sort_unstable();
         docs.dedup();
-        let fields: Vec<DocFields> = docs
-            .iter()
-            .map(|&i| doc_fields(catalog, &tools[i]))
-            .collect();
+        let fields = analyze_all(catalog, &docs);
         let name_terms = fields
             .iter()
             .map(|f| {
