@@ -635,3 +635,33 @@ async fn by_default_the_log_holds_warnings_and_state_changes_only() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_relative_path_is_expanded_and_its_directories_created() {
+    let s = Scratch::new("tilde");
+    let home = s.0.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let config = format!(
+        "{}[audit]\npath = \"~/logs/toolshelf/audit.jsonl\"\n[cache]\npath = \"~/fresh/cache\"\n",
+        named_server("s", &json!([tool("t", "x", empty())]), ""),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client_with(&cfg, TestClient::default(), |c| {
+        c.env("HOME", &home).current_dir(&s.0);
+    })
+    .await;
+    ok(&search(&client, json!({"tool_names": ["mcp__s__t"]})).await);
+    ok(&exec(&client, "mcp__s__t", json!({})).await);
+    client.cancel().await.expect("close");
+    assert!(
+        home.join("logs/toolshelf/audit.jsonl").exists(),
+        "the audit log is under HOME"
+    );
+    assert!(
+        std::fs::read_dir(home.join("fresh/cache"))
+            .expect("cache dir created")
+            .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("catalog-"))),
+        "the catalog cache is under HOME"
+    );
+    assert!(!s.0.join("~").exists(), "no literal ~ directory");
+}
