@@ -8,21 +8,14 @@
 //! happens in the background (a restart, a re-listed server) polls with a generous deadline: the
 //! assertions are about what happens, never about how fast.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+mod common;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
-    ElicitResult, ElicitationAction, Implementation, ReadResourceRequestParams, ResourceContents,
-};
-use rmcp::service::{RequestContext, RunningService};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use common::*;
+use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-
-const TOOLSHELF: &str = env!("CARGO_BIN_EXE_toolshelf");
 
 fn prefix() -> PathBuf {
     std::env::var_os("TOOLSHELF_MCP_PREFIX")
@@ -43,184 +36,11 @@ fn server_bin(rel: &str) -> String {
     p.display().to_string()
 }
 
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-/// A scratch directory with a config, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("toolshelf-e2e-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        let dir = std::fs::canonicalize(&dir).expect("canonical");
-        Self(dir)
-    }
-
-    fn path(&self, rel: &str) -> String {
-        self.0.join(rel).display().to_string()
-    }
-
-    fn write(&self, rel: &str, content: &str) -> String {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&p, content).expect("write");
-        p.display().to_string()
-    }
-
-    fn audit(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.0.join("audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
-            .collect()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn test_server_section(call_timeout: u64) -> String {
     format!(
         "[servers.test]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = {call_timeout}\nrestart_delay_secs = 3\n",
         fixture("test_server.py")
     )
-}
-
-/// The common sections: audit and cache inside the scratch directory.
-fn files_sections(s: &Scratch) -> String {
-    format!(
-        "[audit]\npath = {:?}\n[cache]\npath = {:?}\n",
-        s.path("audit.jsonl"),
-        s.path("cache")
-    )
-}
-
-/// A client that records nothing and answers elicitations by a fixed rule.
-#[derive(Debug, Clone, Default)]
-struct TestClient {
-    /// `Some(accept)`: declare elicitation support and answer so.
-    elicitation: Option<bool>,
-}
-
-impl ClientHandler for TestClient {
-    fn get_info(&self) -> ClientConfig {
-        let caps = match self.elicitation {
-            Some(_) => ClientCapabilities::builder().enable_elicitation().build(),
-            None => ClientCapabilities::default(),
-        };
-        ClientConfig::new(caps, Implementation::new("toolshelf-e2e", "0"))
-    }
-
-    async fn create_elicitation(
-        &self,
-        _request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, ErrorData> {
-        Ok(ElicitResult::new(if self.elicitation == Some(true) {
-            ElicitationAction::Accept
-        } else {
-            ElicitationAction::Decline
-        }))
-    }
-}
-
-type Client = RunningService<RoleClient, TestClient>;
-
-async fn stdio_client(config: &str, handler: TestClient) -> Client {
-    let mut cmd = tokio::process::Command::new(TOOLSHELF);
-    cmd.args(["serve", "--config", config])
-        .env("TOOLSHELF_LOG", "warn");
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn toolshelf serve");
-    handler
-        .serve(transport)
-        .await
-        .expect("initialize toolshelf")
-}
-
-/// `toolshelf serve --http 127.0.0.1:0`; returns the child and the URL it serves.
-fn http_gateway(config: &str) -> (std::process::Child, String) {
-    let mut child = std::process::Command::new(TOOLSHELF)
-        .args(["serve", "--config", config, "--http", "127.0.0.1:0"])
-        .env("TOOLSHELF_LOG", "warn")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn toolshelf serve --http");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("toolshelf exited before serving")
-            .expect("stderr line");
-        eprintln!("{line}");
-        if let Some(rest) = line.strip_prefix("toolshelf: serving MCP at ") {
-            break rest.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
-    (child, url)
-}
-
-async fn http_client(url: &str, handler: TestClient) -> Client {
-    handler
-        .serve(StreamableHttpClientTransport::from_uri(url))
-        .await
-        .expect("initialize over HTTP")
-}
-
-async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("arguments must be an object")
-    };
-    client
-        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
-        .await
-        .unwrap_or_else(|e| panic!("tools/call {name} failed at the protocol level: {e}"))
-}
-
-async fn exec(client: &Client, tool: &str, params: Value) -> CallToolResult {
-    call(
-        client,
-        "defer_execute",
-        json!({"tool_name": tool, "params": params}),
-    )
-    .await
-}
-
-fn text(r: &CallToolResult) -> String {
-    r.content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn ok(r: &CallToolResult) -> String {
-    assert_ne!(r.is_error, Some(true), "expected success, got: {}", text(r));
-    text(r)
-}
-
-fn err(r: &CallToolResult) -> String {
-    assert_eq!(
-        r.is_error,
-        Some(true),
-        "expected an error, got: {}",
-        text(r)
-    );
-    text(r)
 }
 
 async fn list_json(client: &Client) -> String {
@@ -229,15 +49,10 @@ async fn list_json(client: &Client) -> String {
 }
 
 async fn statuses(client: &Client) -> Vec<Value> {
-    let r = client
-        .read_resource(ReadResourceRequestParams::new("toolshelf://status"))
-        .await
-        .expect("read toolshelf://status");
-    let ResourceContents::TextResourceContents { text, .. } = &r.contents[0] else {
-        panic!("status is text")
-    };
-    let v: Value = serde_json::from_str(text).expect("status JSON");
-    v["servers"].as_array().expect("servers").clone()
+    status(client).await["servers"]
+        .as_array()
+        .expect("servers")
+        .clone()
 }
 
 async fn server_status(client: &Client, name: &str) -> Value {
@@ -246,19 +61,6 @@ async fn server_status(client: &Client, name: &str) -> Value {
         .into_iter()
         .find(|s| s["name"] == name)
         .unwrap_or_else(|| panic!("no status for {name}"))
-}
-
-/// Polls `check` every 100 ms until it holds; fails after 60 s with `what`.
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn kill(pid: u64) {
@@ -752,19 +554,25 @@ async fn cache_catalog_and_status() {
     assert_eq!(st["state"], "ready");
     assert_eq!(st["pid"].as_u64().map(|p| p.to_string()), Some(pid));
 
-    // status sees the running gateway.
-    let out = std::process::Command::new(TOOLSHELF)
-        .args(["status", "--config", &config, "--json"])
-        .output()
-        .expect("status");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
-    assert_eq!(v["source"], "running");
-    assert_eq!(v["servers"][0]["state"], "ready");
+    // status sees the running gateway; its file follows the state changes as the hub handles them.
+    let status_json = || {
+        let out = std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &config, "--json"])
+            .output()
+            .expect("status");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("status JSON")
+    };
+    wait_for("the status file to show the server ready", || async {
+        let v = status_json();
+        assert_eq!(v["source"], "running");
+        v["servers"][0]["state"] == "ready"
+    })
+    .await;
     second.cancel().await.expect("close");
 
     // catalog from an mcp.json prints the grouped form, which render reads.
@@ -1427,105 +1235,6 @@ async fn list_change_floods_are_coalesced() {
     client.cancel().await.expect("close");
 }
 
-/// A response to [`raw_http`].
-#[derive(Debug)]
-struct RawResponse {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl RawResponse {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
-    }
-}
-
-/// One HTTP/1.1 request on its own connection to the gateway serving `url`, written byte by byte
-/// so tests can send what a well-behaved client library would not (two Host headers, broken
-/// JSON). `headers` replace the default `Host`, `Accept` and `Content-Type` when they name them.
-async fn raw_http(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> RawResponse {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = url
-        .strip_prefix("http://")
-        .and_then(|u| u.strip_suffix("/mcp"))
-        .expect("http://ADDR/mcp");
-    let mut head = format!("{method} /mcp HTTP/1.1\r\n");
-    let named = |n: &str| headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(n));
-    for (name, value) in [
-        ("Host", addr),
-        ("Accept", "application/json, text/event-stream"),
-        ("Content-Type", "application/json"),
-    ] {
-        if !named(name) {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-    }
-    for (name, value) in headers.iter().filter(|(_, v)| !v.is_empty()) {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    ));
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connect to the gateway");
-    stream.write_all(head.as_bytes()).await.expect("send head");
-    // The server may answer before reading a body it refuses; the answer is what counts.
-    let _ = stream.write_all(body).await;
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
-        .await
-        .expect("the gateway ends its answer")
-        .expect("read the answer");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked {
-        let mut out = String::new();
-        let mut rest = rest;
-        while let Some((size, after)) = rest.split_once("\r\n") {
-            let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if size == 0 {
-                break;
-            }
-            out.push_str(&after[..size.min(after.len())]);
-            rest = after.get(size + 2..).unwrap_or("");
-        }
-        out
-    } else {
-        rest.to_owned()
-    };
-    RawResponse {
-        status,
-        headers,
-        body,
-    }
-}
-
-const RAW_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":41,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
-
 /// Opens a session by hand (initialize, then initialized) and returns its id.
 async fn raw_session(url: &str) -> String {
     let init = raw_http(url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
@@ -1549,15 +1258,9 @@ async fn raw_session(url: &str) -> String {
 }
 
 async fn http_sessions(client: &Client) -> u64 {
-    let r = client
-        .read_resource(ReadResourceRequestParams::new("toolshelf://status"))
-        .await
-        .expect("read toolshelf://status");
-    let ResourceContents::TextResourceContents { text, .. } = &r.contents[0] else {
-        panic!("status is text")
-    };
-    let v: Value = serde_json::from_str(text).expect("status JSON");
-    v["http_sessions"].as_u64().expect("http_sessions")
+    status(client).await["http_sessions"]
+        .as_u64()
+        .expect("http_sessions")
 }
 
 /// The HTTP listener refuses duplicate Host or Origin headers, foreign origins and hosts, answers

@@ -492,38 +492,6 @@ async fn without_a_home_files_go_to_a_private_directory() {
     );
 }
 
-/// One raw HTTP/1.1 request; returns the status and the headers (lower-case names). The body is
-/// not read: an MCP answer may be a stream that stays open.
-fn raw_http(addr: &str, request: &str) -> (u16, Vec<(String, String)>) {
-    use std::io::{BufRead, BufReader, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .expect("timeout");
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).expect("status line");
-    let status = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status code");
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        reader.read_line(&mut line).expect("header");
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = l.split_once(':') {
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-        }
-    }
-    (status, headers)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_that_never_finished_its_handshake_has_no_end_record() {
     let s = Scratch::new("handshake");
@@ -534,35 +502,15 @@ async fn a_session_that_never_finished_its_handshake_has_no_end_record() {
     );
     let cfg = s.write("toolshelf.toml", &config);
     let (mut gateway, url) = http_gateway(&cfg);
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
+    let init = raw_http(&url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
+    assert_eq!(init.status, 200, "{init:?}");
+    let session = init
+        .header("mcp-session-id")
+        .expect("a session id")
         .to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"}}})
-    .to_string();
-    let (status, headers) = raw_http(
-        &addr,
-        &format!(
-            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    assert_eq!(status, 200, "{headers:?}");
-    let session = headers
-        .iter()
-        .find(|(k, _)| k == "mcp-session-id")
-        .map(|(_, v)| v.clone())
-        .expect("a session id");
     // No `notifications/initialized`: the session is deleted half-open.
-    let (status, _) = raw_http(
-        &addr,
-        &format!(
-            "DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nMcp-Session-Id: {session}\r\nContent-Length: 0\r\n\r\n"
-        ),
-    );
-    assert!(status < 300, "DELETE answered {status}");
+    let deleted = raw_http(&url, "DELETE", &[("Mcp-Session-Id", &session)], b"").await;
+    assert!(deleted.status < 300, "{deleted:?}");
     // A full session afterwards, so its end record proves records are written.
     let client = http_client(&url, TestClient::default()).await;
     list_names(&client).await;

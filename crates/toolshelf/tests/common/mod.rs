@@ -276,3 +276,107 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A response to [`raw_http`].
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+}
+
+/// One HTTP/1.1 request on its own connection to the gateway serving `url`, written byte by byte
+/// so tests can send what a well-behaved client library would not (two Host headers, broken
+/// JSON). `headers` replace the default `Host`, `Accept` and `Content-Type` when they name them.
+pub async fn raw_http(
+    url: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> RawResponse {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/mcp"))
+        .expect("http://ADDR/mcp");
+    let mut head = format!("{method} /mcp HTTP/1.1\r\n");
+    let named = |n: &str| headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(n));
+    for (name, value) in [
+        ("Host", addr),
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+    ] {
+        if !named(name) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    for (name, value) in headers.iter().filter(|(_, v)| !v.is_empty()) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the gateway");
+    stream.write_all(head.as_bytes()).await.expect("send head");
+    // The server may answer before reading a body it refuses; the answer is what counts.
+    let _ = stream.write_all(body).await;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
+        .await
+        .expect("the gateway ends its answer")
+        .expect("read the answer");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = rest;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if size == 0 {
+                break;
+            }
+            out.push_str(&after[..size.min(after.len())]);
+            rest = after.get(size + 2..).unwrap_or("");
+        }
+        out
+    } else {
+        rest.to_owned()
+    };
+    RawResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+pub const RAW_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":41,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
