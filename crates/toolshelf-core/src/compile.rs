@@ -81,6 +81,11 @@ impl Compiled {
                 .check()
                 .map_err(|e| err(format!("[servers.{name}] {e}")))?;
         }
+        if config.session.activation_ttl_turns == 0 || config.session.activation_ttl_calls == 0 {
+            return Err(err(
+                "[session] activation_ttl_turns and activation_ttl_calls must be at least 1".into(),
+            ));
+        }
         if config.execute.call_timeout_secs == 0 {
             return Err(err("[execute] call_timeout_secs must be at least 1".into()));
         }

@@ -42,6 +42,9 @@ pub struct Config {
     /// `[cache]`: the on-disk catalog cache.
     #[serde(default)]
     pub cache: CacheConfig,
+    /// `[session]`: activation expiry and reminder limits.
+    #[serde(default)]
+    pub session: SessionConfig,
     /// `[http]`: the streamable HTTP listener of `serve --http`.
     #[serde(default)]
     pub http: HttpConfig,
@@ -344,6 +347,27 @@ pub enum OnError {
     Allow,
     /// Refuse the call.
     Deny,
+}
+
+/// `[session]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// `activation_ttl_turns`: a tool whose schema the model received and that goes unused for
+    /// more than this many model requests expires (its next call is refused with the schema).
+    pub activation_ttl_turns: u64,
+    /// `activation_ttl_calls`: the same for the gateway, which sees no model requests and counts
+    /// each `tools/call` of the session as a turn (a model request often makes several).
+    pub activation_ttl_calls: u64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            activation_ttl_turns: 6,
+            activation_ttl_calls: 20,
+        }
+    }
 }
 
 /// `[audit]`.

@@ -24,6 +24,7 @@ use crate::config::Action;
 use crate::name::{self, DEFER_EXECUTE, META_TOOLS};
 use crate::permission::Permissions;
 use crate::policy::{Exposure, State};
+use crate::session::Activity;
 
 /// How many closest names an unknown-tool error suggests.
 pub const SUGGESTIONS: usize = 5;
@@ -67,6 +68,8 @@ pub enum RefusalKind {
     NotRunnable,
     /// A deferred tool whose schema the model has not been shown.
     NotLoaded,
+    /// A deferred tool whose schema the model was shown too many turns ago.
+    Expired,
     /// The params violate the tool's schema.
     Invalid,
     /// The tool's own schema does not compile, so no params can be checked.
@@ -94,6 +97,7 @@ impl RefusalKind {
             Self::Ambiguous => "ambiguous",
             Self::NotRunnable => "not_runnable",
             Self::NotLoaded => "not_loaded",
+            Self::Expired => "expired",
             Self::Invalid => "invalid",
             Self::SchemaBroken => "schema_broken",
             Self::Denied => "denied",
@@ -156,6 +160,14 @@ pub enum Refusal {
     NotLoaded {
         /// The tool.
         tool: usize,
+    },
+    /// The tool's activation expired (unused for longer than the TTL); the refusal carries the
+    /// schema, so it activates the tool again.
+    Expired {
+        /// The tool.
+        tool: usize,
+        /// Turns since its last use.
+        idle_turns: u64,
     },
     /// The params violate the schema; the refusal carries the schema.
     Invalid {
@@ -222,6 +234,7 @@ impl Refusal {
             Self::Ambiguous { .. } => RefusalKind::Ambiguous,
             Self::NotRunnable { .. } => RefusalKind::NotRunnable,
             Self::NotLoaded { .. } => RefusalKind::NotLoaded,
+            Self::Expired { .. } => RefusalKind::Expired,
             Self::Invalid { .. } => RefusalKind::Invalid,
             Self::SchemaBroken { .. } => RefusalKind::SchemaBroken,
             Self::Denied { .. } => RefusalKind::Denied,
@@ -242,6 +255,7 @@ impl Refusal {
             Self::Hidden { tool, .. }
             | Self::NotRunnable { tool }
             | Self::NotLoaded { tool }
+            | Self::Expired { tool, .. }
             | Self::Invalid { tool, .. }
             | Self::SchemaBroken { tool, .. }
             | Self::Denied { tool, .. }
@@ -257,6 +271,7 @@ impl Refusal {
     pub fn loads(&self) -> Option<usize> {
         match self {
             Self::NotLoaded { tool }
+            | Self::Expired { tool, .. }
             | Self::Invalid { tool, .. }
             | Self::InvalidAfterHook { tool, .. } => Some(*tool),
             _ => None,
@@ -308,6 +323,18 @@ impl Refusal {
                 format!(
                     "{} was not run: its schema had not been loaded in this session, so the params could not be \
 checked. It is loaded now; here is its schema. Call it again with params that match:\n{}\n{}",
+                    t.name,
+                    schema_block(t),
+                    call_form(t)
+                )
+            }
+            Self::Expired {
+                tool: i,
+                idle_turns,
+            } => {
+                let t = tool(i);
+                format!(
+                    "{} was not run: its schema was loaded in this session but the tool has not been used for {idle_turns} turns, so it expired and the params could not be checked against a schema you still have. It is loaded again; here is its schema. Call it again with params that match:\n{}\n{}",
                     t.name,
                     schema_block(t),
                     call_form(t)
@@ -440,18 +467,27 @@ pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Resul
     }
 }
 
-/// Stage 2: a deferred tool runs only once the model has seen its schema (`[execute]
-/// require_search`). Resident tools were sent with their schema.
+/// Stage 2: a deferred tool runs only while the model holds its schema (`[execute]
+/// require_search`): shown in this session and not expired. Resident tools were sent with their
+/// schema. `turn` is the session's current turn.
 pub fn require_loaded(
     exposure: &Exposure,
     tool: usize,
     require_search: bool,
-    loaded: bool,
+    activity: Activity,
+    turn: u64,
 ) -> Result<(), Refusal> {
-    if require_search && !loaded && exposure.decisions[tool].state == State::Deferred {
-        return Err(Refusal::NotLoaded { tool });
+    if !require_search || exposure.decisions[tool].state != State::Deferred {
+        return Ok(());
     }
-    Ok(())
+    match activity {
+        Activity::Active { .. } => Ok(()),
+        Activity::Inactive => Err(Refusal::NotLoaded { tool }),
+        Activity::Expired { last_used } => Err(Refusal::Expired {
+            tool,
+            idle_turns: turn.saturating_sub(last_used),
+        }),
+    }
 }
 
 /// Stage 3: the params against the tool's schema.
@@ -867,13 +903,21 @@ mod tests {
         let c = catalog();
         let i = c.position("mcp__fs__read_text_file").expect("tool");
         let e = exposure(&c, "");
-        let r = require_loaded(&e, i, true, false).expect_err("not loaded");
+        let r = require_loaded(&e, i, true, Activity::Inactive, 1).expect_err("not loaded");
         assert_eq!((r.kind(), r.loads()), (RefusalKind::NotLoaded, Some(i)));
         let t = r.text(&c);
         assert!(t.contains("It is loaded now"), "{t}");
         assert!(t.ends_with("defer_execute {\"tool_name\":\"mcp__fs__read_text_file\",\"params\":{\"path\":\"…\"}}"), "{t}");
-        require_loaded(&e, i, true, true).expect("loaded");
-        require_loaded(&e, i, false, false).expect("search not required");
+        require_loaded(&e, i, true, Activity::Active { last_used: 3 }, 5).expect("loaded");
+        require_loaded(&e, i, false, Activity::Inactive, 5).expect("search not required");
+        let r = require_loaded(&e, i, true, Activity::Expired { last_used: 2 }, 9)
+            .expect_err("expired");
+        assert_eq!((r.kind(), r.loads()), (RefusalKind::Expired, Some(i)));
+        let t = r.text(&c);
+        assert!(
+            t.contains("has not been used for 7 turns") && t.contains("\"inputSchema\""),
+            "{t}"
+        );
         let asking = compiled("[permissions]\nask = [\"read\"]");
         let because = match authorize(&c, asking.permissions(), i, &Map::new()) {
             Ok(Authorization::Ask { because }) => because,

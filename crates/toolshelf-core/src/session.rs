@@ -1,49 +1,184 @@
-//! Per-session state: what one client has seen and loaded.
+//! Per-session state: what one conversation has been shown, loaded and used.
 //!
-//! The tool list is frozen when the session first asks for it, so the prompt prefix stays
-//! byte-identical for the whole session even while servers come and go; what changed is told to
-//! the model once, as a short notice on the next tool result. Names, not catalog indices, are
-//! kept, because the catalog is rebuilt whenever a server's tools change.
+//! A session renders its surface once, when it starts, and every turn reads those frozen bytes,
+//! so the prompt prefix stays byte-identical even while servers come and go; what changed is told
+//! to the model once, as a notice. Tools the model received a schema for are *active*, with the
+//! turn of their last use: an active tool runs through `defer_execute` with no new search, and one
+//! left unused for longer than the activation TTL expires (its next call is refused with the schema
+//! attached, which activates it again). Names, not catalog indices, are kept, because the catalog
+//! is rebuilt whenever a server's tools change.
+//!
+//! A turn is one model request. Edges that see no model requests count something else: the
+//! gateway counts each `tools/call` of the session (see the README). The state is plain data
+//! that serialises (`serde`), small and versioned, so a session store can keep it outside the
+//! process.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// One client session's state.
-#[derive(Debug, Clone, Default)]
+use serde::{Deserialize, Serialize};
+
+/// Version of the serialised layout; another version is not read.
+pub const STATE_VERSION: u32 = 1;
+
+/// The surface as rendered when the session started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrozenSurface {
+    /// The wire format it was rendered in (`anthropic`, `openai`, `openai-responses`, `mcp`).
+    pub format: String,
+    /// The tool list, canonical JSON.
+    pub tools: String,
+}
+
+/// Where a tool stands in the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// The model holds its schema and used it (or received it) recently enough.
+    Active {
+        /// Turn of its last use (or of the schema being shown).
+        last_used: u64,
+    },
+    /// The model received its schema, but longer ago than the TTL.
+    Expired {
+        /// Turn of its last use.
+        last_used: u64,
+    },
+    /// The model never received its schema in this session.
+    Inactive,
+}
+
+/// One session's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionState {
-    /// Whether the tool list has been frozen (the caller keeps the list itself).
-    frozen: bool,
-    /// Canonical names of deferred tools whose schema this session has seen.
-    activated: BTreeSet<String>,
+    /// [`STATE_VERSION`].
+    pub version: u32,
+    /// The current turn; 0 before the first.
+    turn: u64,
+    /// The surface rendered at the start; `None` until then.
+    frozen: Option<FrozenSurface>,
+    /// How many times a surface was rendered for this session (1 once started, ever).
+    renders: u32,
+    /// Canonical names of tools whose schema the model received, with the turn of last use.
+    active: BTreeMap<String, u64>,
+    /// Canonical names of tools called, with the turn of the last call.
+    called: BTreeMap<String, u64>,
     /// Visible tool names the model was last told about.
     known: BTreeSet<String>,
 }
 
+impl Default for SessionState {
+    fn default() -> Self {
+        Self {
+            version: STATE_VERSION,
+            turn: 0,
+            frozen: None,
+            renders: 0,
+            active: BTreeMap::new(),
+            called: BTreeMap::new(),
+            known: BTreeSet::new(),
+        }
+    }
+}
+
 impl SessionState {
-    /// Marks the tool list frozen and remembers which tools were visible then.
-    pub fn freeze(&mut self, visible: BTreeSet<String>) {
-        self.frozen = true;
-        self.known = visible;
+    /// Freezes the surface and remembers which tools were visible: done once, when the session
+    /// starts. `render` produces the surface; it is called only if nothing is frozen yet, so a
+    /// session renders exactly once however many turns it has.
+    pub fn freeze(
+        &mut self,
+        visible: BTreeSet<String>,
+        render: impl FnOnce() -> FrozenSurface,
+    ) -> &FrozenSurface {
+        if self.frozen.is_none() {
+            self.renders += 1;
+            self.known = visible;
+        }
+        self.frozen.get_or_insert_with(render)
     }
 
-    /// Whether the tool list has been frozen.
+    /// The frozen surface, once the session started.
+    pub fn frozen(&self) -> Option<&FrozenSurface> {
+        self.frozen.as_ref()
+    }
+
+    /// Whether the surface has been frozen.
     pub fn is_frozen(&self) -> bool {
-        self.frozen
+        self.frozen.is_some()
     }
 
-    /// Marks tools as loaded (their schema was shown to the model).
+    /// How many surfaces were rendered for this session.
+    pub fn renders(&self) -> u32 {
+        self.renders
+    }
+
+    /// The current turn (0 before the first).
+    pub fn turn(&self) -> u64 {
+        self.turn
+    }
+
+    /// Starts the next turn and returns its number (the first is 1).
+    pub fn next_turn(&mut self) -> u64 {
+        self.turn += 1;
+        self.turn
+    }
+
+    /// Marks tools active as of now: their schema was shown to the model.
     pub fn activate<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
-        self.activated.extend(names.into_iter().map(str::to_owned));
+        for n in names {
+            self.active.insert(n.to_owned(), self.turn);
+        }
     }
 
-    /// Whether the model has seen `name`'s schema in this session.
+    /// Records a call of `name` now: an active tool's activation is refreshed.
+    pub fn record_call(&mut self, name: &str) {
+        self.called.insert(name.to_owned(), self.turn);
+        if let Some(t) = self.active.get_mut(name) {
+            *t = self.turn;
+        }
+    }
+
+    /// Where `name` stands, with activations expiring after `ttl` turns without use: a tool used
+    /// at turn `t` is active through turn `t + ttl` and expired from `t + ttl + 1`.
+    pub fn activity(&self, name: &str, ttl: u64) -> Activity {
+        match self.active.get(name) {
+            None => Activity::Inactive,
+            Some(&last_used) if self.turn.saturating_sub(last_used) <= ttl => {
+                Activity::Active { last_used }
+            }
+            Some(&last_used) => Activity::Expired { last_used },
+        }
+    }
+
+    /// Names of the tools active now (see [`Self::activity`]), sorted.
+    pub fn active_names(&self, ttl: u64) -> Vec<String> {
+        self.active
+            .iter()
+            .filter(|(_, t)| self.turn.saturating_sub(**t) <= ttl)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Whether the model has received `name`'s schema in this session (expired or not).
     pub fn is_activated(&self, name: &str) -> bool {
-        self.activated.contains(name)
+        self.active.contains_key(name)
+    }
+
+    /// The turn `name` was last called, if it was.
+    pub fn last_called(&self, name: &str) -> Option<u64> {
+        self.called.get(name).copied()
+    }
+
+    /// Tools called at or after turn `since`, sorted.
+    pub fn called_since(&self, since: u64) -> impl Iterator<Item = &str> {
+        self.called
+            .iter()
+            .filter(move |(_, t)| **t >= since)
+            .map(|(n, _)| n.as_str())
     }
 
     /// The notice for tools that appeared or went away since the model was last told, if any;
     /// remembers `visible` as told. Empty before the list is frozen.
     pub fn change_notice(&mut self, visible: &BTreeSet<String>) -> Option<String> {
-        if !self.frozen || &self.known == visible {
+        if self.frozen.is_none() || &self.known == visible {
             return None;
         }
         let known = std::mem::replace(&mut self.known, visible.clone());
@@ -60,6 +195,26 @@ impl SessionState {
             "[toolshelf: the available tools changed; {}. Use tool_search to load new ones.]",
             parts.join("; ")
         ))
+    }
+
+    /// The state as JSON, for a session store.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads a state written by [`Self::to_json`]; another layout version is an error.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("session state: {e}"))?;
+        match v.get("version").and_then(serde_json::Value::as_u64) {
+            Some(n) if n == u64::from(STATE_VERSION) => {}
+            other => {
+                return Err(format!(
+                    "session state: layout version {other:?}, this build reads {STATE_VERSION}"
+                ));
+            }
+        }
+        serde_json::from_value(v).map_err(|e| format!("session state: {e}"))
     }
 }
 
@@ -86,11 +241,18 @@ mod tests {
         names.iter().map(|s| s.to_string()).collect()
     }
 
+    fn frozen() -> FrozenSurface {
+        FrozenSurface {
+            format: "anthropic".into(),
+            tools: "[]".into(),
+        }
+    }
+
     #[test]
     fn notice_names_changes_once() {
         let mut s = SessionState::default();
         assert_eq!(s.change_notice(&set(&["a"])), None, "not frozen yet");
-        s.freeze(set(&["a", "b"]));
+        s.freeze(set(&["a", "b"]), frozen);
         assert_eq!(s.change_notice(&set(&["a", "b"])), None);
         let n = s.change_notice(&set(&["a", "c", "d"])).expect("changed");
         assert_eq!(
@@ -108,9 +270,71 @@ mod tests {
     }
 
     #[test]
-    fn activation_is_by_name() {
+    fn a_fifty_turn_session_renders_once() {
         let mut s = SessionState::default();
-        s.activate(["mcp__a__x"]);
-        assert!(s.is_activated("mcp__a__x") && !s.is_activated("mcp__a__y"));
+        let mut calls = 0;
+        for _ in 0..50 {
+            s.next_turn();
+            let f = s.freeze(set(&["a"]), || {
+                calls += 1;
+                frozen()
+            });
+            assert_eq!(f.tools, "[]");
+        }
+        assert_eq!((calls, s.renders()), (1, 1));
+    }
+
+    #[test]
+    fn activations_expire_after_the_ttl_and_use_refreshes_them() {
+        let mut s = SessionState::default();
+        s.next_turn(); // 1
+        s.activate(["x"]);
+        assert_eq!(s.activity("y", 6), Activity::Inactive);
+        for _ in 2..=7 {
+            s.next_turn();
+        }
+        assert_eq!(s.turn(), 7);
+        assert_eq!(
+            s.activity("x", 6),
+            Activity::Active { last_used: 1 },
+            "6 turns unused: still active"
+        );
+        s.next_turn(); // 8
+        assert_eq!(
+            s.activity("x", 6),
+            Activity::Expired { last_used: 1 },
+            "7 turns unused: expired"
+        );
+        s.activate(["x"]); // the refusal carried the schema
+        assert_eq!(s.activity("x", 6), Activity::Active { last_used: 8 });
+        for _ in 9..=13 {
+            s.next_turn();
+        }
+        s.record_call("x"); // used at 13
+        for _ in 14..=19 {
+            s.next_turn();
+        }
+        assert_eq!(s.activity("x", 6), Activity::Active { last_used: 13 });
+        assert_eq!(s.last_called("x"), Some(13));
+        assert_eq!(s.called_since(13).collect::<Vec<_>>(), ["x"]);
+        assert_eq!(s.called_since(14).count(), 0);
+    }
+
+    #[test]
+    fn state_round_trips_and_refuses_other_versions() {
+        let mut s = SessionState::default();
+        s.next_turn();
+        s.freeze(set(&["a"]), frozen);
+        s.activate(["a"]);
+        s.record_call("a");
+        let text = s.to_json();
+        assert!(text.len() < 300, "small: {text}");
+        assert_eq!(SessionState::from_json(&text).expect("reads"), s);
+        let other = text.replace("\"version\":1", "\"version\":2");
+        assert!(
+            SessionState::from_json(&other)
+                .expect_err("v2")
+                .contains("layout version")
+        );
     }
 }

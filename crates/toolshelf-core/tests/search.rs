@@ -512,3 +512,39 @@ fn a_lexical_clone_ranks_like_the_original() {
         assert_eq!(a, b, "{q}");
     }
 }
+
+#[test]
+fn active_tools_are_marked_and_the_marks_stay_within_the_budget() {
+    use toolshelf_core::search::render::search_in_session;
+    let e = env(None);
+    let request =
+        SearchRequest::from_json(&json!({"queries": ["read file"], "limit": 5})).expect("request");
+    let plain = search(&e.index, &e.catalog, &request, &SearchConfig::default());
+    assert!(!plain.text.contains("already active"));
+    let all = |_: usize| true;
+    let marked = search_in_session(
+        &e.index,
+        &e.catalog,
+        &request,
+        &SearchConfig::default(),
+        &all,
+    );
+    assert_eq!(
+        marked.text.matches(" (already active)").count(),
+        marked.loaded.len(),
+        "{}",
+        marked.text
+    );
+    for budget in [200, 300, 600, 1_000] {
+        let config = SearchConfig {
+            response_budget_chars: budget,
+            ..SearchConfig::default()
+        };
+        let r = search_in_session(&e.index, &e.catalog, &request, &config, &all);
+        assert!(
+            r.text.chars().count() <= budget,
+            "budget {budget}:\n{}",
+            r.text
+        );
+    }
+}

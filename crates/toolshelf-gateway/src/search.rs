@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 use toolshelf_core::config::SearchConfig;
 use toolshelf_core::search::SearchRequest;
-use toolshelf_core::search::render::{Outcome, SearchResponse, search};
+use toolshelf_core::search::render::{Outcome, SearchResponse, search_in_session};
 
 use crate::hub::Snapshot;
 
@@ -26,12 +26,14 @@ pub struct SearchOutcome {
     pub outcome: &'static str,
 }
 
-/// Answers one `tool_search` call over the visible tools of `snapshot`.
-/// `before` runs inside the engine's fault boundary, first (the failpoint of the tests).
+/// Answers one `tool_search` call over the visible tools of `snapshot`; `active` names the
+/// tools whose schema the session holds (marked in the text). `before` runs inside the engine's
+/// fault boundary, first (the failpoint of the tests).
 pub fn tool_search(
     snapshot: &Snapshot,
     config: &SearchConfig,
     args: &Map<String, Value>,
+    active: &dyn Fn(&str) -> bool,
     before: impl FnOnce(),
 ) -> SearchOutcome {
     match SearchRequest::from_json(&Value::Object(args.clone())) {
@@ -46,7 +48,14 @@ pub fn tool_search(
             // otherwise conclude the tool does not exist.
             let run = std::panic::AssertUnwindSafe(|| {
                 before();
-                search(snapshot.search_index(), &snapshot.catalog, &request, config)
+                let tools = snapshot.catalog.tools();
+                search_in_session(
+                    snapshot.search_index(),
+                    &snapshot.catalog,
+                    &request,
+                    config,
+                    &|i| active(&tools[i].name),
+                )
             });
             match std::panic::catch_unwind(run) {
                 Ok(r) => SearchOutcome {

@@ -30,7 +30,7 @@ use toolshelf_core::hook::{HookEvent, HookEventKind};
 use toolshelf_core::invoke::{self, AskRefusal, Authorization, Refusal, RefusalKind, Via, echo};
 use toolshelf_core::meta::DeferExecuteArgs;
 use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
-use toolshelf_core::session::SessionState;
+use toolshelf_core::session::{FrozenSurface, SessionState};
 
 use crate::audit::Audit;
 use crate::downstream::Downstream;
@@ -190,7 +190,10 @@ impl GatewaySession {
         self.hub.settled().await;
         let snap = self.hub.snapshot();
         let list = Arc::new(snap.tools_list.clone());
-        local.state.freeze(snap.visible.clone());
+        local.state.freeze(snap.visible.clone(), || FrozenSurface {
+            format: "mcp".into(),
+            tools: serde_json::to_string(list.as_ref()).unwrap_or_default(),
+        });
         local.list = Some(list.clone());
         list
     }
@@ -229,7 +232,10 @@ impl GatewaySession {
 
     async fn search(&self, args: Map<String, Value>) -> CallToolResult {
         let snap = self.hub.snapshot();
-        let outcome = tool_search(&snap, &self.hub.config().search, &args, || {
+        let ttl = self.hub.config().session.activation_ttl_calls;
+        let held = self.local.lock().await.state.active_names(ttl);
+        let active = |name: &str| held.binary_search_by(|h| h.as_str().cmp(name)).is_ok();
+        let outcome = tool_search(&snap, &self.hub.config().search, &args, &active, || {
             failpoint("search")
         });
         let names: Vec<String> = outcome
@@ -336,11 +342,13 @@ impl GatewaySession {
             .ok_or(Refusal::NotRunnable { tool: i })?;
         {
             let local = self.local.lock().await;
+            let ttl = self.hub.config().session.activation_ttl_calls;
             invoke::require_loaded(
                 &snap.exposure,
                 i,
                 self.hub.config().execute.require_search,
-                local.state.is_activated(&tool.name),
+                local.state.activity(&tool.name, ttl),
+                local.state.turn(),
             )?;
         }
         let validator = snap.validator(i);
@@ -469,6 +477,7 @@ impl GatewaySession {
         let outcome = server
             .call(&tool.original_name, params.clone(), timeout)
             .await;
+        self.local.lock().await.state.record_call(name);
         let mut record = self.record(AuditKind::Call);
         record.requested = Some(echo(requested));
         record.via = Some(via);
@@ -607,6 +616,8 @@ tool_search, run them with defer_execute.",
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.list().await;
+        // The gateway sees no model requests: each call of the session is a turn.
+        self.local.lock().await.state.next_turn();
         let args = request.arguments.unwrap_or_default();
         let mut result = match request.name.as_ref() {
             TOOL_SEARCH => self.search(args).await,

@@ -613,3 +613,59 @@ async fn a_home_relative_path_is_expanded_and_its_directories_created() {
     );
     assert!(!s.0.join("~").exists(), "no literal ~ directory");
 }
+
+/// Each `tools/call` of a gateway session is a turn; a tool unused for more than
+/// `[session] activation_ttl_calls` calls expires, and its next call is refused with the schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_tool_expires_and_its_next_call_carries_the_schema() {
+    let s = Scratch::new("expiry");
+    let config = format!(
+        "{}{}[session]\nactivation_ttl_calls = 2\n",
+        named_server(
+            "s",
+            &json!([
+                tool(
+                    "t",
+                    "the tool that expires",
+                    json!({"type": "object", "properties": {"n": {"type": "integer"}}})
+                ),
+                tool("other", "another tool", empty())
+            ]),
+            ""
+        ),
+        files_sections(&s)
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    let found = ok(&search(
+        &client,
+        json!({"tool_names": ["mcp__s__t", "mcp__s__other"]}),
+    )
+    .await); // turn 1
+    assert!(!found.contains("already active"), "{found}");
+    ok(&exec(&client, "mcp__s__t", json!({"n": 1})).await); // turn 2: used
+    ok(&exec(&client, "mcp__s__other", json!({})).await); // turn 3
+    ok(&exec(&client, "mcp__s__other", json!({})).await); // turn 4
+    // A repeated search still returns the schema of an active tool, marked as such.
+    let again = ok(&search(&client, json!({"tool_names": ["mcp__s__other"]})).await); // turn 5
+    assert!(
+        again.contains("1. mcp__s__other (already active)") && again.contains("parameters"),
+        "{again}"
+    );
+    let e = err(&exec(&client, "mcp__s__t", json!({"n": 2})).await); // turn 6: 4 calls unused
+    assert!(
+        e.starts_with("mcp__s__t was not run: its schema was loaded in this session but the tool has not been used for 4 turns")
+            && e.contains("\"inputSchema\""),
+        "{e}"
+    );
+    let r = ok(&exec(&client, "mcp__s__t", json!({"n": 3})).await); // turn 7: active again
+    assert!(r.contains("\"n\":3"), "{r}");
+    client.cancel().await.expect("close");
+    let expired: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["outcome"] == "expired")
+        .collect();
+    assert_eq!(expired.len(), 1, "{expired:?}");
+    assert_eq!(expired[0]["tool"], "mcp__s__t");
+}

@@ -124,6 +124,43 @@ pub fn search(
     request: &SearchRequest,
     config: &SearchConfig,
 ) -> SearchResponse {
+    search_in_session(index, catalog, request, config, &|_| false)
+}
+
+/// [`search`] in a session: a tool whose schema the session already holds (`active(i)`) still
+/// gets its full schema (the client may have compacted its history away), marked
+/// `(already active)` so the model knows it may call it at once.
+pub fn search_in_session(
+    index: &SearchIndex,
+    catalog: &Catalog,
+    request: &SearchRequest,
+    config: &SearchConfig,
+    active: &dyn Fn(usize) -> bool,
+) -> SearchResponse {
+    // The marks lengthen the text after layout: when that crosses the budget, lay out again
+    // within a budget smaller by the overflow.
+    let mut budget = config.response_budget_chars;
+    loop {
+        let within = SearchConfig {
+            response_budget_chars: budget,
+            ..config.clone()
+        };
+        let mut response = search_within(index, catalog, request, &within);
+        mark_active(&mut response, catalog, active);
+        let over = chars(&response.text).saturating_sub(config.response_budget_chars);
+        if over == 0 || budget <= over {
+            return response;
+        }
+        budget -= over;
+    }
+}
+
+fn search_within(
+    index: &SearchIndex,
+    catalog: &Catalog,
+    request: &SearchRequest,
+    config: &SearchConfig,
+) -> SearchResponse {
     match request {
         SearchRequest::Names(names) => exact(index, catalog, names, config),
         SearchRequest::Queries { queries, limit } => {
@@ -151,6 +188,36 @@ pub fn search(
             )
         }
     }
+}
+
+/// Marks the full hits of active tools in the text: their header line `N. NAME` gains
+/// ` (already active)`.
+fn mark_active(response: &mut SearchResponse, catalog: &Catalog, active: &dyn Fn(usize) -> bool) {
+    let tools = catalog.tools();
+    let marked: Vec<&str> = response
+        .loaded
+        .iter()
+        .filter(|&&i| active(i))
+        .map(|&i| tools[i].name.as_str())
+        .collect();
+    if marked.is_empty() {
+        return;
+    }
+    let mut out = String::with_capacity(response.text.len() + marked.len() * 20);
+    for line in response.text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        let is_marked = body.split_once(". ").is_some_and(|(n, name)| {
+            n.chars().all(|c| c.is_ascii_digit()) && marked.contains(&name)
+        });
+        out.push_str(body);
+        if is_marked {
+            out.push_str(" (already active)");
+        }
+        if line.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    response.text = out;
 }
 
 fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchResponse {
