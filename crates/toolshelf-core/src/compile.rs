@@ -16,6 +16,7 @@ use crate::hook::Hooks;
 use crate::pattern::Pattern;
 use crate::permission::Permissions;
 use crate::policy::{Exposure, Mode, Policy, Rule};
+use crate::reminder::Reminders;
 use crate::surface::Surface;
 
 /// Result alias for compiling (the core's error type).
@@ -30,6 +31,7 @@ pub struct Compiled {
     modes: BTreeMap<String, Mode>,
     permissions: Permissions,
     hooks: Hooks,
+    reminders: Reminders,
 }
 
 impl Compiled {
@@ -92,6 +94,8 @@ impl Compiled {
         crate::http::Listener::new(&config).map_err(err)?;
         let permissions = Permissions::new(&config.permissions, source_name)?;
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
+        let reminders =
+            Reminders::new(&config.reminders, config.session.reminder_max_chars).map_err(err)?;
         let policy = Policy::new(rules, config.defer.default, config.defer.window, active);
         Ok(Self {
             config,
@@ -100,7 +104,13 @@ impl Compiled {
             modes,
             permissions,
             hooks,
+            reminders,
         })
+    }
+
+    /// The reminder rules.
+    pub fn reminders(&self) -> &Reminders {
+        &self.reminders
     }
 
     /// The configuration as written.

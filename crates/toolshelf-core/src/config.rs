@@ -45,6 +45,10 @@ pub struct Config {
     /// `[session]`: activation expiry and reminder limits.
     #[serde(default)]
     pub session: SessionConfig,
+    /// `[[reminders]]`: system reminders that bring a category of deferred tools back to the
+    /// model's attention when their trigger fires.
+    #[serde(default)]
+    pub reminders: Vec<ReminderConfig>,
     /// `[http]`: the streamable HTTP listener of `serve --http`.
     #[serde(default)]
     pub http: HttpConfig,
@@ -359,6 +363,8 @@ pub struct SessionConfig {
     /// `activation_ttl_calls`: the same for the gateway, which sees no model requests and counts
     /// each `tools/call` of the session as a turn (a model request often makes several).
     pub activation_ttl_calls: u64,
+    /// `reminder_max_chars`: the longest reminder message accepted.
+    pub reminder_max_chars: usize,
 }
 
 impl Default for SessionConfig {
@@ -366,8 +372,59 @@ impl Default for SessionConfig {
         Self {
             activation_ttl_turns: 6,
             activation_ttl_calls: 20,
+            reminder_max_chars: 400,
         }
     }
+}
+
+/// One `[[reminders]]` rule: see [`crate::reminder`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReminderConfig {
+    /// Unique name of the rule.
+    pub id: String,
+    /// The category of tools it points at, e.g. "database migration checks".
+    pub category: String,
+    /// What the model reads: a colleague's suggestion about the category, never a schema or a
+    /// parameter.
+    pub message: String,
+    /// Queries that find the category's tools; shown with the message.
+    #[serde(default)]
+    pub search_hint: Vec<String>,
+    /// Trigger: globs over file paths in the latest call's arguments or the user's text.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Trigger: keywords or phrases in the user's text (English or Chinese, matched as search
+    /// terms, so "migrations" matches "migration" and 迁移 matches 数据库迁移).
+    #[serde(default)]
+    pub intents: Vec<String>,
+    /// Trigger: tool-name patterns just called.
+    #[serde(default)]
+    pub after_tools: Vec<String>,
+    /// Suppression: tool-name patterns of the category; while one was called within
+    /// `unless_used_turns` turns, the rule does not fire.
+    #[serde(default)]
+    pub unless_used: Vec<String>,
+    /// How recent a use of `unless_used` suppresses the rule, in turns.
+    #[serde(default = "default_unless_used_turns")]
+    pub unless_used_turns: u64,
+    /// Turns between two firings of the rule.
+    #[serde(default = "default_cooldown")]
+    pub cooldown_turns: u64,
+    /// Turns a fired reminder stays in the injected blocks (unless the model searched its
+    /// category meanwhile).
+    #[serde(default = "default_reminder_ttl")]
+    pub ttl_turns: u64,
+}
+
+fn default_unless_used_turns() -> u64 {
+    3
+}
+fn default_cooldown() -> u64 {
+    4
+}
+fn default_reminder_ttl() -> u64 {
+    2
 }
 
 /// `[audit]`.

@@ -78,6 +78,52 @@ pub fn glob_matches(glob: &str, text: &str) -> bool {
     wildcard(&g, &t, '*', '?')
 }
 
+/// Lexical path normalisation: drops a `file://` prefix, folds repeated `/` and `.` segments,
+/// applies `..` (never above the root of an absolute path; kept at the head of a relative one).
+pub fn normalize_path(raw: &str) -> String {
+    let raw = raw.strip_prefix("file://").unwrap_or(raw);
+    let absolute = raw.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in raw.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => match parts.last() {
+                Some(&last) if last != ".." => {
+                    parts.pop();
+                }
+                _ if absolute => {}
+                _ => parts.push(".."),
+            },
+            s => parts.push(s),
+        }
+    }
+    let joined = parts.join("/");
+    match (absolute, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_owned(),
+        (false, false) => joined,
+    }
+}
+
+/// Whether a normalised path matches a normalised path glob, segment by segment: `*` and `?`
+/// stay within one segment, `**` spans any number of them.
+pub fn path_matches(glob: &str, path: &str) -> bool {
+    let g: Vec<&str> = glob.split('/').collect();
+    let p: Vec<&str> = path.split('/').collect();
+    segments_match(&g, &p)
+}
+
+fn segments_match(glob: &[&str], path: &[&str]) -> bool {
+    match glob.split_first() {
+        None => path.is_empty(),
+        Some((&"**", rest)) => (0..=path.len()).any(|skip| segments_match(rest, &path[skip..])),
+        Some((g, rest)) => match path.split_first() {
+            Some((p, tail)) => glob_matches(g, p) && segments_match(rest, tail),
+            None => false,
+        },
+    }
+}
+
 /// Classic linear-time wildcard matching with a single backtrack point.
 fn wildcard<T: Copy + PartialEq>(glob: &[T], text: &[T], any: T, one: T) -> bool {
     let (mut g, mut t) = (0, 0);

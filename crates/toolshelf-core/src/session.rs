@@ -17,6 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::reminder::ReminderMark;
+
 /// Version of the serialised layout; another version is not read.
 pub const STATE_VERSION: u32 = 1;
 
@@ -63,6 +65,9 @@ pub struct SessionState {
     called: BTreeMap<String, u64>,
     /// Visible tool names the model was last told about.
     known: BTreeSet<String>,
+    /// Reminder rules' marks, by rule id (rules never fired are absent).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    reminders: BTreeMap<String, ReminderMark>,
 }
 
 impl Default for SessionState {
@@ -75,6 +80,7 @@ impl Default for SessionState {
             active: BTreeMap::new(),
             called: BTreeMap::new(),
             known: BTreeSet::new(),
+            reminders: BTreeMap::new(),
         }
     }
 }
@@ -195,6 +201,20 @@ impl SessionState {
             "[toolshelf: the available tools changed; {}. Use tool_search to load new ones.]",
             parts.join("; ")
         ))
+    }
+
+    /// Reminder rule `id`'s mark (default when it never fired).
+    pub fn reminder_mark(&self, id: &str) -> ReminderMark {
+        self.reminders.get(id).cloned().unwrap_or_default()
+    }
+
+    /// Sets rule `id`'s mark; a default mark is dropped, keeping the state small.
+    pub fn set_reminder_mark(&mut self, id: &str, mark: ReminderMark) {
+        if mark == ReminderMark::default() {
+            self.reminders.remove(id);
+        } else {
+            self.reminders.insert(id.to_owned(), mark);
+        }
     }
 
     /// The state as JSON, for a session store.

@@ -426,7 +426,19 @@ impl Hub {
         if settled && !*self.settled.borrow() {
             // Once every server has listed its tools (or failed), a rule that names none of
             // them is most likely a typo.
-            for w in self.compiled.unmatched(&self.snapshot().catalog) {
+            let snap = self.snapshot();
+            for w in self.compiled.unmatched(&snap.catalog) {
+                tracing::warn!("{w}");
+            }
+            let index = snap.search_index();
+            let hits = |q: &str| {
+                index
+                    .rank(&snap.catalog, &[q.to_owned()], 5)
+                    .into_iter()
+                    .map(|h| h.index)
+                    .collect()
+            };
+            for w in self.compiled.reminders().check_against(&snap.catalog, hits) {
                 tracing::warn!("{w}");
             }
         }

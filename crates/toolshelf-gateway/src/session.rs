@@ -30,6 +30,8 @@ use toolshelf_core::hook::{HookEvent, HookEventKind};
 use toolshelf_core::invoke::{self, AskRefusal, Authorization, Refusal, RefusalKind, Via, echo};
 use toolshelf_core::meta::DeferExecuteArgs;
 use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
+use toolshelf_core::reminder;
+use toolshelf_core::search::SearchRequest;
 use toolshelf_core::session::{FrozenSurface, SessionState};
 
 use crate::audit::Audit;
@@ -541,6 +543,65 @@ impl GatewaySession {
         result
     }
 
+    /// Evaluates the reminder rules for this call: its target tool and arguments (paths,
+    /// `after_tools`) or, for `tool_search`, its queries (which clear reminders of a category
+    /// searched for). Returns the blocks of the rules that fired.
+    fn fired_reminders(
+        &self,
+        snap: &Snapshot,
+        state: &mut SessionState,
+        called: &str,
+        args: &Map<String, Value>,
+    ) -> Vec<String> {
+        let reminders = self.hub.compiled().reminders();
+        if reminders.is_empty() {
+            return Vec::new();
+        }
+        let mut searches = Vec::new();
+        let mut target = None;
+        match called {
+            TOOL_SEARCH => {
+                if let Ok(SearchRequest::Queries { queries, .. }) =
+                    SearchRequest::from_json(&Value::Object(args.clone()))
+                {
+                    searches = queries;
+                }
+            }
+            DEFER_EXECUTE => {
+                if let Ok(call) = DeferExecuteArgs::parse(args) {
+                    target = Some((call.tool_name, call.params));
+                }
+            }
+            other => target = Some((other.to_owned(), args.clone())),
+        }
+        let resolved = target.and_then(|(name, params)| {
+            invoke::resolve(&snap.catalog, &snap.exposure, &name)
+                .ok()
+                .map(|i| (i, params))
+        });
+        let calls: Vec<reminder::Call<'_>> = resolved
+            .iter()
+            .map(|(i, params)| reminder::Call {
+                tool: &snap.catalog.tools()[*i],
+                params,
+            })
+            .collect();
+        let input = reminder::TurnInput {
+            user_text: None,
+            calls: &calls,
+            searches: &searches,
+        };
+        let evaluation = reminders.evaluate(state, &input);
+        for n in &evaluation.notes {
+            tracing::debug!(session = %self.id, rule = %n.id, event = n.event, "reminder: {}", n.why);
+        }
+        evaluation
+            .fired
+            .iter()
+            .map(|&i| reminders.block(i))
+            .collect()
+    }
+
     /// `defer_execute`: its own arguments first, then the target's pipeline.
     async fn defer_execute(
         &self,
@@ -619,14 +680,21 @@ tool_search, run them with defer_execute.",
         // The gateway sees no model requests: each call of the session is a turn.
         self.local.lock().await.state.next_turn();
         let args = request.arguments.unwrap_or_default();
+        let trigger = args.clone();
         let mut result = match request.name.as_ref() {
             TOOL_SEARCH => self.search(args).await,
             DEFER_EXECUTE => self.defer_execute(args, &context).await,
             other => self.execute(other, args, Via::Direct, &context).await,
         };
-        let visible = self.hub.snapshot().visible.clone();
-        if let Some(notice) = self.local.lock().await.state.change_notice(&visible) {
+        let snap = self.hub.snapshot();
+        let mut local = self.local.lock().await;
+        if let Some(notice) = local.state.change_notice(&snap.visible) {
             result.content.push(ContentBlock::text(notice));
+        }
+        // Reminders this call fired reach the model once, on this result (the gateway cannot
+        // touch the user's messages, and results always reach the model).
+        for block in self.fired_reminders(&snap, &mut local.state, &request.name, &trigger) {
+            result.content.push(ContentBlock::text(block));
         }
         Ok(result.into())
     }

@@ -669,3 +669,68 @@ async fn an_unused_tool_expires_and_its_next_call_carries_the_schema() {
     assert_eq!(expired.len(), 1, "{expired:?}");
     assert_eq!(expired[0]["tool"], "mcp__s__t");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_triggered_by_a_path_arrives_once_on_the_result() {
+    let s = Scratch::new("reminder");
+    let path_schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+    let config = format!(
+        "{}{}{}[execute]\nrequire_search = false\n\
+         [[reminders]]\nid = \"migrations\"\ncategory = \"database migration checks\"\n\
+         message = \"Migrations usually go with the migration checks; a colleague would run them before committing.\"\n\
+         search_hint = [\"migration check\"]\npaths = [\"migrations/**\"]\ncooldown_turns = 3\n",
+        named_server(
+            "files",
+            &json!([tool("read", "read a file", path_schema)]),
+            ""
+        ),
+        named_server(
+            "db",
+            &json!([tool(
+                "check_migrations",
+                "check pending database migrations",
+                empty()
+            )]),
+            ""
+        ),
+        files_sections(&s)
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    let plain = ok(&exec(
+        &client,
+        "mcp__files__read",
+        json!({"path": "/repo/src/main.rs"}),
+    )
+    .await);
+    assert!(!plain.contains("system-reminder"), "{plain}");
+    let r = exec(
+        &client,
+        "mcp__files__read",
+        json!({"path": "/repo/db/migrations/004_index.sql"}),
+    )
+    .await;
+    let texts: Vec<String> = r
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(
+        texts[0].contains("\"server\":\"files\""),
+        "the result first: {texts:?}"
+    );
+    assert_eq!(
+        texts[1],
+        "<system-reminder>\nMigrations usually go with the migration checks; a colleague would run them before committing.\nTo find these tools: tool_search {\"queries\": [\"migration check\"]}\n</system-reminder>"
+    );
+    // Within the cooldown the same trigger adds nothing.
+    let again = ok(&exec(
+        &client,
+        "mcp__files__read",
+        json!({"path": "/repo/db/migrations/005.sql"}),
+    )
+    .await);
+    assert!(!again.contains("system-reminder"), "{again}");
+    client.cancel().await.expect("close");
+}
