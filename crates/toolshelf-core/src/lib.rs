@@ -22,6 +22,7 @@ pub mod name;
 pub mod pattern;
 pub mod permission;
 pub mod policy;
+pub mod request;
 pub mod search;
 pub mod session;
 pub mod surface;
