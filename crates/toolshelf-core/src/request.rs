@@ -1,0 +1,961 @@
+//! Request bodies for the three LLM APIs, assembled so that a provider's prompt cache keeps
+//! hitting.
+//!
+//! Prompt caches (Anthropic's explicit breakpoints, OpenAI's automatic prefix cache) reuse work
+//! only for a byte-identical prefix: tools, then system, then the messages in order. The tool
+//! surface is already a pure function of its inputs; this module makes the rest of the request
+//! equally predictable:
+//!
+//! - `system` and `tools` are written as given, so they are the same bytes every turn;
+//! - the messages (`input` for Responses) are the only growing part, and the messages of the
+//!   request for `items[..n]` are element for element the first messages of the request for
+//!   `items[..n + 1]`: every item maps to its own messages, never merged with a neighbour's, and
+//!   nothing earlier is rewritten when an item is added;
+//! - host-injected text (reminders, tool-set change notices, environment context) is carried by
+//!   the item it arrived with and placed at a fixed position, never spliced into an earlier
+//!   message. In a user turn it goes before the user's own text, which is wrapped in
+//!   `<user_query>…</user_query>` and comes last. After tool results it goes after them:
+//!   Anthropic requires `tool_result` blocks to open their user message, so the injected blocks
+//!   follow them in the same message; the OpenAI APIs answer tool calls with one message (item)
+//!   per call, so the injected blocks follow those in one extra user message;
+//! - bodies are compared and written through [`canonical_json`], so the same value is the same
+//!   bytes whatever order its keys were built in.
+//!
+//! Pure: no I/O. The caller keeps the transcript (the items, with their injected blocks) and
+//! sends `canonical_json(&assemble(...))`.
+//!
+//! [`Sections`] reads a body of any of the three APIs back into the parts a cache depends on,
+//! which is what `toolshelf prefix-check` compares.
+
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::{Map, Value, json};
+
+use crate::wire::Format;
+
+/// The APIs a request body can be assembled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// Anthropic Messages: top-level `system`, `tools`, `messages`.
+    Anthropic,
+    /// OpenAI Chat Completions: `messages` opening with a system message, `tools`.
+    OpenAiChat,
+    /// OpenAI Responses: `instructions`, `tools`, `input`.
+    OpenAiResponses,
+}
+
+impl Api {
+    /// Every API, with the name used on the command line (the same as `--format`'s).
+    pub const ALL: [(&'static str, Api); 3] = [
+        ("anthropic", Api::Anthropic),
+        ("openai", Api::OpenAiChat),
+        ("openai-responses", Api::OpenAiResponses),
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Anthropic => "anthropic",
+            Api::OpenAiChat => "openai",
+            Api::OpenAiResponses => "openai-responses",
+        }
+    }
+
+    /// The wire format of this API's tool definitions.
+    pub fn tool_format(self) -> Format {
+        match self {
+            Api::Anthropic => Format::Anthropic,
+            Api::OpenAiChat => Format::OpenAi,
+            Api::OpenAiResponses => Format::OpenAiResponses,
+        }
+    }
+
+    /// The key of the growing array: `messages`, or `input` for Responses.
+    pub fn conversation_key(self) -> &'static str {
+        match self {
+            Api::OpenAiResponses => "input",
+            _ => "messages",
+        }
+    }
+
+    /// Which API a request body is for, or `None` when it has no `messages` or `input`.
+    ///
+    /// The rule, first match wins:
+    /// 1. an `input` or `instructions` key: OpenAI Responses;
+    /// 2. a top-level `system` key: Anthropic (Chat Completions has none);
+    /// 3. a message with role `system`, `developer` or `tool`, or with `tool_calls`, or a tool
+    ///    with a `function` object: OpenAI Chat Completions;
+    /// 4. any other body with `messages`: Anthropic. Where nothing tells the two apart (plain
+    ///    user and assistant messages, no system part) they split into the same sections, so
+    ///    the choice does not change a comparison.
+    pub fn detect(body: &Value) -> Option<Api> {
+        let body = body.as_object()?;
+        if body.contains_key("input") || body.contains_key("instructions") {
+            return Some(Api::OpenAiResponses);
+        }
+        let messages = body.get("messages")?.as_array()?;
+        if body.contains_key("system") {
+            return Some(Api::Anthropic);
+        }
+        let chat_message = messages.iter().any(|m| {
+            matches!(
+                m.get("role").and_then(Value::as_str),
+                Some("system" | "developer" | "tool")
+            ) || m.get("tool_calls").is_some()
+        });
+        let chat_tool = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|ts| ts.iter().any(|t| t.get("function").is_some()));
+        Some(if chat_message || chat_tool {
+            Api::OpenAiChat
+        } else {
+            Api::Anthropic
+        })
+    }
+}
+
+/// One tool call made by the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The API's call id (`tool_use_id`, `tool_call_id`, `call_id`).
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments (a JSON object). OpenAI APIs get them as a canonical JSON string.
+    pub input: Value,
+}
+
+/// The result of one tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// The id of the call it answers.
+    pub id: String,
+    /// The text the model reads.
+    pub content: String,
+    /// Whether the call failed. Only Anthropic has a field for it (`is_error`); the OpenAI APIs
+    /// have none, so there the content alone must say so.
+    pub is_error: bool,
+}
+
+/// One entry of the transcript. An item maps to its own messages, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// The user's text, with host-injected blocks (reminders, tool-set change notices,
+    /// environment context) that go before it, in the given order.
+    User { text: String, injected: Vec<String> },
+    /// The model's turn: optional text, then tool calls.
+    Assistant {
+        text: Option<String>,
+        calls: Vec<ToolCall>,
+    },
+    /// Results of the previous assistant turn's calls, plus host-injected blocks (after the
+    /// results).
+    Results {
+        results: Vec<ToolResult>,
+        injected: Vec<String>,
+    },
+}
+
+/// The request body for `items` in `api`.
+///
+/// `tools` must already be in the API's wire format ([`Api::tool_format`]); they are written as
+/// given. An empty `system` or `tools` is left out (OpenAI refuses an empty `tools` array), and so
+/// is an item with nothing in it. `settings` (`model`, `max_tokens`, `stream`, ...) become
+/// top-level keys; one that names a key assembled here (`system`, `tools`, `messages`, `input`,
+/// `instructions`) is ignored, the assembled value wins.
+pub fn assemble(
+    api: Api,
+    system: &str,
+    tools: &[Value],
+    items: &[Item],
+    settings: &Map<String, Value>,
+) -> Value {
+    let mut body = Map::new();
+    let mut conversation = Vec::new();
+    match api {
+        Api::Anthropic if !system.is_empty() => {
+            body.insert("system".into(), system.into());
+        }
+        Api::OpenAiChat if !system.is_empty() => {
+            conversation.push(json!({"role": "system", "content": system}));
+        }
+        Api::OpenAiResponses if !system.is_empty() => {
+            body.insert("instructions".into(), system.into());
+        }
+        _ => {}
+    }
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools.to_vec()));
+    }
+    for item in items {
+        push_item(api, item, &mut conversation);
+    }
+    body.insert(api.conversation_key().into(), Value::Array(conversation));
+    for (k, v) in settings {
+        if !body.contains_key(k) && !ASSEMBLED.contains(&k.as_str()) {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(body)
+}
+
+/// Top-level keys [`assemble`] writes itself, in any API; settings cannot replace them.
+const ASSEMBLED: [&str; 5] = ["system", "tools", "messages", "input", "instructions"];
+
+/// `text` as the user's query: wrapped, so injected blocks before it cannot be mistaken for it.
+fn user_query(text: &str) -> String {
+    format!("<user_query>{text}</user_query>")
+}
+
+/// A text block of a user message in `api`.
+fn user_text(api: Api, text: &str) -> Value {
+    match api {
+        Api::OpenAiResponses => json!({"type": "input_text", "text": text}),
+        _ => json!({"type": "text", "text": text}),
+    }
+}
+
+/// A user message holding `blocks` (already in the API's block format).
+fn user_message(api: Api, blocks: Vec<Value>) -> Value {
+    match api {
+        Api::OpenAiResponses => json!({"type": "message", "role": "user", "content": blocks}),
+        _ => json!({"role": "user", "content": blocks}),
+    }
+}
+
+/// Appends the messages of one item.
+fn push_item(api: Api, item: &Item, out: &mut Vec<Value>) {
+    match item {
+        Item::User { text, injected } => {
+            let mut blocks: Vec<Value> = injected.iter().map(|b| user_text(api, b)).collect();
+            blocks.push(user_text(api, &user_query(text)));
+            out.push(user_message(api, blocks));
+        }
+        Item::Assistant { text, calls } => {
+            if text.is_none() && calls.is_empty() {
+                return;
+            }
+            push_assistant(api, text.as_deref(), calls, out);
+        }
+        Item::Results { results, injected } => {
+            if results.is_empty() && injected.is_empty() {
+                return;
+            }
+            push_results(api, results, injected, out);
+        }
+    }
+}
+
+fn push_assistant(api: Api, text: Option<&str>, calls: &[ToolCall], out: &mut Vec<Value>) {
+    match api {
+        Api::Anthropic => {
+            let mut content: Vec<Value> = text
+                .map(|t| json!({"type": "text", "text": t}))
+                .into_iter()
+                .collect();
+            content.extend(calls.iter().map(
+                |c| json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}),
+            ));
+            out.push(json!({"role": "assistant", "content": content}));
+        }
+        Api::OpenAiChat => {
+            let mut message = json!({"role": "assistant", "content": text});
+            if !calls.is_empty() {
+                message["tool_calls"] = calls
+                    .iter()
+                    .map(|c| {
+                        json!({"id": c.id, "type": "function", "function": {
+                            "name": c.name, "arguments": canonical_json(&c.input)}})
+                    })
+                    .collect();
+            }
+            out.push(message);
+        }
+        Api::OpenAiResponses => {
+            if let Some(t) = text {
+                out.push(json!({"type": "message", "role": "assistant",
+                    "content": [{"type": "output_text", "text": t}]}));
+            }
+            out.extend(calls.iter().map(|c| {
+                json!({"type": "function_call", "call_id": c.id, "name": c.name,
+                    "arguments": canonical_json(&c.input)})
+            }));
+        }
+    }
+}
+
+fn push_results(api: Api, results: &[ToolResult], injected: &[String], out: &mut Vec<Value>) {
+    let injected_blocks = || injected.iter().map(|b| user_text(api, b));
+    match api {
+        Api::Anthropic => {
+            let mut content: Vec<Value> = results
+                .iter()
+                .map(|r| {
+                    let mut block = json!({"type": "tool_result", "tool_use_id": r.id,
+                        "content": r.content});
+                    if r.is_error {
+                        block["is_error"] = true.into();
+                    }
+                    block
+                })
+                .collect();
+            content.extend(injected_blocks());
+            out.push(user_message(api, content));
+        }
+        Api::OpenAiChat | Api::OpenAiResponses => {
+            out.extend(results.iter().map(|r| match api {
+                Api::OpenAiChat => {
+                    json!({"role": "tool", "tool_call_id": r.id, "content": r.content})
+                }
+                _ => json!({"type": "function_call_output", "call_id": r.id, "output": r.content}),
+            }));
+            if !injected.is_empty() {
+                out.push(user_message(api, injected_blocks().collect()));
+            }
+        }
+    }
+}
+
+/// `value` as compact JSON with every object's keys sorted (by bytes, recursively).
+///
+/// Strings are escaped and numbers written exactly as `serde_json` writes them, so equal values
+/// give equal bytes whatever the key order they were built or parsed in: `"\u00e9"` and `"é"` are
+/// the same bytes, and so are `1e2` and `100.0`. `1` and `1.0` stay different, as they are
+/// different values on the wire.
+pub fn canonical_json(value: &Value) -> String {
+    serde_json::to_string(&Canonical(value))
+        .expect("a JSON value with string keys always serializes to a string")
+}
+
+/// Serializes a value with sorted object keys.
+struct Canonical<'a>(&'a Value);
+
+impl Serialize for Canonical<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&Canonical(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let mut out = s.serialize_map(Some(entries.len()))?;
+                for (k, v) in entries {
+                    out.serialize_entry(k, &Canonical(v))?;
+                }
+                out.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+/// The parts of a request body a prompt cache depends on, read back from any of the three APIs.
+///
+/// - `system`: Anthropic's `system` (a string or an array of blocks), the leading `system` and
+///   `developer` messages of Chat Completions (as an array), Responses' `instructions`; `null`
+///   when there is none;
+/// - `tools`: the `tools` array as written, `null` when absent;
+/// - `conversation`: the rest of `messages` (Chat Completions: after the leading system
+///   messages) or `input`; `first` is the index in that array of its first element, so a
+///   message is named by its place in the body.
+///
+/// Anthropic's `cache_control` markers are left out of system blocks, tool definitions and
+/// message content blocks: clients move the breakpoint to the newest block every turn (as
+/// Anthropic's own multi-turn example does), and doing so keeps the cached prefix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sections {
+    /// The API the body was read as.
+    pub api: Api,
+    /// The system part, `null` when absent.
+    pub system: Value,
+    /// The tool definitions, `null` when absent.
+    pub tools: Value,
+    /// The growing part, in order.
+    pub conversation: Vec<Value>,
+    /// Index in the body's `messages` / `input` array of `conversation[0]`.
+    pub first: usize,
+}
+
+impl Sections {
+    /// Reads `body` as a request for `api`. The error says what is missing or malformed.
+    pub fn of(api: Api, body: &Value) -> Result<Self, String> {
+        let body = body
+            .as_object()
+            .ok_or("a request body must be a JSON object")?;
+        let key = api.conversation_key();
+        let array = match body.get(key) {
+            Some(Value::Array(a)) => a.clone(),
+            // Responses also takes `input` as a plain string: one user message.
+            Some(s @ Value::String(_)) if api == Api::OpenAiResponses => vec![s.clone()],
+            None if api == Api::OpenAiResponses => Vec::new(),
+            Some(_) => return Err(format!("`{key}` must be an array ({} request)", api.name())),
+            None => return Err(format!("no `{key}` array ({} request)", api.name())),
+        };
+        let tools = body.get("tools").cloned().unwrap_or(Value::Null);
+        let mut sections = match api {
+            Api::Anthropic => Sections {
+                api,
+                system: body.get("system").cloned().unwrap_or(Value::Null),
+                tools,
+                conversation: array,
+                first: 0,
+            },
+            Api::OpenAiChat => {
+                let leading = array
+                    .iter()
+                    .take_while(|m| {
+                        matches!(
+                            m.get("role").and_then(Value::as_str),
+                            Some("system" | "developer")
+                        )
+                    })
+                    .count();
+                let mut conversation = array;
+                let system: Vec<Value> = conversation.drain(..leading).collect();
+                Sections {
+                    api,
+                    system: if system.is_empty() {
+                        Value::Null
+                    } else {
+                        Value::Array(system)
+                    },
+                    tools,
+                    conversation,
+                    first: leading,
+                }
+            }
+            Api::OpenAiResponses => Sections {
+                api,
+                system: body.get("instructions").cloned().unwrap_or(Value::Null),
+                tools,
+                conversation: array,
+                first: 0,
+            },
+        };
+        if api == Api::Anthropic {
+            sections.strip_cache_control();
+        }
+        Ok(sections)
+    }
+
+    /// The name of `conversation[i]` in the body: `messages[k]` or `input[k]`.
+    pub fn element_name(&self, i: usize) -> String {
+        format!("{}[{}]", self.api.conversation_key(), self.first + i)
+    }
+
+    fn strip_cache_control(&mut self) {
+        fn strip_blocks(blocks: &mut Value) {
+            for block in blocks.as_array_mut().into_iter().flatten() {
+                if let Some(b) = block.as_object_mut() {
+                    b.remove("cache_control");
+                    // A tool_result's own content blocks may carry the marker too.
+                    if let Some(inner) = b.get_mut("content") {
+                        strip_blocks(inner);
+                    }
+                }
+            }
+        }
+        strip_blocks(&mut self.system);
+        strip_blocks(&mut self.tools);
+        for message in &mut self.conversation {
+            if let Some(content) = message.get_mut("content") {
+                strip_blocks(content);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, name: &str, input: Value) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }
+    }
+
+    fn result(id: &str, content: &str, is_error: bool) -> ToolResult {
+        ToolResult {
+            id: id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    fn user(text: &str, injected: &[&str]) -> Item {
+        Item::User {
+            text: text.into(),
+            injected: injected.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Ten items: every kind, with and without text, injected blocks, errors and several calls.
+    fn conversation() -> Vec<Item> {
+        vec![
+            user("list the files", &["<env>cwd=/repo</env>"]),
+            Item::Assistant {
+                text: Some("Looking.".into()),
+                calls: vec![call("c1", "ls", json!({"path": ".", "all": true}))],
+            },
+            Item::Results {
+                results: vec![result("c1", "a.rs\nb.rs", false)],
+                injected: vec!["<reminder>tests are slow</reminder>".into()],
+            },
+            Item::Assistant {
+                text: None,
+                calls: vec![
+                    call("c2", "read", json!({"path": "a.rs"})),
+                    call("c3", "read", json!({"path": "missing.rs"})),
+                ],
+            },
+            Item::Results {
+                results: vec![
+                    result("c2", "fn main() {}", false),
+                    result("c3", "no such file", true),
+                ],
+                injected: vec![],
+            },
+            Item::Assistant {
+                text: Some("a.rs has an empty main.".into()),
+                calls: vec![],
+            },
+            user(
+                "now \"quote\" it",
+                &["<tools_changed>+git_log</tools_changed>", "<r>2</r>"],
+            ),
+            Item::Assistant {
+                text: None,
+                calls: vec![call(
+                    "c4",
+                    "git_log",
+                    json!({"n": 1, "b": {"z": 1, "a": [2, 1]}}),
+                )],
+            },
+            Item::Results {
+                results: vec![result("c4", "commit 1", false)],
+                injected: vec!["<a/>".into(), "<b/>".into()],
+            },
+            Item::Assistant {
+                text: Some("Done.".into()),
+                calls: vec![],
+            },
+        ]
+    }
+
+    const APIS: [Api; 3] = [Api::Anthropic, Api::OpenAiChat, Api::OpenAiResponses];
+
+    fn tools(api: Api) -> Vec<Value> {
+        ["ls", "read", "git_log"]
+            .iter()
+            .map(|n| {
+                crate::wire::definition_from_parts(
+                    n,
+                    &format!("The {n} tool."),
+                    &Map::from_iter([("type".into(), json!("object"))]),
+                    api.tool_format(),
+                )
+            })
+            .collect()
+    }
+
+    fn growing(api: Api, body: &Value) -> Vec<String> {
+        body[api.conversation_key()]
+            .as_array()
+            .expect("conversation array")
+            .iter()
+            .map(canonical_json)
+            .collect()
+    }
+
+    #[test]
+    fn each_request_is_a_prefix_of_the_next() {
+        let items = conversation();
+        let settings =
+            Map::from_iter([("model".into(), json!("m")), ("stream".into(), json!(true))]);
+        for api in APIS {
+            let tools = tools(api);
+            let bodies: Vec<Value> = (0..=items.len())
+                .map(|n| assemble(api, "Be brief.", &tools, &items[..n], &settings))
+                .collect();
+            for pair in bodies.windows(2) {
+                let (a, b) = (&pair[0], &pair[1]);
+                let (ga, gb) = (growing(api, a), growing(api, b));
+                assert!(gb.len() >= ga.len(), "{api:?}");
+                assert_eq!(ga, gb[..ga.len()], "{api:?}: earlier messages changed");
+                assert_eq!(
+                    ga.concat(),
+                    gb[..ga.len()].concat(),
+                    "{api:?}: the concatenation is a prefix too"
+                );
+                for key in ["system", "instructions", "tools", "model", "stream"] {
+                    assert_eq!(
+                        a.get(key).map(canonical_json),
+                        b.get(key).map(canonical_json),
+                        "{api:?} {key}"
+                    );
+                }
+                let (sa, sb) = (
+                    Sections::of(api, a).expect("sections"),
+                    Sections::of(api, b).expect("sections"),
+                );
+                assert_eq!(canonical_json(&sa.system), canonical_json(&sb.system));
+                assert_eq!(
+                    sa.conversation[..],
+                    sb.conversation[..sa.conversation.len()]
+                );
+            }
+            // The whole conversation grew: a change that rewrote earlier messages would not
+            // have been hidden by a constant body.
+            assert!(growing(api, &bodies[10]).len() > growing(api, &bodies[1]).len());
+            // And the check can fail: merging two items into one message breaks it.
+            let merged = assemble(
+                api,
+                "Be brief.",
+                &tools,
+                &[user("list the files", &["<env>cwd=/repo</env>", "x"])],
+                &settings,
+            );
+            assert_ne!(growing(api, &bodies[1]), growing(api, &merged));
+        }
+    }
+
+    #[test]
+    fn system_tools_and_settings_are_placed_per_api() {
+        let settings = Map::from_iter([
+            ("model".into(), json!("m")),
+            ("max_tokens".into(), json!(100)),
+            ("tools".into(), json!("ignored")),
+            ("system".into(), json!("ignored")),
+            ("messages".into(), json!("ignored")),
+        ]);
+        let items = [user("hi", &[])];
+        let a = assemble(
+            Api::Anthropic,
+            "S",
+            &tools(Api::Anthropic),
+            &items,
+            &settings,
+        );
+        assert_eq!(a["system"], "S");
+        assert_eq!(a["tools"][0]["name"], "ls");
+        assert_eq!(a["messages"][0]["role"], "user");
+        assert_eq!((&a["model"], &a["max_tokens"]), (&json!("m"), &json!(100)));
+        let c = assemble(
+            Api::OpenAiChat,
+            "S",
+            &tools(Api::OpenAiChat),
+            &items,
+            &settings,
+        );
+        assert_eq!(c["messages"][0], json!({"role": "system", "content": "S"}));
+        assert_eq!(c["messages"][1]["role"], "user");
+        assert!(c.get("system").is_none(), "{c}");
+        assert_eq!(c["tools"][0]["function"]["name"], "ls");
+        let r = assemble(
+            Api::OpenAiResponses,
+            "S",
+            &tools(Api::OpenAiResponses),
+            &items,
+            &settings,
+        );
+        assert_eq!(r["instructions"], "S");
+        assert_eq!(r["input"][0]["type"], "message");
+        assert_eq!(r["tools"][0]["name"], "ls");
+        assert!(
+            r.get("messages").is_none() && r.get("system").is_none(),
+            "{r}"
+        );
+        // Empty system and tools are left out.
+        let bare = assemble(Api::OpenAiChat, "", &[], &items, &Map::new());
+        assert_eq!(bare.as_object().map(Map::len), Some(1), "{bare}");
+        assert_eq!(bare["messages"][0]["role"], "user");
+        let bare = assemble(Api::Anthropic, "", &[], &items, &Map::new());
+        assert!(bare.get("system").is_none() && bare.get("tools").is_none());
+    }
+
+    #[test]
+    fn user_query_comes_last_after_injected_blocks() {
+        let items = [user("do it", &["first", "second"])];
+        let a = assemble(Api::Anthropic, "", &[], &items, &Map::new());
+        assert_eq!(
+            a["messages"][0],
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "first"},
+                {"type": "text", "text": "second"},
+                {"type": "text", "text": "<user_query>do it</user_query>"}]})
+        );
+        let c = assemble(Api::OpenAiChat, "", &[], &items, &Map::new());
+        assert_eq!(c["messages"][0]["content"][2]["type"], "text");
+        assert_eq!(
+            c["messages"][0]["content"][2]["text"],
+            "<user_query>do it</user_query>"
+        );
+        let r = assemble(Api::OpenAiResponses, "", &[], &items, &Map::new());
+        assert_eq!(
+            r["input"][0],
+            json!({"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "first"},
+                {"type": "input_text", "text": "second"},
+                {"type": "input_text", "text": "<user_query>do it</user_query>"}]})
+        );
+    }
+
+    #[test]
+    fn anthropic_tool_results_open_their_message() {
+        let items = [Item::Results {
+            results: vec![result("c1", "ok", false), result("c2", "boom", true)],
+            injected: vec!["<note/>".into()],
+        }];
+        let a = assemble(Api::Anthropic, "", &[], &items, &Map::new());
+        assert_eq!(a["messages"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            a["messages"][0],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": "ok"},
+                {"type": "tool_result", "tool_use_id": "c2", "content": "boom", "is_error": true},
+                {"type": "text", "text": "<note/>"}]})
+        );
+    }
+
+    #[test]
+    fn openai_injected_blocks_follow_the_tool_messages_in_one_user_message() {
+        let items = [Item::Results {
+            results: vec![result("c1", "ok", false), result("c2", "boom", true)],
+            injected: vec!["<a/>".into(), "<b/>".into()],
+        }];
+        let c = assemble(Api::OpenAiChat, "", &[], &items, &Map::new());
+        assert_eq!(
+            c["messages"],
+            json!([
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                {"role": "tool", "tool_call_id": "c2", "content": "boom"},
+                {"role": "user", "content": [{"type": "text", "text": "<a/>"}, {"type": "text", "text": "<b/>"}]}])
+        );
+        let r = assemble(Api::OpenAiResponses, "", &[], &items, &Map::new());
+        assert_eq!(
+            r["input"],
+            json!([
+                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+                {"type": "function_call_output", "call_id": "c2", "output": "boom"},
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "<a/>"}, {"type": "input_text", "text": "<b/>"}]}])
+        );
+        // Without injected blocks, no extra message.
+        let plain = [Item::Results {
+            results: vec![result("c1", "ok", false)],
+            injected: vec![],
+        }];
+        for api in [Api::OpenAiChat, Api::OpenAiResponses] {
+            let b = assemble(api, "", &[], &plain, &Map::new());
+            assert_eq!(b[api.conversation_key()].as_array().map(Vec::len), Some(1));
+        }
+    }
+
+    #[test]
+    fn assistant_turns_carry_text_then_calls() {
+        let items = [Item::Assistant {
+            text: Some("On it.".into()),
+            calls: vec![call("c1", "ls", json!({"z": 1, "a": "x"}))],
+        }];
+        let a = assemble(Api::Anthropic, "", &[], &items, &Map::new());
+        assert_eq!(
+            a["messages"][0],
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "On it."},
+                {"type": "tool_use", "id": "c1", "name": "ls", "input": {"z": 1, "a": "x"}}]})
+        );
+        let c = assemble(Api::OpenAiChat, "", &[], &items, &Map::new());
+        assert_eq!(
+            c["messages"][0],
+            json!({"role": "assistant", "content": "On it.", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"a\":\"x\",\"z\":1}"}}]})
+        );
+        let r = assemble(Api::OpenAiResponses, "", &[], &items, &Map::new());
+        assert_eq!(
+            r["input"],
+            json!([
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "On it."}]},
+                {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{\"a\":\"x\",\"z\":1}"}])
+        );
+        // No text: Chat Completions says null, the others leave the text out.
+        let silent = [Item::Assistant {
+            text: None,
+            calls: vec![call("c1", "ls", json!({}))],
+        }];
+        let c = assemble(Api::OpenAiChat, "", &[], &silent, &Map::new());
+        assert!(c["messages"][0]["content"].is_null());
+        let a = assemble(Api::Anthropic, "", &[], &silent, &Map::new());
+        assert_eq!(a["messages"][0]["content"][0]["type"], "tool_use");
+        let r = assemble(Api::OpenAiResponses, "", &[], &silent, &Map::new());
+        assert_eq!(r["input"][0]["type"], "function_call");
+        // An empty item adds nothing.
+        let empty = [
+            Item::Assistant {
+                text: None,
+                calls: vec![],
+            },
+            Item::Results {
+                results: vec![],
+                injected: vec![],
+            },
+        ];
+        for api in APIS {
+            let b = assemble(api, "", &[], &empty, &Map::new());
+            assert_eq!(b[api.conversation_key()], json!([]), "{api:?}");
+        }
+    }
+
+    #[test]
+    fn canonical_json_ignores_key_order() {
+        let a: Value =
+            serde_json::from_str(r#"{"b": {"y": 1, "x": [{"q": 1, "p": 2}]}, "a": null, "B": 0}"#)
+                .expect("json");
+        let b: Value =
+            serde_json::from_str(r#"{"B": 0, "a": null, "b": {"x": [{"p": 2, "q": 1}], "y": 1}}"#)
+                .expect("json");
+        // The map keeps insertion order, so the plain serialization differs...
+        assert_ne!(a.to_string(), b.to_string());
+        // ...and the canonical one does not.
+        assert_eq!(canonical_json(&a), canonical_json(&b));
+        assert_eq!(
+            canonical_json(&a),
+            r#"{"B":0,"a":null,"b":{"x":[{"p":2,"q":1}],"y":1}}"#
+        );
+        // Byte order: upper case before lower case, "é" after "z", a prefix first.
+        let keys: Value =
+            serde_json::from_str(r#"{"é": 1, "z": 2, "ab": 3, "a": 4, "Z": 5}"#).expect("json");
+        assert_eq!(canonical_json(&keys), r#"{"Z":5,"a":4,"ab":3,"z":2,"é":1}"#);
+        // Array order is content, not layout.
+        assert_ne!(
+            canonical_json(&json!([1, 2])),
+            canonical_json(&json!([2, 1]))
+        );
+    }
+
+    #[test]
+    fn canonical_json_numbers_and_escapes() {
+        let parse = |s: &str| canonical_json(&serde_json::from_str::<Value>(s).expect("json"));
+        assert_eq!(parse("1e2"), "100.0");
+        assert_eq!(parse("1e2"), parse("100.0"));
+        assert_ne!(parse("1"), parse("1.0"));
+        assert_eq!(parse("-7"), "-7");
+        assert_eq!(parse("18446744073709551615"), "18446744073709551615");
+        assert_eq!(parse("0.1"), "0.1");
+        assert_eq!(parse("[ 1 , 2 ]"), "[1,2]");
+        assert_eq!(parse(r#""\u00e9""#), parse(r#""é""#));
+        assert_eq!(parse(r#""\u00e9""#), "\"é\"");
+        assert_eq!(parse(r#""\/""#), r#""/""#);
+        assert_eq!(
+            parse(r#""q\"b\\n\nt\tc\u0001""#),
+            r#""q\"b\\n\nt\tc\u0001""#
+        );
+        assert_eq!(parse(r#""\ud83d\ude00""#), "\"😀\"");
+    }
+
+    #[test]
+    fn detection_follows_the_documented_rule() {
+        let d = |v: Value| Api::detect(&v);
+        assert_eq!(d(json!({"input": []})), Some(Api::OpenAiResponses));
+        assert_eq!(
+            d(json!({"instructions": "x", "model": "m"})),
+            Some(Api::OpenAiResponses)
+        );
+        assert_eq!(
+            d(json!({"system": "s", "messages": []})),
+            Some(Api::Anthropic)
+        );
+        assert_eq!(
+            d(json!({"messages": [{"role": "developer", "content": "s"}]})),
+            Some(Api::OpenAiChat)
+        );
+        assert_eq!(
+            d(
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "1", "content": "r"}]})
+            ),
+            Some(Api::OpenAiChat)
+        );
+        assert_eq!(
+            d(json!({"messages": [{"role": "assistant", "content": null, "tool_calls": []}]})),
+            Some(Api::OpenAiChat)
+        );
+        assert_eq!(
+            d(json!({"messages": [], "tools": [{"type": "function", "function": {"name": "f"}}]})),
+            Some(Api::OpenAiChat)
+        );
+        assert_eq!(
+            d(json!({"messages": [{"role": "user", "content": "q"}]})),
+            Some(Api::Anthropic)
+        );
+        assert_eq!(d(json!({"model": "m"})), None);
+        assert_eq!(d(json!({"messages": "x"})), None);
+        assert_eq!(d(json!([1])), None);
+        for api in APIS {
+            let body = assemble(api, "S", &tools(api), &conversation(), &Map::new());
+            assert_eq!(Api::detect(&body), Some(api), "{api:?}");
+        }
+    }
+
+    #[test]
+    fn sections_split_each_api_and_name_elements_by_their_place() {
+        let items = &conversation()[..3];
+        let c = Sections::of(
+            Api::OpenAiChat,
+            &assemble(Api::OpenAiChat, "S", &[], items, &Map::new()),
+        )
+        .expect("chat");
+        assert_eq!(c.system, json!([{"role": "system", "content": "S"}]));
+        assert_eq!(c.tools, Value::Null);
+        assert_eq!(c.first, 1);
+        assert_eq!(c.element_name(0), "messages[1]");
+        assert_eq!(c.conversation[0]["role"], "user");
+        let r = Sections::of(
+            Api::OpenAiResponses,
+            &assemble(
+                Api::OpenAiResponses,
+                "S",
+                &tools(Api::OpenAiResponses),
+                items,
+                &Map::new(),
+            ),
+        )
+        .expect("responses");
+        assert_eq!((r.system.as_str(), r.first), (Some("S"), 0));
+        assert_eq!(r.element_name(2), "input[2]");
+        assert_eq!(r.tools.as_array().map(Vec::len), Some(3));
+        let e = Sections::of(Api::Anthropic, &json!({"input": []})).expect_err("no messages");
+        assert!(e.contains("no `messages` array"), "{e}");
+        let e = Sections::of(Api::OpenAiChat, &json!({"messages": {}})).expect_err("object");
+        assert!(e.contains("`messages` must be an array"), "{e}");
+        assert!(Sections::of(Api::Anthropic, &json!(3)).is_err());
+    }
+
+    #[test]
+    fn anthropic_cache_control_markers_are_not_compared() {
+        let marked = json!({
+            "system": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": "t", "input_schema": {"type": "object", "properties": {"cache_control": {"type": "string"}}}, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "1", "content": [{"type": "text", "text": "r", "cache_control": {"type": "ephemeral"}}]},
+                {"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}}]}]
+        });
+        let s = Sections::of(Api::Anthropic, &marked).expect("sections");
+        let all = canonical_json(&json!([s.system, s.tools, s.conversation]));
+        assert_eq!(all.matches("cache_control").count(), 1, "{all}");
+        assert!(
+            all.contains(r#""properties":{"cache_control""#),
+            "a parameter of that name is kept: {all}"
+        );
+        // Other APIs keep every key.
+        let chat = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": 1}]}]});
+        let s = Sections::of(Api::OpenAiChat, &chat).expect("sections");
+        assert!(canonical_json(&s.conversation[0]).contains("cache_control"));
+    }
+}
