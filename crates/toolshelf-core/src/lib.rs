@@ -23,6 +23,7 @@ pub mod pattern;
 pub mod permission;
 pub mod policy;
 pub mod reminder;
+pub mod replay;
 pub mod request;
 pub mod search;
 pub mod session;

@@ -1,0 +1,685 @@
+//! Replaying a conversation: what a proxy does for every model request, without the network.
+//!
+//! A transcript is a list of events, one JSON object a line: `{"user": "..."}`, `{"assistant":
+//! "..."}` (the model's text), `{"call": {"name", "input"}}` (a tool call the model made),
+//! `{"result": {"content": ...}}` (the recorded result of the call before it), `{"context":
+//! "..."}` (environment context for the next request) and `{"tools_changed": {"add": [...],
+//! "remove": [...]}}` (the tool set changed). Replaying it runs one session: a request is
+//! assembled whenever the model would be asked to continue (after a user message, and after the
+//! results of its calls), each one turn. Calls are carried out against the catalog as the session
+//! would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that resolves,
+//! checks activation, validates and authorizes but runs nothing. A recorded result replaces the
+//! computed one in the request, but the call still has its effect on the session (a search still
+//! activates what it found).
+//!
+//! Injected blocks go into the request's new item in a fixed order: reminders (rule order), the
+//! tool-set change notice, environment context. Earlier items keep the blocks they were given,
+//! so each request's messages are a byte prefix of the next one's.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::catalog::{Catalog, CatalogBuilder, ToolSpec};
+use crate::compile::Compiled;
+use crate::invoke::{self, Authorization, Refusal, Via};
+use crate::meta::DeferExecuteArgs;
+use crate::name::{DEFER_EXECUTE, TOOL_SEARCH};
+use crate::policy::{Exposure, State};
+use crate::reminder::{Call, Note, TurnInput};
+use crate::request::{Api, Item, ToolCall, ToolResult, assemble, canonical_json};
+use crate::search::render::search_in_session;
+use crate::search::{SearchIndex, SearchRequest};
+use crate::session::{Activity, FrozenSurface, SessionState};
+
+/// One event of a transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The user's text.
+    User(String),
+    /// The model's text (before its calls, if any follow).
+    Assistant(String),
+    /// A tool call the model made.
+    Call {
+        /// The tool's name, as the model wrote it.
+        name: String,
+        /// Its arguments.
+        input: Map<String, Value>,
+    },
+    /// The recorded result of the call before it.
+    Result(Value),
+    /// Environment context for the next request.
+    Context(String),
+    /// The tool set changed: tools added (any catalog item shape, with `"server"` for MCP
+    /// tools) and removed (canonical names).
+    ToolsChanged {
+        /// Tools added.
+        add: Vec<Value>,
+        /// Canonical names removed.
+        remove: Vec<String>,
+    },
+}
+
+impl Event {
+    /// Reads one transcript line; the error says what a line may be.
+    pub fn parse(line: &str) -> Result<Self, String> {
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
+        let obj = v.as_object().filter(|o| o.len() == 1).ok_or_else(|| {
+            "expected an object with one key: user, assistant, call, result, context or tools_changed"
+                .to_owned()
+        })?;
+        let (key, value) = obj.iter().next().ok_or("empty object")?;
+        let text = |v: &Value| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("\"{key}\" must be a string"))
+        };
+        match key.as_str() {
+            "user" => Ok(Self::User(text(value)?)),
+            "assistant" => Ok(Self::Assistant(text(value)?)),
+            "context" => Ok(Self::Context(text(value)?)),
+            "call" => {
+                let name = value
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or("\"call\" needs a \"name\" string")?;
+                let input = match value.get("input") {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(m)) => m.clone(),
+                    Some(_) => return Err("\"call\".input must be an object".into()),
+                };
+                Ok(Self::Call {
+                    name: name.to_owned(),
+                    input,
+                })
+            }
+            "result" => Ok(Self::Result(
+                value
+                    .get("content")
+                    .cloned()
+                    .ok_or("\"result\" needs \"content\"")?,
+            )),
+            "tools_changed" => {
+                let add = match value.get("add") {
+                    None => Vec::new(),
+                    Some(Value::Array(a)) => a.clone(),
+                    Some(_) => return Err("\"tools_changed\".add must be an array".into()),
+                };
+                let remove = match value.get("remove") {
+                    None => Vec::new(),
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .map(|n| n.as_str().map(str::to_owned))
+                        .collect::<Option<_>>()
+                        .ok_or("\"tools_changed\".remove must hold names")?,
+                    Some(_) => return Err("\"tools_changed\".remove must be an array".into()),
+                };
+                Ok(Self::ToolsChanged { add, remove })
+            }
+            other => Err(format!(
+                "unknown event {other:?}: expected user, assistant, call, result, context or tools_changed"
+            )),
+        }
+    }
+}
+
+/// What happened in one turn, for `replay --explain`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnReport {
+    /// The turn (request) number, from 1.
+    pub turn: u64,
+    /// The request body, canonical JSON.
+    #[serde(skip)]
+    pub body: String,
+    /// Characters of `system`, `tools` and the conversation in the body.
+    pub bytes: Parts,
+    /// Reminder events.
+    pub reminders: Vec<Note>,
+    /// Tools that became active this turn (their schema reached the model).
+    pub activated: Vec<String>,
+    /// Calls refused because the tool's activation had expired.
+    pub expired: Vec<String>,
+    /// The blocks injected into this request's new item.
+    pub injected: Vec<String>,
+}
+
+/// Sizes of a body's parts, in bytes of canonical JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Parts {
+    /// The system instruction.
+    pub system: usize,
+    /// The tool list.
+    pub tools: usize,
+    /// The conversation (messages or input).
+    pub messages: usize,
+}
+
+/// Builds the search index of a catalog's visible tools (the CLI may add the embedding ranker).
+pub type IndexBuilder<'a> = dyn Fn(&Catalog, &[usize]) -> SearchIndex + 'a;
+
+/// A session being replayed.
+pub struct Replay<'a> {
+    compiled: &'a Compiled,
+    api: Api,
+    system: String,
+    build_index: &'a IndexBuilder<'a>,
+    catalog: Catalog,
+    exposure: Exposure,
+    index: SearchIndex,
+    state: SessionState,
+    tools: Vec<Value>,
+    items: Vec<Item>,
+    context: Vec<String>,
+    calls_made: u64,
+}
+
+impl std::fmt::Debug for Replay<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replay")
+            .field("turn", &self.state.turn())
+            .field("items", &self.items.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn visible(catalog: &Catalog, exposure: &Exposure) -> Vec<usize> {
+    (0..catalog.tools().len())
+        .filter(|&i| exposure.decisions[i].state != State::Hidden)
+        .collect()
+}
+
+/// A computed (or recorded) call with its effect on the session.
+struct Done {
+    call: ToolCall,
+    result: ToolResult,
+    /// Catalog index and params of the tool the call reached, for reminder triggers.
+    target: Option<(usize, Map<String, Value>)>,
+    query: Vec<String>,
+}
+
+impl<'a> Replay<'a> {
+    /// A session over `catalog` with `compiled`'s rules, assembling `api` requests with the
+    /// fixed instruction `system`. The surface is rendered here, once.
+    pub fn new(
+        compiled: &'a Compiled,
+        catalog: Catalog,
+        api: Api,
+        system: &str,
+        build_index: &'a IndexBuilder<'a>,
+    ) -> Self {
+        let exposure = compiled.expose(&catalog);
+        let index = build_index(&catalog, &visible(&catalog, &exposure));
+        let mut state = SessionState::default();
+        let names: BTreeSet<String> = visible(&catalog, &exposure)
+            .into_iter()
+            .map(|i| catalog.tools()[i].name.clone())
+            .collect();
+        let frozen = state.freeze(names, || {
+            let surface = compiled.surface(&catalog, &exposure);
+            FrozenSurface {
+                format: api.name().to_owned(),
+                tools: canonical_json(&Value::Array(surface.tools(&catalog, api.tool_format()))),
+            }
+        });
+        let tools = match serde_json::from_str(&frozen.tools) {
+            Ok(Value::Array(t)) => t,
+            _ => Vec::new(),
+        };
+        Self {
+            compiled,
+            api,
+            system: system.to_owned(),
+            build_index,
+            catalog,
+            exposure,
+            index,
+            state,
+            tools,
+            items: Vec::new(),
+            context: Vec::new(),
+            calls_made: 0,
+        }
+    }
+
+    /// The session state.
+    pub fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// Replays `events`, returning one report (with its request body) per model request.
+    pub fn run(&mut self, events: &[Event]) -> Result<Vec<TurnReport>, String> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < events.len() {
+            match &events[i] {
+                Event::User(text) => {
+                    self.state.next_turn();
+                    let input = TurnInput {
+                        user_text: Some(text),
+                        ..TurnInput::default()
+                    };
+                    let (injected, notes) = self.injected(&input);
+                    self.items.push(Item::User {
+                        text: text.clone(),
+                        injected: injected.clone(),
+                    });
+                    out.push(self.report(notes, Vec::new(), Vec::new(), injected));
+                    i += 1;
+                }
+                Event::Context(text) => {
+                    self.context.push(text.clone());
+                    i += 1;
+                }
+                Event::ToolsChanged { add, remove } => {
+                    self.change_tools(add, remove)?;
+                    i += 1;
+                }
+                Event::Result(_) => {
+                    return Err(format!(
+                        "event {}: a result without a call before it",
+                        i + 1
+                    ));
+                }
+                Event::Assistant(_) | Event::Call { .. } => {
+                    let mut text = None;
+                    if let Event::Assistant(t) = &events[i] {
+                        text = Some(t.clone());
+                        i += 1;
+                    }
+                    // Calls followed by as many results are one turn of parallel calls; a call
+                    // without a recorded result is a turn of its own (the model saw its result
+                    // before making the next one).
+                    let calls = events[i..]
+                        .iter()
+                        .take_while(|e| matches!(e, Event::Call { .. }))
+                        .count();
+                    let results = events[i + calls..]
+                        .iter()
+                        .take_while(|e| matches!(e, Event::Result(_)))
+                        .count();
+                    let group: Vec<(&Event, Option<Value>)> = match results {
+                        0 if calls > 0 => vec![(&events[i], None)],
+                        r if r == calls => (0..calls)
+                            .map(|k| match &events[i + calls + k] {
+                                Event::Result(content) => (&events[i + k], Some(content.clone())),
+                                _ => (&events[i + k], None),
+                            })
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    if calls > 0 && group.is_empty() {
+                        return Err(format!(
+                            "event {}: {calls} calls are followed by {results} results; give every call of a turn its result, or none",
+                            i + 1
+                        ));
+                    }
+                    i += if results == 0 {
+                        group.len()
+                    } else {
+                        calls + results
+                    };
+                    let mut done: Vec<Done> = Vec::new();
+                    let mut activated = Vec::new();
+                    let mut expired = Vec::new();
+                    for (event, recorded) in group {
+                        if let Event::Call { name, input } = event {
+                            done.push(self.call(
+                                name,
+                                input,
+                                recorded,
+                                &mut activated,
+                                &mut expired,
+                            ));
+                        }
+                    }
+                    if done.is_empty() {
+                        // Text alone ends the model's turn; the next request starts with the user.
+                        self.items.push(Item::Assistant {
+                            text,
+                            calls: Vec::new(),
+                        });
+                        continue;
+                    }
+                    self.items.push(Item::Assistant {
+                        text,
+                        calls: done.iter().map(|d| d.call.clone()).collect(),
+                    });
+                    self.state.next_turn();
+                    let calls: Vec<Call<'_>> = done
+                        .iter()
+                        .filter_map(|d| d.target.as_ref())
+                        .map(|(t, params)| Call {
+                            tool: &self.catalog.tools()[*t],
+                            params,
+                        })
+                        .collect();
+                    let searches: Vec<String> = done.iter().flat_map(|d| d.query.clone()).collect();
+                    let input = TurnInput {
+                        user_text: None,
+                        calls: &calls,
+                        searches: &searches,
+                    };
+                    let (injected, notes) = inject(
+                        self.compiled,
+                        &mut self.state,
+                        &self.catalog,
+                        &self.exposure,
+                        &mut self.context,
+                        &input,
+                    );
+                    self.items.push(Item::Results {
+                        results: done.into_iter().map(|d| d.result).collect(),
+                        injected: injected.clone(),
+                    });
+                    out.push(self.report(notes, activated, expired, injected));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The blocks for this turn's new item: reminders, the change notice, environment context.
+    fn injected(&mut self, input: &TurnInput<'_>) -> (Vec<String>, Vec<Note>) {
+        inject(
+            self.compiled,
+            &mut self.state,
+            &self.catalog,
+            &self.exposure,
+            &mut self.context,
+            input,
+        )
+    }
+
+    fn report(
+        &self,
+        reminders: Vec<Note>,
+        activated: Vec<String>,
+        expired: Vec<String>,
+        injected: Vec<String>,
+    ) -> TurnReport {
+        let body = assemble(
+            self.api,
+            &self.system,
+            &self.tools,
+            &self.items,
+            &Map::new(),
+        );
+        let size = |key: &str| body.get(key).map_or(0, |v| canonical_json(v).len());
+        let bytes = match self.api {
+            Api::Anthropic => Parts {
+                system: size("system"),
+                tools: size("tools"),
+                messages: size("messages"),
+            },
+            Api::OpenAiChat => {
+                let messages = body.get("messages").and_then(Value::as_array);
+                let system = messages
+                    .and_then(|m| m.first())
+                    .map_or(0, |m| canonical_json(m).len());
+                Parts {
+                    system,
+                    tools: size("tools"),
+                    messages: size("messages").saturating_sub(system),
+                }
+            }
+            Api::OpenAiResponses => Parts {
+                system: size("instructions"),
+                tools: size("tools"),
+                messages: size("input"),
+            },
+        };
+        TurnReport {
+            turn: self.state.turn(),
+            body: canonical_json(&body),
+            bytes,
+            reminders,
+            activated,
+            expired,
+            injected,
+        }
+    }
+
+    fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
+        let mut b = CatalogBuilder::new("transcript");
+        for s in self.catalog.servers() {
+            b.add_server(&s.original_name, &s.description, "server")
+                .map_err(|e| e.to_string())?;
+        }
+        for t in self.catalog.tools() {
+            if remove.contains(&t.name) {
+                continue;
+            }
+            let mut item = crate::wire::definition(t, crate::wire::Format::Mcp);
+            item["name"] = Value::String(t.original_name.clone());
+            if let Some(d) = t.defer_loading {
+                item["defer_loading"] = Value::Bool(d);
+            }
+            let spec =
+                ToolSpec::from_value(item, "transcript", "tool").map_err(|e| e.to_string())?;
+            b.add_tool(t.original_server.as_deref(), spec, "tool")
+                .map_err(|e| e.to_string())?;
+        }
+        for (k, item) in add.iter().enumerate() {
+            let at = format!("tools_changed.add[{k}]");
+            let spec =
+                ToolSpec::from_value(item.clone(), "transcript", &at).map_err(|e| e.to_string())?;
+            b.add_tool(None, spec, &at).map_err(|e| e.to_string())?;
+        }
+        self.catalog = b.build();
+        self.exposure = self.compiled.expose(&self.catalog);
+        self.index = (self.build_index)(&self.catalog, &visible(&self.catalog, &self.exposure));
+        Ok(())
+    }
+
+    /// Carries out one call (search for real, everything else as a dry run).
+    fn call(
+        &mut self,
+        name: &str,
+        input: &Map<String, Value>,
+        recorded: Option<Value>,
+        activated: &mut Vec<String>,
+        expired: &mut Vec<String>,
+    ) -> Done {
+        self.calls_made += 1;
+        let id = format!("call_{:04}", self.calls_made);
+        let call = ToolCall {
+            id: id.clone(),
+            name: name.to_owned(),
+            input: Value::Object(input.clone()),
+        };
+        let mut query = Vec::new();
+        let mut target = None;
+        let (content, is_error) = match name {
+            TOOL_SEARCH => match SearchRequest::from_json(&Value::Object(input.clone())) {
+                Err(text) => (text, true),
+                Ok(request) => {
+                    if let SearchRequest::Queries { queries, .. } = &request {
+                        query = queries.clone();
+                    }
+                    let ttl = self.compiled.config().session.activation_ttl_turns;
+                    let held = self.state.active_names(ttl);
+                    let tools = self.catalog.tools();
+                    let response = search_in_session(
+                        &self.index,
+                        &self.catalog,
+                        &request,
+                        &self.compiled.config().search,
+                        &|i| held.binary_search(&tools[i].name).is_ok(),
+                    );
+                    let names: Vec<String> = response
+                        .loaded
+                        .iter()
+                        .map(|&i| tools[i].name.clone())
+                        .collect();
+                    self.state.activate(names.iter().map(String::as_str));
+                    activated.extend(names);
+                    (response.text, false)
+                }
+            },
+            DEFER_EXECUTE => match DeferExecuteArgs::parse(input) {
+                Err(message) => (message, true),
+                Ok(args) => self.dry_run(
+                    &args.tool_name,
+                    args.params,
+                    Via::DeferExecute,
+                    activated,
+                    expired,
+                    &mut target,
+                ),
+            },
+            other => self.dry_run(
+                other,
+                input.clone(),
+                Via::Direct,
+                activated,
+                expired,
+                &mut target,
+            ),
+        };
+        let content = match recorded {
+            Some(Value::String(s)) => s,
+            Some(other) => canonical_json(&other),
+            None => content,
+        };
+        Done {
+            call,
+            result: ToolResult {
+                id,
+                content,
+                is_error,
+            },
+            target,
+            query,
+        }
+    }
+
+    /// The call pipeline up to the point where the call would go out.
+    fn dry_run(
+        &mut self,
+        requested: &str,
+        params: Map<String, Value>,
+        via: Via,
+        activated: &mut Vec<String>,
+        expired: &mut Vec<String>,
+        target: &mut Option<(usize, Map<String, Value>)>,
+    ) -> (String, bool) {
+        let ttl = self.compiled.config().session.activation_ttl_turns;
+        let require_search = self.compiled.config().execute.require_search;
+        let outcome = (|| -> Result<(usize, Option<String>), Refusal> {
+            let i = invoke::resolve(&self.catalog, &self.exposure, requested)?;
+            let name = &self.catalog.tools()[i].name;
+            invoke::require_loaded(
+                &self.exposure,
+                i,
+                require_search,
+                self.state.activity(name, ttl),
+                self.state.turn(),
+            )?;
+            let validator = invoke::ParamsValidator::new(&self.catalog.tools()[i].input_schema);
+            invoke::validate(i, &validator, &params)?;
+            let ask =
+                match invoke::authorize(&self.catalog, self.compiled.permissions(), i, &params)? {
+                    Authorization::Allowed => None,
+                    Authorization::Ask { because } => Some(because),
+                };
+            Ok((i, ask))
+        })();
+        match outcome {
+            Ok((i, ask)) => {
+                let name = self.catalog.tools()[i].name.clone();
+                self.state.record_call(&name);
+                *target = Some((i, params.clone()));
+                let asked = ask
+                    .map(|because| format!(" after asking the user ({because})"))
+                    .unwrap_or_default();
+                let via = match via {
+                    Via::DeferExecute => "through defer_execute",
+                    Via::Direct => "directly",
+                };
+                (
+                    format!(
+                        "[dry run] {name} would run {via}{asked} with {}",
+                        canonical_json(&Value::Object(params))
+                    ),
+                    false,
+                )
+            }
+            Err(refusal) => {
+                if let Some(i) = refusal.loads() {
+                    let name = self.catalog.tools()[i].name.clone();
+                    if matches!(refusal, Refusal::Expired { .. }) {
+                        expired.push(name.clone());
+                    }
+                    self.state.activate([name.as_str()]);
+                    activated.push(name);
+                }
+                (refusal.text(&self.catalog), true)
+            }
+        }
+    }
+
+    /// The activity of `name` now, for tests and reports.
+    pub fn activity(&self, name: &str) -> Activity {
+        self.state
+            .activity(name, self.compiled.config().session.activation_ttl_turns)
+    }
+}
+
+/// The blocks for a turn's new item: reminders (rule order), the change notice, environment
+/// context (taken).
+fn inject(
+    compiled: &Compiled,
+    state: &mut SessionState,
+    catalog: &Catalog,
+    exposure: &Exposure,
+    context: &mut Vec<String>,
+    input: &TurnInput<'_>,
+) -> (Vec<String>, Vec<Note>) {
+    let reminders = compiled.reminders();
+    let evaluation = reminders.evaluate(state, input);
+    let mut blocks: Vec<String> = evaluation
+        .showing
+        .iter()
+        .map(|&r| reminders.block(r))
+        .collect();
+    let names: BTreeSet<String> = visible(catalog, exposure)
+        .into_iter()
+        .map(|i| catalog.tools()[i].name.clone())
+        .collect();
+    if let Some(notice) = state.change_notice(&names) {
+        blocks.push(notice);
+    }
+    blocks.append(context);
+    (blocks, evaluation.notes)
+}
+
+/// A one-line summary of a turn, for `replay --explain`.
+pub fn explain_line(report: &TurnReport) -> String {
+    let mut parts = vec![format!(
+        "turn {}: system {} B, tools {} B, messages {} B",
+        report.turn, report.bytes.system, report.bytes.tools, report.bytes.messages
+    )];
+    for n in &report.reminders {
+        parts.push(format!("reminder {} {}: {}", n.id, n.event, n.why));
+    }
+    if !report.activated.is_empty() {
+        parts.push(format!("activated: {}", report.activated.join(", ")));
+    }
+    if !report.expired.is_empty() {
+        parts.push(format!("expired: {}", report.expired.join(", ")));
+    }
+    if !report.injected.is_empty() {
+        parts.push(format!("injected: {} block(s)", report.injected.len()));
+    }
+    parts.join("\n  ")
+}
+
+/// A transcript's events from its text, one JSON object a line; errors name the line.
+pub fn parse_transcript(text: &str, source: &str) -> Result<Vec<Event>, String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| Event::parse(l).map_err(|e| format!("{source}:{}: {e}", n + 1)))
+        .collect()
+}
