@@ -392,7 +392,6 @@ impl Sections {
             Some(Value::Array(a)) => a.clone(),
             // Responses also takes `input` as a plain string: one user message.
             Some(s @ Value::String(_)) if api == Api::OpenAiResponses => vec![s.clone()],
-            None if api == Api::OpenAiResponses => Vec::new(),
             Some(_) => return Err(format!("`{key}` must be an array ({} request)", api.name())),
             None => return Err(format!("no `{key}` array ({} request)", api.name())),
         };

@@ -45,6 +45,9 @@ enum Command {
     Status(commands::status::Args),
     /// Start the configured servers and print their merged catalog (grouped form).
     Catalog(commands::catalog::Args),
+    /// Check a log of request bodies (JSON lines) for prompt-cache breaks: system and tools
+    /// byte-identical, each request's messages a prefix of the next's. Exit status 1 on a break.
+    PrefixCheck(commands::prefix_check::Args),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,11 @@ fn main() -> ExitCode {
         Command::Serve(a) => commands::serve::run(a),
         Command::Status(a) => commands::status::run(a),
         Command::Catalog(a) => commands::catalog::run(a),
+        // A broken prefix is a finding, not an error: reported on stdout, exit status 1.
+        Command::PrefixCheck(a) => match commands::prefix_check::run(a) {
+            Ok(false) => return ExitCode::FAILURE,
+            other => other.map(drop),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod eval;
 pub mod explain;
 pub mod ledger;
+pub mod prefix_check;
 pub mod render;
 pub mod search;
 pub mod serve;

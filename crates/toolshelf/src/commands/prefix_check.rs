@@ -1,0 +1,306 @@
+//! `toolshelf prefix-check`: does a log of request bodies keep the provider's prompt cache?
+//!
+//! A prompt cache reuses work only for a byte-identical prefix: tools, system, then the messages
+//! in order. A harness that rewrites an earlier message (a reminder spliced in, a timestamp
+//! updated), reorders its tools or edits the system prompt pays for the whole prompt again on
+//! every turn, and nothing in the responses says so. This command reads the bodies as they were
+//! sent (one JSON object per line: from a proxy log, a harness's debug output, or
+//! `toolshelf_core::request`) and, for each consecutive pair, checks that `system` and `tools`
+//! are byte-identical and that the earlier request's messages are the first messages of the
+//! later one. Every part is compared as canonical JSON ([`canonical_json`]), so key order does
+//! not count and every other byte does. The API of each body is detected
+//! ([`Api::detect`], or forced with `--api`) only to know where its system part and its messages
+//! are ([`Sections`]).
+//!
+//! A break is reported where it starts: the section (`system`, `tools`, `messages[k]` or
+//! `input[k]`, k being the element's index in the body), the first differing byte in that
+//! section's canonical JSON, and a short excerpt of both sides there. A message missing from the
+//! later request is a break at byte 0 with an empty later excerpt. Any break makes the exit
+//! status 1.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde_json::Value;
+use toolshelf_core::request::{Api, Sections, canonical_json};
+
+use super::{outln, print_json};
+
+/// Arguments of `prefix-check`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// JSON lines file of request bodies, one per line, in the order they were sent; blank lines
+    /// are skipped.
+    #[arg(value_name = "FILE.jsonl")]
+    file: PathBuf,
+    /// Read every body as this API. Default: detected per body, first match wins: `input` or
+    /// `instructions` → openai-responses; a top-level `system` → anthropic; a system, developer
+    /// or tool message, `tool_calls` or a function tool → openai; anything else → anthropic.
+    #[arg(long, value_enum)]
+    api: Option<ApiArg>,
+    /// Print {"requests", "pairs": [{"from", "to", "system", "tools", "messages_prefix",
+    /// "break"?}], "ok"} instead of one line per pair.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--api` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ApiArg {
+    /// Anthropic Messages: top-level system, tools, messages.
+    Anthropic,
+    /// OpenAI Chat Completions: messages opening with system (or developer) messages, tools.
+    Openai,
+    /// OpenAI Responses: instructions, tools, input.
+    OpenaiResponses,
+}
+
+impl From<ApiArg> for Api {
+    fn from(a: ApiArg) -> Self {
+        match a {
+            ApiArg::Anthropic => Api::Anthropic,
+            ApiArg::Openai => Api::OpenAiChat,
+            ApiArg::OpenaiResponses => Api::OpenAiResponses,
+        }
+    }
+}
+
+/// One body's cache-relevant parts, each as canonical JSON.
+#[derive(Debug)]
+struct Canon {
+    system: String,
+    tools: String,
+    /// The growing part, one string per element.
+    elements: Vec<String>,
+    sections: Sections,
+}
+
+impl Canon {
+    fn new(sections: Sections) -> Self {
+        Self {
+            system: canonical_json(&sections.system),
+            tools: canonical_json(&sections.tools),
+            elements: sections.conversation.iter().map(canonical_json).collect(),
+            sections,
+        }
+    }
+}
+
+/// Where a pair stops sharing a prefix.
+#[derive(Debug, Serialize)]
+struct Break {
+    /// `system`, `tools`, `messages[k]` or `input[k]`.
+    section: String,
+    /// First differing byte in the section's canonical JSON.
+    offset: usize,
+    /// The earlier request's bytes around `offset`.
+    earlier: String,
+    /// The later request's bytes around `offset`; empty when the section is missing there.
+    later: String,
+}
+
+/// The verdict on one consecutive pair of requests (numbered from 1 in file order).
+#[derive(Debug, Serialize)]
+struct Pair {
+    from: usize,
+    to: usize,
+    system: bool,
+    tools: bool,
+    messages_prefix: bool,
+    /// The first break, in the order system, tools, messages.
+    #[serde(rename = "break", skip_serializing_if = "Option::is_none")]
+    first_break: Option<Break>,
+}
+
+/// Characters of context shown before and after a differing byte.
+const BEFORE: usize = 20;
+const AFTER: usize = 40;
+
+/// The first byte at which `a` and `b` differ (one being a prefix of the other counts).
+fn first_difference(a: &str, b: &str) -> Option<usize> {
+    a.bytes()
+        .zip(b.bytes())
+        .position(|(x, y)| x != y)
+        .or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))
+}
+
+/// About [`BEFORE`] characters before byte `offset` of `s` and [`AFTER`] from it, with `…` where
+/// `s` goes on.
+fn excerpt(s: &str, offset: usize) -> String {
+    let at = s.floor_char_boundary(offset.min(s.len()));
+    let start = s[..at]
+        .char_indices()
+        .rev()
+        .nth(BEFORE - 1)
+        .map_or(0, |(i, _)| i);
+    let end = s[at..]
+        .char_indices()
+        .nth(AFTER)
+        .map_or(s.len(), |(i, _)| at + i);
+    format!(
+        "{}{}{}",
+        if start > 0 { "…" } else { "" },
+        &s[start..end],
+        if end < s.len() { "…" } else { "" }
+    )
+}
+
+fn differs(section: String, a: &str, b: &str) -> Option<Break> {
+    first_difference(a, b).map(|offset| Break {
+        section,
+        offset,
+        earlier: excerpt(a, offset),
+        later: excerpt(b, offset),
+    })
+}
+
+fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
+    let system = differs("system".into(), &a.system, &b.system);
+    let tools = differs("tools".into(), &a.tools, &b.tools);
+    let messages = a.elements.iter().enumerate().find_map(|(k, earlier)| {
+        let name = a.sections.element_name(k);
+        match b.elements.get(k) {
+            Some(later) => differs(name, earlier, later),
+            None => Some(Break {
+                section: name,
+                offset: 0,
+                earlier: excerpt(earlier, 0),
+                later: String::new(),
+            }),
+        }
+    });
+    Pair {
+        from,
+        to: from + 1,
+        system: system.is_none(),
+        tools: tools.is_none(),
+        messages_prefix: messages.is_none(),
+        first_break: system.or(tools).or(messages),
+    }
+}
+
+/// Reads the bodies and compares each with the one before; only two are held at a time.
+fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut previous: Option<Canon> = None;
+    let mut requests = 0;
+    let mut pairs = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let at = || format!("{}:{}", path.display(), n + 1);
+        let line = line.with_context(|| format!("{}: cannot read the line", at()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let body: Value = serde_json::from_str(&line)
+            .with_context(|| format!("{}: not a valid JSON request body", at()))?;
+        if !body.is_object() {
+            bail!("{}: a request body must be a JSON object", at());
+        }
+        let Some(api) = api.or_else(|| Api::detect(&body)) else {
+            bail!(
+                "{}: cannot tell the API: the body has no `messages` or `input` array (use --api)",
+                at()
+            );
+        };
+        let sections = Sections::of(api, &body).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        let current = Canon::new(sections);
+        requests += 1;
+        if let Some(prev) = &previous {
+            pairs.push(compare(requests - 1, prev, &current));
+        }
+        previous = Some(current);
+    }
+    anyhow::ensure!(requests > 0, "{} holds no request bodies", path.display());
+    Ok((requests, pairs))
+}
+
+/// Runs the check; `Ok(false)` when some pair breaks the prefix.
+pub fn run(args: Args) -> Result<bool> {
+    let (requests, pairs) = check(&args.file, args.api.map(Api::from))?;
+    let broken = pairs.iter().filter(|p| p.first_break.is_some()).count();
+    if args.json {
+        print_json(&serde_json::json!({
+            "requests": requests,
+            "pairs": pairs,
+            "ok": broken == 0,
+        }))?;
+        return Ok(broken == 0);
+    }
+    for p in &pairs {
+        let Some(b) = &p.first_break else {
+            outln!("{}→{} ok", p.from, p.to);
+            continue;
+        };
+        let verb = if b.section == "tools" {
+            "differ"
+        } else {
+            "differs"
+        };
+        let mut line = if b.later.is_empty() {
+            format!(
+                "{}→{} {} is missing from the later request",
+                p.from, p.to, b.section
+            )
+        } else {
+            format!(
+                "{}→{} {} {verb} at byte {}: {:?} vs {:?}",
+                p.from, p.to, b.section, b.offset, b.earlier, b.later
+            )
+        };
+        let also: Vec<&str> = [
+            (!p.system, "system"),
+            (!p.tools, "tools"),
+            (!p.messages_prefix, "messages"),
+        ]
+        .into_iter()
+        .filter(|&(bad, _)| bad)
+        .map(|(_, name)| name)
+        .skip(1)
+        .collect();
+        if !also.is_empty() {
+            line.push_str(&format!(" (also broken: {})", also.join(", ")));
+        }
+        outln!("{line}");
+    }
+    outln!(
+        "{requests} requests, {} pairs: {}",
+        pairs.len(),
+        if broken == 0 {
+            "every request keeps the previous one's prefix".to_owned()
+        } else {
+            format!("{broken} broken")
+        }
+    );
+    Ok(broken == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_difference_counts_bytes_and_prefixes() {
+        assert_eq!(first_difference("abc", "abc"), None);
+        assert_eq!(first_difference("abc", "abd"), Some(2));
+        assert_eq!(first_difference("ab", "abc"), Some(2));
+        assert_eq!(first_difference("abc", "ab"), Some(2));
+        // "é" and "è" share their first byte.
+        assert_eq!(first_difference("xé", "xè"), Some(2));
+    }
+
+    #[test]
+    fn excerpts_are_cut_at_characters_around_the_offset() {
+        let s: String = ('a'..='z').cycle().take(100).collect();
+        let e = excerpt(&s, 50);
+        assert_eq!(e, format!("…{}…", &s[30..90]));
+        assert_eq!(excerpt("short", 2), "short");
+        assert_eq!(excerpt("short", 5), "short");
+        // An offset inside a multi-byte character starts at that character.
+        let cjk = "名".repeat(100);
+        let e = excerpt(&cjk, 3 * 50 + 1);
+        assert_eq!(e, format!("…{}…", "名".repeat(60)));
+    }
+}

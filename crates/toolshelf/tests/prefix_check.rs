@@ -1,0 +1,379 @@
+//! `toolshelf prefix-check` through the real binary, on bodies built by `toolshelf_core::request`:
+//! a growing conversation passes in every API, and each kind of cache break is found where it
+//! starts.
+
+use std::process::{Command, Output};
+
+use serde_json::{Map, Value, json};
+use toolshelf_core::request::{Api, Item, ToolCall, ToolResult, assemble, canonical_json};
+use toolshelf_core::wire::definition_from_parts;
+
+const APIS: [Api; 3] = [Api::Anthropic, Api::OpenAiChat, Api::OpenAiResponses];
+const SYSTEM: &str = "You are a coding agent.";
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolshelf"))
+        .args(args)
+        .output()
+        .expect("run toolshelf")
+}
+
+fn temp_file(name: &str, content: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("toolshelf-prefix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, content).expect("write");
+    path.display().to_string()
+}
+
+fn tools(api: Api) -> Vec<Value> {
+    let schema = Map::from_iter([
+        ("type".into(), json!("object")),
+        ("properties".into(), json!({"path": {"type": "string"}})),
+    ]);
+    [("read", "Read a file."), ("write", "Write a file.")]
+        .iter()
+        .map(|(name, description)| {
+            definition_from_parts(name, description, &schema, api.tool_format())
+        })
+        .collect()
+}
+
+fn items() -> Vec<Item> {
+    let call = |id: &str, path: &str| ToolCall {
+        id: id.into(),
+        name: "read".into(),
+        input: json!({"path": path}),
+    };
+    let result = |id: &str, content: &str| ToolResult {
+        id: id.into(),
+        content: content.into(),
+        is_error: false,
+    };
+    vec![
+        Item::User {
+            text: "list the files".into(),
+            injected: vec!["<env>cwd=/repo</env>".into()],
+        },
+        Item::Assistant {
+            text: Some("Reading.".into()),
+            calls: vec![call("c1", "a.rs")],
+        },
+        Item::Results {
+            results: vec![result("c1", "fn main() {}")],
+            injected: vec!["<reminder>tools changed: +write</reminder>".into()],
+        },
+        Item::Assistant {
+            text: None,
+            calls: vec![call("c2", "b.rs"), call("c3", "c.rs")],
+        },
+        Item::Results {
+            results: vec![result("c2", "mod b;"), result("c3", "mod c;")],
+            injected: vec![],
+        },
+        Item::Assistant {
+            text: Some("Two modules and a main.".into()),
+            calls: vec![],
+        },
+        Item::User {
+            text: "thanks".into(),
+            injected: vec!["<r>1</r>".into(), "<r>2</r>".into()],
+        },
+    ]
+}
+
+/// The bodies a harness sends: one after each user turn and each set of results.
+fn bodies(api: Api) -> Vec<Value> {
+    let items = items();
+    let settings = Map::from_iter([("model".into(), json!("m")), ("stream".into(), json!(true))]);
+    (1..=items.len())
+        .filter(|&n| !matches!(items[n - 1], Item::Assistant { .. }))
+        .map(|n| assemble(api, SYSTEM, &tools(api), &items[..n], &settings))
+        .collect()
+}
+
+/// The bodies as a JSON lines file, with a blank line that must be skipped.
+fn file_of(name: &str, bodies: &[Value]) -> String {
+    let mut text = String::new();
+    for (i, b) in bodies.iter().enumerate() {
+        text.push_str(&canonical_json(b));
+        text.push('\n');
+        if i == 1 {
+            text.push_str("\n  \n");
+        }
+    }
+    temp_file(name, &text)
+}
+
+fn check_json(path: &str) -> (Option<i32>, Value) {
+    let out = run(&["prefix-check", path, "--json"]);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), v)
+}
+
+/// The conversation element the first user message is, by its place in the body.
+fn first_message_name(api: Api) -> &'static str {
+    match api {
+        Api::Anthropic => "messages[0]",
+        Api::OpenAiChat => "messages[1]",
+        Api::OpenAiResponses => "input[0]",
+    }
+}
+
+/// Asserts that only the last pair broke, in `section` at `offset`, and returns that break.
+fn only_last_pair_broke(v: &Value, n: usize, section: &str, offset: usize) -> Value {
+    assert_eq!(v["requests"], n, "{v}");
+    assert_eq!(v["ok"], false, "{v}");
+    let pairs = v["pairs"].as_array().expect("pairs");
+    assert_eq!(pairs.len(), n - 1);
+    for p in &pairs[..n - 2] {
+        assert!(p.get("break").is_none(), "{p}");
+    }
+    let last = &pairs[n - 2];
+    assert_eq!(
+        (last["from"].as_u64(), last["to"].as_u64()),
+        (Some(n as u64 - 1), Some(n as u64))
+    );
+    let b = &last["break"];
+    assert_eq!(b["section"], section, "{last}");
+    assert_eq!(b["offset"], offset, "{last}");
+    for (key, broken) in [
+        ("system", section == "system"),
+        ("tools", section == "tools"),
+        ("messages_prefix", section != "system" && section != "tools"),
+    ] {
+        assert_eq!(last[key], !broken, "{key} in {last}");
+    }
+    b.clone()
+}
+
+#[test]
+fn a_growing_conversation_keeps_its_prefix_in_every_api() {
+    for api in APIS {
+        let bodies = bodies(api);
+        assert_eq!(bodies.len(), 4);
+        let path = file_of(&format!("ok-{}.jsonl", api.name()), &bodies);
+        let (code, v) = check_json(&path);
+        assert_eq!(code, Some(0), "{api:?}: {v}");
+        assert_eq!(v["requests"], 4);
+        assert_eq!(v["ok"], true);
+        let pairs = v["pairs"].as_array().expect("pairs");
+        assert_eq!(pairs.len(), 3);
+        for (i, p) in pairs.iter().enumerate() {
+            assert_eq!(
+                p,
+                &json!({"from": i + 1, "to": i + 2, "system": true, "tools": true, "messages_prefix": true})
+            );
+        }
+        // Forcing the right API changes nothing; the text form says ok per pair.
+        let out = run(&["prefix-check", &path, "--api", api.name()]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        assert_eq!(
+            text,
+            "1→2 ok\n2→3 ok\n3→4 ok\n4 requests, 3 pairs: every request keeps the previous one's prefix\n"
+        );
+    }
+}
+
+#[test]
+fn an_edited_earlier_message_breaks_at_its_first_changed_byte() {
+    for api in APIS {
+        let mut bodies = bodies(api);
+        let key = api.conversation_key();
+        let index = first_message_name(api)
+            .trim_start_matches(|c: char| !c.is_ascii_digit())
+            .trim_end_matches(']')
+            .parse::<usize>()
+            .expect("index");
+        let original = canonical_json(&bodies[3][key][index]);
+        let edited = original.replace("list the files", "list the filez");
+        assert_ne!(original, edited);
+        bodies[3][key][index] = serde_json::from_str(&edited).expect("json");
+        let offset = original.find("list the files").expect("text") + "list the file".len();
+        let path = file_of(&format!("edited-{}.jsonl", api.name()), &bodies);
+        let (code, v) = check_json(&path);
+        assert_eq!(code, Some(1), "{api:?}: {v}");
+        let b = only_last_pair_broke(&v, 4, first_message_name(api), offset);
+        let (earlier, later) = (b["earlier"].as_str(), b["later"].as_str());
+        assert!(earlier.is_some_and(|e| e.contains("files")), "{b}");
+        assert!(later.is_some_and(|l| l.contains("filez")), "{b}");
+        let out = run(&["prefix-check", &path]);
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        assert!(
+            text.contains(&format!(
+                "3→4 {} differs at byte {offset}: ",
+                first_message_name(api)
+            )) && text.ends_with("4 requests, 3 pairs: 1 broken\n"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn reordered_tools_break_the_tools_section() {
+    for api in APIS {
+        let mut bodies = bodies(api);
+        let tools = bodies[3]["tools"].clone();
+        bodies[3]["tools"].as_array_mut().expect("tools").reverse();
+        // The first tool's description is the first byte that differs.
+        let offset = canonical_json(&tools).find("Read a file.").expect("read");
+        let path = file_of(&format!("tools-{}.jsonl", api.name()), &bodies);
+        let (code, v) = check_json(&path);
+        assert_eq!(code, Some(1), "{api:?}: {v}");
+        let b = only_last_pair_broke(&v, 4, "tools", offset);
+        assert!(
+            b["later"]
+                .as_str()
+                .is_some_and(|l| l.contains("Write a file.")),
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn a_changed_system_prompt_breaks_the_system_section() {
+    let changed = "You are a careful coding agent.";
+    for api in APIS {
+        let mut bodies = bodies(api);
+        // The system part as documented: Anthropic's `system`, Responses' `instructions`, the
+        // leading system messages of Chat Completions.
+        let section = match api {
+            Api::Anthropic => {
+                bodies[3]["system"] = changed.into();
+                json!(SYSTEM)
+            }
+            Api::OpenAiChat => {
+                bodies[3]["messages"][0]["content"] = changed.into();
+                json!([{"role": "system", "content": SYSTEM}])
+            }
+            Api::OpenAiResponses => {
+                bodies[3]["instructions"] = changed.into();
+                json!(SYSTEM)
+            }
+        };
+        // "You are a c" is shared: "oding" and "areful" part at the "o".
+        let offset = canonical_json(&section).find("oding").expect("system");
+        let path = file_of(&format!("system-{}.jsonl", api.name()), &bodies);
+        let (code, v) = check_json(&path);
+        assert_eq!(code, Some(1), "{api:?}: {v}");
+        only_last_pair_broke(&v, 4, "system", offset);
+    }
+}
+
+#[test]
+fn a_shorter_later_request_is_missing_a_message() {
+    let mut bodies = bodies(Api::Anthropic);
+    bodies.swap(2, 3);
+    let path = file_of("shrunk.jsonl", &bodies);
+    let (code, v) = check_json(&path);
+    assert_eq!(code, Some(1));
+    // Request 3 now has 7 messages, request 4 only 5.
+    let b = &v["pairs"][2]["break"];
+    assert_eq!(
+        (
+            b["section"].as_str(),
+            b["offset"].as_u64(),
+            b["later"].as_str()
+        ),
+        (Some("messages[5]"), Some(0), Some("")),
+        "{v}"
+    );
+    let text = String::from_utf8(run(&["prefix-check", &path]).stdout).expect("utf-8");
+    assert!(
+        text.contains("3→4 messages[5] is missing from the later request"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_moved_anthropic_cache_breakpoint_is_not_a_break() {
+    let mut bodies = bodies(Api::Anthropic);
+    // The usual client: the breakpoint sits on the newest message's last block.
+    for b in &mut bodies {
+        let messages = b["messages"].as_array_mut().expect("messages");
+        let last = messages.last_mut().expect("a message");
+        let blocks = last["content"].as_array_mut().expect("blocks");
+        blocks.last_mut().expect("a block")["cache_control"] = json!({"type": "ephemeral"});
+    }
+    let path = file_of("cache-control.jsonl", &bodies);
+    let (code, v) = check_json(&path);
+    assert_eq!((code, &v["ok"]), (Some(0), &json!(true)), "{v}");
+    // In an OpenAI body the same key is content like any other.
+    let mut chat = bodies_with_marker(Api::OpenAiChat);
+    chat.truncate(2);
+    let (code, v) = check_json(&file_of("marker-openai.jsonl", &chat));
+    assert_eq!(code, Some(1), "{v}");
+}
+
+fn bodies_with_marker(api: Api) -> Vec<Value> {
+    let mut bodies = bodies(api);
+    let key = api.conversation_key();
+    let last = bodies[0][key]
+        .as_array_mut()
+        .and_then(|m| m.last_mut())
+        .expect("a message");
+    last["content"][0]["cache_control"] = json!({"type": "ephemeral"});
+    bodies
+}
+
+#[test]
+fn bad_lines_are_named_by_file_and_line() {
+    let good = canonical_json(&bodies(Api::Anthropic)[0]);
+    for (name, bad, says) in [
+        (
+            "truncated.jsonl",
+            "{\"messages\": [",
+            "not a valid JSON request body",
+        ),
+        (
+            "array.jsonl",
+            "[1, 2]",
+            "a request body must be a JSON object",
+        ),
+        ("unknown.jsonl", "{\"model\": \"m\"}", "cannot tell the API"),
+    ] {
+        let path = temp_file(name, &format!("{good}\n\n{bad}\n{good}\n"));
+        let out = run(&["prefix-check", &path]);
+        assert!(!out.status.success(), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("{path}:3: {says}")), "{name}: {err}");
+    }
+    // A body of another API, forced: what is missing is said.
+    let path = temp_file("forced.jsonl", &format!("{good}\n"));
+    let err = String::from_utf8(run(&["prefix-check", &path, "--api", "openai-responses"]).stderr)
+        .expect("utf-8");
+    assert!(
+        err.contains("forced.jsonl:1: no `input` array (openai-responses request)"),
+        "{err}"
+    );
+    let path = temp_file("input.jsonl", "{\"input\": []}\n");
+    let err = String::from_utf8(run(&["prefix-check", &path, "--api", "anthropic"]).stderr)
+        .expect("utf-8");
+    assert!(err.contains("input.jsonl:1: no `messages` array"), "{err}");
+    let empty = temp_file("empty.jsonl", "\n\n");
+    let err = String::from_utf8(run(&["prefix-check", &empty]).stderr).expect("utf-8");
+    assert!(err.contains("holds no request bodies"), "{err}");
+    let err =
+        String::from_utf8(run(&["prefix-check", "/nonexistent.jsonl"]).stderr).expect("utf-8");
+    assert!(err.contains("cannot read /nonexistent.jsonl"), "{err}");
+}
+
+#[test]
+fn help_describes_the_check() {
+    let out = run(&["prefix-check", "--help"]);
+    let help = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        help.contains("--api")
+            && help.contains("openai-responses")
+            && help.contains("Exit status 1"),
+        "{help}"
+    );
+}
