@@ -287,9 +287,9 @@ impl<'a> Replay<'a> {
                         text = Some(t.clone());
                         i += 1;
                     }
-                    // Calls followed by as many results are one turn of parallel calls; a call
-                    // without a recorded result is a turn of its own (the model saw its result
-                    // before making the next one).
+                    // Calls followed by as many results are one turn of parallel calls, the results
+                    // in call order. Otherwise the first call is a turn of its own, its result
+                    // computed (the model saw it before making the next call).
                     let calls = events[i..]
                         .iter()
                         .take_while(|e| matches!(e, Event::Call { .. }))
@@ -298,26 +298,20 @@ impl<'a> Replay<'a> {
                         .iter()
                         .take_while(|e| matches!(e, Event::Result(_)))
                         .count();
-                    let group: Vec<(&Event, Option<Value>)> = match results {
-                        0 if calls > 0 => vec![(&events[i], None)],
-                        r if r == calls => (0..calls)
+                    let group: Vec<(&Event, Option<Value>)> = if calls > 0 && results == calls {
+                        let group = (0..calls)
                             .map(|k| match &events[i + calls + k] {
                                 Event::Result(content) => (&events[i + k], Some(content.clone())),
                                 _ => (&events[i + k], None),
                             })
-                            .collect(),
-                        _ => Vec::new(),
-                    };
-                    if calls > 0 && group.is_empty() {
-                        return Err(format!(
-                            "event {}: {calls} calls are followed by {results} results; give every call of a turn its result, or none",
-                            i + 1
-                        ));
-                    }
-                    i += if results == 0 {
-                        group.len()
+                            .collect();
+                        i += calls + results;
+                        group
+                    } else if calls > 0 {
+                        i += 1;
+                        vec![(&events[i - 1], None)]
                     } else {
-                        calls + results
+                        Vec::new()
                     };
                     let mut done: Vec<Done> = Vec::new();
                     let mut activated = Vec::new();

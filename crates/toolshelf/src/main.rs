@@ -48,6 +48,9 @@ enum Command {
     /// Check a log of request bodies (JSON lines) for prompt-cache breaks: system and tools
     /// byte-identical, each request's messages a prefix of the next's. Exit status 1 on a break.
     PrefixCheck(commands::prefix_check::Args),
+    /// Replay a conversation through a session: the request body of every model turn, or with
+    /// --explain what the session did (reminders, activations, expiries, bytes).
+    Replay(commands::replay::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => commands::serve::run(a),
         Command::Status(a) => commands::status::run(a),
         Command::Catalog(a) => commands::catalog::run(a),
+        Command::Replay(a) => commands::replay::run(a),
         // A broken prefix is a finding, not an error: reported on stdout, exit status 1.
         Command::PrefixCheck(a) => match commands::prefix_check::run(a) {
             Ok(false) => return ExitCode::FAILURE,

@@ -20,6 +20,14 @@ pub struct Args {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Account a whole session instead of one turn: replay this transcript (see `replay`) and
+    /// report, per model request, the tokens sent, those a prefix cache would serve, and what
+    /// the all-resident surface would have cost.
+    #[arg(long, value_name = "FILE.jsonl")]
+    transcript: Option<std::path::PathBuf>,
+    /// With --transcript: the fixed instruction of every request.
+    #[arg(long, value_name = "TEXT", default_value = "You are a helpful agent.")]
+    system: String,
 }
 
 fn thousands(n: i64) -> String {
@@ -39,6 +47,9 @@ fn pct(x: f64) -> String {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(transcript) = &args.transcript {
+        return session(&args, transcript);
+    }
     let l = args.source.load()?;
     l.warn_index();
     let window = args.window.unwrap_or(l.config().defer.window);
@@ -119,5 +130,146 @@ pub fn run(args: Args) -> Result<()> {
             g.index_dropped_servers.join(", ")
         );
     }
+    Ok(())
+}
+
+/// One request of a replayed session, in o200k_base tokens.
+#[derive(Debug, Clone, serde::Serialize)]
+struct TurnCost {
+    turn: u64,
+    system: usize,
+    tools: usize,
+    messages: usize,
+    total: usize,
+    /// Tokens of the prefix shared byte for byte with the previous request.
+    cached: usize,
+    /// The same request with every visible tool resident and no meta-tools.
+    all_resident: usize,
+}
+
+/// `ledger --transcript`: the whole session's cost.
+fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
+    use toolshelf_core::request::{Api, Sections, canonical_json};
+    use toolshelf_core::tokens::count;
+    let api = match args.format {
+        FormatArg::Anthropic => Api::Anthropic,
+        FormatArg::Openai => Api::OpenAiChat,
+        FormatArg::OpenaiResponses => Api::OpenAiResponses,
+        FormatArg::Mcp => anyhow::bail!(
+            "--transcript accounts LLM API requests: use --format anthropic, openai or openai-responses"
+        ),
+    };
+    let replay_args = super::replay::Args {
+        source: args.source.clone(),
+        transcript: transcript.to_owned(),
+        format: match api {
+            Api::Anthropic => super::replay::ApiArg::Anthropic,
+            Api::OpenAiChat => super::replay::ApiArg::Openai,
+            Api::OpenAiResponses => super::replay::ApiArg::OpenaiResponses,
+        },
+        system: args.system.clone(),
+        ranker: super::search::Ranker::Bm25,
+        explain: false,
+        json: false,
+    };
+    let reports = super::replay::replay(&replay_args)?;
+    // The counterfactual tool list: every visible tool with its schema.
+    let l = args.source.load()?;
+    let all: Vec<serde_json::Value> = l
+        .surface
+        .resident
+        .iter()
+        .chain(&l.surface.deferred)
+        .map(|&i| toolshelf_core::wire::definition(&l.catalog.tools()[i], api.tool_format()))
+        .collect();
+    let all_tools = count(&canonical_json(&serde_json::Value::Array(all)));
+    let mut turns: Vec<TurnCost> = Vec::new();
+    let mut previous: Option<Sections> = None;
+    for r in &reports {
+        let body: serde_json::Value = serde_json::from_str(&r.body)?;
+        let s = Sections::of(api, &body).map_err(anyhow::Error::msg)?;
+        let system = count(&canonical_json(&s.system));
+        let tools = count(&canonical_json(&s.tools));
+        let message_tokens: Vec<usize> = s
+            .conversation
+            .iter()
+            .map(|m| count(&canonical_json(m)))
+            .collect();
+        let messages: usize = message_tokens.iter().sum();
+        let cached = match &previous {
+            Some(p)
+                if canonical_json(&p.system) == canonical_json(&s.system)
+                    && canonical_json(&p.tools) == canonical_json(&s.tools) =>
+            {
+                let shared = p
+                    .conversation
+                    .iter()
+                    .zip(&s.conversation)
+                    .take_while(|(a, b)| canonical_json(a) == canonical_json(b))
+                    .count();
+                system + tools + message_tokens[..shared].iter().sum::<usize>()
+            }
+            _ => 0,
+        };
+        turns.push(TurnCost {
+            turn: r.turn,
+            system,
+            tools,
+            messages,
+            total: system + tools + messages,
+            cached,
+            all_resident: system + all_tools + messages,
+        });
+        previous = Some(s);
+    }
+    let sum = |f: fn(&TurnCost) -> usize| turns.iter().map(f).sum::<usize>();
+    let (total, cached, all_resident) =
+        (sum(|t| t.total), sum(|t| t.cached), sum(|t| t.all_resident));
+    if args.json {
+        return print_json(&serde_json::json!({
+            "requests": turns.len(),
+            "format": api.name(),
+            "turns": turns,
+            "totals": {"input_tokens": total, "cached_tokens": cached, "all_resident_tokens": all_resident},
+        }));
+    }
+    outln!(
+        "toolshelf ledger: {} replayed over {} ({} format), {} requests",
+        transcript.display(),
+        l.catalog.source_name(),
+        api.name(),
+        turns.len()
+    );
+    outln!();
+    outln!(
+        "{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+        "turn",
+        "tools",
+        "messages",
+        "input",
+        "cached",
+        "all resident"
+    );
+    for t in &turns {
+        outln!(
+            "{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+            t.turn,
+            thousands(t.tools as i64),
+            thousands(t.messages as i64),
+            thousands(t.total as i64),
+            thousands(t.cached as i64),
+            thousands(t.all_resident as i64)
+        );
+    }
+    outln!();
+    let share = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    outln!(
+        "session: {} input tokens, {} of them ({}) served by a prefix cache; all resident: {} ({} more)",
+        thousands(total as i64),
+        thousands(cached as i64),
+        pct(share(cached, total)),
+        thousands(all_resident as i64),
+        thousands(all_resident as i64 - total as i64)
+    );
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod explain;
 pub mod ledger;
 pub mod prefix_check;
 pub mod render;
+pub mod replay;
 pub mod search;
 pub mod serve;
 pub mod status;
