@@ -576,56 +576,107 @@ mod tests {
         );
     }
 
+    fn migration_rule(extra: Value) -> Reminders {
+        let mut base = json!({"intents": ["migration"], "cooldown_turns": 4, "ttl_turns": 2});
+        for (k, v) in extra.as_object().expect("object") {
+            base[k] = v.clone();
+        }
+        Reminders::new(&[rule(base)], 400).expect("rules")
+    }
+
     #[test]
-    fn cooldown_ttl_clearing_and_suppression_follow_the_turns() {
-        let r = Reminders::new(
-            &[rule(json!({"intents": ["migration"], "cooldown_turns": 4, "ttl_turns": 2, "unless_used": ["^mcp__db__"], "unless_used_turns": 3}))],
-            400,
-        )
-        .expect("rules");
+    fn cooldown_holds_a_rule_back_until_the_turn_it_ends() {
+        let r = migration_rule(json!({}));
         let mut s = SessionState::default();
-        let e = run(&r, &mut s, user("run the migration")); // 1: fires
+        assert_eq!(run(&r, &mut s, user("run the migration")).fired, [0]); // turn 1
+        for turn in 2..=4 {
+            let e = run(&r, &mut s, user("the migration again"));
+            assert!(e.fired.is_empty(), "turn {turn}: within the cooldown");
+            assert!(
+                e.notes
+                    .iter()
+                    .any(|n| n.event == "suppressed" && n.why.contains("fired at turn 1"))
+            );
+        }
         assert_eq!(
-            (e.fired.as_slice(), e.showing.as_slice()),
-            (&[0][..], &[0][..])
+            run(&r, &mut s, user("the migration again")).fired,
+            [0],
+            "turn 5: 4 turns later"
         );
-        let e = run(&r, &mut s, user("and the migration again")); // 2: cooldown, still showing
-        assert_eq!((e.fired.len(), e.showing.as_slice()), (0, &[0][..]));
-        assert_eq!(e.notes[0].event, "suppressed");
-        assert!(e.notes[0].why.contains("fired at turn 1"), "{:?}", e.notes);
-        let e = run(&r, &mut s, user("hello")); // 3: ttl over
+    }
+
+    #[test]
+    fn a_fired_reminder_shows_for_its_ttl_and_then_expires() {
+        let r = migration_rule(json!({"cooldown_turns": 10}));
+        let mut s = SessionState::default();
+        assert_eq!(run(&r, &mut s, user("run the migration")).showing, [0]); // turn 1
+        let e = run(&r, &mut s, user("ok")); // turn 2: ttl 2 covers turns 1 and 2
+        assert_eq!(e.showing, [0]);
+        assert_eq!(e.notes[0].event, "showing");
+        let e = run(&r, &mut s, user("ok")); // turn 3
         assert!(e.showing.is_empty());
-        assert_eq!(e.notes[0].event, "expired");
-        let e = run(&r, &mut s, user("migration please")); // 4: 3 turns since: cooldown
-        assert!(e.fired.is_empty());
-        let e = run(&r, &mut s, user("migration please")); // 5: 4 turns since: fires
-        assert_eq!(e.fired, [0]);
-        // A search for the category clears it before its ttl.
-        let searches = ["database migration".to_owned()];
+        assert_eq!(
+            (e.notes[0].event, e.notes[0].why.as_str()),
+            ("expired", "shown until turn 2")
+        );
+        assert!(
+            run(&r, &mut s, user("ok")).notes.is_empty(),
+            "turn 4: nothing left to say"
+        );
+    }
+
+    #[test]
+    fn a_search_for_the_category_clears_a_showing_reminder() {
+        let r = migration_rule(json!({"ttl_turns": 5}));
+        let mut s = SessionState::default();
+        run(&r, &mut s, user("run the migration")); // turn 1
+        let unrelated = ["weather".to_owned()];
         let e = run(
             &r,
             &mut s,
             TurnInput {
-                searches: &searches,
+                searches: &unrelated,
                 ..TurnInput::default()
             },
-        ); // 6
+        ); // 2
+        assert_eq!(e.showing, [0], "another search does not clear it");
+        let category = ["database migration".to_owned()];
+        let e = run(
+            &r,
+            &mut s,
+            TurnInput {
+                searches: &category,
+                ..TurnInput::default()
+            },
+        ); // 3
         assert!(e.showing.is_empty());
         assert_eq!(e.notes[0].event, "cleared");
-        // A recent call of the category's tools suppresses it.
-        s.record_call("mcp__db__check_migrations"); // at turn 6
-        for _ in 7..=8 {
-            s.next_turn();
+    }
+
+    #[test]
+    fn a_recent_use_of_the_category_suppresses_the_rule() {
+        let r = migration_rule(json!({"unless_used": ["^mcp__db__"], "unless_used_turns": 3}));
+        let mut s = SessionState::default();
+        s.next_turn(); // 1
+        s.record_call("mcp__db__check_migrations");
+        for turn in 2..=4 {
+            let e = run(&r, &mut s, user("migration now"));
+            assert!(
+                e.fired.is_empty(),
+                "turn {turn}: used {} turns ago",
+                turn - 1
+            );
+            assert!(
+                e.notes[0].why.contains("mcp__db__check_migrations"),
+                "{:?}",
+                e.notes
+            );
         }
-        s.next_turn(); // 9: used 3 turns ago
-        let e = r.evaluate(&mut s, &user("migration now"));
-        assert!(
-            e.fired.is_empty() && e.notes[0].why.contains("mcp__db__check_migrations"),
-            "{:?}",
-            e.notes
+        assert_eq!(
+            run(&r, &mut s, user("migration now")).fired,
+            [0],
+            "turn 5: used 4 turns ago"
         );
-        let e = run(&r, &mut s, user("migration now")); // 10: used 4 turns ago
-        assert_eq!(e.fired, [0]);
     }
 
     #[test]
