@@ -65,6 +65,8 @@ pub struct Tool {
     pub title: Option<String>,
     /// MCP `outputSchema`, passed through.
     pub output_schema: Option<Map<String, Value>>,
+    /// MCP `_meta`, passed through to MCP clients.
+    pub meta: Option<Map<String, Value>>,
     /// Declared `defer_loading`: `Some(true)`, `Some(false)`, or absent.
     pub defer_loading: Option<bool>,
     /// Free-form tags, searchable.
@@ -77,11 +79,19 @@ pub struct Tool {
 
 impl Tool {
     /// The names besides the canonical one that resolve to this tool when unambiguous: bare,
-    /// original and aliases.
-    pub fn short_names(&self) -> impl Iterator<Item = &String> {
-        [&self.bare, &self.original_name]
+    /// original, aliases, and `SERVER__TOOL` (the canonical name without `mcp__`, as the gateway
+    /// may name pinned tools to clients that add a prefix of their own).
+    pub fn short_names(&self) -> impl Iterator<Item = &str> {
+        [self.bare.as_str(), self.original_name.as_str()]
             .into_iter()
-            .chain(&self.aliases)
+            .chain(self.aliases.iter().map(String::as_str))
+            .chain(self.client_name())
+    }
+
+    /// `SERVER__TOOL` for a server's tool: its canonical name without the `mcp__` prefix.
+    pub fn client_name(&self) -> Option<&str> {
+        self.server.as_ref()?;
+        self.name.strip_prefix(name::MCP_PREFIX)
     }
 
     /// Whether the tool declares `readOnlyHint: true`. Absent means no (fail closed).
@@ -134,6 +144,8 @@ pub struct ToolSpec {
     pub title: Option<String>,
     /// MCP `outputSchema`.
     pub output_schema: Option<Map<String, Value>>,
+    /// MCP `_meta`.
+    pub meta: Option<Map<String, Value>>,
     /// Declared `defer_loading`.
     pub defer_loading: Option<bool>,
     /// Tags.
@@ -320,12 +332,14 @@ impl ToolSpec {
         };
         let title = field("title").and_then(Value::as_str).map(str::to_owned);
         let output_schema = field("outputSchema").and_then(Value::as_object).cloned();
+        let meta = field("_meta").and_then(Value::as_object).cloned();
         Ok(Self {
             name,
             description,
             input_schema,
             title,
             output_schema,
+            meta,
             defer_loading,
             tags,
             annotations,
@@ -623,6 +637,7 @@ impl CatalogBuilder {
                 input_schema: c.spec.input_schema.unwrap_or_else(empty_object_schema),
                 title: c.spec.title,
                 output_schema: c.spec.output_schema,
+                meta: c.spec.meta,
                 defer_loading: c.spec.defer_loading,
                 tags: c.spec.tags,
                 annotations: c.spec.annotations,

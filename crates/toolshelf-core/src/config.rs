@@ -45,6 +45,9 @@ pub struct Config {
     /// `[session]`: activation expiry and reminder limits.
     #[serde(default)]
     pub session: SessionConfig,
+    /// `[gateway]`: how the gateway presents its tools to MCP clients.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
     /// `[[reminders]]`: system reminders that bring a category of deferred tools back to the
     /// model's attention when their trigger fires.
     #[serde(default)]
@@ -351,6 +354,39 @@ pub enum OnError {
     Allow,
     /// Refuse the call.
     Deny,
+}
+
+/// `[gateway]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// `always_load`: mark `tool_search`, `defer_execute` and pinned tools with
+    /// `_meta["anthropic/alwaysLoad"] = true`, so clients that defer MCP tools on their own
+    /// (Claude Code) keep them resident.
+    pub always_load: bool,
+    /// `pinned_names`: how pinned tools are named to clients.
+    pub pinned_names: PinnedNames,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            always_load: true,
+            pinned_names: PinnedNames::Short,
+        }
+    }
+}
+
+/// How the gateway names pinned server tools in `tools/list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinnedNames {
+    /// `SERVER__TOOL`: clients prefix the gateway's tools themselves (`mcp__toolshelf__`), so
+    /// this reads `mcp__toolshelf__git__git_status` there instead of a doubled prefix.
+    #[default]
+    Short,
+    /// `mcp__SERVER__TOOL`, the canonical name.
+    Canonical,
 }
 
 /// `[session]`.

@@ -74,5 +74,8 @@ pub fn definition(tool: &Tool, format: Format) -> Value {
     if let Some(a) = &tool.annotations.raw {
         m.insert("annotations".into(), Value::Object(a.clone()));
     }
+    if let Some(meta) = &tool.meta {
+        m.insert("_meta".into(), Value::Object(meta.clone()));
+    }
     Value::Object(m)
 }

@@ -168,8 +168,7 @@ impl Snapshot {
             .filter(|(_, d)| d.state != State::Hidden)
             .map(|(t, _)| t.name.clone())
             .collect();
-        let tools_list = surface
-            .tools(&catalog, Format::Mcp)
+        let tools_list = client_list(&catalog, &surface, &compiled.config().gateway)
             .into_iter()
             .filter_map(|v| match serde_json::from_value(v) {
                 Ok(t) => Some(t),
@@ -237,6 +236,47 @@ pub enum HubEvent {
 
 /// The sending side of the hub's event channel, as servers hold it.
 pub type Events = mpsc::UnboundedSender<HubEvent>;
+
+/// The MCP `tools/list` items a client is sent: the surface's resident tools and meta-tools, with
+/// pinned server tools named `SERVER__TOOL` (`[gateway] pinned_names`) and every listed tool
+/// marked `_meta["anthropic/alwaysLoad"] = true` (`[gateway] always_load`), keeping whatever
+/// `_meta` the downstream tool had. Clients that defer MCP tools themselves (Claude Code) then
+/// keep toolshelf's few tools resident instead of hiding the index behind a second search.
+pub fn client_list(
+    catalog: &Catalog,
+    surface: &Surface,
+    gateway: &toolshelf_core::config::GatewayConfig,
+) -> Vec<Value> {
+    let mark = |mut v: Value| {
+        if gateway.always_load
+            && let Some(obj) = v.as_object_mut()
+        {
+            let meta = obj
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert("anthropic/alwaysLoad".into(), Value::Bool(true));
+            }
+        }
+        v
+    };
+    let mut out: Vec<Value> = surface
+        .resident
+        .iter()
+        .map(|&i| {
+            let tool = &catalog.tools()[i];
+            let mut v = toolshelf_core::wire::definition(tool, Format::Mcp);
+            if gateway.pinned_names == toolshelf_core::config::PinnedNames::Short
+                && let Some(short) = tool.client_name()
+            {
+                v["name"] = Value::String(short.to_owned());
+            }
+            mark(v)
+        })
+        .collect();
+    out.extend(surface.meta_tools(Format::Mcp).into_iter().map(mark));
+    out
+}
 
 /// The shared state of a running gateway.
 #[derive(Debug)]

@@ -141,14 +141,35 @@ async fn stdio_gateway_with_real_servers() {
         .iter()
         .map(|t| t.name.to_string())
         .collect();
+    // Pinned tools are named SERVER__TOOL (clients add their own prefix), and every listed tool
+    // is marked always-load, so clients that defer MCP tools themselves keep these resident.
     assert_eq!(
         names,
         [
-            "mcp__time__convert_time",
-            "mcp__time__get_current_time",
+            "time__convert_time",
+            "time__get_current_time",
             "tool_search",
             "defer_execute"
         ]
+    );
+    for t in client.list_all_tools().await.expect("list") {
+        let meta = t.meta.as_ref().map(|m| m.0.clone()).unwrap_or_default();
+        assert_eq!(
+            meta.get("anthropic/alwaysLoad"),
+            Some(&json!(true)),
+            "{} is not marked always-load",
+            t.name
+        );
+    }
+    let short = ok(&call(
+        &client,
+        "time__get_current_time",
+        json!({"timezone": "Etc/UTC"}),
+    )
+    .await);
+    assert!(
+        short.contains("Etc/UTC"),
+        "a pinned tool answers to its listed name: {short}"
     );
     assert!(
         first.contains("\\n  create_entities\\n"),

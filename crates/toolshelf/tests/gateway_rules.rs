@@ -734,3 +734,52 @@ async fn a_reminder_triggered_by_a_path_arrives_once_on_the_result() {
     assert!(!again.contains("system-reminder"), "{again}");
     client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_tools_keep_their_meta_and_the_naming_and_marking_switch() {
+    let s = Scratch::new("alwaysload");
+    let mut pinned = tool("pinned", "a pinned tool", empty());
+    pinned["_meta"] = json!({"vendor/x": 1});
+    let tools = json!([pinned, tool("deferred", "a deferred tool", empty())]);
+    for (extra, names, marked) in [
+        ("", ["s__pinned", "tool_search", "defer_execute"], true),
+        (
+            "[gateway]\nalways_load = false\npinned_names = \"canonical\"\n",
+            ["mcp__s__pinned", "tool_search", "defer_execute"],
+            false,
+        ),
+    ] {
+        let config = format!(
+            "{}{}[defer]\nrules = [\"NoDefer(^mcp__s__pinned$)\"]\n{extra}",
+            named_server("s", &tools, ""),
+            files_sections(&s)
+        );
+        let cfg = s.write("toolshelf.toml", &config);
+        let client = stdio_client(&cfg, TestClient::default()).await;
+        let listed = client.list_all_tools().await.expect("list");
+        let got: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(got, names);
+        for t in &listed {
+            let meta = t.meta.as_ref().map(|m| m.0.clone()).unwrap_or_default();
+            assert_eq!(
+                meta.get("anthropic/alwaysLoad") == Some(&json!(true)),
+                marked,
+                "{}: {meta:?}",
+                t.name
+            );
+            if t.name.ends_with("pinned") {
+                assert_eq!(
+                    meta.get("vendor/x"),
+                    Some(&json!(1)),
+                    "the server's own _meta is kept"
+                );
+            }
+        }
+        // Every name of the pinned tool runs it, directly and through defer_execute.
+        for name in ["s__pinned", "mcp__s__pinned"] {
+            assert!(ok(&call(&client, name, json!({})).await).contains("\"tool\":\"pinned\""));
+            assert!(ok(&exec(&client, name, json!({})).await).contains("\"tool\":\"pinned\""));
+        }
+        client.cancel().await.expect("close");
+    }
+}
