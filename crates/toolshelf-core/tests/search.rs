@@ -548,3 +548,84 @@ fn active_tools_are_marked_and_the_marks_stay_within_the_budget() {
         );
     }
 }
+
+/// MCP servers name their tools `search`, `latest`, `details`: a query that merely contains such a
+/// word must not put every tool of that name first.
+#[test]
+fn a_name_counts_as_a_name_only_when_written_as_one() {
+    let mut servers = Vec::new();
+    for (server, description) in [
+        (
+            "flights",
+            "Search flights between airports and compare fares",
+        ),
+        ("music", "Search songs and artists"),
+        ("news", "Search news articles"),
+        ("shop", "Online shop orders"),
+        ("market", "Stock market data"),
+    ] {
+        servers.push(
+            json!({"name": server, "description": description, "tools": [
+                {"name": "search", "description": format!("{description}.")},
+                {"name": "get_order", "description": "Get an order by id"},
+                {"name": format!("{server}_latest_prices"), "description": "Latest prices"}
+            ]}),
+        );
+    }
+    servers.push(json!({"name": "travel", "tools": [
+        {"name": "find_cheap_flights", "description": "Find the cheapest flights to a destination city", "inputSchema": {"type": "object", "properties": {"destination": {"type": "string"}}}}
+    ]}));
+    let catalog = Catalog::from_value(&json!({"servers": servers}), "c").expect("catalog");
+    let all: Vec<usize> = (0..catalog.tools().len()).collect();
+    let index = SearchIndex::build(&catalog, &all);
+    let rank = |q: &str| -> Vec<(String, String)> {
+        index
+            .rank(&catalog, &[q.to_owned()], 5)
+            .into_iter()
+            .map(|h| (h.name, h.reason))
+            .collect()
+    };
+    // A word inside a sentence is scored like any word: the flight tools lead, not every "search".
+    let got = rank("search cheap flights to Tokyo");
+    assert!(
+        got[0].0 == "mcp__travel__find_cheap_flights" || got[0].0 == "mcp__flights__search",
+        "{got:?}"
+    );
+    assert!(
+        got.iter().all(|(_, why)| why != "exact name in the query"),
+        "{got:?}"
+    );
+    assert!(
+        !got[..2]
+            .iter()
+            .any(|(n, _)| n == "mcp__music__search" || n == "mcp__news__search"),
+        "{got:?}"
+    );
+    // Standing alone, the name asks for the tools of that name.
+    let alone = rank("search");
+    assert_eq!(alone.len(), 5);
+    assert!(
+        alone
+            .iter()
+            .all(|(n, why)| n.ends_with("__search") && why == "exact name in the query"),
+        "{alone:?}"
+    );
+    // A canonical name, or an identifier only one tool has, is a name wherever it stands.
+    assert_eq!(
+        rank("use mcp__news__search please")[0].0,
+        "mcp__news__search"
+    );
+    assert_eq!(
+        rank("call music_latest_prices now")[0],
+        (
+            "mcp__music__music_latest_prices".to_owned(),
+            "exact name in the query".to_owned()
+        )
+    );
+    // An identifier several servers share is evidence, not a verdict.
+    assert!(
+        rank("get_order for my shoes")
+            .iter()
+            .all(|(_, why)| why != "exact name in the query")
+    );
+}

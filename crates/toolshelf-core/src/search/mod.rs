@@ -382,6 +382,21 @@ fn param_text(schema: &Value, out: &mut Vec<String>, depth: usize) {
     }
 }
 
+/// Whether `word`, found among a longer query's words, is written as a tool's name rather than
+/// used as a word: a canonical `mcp__SERVER__TOOL` name, or an identifier (with `_`, `-`, `.`, a
+/// digit or an inner capital) that names exactly one tool. A plain word that happens to be a
+/// name (`search`, `latest`), or an identifier many servers share, is evidence like any other
+/// word and is scored, not put first.
+fn names_a_tool(word: &str, tools_named: usize) -> bool {
+    if word.starts_with(crate::name::MCP_PREFIX) {
+        return true;
+    }
+    let identifier = word.contains(['_', '-', '.'])
+        || word.chars().any(|c| c.is_ascii_digit())
+        || word.chars().skip(1).any(char::is_uppercase);
+    identifier && tools_named == 1
+}
+
 /// Characters trimmed from query words before they are compared with tool names.
 const NAME_TRIM: &[char] = &[
     '"', '\'', '`', ',', ';', ':', '(', ')', '[', ']', '{', '}', '<', '>', '?', '!', '。', '，',
@@ -494,6 +509,10 @@ impl SearchIndex {
     pub fn parse(&self, query: &str) -> ParsedQuery {
         let mut q = ParsedQuery::default();
         let mut text_words = Vec::new();
+        // A name is only a name when the query is nothing else: "search" standing alone asks for
+        // the tools called search, while "search flights to Tokyo" merely contains a word that 22
+        // servers use as a tool name.
+        let whole_query = query.split_whitespace().count() == 1;
         for raw in query.split_whitespace() {
             if let Some(req) = raw.strip_prefix('+').filter(|r| !r.is_empty()) {
                 q.required.extend(analyze::analyze(req));
@@ -517,7 +536,7 @@ impl SearchIndex {
             }
             let word = raw.trim_matches(NAME_TRIM);
             let exact = self.exact(word);
-            if !exact.is_empty() {
+            if !exact.is_empty() && (whole_query || names_a_tool(word, exact.len())) {
                 q.exact.extend_from_slice(exact);
                 text_words.push(word);
                 continue;
@@ -733,7 +752,24 @@ impl SearchIndex {
     }
 
     /// "read" in name, description; "文件" in description ...
+    ///
+    /// A match in the server's name or description is shared by every tool of that server, so it
+    /// is named only when nothing of the tool's own matched.
     fn reason(&self, d: u32, parsed: &[ParsedQuery]) -> String {
+        let own = self.reason_in(d, parsed, false);
+        if own.is_empty() {
+            let server = self.reason_in(d, parsed, true);
+            if !server.is_empty() {
+                return server;
+            }
+            let names: Vec<&str> = self.extra.iter().map(|(r, _)| r.name()).collect();
+            return format!("related by meaning ({})", names.join(", "));
+        }
+        own
+    }
+
+    /// The reason from the tool's own fields, or (`server`) from its server's field alone.
+    fn reason_in(&self, d: u32, parsed: &[ParsedQuery], server: bool) -> String {
         let idx = self.lexical.index();
         let mut parts: Vec<String> = Vec::new();
         let mut chars: BTreeMap<String, String> = BTreeMap::new();
@@ -748,7 +784,7 @@ impl SearchIndex {
                 };
                 let tf = idx.tf(id, d);
                 let fields: Vec<&'static str> = (0..FIELDS)
-                    .filter(|&f| tf[f] > 0)
+                    .filter(|&f| tf[f] > 0 && (Field::ALL[f] == Field::Server) == server)
                     .map(|f| Field::ALL[f].label())
                     .collect();
                 if fields.is_empty() {
@@ -772,8 +808,7 @@ impl SearchIndex {
             }
         }
         if parts.is_empty() {
-            let names: Vec<&str> = self.extra.iter().map(|(r, _)| r.name()).collect();
-            return format!("related by meaning ({})", names.join(", "));
+            return String::new();
         }
         let total = parts.len();
         parts.truncate(4);
