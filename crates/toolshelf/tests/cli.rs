@@ -590,3 +590,43 @@ fn verbosity_and_help_are_documented() {
         "{help}"
     );
 }
+
+#[test]
+fn eval_reports_buckets_and_explains_misses() {
+    let path = temp_file(
+        "eval-buckets.jsonl",
+        "{\"query\": \"commit my changes\", \"gold\": [\"git_commit\"]}\n{\"query\": \"xylophone quasar\", \"gold\": [\"Read\", \"mcp__time__get_current_time\"]}\n",
+    );
+    let v: Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--queries",
+        &path,
+        "--json",
+        "--misses",
+        "5",
+    ]))
+    .expect("json");
+    assert_eq!(v["by_length"]["1-3 words"]["queries"], 2, "{v}");
+    assert_eq!(v["by_gold"]["1 gold"]["queries"], 1);
+    assert_eq!(v["by_gold"]["2 gold"]["recall"]["10"], 0.0);
+    let misses = v["misses"].as_array().expect("misses");
+    assert_eq!(misses.len(), 1, "only the query that missed: {misses:?}");
+    assert_eq!(misses[0]["query"], "xylophone quasar");
+    assert_eq!(misses[0]["gold"].as_array().map(Vec::len), Some(2));
+    assert!(misses[0]["gold"][0]["rank"].is_null());
+    let text = ok(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--queries",
+        &path,
+        "--misses",
+        "1",
+    ]);
+    assert!(
+        text.contains("by query length:") && text.contains("miss: \"xylophone quasar\""),
+        "{text}"
+    );
+}

@@ -26,6 +26,55 @@ pub struct Args {
     /// Ranker: bm25, semantic, or both fused.
     #[arg(long, value_enum, default_value_t)]
     ranker: super::search::Ranker,
+    /// Also print the N worst misses: the query, each gold tool's rank and the reason it got,
+    /// and what ranked first instead.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    misses: usize,
+}
+
+/// Recall@k and the count of the queries in one bucket.
+#[derive(Debug, Default, Clone)]
+struct Bucket {
+    queries: usize,
+    recall: [f64; 4],
+}
+
+impl Bucket {
+    fn add(&mut self, recall: &[f64; 4]) {
+        self.queries += 1;
+        for (a, b) in self.recall.iter_mut().zip(recall) {
+            *a += b;
+        }
+    }
+
+    fn json(&self) -> Value {
+        let n = self.queries.max(1) as f64;
+        json!({"queries": self.queries, "recall": {"1": round4(self.recall[0] / n), "3": round4(self.recall[1] / n), "5": round4(self.recall[2] / n), "10": round4(self.recall[3] / n)}})
+    }
+}
+
+/// The length bucket of a query, in words (Chinese counted per two characters).
+fn length_bucket(query: &str) -> &'static str {
+    let words = query.split_whitespace().count()
+        + query
+            .chars()
+            .filter(|c| toolshelf_core::search::analyze::is_cjk(*c))
+            .count()
+            / 2;
+    match words {
+        0..=3 => "1-3 words",
+        4..=8 => "4-8 words",
+        9..=16 => "9-16 words",
+        _ => "17+ words",
+    }
+}
+
+fn gold_bucket(gold: usize) -> &'static str {
+    match gold {
+        0 | 1 => "1 gold",
+        2 => "2 gold",
+        _ => "3+ gold",
+    }
 }
 
 struct Case {
@@ -122,9 +171,13 @@ pub fn run(args: Args) -> Result<()> {
     });
     let ks = [1usize, 3, 5, 10];
     let mut recall = [0f64; 4];
+    let mut by_length: std::collections::BTreeMap<&str, Bucket> = Default::default();
+    let mut by_gold: std::collections::BTreeMap<&str, Bucket> = Default::default();
+    // (recall@10, first gold rank or 11, case index): the worst misses sort first.
+    let mut worst: Vec<(f64, usize, usize)> = Vec::new();
     let (mut mrr, mut ndcg) = (0f64, 0f64);
     let mut latencies = Vec::with_capacity(cases.len());
-    for case in &cases {
+    for (c, case) in cases.iter().enumerate() {
         let t = Instant::now();
         let hits = index.rank(&loaded.catalog, std::slice::from_ref(&case.query), 10);
         latencies.push(t.elapsed().as_secs_f64() * 1e6);
@@ -136,13 +189,30 @@ pub fn run(args: Args) -> Result<()> {
         }
         let ranked: Vec<usize> = hits.iter().map(|h| h.index).collect();
         let g = case.gold_total as f64;
+        let mut this = [0f64; 4];
         for (slot, &k) in ks.iter().enumerate() {
             let found = ranked
                 .iter()
                 .take(k)
                 .filter(|i| case.gold.contains(i))
                 .count();
-            recall[slot] += found as f64 / g;
+            this[slot] = found as f64 / g;
+            recall[slot] += this[slot];
+        }
+        by_length
+            .entry(length_bucket(&case.query))
+            .or_default()
+            .add(&this);
+        by_gold
+            .entry(gold_bucket(case.gold_total))
+            .or_default()
+            .add(&this);
+        if args.misses > 0 && this[3] < 1.0 {
+            let first = ranked
+                .iter()
+                .position(|i| case.gold.contains(i))
+                .unwrap_or(10);
+            worst.push((this[3], first, c));
         }
         if let Some(pos) = ranked.iter().position(|i| case.gold.contains(i)) {
             mrr += 1.0 / (pos + 1) as f64;
@@ -164,7 +234,12 @@ pub fn run(args: Args) -> Result<()> {
     let n = cases.len() as f64;
     latencies.sort_by(f64::total_cmp);
     let (p50, p99) = (percentile(&latencies, 50.0), percentile(&latencies, 99.0));
+    let buckets = |m: &std::collections::BTreeMap<&str, Bucket>| -> Value {
+        Value::Object(m.iter().map(|(k, b)| ((*k).to_owned(), b.json())).collect())
+    };
     let result = json!({
+        "by_length": buckets(&by_length),
+        "by_gold": buckets(&by_gold),
         "queries": cases.len(),
         "tools": index.len(),
         "recall": {"1": round4(recall[0] / n), "3": round4(recall[1] / n), "5": round4(recall[2] / n), "10": round4(recall[3] / n)},
@@ -176,7 +251,17 @@ pub fn run(args: Args) -> Result<()> {
         "unknown_gold": unknown_gold,
         "ranker": format!("{:?}", args.ranker).to_lowercase(),
     });
+    worst.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    worst.truncate(args.misses);
+    let misses: Vec<Value> = worst
+        .iter()
+        .map(|&(r10, _, c)| miss(&index, &loaded, &cases[c], r10))
+        .collect();
     if args.json {
+        let mut result = result;
+        if args.misses > 0 {
+            result["misses"] = Value::Array(misses);
+        }
         return print_json(&result);
     }
     outln!(
@@ -197,5 +282,55 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(kib) = peak_rss_kib() {
         outln!("peak memory {:.1} MiB", kib as f64 / 1024.0);
     }
+    for (title, m) in [("by query length", &by_length), ("by gold tools", &by_gold)] {
+        outln!("{title}:");
+        for (k, b) in m {
+            let q = b.queries.max(1) as f64;
+            outln!(
+                "  {k:<11} {:>6} queries  recall@1 {:.3}  @5 {:.3}  @10 {:.3}",
+                b.queries,
+                b.recall[0] / q,
+                b.recall[2] / q,
+                b.recall[3] / q
+            );
+        }
+    }
+    for m in &misses {
+        outln!("miss: {} (recall@10 {})", m["query"], m["recall10"]);
+        for g in m["gold"].as_array().into_iter().flatten() {
+            outln!(
+                "  gold {} at rank {}: {}",
+                g["name"],
+                g["rank"],
+                g["reason"]
+            );
+        }
+        outln!(
+            "  first instead: {} ({})",
+            m["first"]["name"],
+            m["first"]["reason"]
+        );
+    }
     Ok(())
+}
+
+/// One miss, explained: every gold tool's rank (within the first 1,000) and reason, and what
+/// ranked first.
+fn miss(index: &SearchIndex, loaded: &crate::inputs::Loaded, case: &Case, recall10: f64) -> Value {
+    let hits = index.rank(&loaded.catalog, std::slice::from_ref(&case.query), 1000);
+    let tools = loaded.catalog.tools();
+    let gold: Vec<Value> = case
+        .gold
+        .iter()
+        .map(|&g| match hits.iter().position(|h| h.index == g) {
+            Some(r) => json!({"name": tools[g].name, "rank": r + 1, "reason": hits[r].reason}),
+            None => json!({"name": tools[g].name, "rank": null, "reason": "not among the first 1,000 hits (or no shared word)"}),
+        })
+        .collect();
+    json!({
+        "query": case.query,
+        "recall10": round4(recall10),
+        "gold": gold,
+        "first": hits.first().map(|h| json!({"name": h.name, "reason": h.reason})),
+    })
 }
