@@ -629,3 +629,40 @@ fn a_name_counts_as_a_name_only_when_written_as_one() {
             .all(|(_, why)| why != "exact name in the query")
     );
 }
+
+/// A tool's server says what it is for when the tool's own text says little: its description and
+/// its other tools are evidence for each of its tools.
+#[test]
+fn a_servers_description_and_sibling_tools_count_for_its_tools() {
+    use toolshelf_core::search::RankParams;
+    let catalog = Catalog::from_value(
+        &json!({"servers": [
+            {"name": "12306", "description": "China railway", "tools": [
+                {"name": "get-tickets", "description": "Query availability"},
+                {"name": "get-stations", "description": "List the train stations of a city"},
+                {"name": "get-timetable", "description": "Train timetable between two stations"}
+            ]},
+            {"name": "cinema", "description": "Movie showtimes", "tools": [
+                {"name": "get-tickets", "description": "Buy tickets for a showing"}
+            ]},
+            {"name": "weather", "description": "Forecasts", "tools": [{"name": "forecast", "description": "Weather forecast for a city"}]}
+        ]}),
+        "c",
+    )
+    .expect("catalog");
+    let all: Vec<usize> = (0..catalog.tools().len()).collect();
+    let first = |params: RankParams| {
+        let index = SearchIndex::build_with(&catalog, &all, params);
+        index.rank(&catalog, &["train tickets".to_owned()], 3)
+    };
+    let with = first(RankParams::default());
+    assert_eq!(with[0].name, "mcp__12306__get-tickets", "{with:?}");
+    let without = first(RankParams {
+        group_weight: 0.0,
+        ..RankParams::default()
+    });
+    assert_eq!(
+        without[0].name, "mcp__cinema__get-tickets",
+        "the tool's own text alone favours the cinema: {without:?}"
+    );
+}

@@ -205,15 +205,95 @@ thread_local! {
     /// Per-thread buffers sized to the catalog, reused across queries: allocating and zeroing
     /// fresh pages for them on every query cost more than scoring a 10k-tool catalog.
     static LEXICAL_SCRATCH: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-    static RANK_SCRATCH: RefCell<RankScratch> = const { RefCell::new(RankScratch { combined: Vec::new(), scores: Vec::new(), allowed: Vec::new(), lexical_hit: Vec::new() }) };
+    static RANK_SCRATCH: RefCell<RankScratch> = const { RefCell::new(RankScratch { combined: Vec::new(), query: Vec::new(), scores: Vec::new(), allowed: Vec::new(), lexical_hit: Vec::new() }) };
 }
 
 #[derive(Debug)]
 struct RankScratch {
     combined: Vec<f32>,
+    query: Vec<f32>,
     scores: Vec<f32>,
     allowed: Vec<bool>,
     lexical_hit: Vec<bool>,
+}
+
+/// Server groups as documents: the coarse stage of the ranking. A tool's own text often says
+/// little (`get-tickets`, `latest`, `all`), while its server's description and its sibling tools
+/// say what it is for ("12306 train tickets", "package tracking"), so each group is scored as a
+/// document and that evidence is added to its tools' scores.
+#[derive(Debug, Clone)]
+struct Groups {
+    index: Lexical,
+    /// Group of each tool document (`u32::MAX`: a built-in, in no group).
+    of_doc: Vec<u32>,
+    /// Canonical server name of each group.
+    names: Vec<String>,
+}
+
+impl Groups {
+    fn build(catalog: &Catalog, docs: &[usize], params: &RankParams) -> Option<Self> {
+        let servers = catalog.servers();
+        if servers.len() < 2 || params.group_weight <= 0.0 {
+            return None;
+        }
+        let tools = catalog.tools();
+        let mut fields: Vec<DocFields> = servers
+            .iter()
+            .map(|s| {
+                let mut f: DocFields = Default::default();
+                analyze::analyze_into(&s.name, &mut f[Field::Name as usize]);
+                analyze::analyze_into(&s.original_name, &mut f[Field::Name as usize]);
+                analyze::analyze_into(&s.description, &mut f[Field::Description as usize]);
+                f
+            })
+            .collect();
+        // Built-in tools form one more group, so that in a mixed catalog they are weighed on the
+        // same footing as the servers' tools.
+        let builtin = servers.len() as u32;
+        let mut names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
+        let of_doc: Vec<u32> = docs
+            .iter()
+            .map(|&i| match tools[i].server.as_deref() {
+                Some(s) => servers
+                    .binary_search_by(|x| x.name.as_str().cmp(s))
+                    .map_or(u32::MAX, |g| g as u32),
+                None => builtin,
+            })
+            .collect();
+        if of_doc.contains(&builtin) {
+            fields.push(Default::default());
+            names.push(String::new());
+        }
+        for (&i, &g) in docs.iter().zip(&of_doc) {
+            if g == u32::MAX {
+                continue;
+            }
+            let f = &mut fields[g as usize];
+            analyze::analyze_into(&tools[i].bare, &mut f[Field::Params as usize]);
+            analyze::analyze_into(&tools[i].description, &mut f[Field::Params as usize]);
+        }
+        Some(Self {
+            index: Lexical {
+                index: Bm25Index::build(&fields, params.bm25.clone()),
+                min_weak: 2,
+            },
+            of_doc,
+            names,
+        })
+    }
+
+    /// Each group's score for `q`, normalised by the best (all zero when nothing matched).
+    fn scores(&self, q: &ParsedQuery) -> Vec<f32> {
+        let n = self.names.len();
+        let allowed = vec![true; n];
+        let mut scores = vec![0f32; n];
+        self.index.score(q, &allowed, &mut scores);
+        let max = scores.iter().copied().fold(0f32, f32::max);
+        if max > 0.0 {
+            scores.iter_mut().for_each(|s| *s /= max);
+        }
+        scores
+    }
 }
 
 /// Tunables of the ranking.
@@ -223,6 +303,12 @@ pub struct RankParams {
     pub bm25: Bm25Params,
     /// Hits scoring below this fraction of the best hit are dropped.
     pub min_relative_score: f32,
+    /// Weight of a tool's server group's (normalised) score added to the tool's own; 0 turns the
+    /// coarse stage off.
+    pub group_weight: f32,
+    /// A group must score at least this fraction of the best group for its tools that share no
+    /// word with the query to be brought in on its evidence alone.
+    pub group_floor: f32,
 }
 
 impl Default for RankParams {
@@ -230,6 +316,8 @@ impl Default for RankParams {
         Self {
             bm25: Bm25Params::default(),
             min_relative_score: 0.1,
+            group_weight: 0.5,
+            group_floor: 0.5,
         }
     }
 }
@@ -248,6 +336,9 @@ pub struct SearchIndex {
     /// Server names (canonical and original, lower-cased) to canonical names.
     server_names: BTreeMap<String, String>,
     lexical: Lexical,
+    /// Server groups as documents of their own (description, tool names and descriptions), and
+    /// each tool document's group; `None` for a catalog with fewer than two groups.
+    groups: Option<Groups>,
     extra: Vec<(Box<dyn Retriever>, f32)>,
     lexical_weight: f32,
     params: RankParams,
@@ -445,6 +536,7 @@ impl SearchIndex {
             index: Bm25Index::build(&fields, params.bm25.clone()),
             min_weak: 2,
         };
+        let groups = Groups::build(catalog, &docs, &params);
         Self {
             servers: docs.iter().map(|&i| tools[i].server.clone()).collect(),
             docs,
@@ -452,6 +544,7 @@ impl SearchIndex {
             names,
             server_names,
             lexical,
+            groups,
             extra: Vec::new(),
             lexical_weight: 1.0,
             params,
@@ -468,6 +561,7 @@ impl SearchIndex {
             names: self.names.clone(),
             server_names: self.server_names.clone(),
             lexical: self.lexical.clone(),
+            groups: self.groups.clone(),
             extra: Vec::new(),
             lexical_weight: self.lexical_weight,
             params: self.params.clone(),
@@ -644,6 +738,7 @@ impl SearchIndex {
         let n = self.docs.len();
         let RankScratch {
             combined,
+            query,
             scores,
             allowed,
             lexical_hit,
@@ -653,8 +748,10 @@ impl SearchIndex {
         scores.resize(n, 0.0);
         let mut exact: Vec<u32> = Vec::new();
         let mut parsed = Vec::with_capacity(queries.len());
-        for query in queries {
-            let q = self.parse(query);
+        for text in queries {
+            let q = self.parse(text);
+            query.clear();
+            query.resize(n, 0.0);
             self.allowed_into(&q, allowed);
             exact.extend(q.exact.iter().filter(|&&d| allowed[d as usize]));
             let retrievers =
@@ -680,10 +777,29 @@ impl SearchIndex {
                 }
                 let max = scores.iter().copied().fold(0f32, f32::max);
                 if max > 0.0 && weight > 0.0 {
-                    for (c, s) in combined.iter_mut().zip(scores.iter()) {
+                    for (c, s) in query.iter_mut().zip(scores.iter()) {
                         *c += weight * s / max;
                     }
                 }
+            }
+            if let Some(groups) = &self.groups {
+                let g = groups.scores(&q);
+                let (w, floor) = (self.params.group_weight, self.params.group_floor);
+                for (d, c) in query.iter_mut().enumerate() {
+                    let gi = groups.of_doc[d];
+                    if gi == u32::MAX || !allowed[d] {
+                        continue;
+                    }
+                    let gs = g[gi as usize];
+                    // A tool with evidence of its own gains its group's; one without is brought
+                    // in only by a group that stands out.
+                    if gs > 0.0 && (*c > 0.0 || gs >= floor) {
+                        *c += w * gs;
+                    }
+                }
+            }
+            for (c, s) in combined.iter_mut().zip(query.iter()) {
+                *c += s;
             }
             parsed.push(q);
         }
@@ -762,10 +878,48 @@ impl SearchIndex {
             if !server.is_empty() {
                 return server;
             }
+            if let Some(group) = self.group_reason(d, parsed) {
+                return group;
+            }
             let names: Vec<&str> = self.extra.iter().map(|(r, _)| r.name()).collect();
             return format!("related by meaning ({})", names.join(", "));
         }
         own
+    }
+
+    /// "its server mcp__S matches: ..." for a tool brought in by its group's evidence.
+    fn group_reason(&self, d: u32, parsed: &[ParsedQuery]) -> Option<String> {
+        let groups = self.groups.as_ref()?;
+        let g = *groups.of_doc.get(d as usize)?;
+        if g == u32::MAX {
+            return None;
+        }
+        let idx = groups.index.index();
+        let mut words: Vec<String> = Vec::new();
+        for q in parsed {
+            for (term, _) in &q.terms {
+                let Some(id) = idx.term_id(term) else {
+                    continue;
+                };
+                if idx.is_weak(id) || idx.tf(id, g).iter().all(|&n| n == 0) {
+                    continue;
+                }
+                let w = format!("\"{}\"", q.surface.get(term).unwrap_or(term));
+                if !words.contains(&w) {
+                    words.push(w);
+                }
+            }
+        }
+        (!words.is_empty()).then(|| {
+            words.truncate(4);
+            match groups.names[g as usize].as_str() {
+                "" => format!("other built-in tools match ({})", words.join(", ")),
+                server => format!(
+                    "its server mcp__{server} matches ({} in its description or other tools)",
+                    words.join(", ")
+                ),
+            }
+        })
     }
 
     /// The reason from the tool's own fields, or (`server`) from its server's field alone.
