@@ -434,6 +434,8 @@ fn claude(s: &Scratch, upstream: &Upstream, config: &str) -> Run {
             ("ANTHROPIC_BASE_URL", upstream.url()),
             ("ANTHROPIC_API_KEY", "x".to_owned()),
             ("MCP_CONNECTION_NONBLOCKING", "false".to_owned()),
+            // Generous: the first turn waits for the gateway's tool list, however slow start-up is.
+            ("MCP_TIMEOUT", "120000".to_owned()),
             ("DISABLE_TELEMETRY", "1".to_owned()),
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
             ("DISABLE_AUTOUPDATER", "1".to_owned()),
