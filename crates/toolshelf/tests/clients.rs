@@ -1,0 +1,803 @@
+//! End-to-end tests with real MCP clients: Claude Code and Qwen Code run non-interactively with
+//! `toolshelf serve` as their only MCP server (in front of the real time and filesystem servers),
+//! against a scripted model API on loopback (`fixtures/scripted_upstream.py`) that plays the
+//! model's turns and records every request the client sends. The assertions read that record: what
+//! the client put in `tools` (and what it held back behind its own tool search), and that a
+//! file's content reached the model as a tool result.
+//!
+//! The clients are installed by `scripts/install-clients.sh`, the servers by
+//! `scripts/install-mcp-servers.sh` (`scripts/test` runs both); when either is missing these tests
+//! fail and say so, they never skip. Every wait polls with a generous deadline; the assertions are
+//! about what happens, never about how fast.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const CLAUDE_CODE_VERSION: &str = "2.1.328";
+const QWEN_CODE_VERSION: &str = "0.24.4";
+/// A run that has not finished by then is stuck (they take seconds).
+const RUN_DEADLINE: Duration = Duration::from_secs(300);
+
+fn home_cache(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+            .join(".cache")
+            .join(default)
+    })
+}
+
+/// Path of an installed MCP server; panics with the fix when it is missing.
+fn server_bin(rel: &str) -> String {
+    let p = home_cache("TOOLSHELF_MCP_PREFIX", "toolshelf-mcp").join(rel);
+    assert!(
+        p.exists(),
+        "{} is not installed: run `bash scripts/install-mcp-servers.sh` (or `bash scripts/test`, which runs it) first",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+/// Path of an installed client; panics with the fix when it is missing.
+fn client_bin(name: &str) -> String {
+    let p = home_cache("TOOLSHELF_CLIENTS_PREFIX", "toolshelf-clients")
+        .join("npm/node_modules/.bin")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is not installed: run `bash scripts/install-clients.sh` (or `bash scripts/test`, which runs it) first",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+/// The marker the test file holds: only a real read of that file can bring it to the model.
+fn marker(tag: &str) -> String {
+    format!("MARKER-{tag}-{}-7f3a91", std::process::id())
+}
+
+/// A scratch directory with `files/note.txt` holding [`marker`], and a gateway configuration in
+/// front of the time server (pinned by a rule) and the filesystem server (on `files/`).
+fn setup(tag: &str, gateway_section: &str) -> (Scratch, String, String) {
+    let s = Scratch::new(&format!("client-{tag}"));
+    let note = s.write("files/note.txt", &format!("{}\n", marker(tag)));
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{gateway_section}\
+             [servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"Etc/UTC\"]\n\
+             [servers.filesystem]\ncommand = {:?}\nargs = [{:?}]\n\
+             [defer]\nrules = [\"NoDefer(^mcp__time__)\"]\n{}",
+            server_bin("venv/bin/mcp-server-time"),
+            server_bin("npm/node_modules/.bin/mcp-server-filesystem"),
+            s.path("files"),
+            files_sections(&s),
+        ),
+    );
+    std::fs::create_dir_all(s.path("home")).expect("home dir");
+    (s, config, note)
+}
+
+/// `fixtures/scripted_upstream.py` on 127.0.0.1, killed (and reaped) on drop.
+struct Upstream {
+    child: Child,
+    port: u16,
+    log: String,
+}
+
+impl Upstream {
+    fn start(s: &Scratch, script: &Value) -> Self {
+        use std::io::{BufRead, BufReader};
+        let script_path = s.write("script.json", &script.to_string());
+        let log = s.path("upstream.jsonl");
+        let mut child = Command::new("python3")
+            .args([fixture("scripted_upstream.py"), script_path, log.clone()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn scripted_upstream.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the upstream's port");
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the upstream printed {line:?}, not its port"));
+        Self { child, port, log }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("upstream log line is JSON"))
+            .collect()
+    }
+
+    /// The requests that played the script, in order (one per step).
+    fn turns(&self) -> Vec<Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["kind"] == "request" && r["main"] == true)
+            .collect()
+    }
+
+    /// The request that carried the first model turn: the first one to a model API with tools
+    /// (a client's side requests, for titles and the like, carry none), scripted or not.
+    fn first_turn(&self) -> Value {
+        self.records()
+            .into_iter()
+            .find(|r| {
+                r["kind"] == "request" && r["tool_names"].as_array().is_some_and(|t| !t.is_empty())
+            })
+            .unwrap_or_else(|| panic!("no model request with tools: {:#?}", self.records()))
+    }
+
+    /// The scripted turns, asserting that there were `steps` of them.
+    fn played(&self, steps: usize) -> Vec<Value> {
+        let turns = self.turns();
+        assert_eq!(
+            turns.len(),
+            steps,
+            "one request per scripted step; the requests' tools were: {:?}",
+            self.records()
+                .iter()
+                .filter(|r| r["kind"] == "request")
+                .map(|r| &r["tool_names"])
+                .collect::<Vec<_>>()
+        );
+        turns
+    }
+
+    /// Every answer the upstream gave to a scripted turn.
+    fn answers(&self) -> Vec<Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["kind"] == "response" && r["step"].is_u64())
+            .collect()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a client run left behind.
+struct Run {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `program args` in the scratch directory with only `env` (plus PATH and LANG) set, in a
+/// process group of its own, stdout and stderr to files. Waits for it with a generous deadline
+/// (then kills the group and fails). Then waits until nothing it started is left: no process in
+/// its group and none (but the upstream) whose command line names the scratch directory, since
+/// the gateway and the servers behind it exit when the client closes their stdin.
+fn run_client(
+    s: &Scratch,
+    upstream: &Upstream,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> Run {
+    let stdout_path = s.path("client.stdout");
+    let stderr_path = s.path("client.stderr");
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(&s.0)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").expect("PATH"))
+        .env("LANG", "C.UTF-8")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+    let group = child.id();
+    let deadline = Instant::now() + RUN_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the client") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            kill_group(group);
+            let _ = child.wait();
+            panic!(
+                "{program} did not finish within {RUN_DEADLINE:?}; stderr:\n{}",
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let run = Run {
+        status,
+        stdout: read(&stdout_path),
+        stderr: read(&stderr_path),
+    };
+    let scratch = s.0.display().to_string();
+    let leftovers = || {
+        live_processes()
+            .into_iter()
+            .filter(|p| p.pid != upstream.child.id())
+            .filter(|p| p.group == group || p.cmdline.contains(&scratch))
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = leftovers();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            kill_group(group);
+            for p in &left {
+                let _ = Command::new("kill")
+                    .args(["-9", &p.pid.to_string()])
+                    .status();
+            }
+            panic!("processes outlived {program} (killed now): {left:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    run
+}
+
+fn kill_group(group: u32) {
+    let _ = Command::new("kill")
+        .args(["-9", "--", &format!("-{group}")])
+        .status();
+}
+
+#[derive(Debug)]
+struct Process {
+    pid: u32,
+    group: u32,
+    cmdline: String,
+}
+
+/// Every live process but this one (zombies excluded: they are gone for every purpose but their
+/// parent's wait).
+fn live_processes() -> Vec<Process> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            if fields.first() == Some(&"Z") {
+                return None;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some(Process {
+                pid,
+                group: fields.get(2)?.parse().ok()?,
+                cmdline: String::from_utf8_lossy(&cmdline).replace('\0', " "),
+            })
+        })
+        .collect()
+}
+
+/// The gateway the client started served it a session (the audit log says so); when not, the
+/// failure carries what `toolshelf status` says of the configuration.
+fn assert_gateway_served(s: &Scratch, config: &str) {
+    if s.audit().iter().any(|r| r["kind"] == "session") {
+        return;
+    }
+    let status = Command::new(TOOLSHELF)
+        .args(["status", "--config", config])
+        .stdin(Stdio::null())
+        .output()
+        .expect("toolshelf status");
+    panic!(
+        "the gateway served the client no session; `toolshelf status --config {config}` says:\n{}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
+}
+
+/// The tool named `name` in an Anthropic or OpenAI `tools` array, flattened to
+/// `{"name", "description", "defer_loading"?...}`.
+fn find_tool(request: &Value, name: &str) -> Option<Value> {
+    request["body"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| match t.get("function") {
+            Some(f) => f.clone(),
+            None => t.clone(),
+        })
+        .find(|t| t["name"] == name)
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tool_names"]
+        .as_array()
+        .expect("tool_names")
+        .iter()
+        .map(|n| n.as_str().expect("name").to_owned())
+        .collect()
+}
+
+/// The tool result the client sent back for the call with this id, as text.
+fn result_of(turns: &[Value], id: &str) -> String {
+    turns
+        .iter()
+        .flat_map(|t| t["tool_results"].as_array().expect("tool_results").clone())
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no tool result for {id} in {turns:#?}"))["content"]
+        .as_str()
+        .expect("content")
+        .to_owned()
+}
+
+/// The id the upstream gave the call of `name` in the answer to step `step`.
+fn call_id(answers: &[Value], step: u64, name: &str) -> String {
+    let answer = answers
+        .iter()
+        .find(|a| a["step"] == step)
+        .unwrap_or_else(|| panic!("step {step} was never played: {answers:#?}"));
+    answer["tool_uses"]
+        .as_array()
+        .expect("tool_uses")
+        .iter()
+        .find(|u| u["name"] == name)
+        .unwrap_or_else(|| panic!("step {step} did not call {name}: {answer}"))["id"]
+        .as_str()
+        .expect("id")
+        .to_owned()
+}
+
+fn assert_resident(request: &Value, name: &str) -> Value {
+    let tool = find_tool(request, name)
+        .unwrap_or_else(|| panic!("{name} is not in tools: {:?}", tool_names(request)));
+    assert_ne!(
+        tool["defer_loading"], true,
+        "{name} is sent with defer_loading: true"
+    );
+    tool
+}
+
+/// How a client starts the gateway: `toolshelf serve --config CONFIG` over stdio.
+fn gateway_command(config: &str) -> (String, Vec<String>) {
+    (
+        TOOLSHELF.to_owned(),
+        vec!["serve".to_owned(), "--config".to_owned(), config.to_owned()],
+    )
+}
+
+fn read_step(note: &str) -> Value {
+    json!({"tool_uses": [{"name": "defer_execute", "input": {
+        "tool_name": "mcp__filesystem__read_text_file", "params": {"path": note}}}]})
+}
+
+// --- Claude Code --------------------------------------------------------------------------------
+
+fn claude(s: &Scratch, upstream: &Upstream, config: &str) -> Run {
+    let claude = client_bin("claude");
+    let version = Command::new(&claude)
+        .arg("--version")
+        .output()
+        .expect("claude --version");
+    assert!(
+        String::from_utf8_lossy(&version.stdout).starts_with(CLAUDE_CODE_VERSION),
+        "claude --version: {}",
+        String::from_utf8_lossy(&version.stdout)
+    );
+    let (command, args) = gateway_command(config);
+    let mcp = s.write(
+        "mcp.json",
+        &json!({"mcpServers": {"toolshelf": {"command": command, "args": args}}}).to_string(),
+    );
+    let run = run_client(
+        s,
+        upstream,
+        &claude,
+        &[
+            "-p",
+            "Read the note file and tell me the marker it holds.",
+            "--mcp-config",
+            &mcp,
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__toolshelf",
+            "--output-format",
+            "json",
+        ],
+        &[
+            ("HOME", s.path("home")),
+            ("CLAUDE_CONFIG_DIR", s.path("claude-config")),
+            ("ANTHROPIC_BASE_URL", upstream.url()),
+            ("ANTHROPIC_API_KEY", "x".to_owned()),
+            ("MCP_CONNECTION_NONBLOCKING", "false".to_owned()),
+            // Generous: the first turn waits for the gateway's tool list, however slow start-up is.
+            ("MCP_TIMEOUT", "120000".to_owned()),
+            ("DISABLE_TELEMETRY", "1".to_owned()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+            ("DISABLE_AUTOUPDATER", "1".to_owned()),
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "claude exited with {}; stderr:\n{}\nstdout:\n{}",
+        run.status,
+        run.stderr,
+        run.stdout
+    );
+    run
+}
+
+/// `claude -p ... --output-format json`: its one result object.
+fn claude_result(run: &Run) -> Value {
+    serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "claude's output is not one JSON object ({e}): {}",
+            run.stdout
+        )
+    })
+}
+
+/// By default the gateway marks its meta-tools and pinned tools `anthropic/alwaysLoad`, so Claude
+/// Code sends them in `tools` from the first turn instead of deferring them behind its own
+/// ToolSearch; the pinned tool is named `time__get_current_time` by the gateway and so
+/// `mcp__toolshelf__time__get_current_time` by Claude Code. The model searches, runs the deferred
+/// `read_text_file` through `defer_execute` and calls the pinned tool directly: the file's
+/// content and the time come back as tool results.
+#[test]
+fn claude_code_sends_the_gateway_tools_resident() {
+    let (s, config, note) = setup("claude", "");
+    let final_text = "The note holds the marker.";
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [
+            {"text": "Let me find a tool for that.", "tool_uses": [{"name": "tool_search",
+                "input": {"queries": ["read a text file", "读取文件"]}}]},
+            read_step(&note),
+            {"tool_uses": [{"name": "time__get_current_time", "input": {"timezone": "Etc/UTC"}}]},
+            {"text": final_text}
+        ]}),
+    );
+    let run = claude(&s, &upstream, &config);
+    assert_gateway_served(&s, &config);
+
+    let first = &upstream.first_turn();
+    let search = assert_resident(first, "mcp__toolshelf__tool_search");
+    let index = search["description"].as_str().expect("description");
+    assert!(
+        index.contains("<available_deferred_tools>") && index.contains("read_text_file"),
+        "tool_search's description lacks the index: {index}"
+    );
+    assert_resident(first, "mcp__toolshelf__defer_execute");
+    assert_resident(first, "mcp__toolshelf__time__get_current_time");
+    let names = tool_names(first);
+    assert!(
+        !names.contains(&"mcp__toolshelf__mcp__time__get_current_time".to_owned()),
+        "the pinned tool has its canonical name: {names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.contains("read_text_file")),
+        "a deferred tool is resident: {names:?}"
+    );
+
+    let turns = upstream.played(4);
+    let answers = upstream.answers();
+    let searched = result_of(&turns, &call_id(&answers, 0, "mcp__toolshelf__tool_search"));
+    assert!(
+        searched.contains("mcp__filesystem__read_text_file"),
+        "{searched}"
+    );
+    let read = result_of(
+        &turns,
+        &call_id(&answers, 1, "mcp__toolshelf__defer_execute"),
+    );
+    assert!(
+        read.contains(&marker("claude")),
+        "the file's content did not reach the model: {read}"
+    );
+    let time = result_of(
+        &turns,
+        &call_id(&answers, 2, "mcp__toolshelf__time__get_current_time"),
+    );
+    assert!(time.contains("Etc/UTC"), "{time}");
+
+    let calls: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "call")
+        .collect();
+    let via = |tool: &str| {
+        calls
+            .iter()
+            .find(|c| c["tool"] == tool)
+            .unwrap_or_else(|| panic!("no call of {tool} in the audit: {calls:?}"))["via"]
+            .clone()
+    };
+    assert_eq!(via("mcp__filesystem__read_text_file"), "defer_execute");
+    assert_eq!(via("mcp__time__get_current_time"), "direct");
+    let result = claude_result(&run);
+    assert_eq!(result["is_error"], false, "{result}");
+    assert_eq!(result["result"], final_text, "{result}");
+}
+
+/// With `[gateway] always_load = false` Claude Code defers every tool of the gateway, meta-tools
+/// and pinned ones alike: none is in `tools`, their names are listed in a message for Claude
+/// Code's own `ToolSearch`, and a `select:` query through it loads them as `tool_reference`
+/// results, after which they are sent with `defer_loading: true` (the API expands the referenced
+/// ones). The model reaches the file only after that extra round trip.
+#[test]
+fn claude_code_defers_the_gateway_tools_without_always_load() {
+    let (s, config, note) = setup("claude-deferred", "[gateway]\nalways_load = false\n");
+    let final_text = "The note holds the marker.";
+    let select = "select:mcp__toolshelf__tool_search,mcp__toolshelf__defer_execute";
+    let upstream = Upstream::start(
+        &s,
+        &json!({"match": ["ToolSearch"], "steps": [
+            {"tool_uses": [{"name": "ToolSearch", "input": {"query": select, "max_results": 5}}]},
+            {"tool_uses": [{"name": "tool_search", "input": {"queries": ["read a text file"]}}]},
+            read_step(&note),
+            {"text": final_text}
+        ]}),
+    );
+    let run = claude(&s, &upstream, &config);
+    assert_gateway_served(&s, &config);
+
+    let first = &upstream.first_turn();
+    let names = tool_names(first);
+    assert!(names.contains(&"ToolSearch".to_owned()), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__toolshelf__")),
+        "a gateway tool is in tools although always_load is off: {names:?}"
+    );
+    let messages = first["body"]["messages"].to_string();
+    for name in [
+        "mcp__toolshelf__tool_search",
+        "mcp__toolshelf__defer_execute",
+        "mcp__toolshelf__time__get_current_time",
+    ] {
+        assert!(
+            messages.contains(name),
+            "{name} is not listed as a deferred tool"
+        );
+    }
+
+    let turns = upstream.played(4);
+    let answers = upstream.answers();
+    let loaded = result_of(&turns, &call_id(&answers, 0, "ToolSearch"));
+    assert!(
+        loaded.contains("tool_reference") && loaded.contains("mcp__toolshelf__tool_search"),
+        "{loaded}"
+    );
+    let second = &turns[1];
+    for name in [
+        "mcp__toolshelf__tool_search",
+        "mcp__toolshelf__defer_execute",
+    ] {
+        let tool = find_tool(second, name)
+            .unwrap_or_else(|| panic!("{name} is not in tools after ToolSearch loaded it"));
+        assert_eq!(tool["defer_loading"], true, "{tool}");
+    }
+    let read = result_of(
+        &turns,
+        &call_id(&answers, 2, "mcp__toolshelf__defer_execute"),
+    );
+    assert!(read.contains(&marker("claude-deferred")), "{read}");
+    assert_eq!(claude_result(&run)["result"], final_text);
+}
+
+// --- Qwen Code ----------------------------------------------------------------------------------
+
+/// `qwen PROMPT --output-format json` with `~/.qwen/settings.json` naming the gateway (with
+/// `"alwaysLoadTools": true` when asked) and the OpenAI-compatible API at the upstream.
+fn qwen(s: &Scratch, upstream: &Upstream, config: &str, always_load_tools: bool) -> Run {
+    let qwen = client_bin("qwen");
+    let (command, args) = gateway_command(config);
+    let mut server = json!({"command": command, "args": args, "trust": true});
+    if always_load_tools {
+        server["alwaysLoadTools"] = json!(true);
+    }
+    s.write(
+        "home/.qwen/settings.json",
+        &json!({
+            "mcpServers": {"toolshelf": server},
+            "security": {"auth": {"selectedType": "openai"}},
+            "model": {"name": "scripted-model"},
+            "privacy": {"usageStatisticsEnabled": false},
+            "telemetry": {"enabled": false},
+            "general": {"disableAutoUpdate": true, "disableUpdateNag": true}
+        })
+        .to_string(),
+    );
+    let run = run_client(
+        s,
+        upstream,
+        &qwen,
+        &[
+            "Read the note file and tell me the marker it holds.",
+            "--output-format",
+            "json",
+        ],
+        &[
+            ("HOME", s.path("home")),
+            ("OPENAI_BASE_URL", format!("{}/v1", upstream.url())),
+            ("OPENAI_API_KEY", "x".to_owned()),
+            ("OPENAI_MODEL", "scripted-model".to_owned()),
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "qwen exited with {}; stderr:\n{}\nstdout:\n{}",
+        run.status,
+        run.stderr,
+        run.stdout
+    );
+    let events: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("qwen's output is not JSON ({e}): {}", run.stdout));
+    let init = events
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["subtype"] == "init"))
+        .unwrap_or_else(|| panic!("no init event: {events}"));
+    assert_eq!(init["qwen_code_version"], QWEN_CODE_VERSION, "{init}");
+    assert_eq!(
+        init["mcp_servers"],
+        json!([{"name": "toolshelf", "status": "connected"}]),
+        "{init}"
+    );
+    run
+}
+
+/// The text of qwen's final `result` event.
+fn qwen_result(run: &Run) -> Value {
+    let events: Value = serde_json::from_str(run.stdout.trim()).expect("qwen's JSON output");
+    events
+        .as_array()
+        .and_then(|e| e.iter().rev().find(|e| e["type"] == "result"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no result event: {events}"))
+}
+
+/// Qwen Code ignores `_meta["anthropic/alwaysLoad"]`; its per-server `"alwaysLoadTools": true`
+/// makes it declare the gateway's tools in every request, so the model searches with the
+/// gateway's `tool_search` and reads the file through `defer_execute`.
+#[test]
+fn qwen_code_sends_the_gateway_tools_resident_with_always_load_tools() {
+    let (s, config, note) = setup("qwen", "");
+    let final_text = "The note holds the marker.";
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [
+            {"text": "Let me find a tool for that.", "tool_uses": [{
+                "name": "mcp__toolshelf__tool_search",
+                "input": {"queries": ["read a text file", "读取文件"]}}]},
+            {"tool_uses": [{"name": "mcp__toolshelf__defer_execute", "input": {
+                "tool_name": "mcp__filesystem__read_text_file", "params": {"path": note}}}]},
+            {"tool_uses": [{"name": "mcp__toolshelf__time__get_current_time",
+                "input": {"timezone": "Etc/UTC"}}]},
+            {"text": final_text}
+        ]}),
+    );
+    let run = qwen(&s, &upstream, &config, true);
+    assert_gateway_served(&s, &config);
+
+    let first = &upstream.first_turn();
+    assert_eq!(first["api"], "openai");
+    let search = assert_resident(first, "mcp__toolshelf__tool_search");
+    let index = search["description"].as_str().expect("description");
+    assert!(
+        index.contains("<available_deferred_tools>") && index.contains("read_text_file"),
+        "tool_search's description lacks the index: {index}"
+    );
+    assert_resident(first, "mcp__toolshelf__defer_execute");
+    assert_resident(first, "mcp__toolshelf__time__get_current_time");
+    let names = tool_names(first);
+    assert!(
+        !names.contains(&"mcp__toolshelf__mcp__time__get_current_time".to_owned()),
+        "the pinned tool has its canonical name: {names:?}"
+    );
+
+    let turns = upstream.played(4);
+    let answers = upstream.answers();
+    let read = result_of(
+        &turns,
+        &call_id(&answers, 1, "mcp__toolshelf__defer_execute"),
+    );
+    assert!(
+        read.contains(&marker("qwen")),
+        "the file's content did not reach the model: {read}"
+    );
+    let time = result_of(
+        &turns,
+        &call_id(&answers, 2, "mcp__toolshelf__time__get_current_time"),
+    );
+    assert!(time.contains("Etc/UTC"), "{time}");
+    let result = qwen_result(&run);
+    assert_eq!(result["is_error"], false, "{result}");
+    assert_eq!(result["result"], final_text, "{result}");
+}
+
+/// Without `alwaysLoadTools` Qwen Code defers every MCP tool, the gateway's included (whatever
+/// their `_meta` says): none is declared, their names are listed in a reminder, and the model
+/// reaches them through Qwen Code's own `tool_search` (`select:` shows their schemas) and its
+/// `tool_call` bridge, which runs the gateway's `tool_search` and then `defer_execute` for it.
+#[test]
+fn qwen_code_defers_the_gateway_tools_without_always_load_tools() {
+    let (s, config, note) = setup("qwen-deferred", "");
+    let final_text = "The note holds the marker.";
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [
+            {"tool_uses": [{"name": "tool_search", "input": {
+                "query": "select:mcp__toolshelf__tool_search,mcp__toolshelf__defer_execute"}}]},
+            {"tool_uses": [{"name": "tool_call", "input": {
+                "name": "mcp__toolshelf__tool_search", "arguments": {
+                    "queries": ["read a text file"]}}}]},
+            {"tool_uses": [{"name": "tool_call", "input": {
+                "name": "mcp__toolshelf__defer_execute", "arguments": {
+                    "tool_name": "mcp__filesystem__read_text_file", "params": {"path": note}}}}]},
+            {"text": final_text}
+        ]}),
+    );
+    let run = qwen(&s, &upstream, &config, false);
+    assert_gateway_served(&s, &config);
+
+    let first = &upstream.first_turn();
+    let names = tool_names(first);
+    assert!(
+        names.contains(&"tool_search".to_owned()) && names.contains(&"tool_call".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__toolshelf__")),
+        "a gateway tool is declared without alwaysLoadTools: {names:?}"
+    );
+    let messages = first["body"]["messages"].to_string();
+    for name in [
+        "mcp__toolshelf__tool_search",
+        "mcp__toolshelf__defer_execute",
+        "mcp__toolshelf__time__get_current_time",
+    ] {
+        assert!(
+            messages.contains(name),
+            "{name} is not listed as a deferred tool"
+        );
+    }
+    let turns = upstream.played(4);
+    let answers = upstream.answers();
+    let schemas = result_of(&turns, &call_id(&answers, 0, "tool_search"));
+    assert!(
+        schemas.contains("mcp__toolshelf__tool_search")
+            && schemas.contains("mcp__toolshelf__defer_execute"),
+        "{schemas}"
+    );
+    let searched = result_of(&turns, &call_id(&answers, 1, "tool_call"));
+    assert!(
+        searched.contains("mcp__filesystem__read_text_file"),
+        "{searched}"
+    );
+    let read = result_of(&turns, &call_id(&answers, 2, "tool_call"));
+    assert!(read.contains(&marker("qwen-deferred")), "{read}");
+    assert_eq!(qwen_result(&run)["result"], final_text);
+}
