@@ -163,9 +163,9 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
         source: args.source.clone(),
         transcript: transcript.to_owned(),
         format: match api {
-            Api::Anthropic => super::replay::ApiArg::Anthropic,
-            Api::OpenAiChat => super::replay::ApiArg::Openai,
-            Api::OpenAiResponses => super::replay::ApiArg::OpenaiResponses,
+            Api::Anthropic => super::ApiArg::Anthropic,
+            Api::OpenAiChat => super::ApiArg::Openai,
+            Api::OpenAiResponses => super::ApiArg::OpenaiResponses,
         },
         system: args.system.clone(),
         ranker: super::search::Ranker::Bm25,

@@ -50,6 +50,29 @@ impl From<FormatArg> for Format {
     }
 }
 
+/// The LLM APIs whose request bodies `replay`, `prefix-check` and `ledger --transcript` handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ApiArg {
+    /// Anthropic Messages: top-level system, tools, messages.
+    #[default]
+    Anthropic,
+    /// OpenAI Chat Completions: messages opening with system (or developer) messages, tools.
+    Openai,
+    /// OpenAI Responses: instructions, tools, input.
+    OpenaiResponses,
+}
+
+impl From<ApiArg> for toolshelf_core::request::Api {
+    fn from(a: ApiArg) -> Self {
+        use toolshelf_core::request::Api;
+        match a {
+            ApiArg::Anthropic => Api::Anthropic,
+            ApiArg::Openai => Api::OpenAiChat,
+            ApiArg::OpenaiResponses => Api::OpenAiResponses,
+        }
+    }
+}
+
 /// Prints a JSON value, pretty, with a trailing newline.
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?);

@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::Value;
 use toolshelf_core::request::{Api, Sections, canonical_json};
 
-use super::{outln, print_json};
+use super::{ApiArg, outln, print_json};
 
 /// Arguments of `prefix-check`.
 #[derive(Debug, clap::Args)]
@@ -44,27 +44,6 @@ pub struct Args {
     /// "break"?}], "ok"} instead of one line per pair.
     #[arg(long)]
     json: bool,
-}
-
-/// `--api` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum ApiArg {
-    /// Anthropic Messages: top-level system, tools, messages.
-    Anthropic,
-    /// OpenAI Chat Completions: messages opening with system (or developer) messages, tools.
-    Openai,
-    /// OpenAI Responses: instructions, tools, input.
-    OpenaiResponses,
-}
-
-impl From<ApiArg> for Api {
-    fn from(a: ApiArg) -> Self {
-        match a {
-            ApiArg::Anthropic => Api::Anthropic,
-            ApiArg::Openai => Api::OpenAiChat,
-            ApiArg::OpenaiResponses => Api::OpenAiResponses,
-        }
-    }
 }
 
 /// One body's cache-relevant parts, each as canonical JSON.

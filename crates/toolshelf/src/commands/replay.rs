@@ -9,34 +9,11 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use toolshelf_core::replay::{Replay, explain_line, parse_transcript};
-use toolshelf_core::request::Api;
 use toolshelf_core::search::SearchIndex;
 
-use super::outln;
 use super::search::Ranker;
+use super::{ApiArg, outln};
 use crate::inputs::Source;
-
-/// `--format` of `replay`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ApiArg {
-    /// Anthropic Messages.
-    #[default]
-    Anthropic,
-    /// OpenAI Chat Completions.
-    Openai,
-    /// OpenAI Responses.
-    OpenaiResponses,
-}
-
-impl From<ApiArg> for Api {
-    fn from(a: ApiArg) -> Self {
-        match a {
-            ApiArg::Anthropic => Api::Anthropic,
-            ApiArg::Openai => Api::OpenAiChat,
-            ApiArg::OpenaiResponses => Api::OpenAiResponses,
-        }
-    }
-}
 
 /// Arguments of `replay`.
 #[derive(Debug, clap::Args)]
