@@ -308,20 +308,6 @@ pub struct HooksConfig {
     pub session_end: Vec<HookCommand>,
 }
 
-impl HooksConfig {
-    /// Every event with its commands, in a fixed order (for validation and listing).
-    pub fn all(&self) -> [(&'static str, &[HookCommand]); 6] {
-        [
-            ("pre_call", &self.pre_call),
-            ("post_call", &self.post_call),
-            ("call_failed", &self.call_failed),
-            ("post_search", &self.post_search),
-            ("session_start", &self.session_start),
-            ("session_end", &self.session_end),
-        ]
-    }
-}
-
 /// One hook command.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

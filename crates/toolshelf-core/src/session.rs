@@ -106,11 +106,6 @@ impl SessionState {
         self.frozen.as_ref()
     }
 
-    /// Whether the surface has been frozen.
-    pub fn is_frozen(&self) -> bool {
-        self.frozen.is_some()
-    }
-
     /// How many surfaces were rendered for this session.
     pub fn renders(&self) -> u32 {
         self.renders
@@ -161,11 +156,6 @@ impl SessionState {
             .filter(|(_, t)| self.turn.saturating_sub(**t) <= ttl)
             .map(|(n, _)| n.clone())
             .collect()
-    }
-
-    /// Whether the model has received `name`'s schema in this session (expired or not).
-    pub fn is_activated(&self, name: &str) -> bool {
-        self.active.contains_key(name)
     }
 
     /// The turn `name` was last called, if it was.
