@@ -170,6 +170,11 @@ limit caps fuzzy results (default {default_limit}). Each schema comes with the e
     )
 }
 
+/// `tool_search`'s whole description: the preamble, then the rendered index.
+pub fn tool_search_description(index: &str, config: &SearchConfig) -> String {
+    format!("{}\n\n{index}", tool_search_preamble(config.default_limit))
+}
+
 /// `defer_execute`'s description.
 pub const DEFER_EXECUTE_DESCRIPTION: &str = "Run a deferred tool by name. Look it up with tool_search first \
 to get its schema; params are validated against that schema and every violation is reported. \
@@ -178,7 +183,7 @@ Permissions and hooks apply to the target tool exactly as if it were called dire
 /// Both meta-tools' definitions in `format`: `tool_search` carrying `index` (the rendered
 /// `<available_deferred_tools>` block) in its description, then `defer_execute`.
 pub fn definitions(index: &str, config: &SearchConfig, format: Format) -> [Value; 2] {
-    let description = format!("{}\n\n{index}", tool_search_preamble(config.default_limit));
+    let description = tool_search_description(index, config);
     [
         definition_from_parts(
             TOOL_SEARCH,

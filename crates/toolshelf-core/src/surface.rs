@@ -95,13 +95,9 @@ impl Surface {
 
     /// `tool_search`'s full description, index included; `None` when there are no meta-tools.
     pub fn tool_search_description(&self) -> Option<String> {
-        self.index.as_ref().map(|idx| {
-            format!(
-                "{}\n\n{}",
-                meta::tool_search_preamble(self.search.default_limit),
-                idx.text
-            )
-        })
+        self.index
+            .as_ref()
+            .map(|idx| meta::tool_search_description(&idx.text, &self.search))
     }
 
     /// The meta-tools' definitions in `format` (empty when there is nothing to defer).
