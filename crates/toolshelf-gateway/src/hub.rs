@@ -332,44 +332,42 @@ impl Hub {
         } = settings;
         let compiled = Compiled::new(config, &label, mode.as_deref())?;
         let config = compiled.config();
-        // The cache directory, only when something is kept there: a gateway with no cache and an
-        // explicit (or no) audit path needs no home at all.
-        let needs_dir =
-            config.cache.enabled || (config.audit.enabled && config.audit.path.is_none());
-        let cache_dir = if needs_dir {
+        // The cache directory is resolved only where something is kept there: a gateway with no
+        // cache and an explicit (or no) audit path needs no home at all.
+        let key = config_key(&label);
+        let cache_dir = if config.cache.enabled {
             Some(cache_dir(config)?)
         } else {
             None
         };
-        let key = config_key(&label);
-        let cache = match (&cache_dir, config.cache.enabled) {
-            (Some(dir), true) => Some(CatalogCache::new(dir, &key)),
-            _ => None,
-        };
+        let cache = cache_dir.as_ref().map(|dir| CatalogCache::new(dir, &key));
         let cached = match (&cache, lazy) {
             (Some(c), true) => c.load(),
             _ => BTreeMap::new(),
         };
-        let audit = match (config.audit.enabled, &config.audit.path, &cache_dir) {
-            (false, _, _) => Audit::disabled(),
-            (true, Some(p), _) => {
+        let audit = match (config.audit.enabled, &config.audit.path) {
+            (false, _) => Audit::disabled(),
+            (true, Some(p)) => {
                 let path = crate::cache::expand_path(p).map_err(|message| GatewayError::Io {
                     path: p.clone(),
                     source: std::io::Error::other(message),
                 })?;
                 Audit::open(&path, config.audit.required)?
             }
-            (true, None, Some(dir)) => {
+            (true, None) => {
+                let dir = match &cache_dir {
+                    Some(dir) => dir.clone(),
+                    None => self::cache_dir(config)?,
+                };
                 Audit::open(&dir.join("audit.jsonl"), config.audit.required)?
             }
-            (true, None, None) => Audit::disabled(),
         };
         // The status file belongs to the cache: a gateway told to keep nothing on disk keeps no
         // status either.
-        let status_path = match (&cache_dir, status_file && config.cache.enabled) {
-            (Some(dir), true) => Some(status_path(dir, &label, std::process::id())),
-            _ => None,
-        };
+        let status_path = cache_dir
+            .as_ref()
+            .filter(|_| status_file)
+            .map(|dir| status_path(dir, &label, std::process::id()));
         let (settled, _) = tokio::sync::watch::channel(false);
         let (events, mut inbox) = mpsc::unbounded_channel();
         let servers = config

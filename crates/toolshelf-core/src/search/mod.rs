@@ -153,6 +153,15 @@ pub struct ParsedQuery {
     pub notes: Vec<String>,
 }
 
+impl ParsedQuery {
+    /// Restricts the query to server `canon` (several filters search each).
+    fn restrict_to(&mut self, canon: &str) {
+        if !self.servers.iter().any(|s| s == canon) {
+            self.servers.push(canon.to_owned());
+        }
+    }
+}
+
 /// The lexical retriever: BM25F over analyzed fields.
 #[derive(Debug, Clone)]
 pub struct Lexical {
@@ -599,8 +608,31 @@ impl SearchIndex {
         self.names.get(name).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// Splits operators out of one query string.
+    /// Splits operators out of one query string and analyses the rest.
     pub fn parse(&self, query: &str) -> ParsedQuery {
+        let mut q = self.operators(query);
+        let mut counts: Vec<(String, f32)> = Vec::new();
+        analyze::analyze_with(&q.text, |term, surface| {
+            match q.surface.get(&term) {
+                // Seen before: find its slot (queries are short; first-seen order is kept).
+                Some(_) => {
+                    if let Some((_, c)) = counts.iter_mut().find(|(t, _)| *t == term) {
+                        *c += 1.0;
+                    }
+                }
+                None => {
+                    q.surface.insert(term.clone(), surface.to_owned());
+                    counts.push((term, 1.0));
+                }
+            }
+        });
+        q.terms = counts;
+        q
+    }
+
+    /// The operators of one query string (`+term`, `server:`, `mcp__S__`, exact names) and the
+    /// text left for analysis, which is not analysed here.
+    fn operators(&self, query: &str) -> ParsedQuery {
         let mut q = ParsedQuery::default();
         let mut text_words = Vec::new();
         // A name is only a name when the query is nothing else: "search" standing alone asks for
@@ -619,11 +651,7 @@ impl SearchIndex {
                     .trim_end_matches('_')
                     .to_lowercase();
                 match self.server_names.get(&key) {
-                    Some(canon) => {
-                        if !q.servers.contains(canon) {
-                            q.servers.push(canon.clone());
-                        }
-                    }
+                    Some(canon) => q.restrict_to(canon),
                     None => q.notes.push(self.unknown_server_note(raw, s)),
                 }
                 continue;
@@ -638,11 +666,7 @@ impl SearchIndex {
             if let Some(rest) = word.strip_prefix("mcp__") {
                 let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
                 match self.server_names.get(&server.to_lowercase()) {
-                    Some(canon) => {
-                        if !q.servers.contains(canon) {
-                            q.servers.push(canon.clone());
-                        }
-                    }
+                    Some(canon) => q.restrict_to(canon),
                     None => q.notes.push(self.unknown_server_note(word, server)),
                 }
                 if !tail.is_empty() {
@@ -653,22 +677,6 @@ impl SearchIndex {
             text_words.push(raw);
         }
         q.text = text_words.join(" ");
-        let mut counts: Vec<(String, f32)> = Vec::new();
-        analyze::analyze_with(&q.text, |term, surface| {
-            match q.surface.get(&term) {
-                // Seen before: find its slot (queries are short; first-seen order is kept).
-                Some(_) => {
-                    if let Some((_, c)) = counts.iter_mut().find(|(t, _)| *t == term) {
-                        *c += 1.0;
-                    }
-                }
-                None => {
-                    q.surface.insert(term.clone(), surface.to_owned());
-                    counts.push((term, 1.0));
-                }
-            }
-        });
-        q.terms = counts;
         q.exact.sort_unstable();
         q.exact.dedup();
         q
@@ -696,11 +704,12 @@ impl SearchIndex {
         )
     }
 
-    /// What parsing `queries` ignored and why, once per distinct note.
+    /// What parsing `queries` ignored and why, once per distinct note (the operators only: no
+    /// second analysis of the text).
     pub fn notes(&self, queries: &[String]) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for q in queries {
-            for n in self.parse(q).notes {
+            for n in self.operators(q).notes {
                 if !out.contains(&n) {
                     out.push(n);
                 }
