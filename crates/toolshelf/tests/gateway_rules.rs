@@ -511,9 +511,15 @@ async fn a_session_that_never_finished_its_handshake_has_no_end_record() {
     // No `notifications/initialized`: the session is deleted half-open.
     let deleted = raw_http(&url, "DELETE", &[("Mcp-Session-Id", &session)], b"").await;
     assert!(deleted.status < 300, "{deleted:?}");
-    // A full session afterwards, so its end record proves records are written.
+    // A full session afterwards, so its end record proves records are written. It first waits
+    // until it is the only session left, so the half-open one has been dropped (and had its
+    // chance to write an end record) before the log is read.
     let client = http_client(&url, TestClient::default()).await;
     list_names(&client).await;
+    wait_for("the half-open session to be dropped", || async {
+        status(&client).await["http_sessions"] == 1
+    })
+    .await;
     client.cancel().await.expect("close");
     wait_for("the full session's end record", || async {
         s.audit()
