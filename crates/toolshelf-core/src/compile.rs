@@ -92,6 +92,29 @@ impl Compiled {
             return Err(err("[execute] call_timeout_secs must be at least 1".into()));
         }
         crate::http::Listener::new(&config).map_err(err)?;
+        let p = &config.proxy;
+        for (key, url) in [
+            ("anthropic_upstream", &p.anthropic_upstream),
+            ("openai_upstream", &p.openai_upstream),
+        ] {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(err(format!(
+                    "[proxy] {key} must be an http:// or https:// URL (got {url:?})"
+                )));
+            }
+        }
+        if p.session_ttl_secs == 0 || p.max_sessions == 0 || p.upstream_timeout_secs == 0 {
+            return Err(err(
+                "[proxy] session_ttl_secs, max_sessions and upstream_timeout_secs must be at least 1"
+                    .into(),
+            ));
+        }
+        if p.max_body_bytes < 1024 {
+            return Err(err(format!(
+                "[proxy] max_body_bytes must be at least 1024 (got {})",
+                p.max_body_bytes
+            )));
+        }
         let permissions = Permissions::new(&config.permissions, source_name)?;
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let reminders =

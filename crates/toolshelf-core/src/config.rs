@@ -55,6 +55,9 @@ pub struct Config {
     /// `[http]`: the streamable HTTP listener of `serve --http`.
     #[serde(default)]
     pub http: HttpConfig,
+    /// `[proxy]`: the LLM-API proxy of `toolshelf proxy`.
+    #[serde(default)]
+    pub proxy: ProxyConfig,
 }
 
 /// The global default for tools that do not declare `defer_loading`.
@@ -517,6 +520,65 @@ impl Default for HttpConfig {
             session_idle_secs: None,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+/// What the proxy does with a request it cannot rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRewriteFailure {
+    /// Closed when permission rules or hooks are configured, else open.
+    #[default]
+    Auto,
+    /// Send the request upstream as the client sent it.
+    Open,
+    /// Answer the client with an error.
+    Closed,
+}
+
+/// `[proxy]`, read by `toolshelf proxy`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// `anthropic_upstream`: where Anthropic Messages requests go; the request's path is appended.
+    pub anthropic_upstream: String,
+    /// `openai_upstream`: where OpenAI requests (and every other path) go; the request's path
+    /// is appended. Any OpenAI-compatible server (vLLM, llama.cpp, Ollama) by URL.
+    pub openai_upstream: String,
+    /// `max_search_rounds`: upstream rounds the proxy answers itself per client request.
+    pub max_search_rounds: u32,
+    /// `session_ttl_secs`: a session unused this long is forgotten.
+    pub session_ttl_secs: u64,
+    /// `max_sessions`: sessions kept at once; the least recently used goes first past it.
+    pub max_sessions: usize,
+    /// `take_over_deferral`: rewrite requests that already use the provider's own deferral
+    /// (`defer_loading`, a tool-search tool) instead of passing them through.
+    pub take_over_deferral: bool,
+    /// `on_rewrite_failure`: `auto`, `open` or `closed`.
+    pub on_rewrite_failure: OnRewriteFailure,
+    /// `persist_sessions`: keep sessions in files under the cache directory, so a restart loses
+    /// nothing.
+    pub persist_sessions: bool,
+    /// `max_body_bytes`: the largest request body accepted.
+    pub max_body_bytes: usize,
+    /// `upstream_timeout_secs`: how long one upstream round may take in total.
+    pub upstream_timeout_secs: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            anthropic_upstream: "https://api.anthropic.com".into(),
+            openai_upstream: "https://api.openai.com".into(),
+            max_search_rounds: 4,
+            session_ttl_secs: 6 * 3600,
+            max_sessions: 10_000,
+            take_over_deferral: false,
+            on_rewrite_failure: OnRewriteFailure::Auto,
+            persist_sessions: false,
+            max_body_bytes: 32 << 20,
+            upstream_timeout_secs: 600,
         }
     }
 }

@@ -41,6 +41,9 @@ enum Command {
     Eval(commands::eval::Args),
     /// Run the MCP gateway (stdio, or streamable HTTP with --http) in front of the configured servers.
     Serve(commands::serve::Args),
+    /// Run the LLM-API proxy: point ANTHROPIC_BASE_URL or OPENAI_BASE_URL at it, and the model
+    /// gets deferred tool loading with no client change.
+    Proxy(commands::proxy::Args),
     /// Show each configured server's state (of the running gateway, or by starting them).
     Status(commands::status::Args),
     /// Start the configured servers and print their merged catalog (grouped form).
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Search(a) => commands::search::run(a),
         Command::Eval(a) => commands::eval::run(a),
         Command::Serve(a) => commands::serve::run(a),
+        Command::Proxy(a) => commands::proxy::run(a),
         Command::Status(a) => commands::status::run(a),
         Command::Catalog(a) => commands::catalog::run(a),
         Command::Replay(a) => commands::replay::run(a),

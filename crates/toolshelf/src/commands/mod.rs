@@ -5,6 +5,7 @@ pub mod eval;
 pub mod explain;
 pub mod ledger;
 pub mod prefix_check;
+pub mod proxy;
 pub mod render;
 pub mod replay;
 pub mod search;

@@ -184,7 +184,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// The embedding ranker, when this binary has it. Tool vectors are kept in `vectors.bin` in the
 /// gateway's cache directory, so a restart or a catalog change embeds only new tool text.
-fn enricher(config: &Config) -> Option<toolshelf_gateway::Enricher> {
+pub(crate) fn enricher(config: &Config) -> Option<toolshelf_gateway::Enricher> {
     #[cfg(feature = "embed")]
     {
         let path = toolshelf_gateway::hub::cache_dir(config)

@@ -1,0 +1,427 @@
+//! OpenAI Chat Completions: `messages` of `{role, content}`; an assistant message carries
+//! `tool_calls` (`{id, type: "function", function: {name, arguments}}`, arguments a JSON
+//! string) and each result is its own `{role: "tool", tool_call_id, content}` message.
+//!
+//! Streams are `chat.completion.chunk`s whose `choices[0].delta` carries `content` pieces and
+//! `tool_calls` pieces by `index`, then a chunk with `finish_reason`, an optional usage chunk
+//! (`stream_options.include_usage`) and `data: [DONE]`. The client's stream carries every round's
+//! content under the first round's id, its tool calls renumbered from 0 and written whole, and
+//! one finish, usage and `[DONE]` at the end. Only choice 0 is read (the proxy does not support
+//! `n > 1`).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use super::{Call, ClientTurn, Part, ProxyResult, Round, Streamer, parse_arguments};
+use crate::sse::{Event, write, write_json};
+
+fn call_of(tc: &Value) -> Option<Call> {
+    let f = tc.get("function")?;
+    let args = f.get("arguments").and_then(Value::as_str).unwrap_or("");
+    let (input, raw_input) = parse_arguments(args);
+    Some(Call {
+        id: tc.get("id")?.as_str()?.to_owned(),
+        name: f.get("name")?.as_str()?.to_owned(),
+        input,
+        raw_input,
+    })
+}
+
+/// The tool calls of an assistant message.
+pub fn calls(entry: &Value) -> Vec<Call> {
+    match entry.get("tool_calls") {
+        Some(Value::Array(tcs)) => tcs.iter().filter_map(call_of).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn call_value(c: &Call) -> Value {
+    json!({"id": c.id, "type": "function",
+           "function": {"name": c.name, "arguments": Value::Object(c.input.clone()).to_string()}})
+}
+
+/// Renames call `id`.
+pub fn rewrite_call(entry: &mut Value, id: &str, name: &str, input: &Map<String, Value>) {
+    let Some(Value::Array(tcs)) = entry.get_mut("tool_calls") else {
+        return;
+    };
+    for tc in tcs {
+        if tc.get("id").and_then(Value::as_str) == Some(id)
+            && let Some(f) = tc.get_mut("function").and_then(Value::as_object_mut)
+        {
+            f.insert("name".into(), name.into());
+            f.insert(
+                "arguments".into(),
+                Value::Object(input.clone()).to_string().into(),
+            );
+        }
+    }
+}
+
+/// One `tool` message per result, then one user message with the injected text.
+pub fn result_entries(results: &[ProxyResult], injected: &[String]) -> Vec<Value> {
+    let mut out: Vec<Value> = results
+        .iter()
+        .map(|r| json!({"role": "tool", "tool_call_id": r.id, "content": r.text}))
+        .collect();
+    if !injected.is_empty() {
+        out.push(json!({"role": "user", "content": injected.join("\n\n")}));
+    }
+    out
+}
+
+fn assistant_entry(text: &str, calls: &[Call]) -> Value {
+    let mut m = Map::new();
+    m.insert("role".into(), "assistant".into());
+    m.insert(
+        "content".into(),
+        if text.is_empty() {
+            Value::Null
+        } else {
+            text.into()
+        },
+    );
+    if !calls.is_empty() {
+        m.insert(
+            "tool_calls".into(),
+            Value::Array(calls.iter().map(call_value).collect()),
+        );
+    }
+    Value::Object(m)
+}
+
+/// Reads a completion.
+pub fn parse_response(body: Value) -> Result<Round, String> {
+    let Value::Object(mut envelope) = body else {
+        return Err("the upstream response is not a JSON object".into());
+    };
+    let Some(Value::Array(mut choices)) = envelope.shift_remove("choices") else {
+        return Err("the upstream response has no \"choices\" array".into());
+    };
+    if choices.is_empty() {
+        return Err("the upstream response has no choice".into());
+    }
+    let choice = choices.swap_remove(0);
+    let stop = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let message = choice.get("message").cloned().unwrap_or(Value::Null);
+    let text = message
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let calls = calls(&message);
+    let mut parts = Vec::new();
+    if !text.is_empty() {
+        parts.push(Part::Raw(json!({"type": "text", "text": text})));
+    }
+    parts.extend(calls.iter().cloned().map(Part::Call));
+    // Other fields of the message (refusal, annotations, reasoning) go to the client as given.
+    if let Value::Object(mut rest) = message {
+        for k in ["role", "content", "tool_calls"] {
+            rest.shift_remove(k);
+        }
+        envelope.insert("message_extra".into(), Value::Object(rest));
+    }
+    Ok(Round {
+        entries: vec![assistant_entry(&text, &calls)],
+        parts,
+        stop,
+        usage: envelope.get("usage").cloned(),
+        envelope,
+    })
+}
+
+fn split(parts: &[Part]) -> (String, Vec<Value>) {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for p in parts {
+        match p {
+            Part::Raw(v) => text.push_str(v.get("text").and_then(Value::as_str).unwrap_or("")),
+            Part::Call(c) => calls.push(call_value(c)),
+        }
+    }
+    (text, calls)
+}
+
+/// The client's completion.
+pub fn client_response(out: &ClientTurn) -> Value {
+    let mut envelope = out.envelope.clone();
+    let extra = match envelope.shift_remove("message_extra") {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    let (text, calls) = split(&out.parts);
+    let mut message = Map::new();
+    message.insert("role".into(), "assistant".into());
+    message.insert(
+        "content".into(),
+        if text.is_empty() {
+            Value::Null
+        } else {
+            text.into()
+        },
+    );
+    for (k, v) in extra {
+        message.insert(k, v);
+    }
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    let mut body = Map::new();
+    for (k, v) in envelope {
+        if k == "usage" {
+            continue;
+        }
+        body.insert(k, v);
+    }
+    body.insert(
+        "choices".into(),
+        json!([{"index": 0, "message": message, "logprobs": null, "finish_reason": out.stop}]),
+    );
+    if let Some(u) = &out.usage {
+        body.insert("usage".into(), u.clone());
+    }
+    Value::Object(body)
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// The streaming translator.
+#[derive(Debug)]
+pub struct Stream {
+    include_usage: bool,
+    /// The first chunk's `id`, `created`, `model`, ... (everything but choices and usage).
+    head: Option<Map<String, Value>>,
+    role_sent: bool,
+    next_call: usize,
+    text: String,
+    calls: BTreeMap<u64, Pending>,
+    round: Round,
+    done: bool,
+}
+
+impl Stream {
+    /// A translator; `include_usage` when the client asked for the usage chunk.
+    pub fn new(include_usage: bool) -> Self {
+        Self {
+            include_usage,
+            head: None,
+            role_sent: false,
+            next_call: 0,
+            text: String::new(),
+            calls: BTreeMap::new(),
+            round: Round::default(),
+            done: false,
+        }
+    }
+
+    fn chunk(&self, choices: Value) -> Value {
+        let mut m = self.head.clone().unwrap_or_default();
+        m.insert("choices".into(), choices);
+        Value::Object(m)
+    }
+}
+
+impl Streamer for Stream {
+    fn event(&mut self, event: &Event, out: &mut Vec<u8>) -> Result<(), String> {
+        if event.data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let Some(Value::Object(mut data)) = event.json() else {
+            return Err(format!(
+                "the upstream sent a chunk that is not a JSON object: {:?}",
+                crate::short(&event.data)
+            ));
+        };
+        if let Some(e) = data.get("error") {
+            return Err(format!("the upstream stream reported an error: {e}"));
+        }
+        let choices = match data.shift_remove("choices") {
+            Some(Value::Array(c)) => c,
+            _ => Vec::new(),
+        };
+        if let Some(u) = data.shift_remove("usage")
+            && !u.is_null()
+        {
+            self.round.usage = Some(u);
+        }
+        if self.head.is_none() {
+            self.head = Some(data.clone());
+        }
+        if self.round.envelope.is_empty() {
+            self.round.envelope = data;
+        }
+        for choice in choices
+            .iter()
+            .filter(|c| c["index"].as_u64().unwrap_or(0) == 0)
+        {
+            if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.round.stop = Some(r.to_owned());
+            }
+            let Some(delta) = choice.get("delta").and_then(Value::as_object) else {
+                continue;
+            };
+            if let Some(Value::Array(tcs)) = delta.get("tool_calls") {
+                for tc in tcs {
+                    let i = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
+                    let p = self.calls.entry(i).or_default();
+                    if let Some(id) = tc.get("id").and_then(Value::as_str) {
+                        p.id.push_str(id);
+                    }
+                    if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
+                        p.name.push_str(n);
+                    }
+                    if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
+                        p.arguments.push_str(a);
+                    }
+                }
+            }
+            // Everything else in the delta streams on: content, refusal, reasoning.
+            let mut rest = delta.clone();
+            rest.shift_remove("tool_calls");
+            if let Some(t) = rest.get("content").and_then(Value::as_str) {
+                self.text.push_str(t);
+            }
+            if rest.contains_key("role") {
+                if self.role_sent {
+                    rest.shift_remove("role");
+                } else {
+                    self.role_sent = true;
+                }
+            }
+            let empty = rest.values().all(|v| v.is_null() || v == "");
+            if !empty {
+                let c = self.chunk(
+                    json!([{"index": 0, "delta": rest, "logprobs": null, "finish_reason": null}]),
+                );
+                write_json(out, None, &c);
+            }
+        }
+        Ok(())
+    }
+
+    fn round_done(&self) -> bool {
+        self.done
+    }
+
+    fn take_round(&mut self) -> Round {
+        self.done = false;
+        let calls: Vec<Call> = std::mem::take(&mut self.calls)
+            .into_values()
+            .map(|p| {
+                let (input, raw_input) = parse_arguments(&p.arguments);
+                Call {
+                    id: p.id,
+                    name: p.name,
+                    input,
+                    raw_input,
+                }
+            })
+            .collect();
+        let text = std::mem::take(&mut self.text);
+        let mut r = std::mem::take(&mut self.round);
+        if !text.is_empty() {
+            r.parts
+                .push(Part::Raw(json!({"type": "text", "text": text})));
+        }
+        r.entries = vec![assistant_entry(&text, &calls)];
+        r.parts.extend(calls.into_iter().map(Part::Call));
+        r
+    }
+
+    fn write_text(&mut self, text: &str, out: &mut Vec<u8>) {
+        let mut delta = json!({"content": text});
+        if !self.role_sent {
+            self.role_sent = true;
+            delta["role"] = "assistant".into();
+        }
+        let c = self
+            .chunk(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}]));
+        write_json(out, None, &c);
+    }
+
+    fn write_call(&mut self, call: &Call, out: &mut Vec<u8>) {
+        let i = self.next_call;
+        self.next_call += 1;
+        let mut delta = json!({"tool_calls": [{"index": i, "id": call.id, "type": "function",
+            "function": {"name": call.name,
+                         "arguments": Value::Object(call.input.clone()).to_string()}}]});
+        if !self.role_sent {
+            self.role_sent = true;
+            delta["role"] = "assistant".into();
+        }
+        let c = self
+            .chunk(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}]));
+        write_json(out, None, &c);
+    }
+
+    fn finish(&mut self, stop: Option<&str>, usage: Option<&Value>, out: &mut Vec<u8>) {
+        let c =
+            self.chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": stop}]));
+        write_json(out, None, &c);
+        if self.include_usage {
+            let mut u = self.chunk(json!([]));
+            u["usage"] = usage.cloned().unwrap_or(Value::Null);
+            write_json(out, None, &u);
+        }
+        write(out, None, "[DONE]");
+    }
+
+    fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
+        write_json(
+            out,
+            None,
+            &json!({"error": {"type": kind, "message": message, "code": kind, "param": null}}),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sse::Reader;
+
+    #[test]
+    fn tool_call_pieces_join_and_content_streams() {
+        let text = concat!(
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"tool_search\",\"arguments\":\"\"}}]},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"query\\\":\\\"x\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let mut s = Stream::new(true);
+        let mut out = Vec::new();
+        for e in Reader::default().feed(text.as_bytes()) {
+            s.event(&e, &mut out).expect("event");
+        }
+        assert!(s.round_done());
+        let r = s.take_round();
+        assert_eq!(r.stop.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            r.usage,
+            Some(json!({"prompt_tokens": 5, "completion_tokens": 2}))
+        );
+        let Part::Call(c) = &r.parts[1] else {
+            panic!("a call: {:?}", r.parts)
+        };
+        assert_eq!((c.id.as_str(), c.name.as_str()), ("call_1", "tool_search"));
+        assert_eq!(c.input["query"], "x");
+        let sent = String::from_utf8(out).expect("utf8");
+        assert!(sent.contains("\"Hi\""), "{sent}");
+        assert!(!sent.contains("tool_search"), "the call is held: {sent}");
+        assert!(!sent.contains("[DONE]"));
+    }
+}

@@ -1,0 +1,475 @@
+//! The three wire formats, reduced to the few operations the proxy needs.
+//!
+//! The proxy never converts a conversation into a model of its own and back: what it does not
+//! understand (thinking blocks, images, citations, server tools, unknown block types) must reach
+//! the upstream exactly as the client sent it. So each format gets a set of small functions over
+//! the raw JSON: find the assistant turns and their tool calls, rename one call in place, write
+//! tool results and injected text in the format's own shape; and, on the way back, read one
+//! upstream round (JSON or SSE) into [`Round`] and write the client's single response.
+//!
+//! [`Dialect`] dispatches to the format's module; every function there is pure.
+
+pub mod anthropic;
+pub mod chat;
+pub mod responses;
+
+use serde_json::{Map, Value};
+use toolshelf_core::request::Api;
+
+use crate::sse::Event;
+
+/// One tool call of the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The call id (`tool_use` id, `tool_calls[].id`, `call_id`).
+    pub id: String,
+    /// The tool called.
+    pub name: String,
+    /// The arguments, an object (`{}` when the model sent none or sent text that is not JSON;
+    /// `raw_input` then keeps what it sent).
+    pub input: Map<String, Value>,
+    /// The arguments as sent when they were not a JSON object.
+    pub raw_input: Option<String>,
+}
+
+/// A piece of one upstream round's output, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    /// Anything but a tool call, in the format's own shape: an Anthropic content block, a
+    /// Responses output item, or (Chat Completions) `{"type": "text", "text": ...}`.
+    Raw(Value),
+    /// A tool call.
+    Call(Call),
+}
+
+/// What one upstream round produced.
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// The assistant output as conversation entries (request form), exactly as the upstream
+    /// produced it: appended when the proxy continues, and recorded for the next request.
+    pub entries: Vec<Value>,
+    /// The output, in order.
+    pub parts: Vec<Part>,
+    /// `stop_reason` / `finish_reason` / the response's `status`.
+    pub stop: Option<String>,
+    /// The round's `usage` object, as the upstream wrote it.
+    pub usage: Option<Value>,
+    /// The response without its output (id, model, ...), for the client's envelope.
+    pub envelope: Map<String, Value>,
+}
+
+/// A result the proxy writes for a call it answered itself.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProxyResult {
+    /// The call answered.
+    pub id: String,
+    /// The text the model reads.
+    pub text: String,
+    /// Whether it reports a failure.
+    pub is_error: bool,
+}
+
+/// Token figures of a `usage` object, read the same way for every format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Tokens {
+    /// Input tokens (for Anthropic, not counting cache reads and writes).
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Input tokens read from the provider's prompt cache.
+    pub cache_read: u64,
+    /// Input tokens written to the cache (Anthropic).
+    pub cache_creation: u64,
+}
+
+impl Tokens {
+    /// Reads a `usage` object of any of the three formats.
+    pub fn of(usage: &Value) -> Self {
+        let n = |path: &[&str]| {
+            let mut v = usage;
+            for p in path {
+                match v.get(p) {
+                    Some(x) => v = x,
+                    None => return 0,
+                }
+            }
+            v.as_u64().unwrap_or(0)
+        };
+        let input = n(&["input_tokens"]).max(n(&["prompt_tokens"]));
+        let output = n(&["output_tokens"]).max(n(&["completion_tokens"]));
+        let cache_read = n(&["cache_read_input_tokens"])
+            .max(n(&["prompt_tokens_details", "cached_tokens"]))
+            .max(n(&["input_tokens_details", "cached_tokens"]));
+        Self {
+            input,
+            output,
+            cache_read,
+            cache_creation: n(&["cache_creation_input_tokens"]),
+        }
+    }
+}
+
+/// Adds `more` into `total` field by field: numbers are summed, objects merged recursively,
+/// anything else taken from `more` when `total` lacks it. Every format's `usage` sums this way.
+pub fn add_usage(total: &mut Value, more: &Value) {
+    match (total, more) {
+        (Value::Object(t), Value::Object(m)) => {
+            for (k, v) in m {
+                match t.get_mut(k) {
+                    Some(slot) => add_usage(slot, v),
+                    None => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (t @ Value::Number(_), Value::Number(m)) => {
+            if let (Some(a), Some(b)) = (t.as_u64(), m.as_u64()) {
+                *t = Value::from(a + b);
+            } else if let (Some(a), Some(b)) = (t.as_f64(), m.as_f64()) {
+                *t = serde_json::Number::from_f64(a + b).map_or(Value::Null, Value::Number);
+            }
+        }
+        (t @ Value::Null, m) => *t = m.clone(),
+        _ => {}
+    }
+}
+
+/// A call's arguments from the JSON text a model wrote.
+pub fn parse_arguments(text: &str) -> (Map<String, Value>, Option<String>) {
+    if text.trim().is_empty() {
+        return (Map::new(), None);
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => (m, None),
+        _ => (Map::new(), Some(text.to_owned())),
+    }
+}
+
+/// A format's operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dialect(pub Api);
+
+impl Dialect {
+    /// The API.
+    pub fn api(self) -> Api {
+        self.0
+    }
+
+    /// The client's tool definitions.
+    pub fn tools(self, body: &Map<String, Value>) -> Vec<Value> {
+        match body.get("tools") {
+            Some(Value::Array(a)) => a.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A definition's tool name; `None` for a definition the proxy must leave alone (a
+    /// provider's server tool, a tool without a name).
+    pub fn client_tool_name(self, def: &Value) -> Option<&str> {
+        let ty = def.get("type").and_then(Value::as_str);
+        match self.0 {
+            Api::Anthropic => match ty {
+                None | Some("custom") => def.get("name").and_then(Value::as_str),
+                Some(_) => None,
+            },
+            Api::OpenAiChat => match ty {
+                Some("function") => def.pointer("/function/name").and_then(Value::as_str),
+                _ => None,
+            },
+            Api::OpenAiResponses => match ty {
+                Some("function") => def.get("name").and_then(Value::as_str),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether the request already uses the provider's own deferral: a tool marked
+    /// `defer_loading`, or a tool-search tool.
+    pub fn uses_provider_deferral(self, body: &Map<String, Value>) -> bool {
+        self.tools(body).iter().any(is_provider_deferral)
+    }
+
+    /// The request's system text, for the session key.
+    pub fn system_text(self, body: &Map<String, Value>) -> String {
+        match self.0 {
+            Api::Anthropic => body.get("system").map(text_of).unwrap_or_default(),
+            Api::OpenAiChat => conversation(self, body)
+                .iter()
+                .filter(|m| {
+                    matches!(
+                        m.get("role").and_then(Value::as_str),
+                        Some("system" | "developer")
+                    )
+                })
+                .map(|m| m.get("content").map(text_of).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Api::OpenAiResponses => body.get("instructions").map(text_of).unwrap_or_default(),
+        }
+    }
+
+    /// Whether a conversation entry is (part of) an assistant turn.
+    pub fn is_assistant(self, entry: &Value) -> bool {
+        match self.0 {
+            Api::Anthropic | Api::OpenAiChat => {
+                entry.get("role").and_then(Value::as_str) == Some("assistant")
+            }
+            Api::OpenAiResponses => responses::is_output_item(entry),
+        }
+    }
+
+    /// Whether an entry is the user's own words (not tool results, not a system message).
+    pub fn is_user_text(self, entry: &Value) -> bool {
+        if entry.get("role").and_then(Value::as_str) != Some("user") {
+            return false;
+        }
+        match entry.get("content") {
+            Some(Value::String(_)) => true,
+            Some(Value::Array(parts)) => !parts
+                .iter()
+                .any(|p| p.get("type").and_then(Value::as_str) == Some("tool_result")),
+            _ => false,
+        }
+    }
+
+    /// The tool calls in an assistant entry.
+    pub fn calls(self, entry: &Value) -> Vec<Call> {
+        match self.0 {
+            Api::Anthropic => anthropic::calls(entry),
+            Api::OpenAiChat => chat::calls(entry),
+            Api::OpenAiResponses => responses::calls(entry),
+        }
+    }
+
+    /// Renames call `id` in `entry` to `name` with `input`.
+    pub fn rewrite_call(self, entry: &mut Value, id: &str, name: &str, input: &Map<String, Value>) {
+        match self.0 {
+            Api::Anthropic => anthropic::rewrite_call(entry, id, name, input),
+            Api::OpenAiChat => chat::rewrite_call(entry, id, name, input),
+            Api::OpenAiResponses => responses::rewrite_call(entry, id, name, input),
+        }
+    }
+
+    /// The ids of the tool results in an entry.
+    pub fn result_ids(self, entry: &Value) -> Vec<String> {
+        match self.0 {
+            Api::Anthropic => anthropic::result_ids(entry),
+            Api::OpenAiChat => entry
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .filter(|_| entry.get("role").and_then(Value::as_str) == Some("tool"))
+                .map(|s| vec![s.to_owned()])
+                .unwrap_or_default(),
+            Api::OpenAiResponses => entry
+                .get("call_id")
+                .and_then(Value::as_str)
+                .filter(|_| {
+                    entry.get("type").and_then(Value::as_str) == Some("function_call_output")
+                })
+                .map(|s| vec![s.to_owned()])
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The conversation entries carrying `results` (and, after them, `injected` text blocks).
+    pub fn result_entries(self, results: &[ProxyResult], injected: &[String]) -> Vec<Value> {
+        match self.0 {
+            Api::Anthropic => anthropic::result_entries(results, injected),
+            Api::OpenAiChat => chat::result_entries(results, injected),
+            Api::OpenAiResponses => responses::result_entries(results, injected),
+        }
+    }
+
+    /// Puts `results` before everything else in `entries` (the client's entries after an
+    /// assistant turn), where the format wants them.
+    pub fn prepend_results(self, entries: &mut Vec<Value>, results: &[ProxyResult]) {
+        if results.is_empty() {
+            return;
+        }
+        if self.0 == Api::Anthropic
+            && let Some(first) = entries.first_mut()
+            && first.get("role").and_then(Value::as_str) == Some("user")
+        {
+            anthropic::prepend_blocks(first, anthropic::result_blocks(results));
+            return;
+        }
+        let mut out = self.result_entries(results, &[]);
+        out.append(entries);
+        *entries = out;
+    }
+
+    /// Adds injected text blocks after `entry` (the last entry of a client turn): into it for
+    /// Anthropic user messages, else as one extra user entry. Returns the entries to insert
+    /// after it (none when it took them itself).
+    pub fn inject_after(self, entry: &mut Value, blocks: &[String]) -> Vec<Value> {
+        if blocks.is_empty() {
+            return Vec::new();
+        }
+        if self.0 == Api::Anthropic && entry.get("role").and_then(Value::as_str) == Some("user") {
+            anthropic::append_text(entry, blocks);
+            return Vec::new();
+        }
+        vec![user_text_entry(self.0, blocks)]
+    }
+
+    /// Parses a non-streaming response body.
+    pub fn parse_response(self, body: Value) -> Result<Round, String> {
+        match self.0 {
+            Api::Anthropic => anthropic::parse_response(body),
+            Api::OpenAiChat => chat::parse_response(body),
+            Api::OpenAiResponses => responses::parse_response(body),
+        }
+    }
+
+    /// The client's response from the rounds' parts it may see.
+    pub fn client_response(self, out: &ClientTurn) -> Value {
+        match self.0 {
+            Api::Anthropic => anthropic::client_response(out),
+            Api::OpenAiChat => chat::client_response(out),
+            Api::OpenAiResponses => responses::client_response(out),
+        }
+    }
+
+    /// A streaming translator for one client response.
+    pub fn streamer(self, include_usage: bool) -> Box<dyn Streamer> {
+        match self.0 {
+            Api::Anthropic => Box::new(anthropic::Stream::default()),
+            Api::OpenAiChat => Box::new(chat::Stream::new(include_usage)),
+            Api::OpenAiResponses => Box::new(responses::Stream::default()),
+        }
+    }
+
+    /// An error as the format writes it, for the body of a response the proxy writes itself.
+    pub fn error_body(self, kind: &str, message: &str) -> Value {
+        match self.0 {
+            Api::Anthropic => serde_json::json!({
+                "type": "error",
+                "error": {"type": kind, "message": message}
+            }),
+            _ => serde_json::json!({
+                "error": {"type": kind, "message": message, "code": kind, "param": null}
+            }),
+        }
+    }
+}
+
+/// What the client receives for one request: everything it may see of every round.
+#[derive(Debug, Clone, Default)]
+pub struct ClientTurn {
+    /// The first round's envelope (id, model, ...).
+    pub envelope: Map<String, Value>,
+    /// Parts the client sees, in order; calls already carry the client's tool names.
+    pub parts: Vec<Part>,
+    /// The stop reason the client sees.
+    pub stop: Option<String>,
+    /// The rounds' usage, summed.
+    pub usage: Option<Value>,
+}
+
+/// Translates one upstream SSE stream after another into the single stream the client reads.
+///
+/// Parts other than tool calls are written out as they arrive (renumbered); tool calls are held
+/// until complete, because a meta-tool call must never reach the client half-written; the
+/// caller decides what becomes of them and writes the client's calls with
+/// [`Streamer::write_call`], then ends the stream with [`Streamer::finish`].
+pub trait Streamer: Send + std::fmt::Debug {
+    /// Handles one upstream event; client bytes go to `out`.
+    fn event(&mut self, event: &Event, out: &mut Vec<u8>) -> Result<(), String>;
+    /// Whether the current round's stream ended.
+    fn round_done(&self) -> bool;
+    /// The round just streamed (and readies the next).
+    fn take_round(&mut self) -> Round;
+    /// Writes a complete text part the proxy adds itself.
+    fn write_text(&mut self, text: &str, out: &mut Vec<u8>);
+    /// Writes a complete call of a client tool.
+    fn write_call(&mut self, call: &Call, out: &mut Vec<u8>);
+    /// Ends the client's stream: stop reason, summed usage.
+    fn finish(&mut self, stop: Option<&str>, usage: Option<&Value>, out: &mut Vec<u8>);
+    /// An error event for a failure after the stream started.
+    fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>);
+}
+
+/// Whether a tool definition belongs to the provider's own deferral.
+pub fn is_provider_deferral(def: &Value) -> bool {
+    def.get("defer_loading").and_then(Value::as_bool) == Some(true)
+        || def
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.starts_with("tool_search_tool") || t == "tool_search")
+}
+
+/// The conversation array of a body.
+pub fn conversation(dialect: Dialect, body: &Map<String, Value>) -> &[Value] {
+    match body.get(dialect.0.conversation_key()) {
+        Some(Value::Array(a)) => a,
+        _ => &[],
+    }
+}
+
+/// Text of a string or of an array of text blocks.
+pub fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn user_text_entry(api: Api, blocks: &[String]) -> Value {
+    let text = blocks.join("\n\n");
+    match api {
+        Api::OpenAiResponses => serde_json::json!({
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]
+        }),
+        _ => serde_json::json!({"role": "user", "content": text}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn usage_sums_field_by_field() {
+        let mut t = json!({"input_tokens": 10, "output_tokens": 2, "details": {"cached": 1}});
+        add_usage(
+            &mut t,
+            &json!({"input_tokens": 5, "output_tokens": 3, "details": {"cached": 4}, "new": 1}),
+        );
+        assert_eq!(
+            t,
+            json!({"input_tokens": 15, "output_tokens": 5, "details": {"cached": 5}, "new": 1})
+        );
+    }
+
+    #[test]
+    fn tokens_read_every_format() {
+        let a = Tokens::of(&json!({"input_tokens": 3, "output_tokens": 4,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7}));
+        assert_eq!(
+            (a.input, a.output, a.cache_read, a.cache_creation),
+            (3, 4, 100, 7)
+        );
+        let c = Tokens::of(&json!({"prompt_tokens": 50, "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 40}}));
+        assert_eq!((c.input, c.output, c.cache_read), (50, 5, 40));
+        let r = Tokens::of(&json!({"input_tokens": 60, "output_tokens": 6,
+            "input_tokens_details": {"cached_tokens": 30}}));
+        assert_eq!((r.input, r.output, r.cache_read), (60, 6, 30));
+    }
+
+    #[test]
+    fn arguments_that_are_not_an_object_are_kept() {
+        assert_eq!(parse_arguments(""), (Map::new(), None));
+        assert_eq!(parse_arguments("[1]").1.as_deref(), Some("[1]"));
+        assert_eq!(parse_arguments("{\"a\":1}").0["a"], json!(1));
+    }
+}

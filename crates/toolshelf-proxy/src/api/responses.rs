@@ -1,0 +1,405 @@
+//! OpenAI Responses: `input` is a list of items: messages (`{type: "message", role, content}`
+//! or the short `{role, content}`), `function_call` items (`call_id`, `name`, `arguments` as a
+//! JSON string), `function_call_output` items, reasoning items and others. The model's output is
+//! a list of items of the same kinds, valid as input as they are, so an assistant turn is a run of
+//! output items.
+//!
+//! Streams are typed events with a `sequence_number`: `response.created`, per item
+//! `response.output_item.added` ... `response.output_item.done` (text, reasoning and argument
+//! deltas in between, addressed by `output_index`), and `response.completed`. The client's stream
+//! keeps the first `response.created` / `response.in_progress`, every round's items renumbered
+//! from 0, function calls written whole, and one `response.completed` holding every item it saw.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use super::{Call, ClientTurn, Part, ProxyResult, Round, Streamer, parse_arguments};
+use crate::sse::{Event, write_json};
+
+/// Whether an input item is something the model produced.
+pub fn is_output_item(item: &Value) -> bool {
+    if item.get("role").and_then(Value::as_str) == Some("assistant") {
+        return true;
+    }
+    match item.get("type").and_then(Value::as_str) {
+        Some("reasoning") => true,
+        Some(t) => t.ends_with("_call"),
+        None => false,
+    }
+}
+
+fn call_of(item: &Value) -> Option<Call> {
+    if item.get("type").and_then(Value::as_str) != Some("function_call") {
+        return None;
+    }
+    let (input, raw_input) =
+        parse_arguments(item.get("arguments").and_then(Value::as_str).unwrap_or(""));
+    Some(Call {
+        id: item.get("call_id")?.as_str()?.to_owned(),
+        name: item.get("name")?.as_str()?.to_owned(),
+        input,
+        raw_input,
+    })
+}
+
+/// The call in a `function_call` item.
+pub fn calls(entry: &Value) -> Vec<Call> {
+    call_of(entry).into_iter().collect()
+}
+
+/// Renames the `function_call` item of call `id`.
+pub fn rewrite_call(entry: &mut Value, id: &str, name: &str, input: &Map<String, Value>) {
+    if entry.get("type").and_then(Value::as_str) == Some("function_call")
+        && entry.get("call_id").and_then(Value::as_str) == Some(id)
+        && let Some(obj) = entry.as_object_mut()
+    {
+        obj.insert("name".into(), name.into());
+        obj.insert(
+            "arguments".into(),
+            Value::Object(input.clone()).to_string().into(),
+        );
+    }
+}
+
+/// One `function_call_output` item per result, then one user message with the injected text.
+pub fn result_entries(results: &[ProxyResult], injected: &[String]) -> Vec<Value> {
+    let mut out: Vec<Value> = results
+        .iter()
+        .map(|r| json!({"type": "function_call_output", "call_id": r.id, "output": r.text}))
+        .collect();
+    if !injected.is_empty() {
+        out.push(json!({"type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": injected.join("\n\n")}]}));
+    }
+    out
+}
+
+fn part_of(item: &Value) -> Part {
+    call_of(item).map_or_else(|| Part::Raw(item.clone()), Part::Call)
+}
+
+/// Reads a response.
+pub fn parse_response(body: Value) -> Result<Round, String> {
+    let Value::Object(mut envelope) = body else {
+        return Err("the upstream response is not a JSON object".into());
+    };
+    let Some(Value::Array(output)) = envelope.shift_remove("output") else {
+        return Err("the upstream response has no \"output\" array".into());
+    };
+    let parts = output.iter().map(part_of).collect();
+    let has_calls = output.iter().any(|i| call_of(i).is_some());
+    Ok(Round {
+        stop: Some(stop_of(&envelope, has_calls)),
+        usage: envelope.get("usage").cloned(),
+        entries: output,
+        parts,
+        envelope,
+    })
+}
+
+/// Responses has no stop reason: a completed response with calls stopped for them.
+fn stop_of(response: &Map<String, Value>, has_calls: bool) -> String {
+    let status = response
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("completed");
+    if status == "completed" && has_calls {
+        "tool_calls".into()
+    } else {
+        status.into()
+    }
+}
+
+fn call_item(c: &Call, item_id: Option<&str>) -> Value {
+    let id = item_id.map_or_else(|| format!("fc_{}", c.id), str::to_owned);
+    json!({"type": "function_call", "id": id, "call_id": c.id, "name": c.name,
+           "arguments": Value::Object(c.input.clone()).to_string(), "status": "completed"})
+}
+
+fn output_of(parts: &[Part]) -> Vec<Value> {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Raw(v) => v.clone(),
+            Part::Call(c) => call_item(c, None),
+        })
+        .collect()
+}
+
+fn status_of(stop: Option<&str>) -> &str {
+    match stop {
+        None | Some("tool_calls") => "completed",
+        Some(s) => s,
+    }
+}
+
+/// The client's response.
+pub fn client_response(out: &ClientTurn) -> Value {
+    let mut body = Map::new();
+    for (k, v) in &out.envelope {
+        match k.as_str() {
+            "status" => {
+                body.insert(k.clone(), status_of(out.stop.as_deref()).into());
+            }
+            "output" => {}
+            "usage" => {
+                body.insert("output".into(), Value::Array(output_of(&out.parts)));
+                body.insert(k.clone(), out.usage.clone().unwrap_or(Value::Null));
+            }
+            _ => {
+                body.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if !body.contains_key("output") {
+        body.insert("output".into(), Value::Array(output_of(&out.parts)));
+    }
+    if !body.contains_key("usage")
+        && let Some(u) = &out.usage
+    {
+        body.insert("usage".into(), u.clone());
+    }
+    Value::Object(body)
+}
+
+/// The streaming translator.
+#[derive(Debug, Default)]
+pub struct Stream {
+    /// Rounds finished before this one.
+    rounds: u32,
+    seq: u64,
+    next_index: u64,
+    /// Upstream output index to the client's; absent for held function calls.
+    shown: BTreeMap<u64, u64>,
+    held: BTreeMap<u64, Value>,
+    /// The first round's response object.
+    response: Option<Map<String, Value>>,
+    /// Items the client saw, in order.
+    items: Vec<Value>,
+    round: Round,
+    done: bool,
+}
+
+impl Stream {
+    fn send(&mut self, out: &mut Vec<u8>, name: Option<&str>, mut data: Value) {
+        data["sequence_number"] = self.seq.into();
+        self.seq += 1;
+        write_json(out, name, &data);
+    }
+}
+
+impl Streamer for Stream {
+    fn event(&mut self, event: &Event, out: &mut Vec<u8>) -> Result<(), String> {
+        let Some(mut data) = event.json() else {
+            return Err(format!(
+                "the upstream sent an event that is not JSON: {:?}",
+                crate::short(&event.data)
+            ));
+        };
+        let ty = data
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let name = event.event.clone();
+        let output_index = data.get("output_index").and_then(Value::as_u64);
+        match ty.as_str() {
+            "response.created" | "response.in_progress" | "response.queued" => {
+                if let Some(Value::Object(r)) = data.get("response") {
+                    let mut env = r.clone();
+                    env.shift_remove("output");
+                    if self.round.envelope.is_empty() {
+                        self.round.envelope = env;
+                    }
+                    if self.response.is_none() {
+                        self.response = Some(r.clone());
+                    }
+                }
+                if self.rounds == 0 {
+                    self.send(out, name.as_deref(), data);
+                }
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                if let Some(Value::Object(r)) = data.get("response") {
+                    self.round.usage = r.get("usage").cloned();
+                    let has_calls = self.round.parts.iter().any(|p| matches!(p, Part::Call(_)));
+                    self.round.stop = Some(stop_of(r, has_calls));
+                    let mut env = r.clone();
+                    env.shift_remove("output");
+                    self.round.envelope = env;
+                }
+                self.done = true;
+            }
+            "error" => {
+                return Err(format!(
+                    "the upstream stream reported an error: {}",
+                    data.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown")
+                ));
+            }
+            "response.output_item.added" => {
+                let Some(i) = output_index else {
+                    return Ok(());
+                };
+                let item = data.get("item").cloned().unwrap_or(Value::Null);
+                if item.get("type").and_then(Value::as_str) == Some("function_call") {
+                    self.held.insert(i, item);
+                } else {
+                    let c = self.next_index;
+                    self.next_index += 1;
+                    self.shown.insert(i, c);
+                    data["output_index"] = c.into();
+                    self.send(out, name.as_deref(), data);
+                }
+            }
+            "response.output_item.done" => {
+                let Some(i) = output_index else {
+                    return Ok(());
+                };
+                let item = data.get("item").cloned().unwrap_or(Value::Null);
+                self.round.entries.push(item.clone());
+                self.round.parts.push(part_of(&item));
+                if self.held.remove(&i).is_none()
+                    && let Some(&c) = self.shown.get(&i)
+                {
+                    self.items.push(item);
+                    data["output_index"] = c.into();
+                    self.send(out, name.as_deref(), data);
+                }
+            }
+            _ => match output_index {
+                Some(i) if self.held.contains_key(&i) => {}
+                Some(i) => {
+                    if let Some(&c) = self.shown.get(&i) {
+                        data["output_index"] = c.into();
+                        self.send(out, name.as_deref(), data);
+                    }
+                }
+                None => self.send(out, name.as_deref(), data),
+            },
+        }
+        Ok(())
+    }
+
+    fn round_done(&self) -> bool {
+        self.done
+    }
+
+    fn take_round(&mut self) -> Round {
+        self.done = false;
+        self.rounds += 1;
+        self.held.clear();
+        self.shown.clear();
+        std::mem::take(&mut self.round)
+    }
+
+    fn write_text(&mut self, text: &str, out: &mut Vec<u8>) {
+        let i = self.next_index;
+        self.next_index += 1;
+        let item = json!({"type": "message", "id": format!("msg_toolshelf_{i}"), "role": "assistant",
+            "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        let mut added = item.clone();
+        added["content"] = json!([]);
+        added["status"] = "in_progress".into();
+        self.send(
+            out,
+            Some("response.output_item.added"),
+            json!({"type": "response.output_item.added", "output_index": i, "item": added}),
+        );
+        self.send(
+            out,
+            Some("response.output_item.done"),
+            json!({"type": "response.output_item.done", "output_index": i, "item": item}),
+        );
+        self.items.push(item);
+    }
+
+    fn write_call(&mut self, call: &Call, out: &mut Vec<u8>) {
+        let i = self.next_index;
+        self.next_index += 1;
+        let done = call_item(call, None);
+        let mut added = done.clone();
+        added["arguments"] = "".into();
+        added["status"] = "in_progress".into();
+        let item_id = done["id"].clone();
+        let args = done["arguments"].clone();
+        self.send(
+            out,
+            Some("response.output_item.added"),
+            json!({"type": "response.output_item.added", "output_index": i, "item": added}),
+        );
+        self.send(
+            out,
+            Some("response.function_call_arguments.delta"),
+            json!({"type": "response.function_call_arguments.delta", "output_index": i,
+                   "item_id": item_id, "delta": args}),
+        );
+        self.send(
+            out,
+            Some("response.function_call_arguments.done"),
+            json!({"type": "response.function_call_arguments.done", "output_index": i,
+                   "item_id": item_id, "arguments": args}),
+        );
+        self.send(
+            out,
+            Some("response.output_item.done"),
+            json!({"type": "response.output_item.done", "output_index": i, "item": done}),
+        );
+        self.items.push(done);
+    }
+
+    fn finish(&mut self, stop: Option<&str>, usage: Option<&Value>, out: &mut Vec<u8>) {
+        let mut r = self.response.clone().unwrap_or_default();
+        let status = status_of(stop).to_owned();
+        r.insert("status".into(), status.clone().into());
+        r.insert("output".into(), Value::Array(self.items.clone()));
+        r.insert("usage".into(), usage.cloned().unwrap_or(Value::Null));
+        let ty = match status.as_str() {
+            "incomplete" => "response.incomplete",
+            "failed" => "response.failed",
+            _ => "response.completed",
+        };
+        self.send(out, Some(ty), json!({"type": ty, "response": r}));
+    }
+
+    fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
+        self.send(
+            out,
+            Some("error"),
+            json!({"type": "error", "code": kind, "message": message, "param": null}),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_items_are_told_from_input_items() {
+        assert!(is_output_item(
+            &json!({"type": "function_call", "call_id": "c"})
+        ));
+        assert!(is_output_item(&json!({"type": "reasoning", "id": "r"})));
+        assert!(is_output_item(
+            &json!({"type": "message", "role": "assistant"})
+        ));
+        assert!(!is_output_item(
+            &json!({"type": "function_call_output", "call_id": "c"})
+        ));
+        assert!(!is_output_item(&json!({"role": "user", "content": "hi"})));
+    }
+
+    #[test]
+    fn a_response_reads_calls_and_stops_for_them() {
+        let r = parse_response(json!({"id": "resp_1", "status": "completed", "output": [
+            {"type": "message", "id": "m1", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+            {"type": "function_call", "id": "fc1", "call_id": "call_1", "name": "tool_search", "arguments": "{\"query\":\"x\"}"}
+        ], "usage": {"input_tokens": 3}})).expect("parses");
+        assert_eq!(r.stop.as_deref(), Some("tool_calls"));
+        assert_eq!(r.entries.len(), 2);
+        assert!(matches!(&r.parts[1], Part::Call(c) if c.input["query"] == "x"));
+    }
+}

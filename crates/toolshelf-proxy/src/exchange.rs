@@ -1,0 +1,746 @@
+//! One client request: rewrite it, run the upstream rounds, answer the client once.
+//!
+//! ```text
+//! client body ─► shelf (catalog of its tools) ─► session (frozen surface, records)
+//!             ─► upstream body: frozen tools, conversation with recorded rounds put back,
+//!                deferred calls as the defer_execute calls the model made, injected blocks
+//!             ─► round: tool_search answered here, bad defer_execute answered here ─┐
+//!                 ▲                                                                 │
+//!                 └──────── continue while only the proxy had something to answer ◄─┘
+//!             ─► client: one message; good defer_execute calls as calls of the real tool
+//! ```
+//!
+//! A round that holds a call the client must run ends the loop even when it also holds calls
+//! the proxy answered: those answers are recorded and open the next request's entries, where
+//! the format wants the results of the previous assistant turn.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use toolshelf_core::hook::{HookEvent, HookEventKind};
+use toolshelf_core::invoke::{self, Refusal, RefusalKind};
+use toolshelf_core::meta::DeferExecuteArgs;
+use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
+use toolshelf_core::policy::State;
+use toolshelf_core::reminder::{Call as ReminderCall, TurnInput};
+use toolshelf_core::request::Api;
+use toolshelf_core::search::SearchRequest;
+use toolshelf_core::search::render::search_in_session;
+use toolshelf_core::session::FrozenSurface;
+
+use crate::api::{Call, ClientTurn, Dialect, Part, ProxyResult, Round, add_usage};
+use crate::session::{
+    Injected, PrefixPrint, ProxySession, Recorded, digest, fingerprint, root_key, turn_key,
+};
+use crate::shelf::Shelf;
+use crate::{Proxy, SESSION_HEADER};
+
+/// A request ready to go upstream.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The format.
+    pub dialect: Dialect,
+    /// The session key.
+    pub key: String,
+    /// The session, as of this request.
+    pub session: ProxySession,
+    /// Its stored version.
+    pub version: Option<u64>,
+    /// The request's catalog.
+    pub shelf: Arc<Shelf>,
+    /// The upstream body (its conversation grows with each round).
+    pub body: Map<String, Value>,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    /// Whether the client asked for the usage chunk (Chat Completions).
+    pub include_usage: bool,
+}
+
+/// Why a request goes upstream as sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassReason {
+    /// It has no client tools.
+    NoTools,
+    /// It uses the provider's own deferral and `take_over_deferral` is off.
+    ProviderDeferral,
+}
+
+/// What `prepare` decided.
+#[derive(Debug)]
+pub enum Plan {
+    /// Rewrite and run the loop.
+    Rewrite(Box<Prepared>),
+    /// Send it upstream as the client sent it.
+    Pass(PassReason),
+}
+
+/// Takes the conversation out of the body, leaving its key in place (so the body keeps the
+/// client's key order when it is put back).
+fn conversation_mut(dialect: Dialect, body: &mut Map<String, Value>) -> Vec<Value> {
+    match body.get_mut(dialect.api().conversation_key()) {
+        Some(Value::Array(a)) => std::mem::take(a),
+        _ => Vec::new(),
+    }
+}
+
+/// Reads the request and its session and builds the first upstream body.
+pub async fn prepare(
+    proxy: &Proxy,
+    dialect: Dialect,
+    mut body: Map<String, Value>,
+    session_header: Option<&str>,
+) -> Result<Plan, String> {
+    let tools = dialect.tools(&body);
+    if tools.is_empty() {
+        return Ok(Plan::Pass(PassReason::NoTools));
+    }
+    let config = &proxy.compiled.config().proxy;
+    // Taking over a request that uses the provider's own deferral: its tool-search tools go,
+    // and `defer_loading` marks become the per-tool declarations the catalog reads.
+    if dialect.uses_provider_deferral(&body) && !config.take_over_deferral {
+        return Ok(Plan::Pass(PassReason::ProviderDeferral));
+    }
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .filter(|t| {
+            !t.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|ty| ty.starts_with("tool_search_tool") || ty == "tool_search")
+        })
+        .collect();
+    let shelf = proxy.shelf(dialect, &tools)?;
+    let names: Vec<String> = tools
+        .iter()
+        .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
+        .collect();
+    let key = match session_header {
+        Some(h) if !h.trim().is_empty() => format!("h:{}", h.trim()),
+        _ => format!("r:{}", root_key(dialect, &body, &names)),
+    };
+    let (mut session, version) = proxy.load_session(&key).await;
+    let api_name = dialect.api().name();
+    let state = &mut session.state;
+    state.next_turn();
+    let frozen = state
+        .freeze(shelf.visible.clone(), || FrozenSurface {
+            format: api_name.into(),
+            tools: Value::Array(shelf.upstream_tools.clone()).to_string(),
+        })
+        .clone();
+    let upstream_tools: Vec<Value> = if frozen.format == api_name {
+        serde_json::from_str(&frozen.tools).unwrap_or_else(|_| shelf.upstream_tools.clone())
+    } else {
+        shelf.upstream_tools.clone()
+    };
+    let notice = session.state.change_notice(&shelf.visible);
+    let frozen_names: HashSet<String> = upstream_tools
+        .iter()
+        .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
+        .collect();
+    let conv = conversation_mut(dialect, &mut body);
+    remember_injection(proxy, dialect, &mut session, &shelf, &conv, notice);
+    let out = rewrite(dialect, &session, &shelf, &frozen_names, conv);
+    if dialect.api() == Api::OpenAiResponses
+        && let Some(Value::String(prev)) = body.get("previous_response_id")
+        && let Some(Value::String(last)) = session_response_id(&session, prev)
+    {
+        body.insert("previous_response_id".into(), last.into());
+    }
+    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    let include_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    if stream && dialect.api() == Api::OpenAiChat {
+        // The proxy sums usage over rounds; it asks for the usage chunk whether or not the client
+        // did, and writes one for the client only if it asked.
+        let opts = body.entry("stream_options").or_insert_with(|| json!({}));
+        if let Value::Object(o) = opts {
+            o.insert("include_usage".into(), true.into());
+        }
+    }
+    body.insert("tools".into(), Value::Array(upstream_tools));
+    body.insert(dialect.api().conversation_key().into(), Value::Array(out));
+    Ok(Plan::Rewrite(Box::new(Prepared {
+        dialect,
+        key,
+        session,
+        version,
+        shelf,
+        body,
+        stream,
+        include_usage,
+    })))
+}
+
+/// Responses chained with `previous_response_id`: the client knows the first round's id, the
+/// upstream's conversation continues from the last round's.
+fn session_response_id(session: &ProxySession, client_id: &str) -> Option<Value> {
+    session
+        .recorded
+        .get(&format!("response:{client_id}"))
+        .and_then(|r| r.last.first())
+        .cloned()
+}
+
+/// Reminders and the tool-set notice for this request, recorded after its last client entry
+/// (a resent request reuses what was recorded, so its bytes do not change).
+fn remember_injection(
+    proxy: &Proxy,
+    dialect: Dialect,
+    session: &mut ProxySession,
+    shelf: &Shelf,
+    conv: &[Value],
+    notice: Option<String>,
+) {
+    let Some(last) = conv.len().checked_sub(1) else {
+        return;
+    };
+    if dialect.is_assistant(&conv[last]) {
+        return;
+    }
+    let print = fingerprint(&conv[last]);
+    if session
+        .injected
+        .get(&last)
+        .is_some_and(|i| i.after == print)
+    {
+        return;
+    }
+    let mut blocks: Vec<String> = notice.into_iter().collect();
+    let reminders = proxy.compiled.reminders();
+    if !reminders.is_empty() {
+        let user_text = dialect
+            .is_user_text(&conv[last])
+            .then(|| conv[last].get("content").map(crate::api::text_of))
+            .flatten();
+        let (calls, searches) = last_turn_calls(dialect, session, conv);
+        let tools = shelf.catalog.tools();
+        let resolved: Vec<(usize, Map<String, Value>)> = calls
+            .iter()
+            .filter_map(|c| {
+                let i = shelf.by_client_name(&c.name)?;
+                Some((i, c.input.clone()))
+            })
+            .collect();
+        let reminder_calls: Vec<ReminderCall<'_>> = resolved
+            .iter()
+            .map(|(i, p)| ReminderCall {
+                tool: &tools[*i],
+                params: p,
+            })
+            .collect();
+        let input = TurnInput {
+            user_text: user_text.as_deref(),
+            calls: &reminder_calls,
+            searches: &searches,
+        };
+        let eval = reminders.evaluate(&mut session.state, &input);
+        blocks.extend(eval.showing.iter().map(|&i| reminders.block(i)));
+    }
+    if !blocks.is_empty() {
+        session.injected.insert(
+            last,
+            Injected {
+                after: print,
+                blocks,
+            },
+        );
+    }
+}
+
+/// The calls of the conversation's last assistant turn (as the client ran them) and the
+/// queries of the searches the proxy answered in it.
+fn last_turn_calls(
+    dialect: Dialect,
+    session: &ProxySession,
+    conv: &[Value],
+) -> (Vec<Call>, Vec<String>) {
+    let Some(end) = conv.iter().rposition(|e| dialect.is_assistant(e)) else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut start = end;
+    while dialect.api() == Api::OpenAiResponses
+        && start > 0
+        && dialect.is_assistant(&conv[start - 1])
+    {
+        start -= 1;
+    }
+    let group = &conv[start..=end];
+    let calls: Vec<Call> = group.iter().flat_map(|e| dialect.calls(e)).collect();
+    let mut searches = Vec::new();
+    if let Some(rec) = session.recorded.get(&turn_key(dialect, group)) {
+        for e in rec.prelude.iter().chain(&rec.last) {
+            for c in dialect.calls(e) {
+                if c.name == TOOL_SEARCH {
+                    if let Some(q) = c.input.get("query").and_then(Value::as_str) {
+                        searches.push(q.to_owned());
+                    }
+                    if let Some(Value::Array(qs)) = c.input.get("queries") {
+                        searches.extend(qs.iter().filter_map(Value::as_str).map(str::to_owned));
+                    }
+                }
+            }
+        }
+    }
+    (calls, searches)
+}
+
+/// The upstream conversation for the client's `conv`.
+fn rewrite(
+    dialect: Dialect,
+    session: &ProxySession,
+    shelf: &Shelf,
+    frozen_names: &HashSet<String>,
+    conv: Vec<Value>,
+) -> Vec<Value> {
+    let mut out = Vec::with_capacity(conv.len() + 8);
+    let mut pending: Vec<ProxyResult> = Vec::new();
+    let mut i = 0;
+    while i < conv.len() {
+        let assistant = dialect.is_assistant(&conv[i]);
+        let mut end = i + 1;
+        while end < conv.len()
+            && dialect.is_assistant(&conv[end]) == assistant
+            && (dialect.api() == Api::OpenAiResponses || !assistant)
+        {
+            end += 1;
+        }
+        if assistant {
+            if !pending.is_empty() {
+                out.extend(dialect.result_entries(&std::mem::take(&mut pending), &[]));
+            }
+            let group = &conv[i..end];
+            match session.recorded.get(&turn_key(dialect, group)) {
+                Some(rec) => {
+                    out.extend(rec.prelude.iter().cloned());
+                    out.extend(rec.last.iter().cloned());
+                    pending = rec.pending.clone();
+                }
+                None => {
+                    for e in group {
+                        let mut e = e.clone();
+                        for c in dialect.calls(&e) {
+                            if frozen_names.contains(&c.name) {
+                                continue;
+                            }
+                            if let Some(t) = shelf.by_client_name(&c.name) {
+                                let mut input = Map::new();
+                                input.insert(
+                                    "tool_name".into(),
+                                    shelf.catalog.tools()[t].name.clone().into(),
+                                );
+                                input.insert("params".into(), Value::Object(c.input.clone()));
+                                dialect.rewrite_call(&mut e, &c.id, DEFER_EXECUTE, &input);
+                            }
+                        }
+                        out.push(e);
+                    }
+                }
+            }
+        } else {
+            let mut run: Vec<Value> = Vec::with_capacity(end - i + 1);
+            for (j, e) in conv[i..end].iter().enumerate() {
+                let mut e = e.clone();
+                let extra = match session.injected.get(&(i + j)) {
+                    Some(inj) if inj.after == fingerprint(&e) => {
+                        dialect.inject_after(&mut e, &inj.blocks)
+                    }
+                    _ => Vec::new(),
+                };
+                run.push(e);
+                run.extend(extra);
+            }
+            dialect.prepend_results(&mut run, &std::mem::take(&mut pending));
+            out.extend(run);
+        }
+        i = end;
+    }
+    out
+}
+
+/// Fingerprints of an upstream body.
+pub fn prefix_print(dialect: Dialect, body: &Map<String, Value>) -> PrefixPrint {
+    let key = dialect.api().conversation_key();
+    let head: Vec<String> = ["system", "instructions", "tools"]
+        .iter()
+        .filter_map(|k| body.get(*k).map(|v| format!("{k}={v}")))
+        .collect();
+    let entries = match body.get(key) {
+        Some(Value::Array(a)) => a.iter().map(fingerprint).collect(),
+        _ => Vec::new(),
+    };
+    let head_refs: Vec<&str> = head.iter().map(String::as_str).collect();
+    PrefixPrint {
+        head: digest(&head_refs),
+        entries,
+    }
+}
+
+/// The loop's state for one request.
+#[derive(Debug)]
+pub struct Turn {
+    /// The request.
+    pub prepared: Prepared,
+    /// Upstream entries added by the rounds the proxy answered.
+    prelude: Vec<Value>,
+    /// Rounds sent.
+    pub rounds: u32,
+    /// What the client receives.
+    pub client: ClientTurn,
+    /// Calls refused in this request.
+    pub refused: u64,
+    /// Searches answered in this request.
+    pub searches: u64,
+    /// Whether the upstream prefix continued the previous request's.
+    pub prefix_ok: Option<bool>,
+    /// Text the proxy added to the client's message (not streamed by the upstream).
+    pub note: Option<String>,
+}
+
+/// What the loop does after a round.
+#[derive(Debug, PartialEq)]
+pub enum Next {
+    /// Send the next round.
+    Continue,
+    /// Answer the client; these calls are the client's to run.
+    Done(Vec<Call>),
+}
+
+impl Turn {
+    /// Starts the loop for `prepared`.
+    pub fn new(prepared: Prepared) -> Self {
+        Self {
+            prepared,
+            prelude: Vec::new(),
+            rounds: 0,
+            client: ClientTurn::default(),
+            refused: 0,
+            searches: 0,
+            prefix_ok: None,
+            note: None,
+        }
+    }
+
+    /// Checks the first round's body against the previous request's and remembers it.
+    pub fn check_prefix(&mut self) {
+        let print = prefix_print(self.prepared.dialect, &self.prepared.body);
+        let s = &mut self.prepared.session;
+        self.prefix_ok = s.last_prefix.as_ref().map(|p| p.continued_by(&print));
+        if self.prefix_ok == Some(false) {
+            s.figures.prefix_breaks += 1;
+        }
+        s.last_prefix = Some(print);
+    }
+
+    /// Takes one upstream round: answers what the proxy answers and says what comes next.
+    pub async fn round(&mut self, proxy: &Proxy, round: Round) -> Next {
+        self.rounds += 1;
+        if self.client.envelope.is_empty() {
+            self.client.envelope = round.envelope.clone();
+        }
+        if let Some(u) = &round.usage {
+            match &mut self.client.usage {
+                Some(total) => add_usage(total, u),
+                None => self.client.usage = Some(u.clone()),
+            }
+        }
+        let mut answered: Vec<ProxyResult> = Vec::new();
+        let mut client_calls: Vec<Call> = Vec::new();
+        for part in &round.parts {
+            match part {
+                Part::Raw(v) => self.client.parts.push(Part::Raw(v.clone())),
+                Part::Call(c) => match self.call(proxy, c).await {
+                    Ok(call) => {
+                        self.client.parts.push(Part::Call(call.clone()));
+                        client_calls.push(call);
+                    }
+                    Err(result) => answered.push(result),
+                },
+            }
+        }
+        let max = proxy.compiled.config().proxy.max_search_rounds;
+        let dialect = self.prepared.dialect;
+        if client_calls.is_empty() && !answered.is_empty() && self.rounds <= max {
+            let results = dialect.result_entries(&answered, &[]);
+            let conv = self
+                .prepared
+                .body
+                .entry(dialect.api().conversation_key())
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(c) = conv {
+                c.extend(round.entries.iter().cloned());
+                c.extend(results.iter().cloned());
+            }
+            self.prelude.extend(round.entries);
+            self.prelude.extend(results);
+            return Next::Continue;
+        }
+        self.client.stop =
+            stop_for_client(dialect, round.stop.as_deref(), !client_calls.is_empty());
+        if !answered.is_empty() && client_calls.is_empty() && !self.has_text() {
+            let note = limit_note(dialect, max);
+            self.note = Some(raw_text(&note));
+            self.client.parts.push(Part::Raw(note));
+        }
+        let key = self.client_key();
+        let envelope_id = self
+            .client
+            .envelope
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let last_id = round
+            .envelope
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let s = &mut self.prepared.session;
+        s.recorded.insert(
+            key,
+            Recorded {
+                prelude: std::mem::take(&mut self.prelude),
+                last: round.entries,
+                pending: answered,
+            },
+        );
+        if dialect.api() == Api::OpenAiResponses
+            && let (Some(first), Some(last)) = (envelope_id, last_id)
+            && first != last
+        {
+            s.recorded.insert(
+                format!("response:{first}"),
+                Recorded {
+                    prelude: Vec::new(),
+                    last: vec![Value::String(last)],
+                    pending: Vec::new(),
+                },
+            );
+        }
+        Next::Done(client_calls)
+    }
+
+    fn has_text(&self) -> bool {
+        self.client.parts.iter().any(|p| matches!(p, Part::Raw(_)))
+    }
+
+    /// The key the client's copy of this turn will be found by.
+    fn client_key(&self) -> String {
+        for p in &self.client.parts {
+            if let Part::Call(c) = p {
+                return format!("call:{}", c.id);
+            }
+        }
+        let mut text = String::new();
+        for p in &self.client.parts {
+            if let Part::Raw(v) = p {
+                text.push_str(&raw_text(v));
+            }
+        }
+        format!("text:{}", digest(&[&text]))
+    }
+
+    /// Decides one call: `Ok` with the call the client runs, or `Err` with the proxy's answer.
+    async fn call(&mut self, proxy: &Proxy, c: &Call) -> Result<Call, ProxyResult> {
+        let answer = |text: String, is_error: bool| ProxyResult {
+            id: c.id.clone(),
+            text,
+            is_error,
+        };
+        if c.name == TOOL_SEARCH {
+            self.searches += 1;
+            self.prepared.session.figures.searches += 1;
+            let (text, is_error) = self.search(proxy, c);
+            return Err(answer(text, is_error));
+        }
+        let shelf = self.prepared.shelf.clone();
+        let (target, params, via_defer) = if c.name == DEFER_EXECUTE {
+            if let Some(raw) = &c.raw_input {
+                self.refused += 1;
+                return Err(answer(
+                    format!(
+                        "Invalid defer_execute call: the arguments are not a JSON object ({}).",
+                        toolshelf_core::echo::echo(raw)
+                    ),
+                    true,
+                ));
+            }
+            match DeferExecuteArgs::parse(&c.input) {
+                Ok(a) => (a.tool_name, a.params, true),
+                Err(text) => {
+                    self.refused += 1;
+                    return Err(answer(text, true));
+                }
+            }
+        } else {
+            match shelf.by_client_name(&c.name) {
+                Some(i) => (
+                    shelf.catalog.tools()[i].name.clone(),
+                    c.input.clone(),
+                    false,
+                ),
+                // Not a client tool of ours (a provider tool, or a name the client will judge).
+                None => return Ok(c.clone()),
+            }
+        };
+        match self.admit(proxy, &shelf, &target, params, via_defer).await {
+            Ok((i, params)) => {
+                let name = shelf.catalog.tools()[i].name.clone();
+                self.prepared.session.state.record_call(&name);
+                Ok(Call {
+                    id: c.id.clone(),
+                    name: shelf.client_name(i).to_owned(),
+                    input: params,
+                    raw_input: None,
+                })
+            }
+            Err(refusal) => {
+                self.refused += 1;
+                self.prepared.session.figures.refused += 1;
+                if let Some(i) = refusal.loads() {
+                    let name = shelf.catalog.tools()[i].name.clone();
+                    self.prepared.session.state.activate([name.as_str()]);
+                }
+                tracing::info!(
+                    session = %self.prepared.key,
+                    tool = %target,
+                    outcome = refusal.kind().as_str(),
+                    "call refused"
+                );
+                if !via_defer && refusal.kind() == RefusalKind::Unknown {
+                    return Ok(c.clone());
+                }
+                Err(answer(refusal.text(&shelf.catalog), true))
+            }
+        }
+    }
+
+    /// The stages a call passes before the client sees it.
+    async fn admit(
+        &self,
+        proxy: &Proxy,
+        shelf: &Shelf,
+        requested: &str,
+        params: Map<String, Value>,
+        via_defer: bool,
+    ) -> Result<(usize, Map<String, Value>), Refusal> {
+        let i = invoke::resolve(&shelf.catalog, &shelf.exposure, requested)?;
+        let tool = &shelf.catalog.tools()[i];
+        let config = proxy.compiled.config();
+        let state = &self.prepared.session.state;
+        if via_defer || shelf.state(i) == State::Deferred {
+            invoke::require_loaded(
+                &shelf.exposure,
+                i,
+                config.execute.require_search,
+                state.activity(&tool.name, config.session.activation_ttl_turns),
+                state.turn(),
+            )?;
+        }
+        let validator = shelf.validator(i);
+        invoke::validate(i, &validator, &params)?;
+        // An `ask` rule is the client's to ask: its own permission prompt sees the real call.
+        invoke::authorize(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
+        let hooks = proxy.compiled.hooks().of(HookEventKind::PreCall);
+        if hooks.iter().any(|h| h.applies_to(Some(tool))) {
+            let mut event = HookEvent::new(HookEventKind::PreCall, &self.prepared.key);
+            event.tool = Some(tool.name.clone());
+            event.server = tool.original_server.clone();
+            event.original_tool = Some(tool.original_name.clone());
+            event.via_defer_execute = Some(via_defer);
+            event.params = Some(params.clone());
+            let pre = toolshelf_gateway::hooks::run(hooks, Some(tool), event).await;
+            let params = invoke::after_pre_call(i, &validator, pre.denied, pre.params, params)?;
+            return Ok((i, params));
+        }
+        Ok((i, params))
+    }
+
+    fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool) {
+        let request = match SearchRequest::from_json(&Value::Object(c.input.clone())) {
+            Ok(r) => r,
+            Err(text) => return (text, true),
+        };
+        let shelf = self.prepared.shelf.clone();
+        let config = proxy.compiled.config();
+        let ttl = config.session.activation_ttl_turns;
+        let held = self.prepared.session.state.active_names(ttl);
+        let tools = shelf.catalog.tools();
+        let run = std::panic::AssertUnwindSafe(|| {
+            search_in_session(
+                &shelf.search,
+                &shelf.catalog,
+                &request,
+                &config.search,
+                &|i| {
+                    held.binary_search_by(|h| h.as_str().cmp(&tools[i].name))
+                        .is_ok()
+                },
+            )
+        });
+        match std::panic::catch_unwind(run) {
+            Ok(r) => {
+                let names: Vec<&str> = r.loaded.iter().map(|&i| tools[i].name.as_str()).collect();
+                self.prepared.session.state.activate(names);
+                (r.text, false)
+            }
+            Err(_) => (
+                toolshelf_core::search::render::SearchResponse::engine_failure(
+                    "internal error in the search engine",
+                )
+                .text,
+                true,
+            ),
+        }
+    }
+}
+
+/// The text of a raw part (an Anthropic block, a Responses item, a Chat text part).
+pub fn raw_text(v: &Value) -> String {
+    if let Some(t) = v.get("text").and_then(Value::as_str) {
+        return t.to_owned();
+    }
+    match v.get("content") {
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// The stop reason the client sees: a round that stopped for calls the proxy answered itself
+/// ends the client's turn normally.
+fn stop_for_client(dialect: Dialect, upstream: Option<&str>, client_calls: bool) -> Option<String> {
+    let tool_stop = matches!(upstream, Some("tool_use" | "tool_calls"));
+    if client_calls || !tool_stop {
+        return upstream.map(str::to_owned);
+    }
+    Some(
+        match dialect.api() {
+            Api::Anthropic => "end_turn",
+            Api::OpenAiChat => "stop",
+            Api::OpenAiResponses => "completed",
+        }
+        .to_owned(),
+    )
+}
+
+/// The text a client sees when the model spent every search round without answering.
+fn limit_note(dialect: Dialect, max: u32) -> Value {
+    let text = format!(
+        "[toolshelf: the model used all {max} tool_search rounds of this request without an answer; \
+         send another message to let it continue]"
+    );
+    match dialect.api() {
+        Api::OpenAiResponses => json!({"type": "message", "id": "msg_toolshelf_limit",
+            "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}),
+        _ => json!({"type": "text", "text": text}),
+    }
+}
+
+/// The session key header, re-exported for the server.
+pub const HEADER: &str = SESSION_HEADER;

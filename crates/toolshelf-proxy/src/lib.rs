@@ -1,0 +1,181 @@
+//! toolshelf-proxy: deferred tool loading for any model and any harness, as an LLM-API proxy.
+//!
+//! A client points `ANTHROPIC_BASE_URL` or `OPENAI_BASE_URL` here and changes nothing else. Its
+//! `tools` array becomes a toolshelf catalog ([`shelf`]); the upstream sees the frozen surface
+//! (resident tools, `tool_search` with the index of deferred names, `defer_execute`); the proxy
+//! answers `tool_search` itself and turns valid `defer_execute` calls into ordinary calls of the
+//! real tool, which the client runs with its own executor ([`exchange`]). The three wire formats
+//! are in [`api`]; what a conversation needs between requests is in [`session`] and [`store`].
+//!
+//! Everything the proxy does not understand passes through untouched: other endpoints byte for
+//! byte ([`server`]), and inside a rewritten request every block type it has no business with.
+
+pub mod api;
+pub mod error;
+pub mod exchange;
+pub mod server;
+pub mod session;
+pub mod shelf;
+pub mod sse;
+pub mod store;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use toolshelf_core::Compiled;
+
+use crate::api::{Dialect, Tokens};
+use crate::session::ProxySession;
+use crate::shelf::{Shelf, Shelves};
+use crate::store::{Cas, SessionStore};
+
+pub use error::{ProxyError, Result};
+
+/// The header that names a session explicitly.
+pub const SESSION_HEADER: &str = "x-toolshelf-session";
+
+/// Something that adds rankers to a search index (the embedding ranker): the gateway's.
+pub use toolshelf_gateway::Enricher;
+
+/// Totals since start, for `/toolshelf/status`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    /// Client requests.
+    pub requests: u64,
+    /// Requests rewritten (the rest passed through).
+    pub rewritten: u64,
+    /// Requests passed through.
+    pub passed: u64,
+    /// Upstream rounds.
+    pub rounds: u64,
+    /// `tool_search` calls answered.
+    pub searches: u64,
+    /// Calls refused.
+    pub refused: u64,
+    /// Prefix breaks seen.
+    pub prefix_breaks: u64,
+    /// Upstream tokens.
+    pub tokens: Tokens,
+    /// Tool-list tokens saved.
+    pub tokens_saved: u64,
+    /// Requests that failed (upstream errors, bad requests).
+    pub errors: u64,
+    /// Session writes that met a concurrent write.
+    pub store_conflicts: u64,
+    /// Store operations that failed.
+    pub store_errors: u64,
+}
+
+/// The proxy's shared state.
+#[derive(Debug)]
+pub struct Proxy {
+    /// The compiled configuration.
+    pub compiled: Arc<Compiled>,
+    shelves: Shelves,
+    /// Where sessions live.
+    pub store: Arc<dyn SessionStore>,
+    /// The upstream client.
+    pub http: reqwest::Client,
+    enrich: Option<Enricher>,
+    /// Totals.
+    pub totals: Mutex<Totals>,
+}
+
+impl Proxy {
+    /// A proxy over `store`.
+    pub fn new(
+        compiled: Arc<Compiled>,
+        store: Arc<dyn SessionStore>,
+        enrich: Option<Enricher>,
+    ) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| ProxyError::Upstream {
+                url: "(client)".into(),
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            compiled,
+            shelves: Shelves::default(),
+            store,
+            http,
+            enrich,
+            totals: Mutex::new(Totals::default()),
+        })
+    }
+
+    /// The shelf of a tools array.
+    pub fn shelf(
+        &self,
+        dialect: Dialect,
+        tools: &[serde_json::Value],
+    ) -> std::result::Result<Arc<Shelf>, String> {
+        self.shelves
+            .get(dialect, tools, &self.compiled, self.enrich.as_ref())
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(self.compiled.config().proxy.session_ttl_secs)
+    }
+
+    /// Updates the totals.
+    pub fn count(&self, f: impl FnOnce(&mut Totals)) {
+        f(&mut self.totals.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// The session under `key` with its version; a new one when missing, unreadable or when the
+    /// store fails (counted and logged).
+    pub async fn load_session(&self, key: &str) -> (ProxySession, Option<u64>) {
+        match self.store.get(key).await {
+            Ok(Some(v)) => match ProxySession::from_bytes(&v.value) {
+                Some(s) => (s, Some(v.version)),
+                None => (ProxySession::default(), Some(v.version)),
+            },
+            Ok(None) => (ProxySession::default(), None),
+            Err(e) => {
+                self.count(|t| t.store_errors += 1);
+                tracing::warn!("session store: {e}; the request goes on with a new session");
+                (ProxySession::default(), None)
+            }
+        }
+    }
+
+    /// Writes a session back. A concurrent write is merged once (recorded rounds of both are
+    /// kept), then written over.
+    pub async fn save_session(&self, key: &str, mut session: ProxySession, version: Option<u64>) {
+        let ttl = self.ttl();
+        match self
+            .store
+            .compare_and_set(key, version, session.to_bytes(), ttl)
+            .await
+        {
+            Ok(Cas::Written(_)) => return,
+            Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
+            Err(e) => {
+                self.count(|t| t.store_errors += 1);
+                tracing::warn!("session store: {e}");
+                return;
+            }
+        }
+        let (other, v) = self.load_session(key).await;
+        session.merge_from(other);
+        if let Ok(Cas::Written(_)) = self
+            .store
+            .compare_and_set(key, v, session.to_bytes(), ttl)
+            .await
+        {
+            return;
+        }
+        if let Err(e) = self.store.put(key, session.to_bytes(), ttl).await {
+            self.count(|t| t.store_errors += 1);
+            tracing::warn!("session store: {e}");
+        }
+    }
+}
+
+/// At most 200 characters of `s`, for messages.
+pub fn short(s: &str) -> String {
+    toolshelf_core::echo::echo(s)
+}

@@ -1,0 +1,687 @@
+//! The HTTP side: one handler for every request.
+//!
+//! `POST …/messages`, `…/chat/completions` and `…/responses` are the exchanges the proxy
+//! rewrites; `GET /toolshelf/status` answers with the figures; everything else (`/v1/models`,
+//! `count_tokens`, files, batches, any method) passes through byte for byte, streamed both ways,
+//! headers included. Credentials travel in headers the proxy forwards and never reads, logs or
+//! stores.
+//!
+//! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
+//! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
+//! `openai_upstream`; the path and query are appended to the upstream URL as they are.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use toolshelf_core::config::OnRewriteFailure;
+use toolshelf_core::request::Api;
+
+use crate::api::{Dialect, Streamer, Tokens};
+use crate::exchange::{Next, PassReason, Plan, Turn, prepare};
+use crate::sse::Reader;
+use crate::{Proxy, ProxyError, SESSION_HEADER};
+
+/// Per-session figures kept for the status page (the most recent sessions).
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionSummary {
+    /// The session key (a hash, or the header's value).
+    pub key: String,
+    /// Its turn.
+    pub turn: u64,
+    /// Its figures.
+    pub figures: crate::session::Figures,
+    /// Bytes of its stored state.
+    pub bytes: usize,
+    /// Tools active now.
+    pub active: Vec<String>,
+}
+
+/// What the handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    /// The proxy.
+    pub proxy: Proxy,
+    recent: Mutex<BTreeMap<String, (u64, SessionSummary)>>,
+    seq: std::sync::atomic::AtomicU64,
+    started: Instant,
+}
+
+/// How many sessions the status page lists.
+const RECENT: usize = 50;
+
+impl AppState {
+    /// Shared state over `proxy`.
+    pub fn new(proxy: Proxy) -> Arc<Self> {
+        Arc::new(Self {
+            proxy,
+            recent: Mutex::new(BTreeMap::new()),
+            seq: std::sync::atomic::AtomicU64::new(0),
+            started: Instant::now(),
+        })
+    }
+
+    fn remember(&self, s: SessionSummary) {
+        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.insert(s.key.clone(), (n, s));
+        if recent.len() > RECENT
+            && let Some(oldest) = recent
+                .iter()
+                .min_by_key(|(_, (n, _))| *n)
+                .map(|(k, _)| k.clone())
+        {
+            recent.remove(&oldest);
+        }
+    }
+
+    /// The status document.
+    pub fn status(&self) -> Value {
+        let totals = self
+            .proxy
+            .totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let sessions: Vec<&SessionSummary> = recent.values().map(|(_, s)| s).collect();
+        let bytes: Vec<usize> = sessions.iter().map(|s| s.bytes).collect();
+        let mean = if bytes.is_empty() {
+            0
+        } else {
+            bytes.iter().sum::<usize>() / bytes.len()
+        };
+        let p = &self.proxy.compiled.config().proxy;
+        json!({
+            "uptime_secs": self.started.elapsed().as_secs(),
+            "upstreams": {"anthropic": p.anthropic_upstream, "openai": p.openai_upstream},
+            "sessions_stored": self.proxy.store.len(),
+            "session_bytes": {"mean": mean, "max": bytes.iter().max().copied().unwrap_or(0)},
+            "totals": totals,
+            "recent_sessions": sessions,
+        })
+    }
+}
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> axum::Router {
+    axum::Router::new().fallback(handle).with_state(state)
+}
+
+/// Which format a path is, if the proxy rewrites it.
+pub fn dialect_of(method: &Method, path: &str) -> Option<Dialect> {
+    if method != Method::POST {
+        return None;
+    }
+    let p = path.trim_end_matches('/');
+    if p.ends_with("/messages") {
+        Some(Dialect(Api::Anthropic))
+    } else if p.ends_with("/chat/completions") {
+        Some(Dialect(Api::OpenAiChat))
+    } else if p.ends_with("/responses") {
+        Some(Dialect(Api::OpenAiResponses))
+    } else {
+        None
+    }
+}
+
+fn upstream_url(proxy: &Proxy, headers: &HeaderMap, path_and_query: &str) -> String {
+    let p = &proxy.compiled.config().proxy;
+    let anthropic = path_and_query.starts_with("/v1/messages")
+        || path_and_query.starts_with("/v1/complete")
+        || headers.contains_key("anthropic-version");
+    let base = if anthropic {
+        &p.anthropic_upstream
+    } else {
+        &p.openai_upstream
+    };
+    format!("{}{}", base.trim_end_matches('/'), path_and_query)
+}
+
+/// Headers that describe one hop, not the message.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "host"
+            | "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "content-length"
+    )
+}
+
+fn forward_headers(headers: &HeaderMap, rewritten: bool) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (k, v) in headers {
+        if hop_by_hop(k) || k.as_str() == SESSION_HEADER {
+            continue;
+        }
+        // A rewritten exchange reads the upstream body, so it must arrive uncompressed.
+        if rewritten && k == header::ACCEPT_ENCODING {
+            continue;
+        }
+        out.append(k.clone(), v.clone());
+    }
+    out
+}
+
+fn response_headers(upstream: &HeaderMap, rewritten: bool) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (k, v) in upstream {
+        if hop_by_hop(k)
+            || (rewritten && (k == header::CONTENT_ENCODING || k == header::CONTENT_TYPE))
+        {
+            continue;
+        }
+        out.append(k.clone(), v.clone());
+    }
+    out
+}
+
+fn error_response(dialect: Option<Dialect>, e: &ProxyError) -> Response {
+    let d = dialect.unwrap_or(Dialect(Api::Anthropic));
+    (
+        e.status(),
+        [(header::CONTENT_TYPE, "application/json")],
+        d.error_body(e.kind(), &e.to_string()).to_string(),
+    )
+        .into_response()
+}
+
+async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
+    if parts.method == Method::GET && parts.uri.path() == "/toolshelf/status" {
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            app.status().to_string(),
+        )
+            .into_response();
+    }
+    let proxy = &app.proxy;
+    proxy.count(|t| t.requests += 1);
+    let url = upstream_url(proxy, &parts.headers, &path_and_query);
+    let Some(dialect) = dialect_of(&parts.method, parts.uri.path()) else {
+        proxy.count(|t| t.passed += 1);
+        return pass_stream(proxy, parts.method, &url, &parts.headers, Body::new(body)).await;
+    };
+    let limit = proxy.compiled.config().proxy.max_body_bytes;
+    let bytes = match axum::body::to_bytes(Body::new(body), limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            proxy.count(|t| t.errors += 1);
+            return error_response(Some(dialect), &ProxyError::TooLarge { limit });
+        }
+    };
+    let body: Map<String, Value> = match serde_json::from_slice(&bytes) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => {
+            proxy.count(|t| t.errors += 1);
+            return error_response(
+                Some(dialect),
+                &ProxyError::BadRequest("the request body must be a JSON object".into()),
+            );
+        }
+        Err(e) => {
+            proxy.count(|t| t.errors += 1);
+            return error_response(
+                Some(dialect),
+                &ProxyError::BadRequest(format!("the request body is not valid JSON: {e}")),
+            );
+        }
+    };
+    let session = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    match prepare(proxy, dialect, body, session.as_deref()).await {
+        Ok(Plan::Pass(reason)) => {
+            proxy.count(|t| t.passed += 1);
+            if reason == PassReason::ProviderDeferral {
+                tracing::info!("passing through a request that uses the provider's own deferral");
+            }
+            pass_bytes(proxy, &url, &parts.headers, bytes).await
+        }
+        Ok(Plan::Rewrite(prepared)) => {
+            proxy.count(|t| t.rewritten += 1);
+            let mut turn = Turn::new(*prepared);
+            turn.check_prefix();
+            let headers = forward_headers(&parts.headers, true);
+            if turn.prepared.stream {
+                run_stream(app.clone(), turn, url, headers).await
+            } else {
+                run_json(&app, turn, &url, &headers).await
+            }
+        }
+        Err(why) => {
+            let closed = match proxy.compiled.config().proxy.on_rewrite_failure {
+                OnRewriteFailure::Open => false,
+                OnRewriteFailure::Closed => true,
+                OnRewriteFailure::Auto => governed(proxy),
+            };
+            tracing::warn!(
+                "cannot rewrite a {} request ({why}); {}",
+                dialect.api().name(),
+                if closed {
+                    "refused (fail-closed)"
+                } else {
+                    "passed through as sent (fail-open)"
+                }
+            );
+            if closed {
+                proxy.count(|t| t.errors += 1);
+                error_response(Some(dialect), &ProxyError::Rewrite(why))
+            } else {
+                proxy.count(|t| t.passed += 1);
+                pass_bytes(proxy, &url, &parts.headers, bytes).await
+            }
+        }
+    }
+}
+
+/// Whether permission rules or hooks are configured: then a request the proxy cannot rewrite
+/// must not reach the model with every tool and no rule applied.
+fn governed(proxy: &Proxy) -> bool {
+    let c = proxy.compiled.config();
+    !c.permissions.deny.is_empty()
+        || !c.permissions.ask.is_empty()
+        || !c.permissions.allow.is_empty()
+        || !proxy
+            .compiled
+            .hooks()
+            .of(toolshelf_core::hook::HookEventKind::PreCall)
+            .is_empty()
+}
+
+async fn pass_bytes(proxy: &Proxy, url: &str, headers: &HeaderMap, bytes: Bytes) -> Response {
+    pass_stream(proxy, Method::POST, url, headers, Body::from(bytes)).await
+}
+
+/// Forwards a request as it is and streams the answer back as it is.
+async fn pass_stream(
+    proxy: &Proxy,
+    method: Method,
+    url: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let stream = body.into_data_stream();
+    let req = proxy
+        .http
+        .request(method, url)
+        .headers(forward_headers(headers, false))
+        .body(reqwest::Body::wrap_stream(stream));
+    match req.send().await {
+        Ok(resp) => {
+            let status = resp.status();
+            let headers = response_headers(resp.headers(), false);
+            let mut r = Response::new(Body::from_stream(resp.bytes_stream()));
+            *r.status_mut() = status;
+            *r.headers_mut() = headers;
+            r
+        }
+        Err(e) => {
+            proxy.count(|t| t.errors += 1);
+            error_response(
+                None,
+                &ProxyError::Upstream {
+                    url: url.to_owned(),
+                    message: e.to_string(),
+                },
+            )
+        }
+    }
+}
+
+async fn send(
+    proxy: &Proxy,
+    url: &str,
+    headers: &HeaderMap,
+    body: &Map<String, Value>,
+) -> Result<reqwest::Response, ProxyError> {
+    let secs = proxy.compiled.config().proxy.upstream_timeout_secs;
+    let mut headers = headers.clone();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let req = proxy
+        .http
+        .post(url)
+        .headers(headers)
+        .body(serde_json::to_vec(body).unwrap_or_default());
+    match tokio::time::timeout(Duration::from_secs(secs), req.send()).await {
+        Err(_) => Err(ProxyError::Timeout {
+            url: url.to_owned(),
+            secs,
+        }),
+        Ok(Err(e)) => Err(ProxyError::Upstream {
+            url: url.to_owned(),
+            message: e.to_string(),
+        }),
+        Ok(Ok(r)) => Ok(r),
+    }
+}
+
+/// An upstream error response, relayed with its status and body.
+async fn relay_error(resp: reqwest::Response) -> Response {
+    let status = resp.status();
+    let headers = response_headers(resp.headers(), false);
+    let body = resp.bytes().await.unwrap_or_default();
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
+    r
+}
+
+async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap) -> Response {
+    let proxy = &app.proxy;
+    let dialect = turn.prepared.dialect;
+    let mut first_headers = None;
+    loop {
+        let resp = match send(proxy, url, headers, &turn.prepared.body).await {
+            Ok(r) => r,
+            Err(e) => {
+                proxy.count(|t| t.errors += 1);
+                return error_response(Some(dialect), &e);
+            }
+        };
+        if !resp.status().is_success() {
+            proxy.count(|t| t.errors += 1);
+            return relay_error(resp).await;
+        }
+        if first_headers.is_none() {
+            first_headers = Some(response_headers(resp.headers(), true));
+        }
+        let parsed = resp
+            .bytes()
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| format!("not JSON: {e}")))
+            .and_then(|v| dialect.parse_response(v));
+        let round = match parsed {
+            Ok(r) => r,
+            Err(message) => {
+                proxy.count(|t| t.errors += 1);
+                return error_response(
+                    Some(dialect),
+                    &ProxyError::Upstream {
+                        url: url.to_owned(),
+                        message,
+                    },
+                );
+            }
+        };
+        if let Next::Done(_) = turn.round(proxy, round).await {
+            break;
+        }
+    }
+    let body = dialect.client_response(&turn.client);
+    finish(app, turn).await;
+    let mut r = Response::new(Body::from(body.to_string()));
+    *r.headers_mut() = first_headers.unwrap_or_default();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Books a finished request: figures, the log line, the session write.
+async fn finish(app: &AppState, turn: Turn) {
+    let proxy = &app.proxy;
+    let Turn {
+        mut prepared,
+        rounds,
+        client,
+        refused,
+        searches,
+        prefix_ok,
+        ..
+    } = turn;
+    let tokens = client.usage.as_ref().map(Tokens::of).unwrap_or_default();
+    let saved = (prepared.shelf.all_resident_tokens as u64)
+        .saturating_sub(prepared.shelf.upstream_tokens as u64)
+        * u64::from(rounds);
+    let f = &mut prepared.session.figures;
+    f.requests += 1;
+    f.rounds += u64::from(rounds);
+    f.tokens.input += tokens.input;
+    f.tokens.output += tokens.output;
+    f.tokens.cache_read += tokens.cache_read;
+    f.tokens.cache_creation += tokens.cache_creation;
+    f.tokens_saved += saved;
+    proxy.count(|t| {
+        t.rounds += u64::from(rounds);
+        t.searches += searches;
+        t.refused += refused;
+        t.prefix_breaks += u64::from(prefix_ok == Some(false));
+        t.tokens.input += tokens.input;
+        t.tokens.output += tokens.output;
+        t.tokens.cache_read += tokens.cache_read;
+        t.tokens.cache_creation += tokens.cache_creation;
+        t.tokens_saved += saved;
+    });
+    let turn_no = prepared.session.state.turn();
+    tracing::info!(
+        target: "toolshelf::proxy",
+        "{} session={} turn={} rounds={} searches={} refused={} input={} cache_read={} cache_creation={} output={} tool_tokens_saved={} prefix={}",
+        prepared.dialect.api().name(),
+        short_key(&prepared.key),
+        turn_no,
+        rounds,
+        searches,
+        refused,
+        tokens.input,
+        tokens.cache_read,
+        tokens.cache_creation,
+        tokens.output,
+        saved,
+        match prefix_ok {
+            None => "first",
+            Some(true) => "kept",
+            Some(false) => "broken",
+        }
+    );
+    let ttl = proxy.compiled.config().session.activation_ttl_turns;
+    let bytes = prepared.session.to_bytes().len();
+    app.remember(SessionSummary {
+        key: short_key(&prepared.key),
+        turn: turn_no,
+        figures: prepared.session.figures.clone(),
+        bytes,
+        active: prepared.session.state.active_names(ttl),
+    });
+    proxy
+        .save_session(&prepared.key, prepared.session, prepared.version)
+        .await;
+}
+
+/// A session key as shown: header values in full, hashes cut.
+fn short_key(key: &str) -> String {
+    match key.strip_prefix("r:") {
+        Some(h) => format!("r:{}", &h[..h.len().min(12)]),
+        None => key.to_owned(),
+    }
+}
+
+type Chunk = Result<Bytes, std::io::Error>;
+
+/// Why pumping a round stopped early.
+enum Pump {
+    ClientGone,
+    Upstream(String),
+}
+
+async fn pump(
+    resp: reqwest::Response,
+    streamer: &mut dyn Streamer,
+    tx: &tokio::sync::mpsc::Sender<Chunk>,
+    idle: Duration,
+) -> Result<crate::api::Round, Pump> {
+    let mut reader = Reader::default();
+    let mut stream = resp.bytes_stream();
+    loop {
+        let next = match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                return Err(Pump::Upstream(format!(
+                    "the upstream stream stalled for {} s",
+                    idle.as_secs()
+                )));
+            }
+            Ok(n) => n,
+        };
+        let chunk = match next {
+            None => {
+                return Err(Pump::Upstream(
+                    "the upstream stream ended before the response was complete".into(),
+                ));
+            }
+            Some(Err(e)) => return Err(Pump::Upstream(format!("the upstream stream broke: {e}"))),
+            Some(Ok(c)) => c,
+        };
+        let mut out = Vec::new();
+        for event in reader.feed(&chunk) {
+            streamer.event(&event, &mut out).map_err(Pump::Upstream)?;
+            if streamer.round_done() {
+                break;
+            }
+        }
+        if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
+            return Err(Pump::ClientGone);
+        }
+        if streamer.round_done() {
+            return Ok(streamer.take_round());
+        }
+    }
+}
+
+async fn run_stream(
+    app: Arc<AppState>,
+    mut turn: Turn,
+    url: String,
+    headers: HeaderMap,
+) -> Response {
+    let dialect = turn.prepared.dialect;
+    let first = match send(&app.proxy, &url, &headers, &turn.prepared.body).await {
+        Ok(r) => r,
+        Err(e) => {
+            app.proxy.count(|t| t.errors += 1);
+            return error_response(Some(dialect), &e);
+        }
+    };
+    if !first.status().is_success() {
+        app.proxy.count(|t| t.errors += 1);
+        return relay_error(first).await;
+    }
+    let mut client_headers = response_headers(first.headers(), true);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(64);
+    let idle = Duration::from_secs(app.proxy.compiled.config().proxy.upstream_timeout_secs);
+    tokio::spawn(async move {
+        let mut streamer = dialect.streamer(turn.prepared.include_usage);
+        let mut resp = first;
+        loop {
+            let round = match pump(resp, streamer.as_mut(), &tx, idle).await {
+                Ok(r) => r,
+                Err(Pump::ClientGone) => {
+                    tracing::info!(
+                        "the client went away mid-stream; the upstream stream is dropped"
+                    );
+                    return;
+                }
+                Err(Pump::Upstream(message)) => {
+                    app.proxy.count(|t| t.errors += 1);
+                    tracing::warn!("{message}");
+                    let mut out = Vec::new();
+                    streamer.error("api_error", &message, &mut out);
+                    let _ = tx.send(Ok(Bytes::from(out))).await;
+                    return;
+                }
+            };
+            match turn.round(&app.proxy, round).await {
+                Next::Continue => {
+                    resp = match send(&app.proxy, &url, &headers, &turn.prepared.body).await {
+                        Ok(r) if r.status().is_success() => r,
+                        Ok(r) => {
+                            let status = r.status();
+                            let body = r.text().await.unwrap_or_default();
+                            app.proxy.count(|t| t.errors += 1);
+                            let mut out = Vec::new();
+                            streamer.error(
+                                &upstream_kind(status),
+                                &format!("upstream {status}: {}", crate::short(&body)),
+                                &mut out,
+                            );
+                            let _ = tx.send(Ok(Bytes::from(out))).await;
+                            return;
+                        }
+                        Err(e) => {
+                            app.proxy.count(|t| t.errors += 1);
+                            let mut out = Vec::new();
+                            streamer.error("api_error", &e.to_string(), &mut out);
+                            let _ = tx.send(Ok(Bytes::from(out))).await;
+                            return;
+                        }
+                    };
+                }
+                Next::Done(calls) => {
+                    let mut out = Vec::new();
+                    // A note the proxy added after the stream, then the client's calls.
+                    if let Some(note) = turn.note.take() {
+                        streamer.write_text(&note, &mut out);
+                    }
+                    for c in &calls {
+                        streamer.write_call(c, &mut out);
+                    }
+                    streamer.finish(
+                        turn.client.stop.as_deref(),
+                        turn.client.usage.as_ref(),
+                        &mut out,
+                    );
+                    let sent = tx.send(Ok(Bytes::from(out))).await.is_ok();
+                    if sent {
+                        finish(&app, turn).await;
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    client_headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    client_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let mut r = Response::new(Body::from_stream(body));
+    *r.status_mut() = StatusCode::OK;
+    *r.headers_mut() = client_headers;
+    r
+}
+
+fn upstream_kind(status: reqwest::StatusCode) -> String {
+    match status.as_u16() {
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    }
+    .into()
+}

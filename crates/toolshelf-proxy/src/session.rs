@@ -1,0 +1,280 @@
+//! One conversation as the proxy remembers it between requests.
+//!
+//! The client resends its whole conversation with every request, but it never saw what the
+//! proxy did inside: the `tool_search` rounds it answered, the `defer_execute` calls that became
+//! ordinary calls, the reminders it injected. To send the upstream the same conversation again
+//! (so the model's view stays consistent and the provider's prompt cache keeps hitting), the
+//! proxy records, per client-visible assistant turn, the upstream entries that produced it, and,
+//! per client entry, the blocks it injected after it. Both are looked up by fingerprints of what
+//! the client sends back, so a retried or resent request rebuilds the same bytes.
+//!
+//! ## Which conversation a request belongs to
+//! An `x-toolshelf-session` header names it. Without one, the key is a hash of the
+//! conversation's root: the API, the system prompt, the set of client tool names and the first
+//! user message. Limits of that rule: two conversations that open with the same system prompt,
+//! tools and first message share a session (their recorded rounds are told apart by call ids, so
+//! they do not mix, but activations are shared); and a client that rewrites its first message or
+//! system prompt mid-conversation starts a new session (the model then sees its `defer_execute`
+//! calls without the searches before them, and can search again).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use toolshelf_core::session::SessionState;
+
+use crate::api::{Dialect, ProxyResult, Tokens, text_of};
+use crate::shelf::without_cache_marks;
+
+/// Version of the serialised layout.
+pub const LAYOUT: u32 = 1;
+
+/// The upstream side of one client-visible assistant turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recorded {
+    /// Entries of the rounds the proxy answered (assistant output, then the proxy's results).
+    pub prelude: Vec<Value>,
+    /// The last round's assistant output, as the upstream produced it.
+    pub last: Vec<Value>,
+    /// Results of calls in `last` that the proxy answered (they open the next client entries).
+    pub pending: Vec<ProxyResult>,
+}
+
+/// Blocks injected after one client entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Injected {
+    /// Fingerprint of the entry they follow.
+    pub after: String,
+    /// The blocks.
+    pub blocks: Vec<String>,
+}
+
+/// Running figures of one session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Client requests handled.
+    pub requests: u64,
+    /// Upstream rounds sent.
+    pub rounds: u64,
+    /// `tool_search` calls answered.
+    pub searches: u64,
+    /// Calls refused (answered with an error instead of reaching the client).
+    pub refused: u64,
+    /// Requests whose upstream prefix was not a byte prefix of the previous one's.
+    pub prefix_breaks: u64,
+    /// Upstream token figures, summed.
+    pub tokens: Tokens,
+    /// Tool-list tokens saved against sending every tool, summed over rounds.
+    pub tokens_saved: u64,
+}
+
+/// Fingerprints of an upstream request's cacheable parts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrefixPrint {
+    /// Of everything but the conversation (tools, system, settings that shape the prompt).
+    pub head: String,
+    /// Of each conversation entry.
+    pub entries: Vec<String>,
+}
+
+impl PrefixPrint {
+    /// Whether `next` starts with this request's prefix.
+    pub fn continued_by(&self, next: &PrefixPrint) -> bool {
+        self.head == next.head
+            && next.entries.len() >= self.entries.len()
+            && next.entries[..self.entries.len()] == self.entries[..]
+    }
+}
+
+/// One session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProxySession {
+    /// [`LAYOUT`].
+    pub layout: u32,
+    /// Turns, the frozen surface, activations, reminder marks.
+    pub state: SessionState,
+    /// Recorded rounds by the key of the client-visible assistant turn.
+    pub recorded: BTreeMap<String, Recorded>,
+    /// Injected blocks by the index of the client entry they follow.
+    pub injected: BTreeMap<usize, Injected>,
+    /// The last upstream request's fingerprints.
+    pub last_prefix: Option<PrefixPrint>,
+    /// Figures.
+    pub figures: Figures,
+}
+
+impl Default for ProxySession {
+    fn default() -> Self {
+        Self {
+            layout: LAYOUT,
+            state: SessionState::default(),
+            recorded: BTreeMap::new(),
+            injected: BTreeMap::new(),
+            last_prefix: None,
+            figures: Figures::default(),
+        }
+    }
+}
+
+impl ProxySession {
+    /// Reads a stored session; `None` (logged) for another layout or a damaged value.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        match serde_json::from_slice::<Self>(bytes) {
+            Ok(s) if s.layout == LAYOUT => Some(s),
+            Ok(s) => {
+                tracing::warn!(
+                    "ignoring a stored session of layout {} (this build reads {LAYOUT})",
+                    s.layout
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!("ignoring a damaged stored session: {e}");
+                None
+            }
+        }
+    }
+
+    /// The stored form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Adds what another writer recorded meanwhile, keeping this session's state.
+    pub fn merge_from(&mut self, other: ProxySession) {
+        for (k, v) in other.recorded {
+            self.recorded.entry(k).or_insert(v);
+        }
+        for (k, v) in other.injected {
+            self.injected.entry(k).or_insert(v);
+        }
+    }
+}
+
+/// A short hex digest.
+pub fn digest(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p.as_bytes());
+    }
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Fingerprint of one conversation entry, cache marks ignored.
+pub fn fingerprint(entry: &Value) -> String {
+    digest(&[&without_cache_marks(entry).to_string()])
+}
+
+/// The session key of a request without an `x-toolshelf-session` header.
+pub fn root_key(
+    dialect: Dialect,
+    body: &serde_json::Map<String, Value>,
+    tool_names: &[String],
+) -> String {
+    let mut names = tool_names.to_vec();
+    names.sort();
+    names.dedup();
+    let first_user = crate::api::conversation(dialect, body)
+        .iter()
+        .find(|e| e.get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|e| e.get("content"))
+        .map(text_of)
+        .unwrap_or_default();
+    digest(&[
+        dialect.api().name(),
+        &dialect.system_text(body),
+        &names.join("\n"),
+        &first_user,
+    ])
+}
+
+/// The key of an assistant turn (its entries, request form): its first call's id, else a
+/// digest of its text.
+pub fn turn_key(dialect: Dialect, entries: &[Value]) -> String {
+    for e in entries {
+        if let Some(c) = dialect.calls(e).first() {
+            return format!("call:{}", c.id);
+        }
+    }
+    let mut text = String::new();
+    for e in entries {
+        match e.get("content") {
+            Some(Value::String(s)) => text.push_str(s),
+            Some(Value::Array(parts)) => {
+                for p in parts {
+                    if let Some(t) = p.get("text").and_then(Value::as_str) {
+                        text.push_str(t);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    format!("text:{}", digest(&[&text]))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toolshelf_core::request::Api;
+
+    use super::*;
+
+    #[test]
+    fn turn_keys_follow_calls_then_text_and_ignore_cache_marks() {
+        let d = Dialect(Api::Anthropic);
+        let a = json!({"role": "assistant", "content": [
+            {"type": "text", "text": "x"},
+            {"type": "tool_use", "id": "t9", "name": "Read", "input": {}}]});
+        assert_eq!(turn_key(d, &[a]), "call:t9");
+        let plain = json!({"role": "assistant", "content": [{"type": "text", "text": "hello"}]});
+        let marked = json!({"role": "assistant", "content": [
+            {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]});
+        assert_eq!(
+            turn_key(d, std::slice::from_ref(&plain)),
+            turn_key(d, std::slice::from_ref(&marked))
+        );
+        assert_eq!(fingerprint(&plain), fingerprint(&marked));
+        let chat = json!({"role": "assistant", "content": "hello"});
+        assert_eq!(
+            turn_key(Dialect(Api::OpenAiChat), &[chat]),
+            turn_key(d, &[plain])
+        );
+    }
+
+    #[test]
+    fn the_root_key_ignores_tool_order_and_later_messages() {
+        let d = Dialect(Api::Anthropic);
+        let body = |msgs: Value| {
+            json!({"system": "s", "messages": msgs})
+                .as_object()
+                .cloned()
+                .expect("object")
+        };
+        let one = body(json!([{"role": "user", "content": "hi"}]));
+        let two = body(json!([{"role": "user", "content": "hi"},
+                              {"role": "assistant", "content": "yo"},
+                              {"role": "user", "content": "more"}]));
+        let k1 = root_key(d, &one, &["b".into(), "a".into()]);
+        assert_eq!(k1, root_key(d, &two, &["a".into(), "b".into()]));
+        assert_ne!(k1, root_key(d, &one, &["a".into()]));
+    }
+
+    #[test]
+    fn prefixes_compare_by_entries() {
+        let a = PrefixPrint {
+            head: "h".into(),
+            entries: vec!["1".into(), "2".into()],
+        };
+        let mut b = a.clone();
+        b.entries.push("3".into());
+        assert!(a.continued_by(&b));
+        b.entries[1] = "x".into();
+        assert!(!a.continued_by(&b));
+    }
+}

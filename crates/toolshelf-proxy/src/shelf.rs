@@ -1,0 +1,254 @@
+//! The catalog of one request: the client's `tools` array, read as a toolshelf catalog.
+//!
+//! Client tools are built-ins; a name of the form `mcp__SERVER__TOOL` (as some harnesses name
+//! their MCP tools) joins SERVER's group. A provider's own tools (Anthropic server tools such as
+//! `web_search`, OpenAI hosted tools) are not the client's to run, so they are never deferred:
+//! they stay in the list as sent. The exposure policy, modes and index of the core apply
+//! unchanged, so the proxy defers exactly what `toolshelf render` shows for the same tools.
+//!
+//! Building one is the expensive part of a request (parsing every schema, the search index, the
+//! token counts), and a client sends the same array on every request: shelves are cached by a
+//! hash of the array's bytes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+use toolshelf_core::catalog::{CatalogBuilder, ToolSpec};
+use toolshelf_core::invoke::ParamsValidator;
+use toolshelf_core::name::split_mcp;
+use toolshelf_core::policy::{Exposure, State};
+use toolshelf_core::search::SearchIndex;
+use toolshelf_core::{Catalog, Compiled, Surface, Tool};
+
+use crate::api::Dialect;
+
+/// One request's catalog and everything derived from it.
+#[derive(Debug)]
+pub struct Shelf {
+    /// The catalog.
+    pub catalog: Catalog,
+    /// Exposure decisions.
+    pub exposure: Exposure,
+    /// The surface.
+    pub surface: Surface,
+    /// Canonical names of visible tools.
+    pub visible: BTreeSet<String>,
+    /// The tool list for the upstream: provider tools as sent, resident client tools as sent,
+    /// then the meta-tools.
+    pub upstream_tools: Vec<Value>,
+    /// The client's name of each catalog tool.
+    client_names: Vec<String>,
+    by_client_name: HashMap<String, usize>,
+    /// The search index over visible tools.
+    pub search: SearchIndex,
+    validators: Mutex<HashMap<usize, Arc<ParamsValidator>>>,
+    /// Tokens of the client's tool list as sent (all resident).
+    pub all_resident_tokens: usize,
+    /// Tokens of the upstream tool list.
+    pub upstream_tokens: usize,
+}
+
+/// Keys a client's tool definition carries that are instructions to the provider, not part of
+/// the tool.
+const PROVIDER_KEYS: [&str; 2] = ["cache_control", "defer_loading"];
+
+impl Shelf {
+    /// Reads `tools` (the client's array) in `dialect`.
+    pub fn build(
+        dialect: Dialect,
+        tools: &[Value],
+        compiled: &Compiled,
+        enrich: Option<&toolshelf_gateway::Enricher>,
+    ) -> Result<Self, String> {
+        let mut b = CatalogBuilder::new("request tools");
+        let mut provider_tools = Vec::new();
+        let mut raw_by_name: HashMap<String, Value> = HashMap::new();
+        let mut cache_marked = false;
+        for (i, def) in tools.iter().enumerate() {
+            let Some(name) = dialect.client_tool_name(def) else {
+                provider_tools.push(def.clone());
+                continue;
+            };
+            let name = name.to_owned();
+            let mut clean = def.clone();
+            if let Some(obj) = clean.as_object_mut() {
+                cache_marked |= obj.shift_remove("cache_control").is_some();
+            }
+            let mut spec =
+                ToolSpec::from_value(clean.clone(), "request tools", &format!("tools[{i}]"))
+                    .map_err(|e| e.to_string())?;
+            let server = split_mcp(&name).map(|(s, t)| (s.to_owned(), t.to_owned()));
+            if let Some((_, t)) = &server {
+                spec.name = t.clone();
+            }
+            if let Some(obj) = clean.as_object_mut() {
+                for k in PROVIDER_KEYS {
+                    obj.shift_remove(k);
+                }
+            }
+            if raw_by_name.insert(name.clone(), clean).is_some() {
+                return Err(format!("tools[{i}]: the tool name {name:?} appears twice"));
+            }
+            b.add_tool(
+                server.as_ref().map(|(s, _)| s.as_str()),
+                spec,
+                &format!("tools[{i}]"),
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        let catalog = b.build();
+        let client_names: Vec<String> = catalog.tools().iter().map(client_name).collect();
+        let by_client_name = client_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        let exposure = compiled.expose(&catalog);
+        let surface = compiled.surface(&catalog, &exposure);
+        let visible = catalog
+            .tools()
+            .iter()
+            .zip(&exposure.decisions)
+            .filter(|(_, d)| d.state != State::Hidden)
+            .map(|(t, _)| t.name.clone())
+            .collect();
+        let mut upstream_tools = provider_tools;
+        for &i in &surface.resident {
+            if let Some(def) = raw_by_name.remove(&client_names[i]) {
+                upstream_tools.push(def);
+            }
+        }
+        upstream_tools.extend(surface.meta_tools(dialect.api().tool_format()));
+        if cache_marked && let Some(Value::Object(last)) = upstream_tools.last_mut() {
+            // The client marked its tools for the prompt cache: the mark moves to the list's end.
+            last.insert(
+                "cache_control".into(),
+                serde_json::json!({"type": "ephemeral"}),
+            );
+        }
+        let shown: Vec<usize> = (0..catalog.tools().len())
+            .filter(|&i| exposure.decisions[i].state != State::Hidden)
+            .collect();
+        let mut search = SearchIndex::build(&catalog, &shown);
+        if let Some(enrich) = enrich
+            && let Err(e) = (enrich.0)(&mut search, &catalog)
+        {
+            tracing::warn!("search runs on BM25F alone: {e}");
+        }
+        let all_resident_tokens =
+            toolshelf_core::tokens::count(&Value::Array(tools.to_vec()).to_string());
+        let upstream_tokens =
+            toolshelf_core::tokens::count(&Value::Array(upstream_tools.clone()).to_string());
+        Ok(Self {
+            catalog,
+            exposure,
+            surface,
+            visible,
+            upstream_tools,
+            client_names,
+            by_client_name,
+            search,
+            validators: Mutex::new(HashMap::new()),
+            all_resident_tokens,
+            upstream_tokens,
+        })
+    }
+
+    /// The client's name of catalog tool `i`.
+    pub fn client_name(&self, i: usize) -> &str {
+        &self.client_names[i]
+    }
+
+    /// The catalog tool a client name stands for.
+    pub fn by_client_name(&self, name: &str) -> Option<usize> {
+        self.by_client_name.get(name).copied()
+    }
+
+    /// Tool `i`'s state.
+    pub fn state(&self, i: usize) -> State {
+        self.exposure.decisions[i].state
+    }
+
+    /// Tool `i`'s compiled validator.
+    pub fn validator(&self, i: usize) -> Arc<ParamsValidator> {
+        let mut map = self.validators.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(i)
+            .or_insert_with(|| {
+                Arc::new(ParamsValidator::new(&self.catalog.tools()[i].input_schema))
+            })
+            .clone()
+    }
+}
+
+fn client_name(t: &Tool) -> String {
+    match &t.original_server {
+        Some(s) => format!("mcp__{s}__{}", t.original_name),
+        None => t.original_name.clone(),
+    }
+}
+
+/// Shelves by a hash of their tool array, a few kept.
+#[derive(Debug, Default)]
+pub struct Shelves {
+    cache: Mutex<Vec<(u64, Dialect, Arc<Shelf>)>>,
+}
+
+/// How many shelves are kept: one per distinct tool array in use (per harness and mode).
+const KEPT: usize = 16;
+
+impl Shelves {
+    /// The shelf of `tools`, built on first use.
+    pub fn get(
+        &self,
+        dialect: Dialect,
+        tools: &[Value],
+        compiled: &Compiled,
+        enrich: Option<&toolshelf_gateway::Enricher>,
+    ) -> Result<Arc<Shelf>, String> {
+        let key = hash_tools(tools);
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(pos) = cache
+                .iter()
+                .position(|(k, d, _)| *k == key && *d == dialect)
+            {
+                let hit = cache.remove(pos);
+                let shelf = hit.2.clone();
+                cache.push(hit);
+                return Ok(shelf);
+            }
+        }
+        let shelf = Arc::new(Shelf::build(dialect, tools, compiled, enrich)?);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= KEPT {
+            cache.remove(0);
+        }
+        cache.push((key, dialect, shelf.clone()));
+        Ok(shelf)
+    }
+}
+
+fn hash_tools(tools: &[Value]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for t in tools {
+        t.to_string().hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Removes `cache_control` keys everywhere in a value: clients move their cache marks from
+/// turn to turn, so fingerprints of entries must not see them.
+pub fn without_cache_marks(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != "cache_control")
+                .map(|(k, v)| (k.clone(), without_cache_marks(v)))
+                .collect::<Map<String, Value>>(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_cache_marks).collect()),
+        other => other.clone(),
+    }
+}

@@ -1,0 +1,362 @@
+//! Where sessions live between requests.
+//!
+//! A conversation's next request must rebuild exactly the upstream conversation of the last one
+//! (the frozen surface, the searches the proxy answered, the blocks it injected), so that state
+//! outlives the request. [`SessionStore`] is the seam: versioned values with a TTL and a
+//! compare-and-set, so that several proxies sharing one store cannot lose each other's updates.
+//! [`MemoryStore`] is the embedded default, optionally backed by one file per session so that a
+//! restart loses nothing.
+//!
+//! A store that fails is never fatal: a missing session degrades (the model sees its
+//! `defer_execute` calls without the searches before them, and can search again).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// A stored value and its version (1 for the first write, +1 for each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The version.
+    pub version: u64,
+    /// The bytes.
+    pub value: Vec<u8>,
+}
+
+/// What a compare-and-set did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cas {
+    /// Written, now at this version.
+    Written(u64),
+    /// Someone else wrote first; nothing was written.
+    Conflict,
+}
+
+/// A boxed future of a store operation.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// A store of sessions.
+pub trait SessionStore: Send + Sync + std::fmt::Debug {
+    /// The value under `key`, unless missing or expired.
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Versioned>>;
+    /// Writes `value` under `key` if its version is `expected` (`None`: no value yet).
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<u64>,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Cas>;
+    /// Writes `value` under `key` whatever is there.
+    fn put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> StoreFuture<'a, u64>;
+    /// Sessions held now (approximate for shared stores).
+    fn len(&self) -> usize;
+    /// Whether it holds none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    version: u64,
+    value: Vec<u8>,
+    expires: Instant,
+    used: u64,
+}
+
+/// The embedded store: in memory, least recently used evicted past `max`, optionally mirrored
+/// to files.
+#[derive(Debug)]
+pub struct MemoryStore {
+    entries: Mutex<HashMap<String, Entry>>,
+    max: usize,
+    dir: Option<PathBuf>,
+    file_ttl: Duration,
+    clock: std::sync::atomic::AtomicU64,
+}
+
+/// The file layout: the version, a newline, the value.
+fn encode(version: u64, value: &[u8]) -> Vec<u8> {
+    let mut out = format!("{version}\n").into_bytes();
+    out.extend_from_slice(value);
+    out
+}
+
+fn decode(bytes: &[u8]) -> Option<Versioned> {
+    let nl = bytes.iter().position(|&b| b == b'\n')?;
+    let version = std::str::from_utf8(&bytes[..nl]).ok()?.parse().ok()?;
+    Some(Versioned {
+        version,
+        value: bytes[nl + 1..].to_vec(),
+    })
+}
+
+/// Keys become file names: only `[A-Za-z0-9_-]` is kept, the rest hex-escaped.
+fn file_name(key: &str) -> String {
+    let mut s = String::with_capacity(key.len() + 5);
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!(".{b:02x}"));
+        }
+    }
+    s.push_str(".json");
+    s
+}
+
+impl MemoryStore {
+    /// A store of at most `max` sessions; with `dir`, each is also written to a file there.
+    pub fn new(max: usize, dir: Option<PathBuf>) -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+            max: max.max(1),
+            dir,
+            file_ttl: FILE_TTL,
+            clock: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// How long a session file may sit unused before it is ignored (the session TTL).
+    pub fn with_file_ttl(mut self, ttl: Duration) -> Self {
+        self.file_ttl = ttl;
+        self
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads a session's file, if it is there and not older than its TTL allows. Files carry no
+    /// TTL of their own: one untouched for longer than `ttl` is expired.
+    fn load(&self, key: &str, ttl: Duration) -> Option<Versioned> {
+        let path = self.dir.as_ref()?.join(file_name(key));
+        let meta = std::fs::metadata(&path).ok()?;
+        let age = SystemTime::now()
+            .duration_since(meta.modified().ok()?)
+            .unwrap_or_default();
+        if age > ttl {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        decode(&std::fs::read(&path).ok()?)
+    }
+
+    fn save(&self, key: &str, version: u64, value: &[u8]) {
+        if let Some(dir) = &self.dir {
+            let path = dir.join(file_name(key));
+            if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| {
+                toolshelf_gateway::cache::write_atomic(&path, &encode(version, value))
+            }) {
+                tracing::warn!("cannot write session file {}: {e}", path.display());
+            }
+        }
+    }
+
+    fn write(&self, key: &str, version: u64, value: Vec<u8>, ttl: Duration) {
+        self.save(key, version, &value);
+        let used = self.tick();
+        let mut map = self.lock();
+        if map.len() >= self.max && !map.contains_key(key) {
+            let now = Instant::now();
+            map.retain(|_, e| e.expires > now);
+            if map.len() >= self.max
+                && let Some(oldest) = map
+                    .iter()
+                    .min_by_key(|(_, e)| e.used)
+                    .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(
+            key.to_owned(),
+            Entry {
+                version,
+                value,
+                expires: Instant::now() + ttl,
+                used,
+            },
+        );
+    }
+
+    fn current(&self, key: &str) -> Option<Versioned> {
+        let used = self.tick();
+        let mut map = self.lock();
+        let now = Instant::now();
+        match map.get_mut(key) {
+            Some(e) if e.expires > now => {
+                e.used = used;
+                Some(Versioned {
+                    version: e.version,
+                    value: e.value.clone(),
+                })
+            }
+            Some(_) => {
+                map.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// The bytes held in memory for all sessions, for the status figures.
+    pub fn bytes(&self) -> usize {
+        self.lock().values().map(|e| e.value.len()).sum()
+    }
+}
+
+/// How long a file-backed session may sit unused before a restarted proxy ignores it, when the
+/// caller does not say (the proxy passes its configured TTL).
+const FILE_TTL: Duration = Duration::from_secs(6 * 3600);
+
+impl SessionStore for MemoryStore {
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Versioned>> {
+        Box::pin(async move {
+            if let Some(v) = self.current(key) {
+                return Ok(Some(v));
+            }
+            let loaded = self.load(key, self.file_ttl);
+            if let Some(v) = &loaded {
+                self.write(key, v.version, v.value.clone(), self.file_ttl);
+            }
+            Ok(loaded)
+        })
+    }
+
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<u64>,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Cas> {
+        Box::pin(async move {
+            // Check and write under one lock, so two writers cannot both see `expected`.
+            let used = self.tick();
+            let version = {
+                let mut map = self.lock();
+                let now = Instant::now();
+                let have = map.get(key).filter(|e| e.expires > now).map(|e| e.version);
+                if have != expected {
+                    return Ok(Cas::Conflict);
+                }
+                let version = expected.unwrap_or(0) + 1;
+                map.insert(
+                    key.to_owned(),
+                    Entry {
+                        version,
+                        value: value.clone(),
+                        expires: now + ttl,
+                        used,
+                    },
+                );
+                version
+            };
+            self.save(key, version, &value);
+            if self.lock().len() > self.max {
+                // Evict through the common path.
+                self.write(key, version, value, ttl);
+            }
+            Ok(Cas::Written(version))
+        })
+    }
+
+    fn put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let version = self.current(key).map_or(1, |v| v.version + 1);
+            self.write(key, version, value, ttl);
+            Ok(version)
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<T>(f: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn compare_and_set_refuses_a_stale_version() {
+        run(async {
+            let s = MemoryStore::new(10, None);
+            assert_eq!(
+                s.compare_and_set("k", None, b"a".to_vec(), TTL).await,
+                Ok(Cas::Written(1))
+            );
+            assert_eq!(
+                s.compare_and_set("k", None, b"b".to_vec(), TTL).await,
+                Ok(Cas::Conflict)
+            );
+            assert_eq!(
+                s.compare_and_set("k", Some(1), b"c".to_vec(), TTL).await,
+                Ok(Cas::Written(2))
+            );
+            assert_eq!(
+                s.compare_and_set("k", Some(1), b"d".to_vec(), TTL).await,
+                Ok(Cas::Conflict)
+            );
+            let v = s.get("k").await.expect("ok").expect("there");
+            assert_eq!((v.version, v.value), (2, b"c".to_vec()));
+        });
+    }
+
+    #[test]
+    fn expired_and_evicted_sessions_are_gone() {
+        run(async {
+            let s = MemoryStore::new(2, None);
+            s.put("a", b"1".to_vec(), Duration::ZERO)
+                .await
+                .expect("put");
+            assert_eq!(s.get("a").await, Ok(None), "expired at once");
+            s.put("b", b"2".to_vec(), TTL).await.expect("put");
+            s.put("c", b"3".to_vec(), TTL).await.expect("put");
+            let _ = s.get("b").await; // b is now more recent than c
+            s.put("d", b"4".to_vec(), TTL).await.expect("put");
+            assert!(
+                s.get("c").await.expect("ok").is_none(),
+                "least recently used goes"
+            );
+            assert!(s.get("b").await.expect("ok").is_some());
+            assert_eq!(s.len(), 2);
+        });
+    }
+
+    #[test]
+    fn a_file_backed_store_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("toolshelf-store-{}", std::process::id()));
+        run(async {
+            let s = MemoryStore::new(10, Some(dir.clone()));
+            s.put("sess/1", b"state".to_vec(), TTL).await.expect("put");
+            let again = MemoryStore::new(10, Some(dir.clone()));
+            let v = again
+                .get("sess/1")
+                .await
+                .expect("ok")
+                .expect("from the file");
+            assert_eq!((v.version, v.value), (1, b"state".to_vec()));
+        });
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,82 @@
+//! `toolshelf proxy`: the LLM-API proxy.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use toolshelf_core::{Compiled, Config};
+use toolshelf_proxy::Proxy;
+use toolshelf_proxy::server::{AppState, router};
+use toolshelf_proxy::store::MemoryStore;
+
+/// Arguments of `proxy`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on (port 0: any free port; the bound address is printed on stderr).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8849")]
+    listen: String,
+    /// toolshelf configuration (TOML): [proxy] upstreams and limits, [defer], [permissions],
+    /// [hooks], [[reminders]], [modes]. Without it: every default (the public Anthropic and
+    /// OpenAI endpoints, every client tool deferred).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Active mode, as defined by [modes.NAME] in the configuration.
+    #[arg(long, value_name = "NAME")]
+    mode: Option<String>,
+    /// Overrides [proxy] anthropic_upstream.
+    #[arg(long, value_name = "URL")]
+    anthropic_upstream: Option<String>,
+    /// Overrides [proxy] openai_upstream.
+    #[arg(long, value_name = "URL")]
+    openai_upstream: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    super::serve::init_logging("warn,toolshelf::proxy=info,toolshelf_proxy=info");
+    let (mut config, label) = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read config {}", p.display()))?;
+            let name = p.display().to_string();
+            (Config::from_toml_str(&text, &name)?, name)
+        }
+        None => (Config::default(), "(defaults)".to_owned()),
+    };
+    if let Some(u) = args.anthropic_upstream {
+        config.proxy.anthropic_upstream = u;
+    }
+    if let Some(u) = args.openai_upstream {
+        config.proxy.openai_upstream = u;
+    }
+    let enrich = super::serve::enricher(&config);
+    let dir = if config.proxy.persist_sessions {
+        Some(toolshelf_gateway::hub::cache_dir(&config)?.join("proxy-sessions"))
+    } else {
+        None
+    };
+    let store = Arc::new(
+        MemoryStore::new(config.proxy.max_sessions, dir).with_file_ttl(
+            std::time::Duration::from_secs(config.proxy.session_ttl_secs),
+        ),
+    );
+    let compiled = Arc::new(Compiled::new(config, &label, args.mode.as_deref())?);
+    let proxy = Proxy::new(compiled, store, enrich)?;
+    super::serve::runtime()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let bound = listener.local_addr()?;
+        let p = &proxy.compiled.config().proxy;
+        eprintln!(
+            "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {})",
+            p.anthropic_upstream, p.openai_upstream
+        );
+        let app = router(AppState::new(proxy));
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("serving the proxy")
+    })
+}
