@@ -14,7 +14,7 @@ mod common;
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -82,99 +82,6 @@ fn setup(tag: &str, gateway_section: &str) -> (Scratch, String, String) {
     );
     std::fs::create_dir_all(s.path("home")).expect("home dir");
     (s, config, note)
-}
-
-/// `fixtures/scripted_upstream.py` on 127.0.0.1, killed (and reaped) on drop.
-struct Upstream {
-    child: Child,
-    port: u16,
-    log: String,
-}
-
-impl Upstream {
-    fn start(s: &Scratch, script: &Value) -> Self {
-        use std::io::{BufRead, BufReader};
-        let script_path = s.write("script.json", &script.to_string());
-        let log = s.path("upstream.jsonl");
-        let mut child = Command::new("python3")
-            .args([fixture("scripted_upstream.py"), script_path, log.clone()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn scripted_upstream.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read the upstream's port");
-        let port = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("the upstream printed {line:?}, not its port"));
-        Self { child, port, log }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn records(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("upstream log line is JSON"))
-            .collect()
-    }
-
-    /// The requests that played the script, in order (one per step).
-    fn turns(&self) -> Vec<Value> {
-        self.records()
-            .into_iter()
-            .filter(|r| r["kind"] == "request" && r["main"] == true)
-            .collect()
-    }
-
-    /// The request that carried the first model turn: the first one to a model API with tools
-    /// (a client's side requests, for titles and the like, carry none), scripted or not.
-    fn first_turn(&self) -> Value {
-        self.records()
-            .into_iter()
-            .find(|r| {
-                r["kind"] == "request" && r["tool_names"].as_array().is_some_and(|t| !t.is_empty())
-            })
-            .unwrap_or_else(|| panic!("no model request with tools: {:#?}", self.records()))
-    }
-
-    /// The scripted turns, asserting that there were `steps` of them.
-    fn played(&self, steps: usize) -> Vec<Value> {
-        let turns = self.turns();
-        assert_eq!(
-            turns.len(),
-            steps,
-            "one request per scripted step; the requests' tools were: {:?}",
-            self.records()
-                .iter()
-                .filter(|r| r["kind"] == "request")
-                .map(|r| &r["tool_names"])
-                .collect::<Vec<_>>()
-        );
-        turns
-    }
-
-    /// Every answer the upstream gave to a scripted turn.
-    fn answers(&self) -> Vec<Value> {
-        self.records()
-            .into_iter()
-            .filter(|r| r["kind"] == "response" && r["step"].is_u64())
-            .collect()
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// What a client run left behind.

@@ -380,3 +380,159 @@ pub async fn raw_http(
 }
 
 pub const RAW_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":41,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+/// `fixtures/scripted_upstream.py` on 127.0.0.1, killed (and reaped) on drop.
+pub struct Upstream {
+    pub child: std::process::Child,
+    pub port: u16,
+    pub log: String,
+}
+
+impl Upstream {
+    pub fn start(s: &Scratch, script: &Value) -> Self {
+        use std::io::{BufRead, BufReader};
+        let script_path = s.write("script.json", &script.to_string());
+        let log = s.path("upstream.jsonl");
+        let mut child = std::process::Command::new("python3")
+            .args([fixture("scripted_upstream.py"), script_path, log.clone()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn scripted_upstream.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the upstream's port");
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the upstream printed {line:?}, not its port"));
+        Self { child, port, log }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("upstream log line is JSON"))
+            .collect()
+    }
+
+    /// The requests that played the script, in order (one per step).
+    pub fn turns(&self) -> Vec<Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["kind"] == "request" && r["main"] == true)
+            .collect()
+    }
+
+    /// The request that carried the first model turn: the first one to a model API with tools
+    /// (a client's side requests, for titles and the like, carry none), scripted or not.
+    pub fn first_turn(&self) -> Value {
+        self.records()
+            .into_iter()
+            .find(|r| {
+                r["kind"] == "request" && r["tool_names"].as_array().is_some_and(|t| !t.is_empty())
+            })
+            .unwrap_or_else(|| panic!("no model request with tools: {:#?}", self.records()))
+    }
+
+    /// The scripted turns, asserting that there were `steps` of them.
+    pub fn played(&self, steps: usize) -> Vec<Value> {
+        let turns = self.turns();
+        assert_eq!(
+            turns.len(),
+            steps,
+            "one request per scripted step; the requests' tools were: {:?}",
+            self.records()
+                .iter()
+                .filter(|r| r["kind"] == "request")
+                .map(|r| &r["tool_names"])
+                .collect::<Vec<_>>()
+        );
+        turns
+    }
+
+    /// Every answer the upstream gave to a scripted turn.
+    pub fn answers(&self) -> Vec<Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["kind"] == "response" && r["step"].is_u64())
+            .collect()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+
+/// `toolshelf proxy` on a free loopback port in front of `upstream` (both APIs), killed on drop.
+pub struct ProxyProc {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Where its stderr goes.
+    pub stderr: String,
+}
+
+impl ProxyProc {
+    /// Starts the proxy with `config` (TOML text, may be empty) and `extra` arguments.
+    pub fn start(s: &Scratch, upstream: &str, config: &str, extra: &[&str]) -> Self {
+        let config_path = s.write("proxy.toml", config);
+        let stderr = s.path("proxy.stderr");
+        let err_file = std::fs::File::create(&stderr).expect("stderr file");
+        let child = std::process::Command::new(TOOLSHELF)
+            .args(["proxy", "--listen", "127.0.0.1:0", "--config", &config_path])
+            .args(["--anthropic-upstream", upstream, "--openai-upstream", upstream])
+            .args(extra)
+            .env("XDG_CACHE_HOME", s.path("cache"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err_file)
+            .spawn()
+            .expect("spawn toolshelf proxy");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+            if let Some(rest) = text.split("proxy listening on ").nth(1) {
+                let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                return Self { child, url, stderr };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the proxy did not start; stderr:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// `GET /toolshelf/status`.
+    pub fn status(&self) -> Value {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", &format!("{}/toolshelf/status", self.url)])
+            .output()
+            .expect("curl");
+        serde_json::from_slice(&out.stdout).expect("status is JSON")
+    }
+}
+
+impl Drop for ProxyProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
