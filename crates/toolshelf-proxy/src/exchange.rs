@@ -91,25 +91,33 @@ pub async fn prepare(
     mut body: Map<String, Value>,
     session_header: Option<&str>,
 ) -> Result<Plan, String> {
-    let tools = dialect.tools(&body);
-    if tools.is_empty() {
+    let all = dialect.tools(&body);
+    if all.is_empty() {
         return Ok(Plan::Pass(PassReason::NoTools));
     }
     let config = &proxy.compiled.config().proxy;
+    let deferring = dialect.uses_provider_deferral(&body);
     // Taking over a request that uses the provider's own deferral: its tool-search tools go,
     // and `defer_loading` marks become the per-tool declarations the catalog reads.
-    if dialect.uses_provider_deferral(&body) && !config.take_over_deferral {
+    if deferring && !config.take_over_deferral {
         return Ok(Plan::Pass(PassReason::ProviderDeferral));
     }
-    let tools: Vec<Value> = tools
-        .into_iter()
-        .filter(|t| {
-            !t.get("type")
-                .and_then(Value::as_str)
-                .is_some_and(|ty| ty.starts_with("tool_search_tool") || ty == "tool_search")
-        })
-        .collect();
-    let shelf = proxy.shelf(dialect, &tools)?;
+    let kept: Vec<Value>;
+    let tools: &[Value] = if deferring {
+        kept = all
+            .iter()
+            .filter(|t| {
+                !t.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|ty| ty.starts_with("tool_search_tool") || ty == "tool_search")
+            })
+            .cloned()
+            .collect();
+        &kept
+    } else {
+        all
+    };
+    let shelf = proxy.shelf(dialect, tools)?;
     let names: Vec<String> = tools
         .iter()
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
@@ -744,3 +752,146 @@ fn limit_note(dialect: Dialect, max: u32) -> Value {
 
 /// The session key header, re-exported for the server.
 pub const HEADER: &str = SESSION_HEADER;
+
+#[cfg(test)]
+mod tests {
+    use toolshelf_core::Config;
+
+    use super::*;
+
+    fn shelf(dialect: Dialect) -> Shelf {
+        let compiled = toolshelf_core::Compiled::new(Config::default(), "test", None).expect("compiles");
+        let tools = vec![
+            json!({"name": "Read", "description": "Read a file.",
+                   "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}),
+            json!({"name": "mcp__fs__read_file", "description": "Read the contents of a file.",
+                   "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}),
+        ];
+        Shelf::build(dialect, &tools, &compiled, None).expect("builds")
+    }
+
+    fn frozen(shelf: &Shelf, dialect: Dialect) -> HashSet<String> {
+        shelf
+            .upstream_tools
+            .iter()
+            .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
+            .collect()
+    }
+
+    fn conversation() -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": "read x"}),
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "id": "t1", "name": "mcp__fs__read_file", "input": {"path": "x"}}]}),
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "data"}]}),
+        ]
+    }
+
+    #[test]
+    fn without_a_record_a_deferred_call_reads_as_the_defer_execute_call_it_was() {
+        let d = Dialect(Api::Anthropic);
+        let shelf = shelf(d);
+        let out = rewrite(d, &ProxySession::default(), &shelf, &frozen(&shelf, d), conversation());
+        assert_eq!(out.len(), 3);
+        assert_eq!(
+            out[1]["content"][1],
+            json!({"type": "tool_use", "id": "t1", "name": "defer_execute",
+                   "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "x"}}})
+        );
+        assert_eq!(out[0], conversation()[0], "other entries pass unchanged");
+        assert_eq!(out[2], conversation()[2]);
+    }
+
+    #[test]
+    fn a_recorded_turn_is_put_back_with_its_searches_and_pending_results() {
+        let d = Dialect(Api::Anthropic);
+        let shelf = shelf(d);
+        let mut session = ProxySession::default();
+        let search_call = json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "s1", "name": "tool_search", "input": {"query": "read"}}]});
+        let search_result = json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "s1", "content": [{"type": "text", "text": "hits"}]}]});
+        let last = json!({"role": "assistant", "content": [
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "t1", "name": "defer_execute",
+             "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "x"}}},
+            {"type": "tool_use", "id": "s2", "name": "tool_search", "input": {"query": "more"}}]});
+        session.recorded.insert(
+            "call:t1".into(),
+            Recorded {
+                prelude: vec![search_call.clone(), search_result.clone()],
+                last: vec![last.clone()],
+                pending: vec![ProxyResult {
+                    id: "s2".into(),
+                    text: "more hits".into(),
+                    is_error: false,
+                }],
+            },
+        );
+        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), conversation());
+        assert_eq!(out.len(), 5, "{out:#?}");
+        assert_eq!(out[1], search_call);
+        assert_eq!(out[2], search_result);
+        assert_eq!(out[3], last, "the model's own turn, byte for byte");
+        let results = &out[4]["content"];
+        assert_eq!(results[0]["tool_use_id"], "s2", "the proxy's pending result first");
+        assert_eq!(results[1]["tool_use_id"], "t1", "then the client's");
+    }
+
+    #[test]
+    fn injected_blocks_follow_only_the_entry_they_were_recorded_after() {
+        let d = Dialect(Api::OpenAiChat);
+        let shelf = shelf(d);
+        let conv = vec![
+            json!({"role": "system", "content": "s"}),
+            json!({"role": "user", "content": "hello"}),
+        ];
+        let mut session = ProxySession::default();
+        session.injected.insert(
+            1,
+            Injected {
+                after: fingerprint(&conv[1]),
+                blocks: vec!["<system-reminder>x</system-reminder>".into()],
+            },
+        );
+        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), conv.clone());
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[2], json!({"role": "user", "content": "<system-reminder>x</system-reminder>"}));
+        // The same index holding another message (the client edited its history): nothing.
+        let mut edited = conv;
+        edited[1] = json!({"role": "user", "content": "something else"});
+        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), edited);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn the_upstream_list_does_not_depend_on_the_clients_order() {
+        let compiled = toolshelf_core::Compiled::new(Config::default(), "test", None).expect("compiles");
+        let d = Dialect(Api::Anthropic);
+        let mut tools: Vec<Value> = (0..6)
+            .map(|i| json!({"name": format!("t{i}"), "description": format!("tool {i}"),
+                            "input_schema": {"type": "object"}}))
+            .collect();
+        let a = Shelf::build(d, &tools, &compiled, None).expect("builds");
+        tools.reverse();
+        let b = Shelf::build(d, &tools, &compiled, None).expect("builds");
+        assert_eq!(
+            Value::Array(a.upstream_tools.clone()).to_string(),
+            Value::Array(b.upstream_tools.clone()).to_string()
+        );
+    }
+
+    #[test]
+    fn client_stop_reasons_end_the_turn_when_the_proxy_answered_every_call() {
+        let d = Dialect(Api::Anthropic);
+        assert_eq!(stop_for_client(d, Some("tool_use"), false).as_deref(), Some("end_turn"));
+        assert_eq!(stop_for_client(d, Some("tool_use"), true).as_deref(), Some("tool_use"));
+        assert_eq!(
+            stop_for_client(Dialect(Api::OpenAiChat), Some("tool_calls"), false).as_deref(),
+            Some("stop")
+        );
+        assert_eq!(stop_for_client(d, Some("max_tokens"), false).as_deref(), Some("max_tokens"));
+    }
+}

@@ -144,11 +144,17 @@ impl Proxy {
 
     /// Writes a session back. A concurrent write is merged once (recorded rounds of both are
     /// kept), then written over.
-    pub async fn save_session(&self, key: &str, mut session: ProxySession, version: Option<u64>) {
+    pub async fn save_session(
+        &self,
+        key: &str,
+        mut session: ProxySession,
+        bytes: Vec<u8>,
+        version: Option<u64>,
+    ) {
         let ttl = self.ttl();
         match self
             .store
-            .compare_and_set(key, version, session.to_bytes(), ttl)
+            .compare_and_set(key, version, bytes, ttl)
             .await
         {
             Ok(Cas::Written(_)) => return,

@@ -499,7 +499,8 @@ async fn finish(app: &AppState, turn: Turn) {
         }
     );
     let ttl = proxy.compiled.config().session.activation_ttl_turns;
-    let bytes = prepared.session.to_bytes().len();
+    let stored = prepared.session.to_bytes();
+    let bytes = stored.len();
     app.remember(SessionSummary {
         key: short_key(&prepared.key),
         turn: turn_no,
@@ -508,7 +509,7 @@ async fn finish(app: &AppState, turn: Turn) {
         active: prepared.session.state.active_names(ttl),
     });
     proxy
-        .save_session(&prepared.key, prepared.session, prepared.version)
+        .save_session(&prepared.key, prepared.session, stored, prepared.version)
         .await;
 }
 

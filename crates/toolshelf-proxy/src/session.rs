@@ -25,7 +25,6 @@ use sha2::{Digest, Sha256};
 use toolshelf_core::session::SessionState;
 
 use crate::api::{Dialect, ProxyResult, Tokens, text_of};
-use crate::shelf::without_cache_marks;
 
 /// Version of the serialised layout.
 pub const LAYOUT: u32 = 1;
@@ -165,9 +164,48 @@ pub fn digest(parts: &[&str]) -> String {
         .collect()
 }
 
-/// Fingerprint of one conversation entry, cache marks ignored.
+/// Fingerprint of one conversation entry, cache marks ignored. Fed to the digest as it is
+/// walked: long conversations are fingerprinted on every request, so nothing is copied.
 pub fn fingerprint(entry: &Value) -> String {
-    digest(&[&without_cache_marks(entry).to_string()])
+    fn feed(v: &Value, h: &mut Sha256) {
+        match v {
+            Value::Null => h.update([0]),
+            Value::Bool(b) => h.update([1, u8::from(*b)]),
+            Value::Number(n) => {
+                let s = n.to_string();
+                h.update([2]);
+                h.update((s.len() as u64).to_le_bytes());
+                h.update(s.as_bytes());
+            }
+            Value::String(s) => {
+                h.update([3]);
+                h.update((s.len() as u64).to_le_bytes());
+                h.update(s.as_bytes());
+            }
+            Value::Array(a) => {
+                h.update([4]);
+                h.update((a.len() as u64).to_le_bytes());
+                for x in a {
+                    feed(x, h);
+                }
+            }
+            Value::Object(m) => {
+                h.update([5]);
+                for (k, x) in m.iter().filter(|(k, _)| k.as_str() != "cache_control") {
+                    h.update((k.len() as u64).to_le_bytes());
+                    h.update(k.as_bytes());
+                    feed(x, h);
+                }
+                h.update([6]);
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    feed(entry, &mut h);
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The session key of a request without an `x-toolshelf-session` header.

@@ -13,7 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use toolshelf_core::catalog::{CatalogBuilder, ToolSpec};
 use toolshelf_core::invoke::ParamsValidator;
 use toolshelf_core::name::split_mcp;
@@ -230,25 +230,45 @@ impl Shelves {
 }
 
 fn hash_tools(tools: &[Value]) -> u64 {
-    use std::hash::{Hash, Hasher};
+    use std::hash::Hasher;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for t in tools {
-        t.to_string().hash(&mut h);
+        hash_value(t, &mut h);
     }
     h.finish()
 }
 
-/// Removes `cache_control` keys everywhere in a value: clients move their cache marks from
-/// turn to turn, so fingerprints of entries must not see them.
-pub fn without_cache_marks(v: &Value) -> Value {
+/// Hashes a value's structure and contents in order, without writing it out.
+fn hash_value(v: &Value, h: &mut impl std::hash::Hasher) {
+    use std::hash::Hash;
     match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| k.as_str() != "cache_control")
-                .map(|(k, v)| (k.clone(), without_cache_marks(v)))
-                .collect::<Map<String, Value>>(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(without_cache_marks).collect()),
-        other => other.clone(),
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => {
+            h.write_u8(1);
+            b.hash(h);
+        }
+        Value::Number(n) => {
+            h.write_u8(2);
+            n.to_string().hash(h);
+        }
+        Value::String(s) => {
+            h.write_u8(3);
+            s.hash(h);
+        }
+        Value::Array(a) => {
+            h.write_u8(4);
+            h.write_usize(a.len());
+            for x in a {
+                hash_value(x, h);
+            }
+        }
+        Value::Object(m) => {
+            h.write_u8(5);
+            h.write_usize(m.len());
+            for (k, x) in m {
+                k.hash(h);
+                hash_value(x, h);
+            }
+        }
     }
 }

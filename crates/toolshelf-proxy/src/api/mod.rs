@@ -157,10 +157,10 @@ impl Dialect {
     }
 
     /// The client's tool definitions.
-    pub fn tools(self, body: &Map<String, Value>) -> Vec<Value> {
+    pub fn tools(self, body: &Map<String, Value>) -> &[Value] {
         match body.get("tools") {
-            Some(Value::Array(a)) => a.clone(),
-            _ => Vec::new(),
+            Some(Value::Array(a)) => a,
+            _ => &[],
         }
     }
 
