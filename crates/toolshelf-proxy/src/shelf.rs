@@ -239,16 +239,69 @@ fn hash_tools(tools: &[Value]) -> u64 {
 }
 
 /// Removes `cache_control` keys everywhere in a value: clients move their cache marks from
-/// turn to turn, so fingerprints of entries must not see them.
+/// turn to turn, so fingerprints of entries must not see them. A mark also changes the shape it
+/// sits in: a client marks a message whose content is a string by sending that content as one
+/// text block (Claude Code does, for the last message of each request), and sends the string
+/// again once the mark has moved on. Both are the same prompt, so a content array that holds
+/// nothing but one text block reads as its text.
 pub fn without_cache_marks(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
                 .filter(|(k, _)| k.as_str() != "cache_control")
-                .map(|(k, v)| (k.clone(), without_cache_marks(v)))
+                .map(|(k, v)| {
+                    let v = without_cache_marks(v);
+                    let v = match (k.as_str(), lone_text(&v)) {
+                        ("content", Some(text)) => Value::String(text.to_owned()),
+                        _ => v,
+                    };
+                    (k.clone(), v)
+                })
                 .collect::<Map<String, Value>>(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(without_cache_marks).collect()),
         other => other.clone(),
+    }
+}
+
+/// The text of `[{"type": "text", "text": T}]` (nothing else in the array or the block).
+fn lone_text(v: &Value) -> Option<&str> {
+    let [block] = v.as_array()?.as_slice() else {
+        return None;
+    };
+    let b = block.as_object()?;
+    if b.len() != 2 || b.get("type").and_then(Value::as_str) != Some("text") {
+        return None;
+    }
+    b.get("text")?.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_content_marked_as_one_text_block_reads_as_the_string_it_was() {
+        let marked = json!({"role": "system", "content": [
+            {"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]});
+        let plain = json!({"role": "system", "content": "# Environment"});
+        assert_eq!(without_cache_marks(&marked), without_cache_marks(&plain));
+        let result = json!({"type": "tool_result", "tool_use_id": "t1",
+            "content": [{"type": "text", "text": "r", "cache_control": {"type": "ephemeral"}}]});
+        assert_eq!(
+            without_cache_marks(&result),
+            json!({"type": "tool_result", "tool_use_id": "t1", "content": "r"})
+        );
+        // Anything more than one bare text block keeps its shape.
+        for content in [
+            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]),
+            json!([{"type": "text", "text": "a", "citations": []}]),
+            json!([{"type": "image", "source": {}}]),
+        ] {
+            let m = json!({"role": "user", "content": content});
+            assert_eq!(without_cache_marks(&m), m);
+        }
     }
 }
