@@ -212,10 +212,7 @@ fn remember_injection(
     let mut blocks: Vec<String> = notice.into_iter().collect();
     let reminders = proxy.compiled.reminders();
     if !reminders.is_empty() {
-        let user_text = dialect
-            .is_user_text(&conv[last])
-            .then(|| conv[last].get("content").map(crate::api::text_of))
-            .flatten();
+        let user_text = dialect.latest_user_text(conv);
         let (calls, searches) = last_turn_calls(dialect, session, conv);
         let tools = shelf.catalog.tools();
         let resolved: Vec<(usize, Map<String, Value>)> = calls
