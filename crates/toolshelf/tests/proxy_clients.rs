@@ -172,13 +172,42 @@ fn claude_calls(s: &Scratch) -> Vec<(String, String)> {
 
 // --- Claude Code, toolshelf taking over ---------------------------------------------------------
 
+/// A reminder whose intent is a word of the prompt.
+const REMINDER: &str = "Notes are plain text files.";
+
+/// The reminder the user's words fired on the first request is in every later request too, in
+/// the same conversation entry with the same bytes: the proxy puts back what it injected when it
+/// rebuilds the conversation, although Claude Code resends the entry it follows in another shape
+/// (its last message carries a cache mark, so a string content goes as one text block).
+fn assert_reminded_in_place(turns: &[Value]) {
+    let carrying: Vec<(usize, String)> = turns
+        .iter()
+        .map(|t| {
+            let entries = t["body"]["messages"].as_array().expect("messages");
+            let at: Vec<usize> = (0..entries.len())
+                .filter(|&i| entries[i].to_string().contains(REMINDER))
+                .collect();
+            assert_eq!(
+                at.len(),
+                1,
+                "request {} does not carry the reminder once: {entries:#?}",
+                t["seq"]
+            );
+            (at[0], entries[at[0]].to_string())
+        })
+        .collect();
+    for c in &carrying[1..] {
+        assert_eq!(c, &carrying[0], "the reminder moved or changed");
+    }
+}
+
 /// With `take_over_deferral` the proxy rewrites Claude Code's requests although they carry a
 /// `defer_loading` tool: the upstream sees only `tool_search` (its index listing Claude Code's
 /// tools, `Read` among them) and `defer_execute`, the same bytes on every request. The model
 /// searches (the proxy answers, Claude Code never sees it), then calls `defer_execute` for
 /// `Read`; Claude Code receives an ordinary `Read` call with the same id, runs it, and the file's
 /// content reaches the model as that call's result. The proxy rebuilds the conversation on the
-/// next request, with the search in it.
+/// next request, with the search and a reminder it injected in it.
 #[test]
 fn claude_code_through_the_proxy_taking_over_deferral() {
     let (s, note) = setup("claude-takeover");
@@ -195,13 +224,17 @@ fn claude_code_through_the_proxy_taking_over_deferral() {
     let proxy = ProxyProc::start(
         &s,
         &upstream.url(),
-        "[proxy]\ntake_over_deferral = true\n",
+        &format!(
+            "[proxy]\ntake_over_deferral = true\n\n[[reminders]]\nid = \"notes\"\n\
+             category = \"note files\"\nmessage = {REMINDER:?}\nintents = [\"marker\"]\n"
+        ),
         &[],
     );
     let run = claude_at(&s, &[upstream.child.id(), proxy.pid()], &proxy.url);
 
     let turns = upstream.played(3);
     let listed = assert_frozen_surface(&turns);
+    assert_reminded_in_place(&turns);
     for name in ["Read", "Bash", "Edit", "Write", "ToolSearch"] {
         assert!(
             listed.iter().any(|n| n == name),
