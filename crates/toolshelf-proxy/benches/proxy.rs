@@ -81,16 +81,36 @@ async fn upstream(body: axum::body::Bytes) -> Response {
         };
         let mut start = message(json!([]), "");
         start["stop_reason"] = Value::Null;
-        ev(&mut out, "message_start", json!({"type": "message_start", "message": start}));
-        ev(&mut out, "content_block_start", json!({"type": "content_block_start", "index": 0,
-            "content_block": {"type": "text", "text": ""}}));
+        ev(
+            &mut out,
+            "message_start",
+            json!({"type": "message_start", "message": start}),
+        );
+        ev(
+            &mut out,
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}),
+        );
         for i in 0..EVENTS {
-            ev(&mut out, "content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": format!("word{i} ")}}));
+            ev(
+                &mut out,
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": format!("word{i} ")}}),
+            );
         }
-        ev(&mut out, "content_block_stop", json!({"type": "content_block_stop", "index": 0}));
-        ev(&mut out, "message_delta", json!({"type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 1000}}));
+        ev(
+            &mut out,
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        );
+        ev(
+            &mut out,
+            "message_delta",
+            json!({"type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 1000}}),
+        );
         ev(&mut out, "message_stop", json!({"type": "message_stop"}));
         return Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
@@ -113,7 +133,9 @@ async fn upstream(body: axum::body::Bytes) -> Response {
 }
 
 async fn serve(app: axum::Router) -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = l.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(l, app).await.expect("serve") });
     format!("http://{addr}")
@@ -128,7 +150,13 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-async fn timed(client: &reqwest::Client, url: &str, body: &Value, session: &str, n: usize) -> Vec<Duration> {
+async fn timed(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    session: &str,
+    n: usize,
+) -> Vec<Duration> {
     let bytes = body.to_string();
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
@@ -186,11 +214,20 @@ fn main() {
         timed(&client, &proxy_url, &body, "warm", 50).await;
         let direct = timed(&client, &direct_url, &body, "a", n).await;
         let proxied = timed(&client, &proxy_url, &body, "a", n).await;
-        let (d50, d99, p50, p99) = (pct(direct.clone(), 0.5), pct(direct, 0.99), pct(proxied.clone(), 0.5), pct(proxied, 0.99));
+        let (d50, d99, p50, p99) = (
+            pct(direct.clone(), 0.5),
+            pct(direct, 0.99),
+            pct(proxied.clone(), 0.5),
+            pct(proxied, 0.99),
+        );
         println!("non-streaming, 200 tools, {n} requests each:");
         println!("  direct  p50 {:>8.1} µs  p99 {:>8.1} µs", us(d50), us(d99));
         println!("  proxy   p50 {:>8.1} µs  p99 {:>8.1} µs", us(p50), us(p99));
-        println!("  added   p50 {:>8.1} µs  p99 {:>8.1} µs", us(p50) - us(d50), us(p99) - us(d99));
+        println!(
+            "  added   p50 {:>8.1} µs  p99 {:>8.1} µs",
+            us(p50) - us(d50),
+            us(p99) - us(d99)
+        );
 
         let mut stream_body = body.clone();
         stream_body["stream"] = true.into();
@@ -199,7 +236,12 @@ fn main() {
         timed(&client, &proxy_url, &stream_body, "warm", 5).await;
         let direct = timed(&client, &direct_url, &stream_body, "b", m).await;
         let proxied = timed(&client, &proxy_url, &stream_body, "b", m).await;
-        let (d50, d99, p50, p99) = (pct(direct.clone(), 0.5), pct(direct, 0.99), pct(proxied.clone(), 0.5), pct(proxied, 0.99));
+        let (d50, d99, p50, p99) = (
+            pct(direct.clone(), 0.5),
+            pct(direct, 0.99),
+            pct(proxied.clone(), 0.5),
+            pct(proxied, 0.99),
+        );
         println!("streaming, {EVENTS} text deltas a request, {m} requests each:");
         println!("  direct  p50 {:>8.1} µs  p99 {:>8.1} µs", us(d50), us(d99));
         println!("  proxy   p50 {:>8.1} µs  p99 {:>8.1} µs", us(p50), us(p99));

@@ -220,10 +220,7 @@ fn remember_injection(
     let mut blocks: Vec<String> = notice.into_iter().collect();
     let reminders = proxy.compiled.reminders();
     if !reminders.is_empty() {
-        let user_text = dialect
-            .is_user_text(&conv[last])
-            .then(|| conv[last].get("content").map(crate::api::text_of))
-            .flatten();
+        let user_text = dialect.latest_user_text(conv);
         let (calls, searches) = last_turn_calls(dialect, session, conv);
         let tools = shelf.catalog.tools();
         let resolved: Vec<(usize, Map<String, Value>)> = calls
@@ -760,7 +757,8 @@ mod tests {
     use super::*;
 
     fn shelf(dialect: Dialect) -> Shelf {
-        let compiled = toolshelf_core::Compiled::new(Config::default(), "test", None).expect("compiles");
+        let compiled =
+            toolshelf_core::Compiled::new(Config::default(), "test", None).expect("compiles");
         let tools = vec![
             json!({"name": "Read", "description": "Read a file.",
                    "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}),
@@ -793,7 +791,13 @@ mod tests {
     fn without_a_record_a_deferred_call_reads_as_the_defer_execute_call_it_was() {
         let d = Dialect(Api::Anthropic);
         let shelf = shelf(d);
-        let out = rewrite(d, &ProxySession::default(), &shelf, &frozen(&shelf, d), conversation());
+        let out = rewrite(
+            d,
+            &ProxySession::default(),
+            &shelf,
+            &frozen(&shelf, d),
+            conversation(),
+        );
         assert_eq!(out.len(), 3);
         assert_eq!(
             out[1]["content"][1],
@@ -836,7 +840,10 @@ mod tests {
         assert_eq!(out[2], search_result);
         assert_eq!(out[3], last, "the model's own turn, byte for byte");
         let results = &out[4]["content"];
-        assert_eq!(results[0]["tool_use_id"], "s2", "the proxy's pending result first");
+        assert_eq!(
+            results[0]["tool_use_id"], "s2",
+            "the proxy's pending result first"
+        );
         assert_eq!(results[1]["tool_use_id"], "t1", "then the client's");
     }
 
@@ -858,7 +865,10 @@ mod tests {
         );
         let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), conv.clone());
         assert_eq!(out.len(), 3);
-        assert_eq!(out[2], json!({"role": "user", "content": "<system-reminder>x</system-reminder>"}));
+        assert_eq!(
+            out[2],
+            json!({"role": "user", "content": "<system-reminder>x</system-reminder>"})
+        );
         // The same index holding another message (the client edited its history): nothing.
         let mut edited = conv;
         edited[1] = json!({"role": "user", "content": "something else"});
@@ -868,11 +878,14 @@ mod tests {
 
     #[test]
     fn the_upstream_list_does_not_depend_on_the_clients_order() {
-        let compiled = toolshelf_core::Compiled::new(Config::default(), "test", None).expect("compiles");
+        let compiled =
+            toolshelf_core::Compiled::new(Config::default(), "test", None).expect("compiles");
         let d = Dialect(Api::Anthropic);
         let mut tools: Vec<Value> = (0..6)
-            .map(|i| json!({"name": format!("t{i}"), "description": format!("tool {i}"),
-                            "input_schema": {"type": "object"}}))
+            .map(|i| {
+                json!({"name": format!("t{i}"), "description": format!("tool {i}"),
+                            "input_schema": {"type": "object"}})
+            })
             .collect();
         let a = Shelf::build(d, &tools, &compiled, None).expect("builds");
         tools.reverse();
@@ -886,12 +899,21 @@ mod tests {
     #[test]
     fn client_stop_reasons_end_the_turn_when_the_proxy_answered_every_call() {
         let d = Dialect(Api::Anthropic);
-        assert_eq!(stop_for_client(d, Some("tool_use"), false).as_deref(), Some("end_turn"));
-        assert_eq!(stop_for_client(d, Some("tool_use"), true).as_deref(), Some("tool_use"));
+        assert_eq!(
+            stop_for_client(d, Some("tool_use"), false).as_deref(),
+            Some("end_turn")
+        );
+        assert_eq!(
+            stop_for_client(d, Some("tool_use"), true).as_deref(),
+            Some("tool_use")
+        );
         assert_eq!(
             stop_for_client(Dialect(Api::OpenAiChat), Some("tool_calls"), false).as_deref(),
             Some("stop")
         );
-        assert_eq!(stop_for_client(d, Some("max_tokens"), false).as_deref(), Some("max_tokens"));
+        assert_eq!(
+            stop_for_client(d, Some("max_tokens"), false).as_deref(),
+            Some("max_tokens")
+        );
     }
 }

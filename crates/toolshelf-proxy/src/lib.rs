@@ -152,11 +152,7 @@ impl Proxy {
         version: Option<u64>,
     ) {
         let ttl = self.ttl();
-        match self
-            .store
-            .compare_and_set(key, version, bytes, ttl)
-            .await
-        {
+        match self.store.compare_and_set(key, version, bytes, ttl).await {
             Ok(Cas::Written(_)) => return,
             Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
             Err(e) => {

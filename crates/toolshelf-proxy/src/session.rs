@@ -164,8 +164,29 @@ pub fn digest(parts: &[&str]) -> String {
         .collect()
 }
 
-/// Fingerprint of one conversation entry, cache marks ignored. Fed to the digest as it is
-/// walked: long conversations are fingerprinted on every request, so nothing is copied.
+/// The text of `[{"type": "text", "text": T}]`, cache mark aside (nothing else in the array or
+/// the block).
+fn lone_text(v: &Value) -> Option<&str> {
+    let [block] = v.as_array()?.as_slice() else {
+        return None;
+    };
+    let b = block.as_object()?;
+    let extra = b
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "type" | "text" | "cache_control"));
+    if extra.count() > 0 || b.get("type").and_then(Value::as_str) != Some("text") {
+        return None;
+    }
+    b.get("text")?.as_str()
+}
+
+/// Fingerprint of one conversation entry, cache marks ignored. Clients move their cache marks
+/// from turn to turn, and a mark also changes the shape it sits in: a client marks a message
+/// whose content is a string by sending that content as one text block (Claude Code does, for
+/// the last message of each request), and sends the string again once the mark has moved on.
+/// Both are the same prompt, so a content of one bare text block reads as its text. Fed to the
+/// digest as it is walked: long conversations are fingerprinted on every request, so nothing is
+/// copied.
 pub fn fingerprint(entry: &Value) -> String {
     fn feed(v: &Value, h: &mut Sha256) {
         match v {
@@ -194,7 +215,10 @@ pub fn fingerprint(entry: &Value) -> String {
                 for (k, x) in m.iter().filter(|(k, _)| k.as_str() != "cache_control") {
                     h.update((k.len() as u64).to_le_bytes());
                     h.update(k.as_bytes());
-                    feed(x, h);
+                    match lone_text(x) {
+                        Some(text) if k == "content" => feed(&Value::String(text.to_owned()), h),
+                        _ => feed(x, h),
+                    }
                 }
                 h.update([6]);
             }
@@ -283,6 +307,30 @@ mod tests {
             turn_key(Dialect(Api::OpenAiChat), &[chat]),
             turn_key(d, &[plain])
         );
+    }
+
+    #[test]
+    fn a_content_marked_as_one_text_block_reads_as_the_string_it_was() {
+        let marked = json!({"role": "system", "content": [
+            {"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]});
+        let plain = json!({"role": "system", "content": "# Environment"});
+        assert_eq!(fingerprint(&marked), fingerprint(&plain));
+        let result = json!({"type": "tool_result", "tool_use_id": "t1",
+            "content": [{"type": "text", "text": "r", "cache_control": {"type": "ephemeral"}}]});
+        assert_eq!(
+            fingerprint(&result),
+            fingerprint(&json!({"type": "tool_result", "tool_use_id": "t1", "content": "r"}))
+        );
+        // Anything more than one bare text block keeps its shape.
+        for content in [
+            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]),
+            json!([{"type": "text", "text": "a", "citations": []}]),
+            json!([{"type": "image", "source": {}}]),
+        ] {
+            let m = json!({"role": "user", "content": content});
+            let text = json!({"role": "user", "content": "a"});
+            assert_ne!(fingerprint(&m), fingerprint(&text));
+        }
     }
 
     #[test]

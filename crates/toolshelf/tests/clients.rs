@@ -12,26 +12,11 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use common::harness::*;
 use common::*;
 use serde_json::{Value, json};
-
-const CLAUDE_CODE_VERSION: &str = "2.1.328";
-const QWEN_CODE_VERSION: &str = "0.24.4";
-/// A run that has not finished by then is stuck (they take seconds).
-const RUN_DEADLINE: Duration = Duration::from_secs(300);
-
-fn home_cache(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-            .join(".cache")
-            .join(default)
-    })
-}
 
 /// Path of an installed MCP server; panics with the fix when it is missing.
 fn server_bin(rel: &str) -> String {
@@ -39,19 +24,6 @@ fn server_bin(rel: &str) -> String {
     assert!(
         p.exists(),
         "{} is not installed: run `bash scripts/install-mcp-servers.sh` (or `bash scripts/test`, which runs it) first",
-        p.display()
-    );
-    p.display().to_string()
-}
-
-/// Path of an installed client; panics with the fix when it is missing.
-fn client_bin(name: &str) -> String {
-    let p = home_cache("TOOLSHELF_CLIENTS_PREFIX", "toolshelf-clients")
-        .join("npm/node_modules/.bin")
-        .join(name);
-    assert!(
-        p.exists(),
-        "{} is not installed: run `bash scripts/install-clients.sh` (or `bash scripts/test`, which runs it) first",
         p.display()
     );
     p.display().to_string()
@@ -84,131 +56,6 @@ fn setup(tag: &str, gateway_section: &str) -> (Scratch, String, String) {
     (s, config, note)
 }
 
-/// What a client run left behind.
-struct Run {
-    status: std::process::ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `program args` in the scratch directory with only `env` (plus PATH and LANG) set, in a
-/// process group of its own, stdout and stderr to files. Waits for it with a generous deadline
-/// (then kills the group and fails). Then waits until nothing it started is left: no process in
-/// its group and none (but the upstream) whose command line names the scratch directory, since
-/// the gateway and the servers behind it exit when the client closes their stdin.
-fn run_client(
-    s: &Scratch,
-    upstream: &Upstream,
-    program: &str,
-    args: &[&str],
-    env: &[(&str, String)],
-) -> Run {
-    let stdout_path = s.path("client.stdout");
-    let stderr_path = s.path("client.stderr");
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .current_dir(&s.0)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").expect("PATH"))
-        .env("LANG", "C.UTF-8")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout_path).expect("stdout file"))
-        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
-        .process_group(0);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
-    let group = child.id();
-    let deadline = Instant::now() + RUN_DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the client") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            kill_group(group);
-            let _ = child.wait();
-            panic!(
-                "{program} did not finish within {RUN_DEADLINE:?}; stderr:\n{}",
-                std::fs::read_to_string(&stderr_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let run = Run {
-        status,
-        stdout: read(&stdout_path),
-        stderr: read(&stderr_path),
-    };
-    let scratch = s.0.display().to_string();
-    let leftovers = || {
-        live_processes()
-            .into_iter()
-            .filter(|p| p.pid != upstream.child.id())
-            .filter(|p| p.group == group || p.cmdline.contains(&scratch))
-            .collect::<Vec<_>>()
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = leftovers();
-        if left.is_empty() {
-            break;
-        }
-        if Instant::now() > deadline {
-            kill_group(group);
-            for p in &left {
-                let _ = Command::new("kill")
-                    .args(["-9", &p.pid.to_string()])
-                    .status();
-            }
-            panic!("processes outlived {program} (killed now): {left:#?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    run
-}
-
-fn kill_group(group: u32) {
-    let _ = Command::new("kill")
-        .args(["-9", "--", &format!("-{group}")])
-        .status();
-}
-
-#[derive(Debug)]
-struct Process {
-    pid: u32,
-    group: u32,
-    cmdline: String,
-}
-
-/// Every live process but this one (zombies excluded: they are gone for every purpose but their
-/// parent's wait).
-fn live_processes() -> Vec<Process> {
-    let me = std::process::id();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            if fields.first() == Some(&"Z") {
-                return None;
-            }
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            Some(Process {
-                pid,
-                group: fields.get(2)?.parse().ok()?,
-                cmdline: String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            })
-        })
-        .collect()
-}
-
 /// The gateway the client started served it a session (the audit log says so); when not, the
 /// failure carries what `toolshelf status` says of the configuration.
 fn assert_gateway_served(s: &Scratch, config: &str) {
@@ -225,58 +72,6 @@ fn assert_gateway_served(s: &Scratch, config: &str) {
         String::from_utf8_lossy(&status.stdout),
         String::from_utf8_lossy(&status.stderr)
     );
-}
-
-/// The tool named `name` in an Anthropic or OpenAI `tools` array, flattened to
-/// `{"name", "description", "defer_loading"?...}`.
-fn find_tool(request: &Value, name: &str) -> Option<Value> {
-    request["body"]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|t| match t.get("function") {
-            Some(f) => f.clone(),
-            None => t.clone(),
-        })
-        .find(|t| t["name"] == name)
-}
-
-fn tool_names(request: &Value) -> Vec<String> {
-    request["tool_names"]
-        .as_array()
-        .expect("tool_names")
-        .iter()
-        .map(|n| n.as_str().expect("name").to_owned())
-        .collect()
-}
-
-/// The tool result the client sent back for the call with this id, as text.
-fn result_of(turns: &[Value], id: &str) -> String {
-    turns
-        .iter()
-        .flat_map(|t| t["tool_results"].as_array().expect("tool_results").clone())
-        .find(|r| r["id"] == id)
-        .unwrap_or_else(|| panic!("no tool result for {id} in {turns:#?}"))["content"]
-        .as_str()
-        .expect("content")
-        .to_owned()
-}
-
-/// The id the upstream gave the call of `name` in the answer to step `step`.
-fn call_id(answers: &[Value], step: u64, name: &str) -> String {
-    let answer = answers
-        .iter()
-        .find(|a| a["step"] == step)
-        .unwrap_or_else(|| panic!("step {step} was never played: {answers:#?}"));
-    answer["tool_uses"]
-        .as_array()
-        .expect("tool_uses")
-        .iter()
-        .find(|u| u["name"] == name)
-        .unwrap_or_else(|| panic!("step {step} did not call {name}: {answer}"))["id"]
-        .as_str()
-        .expect("id")
-        .to_owned()
 }
 
 fn assert_resident(request: &Value, name: &str) -> Value {
@@ -305,67 +100,30 @@ fn read_step(note: &str) -> Value {
 // --- Claude Code --------------------------------------------------------------------------------
 
 fn claude(s: &Scratch, upstream: &Upstream, config: &str) -> Run {
-    let claude = client_bin("claude");
-    let version = Command::new(&claude)
-        .arg("--version")
-        .output()
-        .expect("claude --version");
-    assert!(
-        String::from_utf8_lossy(&version.stdout).starts_with(CLAUDE_CODE_VERSION),
-        "claude --version: {}",
-        String::from_utf8_lossy(&version.stdout)
-    );
     let (command, args) = gateway_command(config);
     let mcp = s.write(
         "mcp.json",
         &json!({"mcpServers": {"toolshelf": {"command": command, "args": args}}}).to_string(),
     );
-    let run = run_client(
+    claude_code(
         s,
-        upstream,
-        &claude,
+        &[upstream.child.id()],
+        "Read the note file and tell me the marker it holds.",
         &[
-            "-p",
-            "Read the note file and tell me the marker it holds.",
             "--mcp-config",
             &mcp,
             "--strict-mcp-config",
             "--allowedTools",
             "mcp__toolshelf",
-            "--output-format",
-            "json",
         ],
         &[
-            ("HOME", s.path("home")),
-            ("CLAUDE_CONFIG_DIR", s.path("claude-config")),
             ("ANTHROPIC_BASE_URL", upstream.url()),
-            ("ANTHROPIC_API_KEY", "x".to_owned()),
             ("MCP_CONNECTION_NONBLOCKING", "false".to_owned()),
             // Generous: the first turn waits for the gateway's tool list, however slow start-up is.
             ("MCP_TIMEOUT", "120000".to_owned()),
-            ("DISABLE_TELEMETRY", "1".to_owned()),
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
-            ("DISABLE_AUTOUPDATER", "1".to_owned()),
         ],
-    );
-    assert!(
-        run.status.success(),
-        "claude exited with {}; stderr:\n{}\nstdout:\n{}",
-        run.status,
-        run.stderr,
-        run.stdout
-    );
-    run
-}
-
-/// `claude -p ... --output-format json`: its one result object.
-fn claude_result(run: &Run) -> Value {
-    serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "claude's output is not one JSON object ({e}): {}",
-            run.stdout
-        )
-    })
+    )
 }
 
 /// By default the gateway marks its meta-tools and pinned tools `anthropic/alwaysLoad`, so Claude
@@ -510,70 +268,24 @@ fn claude_code_defers_the_gateway_tools_without_always_load() {
 /// `qwen PROMPT --output-format json` with `~/.qwen/settings.json` naming the gateway (with
 /// `"alwaysLoadTools": true` when asked) and the OpenAI-compatible API at the upstream.
 fn qwen(s: &Scratch, upstream: &Upstream, config: &str, always_load_tools: bool) -> Run {
-    let qwen = client_bin("qwen");
     let (command, args) = gateway_command(config);
     let mut server = json!({"command": command, "args": args, "trust": true});
     if always_load_tools {
         server["alwaysLoadTools"] = json!(true);
     }
-    s.write(
-        "home/.qwen/settings.json",
-        &json!({
-            "mcpServers": {"toolshelf": server},
-            "security": {"auth": {"selectedType": "openai"}},
-            "model": {"name": "scripted-model"},
-            "privacy": {"usageStatisticsEnabled": false},
-            "telemetry": {"enabled": false},
-            "general": {"disableAutoUpdate": true, "disableUpdateNag": true}
-        })
-        .to_string(),
-    );
-    let run = run_client(
+    let (run, init) = qwen_code(
         s,
-        upstream,
-        &qwen,
-        &[
-            "Read the note file and tell me the marker it holds.",
-            "--output-format",
-            "json",
-        ],
-        &[
-            ("HOME", s.path("home")),
-            ("OPENAI_BASE_URL", format!("{}/v1", upstream.url())),
-            ("OPENAI_API_KEY", "x".to_owned()),
-            ("OPENAI_MODEL", "scripted-model".to_owned()),
-        ],
+        &[upstream.child.id()],
+        "Read the note file and tell me the marker it holds.",
+        json!({"mcpServers": {"toolshelf": server}}),
+        &[("OPENAI_BASE_URL", format!("{}/v1", upstream.url()))],
     );
-    assert!(
-        run.status.success(),
-        "qwen exited with {}; stderr:\n{}\nstdout:\n{}",
-        run.status,
-        run.stderr,
-        run.stdout
-    );
-    let events: Value = serde_json::from_str(run.stdout.trim())
-        .unwrap_or_else(|e| panic!("qwen's output is not JSON ({e}): {}", run.stdout));
-    let init = events
-        .as_array()
-        .and_then(|e| e.iter().find(|e| e["subtype"] == "init"))
-        .unwrap_or_else(|| panic!("no init event: {events}"));
-    assert_eq!(init["qwen_code_version"], QWEN_CODE_VERSION, "{init}");
     assert_eq!(
         init["mcp_servers"],
         json!([{"name": "toolshelf", "status": "connected"}]),
         "{init}"
     );
     run
-}
-
-/// The text of qwen's final `result` event.
-fn qwen_result(run: &Run) -> Value {
-    let events: Value = serde_json::from_str(run.stdout.trim()).expect("qwen's JSON output");
-    events
-        .as_array()
-        .and_then(|e| e.iter().rev().find(|e| e["type"] == "result"))
-        .cloned()
-        .unwrap_or_else(|| panic!("no result event: {events}"))
 }
 
 /// Qwen Code ignores `_meta["anthropic/alwaysLoad"]`; its per-server `"alwaysLoadTools": true`

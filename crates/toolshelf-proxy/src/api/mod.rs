@@ -233,6 +233,22 @@ impl Dialect {
         }
     }
 
+    /// The user's own words of the client's latest turn: the last user-text entry after the
+    /// conversation's last assistant entry. It need not be the last entry: a client may follow
+    /// it with entries of its own (Claude Code sends a `system` message after the first one).
+    pub fn latest_user_text(self, conv: &[Value]) -> Option<String> {
+        let start = conv
+            .iter()
+            .rposition(|e| self.is_assistant(e))
+            .map_or(0, |i| i + 1);
+        conv[start..]
+            .iter()
+            .rev()
+            .find(|e| self.is_user_text(e))
+            .and_then(|e| e.get("content"))
+            .map(text_of)
+    }
+
     /// The tool calls in an assistant entry.
     pub fn calls(self, entry: &Value) -> Vec<Call> {
         match self.0 {
@@ -464,6 +480,32 @@ mod tests {
         let r = Tokens::of(&json!({"input_tokens": 60, "output_tokens": 6,
             "input_tokens_details": {"cached_tokens": 30}}));
         assert_eq!((r.input, r.output, r.cache_read), (60, 6, 30));
+    }
+
+    #[test]
+    fn the_latest_user_text_is_found_behind_the_clients_own_entries() {
+        let d = Dialect(Api::Anthropic);
+        let conv = [
+            json!({"role": "user", "content": [{"type": "text", "text": "read the note"}]}),
+            json!({"role": "system", "content": "# Environment"}),
+        ];
+        assert_eq!(d.latest_user_text(&conv).as_deref(), Some("read the note"));
+        // After an assistant turn only what follows it counts: tool results are no user text.
+        let later = [
+            conv[0].clone(),
+            json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]}),
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}),
+        ];
+        assert_eq!(d.latest_user_text(&later), None);
+        let chat = Dialect(Api::OpenAiChat);
+        let conv = [
+            json!({"role": "system", "content": "s"}),
+            json!({"role": "user", "content": "hi"}),
+        ];
+        assert_eq!(chat.latest_user_text(&conv).as_deref(), Some("hi"));
+        assert_eq!(chat.latest_user_text(&[]), None);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod harness;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -474,7 +476,6 @@ impl Drop for Upstream {
     }
 }
 
-
 /// `toolshelf proxy` on a free loopback port in front of `upstream` (both APIs), killed on drop.
 pub struct ProxyProc {
     child: std::process::Child,
@@ -490,9 +491,14 @@ impl ProxyProc {
         let config_path = s.write("proxy.toml", config);
         let stderr = s.path("proxy.stderr");
         let err_file = std::fs::File::create(&stderr).expect("stderr file");
-        let child = std::process::Command::new(TOOLSHELF)
+        let mut child = std::process::Command::new(TOOLSHELF)
             .args(["proxy", "--listen", "127.0.0.1:0", "--config", &config_path])
-            .args(["--anthropic-upstream", upstream, "--openai-upstream", upstream])
+            .args([
+                "--anthropic-upstream",
+                upstream,
+                "--openai-upstream",
+                upstream,
+            ])
             .args(extra)
             .env("XDG_CACHE_HOME", s.path("cache"))
             .stdin(Stdio::null())
@@ -504,15 +510,26 @@ impl ProxyProc {
         loop {
             let text = std::fs::read_to_string(&stderr).unwrap_or_default();
             if let Some(rest) = text.split("proxy listening on ").nth(1) {
-                let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                let url = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
                 return Self { child, url, stderr };
             }
-            assert!(
-                Instant::now() < deadline,
-                "the proxy did not start; stderr:\n{text}"
-            );
+            let exited = child.try_wait().expect("wait for the proxy");
+            if exited.is_some() || Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the proxy did not start ({exited:?}); stderr:\n{text}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Its log so far.
