@@ -26,6 +26,10 @@ use toolshelf_proxy::Proxy;
 use toolshelf_proxy::server::{AppState, router};
 use toolshelf_proxy::store::MemoryStore;
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const EVENTS: usize = 1000;
 
 fn tools(n: usize) -> Vec<Value> {
