@@ -122,11 +122,15 @@ pub async fn prepare(
         .iter()
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
         .collect();
-    let key = match session_header {
-        Some(h) if !h.trim().is_empty() => format!("h:{}", h.trim()),
-        _ => format!("r:{}", root_key(dialect, &body, &names)),
+    let (key, session, version) = match session_header {
+        Some(h) if !h.trim().is_empty() => {
+            let key = format!("h:{}", h.trim());
+            let (session, version) = proxy.load_session(&key).await;
+            (key, session, version)
+        }
+        _ => find_by_root(proxy, dialect, &body, &names).await,
     };
-    let (mut session, version) = proxy.load_session(&key).await;
+    let mut session = session;
     let api_name = dialect.api().name();
     let state = &mut session.state;
     state.next_turn();
@@ -181,6 +185,42 @@ pub async fn prepare(
         stream,
         include_usage,
     })))
+}
+
+/// The session of a request without a session header: by the hash of its root. The root names
+/// the client's tools, so a client whose tools changed mid-conversation hashes anew: a second
+/// key without the tools, written when a session starts, finds the session it continues.
+async fn find_by_root(
+    proxy: &Proxy,
+    dialect: Dialect,
+    body: &Map<String, Value>,
+    names: &[String],
+) -> (String, ProxySession, Option<u64>) {
+    let key = format!("r:{}", root_key(dialect, body, names));
+    let alias = format!("a:{}", root_key(dialect, body, &[]));
+    let (session, version) = proxy.load_session(&key).await;
+    if version.is_some() {
+        return (key, session, version);
+    }
+    let continues = crate::api::conversation(dialect, body)
+        .iter()
+        .any(|e| dialect.is_assistant(e));
+    if continues
+        && let Ok(Some(v)) = proxy.store.get(&alias).await
+        && let Ok(earlier) = String::from_utf8(v.value)
+    {
+        let (s, v) = proxy.load_session(&earlier).await;
+        if v.is_some() {
+            return (earlier, s, v);
+        }
+    }
+    if !continues {
+        let ttl = std::time::Duration::from_secs(proxy.compiled.config().proxy.session_ttl_secs);
+        if let Err(e) = proxy.store.put(&alias, key.clone().into_bytes(), ttl).await {
+            tracing::warn!("session store: {e}");
+        }
+    }
+    (key, session, version)
 }
 
 /// Responses chained with `previous_response_id`: the client knows the first round's id, the

@@ -217,7 +217,26 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     let url = upstream_url(proxy, &parts.headers, &path_and_query);
     let Some(dialect) = dialect_of(&parts.method, parts.uri.path()) else {
         proxy.count(|t| t.passed += 1);
-        return pass_stream(proxy, parts.method, &url, &parts.headers, Body::new(body)).await;
+        // A body of known, bounded length goes with its length (many servers refuse chunked
+        // requests); anything else streams.
+        let length = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        let limit = proxy.compiled.config().proxy.max_body_bytes;
+        let body = match length {
+            Some(n) if n <= limit => match axum::body::to_bytes(Body::new(body), limit).await {
+                Ok(b) => reqwest::Body::from(b),
+                Err(e) => {
+                    return error_response(
+                        None,
+                        &ProxyError::BadRequest(format!("reading the request body: {e}")),
+                    );
+                }
+            },
+            _ => reqwest::Body::wrap_stream(Body::new(body).into_data_stream()),
+        };
+        return pass(proxy, parts.method, &url, &parts.headers, body).await;
     };
     let limit = proxy.compiled.config().proxy.max_body_bytes;
     let bytes = match axum::body::to_bytes(Body::new(body), limit).await {
@@ -309,23 +328,29 @@ fn governed(proxy: &Proxy) -> bool {
 }
 
 async fn pass_bytes(proxy: &Proxy, url: &str, headers: &HeaderMap, bytes: Bytes) -> Response {
-    pass_stream(proxy, Method::POST, url, headers, Body::from(bytes)).await
+    pass(
+        proxy,
+        Method::POST,
+        url,
+        headers,
+        reqwest::Body::from(bytes),
+    )
+    .await
 }
 
 /// Forwards a request as it is and streams the answer back as it is.
-async fn pass_stream(
+async fn pass(
     proxy: &Proxy,
     method: Method,
     url: &str,
     headers: &HeaderMap,
-    body: Body,
+    body: reqwest::Body,
 ) -> Response {
-    let stream = body.into_data_stream();
     let req = proxy
         .http
         .request(method, url)
         .headers(forward_headers(headers, false))
-        .body(reqwest::Body::wrap_stream(stream));
+        .body(body);
     match req.send().await {
         Ok(resp) => {
             let status = resp.status();

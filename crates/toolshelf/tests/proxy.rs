@@ -1,0 +1,409 @@
+//! End-to-end tests of `toolshelf proxy`'s own rules, with plain HTTP requests (the SDK and
+//! harness tests are elsewhere): sessions that survive a restart, what happens to a request it
+//! cannot rewrite, refusals answered inside the loop, tools that appear mid-conversation, and
+//! pass-through of everything it does not rewrite. The upstream is the scripted model API.
+
+mod common;
+
+use std::process::Command;
+
+use common::{ProxyProc, Scratch, Upstream};
+use serde_json::{Value, json};
+
+/// POSTs `body` to `url` with Python's standard library; returns (status, body as JSON or text).
+fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+    let script = r#"
+import json, sys, urllib.request, urllib.error
+url, body, headers = sys.argv[1], sys.argv[2].encode(), json.loads(sys.argv[3])
+req = urllib.request.Request(url, data=body, headers=dict(headers, **{"content-type": "application/json"}))
+try:
+    r = urllib.request.urlopen(req, timeout=60)
+    status, data = r.status, r.read()
+except urllib.error.HTTPError as e:
+    status, data = e.code, e.read()
+print(status)
+print(data.decode())
+"#;
+    let hs: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+        .collect();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            url,
+            &body.to_string(),
+            &Value::Object(hs).to_string(),
+        ])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (status, rest) = text
+        .split_once('\n')
+        .unwrap_or_else(|| panic!("no answer: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    let status = status.trim().parse().expect("status");
+    let body = serde_json::from_str(rest.trim()).unwrap_or_else(|_| Value::String(rest.to_owned()));
+    (status, body)
+}
+
+fn tool(name: &str, description: &str, props: Value, required: &[&str]) -> Value {
+    json!({"name": name, "description": description,
+           "input_schema": {"type": "object", "properties": props, "required": required}})
+}
+
+fn tools() -> Vec<Value> {
+    vec![
+        tool(
+            "Read",
+            "Read a file from the local filesystem.",
+            json!({"file_path": {"type": "string"}}),
+            &["file_path"],
+        ),
+        tool(
+            "mcp__fs__read_file",
+            "Read the complete contents of a file as text.",
+            json!({"path": {"type": "string"}}),
+            &["path"],
+        ),
+        tool(
+            "mcp__fs__write_file",
+            "Create or overwrite a file with new content.",
+            json!({"path": {"type": "string"}, "content": {"type": "string"}}),
+            &["path", "content"],
+        ),
+        tool(
+            "mcp__git__git_status",
+            "Show the working tree status of a repository.",
+            json!({"repo_path": {"type": "string"}}),
+            &["repo_path"],
+        ),
+    ]
+}
+
+const HEADERS: [(&str, &str); 2] = [
+    ("x-api-key", "test-key"),
+    ("anthropic-version", "2023-06-01"),
+];
+
+/// A client turn against the proxy's Anthropic endpoint: sends the conversation, appends the
+/// answer and, for each tool call, a result; returns the answer.
+fn turn(proxy: &ProxyProc, tools: &[Value], messages: &mut Vec<Value>) -> Value {
+    let body = json!({"model": "m", "max_tokens": 256, "system": "You help.", "tools": tools,
+                      "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    let results: Vec<Value> = answer["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| json!({"type": "tool_result", "tool_use_id": b["id"], "content": format!("result of {}", b["name"])}))
+        .collect();
+    if !results.is_empty() {
+        messages.push(json!({"role": "user", "content": results}));
+    }
+    answer
+}
+
+fn calls(answer: &Value) -> Vec<(String, Value)> {
+    answer["content"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|b| b["type"] == "tool_use")
+                .map(|b| {
+                    (
+                        b["name"].as_str().unwrap_or("").to_owned(),
+                        b["input"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Each scripted request's conversation starts with the previous one's, entry for entry, and
+/// the tool list never changes.
+fn assert_prefix_kept(upstream: &Upstream) {
+    let turns = upstream.turns();
+    for pair in turns.windows(2) {
+        let (a, b) = (&pair[0]["body"], &pair[1]["body"]);
+        assert_eq!(
+            a["tools"].to_string(),
+            b["tools"].to_string(),
+            "the tool list changed"
+        );
+        let (ma, mb) = (
+            a["messages"].as_array().expect("messages"),
+            b["messages"].as_array().expect("messages"),
+        );
+        assert!(mb.len() >= ma.len(), "the conversation shrank");
+        for (i, (x, y)) in ma.iter().zip(mb).enumerate() {
+            assert_eq!(
+                x.to_string(),
+                y.to_string(),
+                "messages[{i}] changed between requests"
+            );
+        }
+    }
+}
+
+fn search_then_read_script() -> Value {
+    json!({"steps": [
+        {"text": "Looking.", "tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "notes.txt"}}}]},
+        {"text": "Read it."},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "other.txt"}}}]},
+        {"text": "Read that too."}
+    ]})
+}
+
+#[test]
+fn a_session_kept_in_files_survives_a_restart_of_the_proxy() {
+    let s = Scratch::new("proxy-restart");
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let config = "[proxy]\npersist_sessions = true\n";
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    {
+        let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+        let a = turn(&proxy, &tools(), &mut messages);
+        assert_eq!(
+            calls(&a),
+            [(
+                "mcp__fs__read_file".to_owned(),
+                json!({"path": "notes.txt"})
+            )]
+        );
+        turn(&proxy, &tools(), &mut messages);
+    } // killed
+    messages.push(json!({"role": "user", "content": "and other.txt"}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert_eq!(
+        calls(&a),
+        [(
+            "mcp__fs__read_file".to_owned(),
+            json!({"path": "other.txt"})
+        )],
+        "the tool stays active across the restart: no new search needed"
+    );
+    turn(&proxy, &tools(), &mut messages);
+    upstream.played(5);
+    assert_prefix_kept(&upstream);
+    // The rebuilt conversation still holds the search round the first proxy answered.
+    let last = &upstream.turns()[4]["body"]["messages"];
+    assert!(
+        last.to_string().contains("\"name\":\"tool_search\""),
+        "the recorded search round is put back after the restart: {last}"
+    );
+}
+
+#[test]
+fn a_request_that_cannot_be_rewritten_fails_closed_under_rules_and_open_without() {
+    let s = Scratch::new("proxy-fail");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "fine"}], "match": ["Read"]}));
+    let mut dup = tools();
+    dup.push(dup[0].clone());
+    let body = json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}],
+                      "tools": dup});
+    {
+        let proxy = ProxyProc::start(
+            &s,
+            &upstream.url(),
+            "[permissions]\ndeny = [\"Bash\"]\n",
+            &[],
+        );
+        let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("\"Read\"") && message.contains("twice"),
+            "names the tool: {message}"
+        );
+        assert!(upstream.records().is_empty(), "nothing went upstream");
+    }
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}");
+    let sent = &upstream.records()[0];
+    assert_eq!(sent["body"], body, "passed through exactly as sent");
+    assert_eq!(
+        sent["headers"]["x-api-key"],
+        Value::Null,
+        "(credentials are not logged by the upstream fixture)"
+    );
+    assert!(proxy.log().contains("fail-open"), "{}", proxy.log());
+}
+
+#[test]
+fn refused_calls_are_answered_to_the_model_and_never_reach_the_client() {
+    let s = Scratch::new("proxy-refuse");
+    let script = json!({"steps": [
+        // Not searched yet: refused with the schema attached, which loads the tool.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__write_file", "params": {"path": "a"}}}]},
+        // Loaded now, but a required parameter is missing.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__write_file", "params": {"path": "a"}}}]},
+        // Denied by a rule, once loaded.
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__git__git_status"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__git__git_status", "params": {"repo_path": "."}}}]},
+        // Right.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__write_file", "params": {"path": "a", "content": "x"}}}]},
+        {"text": "Written."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config =
+        "[proxy]\nmax_search_rounds = 5\n[permissions]\ndeny = [\"mcp__git__git_status(*)\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "write a"})];
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert_eq!(
+        calls(&a),
+        [(
+            "mcp__fs__write_file".to_owned(),
+            json!({"path": "a", "content": "x"})
+        )],
+        "the client sees only the call that passed"
+    );
+    let results: Vec<Value> = [1, 2, 4]
+        .iter()
+        .map(|&i| upstream.turns()[i].clone())
+        .map(|t| {
+            t["tool_results"]
+                .as_array()
+                .expect("results")
+                .last()
+                .cloned()
+                .expect("a result")
+        })
+        .collect();
+    for r in &results {
+        assert_eq!(r["is_error"], true, "{r}");
+    }
+    let text = |i: usize| {
+        results[i]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        text(0).contains("\"content\""),
+        "the schema comes with the first refusal: {}",
+        text(0)
+    );
+    assert!(
+        text(1).contains("content"),
+        "the missing parameter is named: {}",
+        text(1)
+    );
+    assert!(
+        text(2).to_lowercase().contains("denied") || text(2).contains("deny"),
+        "the rule is named: {}",
+        text(2)
+    );
+    let status = proxy.status();
+    assert_eq!(status["totals"]["refused"], 3, "{status}");
+    turn(&proxy, &tools(), &mut messages);
+    assert_prefix_kept(&upstream);
+}
+
+#[test]
+fn a_tool_that_appears_mid_conversation_is_searchable_and_announced_without_changing_the_list() {
+    let s = Scratch::new("proxy-new-tool");
+    let script = json!({"steps": [
+        {"text": "Hello."},
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["calendar event"]}}]},
+        {"text": "Found it."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let mut messages = vec![json!({"role": "user", "content": "hi"})];
+    turn(&proxy, &tools(), &mut messages);
+    let mut more = tools();
+    more.push(tool(
+        "mcp__cal__create_event",
+        "Create a calendar event.",
+        json!({"title": {"type": "string"}}),
+        &["title"],
+    ));
+    more.reverse(); // and in another order
+    messages.push(json!({"role": "user", "content": "add an event"}));
+    turn(&proxy, &more, &mut messages);
+    let turns = upstream.played(3);
+    assert_eq!(
+        turns[0]["body"]["tools"], turns[1]["body"]["tools"],
+        "the frozen list is sent again"
+    );
+    let second = turns[1]["body"]["messages"].to_string();
+    assert!(
+        second.contains("new: mcp__cal__create_event"),
+        "the change is announced: {second}"
+    );
+    let found = &turns[2]["tool_results"][0]["content"];
+    assert!(
+        found
+            .as_str()
+            .unwrap_or_default()
+            .contains("mcp__cal__create_event"),
+        "the new tool is searchable: {found}"
+    );
+    assert_prefix_kept(&upstream);
+}
+
+#[test]
+fn requests_without_tools_and_other_endpoints_pass_through_byte_for_byte() {
+    let s = Scratch::new("proxy-pass");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let body =
+        json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "title?"}]});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(
+        (status, answer["content"][0]["text"].as_str()),
+        (200, Some("OK"))
+    );
+    let (status, count) = post(
+        &format!("{}/v1/messages/count_tokens?beta=true", proxy.url),
+        &body,
+        &HEADERS,
+    );
+    assert_eq!(status, 200);
+    assert!(count["input_tokens"].as_u64().is_some(), "{count}");
+    let records: Vec<Value> = upstream
+        .records()
+        .into_iter()
+        .filter(|r| r["kind"] == "request")
+        .collect();
+    let paths: Vec<&str> = records.iter().filter_map(|r| r["path"].as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/v1/messages", "/v1/messages/count_tokens?beta=true"]
+    );
+    for r in &records {
+        assert_eq!(r["body"], body, "passed as sent: {r}");
+        assert_eq!(
+            r["headers"]["anthropic-version"], "2023-06-01",
+            "headers go along"
+        );
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())",
+            &format!("{}/v1/models", proxy.url),
+        ])
+        .output()
+        .expect("python3");
+    let models: Value = serde_json::from_slice(&out.stdout).expect("models JSON");
+    assert_eq!(models["data"][0]["id"], "scripted-model");
+    let status = proxy.status();
+    assert_eq!(status["totals"]["passed"], 3, "{status}");
+    assert_eq!(status["totals"]["rewritten"], 0);
+}
