@@ -196,6 +196,17 @@ async fn find_by_root(
     body: &Map<String, Value>,
     names: &[String],
 ) -> (String, ProxySession, Option<u64>) {
+    // A Responses conversation chained by id sends only its new items: the id it continues
+    // names the session.
+    if let Some(Value::String(prev)) = body.get("previous_response_id")
+        && let Ok(Some(v)) = proxy.store.get(&response_alias(prev)).await
+        && let Ok(earlier) = String::from_utf8(v.value)
+    {
+        let (s, v) = proxy.load_session(&earlier).await;
+        if v.is_some() {
+            return (earlier, s, v);
+        }
+    }
     let key = format!("r:{}", root_key(dialect, body, names));
     let alias = format!("a:{}", root_key(dialect, body, &[]));
     let (session, version) = proxy.load_session(&key).await;
@@ -221,6 +232,11 @@ async fn find_by_root(
         }
     }
     (key, session, version)
+}
+
+/// The store key that leads from a Responses id the client was shown to its session.
+pub fn response_alias(id: &str) -> String {
+    format!("p:{id}")
 }
 
 /// Responses chained with `previous_response_id`: the client knows the first round's id, the

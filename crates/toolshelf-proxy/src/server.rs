@@ -102,7 +102,7 @@ impl AppState {
         json!({
             "uptime_secs": self.started.elapsed().as_secs(),
             "upstreams": {"anthropic": p.anthropic_upstream, "openai": p.openai_upstream},
-            "sessions_stored": self.proxy.store.len(),
+            "store_entries": self.proxy.store.len(),
             "session_bytes": {"mean": mean, "max": bytes.iter().max().copied().unwrap_or(0)},
             "totals": totals,
             "recent_sessions": sessions,
@@ -533,6 +533,19 @@ async fn finish(app: &AppState, turn: Turn) {
         bytes,
         active: prepared.session.state.active_names(ttl),
     });
+    if prepared.dialect.api() == Api::OpenAiResponses
+        && let Some(id) = client.envelope.get("id").and_then(Value::as_str)
+    {
+        let ttl = Duration::from_secs(proxy.compiled.config().proxy.session_ttl_secs);
+        let alias = crate::exchange::response_alias(id);
+        if let Err(e) = proxy
+            .store
+            .put(&alias, prepared.key.clone().into_bytes(), ttl)
+            .await
+        {
+            tracing::warn!("session store: {e}");
+        }
+    }
     proxy
         .save_session(&prepared.key, prepared.session, stored, prepared.version)
         .await;

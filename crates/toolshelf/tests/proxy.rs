@@ -407,3 +407,110 @@ fn requests_without_tools_and_other_endpoints_pass_through_byte_for_byte() {
     assert_eq!(status["totals"]["passed"], 3, "{status}");
     assert_eq!(status["totals"]["rewritten"], 0);
 }
+
+#[test]
+fn pre_call_hooks_rewrite_and_deny_calls_before_the_client_sees_them() {
+    let s = Scratch::new("proxy-hooks");
+    let hook = s.write(
+        "hook.sh",
+        r#"#!/bin/sh
+event=$(cat)
+case "$event" in
+  *git_status*) echo "status is off limits here" >&2; exit 2 ;;
+  *write_file*) echo '{"params": {"path": "sandbox/a", "content": "x"}}' ;;
+esac
+"#,
+    );
+    Command::new("chmod")
+        .args(["+x", &hook])
+        .status()
+        .expect("chmod");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__write_file", "mcp__git__git_status"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__git__git_status", "params": {"repo_path": "."}}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__write_file", "params": {"path": "a", "content": "x"}}}]},
+        {"text": "Done."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = format!("[[hooks.pre_call]]\ncommand = {hook:?}\n");
+    let proxy = ProxyProc::start(&s, &upstream.url(), &config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "write a"})];
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert_eq!(
+        calls(&a),
+        [(
+            "mcp__fs__write_file".to_owned(),
+            json!({"path": "sandbox/a", "content": "x"})
+        )],
+        "the client runs the call as the hook rewrote it"
+    );
+    let turns = upstream.turns();
+    let denied = turns[2]["tool_results"]
+        .as_array()
+        .and_then(|r| r.last())
+        .expect("a result");
+    assert_eq!(denied["is_error"], true, "{denied}");
+    assert!(
+        denied["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("status is off limits here"),
+        "the hook's reason reaches the model: {denied}"
+    );
+}
+
+#[test]
+fn a_responses_conversation_chained_by_id_continues_from_the_last_upstream_round() {
+    let s = Scratch::new("proxy-responses-chain");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "x"}}}]},
+        {"text": "Read."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let tools: Vec<Value> = tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "name": t["name"], "description": t["description"],
+                        "parameters": t["input_schema"]})
+        })
+        .collect();
+    let url = format!("{}/v1/responses", proxy.url);
+    let (status, first) = post(
+        &url,
+        &json!({"model": "m", "tools": tools, "input": [{"role": "user", "content": "read x"}]}),
+        &[("authorization", "Bearer k")],
+    );
+    assert_eq!(status, 200, "{first}");
+    let call = first["output"]
+        .as_array()
+        .and_then(|o| o.iter().find(|i| i["type"] == "function_call"))
+        .cloned()
+        .unwrap_or_else(|| panic!("a function call: {first}"));
+    assert_eq!(call["name"], "mcp__fs__read_file");
+    let (status, second) = post(
+        &url,
+        &json!({"model": "m", "tools": tools, "previous_response_id": first["id"],
+                "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "data"}]}),
+        &[("authorization", "Bearer k")],
+    );
+    assert_eq!(status, 200, "{second}");
+    let turns = upstream.played(3);
+    let last_round_id = upstream.answers()[1]["seq"].clone();
+    assert_ne!(
+        turns[2]["body"]["previous_response_id"], first["id"],
+        "the upstream continues from its own last response, not the one the client was shown"
+    );
+    assert!(
+        turns[2]["body"]["previous_response_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("resp_")),
+        "{} (round {last_round_id})",
+        turns[2]["body"]
+    );
+    assert_eq!(turns[2]["tool_results"][0]["id"], call["call_id"]);
+}
