@@ -173,6 +173,9 @@ pub async fn prepare(
             o.insert("include_usage".into(), true.into());
         }
     }
+    if let Some(choice) = body.get_mut("tool_choice") {
+        force_meta_choice(dialect, choice, &frozen_names);
+    }
     body.insert("tools".into(), Value::Array(upstream_tools));
     body.insert(dialect.api().conversation_key().into(), Value::Array(out));
     Ok(Plan::Rewrite(Box::new(Prepared {
@@ -232,6 +235,37 @@ async fn find_by_root(
         }
     }
     (key, session, version)
+}
+
+/// A `tool_choice` that forces a tool the upstream list does not hold (a deferred tool) would be
+/// refused upstream: it becomes "some tool must be called", which the model meets through
+/// `defer_execute`.
+fn force_meta_choice(dialect: Dialect, choice: &mut Value, frozen_names: &HashSet<String>) {
+    let named = match dialect.api() {
+        Api::Anthropic => (choice.get("type").and_then(Value::as_str) == Some("tool"))
+            .then(|| choice.get("name").and_then(Value::as_str))
+            .flatten(),
+        Api::OpenAiChat => choice.pointer("/function/name").and_then(Value::as_str),
+        Api::OpenAiResponses => (choice.get("type").and_then(Value::as_str) == Some("function"))
+            .then(|| choice.get("name").and_then(Value::as_str))
+            .flatten(),
+    };
+    let Some(name) = named else {
+        return;
+    };
+    if frozen_names.contains(name) {
+        return;
+    }
+    *choice = match dialect.api() {
+        Api::Anthropic => {
+            let mut any = json!({"type": "any"});
+            if let Some(p) = choice.get("disable_parallel_tool_use") {
+                any["disable_parallel_tool_use"] = p.clone();
+            }
+            any
+        }
+        _ => json!("required"),
+    };
 }
 
 /// The store key that leads from a Responses id the client was shown to its session.
@@ -950,6 +984,27 @@ mod tests {
             Value::Array(a.upstream_tools.clone()).to_string(),
             Value::Array(b.upstream_tools.clone()).to_string()
         );
+    }
+
+    #[test]
+    fn a_choice_that_forces_a_deferred_tool_forces_some_tool_instead() {
+        let frozen: HashSet<String> = ["Read".to_owned(), "tool_search".to_owned()].into();
+        let mut c = json!({"type": "tool", "name": "mcp__fs__read_file"});
+        force_meta_choice(Dialect(Api::Anthropic), &mut c, &frozen);
+        assert_eq!(c, json!({"type": "any"}));
+        let mut c = json!({"type": "tool", "name": "Read"});
+        force_meta_choice(Dialect(Api::Anthropic), &mut c, &frozen);
+        assert_eq!(
+            c,
+            json!({"type": "tool", "name": "Read"}),
+            "a resident tool stays forced"
+        );
+        let mut c = json!({"type": "function", "function": {"name": "x"}});
+        force_meta_choice(Dialect(Api::OpenAiChat), &mut c, &frozen);
+        assert_eq!(c, json!("required"));
+        let mut c = json!("auto");
+        force_meta_choice(Dialect(Api::OpenAiResponses), &mut c, &frozen);
+        assert_eq!(c, json!("auto"));
     }
 
     #[test]
