@@ -56,20 +56,7 @@ pub struct Settings {
     pub enrich: Option<Enricher>,
 }
 
-/// Something that adds retrievers to a search index, such as the embedding ranker. It runs on a
-/// background thread for every new snapshot, so model loading never delays `tools/list`.
-#[derive(Clone)]
-pub struct Enricher(pub Arc<EnrichFn>);
-
-/// The function inside an [`Enricher`]: adds retrievers, or says why it could not.
-pub type EnrichFn =
-    dyn Fn(&mut SearchIndex, &Catalog) -> std::result::Result<(), String> + Send + Sync;
-
-impl std::fmt::Debug for Enricher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Enricher")
-    }
-}
+pub use toolshelf_runtime::enrich::{EnrichFn, Enricher};
 
 /// One background thread that adds the enricher's rankers to the newest snapshot. Snapshots are
 /// rebuilt in bursts (one per server that finishes starting); only the newest matters, since

@@ -14,7 +14,7 @@ pub mod audit;
 pub mod cache;
 pub mod downstream;
 pub mod error;
-pub mod hooks;
+pub use toolshelf_runtime::hooks;
 pub mod hub;
 pub mod search;
 pub mod serve;

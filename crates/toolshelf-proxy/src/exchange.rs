@@ -746,7 +746,7 @@ impl Turn {
             event.original_tool = Some(tool.original_name.clone());
             event.via_defer_execute = Some(via_defer);
             event.params = Some(params.clone());
-            let pre = toolshelf_gateway::hooks::run(hooks, Some(tool), event).await;
+            let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
             let params = invoke::after_pre_call(i, &validator, pre.denied, pre.params, params)?;
             return Ok((i, params));
         }

@@ -36,7 +36,7 @@ pub use error::{ProxyError, Result};
 pub const SESSION_HEADER: &str = "x-toolshelf-session";
 
 /// Something that adds rankers to a search index (the embedding ranker): the gateway's.
-pub use toolshelf_gateway::Enricher;
+pub use toolshelf_runtime::enrich::Enricher;
 
 /// Totals since start, for `/toolshelf/status`.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -59,7 +59,7 @@ impl Shelf {
         dialect: Dialect,
         tools: &[Value],
         compiled: &Compiled,
-        enrich: Option<&toolshelf_gateway::Enricher>,
+        enrich: Option<&toolshelf_runtime::enrich::Enricher>,
     ) -> Result<Self, String> {
         let mut b = CatalogBuilder::new("request tools");
         let mut provider_tools = Vec::new();
@@ -204,7 +204,7 @@ impl Shelves {
         dialect: Dialect,
         tools: &[Value],
         compiled: &Compiled,
-        enrich: Option<&toolshelf_gateway::Enricher>,
+        enrich: Option<&toolshelf_runtime::enrich::Enricher>,
     ) -> Result<Arc<Shelf>, String> {
         let key = hash_tools(tools);
         {

@@ -155,7 +155,7 @@ impl MemoryStore {
         if let Some(dir) = &self.dir {
             let path = dir.join(file_name(key));
             if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| {
-                toolshelf_gateway::cache::write_atomic(&path, &encode(version, value))
+                toolshelf_runtime::files::write_atomic(&path, &encode(version, value))
             }) {
                 tracing::warn!("cannot write session file {}: {e}", path.display());
             }
