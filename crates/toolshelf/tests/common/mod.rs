@@ -474,7 +474,6 @@ impl Drop for Upstream {
     }
 }
 
-
 /// `toolshelf proxy` on a free loopback port in front of `upstream` (both APIs), killed on drop.
 pub struct ProxyProc {
     child: std::process::Child,
@@ -492,7 +491,12 @@ impl ProxyProc {
         let err_file = std::fs::File::create(&stderr).expect("stderr file");
         let child = std::process::Command::new(TOOLSHELF)
             .args(["proxy", "--listen", "127.0.0.1:0", "--config", &config_path])
-            .args(["--anthropic-upstream", upstream, "--openai-upstream", upstream])
+            .args([
+                "--anthropic-upstream",
+                upstream,
+                "--openai-upstream",
+                upstream,
+            ])
             .args(extra)
             .env("XDG_CACHE_HOME", s.path("cache"))
             .stdin(Stdio::null())
@@ -500,16 +504,27 @@ impl ProxyProc {
             .stderr(err_file)
             .spawn()
             .expect("spawn toolshelf proxy");
+        // Owned from here on, so that a failed start still kills (and reaps) the child.
+        let mut proc = Self {
+            child,
+            url: String::new(),
+            stderr,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+            let text = proc.log();
             if let Some(rest) = text.split("proxy listening on ").nth(1) {
-                let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
-                return Self { child, url, stderr };
+                proc.url = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                return proc;
             }
+            let exited = proc.child.try_wait().expect("poll the proxy");
             assert!(
-                Instant::now() < deadline,
-                "the proxy did not start; stderr:\n{text}"
+                exited.is_none() && Instant::now() < deadline,
+                "the proxy did not start ({exited:?}); stderr:\n{text}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
