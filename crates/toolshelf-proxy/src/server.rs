@@ -244,6 +244,9 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             );
         }
     };
+    // The Responses API echoes the request's tools in its response: the client's, not the
+    // upstream's (see `ClientTurn::tools`).
+    let client_tools = body.get("tools").cloned();
     let session = parts
         .headers
         .get(SESSION_HEADER)
@@ -260,6 +263,7 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         Ok(Plan::Rewrite(prepared)) => {
             proxy.count(|t| t.rewritten += 1);
             let mut turn = Turn::new(*prepared);
+            turn.client.tools = client_tools;
             turn.check_prefix();
             let headers = forward_headers(&parts.headers, true);
             if turn.prepared.stream {
@@ -593,7 +597,7 @@ async fn run_stream(
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(64);
     let idle = Duration::from_secs(app.proxy.compiled.config().proxy.upstream_timeout_secs);
     tokio::spawn(async move {
-        let mut streamer = dialect.streamer(turn.prepared.include_usage);
+        let mut streamer = dialect.streamer(turn.prepared.include_usage, turn.client.tools.clone());
         let mut resp = first;
         loop {
             let round = match pump(resp, streamer.as_mut(), &tx, idle).await {

@@ -331,12 +331,13 @@ impl Dialect {
         }
     }
 
-    /// A streaming translator for one client response.
-    pub fn streamer(self, include_usage: bool) -> Box<dyn Streamer> {
+    /// A streaming translator for one client response. `client_tools` is the `tools` array the
+    /// client sent, for a format whose responses echo it (see [`ClientTurn::tools`]).
+    pub fn streamer(self, include_usage: bool, client_tools: Option<Value>) -> Box<dyn Streamer> {
         match self.0 {
             Api::Anthropic => Box::new(anthropic::Stream::default()),
             Api::OpenAiChat => Box::new(chat::Stream::new(include_usage)),
-            Api::OpenAiResponses => Box::new(responses::Stream::default()),
+            Api::OpenAiResponses => Box::new(responses::Stream::new(client_tools)),
         }
     }
 
@@ -365,6 +366,10 @@ pub struct ClientTurn {
     pub stop: Option<String>,
     /// The rounds' usage, summed.
     pub usage: Option<Value>,
+    /// The `tools` array the client sent. A Responses response object echoes its request's
+    /// tools; the client's copy must name the client's tools, never the upstream's frozen list
+    /// with the meta-tools.
+    pub tools: Option<Value>,
 }
 
 /// Translates one upstream SSE stream after another into the single stream the client reads.

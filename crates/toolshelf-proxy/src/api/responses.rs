@@ -134,6 +134,13 @@ fn status_of(stop: Option<&str>) -> &str {
     }
 }
 
+/// Puts the client's own tools where a response object echoes the upstream's.
+fn echo_client_tools(response: &mut Map<String, Value>, client_tools: Option<&Value>) {
+    if let (Some(slot), Some(tools)) = (response.get_mut("tools"), client_tools) {
+        *slot = tools.clone();
+    }
+}
+
 /// The client's response.
 pub fn client_response(out: &ClientTurn) -> Value {
     let mut body = Map::new();
@@ -141,6 +148,9 @@ pub fn client_response(out: &ClientTurn) -> Value {
         match k.as_str() {
             "status" => {
                 body.insert(k.clone(), status_of(out.stop.as_deref()).into());
+            }
+            "tools" => {
+                body.insert(k.clone(), out.tools.clone().unwrap_or_else(|| v.clone()));
             }
             "output" => {}
             "usage" => {
@@ -166,6 +176,8 @@ pub fn client_response(out: &ClientTurn) -> Value {
 /// The streaming translator.
 #[derive(Debug, Default)]
 pub struct Stream {
+    /// The client's `tools`, echoed in the response objects it receives.
+    client_tools: Option<Value>,
     /// Rounds finished before this one.
     rounds: u32,
     seq: u64,
@@ -182,6 +194,14 @@ pub struct Stream {
 }
 
 impl Stream {
+    /// A translator for a client that sent `client_tools`.
+    pub fn new(client_tools: Option<Value>) -> Self {
+        Self {
+            client_tools,
+            ..Self::default()
+        }
+    }
+
     fn send(&mut self, out: &mut Vec<u8>, name: Option<&str>, mut data: Value) {
         data["sequence_number"] = self.seq.into();
         self.seq += 1;
@@ -206,7 +226,8 @@ impl Streamer for Stream {
         let output_index = data.get("output_index").and_then(Value::as_u64);
         match ty.as_str() {
             "response.created" | "response.in_progress" | "response.queued" => {
-                if let Some(Value::Object(r)) = data.get("response") {
+                if let Some(Value::Object(r)) = data.get_mut("response") {
+                    echo_client_tools(r, self.client_tools.as_ref());
                     let mut env = r.clone();
                     env.shift_remove("output");
                     if self.round.envelope.is_empty() {
@@ -390,6 +411,68 @@ mod tests {
             &json!({"type": "function_call_output", "call_id": "c"})
         ));
         assert!(!is_output_item(&json!({"role": "user", "content": "hi"})));
+    }
+
+    #[test]
+    fn response_objects_echo_the_clients_tools() {
+        let upstream_tools = json!([{"type": "function", "name": "tool_search"},
+                                    {"type": "function", "name": "defer_execute"}]);
+        let client_tools = json!([{"type": "function", "name": "mcp__weather__get_forecast"}]);
+        let round = parse_response(json!({"id": "resp_1", "status": "completed",
+            "tools": upstream_tools, "output": [], "usage": {"input_tokens": 3}}))
+        .expect("parses");
+        let turn = ClientTurn {
+            envelope: round.envelope,
+            tools: Some(client_tools.clone()),
+            ..ClientTurn::default()
+        };
+        assert_eq!(client_response(&turn)["tools"], client_tools);
+
+        let response = |status: &str| {
+            json!({"id": "resp_1", "object": "response", "status": status,
+                   "tools": upstream_tools, "output": []})
+        };
+        let upstream = [
+            json!({"type": "response.created", "sequence_number": 0,
+                   "response": response("in_progress")}),
+            json!({"type": "response.in_progress", "sequence_number": 1,
+                   "response": response("in_progress")}),
+            json!({"type": "response.completed", "sequence_number": 2,
+                   "response": response("completed")}),
+        ];
+        let mut s = Stream::new(Some(client_tools.clone()));
+        let mut out = Vec::new();
+        for data in &upstream {
+            let event = Event {
+                event: data["type"].as_str().map(str::to_owned),
+                data: data.to_string(),
+            };
+            s.event(&event, &mut out).expect("event");
+        }
+        assert!(s.round_done());
+        s.take_round();
+        s.finish(Some("completed"), None, &mut out);
+        let sent: Vec<Value> = crate::sse::Reader::default()
+            .feed(&out)
+            .iter()
+            .filter_map(Event::json)
+            .collect();
+        let types: Vec<&str> = sent.iter().filter_map(|v| v["type"].as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.completed"
+            ]
+        );
+        for v in &sent {
+            assert_eq!(
+                v["response"]["tools"], client_tools,
+                "{} must echo the client's tools",
+                v["type"]
+            );
+        }
     }
 
     #[test]
