@@ -401,12 +401,12 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         let resp = match send(proxy, url, headers, &turn.prepared.body).await {
             Ok(r) => r,
             Err(e) => {
-                proxy.count(|t| t.errors += 1);
+                book_unfinished(proxy, &turn, true);
                 return error_response(Some(dialect), &e);
             }
         };
         if !resp.status().is_success() {
-            proxy.count(|t| t.errors += 1);
+            book_unfinished(proxy, &turn, true);
             return relay_error(resp).await;
         }
         if first_headers.is_none() {
@@ -421,7 +421,7 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         let round = match parsed {
             Ok(r) => r,
             Err(message) => {
-                proxy.count(|t| t.errors += 1);
+                book_unfinished(proxy, &turn, true);
                 return error_response(
                     Some(dialect),
                     &ProxyError::Upstream {
@@ -516,6 +516,28 @@ async fn finish(app: &AppState, turn: Turn) {
         .await;
 }
 
+/// Books a request that ended without its answer (`failed`: with an error): the rounds the
+/// upstream served, the searches and refusals the proxy answered and their tokens count all the
+/// same.
+fn book_unfinished(proxy: &Proxy, turn: &Turn, failed: bool) {
+    let tokens = turn
+        .client
+        .usage
+        .as_ref()
+        .map(Tokens::of)
+        .unwrap_or_default();
+    proxy.count(|t| {
+        t.errors += u64::from(failed);
+        t.rounds += u64::from(turn.rounds);
+        t.searches += turn.searches;
+        t.refused += turn.refused;
+        t.tokens.input += tokens.input;
+        t.tokens.output += tokens.output;
+        t.tokens.cache_read += tokens.cache_read;
+        t.tokens.cache_creation += tokens.cache_creation;
+    });
+}
+
 /// A session key as shown: header values in full, hashes cut.
 fn short_key(key: &str) -> String {
     match key.strip_prefix("r:") {
@@ -606,10 +628,11 @@ async fn run_stream(
                     tracing::info!(
                         "the client went away mid-stream; the upstream stream is dropped"
                     );
+                    book_unfinished(&app.proxy, &turn, false);
                     return;
                 }
                 Err(Pump::Upstream(message)) => {
-                    app.proxy.count(|t| t.errors += 1);
+                    book_unfinished(&app.proxy, &turn, true);
                     tracing::warn!("{message}");
                     let mut out = Vec::new();
                     streamer.error("api_error", &message, &mut out);
@@ -624,7 +647,7 @@ async fn run_stream(
                         Ok(r) => {
                             let status = r.status();
                             let body = r.text().await.unwrap_or_default();
-                            app.proxy.count(|t| t.errors += 1);
+                            book_unfinished(&app.proxy, &turn, true);
                             let mut out = Vec::new();
                             streamer.error(
                                 &upstream_kind(status),
@@ -635,7 +658,7 @@ async fn run_stream(
                             return;
                         }
                         Err(e) => {
-                            app.proxy.count(|t| t.errors += 1);
+                            book_unfinished(&app.proxy, &turn, true);
                             let mut out = Vec::new();
                             streamer.error("api_error", &e.to_string(), &mut out);
                             let _ = tx.send(Ok(Bytes::from(out))).await;
