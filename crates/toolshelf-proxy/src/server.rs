@@ -397,7 +397,10 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
     let proxy = &app.proxy;
     let dialect = turn.prepared.dialect;
     let mut first_headers = None;
+    let secs = proxy.compiled.config().proxy.upstream_timeout_secs;
     loop {
+        // The limit holds for the whole round: the body, too, must arrive by then.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         let resp = match send(proxy, url, headers, &turn.prepared.body).await {
             Ok(r) => r,
             Err(e) => {
@@ -412,9 +415,15 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         if first_headers.is_none() {
             first_headers = Some(response_headers(resp.headers(), true));
         }
-        let parsed = resp
-            .bytes()
-            .await
+        let Ok(bytes) = tokio::time::timeout_at(deadline, resp.bytes()).await else {
+            book_unfinished(proxy, &turn, true);
+            let e = ProxyError::Timeout {
+                url: url.to_owned(),
+                secs,
+            };
+            return error_response(Some(dialect), &e);
+        };
+        let parsed = bytes
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| format!("not JSON: {e}")))
             .and_then(|v| dialect.parse_response(v));
