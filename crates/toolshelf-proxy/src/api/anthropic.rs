@@ -210,6 +210,8 @@ pub struct Stream {
     open: BTreeMap<u64, Open>,
     round: Round,
     done: bool,
+    /// The error event the upstream sent, for [`Streamer::error`].
+    upstream_error: Option<Value>,
 }
 
 impl Stream {
@@ -393,7 +395,9 @@ impl Streamer for Stream {
                 let message = data
                     .pointer("/error/message")
                     .and_then(Value::as_str)
-                    .unwrap_or("unknown error");
+                    .unwrap_or("unknown error")
+                    .to_owned();
+                self.upstream_error = Some(data);
                 return Err(format!("the upstream stream reported an error: {message}"));
             }
             _ => write_json(out, Some(&name), &data),
@@ -471,11 +475,10 @@ impl Streamer for Stream {
     }
 
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        write_json(
-            out,
-            Some("error"),
-            &json!({"type": "error", "error": {"type": kind, "message": message}}),
+        let data = self.upstream_error.take().unwrap_or_else(
+            || json!({"type": "error", "error": {"type": kind, "message": message}}),
         );
+        write_json(out, Some("error"), &data);
     }
 }
 
@@ -550,6 +553,41 @@ mod tests {
             .collect();
         assert_eq!(second[0]["type"], "content_block_start");
         assert_eq!(second[0]["index"], 1);
+    }
+
+    #[test]
+    fn an_upstream_error_event_reaches_the_client_as_sent() {
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        let text = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n",
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        );
+        let results: Vec<_> = events(text).iter().map(|e| s.event(e, &mut out)).collect();
+        assert!(results[0].is_ok());
+        let why = results[1]
+            .clone()
+            .expect_err("the error event fails the round");
+        assert!(why.contains("Overloaded"), "{why}");
+        let mut tail = Vec::new();
+        s.error("api_error", &why, &mut tail);
+        let sent = Reader::default().feed(&tail);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].event.as_deref(), Some("error"));
+        assert_eq!(
+            sent[0].json(),
+            Some(
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            ),
+            "the upstream's error type survives"
+        );
+        // A failure of the proxy's own is written as such.
+        let mut own = Vec::new();
+        s.error("api_error", "the upstream stream broke", &mut own);
+        assert_eq!(
+            Reader::default().feed(&own)[0].json().expect("JSON")["error"]["type"],
+            "api_error"
+        );
     }
 
     #[test]

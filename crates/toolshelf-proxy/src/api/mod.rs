@@ -391,7 +391,10 @@ pub trait Streamer: Send + std::fmt::Debug {
     fn write_call(&mut self, call: &Call, out: &mut Vec<u8>);
     /// Ends the client's stream: stop reason, summed usage.
     fn finish(&mut self, stop: Option<&str>, usage: Option<&Value>, out: &mut Vec<u8>);
-    /// An error event for a failure after the stream started.
+    /// An error event for a failure after the stream started. When the failure is an error
+    /// event the upstream sent (the `Err` of [`Streamer::event`]), that event is written as the
+    /// upstream wrote it instead: its type (an overloaded model, a rate limit) is what the client
+    /// decides a retry by.
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>);
 }
 

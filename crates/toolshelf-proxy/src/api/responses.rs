@@ -191,6 +191,8 @@ pub struct Stream {
     items: Vec<Value>,
     round: Round,
     done: bool,
+    /// The error event the upstream sent, for [`Streamer::error`].
+    upstream_error: Option<Value>,
 }
 
 impl Stream {
@@ -253,12 +255,14 @@ impl Streamer for Stream {
                 self.done = true;
             }
             "error" => {
-                return Err(format!(
+                let why = format!(
                     "the upstream stream reported an error: {}",
                     data.get("message")
                         .and_then(Value::as_str)
                         .unwrap_or("unknown")
-                ));
+                );
+                self.upstream_error = Some(data);
+                return Err(why);
             }
             "response.output_item.added" => {
                 let Some(i) = output_index else {
@@ -386,11 +390,11 @@ impl Streamer for Stream {
     }
 
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        self.send(
-            out,
-            Some("error"),
-            json!({"type": "error", "code": kind, "message": message, "param": null}),
+        // Renumbered by `send`, like every event the client receives.
+        let data = self.upstream_error.take().unwrap_or_else(
+            || json!({"type": "error", "code": kind, "message": message, "param": null}),
         );
+        self.send(out, Some("error"), data);
     }
 }
 
@@ -473,6 +477,39 @@ mod tests {
                 v["type"]
             );
         }
+    }
+
+    #[test]
+    fn an_upstream_error_event_reaches_the_client_as_sent_in_sequence() {
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        let created = json!({"type": "response.created", "sequence_number": 0,
+                             "response": {"id": "resp_1", "status": "in_progress", "output": []}});
+        let error = json!({"type": "error", "code": "server_is_overloaded",
+                           "message": "The server is overloaded", "param": null,
+                           "sequence_number": 7});
+        let event = |v: &Value| Event {
+            event: v["type"].as_str().map(str::to_owned),
+            data: v.to_string(),
+        };
+        s.event(&event(&created), &mut out).expect("created");
+        let why = s
+            .event(&event(&error), &mut out)
+            .expect_err("the error event fails the round");
+        assert!(why.contains("The server is overloaded"), "{why}");
+        s.error("api_error", &why, &mut out);
+        let sent: Vec<Value> = crate::sse::Reader::default()
+            .feed(&out)
+            .iter()
+            .filter_map(Event::json)
+            .collect();
+        assert_eq!(sent.len(), 2);
+        let mut want = error.clone();
+        want["sequence_number"] = json!(1);
+        assert_eq!(
+            sent[1], want,
+            "the upstream's error, numbered in the client's sequence"
+        );
     }
 
     #[test]
