@@ -592,7 +592,13 @@ async fn pump(
         };
         let mut out = Vec::new();
         for event in reader.feed(&chunk) {
-            streamer.event(&event, &mut out).map_err(Pump::Upstream)?;
+            if let Err(why) = streamer.event(&event, &mut out) {
+                // What the events before it in this chunk produced still reaches the client.
+                if !out.is_empty() {
+                    let _ = tx.send(Ok(Bytes::from(out))).await;
+                }
+                return Err(Pump::Upstream(why));
+            }
             if streamer.round_done() {
                 break;
             }
