@@ -385,6 +385,77 @@ fn openai_responses_upstream_errors_reach_the_client() {
     upstream_errors(Api::Responses);
 }
 
+/// An error event the upstream streams mid-answer, on the round after a search (a provider's
+/// overloaded model), reaches the client as the upstream wrote it, after the text that came
+/// before it: its type is what the client decides a retry by.
+#[test]
+fn an_upstream_error_event_mid_stream_reaches_the_client_as_sent() {
+    let partial = "Partial answer before the failure.";
+    let cases = [
+        (
+            Api::Anthropic,
+            4,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
+        (
+            Api::Chat,
+            2,
+            json!({"error": {"type": "server_error", "message": "The server is overloaded",
+                             "code": "overloaded", "param": null}}),
+        ),
+        (
+            Api::Responses,
+            5,
+            json!({"type": "error", "code": "server_is_overloaded",
+                   "message": "The server is overloaded", "param": null}),
+        ),
+    ];
+    let mut steps = Vec::new();
+    for (_, after, error) in &cases {
+        steps.push(search_step());
+        steps.push(json!({"text": partial, "error_after": after, "error": error}));
+    }
+    let s = Scratch::new("sdk-error-event");
+    let upstream = Upstream::start(&s, &Value::Array(steps));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let specs: Vec<Value> = cases
+        .iter()
+        .map(|(api, _, _)| {
+            let prompt = format!("weather ({} overloaded)", api.name());
+            spec(*api, true, &proxy, &prompt, json!({"requests": 1}))
+        })
+        .collect();
+    let reports = run_client(&s, "error-event", &Value::Array(specs));
+    for (report, (api, _, error)) in reports.as_array().expect("reports").iter().zip(&cases) {
+        let what = api.name();
+        let r = only_request(report);
+        assert_eq!(r["ok"], false, "{what}: the SDK raised: {r:#}");
+        let wire = &report["wire"][0];
+        stream_error(*api, what, wire);
+        let events = wire_events(wire);
+        let mut last = events.last().expect("events")["data"].clone();
+        if *api == Api::Responses {
+            assert_eq!(last["sequence_number"], json!(events.len() - 1), "{what}");
+            last.as_object_mut()
+                .expect("an object")
+                .remove("sequence_number");
+        }
+        assert_eq!(&last, error, "{what}: the upstream's error event, as sent");
+        let before = wire["body"].as_str().unwrap_or_default();
+        assert!(
+            before.contains(partial),
+            "{what}: the text before the error reached the client:\n{before}"
+        );
+        if *api == Api::Anthropic {
+            assert_eq!(
+                r["error"]["body"]["error"]["type"], "overloaded_error",
+                "{what}: the SDK reads the upstream's error type: {r:#}"
+            );
+        }
+    }
+    upstream.played(2 * cases.len());
+}
+
 /// An upstream stream that breaks off mid-event, on the round after a search, ends the client's
 /// stream with an error event that says so; the proxy then serves the next request. A JSON
 /// answer broken off the same way is a 502 naming the upstream.
