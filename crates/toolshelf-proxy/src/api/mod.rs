@@ -366,6 +366,9 @@ pub struct ClientTurn {
     pub stop: Option<String>,
     /// The rounds' usage, summed.
     pub usage: Option<Value>,
+    /// The last round's envelope: how the answer ended, where the format says more than the
+    /// stop reason (a stop sequence, why a response is incomplete or failed).
+    pub last: Map<String, Value>,
     /// The `tools` array the client sent. A Responses response object echoes its request's
     /// tools; the client's copy must name the client's tools, never the upstream's frozen list
     /// with the meta-tools.

@@ -170,8 +170,17 @@ pub fn client_response(out: &ClientTurn) -> Value {
     {
         body.insert("usage".into(), u.clone());
     }
+    // The response ended where the last round did.
+    for k in ENDING {
+        if let Some(v) = out.last.get(*k) {
+            body.insert((*k).into(), v.clone());
+        }
+    }
     Value::Object(body)
 }
+
+/// The fields besides `status` that say how a response ended.
+const ENDING: &[&str] = &["error", "incomplete_details", "completed_at"];
 
 /// The streaming translator.
 #[derive(Debug, Default)]
@@ -193,6 +202,8 @@ pub struct Stream {
     done: bool,
     /// The error event the upstream sent, for [`Streamer::error`].
     upstream_error: Option<Value>,
+    /// The last round's [`ENDING`] fields.
+    ending: Map<String, Value>,
 }
 
 impl Stream {
@@ -248,6 +259,10 @@ impl Streamer for Stream {
                     self.round.usage = r.get("usage").cloned();
                     let has_calls = self.round.parts.iter().any(|p| matches!(p, Part::Call(_)));
                     self.round.stop = Some(stop_of(r, has_calls));
+                    self.ending = ENDING
+                        .iter()
+                        .filter_map(|k| Some(((*k).to_owned(), r.get(*k)?.clone())))
+                        .collect();
                     let mut env = r.clone();
                     env.shift_remove("output");
                     self.round.envelope = env;
@@ -381,6 +396,9 @@ impl Streamer for Stream {
         r.insert("status".into(), status.clone().into());
         r.insert("output".into(), Value::Array(self.items.clone()));
         r.insert("usage".into(), usage.cloned().unwrap_or(Value::Null));
+        for (k, v) in &self.ending {
+            r.insert(k.clone(), v.clone());
+        }
         let ty = match status.as_str() {
             "incomplete" => "response.incomplete",
             "failed" => "response.failed",
@@ -510,6 +528,49 @@ mod tests {
             sent[1], want,
             "the upstream's error, numbered in the client's sequence"
         );
+    }
+
+    #[test]
+    fn the_response_ends_as_the_last_round_did() {
+        let why = json!({"reason": "max_output_tokens"});
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        for data in [
+            json!({"type": "response.created", "sequence_number": 0,
+                   "response": {"id": "resp_1", "status": "in_progress", "output": [],
+                                "incomplete_details": null}}),
+            json!({"type": "response.incomplete", "sequence_number": 1,
+                   "response": {"id": "resp_1", "status": "incomplete", "output": [],
+                                "incomplete_details": why}}),
+        ] {
+            let event = Event {
+                event: data["type"].as_str().map(str::to_owned),
+                data: data.to_string(),
+            };
+            s.event(&event, &mut out).expect("event");
+        }
+        let round = s.take_round();
+        assert_eq!(round.stop.as_deref(), Some("incomplete"));
+        let mut tail = Vec::new();
+        s.finish(round.stop.as_deref(), None, &mut tail);
+        let end = crate::sse::Reader::default().feed(&tail)[0]
+            .json()
+            .expect("JSON");
+        assert_eq!(end["type"], "response.incomplete");
+        assert_eq!(end["response"]["incomplete_details"], why);
+
+        let turn = ClientTurn {
+            envelope: json!({"id": "resp_1", "status": "in_progress", "incomplete_details": null})
+                .as_object()
+                .cloned()
+                .expect("an object"),
+            last: round.envelope,
+            stop: round.stop,
+            ..ClientTurn::default()
+        };
+        let body = client_response(&turn);
+        assert_eq!(body["status"], "incomplete");
+        assert_eq!(body["incomplete_details"], why);
     }
 
     #[test]
