@@ -382,11 +382,36 @@ async fn send(
     }
 }
 
+/// The body of an upstream error response (empty when it breaks), or the timeout when it does
+/// not arrive within `[proxy] upstream_timeout_secs`.
+async fn error_body(
+    proxy: &Proxy,
+    url: &str,
+    resp: reqwest::Response,
+) -> Result<Bytes, ProxyError> {
+    let secs = proxy.compiled.config().proxy.upstream_timeout_secs;
+    match tokio::time::timeout(Duration::from_secs(secs), resp.bytes()).await {
+        Ok(body) => Ok(body.unwrap_or_default()),
+        Err(_) => Err(ProxyError::Timeout {
+            url: url.to_owned(),
+            secs,
+        }),
+    }
+}
+
 /// An upstream error response, relayed with its status and body.
-async fn relay_error(resp: reqwest::Response) -> Response {
+async fn relay_error(
+    proxy: &Proxy,
+    url: &str,
+    dialect: Dialect,
+    resp: reqwest::Response,
+) -> Response {
     let status = resp.status();
     let headers = response_headers(resp.headers(), false);
-    let body = resp.bytes().await.unwrap_or_default();
+    let body = match error_body(proxy, url, resp).await {
+        Ok(b) => b,
+        Err(e) => return error_response(Some(dialect), &e),
+    };
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
@@ -410,7 +435,7 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         };
         if !resp.status().is_success() {
             book_unfinished(proxy, &turn, true);
-            return relay_error(resp).await;
+            return relay_error(proxy, url, dialect, resp).await;
         }
         if first_headers.is_none() {
             first_headers = Some(response_headers(resp.headers(), true));
@@ -628,7 +653,7 @@ async fn run_stream(
     };
     if !first.status().is_success() {
         app.proxy.count(|t| t.errors += 1);
-        return relay_error(first).await;
+        return relay_error(&app.proxy, &url, dialect, first).await;
     }
     let mut client_headers = response_headers(first.headers(), true);
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(64);
@@ -661,7 +686,10 @@ async fn run_stream(
                         Ok(r) if r.status().is_success() => r,
                         Ok(r) => {
                             let status = r.status();
-                            let body = r.text().await.unwrap_or_default();
+                            let body = match error_body(&app.proxy, &url, r).await {
+                                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                                Err(e) => e.to_string(),
+                            };
                             book_unfinished(&app.proxy, &turn, true);
                             let mut out = Vec::new();
                             streamer.error(
