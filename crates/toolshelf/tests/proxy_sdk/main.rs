@@ -749,81 +749,90 @@ fn a_10_mb_request_under_the_default_limit_is_rewritten() {
     assert_eq!(totals["prefix_breaks"], 0, "{totals}");
 }
 
-/// An upstream that stops answering, before its headers, inside a JSON body, or inside a stream
-/// on the round after a search: each request ends once `[proxy] upstream_timeout_secs` has
-/// passed, in an error that says so (a 504, or the stream's error event), and the proxy serves
-/// the next one.
+/// An upstream that stops answering, before its headers, inside a JSON body, inside an error's
+/// body, or inside a stream on the round after a search: each request ends once
+/// `[proxy] upstream_timeout_secs` has passed, in an error that says so (a 504, or the stream's
+/// error event), and the proxy serves the next one.
 #[test]
 fn an_upstream_that_stops_answering_times_out() {
-    let stall = 30;
-    let mut in_body = answer_step();
-    in_body["hang"] = json!(stall);
-    in_body["hang_after"] = json!(20);
-    let mut in_stream = execute_step();
-    in_stream["hang"] = json!(stall);
-    in_stream["hang_after"] = json!(3);
-    let steps = json!([{"hang": stall}, in_body, search_step(), in_stream, answer_step()]);
+    let stall = json!({"hang": 30, "hang_after": 5});
+    let with_stall = |mut step: Value| {
+        if let (Value::Object(m), Value::Object(extra)) = (&mut step, stall.clone()) {
+            m.extend(extra);
+        }
+        step
+    };
+    let error = json!({"error": {"type": "rate_limit_error", "message": "slow down"}});
+    let error_step = || json!({"status": 429, "body": error});
+    // (what, API, streamed, the steps it plays)
+    let cases = [
+        ("no headers", Api::Chat, false, vec![json!({"hang": 30})]),
+        (
+            "half a body",
+            Api::Anthropic,
+            false,
+            vec![with_stall(answer_step())],
+        ),
+        (
+            "half an error",
+            Api::Responses,
+            false,
+            vec![with_stall(error_step())],
+        ),
+        (
+            "a stalled stream",
+            Api::Responses,
+            true,
+            vec![search_step(), with_stall(execute_step())],
+        ),
+        (
+            "an error stalled mid-stream",
+            Api::Anthropic,
+            true,
+            vec![search_step(), with_stall(error_step())],
+        ),
+        ("after the stalls", Api::Chat, true, vec![answer_step()]),
+    ];
+    let steps: Vec<Value> = cases.iter().flat_map(|c| c.3.clone()).collect();
     let s = Scratch::new("sdk-timeout");
-    let upstream = Upstream::start(&s, &steps);
+    let upstream = Upstream::start(&s, &Value::Array(steps.clone()));
     let proxy = ProxyProc::start(
         &s,
         &upstream.url(),
         "[proxy]\nupstream_timeout_secs = 2\n",
         &[],
     );
-    let one = json!({"requests": 1});
-    let specs = json!([
-        spec(
-            Api::Chat,
-            false,
-            &proxy,
-            "weather (no headers)",
-            one.clone()
-        ),
-        spec(
-            Api::Anthropic,
-            false,
-            &proxy,
-            "weather (half a body)",
-            one.clone()
-        ),
-        spec(
-            Api::Responses,
-            true,
-            &proxy,
-            "weather (a stalled stream)",
-            one.clone()
-        ),
-        spec(
-            Api::Anthropic,
-            true,
-            &proxy,
-            "weather (after the stalls)",
-            one
-        ),
-    ]);
-    let reports = run_client(&s, "timeout", &specs);
+    let specs: Vec<Value> = cases
+        .iter()
+        .map(|(what, api, stream, _)| {
+            let prompt = format!("weather ({what})");
+            spec(*api, *stream, &proxy, &prompt, json!({"requests": 1}))
+        })
+        .collect();
+    let reports = run_client(&s, "timeout", &Value::Array(specs));
     let reports = reports.as_array().expect("one report per spec");
-    for (report, what) in reports[..2].iter().zip(["no headers", "half a body"]) {
+    for (report, (what, api, stream, _)) in reports.iter().zip(&cases) {
         let r = only_request(report);
-        assert_eq!(
-            r["error"]["status"], 504,
-            "{what}: a gateway timeout: {r:#}"
-        );
-        let message = r["error"]["message"].as_str().unwrap_or_default();
-        assert!(
-            message.contains("within 2 s") && message.contains("upstream_timeout_secs"),
-            "{what}: the message names the limit: {message}"
-        );
+        if *what == "after the stalls" {
+            assert_eq!(r["ok"], true, "the next request is served: {r:#}");
+            assert_eq!(r["text"], FINAL_TEXT);
+        } else if *stream {
+            let (_, message) = stream_error(*api, what, &report["wire"][0]);
+            assert!(
+                message.contains("stalled for 2 s") || message.contains("within 2 s"),
+                "{what}: the error event says the upstream stopped answering: {message}"
+            );
+        } else {
+            assert_eq!(
+                r["error"]["status"], 504,
+                "{what}: a gateway timeout: {r:#}"
+            );
+            let message = r["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("within 2 s") && message.contains("upstream_timeout_secs"),
+                "{what}: the message names the limit: {message}"
+            );
+        }
     }
-    let (kind, message) = stream_error(Api::Responses, "a stalled stream", &reports[2]["wire"][0]);
-    assert_eq!(kind, "api_error");
-    assert!(
-        message.contains("stalled for 2 s"),
-        "the error event says the stream stalled: {message}"
-    );
-    let next = only_request(&reports[3]);
-    assert_eq!(next["ok"], true, "the next request is served: {next:#}");
-    assert_eq!(next["text"], FINAL_TEXT);
-    upstream.played(5);
+    upstream.played(steps.len());
 }
