@@ -7,8 +7,9 @@
 //!
 //! The conversation tests check what each side sees: the client a plain tool call of its own
 //! tool and never the meta-tools, the upstream a frozen tool list and a conversation that only
-//! grows. The fault tests check that upstream errors, broken streams, departing clients, broken
-//! JSON and oversized bodies end in a clear answer, and that the proxy serves on after each.
+//! grows. The fault tests check that upstream errors (statuses, and error events mid-stream),
+//! broken streams, stalled upstreams, departing clients, broken JSON and oversized bodies end in a
+//! clear answer, and that the proxy serves on after each.
 //!
 //! The SDKs are installed by `scripts/install-clients.sh` (`scripts/test` runs it); when they are
 //! missing these tests fail and say so, they never skip. Every run of the client has a deadline
