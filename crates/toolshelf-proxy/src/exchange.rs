@@ -536,6 +536,7 @@ impl Turn {
         if self.client.envelope.is_empty() {
             self.client.envelope = round.envelope.clone();
         }
+        self.client.last.clone_from(&round.envelope);
         if let Some(u) = &round.usage {
             match &mut self.client.usage {
                 Some(total) => add_usage(total, u),

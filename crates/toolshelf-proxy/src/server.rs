@@ -263,6 +263,9 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             );
         }
     };
+    // The Responses API echoes the request's tools in its response: the client's, not the
+    // upstream's (see `ClientTurn::tools`).
+    let client_tools = body.get("tools").cloned();
     let session = parts
         .headers
         .get(SESSION_HEADER)
@@ -279,6 +282,7 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         Ok(Plan::Rewrite(prepared)) => {
             proxy.count(|t| t.rewritten += 1);
             let mut turn = Turn::new(*prepared);
+            turn.client.tools = client_tools;
             turn.check_prefix();
             let headers = forward_headers(&parts.headers, true);
             if turn.prepared.stream {
@@ -403,11 +407,36 @@ async fn send(
     }
 }
 
+/// The body of an upstream error response (empty when it breaks), or the timeout when it does
+/// not arrive within `[proxy] upstream_timeout_secs`.
+async fn error_body(
+    proxy: &Proxy,
+    url: &str,
+    resp: reqwest::Response,
+) -> Result<Bytes, ProxyError> {
+    let secs = proxy.compiled.config().proxy.upstream_timeout_secs;
+    match tokio::time::timeout(Duration::from_secs(secs), resp.bytes()).await {
+        Ok(body) => Ok(body.unwrap_or_default()),
+        Err(_) => Err(ProxyError::Timeout {
+            url: url.to_owned(),
+            secs,
+        }),
+    }
+}
+
 /// An upstream error response, relayed with its status and body.
-async fn relay_error(resp: reqwest::Response) -> Response {
+async fn relay_error(
+    proxy: &Proxy,
+    url: &str,
+    dialect: Dialect,
+    resp: reqwest::Response,
+) -> Response {
     let status = resp.status();
     let headers = response_headers(resp.headers(), false);
-    let body = resp.bytes().await.unwrap_or_default();
+    let body = match error_body(proxy, url, resp).await {
+        Ok(b) => b,
+        Err(e) => return error_response(Some(dialect), &e),
+    };
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
@@ -418,31 +447,40 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
     let proxy = &app.proxy;
     let dialect = turn.prepared.dialect;
     let mut first_headers = None;
+    let secs = proxy.compiled.config().proxy.upstream_timeout_secs;
     loop {
+        // The limit holds for the whole round: the body, too, must arrive by then.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         let resp = match send(proxy, url, headers, &turn.prepared.body).await {
             Ok(r) => r,
             Err(e) => {
-                proxy.count(|t| t.errors += 1);
+                book_unfinished(proxy, &turn, true);
                 return error_response(Some(dialect), &e);
             }
         };
         if !resp.status().is_success() {
-            proxy.count(|t| t.errors += 1);
-            return relay_error(resp).await;
+            book_unfinished(proxy, &turn, true);
+            return relay_error(proxy, url, dialect, resp).await;
         }
         if first_headers.is_none() {
             first_headers = Some(response_headers(resp.headers(), true));
         }
-        let parsed = resp
-            .bytes()
-            .await
+        let Ok(bytes) = tokio::time::timeout_at(deadline, resp.bytes()).await else {
+            book_unfinished(proxy, &turn, true);
+            let e = ProxyError::Timeout {
+                url: url.to_owned(),
+                secs,
+            };
+            return error_response(Some(dialect), &e);
+        };
+        let parsed = bytes
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| format!("not JSON: {e}")))
             .and_then(|v| dialect.parse_response(v));
         let round = match parsed {
             Ok(r) => r,
             Err(message) => {
-                proxy.count(|t| t.errors += 1);
+                book_unfinished(proxy, &turn, true);
                 return error_response(
                     Some(dialect),
                     &ProxyError::Upstream {
@@ -551,6 +589,28 @@ async fn finish(app: &AppState, turn: Turn) {
         .await;
 }
 
+/// Books a request that ended without its answer (`failed`: with an error): the rounds the
+/// upstream served, the searches and refusals the proxy answered and their tokens count all the
+/// same.
+fn book_unfinished(proxy: &Proxy, turn: &Turn, failed: bool) {
+    let tokens = turn
+        .client
+        .usage
+        .as_ref()
+        .map(Tokens::of)
+        .unwrap_or_default();
+    proxy.count(|t| {
+        t.errors += u64::from(failed);
+        t.rounds += u64::from(turn.rounds);
+        t.searches += turn.searches;
+        t.refused += turn.refused;
+        t.tokens.input += tokens.input;
+        t.tokens.output += tokens.output;
+        t.tokens.cache_read += tokens.cache_read;
+        t.tokens.cache_creation += tokens.cache_creation;
+    });
+}
+
 /// A session key as shown: header values in full, hashes cut.
 fn short_key(key: &str) -> String {
     match key.strip_prefix("r:") {
@@ -596,7 +656,13 @@ async fn pump(
         };
         let mut out = Vec::new();
         for event in reader.feed(&chunk) {
-            streamer.event(&event, &mut out).map_err(Pump::Upstream)?;
+            if let Err(why) = streamer.event(&event, &mut out) {
+                // What the events before it in this chunk produced still reaches the client.
+                if !out.is_empty() {
+                    let _ = tx.send(Ok(Bytes::from(out))).await;
+                }
+                return Err(Pump::Upstream(why));
+            }
             if streamer.round_done() {
                 break;
             }
@@ -626,13 +692,13 @@ async fn run_stream(
     };
     if !first.status().is_success() {
         app.proxy.count(|t| t.errors += 1);
-        return relay_error(first).await;
+        return relay_error(&app.proxy, &url, dialect, first).await;
     }
     let mut client_headers = response_headers(first.headers(), true);
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(64);
     let idle = Duration::from_secs(app.proxy.compiled.config().proxy.upstream_timeout_secs);
     tokio::spawn(async move {
-        let mut streamer = dialect.streamer(turn.prepared.include_usage);
+        let mut streamer = dialect.streamer(turn.prepared.include_usage, turn.client.tools.clone());
         let mut resp = first;
         loop {
             let round = match pump(resp, streamer.as_mut(), &tx, idle).await {
@@ -641,10 +707,11 @@ async fn run_stream(
                     tracing::info!(
                         "the client went away mid-stream; the upstream stream is dropped"
                     );
+                    book_unfinished(&app.proxy, &turn, false);
                     return;
                 }
                 Err(Pump::Upstream(message)) => {
-                    app.proxy.count(|t| t.errors += 1);
+                    book_unfinished(&app.proxy, &turn, true);
                     tracing::warn!("{message}");
                     let mut out = Vec::new();
                     streamer.error("api_error", &message, &mut out);
@@ -658,8 +725,11 @@ async fn run_stream(
                         Ok(r) if r.status().is_success() => r,
                         Ok(r) => {
                             let status = r.status();
-                            let body = r.text().await.unwrap_or_default();
-                            app.proxy.count(|t| t.errors += 1);
+                            let body = match error_body(&app.proxy, &url, r).await {
+                                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                                Err(e) => e.to_string(),
+                            };
+                            book_unfinished(&app.proxy, &turn, true);
                             let mut out = Vec::new();
                             streamer.error(
                                 &upstream_kind(status),
@@ -670,7 +740,7 @@ async fn run_stream(
                             return;
                         }
                         Err(e) => {
-                            app.proxy.count(|t| t.errors += 1);
+                            book_unfinished(&app.proxy, &turn, true);
                             let mut out = Vec::new();
                             streamer.error("api_error", &e.to_string(), &mut out);
                             let _ = tx.send(Ok(Bytes::from(out))).await;

@@ -187,11 +187,20 @@ pub fn client_response(out: &ClientTurn) -> Value {
         ordered.insert("content".into(), Value::Array(content));
     }
     ordered.insert("stop_reason".into(), json!(out.stop));
+    // The message ended where the last round did.
+    for k in ENDING {
+        if let Some(v) = out.last.get(*k) {
+            ordered.insert((*k).into(), v.clone());
+        }
+    }
     if let Some(u) = &out.usage {
         ordered.insert("usage".into(), u.clone());
     }
     Value::Object(ordered)
 }
+
+/// The fields besides `stop_reason` that say how a message ended.
+const ENDING: &[&str] = &["stop_sequence", "stop_details", "container"];
 
 /// A block being received.
 #[derive(Debug)]
@@ -210,6 +219,10 @@ pub struct Stream {
     open: BTreeMap<u64, Open>,
     round: Round,
     done: bool,
+    /// The error event the upstream sent, for [`Streamer::error`].
+    upstream_error: Option<Value>,
+    /// The last `message_delta`'s `delta`: how the last round ended.
+    last_delta: Map<String, Value>,
 }
 
 impl Stream {
@@ -362,6 +375,9 @@ impl Streamer for Stream {
                 if let Some(s) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.round.stop = Some(s.to_owned());
                 }
+                if let Some(d) = data.get("delta").and_then(Value::as_object) {
+                    self.last_delta.clone_from(d);
+                }
                 if let Some(u) = data.get("usage").and_then(Value::as_object) {
                     // A delta's figures are the round's totals so far: they replace.
                     let usage = self
@@ -393,7 +409,9 @@ impl Streamer for Stream {
                 let message = data
                     .pointer("/error/message")
                     .and_then(Value::as_str)
-                    .unwrap_or("unknown error");
+                    .unwrap_or("unknown error")
+                    .to_owned();
+                self.upstream_error = Some(data);
                 return Err(format!("the upstream stream reported an error: {message}"));
             }
             _ => write_json(out, Some(&name), &data),
@@ -461,8 +479,16 @@ impl Streamer for Stream {
     }
 
     fn finish(&mut self, stop: Option<&str>, usage: Option<&Value>, out: &mut Vec<u8>) {
-        let mut delta = json!({"type": "message_delta",
-                               "delta": {"stop_reason": stop, "stop_sequence": null}});
+        // The last round's ending (stop sequence, details) with the client's stop reason.
+        let mut ending = Map::new();
+        ending.insert("stop_reason".into(), json!(stop));
+        ending.insert("stop_sequence".into(), Value::Null);
+        for (k, v) in &self.last_delta {
+            if k != "stop_reason" {
+                ending.insert(k.clone(), v.clone());
+            }
+        }
+        let mut delta = json!({"type": "message_delta", "delta": ending});
         if let Some(u) = usage {
             delta["usage"] = u.clone();
         }
@@ -471,11 +497,10 @@ impl Streamer for Stream {
     }
 
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        write_json(
-            out,
-            Some("error"),
-            &json!({"type": "error", "error": {"type": kind, "message": message}}),
+        let data = self.upstream_error.take().unwrap_or_else(
+            || json!({"type": "error", "error": {"type": kind, "message": message}}),
         );
+        write_json(out, Some("error"), &data);
     }
 }
 
@@ -550,6 +575,78 @@ mod tests {
             .collect();
         assert_eq!(second[0]["type"], "content_block_start");
         assert_eq!(second[0]["index"], 1);
+    }
+
+    #[test]
+    fn an_upstream_error_event_reaches_the_client_as_sent() {
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        let text = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n",
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        );
+        let results: Vec<_> = events(text).iter().map(|e| s.event(e, &mut out)).collect();
+        assert!(results[0].is_ok());
+        let why = results[1]
+            .clone()
+            .expect_err("the error event fails the round");
+        assert!(why.contains("Overloaded"), "{why}");
+        let mut tail = Vec::new();
+        s.error("api_error", &why, &mut tail);
+        let sent = Reader::default().feed(&tail);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].event.as_deref(), Some("error"));
+        assert_eq!(
+            sent[0].json(),
+            Some(
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            ),
+            "the upstream's error type survives"
+        );
+        // A failure of the proxy's own is written as such.
+        let mut own = Vec::new();
+        s.error("api_error", "the upstream stream broke", &mut own);
+        assert_eq!(
+            Reader::default().feed(&own)[0].json().expect("JSON")["error"]["type"],
+            "api_error"
+        );
+    }
+
+    #[test]
+    fn the_message_ends_as_the_last_round_did() {
+        let stopped = ROUND.replace(
+            r#""delta":{"stop_reason":"tool_use"}"#,
+            r#""delta":{"stop_reason":"stop_sequence","stop_sequence":"END"}"#,
+        );
+        assert_ne!(stopped, ROUND, "the round's message_delta is rewritten");
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        for e in events(ROUND).iter().chain(&events(&stopped)) {
+            s.event(e, &mut out).expect("event");
+        }
+        let mut tail = Vec::new();
+        s.finish(Some("stop_sequence"), None, &mut tail);
+        let delta = Reader::default().feed(&tail)[0].json().expect("JSON");
+        assert_eq!(
+            delta["delta"],
+            json!({"stop_reason": "stop_sequence", "stop_sequence": "END"})
+        );
+
+        let first = parse_response(json!({"id": "msg_1", "type": "message", "content": [],
+            "stop_reason": "tool_use", "stop_sequence": null}))
+        .expect("parses");
+        let last = parse_response(json!({"id": "msg_2", "type": "message", "content": [],
+            "stop_reason": "stop_sequence", "stop_sequence": "END"}))
+        .expect("parses");
+        let turn = ClientTurn {
+            envelope: first.envelope,
+            last: last.envelope,
+            stop: Some("stop_sequence".into()),
+            ..ClientTurn::default()
+        };
+        let body = client_response(&turn);
+        assert_eq!(body["id"], "msg_1", "the first round's identity");
+        assert_eq!(body["stop_sequence"], "END", "the last round's ending");
     }
 
     #[test]

@@ -207,6 +207,8 @@ pub struct Stream {
     calls: BTreeMap<u64, Pending>,
     round: Round,
     done: bool,
+    /// The error chunk the upstream sent, for [`Streamer::error`].
+    upstream_error: Option<Value>,
 }
 
 impl Stream {
@@ -221,6 +223,7 @@ impl Stream {
             calls: BTreeMap::new(),
             round: Round::default(),
             done: false,
+            upstream_error: None,
         }
     }
 
@@ -244,7 +247,13 @@ impl Streamer for Stream {
             ));
         };
         if let Some(e) = data.get("error") {
-            return Err(format!("the upstream stream reported an error: {e}"));
+            let message = e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error");
+            let why = format!("the upstream stream reported an error: {message}");
+            self.upstream_error = Some(Value::Object(data));
+            return Err(why);
         }
         let choices = match data.shift_remove("choices") {
             Some(Value::Array(c)) => c,
@@ -378,11 +387,10 @@ impl Streamer for Stream {
     }
 
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        write_json(
-            out,
-            None,
-            &json!({"error": {"type": kind, "message": message, "code": kind, "param": null}}),
+        let data = self.upstream_error.take().unwrap_or_else(
+            || json!({"error": {"type": kind, "message": message, "code": kind, "param": null}}),
         );
+        write_json(out, None, &data);
     }
 }
 
@@ -390,6 +398,30 @@ impl Streamer for Stream {
 mod tests {
     use super::*;
     use crate::sse::Reader;
+
+    #[test]
+    fn an_upstream_error_chunk_reaches_the_client_as_sent() {
+        let upstream = json!({"error": {"type": "server_error", "message": "The server is overloaded",
+                                        "code": "overloaded", "param": null}});
+        let mut s = Stream::new(true);
+        let mut out = Vec::new();
+        let event = Event {
+            event: None,
+            data: upstream.to_string(),
+        };
+        let why = s
+            .event(&event, &mut out)
+            .expect_err("the error chunk fails the round");
+        assert!(why.contains("The server is overloaded"), "{why}");
+        s.error("api_error", &why, &mut out);
+        let sent = Reader::default().feed(&out);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(
+            sent[0].json(),
+            Some(upstream),
+            "the upstream's error survives"
+        );
+    }
 
     #[test]
     fn tool_call_pieces_join_and_content_streams() {

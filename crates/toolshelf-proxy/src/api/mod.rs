@@ -347,12 +347,13 @@ impl Dialect {
         }
     }
 
-    /// A streaming translator for one client response.
-    pub fn streamer(self, include_usage: bool) -> Box<dyn Streamer> {
+    /// A streaming translator for one client response. `client_tools` is the `tools` array the
+    /// client sent, for a format whose responses echo it (see [`ClientTurn::tools`]).
+    pub fn streamer(self, include_usage: bool, client_tools: Option<Value>) -> Box<dyn Streamer> {
         match self.0 {
             Api::Anthropic => Box::new(anthropic::Stream::default()),
             Api::OpenAiChat => Box::new(chat::Stream::new(include_usage)),
-            Api::OpenAiResponses => Box::new(responses::Stream::default()),
+            Api::OpenAiResponses => Box::new(responses::Stream::new(client_tools)),
         }
     }
 
@@ -381,6 +382,13 @@ pub struct ClientTurn {
     pub stop: Option<String>,
     /// The rounds' usage, summed.
     pub usage: Option<Value>,
+    /// The last round's envelope: how the answer ended, where the format says more than the
+    /// stop reason (a stop sequence, why a response is incomplete or failed).
+    pub last: Map<String, Value>,
+    /// The `tools` array the client sent. A Responses response object echoes its request's
+    /// tools; the client's copy must name the client's tools, never the upstream's frozen list
+    /// with the meta-tools.
+    pub tools: Option<Value>,
 }
 
 /// Translates one upstream SSE stream after another into the single stream the client reads.
@@ -402,7 +410,10 @@ pub trait Streamer: Send + std::fmt::Debug {
     fn write_call(&mut self, call: &Call, out: &mut Vec<u8>);
     /// Ends the client's stream: stop reason, summed usage.
     fn finish(&mut self, stop: Option<&str>, usage: Option<&Value>, out: &mut Vec<u8>);
-    /// An error event for a failure after the stream started.
+    /// An error event for a failure after the stream started. When the failure is an error
+    /// event the upstream sent (the `Err` of [`Streamer::event`]), that event is written as the
+    /// upstream wrote it instead: its type (an overloaded model, a rate limit) is what the client
+    /// decides a retry by.
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>);
 }
 

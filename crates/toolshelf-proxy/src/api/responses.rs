@@ -134,6 +134,13 @@ fn status_of(stop: Option<&str>) -> &str {
     }
 }
 
+/// Puts the client's own tools where a response object echoes the upstream's.
+fn echo_client_tools(response: &mut Map<String, Value>, client_tools: Option<&Value>) {
+    if let (Some(slot), Some(tools)) = (response.get_mut("tools"), client_tools) {
+        *slot = tools.clone();
+    }
+}
+
 /// The client's response.
 pub fn client_response(out: &ClientTurn) -> Value {
     let mut body = Map::new();
@@ -141,6 +148,9 @@ pub fn client_response(out: &ClientTurn) -> Value {
         match k.as_str() {
             "status" => {
                 body.insert(k.clone(), status_of(out.stop.as_deref()).into());
+            }
+            "tools" => {
+                body.insert(k.clone(), out.tools.clone().unwrap_or_else(|| v.clone()));
             }
             "output" => {}
             "usage" => {
@@ -160,12 +170,23 @@ pub fn client_response(out: &ClientTurn) -> Value {
     {
         body.insert("usage".into(), u.clone());
     }
+    // The response ended where the last round did.
+    for k in ENDING {
+        if let Some(v) = out.last.get(*k) {
+            body.insert((*k).into(), v.clone());
+        }
+    }
     Value::Object(body)
 }
+
+/// The fields besides `status` that say how a response ended.
+const ENDING: &[&str] = &["error", "incomplete_details", "completed_at"];
 
 /// The streaming translator.
 #[derive(Debug, Default)]
 pub struct Stream {
+    /// The client's `tools`, echoed in the response objects it receives.
+    client_tools: Option<Value>,
     /// Rounds finished before this one.
     rounds: u32,
     seq: u64,
@@ -179,9 +200,21 @@ pub struct Stream {
     items: Vec<Value>,
     round: Round,
     done: bool,
+    /// The error event the upstream sent, for [`Streamer::error`].
+    upstream_error: Option<Value>,
+    /// The last round's [`ENDING`] fields.
+    ending: Map<String, Value>,
 }
 
 impl Stream {
+    /// A translator for a client that sent `client_tools`.
+    pub fn new(client_tools: Option<Value>) -> Self {
+        Self {
+            client_tools,
+            ..Self::default()
+        }
+    }
+
     fn send(&mut self, out: &mut Vec<u8>, name: Option<&str>, mut data: Value) {
         data["sequence_number"] = self.seq.into();
         self.seq += 1;
@@ -206,7 +239,8 @@ impl Streamer for Stream {
         let output_index = data.get("output_index").and_then(Value::as_u64);
         match ty.as_str() {
             "response.created" | "response.in_progress" | "response.queued" => {
-                if let Some(Value::Object(r)) = data.get("response") {
+                if let Some(Value::Object(r)) = data.get_mut("response") {
+                    echo_client_tools(r, self.client_tools.as_ref());
                     let mut env = r.clone();
                     env.shift_remove("output");
                     if self.round.envelope.is_empty() {
@@ -225,6 +259,10 @@ impl Streamer for Stream {
                     self.round.usage = r.get("usage").cloned();
                     let has_calls = self.round.parts.iter().any(|p| matches!(p, Part::Call(_)));
                     self.round.stop = Some(stop_of(r, has_calls));
+                    self.ending = ENDING
+                        .iter()
+                        .filter_map(|k| Some(((*k).to_owned(), r.get(*k)?.clone())))
+                        .collect();
                     let mut env = r.clone();
                     env.shift_remove("output");
                     self.round.envelope = env;
@@ -232,12 +270,14 @@ impl Streamer for Stream {
                 self.done = true;
             }
             "error" => {
-                return Err(format!(
+                let why = format!(
                     "the upstream stream reported an error: {}",
                     data.get("message")
                         .and_then(Value::as_str)
                         .unwrap_or("unknown")
-                ));
+                );
+                self.upstream_error = Some(data);
+                return Err(why);
             }
             "response.output_item.added" => {
                 let Some(i) = output_index else {
@@ -356,6 +396,9 @@ impl Streamer for Stream {
         r.insert("status".into(), status.clone().into());
         r.insert("output".into(), Value::Array(self.items.clone()));
         r.insert("usage".into(), usage.cloned().unwrap_or(Value::Null));
+        for (k, v) in &self.ending {
+            r.insert(k.clone(), v.clone());
+        }
         let ty = match status.as_str() {
             "incomplete" => "response.incomplete",
             "failed" => "response.failed",
@@ -365,11 +408,11 @@ impl Streamer for Stream {
     }
 
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        self.send(
-            out,
-            Some("error"),
-            json!({"type": "error", "code": kind, "message": message, "param": null}),
+        // Renumbered by `send`, like every event the client receives.
+        let data = self.upstream_error.take().unwrap_or_else(
+            || json!({"type": "error", "code": kind, "message": message, "param": null}),
         );
+        self.send(out, Some("error"), data);
     }
 }
 
@@ -390,6 +433,144 @@ mod tests {
             &json!({"type": "function_call_output", "call_id": "c"})
         ));
         assert!(!is_output_item(&json!({"role": "user", "content": "hi"})));
+    }
+
+    #[test]
+    fn response_objects_echo_the_clients_tools() {
+        let upstream_tools = json!([{"type": "function", "name": "tool_search"},
+                                    {"type": "function", "name": "defer_execute"}]);
+        let client_tools = json!([{"type": "function", "name": "mcp__weather__get_forecast"}]);
+        let round = parse_response(json!({"id": "resp_1", "status": "completed",
+            "tools": upstream_tools, "output": [], "usage": {"input_tokens": 3}}))
+        .expect("parses");
+        let turn = ClientTurn {
+            envelope: round.envelope,
+            tools: Some(client_tools.clone()),
+            ..ClientTurn::default()
+        };
+        assert_eq!(client_response(&turn)["tools"], client_tools);
+
+        let response = |status: &str| {
+            json!({"id": "resp_1", "object": "response", "status": status,
+                   "tools": upstream_tools, "output": []})
+        };
+        let upstream = [
+            json!({"type": "response.created", "sequence_number": 0,
+                   "response": response("in_progress")}),
+            json!({"type": "response.in_progress", "sequence_number": 1,
+                   "response": response("in_progress")}),
+            json!({"type": "response.completed", "sequence_number": 2,
+                   "response": response("completed")}),
+        ];
+        let mut s = Stream::new(Some(client_tools.clone()));
+        let mut out = Vec::new();
+        for data in &upstream {
+            let event = Event {
+                event: data["type"].as_str().map(str::to_owned),
+                data: data.to_string(),
+            };
+            s.event(&event, &mut out).expect("event");
+        }
+        assert!(s.round_done());
+        s.take_round();
+        s.finish(Some("completed"), None, &mut out);
+        let sent: Vec<Value> = crate::sse::Reader::default()
+            .feed(&out)
+            .iter()
+            .filter_map(Event::json)
+            .collect();
+        let types: Vec<&str> = sent.iter().filter_map(|v| v["type"].as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.completed"
+            ]
+        );
+        for v in &sent {
+            assert_eq!(
+                v["response"]["tools"], client_tools,
+                "{} must echo the client's tools",
+                v["type"]
+            );
+        }
+    }
+
+    #[test]
+    fn an_upstream_error_event_reaches_the_client_as_sent_in_sequence() {
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        let created = json!({"type": "response.created", "sequence_number": 0,
+                             "response": {"id": "resp_1", "status": "in_progress", "output": []}});
+        let error = json!({"type": "error", "code": "server_is_overloaded",
+                           "message": "The server is overloaded", "param": null,
+                           "sequence_number": 7});
+        let event = |v: &Value| Event {
+            event: v["type"].as_str().map(str::to_owned),
+            data: v.to_string(),
+        };
+        s.event(&event(&created), &mut out).expect("created");
+        let why = s
+            .event(&event(&error), &mut out)
+            .expect_err("the error event fails the round");
+        assert!(why.contains("The server is overloaded"), "{why}");
+        s.error("api_error", &why, &mut out);
+        let sent: Vec<Value> = crate::sse::Reader::default()
+            .feed(&out)
+            .iter()
+            .filter_map(Event::json)
+            .collect();
+        assert_eq!(sent.len(), 2);
+        let mut want = error.clone();
+        want["sequence_number"] = json!(1);
+        assert_eq!(
+            sent[1], want,
+            "the upstream's error, numbered in the client's sequence"
+        );
+    }
+
+    #[test]
+    fn the_response_ends_as_the_last_round_did() {
+        let why = json!({"reason": "max_output_tokens"});
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        for data in [
+            json!({"type": "response.created", "sequence_number": 0,
+                   "response": {"id": "resp_1", "status": "in_progress", "output": [],
+                                "incomplete_details": null}}),
+            json!({"type": "response.incomplete", "sequence_number": 1,
+                   "response": {"id": "resp_1", "status": "incomplete", "output": [],
+                                "incomplete_details": why}}),
+        ] {
+            let event = Event {
+                event: data["type"].as_str().map(str::to_owned),
+                data: data.to_string(),
+            };
+            s.event(&event, &mut out).expect("event");
+        }
+        let round = s.take_round();
+        assert_eq!(round.stop.as_deref(), Some("incomplete"));
+        let mut tail = Vec::new();
+        s.finish(round.stop.as_deref(), None, &mut tail);
+        let end = crate::sse::Reader::default().feed(&tail)[0]
+            .json()
+            .expect("JSON");
+        assert_eq!(end["type"], "response.incomplete");
+        assert_eq!(end["response"]["incomplete_details"], why);
+
+        let turn = ClientTurn {
+            envelope: json!({"id": "resp_1", "status": "in_progress", "incomplete_details": null})
+                .as_object()
+                .cloned()
+                .expect("an object"),
+            last: round.envelope,
+            stop: round.stop,
+            ..ClientTurn::default()
+        };
+        let body = client_response(&turn);
+        assert_eq!(body["status"], "incomplete");
+        assert_eq!(body["incomplete_details"], why);
     }
 
     #[test]

@@ -491,7 +491,7 @@ impl ProxyProc {
         let config_path = s.write("proxy.toml", config);
         let stderr = s.path("proxy.stderr");
         let err_file = std::fs::File::create(&stderr).expect("stderr file");
-        let mut child = std::process::Command::new(TOOLSHELF)
+        let child = std::process::Command::new(TOOLSHELF)
             .args(["proxy", "--listen", "127.0.0.1:0", "--config", &config_path])
             .args([
                 "--anthropic-upstream",
@@ -506,23 +506,28 @@ impl ProxyProc {
             .stderr(err_file)
             .spawn()
             .expect("spawn toolshelf proxy");
+        // Owned from here on, so that a failed start still kills (and reaps) the child.
+        let mut proc = Self {
+            child,
+            url: String::new(),
+            stderr,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+            let text = proc.log();
             if let Some(rest) = text.split("proxy listening on ").nth(1) {
-                let url = rest
+                proc.url = rest
                     .split_whitespace()
                     .next()
                     .unwrap_or_default()
                     .to_owned();
-                return Self { child, url, stderr };
+                return proc;
             }
-            let exited = child.try_wait().expect("wait for the proxy");
-            if exited.is_some() || Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the proxy did not start ({exited:?}); stderr:\n{text}");
-            }
+            let exited = proc.child.try_wait().expect("poll the proxy");
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "the proxy did not start ({exited:?}); stderr:\n{text}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
