@@ -366,7 +366,10 @@ impl Serialize for Canonical<'_> {
 ///
 /// Anthropic's `cache_control` markers are left out of system blocks, tool definitions and
 /// message content blocks: clients move the breakpoint to the newest block every turn (as
-/// Anthropic's own multi-turn example does), and doing so keeps the cached prefix.
+/// Anthropic's own multi-turn example does), and doing so keeps the cached prefix. A marker also
+/// changes the shape it sits in: to mark a message whose content is a string, a client sends it
+/// as one text block, and the string again once the marker moved on (Claude Code does). Both are
+/// the same prompt, so a content of one bare text block is compared as its string.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sections {
     /// The API the body was read as.
@@ -455,8 +458,23 @@ impl Sections {
                     // A tool_result's own content blocks may carry the marker too.
                     if let Some(inner) = b.get_mut("content") {
                         strip_blocks(inner);
+                        as_string_if_lone_text(inner);
                     }
                 }
+            }
+        }
+        fn as_string_if_lone_text(content: &mut Value) {
+            let lone = match content.as_array().map(Vec::as_slice) {
+                Some([b])
+                    if b.as_object().is_some_and(|o| o.len() == 2)
+                        && b.get("type").and_then(Value::as_str) == Some("text") =>
+                {
+                    b.get("text").and_then(Value::as_str).map(str::to_owned)
+                }
+                _ => None,
+            };
+            if let Some(text) = lone {
+                *content = Value::String(text);
             }
         }
         strip_blocks(&mut self.system);
@@ -464,6 +482,7 @@ impl Sections {
         for message in &mut self.conversation {
             if let Some(content) = message.get_mut("content") {
                 strip_blocks(content);
+                as_string_if_lone_text(content);
             }
         }
     }
@@ -934,6 +953,23 @@ mod tests {
         let e = Sections::of(Api::OpenAiChat, &json!({"messages": {}})).expect_err("object");
         assert!(e.contains("`messages` must be an array"), "{e}");
         assert!(Sections::of(Api::Anthropic, &json!(3)).is_err());
+    }
+
+    #[test]
+    fn a_content_marked_as_one_text_block_compares_as_its_string() {
+        let marked = json!({"system": "s", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}}]}]});
+        let plain = json!({"system": "s", "messages": [{"role": "user", "content": "q"}]});
+        let a = Sections::of(Api::Anthropic, &marked).expect("reads");
+        let b = Sections::of(Api::Anthropic, &plain).expect("reads");
+        assert_eq!(a.conversation, b.conversation);
+        let two = json!({"system": "s", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "q"}, {"type": "text", "text": "r"}]}]});
+        let c = Sections::of(Api::Anthropic, &two).expect("reads");
+        assert_ne!(
+            c.conversation, b.conversation,
+            "more than one block keeps its shape"
+        );
     }
 
     #[test]
