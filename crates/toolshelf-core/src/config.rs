@@ -58,6 +58,33 @@ pub struct Config {
     /// `[proxy]`: the LLM-API proxy of `toolshelf proxy`.
     #[serde(default)]
     pub proxy: ProxyConfig,
+    /// `[ui]`: the dashboard served at `/ui` on the proxy's listener.
+    #[serde(default)]
+    pub ui: UiConfig,
+}
+
+/// `[ui]`, read by the dashboard.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UiConfig {
+    /// `enabled`: serve `/ui`.
+    pub enabled: bool,
+    /// `token`: the bearer token the dashboard requires when the listener is not on loopback
+    /// (without one it is not served there at all).
+    pub token: Option<String>,
+    /// `show_arguments`: show the queries the model searched for (tool arguments) in session
+    /// timelines.
+    pub show_arguments: bool,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token: None,
+            show_arguments: false,
+        }
+    }
 }
 
 /// The global default for tools that do not declare `defer_loading`.

@@ -55,6 +55,10 @@ pub struct Prepared {
     pub stream: bool,
     /// Whether the client asked for the usage chunk (Chat Completions).
     pub include_usage: bool,
+    /// Tools whose activation expired as this request's turn began.
+    pub expired: Vec<String>,
+    /// Reminder rules that fired for this request.
+    pub fired: Vec<String>,
 }
 
 /// Why a request goes upstream as sent.
@@ -132,8 +136,12 @@ pub async fn prepare(
     };
     let mut session = session;
     let api_name = dialect.api().name();
+    let ttl = proxy.compiled.config().session.activation_ttl_turns;
+    let before = session.state.active_names(ttl);
     let state = &mut session.state;
     state.next_turn();
+    let still = state.active_names(ttl);
+    let expired: Vec<String> = before.into_iter().filter(|n| !still.contains(n)).collect();
     let frozen = state
         .freeze(shelf.visible.clone(), || FrozenSurface {
             format: api_name.into(),
@@ -151,7 +159,7 @@ pub async fn prepare(
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
         .collect();
     let conv = conversation_mut(dialect, &mut body);
-    remember_injection(proxy, dialect, &mut session, &shelf, &conv, notice);
+    let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, notice);
     let out = rewrite(dialect, &session, &shelf, &frozen_names, conv);
     if dialect.api() == Api::OpenAiResponses
         && let Some(Value::String(prev)) = body.get("previous_response_id")
@@ -187,6 +195,8 @@ pub async fn prepare(
         body,
         stream,
         include_usage,
+        expired,
+        fired,
     })))
 }
 
@@ -284,7 +294,8 @@ fn session_response_id(session: &ProxySession, client_id: &str) -> Option<Value>
 }
 
 /// Reminders and the tool-set notice for this request, recorded after its last client entry
-/// (a resent request reuses what was recorded, so its bytes do not change).
+/// (a resent request reuses what was recorded, so its bytes do not change). Returns the ids of
+/// the reminder rules that fired.
 fn remember_injection(
     proxy: &Proxy,
     dialect: Dialect,
@@ -292,12 +303,13 @@ fn remember_injection(
     shelf: &Shelf,
     conv: &[Value],
     notice: Option<String>,
-) {
+) -> Vec<String> {
+    let mut fired = Vec::new();
     let Some(last) = conv.len().checked_sub(1) else {
-        return;
+        return fired;
     };
     if dialect.is_assistant(&conv[last]) {
-        return;
+        return fired;
     }
     let print = fingerprint(&conv[last]);
     if session
@@ -305,7 +317,7 @@ fn remember_injection(
         .get(&last)
         .is_some_and(|i| i.after == print)
     {
-        return;
+        return fired;
     }
     let mut blocks: Vec<String> = notice.into_iter().collect();
     let reminders = proxy.compiled.reminders();
@@ -334,6 +346,11 @@ fn remember_injection(
         };
         let eval = reminders.evaluate(&mut session.state, &input);
         blocks.extend(eval.showing.iter().map(|&i| reminders.block(i)));
+        fired.extend(
+            eval.fired
+                .iter()
+                .map(|&i| reminders.rules()[i].config.id.clone()),
+        );
     }
     if !blocks.is_empty() {
         session.injected.insert(
@@ -344,6 +361,7 @@ fn remember_injection(
             },
         );
     }
+    fired
 }
 
 /// The calls of the conversation's last assistant turn (as the client ran them) and the
@@ -493,6 +511,12 @@ pub struct Turn {
     pub prefix_ok: Option<bool>,
     /// Text the proxy added to the client's message (not streamed by the upstream).
     pub note: Option<String>,
+    /// How long each search of this request took, in microseconds.
+    pub search_us: Vec<u64>,
+    /// Tools activated in this request (their schema was shown).
+    pub activated: Vec<String>,
+    /// The queries searched for in this request.
+    pub queries: Vec<String>,
 }
 
 /// What the loop does after a round.
@@ -516,6 +540,9 @@ impl Turn {
             searches: 0,
             prefix_ok: None,
             note: None,
+            search_us: Vec::new(),
+            activated: Vec::new(),
+            queries: Vec::new(),
         }
     }
 
@@ -648,7 +675,17 @@ impl Turn {
         if c.name == TOOL_SEARCH {
             self.searches += 1;
             self.prepared.session.figures.searches += 1;
+            let started = std::time::Instant::now();
             let (text, is_error) = self.search(proxy, c);
+            self.search_us.push(started.elapsed().as_micros() as u64);
+            if let Some(Value::Array(qs)) = c.input.get("queries") {
+                self.queries
+                    .extend(qs.iter().filter_map(Value::as_str).map(str::to_owned));
+            }
+            if let Some(Value::Array(ns)) = c.input.get("tool_names") {
+                self.queries
+                    .extend(ns.iter().filter_map(Value::as_str).map(str::to_owned));
+            }
             return Err(answer(text, is_error));
         }
         let shelf = self.prepared.shelf.clone();
@@ -698,6 +735,7 @@ impl Turn {
                 if let Some(i) = refusal.loads() {
                     let name = shelf.catalog.tools()[i].name.clone();
                     self.prepared.session.state.activate([name.as_str()]);
+                    self.activated.push(name);
                 }
                 tracing::info!(
                     session = %self.prepared.key,
@@ -779,6 +817,7 @@ impl Turn {
         match std::panic::catch_unwind(run) {
             Ok(r) => {
                 let names: Vec<&str> = r.loaded.iter().map(|&i| tools[i].name.as_str()).collect();
+                self.activated.extend(names.iter().map(|n| (*n).to_owned()));
                 self.prepared.session.state.activate(names);
                 (r.text, false)
             }

@@ -18,6 +18,7 @@ pub mod session;
 pub mod shelf;
 pub mod sse;
 pub mod store;
+pub mod ui;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -114,6 +115,11 @@ impl Proxy {
     ) -> std::result::Result<Arc<Shelf>, String> {
         self.shelves
             .get(dialect, tools, &self.compiled, self.enrich.as_ref())
+    }
+
+    /// The catalog of the most recent request with tools, for the dashboard.
+    pub fn latest_shelf(&self) -> Option<Arc<Shelf>> {
+        self.shelves.latest()
     }
 
     fn ttl(&self) -> Duration {

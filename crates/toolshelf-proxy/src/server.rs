@@ -52,6 +52,9 @@ pub struct AppState {
     recent: Mutex<BTreeMap<String, (u64, SessionSummary)>>,
     seq: std::sync::atomic::AtomicU64,
     started: Instant,
+    /// What each recent request did, for the dashboard.
+    pub events: crate::ui::Events,
+    loopback: std::sync::atomic::AtomicBool,
 }
 
 /// How many sessions the status page lists.
@@ -65,7 +68,29 @@ impl AppState {
             recent: Mutex::new(BTreeMap::new()),
             seq: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
+            events: crate::ui::Events::default(),
+            loopback: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Records whether the listener is on a loopback address (the dashboard needs a token
+    /// elsewhere).
+    pub fn set_loopback(&self, loopback: bool) {
+        self.loopback
+            .store(loopback, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the listener is on a loopback address.
+    pub fn loopback(&self) -> bool {
+        self.loopback.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The recent sessions, most recent first.
+    pub fn sessions(&self) -> Vec<SessionSummary> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<&(u64, SessionSummary)> = recent.values().collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.0));
+        v.into_iter().map(|(_, s)| s.clone()).collect()
     }
 
     fn remember(&self, s: SessionSummary) {
@@ -205,6 +230,12 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         .uri
         .path_and_query()
         .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
+    if parts.method == Method::GET
+        && let Some(page) =
+            crate::ui::handle(&app, parts.uri.path(), parts.uri.query(), &parts.headers)
+    {
+        return page;
+    }
     if parts.method == Method::GET && parts.uri.path() == "/toolshelf/status" {
         return (
             [(header::CONTENT_TYPE, "application/json")],
@@ -515,6 +546,9 @@ async fn finish(app: &AppState, turn: Turn) {
         refused,
         searches,
         prefix_ok,
+        search_us,
+        activated,
+        queries,
         ..
     } = turn;
     let tokens = client.usage.as_ref().map(Tokens::of).unwrap_or_default();
@@ -561,6 +595,31 @@ async fn finish(app: &AppState, turn: Turn) {
             Some(false) => "broken",
         }
     );
+    let actual = tokens.input + tokens.cache_read + tokens.cache_creation;
+    app.events.push(crate::ui::TurnEvent {
+        session: short_key(&prepared.key),
+        turn: turn_no,
+        rounds,
+        searched: if proxy.compiled.config().ui.show_arguments {
+            queries.join(" · ")
+        } else if searches > 0 {
+            format!("{searches} search(es)")
+        } else {
+            String::new()
+        },
+        activated,
+        expired: std::mem::take(&mut prepared.expired),
+        fired: std::mem::take(&mut prepared.fired),
+        refused,
+        prefix: match prefix_ok {
+            None => "first",
+            Some(true) => "kept",
+            Some(false) => "broken",
+        },
+        actual_tokens: actual,
+        resident_tokens: actual + saved,
+        search_us,
+    });
     let ttl = proxy.compiled.config().session.activation_ttl_turns;
     let stored = prepared.session.to_bytes();
     let bytes = stored.len();

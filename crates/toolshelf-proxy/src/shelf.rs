@@ -198,6 +198,12 @@ pub struct Shelves {
 const KEPT: usize = 16;
 
 impl Shelves {
+    /// The most recently used shelf.
+    pub fn latest(&self) -> Option<Arc<Shelf>> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.last().map(|(_, _, s)| s.clone())
+    }
+
     /// The shelf of `tools`, built on first use.
     pub fn get(
         &self,

@@ -514,3 +514,55 @@ fn a_responses_conversation_chained_by_id_continues_from_the_last_upstream_round
     );
     assert_eq!(turns[2]["tool_results"][0]["id"], call["call_id"]);
 }
+
+/// `GET url` with headers; returns the status.
+fn get_status(url: &str, headers: &[(&str, &str)]) -> u16 {
+    let hs: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+        .collect();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import json,sys,urllib.request,urllib.error\n\
+try:\n    print(urllib.request.urlopen(urllib.request.Request(sys.argv[1], headers=json.loads(sys.argv[2])), timeout=30).status)\n\
+except urllib.error.HTTPError as e:\n    print(e.code)",
+            url,
+            &Value::Object(hs).to_string(),
+        ])
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
+    let s = Scratch::new("proxy-ui-token");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let local = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    assert_eq!(get_status(&format!("{}/ui", local.url), &[]), 200);
+    drop(local);
+    let open = ProxyProc::start(&s, &upstream.url(), "", &["--listen", "0.0.0.0:0"]);
+    assert_eq!(
+        get_status(&format!("{}/ui", open.url), &[]),
+        403,
+        "no token configured: not served"
+    );
+    drop(open);
+    let guarded = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[ui]\ntoken = \"sesame\"\n",
+        &["--listen", "0.0.0.0:0"],
+    );
+    let ui = format!("{}/ui", guarded.url);
+    assert_eq!(get_status(&ui, &[]), 401);
+    assert_eq!(get_status(&ui, &[("authorization", "Bearer wrong")]), 401);
+    assert_eq!(get_status(&ui, &[("authorization", "Bearer sesame")]), 200);
+    assert_eq!(get_status(&format!("{ui}?token=sesame"), &[]), 200);
+    // The API itself is not behind the dashboard's token.
+    assert_eq!(get_status(&format!("{}/v1/models", guarded.url), &[]), 200);
+}

@@ -68,10 +68,12 @@ pub fn run(args: Args) -> Result<()> {
         let bound = listener.local_addr()?;
         let p = &proxy.compiled.config().proxy;
         eprintln!(
-            "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {})",
+            "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {}); dashboard at http://{bound}/ui",
             p.anthropic_upstream, p.openai_upstream
         );
-        let app = router(AppState::new(proxy));
+        let state = AppState::new(proxy);
+        state.set_loopback(bound.ip().is_loopback());
+        let app = router(state);
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;

@@ -492,7 +492,14 @@ impl ProxyProc {
         let stderr = s.path("proxy.stderr");
         let err_file = std::fs::File::create(&stderr).expect("stderr file");
         let child = std::process::Command::new(TOOLSHELF)
-            .args(["proxy", "--listen", "127.0.0.1:0", "--config", &config_path])
+            .arg("proxy")
+            // A loopback listener on any free port, unless the caller names one.
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
+            .args(["--config", &config_path])
             .args([
                 "--anthropic-upstream",
                 upstream,
