@@ -282,6 +282,8 @@ pub struct Hub {
     /// Whether servers are restarted in the background.
     pub restarts: bool,
     enrichment: Option<Enrichment>,
+    /// Recent `tool_search` latencies, for the dashboard.
+    pub search_latencies: toolshelf_dashboard::Latencies,
 }
 
 /// Merges `[servers]` of the configuration with the servers of an `mcp.json`; a name in both is
@@ -388,6 +390,7 @@ impl Hub {
             sessions: AtomicU64::new(0),
             restarts,
             enrichment: enrich.and_then(Enrichment::start),
+            search_latencies: toolshelf_dashboard::Latencies::default(),
         });
         hub.rebuild();
         hub.write_status();
@@ -489,6 +492,11 @@ impl Hub {
     /// The compiled configuration: policy, permissions, hooks.
     pub fn compiled(&self) -> &Compiled {
         &self.compiled
+    }
+
+    /// The configuration's label (its path, or the bundled example's name).
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// The configuration as written.

@@ -20,6 +20,7 @@ pub mod search;
 pub mod serve;
 pub mod session;
 pub mod stdio;
+pub mod ui;
 
 pub use error::{GatewayError, Result};
 pub use hub::{Enricher, Hub, Settings, Snapshot};

@@ -83,6 +83,7 @@ pub async fn serve_http(
         .with_allowed_origins(checks.rmcp_origins());
     config.max_request_body_bytes = MAX_BODY;
     let counted = sessions.clone();
+    let hub_for_ui = hub.clone();
     let service = StreamableHttpService::new(
         move || Ok(GatewaySession::new(hub.clone()).with_http_sessions(counted.clone())),
         sessions.clone(),
@@ -93,8 +94,17 @@ pub async fn serve_http(
         sessions,
         admitting: tokio::sync::Mutex::new(()),
     });
+    let ui = crate::ui::UiState {
+        hub: hub_for_ui,
+        loopback: local.ip().is_loopback(),
+    };
+    let pages = axum::Router::new()
+        .route("/ui", axum::routing::get(crate::ui::handle))
+        .route("/ui/{*page}", axum::routing::get(crate::ui::handle))
+        .with_state(ui);
     let router = axum::Router::new()
         .nest_service("/mcp", service)
+        .merge(pages)
         .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
     axum::serve(listener, router)

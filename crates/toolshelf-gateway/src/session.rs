@@ -233,6 +233,7 @@ impl GatewaySession {
     }
 
     async fn search(&self, args: Map<String, Value>) -> CallToolResult {
+        let started = Instant::now();
         let snap = self.hub.snapshot();
         let ttl = self.hub.config().session.activation_ttl_calls;
         let held = self.local.lock().await.state.active_names(ttl);
@@ -240,6 +241,9 @@ impl GatewaySession {
         let outcome = tool_search(&snap, &self.hub.config().search, &args, &active, || {
             failpoint("search")
         });
+        self.hub
+            .search_latencies
+            .push(started.elapsed().as_micros() as u64);
         let names: Vec<String> = outcome
             .loaded
             .iter()

@@ -1456,3 +1456,90 @@ async fn http_sessions_left_idle_are_closed() {
     gateway.kill().expect("stop gateway");
     let _ = gateway.wait();
 }
+
+/// `GET url` with Python's standard library: (status, body).
+fn get_page(url: &str) -> (u16, String) {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys,urllib.request,urllib.error\n\
+try:\n    r = urllib.request.urlopen(sys.argv[1], timeout=30); print(r.status); print(r.read().decode())\n\
+except urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode())",
+            url,
+        ])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (status, body) = text.split_once('\n').unwrap_or((&text, ""));
+    (status.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// The HTTP gateway's dashboard: servers with their states, the catalog with exposure
+/// decisions, the index, and the search playground over the sessions' own index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_gateway_serves_its_dashboard() {
+    let s = Scratch::new("gateway-ui");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"Etc/UTC\"]\n\
+             [servers.broken]\ncommand = \"false\"\nrestart_delay_secs = 3600\n\
+             [permissions]\ndeny = [\"^mcp__time__convert_time$\"]\n{}",
+            server_bin("venv/bin/mcp-server-time"),
+            files_sections(&s)
+        ),
+    );
+    let (gateway, url) = http_gateway(&config);
+    // Killed even when an assertion fails, so no server outlives the test.
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _gateway = Reap(gateway);
+    let base = url.trim_end_matches("/mcp").to_owned();
+    let client = http_client(&url, TestClient::default()).await;
+    let found = search(&client, json!({"queries": ["current time"]})).await;
+    assert!(ok(&found).contains("mcp__time__get_current_time"));
+
+    let (status, page) = get_page(&format!("{base}/ui"));
+    assert_eq!(status, 200, "{page}");
+    let row = |name: &str| {
+        page.split("<tr class=\"server\">")
+            .find(|r| r.contains(&format!("<td>{name}</td>")))
+            .unwrap_or_else(|| panic!("a row for {name}: {page}"))
+            .to_owned()
+    };
+    assert!(row("time").contains(">ready<"), "{}", row("time"));
+    assert!(row("broken").contains(">failed<"), "{}", row("broken"));
+    assert!(
+        page.contains("1 searches: p50"),
+        "the session's search is timed: {page}"
+    );
+
+    let (_, catalog) = get_page(&format!("{base}/ui/catalog"));
+    let convert = catalog
+        .split("<tr>")
+        .find(|r| r.contains("mcp__time__convert_time"))
+        .unwrap_or_else(|| panic!("convert_time listed: {catalog}"));
+    assert!(
+        convert.contains("state-hidden"),
+        "the deny rule hides it: {convert}"
+    );
+    let (_, index) = get_page(&format!("{base}/ui/index"));
+    assert!(
+        index.contains("available_deferred_tools") && !index.contains("<available_deferred_tools>"),
+        "the index is shown, escaped: {index}"
+    );
+    let (_, hits) = get_page(&format!("{base}/ui/search/hits?q=current+time"));
+    let first = hits
+        .split("<td class=\"hit\">")
+        .nth(1)
+        .and_then(|h| h.split('<').next())
+        .unwrap_or_else(|| panic!("a hit: {hits}"));
+    assert_eq!(first, "mcp__time__get_current_time");
+    assert_eq!(get_page(&format!("{base}/ui/nothing")).0, 404);
+    client.cancel().await.expect("close");
+}

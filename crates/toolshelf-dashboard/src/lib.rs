@@ -1,0 +1,644 @@
+//! toolshelf-dashboard: the pages of `/ui`, shared by the proxy and the gateway.
+//!
+//! Pages are askama templates (`templates/`), escaped by default; the only script is htmx,
+//! embedded in the binary ([`HTMX`]), for the search playground and live timelines. This crate
+//! renders what it is given and decides who may look ([`admitted`]); each edge gathers its own
+//! figures (the proxy its sessions, the gateway its servers) and routes the requests.
+//!
+//! Nothing on these pages changes any state. On a loopback listener they are open; on any other
+//! address they need `[ui] token`, as `Authorization: Bearer …` or `?token=…`, and without a
+//! configured token they are not served there at all.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+
+use askama::Template;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use toolshelf_core::config::UiConfig;
+use toolshelf_core::policy::{Exposure, State};
+use toolshelf_core::search::SearchIndex;
+use toolshelf_core::{Catalog, Surface};
+
+/// htmx 2.0.11 (Zero-Clause BSD), served at `/ui/assets/htmx.min.js`.
+pub const HTMX: &[u8] = include_bytes!("../assets/htmx.min.js");
+
+/// What every page's frame shows: which edge, and its navigation.
+#[derive(Debug, Clone)]
+pub struct Chrome {
+    /// `proxy` or `gateway`.
+    pub edge: &'static str,
+    /// (label, href), in order.
+    pub nav: Vec<(&'static str, &'static str)>,
+}
+
+impl Chrome {
+    /// The proxy's frame.
+    pub fn proxy() -> Self {
+        Self {
+            edge: "proxy",
+            nav: vec![
+                ("overview", "/ui"),
+                ("catalog", "/ui/catalog"),
+                ("index", "/ui/index"),
+                ("search", "/ui/search"),
+            ],
+        }
+    }
+
+    /// The gateway's frame.
+    pub fn gateway() -> Self {
+        Self {
+            edge: "gateway",
+            nav: vec![
+                ("servers", "/ui"),
+                ("catalog", "/ui/catalog"),
+                ("index", "/ui/index"),
+                ("search", "/ui/search"),
+            ],
+        }
+    }
+}
+
+/// What one proxy request did, for the timeline and the charts.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnEvent {
+    /// The session, as shown (hash keys cut).
+    pub session: String,
+    /// Its turn.
+    pub turn: u64,
+    /// Upstream rounds.
+    pub rounds: u32,
+    /// What was searched: the queries when shown, else how many searches.
+    pub searched: String,
+    /// Tools activated.
+    pub activated: Vec<String>,
+    /// Tools whose activation expired as the turn began.
+    pub expired: Vec<String>,
+    /// Reminder rules that fired.
+    pub fired: Vec<String>,
+    /// Calls refused.
+    pub refused: u64,
+    /// `first`, `kept` or `broken`.
+    pub prefix: &'static str,
+    /// Input tokens the upstream counted, cache reads and writes included.
+    pub actual_tokens: u64,
+    /// The same with every client tool resident.
+    pub resident_tokens: u64,
+    /// Search latencies, µs.
+    pub search_us: Vec<u64>,
+}
+
+impl TurnEvent {
+    /// The latencies as text.
+    pub fn search_us_text(&self) -> String {
+        self.search_us
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Events kept: the most recent requests of every session.
+pub const EVENTS: usize = 2000;
+
+/// A ring of recent events.
+#[derive(Debug, Default)]
+pub struct Events(std::sync::Mutex<VecDeque<TurnEvent>>);
+
+impl Events {
+    /// Adds one, dropping the oldest past [`EVENTS`].
+    pub fn push(&self, e: TurnEvent) {
+        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() >= EVENTS {
+            q.pop_front();
+        }
+        q.push_back(e);
+    }
+
+    /// A copy of all, oldest first.
+    pub fn all(&self) -> Vec<TurnEvent> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+/// Search latencies, kept for the percentiles shown (the most recent [`EVENTS`]).
+#[derive(Debug, Default)]
+pub struct Latencies(std::sync::Mutex<VecDeque<u64>>);
+
+impl Latencies {
+    /// Adds one, µs.
+    pub fn push(&self, us: u64) {
+        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() >= EVENTS {
+            q.pop_front();
+        }
+        q.push_back(us);
+    }
+
+    /// "N searches: p50 …" or "No search yet.".
+    pub fn summary(&self) -> String {
+        let v: Vec<u64> = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        latency_summary(v)
+    }
+}
+
+/// "N searches: p50 …, p90 …, max …" of `latencies` (µs).
+pub fn latency_summary(mut latencies: Vec<u64>) -> String {
+    if latencies.is_empty() {
+        return "No search yet.".to_owned();
+    }
+    latencies.sort_unstable();
+    let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "{} searches: p50 {} µs, p90 {} µs, max {} µs.",
+        latencies.len(),
+        at(0.5),
+        at(0.9),
+        latencies[latencies.len() - 1]
+    )
+}
+
+/// A session as the overview lists it.
+#[derive(Debug, Clone)]
+pub struct SessionRow {
+    /// The key, as shown.
+    pub key: String,
+    /// Its turn.
+    pub turn: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Searches.
+    pub searches: u64,
+    /// Refused calls.
+    pub refused: u64,
+    /// Prefix breaks.
+    pub prefix_breaks: u64,
+    /// Tool tokens saved.
+    pub tokens_saved: u64,
+    /// Stored bytes.
+    pub bytes: usize,
+    /// Active tools, joined.
+    pub active: String,
+}
+
+/// The proxy's overview.
+#[derive(Debug, Template)]
+#[template(path = "overview.html")]
+pub struct Overview {
+    /// The frame.
+    pub chrome: Chrome,
+    /// Anthropic upstream.
+    pub anthropic: String,
+    /// OpenAI upstream.
+    pub openai: String,
+    /// Seconds up.
+    pub uptime: u64,
+    /// (label, value) figures.
+    pub totals: Vec<(&'static str, String)>,
+    /// The token chart (SVG, from [`token_chart`]).
+    pub chart: String,
+    /// The latency summary.
+    pub latency: String,
+    /// Recent sessions, most recent first.
+    pub sessions: Vec<SessionRow>,
+}
+
+/// One catalog row.
+#[derive(Debug, Clone)]
+pub struct CatalogRow {
+    /// Canonical name.
+    pub name: String,
+    /// Server or "(built-in)".
+    pub server: String,
+    /// `resident`, `deferred`, `hidden`.
+    pub state: &'static str,
+    /// The decisive step.
+    pub reason: String,
+}
+
+/// The catalog page.
+#[derive(Debug, Template)]
+#[template(path = "catalog.html")]
+pub struct CatalogPage {
+    /// The frame.
+    pub chrome: Chrome,
+    /// Where the catalog comes from.
+    pub source: String,
+    /// What to say when there is none.
+    pub empty: String,
+    /// Rows, in catalog order.
+    pub tools: Vec<CatalogRow>,
+    /// Counts.
+    pub resident: usize,
+    /// Counts.
+    pub deferred: usize,
+    /// Counts.
+    pub hidden: usize,
+    /// What the list costs.
+    pub cost: String,
+}
+
+impl CatalogPage {
+    /// The page for `catalog` under `exposure`.
+    pub fn of(
+        chrome: Chrome,
+        source: String,
+        catalog: &Catalog,
+        exposure: &Exposure,
+        cost: String,
+    ) -> Self {
+        let tools: Vec<CatalogRow> = catalog
+            .tools()
+            .iter()
+            .zip(&exposure.decisions)
+            .map(|(t, d)| CatalogRow {
+                name: t.name.clone(),
+                server: t.server.clone().unwrap_or_else(|| "(built-in)".into()),
+                state: match d.state {
+                    State::Resident => "resident",
+                    State::Deferred => "deferred",
+                    State::Hidden => "hidden",
+                },
+                reason: d.reason.clone(),
+            })
+            .collect();
+        let count = |s: &str| tools.iter().filter(|t| t.state == s).count();
+        Self {
+            chrome,
+            source,
+            empty: String::new(),
+            resident: count("resident"),
+            deferred: count("deferred"),
+            hidden: count("hidden"),
+            tools,
+            cost,
+        }
+    }
+
+    /// An empty page saying `why`.
+    pub fn empty(chrome: Chrome, why: &str) -> Self {
+        Self {
+            chrome,
+            source: String::new(),
+            empty: why.to_owned(),
+            tools: Vec::new(),
+            resident: 0,
+            deferred: 0,
+            hidden: 0,
+            cost: String::new(),
+        }
+    }
+}
+
+/// The index page.
+#[derive(Debug, Template)]
+#[template(path = "index.html")]
+pub struct IndexPage {
+    /// The frame.
+    pub chrome: Chrome,
+    /// Where it comes from.
+    pub source: String,
+    /// The index text (empty: nothing deferred).
+    pub text: String,
+}
+
+impl IndexPage {
+    /// The page for `surface`.
+    pub fn of(chrome: Chrome, source: String, surface: Option<&Surface>) -> Self {
+        Self {
+            chrome,
+            source,
+            text: surface
+                .and_then(|s| s.index.as_ref().map(|i| i.text.clone()))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The search playground.
+#[derive(Debug, Template)]
+#[template(path = "search.html")]
+pub struct SearchPage {
+    /// The frame.
+    pub chrome: Chrome,
+    /// The query, if any.
+    pub query: String,
+    /// The hits fragment.
+    pub hits: String,
+}
+
+/// One hit.
+#[derive(Debug, Clone)]
+pub struct HitRow {
+    /// Canonical name.
+    pub name: String,
+    /// Score, 3 decimals.
+    pub score: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The hits fragment.
+#[derive(Debug, Template)]
+#[template(path = "hits.html")]
+pub struct Hits {
+    /// The query.
+    pub query: String,
+    /// Ranked hits.
+    pub hits: Vec<HitRow>,
+}
+
+impl Hits {
+    /// The ten best hits for `query` in `index`, timed into `latencies`.
+    pub fn of(
+        query: &str,
+        found: Option<(&SearchIndex, &Catalog)>,
+        latencies: Option<&Latencies>,
+    ) -> Self {
+        let hits = match found {
+            Some((index, catalog)) if !query.trim().is_empty() => {
+                let started = std::time::Instant::now();
+                let hits = index.rank(catalog, &[query.to_owned()], 10);
+                if let Some(l) = latencies {
+                    l.push(started.elapsed().as_micros() as u64);
+                }
+                hits.into_iter()
+                    .map(|h| HitRow {
+                        name: h.name,
+                        score: format!("{:.3}", h.score),
+                        reason: h.reason,
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        Self {
+            query: query.to_owned(),
+            hits,
+        }
+    }
+}
+
+/// A session page.
+#[derive(Debug, Template)]
+#[template(path = "session.html")]
+pub struct SessionPage {
+    /// The frame.
+    pub chrome: Chrome,
+    /// The session key.
+    pub key: String,
+    /// The timeline fragment.
+    pub timeline: String,
+}
+
+/// The timeline fragment.
+#[derive(Debug, Template)]
+#[template(path = "timeline.html")]
+pub struct Timeline {
+    /// The session's events, oldest first.
+    pub events: Vec<TurnEvent>,
+}
+
+/// One server row.
+#[derive(Debug, Clone)]
+pub struct ServerRow {
+    /// Name.
+    pub name: String,
+    /// State.
+    pub state: String,
+    /// Tools known.
+    pub tools: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// Pid, if running.
+    pub pid: String,
+    /// Failures so far.
+    pub failures: u32,
+    /// Why it failed.
+    pub reason: String,
+}
+
+/// The gateway's servers page.
+#[derive(Debug, Template)]
+#[template(path = "servers.html")]
+pub struct ServersPage {
+    /// The frame.
+    pub chrome: Chrome,
+    /// One line about the gateway.
+    pub summary: String,
+    /// Servers, sorted by name.
+    pub servers: Vec<ServerRow>,
+    /// The latency summary.
+    pub latency: String,
+}
+
+/// A rendered page as a response.
+pub fn html(t: &impl Template) -> Response {
+    match t.render() {
+        Ok(body) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the page could not be rendered: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+/// The htmx asset.
+pub fn htmx() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript"),
+            (header::CACHE_CONTROL, "max-age=86400"),
+        ],
+        HTMX,
+    )
+        .into_response()
+}
+
+/// Whether a request may see the dashboard; `Err` is the answer when not.
+pub fn admitted(
+    ui: &UiConfig,
+    loopback: bool,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<(), Box<Response>> {
+    if !ui.enabled {
+        return Err(Box::new(
+            (
+                StatusCode::NOT_FOUND,
+                "the dashboard is off ([ui] enabled = false)",
+            )
+                .into_response(),
+        ));
+    }
+    if loopback {
+        return Ok(());
+    }
+    let Some(token) = ui.token.as_deref().filter(|t| !t.is_empty()) else {
+        return Err(Box::new(
+            (
+                StatusCode::FORBIDDEN,
+                "the dashboard is served on a non-loopback listener only with [ui] token set",
+            )
+                .into_response(),
+        ));
+    };
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let in_query = query.and_then(|q| param(q, "token"));
+    if bearer == Some(token) || in_query.as_deref() == Some(token) {
+        Ok(())
+    } else {
+        Err(Box::new(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a bearer token is required",
+            )
+                .into_response(),
+        ))
+    }
+}
+
+/// A query parameter, percent-decoded.
+pub fn param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| decode(v))
+    })
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Bars of tokens per request, all resident (light) behind actual (dark), the last 60 requests.
+pub fn token_chart(events: &[TurnEvent]) -> String {
+    let shown: Vec<&TurnEvent> = events.iter().rev().take(60).rev().collect();
+    if shown.is_empty() {
+        return "<p class=\"muted\">No request yet.</p>".into();
+    }
+    let (w, h, pad) = (900.0_f64, 200.0_f64, 30.0_f64);
+    let max = shown
+        .iter()
+        .map(|e| e.resident_tokens.max(e.actual_tokens))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let step = (w - 2.0 * pad) / shown.len() as f64;
+    let bar = (step * 0.8).clamp(1.0, 40.0);
+    let mut svg = format!(
+        "<svg id=\"tokens-chart\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"tokens per request\">"
+    );
+    for (i, e) in shown.iter().enumerate() {
+        let x = pad + i as f64 * step;
+        for (v, color, class) in [
+            (e.resident_tokens, "#c9d6ea", "resident"),
+            (e.actual_tokens, "#0b5cad", "actual"),
+        ] {
+            let bh = (v as f64 / max) * (h - 2.0 * pad);
+            let _ = write!(
+                svg,
+                "<rect class=\"{class}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"{bar:.1}\" height=\"{bh:.1}\" fill=\"{color}\"><title>{} turn {}: {v} tokens ({class})</title></rect>",
+                h - pad - bh,
+                html_escape(&e.session),
+                e.turn
+            );
+        }
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"{pad}\" y=\"18\" font-size=\"12\">max {max} tokens · light: all tools resident · dark: through toolshelf</text></svg>"
+    );
+    svg
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parameters_are_decoded() {
+        assert_eq!(param("q=read+file&x=1", "q").as_deref(), Some("read file"));
+        assert_eq!(param("q=%E8%AF%BB%E5%8F%96", "q").as_deref(), Some("读取"));
+        assert_eq!(param("q=100%", "q").as_deref(), Some("100%"));
+        assert_eq!(param("a=1", "q"), None);
+    }
+
+    #[test]
+    fn the_chart_draws_both_bars_per_request_and_escapes_names() {
+        let e = TurnEvent {
+            session: "<s>".into(),
+            turn: 1,
+            rounds: 1,
+            searched: String::new(),
+            activated: Vec::new(),
+            expired: Vec::new(),
+            fired: Vec::new(),
+            refused: 0,
+            prefix: "first",
+            actual_tokens: 100,
+            resident_tokens: 400,
+            search_us: Vec::new(),
+        };
+        let svg = token_chart(&[e.clone(), e]);
+        assert_eq!(svg.matches("class=\"resident\"").count(), 2);
+        assert_eq!(svg.matches("class=\"actual\"").count(), 2);
+        assert!(!svg.contains("<s>") && svg.contains("&lt;s&gt;"));
+    }
+
+    #[test]
+    fn latency_percentiles() {
+        assert_eq!(latency_summary(Vec::new()), "No search yet.");
+        assert_eq!(
+            latency_summary(vec![30, 10, 20]),
+            "3 searches: p50 20 µs, p90 30 µs, max 30 µs."
+        );
+    }
+}
