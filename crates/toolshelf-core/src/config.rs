@@ -58,6 +58,9 @@ pub struct Config {
     /// `[proxy]`: the LLM-API proxy of `toolshelf proxy`.
     #[serde(default)]
     pub proxy: ProxyConfig,
+    /// `[store]`: where the proxy keeps sessions (embedded, or Redis shared by replicas).
+    #[serde(default)]
+    pub store: StoreConfig,
 }
 
 /// The global default for tools that do not declare `defer_loading`.
@@ -579,6 +582,30 @@ impl Default for ProxyConfig {
             persist_sessions: false,
             max_body_bytes: 32 << 20,
             upstream_timeout_secs: 600,
+        }
+    }
+}
+
+/// `[store]`, read by `toolshelf proxy`: where sessions live between requests.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `url`: a Redis server shared by proxy replicas (`redis://[:PASSWORD@]HOST[:PORT][/DB]` or
+    /// `unix:///PATH`); absent, the embedded store (`[proxy] max_sessions`, `persist_sessions`).
+    pub url: Option<String>,
+    /// `key_prefix`: every Redis key starts with it.
+    pub key_prefix: String,
+    /// `timeout_ms`: the longest a request waits for one store operation (connecting included)
+    /// before it goes on as if the session were missing.
+    pub timeout_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            key_prefix: "toolshelf:".into(),
+            timeout_ms: 1000,
         }
     }
 }
