@@ -231,7 +231,7 @@ async fn find_by_root(
     if !continues {
         let ttl = std::time::Duration::from_secs(proxy.compiled.config().proxy.session_ttl_secs);
         if let Err(e) = proxy.store.put(&alias, key.clone().into_bytes(), ttl).await {
-            tracing::warn!("session store: {e}");
+            proxy.store_failed(&e);
         }
     }
     (key, session, version)

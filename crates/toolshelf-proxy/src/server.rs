@@ -581,7 +581,7 @@ async fn finish(app: &AppState, turn: Turn) {
             .put(&alias, prepared.key.clone().into_bytes(), ttl)
             .await
         {
-            tracing::warn!("session store: {e}");
+            proxy.store_failed(&e);
         }
     }
     proxy
