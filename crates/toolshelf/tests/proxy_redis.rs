@@ -873,40 +873,50 @@ fn redis_restarted_with_persistence_mid_conversation_loses_nothing() {
 }
 
 #[test]
-fn two_replicas_racing_on_one_session_lose_no_recorded_round() {
+fn two_replicas_racing_on_one_session_lose_neither_recorded_rounds_nor_activations() {
     let s = Scratch::new("redis-race");
     let redis = Redis::start(&s, false);
     // Two conversations in one named session, one through each replica at the same moment: the
     // first rounds are held long enough that both requests have read the session before either
-    // writes it.
+    // writes it. The first request to arrive loads read_file, the other write_file.
     let script = json!({"steps": [
         {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__read_file"]}}], "hang": 2},
-        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__read_file"]}}], "hang": 2},
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__write_file"]}}], "hang": 2},
         // Distinct texts: a text-only turn is recorded by a digest of its text.
         {"text": "Found one."},
         {"text": "Found two."},
-        {"text": "Next one."},
-        {"text": "Next two."}
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "r"}}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__write_file", "params": {"path": "w", "content": "c"}}}]}
     ]});
     let upstream = Upstream::start(&s, &script);
     let (_sa, a) = replica("redis-race-a", &upstream, &redis, "race:");
     let (_sb, b) = replica("redis-race-b", &upstream, &redis, "race:");
     let mut headers = HEADERS.to_vec();
     headers.push(("x-toolshelf-session", "shared"));
-    let opening = |what: &str| vec![json!({"role": "user", "content": what})];
-    let (mut x, mut y) = (opening("conversation x"), opening("conversation y"));
-    let (ux, uy) = (
-        format!("{}/v1/messages", a.url),
-        format!("{}/v1/messages", b.url),
-    );
-    let (bx, by) = (request(&x), request(&y));
-    let (hx, hy) = (headers.clone(), headers.clone());
-    let tx = std::thread::spawn(move || post(&ux, &bx, &hx));
-    let ty = std::thread::spawn(move || post(&uy, &by, &hy));
-    let (ax, ay) = (tx.join().expect("x"), ty.join().expect("y"));
-    assert_eq!((ax.0, ay.0), (200, 200), "{ax:?} {ay:?}");
-    take(&mut x, &ax.1);
-    take(&mut y, &ay.1);
+    let names = ["conversation x", "conversation y"];
+    let mut convs: Vec<Vec<Value>> = names
+        .iter()
+        .map(|n| vec![json!({"role": "user", "content": n})])
+        .collect();
+    let racing: Vec<_> = [&a, &b]
+        .iter()
+        .zip(&convs)
+        .map(|(p, conv)| {
+            let (url, body, h) = (
+                format!("{}/v1/messages", p.url),
+                request(conv),
+                headers.clone(),
+            );
+            std::thread::spawn(move || post(&url, &body, &h))
+        })
+        .collect();
+    for (t, conv) in racing.into_iter().zip(&mut convs) {
+        let (status, answer) = t.join().expect("client thread");
+        assert_eq!(status, 200, "{answer}");
+        take(conv, &answer);
+    }
     let conflicts = |p: &ProxyProc| totals(p)["store_conflicts"].as_u64().unwrap_or(0);
     assert_eq!(
         conflicts(&a) + conflicts(&b),
@@ -916,21 +926,43 @@ fn two_replicas_racing_on_one_session_lose_no_recorded_round() {
         totals(&b)
     );
     assert_eq!(redis.cli(&["HGET", "race:h:shared", "v"]), "2");
-    // Each conversation goes on through the other replica, and each finds its own search round.
-    x.push(json!({"role": "user", "content": "next"}));
-    y.push(json!({"role": "user", "content": "next"}));
-    turn(&b, &mut x, &headers);
-    turn(&a, &mut y, &headers);
-    let turns = upstream.played(6);
-    let of = |first: &str| -> Vec<Value> {
-        turns
-            .iter()
-            .filter(|t| t["body"]["messages"][0]["content"] == first)
-            .cloned()
-            .collect()
+    // Each conversation goes on through the other replica and calls the tool it loaded, with no
+    // new search: the first to arrive (read_file) first.
+    let first = upstream
+        .turns()
+        .iter()
+        .find(|t| t["step"] == 0)
+        .map(|t| t["body"]["messages"][0]["content"].clone())
+        .expect("step 0");
+    let order: Vec<usize> = if first == names[0] {
+        vec![0, 1]
+    } else {
+        vec![1, 0]
     };
-    for c in ["conversation x", "conversation y"] {
-        let mine = of(c);
+    let expected = [
+        read_call("r"),
+        vec![(
+            "mcp__fs__write_file".to_owned(),
+            json!({"path": "w", "content": "c"}),
+        )],
+    ];
+    for (k, &i) in order.iter().enumerate() {
+        let other = if i == 0 { &b } else { &a };
+        convs[i].push(json!({"role": "user", "content": "next"}));
+        assert_eq!(
+            calls(&turn(other, &mut convs[i], &headers)),
+            expected[k],
+            "{}: the tool it loaded is still loaded",
+            names[i]
+        );
+    }
+    let turns = upstream.played(6);
+    for c in names {
+        let mine: Vec<Value> = turns
+            .iter()
+            .filter(|t| t["body"]["messages"][0]["content"] == c)
+            .cloned()
+            .collect();
         assert_eq!(mine.len(), 3, "{c}: two rounds, then the next request");
         assert!(
             has_search_round(&mine[2]),
