@@ -13,6 +13,7 @@
 pub mod api;
 pub mod error;
 pub mod exchange;
+pub mod metrics;
 pub mod redis_store;
 pub mod server;
 pub mod session;
@@ -123,9 +124,12 @@ impl Proxy {
         Duration::from_secs(self.compiled.config().proxy.session_ttl_secs)
     }
 
-    /// Updates the totals.
+    /// Updates the totals (and the metrics that mirror them).
     pub fn count(&self, f: impl FnOnce(&mut Totals)) {
-        f(&mut self.totals.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        let before = totals.clone();
+        f(&mut totals);
+        metrics::totals_moved(&before, &totals);
     }
 
     /// Counts a failed store operation and logs it (at most once per [`store::LOG_EVERY`]).

@@ -56,6 +56,7 @@ pub fn run(args: Args) -> Result<()> {
     let compiled = Arc::new(Compiled::new(config, &label, args.mode.as_deref())?);
     let store = session_store(compiled.config(), &rt)?;
     let proxy = Proxy::new(compiled, store, enrich)?;
+    toolshelf_proxy::metrics::install().map_err(anyhow::Error::msg)?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
