@@ -877,11 +877,12 @@ fn two_replicas_racing_on_one_session_lose_neither_recorded_rounds_nor_activatio
     let s = Scratch::new("redis-race");
     let redis = Redis::start(&s, false);
     // Two conversations in one named session, one through each replica at the same moment: the
-    // first rounds are held long enough that both requests have read the session before either
-    // writes it. The first request to arrive loads read_file, the other write_file.
+    // upstream answers neither first round before both requests have reached it, so both have
+    // read the session before either writes it. The first request to arrive loads read_file,
+    // the other write_file.
     let script = json!({"steps": [
-        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__read_file"]}}], "hang": 2},
-        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__write_file"]}}], "hang": 2},
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__read_file"]}}], "await_main": 2},
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__write_file"]}}], "await_main": 2},
         // Distinct texts: a text-only turn is recorded by a digest of its text.
         {"text": "Found one."},
         {"text": "Found two."},
