@@ -3,8 +3,8 @@
 //! `POST …/messages`, `…/chat/completions` and `…/responses` are the exchanges the proxy
 //! rewrites; `GET /toolshelf/status` answers with the figures, and `GET /metrics` with them and
 //! more for Prometheus; everything else (`/v1/models`, `count_tokens`, files, batches, any
-//! method) passes through byte for byte, streamed both ways, headers included. Credentials travel in headers the proxy forwards and never reads, logs or
-//! stores.
+//! method) passes through byte for byte, streamed both ways, headers included. Credentials
+//! travel in headers the proxy forwards and never reads, logs or stores.
 //!
 //! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
 //! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
