@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the pinned clients that toolshelf's end-to-end tests drive, into a prefix outside the
-# repository: the MCP clients Claude Code and Qwen Code (from npm), and the official Anthropic and
-# OpenAI Python SDKs (from PyPI) that the proxy tests point at `toolshelf proxy`.
+# repository: the MCP clients Claude Code and Qwen Code (from npm), the official Anthropic and
+# OpenAI Python SDKs (from PyPI) that the proxy tests point at `toolshelf proxy`, and the
+# Prometheus Python client whose parser reads the `/metrics` scrapes.
 #
 # Usage:  scripts/install-clients.sh
 #
@@ -30,7 +31,8 @@ NPM_CLIENTS=("$CLAUDE_CODE" "$QWEN_CODE")
 # Bump deliberately (`pip index versions NAME`), and run the proxy SDK tests.
 ANTHROPIC_SDK=anthropic==2.14.0
 OPENAI_SDK=openai==3.57.0
-PY_CLIENTS=("$ANTHROPIC_SDK" "$OPENAI_SDK")
+PROMETHEUS_CLIENT=prometheus_client==0.26.0
+PY_CLIENTS=("$ANTHROPIC_SDK" "$OPENAI_SDK" "$PROMETHEUS_CLIENT")
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -47,12 +49,18 @@ python3 -c 'import sys, venv; sys.exit(sys.version_info < (3, 9))' 2>/dev/null \
 BIN=$PREFIX/npm/node_modules/.bin
 VENV=$PREFIX/venv
 
+# The installed Python packages' versions, in the order of PY_CLIENTS.
+py_versions() {
+  "$VENV/bin/python" -c 'import importlib.metadata as m
+print(*(m.version(p) for p in ("anthropic", "openai", "prometheus_client")))'
+}
+
 # The installed clients answer --version with their pins, and the SDKs report theirs.
 check() {
   "$BIN/claude" --version 2>/dev/null | grep -qF "${CLAUDE_CODE##*@} (Claude Code)" \
     && [ "$("$BIN/qwen" --version 2>/dev/null)" = "${QWEN_CODE##*@}" ] \
-    && [ "$("$VENV/bin/python" -c 'import anthropic, openai; print(anthropic.__version__, openai.__version__)' 2>/dev/null)" \
-         = "${ANTHROPIC_SDK##*==} ${OPENAI_SDK##*==}" ]
+    && [ "$(py_versions 2>/dev/null)" \
+         = "${ANTHROPIC_SDK##*==} ${OPENAI_SDK##*==} ${PROMETHEUS_CLIENT##*==}" ]
 }
 
 # --- install (skipped when the prefix already has exactly these pins) ---------
@@ -71,7 +79,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$PIN_HASH" ]; then
     log "linking Claude Code's native binary"
     (cd "$PREFIX/npm/node_modules/@anthropic-ai/claude-code" && node install.cjs)
   fi
-  log "installing the Python SDKs into $VENV"
+  log "installing the Python packages into $VENV"
   # A venv made by another python would keep its interpreter: start afresh.
   rm -rf "$VENV"
   python3 -m venv "$VENV"
@@ -79,7 +87,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$PIN_HASH" ]; then
     "${PY_CLIENTS[@]}"
   check || die "the installed clients do not report the pinned versions: \
 claude $("$BIN/claude" --version 2>&1 || true), qwen $("$BIN/qwen" --version 2>&1 || true), \
-SDKs $("$VENV/bin/python" -c 'import anthropic, openai; print(anthropic.__version__, openai.__version__)' 2>&1 || true)"
+Python packages $(py_versions 2>&1 || true)"
   echo "$PIN_HASH" > "$STAMP"
 else
   log "pinned clients already installed in $PREFIX"

@@ -115,6 +115,24 @@ impl Compiled {
                 p.max_body_bytes
             )));
         }
+        let st = &config.store;
+        if let Some(url) = &st.url
+            && !["redis://", "unix://", "redis+unix://"]
+                .iter()
+                .any(|s| url.starts_with(s))
+        {
+            // The URL may hold a password: only its scheme is shown.
+            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+            return Err(err(format!(
+                "[store] url must be a redis:// or unix:// URL (got the scheme {scheme:?}; \
+                 TLS, rediss://, is not built in)"
+            )));
+        }
+        if st.key_prefix.is_empty() || st.timeout_ms == 0 {
+            return Err(err(
+                "[store] key_prefix must not be empty and timeout_ms must be at least 1".into(),
+            ));
+        }
         let permissions = Permissions::new(&config.permissions, source_name)?;
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let reminders =
@@ -284,14 +302,22 @@ mod tests {
                 "[[hooks.session_start]]\ncommand = \"x\"\ntools = \"y\"",
                 "tools only applies to call events",
             ),
+            (
+                "[store]\nurl = \"rediss://:secret@h\"",
+                "[store] url must be a redis:// or unix:// URL (got the scheme \"rediss\"",
+            ),
+            ("[store]\nkey_prefix = \"\"", "[store] key_prefix"),
+            ("[store]\ntimeout_ms = 0", "[store] key_prefix"),
         ] {
             let e = compile(toml, None).expect_err(toml).to_string();
+            assert!(!e.contains("secret"), "a password is never echoed: {e}");
             assert!(
                 e.starts_with("t.toml: ") && e.contains(says),
                 "{toml:?}: {e}"
             );
         }
         assert!(compile("", None).is_ok());
+        assert!(compile("[store]\nurl = \"redis://127.0.0.1:6379/2\"", None).is_ok());
     }
 
     #[test]

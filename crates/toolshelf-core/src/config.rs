@@ -61,6 +61,9 @@ pub struct Config {
     /// `[ui]`: the dashboard served at `/ui` on the proxy's listener.
     #[serde(default)]
     pub ui: UiConfig,
+    /// `[store]`: where the proxy keeps sessions (embedded, or Redis shared by replicas).
+    #[serde(default)]
+    pub store: StoreConfig,
 }
 
 /// `[ui]`, read by the dashboard.
@@ -606,6 +609,30 @@ impl Default for ProxyConfig {
             persist_sessions: false,
             max_body_bytes: 32 << 20,
             upstream_timeout_secs: 600,
+        }
+    }
+}
+
+/// `[store]`, read by `toolshelf proxy`: where sessions live between requests.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `url`: a Redis server shared by proxy replicas (`redis://[:PASSWORD@]HOST[:PORT][/DB]` or
+    /// `unix:///PATH`); absent, the embedded store (`[proxy] max_sessions`, `persist_sessions`).
+    pub url: Option<String>,
+    /// `key_prefix`: every Redis key starts with it.
+    pub key_prefix: String,
+    /// `timeout_ms`: the longest a request waits for one store operation (connecting included)
+    /// before it goes on as if the session were missing.
+    pub timeout_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            key_prefix: "toolshelf:".into(),
+            timeout_ms: 1000,
         }
     }
 }

@@ -163,6 +163,23 @@ impl SessionState {
         self.called.get(name).copied()
     }
 
+    /// Adds what another writer of the same session recorded meanwhile (two requests of one
+    /// conversation answered at once): its activations and calls, the later turn of each
+    /// winning, and its turn if later. The frozen surface, the tools told and the reminder marks
+    /// stay this one's.
+    pub fn absorb(&mut self, other: &SessionState) {
+        self.turn = self.turn.max(other.turn);
+        for (mine, theirs) in [
+            (&mut self.active, &other.active),
+            (&mut self.called, &other.called),
+        ] {
+            for (name, &t) in theirs {
+                let e = mine.entry(name.clone()).or_insert(t);
+                *e = (*e).max(t);
+            }
+        }
+    }
+
     /// Tools called at or after turn `since`, sorted.
     pub fn called_since(&self, since: u64) -> impl Iterator<Item = &str> {
         self.called
@@ -256,6 +273,26 @@ mod tests {
             format: "anthropic".into(),
             tools: "[]".into(),
         }
+    }
+
+    #[test]
+    fn absorbing_another_writer_keeps_both_activations_and_the_later_turns() {
+        let mut base = SessionState::default();
+        base.next_turn();
+        base.activate(["a"]);
+        let (mut x, mut y) = (base.clone(), base.clone());
+        x.next_turn();
+        x.activate(["b"]);
+        x.record_call("a");
+        y.next_turn();
+        y.next_turn();
+        y.activate(["c"]);
+        x.absorb(&y);
+        assert_eq!(x.turn(), 3);
+        assert_eq!(x.active_names(10), ["a", "b", "c"]);
+        assert_eq!(x.activity("a", 10), Activity::Active { last_used: 2 });
+        assert_eq!(x.activity("c", 10), Activity::Active { last_used: 3 });
+        assert_eq!(x.last_called("a"), Some(2));
     }
 
     #[test]

@@ -144,8 +144,10 @@ impl Audit {
         AuditRecord::new(ms, kind)
     }
 
-    /// Appends one record. `Err` says why it was dropped (it is counted either way).
+    /// Appends one record. `Err` says why it was dropped (it is counted either way). Every record
+    /// also moves the metrics, whether or not a log is kept.
     pub fn append(&self, record: &AuditRecord) -> std::result::Result<(), String> {
+        crate::metrics::audited(record);
         let Some(w) = &self.writer else {
             return Ok(());
         };

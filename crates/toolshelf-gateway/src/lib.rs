@@ -6,7 +6,8 @@
 //! by `toolshelf-core`, which has no I/O; this crate adds the moving parts: processes and
 //! connections to the downstream servers ([`downstream`], [`stdio`]), the shared state ([`hub`]),
 //! one MCP session per client ([`session`]), hook processes ([`hooks`]), files ([`cache`],
-//! [`audit`]), and the stdio and HTTP listeners ([`serve`]).
+//! [`audit`]), the stdio and HTTP listeners ([`serve`]) and what `GET /metrics` shows
+//! ([`metrics`]).
 //!
 //! Logs go through `tracing` to stderr: over stdio, stdout is the MCP channel.
 
@@ -16,6 +17,7 @@ pub mod downstream;
 pub mod error;
 pub use toolshelf_runtime::hooks;
 pub mod hub;
+pub mod metrics;
 pub mod search;
 pub mod serve;
 pub mod session;

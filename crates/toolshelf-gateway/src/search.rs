@@ -36,6 +36,19 @@ pub fn tool_search(
     active: &dyn Fn(&str) -> bool,
     before: impl FnOnce(),
 ) -> SearchOutcome {
+    let started = std::time::Instant::now();
+    let outcome = answer(snapshot, config, args, active, before);
+    crate::metrics::searched(started.elapsed());
+    outcome
+}
+
+fn answer(
+    snapshot: &Snapshot,
+    config: &SearchConfig,
+    args: &Map<String, Value>,
+    active: &dyn Fn(&str) -> bool,
+    before: impl FnOnce(),
+) -> SearchOutcome {
     match SearchRequest::from_json(&Value::Object(args.clone())) {
         Err(text) => SearchOutcome {
             text,

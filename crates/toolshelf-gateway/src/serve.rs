@@ -1,4 +1,5 @@
-//! Serving sessions: one over stdio, or many over streamable HTTP at `/mcp`.
+//! Serving sessions: one over stdio, or many over streamable HTTP at `/mcp` (with `GET /metrics`
+//! beside it for Prometheus).
 //!
 //! Over HTTP every client session gets its own [`GatewaySession`] (rmcp calls the factory once
 //! per session), so frozen lists and loaded tools never leak between clients while the servers
@@ -84,6 +85,7 @@ pub async fn serve_http(
     config.max_request_body_bytes = MAX_BODY;
     let counted = sessions.clone();
     let hub_for_ui = hub.clone();
+    let scraped = hub.clone();
     let service = StreamableHttpService::new(
         move || Ok(GatewaySession::new(hub.clone()).with_http_sessions(counted.clone())),
         sessions.clone(),
@@ -105,12 +107,36 @@ pub async fn serve_http(
     let router = axum::Router::new()
         .nest_service("/mcp", service)
         .merge(pages)
+        .route(
+            "/metrics",
+            axum::routing::get(move || metrics(scraped.clone())),
+        )
         .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| err(e.to_string()))
+}
+
+/// `GET /metrics`: the Prometheus text, server states as of now; 404 when this process records
+/// no metrics.
+async fn metrics(hub: Arc<Hub>) -> Response {
+    crate::metrics::servers(&hub.statuses());
+    match toolshelf_runtime::metrics::render() {
+        Some(text) => {
+            let mut r = Response::new(Body::from(text));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(toolshelf_runtime::metrics::CONTENT_TYPE),
+            );
+            r
+        }
+        None => plain(
+            StatusCode::NOT_FOUND,
+            "no metrics are recorded in this process".into(),
+        ),
+    }
 }
 
 /// What [`guard`] needs.

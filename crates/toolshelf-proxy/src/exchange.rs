@@ -241,7 +241,7 @@ async fn find_by_root(
     if !continues {
         let ttl = std::time::Duration::from_secs(proxy.compiled.config().proxy.session_ttl_secs);
         if let Err(e) = proxy.store.put(&alias, key.clone().into_bytes(), ttl).await {
-            tracing::warn!("session store: {e}");
+            proxy.store_failed(&e);
         }
     }
     (key, session, version)
@@ -692,6 +692,7 @@ impl Turn {
         let (target, params, via_defer) = if c.name == DEFER_EXECUTE {
             if let Some(raw) = &c.raw_input {
                 self.refused += 1;
+                crate::metrics::refused(RefusalKind::BadArguments.as_str());
                 return Err(answer(
                     format!(
                         "Invalid defer_execute call: the arguments are not a JSON object ({}).",
@@ -704,6 +705,7 @@ impl Turn {
                 Ok(a) => (a.tool_name, a.params, true),
                 Err(text) => {
                     self.refused += 1;
+                    crate::metrics::refused(RefusalKind::BadArguments.as_str());
                     return Err(answer(text, true));
                 }
             }
@@ -722,6 +724,7 @@ impl Turn {
             Ok((i, params)) => {
                 let name = shelf.catalog.tools()[i].name.clone();
                 self.prepared.session.state.record_call(&name);
+                crate::metrics::forwarded();
                 Ok(Call {
                     id: c.id.clone(),
                     name: shelf.client_name(i).to_owned(),
@@ -744,8 +747,10 @@ impl Turn {
                     "call refused"
                 );
                 if !via_defer && refusal.kind() == RefusalKind::Unknown {
+                    crate::metrics::forwarded();
                     return Ok(c.clone());
                 }
+                crate::metrics::refused(refusal.kind().as_str());
                 Err(answer(refusal.text(&shelf.catalog), true))
             }
         }
@@ -793,9 +798,13 @@ impl Turn {
     }
 
     fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool) {
+        let started = std::time::Instant::now();
         let request = match SearchRequest::from_json(&Value::Object(c.input.clone())) {
             Ok(r) => r,
-            Err(text) => return (text, true),
+            Err(text) => {
+                crate::metrics::searched("invalid", started.elapsed());
+                return (text, true);
+            }
         };
         let shelf = self.prepared.shelf.clone();
         let config = proxy.compiled.config();
@@ -816,18 +825,26 @@ impl Turn {
         });
         match std::panic::catch_unwind(run) {
             Ok(r) => {
+                let outcome = match r.outcome {
+                    toolshelf_core::search::render::Outcome::Found => "ok",
+                    toolshelf_core::search::render::Outcome::NoMatch => "no_match",
+                };
+                crate::metrics::searched(outcome, started.elapsed());
                 let names: Vec<&str> = r.loaded.iter().map(|&i| tools[i].name.as_str()).collect();
                 self.activated.extend(names.iter().map(|n| (*n).to_owned()));
                 self.prepared.session.state.activate(names);
                 (r.text, false)
             }
-            Err(_) => (
-                toolshelf_core::search::render::SearchResponse::engine_failure(
-                    "internal error in the search engine",
+            Err(_) => {
+                crate::metrics::searched("engine_failure", started.elapsed());
+                (
+                    toolshelf_core::search::render::SearchResponse::engine_failure(
+                        "internal error in the search engine",
+                    )
+                    .text,
+                    true,
                 )
-                .text,
-                true,
-            ),
+            }
         }
     }
 }

@@ -13,6 +13,8 @@
 pub mod api;
 pub mod error;
 pub mod exchange;
+pub mod metrics;
+pub mod redis_store;
 pub mod server;
 pub mod session;
 pub mod shelf;
@@ -29,7 +31,7 @@ use toolshelf_core::Compiled;
 use crate::api::{Dialect, Tokens};
 use crate::session::ProxySession;
 use crate::shelf::{Shelf, Shelves};
-use crate::store::{Cas, SessionStore};
+use crate::store::{Cas, FailureLog, SessionStore};
 
 pub use error::{ProxyError, Result};
 
@@ -81,6 +83,7 @@ pub struct Proxy {
     enrich: Option<Enricher>,
     /// Totals.
     pub totals: Mutex<Totals>,
+    store_log: FailureLog,
 }
 
 impl Proxy {
@@ -104,6 +107,7 @@ impl Proxy {
             http,
             enrich,
             totals: Mutex::new(Totals::default()),
+            store_log: FailureLog::default(),
         })
     }
 
@@ -126,23 +130,35 @@ impl Proxy {
         Duration::from_secs(self.compiled.config().proxy.session_ttl_secs)
     }
 
-    /// Updates the totals.
+    /// Updates the totals (and the metrics that mirror them).
     pub fn count(&self, f: impl FnOnce(&mut Totals)) {
-        f(&mut self.totals.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        let before = totals.clone();
+        f(&mut totals);
+        metrics::totals_moved(&before, &totals);
+    }
+
+    /// Counts a failed store operation and logs it (at most once per [`store::LOG_EVERY`]).
+    pub fn store_failed(&self, error: &str) {
+        self.count(|t| t.store_errors += 1);
+        self.store_log.failed(error);
     }
 
     /// The session under `key` with its version; a new one when missing, unreadable or when the
     /// store fails (counted and logged).
     pub async fn load_session(&self, key: &str) -> (ProxySession, Option<u64>) {
-        match self.store.get(key).await {
+        let got = self.store.get(key).await;
+        if got.is_ok() {
+            self.store_log.answered();
+        }
+        match got {
             Ok(Some(v)) => match ProxySession::from_bytes(&v.value) {
                 Some(s) => (s, Some(v.version)),
                 None => (ProxySession::default(), Some(v.version)),
             },
             Ok(None) => (ProxySession::default(), None),
             Err(e) => {
-                self.count(|t| t.store_errors += 1);
-                tracing::warn!("session store: {e}; the request goes on with a new session");
+                self.store_failed(&e);
                 (ProxySession::default(), None)
             }
         }
@@ -159,13 +175,9 @@ impl Proxy {
     ) {
         let ttl = self.ttl();
         match self.store.compare_and_set(key, version, bytes, ttl).await {
-            Ok(Cas::Written(_)) => return,
+            Ok(Cas::Written(_)) => return self.store_log.answered(),
             Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
-            Err(e) => {
-                self.count(|t| t.store_errors += 1);
-                tracing::warn!("session store: {e}");
-                return;
-            }
+            Err(e) => return self.store_failed(&e),
         }
         let (other, v) = self.load_session(key).await;
         session.merge_from(other);
@@ -177,8 +189,7 @@ impl Proxy {
             return;
         }
         if let Err(e) = self.store.put(key, session.to_bytes(), ttl).await {
-            self.count(|t| t.store_errors += 1);
-            tracing::warn!("session store: {e}");
+            self.store_failed(&e);
         }
     }
 }

@@ -1,10 +1,10 @@
 //! The HTTP side: one handler for every request.
 //!
 //! `POST …/messages`, `…/chat/completions` and `…/responses` are the exchanges the proxy
-//! rewrites; `GET /toolshelf/status` answers with the figures; everything else (`/v1/models`,
-//! `count_tokens`, files, batches, any method) passes through byte for byte, streamed both ways,
-//! headers included. Credentials travel in headers the proxy forwards and never reads, logs or
-//! stores.
+//! rewrites; `GET /toolshelf/status` answers with the figures, and `GET /metrics` with them and
+//! more for Prometheus; everything else (`/v1/models`, `count_tokens`, files, batches, any
+//! method) passes through byte for byte, streamed both ways, headers included. Credentials
+//! travel in headers the proxy forwards and never reads, logs or stores.
 //!
 //! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
 //! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
@@ -243,6 +243,9 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         )
             .into_response();
     }
+    if parts.method == Method::GET && parts.uri.path() == "/metrics" {
+        return metrics_response();
+    }
     let proxy = &app.proxy;
     proxy.count(|t| t.requests += 1);
     let url = upstream_url(proxy, &parts.headers, &path_and_query);
@@ -345,6 +348,25 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
                 pass_bytes(proxy, &url, &parts.headers, bytes).await
             }
         }
+    }
+}
+
+/// `GET /metrics`: the Prometheus text, or 404 when this process records no metrics.
+fn metrics_response() -> Response {
+    match toolshelf_runtime::metrics::render() {
+        Some(text) => (
+            [(
+                header::CONTENT_TYPE,
+                toolshelf_runtime::metrics::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "no metrics are recorded in this process\n",
+        )
+            .into_response(),
     }
 }
 
@@ -563,6 +585,7 @@ async fn finish(app: &AppState, turn: Turn) {
     f.tokens.cache_read += tokens.cache_read;
     f.tokens.cache_creation += tokens.cache_creation;
     f.tokens_saved += saved;
+    crate::metrics::finished(rounds);
     proxy.count(|t| {
         t.rounds += u64::from(rounds);
         t.searches += searches;
@@ -640,7 +663,7 @@ async fn finish(app: &AppState, turn: Turn) {
             .put(&alias, prepared.key.clone().into_bytes(), ttl)
             .await
         {
-            tracing::warn!("session store: {e}");
+            proxy.store_failed(&e);
         }
     }
     proxy

@@ -140,8 +140,11 @@ impl ProxySession {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Adds what another writer recorded meanwhile, keeping this session's state.
+    /// Adds what another writer recorded meanwhile: its recorded rounds, injected blocks,
+    /// activations and calls. The rest (the frozen surface, the last prefix, the figures) stays
+    /// this session's.
     pub fn merge_from(&mut self, other: ProxySession) {
+        self.state.absorb(&other.state);
         for (k, v) in other.recorded {
             self.recorded.entry(k).or_insert(v);
         }

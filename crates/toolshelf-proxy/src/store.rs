@@ -60,6 +60,68 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// How often a failing store is reported in the log.
+pub const LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// The log of a store's failures: the first failure at once, then at most one line per
+/// [`LOG_EVERY`] with the number of failures since the last line; and one line when the store
+/// answers again.
+#[derive(Debug, Default)]
+pub struct FailureLog {
+    failing: std::sync::atomic::AtomicBool,
+    state: Mutex<FailureState>,
+}
+
+#[derive(Debug, Default)]
+struct FailureState {
+    /// When the last failure line was written.
+    said: Option<Instant>,
+    /// Failures since then.
+    unsaid: u64,
+    /// Failures since the store last answered.
+    run: u64,
+}
+
+impl FailureLog {
+    /// Records a failure; logs it unless a line was written less than [`LOG_EVERY`] ago.
+    pub fn failed(&self, error: &str) {
+        self.failing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.run += 1;
+        if s.said.is_some_and(|t| t.elapsed() < LOG_EVERY) {
+            s.unsaid += 1;
+            return;
+        }
+        let more = match std::mem::take(&mut s.unsaid) {
+            0 => String::new(),
+            n => format!(" ({n} more failures since the last report)"),
+        };
+        s.said = Some(Instant::now());
+        tracing::warn!(
+            "session store: {error}{more}; requests go on as if their session were missing \
+             (reported at most every {} s)",
+            LOG_EVERY.as_secs()
+        );
+    }
+
+    /// Records an answer; logs the recovery after failures.
+    pub fn answered(&self) {
+        if !self
+            .failing
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let run = std::mem::take(&mut s.run);
+        s.unsaid = 0;
+        if run > 0 {
+            tracing::info!("session store: answering again after {run} failures");
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     version: u64,

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use toolshelf_core::{Compiled, Config};
 use toolshelf_proxy::Proxy;
+use toolshelf_proxy::redis_store::RedisStore;
 use toolshelf_proxy::server::{AppState, router};
-use toolshelf_proxy::store::MemoryStore;
+use toolshelf_proxy::store::{MemoryStore, SessionStore};
 
 /// Arguments of `proxy`.
 #[derive(Debug, clap::Args)]
@@ -49,19 +50,14 @@ pub fn run(args: Args) -> Result<()> {
         config.proxy.openai_upstream = u;
     }
     let enrich = super::serve::enricher(&config);
-    let dir = if config.proxy.persist_sessions {
-        Some(toolshelf_gateway::hub::cache_dir(&config)?.join("proxy-sessions"))
-    } else {
-        None
-    };
-    let store = Arc::new(
-        MemoryStore::new(config.proxy.max_sessions, dir).with_file_ttl(
-            std::time::Duration::from_secs(config.proxy.session_ttl_secs),
-        ),
-    );
+    let rt = super::serve::runtime()?;
+    // The Redis connection belongs to the runtime that serves.
+    let _entered = rt.enter();
     let compiled = Arc::new(Compiled::new(config, &label, args.mode.as_deref())?);
+    let store = session_store(compiled.config(), &rt)?;
     let proxy = Proxy::new(compiled, store, enrich)?;
-    super::serve::runtime()?.block_on(async move {
+    toolshelf_proxy::metrics::install().map_err(anyhow::Error::msg)?;
+    rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -81,4 +77,31 @@ pub fn run(args: Args) -> Result<()> {
             .await
             .context("serving the proxy")
     })
+}
+
+/// The store of `[store]`: Redis when a URL is given, else the embedded one.
+fn session_store(config: &Config, rt: &tokio::runtime::Runtime) -> Result<Arc<dyn SessionStore>> {
+    let ttl = std::time::Duration::from_secs(config.proxy.session_ttl_secs);
+    let st = &config.store;
+    if let Some(url) = &st.url {
+        let timeout = std::time::Duration::from_millis(st.timeout_ms);
+        let store = RedisStore::new(url, &st.key_prefix, timeout).map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "toolshelf: sessions in Redis at {}, keys under {:?}",
+            store.addr(),
+            st.key_prefix
+        );
+        if let Err(e) = rt.block_on(store.ping()) {
+            eprintln!("toolshelf: {e}; serving anyway, every session missing until Redis answers");
+        }
+        return Ok(Arc::new(store));
+    }
+    let dir = if config.proxy.persist_sessions {
+        Some(toolshelf_gateway::hub::cache_dir(config)?.join("proxy-sessions"))
+    } else {
+        None
+    };
+    Ok(Arc::new(
+        MemoryStore::new(config.proxy.max_sessions, dir).with_file_ttl(ttl),
+    ))
 }

@@ -170,6 +170,7 @@ pub fn run(args: Args) -> Result<()> {
         let hub: Arc<Hub> = Hub::start(settings)?;
         let served = match &args.http {
             Some(addr) => {
+                toolshelf_gateway::metrics::install().map_err(anyhow::Error::msg)?;
                 toolshelf_gateway::serve::serve_http(hub.clone(), addr, |bound| {
                     eprintln!("toolshelf: serving MCP at http://{bound}/mcp");
                 })

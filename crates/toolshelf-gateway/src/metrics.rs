@@ -1,0 +1,155 @@
+//! What the gateway records for Prometheus, served at `GET /metrics` by `serve --http` (the
+//! recorder and the text format are `toolshelf_runtime::metrics`).
+//!
+//! Calls, refusals and searches are counted from the audit records, the one place every call's
+//! outcome is written ([`audited`], called for each record whether or not a log is kept), so
+//! the metrics and the audit log cannot disagree. Search durations are timed at the search
+//! seam; server states are read from the hub when scraped ([`servers`]).
+
+use std::time::Duration;
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use toolshelf_core::audit::{AuditKind, AuditRecord};
+
+use crate::downstream::ServerStatus;
+
+/// Calls by `outcome`.
+pub const CALLS: &str = "toolshelf_gateway_calls_total";
+/// Refused calls by `reason`.
+pub const REFUSED: &str = "toolshelf_gateway_refused_calls_total";
+/// `tool_search` calls by `outcome`.
+pub const SEARCHES: &str = "toolshelf_gateway_searches_total";
+/// How long each search took.
+pub const SEARCH_SECONDS: &str = "toolshelf_gateway_search_duration_seconds";
+/// 1 for each server's current `state`, 0 for the others.
+pub const SERVER_STATE: &str = "toolshelf_gateway_server_state";
+/// Failed starts and crashes per server.
+pub const SERVER_FAILURES: &str = "toolshelf_gateway_server_failures_total";
+
+/// The states a server can be in, as `toolshelf status` names them.
+pub const STATES: [&str; 5] = ["cached", "starting", "ready", "failed", "disabled"];
+
+/// Installs the process's recorder and describes the gateway's metrics.
+pub fn install() -> Result<(), String> {
+    toolshelf_runtime::metrics::install()?;
+    describe();
+    Ok(())
+}
+
+/// The `# HELP` lines.
+pub fn describe() {
+    describe_counter!(
+        CALLS,
+        Unit::Count,
+        "Calls by outcome: ok, tool_error, the failure (timeout, server_unavailable, ...), or refused."
+    );
+    describe_counter!(
+        REFUSED,
+        Unit::Count,
+        "Calls refused before they ran, by reason (as the audit log's outcome)."
+    );
+    describe_counter!(
+        SEARCHES,
+        Unit::Count,
+        "tool_search calls by outcome: ok, no_match, invalid, engine_failure."
+    );
+    describe_histogram!(
+        SEARCH_SECONDS,
+        Unit::Seconds,
+        "Time to answer one tool_search call."
+    );
+    describe_gauge!(
+        SERVER_STATE,
+        "1 for the state each MCP server is in (cached, starting, ready, failed, disabled), 0 for the others."
+    );
+    describe_counter!(
+        SERVER_FAILURES,
+        Unit::Count,
+        "Failed starts and crashes of each MCP server."
+    );
+}
+
+/// Counts what an audit record says happened.
+pub(crate) fn audited(r: &AuditRecord) {
+    let outcome = r.outcome.clone().unwrap_or_else(|| "unknown".into());
+    match r.kind {
+        AuditKind::Call => counter!(CALLS, "outcome" => outcome).increment(1),
+        AuditKind::Refused | AuditKind::Hidden => {
+            counter!(CALLS, "outcome" => "refused").increment(1);
+            counter!(REFUSED, "reason" => outcome).increment(1);
+        }
+        AuditKind::Search => counter!(SEARCHES, "outcome" => outcome).increment(1),
+        _ => {}
+    }
+}
+
+/// A search answered.
+pub(crate) fn searched(took: Duration) {
+    histogram!(SEARCH_SECONDS).record(took.as_secs_f64());
+}
+
+/// Sets the server gauges from their statuses.
+pub fn servers(statuses: &[ServerStatus]) {
+    for s in statuses {
+        for state in STATES {
+            let on = if s.state == state { 1.0 } else { 0.0 };
+            gauge!(SERVER_STATE, "server" => s.name.clone(), "state" => state).set(on);
+        }
+        counter!(SERVER_FAILURES, "server" => s.name.clone()).absolute(u64::from(s.failures));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_records_and_statuses_become_metrics() {
+        let r = toolshelf_runtime::metrics::recorder();
+        let handle = r.handle();
+        metrics::with_local_recorder(&r, || {
+            let record = |kind, outcome: &str| {
+                let mut r = AuditRecord::new(0, kind);
+                r.outcome = Some(outcome.into());
+                r
+            };
+            audited(&record(AuditKind::Call, "ok"));
+            audited(&record(AuditKind::Call, "timeout"));
+            audited(&record(AuditKind::Refused, "not_loaded"));
+            audited(&record(AuditKind::Hidden, "hidden"));
+            audited(&record(AuditKind::Search, "no_match"));
+            audited(&record(AuditKind::Session, "start"));
+            searched(Duration::from_millis(3));
+            servers(&[ServerStatus {
+                name: "fs".into(),
+                state: "failed".into(),
+                reason: Some("exited".into()),
+                tools: None,
+                pid: None,
+                transport: "stdio".into(),
+                failures: 2,
+            }]);
+        });
+        let text = handle.render();
+        for line in [
+            "toolshelf_gateway_calls_total{outcome=\"ok\"} 1",
+            "toolshelf_gateway_calls_total{outcome=\"timeout\"} 1",
+            "toolshelf_gateway_calls_total{outcome=\"refused\"} 2",
+            "toolshelf_gateway_refused_calls_total{reason=\"not_loaded\"} 1",
+            "toolshelf_gateway_refused_calls_total{reason=\"hidden\"} 1",
+            "toolshelf_gateway_searches_total{outcome=\"no_match\"} 1",
+            "toolshelf_gateway_search_duration_seconds_bucket{le=\"0.005\"} 1",
+            "toolshelf_gateway_server_state{server=\"fs\",state=\"failed\"} 1",
+            "toolshelf_gateway_server_state{server=\"fs\",state=\"ready\"} 0",
+            "toolshelf_gateway_server_failures_total{server=\"fs\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
+        assert!(
+            !text.contains("=\"start\""),
+            "a session record counts nothing: {text}"
+        );
+    }
+}

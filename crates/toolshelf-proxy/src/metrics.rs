@@ -1,0 +1,210 @@
+//! What the proxy records for Prometheus, served at `GET /metrics` (the recorder and the text
+//! format are `toolshelf_runtime::metrics`).
+//!
+//! Every figure of the status totals is mirrored by a counter, in one place: [`Proxy::count`]
+//! passes each change here ([`totals_moved`]), so `/toolshelf/status` and `/metrics` cannot
+//! disagree. What the totals do not hold is recorded where it happens: calls by outcome and
+//! refusals by reason, the duration and outcome of each search, and the rounds the proxy
+//! answered itself per request.
+//!
+//! [`Proxy::count`]: crate::Proxy::count
+
+use std::time::Duration;
+
+use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
+
+use crate::Totals;
+
+/// Client requests.
+pub const REQUESTS: &str = "toolshelf_proxy_requests_total";
+/// Requests rewritten.
+pub const REWRITTEN: &str = "toolshelf_proxy_requests_rewritten_total";
+/// Requests passed through as sent.
+pub const PASSED: &str = "toolshelf_proxy_requests_passed_total";
+/// Requests that ended in an error.
+pub const ERRORS: &str = "toolshelf_proxy_request_errors_total";
+/// Upstream rounds.
+pub const ROUNDS: &str = "toolshelf_proxy_upstream_rounds_total";
+/// Upstream tokens by `kind`.
+pub const TOKENS: &str = "toolshelf_proxy_upstream_tokens_total";
+/// Tool-list tokens saved.
+pub const TOKENS_SAVED: &str = "toolshelf_proxy_tool_tokens_saved_total";
+/// Prefix breaks.
+pub const PREFIX_BREAKS: &str = "toolshelf_proxy_prefix_breaks_total";
+/// Failed store operations.
+pub const STORE_ERRORS: &str = "toolshelf_proxy_store_errors_total";
+/// Session writes that met a concurrent write.
+pub const STORE_CONFLICTS: &str = "toolshelf_proxy_store_conflicts_total";
+/// Tool calls the proxy judged, by `outcome`.
+pub const CALLS: &str = "toolshelf_proxy_calls_total";
+/// Refused calls by `reason`.
+pub const REFUSED: &str = "toolshelf_proxy_refused_calls_total";
+/// `tool_search` calls by `outcome`.
+pub const SEARCHES: &str = "toolshelf_proxy_searches_total";
+/// How long each search took.
+pub const SEARCH_SECONDS: &str = "toolshelf_proxy_search_duration_seconds";
+/// Rounds the proxy answered itself, per finished request.
+pub const SEARCH_ROUNDS: &str = "toolshelf_proxy_search_rounds";
+
+/// Installs the process's recorder and describes the proxy's metrics.
+pub fn install() -> Result<(), String> {
+    toolshelf_runtime::metrics::install()?;
+    describe();
+    Ok(())
+}
+
+/// The `# HELP` lines.
+pub fn describe() {
+    for (name, help) in [
+        (REQUESTS, "Client requests received."),
+        (REWRITTEN, "Requests rewritten (deferred loading applied)."),
+        (PASSED, "Requests passed through as sent."),
+        (
+            ERRORS,
+            "Requests that ended in an error: refused by the proxy, upstream errors, streams cut.",
+        ),
+        (ROUNDS, "Upstream rounds sent for rewritten requests."),
+        (
+            TOKENS,
+            "Tokens the upstreams reported, by kind: input, output, cache_read (OpenAI cached tokens included), cache_creation.",
+        ),
+        (
+            TOKENS_SAVED,
+            "o200k tokens of the client's tool list minus those of the list sent, times the rounds.",
+        ),
+        (
+            PREFIX_BREAKS,
+            "Requests whose upstream body did not continue the previous request's byte for byte.",
+        ),
+        (
+            STORE_ERRORS,
+            "Session store operations that failed (the request went on without its session).",
+        ),
+        (
+            STORE_CONFLICTS,
+            "Session writes that met a concurrent write and were merged.",
+        ),
+        (
+            CALLS,
+            "Calls of client tools the proxy judged, by outcome: forwarded (to the client to run) or refused (answered to the model).",
+        ),
+        (REFUSED, "Refused calls by reason."),
+        (
+            SEARCHES,
+            "tool_search calls answered, by outcome: ok, no_match, invalid, engine_failure.",
+        ),
+    ] {
+        describe_counter!(name, Unit::Count, help);
+    }
+    describe_histogram!(
+        SEARCH_SECONDS,
+        Unit::Seconds,
+        "Time to answer one tool_search call."
+    );
+    describe_histogram!(
+        SEARCH_ROUNDS,
+        Unit::Count,
+        "Upstream rounds the proxy answered itself (searches, refusals) per finished request."
+    );
+}
+
+/// Mirrors the growth of the status totals.
+pub(crate) fn totals_moved(before: &Totals, after: &Totals) {
+    let up = |name: &'static str, b: u64, a: u64| {
+        if a > b {
+            counter!(name).increment(a - b);
+        }
+    };
+    up(REQUESTS, before.requests, after.requests);
+    up(REWRITTEN, before.rewritten, after.rewritten);
+    up(PASSED, before.passed, after.passed);
+    up(ERRORS, before.errors, after.errors);
+    up(ROUNDS, before.rounds, after.rounds);
+    up(TOKENS_SAVED, before.tokens_saved, after.tokens_saved);
+    up(PREFIX_BREAKS, before.prefix_breaks, after.prefix_breaks);
+    up(STORE_ERRORS, before.store_errors, after.store_errors);
+    up(
+        STORE_CONFLICTS,
+        before.store_conflicts,
+        after.store_conflicts,
+    );
+    let (b, a) = (&before.tokens, &after.tokens);
+    for (kind, b, a) in [
+        ("input", b.input, a.input),
+        ("output", b.output, a.output),
+        ("cache_read", b.cache_read, a.cache_read),
+        ("cache_creation", b.cache_creation, a.cache_creation),
+    ] {
+        if a > b {
+            counter!(TOKENS, "kind" => kind).increment(a - b);
+        }
+    }
+}
+
+/// A call handed to the client to run.
+pub(crate) fn forwarded() {
+    counter!(CALLS, "outcome" => "forwarded").increment(1);
+}
+
+/// A call answered to the model with a refusal.
+pub(crate) fn refused(reason: &'static str) {
+    counter!(CALLS, "outcome" => "refused").increment(1);
+    counter!(REFUSED, "reason" => reason).increment(1);
+}
+
+/// A search answered.
+pub(crate) fn searched(outcome: &'static str, took: Duration) {
+    counter!(SEARCHES, "outcome" => outcome).increment(1);
+    histogram!(SEARCH_SECONDS).record(took.as_secs_f64());
+}
+
+/// A request finished after `rounds` upstream rounds.
+pub(crate) fn finished(rounds: u32) {
+    histogram!(SEARCH_ROUNDS).record(f64::from(rounds.saturating_sub(1)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_totals_are_mirrored_by_their_growth() {
+        let r = toolshelf_runtime::metrics::recorder();
+        let handle = r.handle();
+        metrics::with_local_recorder(&r, || {
+            describe();
+            let mut t = Totals::default();
+            let before = t.clone();
+            t.requests = 3;
+            t.tokens.cache_read = 40;
+            t.store_errors = 1;
+            totals_moved(&before, &t);
+            let again = t.clone();
+            t.requests = 4;
+            totals_moved(&again, &t);
+            refused("not_loaded");
+            forwarded();
+            searched("ok", Duration::from_micros(700));
+            finished(3);
+        });
+        let text = handle.render();
+        for line in [
+            "toolshelf_proxy_requests_total 4",
+            "toolshelf_proxy_upstream_tokens_total{kind=\"cache_read\"} 40",
+            "toolshelf_proxy_store_errors_total 1",
+            "toolshelf_proxy_calls_total{outcome=\"refused\"} 1",
+            "toolshelf_proxy_calls_total{outcome=\"forwarded\"} 1",
+            "toolshelf_proxy_refused_calls_total{reason=\"not_loaded\"} 1",
+            "toolshelf_proxy_searches_total{outcome=\"ok\"} 1",
+            "toolshelf_proxy_search_duration_seconds_bucket{le=\"0.001\"} 1",
+            "toolshelf_proxy_search_rounds_bucket{le=\"2\"} 1",
+            "# HELP toolshelf_proxy_store_errors_total Session store operations that failed",
+        ] {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
+        assert!(
+            !text.contains("toolshelf_proxy_request_errors_total "),
+            "nothing moved, nothing written: {text}"
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! Sessions in Redis, shared by several proxy replicas (`[store] url = "redis://…"`).
+//!
+//! A conversation's next request may land on any replica, so its session lives in one Redis
+//! that they all use. Each session is a hash under `[store] key_prefix` with two fields: `v`, its
+//! version, and `d`, its bytes; the key expires with the session's TTL, renewed by every write.
+//! Writes run as Lua scripts, so a compare-and-set is atomic on the server: of two replicas
+//! writing the same version, exactly one wins and the other sees [`Cas::Conflict`].
+//!
+//! Redis down or slow is never fatal. Every operation is bounded by `[store] timeout_ms` and a
+//! failure comes back as an error, which the proxy counts and treats as a missing session; after
+//! a failure to connect or to answer in time, operations fail at once for [`PAUSE`], so that an
+//! outage costs a request one timeout at most, not one per operation. The connection is a
+//! [`ConnectionManager`]: it is opened lazily (the proxy starts while Redis is down), a command
+//! that finds the connection dropped starts a reconnection in the background (with a few
+//! retries, backing off) and is sent once more on the new connection, and a later command that
+//! finds the last reconnection failed starts another. Scripts are sent by hash and loaded again
+//! when a restarted server has forgotten them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value as RedisValue};
+
+use crate::store::{Cas, SessionStore, StoreFuture, Versioned};
+
+/// Compare-and-set. KEYS[1]: the session; ARGV: the expected version (empty: none yet), the
+/// bytes, the TTL in milliseconds. Returns the new version, or -1 when the stored version is not
+/// the expected one (nothing written).
+const CAS: &str = r"
+local have = redis.call('HGET', KEYS[1], 'v')
+if not have then have = '' end
+if have ~= ARGV[1] then return -1 end
+local v = (tonumber(have) or 0) + 1
+redis.call('HSET', KEYS[1], 'v', string.format('%d', v), 'd', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return v
+";
+
+/// Unconditional write. KEYS[1]: the session; ARGV: the bytes, the TTL in milliseconds. Returns
+/// the new version (1 for a new key).
+const PUT: &str = r"
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSET', KEYS[1], 'd', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return v
+";
+
+/// How old the count of stored keys may be before `len` asks for a new one.
+const CENSUS_EVERY: Duration = Duration::from_secs(5);
+
+/// The session store in Redis.
+pub struct RedisStore {
+    conn: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+    /// Where it connects, for messages (no credentials).
+    addr: String,
+    cas: Script,
+    put: Script,
+    census: Arc<Census>,
+    /// Until when, and why, operations fail without asking the server.
+    paused: std::sync::Mutex<Option<(Instant, String)>>,
+}
+
+/// How long a server that failed to connect or to answer in time is left alone.
+pub const PAUSE: Duration = Duration::from_secs(1);
+
+/// The number of keys under the prefix, counted in the background now and then.
+#[derive(Debug, Default)]
+struct Census {
+    count: AtomicUsize,
+    running: AtomicBool,
+    last: std::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    // The connection's own Debug shows its settings, password included.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("addr", &self.addr)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store at `url` with keys under `prefix`, each operation bounded by `timeout`. Nothing is
+    /// connected yet (the first operation connects), so this fails only for a URL that cannot be
+    /// read. Must be called inside a Tokio runtime.
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| {
+            // The URL may hold a password: the message never repeats it.
+            format!("[store] url cannot be read as a Redis URL ({:?})", e.kind())
+        })?;
+        let addr = client.get_connection_info().addr().to_string();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            // Later than the bound on each operation, which is what callers see; this one clears
+            // the connection of commands a stalled server never answered.
+            .set_response_timeout(Some(timeout * 2))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(4);
+        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| format!("Redis at {addr}: {e}"))?;
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            timeout,
+            addr,
+            cas: Script::new(CAS),
+            put: Script::new(PUT),
+            census: Arc::new(Census::default()),
+            paused: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Where it connects (host and port, or the socket's path).
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Whether the server answers (connecting if need be).
+    pub async fn ping(&self) -> Result<(), String> {
+        self.bounded(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
+            .await
+            .map(drop)
+    }
+
+    /// The Redis key of a session key.
+    pub fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// Runs `op` on the connection within the timeout; errors become messages naming the
+    /// server. A command sent on a connection that had died (a restarted server, an idle
+    /// connection dropped on the way) is sent once more: the manager is reconnecting, and the
+    /// second try waits for it. After a failure to connect or to answer in time the server is
+    /// left alone for [`PAUSE`]: operations meanwhile fail at once instead of each waiting out
+    /// the timeout.
+    async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, String>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        {
+            let paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((until, why)) = paused.as_ref()
+                && Instant::now() < *until
+            {
+                return Err(format!(
+                    "Redis at {} not asked: it failed less than {} ms ago ({why})",
+                    self.addr,
+                    PAUSE.as_millis()
+                ));
+            }
+        }
+        let attempt = async {
+            match op(self.conn.clone()).await {
+                Err(e) if e.is_connection_dropped() => op(self.conn.clone()).await,
+                done => done,
+            }
+        };
+        let (why, pause) = match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(Ok(v)) => return Ok(v),
+            // The server answered, with an error: it is there.
+            Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => (e.to_string(), false),
+            Ok(Err(e)) => (e.to_string(), true),
+            Err(_) => (
+                format!("no answer within {} ms", self.timeout.as_millis()),
+                true,
+            ),
+        };
+        if pause {
+            *self.paused.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((Instant::now() + PAUSE, why.clone()));
+        }
+        Err(format!("Redis at {}: {why}", self.addr))
+    }
+
+    /// Recounts the keys under the prefix in the background, unless a count is recent or
+    /// running (or there is no runtime to run it on).
+    fn recount(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        {
+            let last = self.census.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < CENSUS_EVERY) {
+                return;
+            }
+        }
+        if self.census.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let census = self.census.clone();
+        let mut conn = self.conn.clone();
+        let pattern = format!("{}*", glob_escape(&self.prefix));
+        let limit = self.timeout * 10;
+        rt.spawn(async move {
+            let count = async {
+                let mut cursor: u64 = 0;
+                let mut n = 0;
+                loop {
+                    let (next, keys): (u64, Vec<RedisValue>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await?;
+                    n += keys.len();
+                    cursor = next;
+                    if cursor == 0 {
+                        return redis::RedisResult::Ok(n);
+                    }
+                }
+            };
+            if let Ok(Ok(n)) = tokio::time::timeout(limit, count).await {
+                census.count.store(n, Ordering::Relaxed);
+            }
+            *census.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            census.running.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// `s` with Redis glob characters escaped, to match it literally.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl SessionStore for RedisStore {
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Versioned>> {
+        Box::pin(async move {
+            let k = self.key(key);
+            let k = k.as_str();
+            let (version, value): (Option<u64>, Option<Vec<u8>>) = self
+                .bounded(|mut c| async move {
+                    redis::cmd("HMGET")
+                        .arg(k)
+                        .arg("v")
+                        .arg("d")
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            Ok(match (version, value) {
+                (Some(version), Some(value)) => Some(Versioned { version, value }),
+                _ => None,
+            })
+        })
+    }
+
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<u64>,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Cas> {
+        Box::pin(async move {
+            let k = self.key(key);
+            let expected = expected.map(|v| v.to_string()).unwrap_or_default();
+            let (k, expected, value) = (k.as_str(), expected.as_str(), value.as_slice());
+            let written: i64 = self
+                .bounded(|mut c| async move {
+                    self.cas
+                        .key(k)
+                        .arg(expected)
+                        .arg(value)
+                        .arg(millis(ttl))
+                        .invoke_async(&mut c)
+                        .await
+                })
+                .await?;
+            Ok(match u64::try_from(written) {
+                Ok(v) => Cas::Written(v),
+                Err(_) => Cas::Conflict,
+            })
+        })
+    }
+
+    fn put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let k = self.key(key);
+            let (k, value) = (k.as_str(), value.as_slice());
+            self.bounded(|mut c| async move {
+                self.put
+                    .key(k)
+                    .arg(value)
+                    .arg(millis(ttl))
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await
+        })
+    }
+
+    /// The keys under the prefix (sessions and the aliases that lead to them) as last counted:
+    /// a `SCAN` in the background at most every few seconds, so the figure may lag.
+    fn len(&self) -> usize {
+        self.recount();
+        self.census.count.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_matched_literally() {
+        assert_eq!(glob_escape("ts:*[x]?\\"), "ts:\\*\\[x\\]\\?\\\\");
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_without_repeating_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _enter = rt.enter();
+        let e = RedisStore::new("redis://:hunter2@[::1", "t:", Duration::from_secs(1))
+            .expect_err("a broken URL");
+        assert!(
+            e.starts_with("[store] url") && !e.contains("hunter2"),
+            "{e}"
+        );
+    }
+}

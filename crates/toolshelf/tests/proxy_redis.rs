@@ -1,0 +1,974 @@
+//! Sessions in Redis, against a real `redis-server` (the Debian package; `.ci/run` installs it)
+//! on a free loopback port with its files in a scratch directory: first the store itself (the
+//! Lua compare-and-set, TTLs, concurrent writers, a server stalled, stopped and restarted), then
+//! `toolshelf proxy` replicas sharing it in front of the scripted model API: one conversation
+//! alternating between two replicas, a replica killed in the middle of a request, Redis restarted
+//! mid-conversation with and without persistence, and two replicas racing on one session.
+//!
+//! The tests fail, never skip, when `redis-server` is missing.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ProxyProc, Scratch, Upstream};
+use serde_json::{Value, json};
+use toolshelf_proxy::redis_store::{PAUSE, RedisStore};
+use toolshelf_proxy::store::{Cas, SessionStore};
+
+// --- a real redis-server --------------------------------------------------------------------
+
+/// `redis-server` on 127.0.0.1, killed on drop. Without persistence a restart empties it; with
+/// it (an append-only file written through on every command) a restart keeps every key.
+struct Redis {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    persistent: bool,
+}
+
+impl Redis {
+    fn start(s: &Scratch, persistent: bool) -> Self {
+        let dir = s.0.join("redis");
+        std::fs::create_dir_all(&dir).expect("redis dir");
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut r = Self {
+                child: None,
+                port,
+                dir: dir.clone(),
+                persistent,
+            };
+            if r.spawn() {
+                return r;
+            }
+        }
+        panic!(
+            "redis-server did not start on a free port in five tries; its log: {}",
+            dir.join("redis.log").display()
+        );
+    }
+
+    /// Starts the server on `self.port`; false when it exits at once (the port was taken).
+    fn spawn(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &self.dir.display().to_string()])
+            .args(["--logfile", "redis.log", "--daemonize", "no", "--save", ""])
+            .args(if self.persistent {
+                ["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                ["--appendonly", "no", "--appendfsync", "everysec"]
+            })
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run redis-server ({e}): these tests need a real Redis, the Debian \
+                     package redis-server (apt-get install redis-server; .ci/run installs it)"
+                )
+            });
+        let pid = child.id();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                eprintln!("redis-server on port {} exited: {status}", self.port);
+                self.child = None;
+                return false;
+            }
+            // Answering, and it is ours (not another server that got the port first).
+            if self
+                .cli(&["INFO", "server"])
+                .contains(&format!("process_id:{pid}\r"))
+            {
+                return true;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} does not answer",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// `redis-cli` against it; its output.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli (Debian package redis-tools, a dependency of redis-server)");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The keys matching `pattern`, sorted.
+    fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .cli(&["--scan", "--pattern", pattern])
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Killed at once, as a crash would.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Started again on the same port.
+    fn restart(&mut self) {
+        self.stop();
+        assert!(self.spawn(), "redis-server did not start again");
+    }
+
+    /// SIGSTOP: the connection stays open and nothing answers.
+    fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// --- the store itself ----------------------------------------------------------------------------
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+const TTL: Duration = Duration::from_secs(60);
+
+#[test]
+fn the_lua_compare_and_set_keeps_one_version_per_session_on_a_real_server() {
+    let s = Scratch::new("redis-cas");
+    let redis = Redis::start(&s, false);
+    runtime().block_on(async {
+        let st = RedisStore::new(&redis.url(), "t1:", Duration::from_secs(5)).expect("store");
+        assert_eq!(st.get("k").await, Ok(None), "nothing yet");
+        let cas = |expected, value: &str| st.compare_and_set("k", expected, value.into(), TTL);
+        assert_eq!(cas(None, "a").await, Ok(Cas::Written(1)));
+        assert_eq!(
+            cas(None, "b").await,
+            Ok(Cas::Conflict),
+            "someone wrote first"
+        );
+        assert_eq!(cas(Some(1), "c").await, Ok(Cas::Written(2)));
+        assert_eq!(
+            cas(Some(1), "d").await,
+            Ok(Cas::Conflict),
+            "a stale version"
+        );
+        assert_eq!(
+            cas(Some(7), "e").await,
+            Ok(Cas::Conflict),
+            "a future version"
+        );
+        let v = st.get("k").await.expect("ok").expect("there");
+        assert_eq!((v.version, v.value), (2, b"c".to_vec()));
+        assert_eq!(
+            st.put("k", b"f".to_vec(), TTL).await,
+            Ok(3),
+            "put writes over"
+        );
+        assert_eq!(st.put("new", b"g".to_vec(), TTL).await, Ok(1));
+        // Bytes of every value, newlines and NULs included, come back as they went.
+        let bytes: Vec<u8> = (0..=255).chain([b'\n', 0, b'\r']).collect();
+        assert_eq!(
+            st.compare_and_set("bin", None, bytes.clone(), TTL).await,
+            Ok(Cas::Written(1))
+        );
+        assert_eq!(
+            st.get("bin").await.expect("ok").expect("there").value,
+            bytes
+        );
+        // Keys live under the prefix, as hashes of the version and the bytes, with the TTL.
+        assert_eq!(redis.keys("*"), ["t1:bin", "t1:k", "t1:new"]);
+        assert_eq!(redis.cli(&["HGET", "t1:k", "v"]), "3");
+        assert_eq!(redis.cli(&["HGET", "t1:k", "d"]), "f");
+        let pttl: u64 = redis.cli(&["PTTL", "t1:k"]).parse().expect("a TTL");
+        assert!(pttl > 50_000 && pttl <= 60_000, "PTTL {pttl}");
+        // A session that expired is gone: a write expecting its version conflicts, a first
+        // write starts again at 1.
+        assert_eq!(
+            st.put("short", b"x".to_vec(), Duration::from_millis(100))
+                .await,
+            Ok(1)
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(st.get("short").await, Ok(None), "expired");
+        assert_eq!(
+            st.compare_and_set("short", Some(1), b"y".to_vec(), TTL)
+                .await,
+            Ok(Cas::Conflict)
+        );
+        assert_eq!(
+            st.compare_and_set("short", None, b"y".to_vec(), TTL).await,
+            Ok(Cas::Written(1))
+        );
+        // Another prefix does not see these keys.
+        let other = RedisStore::new(&redis.url(), "t2:", Duration::from_secs(5)).expect("store");
+        assert_eq!(other.get("k").await, Ok(None));
+    });
+}
+
+#[test]
+fn concurrent_writers_on_a_real_server_lose_no_update() {
+    let s = Scratch::new("redis-concurrent");
+    let redis = Redis::start(&s, false);
+    let rt = runtime();
+    let st = std::sync::Arc::new(
+        rt.block_on(async { RedisStore::new(&redis.url(), "c:", Duration::from_secs(5)) })
+            .expect("store"),
+    );
+    // Each writer appends its marks to one list by read, modify, compare-and-set, retrying on a
+    // conflict.
+    let (writers, each) = (12, 8);
+    let conflicts: u64 = rt.block_on(async {
+        let tasks: Vec<_> = (0..writers)
+            .map(|w| {
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let mut conflicts = 0;
+                    for i in 0..each {
+                        loop {
+                            let got = st.get("list").await.expect("get");
+                            let (version, mut list) = match got {
+                                Some(v) => (
+                                    Some(v.version),
+                                    serde_json::from_slice::<Vec<String>>(&v.value)
+                                        .expect("a list"),
+                                ),
+                                None => (None, Vec::new()),
+                            };
+                            list.push(format!("{w}.{i}"));
+                            let bytes = serde_json::to_vec(&list).expect("json");
+                            match st.compare_and_set("list", version, bytes, TTL).await {
+                                Ok(Cas::Written(_)) => break,
+                                Ok(Cas::Conflict) => conflicts += 1,
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    }
+                    conflicts
+                })
+            })
+            .collect();
+        let mut n = 0;
+        for t in tasks {
+            n += t.await.expect("writer");
+        }
+        n
+    });
+    let v = rt.block_on(st.get("list")).expect("get").expect("the list");
+    let mut list: Vec<String> = serde_json::from_slice(&v.value).expect("a list");
+    assert_eq!(v.version, writers * each, "one version per write that won");
+    list.sort();
+    list.dedup();
+    assert_eq!(
+        list.len() as u64,
+        writers * each,
+        "every write is in the list"
+    );
+    assert!(
+        conflicts > 0,
+        "the writers did meet (else this proves nothing)"
+    );
+}
+
+#[test]
+fn a_stalled_stopped_or_restarted_redis_fails_fast_and_the_store_finds_it_again() {
+    let s = Scratch::new("redis-outage");
+    let mut redis = Redis::start(&s, false);
+    let rt = runtime();
+    let timeout = Duration::from_millis(300);
+    let st = rt
+        .block_on(async { RedisStore::new(&redis.url(), "o:", timeout) })
+        .expect("store");
+    rt.block_on(async {
+        assert_eq!(st.put("k", b"kept".to_vec(), TTL).await, Ok(1));
+
+        // Stalled: the operation gives up after the timeout; the next one, within the pause,
+        // does not even wait for that.
+        redis.pause();
+        let t = Instant::now();
+        let e = st.get("k").await.expect_err("a stalled server");
+        assert!(e.contains("no answer within 300 ms"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        let t = Instant::now();
+        let e = st.get("k").await.expect_err("paused");
+        assert!(e.contains("not asked"), "{e}");
+        assert!(t.elapsed() < timeout, "{:?}", t.elapsed());
+        redis.resume();
+        let v = until_answered(&st, "k").await;
+        assert_eq!(v.map(|v| v.value), Some(b"kept".to_vec()));
+
+        // Stopped: errors, each bounded by the timeout.
+        redis.stop();
+        for _ in 0..3 {
+            let t = Instant::now();
+            let e = st.get("k").await.expect_err("no server");
+            assert!(e.starts_with("Redis at 127.0.0.1:"), "{e}");
+            assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+            tokio::time::sleep(PAUSE).await;
+        }
+
+        // Restarted (empty, without persistence): the store reconnects by itself, and the
+        // scripts, which the new server does not know, are loaded again.
+        redis.restart();
+        assert_eq!(
+            until_answered(&st, "k").await,
+            None,
+            "lost with the restart"
+        );
+        assert_eq!(
+            st.compare_and_set("k", None, b"again".to_vec(), TTL).await,
+            Ok(Cas::Written(1))
+        );
+        assert_eq!(st.put("k", b"more".to_vec(), TTL).await, Ok(2));
+    });
+    assert_eq!(redis.cli(&["HGET", "o:k", "d"]), "more");
+}
+
+/// Reads `key` until the store answers (a reconnection may take a few tries); fails after 30 s.
+async fn until_answered(st: &RedisStore, key: &str) -> Option<toolshelf_proxy::store::Versioned> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match st.get(key).await {
+            Ok(v) => return v,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the store never answered: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+// --- proxy replicas sharing it -------------------------------------------------------------------
+
+/// POSTs `body` to `url` with Python's standard library; returns (status, body as JSON or text),
+/// status 0 when the connection failed.
+fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+    let script = r#"
+import json, sys, urllib.request, urllib.error
+url, body, headers = sys.argv[1], sys.argv[2].encode(), json.loads(sys.argv[3])
+req = urllib.request.Request(url, data=body, headers=dict(headers, **{"content-type": "application/json"}))
+try:
+    r = urllib.request.urlopen(req, timeout=60)
+    status, data = r.status, r.read()
+except urllib.error.HTTPError as e:
+    status, data = e.code, e.read()
+except Exception as e:
+    status, data = 0, repr(e).encode()
+print(status)
+print(data.decode())
+"#;
+    let hs: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+        .collect();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            url,
+            &body.to_string(),
+            &Value::Object(hs).to_string(),
+        ])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (status, rest) = text
+        .split_once('\n')
+        .unwrap_or_else(|| panic!("no answer: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    let status = status.trim().parse().expect("status");
+    let body = serde_json::from_str(rest.trim()).unwrap_or_else(|_| Value::String(rest.to_owned()));
+    (status, body)
+}
+
+fn tool(name: &str, description: &str, props: Value, required: &[&str]) -> Value {
+    json!({"name": name, "description": description,
+           "input_schema": {"type": "object", "properties": props, "required": required}})
+}
+
+fn tools() -> Vec<Value> {
+    vec![
+        tool(
+            "Read",
+            "Read a file from the local filesystem.",
+            json!({"file_path": {"type": "string"}}),
+            &["file_path"],
+        ),
+        tool(
+            "mcp__fs__read_file",
+            "Read the complete contents of a file as text.",
+            json!({"path": {"type": "string"}}),
+            &["path"],
+        ),
+        tool(
+            "mcp__fs__write_file",
+            "Create or overwrite a file with new content.",
+            json!({"path": {"type": "string"}, "content": {"type": "string"}}),
+            &["path", "content"],
+        ),
+        tool(
+            "mcp__git__git_status",
+            "Show the working tree status of a repository.",
+            json!({"repo_path": {"type": "string"}}),
+            &["repo_path"],
+        ),
+    ]
+}
+
+const HEADERS: [(&str, &str); 2] = [
+    ("x-api-key", "test-key"),
+    ("anthropic-version", "2023-06-01"),
+];
+
+const SYSTEM: &str = "You help.";
+
+fn request(messages: &[Value]) -> Value {
+    json!({"model": "m", "max_tokens": 256, "system": SYSTEM, "tools": tools(),
+           "messages": messages})
+}
+
+/// Appends the answer and, for each tool call, a result, as a client would.
+fn take(messages: &mut Vec<Value>, answer: &Value) {
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    let results: Vec<Value> = answer["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| json!({"type": "tool_result", "tool_use_id": b["id"], "content": format!("result of {}", b["name"])}))
+        .collect();
+    if !results.is_empty() {
+        messages.push(json!({"role": "user", "content": results}));
+    }
+}
+
+/// A client turn through `proxy`: sends the conversation, takes the answer; returns it.
+fn turn(proxy: &ProxyProc, messages: &mut Vec<Value>, headers: &[(&str, &str)]) -> Value {
+    let (status, answer) = post(
+        &format!("{}/v1/messages", proxy.url),
+        &request(messages),
+        headers,
+    );
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    take(messages, &answer);
+    answer
+}
+
+fn calls(answer: &Value) -> Vec<(String, Value)> {
+    answer["content"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|b| b["type"] == "tool_use")
+                .map(|b| {
+                    (
+                        b["name"].as_str().unwrap_or("").to_owned(),
+                        b["input"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn read_call(path: &str) -> Vec<(String, Value)> {
+    vec![("mcp__fs__read_file".to_owned(), json!({"path": path}))]
+}
+
+/// Each request's conversation starts with the previous one's, entry for entry, byte for byte,
+/// and the tool list and system prompt never change.
+fn assert_prefix_kept(turns: &[Value]) {
+    for (n, pair) in turns.windows(2).enumerate() {
+        let (a, b) = (&pair[0]["body"], &pair[1]["body"]);
+        assert_eq!(
+            a["tools"].to_string(),
+            b["tools"].to_string(),
+            "the tool list changed at request {}",
+            n + 1
+        );
+        assert_eq!(a["system"], b["system"]);
+        let (ma, mb) = (
+            a["messages"].as_array().expect("messages"),
+            b["messages"].as_array().expect("messages"),
+        );
+        assert!(mb.len() > ma.len(), "the conversation did not grow");
+        for (i, (x, y)) in ma.iter().zip(mb).enumerate() {
+            assert_eq!(
+                x.to_string(),
+                y.to_string(),
+                "messages[{i}] changed between upstream requests {n} and {}",
+                n + 1
+            );
+        }
+    }
+}
+
+/// Whether the upstream conversation holds a `tool_search` call (a round the proxy answered).
+fn has_search_round(turn: &Value) -> bool {
+    turn["body"]["messages"]
+        .to_string()
+        .contains(r#""name":"tool_search""#)
+}
+
+fn store_config(redis: &Redis, prefix: &str) -> String {
+    format!(
+        "[store]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ntimeout_ms = 300\n",
+        redis.url()
+    )
+}
+
+/// A replica with its own scratch directory (its own log), sharing `redis`.
+fn replica(tag: &str, upstream: &Upstream, redis: &Redis, prefix: &str) -> (Scratch, ProxyProc) {
+    let s = Scratch::new(tag);
+    let p = ProxyProc::start(&s, &upstream.url(), &store_config(redis, prefix), &[]);
+    assert!(
+        p.log().contains(&format!(
+            "sessions in Redis at 127.0.0.1:{}, keys under \"{prefix}\"",
+            redis.port
+        )),
+        "{}",
+        p.log()
+    );
+    (s, p)
+}
+
+fn totals(p: &ProxyProc) -> Value {
+    p.status()["totals"].clone()
+}
+
+/// search, read notes.txt (for the client), text; then read other.txt without a new search,
+/// which only works if the activation made on the first request is known, and text. Probes
+/// (another system prompt) get a side answer and consume no step.
+fn search_then_read_script() -> Value {
+    json!({"main_system": [SYSTEM], "steps": [
+        {"text": "Looking.", "tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "notes.txt"}}}]},
+        {"text": "Read it."},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "other.txt"}}}]},
+        {"text": "Read that too."}
+    ]})
+}
+
+#[test]
+fn two_replicas_share_one_conversation_with_requests_alternating_between_them() {
+    let s = Scratch::new("redis-share");
+    let redis = Redis::start(&s, false);
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let (_sa, a) = replica("redis-share-a", &upstream, &redis, "share:");
+    let (_sb, b) = replica("redis-share-b", &upstream, &redis, "share:");
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("notes.txt")
+    );
+    assert_eq!(
+        turn(&b, &mut messages, &HEADERS)["content"][0]["text"],
+        "Read it."
+    );
+    messages.push(json!({"role": "user", "content": "and other.txt"}));
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("other.txt"),
+        "the activation made through one replica holds on the other: no new search"
+    );
+    assert_eq!(
+        turn(&b, &mut messages, &HEADERS)["content"][0]["text"],
+        "Read that too."
+    );
+    let turns = upstream.played(5);
+    assert_prefix_kept(&turns);
+    assert!(
+        has_search_round(&turns[2]),
+        "replica b put back the search round replica a answered"
+    );
+    for p in [&a, &b] {
+        let t = totals(p);
+        assert_eq!(
+            (&t["rewritten"], &t["prefix_breaks"], &t["store_errors"]),
+            (&json!(2), &json!(0), &json!(0)),
+            "{t}"
+        );
+    }
+    // One session (and the alias that finds it when the client's tools change), written once
+    // per request, by whichever replica served it.
+    let keys = redis.keys("share:*");
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let session = keys
+        .iter()
+        .find(|k| k.starts_with("share:r:"))
+        .expect("the session");
+    assert!(keys.iter().any(|k| k.starts_with("share:a:")), "{keys:?}");
+    assert_eq!(redis.cli(&["HGET", session, "v"]), "4");
+}
+
+#[test]
+fn a_replica_killed_in_the_middle_of_a_request_leaves_the_conversation_to_the_other() {
+    let s = Scratch::new("redis-kill");
+    let redis = Redis::start(&s, false);
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "notes.txt"}}}]},
+        // Replica a dies while the upstream thinks about this one.
+        {"text": "never delivered", "hang": 30},
+        {"text": "Read it."},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "other.txt"}}}]},
+        {"text": "Read that too."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let (_sa, a) = replica("redis-kill-a", &upstream, &redis, "kill:");
+    let (_sb, b) = replica("redis-kill-b", &upstream, &redis, "kill:");
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("notes.txt")
+    );
+    let url = format!("{}/v1/messages", a.url);
+    let body = request(&messages);
+    let lost = std::thread::spawn(move || post(&url, &body, &HEADERS));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while upstream.turns().len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(a); // SIGKILL
+    let (status, _) = lost.join().expect("client thread");
+    assert_eq!(status, 0, "the client saw its connection fail");
+    // The client sends the same request again, to the replica left.
+    assert_eq!(
+        turn(&b, &mut messages, &HEADERS)["content"][0]["text"],
+        "Read it."
+    );
+    messages.push(json!({"role": "user", "content": "and other.txt"}));
+    assert_eq!(
+        calls(&turn(&b, &mut messages, &HEADERS)),
+        read_call("other.txt")
+    );
+    turn(&b, &mut messages, &HEADERS);
+    let turns = upstream.played(6);
+    assert_eq!(
+        turns[2]["raw"], turns[3]["raw"],
+        "the retry on the other replica sent the upstream the very same bytes"
+    );
+    let kept: Vec<Value> = turns
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 2)
+        .map(|(_, t)| t.clone())
+        .collect();
+    assert_prefix_kept(&kept);
+    let t = totals(&b);
+    assert_eq!(
+        (&t["prefix_breaks"], &t["store_errors"]),
+        (&json!(0), &json!(0)),
+        "{t}"
+    );
+}
+
+/// A request that the upstream answers without consuming a scripted step (another system
+/// prompt), in session `name`: it reaches the store like any other.
+fn probe(proxy: &ProxyProc, name: &str) -> u16 {
+    let body = json!({"model": "m", "max_tokens": 16, "system": "probe", "tools": tools(),
+                      "messages": [{"role": "user", "content": "ping"}]});
+    let mut headers = HEADERS.to_vec();
+    headers.push(("x-toolshelf-session", name));
+    post(&format!("{}/v1/messages", proxy.url), &body, &headers).0
+}
+
+/// Probes through `proxy` until the probe's session lands in Redis; fails after 30 s.
+fn until_stored(proxy: &ProxyProc, redis: &Redis, prefix: &str, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(probe(proxy, name), 200, "{}", proxy.log());
+        if redis.cli(&["EXISTS", &format!("{prefix}h:{name}")]) == "1" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never wrote to Redis again; its log:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn store_warnings(p: &ProxyProc) -> usize {
+    p.log()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("session store:"))
+        .count()
+}
+
+#[test]
+fn redis_stalled_or_restarted_without_persistence_mid_conversation_degrades_and_recovers() {
+    let s = Scratch::new("redis-restart");
+    let mut redis = Redis::start(&s, false);
+    let script = json!({"main_system": [SYSTEM], "steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "notes.txt"}}}]},
+        {"text": "Read it."},
+        {"text": "Still here."},
+        // The session, with its activations, went with the restart: this call is refused
+        // (schema attached), and the model calls again.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "other.txt"}}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "other.txt"}}}]},
+        {"text": "Read that too."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let (_sa, a) = replica("redis-restart-a", &upstream, &redis, "rs:");
+    let (_sb, b) = replica("redis-restart-b", &upstream, &redis, "rs:");
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("notes.txt")
+    );
+
+    // Stalled: the request is answered while Redis still does not move.
+    redis.pause();
+    let answer = turn(&b, &mut messages, &HEADERS);
+    assert_eq!(answer["content"][0]["text"], "Read it.");
+    redis.resume();
+    let stalled = totals(&b)["store_errors"].as_u64().unwrap_or(0);
+    assert!(stalled >= 1, "{}", totals(&b));
+
+    // Stopped: requests go on, as if the session were missing.
+    redis.stop();
+    messages.push(json!({"role": "user", "content": "still there?"}));
+    assert_eq!(
+        turn(&a, &mut messages, &HEADERS)["content"][0]["text"],
+        "Still here."
+    );
+    let down = totals(&a)["store_errors"].as_u64().unwrap_or(0);
+    assert!(down >= 2, "the read and the write failed: {}", totals(&a));
+    assert_eq!(
+        store_warnings(&a),
+        1,
+        "{down} failures, one line in the log:\n{}",
+        a.log()
+    );
+
+    // Restarted, empty: each replica writes to it again by itself.
+    redis.restart();
+    until_stored(&a, &redis, "rs:", "probe-a");
+    until_stored(&b, &redis, "rs:", "probe-b");
+    assert!(
+        a.log().contains("session store: answering again"),
+        "{}",
+        a.log()
+    );
+    messages.push(json!({"role": "user", "content": "and other.txt"}));
+    assert_eq!(
+        calls(&turn(&b, &mut messages, &HEADERS)),
+        read_call("other.txt")
+    );
+    turn(&a, &mut messages, &HEADERS);
+    let turns = upstream.played(7);
+    // What the outage cost, honestly: the requests it touched (Redis stalled, then stopped)
+    // were sent without the search round, their session missing, so the prefix broke there; the
+    // restart lost the session, so the activation had to be made again (a refusal that carries
+    // the schema).
+    assert!(has_search_round(&turns[1]));
+    assert!(!has_search_round(&turns[2]), "the session was missing");
+    assert!(!has_search_round(&turns[3]), "the session was missing");
+    assert!(
+        turns[5]["tool_results"]
+            .as_array()
+            .and_then(|r| r.last())
+            .is_some_and(|r| r["is_error"] == true),
+        "the first call after the restart was refused: {}",
+        turns[5]["tool_results"]
+    );
+    // After the restart, the store carries the conversation again: requests 4 and 5 went
+    // through different replicas and the prefix held.
+    assert_prefix_kept(&turns[4..]);
+    let session = redis.keys("rs:r:*");
+    assert_eq!(session.len(), 1, "{session:?}");
+    assert_eq!(redis.cli(&["HGET", &session[0], "v"]), "2");
+}
+
+#[test]
+fn redis_restarted_with_persistence_mid_conversation_loses_nothing() {
+    let s = Scratch::new("redis-persist");
+    let mut redis = Redis::start(&s, true);
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let (_sa, a) = replica("redis-persist-a", &upstream, &redis, "ps:");
+    let (_sb, b) = replica("redis-persist-b", &upstream, &redis, "ps:");
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("notes.txt")
+    );
+    turn(&b, &mut messages, &HEADERS);
+    redis.restart();
+    until_stored(&a, &redis, "ps:", "probe-a");
+    messages.push(json!({"role": "user", "content": "and other.txt"}));
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("other.txt"),
+        "the activation survived the restart"
+    );
+    turn(&b, &mut messages, &HEADERS);
+    let turns = upstream.played(5);
+    assert_prefix_kept(&turns);
+}
+
+#[test]
+fn two_replicas_racing_on_one_session_lose_neither_recorded_rounds_nor_activations() {
+    let s = Scratch::new("redis-race");
+    let redis = Redis::start(&s, false);
+    // Two conversations in one named session, one through each replica at the same moment: the
+    // upstream answers neither first round before both requests have reached it, so both have
+    // read the session before either writes it. The first request to arrive loads read_file,
+    // the other write_file.
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__read_file"]}}], "await_main": 2},
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__write_file"]}}], "await_main": 2},
+        // Distinct texts: a text-only turn is recorded by a digest of its text.
+        {"text": "Found one."},
+        {"text": "Found two."},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "r"}}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__write_file", "params": {"path": "w", "content": "c"}}}]}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let (_sa, a) = replica("redis-race-a", &upstream, &redis, "race:");
+    let (_sb, b) = replica("redis-race-b", &upstream, &redis, "race:");
+    let mut headers = HEADERS.to_vec();
+    headers.push(("x-toolshelf-session", "shared"));
+    let names = ["conversation x", "conversation y"];
+    let mut convs: Vec<Vec<Value>> = names
+        .iter()
+        .map(|n| vec![json!({"role": "user", "content": n})])
+        .collect();
+    let racing: Vec<_> = [&a, &b]
+        .iter()
+        .zip(&convs)
+        .map(|(p, conv)| {
+            let (url, body, h) = (
+                format!("{}/v1/messages", p.url),
+                request(conv),
+                headers.clone(),
+            );
+            std::thread::spawn(move || post(&url, &body, &h))
+        })
+        .collect();
+    for (t, conv) in racing.into_iter().zip(&mut convs) {
+        let (status, answer) = t.join().expect("client thread");
+        assert_eq!(status, 200, "{answer}");
+        take(conv, &answer);
+    }
+    let conflicts = |p: &ProxyProc| totals(p)["store_conflicts"].as_u64().unwrap_or(0);
+    assert_eq!(
+        conflicts(&a) + conflicts(&b),
+        1,
+        "the second write met the first: {} {}",
+        totals(&a),
+        totals(&b)
+    );
+    assert_eq!(redis.cli(&["HGET", "race:h:shared", "v"]), "2");
+    // Each conversation goes on through the other replica and calls the tool it loaded, with no
+    // new search: the first to arrive (read_file) first.
+    let first = upstream
+        .turns()
+        .iter()
+        .find(|t| t["step"] == 0)
+        .map(|t| t["body"]["messages"][0]["content"].clone())
+        .expect("step 0");
+    let order: Vec<usize> = if first == names[0] {
+        vec![0, 1]
+    } else {
+        vec![1, 0]
+    };
+    let expected = [
+        read_call("r"),
+        vec![(
+            "mcp__fs__write_file".to_owned(),
+            json!({"path": "w", "content": "c"}),
+        )],
+    ];
+    for (k, &i) in order.iter().enumerate() {
+        let other = if i == 0 { &b } else { &a };
+        convs[i].push(json!({"role": "user", "content": "next"}));
+        assert_eq!(
+            calls(&turn(other, &mut convs[i], &headers)),
+            expected[k],
+            "{}: the tool it loaded is still loaded",
+            names[i]
+        );
+    }
+    let turns = upstream.played(6);
+    for c in names {
+        let mine: Vec<Value> = turns
+            .iter()
+            .filter(|t| t["body"]["messages"][0]["content"] == c)
+            .cloned()
+            .collect();
+        assert_eq!(mine.len(), 3, "{c}: two rounds, then the next request");
+        assert!(
+            has_search_round(&mine[2]),
+            "{c}: its search round was kept through the race"
+        );
+        assert_prefix_kept(&mine);
+    }
+}
