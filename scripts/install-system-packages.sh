@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the Debian packages that toolshelf's end-to-end tests drive: Chromium and ChromeDriver
-# (the dashboard tests). A no-op when they are already there.
+# Install the Debian packages that toolshelf's end-to-end tests drive: redis-server and redis-cli
+# (the shared session store), Chromium and ChromeDriver (the dashboard). A no-op when they are
+# already there.
 #
 # Usage:  scripts/install-system-packages.sh
 #
@@ -12,6 +13,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 need=()
+{ command -v redis-server && command -v redis-cli; } >/dev/null || need+=(redis-server)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then
