@@ -18,6 +18,7 @@ use crate::permission::Permissions;
 use crate::policy::{Exposure, Mode, Policy, Rule};
 use crate::reminder::Reminders;
 use crate::surface::Surface;
+use crate::template::{SessionValues, TemplateError, Templates};
 
 /// Result alias for compiling (the core's error type).
 pub type Result<T> = CoreResult<T>;
@@ -32,6 +33,7 @@ pub struct Compiled {
     permissions: Permissions,
     hooks: Hooks,
     reminders: Reminders,
+    templates: Templates,
 }
 
 impl Compiled {
@@ -119,6 +121,7 @@ impl Compiled {
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let reminders =
             Reminders::new(&config.reminders, config.session.reminder_max_chars).map_err(err)?;
+        let templates = Templates::new(&config).map_err(err)?;
         let policy = Policy::new(rules, config.defer.default, config.defer.window, active);
         Ok(Self {
             config,
@@ -128,7 +131,36 @@ impl Compiled {
             permissions,
             hooks,
             reminders,
+            templates,
         })
+    }
+
+    /// The description templates and the values they read.
+    pub fn templates(&self) -> &Templates {
+        &self.templates
+    }
+
+    /// The active mode's name.
+    pub fn mode(&self) -> Option<&str> {
+        self.policy.mode().map(|m| m.name.as_str())
+    }
+
+    /// The surface one session sees: [`Self::surface`] with every description template of a
+    /// visible tool or group rendered for `session`. The first template that fails fails the
+    /// render, naming the tool and the line.
+    pub fn session_surface(
+        &self,
+        catalog: &Catalog,
+        exposure: &Exposure,
+        session: &SessionValues,
+    ) -> std::result::Result<Surface, TemplateError> {
+        let descriptions = self.templates.render(catalog, exposure, session)?;
+        Ok(Surface::with_descriptions(
+            catalog,
+            exposure,
+            &self.config,
+            descriptions,
+        ))
     }
 
     /// The reminder rules.
@@ -207,6 +239,7 @@ impl Compiled {
                 out.push(format!("[permissions] {} matches no tool{hint}", r.label));
             }
         }
+        out.extend(self.templates.unmatched(catalog));
         for hook in self.hooks.all() {
             if let Some(p) = &hook.tools
                 && !any_name(p)

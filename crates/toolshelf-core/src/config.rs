@@ -58,6 +58,33 @@ pub struct Config {
     /// `[proxy]`: the LLM-API proxy of `toolshelf proxy`.
     #[serde(default)]
     pub proxy: ProxyConfig,
+    /// `[tools.NAME]`: per-tool settings (a description template).
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolConfig>,
+    /// `[template]`: the values description templates read.
+    #[serde(default)]
+    pub template: TemplateConfig,
+}
+
+/// `[tools.NAME]`: settings of the catalog tool NAME (its canonical name, or another name that
+/// resolves to it alone).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    /// A description template (Starlark, see [`crate::template`]) rendered once per session in
+    /// place of the tool's description.
+    pub description_template: Option<String>,
+}
+
+/// `[template]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateConfig {
+    /// `workspace`: `session.workspace` (default: the directory the edge runs in).
+    pub workspace: Option<String>,
+    /// `[template.vars]`: package values every template reads as `pkg.NAME`.
+    #[serde(default)]
+    pub vars: BTreeMap<String, serde_json::Value>,
 }
 
 /// The global default for tools that do not declare `defer_loading`.
@@ -212,6 +239,9 @@ pub struct ServerConfig {
     /// `false` keeps the server out of the gateway.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// A template for the group's header in the index (Starlark, see [`crate::template`]),
+    /// rendered once per session in place of `description`.
+    pub description_template: Option<String>,
 }
 
 fn default_startup_timeout() -> u64 {
@@ -691,6 +721,7 @@ impl Config {
                 call_timeout_secs: None,
                 restart_delay_secs: default_restart_delay(),
                 enabled: !disabled,
+                description_template: None,
             };
             server.check().map_err(|e| err(format!("{at}: {e}")))?;
             out.insert(name.clone(), server);

@@ -28,6 +28,7 @@ pub mod request;
 pub mod search;
 pub mod session;
 pub mod surface;
+pub mod template;
 pub mod tokens;
 pub mod wire;
 

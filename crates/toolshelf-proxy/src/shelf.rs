@@ -47,6 +47,10 @@ pub struct Shelf {
     pub all_resident_tokens: usize,
     /// Tokens of the upstream tool list.
     pub upstream_tokens: usize,
+    /// The parts `upstream_tools` is assembled from, to assemble a session's own list when
+    /// description templates apply: provider tools, resident client tools (catalog index,
+    /// definition as sent), whether the client marked its tools for the prompt cache.
+    parts: (Vec<Value>, Vec<(usize, Value)>, bool),
 }
 
 /// Keys a client's tool definition carries that are instructions to the provider, not part of
@@ -113,20 +117,13 @@ impl Shelf {
             .filter(|(_, d)| d.state != State::Hidden)
             .map(|(t, _)| t.name.clone())
             .collect();
-        let mut upstream_tools = provider_tools;
-        for &i in &surface.resident {
-            if let Some(def) = raw_by_name.remove(&client_names[i]) {
-                upstream_tools.push(def);
-            }
-        }
-        upstream_tools.extend(surface.meta_tools(dialect.api().tool_format()));
-        if cache_marked && let Some(Value::Object(last)) = upstream_tools.last_mut() {
-            // The client marked its tools for the prompt cache: the mark moves to the list's end.
-            last.insert(
-                "cache_control".into(),
-                serde_json::json!({"type": "ephemeral"}),
-            );
-        }
+        let resident: Vec<(usize, Value)> = surface
+            .resident
+            .iter()
+            .filter_map(|&i| raw_by_name.remove(&client_names[i]).map(|def| (i, def)))
+            .collect();
+        let parts = (provider_tools, resident, cache_marked);
+        let upstream_tools = assemble(&parts, &surface, dialect);
         let shown: Vec<usize> = (0..catalog.tools().len())
             .filter(|&i| exposure.decisions[i].state != State::Hidden)
             .collect();
@@ -152,7 +149,26 @@ impl Shelf {
             validators: Mutex::new(HashMap::new()),
             all_resident_tokens,
             upstream_tokens,
+            parts,
         })
+    }
+
+    /// The tool list one session freezes: `upstream_tools`, or, when description templates apply
+    /// to these tools, the same list with the templates rendered for `session`. A template that
+    /// fails is an error naming the tool and the line.
+    pub fn session_tools(
+        &self,
+        dialect: Dialect,
+        compiled: &Compiled,
+        session: &toolshelf_core::template::SessionValues,
+    ) -> Result<Vec<Value>, String> {
+        if !compiled.templates().any(&self.catalog) {
+            return Ok(self.upstream_tools.clone());
+        }
+        let surface = compiled
+            .session_surface(&self.catalog, &self.exposure, session)
+            .map_err(|e| e.to_string())?;
+        Ok(assemble(&self.parts, &surface, dialect))
     }
 
     /// The client's name of catalog tool `i`.
@@ -179,6 +195,39 @@ impl Shelf {
             })
             .clone()
     }
+}
+
+/// Provider tools, resident client tools as sent (with a rendered description in place of
+/// theirs), then the meta-tools; a client's prompt-cache mark moves to the list's end.
+fn assemble(
+    (provider, resident, cache_marked): &(Vec<Value>, Vec<(usize, Value)>, bool),
+    surface: &Surface,
+    dialect: Dialect,
+) -> Vec<Value> {
+    let mut out = provider.clone();
+    for (i, def) in resident {
+        let mut def = def.clone();
+        if let Some(text) = surface.descriptions().tools.get(i) {
+            let slot = match def.get_mut("function") {
+                Some(Value::Object(f)) => f,
+                _ => match def.as_object_mut() {
+                    Some(o) => o,
+                    None => continue,
+                },
+            };
+            slot.insert("description".into(), Value::String(text.clone()));
+        }
+        out.push(def);
+    }
+    out.extend(surface.meta_tools(dialect.api().tool_format()));
+    if *cache_marked && let Some(Value::Object(last)) = out.last_mut() {
+        // The client marked its tools for the prompt cache: the mark moves to the list's end.
+        last.insert(
+            "cache_control".into(),
+            serde_json::json!({"type": "ephemeral"}),
+        );
+    }
+    out
 }
 
 fn client_name(t: &Tool) -> String {
