@@ -54,6 +54,10 @@ enum Command {
     /// Replay a conversation through a session: the request body of every model turn, or with
     /// --explain what the session did (reminders, activations, expiries, bytes).
     Replay(commands::replay::Args),
+    /// Check a description template (Starlark): every per-turn value, unavailable builtin and
+    /// unknown value it reads, with its line, then its rendering against sample values. Exit
+    /// status 1 when anything is found or the render fails.
+    CheckTemplate(commands::check_template::Args),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +76,11 @@ fn main() -> ExitCode {
         Command::Replay(a) => commands::replay::run(a),
         // A broken prefix is a finding, not an error: reported on stdout, exit status 1.
         Command::PrefixCheck(a) => match commands::prefix_check::run(a) {
+            Ok(false) => return ExitCode::FAILURE,
+            other => other.map(drop),
+        },
+        // A refused access is a finding, as a broken prefix is.
+        Command::CheckTemplate(a) => match commands::check_template::run(a) {
             Ok(false) => return ExitCode::FAILURE,
             other => other.map(drop),
         },

@@ -630,3 +630,143 @@ fn eval_reports_buckets_and_explains_misses() {
         "{text}"
     );
 }
+
+#[test]
+fn check_template_reports_each_refused_access_with_its_line() {
+    let file = temp_file(
+        "bad.star",
+        "intro = part(pkg.description, 'in', session.workspace)\n\
+         if session.mode == 'review':\n    \
+             intro = intro + ' (turn ' + str(turn.number) + ')'\n\
+         stamp = time()\n\
+         join([intro, pkg.team])\n",
+    );
+    let out = run(&["check-template", &file, "--workspace", "/src/shop"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a forbidden access is exit status 1"
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].ends_with("bad.star: description template line 3: reads turn.number, a per-turn value: a description is rendered once per session and must not change between turns (use pkg.* and session.*)"),
+        "{text}"
+    );
+    assert!(lines[1].contains("line 4: uses time,"), "{text}");
+    assert!(
+        lines[2].contains("line 5: pkg.team is not a value here (pkg has: description, name, params, required, server, tags, tool, tools)"),
+        "{text}"
+    );
+    // The render stops at the stub (mode is not review, so turn.number is not reached), which is
+    // already listed.
+    assert!(
+        lines[3].ends_with("bad.star: 3 refused access(es)"),
+        "{text}"
+    );
+
+    let out = run(&[
+        "check-template",
+        &file,
+        "--json",
+        "--vars",
+        r#"{"pkg": {"team": "payments"}, "session": {"mode": "review"}}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ok"], false);
+    let found: Vec<(u64, &str, &str)> = v["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| {
+            (
+                f["line"].as_u64().expect("line"),
+                f["kind"].as_str().expect("kind"),
+                f["access"].as_str().expect("access"),
+            )
+        })
+        .collect();
+    assert_eq!(found, [(3, "turn", "turn.number"), (4, "stub", "time")]);
+    // In review mode the render reaches turn.number first.
+    assert!(
+        v["error"]
+            .as_str()
+            .expect("error")
+            .contains("description template line 3: reads turn.number"),
+        "{v}"
+    );
+    assert_eq!(v["rendered"], Value::Null);
+}
+
+#[test]
+fn check_template_renders_a_clean_template() {
+    let file = temp_file(
+        "good.star",
+        "description = part(pkg.description, 'Team:', pkg.team, tag('client', session.client))\n",
+    );
+    let out = ok(&[
+        "check-template",
+        &file,
+        "--pkg",
+        "team=payments",
+        "--pkg",
+        "description=Shows the log.",
+        "--client",
+        "cursor",
+    ]);
+    assert!(
+        out.ends_with(
+            "good.star: ok; renders to:\nShows the log. Team: payments <client>cursor</client>\n"
+        ),
+        "{out}"
+    );
+    let v: Value =
+        serde_json::from_str(&ok(&["check-template", &file, "--json", "--pkg", "team=7"]))
+            .expect("json");
+    assert_eq!(v["ok"], true);
+    // No client: the tag has no body.
+    assert_eq!(v["rendered"], "An example tool. Team: 7 <client/>");
+    assert_eq!(v["findings"], serde_json::json!([]));
+    // A syntax error is reported with its line, exit status 1.
+    let broken = temp_file("broken.star", "x = (\n");
+    let out = run(&["check-template", &broken]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("broken.star: description template line"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn render_fills_in_templates_for_the_session_it_is_given() {
+    let catalog = temp_file(
+        "templated.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false,
+             "description_template": "part(pkg.description, 'Workspace:', session.workspace, 'Client:', session.client)"},
+            {"name": "Grep", "description": "Search."}]"#,
+    );
+    let tools: Vec<Value> = serde_json::from_str(&ok(&[
+        "render",
+        "--catalog",
+        &catalog,
+        "--workspace",
+        "/src/shop",
+        "--client",
+        "cli",
+    ]))
+    .expect("json");
+    assert_eq!(
+        tools[0]["description"],
+        "Read a file. Workspace: /src/shop Client: cli"
+    );
+    let bad = temp_file(
+        "templated-bad.json",
+        r#"[{"name": "Read", "defer_loading": false, "description_template": "x = 1\nuuid()"}]"#,
+    );
+    let err = fails(&["render", "--catalog", &bad]);
+    assert!(
+        err.contains("tool \"Read\": description template line 2: uses uuid,"),
+        "{err}"
+    );
+}
