@@ -321,3 +321,91 @@ fn hash_value(v: &Value, h: &mut impl std::hash::Hasher) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toolshelf_core::Config;
+    use toolshelf_core::request::Api;
+    use toolshelf_core::template::SessionValues;
+
+    use super::*;
+
+    fn compiled(toml: &str) -> Compiled {
+        Compiled::new(
+            Config::from_toml_str(toml, "t.toml").expect("config"),
+            "t.toml",
+            None,
+        )
+        .expect("compiles")
+    }
+
+    fn session(client: &str) -> SessionValues {
+        SessionValues {
+            client: Some(client.into()),
+            ..SessionValues::default()
+        }
+    }
+
+    #[test]
+    fn a_session_list_renders_templates_in_the_definitions_as_sent() {
+        let c = compiled(
+            "[defer]\nrules = [\"NoDefer(^Read$)\"]\n\
+             [tools.Read]\ndescription_template = \"part(pkg.description, 'for', session.client)\"",
+        );
+        let anthropic = vec![
+            json!({"name": "Read", "description": "Read a file.", "cache_control": {"type": "ephemeral"},
+                   "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}),
+            json!({"name": "Grep", "description": "Search.", "input_schema": {"type": "object"}}),
+        ];
+        let shelf = Shelf::build(Dialect(Api::Anthropic), &anthropic, &c, None).expect("builds");
+        let tools = shelf
+            .session_tools(Dialect(Api::Anthropic), &c, &session("cli/1.0"))
+            .expect("renders");
+        assert_eq!(tools[0]["description"], "Read a file. for cli/1.0");
+        // The rest of the definition is as the client sent it; the cache mark moved to the end.
+        assert_eq!(tools[0]["input_schema"], anthropic[0]["input_schema"]);
+        assert_eq!(
+            tools.last().expect("meta")["cache_control"]["type"],
+            "ephemeral"
+        );
+        // The shelf's own list, shared by every session, is unchanged.
+        assert_eq!(shelf.upstream_tools[0]["description"], "Read a file.");
+        // Equal inputs, equal bytes.
+        let again = shelf
+            .session_tools(Dialect(Api::Anthropic), &c, &session("cli/1.0"))
+            .expect("renders");
+        assert_eq!(
+            Value::Array(tools).to_string(),
+            Value::Array(again).to_string()
+        );
+
+        let chat = vec![
+            json!({"type": "function", "function": {"name": "Read", "description": "Read a file.",
+                   "parameters": {"type": "object"}}}),
+            json!({"type": "function", "function": {"name": "Grep", "description": "Search.",
+                   "parameters": {"type": "object"}}}),
+        ];
+        let shelf = Shelf::build(Dialect(Api::OpenAiChat), &chat, &c, None).expect("builds");
+        let tools = shelf
+            .session_tools(Dialect(Api::OpenAiChat), &c, &session("sdk"))
+            .expect("renders");
+        assert_eq!(tools[0]["function"]["description"], "Read a file. for sdk");
+        assert!(tools[0].get("description").is_none());
+    }
+
+    #[test]
+    fn a_failing_template_fails_the_session_list_naming_the_tool() {
+        let c = compiled("[tools.Read]\ndescription_template = \"x = 1\\nstr(turn.messages)\"");
+        let tools =
+            vec![json!({"name": "Read", "description": "r", "input_schema": {"type": "object"}})];
+        let shelf = Shelf::build(Dialect(Api::Anthropic), &tools, &c, None).expect("builds");
+        let e = shelf
+            .session_tools(Dialect(Api::Anthropic), &c, &session("x"))
+            .expect_err("fails");
+        assert!(
+            e.starts_with("tool \"Read\": description template line 2: reads turn.messages"),
+            "{e}"
+        );
+    }
+}
