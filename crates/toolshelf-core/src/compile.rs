@@ -122,6 +122,22 @@ impl Compiled {
         let reminders =
             Reminders::new(&config.reminders, config.session.reminder_max_chars).map_err(err)?;
         let templates = Templates::new(&config).map_err(err)?;
+        let sc = &config.scripts;
+        if sc.max_steps == 0
+            || sc.max_heap_mb == 0
+            || sc.max_memory_mb == 0
+            || sc.max_call_depth == 0
+            || sc.timeout_secs == 0
+        {
+            return Err(err(
+                "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth and timeout_secs must be at least 1".into(),
+            ));
+        }
+        for (name, t) in &config.tools {
+            if t.script.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return Err(err(format!("[tools.{name:?}] script is empty")));
+            }
+        }
         let policy = Policy::new(rules, config.defer.default, config.defer.window, active);
         Ok(Self {
             config,

@@ -64,6 +64,44 @@ pub struct Config {
     /// `[template]`: the values description templates read.
     #[serde(default)]
     pub template: TemplateConfig,
+    /// `[scripts]`: how script tools (`[tools.NAME] script`) run.
+    #[serde(default)]
+    pub scripts: ScriptsConfig,
+}
+
+/// The server group script tools are served in: `mcp__scripts__NAME`.
+pub const SCRIPTS_SERVER: &str = "scripts";
+
+/// `[scripts]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScriptsConfig {
+    /// `allow_hosts`: hosts a script's `http` may reach, `host` (any port) or `host:port`;
+    /// anything else is refused before a connection is made.
+    pub allow_hosts: Vec<String>,
+    /// `max_steps`: function calls and loop iterations one run may take.
+    pub max_steps: u64,
+    /// `max_heap_mb`: Starlark heap one run may use.
+    pub max_heap_mb: u64,
+    /// `max_memory_mb`: address space of the process a run happens in.
+    pub max_memory_mb: u64,
+    /// `max_call_depth`: nested calls (recursion included).
+    pub max_call_depth: usize,
+    /// `timeout_secs`: wall-clock time one run may take, HTTP included.
+    pub timeout_secs: u64,
+}
+
+impl Default for ScriptsConfig {
+    fn default() -> Self {
+        Self {
+            allow_hosts: Vec::new(),
+            max_steps: 10_000_000,
+            max_heap_mb: 64,
+            max_memory_mb: 1024,
+            max_call_depth: 200,
+            timeout_secs: 30,
+        }
+    }
 }
 
 /// `[tools.NAME]`: settings of the catalog tool NAME (its canonical name, or another name that
@@ -74,6 +112,10 @@ pub struct ToolConfig {
     /// A description template (Starlark, see [`crate::template`]) rendered once per session in
     /// place of the tool's description.
     pub description_template: Option<String>,
+    /// `script`: a Starlark file (relative to the configuration's directory) that defines a tool
+    /// NAME of its own, served as `mcp__scripts__NAME`: its `description` (rendered like a
+    /// description template), its `schema` and `def run(params)`.
+    pub script: Option<String>,
 }
 
 /// `[template]`.

@@ -188,6 +188,15 @@ fn configuration_templates_are_checked_when_compiled() {
             "[template.vars]\n\"a-b\" = 1",
             "is not a name a template can read",
         ),
+        ("[tools.x]\nscript = \" \"", "[tools.\"x\"] script is empty"),
+        (
+            "[tools.x]\nscript = \"x.star\"\ndescription_template = \"'y'\"",
+            "sets both script and description_template",
+        ),
+        (
+            "[scripts]\nmax_steps = 0",
+            "[scripts] max_steps, max_heap_mb",
+        ),
     ] {
         let e = Compiled::new(
             Config::from_toml_str(toml, "t.toml").expect("parses"),

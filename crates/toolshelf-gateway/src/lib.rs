@@ -16,6 +16,7 @@ pub mod downstream;
 pub mod error;
 pub use toolshelf_runtime::hooks;
 pub mod hub;
+pub mod scripts;
 pub mod search;
 pub mod serve;
 pub mod session;

@@ -1,10 +1,11 @@
 //! toolshelf-runtime: the async and file-system pieces the gateway and the proxy share.
 //!
 //! The core decides (what a hook's answer means, what a search index holds); this crate only
-//! does: running hook processes ([`hooks`]), keeping files ([`files`]), and the seam for extra
-//! search rankers ([`enrich`]). It knows nothing of MCP or of any LLM API, so both edges depend
-//! on it and not on each other.
+//! does: running hook processes ([`hooks`]), keeping files ([`files`]), the seam for extra
+//! search rankers ([`enrich`]), and running script tools ([`script`]). It knows nothing of MCP or
+//! of any LLM API, so both edges depend on it and not on each other.
 
 pub mod enrich;
 pub mod files;
 pub mod hooks;
+pub mod script;

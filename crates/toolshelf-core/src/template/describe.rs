@@ -70,6 +70,11 @@ impl Templates {
         }
         let mut tools = BTreeMap::new();
         for (name, t) in &config.tools {
+            if t.script.is_some() && t.description_template.is_some() {
+                return Err(format!(
+                    "[tools.{name:?}] sets both script and description_template: a script tool's description is the script's `description`"
+                ));
+            }
             if let Some(src) = &t.description_template {
                 check_syntax(src, &format!("[tools.{name:?}]")).map_err(|e| e.to_string())?;
                 tools.insert(name.clone(), src.clone());

@@ -120,7 +120,7 @@ pub const MAX_HEAP_BYTES: usize = 16 << 20;
 const FILE: &str = "description_template";
 
 /// The session values a template may read, fixed when the session is created.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionValues {
     /// The active mode.
     pub mode: Option<String>,
@@ -333,13 +333,13 @@ impl Limits {
                 self.max_call_depth
             ));
         }
-        let m = e.without_diagnostic().to_string();
+        let m = e.without_diagnostic().to_string().to_ascii_lowercase();
         if m.contains("ticks has been exceeded") {
             Some(format!(
                 "the CPU-step limit of {} function calls and loop iterations was reached",
                 self.max_steps
             ))
-        } else if m.contains("heap") && m.contains("exceeded") {
+        } else if m.contains("heap memory limit") {
             Some(format!(
                 "the memory limit of {} bytes of Starlark heap was reached",
                 self.max_heap_bytes
