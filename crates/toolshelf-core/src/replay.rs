@@ -200,13 +200,34 @@ struct Done {
 
 impl<'a> Replay<'a> {
     /// A session over `catalog` with `compiled`'s rules, assembling `api` requests with the
-    /// fixed instruction `system`. The surface is rendered here, once.
+    /// fixed instruction `system`. The surface is rendered here, once, with the catalog's own
+    /// descriptions (see [`Self::with_descriptions`] for a session's rendered templates).
     pub fn new(
         compiled: &'a Compiled,
         catalog: Catalog,
         api: Api,
         system: &str,
         build_index: &'a IndexBuilder<'a>,
+    ) -> Self {
+        Self::with_descriptions(
+            compiled,
+            catalog,
+            api,
+            system,
+            build_index,
+            crate::template::Descriptions::default(),
+        )
+    }
+
+    /// [`Self::new`] for a session whose description templates rendered to `descriptions`
+    /// ([`Compiled::session_surface`]): its frozen list shows them.
+    pub fn with_descriptions(
+        compiled: &'a Compiled,
+        catalog: Catalog,
+        api: Api,
+        system: &str,
+        build_index: &'a IndexBuilder<'a>,
+        descriptions: crate::template::Descriptions,
     ) -> Self {
         let exposure = compiled.expose(&catalog);
         let index = build_index(&catalog, &visible(&catalog, &exposure));
@@ -216,7 +237,12 @@ impl<'a> Replay<'a> {
             .map(|i| catalog.tools()[i].name.clone())
             .collect();
         let frozen = state.freeze(names, || {
-            let surface = compiled.surface(&catalog, &exposure);
+            let surface = crate::surface::Surface::with_descriptions(
+                &catalog,
+                &exposure,
+                compiled.config(),
+                descriptions,
+            );
             FrozenSurface {
                 format: api.name().to_owned(),
                 tools: canonical_json(&Value::Array(surface.tools(&catalog, api.tool_format()))),

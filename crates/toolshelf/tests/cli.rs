@@ -770,3 +770,27 @@ fn render_fills_in_templates_for_the_session_it_is_given() {
         "{err}"
     );
 }
+
+#[test]
+fn replay_sends_the_sessions_rendered_descriptions() {
+    let catalog = temp_file(
+        "replay-templated.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false,
+             "description_template": "part(pkg.description, 'Workspace:', session.workspace)"}]"#,
+    );
+    let transcript = temp_file("replay-templated.jsonl", "{\"user\": \"hello\"}\n");
+    let out = ok(&[
+        "replay",
+        "--catalog",
+        &catalog,
+        "--workspace",
+        "/src/shop",
+        "--transcript",
+        &transcript,
+    ]);
+    let body: Value = serde_json::from_str(out.lines().next().expect("a body")).expect("json");
+    assert_eq!(
+        body["tools"][0]["description"],
+        "Read a file. Workspace: /src/shop"
+    );
+}
