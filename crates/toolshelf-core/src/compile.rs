@@ -133,6 +133,13 @@ impl Compiled {
                 "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth and timeout_secs must be at least 1".into(),
             ));
         }
+        let a = &config.authoring;
+        if a.max_tools == 0 || a.max_description_chars == 0 || a.max_script_bytes == 0 {
+            return Err(err(
+                "[authoring] max_tools, max_description_chars and max_script_bytes must be at least 1"
+                    .into(),
+            ));
+        }
         for (name, t) in &config.tools {
             if t.script.as_deref().is_some_and(|p| p.trim().is_empty()) {
                 return Err(err(format!("[tools.{name:?}] script is empty")));

@@ -67,6 +67,34 @@ pub struct Config {
     /// `[scripts]`: how script tools (`[tools.NAME] script`) run.
     #[serde(default)]
     pub scripts: ScriptsConfig,
+    /// `[authoring]`: whether and how much the model may define tools of its own.
+    #[serde(default)]
+    pub authoring: AuthoringConfig,
+}
+
+/// `[authoring]`: model-authored tools (`tool_define`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthoringConfig {
+    /// `enabled`: offer the deferred tool `tool_define`.
+    pub enabled: bool,
+    /// `max_tools`: tools one session may define.
+    pub max_tools: usize,
+    /// `max_description_chars`: the longest description of a defined tool.
+    pub max_description_chars: usize,
+    /// `max_script_bytes`: the largest script of a defined tool.
+    pub max_script_bytes: usize,
+}
+
+impl Default for AuthoringConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_tools: 8,
+            max_description_chars: 1024,
+            max_script_bytes: 16 * 1024,
+        }
+    }
 }
 
 /// The server group script tools are served in: `mcp__scripts__NAME`.

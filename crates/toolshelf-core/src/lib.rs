@@ -6,6 +6,7 @@
 //! this crate, so every surface they expose is the same bytes.
 
 pub mod audit;
+pub mod authoring;
 pub mod catalog;
 pub mod compile;
 pub mod config;

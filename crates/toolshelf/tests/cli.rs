@@ -794,3 +794,107 @@ fn replay_sends_the_sessions_rendered_descriptions() {
         "Read a file. Workspace: /src/shop"
     );
 }
+
+/// A `defer_execute` of `tool_define`, as a transcript line.
+fn define_line(name: &str, description: &str) -> String {
+    serde_json::json!({"call": {"name": "defer_execute", "input": {
+        "tool_name": "tool_define",
+        "params": {
+            "name": name,
+            "description": description,
+            "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "script": "def run(params):\n    return len(params['text'].split())\n"
+        }
+    }}})
+    .to_string()
+}
+
+#[test]
+fn a_replayed_session_that_authors_two_tools_keeps_its_prefix() {
+    let catalog = temp_file(
+        "authoring.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false},
+            {"name": "Grep", "description": "Search file contents."}]"#,
+    );
+    let config = temp_file(
+        "authoring.toml",
+        "[authoring]\nenabled = true\nmax_tools = 2\n",
+    );
+    let transcript = temp_file(
+        "authoring.jsonl",
+        &[
+            r#"{"user": "count the words in my notes, and the lines"}"#.to_owned(),
+            r#"{"call": {"name": "tool_search", "input": {"tool_names": ["tool_define"]}}}"#.to_owned(),
+            define_line("word_count", "Counts the words of a text."),
+            define_line("line_count", "Counts the lines of a text."),
+            define_line("char_count", "Counts the characters of a text."),
+            r#"{"call": {"name": "tool_search", "input": {"queries": ["count words"]}}}"#.to_owned(),
+            r#"{"call": {"name": "defer_execute", "input": {"tool_name": "word_count", "params": {"text": "a b c"}}}}"#.to_owned(),
+            r#"{"assistant": "Three words."}"#.to_owned(),
+        ]
+        .join("\n"),
+    );
+    let out = ok(&[
+        "replay",
+        "--catalog",
+        &catalog,
+        "--config",
+        &config,
+        "--transcript",
+        &transcript,
+    ]);
+    let bodies: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a body"))
+        .collect();
+    assert_eq!(bodies.len(), 7, "{out}");
+    // Not one byte of the tool list changes, and tool_define is in the index from the start.
+    for b in &bodies {
+        assert_eq!(b["tools"], bodies[0]["tools"]);
+    }
+    let index = bodies[0]["tools"][1]["description"]
+        .as_str()
+        .expect("tool_search");
+    assert!(index.contains("\ntool_define\n"), "{index}");
+    assert!(!index.contains("word_count"), "{index}");
+    let results = |i: usize| {
+        bodies[i]["messages"]
+            .as_array()
+            .expect("messages")
+            .last()
+            .expect("last")
+            .to_string()
+    };
+    // Each definition is announced in the next change notice.
+    for (i, name) in [(2, "word_count"), (3, "line_count")] {
+        let r = results(i);
+        assert!(
+            r.contains(&format!("Defined {name} for this session"))
+                && r.contains(&format!("the available tools changed; new: {name}.")),
+            "{r}"
+        );
+    }
+    assert!(
+        results(4).contains("[authoring] max_tools allows"),
+        "{}",
+        results(4)
+    );
+    assert!(
+        results(5).contains("word_count"),
+        "searchable at once: {}",
+        results(5)
+    );
+    assert!(
+        results(6).contains("[dry run] word_count would run through defer_execute"),
+        "{}",
+        results(6)
+    );
+
+    let bodies_file = temp_file("authoring-bodies.jsonl", &out);
+    let check = run(&["prefix-check", &bodies_file]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}
