@@ -143,7 +143,7 @@ script = "tools/escape.star"
 [scripts]
 allow_hosts = ["127.0.0.1:{port}"]
 max_steps = 200000
-max_heap_mb = 32
+max_heap_mb = 16
 max_memory_mb = 1536
 max_call_depth = 100
 timeout_secs = 60
@@ -231,7 +231,7 @@ async fn script_tools_run_through_the_gateway_and_their_limits_hold() {
         ),
         (
             "mcp__scripts__greedy",
-            "stopped: the memory limit of 33554432 bytes of Starlark heap was reached",
+            "stopped: the memory limit of 16777216 bytes of Starlark heap was reached",
         ),
         (
             "mcp__scripts__huge",
