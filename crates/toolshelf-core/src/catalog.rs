@@ -75,6 +75,9 @@ pub struct Tool {
     pub annotations: Annotations,
     /// Where the tool comes from.
     pub origin: Origin,
+    /// A description template (Starlark, see [`crate::template`]) from the catalog file; the
+    /// configuration's `[tools.NAME] description_template` takes precedence.
+    pub description_template: Option<String>,
 }
 
 impl Tool {
@@ -109,6 +112,9 @@ pub struct Server {
     pub original_name: String,
     /// What the server is for; shown in the deferred index.
     pub description: String,
+    /// A template for the group's header (see [`crate::template`]) from the catalog file; the
+    /// configuration's `[servers.NAME] description_template` takes precedence.
+    pub description_template: Option<String>,
 }
 
 impl Server {
@@ -156,6 +162,9 @@ pub struct ToolSpec {
     pub model_authored: bool,
     /// A `"server"` field: the tool joins that server's group.
     pub server: Option<String>,
+    /// `"description_template"`: read from catalog files only (see [`Catalog::from_owned`]), never
+    /// from a live server's or a client's tool list.
+    pub description_template: Option<String>,
 }
 
 impl ToolSpec {
@@ -345,6 +354,7 @@ impl ToolSpec {
             annotations,
             model_authored,
             server,
+            description_template: None,
         })
     }
 }
@@ -404,6 +414,7 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
 #[derive(Debug, Clone, Default)]
 struct Group {
     description: String,
+    template: Option<String>,
     /// (item location, spec)
     tools: Vec<(String, ToolSpec)>,
     /// Tool name to its position in `tools`, for the duplicate check.
@@ -465,6 +476,14 @@ impl CatalogBuilder {
             .or_default()
             .description = description.to_owned();
         Ok(())
+    }
+
+    /// Gives server group `original_name` (declaring it if needed) a header template.
+    pub fn set_server_template(&mut self, original_name: &str, template: String) {
+        self.servers
+            .entry(original_name.to_owned())
+            .or_default()
+            .template = Some(template);
     }
 
     /// Adds a tool: to `server`'s group if given (declaring the group if needed), else to its own
@@ -542,7 +561,7 @@ impl CatalogBuilder {
         let mut descriptions = Vec::with_capacity(groups.len());
         for (s, group) in groups.into_iter().enumerate() {
             let original = &server_originals[s];
-            descriptions.push(group.description);
+            descriptions.push((group.description, group.template));
             let mut tools = group.tools;
             tools.sort_by(|a, b| a.1.name.cmp(&b.1.name));
             for (_, spec) in tools {
@@ -642,6 +661,7 @@ impl CatalogBuilder {
                 tags: c.spec.tags,
                 annotations: c.spec.annotations,
                 origin,
+                description_template: c.spec.description_template,
             });
         }
         tools.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
@@ -650,10 +670,11 @@ impl CatalogBuilder {
             .into_iter()
             .zip(server_names)
             .zip(descriptions)
-            .map(|((original, canon), description)| Server {
+            .map(|((original, canon), (description, template))| Server {
                 name: canon,
                 original_name: original,
                 description,
+                description_template: template,
             })
             .collect();
         servers.sort_by(|a, b| a.name.cmp(&b.name));
@@ -945,7 +966,22 @@ fn add_list(
         } else {
             format!("{prefix}[{i}]")
         };
-        let spec = ToolSpec::from_value(item, source, &location)?;
+        let template = match item.get("description_template") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(t)) => Some(t.clone()),
+            Some(other) => {
+                return Err(Error::CatalogItem {
+                    source_name: source.to_owned(),
+                    location,
+                    message: format!(
+                        "\"description_template\" must be a string (Starlark source), found {}",
+                        kind_of(other)
+                    ),
+                });
+            }
+        };
+        let mut spec = ToolSpec::from_value(item, source, &location)?;
+        spec.description_template = template;
         b.add_tool(server, spec, &location)?;
     }
     Ok(())
@@ -989,6 +1025,19 @@ fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str
         }
     };
     b.add_server(&name, description, &location)?;
+    match obj.get("description_template") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(t)) => b.set_server_template(&name, t.clone()),
+        Some(other) => {
+            return Err(err(
+                named,
+                format!(
+                    "\"description_template\" must be a string (Starlark source), found {}",
+                    kind_of(other)
+                ),
+            ));
+        }
+    }
     match obj.remove("tools") {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Array(items)) => {

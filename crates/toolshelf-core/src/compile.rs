@@ -18,6 +18,7 @@ use crate::permission::Permissions;
 use crate::policy::{Exposure, Mode, Policy, Rule};
 use crate::reminder::Reminders;
 use crate::surface::Surface;
+use crate::template::{SessionValues, TemplateError, Templates};
 
 /// Result alias for compiling (the core's error type).
 pub type Result<T> = CoreResult<T>;
@@ -32,6 +33,7 @@ pub struct Compiled {
     permissions: Permissions,
     hooks: Hooks,
     reminders: Reminders,
+    templates: Templates,
 }
 
 impl Compiled {
@@ -137,6 +139,30 @@ impl Compiled {
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let reminders =
             Reminders::new(&config.reminders, config.session.reminder_max_chars).map_err(err)?;
+        let templates = Templates::new(&config).map_err(err)?;
+        let sc = &config.scripts;
+        if sc.max_steps == 0
+            || sc.max_heap_mb == 0
+            || sc.max_memory_mb == 0
+            || sc.max_call_depth == 0
+            || sc.timeout_secs == 0
+        {
+            return Err(err(
+                "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth and timeout_secs must be at least 1".into(),
+            ));
+        }
+        let a = &config.authoring;
+        if a.max_tools == 0 || a.max_description_chars == 0 || a.max_script_bytes == 0 {
+            return Err(err(
+                "[authoring] max_tools, max_description_chars and max_script_bytes must be at least 1"
+                    .into(),
+            ));
+        }
+        for (name, t) in &config.tools {
+            if t.script.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return Err(err(format!("[tools.{name:?}] script is empty")));
+            }
+        }
         let policy = Policy::new(rules, config.defer.default, config.defer.window, active);
         Ok(Self {
             config,
@@ -146,7 +172,36 @@ impl Compiled {
             permissions,
             hooks,
             reminders,
+            templates,
         })
+    }
+
+    /// The description templates and the values they read.
+    pub fn templates(&self) -> &Templates {
+        &self.templates
+    }
+
+    /// The active mode's name.
+    pub fn mode(&self) -> Option<&str> {
+        self.policy.mode().map(|m| m.name.as_str())
+    }
+
+    /// The surface one session sees: [`Self::surface`] with every description template of a
+    /// visible tool or group rendered for `session`. The first template that fails fails the
+    /// render, naming the tool and the line.
+    pub fn session_surface(
+        &self,
+        catalog: &Catalog,
+        exposure: &Exposure,
+        session: &SessionValues,
+    ) -> std::result::Result<Surface, TemplateError> {
+        let descriptions = self.templates.render(catalog, exposure, session)?;
+        Ok(Surface::with_descriptions(
+            catalog,
+            exposure,
+            &self.config,
+            descriptions,
+        ))
     }
 
     /// The reminder rules.
@@ -225,6 +280,7 @@ impl Compiled {
                 out.push(format!("[permissions] {} matches no tool{hint}", r.label));
             }
         }
+        out.extend(self.templates.unmatched(catalog));
         for hook in self.hooks.all() {
             if let Some(p) = &hook.tools
                 && !any_name(p)

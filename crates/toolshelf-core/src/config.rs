@@ -64,6 +64,18 @@ pub struct Config {
     /// `[store]`: where the proxy keeps sessions (embedded, or Redis shared by replicas).
     #[serde(default)]
     pub store: StoreConfig,
+    /// `[tools.NAME]`: per-tool settings (a description template).
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolConfig>,
+    /// `[template]`: the values description templates read.
+    #[serde(default)]
+    pub template: TemplateConfig,
+    /// `[scripts]`: how script tools (`[tools.NAME] script`) run.
+    #[serde(default)]
+    pub scripts: ScriptsConfig,
+    /// `[authoring]`: whether and how much the model may define tools of its own.
+    #[serde(default)]
+    pub authoring: AuthoringConfig,
 }
 
 /// `[ui]`, read by the dashboard.
@@ -88,6 +100,91 @@ impl Default for UiConfig {
             show_arguments: false,
         }
     }
+}
+
+/// `[authoring]`: model-authored tools (`tool_define`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthoringConfig {
+    /// `enabled`: offer the deferred tool `tool_define`.
+    pub enabled: bool,
+    /// `max_tools`: tools one session may define.
+    pub max_tools: usize,
+    /// `max_description_chars`: the longest description of a defined tool.
+    pub max_description_chars: usize,
+    /// `max_script_bytes`: the largest script of a defined tool.
+    pub max_script_bytes: usize,
+}
+
+impl Default for AuthoringConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_tools: 8,
+            max_description_chars: 1024,
+            max_script_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// The server group script tools are served in: `mcp__scripts__NAME`.
+pub const SCRIPTS_SERVER: &str = "scripts";
+
+/// `[scripts]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScriptsConfig {
+    /// `allow_hosts`: hosts a script's `http` may reach, `host` (any port) or `host:port`;
+    /// anything else is refused before a connection is made.
+    pub allow_hosts: Vec<String>,
+    /// `max_steps`: function calls and loop iterations one run may take.
+    pub max_steps: u64,
+    /// `max_heap_mb`: Starlark heap one run may use.
+    pub max_heap_mb: u64,
+    /// `max_memory_mb`: address space of the process a run happens in.
+    pub max_memory_mb: u64,
+    /// `max_call_depth`: nested calls (recursion included).
+    pub max_call_depth: usize,
+    /// `timeout_secs`: wall-clock time one run may take, HTTP included.
+    pub timeout_secs: u64,
+}
+
+impl Default for ScriptsConfig {
+    fn default() -> Self {
+        Self {
+            allow_hosts: Vec::new(),
+            max_steps: 10_000_000,
+            max_heap_mb: 64,
+            max_memory_mb: 1024,
+            max_call_depth: 200,
+            timeout_secs: 30,
+        }
+    }
+}
+
+/// `[tools.NAME]`: settings of the catalog tool NAME (its canonical name, or another name that
+/// resolves to it alone).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    /// A description template (Starlark, see [`crate::template`]) rendered once per session in
+    /// place of the tool's description.
+    pub description_template: Option<String>,
+    /// `script`: a Starlark file (relative to the configuration's directory) that defines a tool
+    /// NAME of its own, served as `mcp__scripts__NAME`: its `description` (rendered like a
+    /// description template), its `schema` and `def run(params)`.
+    pub script: Option<String>,
+}
+
+/// `[template]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateConfig {
+    /// `workspace`: `session.workspace` (default: the directory the edge runs in).
+    pub workspace: Option<String>,
+    /// `[template.vars]`: package values every template reads as `pkg.NAME`.
+    #[serde(default)]
+    pub vars: BTreeMap<String, serde_json::Value>,
 }
 
 /// The global default for tools that do not declare `defer_loading`.
@@ -242,6 +339,9 @@ pub struct ServerConfig {
     /// `false` keeps the server out of the gateway.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// A template for the group's header in the index (Starlark, see [`crate::template`]),
+    /// rendered once per session in place of `description`.
+    pub description_template: Option<String>,
 }
 
 fn default_startup_timeout() -> u64 {
@@ -745,6 +845,7 @@ impl Config {
                 call_timeout_secs: None,
                 restart_delay_secs: default_restart_delay(),
                 enabled: !disabled,
+                description_template: None,
             };
             server.check().map_err(|e| err(format!("{at}: {e}")))?;
             out.insert(name.clone(), server);

@@ -41,6 +41,9 @@ impl fmt::Display for Path<'_> {
     }
 }
 
+/// The key under which serde_json hands over a number's text with `arbitrary_precision`.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
 struct Strict<'a> {
     at: &'a Path<'a>,
 }
@@ -106,6 +109,12 @@ impl<'de> Visitor<'de> for Strict<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
+            if out.is_empty() && key == NUMBER_TOKEN {
+                // With serde_json's `arbitrary_precision` (the Starlark crate turns it on for the
+                // whole build), a number arrives as a one-entry map holding its text.
+                let digits: String = map.next_value()?;
+                return serde_json::from_str::<Value>(&digits).map_err(de::Error::custom);
+            }
             if out.contains_key(&key) {
                 return Err(de::Error::custom(format_args!(
                     "duplicate key {key:?} in {}: a key may appear once per object",

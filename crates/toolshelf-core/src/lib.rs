@@ -6,6 +6,7 @@
 //! this crate, so every surface they expose is the same bytes.
 
 pub mod audit;
+pub mod authoring;
 pub mod catalog;
 pub mod compile;
 pub mod config;
@@ -28,6 +29,7 @@ pub mod request;
 pub mod search;
 pub mod session;
 pub mod surface;
+pub mod template;
 pub mod tokens;
 pub mod wire;
 

@@ -109,7 +109,7 @@ fn object_or_json_string<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, 
 /// The input schema of `T`, as sent to the model: the object and its properties, without what
 /// only adds bytes (`$schema`, `title`, the type's own doc comment, serde's `default`s, and
 /// `additionalProperties: true`, which is JSON Schema's default anyway).
-fn schema_of<T: JsonSchema>() -> Map<String, Value> {
+pub(crate) fn schema_of<T: JsonSchema>() -> Map<String, Value> {
     let generator = schemars::generate::SchemaSettings::draft2020_12()
         .with(|s| s.meta_schema = None)
         .into_generator();

@@ -21,7 +21,8 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::catalog::{Catalog, CatalogBuilder, ToolSpec};
+use crate::authoring;
+use crate::catalog::{Catalog, CatalogBuilder, Origin, ToolSpec};
 use crate::compile::Compiled;
 use crate::invoke::{self, Authorization, Refusal, Via};
 use crate::meta::DeferExecuteArgs;
@@ -172,6 +173,8 @@ pub struct Replay<'a> {
     items: Vec<Item>,
     context: Vec<String>,
     calls_made: u64,
+    /// Tools the model defined with `tool_define` in this session.
+    defined: usize,
 }
 
 impl std::fmt::Debug for Replay<'_> {
@@ -181,6 +184,39 @@ impl std::fmt::Debug for Replay<'_> {
             .field("items", &self.items.len())
             .finish_non_exhaustive()
     }
+}
+
+/// `catalog` without the tools named in `remove` and with `add` (catalog items, built-ins unless
+/// they name a server), named and sorted anew. Tools the model wrote keep their origin.
+fn rebuilt(catalog: &Catalog, add: &[Value], remove: &[String]) -> Result<Catalog, String> {
+    let mut b = CatalogBuilder::new("transcript");
+    for s in catalog.servers() {
+        b.add_server(&s.original_name, &s.description, "server")
+            .map_err(|e| e.to_string())?;
+    }
+    for t in catalog.tools() {
+        if remove.contains(&t.name) {
+            continue;
+        }
+        let mut item = crate::wire::definition(t, crate::wire::Format::Mcp);
+        item["name"] = Value::String(t.original_name.clone());
+        if let Some(d) = t.defer_loading {
+            item["defer_loading"] = Value::Bool(d);
+        }
+        if t.origin == Origin::Model {
+            item["origin"] = Value::String("model".into());
+        }
+        let spec = ToolSpec::from_value(item, "transcript", "tool").map_err(|e| e.to_string())?;
+        b.add_tool(t.original_server.as_deref(), spec, "tool")
+            .map_err(|e| e.to_string())?;
+    }
+    for (k, item) in add.iter().enumerate() {
+        let at = format!("tools_changed.add[{k}]");
+        let spec =
+            ToolSpec::from_value(item.clone(), "transcript", &at).map_err(|e| e.to_string())?;
+        b.add_tool(None, spec, &at).map_err(|e| e.to_string())?;
+    }
+    Ok(b.build())
 }
 
 fn visible(catalog: &Catalog, exposure: &Exposure) -> Vec<usize> {
@@ -200,7 +236,8 @@ struct Done {
 
 impl<'a> Replay<'a> {
     /// A session over `catalog` with `compiled`'s rules, assembling `api` requests with the
-    /// fixed instruction `system`. The surface is rendered here, once.
+    /// fixed instruction `system`. The surface is rendered here, once, with the catalog's own
+    /// descriptions (see [`Self::with_descriptions`] for a session's rendered templates).
     pub fn new(
         compiled: &'a Compiled,
         catalog: Catalog,
@@ -208,6 +245,52 @@ impl<'a> Replay<'a> {
         system: &str,
         build_index: &'a IndexBuilder<'a>,
     ) -> Self {
+        Self::with_descriptions(
+            compiled,
+            catalog,
+            api,
+            system,
+            build_index,
+            crate::template::Descriptions::default(),
+        )
+    }
+
+    /// [`Self::new`] for a session whose description templates rendered to `descriptions`
+    /// ([`Compiled::session_surface`]): its frozen list shows them.
+    pub fn with_descriptions(
+        compiled: &'a Compiled,
+        catalog: Catalog,
+        api: Api,
+        system: &str,
+        build_index: &'a IndexBuilder<'a>,
+        descriptions: crate::template::Descriptions,
+    ) -> Self {
+        // With authoring on, the session's catalog has `tool_define` (a deferred built-in) from the
+        // start, so the frozen index lists it. Rendered descriptions follow their tools by name.
+        let (catalog, descriptions) = if compiled.config().authoring.enabled {
+            let by_name: Vec<(String, String)> = descriptions
+                .tools
+                .iter()
+                .map(|(&i, d)| (catalog.tools()[i].name.clone(), d.clone()))
+                .collect();
+            let catalog = match rebuilt(&catalog, &[authoring::tool_define_item()], &[]) {
+                Ok(c) => c,
+                Err(_) => catalog,
+            };
+            let tools = by_name
+                .into_iter()
+                .filter_map(|(n, d)| catalog.position(&n).map(|i| (i, d)))
+                .collect();
+            (
+                catalog,
+                crate::template::Descriptions {
+                    tools,
+                    servers: descriptions.servers,
+                },
+            )
+        } else {
+            (catalog, descriptions)
+        };
         let exposure = compiled.expose(&catalog);
         let index = build_index(&catalog, &visible(&catalog, &exposure));
         let mut state = SessionState::default();
@@ -216,7 +299,12 @@ impl<'a> Replay<'a> {
             .map(|i| catalog.tools()[i].name.clone())
             .collect();
         let frozen = state.freeze(names, || {
-            let surface = compiled.surface(&catalog, &exposure);
+            let surface = crate::surface::Surface::with_descriptions(
+                &catalog,
+                &exposure,
+                compiled.config(),
+                descriptions,
+            );
             FrozenSurface {
                 format: api.name().to_owned(),
                 tools: canonical_json(&Value::Array(surface.tools(&catalog, api.tool_format()))),
@@ -239,6 +327,7 @@ impl<'a> Replay<'a> {
             items: Vec::new(),
             context: Vec::new(),
             calls_made: 0,
+            defined: 0,
         }
     }
 
@@ -435,32 +524,7 @@ impl<'a> Replay<'a> {
     }
 
     fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
-        let mut b = CatalogBuilder::new("transcript");
-        for s in self.catalog.servers() {
-            b.add_server(&s.original_name, &s.description, "server")
-                .map_err(|e| e.to_string())?;
-        }
-        for t in self.catalog.tools() {
-            if remove.contains(&t.name) {
-                continue;
-            }
-            let mut item = crate::wire::definition(t, crate::wire::Format::Mcp);
-            item["name"] = Value::String(t.original_name.clone());
-            if let Some(d) = t.defer_loading {
-                item["defer_loading"] = Value::Bool(d);
-            }
-            let spec =
-                ToolSpec::from_value(item, "transcript", "tool").map_err(|e| e.to_string())?;
-            b.add_tool(t.original_server.as_deref(), spec, "tool")
-                .map_err(|e| e.to_string())?;
-        }
-        for (k, item) in add.iter().enumerate() {
-            let at = format!("tools_changed.add[{k}]");
-            let spec =
-                ToolSpec::from_value(item.clone(), "transcript", &at).map_err(|e| e.to_string())?;
-            b.add_tool(None, spec, &at).map_err(|e| e.to_string())?;
-        }
-        self.catalog = b.build();
+        self.catalog = rebuilt(&self.catalog, add, remove)?;
         self.exposure = self.compiled.expose(&self.catalog);
         self.index = (self.build_index)(&self.catalog, &visible(&self.catalog, &self.exposure));
         Ok(())
@@ -548,6 +612,38 @@ impl<'a> Replay<'a> {
         }
     }
 
+    /// Carries out a `tool_define` call that passed the pipeline: the new tool joins the session's
+    /// catalog (searchable at once, announced by the next change notice) and is active, since the
+    /// model wrote its schema.
+    fn define(
+        &mut self,
+        params: &Map<String, Value>,
+        activated: &mut Vec<String>,
+    ) -> (String, bool) {
+        let item = match authoring::check(
+            params,
+            &self.catalog,
+            &self.compiled.config().authoring,
+            self.defined,
+        ) {
+            Ok(item) => item,
+            Err(e) => return (e, true),
+        };
+        if let Err(e) = self.change_tools(std::slice::from_ref(&item), &[]) {
+            return (format!("tool_define: {e}"), true);
+        }
+        self.defined += 1;
+        let name = item["name"].as_str().unwrap_or_default().to_owned();
+        self.state.activate([name.as_str()]);
+        activated.push(name.clone());
+        (
+            format!(
+                "Defined {name} for this session (origin model, deferred). Run it with defer_execute {{\"tool_name\": {name:?}, \"params\": {{...}}}}; tool_search finds it too."
+            ),
+            false,
+        )
+    }
+
     /// The call pipeline up to the point where the call would go out.
     fn dry_run(
         &mut self,
@@ -580,6 +676,13 @@ impl<'a> Replay<'a> {
             Ok((i, ask))
         })();
         match outcome {
+            Ok((i, _))
+                if self.compiled.config().authoring.enabled
+                    && self.catalog.tools()[i].name == authoring::TOOL_DEFINE =>
+            {
+                self.state.record_call(authoring::TOOL_DEFINE);
+                self.define(&params, activated)
+            }
             Ok((i, ask)) => {
                 let name = self.catalog.tools()[i].name.clone();
                 self.state.record_call(&name);

@@ -349,6 +349,20 @@ impl Serialize for Canonical<'_> {
                 }
                 out.end()
             }
+            // Numbers by value, not as written: serde_json keeps a number's text when built with
+            // `arbitrary_precision` (the Starlark crate turns it on), and `1e2` must still be
+            // written like `100.0`.
+            Value::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    s.serialize_u64(u)
+                } else if let Some(i) = n.as_i64() {
+                    s.serialize_i64(i)
+                } else if let Some(f) = n.as_f64().filter(|f| f.is_finite()) {
+                    s.serialize_f64(f)
+                } else {
+                    n.serialize(s)
+                }
+            }
             other => other.serialize(s),
         }
     }

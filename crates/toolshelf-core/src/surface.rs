@@ -3,8 +3,13 @@
 //! Resident tools with their full schemas come first, in catalog order (built-ins, then servers,
 //! each sorted), then the two resident meta-tools `tool_search` and `defer_execute`, added as soon
 //! as any tool is deferred. Deferred tools contribute only their names, inside `tool_search`'s
-//! description. Every byte here is a pure function of (catalog, policy, config), so the prompt
-//! prefix is identical from turn to turn and provider caches keep hitting.
+//! description. Every byte here is a pure function of (catalog, policy, config, and the session's
+//! rendered description templates), so the prompt prefix is identical from turn to turn and
+//! provider caches keep hitting.
+//!
+//! A session's surface carries its [`Descriptions`]: what description templates rendered to when
+//! the session started. They stand in for the catalog's descriptions in the definitions and the
+//! index headers written here; the catalog itself is never rewritten.
 
 use serde_json::Value;
 
@@ -13,7 +18,8 @@ use crate::config::{Config, SearchConfig};
 use crate::index::{DeferredIndex, IndexGroup, IndexInput};
 use crate::meta;
 use crate::policy::{Exposure, State};
-use crate::wire::{Format, definition};
+use crate::template::Descriptions;
+use crate::wire::{Format, definition_described};
 
 /// What the model sees, computed once from catalog, exposure and config.
 #[derive(Debug, Clone)]
@@ -27,6 +33,7 @@ pub struct Surface {
     /// The deferred index; `None` when there is nothing to defer (and so no meta-tools).
     pub index: Option<DeferredIndex>,
     search: SearchConfig,
+    descriptions: Descriptions,
 }
 
 impl Surface {
@@ -36,6 +43,17 @@ impl Surface {
     /// known yet (a server still starting, or failing, lists none): a session that freezes its
     /// list at that moment must still be able to reach the tools that arrive later.
     pub fn new(catalog: &Catalog, exposure: &Exposure, config: &Config) -> Self {
+        Self::with_descriptions(catalog, exposure, config, Descriptions::default())
+    }
+
+    /// [`Self::new`] with `descriptions` (rendered templates) in place of the catalog's own for
+    /// the tools and groups they name.
+    pub fn with_descriptions(
+        catalog: &Catalog,
+        exposure: &Exposure,
+        config: &Config,
+        descriptions: Descriptions,
+    ) -> Self {
         let resident: Vec<usize> = exposure.indices(State::Resident).collect();
         let deferred: Vec<usize> = exposure.indices(State::Deferred).collect();
         let hidden: Vec<usize> = exposure.indices(State::Hidden).collect();
@@ -73,7 +91,11 @@ impl Surface {
                     let (has_any, names) = per_server.remove(s.name.as_str())?;
                     (!names.is_empty() || !has_any).then(|| IndexGroup {
                         prefix: s.prefix(),
-                        description: s.description.clone(),
+                        description: descriptions
+                            .servers
+                            .get(&s.name)
+                            .unwrap_or(&s.description)
+                            .clone(),
                         tools: names,
                     })
                 })
@@ -90,7 +112,28 @@ impl Surface {
             hidden,
             index,
             search: config.search.clone(),
+            descriptions,
         }
+    }
+
+    /// The descriptions rendered from templates for this surface's session.
+    pub fn descriptions(&self) -> &Descriptions {
+        &self.descriptions
+    }
+
+    /// Catalog tool `i`'s description as this surface shows it: its rendered template, else its
+    /// own.
+    pub fn description<'a>(&'a self, catalog: &'a Catalog, i: usize) -> &'a str {
+        self.descriptions
+            .tools
+            .get(&i)
+            .map(String::as_str)
+            .unwrap_or(&catalog.tools()[i].description)
+    }
+
+    /// Catalog tool `i`'s full definition in `format`, with the description this surface shows.
+    pub fn definition(&self, catalog: &Catalog, i: usize, format: Format) -> Value {
+        definition_described(&catalog.tools()[i], self.description(catalog, i), format)
     }
 
     /// `tool_search`'s full description, index included; `None` when there are no meta-tools.
@@ -113,7 +156,7 @@ impl Surface {
         let mut out: Vec<Value> = self
             .resident
             .iter()
-            .map(|&i| definition(&catalog.tools()[i], format))
+            .map(|&i| self.definition(catalog, i, format))
             .collect();
         out.extend(self.meta_tools(format));
         out

@@ -55,15 +55,21 @@ pub fn definition_from_parts(
 
 /// The full definition of a catalog tool in `format`.
 pub fn definition(tool: &Tool, format: Format) -> Value {
+    definition_described(tool, &tool.description, format)
+}
+
+/// The full definition of a catalog tool in `format`, with `description` in place of its own (a
+/// session's rendering of its description template).
+pub fn definition_described(tool: &Tool, description: &str, format: Format) -> Value {
     if format != Format::Mcp {
-        return definition_from_parts(&tool.name, &tool.description, &tool.input_schema, format);
+        return definition_from_parts(&tool.name, description, &tool.input_schema, format);
     }
     let mut m = Map::new();
     m.insert("name".into(), tool.name.clone().into());
     if let Some(t) = &tool.title {
         m.insert("title".into(), t.clone().into());
     }
-    m.insert("description".into(), tool.description.clone().into());
+    m.insert("description".into(), description.into());
     m.insert(
         "inputSchema".into(),
         Value::Object(tool.input_schema.clone()),

@@ -155,16 +155,7 @@ impl Snapshot {
             .filter(|(_, d)| d.state != State::Hidden)
             .map(|(t, _)| t.name.clone())
             .collect();
-        let tools_list = client_list(&catalog, &surface, &compiled.config().gateway)
-            .into_iter()
-            .filter_map(|v| match serde_json::from_value(v) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    tracing::error!("cannot express a tool definition in MCP: {e}");
-                    None
-                }
-            })
-            .collect();
+        let tools_list = mcp_tools(&catalog, &surface, &compiled.config().gateway);
         let shown: Vec<usize> = (0..catalog.tools().len())
             .filter(|&i| exposure.decisions[i].state != State::Hidden)
             .collect();
@@ -224,6 +215,24 @@ pub enum HubEvent {
 /// The sending side of the hub's event channel, as servers hold it.
 pub type Events = mpsc::UnboundedSender<HubEvent>;
 
+/// [`client_list`] as rmcp tools; a definition MCP cannot express is logged and left out.
+pub fn mcp_tools(
+    catalog: &Catalog,
+    surface: &Surface,
+    gateway: &toolshelf_core::config::GatewayConfig,
+) -> Vec<rmcp::model::Tool> {
+    client_list(catalog, surface, gateway)
+        .into_iter()
+        .filter_map(|v| match serde_json::from_value(v) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!("cannot express a tool definition in MCP: {e}");
+                None
+            }
+        })
+        .collect()
+}
+
 /// The MCP `tools/list` items a client is sent: the surface's resident tools and meta-tools, with
 /// pinned server tools named `SERVER__TOOL` (`[gateway] pinned_names`) and every listed tool
 /// marked `_meta["anthropic/alwaysLoad"] = true` (`[gateway] always_load`), keeping whatever
@@ -252,7 +261,7 @@ pub fn client_list(
         .iter()
         .map(|&i| {
             let tool = &catalog.tools()[i];
-            let mut v = toolshelf_core::wire::definition(tool, Format::Mcp);
+            let mut v = surface.definition(catalog, i, Format::Mcp);
             if gateway.pinned_names == toolshelf_core::config::PinnedNames::Short
                 && let Some(short) = tool.client_name()
             {

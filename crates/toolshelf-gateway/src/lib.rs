@@ -18,6 +18,7 @@ pub mod error;
 pub use toolshelf_runtime::hooks;
 pub mod hub;
 pub mod metrics;
+pub mod scripts;
 pub mod search;
 pub mod serve;
 pub mod session;

@@ -183,21 +183,58 @@ impl GatewaySession {
         self.end.clone()
     }
 
-    /// The frozen tool list, freezing it on first use.
-    async fn list(&self) -> Arc<Vec<Tool>> {
+    /// The frozen tool list, freezing it on first use. With description templates, the list is
+    /// rendered for this session (its mode, `client`, the workspace); a template that fails fails
+    /// the list, naming the tool and the line.
+    async fn list(&self, client: Option<String>) -> Result<Arc<Vec<Tool>>, ErrorData> {
         let mut local = self.local.lock().await;
         if let Some(list) = &local.list {
-            return list.clone();
+            return Ok(list.clone());
         }
         self.hub.settled().await;
         let snap = self.hub.snapshot();
-        let list = Arc::new(snap.tools_list.clone());
+        let list = Arc::new(self.session_tools(&snap, client)?);
         local.state.freeze(snap.visible.clone(), || FrozenSurface {
             format: "mcp".into(),
             tools: serde_json::to_string(list.as_ref()).unwrap_or_default(),
         });
         local.list = Some(list.clone());
-        list
+        Ok(list)
+    }
+
+    fn session_tools(
+        &self,
+        snap: &Snapshot,
+        client: Option<String>,
+    ) -> Result<Vec<Tool>, ErrorData> {
+        let compiled = self.hub.compiled();
+        if !compiled.templates().any(&snap.catalog) {
+            return Ok(snap.tools_list.clone());
+        }
+        let values = toolshelf_core::template::SessionValues {
+            mode: compiled.mode().map(str::to_owned),
+            client,
+            workspace: compiled
+                .templates()
+                .workspace()
+                .map(str::to_owned)
+                .or_else(|| {
+                    std::env::current_dir()
+                        .ok()
+                        .map(|d| d.display().to_string())
+                }),
+        };
+        match compiled.session_surface(&snap.catalog, &snap.exposure, &values) {
+            Ok(surface) => Ok(crate::hub::mcp_tools(
+                &snap.catalog,
+                &surface,
+                &compiled.config().gateway,
+            )),
+            Err(e) => {
+                tracing::error!("session {}: {e}", self.id);
+                Err(ErrorData::internal_error(e.to_string(), None))
+            }
+        }
     }
 
     fn record(&self, kind: AuditKind) -> AuditRecord {
@@ -638,6 +675,14 @@ impl GatewaySession {
     }
 }
 
+/// The client's name from its `initialize` request, as description templates read it.
+fn client_name(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .peer
+        .peer_info()
+        .map(|info| info.client_info.name.clone())
+}
+
 impl ServerHandler for GatewaySession {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -668,10 +713,10 @@ tool_search, run them with defer_execute.",
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(
-            self.list().await.as_ref().clone(),
+            self.list(client_name(&context)).await?.as_ref().clone(),
         ))
     }
 
@@ -680,7 +725,7 @@ tool_search, run them with defer_execute.",
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.list().await;
+        self.list(client_name(&context)).await?;
         // The gateway sees no model requests: each call of the session is a turn.
         self.local.lock().await.state.next_turn();
         let args = request.arguments.unwrap_or_default();

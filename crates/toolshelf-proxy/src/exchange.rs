@@ -94,6 +94,7 @@ pub async fn prepare(
     dialect: Dialect,
     mut body: Map<String, Value>,
     session_header: Option<&str>,
+    client: Option<&str>,
 ) -> Result<Plan, String> {
     let all = dialect.tools(&body);
     if all.is_empty() {
@@ -142,16 +143,23 @@ pub async fn prepare(
     state.next_turn();
     let still = state.active_names(ttl);
     let expired: Vec<String> = before.into_iter().filter(|n| !still.contains(n)).collect();
+    // The list is rendered (description templates included) only when this session has none
+    // frozen in this format yet.
+    let fresh = match state.frozen() {
+        Some(f) if f.format == api_name => None,
+        _ => Some(shelf.session_tools(dialect, &proxy.compiled, &session_values(proxy, client))?),
+    };
     let frozen = state
         .freeze(shelf.visible.clone(), || FrozenSurface {
             format: api_name.into(),
-            tools: Value::Array(shelf.upstream_tools.clone()).to_string(),
+            tools: Value::Array(fresh.clone().unwrap_or_default()).to_string(),
         })
         .clone();
-    let upstream_tools: Vec<Value> = if frozen.format == api_name {
-        serde_json::from_str(&frozen.tools).unwrap_or_else(|_| shelf.upstream_tools.clone())
-    } else {
-        shelf.upstream_tools.clone()
+    let upstream_tools: Vec<Value> = match fresh {
+        None => {
+            serde_json::from_str(&frozen.tools).unwrap_or_else(|_| shelf.upstream_tools.clone())
+        }
+        Some(tools) => tools,
     };
     let notice = session.state.change_notice(&shelf.visible);
     let frozen_names: HashSet<String> = upstream_tools
@@ -198,6 +206,25 @@ pub async fn prepare(
         expired,
         fired,
     })))
+}
+
+/// What description templates read as `session.*` for a proxy session: the mode, the client
+/// (the first request's `User-Agent`), the workspace.
+fn session_values(proxy: &Proxy, client: Option<&str>) -> toolshelf_core::template::SessionValues {
+    let compiled = &proxy.compiled;
+    toolshelf_core::template::SessionValues {
+        mode: compiled.mode().map(str::to_owned),
+        client: client.map(str::to_owned),
+        workspace: compiled
+            .templates()
+            .workspace()
+            .map(str::to_owned)
+            .or_else(|| {
+                std::env::current_dir()
+                    .ok()
+                    .map(|d| d.display().to_string())
+            }),
+    }
 }
 
 /// The session of a request without a session header: by the hash of its root. The root names

@@ -305,7 +305,11 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    match prepare(proxy, dialect, body, session.as_deref()).await {
+    let client = parts
+        .headers
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    match prepare(proxy, dialect, body, session.as_deref(), client).await {
         Ok(Plan::Pass(reason)) => {
             proxy.count(|t| t.passed += 1);
             if reason == PassReason::ProviderDeferral {

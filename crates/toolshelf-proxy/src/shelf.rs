@@ -47,6 +47,10 @@ pub struct Shelf {
     pub all_resident_tokens: usize,
     /// Tokens of the upstream tool list.
     pub upstream_tokens: usize,
+    /// The parts `upstream_tools` is assembled from, to assemble a session's own list when
+    /// description templates apply: provider tools, resident client tools (catalog index,
+    /// definition as sent), whether the client marked its tools for the prompt cache.
+    parts: (Vec<Value>, Vec<(usize, Value)>, bool),
 }
 
 /// Keys a client's tool definition carries that are instructions to the provider, not part of
@@ -113,20 +117,13 @@ impl Shelf {
             .filter(|(_, d)| d.state != State::Hidden)
             .map(|(t, _)| t.name.clone())
             .collect();
-        let mut upstream_tools = provider_tools;
-        for &i in &surface.resident {
-            if let Some(def) = raw_by_name.remove(&client_names[i]) {
-                upstream_tools.push(def);
-            }
-        }
-        upstream_tools.extend(surface.meta_tools(dialect.api().tool_format()));
-        if cache_marked && let Some(Value::Object(last)) = upstream_tools.last_mut() {
-            // The client marked its tools for the prompt cache: the mark moves to the list's end.
-            last.insert(
-                "cache_control".into(),
-                serde_json::json!({"type": "ephemeral"}),
-            );
-        }
+        let resident: Vec<(usize, Value)> = surface
+            .resident
+            .iter()
+            .filter_map(|&i| raw_by_name.remove(&client_names[i]).map(|def| (i, def)))
+            .collect();
+        let parts = (provider_tools, resident, cache_marked);
+        let upstream_tools = assemble(&parts, &surface, dialect);
         let shown: Vec<usize> = (0..catalog.tools().len())
             .filter(|&i| exposure.decisions[i].state != State::Hidden)
             .collect();
@@ -152,7 +149,26 @@ impl Shelf {
             validators: Mutex::new(HashMap::new()),
             all_resident_tokens,
             upstream_tokens,
+            parts,
         })
+    }
+
+    /// The tool list one session freezes: `upstream_tools`, or, when description templates apply
+    /// to these tools, the same list with the templates rendered for `session`. A template that
+    /// fails is an error naming the tool and the line.
+    pub fn session_tools(
+        &self,
+        dialect: Dialect,
+        compiled: &Compiled,
+        session: &toolshelf_core::template::SessionValues,
+    ) -> Result<Vec<Value>, String> {
+        if !compiled.templates().any(&self.catalog) {
+            return Ok(self.upstream_tools.clone());
+        }
+        let surface = compiled
+            .session_surface(&self.catalog, &self.exposure, session)
+            .map_err(|e| e.to_string())?;
+        Ok(assemble(&self.parts, &surface, dialect))
     }
 
     /// The client's name of catalog tool `i`.
@@ -179,6 +195,39 @@ impl Shelf {
             })
             .clone()
     }
+}
+
+/// Provider tools, resident client tools as sent (with a rendered description in place of
+/// theirs), then the meta-tools; a client's prompt-cache mark moves to the list's end.
+fn assemble(
+    (provider, resident, cache_marked): &(Vec<Value>, Vec<(usize, Value)>, bool),
+    surface: &Surface,
+    dialect: Dialect,
+) -> Vec<Value> {
+    let mut out = provider.clone();
+    for (i, def) in resident {
+        let mut def = def.clone();
+        if let Some(text) = surface.descriptions().tools.get(i) {
+            let slot = match def.get_mut("function") {
+                Some(Value::Object(f)) => f,
+                _ => match def.as_object_mut() {
+                    Some(o) => o,
+                    None => continue,
+                },
+            };
+            slot.insert("description".into(), Value::String(text.clone()));
+        }
+        out.push(def);
+    }
+    out.extend(surface.meta_tools(dialect.api().tool_format()));
+    if *cache_marked && let Some(Value::Object(last)) = out.last_mut() {
+        // The client marked its tools for the prompt cache: the mark moves to the list's end.
+        last.insert(
+            "cache_control".into(),
+            serde_json::json!({"type": "ephemeral"}),
+        );
+    }
+    out
 }
 
 fn client_name(t: &Tool) -> String {
@@ -276,5 +325,93 @@ fn hash_value(v: &Value, h: &mut impl std::hash::Hasher) {
                 hash_value(x, h);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toolshelf_core::Config;
+    use toolshelf_core::request::Api;
+    use toolshelf_core::template::SessionValues;
+
+    use super::*;
+
+    fn compiled(toml: &str) -> Compiled {
+        Compiled::new(
+            Config::from_toml_str(toml, "t.toml").expect("config"),
+            "t.toml",
+            None,
+        )
+        .expect("compiles")
+    }
+
+    fn session(client: &str) -> SessionValues {
+        SessionValues {
+            client: Some(client.into()),
+            ..SessionValues::default()
+        }
+    }
+
+    #[test]
+    fn a_session_list_renders_templates_in_the_definitions_as_sent() {
+        let c = compiled(
+            "[defer]\nrules = [\"NoDefer(^Read$)\"]\n\
+             [tools.Read]\ndescription_template = \"part(pkg.description, 'for', session.client)\"",
+        );
+        let anthropic = vec![
+            json!({"name": "Read", "description": "Read a file.", "cache_control": {"type": "ephemeral"},
+                   "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}),
+            json!({"name": "Grep", "description": "Search.", "input_schema": {"type": "object"}}),
+        ];
+        let shelf = Shelf::build(Dialect(Api::Anthropic), &anthropic, &c, None).expect("builds");
+        let tools = shelf
+            .session_tools(Dialect(Api::Anthropic), &c, &session("cli/1.0"))
+            .expect("renders");
+        assert_eq!(tools[0]["description"], "Read a file. for cli/1.0");
+        // The rest of the definition is as the client sent it; the cache mark moved to the end.
+        assert_eq!(tools[0]["input_schema"], anthropic[0]["input_schema"]);
+        assert_eq!(
+            tools.last().expect("meta")["cache_control"]["type"],
+            "ephemeral"
+        );
+        // The shelf's own list, shared by every session, is unchanged.
+        assert_eq!(shelf.upstream_tools[0]["description"], "Read a file.");
+        // Equal inputs, equal bytes.
+        let again = shelf
+            .session_tools(Dialect(Api::Anthropic), &c, &session("cli/1.0"))
+            .expect("renders");
+        assert_eq!(
+            Value::Array(tools).to_string(),
+            Value::Array(again).to_string()
+        );
+
+        let chat = vec![
+            json!({"type": "function", "function": {"name": "Read", "description": "Read a file.",
+                   "parameters": {"type": "object"}}}),
+            json!({"type": "function", "function": {"name": "Grep", "description": "Search.",
+                   "parameters": {"type": "object"}}}),
+        ];
+        let shelf = Shelf::build(Dialect(Api::OpenAiChat), &chat, &c, None).expect("builds");
+        let tools = shelf
+            .session_tools(Dialect(Api::OpenAiChat), &c, &session("sdk"))
+            .expect("renders");
+        assert_eq!(tools[0]["function"]["description"], "Read a file. for sdk");
+        assert!(tools[0].get("description").is_none());
+    }
+
+    #[test]
+    fn a_failing_template_fails_the_session_list_naming_the_tool() {
+        let c = compiled("[tools.Read]\ndescription_template = \"x = 1\\nstr(turn.messages)\"");
+        let tools =
+            vec![json!({"name": "Read", "description": "r", "input_schema": {"type": "object"}})];
+        let shelf = Shelf::build(Dialect(Api::Anthropic), &tools, &c, None).expect("builds");
+        let e = shelf
+            .session_tools(Dialect(Api::Anthropic), &c, &session("x"))
+            .expect_err("fails");
+        assert!(
+            e.starts_with("tool \"Read\": description template line 2: reads turn.messages"),
+            "{e}"
+        );
     }
 }

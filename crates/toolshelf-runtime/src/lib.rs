@@ -2,11 +2,12 @@
 //!
 //! The core decides (what a hook's answer means, what a search index holds); this crate only
 //! does: running hook processes ([`hooks`]), keeping files ([`files`]), the seam for extra
-//! search rankers ([`enrich`]), and the Prometheus exposition of the figures both edges record
-//! ([`metrics`]). It knows nothing of MCP or of any LLM API, so both edges depend
-//! on it and not on each other.
+//! search rankers ([`enrich`]), the Prometheus exposition of the figures both edges record
+//! ([`metrics`]), and running script tools ([`script`]). It knows nothing of MCP or of any LLM
+//! API, so both edges depend on it and not on each other.
 
 pub mod enrich;
 pub mod files;
 pub mod hooks;
 pub mod metrics;
+pub mod script;

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use toolshelf_core::template::SessionValues;
 use toolshelf_core::{Catalog, Compiled, Config, Exposure, Surface};
 
 /// The bundled example catalog (see `examples/` and `scripts/capture-example-catalog.sh`).
@@ -27,6 +28,13 @@ pub struct Source {
     /// Active mode, as defined by [modes.NAME] in the configuration.
     #[arg(long, value_name = "NAME")]
     pub mode: Option<String>,
+    /// The client's name, as description templates read it (session.client). Default: none.
+    #[arg(long, value_name = "NAME")]
+    pub client: Option<String>,
+    /// The workspace, as description templates read it (session.workspace). Default:
+    /// [template] workspace, else the current directory.
+    #[arg(long, value_name = "TEXT")]
+    pub workspace: Option<String>,
 }
 
 /// Everything computed from the inputs.
@@ -36,6 +44,13 @@ pub struct Loaded {
     pub compiled: Compiled,
     pub exposure: Exposure,
     pub surface: Surface,
+}
+
+/// The current directory, as `session.workspace` defaults to it.
+pub fn current_dir() -> Option<String> {
+    std::env::current_dir()
+        .ok()
+        .map(|d| d.display().to_string())
 }
 
 fn read(path: &PathBuf, what: &str) -> Result<String> {
@@ -64,7 +79,16 @@ impl Source {
         // One exposure decision for every command, the same the gateway makes.
         let compiled = Compiled::new(config, &config_name, self.mode.as_deref())?;
         let exposure = compiled.expose(&catalog);
-        let surface = compiled.surface(&catalog, &exposure);
+        let session = SessionValues {
+            mode: self.mode.clone(),
+            client: self.client.clone(),
+            workspace: self
+                .workspace
+                .clone()
+                .or_else(|| compiled.templates().workspace().map(str::to_owned))
+                .or_else(current_dir),
+        };
+        let surface = compiled.session_surface(&catalog, &exposure, &session)?;
         for w in catalog
             .warnings()
             .iter()

@@ -54,6 +54,17 @@ enum Command {
     /// Replay a conversation through a session: the request body of every model turn, or with
     /// --explain what the session did (reminders, activations, expiries, bytes).
     Replay(commands::replay::Args),
+    /// Check a description template (Starlark): every per-turn value, unavailable builtin and
+    /// unknown value it reads, with its line, then its rendering against sample values. Exit
+    /// status 1 when anything is found or the render fails.
+    CheckTemplate(commands::check_template::Args),
+    /// Serve a configuration's script tools over stdio (the gateway starts this itself).
+    #[command(name = "__scripts-server", hide = true)]
+    ScriptsServer(commands::serve::ScriptsServerArgs),
+    /// Run one script call: a request on stdin, the answer on stdout (the scripts server starts
+    /// this itself, under its limits).
+    #[command(name = "__script-run", hide = true)]
+    ScriptRun,
 }
 
 fn main() -> ExitCode {
@@ -70,8 +81,15 @@ fn main() -> ExitCode {
         Command::Status(a) => commands::status::run(a),
         Command::Catalog(a) => commands::catalog::run(a),
         Command::Replay(a) => commands::replay::run(a),
+        Command::ScriptsServer(a) => commands::serve::run_scripts_server(a),
+        Command::ScriptRun => commands::serve::run_script(),
         // A broken prefix is a finding, not an error: reported on stdout, exit status 1.
         Command::PrefixCheck(a) => match commands::prefix_check::run(a) {
+            Ok(false) => return ExitCode::FAILURE,
+            other => other.map(drop),
+        },
+        // A refused access is a finding, as a broken prefix is.
+        Command::CheckTemplate(a) => match commands::check_template::run(a) {
             Ok(false) => return ExitCode::FAILURE,
             other => other.map(drop),
         },

@@ -630,3 +630,271 @@ fn eval_reports_buckets_and_explains_misses() {
         "{text}"
     );
 }
+
+#[test]
+fn check_template_reports_each_refused_access_with_its_line() {
+    let file = temp_file(
+        "bad.star",
+        "intro = part(pkg.description, 'in', session.workspace)\n\
+         if session.mode == 'review':\n    \
+             intro = intro + ' (turn ' + str(turn.number) + ')'\n\
+         stamp = time()\n\
+         join([intro, pkg.team])\n",
+    );
+    let out = run(&["check-template", &file, "--workspace", "/src/shop"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a forbidden access is exit status 1"
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].ends_with("bad.star: description template line 3: reads turn.number, a per-turn value: a description is rendered once per session and must not change between turns (use pkg.* and session.*)"),
+        "{text}"
+    );
+    assert!(lines[1].contains("line 4: uses time,"), "{text}");
+    assert!(
+        lines[2].contains("line 5: pkg.team is not a value here (pkg has: description, name, params, required, server, tags, tool, tools)"),
+        "{text}"
+    );
+    // The render stops at the stub (mode is not review, so turn.number is not reached), which is
+    // already listed.
+    assert!(
+        lines[3].ends_with("bad.star: 3 refused access(es)"),
+        "{text}"
+    );
+
+    let out = run(&[
+        "check-template",
+        &file,
+        "--json",
+        "--vars",
+        r#"{"pkg": {"team": "payments"}, "session": {"mode": "review"}}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ok"], false);
+    let found: Vec<(u64, &str, &str)> = v["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| {
+            (
+                f["line"].as_u64().expect("line"),
+                f["kind"].as_str().expect("kind"),
+                f["access"].as_str().expect("access"),
+            )
+        })
+        .collect();
+    assert_eq!(found, [(3, "turn", "turn.number"), (4, "stub", "time")]);
+    // In review mode the render reaches turn.number first.
+    assert!(
+        v["error"]
+            .as_str()
+            .expect("error")
+            .contains("description template line 3: reads turn.number"),
+        "{v}"
+    );
+    assert_eq!(v["rendered"], Value::Null);
+}
+
+#[test]
+fn check_template_renders_a_clean_template() {
+    let file = temp_file(
+        "good.star",
+        "description = part(pkg.description, 'Team:', pkg.team, tag('client', session.client))\n",
+    );
+    let out = ok(&[
+        "check-template",
+        &file,
+        "--pkg",
+        "team=payments",
+        "--pkg",
+        "description=Shows the log.",
+        "--client",
+        "cursor",
+    ]);
+    assert!(
+        out.ends_with(
+            "good.star: ok; renders to:\nShows the log. Team: payments <client>cursor</client>\n"
+        ),
+        "{out}"
+    );
+    let v: Value =
+        serde_json::from_str(&ok(&["check-template", &file, "--json", "--pkg", "team=7"]))
+            .expect("json");
+    assert_eq!(v["ok"], true);
+    // No client: the tag has no body.
+    assert_eq!(v["rendered"], "An example tool. Team: 7 <client/>");
+    assert_eq!(v["findings"], serde_json::json!([]));
+    // A syntax error is reported with its line, exit status 1.
+    let broken = temp_file("broken.star", "x = (\n");
+    let out = run(&["check-template", &broken]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("broken.star: description template line"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn render_fills_in_templates_for_the_session_it_is_given() {
+    let catalog = temp_file(
+        "templated.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false,
+             "description_template": "part(pkg.description, 'Workspace:', session.workspace, 'Client:', session.client)"},
+            {"name": "Grep", "description": "Search."}]"#,
+    );
+    let tools: Vec<Value> = serde_json::from_str(&ok(&[
+        "render",
+        "--catalog",
+        &catalog,
+        "--workspace",
+        "/src/shop",
+        "--client",
+        "cli",
+    ]))
+    .expect("json");
+    assert_eq!(
+        tools[0]["description"],
+        "Read a file. Workspace: /src/shop Client: cli"
+    );
+    let bad = temp_file(
+        "templated-bad.json",
+        r#"[{"name": "Read", "defer_loading": false, "description_template": "x = 1\nuuid()"}]"#,
+    );
+    let err = fails(&["render", "--catalog", &bad]);
+    assert!(
+        err.contains("tool \"Read\": description template line 2: uses uuid,"),
+        "{err}"
+    );
+}
+
+#[test]
+fn replay_sends_the_sessions_rendered_descriptions() {
+    let catalog = temp_file(
+        "replay-templated.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false,
+             "description_template": "part(pkg.description, 'Workspace:', session.workspace)"}]"#,
+    );
+    let transcript = temp_file("replay-templated.jsonl", "{\"user\": \"hello\"}\n");
+    let out = ok(&[
+        "replay",
+        "--catalog",
+        &catalog,
+        "--workspace",
+        "/src/shop",
+        "--transcript",
+        &transcript,
+    ]);
+    let body: Value = serde_json::from_str(out.lines().next().expect("a body")).expect("json");
+    assert_eq!(
+        body["tools"][0]["description"],
+        "Read a file. Workspace: /src/shop"
+    );
+}
+
+/// A `defer_execute` of `tool_define`, as a transcript line.
+fn define_line(name: &str, description: &str) -> String {
+    serde_json::json!({"call": {"name": "defer_execute", "input": {
+        "tool_name": "tool_define",
+        "params": {
+            "name": name,
+            "description": description,
+            "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "script": "def run(params):\n    return len(params['text'].split())\n"
+        }
+    }}})
+    .to_string()
+}
+
+#[test]
+fn a_replayed_session_that_authors_two_tools_keeps_its_prefix() {
+    let catalog = temp_file(
+        "authoring.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false},
+            {"name": "Grep", "description": "Search file contents."}]"#,
+    );
+    let config = temp_file(
+        "authoring.toml",
+        "[authoring]\nenabled = true\nmax_tools = 2\n",
+    );
+    let transcript = temp_file(
+        "authoring.jsonl",
+        &[
+            r#"{"user": "count the words in my notes, and the lines"}"#.to_owned(),
+            r#"{"call": {"name": "tool_search", "input": {"tool_names": ["tool_define"]}}}"#.to_owned(),
+            define_line("word_count", "Counts the words of a text."),
+            define_line("line_count", "Counts the lines of a text."),
+            define_line("char_count", "Counts the characters of a text."),
+            r#"{"call": {"name": "tool_search", "input": {"queries": ["count words"]}}}"#.to_owned(),
+            r#"{"call": {"name": "defer_execute", "input": {"tool_name": "word_count", "params": {"text": "a b c"}}}}"#.to_owned(),
+            r#"{"assistant": "Three words."}"#.to_owned(),
+        ]
+        .join("\n"),
+    );
+    let out = ok(&[
+        "replay",
+        "--catalog",
+        &catalog,
+        "--config",
+        &config,
+        "--transcript",
+        &transcript,
+    ]);
+    let bodies: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a body"))
+        .collect();
+    assert_eq!(bodies.len(), 7, "{out}");
+    // Not one byte of the tool list changes, and tool_define is in the index from the start.
+    for b in &bodies {
+        assert_eq!(b["tools"], bodies[0]["tools"]);
+    }
+    let index = bodies[0]["tools"][1]["description"]
+        .as_str()
+        .expect("tool_search");
+    assert!(index.contains("\ntool_define\n"), "{index}");
+    assert!(!index.contains("word_count"), "{index}");
+    let results = |i: usize| {
+        bodies[i]["messages"]
+            .as_array()
+            .expect("messages")
+            .last()
+            .expect("last")
+            .to_string()
+    };
+    // Each definition is announced in the next change notice.
+    for (i, name) in [(2, "word_count"), (3, "line_count")] {
+        let r = results(i);
+        assert!(
+            r.contains(&format!("Defined {name} for this session"))
+                && r.contains(&format!("the available tools changed; new: {name}.")),
+            "{r}"
+        );
+    }
+    assert!(
+        results(4).contains("[authoring] max_tools allows"),
+        "{}",
+        results(4)
+    );
+    assert!(
+        results(5).contains("word_count"),
+        "searchable at once: {}",
+        results(5)
+    );
+    assert!(
+        results(6).contains("[dry run] word_count would run through defer_execute"),
+        "{}",
+        results(6)
+    );
+
+    let bodies_file = temp_file("authoring-bodies.jsonl", &out);
+    let check = run(&["prefix-check", &bodies_file]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}

@@ -566,3 +566,46 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     // The API itself is not behind the dashboard's token.
     assert_eq!(get_status(&format!("{}/v1/models", guarded.url), &[]), 200);
 }
+
+#[test]
+fn description_templates_render_once_per_conversation_for_its_client() {
+    let s = Scratch::new("proxy-templates");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "One."}, {"text": "Two."}]}));
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[defer]\nrules = [\"NoDefer(^Read$)\"]\n\
+         [template]\nworkspace = \"/src/shop\"\n\
+         [tools.Read]\ndescription_template = \"part(pkg.description, 'Client:', session.client, 'in', session.workspace)\"\n",
+        &[],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "hi"})];
+    let send = |messages: &Vec<Value>, agent: &str| {
+        let body = json!({"model": "m", "max_tokens": 64, "system": "You help.", "tools": tools(),
+                          "messages": messages});
+        let mut headers = HEADERS.to_vec();
+        headers.push(("user-agent", agent));
+        let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+        assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+        answer
+    };
+    let answer = send(&messages, "e2e-agent/1.0");
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": "again"}));
+    // A later request of the same conversation reuses the frozen list, whatever it says now.
+    send(&messages, "another-agent/2.0");
+    let turns = upstream.played(2);
+    let read = turns[0]["body"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "Read")
+        .expect("Read is resident")
+        .clone();
+    assert_eq!(
+        read["description"],
+        "Read a file from the local filesystem. Client: e2e-agent/1.0 in /src/shop"
+    );
+    assert_eq!(turns[0]["body"]["tools"], turns[1]["body"]["tools"]);
+    assert_prefix_kept(&upstream);
+}

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod catalog;
+pub mod check_template;
 pub mod eval;
 pub mod explain;
 pub mod ledger;

@@ -87,12 +87,14 @@ pub fn replay(args: &Args) -> Result<Vec<toolshelf_core::replay::TurnReport>> {
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
     }
-    let mut session = Replay::new(
+    // The session's description templates, rendered when the inputs were loaded.
+    let mut session = Replay::with_descriptions(
         &loaded.compiled,
         loaded.catalog.clone(),
         args.format.into(),
         &args.system,
         &build,
+        loaded.surface.descriptions().clone(),
     );
     session.run(&events).map_err(anyhow::Error::msg)
 }

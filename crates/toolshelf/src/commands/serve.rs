@@ -75,6 +75,9 @@ impl GatewaySource {
             toolshelf_gateway::hub::merge_servers(&mut config, servers, &config_name, &name)?;
             labels.push(absolute(p));
         }
+        if let Some(p) = &self.config {
+            add_script_server(&mut config, p)?;
+        }
         if config.servers.is_empty() {
             bail!("{}: no MCP servers configured", labels.join(" + "));
         }
@@ -108,6 +111,91 @@ impl GatewaySource {
         s.config.audit.enabled = false;
         Ok(s)
     }
+}
+
+/// Serves `[tools.NAME] script` tools as the server `scripts`: reads every script (relative to
+/// the configuration's directory) and adds a server section that runs this binary's scripts
+/// server on the same configuration.
+fn add_script_server(config: &mut Config, path: &Path) -> Result<()> {
+    use toolshelf_core::config::{SCRIPTS_SERVER, ServerConfig};
+    use toolshelf_gateway::scripts;
+    if !config.tools.values().any(|t| t.script.is_some()) {
+        return Ok(());
+    }
+    if config.servers.contains_key(SCRIPTS_SERVER) {
+        bail!(
+            "{}: [servers.{SCRIPTS_SERVER}] is taken by script tools ([tools.NAME] script); name that server otherwise",
+            path.display()
+        );
+    }
+    let path = std::fs::canonicalize(path)
+        .with_context(|| format!("cannot resolve config {}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
+    let digest = scripts::sources_digest(&scripts::read_sources(config, &dir)?);
+    let exe = std::env::current_exe().context("cannot find the toolshelf binary")?;
+    let timeout = config.scripts.timeout_secs;
+    config.servers.insert(
+        SCRIPTS_SERVER.to_owned(),
+        ServerConfig {
+            command: Some(exe.display().to_string()),
+            args: vec![
+                scripts::SERVER_SUBCOMMAND.to_owned(),
+                "--config".to_owned(),
+                path.display().to_string(),
+            ],
+            env: [("TOOLSHELF_SCRIPTS_DIGEST".to_owned(), digest)].into(),
+            cwd: None,
+            url: None,
+            description: Some("Tools defined by Starlark scripts of this configuration.".into()),
+            startup_timeout_secs: 30,
+            // The runner's own time limit decides; this only catches a runner that hangs.
+            call_timeout_secs: Some(timeout + 10),
+            restart_delay_secs: 1,
+            enabled: true,
+            description_template: None,
+        },
+    );
+    Ok(())
+}
+
+/// Arguments of `__scripts-server` (started by the gateway, not by people).
+#[derive(Debug, clap::Args)]
+pub struct ScriptsServerArgs {
+    /// The configuration whose [tools.NAME] script tools to serve.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+/// Serves a configuration's script tools over stdio.
+pub fn run_scripts_server(args: ScriptsServerArgs) -> Result<()> {
+    init_logging("warn");
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read config {}", args.config.display()))?;
+    let config = Config::from_toml_str(&text, &args.config.display().to_string())?;
+    let dir = args.config.parent().unwrap_or(Path::new("/")).to_owned();
+    let sources = toolshelf_gateway::scripts::read_sources(&config, &dir)?;
+    let exe = std::env::current_exe().context("cannot find the toolshelf binary")?;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let server =
+                toolshelf_gateway::scripts::ScriptServer::new(&config, sources, exe).await?;
+            server.serve_stdio().await
+        })?;
+    Ok(())
+}
+
+/// Runs one script call: a `RunRequest` on stdin, a `RunResponse` on stdout.
+pub fn run_script() -> Result<()> {
+    use std::io::Read;
+    let mut input = Vec::new();
+    std::io::stdin().read_to_end(&mut input)?;
+    let request: toolshelf_runtime::script::RunRequest =
+        serde_json::from_slice(&input).context("the script runner's input is not a run request")?;
+    let response = toolshelf_runtime::script::run(&request);
+    println!("{}", serde_json::to_string(&response)?);
+    Ok(())
 }
 
 /// Arguments of `serve`.

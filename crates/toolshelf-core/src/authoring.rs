@@ -1,0 +1,183 @@
+//! Model-authored tools: `tool_define`, with which the model registers a script tool of its own
+//! during a session.
+//!
+//! `tool_define` is a deferred tool like any other (found with `tool_search`, run through
+//! `defer_execute`), present only when `[authoring] enabled = true`. What it defines has origin
+//! `model`: always deferred (the exposure policy never makes it resident), so the frozen tool list
+//! and the conversation before it keep every byte; it is added to the session's catalog, so it is
+//! searchable at once; the session tells the model of it in its next change notice. A definition
+//! is checked here: the name, the `[authoring]` limits (how many tools, how large a description
+//! and a script), the schema (an object schema, read like any catalog tool's) and the script's
+//! syntax. Each failure is a refusal whose text names the rule it broke.
+//!
+//! Arguments and schema come from one Rust type, as for the other meta-tools.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{Catalog, Resolution, ToolSpec};
+use crate::config::AuthoringConfig;
+
+/// The tool's name.
+pub const TOOL_DEFINE: &str = "tool_define";
+
+/// The arguments of `tool_define`.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DefineArgs {
+    /// The new tool's name: a letter, then letters, digits, _ or -; at most 64 characters.
+    pub name: String,
+    /// What the tool does and when to use it.
+    pub description: String,
+    /// JSON Schema of the tool's params (an object schema).
+    pub schema: Map<String, Value>,
+    /// Starlark source defining `def run(params)`.
+    pub script: String,
+}
+
+/// `tool_define`'s catalog item: a deferred built-in.
+pub fn tool_define_item() -> Value {
+    json!({
+        "name": TOOL_DEFINE,
+        "description": "Define a new tool for this session from a Starlark script with `def run(params)`. \
+    The tool is deferred: run it with defer_execute once defined.",
+        "input_schema": crate::meta::schema_of::<DefineArgs>(),
+        "defer_loading": true,
+    })
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Checks a definition against `catalog` (the session's) and the limits, `defined` being how many
+/// tools the model has defined in this session so far. Returns the new tool's catalog item, with
+/// `origin: "model"`, or the refusal the model reads.
+pub fn check(
+    params: &Map<String, Value>,
+    catalog: &Catalog,
+    limits: &AuthoringConfig,
+    defined: usize,
+) -> Result<Value, String> {
+    let args: DefineArgs = serde_json::from_value(Value::Object(params.clone()))
+        .map_err(|e| format!("Invalid tool_define call: {e}."))?;
+    let name = args.name.trim();
+    if !valid_name(name) {
+        return Err(format!(
+            "tool_define: {name:?} is not a tool name (a letter, then letters, digits, _ or -; at most 64 characters)"
+        ));
+    }
+    if !matches!(catalog.resolve(name), Resolution::NotFound)
+        || crate::name::META_TOOLS.contains(&name)
+    {
+        return Err(format!(
+            "tool_define: a tool named {name:?} exists already; choose another name"
+        ));
+    }
+    if defined >= limits.max_tools {
+        return Err(format!(
+            "tool_define: this session has defined {defined} tools, the most [authoring] max_tools allows"
+        ));
+    }
+    let chars = args.description.chars().count();
+    if chars > limits.max_description_chars {
+        return Err(format!(
+            "tool_define: the description has {chars} characters; [authoring] max_description_chars is {}",
+            limits.max_description_chars
+        ));
+    }
+    if args.script.len() > limits.max_script_bytes {
+        return Err(format!(
+            "tool_define: the script has {} bytes; [authoring] max_script_bytes is {}",
+            args.script.len(),
+            limits.max_script_bytes
+        ));
+    }
+    crate::template::check_syntax(&args.script, &format!("tool_define {name:?}"))
+        .map_err(|e| e.to_string())?;
+    if !args.script.contains("def run(") {
+        return Err(format!(
+            "tool_define: the script of {name:?} must define `def run(params): ...`"
+        ));
+    }
+    let item = json!({
+        "name": name,
+        "description": args.description,
+        "input_schema": args.schema,
+        "origin": "model",
+    });
+    // Read like any catalog item, so a schema the catalog would refuse is refused here.
+    ToolSpec::from_value(item.clone(), "tool_define", "params").map_err(|e| e.to_string())?;
+    Ok(item)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> AuthoringConfig {
+        AuthoringConfig {
+            enabled: true,
+            max_tools: 2,
+            max_description_chars: 40,
+            max_script_bytes: 200,
+        }
+    }
+
+    fn params(name: &str, description: &str, script: &str) -> Map<String, Value> {
+        match json!({"name": name, "description": description,
+                     "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                     "script": script})
+        {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_definition_is_checked_against_the_names_and_the_limits() {
+        let catalog = Catalog::from_value(&json!([{"name": "Read"}]), "c").expect("catalog");
+        let ok = "def run(params):\n    return len(params['text'].split())\n";
+        let item = check(
+            &params("word_count", "Counts words.", ok),
+            &catalog,
+            &limits(),
+            0,
+        )
+        .expect("defines");
+        assert_eq!(item["origin"], "model");
+        for (p, defined, says) in [
+            (params("Read", "x", ok), 0, "exists already"),
+            (params("tool_search", "x", ok), 0, "exists already"),
+            (params("9lives", "x", ok), 0, "is not a tool name"),
+            (params("a", "x", ok), 2, "[authoring] max_tools"),
+            (
+                params("a", &"d".repeat(41), ok),
+                0,
+                "[authoring] max_description_chars is 40",
+            ),
+            (
+                params("a", "x", &format!("{ok}#{}", "x".repeat(200))),
+                0,
+                "[authoring] max_script_bytes is 200",
+            ),
+            (params("a", "x", "def run(params:\n"), 0, "does not parse"),
+            (
+                params("a", "x", "x = 1\n"),
+                0,
+                "must define `def run(params)",
+            ),
+        ] {
+            let e = check(&p, &catalog, &limits(), defined).expect_err(says);
+            assert!(e.contains(says), "{says}: {e}");
+        }
+        let mut bad = params("a", "x", ok);
+        bad.insert("schema".into(), json!({"type": "string"}));
+        let e = check(&bad, &catalog, &limits(), 0).expect_err("schema");
+        assert!(e.contains("must describe an object"), "{e}");
+    }
+}

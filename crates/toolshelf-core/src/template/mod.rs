@@ -1,0 +1,674 @@
+//! Description templates: a tool's (or a server group's) description computed by a small
+//! Starlark program, once per session, in a pure environment.
+//!
+//! Descriptions sit in the cached prefix of every request, so a template must give the same
+//! bytes for the whole session. It therefore sees only values fixed before the session starts,
+//! and nothing that reads a clock, a random source, the file system, the network, a process or
+//! the environment:
+//!
+//! - `pkg.NAME`: the catalog's values for the tool or group being described, and every
+//!   `[template.vars]` entry of the configuration. For a tool: `name` (canonical), `tool` (the
+//!   bare name), `server` (the canonical server name, `None` for built-ins), `description` (as the
+//!   catalog gives it), `params` (top-level parameter names, sorted), `required` (required
+//!   parameter names, sorted), `tags`. For a server group: `name` and `server` (the canonical
+//!   server name), `description`, `tools` (the bare names of its visible tools, sorted).
+//! - `session.NAME`: `mode` (the active mode, or `None`), `client` (the client's name, or
+//!   `None`), `workspace` (`[template] workspace`, else the directory the edge runs in).
+//! - `turn.NAME`: `number`, `time`, `messages` exist only to fail: they change from turn to turn.
+//!   Reading any attribute of `turn` stops the render with an error naming the value, the tool
+//!   and the line.
+//!
+//! Any other name under `pkg` or `session` is an error that lists the names there are. `time`,
+//! `random`, `uuid`, `fs`, `exec`, `http` and `env` are bound to stubs: calling one, or reading an
+//! attribute of one (`time.now`), stops the render with an error naming it; a stub never returns
+//! a value. Of the core language's functions the template gets the pure ones ([`CORE`]); `print`,
+//! `getattr` and `hasattr` are left out (use `has`).
+//!
+//! The template's value is its last expression, or, when it assigns one, the global
+//! `description`; it must be a string or `raw` text. The builtins:
+//!
+//! - `part(*pieces, sep=" ")` → string: one line of prose. Each piece that is a string, number or
+//!   boolean has every run of whitespace and control characters folded to one space and its ends
+//!   trimmed; `raw` pieces are kept as they are; `None` and empty pieces are left out; the rest
+//!   are joined with `sep`.
+//! - `join(items, sep="\n")` → string: the items of a list or tuple, as they are (numbers and
+//!   booleans written out), `None` and empty ones left out, joined with `sep`.
+//! - `tag(name, body=None, **attrs)` → raw: `<name a="1" b="x">body</name>`, or `<name a="1"/>`
+//!   when the body is `None` or empty. Names are a letter or `_` then letters, digits, `_`, `-`
+//!   or `.`. Attributes are sorted by name, their values folded like `part` and `&`, `"` and `<`
+//!   escaped; `None` attributes are left out. A string body has every `<name` and `</name` (any
+//!   case) opened with `‹` instead, so text from the catalog cannot close the tag or forge
+//!   another of its name; a `raw` body (a nested `tag`) is kept as it is.
+//! - `raw(text)` → raw: text the other builtins keep exactly as it is. `raw + string`,
+//!   `string + raw` and `raw + raw` are raw; `str(r)` is its text.
+//! - `has(container, name)` → bool: for `pkg` and `session`, whether `name` is set and not
+//!   `None`; for `turn`, always `False` (reading it is what fails); for a dict, whether it has the
+//!   key; for `None`, `False`.
+//! - `render_section(title, body)` → string: `"title:\n- item\n- item"` for a list or tuple body
+//!   (items folded like `part`, `raw` items kept, empty ones left out), `"title:\nbody"` for a
+//!   text body (trimmed unless `raw`), and `""` when nothing is left, so an empty section
+//!   disappears.
+//!
+//! A render is bounded ([`MAX_TICKS`] function calls and loop iterations, [`MAX_HEAP_BYTES`] of
+//! heap, [`MAX_CALL_DEPTH`] nested calls); past any it fails naming the limit.
+//!
+//! Script tools use the same language: a script file is evaluated in this environment for its
+//! definition ([`script_definition`]: `description`, `schema`, `def run(params)`), and run by
+//! [`run_script`] in an environment the caller extends ([`environment`]) with what running needs
+//! (a clock, randomness, an HTTP client), under the caller's [`Limits`]. Output is a pure function of the source and the
+//! values: dicts keep insertion order and nothing reads the process's state.
+
+mod builtins;
+mod describe;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde_json::Value as Json;
+use starlark::environment::{Globals, GlobalsBuilder, Module};
+use starlark::eval::Evaluator;
+use starlark::syntax::ast::{AstExpr, Expr};
+use starlark::syntax::{AstModule, Dialect, DialectTypes};
+use starlark::values::{Value, ValueLike};
+
+use builtins::{FAULT, Fault, Namespace, Raw};
+pub use builtins::{STUBS, TURN_VALUES, Tier, fold};
+pub use describe::{CATALOG_VALUES, Descriptions, Templates, server_values, tool_values};
+
+/// The core language's functions a template may call.
+pub const CORE: [&str; 27] = [
+    "None",
+    "True",
+    "False",
+    "abs",
+    "all",
+    "any",
+    "bool",
+    "chr",
+    "dict",
+    "dir",
+    "enumerate",
+    "fail",
+    "float",
+    "int",
+    "len",
+    "list",
+    "max",
+    "min",
+    "ord",
+    "range",
+    "repr",
+    "reversed",
+    "sorted",
+    "str",
+    "tuple",
+    "type",
+    "zip",
+];
+
+/// The builtins a template may call besides the core language.
+pub const BUILTINS: [&str; 6] = ["part", "tag", "raw", "join", "has", "render_section"];
+
+/// Most function calls and loop iterations one render may take.
+pub const MAX_TICKS: u64 = 1_000_000;
+
+/// Most bytes of Starlark heap one render may use.
+pub const MAX_HEAP_BYTES: usize = 16 << 20;
+
+/// The file name Starlark gives a template in its own messages.
+const FILE: &str = "description_template";
+
+/// The session values a template may read, fixed when the session is created.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionValues {
+    /// The active mode.
+    pub mode: Option<String>,
+    /// The client's name (the MCP client's `clientInfo.name`, for instance).
+    pub client: Option<String>,
+    /// The workspace.
+    pub workspace: Option<String>,
+}
+
+impl SessionValues {
+    fn values(&self) -> BTreeMap<String, Json> {
+        let v = |s: &Option<String>| s.clone().map(Json::String).unwrap_or(Json::Null);
+        BTreeMap::from([
+            ("client".to_owned(), v(&self.client)),
+            ("mode".to_owned(), v(&self.mode)),
+            ("workspace".to_owned(), v(&self.workspace)),
+        ])
+    }
+}
+
+/// What went wrong in a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TemplateErrorKind {
+    /// The source does not parse.
+    Syntax(String),
+    /// A per-turn value was read.
+    Turn(String),
+    /// A stub was used.
+    Stub(String),
+    /// `pkg.NAME` or `session.NAME` names no value.
+    Unknown {
+        /// `pkg` or `session`.
+        tier: &'static str,
+        /// The name.
+        name: String,
+        /// The names there are.
+        known: Vec<String>,
+    },
+    /// A limit was reached.
+    Limit(String),
+    /// The value is not text.
+    NotText(String),
+    /// The template has no value.
+    NoValue,
+    /// Anything else Starlark reported.
+    Failed(String),
+}
+
+impl fmt::Display for TemplateErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Syntax(m) => write!(f, "does not parse: {m}"),
+            Self::Turn(name) => write!(
+                f,
+                "reads turn.{name}, a per-turn value: a description is rendered once per session and must not change between turns (use pkg.* and session.*)"
+            ),
+            Self::Stub(name) => write!(
+                f,
+                "uses {name}, which a description template cannot: a description must be the same bytes for the whole session"
+            ),
+            Self::Unknown { tier, name, known } => write!(
+                f,
+                "{tier}.{name} is not a value here ({tier} has: {})",
+                if known.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+            Self::Limit(m) => write!(f, "stopped: {m}"),
+            Self::NotText(ty) => write!(
+                f,
+                "its value is a {ty}, not text: end with a string expression or assign `description = ...`"
+            ),
+            Self::NoValue => write!(
+                f,
+                "has no value: end it with an expression or assign `description = ...`"
+            ),
+            Self::Failed(m) => write!(f, "failed: {m}"),
+        }
+    }
+}
+
+/// A template that cannot be rendered: whose it is, where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct TemplateError {
+    /// What the template describes: `tool "mcp__git__git_log"`, `server group "git"`, a file.
+    pub owner: String,
+    /// `description template`, or `script` for a script tool's definition or run.
+    pub what: &'static str,
+    /// The line (from 1), when known.
+    pub line: Option<usize>,
+    /// What went wrong.
+    pub kind: TemplateErrorKind,
+}
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.owner, self.what)?;
+        if let Some(l) = self.line {
+            write!(f, " line {l}")?;
+        }
+        write!(f, ": {}", self.kind)
+    }
+}
+
+impl TemplateError {
+    /// Whether the template read a per-turn value or used a stub.
+    pub fn is_forbidden_access(&self) -> bool {
+        matches!(
+            self.kind,
+            TemplateErrorKind::Turn(_) | TemplateErrorKind::Stub(_)
+        )
+    }
+}
+
+fn dialect() -> Dialect {
+    Dialect {
+        enable_def: true,
+        enable_lambda: true,
+        enable_load: false,
+        enable_keyword_only_arguments: true,
+        enable_positional_only_arguments: false,
+        enable_types: DialectTypes::Disable,
+        enable_top_level_stmt: true,
+        enable_f_strings: false,
+        ..Dialect::Standard
+    }
+}
+
+/// The template environment: [`CORE`] copied from the standard library, the stubs and the
+/// builtins, built once.
+fn globals() -> &'static Globals {
+    static GLOBALS: OnceLock<Globals> = OnceLock::new();
+    GLOBALS.get_or_init(|| environment(|_| {}))
+}
+
+fn line_of(e: &starlark::Error) -> Option<usize> {
+    if let Some(span) = e.span() {
+        return Some(span.resolve_span().begin.line + 1);
+    }
+    e.call_stack()
+        .clone()
+        .into_frames()
+        .iter()
+        .rev()
+        .find_map(|f| f.location.as_ref())
+        .map(|s| s.resolve_span().begin.line + 1)
+}
+
+fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
+    AstModule::parse(FILE, source.to_owned(), &dialect()).map_err(|e| TemplateError {
+        owner: owner.to_owned(),
+        what: "description template",
+        line: line_of(&e),
+        kind: TemplateErrorKind::Syntax(e.without_diagnostic().to_string()),
+    })
+}
+
+/// Checks that `source` parses; `owner` names it in the error.
+pub fn check_syntax(source: &str, owner: &str) -> Result<(), TemplateError> {
+    parse(source, owner).map(drop)
+}
+
+/// Renders `source` for `owner` with the package values `pkg` and the session's values.
+pub fn render(
+    source: &str,
+    owner: &str,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+) -> Result<String, TemplateError> {
+    match evaluate(
+        source,
+        owner,
+        globals(),
+        pkg,
+        session,
+        Limits::TEMPLATE,
+        Job::Describe,
+    )? {
+        Output::Text(t) => Ok(t),
+        _ => unreachable!("a description job gives text"),
+    }
+}
+
+/// Bounds on one evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Function calls and loop iterations (Starlark's ticks).
+    pub max_steps: u64,
+    /// Bytes of Starlark heap.
+    pub max_heap_bytes: usize,
+    /// Nested function calls.
+    pub max_call_depth: usize,
+}
+
+impl Limits {
+    /// The limits of a description template.
+    pub const TEMPLATE: Limits = Limits {
+        max_steps: MAX_TICKS,
+        max_heap_bytes: MAX_HEAP_BYTES,
+        max_call_depth: MAX_CALL_DEPTH,
+    };
+
+    fn message(&self, e: &starlark::Error) -> Option<String> {
+        if matches!(e.kind(), starlark::ErrorKind::StackOverflow(_)) {
+            return Some(format!(
+                "the call-depth limit of {} nested calls was reached",
+                self.max_call_depth
+            ));
+        }
+        let m = e.without_diagnostic().to_string().to_ascii_lowercase();
+        if m.contains("ticks has been exceeded") {
+            Some(format!(
+                "the CPU-step limit of {} function calls and loop iterations was reached",
+                self.max_steps
+            ))
+        } else if m.contains("heap memory limit") {
+            Some(format!(
+                "the memory limit of {} bytes of Starlark heap was reached",
+                self.max_heap_bytes
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// Most nested calls of one evaluation.
+pub const MAX_CALL_DEPTH: usize = 200;
+
+/// What a script tool's file defines, read in the template environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptDefinition {
+    /// Its `description`, rendered with the values given.
+    pub description: String,
+    /// Its `schema`: a JSON Schema object.
+    pub schema: serde_json::Map<String, Json>,
+}
+
+/// Reads a script tool's definition: the file is evaluated in the template environment (so its
+/// top level is as pure as a description template) and must set `description` (text), `schema`
+/// (a dict, a JSON Schema of an object) and `run` (a function of one argument, called only when
+/// the tool runs, in the environment [`run_script`] is given).
+pub fn script_definition(
+    source: &str,
+    owner: &str,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+) -> Result<ScriptDefinition, TemplateError> {
+    match evaluate(
+        source,
+        owner,
+        globals(),
+        pkg,
+        session,
+        Limits::TEMPLATE,
+        Job::Define,
+    )? {
+        Output::Definition(d) => Ok(d),
+        _ => unreachable!("a definition job gives a definition"),
+    }
+}
+
+/// Runs a script tool: evaluates `source` in `globals` (see [`environment`]) and calls its
+/// `run(params)`, within `limits`. The result is `run`'s value as JSON (a string stays a
+/// string). Core does no I/O itself: whatever `globals` binds (a clock, an HTTP client) is the
+/// caller's.
+pub fn run_script(
+    source: &str,
+    owner: &str,
+    globals: &Globals,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+    params: &Json,
+    limits: Limits,
+) -> Result<Json, TemplateError> {
+    match evaluate(
+        source,
+        owner,
+        globals,
+        pkg,
+        session,
+        limits,
+        Job::Run(params),
+    )? {
+        Output::Result(v) => Ok(v),
+        _ => unreachable!("a run job gives a result"),
+    }
+}
+
+/// The template environment with `extend` applied last, so it can rebind stub names (`time`,
+/// `random`, `http`) to real functions for running scripts.
+pub fn environment(extend: impl FnOnce(&mut GlobalsBuilder)) -> Globals {
+    let standard = Globals::standard();
+    let mut b = GlobalsBuilder::new();
+    b.frozen_heap().add_reference(standard.heap());
+    for (name, value) in standard.iter() {
+        if CORE.contains(&name) {
+            b.set(name, value);
+        }
+    }
+    builtins::stubs(&mut b);
+    builtins::pure(&mut b);
+    extend(&mut b);
+    b.build()
+}
+
+enum Job<'a> {
+    Describe,
+    Define,
+    Run(&'a Json),
+}
+
+enum Output {
+    Text(String),
+    Definition(ScriptDefinition),
+    Result(Json),
+}
+
+fn text_value(value: Value) -> Result<String, TemplateErrorKind> {
+    if let Some(s) = value.unpack_str() {
+        Ok(s.to_owned())
+    } else if let Some(r) = value.downcast_ref::<Raw>() {
+        Ok(r.0.clone())
+    } else if value.is_none() {
+        Err(TemplateErrorKind::NoValue)
+    } else {
+        Err(TemplateErrorKind::NotText(value.get_type().to_owned()))
+    }
+}
+
+fn definition<'v>(
+    module: &Module<'v>,
+    last: Value<'v>,
+) -> Result<ScriptDefinition, TemplateErrorKind> {
+    let description = text_value(module.get("description").unwrap_or(last))?;
+    let bad = |m: String| TemplateErrorKind::Failed(m);
+    let schema = match module.get("schema") {
+        None => {
+            return Err(bad(
+                "a script must set `schema = {...}` (a JSON Schema of its params)".into(),
+            ));
+        }
+        Some(v) => v
+            .to_json_value()
+            .map_err(|e| bad(format!("`schema` is not JSON: {e}")))?,
+    };
+    let Json::Object(mut schema) = schema else {
+        return Err(bad("`schema` must be a dict (a JSON Schema object)".into()));
+    };
+    match schema.get("type") {
+        None => {
+            schema.insert("type".into(), Json::String("object".into()));
+        }
+        Some(Json::String(t)) if t == "object" => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "`schema` must describe an object (\"type\": \"object\"), found \"type\": {other}"
+            )));
+        }
+    }
+    match module.get("run") {
+        Some(f) if f.get_type() == "function" => {}
+        _ => return Err(bad("a script must define `def run(params): ...`".into())),
+    }
+    Ok(ScriptDefinition {
+        description,
+        schema,
+    })
+}
+
+fn evaluate(
+    source: &str,
+    owner: &str,
+    globals: &Globals,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+    limits: Limits,
+    job: Job,
+) -> Result<Output, TemplateError> {
+    let what = match job {
+        Job::Describe => "description template",
+        Job::Define | Job::Run(_) => "script",
+    };
+    let ast = parse(source, owner).map_err(|e| TemplateError { what, ..e })?;
+    let err = |line: Option<usize>, kind: TemplateErrorKind| TemplateError {
+        owner: owner.to_owned(),
+        what,
+        line,
+        kind,
+    };
+    FAULT.with(|f| f.borrow_mut().take());
+    let outcome: Result<Result<Output, TemplateErrorKind>, starlark::Error> =
+        Module::with_temp_heap(|module| {
+            let heap = module.heap();
+            module.set("pkg", heap.alloc(Namespace::new(Tier::Pkg, pkg.clone())));
+            module.set(
+                "session",
+                heap.alloc(Namespace::new(Tier::Session, session.values())),
+            );
+            module.set(
+                "turn",
+                heap.alloc(Namespace::new(Tier::Turn, BTreeMap::new())),
+            );
+            let mut eval = Evaluator::new(&module);
+            eval.set_max_tick_count(limits.max_steps)
+                .map_err(starlark::Error::new_other)?;
+            eval.set_max_heap_size(limits.max_heap_bytes)
+                .map_err(starlark::Error::new_other)?;
+            eval.set_max_callstack_size(limits.max_call_depth)
+                .map_err(starlark::Error::new_other)?;
+            let last = eval.eval_module(ast, globals)?;
+            Ok(match job {
+                Job::Describe => {
+                    text_value(module.get("description").unwrap_or(last)).map(Output::Text)
+                }
+                Job::Define => definition(&module, last).map(Output::Definition),
+                Job::Run(params) => match module.get("run") {
+                    Some(run) => {
+                        let arg = heap.alloc(params.clone());
+                        let value = eval.eval_function(run, &[arg], &[])?;
+                        Ok(Output::Result(if let Ok(t) = text_value(value) {
+                            Json::String(t)
+                        } else {
+                            value.to_json_value().map_err(|e| {
+                                starlark::Error::new_other(anyhow::anyhow!(
+                                    "run returned a {} that is not JSON: {e}",
+                                    value.get_type()
+                                ))
+                            })?
+                        }))
+                    }
+                    None => Err(TemplateErrorKind::Failed(
+                        "a script must define `def run(params): ...`".into(),
+                    )),
+                },
+            })
+        });
+    let fault = FAULT.with(|f| f.borrow_mut().take());
+    match outcome {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(kind)) => Err(err(None, kind)),
+        Err(e) => {
+            let line = line_of(&e);
+            let kind = match fault {
+                Some(Fault::Turn(name)) => TemplateErrorKind::Turn(name),
+                Some(Fault::Stub(name)) => TemplateErrorKind::Stub(name.to_owned()),
+                Some(Fault::Unknown { tier, name, known }) => TemplateErrorKind::Unknown {
+                    tier: tier.name(),
+                    name,
+                    known,
+                },
+                None => match limits.message(&e) {
+                    Some(m) => TemplateErrorKind::Limit(m),
+                    None => TemplateErrorKind::Failed(e.without_diagnostic().to_string()),
+                },
+            };
+            Err(err(line, kind))
+        }
+    }
+}
+
+/// One forbidden or unknown access found in a template's source, without running it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    /// The line, from 1.
+    pub line: usize,
+    /// `turn`, `stub` or `unknown`.
+    pub kind: &'static str,
+    /// What is accessed: `turn.number`, `time`, `pkg.team`.
+    pub access: String,
+    /// The message, as a render would give it.
+    pub message: String,
+}
+
+/// Every access in `source` that a render would refuse, in source order: each `turn.NAME`, each
+/// use of a stub, and each `pkg.NAME` or `session.NAME` that `pkg` and `session` do not hold. A
+/// render stops at the first; this finds them all, including those on paths the sample values do
+/// not take.
+pub fn findings(
+    source: &str,
+    owner: &str,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+) -> Result<Vec<Finding>, TemplateError> {
+    let ast = parse(source, owner)?;
+    let session = session.values();
+    let mut out = Vec::new();
+    let mut visit = |e: &AstExpr| {
+        let line = ast.file_span(e.span).resolve_span().begin.line + 1;
+        let found = match &e.node {
+            Expr::Dot(inner, attr) => match &inner.node {
+                Expr::Identifier(id) => match id.node.ident.as_str() {
+                    "turn" => Some(("turn", TemplateErrorKind::Turn(attr.node.clone()))),
+                    ns @ ("pkg" | "session") => {
+                        let held = if ns == "pkg" { pkg } else { &session };
+                        (!held.contains_key(&attr.node)).then(|| {
+                            (
+                                "unknown",
+                                TemplateErrorKind::Unknown {
+                                    tier: if ns == "pkg" { "pkg" } else { "session" },
+                                    name: attr.node.clone(),
+                                    known: held.keys().cloned().collect(),
+                                },
+                            )
+                        })
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+            Expr::Identifier(id) if STUBS.contains(&id.node.ident.as_str()) => {
+                Some(("stub", TemplateErrorKind::Stub(id.node.ident.clone())))
+            }
+            _ => None,
+        };
+        if let Some((kind, k)) = found {
+            let access = match &k {
+                TemplateErrorKind::Turn(n) => format!("turn.{n}"),
+                TemplateErrorKind::Stub(n) => n.clone(),
+                TemplateErrorKind::Unknown { tier, name, .. } => format!("{tier}.{name}"),
+                _ => String::new(),
+            };
+            let message = TemplateError {
+                owner: owner.to_owned(),
+                what: "description template",
+                line: Some(line),
+                kind: k,
+            }
+            .to_string();
+            out.push(Finding {
+                line,
+                kind,
+                access,
+                message,
+            });
+        }
+    };
+    fn walk<'a>(e: &'a AstExpr, f: &mut impl FnMut(&'a AstExpr)) {
+        f(e);
+        e.visit_expr(|c| walk(c, f));
+    }
+    ast.statement().visit_expr(|e| walk(e, &mut visit));
+    out.sort_by_key(|f| f.line);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,212 @@
+use super::*;
+use serde_json::json;
+
+fn pkg() -> BTreeMap<String, Json> {
+    BTreeMap::from([
+        ("name".to_owned(), json!("mcp__git__git_log")),
+        (
+            "description".to_owned(),
+            json!("Shows the\n commit   logs."),
+        ),
+        ("params".to_owned(), json!(["max_count", "repo_path"])),
+        ("team".to_owned(), json!("infra")),
+    ])
+}
+
+fn session() -> SessionValues {
+    SessionValues {
+        mode: Some("review".into()),
+        client: Some("claude-code".into()),
+        workspace: Some("/src/shop".into()),
+    }
+}
+
+fn run(source: &str) -> Result<String, TemplateError> {
+    render(source, "tool \"t\"", &pkg(), &session())
+}
+
+#[test]
+fn the_value_is_the_last_expression_or_the_description_assignment() {
+    assert_eq!(run("'a' + 'b'").expect("renders"), "ab");
+    assert_eq!(
+        run("description = 'x'\nlen('abc')").expect("renders"),
+        "x",
+        "an assigned description stands for the last expression"
+    );
+    let e = run("x = 1").expect_err("no value");
+    assert_eq!(e.kind, TemplateErrorKind::NoValue);
+    let e = run("[1]").expect_err("a list");
+    assert_eq!(e.kind, TemplateErrorKind::NotText("list".into()));
+}
+
+#[test]
+fn builtins_do_what_the_module_docs_say() {
+    assert_eq!(
+        run("part(pkg.description, None, '', 3, True)").expect("part"),
+        "Shows the commit logs. 3 True"
+    );
+    assert_eq!(
+        run("part('a', raw('b\\n c'), sep='|')").expect("part raw"),
+        "a|b\n c"
+    );
+    assert_eq!(
+        run("join(['a', None, '', ' b '], sep=',')").expect("join"),
+        "a, b "
+    );
+    assert_eq!(
+        run("tag('ws', session.workspace, z=1, a='x\"<y', skip=None)").expect("tag"),
+        "<ws a=\"x&quot;&lt;y\" z=\"1\">/src/shop</ws>"
+    );
+    assert_eq!(run("tag('empty')").expect("tag"), "<empty/>");
+    assert_eq!(
+        run("tag('note', 'a </note> b')").expect("defused"),
+        "<note>a ‹/note> b</note>"
+    );
+    assert_eq!(
+        run("tag('outer', tag('inner', 'x'))").expect("nested"),
+        "<outer><inner>x</inner></outer>"
+    );
+    assert_eq!(
+        run("render_section('Parameters', pkg.params)").expect("section"),
+        "Parameters:\n- max_count\n- repo_path"
+    );
+    assert_eq!(run("render_section('Empty', [])").expect("empty"), "");
+    assert_eq!(
+        run("render_section('Note', '  text  ')").expect("text body"),
+        "Note:\ntext"
+    );
+    assert_eq!(
+        run("str([has(pkg, 'team'), has(pkg, 'nope'), has(session, 'client'), has(turn, 'number'), has({'k': 1}, 'k'), has(None, 'x')])")
+            .expect("has"),
+        "[True, False, True, False, True, False]"
+    );
+    let e = run("tag('1x', 'y')").expect_err("bad tag name");
+    assert!(e.to_string().contains("is not a tag name"), "{e}");
+    let e = run("part([1])").expect_err("a list is not text");
+    assert!(e.to_string().contains("a list is not text"), "{e}");
+}
+
+#[test]
+fn a_forbidden_turn_value_fails_naming_the_value_the_tool_and_the_line() {
+    for name in TURN_VALUES {
+        let e = run(&format!("x = 'a'\n\ny = turn.{name}\nx")).expect_err("forbidden");
+        assert_eq!(e.kind, TemplateErrorKind::Turn(name.into()));
+        assert_eq!(e.line, Some(3));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("tool \"t\": description template line 3: reads turn.")
+                && text.contains(&format!("turn.{name}")),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn each_stub_fails_naming_the_builtin_the_tool_and_the_line() {
+    for name in STUBS {
+        for call in [format!("{name}()"), format!("{name}.now()")] {
+            let e = run(&format!("a = 1\n{call}")).expect_err("stub");
+            assert_eq!(e.kind, TemplateErrorKind::Stub(name.into()), "{call}");
+            assert_eq!(e.line, Some(2), "{call}");
+            assert!(
+                e.to_string().starts_with(&format!(
+                    "tool \"t\": description template line 2: uses {name},"
+                )),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_forbidden_read_inside_a_function_names_its_own_line() {
+    let e = run("def f():\n    return turn.time\n\nf()").expect_err("forbidden");
+    assert_eq!(e.line, Some(2));
+}
+
+#[test]
+fn unknown_values_list_what_there_is() {
+    let e = run("pkg.teem").expect_err("unknown");
+    assert_eq!(
+        e.to_string(),
+        "tool \"t\": description template line 1: pkg.teem is not a value here (pkg has: description, name, params, team)"
+    );
+    let e = run("session.user").expect_err("unknown");
+    assert!(
+        e.to_string()
+            .contains("session.user is not a value here (session has: client, mode, workspace)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn left_out_core_functions_are_not_there() {
+    for name in ["print", "getattr", "hasattr"] {
+        let e = run(name).expect_err(name);
+        assert!(matches!(e.kind, TemplateErrorKind::Failed(_)), "{e}");
+    }
+    // The core that is there works.
+    assert_eq!(
+        run("', '.join(sorted([str(x * 2) for x in range(3)]))").expect("core"),
+        "0, 2, 4"
+    );
+}
+
+#[test]
+fn runaway_templates_hit_a_limit() {
+    let e = run("def f():\n    n = 0\n    for i in range(100000000):\n        n += 1\n    return str(n)\nf()")
+        .expect_err("ticks");
+    assert!(matches!(e.kind, TemplateErrorKind::Limit(_)), "{e}");
+    assert!(e.to_string().contains("CPU-step limit"), "{e}");
+}
+
+#[test]
+fn syntax_errors_name_the_line() {
+    let e = check_syntax("x = 1\ny = (\n", "tool \"t\"").expect_err("syntax");
+    assert!(matches!(e.kind, TemplateErrorKind::Syntax(_)), "{e}");
+    assert!(e.line.is_some(), "{e}");
+}
+
+#[test]
+fn rendering_is_a_function_of_its_inputs() {
+    let src =
+        "d = {'b': 1, 'a': 2}\njoin([k + '=' + str(v) for k, v in d.items()] + [session.client])";
+    let first = run(src).expect("renders");
+    for _ in 0..5 {
+        assert_eq!(run(src).expect("renders"), first);
+    }
+    assert_eq!(first, "b=1\na=2\nclaude-code");
+}
+
+#[test]
+fn findings_list_every_refused_access_with_its_line() {
+    let src = "a = pkg.team\nif session.mode == 'x':\n    b = turn.number\nc = time()\nd = pkg.nope + turn.messages\na";
+    let f = findings(src, "t.star", &pkg(), &session()).expect("parses");
+    let got: Vec<(usize, &str, &str)> = f
+        .iter()
+        .map(|f| (f.line, f.kind, f.access.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (3, "turn", "turn.number"),
+            (4, "stub", "time"),
+            (5, "unknown", "pkg.nope"),
+            (5, "turn", "turn.messages"),
+        ]
+    );
+    assert!(f[0].message.contains("t.star: description template line 3"));
+}
+
+#[test]
+fn every_core_name_is_bound() {
+    let names: Vec<&str> = globals().names().map(|n| n.as_str()).collect();
+    for name in CORE.iter().chain(&BUILTINS).chain(&STUBS) {
+        assert!(names.contains(name), "{name} missing from {names:?}");
+    }
+    assert_eq!(
+        names.len(),
+        CORE.len() + BUILTINS.len() + STUBS.len(),
+        "{names:?}"
+    );
+}

@@ -1,0 +1,436 @@
+//! Running script tools: the environment a script's `run(params)` gets, and the limits it runs
+//! under.
+//!
+//! The environment is the description-template one ([`toolshelf_core::template`]) with three
+//! stubs made real: `time` (`time.now()`, seconds since the Unix epoch as a float;
+//! `time.iso()`, the UTC time as `YYYY-MM-DDTHH:MM:SSZ`), `random` (`random.random()` in
+//! [0, 1), `random.randint(a, b)` with both ends included) and `http` (`http.get(url,
+//! headers={})`, `http.post(url, body="", headers={})`, each returning `{"status", "headers",
+//! "body"}`). `uuid`, `fs`, `exec` and `env` stay stubs. `http` reaches only the hosts of
+//! `[scripts] allow_hosts`: any other URL is refused before a connection is made, redirects are
+//! not followed, and a response body is cut at [`MAX_BODY_BYTES`].
+//!
+//! A run is meant to happen in a process of its own (see `toolshelf`'s runner): the Starlark
+//! limits (steps, heap, call depth) stop a script with an error naming the limit, and the
+//! process's address-space limit and wall-clock timeout stop what Starlark cannot see (one huge
+//! allocation, a slow host), without taking the caller down.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io::Read;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value as Json, json};
+use starlark::environment::{Globals, GlobalsBuilder};
+use starlark::starlark_module;
+use starlark::values::Value;
+use starlark::values::none::NoneType;
+use toolshelf_core::template::{self, Limits, SessionValues};
+
+/// The most bytes of a response body a script receives.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// What the runner is asked to do with a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Job {
+    /// Read its definition in the template environment: `{"description", "schema"}`.
+    Define,
+    /// Call its `run(params)` in the script environment.
+    Run,
+}
+
+/// One run of a script tool, as the runner receives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// Define or run.
+    pub job: Job,
+    /// Names the tool in errors: `script tool "mcp__scripts__x" (x.star)`.
+    pub owner: String,
+    /// The script's source.
+    pub source: String,
+    /// The call's params.
+    pub params: Json,
+    /// `pkg` values.
+    pub pkg: BTreeMap<String, Json>,
+    /// `session` values.
+    pub session: SessionValues,
+    /// Function calls and loop iterations.
+    pub max_steps: u64,
+    /// Bytes of Starlark heap.
+    pub max_heap_bytes: usize,
+    /// Nested calls.
+    pub max_call_depth: usize,
+    /// `[scripts] allow_hosts`.
+    pub allow_hosts: Vec<String>,
+    /// Seconds one HTTP request may take.
+    pub http_timeout_secs: u64,
+}
+
+/// What the runner answers: `{"ok": RESULT}` or `{"error": TEXT}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunResponse {
+    /// `run`'s value.
+    Ok(Json),
+    /// Why the run failed, naming the tool, the line and the limit where one was reached.
+    Error(String),
+}
+
+/// The HTTP policy of the run on this thread.
+#[derive(Debug, Clone, Default)]
+struct HttpPolicy {
+    allow: Vec<String>,
+    timeout: Duration,
+}
+
+thread_local! {
+    static POLICY: RefCell<HttpPolicy> = RefCell::new(HttpPolicy::default());
+}
+
+/// Runs `request` on this thread.
+pub fn run(request: &RunRequest) -> RunResponse {
+    POLICY.with(|p| {
+        *p.borrow_mut() = HttpPolicy {
+            allow: request.allow_hosts.clone(),
+            timeout: Duration::from_secs(request.http_timeout_secs.max(1)),
+        }
+    });
+    let limits = Limits {
+        max_steps: request.max_steps,
+        max_heap_bytes: request.max_heap_bytes,
+        max_call_depth: request.max_call_depth,
+    };
+    if request.job == Job::Define {
+        return match template::script_definition(
+            &request.source,
+            &request.owner,
+            &request.pkg,
+            &request.session,
+        ) {
+            Ok(d) => RunResponse::Ok(json!({"description": d.description, "schema": d.schema})),
+            Err(e) => RunResponse::Error(e.to_string()),
+        };
+    }
+    match template::run_script(
+        &request.source,
+        &request.owner,
+        &environment(),
+        &request.pkg,
+        &request.session,
+        &request.params,
+        limits,
+    ) {
+        Ok(v) => RunResponse::Ok(v),
+        Err(e) => RunResponse::Error(e.to_string()),
+    }
+}
+
+/// The environment scripts run in.
+pub fn environment() -> Globals {
+    template::environment(|b| {
+        b.namespace("time", time_module);
+        b.namespace("random", random_module);
+        b.namespace("http", http_module);
+    })
+}
+
+/// Whether `url` may be requested under `allow`: its host (any port) or `host:port` is listed.
+pub fn allowed(url: &reqwest::Url, allow: &[String]) -> Result<(), String> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "{url} is not an http:// or https:// URL; scripts reach nothing else"
+        ));
+    }
+    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+    let port = url.port_or_known_default().unwrap_or(0);
+    let with_port = format!("{host}:{port}");
+    if allow
+        .iter()
+        .map(|a| a.to_ascii_lowercase())
+        .any(|a| a == host || a == with_port)
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "host {with_port} is not in [scripts] allow_hosts ({})",
+        if allow.is_empty() {
+            "empty: scripts may reach no host".to_owned()
+        } else {
+            allow.join(", ")
+        }
+    ))
+}
+
+fn headers_of(v: Value) -> anyhow::Result<Vec<(String, String)>> {
+    if v.is_none() {
+        return Ok(Vec::new());
+    }
+    match v.to_json_value()? {
+        Json::Object(m) => m
+            .into_iter()
+            .map(|(k, v)| match v {
+                Json::String(s) => Ok((k, s)),
+                other => Err(anyhow::anyhow!(
+                    "header {k} must be a string, found {other}"
+                )),
+            })
+            .collect(),
+        other => Err(anyhow::anyhow!(
+            "headers must be a dict of strings, found {other}"
+        )),
+    }
+}
+
+fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyhow::Result<Json> {
+    let policy = POLICY.with(|p| p.borrow().clone());
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| anyhow::anyhow!("http.{method}: {url:?}: {e}"))?;
+    allowed(&parsed, &policy.allow).map_err(|e| anyhow::anyhow!("http.{method}: {e}"))?;
+    let client = reqwest::blocking::Client::builder()
+        .timeout(policy.timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()
+        .map_err(|e| anyhow::anyhow!("http.{method}: {e}"))?;
+    let mut req = match body {
+        None => client.get(parsed),
+        Some(b) => client.post(parsed).body(b.to_owned()),
+    };
+    for (k, v) in headers_of(headers)? {
+        req = req.header(k, v);
+    }
+    let resp = req
+        .send()
+        .map_err(|e| anyhow::anyhow!("http.{method} {url}: {e}"))?;
+    let status = resp.status().as_u16();
+    let mut hs = serde_json::Map::new();
+    for (k, v) in resp.headers() {
+        hs.insert(
+            k.as_str().to_owned(),
+            Json::String(v.to_str().unwrap_or_default().to_owned()),
+        );
+    }
+    let mut bytes = Vec::new();
+    resp.take(MAX_BODY_BYTES as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("http.{method} {url}: reading the body: {e}"))?;
+    Ok(json!({
+        "status": status,
+        "headers": hs,
+        "body": String::from_utf8_lossy(&bytes),
+    }))
+}
+
+#[starlark_module]
+fn http_module(builder: &mut GlobalsBuilder) {
+    fn get<'v>(
+        url: &str,
+        #[starlark(default = NoneType)] headers: Value<'v>,
+    ) -> anyhow::Result<Json> {
+        request("get", url, None, headers)
+    }
+
+    fn post<'v>(
+        url: &str,
+        #[starlark(default = "")] body: &str,
+        #[starlark(default = NoneType)] headers: Value<'v>,
+    ) -> anyhow::Result<Json> {
+        request("post", url, Some(body), headers)
+    }
+}
+
+fn since_epoch() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for `secs` since the Unix epoch (proleptic Gregorian, UTC).
+pub fn iso(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[starlark_module]
+fn time_module(builder: &mut GlobalsBuilder) {
+    fn now() -> anyhow::Result<f64> {
+        Ok(since_epoch().as_secs_f64())
+    }
+
+    fn iso() -> anyhow::Result<String> {
+        Ok(self::iso(since_epoch().as_secs()))
+    }
+}
+
+/// 64 random bits, from the standard library's randomly keyed hasher.
+fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(since_epoch().as_nanos());
+    h.finish()
+}
+
+#[starlark_module]
+fn random_module(builder: &mut GlobalsBuilder) {
+    fn random() -> anyhow::Result<f64> {
+        Ok((random_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+
+    fn randint(a: i32, b: i32) -> anyhow::Result<i32> {
+        if a > b {
+            return Err(anyhow::anyhow!("randint: {a} > {b}"));
+        }
+        let span = (i64::from(b) - i64::from(a) + 1) as u64;
+        Ok((i64::from(a) + (random_u64() % span) as i64) as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(source: &str) -> RunRequest {
+        RunRequest {
+            job: Job::Run,
+            owner: "script tool \"t\"".into(),
+            source: source.into(),
+            params: json!({"word": "hi"}),
+            pkg: BTreeMap::new(),
+            session: SessionValues::default(),
+            max_steps: 100_000,
+            max_heap_bytes: 8 << 20,
+            max_call_depth: 50,
+            allow_hosts: vec!["127.0.0.1:9".into()],
+            http_timeout_secs: 2,
+        }
+    }
+
+    #[test]
+    fn run_gets_the_params_and_its_value_is_the_result() {
+        let r = run(&req(
+            "description = 'x'\nschema = {}\ndef run(params):\n    return {'echo': params['word'], 'n': 2}\n",
+        ));
+        assert_eq!(r, RunResponse::Ok(json!({"echo": "hi", "n": 2})));
+        let r = run(&req(
+            "def run(params):\n    return part('a', params['word'])\n",
+        ));
+        assert_eq!(r, RunResponse::Ok(json!("a hi")));
+    }
+
+    #[test]
+    fn a_definition_is_read_in_the_template_environment() {
+        let mut r = req(
+            "description = part('Echo', pkg.x)\nschema = {'properties': {'word': {'type': 'string'}}}\ndef run(params):\n    return time.now()\n",
+        );
+        r.job = Job::Define;
+        r.pkg.insert("x".into(), json!("words"));
+        assert_eq!(
+            run(&r),
+            RunResponse::Ok(json!({
+                "description": "Echo words",
+                "schema": {"properties": {"word": {"type": "string"}}, "type": "object"}
+            }))
+        );
+        // The top level is as pure as a template: time is a stub there.
+        let mut r =
+            req("t = time.now()\ndescription = 'x'\nschema = {}\ndef run(p):\n    return 1\n");
+        r.job = Job::Define;
+        let RunResponse::Error(e) = run(&r) else {
+            panic!("defined")
+        };
+        assert!(e.contains("script line 1: uses time,"), "{e}");
+        let mut r = req("description = 'x'\ndef run(p):\n    return 1\n");
+        r.job = Job::Define;
+        let RunResponse::Error(e) = run(&r) else {
+            panic!("defined")
+        };
+        assert!(e.contains("a script must set `schema"), "{e}");
+    }
+
+    #[test]
+    fn time_and_random_are_real_here() {
+        let r = run(&req(
+            "def run(params):\n    t = time.now()\n    x = random.random()\n    n = random.randint(3, 3)\n    return [t > 1.0e9, 0 <= x and x < 1, n, len(time.iso())]\n",
+        ));
+        assert_eq!(r, RunResponse::Ok(json!([true, true, 3, 20])));
+    }
+
+    #[test]
+    fn the_other_stubs_stay_stubs() {
+        for stub in ["uuid", "fs", "exec", "env"] {
+            let r = run(&req(&format!("def run(params):\n    return {stub}()\n")));
+            let RunResponse::Error(e) = r else {
+                panic!("{stub} ran")
+            };
+            assert!(
+                e.contains(&format!("script line 2: uses {stub},")),
+                "{stub}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn limits_are_named() {
+        for (source, says) in [
+            (
+                "def run(params):\n    n = 0\n    for i in range(1000000000):\n        n += i\n    return n\n",
+                "the CPU-step limit of 100000 function calls and loop iterations was reached",
+            ),
+            (
+                "def f(n):\n    return f(n + 1)\ndef run(params):\n    return f(0)\n",
+                "the call-depth limit of 50 nested calls was reached",
+            ),
+            (
+                "def run(params):\n    x = []\n    for i in range(50000):\n        x.append('y' * 1000 + str(i))\n    return len(x)\n",
+                "the memory limit of 8388608 bytes of Starlark heap was reached",
+            ),
+            (
+                "def run(params):\n    return http.get('http://example.com/x')\n",
+                "http.get: host example.com:80 is not in [scripts] allow_hosts (127.0.0.1:9)",
+            ),
+        ] {
+            let RunResponse::Error(e) = run(&req(source)) else {
+                panic!("{source} ran")
+            };
+            assert!(e.contains(says), "{source}: {e}");
+            assert!(e.starts_with("script tool \"t\": script"), "{e}");
+            eprintln!("{e}");
+        }
+    }
+
+    #[test]
+    fn the_allow_list_matches_host_and_port() {
+        let u = |s: &str| reqwest::Url::parse(s).expect("url");
+        let allow = ["api.example.com".to_owned(), "127.0.0.1:8080".to_owned()];
+        assert!(allowed(&u("https://API.example.com/x"), &allow).is_ok());
+        assert!(allowed(&u("http://127.0.0.1:8080/"), &allow).is_ok());
+        assert!(allowed(&u("http://127.0.0.1:8081/"), &allow).is_err());
+        assert!(allowed(&u("http://api.example.com.evil.org/"), &allow).is_err());
+        assert!(allowed(&u("file:///etc/passwd"), &allow).is_err());
+    }
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso(1_764_547_199), "2025-11-30T23:59:59Z");
+    }
+}

@@ -1,0 +1,180 @@
+//! `toolshelf check-template`: a description template checked and rendered against sample values,
+//! for template authors and CI.
+//!
+//! Every access a render would refuse is found in the source, each with its line, including
+//! those on paths the sample values do not take; then the template is rendered once, as a session
+//! would render it. A finding or a failed render is exit status 1.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use toolshelf_core::Config;
+use toolshelf_core::template::{self, SessionValues};
+
+use super::{outln, print_json};
+
+/// Arguments of `check-template`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The template (Starlark source).
+    file: PathBuf,
+    /// Sample values: a JSON object `{"pkg": {...}, "session": {"mode", "client", "workspace"}}`,
+    /// inline or in a file. `pkg` is added to the sample catalog values (name, tool, server,
+    /// description, params, required, tags, tools).
+    #[arg(long, value_name = "JSON|FILE")]
+    vars: Option<String>,
+    /// One package value, NAME=VALUE (VALUE read as JSON when it is JSON, else as a string);
+    /// repeatable, applied after --vars.
+    #[arg(long = "pkg", value_name = "NAME=VALUE")]
+    pkg: Vec<String>,
+    /// A configuration whose [template.vars] and [template] workspace are used.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// session.mode.
+    #[arg(long, value_name = "NAME")]
+    mode: Option<String>,
+    /// session.client.
+    #[arg(long, value_name = "NAME")]
+    client: Option<String>,
+    /// session.workspace.
+    #[arg(long, value_name = "TEXT")]
+    workspace: Option<String>,
+    /// Print {"file", "ok", "findings": [{"line", "kind", "access", "message"}], "rendered",
+    /// "error"} instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The catalog's values as a sample tool (and group) would give them.
+fn sample_pkg() -> BTreeMap<String, Value> {
+    BTreeMap::from([
+        ("description".to_owned(), json!("An example tool.")),
+        ("name".to_owned(), json!("mcp__example__example_tool")),
+        ("params".to_owned(), json!(["path"])),
+        ("required".to_owned(), json!(["path"])),
+        ("server".to_owned(), json!("example")),
+        ("tags".to_owned(), json!([])),
+        ("tool".to_owned(), json!("example_tool")),
+        ("tools".to_owned(), json!(["example_tool"])),
+    ])
+}
+
+fn string_of(v: Option<&Value>, key: &str) -> Result<Option<String>> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => bail!("--vars: session.{key} must be a string or null, found {other}"),
+    }
+}
+
+/// Runs the check; `Ok(false)` when anything was found or the render failed.
+pub fn run(args: Args) -> Result<bool> {
+    let source = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read template {}", args.file.display()))?;
+    let owner = args.file.display().to_string();
+    let mut pkg = sample_pkg();
+    let mut session = SessionValues::default();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        let config = Config::from_toml_str(&text, &path.display().to_string())?;
+        pkg.extend(config.template.vars);
+        session.workspace = config.template.workspace;
+    }
+    if let Some(vars) = &args.vars {
+        let text = if vars.trim_start().starts_with('{') {
+            vars.clone()
+        } else {
+            std::fs::read_to_string(vars).with_context(|| format!("cannot read --vars {vars}"))?
+        };
+        let v: Value = serde_json::from_str(&text).context("--vars is not valid JSON")?;
+        let Value::Object(top) = v else {
+            bail!("--vars must be a JSON object {{\"pkg\": {{...}}, \"session\": {{...}}}}");
+        };
+        for key in top.keys() {
+            if key != "pkg" && key != "session" {
+                bail!("--vars: unknown key {key:?} (expected \"pkg\" and \"session\")");
+            }
+        }
+        match top.get("pkg") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(p)) => pkg.extend(p.iter().map(|(k, v)| (k.clone(), v.clone()))),
+            Some(other) => bail!("--vars: pkg must be an object, found {other}"),
+        }
+        match top.get("session") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(s)) => {
+                for key in s.keys() {
+                    if !matches!(key.as_str(), "mode" | "client" | "workspace") {
+                        bail!(
+                            "--vars: session.{key} is not a session value (mode, client, workspace)"
+                        );
+                    }
+                }
+                session.mode = string_of(s.get("mode"), "mode")?;
+                session.client = string_of(s.get("client"), "client")?;
+                if s.contains_key("workspace") {
+                    session.workspace = string_of(s.get("workspace"), "workspace")?;
+                }
+            }
+            Some(other) => bail!("--vars: session must be an object, found {other}"),
+        }
+    }
+    for p in &args.pkg {
+        let Some((name, value)) = p.split_once('=') else {
+            bail!("--pkg {p:?}: expected NAME=VALUE");
+        };
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
+        pkg.insert(name.to_owned(), value);
+    }
+    if args.mode.is_some() {
+        session.mode = args.mode.clone();
+    }
+    if args.client.is_some() {
+        session.client = args.client.clone();
+    }
+    if args.workspace.is_some() {
+        session.workspace = args.workspace.clone();
+    }
+
+    let (findings, rendered) = match template::findings(&source, &owner, &pkg, &session) {
+        Ok(f) => (f, template::render(&source, &owner, &pkg, &session)),
+        // Does not parse: nothing to look through or render.
+        Err(e) => (Vec::new(), Err(e)),
+    };
+    let ok = findings.is_empty() && rendered.is_ok();
+    if args.json {
+        print_json(&json!({
+            "file": owner,
+            "ok": ok,
+            "findings": findings,
+            "rendered": rendered.as_ref().ok(),
+            "error": rendered.as_ref().err().map(ToString::to_string),
+        }))?;
+        return Ok(ok);
+    }
+    for f in &findings {
+        outln!("{}", f.message);
+    }
+    match &rendered {
+        Ok(text) => {
+            if findings.is_empty() {
+                outln!("{owner}: ok; renders to:");
+            } else {
+                outln!(
+                    "{owner}: {} refused access(es); with these sample values it renders to:",
+                    findings.len()
+                );
+            }
+            outln!("{text}");
+        }
+        // A failure already listed as a finding is not said twice.
+        Err(e) if findings.iter().any(|f| f.message == e.to_string()) => {
+            outln!("{owner}: {} refused access(es)", findings.len());
+        }
+        Err(e) => outln!("{e}"),
+    }
+    Ok(ok)
+}

@@ -1,0 +1,362 @@
+//! Script tools end to end: `[tools.NAME] script` through the real `toolshelf serve`, an rmcp
+//! client, search, validation, permissions and the audit log, and the limits under attack.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// An HTTP server on 127.0.0.1 that answers every GET with `hello PATH`; returns its port.
+async fn hello_server() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        // Bounded: the test makes a handful of requests.
+        for _ in 0..32 {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = sock.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                let path = req.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let body = format!("hello {path}");
+                let _ = sock
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+const LOOKUP: &str = r#"
+description = part("Look up a word on the", pkg.team, "dictionary service.")
+schema = {
+    "properties": {"word": {"type": "string", "description": "The word."}},
+    "required": ["word"],
+}
+
+def run(params):
+    r = http.get(pkg.base + "/words/" + params["word"])
+    return {"status": r["status"], "body": r["body"], "stamped": len(time.iso()) == 20}
+"#;
+
+const SPIN: &str = r#"
+description = "Counts for ever."
+schema = {}
+
+def run(params):
+    n = 0
+    for i in range(1000000000):
+        for j in range(1000000000):
+            n += 1
+    return n
+"#;
+
+const GREEDY: &str = r#"
+description = "Keeps everything."
+schema = {}
+
+def run(params):
+    kept = []
+    for i in range(100000000):
+        kept.append("x" * 1000 + str(i))
+    return len(kept)
+"#;
+
+const HUGE: &str = r#"
+description = "One huge string."
+schema = {"properties": {"n": {"type": "integer"}}}
+
+def run(params):
+    return len("a" * params.get("n", 2000000000))
+"#;
+
+// Starlark folds this constant while compiling, so the limit is reached while the script is
+// being defined.
+const FOLDED: &str = r#"
+description = "One huge constant."
+schema = {}
+
+def run(params):
+    return len("a" * 2000000000)
+"#;
+
+const DEEP: &str = r#"
+description = "Recurses."
+schema = {}
+
+def down(n):
+    return down(n + 1)
+
+def run(params):
+    return down(0)
+"#;
+
+const ESCAPE: &str = r#"
+description = "Calls a host it may not."
+schema = {}
+
+def run(params):
+    return http.get("http://example.com/exfiltrate")["body"]
+"#;
+
+fn config(s: &Scratch, port: u16) -> String {
+    for (file, src) in [
+        ("tools/lookup.star", LOOKUP),
+        ("tools/spin.star", SPIN),
+        ("tools/greedy.star", GREEDY),
+        ("tools/huge.star", HUGE),
+        ("tools/folded.star", FOLDED),
+        ("tools/deep.star", DEEP),
+        ("tools/escape.star", ESCAPE),
+    ] {
+        s.write(file, src);
+    }
+    format!(
+        r#"[tools.lookup]
+script = "tools/lookup.star"
+[tools.spin]
+script = "tools/spin.star"
+[tools.greedy]
+script = "tools/greedy.star"
+[tools.huge]
+script = "tools/huge.star"
+[tools.folded]
+script = "tools/folded.star"
+[tools.deep]
+script = "tools/deep.star"
+[tools.escape]
+script = "tools/escape.star"
+
+[scripts]
+allow_hosts = ["127.0.0.1:{port}"]
+max_steps = 200000
+max_heap_mb = 16
+max_memory_mb = 1536
+max_call_depth = 100
+timeout_secs = 60
+
+[template.vars]
+team = "payments"
+base = "http://127.0.0.1:{port}"
+
+[permissions]
+deny = ["mcp__scripts__lookup(word=secret*)"]
+
+{}"#,
+        files_sections(s)
+    )
+}
+
+fn scripts_pid(status: &Value) -> Option<u64> {
+    status["servers"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == "scripts")?["pid"]
+        .as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_tools_run_through_the_gateway_and_their_limits_hold() {
+    let s = Scratch::new("scripts");
+    let port = hello_server().await;
+    let cfg = s.write("toolshelf.toml", &config(&s, port));
+    let client = stdio_client(&cfg, TestClient::default()).await;
+
+    // The group is in the index, and search finds a script tool by its description.
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let search_tool = tools
+        .iter()
+        .find(|t| t.name == "tool_search")
+        .expect("tool_search");
+    let index = search_tool.description.as_deref().unwrap_or_default();
+    assert!(
+        index.contains("mcp__scripts: Tools defined by Starlark scripts")
+            && index.contains("  lookup"),
+        "{index}"
+    );
+    let found = ok(&search(&client, json!({"queries": ["dictionary word"]})).await);
+    assert!(found.contains("mcp__scripts__lookup"), "{found}");
+    assert!(
+        found.contains("Look up a word on the payments dictionary service."),
+        "the description was rendered from the script: {found}"
+    );
+    ok(&search(
+        &client,
+        json!({"tool_names": [
+            "mcp__scripts__lookup", "mcp__scripts__spin", "mcp__scripts__greedy",
+            "mcp__scripts__huge", "mcp__scripts__deep", "mcp__scripts__escape",
+            "mcp__scripts__folded"
+        ]}),
+    )
+    .await);
+
+    // A call: the script's HTTP request reaches the allowed host, its dict is the result.
+    let r = ok(&exec(&client, "mcp__scripts__lookup", json!({"word": "tea"})).await);
+    let v: Value = serde_json::from_str(&r).expect("JSON result");
+    assert_eq!(
+        v,
+        json!({"status": 200, "body": "hello /words/tea", "stamped": true})
+    );
+    // Validation and permissions are the gateway's, as for any tool.
+    let e = err(&exec(&client, "mcp__scripts__lookup", json!({})).await);
+    assert!(e.contains("word"), "{e}");
+    let e = err(&exec(
+        &client,
+        "mcp__scripts__lookup",
+        json!({"word": "secretword"}),
+    )
+    .await);
+    assert!(e.contains("forbids this call"), "{e}");
+
+    let before = scripts_pid(&status(&client).await).expect("scripts server running");
+
+    // Each attack is stopped with an error naming the limit.
+    for (tool, says) in [
+        (
+            "mcp__scripts__spin",
+            "stopped: the CPU-step limit of 200000 function calls and loop iterations was reached",
+        ),
+        (
+            "mcp__scripts__greedy",
+            "stopped: the memory limit of 16777216 bytes of Starlark heap was reached",
+        ),
+        (
+            "mcp__scripts__huge",
+            "stopped: the memory limit of 1536 MiB ([scripts] max_memory_mb) was reached",
+        ),
+        (
+            "mcp__scripts__folded",
+            "stopped: the memory limit of 1536 MiB ([scripts] max_memory_mb) was reached",
+        ),
+        (
+            "mcp__scripts__deep",
+            "stopped: the call-depth limit of 100 nested calls was reached",
+        ),
+        (
+            "mcp__scripts__escape",
+            "http.get: host example.com:80 is not in [scripts] allow_hosts (127.0.0.1:",
+        ),
+    ] {
+        let e = err(&exec(&client, tool, json!({})).await);
+        assert!(
+            e.contains(says) && e.contains(&format!("script tool {tool:?}")),
+            "{tool}: {e}"
+        );
+    }
+
+    // Everything survived: the same scripts server, and a good call still works.
+    assert_eq!(scripts_pid(&status(&client).await), Some(before));
+    let r = ok(&exec(&client, "mcp__scripts__lookup", json!({"word": "again"})).await);
+    assert!(r.contains("hello /words/again"), "{r}");
+    client.cancel().await.expect("close");
+
+    let calls: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "call")
+        .collect();
+    assert_eq!(calls.len(), 8, "{calls:?}");
+    assert!(calls.iter().all(|c| c["server"] == "scripts"));
+    let outcomes: Vec<&str> = calls
+        .iter()
+        .map(|c| c["outcome"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "ok",
+            "tool_error",
+            "tool_error",
+            "tool_error",
+            "tool_error",
+            "tool_error",
+            "tool_error",
+            "ok"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
+    let s = Scratch::new("scripts-bad");
+    s.write(
+        "bad.star",
+        "description = 'x' + str(turn.number)\nschema = {}\ndef run(p):\n    return 1\n",
+    );
+    s.write(
+        "good.star",
+        "description = 'Says hi.'\nschema = {}\ndef run(p):\n    return 'hi'\n",
+    );
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[tools.bad]\nscript = \"bad.star\"\n[tools.good]\nscript = \"good.star\"\n{}",
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    let why = "script tool \"mcp__scripts__bad\" (bad.star): script line 1: reads turn.number";
+    let found = ok(&search(&client, json!({"tool_names": ["mcp__scripts__bad"]})).await);
+    assert!(
+        found.contains(&format!("This script tool is unavailable: {why}")),
+        "{found}"
+    );
+    let e = err(&exec(&client, "mcp__scripts__bad", json!({})).await);
+    assert!(e.contains(why), "{e}");
+    // The other script is unaffected.
+    ok(&search(&client, json!({"tool_names": ["mcp__scripts__good"]})).await);
+    assert_eq!(
+        ok(&exec(&client, "mcp__scripts__good", json!({})).await),
+        "hi"
+    );
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_past_its_time_is_killed_and_the_next_call_runs() {
+    let s = Scratch::new("scripts-slow");
+    s.write("slow.star", SPIN);
+    s.write(
+        "quick.star",
+        "description = 'Quick.'\nschema = {}\ndef run(p):\n    return str(random.randint(1, 1))\n",
+    );
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[tools.slow]\nscript = \"slow.star\"\n[tools.quick]\nscript = \"quick.star\"\n\
+             [scripts]\nmax_steps = 1000000000000\ntimeout_secs = 2\n{}",
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(
+        &client,
+        json!({"tool_names": ["mcp__scripts__slow", "mcp__scripts__quick"]}),
+    )
+    .await);
+    let started = std::time::Instant::now();
+    let e = err(&exec(&client, "mcp__scripts__slow", json!({})).await);
+    assert!(
+        e.contains("stopped: the time limit of 2 s ([scripts] timeout_secs) was reached"),
+        "{e}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(
+        ok(&exec(&client, "mcp__scripts__quick", json!({})).await),
+        "1"
+    );
+    client.cancel().await.expect("close");
+}
