@@ -625,6 +625,22 @@ pub enum Checked {
     Broken(String),
 }
 
+/// Compiled validators of one catalog's tools, each compiled on first use and shared after.
+#[derive(Debug, Default)]
+pub struct Validators(
+    std::sync::Mutex<std::collections::HashMap<usize, std::sync::Arc<ParamsValidator>>>,
+);
+
+impl Validators {
+    /// Tool `i`'s validator, compiling `tool`'s schema the first time.
+    pub fn get(&self, i: usize, tool: &Tool) -> std::sync::Arc<ParamsValidator> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(i)
+            .or_insert_with(|| std::sync::Arc::new(ParamsValidator::new(&tool.input_schema)))
+            .clone()
+    }
+}
+
 /// A compiled input schema; compile once per tool and reuse.
 #[derive(Debug)]
 pub struct ParamsValidator {

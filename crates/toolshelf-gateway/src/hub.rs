@@ -12,7 +12,7 @@
 //! the only writer of the snapshot, the catalog cache and the status file, so those writes are
 //! serialised by construction.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -138,7 +138,7 @@ pub struct Snapshot {
     pub search: SearchIndex,
     /// The same index with the enricher's rankers, once built in the background.
     enriched: std::sync::OnceLock<SearchIndex>,
-    validators: Mutex<HashMap<usize, Arc<ParamsValidator>>>,
+    validators: toolshelf_core::invoke::Validators,
 }
 
 impl Snapshot {
@@ -168,7 +168,7 @@ impl Snapshot {
             tools_list,
             search,
             enriched: std::sync::OnceLock::new(),
-            validators: Mutex::new(HashMap::new()),
+            validators: Default::default(),
         }
     }
 
@@ -189,12 +189,7 @@ impl Snapshot {
 
     /// The compiled validator of tool `i`'s input schema (compiled on first use).
     pub fn validator(&self, i: usize) -> Arc<ParamsValidator> {
-        let mut map = self.validators.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(i)
-            .or_insert_with(|| {
-                Arc::new(ParamsValidator::new(&self.catalog.tools()[i].input_schema))
-            })
-            .clone()
+        self.validators.get(i, &self.catalog.tools()[i])
     }
 }
 

@@ -42,7 +42,7 @@ pub struct Shelf {
     by_client_name: HashMap<String, usize>,
     /// The search index over visible tools.
     pub search: SearchIndex,
-    validators: Mutex<HashMap<usize, Arc<ParamsValidator>>>,
+    validators: toolshelf_core::invoke::Validators,
     /// Tokens of the client's tool list as sent (all resident).
     pub all_resident_tokens: usize,
     /// Tokens of the upstream tool list.
@@ -146,7 +146,7 @@ impl Shelf {
             client_names,
             by_client_name,
             search,
-            validators: Mutex::new(HashMap::new()),
+            validators: Default::default(),
             all_resident_tokens,
             upstream_tokens,
             parts,
@@ -188,12 +188,7 @@ impl Shelf {
 
     /// Tool `i`'s compiled validator.
     pub fn validator(&self, i: usize) -> Arc<ParamsValidator> {
-        let mut map = self.validators.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(i)
-            .or_insert_with(|| {
-                Arc::new(ParamsValidator::new(&self.catalog.tools()[i].input_schema))
-            })
-            .clone()
+        self.validators.get(i, &self.catalog.tools()[i])
     }
 }
 

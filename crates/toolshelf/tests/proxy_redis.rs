@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ProxyProc, Scratch, Upstream};
+use common::{HEADERS, ProxyProc, Scratch, Upstream, post, tools};
 use serde_json::{Value, json};
 use toolshelf_proxy::redis_store::{PAUSE, RedisStore};
 use toolshelf_proxy::store::{Cas, SessionStore};
@@ -391,85 +391,6 @@ async fn until_answered(st: &RedisStore, key: &str) -> Option<toolshelf_proxy::s
 }
 
 // --- proxy replicas sharing it -------------------------------------------------------------------
-
-/// POSTs `body` to `url` with Python's standard library; returns (status, body as JSON or text),
-/// status 0 when the connection failed.
-fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
-    let script = r#"
-import json, sys, urllib.request, urllib.error
-url, body, headers = sys.argv[1], sys.argv[2].encode(), json.loads(sys.argv[3])
-req = urllib.request.Request(url, data=body, headers=dict(headers, **{"content-type": "application/json"}))
-try:
-    r = urllib.request.urlopen(req, timeout=60)
-    status, data = r.status, r.read()
-except urllib.error.HTTPError as e:
-    status, data = e.code, e.read()
-except Exception as e:
-    status, data = 0, repr(e).encode()
-print(status)
-print(data.decode())
-"#;
-    let hs: serde_json::Map<String, Value> = headers
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
-        .collect();
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            script,
-            url,
-            &body.to_string(),
-            &Value::Object(hs).to_string(),
-        ])
-        .output()
-        .expect("python3");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (status, rest) = text
-        .split_once('\n')
-        .unwrap_or_else(|| panic!("no answer: {text} {}", String::from_utf8_lossy(&out.stderr)));
-    let status = status.trim().parse().expect("status");
-    let body = serde_json::from_str(rest.trim()).unwrap_or_else(|_| Value::String(rest.to_owned()));
-    (status, body)
-}
-
-fn tool(name: &str, description: &str, props: Value, required: &[&str]) -> Value {
-    json!({"name": name, "description": description,
-           "input_schema": {"type": "object", "properties": props, "required": required}})
-}
-
-fn tools() -> Vec<Value> {
-    vec![
-        tool(
-            "Read",
-            "Read a file from the local filesystem.",
-            json!({"file_path": {"type": "string"}}),
-            &["file_path"],
-        ),
-        tool(
-            "mcp__fs__read_file",
-            "Read the complete contents of a file as text.",
-            json!({"path": {"type": "string"}}),
-            &["path"],
-        ),
-        tool(
-            "mcp__fs__write_file",
-            "Create or overwrite a file with new content.",
-            json!({"path": {"type": "string"}, "content": {"type": "string"}}),
-            &["path", "content"],
-        ),
-        tool(
-            "mcp__git__git_status",
-            "Show the working tree status of a repository.",
-            json!({"repo_path": {"type": "string"}}),
-            &["repo_path"],
-        ),
-    ]
-}
-
-const HEADERS: [(&str, &str); 2] = [
-    ("x-api-key", "test-key"),
-    ("anthropic-version", "2023-06-01"),
-];
 
 const SYSTEM: &str = "You help.";
 

@@ -565,3 +565,85 @@ impl Drop for ProxyProc {
         let _ = self.child.wait();
     }
 }
+
+// --- requests to the proxy, shared by its end-to-end tests ---
+
+/// POSTs `body` to `url` with Python's standard library; returns (status, body as JSON or text),
+/// status 0 when the connection failed.
+pub fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+    let script = r#"
+import json, sys, urllib.request, urllib.error
+url, body, headers = sys.argv[1], sys.argv[2].encode(), json.loads(sys.argv[3])
+req = urllib.request.Request(url, data=body, headers=dict(headers, **{"content-type": "application/json"}))
+try:
+    r = urllib.request.urlopen(req, timeout=60)
+    status, data = r.status, r.read()
+except urllib.error.HTTPError as e:
+    status, data = e.code, e.read()
+except Exception as e:
+    status, data = 0, repr(e).encode()
+print(status)
+print(data.decode())
+"#;
+    let hs: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+        .collect();
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            url,
+            &body.to_string(),
+            &Value::Object(hs).to_string(),
+        ])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (status, rest) = text
+        .split_once('\n')
+        .unwrap_or_else(|| panic!("no answer: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    let status = status.trim().parse().expect("status");
+    let body = serde_json::from_str(rest.trim()).unwrap_or_else(|_| Value::String(rest.to_owned()));
+    (status, body)
+}
+
+/// An Anthropic tool definition with an object schema.
+pub fn anthropic_tool(name: &str, description: &str, props: Value, required: &[&str]) -> Value {
+    json!({"name": name, "description": description,
+           "input_schema": {"type": "object", "properties": props, "required": required}})
+}
+
+pub fn tools() -> Vec<Value> {
+    vec![
+        anthropic_tool(
+            "Read",
+            "Read a file from the local filesystem.",
+            json!({"file_path": {"type": "string"}}),
+            &["file_path"],
+        ),
+        anthropic_tool(
+            "mcp__fs__read_file",
+            "Read the complete contents of a file as text.",
+            json!({"path": {"type": "string"}}),
+            &["path"],
+        ),
+        anthropic_tool(
+            "mcp__fs__write_file",
+            "Create or overwrite a file with new content.",
+            json!({"path": {"type": "string"}, "content": {"type": "string"}}),
+            &["path", "content"],
+        ),
+        anthropic_tool(
+            "mcp__git__git_status",
+            "Show the working tree status of a repository.",
+            json!({"repo_path": {"type": "string"}}),
+            &["repo_path"],
+        ),
+    ]
+}
+
+pub const HEADERS: [(&str, &str); 2] = [
+    ("x-api-key", "test-key"),
+    ("anthropic-version", "2023-06-01"),
+];
