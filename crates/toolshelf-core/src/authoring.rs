@@ -47,6 +47,13 @@ pub fn tool_define_item() -> Value {
     })
 }
 
+/// What the model reads once `name` is defined.
+pub fn defined_text(name: &str) -> String {
+    format!(
+        "Defined {name} for this session (origin model, deferred). Run it with defer_execute {{\"tool_name\": {name:?}, \"params\": {{...}}}}; tool_search finds it too."
+    )
+}
+
 fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= 64

@@ -636,12 +636,7 @@ impl<'a> Replay<'a> {
         let name = item["name"].as_str().unwrap_or_default().to_owned();
         self.state.activate([name.as_str()]);
         activated.push(name.clone());
-        (
-            format!(
-                "Defined {name} for this session (origin model, deferred). Run it with defer_execute {{\"tool_name\": {name:?}, \"params\": {{...}}}}; tool_search finds it too."
-            ),
-            false,
-        )
+        (authoring::defined_text(&name), false)
     }
 
     /// The call pipeline up to the point where the call would go out.

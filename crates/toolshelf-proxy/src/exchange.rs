@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
+use toolshelf_core::authoring;
 use toolshelf_core::hook::{HookEvent, HookEventKind};
 use toolshelf_core::invoke::{self, Refusal, RefusalKind};
 use toolshelf_core::meta::DeferExecuteArgs;
@@ -33,7 +34,7 @@ use crate::api::{Call, ClientTurn, Dialect, Part, ProxyResult, Round, add_usage}
 use crate::session::{
     Injected, PrefixPrint, ProxySession, Recorded, digest, fingerprint, root_key, turn_key,
 };
-use crate::shelf::Shelf;
+use crate::shelf::{Own, Shelf};
 use crate::{Proxy, SESSION_HEADER};
 
 /// A request ready to go upstream.
@@ -49,6 +50,8 @@ pub struct Prepared {
     pub version: Option<u64>,
     /// The request's catalog.
     pub shelf: Arc<Shelf>,
+    /// The client's tools (its catalog's source, for a tool the model defines mid-request).
+    pub client_tools: Vec<Value>,
     /// The upstream body (its conversation grows with each round).
     pub body: Map<String, Value>,
     /// Whether the client asked for a stream.
@@ -107,22 +110,17 @@ pub async fn prepare(
     if deferring && !config.take_over_deferral {
         return Ok(Plan::Pass(PassReason::ProviderDeferral));
     }
-    let kept: Vec<Value>;
-    let tools: &[Value] = if deferring {
-        kept = all
-            .iter()
+    let kept: Option<Vec<Value>> = deferring.then(|| {
+        all.iter()
             .filter(|t| {
                 !t.get("type")
                     .and_then(Value::as_str)
                     .is_some_and(|ty| ty.starts_with("tool_search_tool") || ty == "tool_search")
             })
             .cloned()
-            .collect();
-        &kept
-    } else {
-        all
-    };
-    let shelf = proxy.shelf(dialect, tools)?;
+            .collect()
+    });
+    let tools: &[Value] = kept.as_deref().unwrap_or(all);
     let names: Vec<String> = tools
         .iter()
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
@@ -136,6 +134,7 @@ pub async fn prepare(
         _ => find_by_root(proxy, dialect, &body, &names).await,
     };
     let mut session = session;
+    let shelf = proxy.shelf(dialect, tools, &session.authored)?;
     let api_name = dialect.api().name();
     let ttl = proxy.compiled.config().session.activation_ttl_turns;
     let before = session.state.active_names(ttl);
@@ -192,7 +191,12 @@ pub async fn prepare(
     if let Some(choice) = body.get_mut("tool_choice") {
         force_meta_choice(dialect, choice, &frozen_names);
     }
-    body.insert("tools".into(), Value::Array(upstream_tools));
+    let sent = body.insert("tools".into(), Value::Array(upstream_tools));
+    let client_tools = match (kept, sent) {
+        (Some(kept), _) => kept,
+        (None, Some(Value::Array(sent))) => sent,
+        _ => Vec::new(),
+    };
     body.insert(dialect.api().conversation_key().into(), Value::Array(out));
     Ok(Plan::Rewrite(Box::new(Prepared {
         dialect,
@@ -200,6 +204,7 @@ pub async fn prepare(
         session,
         version,
         shelf,
+        client_tools,
         body,
         stream,
         include_usage,
@@ -751,6 +756,11 @@ impl Turn {
             Ok((i, params)) => {
                 let name = shelf.catalog.tools()[i].name.clone();
                 self.prepared.session.state.record_call(&name);
+                if let Some(own) = shelf.own(i) {
+                    crate::metrics::ran();
+                    let (text, is_error) = self.run_own(proxy, &shelf, i, own, params).await;
+                    return Err(answer(text, is_error));
+                }
                 crate::metrics::forwarded();
                 Ok(Call {
                     id: c.id.clone(),
@@ -781,6 +791,87 @@ impl Turn {
                 Err(answer(refusal.text(&shelf.catalog), true))
             }
         }
+    }
+
+    /// Runs one of the proxy's own tools, which passed the same stages as a client tool: the
+    /// text the model reads and whether it reports a failure.
+    async fn run_own(
+        &mut self,
+        proxy: &Proxy,
+        shelf: &Shelf,
+        i: usize,
+        own: Own,
+        params: Map<String, Value>,
+    ) -> (String, bool) {
+        let Some(scripts) = proxy.scripts() else {
+            return ("this proxy runs no scripts".into(), true);
+        };
+        let tool = &shelf.catalog.tools()[i];
+        let ran = match own {
+            Own::Script => {
+                scripts
+                    .call(&tool.original_name, Value::Object(params))
+                    .await
+            }
+            Own::Authored => {
+                let session = &self.prepared.session;
+                match session
+                    .authored
+                    .iter()
+                    .find(|t| t["name"].as_str() == Some(tool.original_name.as_str()))
+                {
+                    Some(item) => {
+                        scripts
+                            .runner
+                            .run_authored(item, Value::Object(params))
+                            .await
+                    }
+                    None => Err(format!("{:?} is not a tool of this session", tool.name)),
+                }
+            }
+            Own::Define => return self.define(proxy, shelf, &params),
+        };
+        match ran {
+            Ok(v) => (toolshelf_runtime::scripts::result_text(&v), false),
+            Err(e) => (e, true),
+        }
+    }
+
+    /// `tool_define`: checks the definition, keeps it in the session and rebuilds this request's
+    /// catalog with it, so the tool is searchable and callable in the next round. The frozen
+    /// tool list is not touched; the next request's change notice announces the tool.
+    fn define(
+        &mut self,
+        proxy: &Proxy,
+        shelf: &Shelf,
+        params: &Map<String, Value>,
+    ) -> (String, bool) {
+        let session = &mut self.prepared.session;
+        let limits = &proxy.compiled.config().authoring;
+        let mut item =
+            match authoring::check(params, &shelf.catalog, limits, session.authored.len()) {
+                Ok(item) => item,
+                Err(e) => return (e, true),
+            };
+        let name = item["name"].as_str().unwrap_or_default().to_owned();
+        item["script"] = params.get("script").cloned().unwrap_or(Value::Null);
+        session.authored.push(item);
+        match proxy.shelf(
+            self.prepared.dialect,
+            &self.prepared.client_tools,
+            &session.authored,
+        ) {
+            Ok(next) => self.prepared.shelf = next,
+            Err(e) => {
+                session.authored.pop();
+                return (format!("tool_define: {e}"), true);
+            }
+        }
+        // The model wrote the schema: the tool is loaded.
+        session.state.activate([name.as_str()]);
+        self.activated.push(name.clone());
+        tracing::info!(session = %self.prepared.key, tool = %name, "model-authored tool defined");
+        (authoring::defined_text(&name), false)
     }
 
     /// The stages a call passes before the client sees it.
@@ -939,7 +1030,7 @@ mod tests {
             json!({"name": "mcp__fs__read_file", "description": "Read the contents of a file.",
                    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}),
         ];
-        Shelf::build(dialect, &tools, &compiled, None).expect("builds")
+        Shelf::build(dialect, &tools, Default::default(), &compiled, None).expect("builds")
     }
 
     fn frozen(shelf: &Shelf, dialect: Dialect) -> HashSet<String> {
@@ -1061,9 +1152,9 @@ mod tests {
                             "input_schema": {"type": "object"}})
             })
             .collect();
-        let a = Shelf::build(d, &tools, &compiled, None).expect("builds");
+        let a = Shelf::build(d, &tools, Default::default(), &compiled, None).expect("builds");
         tools.reverse();
-        let b = Shelf::build(d, &tools, &compiled, None).expect("builds");
+        let b = Shelf::build(d, &tools, Default::default(), &compiled, None).expect("builds");
         assert_eq!(
             Value::Array(a.upstream_tools.clone()).to_string(),
             Value::Array(b.upstream_tools.clone()).to_string()

@@ -30,7 +30,7 @@ use toolshelf_core::Compiled;
 
 use crate::api::{Dialect, Tokens};
 use crate::session::ProxySession;
-use crate::shelf::{Shelf, Shelves};
+use crate::shelf::{OwnTools, Shelf, Shelves};
 use crate::store::{Cas, FailureLog, SessionStore};
 
 pub use error::{ProxyError, Result};
@@ -40,6 +40,7 @@ pub const SESSION_HEADER: &str = "x-toolshelf-session";
 
 /// Something that adds rankers to a search index (the embedding ranker): the gateway's.
 pub use toolshelf_runtime::enrich::Enricher;
+pub use toolshelf_runtime::scripts::ScriptTools;
 
 /// Totals since start, for `/toolshelf/status`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -81,6 +82,10 @@ pub struct Proxy {
     /// The upstream client.
     pub http: reqwest::Client,
     enrich: Option<Enricher>,
+    /// Script tools and the runner of the model's tools; without them the proxy offers neither.
+    scripts: Option<Arc<ScriptTools>>,
+    /// `scripts`' catalog items.
+    script_items: Vec<serde_json::Value>,
     /// Totals.
     pub totals: Mutex<Totals>,
     store_log: FailureLog,
@@ -106,19 +111,40 @@ impl Proxy {
             store,
             http,
             enrich,
+            scripts: None,
+            script_items: Vec::new(),
             totals: Mutex::new(Totals::default()),
             store_log: FailureLog::default(),
         })
     }
 
-    /// The shelf of a tools array.
+    /// The proxy with script tools, run by the proxy itself; their runner also runs the tools
+    /// the model writes when `[authoring] enabled`.
+    pub fn with_scripts(mut self, scripts: ScriptTools) -> Self {
+        self.script_items = scripts.items();
+        self.scripts = Some(Arc::new(scripts));
+        self
+    }
+
+    /// The script tools, if the proxy runs any.
+    pub fn scripts(&self) -> Option<&ScriptTools> {
+        self.scripts.as_deref()
+    }
+
+    /// The shelf of a tools array in a session whose model wrote `authored` tools.
     pub fn shelf(
         &self,
         dialect: Dialect,
         tools: &[serde_json::Value],
+        authored: &[serde_json::Value],
     ) -> std::result::Result<Arc<Shelf>, String> {
+        let own = OwnTools {
+            scripts: &self.script_items,
+            define: self.scripts.is_some() && self.compiled.config().authoring.enabled,
+            authored,
+        };
         self.shelves
-            .get(dialect, tools, &self.compiled, self.enrich.as_ref())
+            .get(dialect, tools, own, &self.compiled, self.enrich.as_ref())
     }
 
     /// The catalog of the most recent request with tools, for the dashboard.

@@ -86,7 +86,7 @@ pub fn describe() {
         ),
         (
             CALLS,
-            "Calls of client tools the proxy judged, by outcome: forwarded (to the client to run) or refused (answered to the model).",
+            "Tool calls the proxy judged, by outcome: forwarded (to the client to run), ran (a script, model-authored tool or tool_define the proxy ran itself) or refused (answered to the model).",
         ),
         (REFUSED, "Refused calls by reason."),
         (
@@ -144,6 +144,11 @@ pub(crate) fn totals_moved(before: &Totals, after: &Totals) {
 /// A call handed to the client to run.
 pub(crate) fn forwarded() {
     counter!(CALLS, "outcome" => "forwarded").increment(1);
+}
+
+/// A call of one of the proxy's own tools, run by the proxy.
+pub(crate) fn ran() {
+    counter!(CALLS, "outcome" => "ran").increment(1);
 }
 
 /// A call answered to the model with a refusal.

@@ -101,6 +101,10 @@ pub struct ProxySession {
     pub last_prefix: Option<PrefixPrint>,
     /// Figures.
     pub figures: Figures,
+    /// Tools the model wrote with `tool_define` (catalog items with their `script`), in the
+    /// order written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authored: Vec<serde_json::Value>,
 }
 
 impl Default for ProxySession {
@@ -112,6 +116,7 @@ impl Default for ProxySession {
             injected: BTreeMap::new(),
             last_prefix: None,
             figures: Figures::default(),
+            authored: Vec::new(),
         }
     }
 }

@@ -6,6 +6,11 @@
 //! they stay in the list as sent. The exposure policy, modes and index of the core apply
 //! unchanged, so the proxy defers exactly what `toolshelf render` shows for the same tools.
 //!
+//! Tools the proxy runs itself join every catalog: the configuration's script tools (the group
+//! `scripts`, as in the gateway), `tool_define` when the model may write tools, and the tools
+//! the model wrote in the session (built-ins of origin `model`). A client tool of the same name
+//! wins; the proxy's own is left out of that catalog.
+//!
 //! Building one is the expensive part of a request (parsing every schema, the search index, the
 //! token counts), and a client sends the same array on every request: shelves are cached by a
 //! hash of the array's bytes.
@@ -15,6 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use toolshelf_core::catalog::{CatalogBuilder, ToolSpec};
+use toolshelf_core::config::SCRIPTS_SERVER;
 use toolshelf_core::invoke::ParamsValidator;
 use toolshelf_core::name::split_mcp;
 use toolshelf_core::policy::{Exposure, State};
@@ -47,10 +53,35 @@ pub struct Shelf {
     pub all_resident_tokens: usize,
     /// Tokens of the upstream tool list.
     pub upstream_tokens: usize,
+    /// Which catalog tools the proxy runs itself.
+    own: Vec<Option<Own>>,
     /// The parts `upstream_tools` is assembled from, to assemble a session's own list when
     /// description templates apply: provider tools, resident client tools (catalog index,
     /// definition as sent), whether the client marked its tools for the prompt cache.
     parts: (Vec<Value>, Vec<(usize, Value)>, bool),
+}
+
+/// A tool the proxy runs itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Own {
+    /// A `[tools.NAME] script` tool.
+    Script,
+    /// `tool_define`.
+    Define,
+    /// A tool the model wrote in this session.
+    Authored,
+}
+
+/// The proxy's own tools a catalog gets: script tools (items of the `scripts` group), whether
+/// `tool_define` is offered, and the session's model-authored tools (catalog items).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OwnTools<'a> {
+    /// Script tools, as items of the `scripts` group.
+    pub scripts: &'a [Value],
+    /// Whether `tool_define` is offered.
+    pub define: bool,
+    /// The session's model-authored tools.
+    pub authored: &'a [Value],
 }
 
 /// Keys a client's tool definition carries that are instructions to the provider, not part of
@@ -62,6 +93,7 @@ impl Shelf {
     pub fn build(
         dialect: Dialect,
         tools: &[Value],
+        own_tools: OwnTools<'_>,
         compiled: &Compiled,
         enrich: Option<&toolshelf_runtime::enrich::Enricher>,
     ) -> Result<Self, String> {
@@ -101,8 +133,59 @@ impl Shelf {
             )
             .map_err(|e| e.to_string())?;
         }
+        let mut own_by_name: HashMap<String, Own> = HashMap::new();
+        let define = own_tools
+            .define
+            .then(toolshelf_core::authoring::tool_define_item);
+        let own_items = own_tools
+            .scripts
+            .iter()
+            .map(|t| (Some(SCRIPTS_SERVER), t, Own::Script))
+            .chain(define.iter().map(|t| (None, t, Own::Define)))
+            .chain(own_tools.authored.iter().map(|t| (None, t, Own::Authored)));
+        for (k, (server, item, kind)) in own_items.enumerate() {
+            let tool = item.get("name").and_then(Value::as_str).unwrap_or_default();
+            let name = match server {
+                Some(s) => format!("mcp__{s}__{tool}"),
+                None => tool.to_owned(),
+            };
+            if raw_by_name.contains_key(&name) {
+                tracing::warn!("the client's tool {name:?} hides the proxy's tool of that name");
+                continue;
+            }
+            let at = format!("proxy tool {name:?}");
+            let mut item = item.clone();
+            if let Some(o) = item.as_object_mut() {
+                // A model-authored tool keeps its source beside its definition.
+                o.shift_remove("script");
+            }
+            let added = ToolSpec::from_value(item, "proxy tools", &at)
+                .and_then(|spec| b.add_tool(server, spec, &at));
+            match added {
+                Ok(()) => {
+                    own_by_name.insert(name, kind);
+                }
+                Err(e) => tracing::warn!("left out of the catalog ({k}): {e}"),
+            }
+        }
         let catalog = b.build();
         let client_names: Vec<String> = catalog.tools().iter().map(client_name).collect();
+        let own: Vec<Option<Own>> = client_names
+            .iter()
+            .map(|n| own_by_name.get(n).copied())
+            .collect();
+        for (i, kind) in own.iter().enumerate() {
+            // An own tool that the exposure policy keeps resident is listed like a client tool.
+            if kind.is_some() {
+                raw_by_name.insert(
+                    client_names[i].clone(),
+                    toolshelf_core::wire::definition(
+                        &catalog.tools()[i],
+                        dialect.api().tool_format(),
+                    ),
+                );
+            }
+        }
         let by_client_name = client_names
             .iter()
             .enumerate()
@@ -147,6 +230,7 @@ impl Shelf {
             by_client_name,
             search,
             validators: Default::default(),
+            own,
             all_resident_tokens,
             upstream_tokens,
             parts,
@@ -179,6 +263,11 @@ impl Shelf {
     /// The catalog tool a client name stands for.
     pub fn by_client_name(&self, name: &str) -> Option<usize> {
         self.by_client_name.get(name).copied()
+    }
+
+    /// Whether the proxy runs tool `i` itself, and as what.
+    pub fn own(&self, i: usize) -> Option<Own> {
+        self.own.get(i).copied().flatten()
     }
 
     /// Tool `i`'s state.
@@ -248,15 +337,18 @@ impl Shelves {
         cache.last().map(|(_, _, s)| s.clone())
     }
 
-    /// The shelf of `tools`, built on first use.
+    /// The shelf of `tools` with `own` tools, built on first use.
     pub fn get(
         &self,
         dialect: Dialect,
         tools: &[Value],
+        own: OwnTools<'_>,
         compiled: &Compiled,
         enrich: Option<&toolshelf_runtime::enrich::Enricher>,
     ) -> Result<Arc<Shelf>, String> {
-        let key = hash_tools(tools);
+        // Script tools and `tool_define` are the same for every request; the model's tools are
+        // the session's.
+        let key = hash_tools(tools.iter().chain(own.authored));
         {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(pos) = cache
@@ -269,7 +361,7 @@ impl Shelves {
                 return Ok(shelf);
             }
         }
-        let shelf = Arc::new(Shelf::build(dialect, tools, compiled, enrich)?);
+        let shelf = Arc::new(Shelf::build(dialect, tools, own, compiled, enrich)?);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= KEPT {
             cache.remove(0);
@@ -279,7 +371,7 @@ impl Shelves {
     }
 }
 
-fn hash_tools(tools: &[Value]) -> u64 {
+fn hash_tools<'a>(tools: impl Iterator<Item = &'a Value>) -> u64 {
     use std::hash::Hasher;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for t in tools {
@@ -359,7 +451,14 @@ mod tests {
                    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}),
             json!({"name": "Grep", "description": "Search.", "input_schema": {"type": "object"}}),
         ];
-        let shelf = Shelf::build(Dialect(Api::Anthropic), &anthropic, &c, None).expect("builds");
+        let shelf = Shelf::build(
+            Dialect(Api::Anthropic),
+            &anthropic,
+            Default::default(),
+            &c,
+            None,
+        )
+        .expect("builds");
         let tools = shelf
             .session_tools(Dialect(Api::Anthropic), &c, &session("cli/1.0"))
             .expect("renders");
@@ -387,7 +486,14 @@ mod tests {
             json!({"type": "function", "function": {"name": "Grep", "description": "Search.",
                    "parameters": {"type": "object"}}}),
         ];
-        let shelf = Shelf::build(Dialect(Api::OpenAiChat), &chat, &c, None).expect("builds");
+        let shelf = Shelf::build(
+            Dialect(Api::OpenAiChat),
+            &chat,
+            Default::default(),
+            &c,
+            None,
+        )
+        .expect("builds");
         let tools = shelf
             .session_tools(Dialect(Api::OpenAiChat), &c, &session("sdk"))
             .expect("renders");
@@ -400,7 +506,14 @@ mod tests {
         let c = compiled("[tools.Read]\ndescription_template = \"x = 1\\nstr(turn.messages)\"");
         let tools =
             vec![json!({"name": "Read", "description": "r", "input_schema": {"type": "object"}})];
-        let shelf = Shelf::build(Dialect(Api::Anthropic), &tools, &c, None).expect("builds");
+        let shelf = Shelf::build(
+            Dialect(Api::Anthropic),
+            &tools,
+            Default::default(),
+            &c,
+            None,
+        )
+        .expect("builds");
         let e = shelf
             .session_tools(Dialect(Api::Anthropic), &c, &session("x"))
             .expect_err("fails");

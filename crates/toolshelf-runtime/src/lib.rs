@@ -3,7 +3,8 @@
 //! The core decides (what a hook's answer means, what a search index holds); this crate only
 //! does: running hook processes ([`hooks`]), keeping files ([`files`]), the seam for extra
 //! search rankers ([`enrich`]), the Prometheus exposition of the figures both edges record
-//! ([`metrics`]), and running script tools ([`script`]). It knows nothing of MCP or of any LLM
+//! ([`metrics`]), and script tools: the environment they run in ([`script`]) and the processes that run them
+//! ([`scripts`]). It knows nothing of MCP or of any LLM
 //! API, so both edges depend on it and not on each other.
 
 pub mod enrich;
@@ -11,3 +12,4 @@ pub mod files;
 pub mod hooks;
 pub mod metrics;
 pub mod script;
+pub mod scripts;

@@ -9,6 +9,7 @@ use toolshelf_proxy::Proxy;
 use toolshelf_proxy::redis_store::RedisStore;
 use toolshelf_proxy::server::{AppState, router};
 use toolshelf_proxy::store::{MemoryStore, SessionStore};
+use toolshelf_runtime::scripts;
 
 /// Arguments of `proxy`.
 #[derive(Debug, clap::Args)]
@@ -17,7 +18,8 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8849")]
     listen: String,
     /// toolshelf configuration (TOML): [proxy] upstreams and limits, [defer], [permissions],
-    /// [hooks], [[reminders]], [modes]. Without it: every default (the public Anthropic and
+    /// [hooks], [[reminders]], [modes], [tools.NAME] script tools (run by the proxy itself),
+    /// [authoring] (tool_define). Without it: every default (the public Anthropic and
     /// OpenAI endpoints, every client tool deferred).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -55,7 +57,32 @@ pub fn run(args: Args) -> Result<()> {
     let _entered = rt.enter();
     let compiled = Arc::new(Compiled::new(config, &label, args.mode.as_deref())?);
     let store = session_store(compiled.config(), &rt)?;
-    let proxy = Proxy::new(compiled, store, enrich)?;
+    let mut proxy = Proxy::new(compiled.clone(), store, enrich)?;
+    // Script tools ([tools.NAME] script) and the tools the model writes ([authoring]) run in
+    // runner processes of this binary.
+    let config = compiled.config();
+    if config.authoring.enabled || config.tools.values().any(|t| t.script.is_some()) {
+        let dir = match &args.config {
+            Some(p) => std::fs::canonicalize(p)
+                .with_context(|| format!("cannot resolve config {}", p.display()))?
+                .parent()
+                .map(PathBuf::from)
+                .unwrap_or_default(),
+            None => std::env::current_dir()?,
+        };
+        let sources = scripts::read_sources(config, &dir).map_err(anyhow::Error::msg)?;
+        let exe = std::env::current_exe().context("cannot find the toolshelf binary")?;
+        let tools = rt.block_on(scripts::ScriptTools::define(
+            sources,
+            scripts::Runner::new(exe, config),
+        ));
+        for t in &tools.tools {
+            if let Some(e) = &t.broken {
+                eprintln!("toolshelf: script tool {:?} is unavailable: {e}", t.name);
+            }
+        }
+        proxy = proxy.with_scripts(tools);
+    }
     toolshelf_proxy::metrics::install().map_err(anyhow::Error::msg)?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)

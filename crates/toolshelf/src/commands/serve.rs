@@ -131,7 +131,7 @@ fn add_script_server(config: &mut Config, path: &Path) -> Result<()> {
     let path = std::fs::canonicalize(path)
         .with_context(|| format!("cannot resolve config {}", path.display()))?;
     let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
-    let digest = scripts::sources_digest(&scripts::read_sources(config, &dir)?);
+    let digest = scripts::sources_digest(&scripts::sources(config, &dir)?);
     let exe = std::env::current_exe().context("cannot find the toolshelf binary")?;
     let timeout = config.scripts.timeout_secs;
     config.servers.insert(
@@ -173,7 +173,7 @@ pub fn run_scripts_server(args: ScriptsServerArgs) -> Result<()> {
         .with_context(|| format!("cannot read config {}", args.config.display()))?;
     let config = Config::from_toml_str(&text, &args.config.display().to_string())?;
     let dir = args.config.parent().unwrap_or(Path::new("/")).to_owned();
-    let sources = toolshelf_gateway::scripts::read_sources(&config, &dir)?;
+    let sources = toolshelf_gateway::scripts::sources(&config, &dir)?;
     let exe = std::env::current_exe().context("cannot find the toolshelf binary")?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

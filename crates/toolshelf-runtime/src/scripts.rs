@@ -1,0 +1,392 @@
+//! Script tools outside the runner: reading `[tools.NAME] script` files, defining each tool,
+//! and running calls, each in a runner process of its own under the `[scripts]` limits.
+//!
+//! The gateway serves these tools as an MCP server (`mcp__scripts__NAME`); the proxy runs them
+//! itself, as it answers a search. Tools the model writes with `tool_define` run the same way,
+//! from source kept in their session.
+//!
+//! A script is never evaluated in the calling process: each definition (`description`,
+//! `schema`, `def run(params)`, read in the template environment) and each call happens in a
+//! runner (`toolshelf __script-run`) started under an address-space limit (`[scripts]
+//! max_memory_mb`) and killed past `[scripts] timeout_secs`. Neither an allocation Starlark
+//! cannot stop (it folds constants such as `"a" * 2000000000` while compiling) nor a hung host
+//! reaches the caller: the call fails with an error naming the limit.
+//!
+//! A script's `description` is rendered once, when its tools are defined, with `session.mode`
+//! and `session.client` unset (the tools serve every session); it is the catalog's description.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::io::AsyncWriteExt;
+use toolshelf_core::config::{Config, SCRIPTS_SERVER, ScriptsConfig};
+use toolshelf_core::name;
+use toolshelf_core::template::SessionValues;
+
+use crate::script::{Job, RunRequest, RunResponse};
+
+/// The subcommand of the toolshelf binary that runs one script call.
+pub const RUNNER_SUBCOMMAND: &str = "__script-run";
+
+/// `[tools.NAME] script` paths resolved against the configuration's directory, in name order.
+pub fn script_paths(config: &Config, config_dir: &Path) -> Vec<(String, PathBuf)> {
+    config
+        .tools
+        .iter()
+        .filter_map(|(name, t)| {
+            t.script
+                .as_ref()
+                .map(|p| (name.clone(), config_dir.join(expand_home(p))))
+        })
+        .collect()
+}
+
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(p),
+    }
+}
+
+/// One script file: the tool's name, the path as written, the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The `[tools.NAME]` key.
+    pub name: String,
+    /// The path as the configuration writes it.
+    pub path: String,
+    /// The script.
+    pub text: String,
+}
+
+/// Reads every script. An unreadable file is an error naming the tool and the path.
+pub fn read_sources(config: &Config, config_dir: &Path) -> Result<Vec<Source>, String> {
+    let mut out = Vec::new();
+    for (name, path) in script_paths(config, config_dir) {
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "[tools.{name:?}] script {}: cannot read it: {e}",
+                path.display()
+            )
+        })?;
+        let written = config.tools[&name].script.clone().unwrap_or_default();
+        out.push(Source {
+            name,
+            path: written,
+            text,
+        });
+    }
+    Ok(out)
+}
+
+/// A digest of the scripts' sources, so that a catalog cache keyed by launch settings is not
+/// reused for changed scripts.
+pub fn sources_digest(sources: &[Source]) -> String {
+    let mut all = String::new();
+    for s in sources {
+        all.push_str(&s.name);
+        all.push('\0');
+        all.push_str(&s.text);
+        all.push('\0');
+    }
+    format!("{:016x}", name::fnv1a64(all.as_bytes()))
+}
+
+/// Runs jobs in runner processes under one configuration's limits.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    path: PathBuf,
+    limits: ScriptsConfig,
+    session: SessionValues,
+    vars: BTreeMap<String, Value>,
+}
+
+impl Runner {
+    /// A runner of `config`'s scripts; `path` is the toolshelf binary. Scripts are defined and
+    /// run with no mode or client (a call does not say whose it is) and the workspace as
+    /// templates have it.
+    pub fn new(path: PathBuf, config: &Config) -> Self {
+        Self {
+            path,
+            limits: config.scripts.clone(),
+            session: SessionValues {
+                mode: None,
+                client: None,
+                workspace: config.template.workspace.clone().or_else(|| {
+                    std::env::current_dir()
+                        .ok()
+                        .map(|d| d.display().to_string())
+                }),
+            },
+            vars: config.template.vars.clone(),
+        }
+    }
+
+    /// `pkg` values of a tool named `tool` in `server` (none: a built-in).
+    pub fn pkg(
+        &self,
+        server: Option<&str>,
+        tool: &str,
+        description: &str,
+        schema: Option<&Map<String, Value>>,
+    ) -> BTreeMap<String, Value> {
+        let sorted = |key: &str| -> Vec<String> {
+            let mut v: Vec<String> = match schema.and_then(|s| s.get(key)) {
+                Some(Value::Object(p)) => p.keys().cloned().collect(),
+                Some(Value::Array(r)) => r
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            v.sort();
+            v
+        };
+        let canonical = match server {
+            Some(s) => name::mcp_name(s, &name::tool_segment(tool)),
+            None => tool.to_owned(),
+        };
+        let mut pkg = BTreeMap::from([
+            ("description".to_owned(), json!(description)),
+            ("name".to_owned(), json!(canonical)),
+            ("params".to_owned(), json!(sorted("properties"))),
+            ("required".to_owned(), json!(sorted("required"))),
+            ("server".to_owned(), json!(server)),
+            ("tags".to_owned(), json!([])),
+            ("tool".to_owned(), json!(tool)),
+        ]);
+        pkg.extend(self.vars.clone());
+        pkg
+    }
+
+    /// Hands one job to a runner process under the limits and reads its answer; `owner` names
+    /// the tool in errors.
+    pub async fn exec(
+        &self,
+        job: Job,
+        owner: &str,
+        source: &str,
+        pkg: BTreeMap<String, Value>,
+        params: Value,
+    ) -> Result<Value, String> {
+        let l = &self.limits;
+        let request = RunRequest {
+            job,
+            owner: owner.to_owned(),
+            source: source.to_owned(),
+            params,
+            pkg,
+            session: self.session.clone(),
+            max_steps: l.max_steps,
+            max_heap_bytes: (l.max_heap_mb as usize) << 20,
+            max_call_depth: l.max_call_depth,
+            allow_hosts: l.allow_hosts.clone(),
+            http_timeout_secs: l.timeout_secs,
+        };
+        let input = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+        // The address-space limit is set by the shell the runner is started from, so the
+        // runner (and only it) is bounded.
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"ulimit -v "$1" || exit 97; shift; exec "$@""#)
+            .arg("sh")
+            .arg((l.max_memory_mb * 1024).to_string())
+            .arg(&self.path)
+            .arg(RUNNER_SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "{owner}: cannot start the script runner {}: {e}",
+                    self.path.display()
+                )
+            })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(&input)
+                .await
+                .map_err(|e| format!("{owner}: cannot hand the call to the runner: {e}"))?;
+        }
+        let limit = Duration::from_secs(l.timeout_secs);
+        let out = match tokio::time::timeout(limit, child.wait_with_output()).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => return Err(format!("{owner}: the runner failed: {e}")),
+            // Dropping the child kills it.
+            Err(_) => {
+                return Err(format!(
+                    "{owner}: stopped: the time limit of {} s ([scripts] timeout_secs) was reached",
+                    l.timeout_secs
+                ));
+            }
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            return match serde_json::from_slice::<RunResponse>(&out.stdout) {
+                Ok(RunResponse::Ok(v)) => Ok(v),
+                Ok(RunResponse::Error(e)) => Err(e),
+                Err(e) => Err(format!("{owner}: the runner's answer cannot be read ({e})")),
+            };
+        }
+        if stderr.contains("memory allocation of") {
+            return Err(format!(
+                "{owner}: stopped: the memory limit of {} MiB ([scripts] max_memory_mb) was reached",
+                l.max_memory_mb
+            ));
+        }
+        let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Err(format!(
+            "{owner}: the script's process ended abnormally ({}){}",
+            out.status,
+            if tail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", tail.join(" | "))
+            }
+        ))
+    }
+
+    /// Runs a tool the model wrote (`tool_define`): `item` is its catalog item, with the source
+    /// under `script`.
+    pub async fn run_authored(&self, item: &Value, params: Value) -> Result<Value, String> {
+        let tool = item["name"].as_str().unwrap_or_default();
+        let owner = format!("model-authored tool {tool:?}");
+        let pkg = self.pkg(
+            None,
+            tool,
+            item["description"].as_str().unwrap_or_default(),
+            item["input_schema"].as_object(),
+        );
+        let source = item["script"].as_str().unwrap_or_default();
+        self.exec(Job::Run, &owner, source, pkg, params).await
+    }
+}
+
+/// One script tool, read and defined.
+#[derive(Debug, Clone)]
+pub struct ScriptTool {
+    /// Its name in the group (the `[tools.NAME]` key).
+    pub name: String,
+    /// `script tool "mcp__scripts__NAME" (FILE)`, for errors.
+    owner: String,
+    source: String,
+    pkg: BTreeMap<String, Value>,
+    /// The rendered description.
+    pub description: String,
+    /// The input schema.
+    pub schema: Map<String, Value>,
+    /// Why the script could not be defined; every call of it fails with this.
+    pub broken: Option<String>,
+}
+
+/// The script tools of a configuration, defined.
+#[derive(Debug, Clone)]
+pub struct ScriptTools {
+    /// The tools, in name order.
+    pub tools: Vec<ScriptTool>,
+    /// What runs them.
+    pub runner: Runner,
+}
+
+impl ScriptTools {
+    /// Defines every script of `sources` ([`read_sources`]), each in a runner. A script that does
+    /// not define itself (an error, a limit reached) is still listed, so the others are
+    /// unaffected: its description says why it is unavailable, and every call fails with that.
+    pub async fn define(sources: Vec<Source>, runner: Runner) -> Self {
+        let mut tools = Vec::new();
+        for s in sources {
+            let canonical = name::mcp_name(SCRIPTS_SERVER, &name::tool_segment(&s.name));
+            let owner = format!("script tool {canonical:?} ({})", s.path);
+            let defined = runner
+                .exec(
+                    Job::Define,
+                    &owner,
+                    &s.text,
+                    runner.pkg(Some(SCRIPTS_SERVER), &s.name, "", None),
+                    Value::Null,
+                )
+                .await
+                .and_then(|def| {
+                    let description = def["description"].as_str().unwrap_or_default().to_owned();
+                    match def["schema"].as_object() {
+                        Some(schema) => Ok((description, schema.clone())),
+                        None => Err(format!("{owner}: the runner gave no schema")),
+                    }
+                });
+            let (description, schema, broken) = match defined {
+                Ok((d, schema)) => (d, schema, None),
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    (
+                        format!("This script tool is unavailable: {e}"),
+                        toolshelf_core::catalog::empty_object_schema(),
+                        Some(e),
+                    )
+                }
+            };
+            tools.push(ScriptTool {
+                pkg: runner.pkg(Some(SCRIPTS_SERVER), &s.name, &description, Some(&schema)),
+                name: s.name,
+                owner,
+                source: s.text,
+                description,
+                schema,
+                broken,
+            });
+        }
+        Self { tools, runner }
+    }
+
+    /// No script tools, only a runner (for tools the model writes).
+    pub fn none(runner: Runner) -> Self {
+        Self {
+            tools: Vec::new(),
+            runner,
+        }
+    }
+
+    /// The tools as catalog items of the `scripts` group: `{name, description, input_schema}`.
+    pub fn items(&self) -> Vec<Value> {
+        self.tools
+            .iter()
+            .map(|t| {
+                json!({"name": t.name, "description": t.description,
+                       "input_schema": Value::Object(t.schema.clone())})
+            })
+            .collect()
+    }
+
+    /// Runs `name` (its name in the group) with `params`: its value, or the error.
+    pub async fn call(&self, name: &str, params: Value) -> Result<Value, String> {
+        let Some(tool) = self.tools.iter().find(|t| t.name == name) else {
+            return Err(format!("no script tool is named {name:?}"));
+        };
+        if let Some(e) = &tool.broken {
+            return Err(e.clone());
+        }
+        self.runner
+            .exec(
+                Job::Run,
+                &tool.owner,
+                &tool.source,
+                tool.pkg.clone(),
+                params,
+            )
+            .await
+    }
+}
+
+/// A tool's value as the text of its result: a string as it is, anything else as JSON.
+pub fn result_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}

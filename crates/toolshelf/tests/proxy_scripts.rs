@@ -1,0 +1,229 @@
+//! The proxy's own tools end to end: `[tools.NAME] script` tools and the tools the model writes
+//! with `tool_define`, run by the real `toolshelf proxy` in runner processes, with the round
+//! trip hidden from the client as a search is. The upstream is the scripted model API.
+
+mod common;
+
+use common::{HEADERS, ProxyProc, Scratch, Upstream, post, tools};
+use serde_json::{Value, json};
+
+/// Sends the conversation to the proxy's Anthropic endpoint and appends the answer.
+fn turn(proxy: &ProxyProc, messages: &mut Vec<Value>) -> Value {
+    let body = json!({"model": "m", "max_tokens": 256, "system": "You help.", "tools": tools(),
+                      "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    answer
+}
+
+/// The result the proxy sent for the last call of scripted turn `i` (the request after it).
+fn result(upstream: &Upstream, i: usize) -> (String, bool) {
+    let t = &upstream.turns()[i];
+    let r = t["tool_results"]
+        .as_array()
+        .and_then(|r| r.last())
+        .unwrap_or_else(|| panic!("turn {i} carries no tool result: {t}"));
+    (
+        r["content"].as_str().unwrap_or_default().to_owned(),
+        r["is_error"] == true,
+    )
+}
+
+/// Every scripted request continues the previous one: same tool list, earlier messages kept.
+fn assert_prefix_kept(upstream: &Upstream) {
+    let turns = upstream.turns();
+    for pair in turns.windows(2) {
+        let (a, b) = (&pair[0]["body"], &pair[1]["body"]);
+        assert_eq!(a["tools"], b["tools"], "the tool list changed");
+        let (ma, mb) = (
+            a["messages"].as_array().expect("messages"),
+            b["messages"].as_array().expect("messages"),
+        );
+        if mb.len() < ma.len() {
+            continue; // another conversation
+        }
+        for (i, (x, y)) in ma.iter().zip(mb).enumerate() {
+            assert_eq!(x, y, "messages[{i}] changed between requests");
+        }
+    }
+}
+
+fn no_calls(answer: &Value) {
+    let blocks = answer["content"].as_array().expect("content");
+    assert!(
+        blocks.iter().all(|b| b["type"] != "tool_use"),
+        "the client sees no call of the proxy's own tools: {answer}"
+    );
+}
+
+const WORD_COUNT: &str = r#"
+description = part("Count the words of a text, for", pkg.team, ".")
+schema = {
+    "properties": {"text": {"type": "string", "description": "The text."}},
+    "required": ["text"],
+}
+
+def run(params):
+    return {"words": len(params["text"].split())}
+"#;
+
+const SPIN: &str = r#"
+description = "Counts for ever."
+schema = {}
+
+def run(params):
+    n = 0
+    for i in range(1000000000):
+        n += 1
+    return n
+"#;
+
+#[test]
+fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
+    let s = Scratch::new("proxy-scripts");
+    s.write("wc.star", WORD_COUNT);
+    s.write("spin.star", SPIN);
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["count the words of a text"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__word_count", "params": {"text": "one two three"}}}]},
+        // A required parameter missing: refused before any script runs.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__word_count", "params": {}}}]},
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__scripts__spin", "mcp__scripts__erase"]}}]},
+        // Stopped by the step limit; the proxy lives on.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__spin", "params": {}}}]},
+        // Denied by a permission rule on the script tool's name.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__erase", "params": {"text": "x"}}}]},
+        {"text": "Three words."},
+        {"text": "Still here."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[proxy]\nmax_search_rounds = 8\n\
+                  [template.vars]\nteam = \"docs\"\n\
+                  [scripts]\nmax_steps = 100000\n\
+                  [permissions]\ndeny = [\"mcp__scripts__erase(*)\"]\n\
+                  [tools.word_count]\nscript = \"wc.star\"\n\
+                  [tools.erase]\nscript = \"wc.star\"\n\
+                  [tools.spin]\nscript = \"spin.star\"\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages =
+        vec![json!({"role": "user", "content": "how many words in 'one two three'?"})];
+    let a = turn(&proxy, &mut messages);
+    no_calls(&a);
+    assert!(a.to_string().contains("Three words."), "{a}");
+    let turns = upstream.played(7);
+    // The search found the script tool with its rendered description.
+    let (found, _) = result(&upstream, 1);
+    assert!(found.contains("mcp__scripts__word_count"), "{found}");
+    assert!(
+        found.contains("Count the words of a text, for docs ."),
+        "{found}"
+    );
+    assert_eq!(result(&upstream, 2), ("{\"words\":3}".to_owned(), false));
+    let (missing, is_error) = result(&upstream, 3);
+    assert!(is_error && missing.contains("text"), "{missing}");
+    let (spun, is_error) = result(&upstream, 5);
+    assert!(
+        is_error
+            && spun.contains("mcp__scripts__spin")
+            && spun.contains("CPU-step limit of 100000"),
+        "the limit and the tool are named: {spun}"
+    );
+    let (denied, is_error) = result(&upstream, 6);
+    assert!(
+        is_error && denied.contains("mcp__scripts__erase"),
+        "{denied}"
+    );
+    // Script tools are deferred: the frozen list holds the client's resident tools and the
+    // meta-tools only.
+    let names: Vec<&str> = turns[0]["body"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains("scripts")), "{names:?}");
+    let status = proxy.status();
+    assert_eq!(status["totals"]["refused"], 2, "{status}");
+    // The next request puts the hidden rounds back byte for byte.
+    messages.push(json!({"role": "user", "content": "still there?"}));
+    turn(&proxy, &mut messages);
+    upstream.played(8);
+    assert_prefix_kept(&upstream);
+}
+
+const SHOUT: &str = "def run(params):\n    return params[\"text\"].upper() + \"!\"\n";
+
+fn define(name: &str, script: &str) -> Value {
+    json!({"name": "defer_execute", "input": {"tool_name": "tool_define", "params": {
+        "name": name, "description": "Shout a text back, in capitals.",
+        "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        "script": script}}})
+}
+
+#[test]
+fn a_tool_the_model_defines_runs_in_its_session_only_and_leaves_the_prefix_alone() {
+    let s = Scratch::new("proxy-authoring");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
+        {"tool_uses": [define("shout", SHOUT)]},
+        // Searchable at once, and runs.
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["shout a text in capitals"]}}]},
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "shout", "params": {"text": "hi"}}}]},
+        // Over [authoring] max_tools.
+        {"tool_uses": [define("whisper", SHOUT)]},
+        {"text": "HI!"},
+        // The next request of the same conversation: still there.
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "shout", "params": {"text": "again"}}}]},
+        {"text": "AGAIN!"},
+        // Another conversation: not its tool.
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "shout", "params": {"text": "no"}}}]},
+        {"text": "No such tool."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\nmax_tools = 1\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "make a shouting tool"})];
+    let a = turn(&proxy, &mut messages);
+    no_calls(&a);
+    let turns = upstream.played(6);
+    let index = turns[0]["body"]["tools"].to_string();
+    assert!(
+        index.contains("tool_define"),
+        "tool_define is in the index from the start"
+    );
+    let (defined, is_error) = result(&upstream, 2);
+    assert!(!is_error && defined.contains("Defined shout"), "{defined}");
+    let (found, _) = result(&upstream, 3);
+    assert!(
+        found.contains("shout") && found.contains("Shout a text back"),
+        "{found}"
+    );
+    assert_eq!(result(&upstream, 4), ("HI!".to_owned(), false));
+    let (over, is_error) = result(&upstream, 5);
+    assert!(is_error && over.contains("[authoring] max_tools"), "{over}");
+    // The same conversation, next request: the tool is announced once and still runs.
+    messages.push(json!({"role": "user", "content": "again"}));
+    let a = turn(&proxy, &mut messages);
+    no_calls(&a);
+    let turns = upstream.played(8);
+    let announced = turns[6]["body"]["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(Value::to_string)
+        .unwrap_or_default();
+    assert!(announced.contains("shout"), "{announced}");
+    assert_eq!(result(&upstream, 7), ("AGAIN!".to_owned(), false));
+    assert_prefix_kept(&upstream);
+    // Another conversation does not have it.
+    let mut other = vec![json!({"role": "user", "content": "shout no"})];
+    turn(&proxy, &mut other);
+    upstream.played(10);
+    let (refused, is_error) = result(&upstream, 9);
+    assert!(is_error && refused.contains("shout"), "{refused}");
+    assert!(!refused.contains("NO!"), "{refused}");
+}
