@@ -10,6 +10,10 @@
 //! and a script), the schema (an object schema, read like any catalog tool's) and the script's
 //! syntax. Each failure is a refusal whose text names the rule it broke.
 //!
+//! A defined tool can also be written out as a script-tool file ([`script_file`]): the same
+//! format as `[tools.NAME] script`, so an operator promotes a session's tool to every session by
+//! pointing a `[tools.NAME]` section at the file.
+//!
 //! Arguments and schema come from one Rust type, as for the other meta-tools.
 
 use schemars::JsonSchema;
@@ -122,6 +126,74 @@ pub fn check(
     Ok(item)
 }
 
+/// A defined tool (`item` from [`check`], with its `script`) as a script-tool file: a header
+/// saying where it came from and how to promote it, `description` and `schema` as Starlark
+/// literals, then the model's script as written.
+pub fn script_file(item: &Value, origin: &str) -> String {
+    let name = item["name"].as_str().unwrap_or_default();
+    let mut out = format!(
+        "# Written by the model ({origin}) with tool_define.\n\
+         # To offer it to every session, review it and add to the configuration:\n\
+         #   [tools.{name}]\n\
+         #   script = \"PATH OF THIS FILE\"\n"
+    );
+    out.push_str("description = ");
+    out.push_str(&starlark_literal(&item["description"]));
+    out.push_str("\nschema = ");
+    out.push_str(&starlark_literal(&item["input_schema"]));
+    out.push_str("\n\n");
+    out.push_str(item["script"].as_str().unwrap_or_default());
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+/// A JSON value as a Starlark literal (`None`, `True`, lists, dicts in their order).
+fn starlark_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => {
+            let mut out = String::with_capacity(s.len() + 2);
+            out.push('"');
+            for c in s.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '"' => out.push_str("\\\""),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+            out
+        }
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter()
+                .map(starlark_literal)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Object(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!(
+                    "{}: {}",
+                    starlark_literal(&Value::String(k.clone())),
+                    starlark_literal(v)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +204,7 @@ mod tests {
             max_tools: 2,
             max_description_chars: 40,
             max_script_bytes: 200,
+            keep_dir: None,
         }
     }
 
@@ -143,6 +216,34 @@ mod tests {
             Value::Object(m) => m,
             _ => unreachable!(),
         }
+    }
+
+    #[test]
+    fn a_defined_tool_written_out_reads_back_as_the_same_script_tool() {
+        let catalog = Catalog::from_value(&json!([]), "c").expect("catalog");
+        let description = "Says \"hi\" \\ back,\n\ttabbed\u{7} and 中文.";
+        let mut p = params("greet", description, "def run(params):\n    return 'hi'\n");
+        p.insert(
+            "schema".into(),
+            json!({"type": "object", "properties": {"n": {"type": "integer", "default": null,
+                   "minimum": 1.5}, "loud": {"type": "boolean", "default": false}},
+                   "required": ["n"]}),
+        );
+        let mut limits = limits();
+        limits.max_description_chars = 100;
+        let mut item = check(&p, &catalog, &limits, 0).expect("defines");
+        item["script"] = p["script"].clone();
+        let file = script_file(&item, "session s-1");
+        assert!(file.contains("[tools.greet]"), "{file}");
+        let def = crate::template::script_definition(
+            &file,
+            "greet.star",
+            &Default::default(),
+            &Default::default(),
+        )
+        .expect("the file defines a script tool");
+        assert_eq!(def.description, description);
+        assert_eq!(Value::Object(def.schema), item["input_schema"]);
     }
 
     #[test]

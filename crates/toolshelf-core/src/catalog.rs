@@ -1050,6 +1050,45 @@ fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str
     }
 }
 
+/// `catalog` without the tools named in `remove` and with `add` (catalog items, built-ins unless
+/// they name a server), named and sorted anew. Tools the model wrote keep their origin. A session
+/// whose tools change (a transcript's `tools_changed`, a tool the model defines) builds its
+/// catalog this way.
+pub fn rebuilt(
+    catalog: &Catalog,
+    add: &[Value],
+    remove: &[String],
+    label: &str,
+) -> Result<Catalog, String> {
+    let mut b = CatalogBuilder::new(label);
+    for s in catalog.servers() {
+        b.add_server(&s.original_name, &s.description, "server")
+            .map_err(|e| e.to_string())?;
+    }
+    for t in catalog.tools() {
+        if remove.contains(&t.name) {
+            continue;
+        }
+        let mut item = crate::wire::definition(t, crate::wire::Format::Mcp);
+        item["name"] = Value::String(t.original_name.clone());
+        if let Some(d) = t.defer_loading {
+            item["defer_loading"] = Value::Bool(d);
+        }
+        if t.origin == Origin::Model {
+            item["origin"] = Value::String("model".into());
+        }
+        let spec = ToolSpec::from_value(item, label, "tool").map_err(|e| e.to_string())?;
+        b.add_tool(t.original_server.as_deref(), spec, "tool")
+            .map_err(|e| e.to_string())?;
+    }
+    for (k, item) in add.iter().enumerate() {
+        let at = format!("tools_changed.add[{k}]");
+        let spec = ToolSpec::from_value(item.clone(), label, &at).map_err(|e| e.to_string())?;
+        b.add_tool(None, spec, &at).map_err(|e| e.to_string())?;
+    }
+    Ok(b.build())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

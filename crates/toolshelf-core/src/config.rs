@@ -114,6 +114,10 @@ pub struct AuthoringConfig {
     pub max_description_chars: usize,
     /// `max_script_bytes`: the largest script of a defined tool.
     pub max_script_bytes: usize,
+    /// `keep_dir`: where each defined tool is written as a script-tool file, for the operator
+    /// to read and promote (`[tools.NAME] script = FILE`); default `CACHE/authored`. `""` keeps
+    /// nothing.
+    pub keep_dir: Option<String>,
 }
 
 impl Default for AuthoringConfig {
@@ -123,6 +127,7 @@ impl Default for AuthoringConfig {
             max_tools: 8,
             max_description_chars: 1024,
             max_script_bytes: 16 * 1024,
+            keep_dir: None,
         }
     }
 }

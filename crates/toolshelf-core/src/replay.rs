@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::authoring;
-use crate::catalog::{Catalog, CatalogBuilder, Origin, ToolSpec};
+use crate::catalog::Catalog;
 use crate::compile::Compiled;
 use crate::invoke::{self, Authorization, Refusal, Via};
 use crate::meta::DeferExecuteArgs;
@@ -186,39 +186,6 @@ impl std::fmt::Debug for Replay<'_> {
     }
 }
 
-/// `catalog` without the tools named in `remove` and with `add` (catalog items, built-ins unless
-/// they name a server), named and sorted anew. Tools the model wrote keep their origin.
-fn rebuilt(catalog: &Catalog, add: &[Value], remove: &[String]) -> Result<Catalog, String> {
-    let mut b = CatalogBuilder::new("transcript");
-    for s in catalog.servers() {
-        b.add_server(&s.original_name, &s.description, "server")
-            .map_err(|e| e.to_string())?;
-    }
-    for t in catalog.tools() {
-        if remove.contains(&t.name) {
-            continue;
-        }
-        let mut item = crate::wire::definition(t, crate::wire::Format::Mcp);
-        item["name"] = Value::String(t.original_name.clone());
-        if let Some(d) = t.defer_loading {
-            item["defer_loading"] = Value::Bool(d);
-        }
-        if t.origin == Origin::Model {
-            item["origin"] = Value::String("model".into());
-        }
-        let spec = ToolSpec::from_value(item, "transcript", "tool").map_err(|e| e.to_string())?;
-        b.add_tool(t.original_server.as_deref(), spec, "tool")
-            .map_err(|e| e.to_string())?;
-    }
-    for (k, item) in add.iter().enumerate() {
-        let at = format!("tools_changed.add[{k}]");
-        let spec =
-            ToolSpec::from_value(item.clone(), "transcript", &at).map_err(|e| e.to_string())?;
-        b.add_tool(None, spec, &at).map_err(|e| e.to_string())?;
-    }
-    Ok(b.build())
-}
-
 fn visible(catalog: &Catalog, exposure: &Exposure) -> Vec<usize> {
     (0..catalog.tools().len())
         .filter(|&i| exposure.decisions[i].state != State::Hidden)
@@ -273,7 +240,12 @@ impl<'a> Replay<'a> {
                 .iter()
                 .map(|(&i, d)| (catalog.tools()[i].name.clone(), d.clone()))
                 .collect();
-            let catalog = match rebuilt(&catalog, &[authoring::tool_define_item()], &[]) {
+            let catalog = match crate::catalog::rebuilt(
+                &catalog,
+                &[authoring::tool_define_item()],
+                &[],
+                "transcript",
+            ) {
                 Ok(c) => c,
                 Err(_) => catalog,
             };
@@ -524,7 +496,7 @@ impl<'a> Replay<'a> {
     }
 
     fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
-        self.catalog = rebuilt(&self.catalog, add, remove)?;
+        self.catalog = crate::catalog::rebuilt(&self.catalog, add, remove, "transcript")?;
         self.exposure = self.compiled.expose(&self.catalog);
         self.index = (self.build_index)(&self.catalog, &visible(&self.catalog, &self.exposure));
         Ok(())

@@ -54,6 +54,9 @@ pub struct Settings {
     /// Adds rankers to each snapshot's search index (the embedding ranker), off the request
     /// path: until it is done, search uses BM25F alone.
     pub enrich: Option<Enricher>,
+    /// The toolshelf binary, whose runner processes run the tools the model writes with
+    /// `tool_define` (`[authoring] enabled`); without it `tool_define` is not offered.
+    pub runner: Option<PathBuf>,
 }
 
 pub use toolshelf_runtime::enrich::{EnrichFn, Enricher};
@@ -172,6 +175,27 @@ impl Snapshot {
         }
     }
 
+    /// This snapshot with the tools one session's model wrote (`items`, catalog items with their
+    /// `script`): a session's own view, searched with BM25F alone.
+    pub fn with_authored(&self, items: &[Value], compiled: &Compiled) -> Result<Self> {
+        let items: Vec<Value> = items
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                if let Some(o) = t.as_object_mut() {
+                    o.shift_remove("script");
+                }
+                t
+            })
+            .collect();
+        let catalog = toolshelf_core::catalog::rebuilt(&self.catalog, &items, &[], "session")
+            .map_err(|message| GatewayError::Server {
+                server: "(model-authored tools)".into(),
+                message,
+            })?;
+        Ok(Self::build(catalog, compiled))
+    }
+
     /// The best search index available now: enriched when ready, else BM25F alone.
     pub fn search_index(&self) -> &SearchIndex {
         self.enriched.get().unwrap_or(&self.search)
@@ -286,6 +310,8 @@ pub struct Hub {
     /// Whether servers are restarted in the background.
     pub restarts: bool,
     enrichment: Option<Enrichment>,
+    /// Runs the tools the model writes; set when `[authoring] enabled` and a runner was given.
+    runner: Option<toolshelf_runtime::scripts::Runner>,
     /// Recent `tool_search` latencies, for the dashboard.
     pub search_latencies: toolshelf_dashboard::Latencies,
 }
@@ -322,6 +348,7 @@ impl Hub {
             status_file,
             restarts,
             enrich,
+            runner,
         } = settings;
         let compiled = Compiled::new(config, &label, mode.as_deref())?;
         let config = compiled.config();
@@ -381,6 +408,9 @@ impl Hub {
                 (name.clone(), Arc::new(ds))
             })
             .collect();
+        let runner = runner
+            .filter(|_| config.authoring.enabled)
+            .map(|path| toolshelf_runtime::scripts::Runner::new(path, config));
         let empty = Snapshot::build(Catalog::default(), &compiled);
         let hub = Arc::new(Self {
             compiled,
@@ -394,6 +424,7 @@ impl Hub {
             sessions: AtomicU64::new(0),
             restarts,
             enrichment: enrich.and_then(Enrichment::start),
+            runner,
             search_latencies: toolshelf_dashboard::Latencies::default(),
         });
         hub.rebuild();
@@ -523,6 +554,11 @@ impl Hub {
             .clone()
     }
 
+    /// What runs the tools the model writes, when `tool_define` is offered.
+    pub fn runner(&self) -> Option<&toolshelf_runtime::scripts::Runner> {
+        self.runner.as_ref()
+    }
+
     /// The downstream server of an MCP tool.
     pub fn server_of(&self, tool: &Tool) -> Option<&Arc<Downstream>> {
         self.servers.get(tool.original_server.as_deref()?)
@@ -579,6 +615,18 @@ impl Hub {
                 if let Err(e) = added {
                     tracing::warn!("skipping a tool of server {name:?}: {e}");
                 }
+            }
+        }
+        if self.runner.is_some() {
+            // `tool_define` is a deferred built-in, so the frozen index lists it from the start.
+            let added = ToolSpec::from_value(
+                toolshelf_core::authoring::tool_define_item(),
+                &self.label,
+                "[authoring]",
+            )
+            .and_then(|spec| b.add_tool(None, spec, "[authoring]"));
+            if let Err(e) = added {
+                tracing::error!("tool_define is not offered: {e}");
             }
         }
         let snap = Arc::new(Snapshot::build(b.build(), &self.compiled));

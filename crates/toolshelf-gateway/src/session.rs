@@ -26,6 +26,8 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord, capped_params};
+use toolshelf_core::authoring;
+use toolshelf_core::catalog::Origin;
 use toolshelf_core::hook::{HookEvent, HookEventKind};
 use toolshelf_core::invoke::{self, AskRefusal, Authorization, Refusal, RefusalKind, Via, echo};
 use toolshelf_core::meta::DeferExecuteArgs;
@@ -47,6 +49,10 @@ pub const STATUS_URI: &str = "toolshelf://status";
 struct Local {
     state: SessionState,
     list: Option<Arc<Vec<Tool>>>,
+    /// Tools the model wrote with `tool_define` (catalog items with their `script`).
+    authored: Vec<Value>,
+    /// The hub's snapshot it was built on, and the session's view with `authored` in it.
+    overlay: Option<(Arc<Snapshot>, Arc<Snapshot>)>,
 }
 
 /// One client session.
@@ -122,7 +128,8 @@ fn report_hook_failures(hub: &Hub, id: &str, verdict: &HookVerdict, tool: Option
 /// hooks' guidance so far.
 struct Admitted {
     index: usize,
-    server: Arc<Downstream>,
+    /// `None` for a tool the gateway runs itself (`tool_define`, a model-authored tool).
+    server: Option<Arc<Downstream>>,
     guidance: Vec<String>,
 }
 
@@ -271,7 +278,7 @@ impl GatewaySession {
 
     async fn search(&self, args: Map<String, Value>) -> CallToolResult {
         let started = Instant::now();
-        let snap = self.hub.snapshot();
+        let snap = self.snapshot().await;
         let ttl = self.hub.config().session.activation_ttl_calls;
         let held = self.local.lock().await.state.active_names(ttl);
         let active = |name: &str| held.binary_search_by(|h| h.as_str().cmp(name)).is_ok();
@@ -378,11 +385,11 @@ impl GatewaySession {
     ) -> Result<Admitted, Refusal> {
         let i = invoke::resolve(&snap.catalog, &snap.exposure, requested)?;
         let tool = &snap.catalog.tools()[i];
-        let server = self
-            .hub
-            .server_of(tool)
-            .cloned()
-            .ok_or(Refusal::NotRunnable { tool: i })?;
+        let server = match self.hub.server_of(tool) {
+            Some(s) => Some(s.clone()),
+            None if self.runs_itself(tool) => None,
+            None => return Err(Refusal::NotRunnable { tool: i }),
+        };
         {
             let local = self.local.lock().await;
             let ttl = self.hub.config().session.activation_ttl_calls;
@@ -407,7 +414,7 @@ impl GatewaySession {
         let mut guidance = Vec::new();
         let hooks = self.hub.compiled().hooks().of(HookEventKind::PreCall);
         if hooks.iter().any(|h| h.applies_to(Some(tool))) {
-            let mut event = self.call_event(HookEventKind::PreCall, tool, &server, via);
+            let mut event = self.call_event(HookEventKind::PreCall, tool, server.as_deref(), via);
             event.params = Some(params.clone());
             let pre = hooks::run(hooks, Some(tool), event).await;
             self.report_hook_failures(&pre, Some(&tool.name));
@@ -435,12 +442,12 @@ impl GatewaySession {
         &self,
         kind: HookEventKind,
         tool: &toolshelf_core::Tool,
-        server: &Downstream,
+        server: Option<&Downstream>,
         via: Via,
     ) -> HookEvent {
         let mut event = HookEvent::new(kind, &self.id);
         event.tool = Some(tool.name.clone());
-        event.server = Some(server.name().to_owned());
+        event.server = server.map(|s| s.name().to_owned());
         event.original_tool = Some(tool.original_name.clone());
         event.via_defer_execute = Some(via == Via::DeferExecute);
         event
@@ -492,7 +499,7 @@ impl GatewaySession {
         via: Via,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let snap = self.hub.snapshot();
+        let snap = self.snapshot().await;
         let mut ask = None;
         let admitted = match self
             .admit(&snap, requested, &mut params, via, context, &mut ask)
@@ -512,24 +519,29 @@ impl GatewaySession {
         } = admitted;
         let tool = &snap.catalog.tools()[index];
         let name = tool.name.as_str();
-        let timeout = server
-            .config()
-            .call_timeout_secs
-            .unwrap_or(self.hub.config().execute.call_timeout_secs);
         let started = Instant::now();
-        let outcome = server
-            .call(&tool.original_name, params.clone(), timeout)
-            .await;
+        let outcome = match &server {
+            Some(server) => {
+                let timeout = server
+                    .config()
+                    .call_timeout_secs
+                    .unwrap_or(self.hub.config().execute.call_timeout_secs);
+                server
+                    .call(&tool.original_name, params.clone(), timeout)
+                    .await
+            }
+            None => Ok(self.run_own(&snap, index, &params).await),
+        };
         self.local.lock().await.state.record_call(name);
         let mut record = self.record(AuditKind::Call);
         record.requested = Some(echo(requested));
         record.via = Some(via);
         record.tool = Some(name.to_owned());
-        record.server = Some(server.name().to_owned());
+        record.server = server.as_ref().map(|s| s.name().to_owned());
         record.params = Some(capped_params(&params));
         record.duration_ms = Some(started.elapsed().as_millis() as u64);
         record.ask = ask.map(str::to_owned);
-        let mut event = self.call_event(HookEventKind::PostCall, tool, &server, via);
+        let mut event = self.call_event(HookEventKind::PostCall, tool, server.as_deref(), via);
         event.params = Some(params);
         let hooks = self.hub.compiled().hooks();
         let mut result = match outcome {
@@ -582,6 +594,107 @@ impl GatewaySession {
             result.content.push(ContentBlock::text(g));
         }
         result
+    }
+
+    /// The catalog this session sees: the hub's newest snapshot, with the tools its model wrote
+    /// when it wrote any (rebuilt when the hub's snapshot changes).
+    async fn snapshot(&self) -> Arc<Snapshot> {
+        let base = self.hub.snapshot();
+        let mut local = self.local.lock().await;
+        if local.authored.is_empty() {
+            return base;
+        }
+        if let Some((built_on, view)) = &local.overlay
+            && Arc::ptr_eq(built_on, &base)
+        {
+            return view.clone();
+        }
+        match base.with_authored(&local.authored, self.hub.compiled()) {
+            Ok(view) => {
+                let view = Arc::new(view);
+                local.overlay = Some((base, view.clone()));
+                view
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "session {}: its model-authored tools are left out: {e}",
+                    self.id
+                );
+                base
+            }
+        }
+    }
+
+    /// Whether the gateway runs `tool` itself: `tool_define` and the tools the model wrote, when
+    /// authoring is on.
+    fn runs_itself(&self, tool: &toolshelf_core::Tool) -> bool {
+        self.hub.runner().is_some()
+            && (tool.origin == Origin::Model
+                || (tool.name == authoring::TOOL_DEFINE && tool.original_server.is_none()))
+    }
+
+    /// Runs `tool_define` or a tool the model wrote, in a runner process.
+    async fn run_own(
+        &self,
+        snap: &Snapshot,
+        i: usize,
+        params: &Map<String, Value>,
+    ) -> CallToolResult {
+        let Some(runner) = self.hub.runner() else {
+            return error_result("this gateway runs no model-authored tools");
+        };
+        let tool = &snap.catalog.tools()[i];
+        if tool.origin != Origin::Model {
+            return self.define(snap, params).await;
+        }
+        let item = {
+            let local = self.local.lock().await;
+            local
+                .authored
+                .iter()
+                .find(|t| t["name"].as_str() == Some(tool.original_name.as_str()))
+                .cloned()
+        };
+        let Some(item) = item else {
+            return error_result(format!("{:?} is not a tool of this session", tool.name));
+        };
+        match runner
+            .run_authored(&item, Value::Object(params.clone()))
+            .await
+        {
+            Ok(v) => CallToolResult::success(vec![ContentBlock::text(
+                toolshelf_runtime::scripts::result_text(&v),
+            )]),
+            Err(e) => error_result(e),
+        }
+    }
+
+    /// `tool_define`: checks the definition and keeps it in this session, whose catalog then
+    /// holds it (searchable at once, announced on the next result). The frozen list is untouched.
+    async fn define(&self, snap: &Snapshot, params: &Map<String, Value>) -> CallToolResult {
+        let limits = &self.hub.config().authoring;
+        let mut local = self.local.lock().await;
+        let mut item = match authoring::check(params, &snap.catalog, limits, local.authored.len()) {
+            Ok(item) => item,
+            Err(e) => return error_result(e),
+        };
+        let name = item["name"].as_str().unwrap_or_default().to_owned();
+        item["script"] = params.get("script").cloned().unwrap_or(Value::Null);
+        match toolshelf_runtime::scripts::keep_authored(limits, &self.id, &item) {
+            Ok(Some(path)) => tracing::info!(
+                session = %self.id, tool = %name,
+                "model-authored tool kept in {} (promote it with [tools.{name}] script)",
+                path.display()
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(session = %self.id, tool = %name, "{e}"),
+        }
+        local.authored.push(item);
+        local.overlay = None;
+        // The model wrote the schema: the tool is loaded.
+        local.state.activate([name.as_str()]);
+        tracing::info!(session = %self.id, tool = %name, "model-authored tool defined");
+        CallToolResult::success(vec![ContentBlock::text(authoring::defined_text(&name))])
     }
 
     /// Evaluates the reminder rules for this call: its target tool and arguments (paths,
@@ -660,7 +773,7 @@ impl GatewaySession {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
-                let snap = self.hub.snapshot();
+                let snap = self.snapshot().await;
                 self.refuse(
                     &snap,
                     &requested,
@@ -735,7 +848,7 @@ tool_search, run them with defer_execute.",
             DEFER_EXECUTE => self.defer_execute(args, &context).await,
             other => self.execute(other, args, Via::Direct, &context).await,
         };
-        let snap = self.hub.snapshot();
+        let snap = self.snapshot().await;
         let mut local = self.local.lock().await;
         if let Some(notice) = local.state.change_notice(&snap.visible) {
             result.content.push(ContentBlock::text(notice));

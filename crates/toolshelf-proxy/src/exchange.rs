@@ -855,6 +855,16 @@ impl Turn {
             };
         let name = item["name"].as_str().unwrap_or_default().to_owned();
         item["script"] = params.get("script").cloned().unwrap_or(Value::Null);
+        let key = &self.prepared.key;
+        match toolshelf_runtime::scripts::keep_authored(limits, key, &item) {
+            Ok(Some(path)) => tracing::info!(
+                session = %key, tool = %name,
+                "model-authored tool kept in {} (promote it with [tools.{name}] script)",
+                path.display()
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(session = %key, tool = %name, "{e}"),
+        }
         session.authored.push(item);
         match proxy.shelf(
             self.prepared.dialect,

@@ -390,3 +390,44 @@ pub fn result_text(value: &Value) -> String {
         other => other.to_string(),
     }
 }
+
+/// Writes a tool the model defined (`item`, with its `script`) to `[authoring] keep_dir`
+/// (default `CACHE/authored`) as `SESSION/NAME.star`, a script-tool file the operator can review
+/// and promote. `Ok(None)` when `keep_dir` is `""`.
+pub fn keep_authored(
+    config: &toolshelf_core::config::AuthoringConfig,
+    session: &str,
+    item: &Value,
+) -> Result<Option<PathBuf>, String> {
+    let dir = match config.keep_dir.as_deref() {
+        Some("") => return Ok(None),
+        Some(d) => crate::files::expand_path(d)?,
+        None => crate::files::default_cache_dir()
+            .map_err(|e| format!("no cache directory for [authoring] keep_dir: {e}"))?
+            .join("authored"),
+    };
+    let safe = |s: &str| -> String {
+        let cleaned: String = s
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(80)
+            .collect();
+        format!("{cleaned}-{:08x}", name::fnv1a64(s.as_bytes()) as u32)
+    };
+    let tool = item["name"].as_str().unwrap_or_default();
+    let path = dir.join(safe(session)).join(format!("{tool}.star"));
+    let text = toolshelf_core::authoring::script_file(item, &format!("session {session}"));
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    crate::files::write_atomic(&path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(Some(path))
+}

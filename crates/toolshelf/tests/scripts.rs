@@ -360,3 +360,94 @@ async fn a_script_past_its_time_is_killed_and_the_next_call_runs() {
     );
     client.cancel().await.expect("close");
 }
+
+/// A `tool_define` call's params.
+fn definition(name: &str, script: &str) -> Value {
+    json!({"name": name, "description": "Shout a text back, in capitals.",
+           "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+           "script": script})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_the_model_defines_in_the_gateway_is_its_sessions_alone() {
+    let s = Scratch::new("gateway-authoring");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[authoring]\nenabled = true\nmax_tools = 1\nmax_script_bytes = 200\nkeep_dir = {:?}\n{}",
+            named_server(
+                "notes",
+                &json!([tool("add_note", "Add a note.", json!({"type": "object"}))]),
+                ""
+            ),
+            s.path("authored"),
+            files_sections(&s)
+        ),
+    );
+    let (mut child, url) = http_gateway(&cfg);
+    let one = http_client(&url, TestClient::default()).await;
+    let other = http_client(&url, TestClient::default()).await;
+    let list_before = serde_json::to_string(&one.list_all_tools().await.expect("tools/list"))
+        .expect("list as JSON");
+    let index = list_before.clone();
+    assert!(index.contains("tool_define"), "tool_define is in the index");
+
+    ok(&search(&one, json!({"tool_names": ["tool_define"]})).await);
+    let shout = "def run(params):\n    return params[\"text\"].upper() + \"!\"\n";
+    let defined = ok(&exec(&one, "tool_define", definition("shout", shout)).await);
+    assert!(defined.contains("Defined shout"), "{defined}");
+    assert!(
+        defined.contains("new: shout"),
+        "announced on the result: {defined}"
+    );
+    // Searchable at once, and it runs in a runner process.
+    let found = ok(&search(&one, json!({"queries": ["shout text capitals"]})).await);
+    assert!(found.contains("shout"), "{found}");
+    assert_eq!(ok(&exec(&one, "shout", json!({"text": "hi"})).await), "HI!");
+    let e = err(&exec(&one, "shout", json!({})).await);
+    assert!(e.contains("text"), "validated against its schema: {e}");
+    // The limits.
+    let e = err(&exec(&one, "tool_define", definition("whisper", shout)).await);
+    assert!(e.contains("[authoring] max_tools"), "{e}");
+    // The frozen list did not change by one byte.
+    let list_after = serde_json::to_string(&one.list_all_tools().await.expect("tools/list"))
+        .expect("list as JSON");
+    assert_eq!(list_before, list_after);
+    // Another session does not have it.
+    ok(&search(&other, json!({"tool_names": ["tool_define"]})).await);
+    let e = err(&exec(&other, "shout", json!({"text": "no"})).await);
+    assert!(e.contains("shout") && !e.contains("NO!"), "{e}");
+    let big = format!("{shout}#{}\n", "x".repeat(300));
+    let e = err(&exec(&other, "tool_define", definition("loud", &big)).await);
+    assert!(e.contains("[authoring] max_script_bytes is 200"), "{e}");
+    one.cancel().await.expect("close");
+    other.cancel().await.expect("close");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // The tool was kept as a script-tool file; the operator promotes it to every session.
+    let kept: Vec<std::path::PathBuf> = std::fs::read_dir(s.path("authored"))
+        .expect("the keep directory")
+        .flat_map(|d| std::fs::read_dir(d.expect("entry").path()).expect("session directory"))
+        .map(|f| f.expect("file").path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].ends_with("shout.star"), "{kept:?}");
+    let promoted = s.write(
+        "promoted.toml",
+        &format!(
+            "[tools.shout]\nscript = {:?}\n{}",
+            kept[0].display().to_string(),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&promoted, TestClient::default()).await;
+    let found = ok(&search(&client, json!({"queries": ["shout text capitals"]})).await);
+    assert!(found.contains("mcp__scripts__shout"), "{found}");
+    assert!(found.contains("Shout a text back, in capitals."), "{found}");
+    assert_eq!(
+        ok(&exec(&client, "mcp__scripts__shout", json!({"text": "all"})).await),
+        "ALL!"
+    );
+    client.cancel().await.expect("close");
+}

@@ -97,6 +97,7 @@ impl GatewaySource {
             status_file: true,
             restarts: true,
             enrich,
+            runner: std::env::current_exe().ok(),
         })
     }
 
