@@ -406,18 +406,9 @@ pub fn keep_authored(
             .map_err(|e| format!("no cache directory for [authoring] keep_dir: {e}"))?
             .join("authored"),
     };
+    // Session keys hold any character; the directory name is readable and unique.
     let safe = |s: &str| -> String {
-        let cleaned: String = s
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(80)
-            .collect();
+        let cleaned: String = name::sanitize(s).chars().take(80).collect();
         format!("{cleaned}-{:08x}", name::fnv1a64(s.as_bytes()) as u32)
     };
     let tool = item["name"].as_str().unwrap_or_default();
