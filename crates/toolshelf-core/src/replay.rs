@@ -16,7 +16,7 @@
 //! tool-set change notice, environment context. Earlier items keep the blocks they were given,
 //! so each request's messages are a byte prefix of the next one's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -175,6 +175,8 @@ pub struct Replay<'a> {
     calls_made: u64,
     /// Tools the model defined with `tool_define` in this session.
     defined: usize,
+    /// Descriptions rendered from templates, by canonical name: search results show them.
+    described: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Replay<'_> {
@@ -265,6 +267,11 @@ impl<'a> Replay<'a> {
         };
         let exposure = compiled.expose(&catalog);
         let index = build_index(&catalog, &visible(&catalog, &exposure));
+        let described: BTreeMap<String, String> = descriptions
+            .tools
+            .iter()
+            .map(|(&i, d)| (catalog.tools()[i].name.clone(), d.clone()))
+            .collect();
         let mut state = SessionState::default();
         let names: BTreeSet<String> = visible(&catalog, &exposure)
             .into_iter()
@@ -300,6 +307,7 @@ impl<'a> Replay<'a> {
             context: Vec::new(),
             calls_made: 0,
             defined: 0,
+            described,
         }
     }
 
@@ -530,12 +538,18 @@ impl<'a> Replay<'a> {
                     let ttl = self.compiled.config().session.activation_ttl_turns;
                     let held = self.state.active_names(ttl);
                     let tools = self.catalog.tools();
+                    let described: BTreeMap<usize, String> = self
+                        .described
+                        .iter()
+                        .filter_map(|(n, d)| self.catalog.position(n).map(|i| (i, d.clone())))
+                        .collect();
                     let response = search_in_session(
                         &self.index,
                         &self.catalog,
                         &request,
                         &self.compiled.config().search,
                         &|i| held.binary_search(&tools[i].name).is_ok(),
+                        &described,
                     );
                     let names: Vec<String> = response
                         .loaded

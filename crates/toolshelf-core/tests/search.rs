@@ -528,6 +528,7 @@ fn active_tools_are_marked_and_the_marks_stay_within_the_budget() {
         &request,
         &SearchConfig::default(),
         &all,
+        &Default::default(),
     );
     assert_eq!(
         marked.text.matches(" (already active)").count(),
@@ -540,7 +541,14 @@ fn active_tools_are_marked_and_the_marks_stay_within_the_budget() {
             response_budget_chars: budget,
             ..SearchConfig::default()
         };
-        let r = search_in_session(&e.index, &e.catalog, &request, &config, &all);
+        let r = search_in_session(
+            &e.index,
+            &e.catalog,
+            &request,
+            &config,
+            &all,
+            &Default::default(),
+        );
         assert!(
             r.text.chars().count() <= budget,
             "budget {budget}:\n{}",

@@ -5,6 +5,8 @@
 //! (`toolshelf_core::search`) parses the request, ranks and renders; its index is built with each
 //! snapshot over the tools visible in this gateway's mode, so hidden tools are never found.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 use toolshelf_core::config::SearchConfig;
 use toolshelf_core::search::SearchRequest;
@@ -28,16 +30,22 @@ pub struct SearchOutcome {
 
 /// Answers one `tool_search` call over the visible tools of `snapshot`; `active` names the
 /// tools whose schema the session holds (marked in the text). `before` runs inside the engine's
-/// fault boundary, first (the failpoint of the tests).
+/// fault boundary, first (the failpoint of the tests). `described` holds the session's rendered
+/// description templates by canonical name, shown in place of the catalog's.
 pub fn tool_search(
     snapshot: &Snapshot,
     config: &SearchConfig,
     args: &Map<String, Value>,
     active: &dyn Fn(&str) -> bool,
+    described: &BTreeMap<String, String>,
     before: impl FnOnce(),
 ) -> SearchOutcome {
     let started = std::time::Instant::now();
-    let outcome = answer(snapshot, config, args, active, before);
+    let described: BTreeMap<usize, String> = described
+        .iter()
+        .filter_map(|(name, d)| snapshot.catalog.position(name).map(|i| (i, d.clone())))
+        .collect();
+    let outcome = answer(snapshot, config, args, active, &described, before);
     crate::metrics::searched(started.elapsed());
     outcome
 }
@@ -47,6 +55,7 @@ fn answer(
     config: &SearchConfig,
     args: &Map<String, Value>,
     active: &dyn Fn(&str) -> bool,
+    described: &BTreeMap<usize, String>,
     before: impl FnOnce(),
 ) -> SearchOutcome {
     match SearchRequest::from_json(&Value::Object(args.clone())) {
@@ -68,6 +77,7 @@ fn answer(
                     &request,
                     config,
                     &|i| active(&tools[i].name),
+                    described,
                 )
             });
             match std::panic::catch_unwind(run) {

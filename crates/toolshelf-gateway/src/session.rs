@@ -53,6 +53,9 @@ struct Local {
     authored: Vec<Value>,
     /// The hub's snapshot it was built on, and the session's view with `authored` in it.
     overlay: Option<(Arc<Snapshot>, Arc<Snapshot>)>,
+    /// Descriptions rendered from templates when the list froze, by canonical name: search
+    /// results show them too.
+    described: std::collections::BTreeMap<String, String>,
 }
 
 /// One client session.
@@ -200,7 +203,9 @@ impl GatewaySession {
         }
         self.hub.settled().await;
         let snap = self.hub.snapshot();
-        let list = Arc::new(self.session_tools(&snap, client)?);
+        let (list, described) = self.session_tools(&snap, client)?;
+        let list = Arc::new(list);
+        local.described = described;
         local.state.freeze(snap.visible.clone(), || FrozenSurface {
             format: "mcp".into(),
             tools: serde_json::to_string(list.as_ref()).unwrap_or_default(),
@@ -209,14 +214,15 @@ impl GatewaySession {
         Ok(list)
     }
 
+    /// The session's tool list and the descriptions its templates rendered (by canonical name).
     fn session_tools(
         &self,
         snap: &Snapshot,
         client: Option<String>,
-    ) -> Result<Vec<Tool>, ErrorData> {
+    ) -> Result<(Vec<Tool>, std::collections::BTreeMap<String, String>), ErrorData> {
         let compiled = self.hub.compiled();
         if !compiled.templates().any(&snap.catalog) {
-            return Ok(snap.tools_list.clone());
+            return Ok((snap.tools_list.clone(), Default::default()));
         }
         let values = toolshelf_core::template::SessionValues {
             mode: compiled.mode().map(str::to_owned),
@@ -232,11 +238,17 @@ impl GatewaySession {
                 }),
         };
         match compiled.session_surface(&snap.catalog, &snap.exposure, &values) {
-            Ok(surface) => Ok(crate::hub::mcp_tools(
-                &snap.catalog,
-                &surface,
-                &compiled.config().gateway,
-            )),
+            Ok(surface) => {
+                let described = surface
+                    .descriptions()
+                    .tools
+                    .iter()
+                    .map(|(&i, d)| (snap.catalog.tools()[i].name.clone(), d.clone()))
+                    .collect();
+                let list =
+                    crate::hub::mcp_tools(&snap.catalog, &surface, &compiled.config().gateway);
+                Ok((list, described))
+            }
             Err(e) => {
                 tracing::error!("session {}: {e}", self.id);
                 Err(ErrorData::internal_error(e.to_string(), None))
@@ -280,11 +292,19 @@ impl GatewaySession {
         let started = Instant::now();
         let snap = self.snapshot().await;
         let ttl = self.hub.config().session.activation_ttl_calls;
-        let held = self.local.lock().await.state.active_names(ttl);
+        let (held, described) = {
+            let local = self.local.lock().await;
+            (local.state.active_names(ttl), local.described.clone())
+        };
         let active = |name: &str| held.binary_search_by(|h| h.as_str().cmp(name)).is_ok();
-        let outcome = tool_search(&snap, &self.hub.config().search, &args, &active, || {
-            failpoint("search")
-        });
+        let outcome = tool_search(
+            &snap,
+            &self.hub.config().search,
+            &args,
+            &active,
+            &described,
+            || failpoint("search"),
+        );
         self.hub
             .search_latencies
             .push(started.elapsed().as_micros() as u64);

@@ -146,8 +146,16 @@ pub async fn prepare(
     // frozen in this format yet.
     let fresh = match state.frozen() {
         Some(f) if f.format == api_name => None,
-        _ => Some(shelf.session_tools(dialect, &proxy.compiled, &session_values(proxy, client))?),
+        _ => {
+            let (tools, described) =
+                shelf.session_tools(dialect, &proxy.compiled, &session_values(proxy, client))?;
+            if state.frozen().is_none() {
+                session.described = described;
+            }
+            Some(tools)
+        }
     };
+    let state = &mut session.state;
     let frozen = state
         .freeze(shelf.visible.clone(), || FrozenSurface {
             format: api_name.into(),
@@ -939,6 +947,13 @@ impl Turn {
         let ttl = config.session.activation_ttl_turns;
         let held = self.prepared.session.state.active_names(ttl);
         let tools = shelf.catalog.tools();
+        let described: std::collections::BTreeMap<usize, String> = self
+            .prepared
+            .session
+            .described
+            .iter()
+            .filter_map(|(n, d)| shelf.catalog.position(n).map(|i| (i, d.clone())))
+            .collect();
         let run = std::panic::AssertUnwindSafe(|| {
             search_in_session(
                 &shelf.search,
@@ -949,6 +964,7 @@ impl Turn {
                     held.binary_search_by(|h| h.as_str().cmp(&tools[i].name))
                         .is_ok()
                 },
+                &described,
             )
         });
         match std::panic::catch_unwind(run) {

@@ -105,6 +105,10 @@ pub struct ProxySession {
     /// order written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub authored: Vec<serde_json::Value>,
+    /// Descriptions rendered from templates when the list froze, by canonical name: search
+    /// results show them too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub described: BTreeMap<String, String>,
 }
 
 impl Default for ProxySession {
@@ -117,6 +121,7 @@ impl Default for ProxySession {
             last_prefix: None,
             figures: Figures::default(),
             authored: Vec::new(),
+            described: BTreeMap::new(),
         }
     }
 }

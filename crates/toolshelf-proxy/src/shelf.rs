@@ -15,7 +15,7 @@
 //! token counts), and a client sends the same array on every request: shelves are cached by a
 //! hash of the array's bytes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -238,21 +238,28 @@ impl Shelf {
     }
 
     /// The tool list one session freezes: `upstream_tools`, or, when description templates apply
-    /// to these tools, the same list with the templates rendered for `session`. A template that
-    /// fails is an error naming the tool and the line.
+    /// to these tools, the same list with the templates rendered for `session`; with it, every
+    /// rendered description by canonical name (deferred tools' too, for search results). A
+    /// template that fails is an error naming the tool and the line.
     pub fn session_tools(
         &self,
         dialect: Dialect,
         compiled: &Compiled,
         session: &toolshelf_core::template::SessionValues,
-    ) -> Result<Vec<Value>, String> {
+    ) -> Result<(Vec<Value>, BTreeMap<String, String>), String> {
         if !compiled.templates().any(&self.catalog) {
-            return Ok(self.upstream_tools.clone());
+            return Ok((self.upstream_tools.clone(), BTreeMap::new()));
         }
         let surface = compiled
             .session_surface(&self.catalog, &self.exposure, session)
             .map_err(|e| e.to_string())?;
-        Ok(assemble(&self.parts, &surface, dialect))
+        let described = surface
+            .descriptions()
+            .tools
+            .iter()
+            .map(|(&i, d)| (self.catalog.tools()[i].name.clone(), d.clone()))
+            .collect();
+        Ok((assemble(&self.parts, &surface, dialect), described))
     }
 
     /// The client's name of catalog tool `i`.
@@ -459,10 +466,14 @@ mod tests {
             None,
         )
         .expect("builds");
-        let tools = shelf
+        let (tools, described) = shelf
             .session_tools(Dialect(Api::Anthropic), &c, &session("cli/1.0"))
             .expect("renders");
         assert_eq!(tools[0]["description"], "Read a file. for cli/1.0");
+        assert_eq!(
+            described.get("Read").map(String::as_str),
+            Some("Read a file. for cli/1.0")
+        );
         // The rest of the definition is as the client sent it; the cache mark moved to the end.
         assert_eq!(tools[0]["input_schema"], anthropic[0]["input_schema"]);
         assert_eq!(
@@ -472,7 +483,7 @@ mod tests {
         // The shelf's own list, shared by every session, is unchanged.
         assert_eq!(shelf.upstream_tools[0]["description"], "Read a file.");
         // Equal inputs, equal bytes.
-        let again = shelf
+        let (again, _) = shelf
             .session_tools(Dialect(Api::Anthropic), &c, &session("cli/1.0"))
             .expect("renders");
         assert_eq!(
@@ -494,7 +505,7 @@ mod tests {
             None,
         )
         .expect("builds");
-        let tools = shelf
+        let (tools, _) = shelf
             .session_tools(Dialect(Api::OpenAiChat), &c, &session("sdk"))
             .expect("renders");
         assert_eq!(tools[0]["function"]["description"], "Read a file. for sdk");

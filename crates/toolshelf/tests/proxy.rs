@@ -494,13 +494,22 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
 #[test]
 fn description_templates_render_once_per_conversation_for_its_client() {
     let s = Scratch::new("proxy-templates");
-    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "One."}, {"text": "Two."}]}));
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [
+            {"text": "One."},
+            // A deferred tool's template shows in its search hit, rendered for this session.
+            {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__git__git_status"]}}]},
+            {"text": "Two."}
+        ]}),
+    );
     let proxy = ProxyProc::start(
         &s,
         &upstream.url(),
         "[defer]\nrules = [\"NoDefer(^Read$)\"]\n\
          [template]\nworkspace = \"/src/shop\"\n\
-         [tools.Read]\ndescription_template = \"part(pkg.description, 'Client:', session.client, 'in', session.workspace)\"\n",
+         [tools.Read]\ndescription_template = \"part(pkg.description, 'Client:', session.client, 'in', session.workspace)\"\n\
+         [tools.mcp__git__git_status]\ndescription_template = \"part(pkg.description, 'For', session.client)\"\n",
         &[],
     );
     let mut messages = vec![json!({"role": "user", "content": "hi"})];
@@ -518,7 +527,14 @@ fn description_templates_render_once_per_conversation_for_its_client() {
     messages.push(json!({"role": "user", "content": "again"}));
     // A later request of the same conversation reuses the frozen list, whatever it says now.
     send(&messages, "another-agent/2.0");
-    let turns = upstream.played(2);
+    let turns = upstream.played(3);
+    let hit = turns[2]["tool_results"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        hit.contains("Show the working tree status of a repository. For e2e-agent/1.0"),
+        "{hit}"
+    );
     let read = turns[0]["body"]["tools"]
         .as_array()
         .expect("tools")

@@ -89,3 +89,24 @@ async fn a_template_that_reads_a_turn_value_fails_the_first_list() {
     );
     client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_tools_search_hit_shows_its_sessions_rendering() {
+    let s = Scratch::new("templates-search");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[tools.\"mcp__docs__write\"]\n\
+             description_template = \"part(pkg.description, 'Client:', session.client)\"\n",
+            config(&s, "pkg.description")
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    client.list_all_tools().await.expect("tools/list");
+    let hit = ok(&search(&client, json!({"tool_names": ["mcp__docs__write"]})).await);
+    assert!(
+        hit.contains("Write a page. Client: toolshelf-e2e"),
+        "the rendered description, not the catalog's: {hit}"
+    );
+    client.cancel().await.expect("close");
+}

@@ -6,6 +6,8 @@
 //! steps, cutting descriptions before anything else and never cutting a name: a truncated schema
 //! the model can re-request is better than a truncated name it cannot use.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::schema_text::{Detail, call_form, render_params};
@@ -124,18 +126,28 @@ pub fn search(
     request: &SearchRequest,
     config: &SearchConfig,
 ) -> SearchResponse {
-    search_in_session(index, catalog, request, config, &|_| false)
+    search_in_session(
+        index,
+        catalog,
+        request,
+        config,
+        &|_| false,
+        &BTreeMap::new(),
+    )
 }
 
 /// [`search`] in a session: a tool whose schema the session already holds (`active(i)`) still
 /// gets its full schema (the client may have compacted its history away), marked
-/// `(already active)` so the model knows it may call it at once.
+/// `(already active)` so the model knows it may call it at once. `described` holds the session's
+/// rendered description templates by catalog index: a hit shows its session's description, as
+/// the tool list does, not the catalog's.
 pub fn search_in_session(
     index: &SearchIndex,
     catalog: &Catalog,
     request: &SearchRequest,
     config: &SearchConfig,
     active: &dyn Fn(usize) -> bool,
+    described: &BTreeMap<usize, String>,
 ) -> SearchResponse {
     // The marks lengthen the text after layout: when that crosses the budget, lay out again
     // within a budget smaller by the overflow.
@@ -145,7 +157,7 @@ pub fn search_in_session(
             response_budget_chars: budget,
             ..config.clone()
         };
-        let mut response = search_within(index, catalog, request, &within);
+        let mut response = search_within(index, catalog, request, &within, described);
         mark_active(&mut response, catalog, active);
         let over = chars(&response.text).saturating_sub(config.response_budget_chars);
         if over == 0 || budget <= over {
@@ -160,9 +172,10 @@ fn search_within(
     catalog: &Catalog,
     request: &SearchRequest,
     config: &SearchConfig,
+    described: &BTreeMap<usize, String>,
 ) -> SearchResponse {
     match request {
-        SearchRequest::Names(names) => exact(index, catalog, names, config),
+        SearchRequest::Names(names) => exact(index, catalog, names, config, described),
         SearchRequest::Queries { queries, limit } => {
             let limit = effective_limit(*limit, config);
             let hits = index.rank(catalog, queries, limit + config.max_limit);
@@ -180,6 +193,7 @@ fn search_within(
             header.push_str(&format!("Tools matching {quoted} (best first):"));
             layout(
                 catalog,
+                described,
                 header,
                 hits,
                 limit,
@@ -244,6 +258,7 @@ fn exact(
     catalog: &Catalog,
     names: &[String],
     config: &SearchConfig,
+    described: &BTreeMap<usize, String>,
 ) -> SearchResponse {
     let mut hits: Vec<Hit> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
@@ -325,6 +340,7 @@ fn exact(
     hits.extend(fallback);
     layout(
         catalog,
+        described,
         header,
         hits,
         limit,
@@ -369,6 +385,7 @@ fn kinds(n: usize, limit: usize, full: usize) -> Vec<Kind> {
 
 fn layout(
     catalog: &Catalog,
+    described: &BTreeMap<usize, String>,
     header: String,
     hits: Vec<Hit>,
     limit: usize,
@@ -381,6 +398,7 @@ fn layout(
         LEVELS.iter().find_map(|&level| {
             let (text, loaded) = render(
                 catalog,
+                described,
                 &header,
                 &hits[..kept],
                 &kinds,
@@ -433,6 +451,7 @@ fn fit_plain(text: String, budget: usize) -> String {
 
 fn render(
     catalog: &Catalog,
+    described: &BTreeMap<usize, String>,
     header: &str,
     hits: &[Hit],
     kinds: &[Kind],
@@ -450,6 +469,7 @@ fn render(
     let mut schemas_dropped = false;
     for (i, hit) in hits.iter().enumerate() {
         let t = &tools[hit.index];
+        let description = described.get(&hit.index).unwrap_or(&t.description);
         let kind = match kinds[i] {
             Kind::Full if !level.schemas => {
                 schemas_dropped = true;
@@ -460,7 +480,7 @@ fn render(
         match kind {
             Kind::Full => {
                 out.push_str(&format!("{}. {}\n", i + 1, t.name));
-                let desc = cut(&t.description, level.full_desc);
+                let desc = cut(description, level.full_desc);
                 if !desc.is_empty() && level.full_desc > 0 {
                     out.push_str(&format!("   {desc}\n"));
                 }
@@ -482,7 +502,7 @@ fn render(
             }
             Kind::Line => {
                 out.push_str(&format!("{}. {}", i + 1, t.name));
-                let desc = cut(&t.description, level.line_desc);
+                let desc = cut(description, level.line_desc);
                 if level.line_desc > 0 && !desc.is_empty() {
                     out.push_str(&format!(": {desc}"));
                 }
