@@ -838,19 +838,34 @@ impl SearchIndex {
         &self,
         catalog: &Catalog,
         query: &str,
+        parsed: &ParsedQuery,
         whole: &[(f32, u32)],
         keep: usize,
         scratch: &mut RankScratch,
     ) -> ClauseHits {
         let mut out = ClauseHits::default();
+        // A query that names a tool is answered by the name; one that is nothing but a clause
+        // has no other to rank.
+        if !parsed.exact.is_empty() || keep <= CLAUSE_SLOT {
+            return out;
+        }
         let clauses = split_clauses(query);
-        if clauses.len() < 2 || keep <= CLAUSE_SLOT {
+        if clauses.len() < 2 {
             return out;
         }
         for text in clauses {
-            let q = self.parse(text);
+            let mut q = self.parse(text);
             if q.terms.len() < MIN_CLAUSE_TERMS || !q.exact.is_empty() {
                 continue;
+            }
+            // The query's filters (`server:`, `+term`) hold for each of its clauses.
+            for s in &parsed.servers {
+                q.restrict_to(s);
+            }
+            for r in &parsed.required {
+                if !q.required.contains(r) {
+                    q.required.push(r.clone());
+                }
             }
             self.score_query(&q, scratch, false);
             let (top, _) = self.top(catalog, &scratch.query, 2);
@@ -911,7 +926,7 @@ impl SearchIndex {
         if lists.len() == 1 {
             let all: Vec<&ParsedQuery> = parsed.iter().collect();
             let whole = lists.swap_remove(0);
-            let clauses = self.clause_hits(catalog, &queries[0], &whole, keep, scratch);
+            let clauses = self.clause_hits(catalog, &queries[0], &parsed[0], &whole, keep, scratch);
             let mut ranked: Vec<(f32, u32, Option<usize>)> =
                 whole.into_iter().map(|(s, d)| (s, d, None)).collect();
             for (c, (s, d)) in clauses.iter().enumerate() {
@@ -1331,6 +1346,21 @@ mod tests {
         // A query of one clause is ranked as a whole.
         let one = ranked(&["send an email message and translate the document"], 5);
         assert!(one.iter().all(|h| !h.reason.starts_with("for ")), "{one:?}");
+    }
+
+    #[test]
+    fn a_clause_keeps_the_filters_of_its_query() {
+        // "+email" holds for the second sentence too: the translator has no "email" in its name.
+        let hits = ranked(
+            &[
+                "+email send a message, reply to the message and save a draft. Then translate the document into Spanish",
+            ],
+            5,
+        );
+        assert!(
+            hits.iter().all(|h| h.name.starts_with("email_")),
+            "{hits:?}"
+        );
     }
 
     #[test]
