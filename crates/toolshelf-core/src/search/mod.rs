@@ -839,16 +839,11 @@ impl SearchIndex {
         catalog: &Catalog,
         query: &str,
         parsed: &ParsedQuery,
+        exact: &[u32],
         whole: &[(f32, u32)],
-        keep: usize,
         scratch: &mut RankScratch,
     ) -> ClauseHits {
         let mut out = ClauseHits::default();
-        // A query that names a tool is answered by the name; one that is nothing but a clause
-        // has no other to rank.
-        if !parsed.exact.is_empty() || keep <= CLAUSE_SLOT {
-            return out;
-        }
         let clauses = split_clauses(query);
         if clauses.len() < 2 {
             return out;
@@ -876,7 +871,11 @@ impl SearchIndex {
                 continue;
             }
             let slot = CLAUSE_SLOT + out.hits.len();
-            if whole.iter().take(slot).any(|x| x.1 == d1) || out.hits.iter().any(|x| x.1 == d1) {
+            // Tools the query names exactly are placed first already.
+            if whole.iter().take(slot).any(|x| x.1 == d1)
+                || out.hits.iter().any(|x| x.1 == d1)
+                || exact.binary_search(&d1).is_ok()
+            {
                 continue;
             }
             out.hits.push((s1, d1));
@@ -926,7 +925,13 @@ impl SearchIndex {
         if lists.len() == 1 {
             let all: Vec<&ParsedQuery> = parsed.iter().collect();
             let whole = lists.swap_remove(0);
-            let clauses = self.clause_hits(catalog, &queries[0], &parsed[0], &whole, keep, scratch);
+            // With too few hits for the whole query's best to keep their places, it is ranked as
+            // a whole only.
+            let clauses = if keep > CLAUSE_SLOT {
+                self.clause_hits(catalog, &queries[0], &parsed[0], &exact, &whole, scratch)
+            } else {
+                ClauseHits::default()
+            };
             let mut ranked: Vec<(f32, u32, Option<usize>)> =
                 whole.into_iter().map(|(s, d)| (s, d, None)).collect();
             for (c, (s, d)) in clauses.iter().enumerate() {
