@@ -742,7 +742,7 @@ impl SearchIndex {
 
     /// Fused scores of one parsed query into `scratch.query`, filtered by its operators;
     /// `scratch.allowed` is left holding the query's filter.
-    fn score_query(&self, q: &ParsedQuery, scratch: &mut RankScratch, extra: bool) {
+    fn score_query(&self, q: &ParsedQuery, scratch: &mut RankScratch) {
         let n = self.docs.len();
         let RankScratch {
             query,
@@ -758,7 +758,7 @@ impl SearchIndex {
         let retrievers = std::iter::once((&self.lexical as &dyn Retriever, self.lexical_weight))
             .chain(self.extra.iter().map(|(r, w)| (r.as_ref(), *w)));
         for (k, (retriever, weight)) in retrievers.enumerate() {
-            if k > 0 && (weight == 0.0 || !extra) {
+            if weight == 0.0 && k > 0 {
                 continue;
             }
             scores.iter_mut().for_each(|s| *s = 0.0);
@@ -833,7 +833,7 @@ impl SearchIndex {
     /// yen" names two tasks, and the words of one can outweigh the other's in the bag of words.
     /// A clause counts when it has at least [`MIN_CLAUSE_TERMS`] terms and its best tool leads its
     /// second by [`CLAUSE_LEAD`]; clauses are ranked by BM25F and server groups only (no second
-    /// embedding), which keeps the cost to a fraction of the whole query's.
+    /// embedding), for their best tool only (see [`Self::clause_best`]).
     fn clause_hits(
         &self,
         catalog: &Catalog,
@@ -862,12 +862,10 @@ impl SearchIndex {
                     q.required.push(r.clone());
                 }
             }
-            self.score_query(&q, scratch, false);
-            let (top, _) = self.top(catalog, &scratch.query, 2);
-            let Some(&(s1, d1)) = top.first() else {
+            let Some(((s1, d1), s2)) = self.clause_best(catalog, &q, scratch) else {
                 continue;
             };
-            if top.get(1).is_some_and(|&(s2, _)| s1 < CLAUSE_LEAD * s2) {
+            if s1 < CLAUSE_LEAD * s2 {
                 continue;
             }
             let slot = CLAUSE_SLOT + out.hits.len();
@@ -884,6 +882,64 @@ impl SearchIndex {
         out
     }
 
+    /// A clause's best tool and score and its second's score (0 when none), by BM25F and server
+    /// groups fused as in [`Self::score_query`], in one pass over the tools: a clause is ranked
+    /// only for its best, and a full ranking per clause cost as much as the whole query's.
+    fn clause_best(
+        &self,
+        catalog: &Catalog,
+        q: &ParsedQuery,
+        scratch: &mut RankScratch,
+    ) -> Option<((f32, u32), f32)> {
+        let n = self.docs.len();
+        let RankScratch {
+            scores, allowed, ..
+        } = scratch;
+        scores.clear();
+        scores.resize(n, 0.0);
+        self.allowed_into(q, allowed);
+        self.lexical.score(q, allowed, scores);
+        let max = scores.iter().copied().fold(0f32, f32::max);
+        let w = self.lexical_weight / if max > 0.0 { max } else { 1.0 };
+        let groups = self.groups.as_ref().map(|g| (g, g.scores(q)));
+        let (gw, floor) = (self.params.group_weight, self.params.group_floor);
+        let tools = catalog.tools();
+        let name_of = |d: u32| tools[self.docs[d as usize]].name.as_str();
+        let before =
+            |a: (f32, u32), b: (f32, u32)| a.0 > b.0 || (a.0 == b.0 && name_of(a.1) < name_of(b.1));
+        let mut first: Option<(f32, u32)> = None;
+        let mut second = 0f32;
+        for (d, &s) in scores.iter().enumerate() {
+            let mut c = if max > 0.0 && self.lexical_weight > 0.0 {
+                w * s
+            } else {
+                0.0
+            };
+            if let Some((g, gs)) = &groups {
+                let gi = g.of_doc[d];
+                if gi != u32::MAX && allowed[d] {
+                    let gs = gs[gi as usize];
+                    if gs > 0.0 && (c > 0.0 || gs >= floor) {
+                        c += gw * gs;
+                    }
+                }
+            }
+            if c <= 0.0 {
+                continue;
+            }
+            let x = (c, d as u32);
+            match first {
+                Some(f) if !before(x, f) => second = second.max(c),
+                Some(f) => {
+                    second = second.max(f.0);
+                    first = Some(x);
+                }
+                None => first = Some(x),
+            }
+        }
+        first.map(|f| (f, second))
+    }
+
     fn rank_with(
         &self,
         catalog: &Catalog,
@@ -898,7 +954,7 @@ impl SearchIndex {
         let mut best = 0f32;
         for text in queries {
             let q = self.parse(text);
-            self.score_query(&q, scratch, true);
+            self.score_query(&q, scratch);
             exact.extend(q.exact.iter().filter(|&&d| scratch.allowed[d as usize]));
             let (list, b) = self.top(catalog, &scratch.query, limit);
             best = best.max(b);
