@@ -17,7 +17,7 @@ use crate::inputs::{Loaded, Source};
 pub struct Args {
     #[command(flatten)]
     source: Source,
-    /// Fuzzy query (repeat for several; they are combined into one ranking).
+    /// Fuzzy query (repeat for several intents; each is ranked on its own and they are merged).
     #[arg(long, short = 'q', value_name = "TEXT")]
     query: Vec<String>,
     /// Exact tool name (repeat for several).
