@@ -216,6 +216,12 @@ fn plus_terms_must_be_in_the_name() {
     let got = names(&e, &["+commit changes"], 10);
     assert!(!got.is_empty());
     assert!(got.iter().all(|n| n.contains("commit")), "{got:?}");
+    // A number with its sign is a number, not a name the tool must carry.
+    let got = names(&e, &["commit changes for +4915112345678"], 10);
+    assert!(
+        got.iter().any(|n| n.contains("commit")),
+        "a phone number does not empty the result: {got:?}"
+    );
 }
 
 #[test]

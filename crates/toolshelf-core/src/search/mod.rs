@@ -639,7 +639,11 @@ impl SearchIndex {
         // servers use as a tool name.
         let whole_query = query.split_whitespace().count() == 1;
         for raw in query.split_whitespace() {
-            if let Some(req) = raw.strip_prefix('+').filter(|r| !r.is_empty()) {
+            // `+` before a digit is a number (`+1234567890`, `+8`), not an operator.
+            if let Some(req) = raw
+                .strip_prefix('+')
+                .filter(|r| r.chars().next().is_some_and(|c| !c.is_ascii_digit()))
+            {
                 q.required.extend(analyze::analyze(req));
                 text_words.push(req);
                 continue;
