@@ -23,7 +23,7 @@ pub struct SearchArgs {
     #[serde(default, deserialize_with = "string_or_list")]
     #[schemars(with = "Vec<String>")]
     pub tool_names: Option<Vec<String>>,
-    /// Keyword phrases describing the task, in English and Chinese. Give this or tool_names, not both.
+    /// Keyword phrases for the task in English and Chinese, one per step. Give this or tool_names, not both.
     #[serde(default, deserialize_with = "string_or_list")]
     #[schemars(with = "Vec<String>")]
     pub queries: Option<Vec<String>>,
@@ -164,7 +164,7 @@ their schemas are not, so look a tool up here before running it with defer_execu
 Give exactly one of tool_names or queries:\n\
 - tool_names: exact names from the list, e.g. [\"mcp__git__git_log\"], returns their full schemas;\n\
 - queries: short keyword phrases for the task, in both English and Chinese, e.g. [\"read file\", \"读取文件\"]; \
-returns the best matching tools, the top ones with full schemas. Prefix a word with + to require it in the \
+returns the best matching tools, the top ones with full schemas. A task of several steps gets one phrase per step, e.g. [\"search flights\", \"convert currency\"], and each step gets results of its own. Prefix a word with + to require it in the \
 tool name (\"+commit\"); use server:NAME to search one server.\n\
 limit caps fuzzy results (default {default_limit}). Each schema comes with the exact defer_execute call to use."
     )
