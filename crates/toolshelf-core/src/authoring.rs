@@ -17,7 +17,7 @@
 //! Arguments and schema come from one Rust type, as for the other meta-tools.
 
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{Catalog, Resolution, ToolSpec};
@@ -58,6 +58,22 @@ pub fn defined_text(name: &str) -> String {
     )
 }
 
+/// A tool the model defined: its catalog item (origin `model`) and the script that runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Authored {
+    /// `{name, description, input_schema, origin}`, read like any catalog item.
+    pub item: Value,
+    /// Starlark source defining `def run(params)`.
+    pub script: String,
+}
+
+impl Authored {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        self.item["name"].as_str().unwrap_or_default()
+    }
+}
+
 fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= 64
@@ -66,14 +82,14 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Checks a definition against `catalog` (the session's) and the limits, `defined` being how many
-/// tools the model has defined in this session so far. Returns the new tool's catalog item, with
-/// `origin: "model"`, or the refusal the model reads.
+/// tools the model has defined in this session so far. Returns the new tool (its catalog item has
+/// `origin: "model"`), or the refusal the model reads.
 pub fn check(
     params: &Map<String, Value>,
     catalog: &Catalog,
     limits: &AuthoringConfig,
     defined: usize,
-) -> Result<Value, String> {
+) -> Result<Authored, String> {
     let args: DefineArgs = serde_json::from_value(Value::Object(params.clone()))
         .map_err(|e| format!("Invalid tool_define call: {e}."))?;
     let name = args.name.trim();
@@ -123,14 +139,16 @@ pub fn check(
     });
     // Read like any catalog item, so a schema the catalog would refuse is refused here.
     ToolSpec::from_value(item.clone(), "tool_define", "params").map_err(|e| e.to_string())?;
-    Ok(item)
+    Ok(Authored {
+        item,
+        script: args.script,
+    })
 }
 
-/// A defined tool (`item` from [`check`], with its `script`) as a script-tool file: a header
-/// saying where it came from and how to promote it, `description` and `schema` as Starlark
-/// literals, then the model's script as written.
-pub fn script_file(item: &Value, origin: &str) -> String {
-    let name = item["name"].as_str().unwrap_or_default();
+/// A defined tool as a script-tool file: a header saying where it came from and how to promote
+/// it, `description` and `schema` as Starlark literals, then the model's script as written.
+pub fn script_file(tool: &Authored, origin: &str) -> String {
+    let (item, name) = (&tool.item, tool.name());
     let mut out = format!(
         "# Written by the model ({origin}) with tool_define.\n\
          # To offer it to every session, review it and add to the configuration:\n\
@@ -142,7 +160,7 @@ pub fn script_file(item: &Value, origin: &str) -> String {
     out.push_str("\nschema = ");
     out.push_str(&starlark_literal(&item["input_schema"]));
     out.push_str("\n\n");
-    out.push_str(item["script"].as_str().unwrap_or_default());
+    out.push_str(&tool.script);
     if !out.ends_with('\n') {
         out.push('\n');
     }
@@ -231,9 +249,8 @@ mod tests {
         );
         let mut limits = limits();
         limits.max_description_chars = 100;
-        let mut item = check(&p, &catalog, &limits, 0).expect("defines");
-        item["script"] = p["script"].clone();
-        let file = script_file(&item, "session s-1");
+        let tool = check(&p, &catalog, &limits, 0).expect("defines");
+        let file = script_file(&tool, "session s-1");
         assert!(file.contains("[tools.greet]"), "{file}");
         let def = crate::template::script_definition(
             &file,
@@ -243,21 +260,22 @@ mod tests {
         )
         .expect("the file defines a script tool");
         assert_eq!(def.description, description);
-        assert_eq!(Value::Object(def.schema), item["input_schema"]);
+        assert_eq!(Value::Object(def.schema), tool.item["input_schema"]);
     }
 
     #[test]
     fn a_definition_is_checked_against_the_names_and_the_limits() {
         let catalog = Catalog::from_value(&json!([{"name": "Read"}]), "c").expect("catalog");
         let ok = "def run(params):\n    return len(params['text'].split())\n";
-        let item = check(
+        let tool = check(
             &params("word_count", "Counts words.", ok),
             &catalog,
             &limits(),
             0,
         )
         .expect("defines");
-        assert_eq!(item["origin"], "model");
+        assert_eq!(tool.item["origin"], "model");
+        assert_eq!(tool.script, ok);
         for (p, defined, says) in [
             (params("Read", "x", ok), 0, "exists already"),
             (params("tool_search", "x", ok), 0, "exists already"),

@@ -612,7 +612,7 @@ impl<'a> Replay<'a> {
             &self.compiled.config().authoring,
             self.defined,
         ) {
-            Ok(item) => item,
+            Ok(tool) => tool.item,
             Err(e) => return (e, true),
         };
         if let Err(e) = self.change_tools(std::slice::from_ref(&item), &[]) {

@@ -175,19 +175,14 @@ impl Snapshot {
         }
     }
 
-    /// This snapshot with the tools one session's model wrote (`items`, catalog items with their
-    /// `script`): a session's own view, searched with BM25F alone.
-    pub fn with_authored(&self, items: &[Value], compiled: &Compiled) -> Result<Self> {
-        let items: Vec<Value> = items
-            .iter()
-            .map(|t| {
-                let mut t = t.clone();
-                if let Some(o) = t.as_object_mut() {
-                    o.shift_remove("script");
-                }
-                t
-            })
-            .collect();
+    /// This snapshot with the tools one session's model wrote: a session's own view, searched
+    /// with BM25F alone.
+    pub fn with_authored(
+        &self,
+        tools: &[toolshelf_core::authoring::Authored],
+        compiled: &Compiled,
+    ) -> Result<Self> {
+        let items: Vec<Value> = tools.iter().map(|t| t.item.clone()).collect();
         let catalog = toolshelf_core::catalog::rebuilt(&self.catalog, &items, &[], "session")
             .map_err(|message| GatewayError::Server {
                 server: "(model-authored tools)".into(),

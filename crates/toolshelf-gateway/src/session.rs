@@ -49,8 +49,8 @@ pub const STATUS_URI: &str = "toolshelf://status";
 struct Local {
     state: SessionState,
     list: Option<Arc<Vec<Tool>>>,
-    /// Tools the model wrote with `tool_define` (catalog items with their `script`).
-    authored: Vec<Value>,
+    /// Tools the model wrote with `tool_define`.
+    authored: Vec<authoring::Authored>,
     /// The hub's snapshot it was built on, and the session's view with `authored` in it.
     overlay: Option<(Arc<Snapshot>, Arc<Snapshot>)>,
     /// Descriptions rendered from templates when the list froze, by canonical name: search
@@ -227,15 +227,7 @@ impl GatewaySession {
         let values = toolshelf_core::template::SessionValues {
             mode: compiled.mode().map(str::to_owned),
             client,
-            workspace: compiled
-                .templates()
-                .workspace()
-                .map(str::to_owned)
-                .or_else(|| {
-                    std::env::current_dir()
-                        .ok()
-                        .map(|d| d.display().to_string())
-                }),
+            workspace: toolshelf_runtime::files::workspace(compiled.templates().workspace()),
         };
         match compiled.session_surface(&snap.catalog, &snap.exposure, &values) {
             Ok(surface) => {
@@ -672,7 +664,7 @@ impl GatewaySession {
             local
                 .authored
                 .iter()
-                .find(|t| t["name"].as_str() == Some(tool.original_name.as_str()))
+                .find(|t| t.name() == tool.original_name)
                 .cloned()
         };
         let Some(item) = item else {
@@ -694,22 +686,13 @@ impl GatewaySession {
     async fn define(&self, snap: &Snapshot, params: &Map<String, Value>) -> CallToolResult {
         let limits = &self.hub.config().authoring;
         let mut local = self.local.lock().await;
-        let mut item = match authoring::check(params, &snap.catalog, limits, local.authored.len()) {
-            Ok(item) => item,
+        let tool = match authoring::check(params, &snap.catalog, limits, local.authored.len()) {
+            Ok(tool) => tool,
             Err(e) => return error_result(e),
         };
-        let name = item["name"].as_str().unwrap_or_default().to_owned();
-        item["script"] = params.get("script").cloned().unwrap_or(Value::Null);
-        match toolshelf_runtime::scripts::keep_authored(limits, &self.id, &item) {
-            Ok(Some(path)) => tracing::info!(
-                session = %self.id, tool = %name,
-                "model-authored tool kept in {} (promote it with [tools.{name}] script)",
-                path.display()
-            ),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(session = %self.id, tool = %name, "{e}"),
-        }
-        local.authored.push(item);
+        let name = tool.name().to_owned();
+        toolshelf_runtime::scripts::keep_authored(limits, &self.id, &tool);
+        local.authored.push(tool);
         local.overlay = None;
         // The model wrote the schema: the tool is loaded.
         local.state.activate([name.as_str()]);

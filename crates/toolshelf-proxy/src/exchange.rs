@@ -228,15 +228,7 @@ fn session_values(proxy: &Proxy, client: Option<&str>) -> toolshelf_core::templa
     toolshelf_core::template::SessionValues {
         mode: compiled.mode().map(str::to_owned),
         client: client.map(str::to_owned),
-        workspace: compiled
-            .templates()
-            .workspace()
-            .map(str::to_owned)
-            .or_else(|| {
-                std::env::current_dir()
-                    .ok()
-                    .map(|d| d.display().to_string())
-            }),
+        workspace: toolshelf_runtime::files::workspace(compiled.templates().workspace()),
     }
 }
 
@@ -826,7 +818,7 @@ impl Turn {
                 match session
                     .authored
                     .iter()
-                    .find(|t| t["name"].as_str() == Some(tool.original_name.as_str()))
+                    .find(|t| t.name() == tool.original_name)
                 {
                     Some(item) => {
                         scripts
@@ -856,24 +848,12 @@ impl Turn {
     ) -> (String, bool) {
         let session = &mut self.prepared.session;
         let limits = &proxy.compiled.config().authoring;
-        let mut item =
-            match authoring::check(params, &shelf.catalog, limits, session.authored.len()) {
-                Ok(item) => item,
-                Err(e) => return (e, true),
-            };
-        let name = item["name"].as_str().unwrap_or_default().to_owned();
-        item["script"] = params.get("script").cloned().unwrap_or(Value::Null);
-        let key = &self.prepared.key;
-        match toolshelf_runtime::scripts::keep_authored(limits, key, &item) {
-            Ok(Some(path)) => tracing::info!(
-                session = %key, tool = %name,
-                "model-authored tool kept in {} (promote it with [tools.{name}] script)",
-                path.display()
-            ),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(session = %key, tool = %name, "{e}"),
-        }
-        session.authored.push(item);
+        let tool = match authoring::check(params, &shelf.catalog, limits, session.authored.len()) {
+            Ok(tool) => tool,
+            Err(e) => return (e, true),
+        };
+        let name = tool.name().to_owned();
+        session.authored.push(tool);
         match proxy.shelf(
             self.prepared.dialect,
             &self.prepared.client_tools,
@@ -884,6 +864,9 @@ impl Turn {
                 session.authored.pop();
                 return (format!("tool_define: {e}"), true);
             }
+        }
+        if let Some(tool) = session.authored.last() {
+            toolshelf_runtime::scripts::keep_authored(limits, &self.prepared.key, tool);
         }
         // The model wrote the schema: the tool is loaded.
         session.state.activate([name.as_str()]);

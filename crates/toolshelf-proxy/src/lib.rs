@@ -136,7 +136,7 @@ impl Proxy {
         &self,
         dialect: Dialect,
         tools: &[serde_json::Value],
-        authored: &[serde_json::Value],
+        authored: &[toolshelf_core::authoring::Authored],
     ) -> std::result::Result<Arc<Shelf>, String> {
         let own = OwnTools {
             scripts: &self.script_items,

@@ -101,10 +101,9 @@ pub struct ProxySession {
     pub last_prefix: Option<PrefixPrint>,
     /// Figures.
     pub figures: Figures,
-    /// Tools the model wrote with `tool_define` (catalog items with their `script`), in the
-    /// order written.
+    /// Tools the model wrote with `tool_define`, in the order written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub authored: Vec<serde_json::Value>,
+    pub authored: Vec<toolshelf_core::authoring::Authored>,
     /// Descriptions rendered from templates when the list froze, by canonical name: search
     /// results show them too.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

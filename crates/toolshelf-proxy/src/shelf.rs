@@ -81,7 +81,7 @@ pub struct OwnTools<'a> {
     /// Whether `tool_define` is offered.
     pub define: bool,
     /// The session's model-authored tools.
-    pub authored: &'a [Value],
+    pub authored: &'a [toolshelf_core::authoring::Authored],
 }
 
 /// Keys a client's tool definition carries that are instructions to the provider, not part of
@@ -142,7 +142,12 @@ impl Shelf {
             .iter()
             .map(|t| (Some(SCRIPTS_SERVER), t, Own::Script))
             .chain(define.iter().map(|t| (None, t, Own::Define)))
-            .chain(own_tools.authored.iter().map(|t| (None, t, Own::Authored)));
+            .chain(
+                own_tools
+                    .authored
+                    .iter()
+                    .map(|t| (None, &t.item, Own::Authored)),
+            );
         for (k, (server, item, kind)) in own_items.enumerate() {
             let tool = item.get("name").and_then(Value::as_str).unwrap_or_default();
             let name = match server {
@@ -154,12 +159,7 @@ impl Shelf {
                 continue;
             }
             let at = format!("proxy tool {name:?}");
-            let mut item = item.clone();
-            if let Some(o) = item.as_object_mut() {
-                // A model-authored tool keeps its source beside its definition.
-                o.shift_remove("script");
-            }
-            let added = ToolSpec::from_value(item, "proxy tools", &at)
+            let added = ToolSpec::from_value(item.clone(), "proxy tools", &at)
                 .and_then(|spec| b.add_tool(server, spec, &at));
             match added {
                 Ok(()) => {
@@ -355,7 +355,7 @@ impl Shelves {
     ) -> Result<Arc<Shelf>, String> {
         // Script tools and `tool_define` are the same for every request; the model's tools are
         // the session's.
-        let key = hash_tools(tools.iter().chain(own.authored));
+        let key = hash_tools(tools.iter().chain(own.authored.iter().map(|t| &t.item)));
         {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(pos) = cache

@@ -4,6 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
+/// `session.workspace` as description templates and scripts read it: `configured` (`[template]
+/// workspace`), else the directory toolshelf runs in.
+pub fn workspace(configured: Option<&str>) -> Option<String> {
+    configured.map(str::to_owned).or_else(|| {
+        std::env::current_dir()
+            .ok()
+            .map(|d| d.display().to_string())
+    })
+}
+
 /// The default cache directory: `$XDG_CACHE_HOME/toolshelf`, else `~/.cache/toolshelf`.
 ///
 /// With neither variable set there is no home to keep files in, and a shared, predictable path

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt;
+use toolshelf_core::authoring::Authored;
 use toolshelf_core::config::{Config, SCRIPTS_SERVER, ScriptsConfig};
 use toolshelf_core::name;
 use toolshelf_core::template::SessionValues;
@@ -115,11 +116,7 @@ impl Runner {
             session: SessionValues {
                 mode: None,
                 client: None,
-                workspace: config.template.workspace.clone().or_else(|| {
-                    std::env::current_dir()
-                        .ok()
-                        .map(|d| d.display().to_string())
-                }),
+                workspace: crate::files::workspace(config.template.workspace.as_deref()),
             },
             vars: config.template.vars.clone(),
         }
@@ -253,19 +250,17 @@ impl Runner {
         ))
     }
 
-    /// Runs a tool the model wrote (`tool_define`): `item` is its catalog item, with the source
-    /// under `script`.
-    pub async fn run_authored(&self, item: &Value, params: Value) -> Result<Value, String> {
-        let tool = item["name"].as_str().unwrap_or_default();
-        let owner = format!("model-authored tool {tool:?}");
+    /// Runs a tool the model wrote (`tool_define`).
+    pub async fn run_authored(&self, tool: &Authored, params: Value) -> Result<Value, String> {
+        let (item, name) = (&tool.item, tool.name());
+        let owner = format!("model-authored tool {name:?}");
         let pkg = self.pkg(
             None,
-            tool,
+            name,
             item["description"].as_str().unwrap_or_default(),
             item["input_schema"].as_object(),
         );
-        let source = item["script"].as_str().unwrap_or_default();
-        self.exec(Job::Run, &owner, source, pkg, params).await
+        self.exec(Job::Run, &owner, &tool.script, pkg, params).await
     }
 }
 
@@ -391,13 +386,31 @@ pub fn result_text(value: &Value) -> String {
     }
 }
 
-/// Writes a tool the model defined (`item`, with its `script`) to `[authoring] keep_dir`
-/// (default `CACHE/authored`) as `SESSION/NAME.star`, a script-tool file the operator can review
-/// and promote. `Ok(None)` when `keep_dir` is `""`.
+/// Writes a tool the model defined to `[authoring] keep_dir` (default `CACHE/authored`) as
+/// `SESSION/NAME.star`, a script-tool file the operator can review and promote, and logs where
+/// (or why not). Keeping serves the operator: a failure to write does not fail the definition.
 pub fn keep_authored(
     config: &toolshelf_core::config::AuthoringConfig,
     session: &str,
-    item: &Value,
+    tool: &Authored,
+) {
+    let name = tool.name();
+    match write_authored(config, session, tool) {
+        Ok(Some(path)) => tracing::info!(
+            session = %session, tool = %name,
+            "model-authored tool kept in {} (promote it with [tools.{name}] script)",
+            path.display()
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(session = %session, tool = %name, "{e}"),
+    }
+}
+
+/// [`keep_authored`]'s write: the path written, `None` when `keep_dir` is `""`.
+fn write_authored(
+    config: &toolshelf_core::config::AuthoringConfig,
+    session: &str,
+    tool: &Authored,
 ) -> Result<Option<PathBuf>, String> {
     let dir = match config.keep_dir.as_deref() {
         Some("") => return Ok(None),
@@ -411,9 +424,10 @@ pub fn keep_authored(
         let cleaned: String = name::sanitize(s).chars().take(80).collect();
         format!("{cleaned}-{:08x}", name::fnv1a64(s.as_bytes()) as u32)
     };
-    let tool = item["name"].as_str().unwrap_or_default();
-    let path = dir.join(safe(session)).join(format!("{tool}.star"));
-    let text = toolshelf_core::authoring::script_file(item, &format!("session {session}"));
+    let path = dir
+        .join(safe(session))
+        .join(format!("{}.star", tool.name()));
+    let text = toolshelf_core::authoring::script_file(tool, &format!("session {session}"));
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;

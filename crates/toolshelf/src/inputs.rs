@@ -46,13 +46,6 @@ pub struct Loaded {
     pub surface: Surface,
 }
 
-/// The current directory, as `session.workspace` defaults to it.
-pub fn current_dir() -> Option<String> {
-    std::env::current_dir()
-        .ok()
-        .map(|d| d.display().to_string())
-}
-
 fn read(path: &PathBuf, what: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))
 }
@@ -85,8 +78,7 @@ impl Source {
             workspace: self
                 .workspace
                 .clone()
-                .or_else(|| compiled.templates().workspace().map(str::to_owned))
-                .or_else(current_dir),
+                .or_else(|| toolshelf_runtime::files::workspace(compiled.templates().workspace())),
         };
         let surface = compiled.session_surface(&catalog, &exposure, &session)?;
         for w in catalog
