@@ -2,7 +2,7 @@
 //! recorder and the text format are `toolshelf_runtime::metrics`).
 //!
 //! Calls, refusals and searches are counted from the audit records, the one place every call's
-//! outcome is written ([`audited`], called for each record whether or not a log is kept), so
+//! outcome is written (`audited`, called for each record whether or not a log is kept), so
 //! the metrics and the audit log cannot disagree. Search durations are timed at the search
 //! seam; server states are read from the hub when scraped ([`servers`]).
 

@@ -22,7 +22,7 @@ use toolshelf_runtime::scripts::{Runner, ScriptTools, Source};
 
 use crate::error::{GatewayError, Result};
 
-pub use toolshelf_runtime::scripts::{RUNNER_SUBCOMMAND, read_sources, sources_digest};
+pub use toolshelf_runtime::scripts::sources_digest;
 
 /// The subcommand of the toolshelf binary that serves the script tools.
 pub const SERVER_SUBCOMMAND: &str = "__scripts-server";
@@ -34,7 +34,7 @@ pub struct ScriptServer {
 }
 
 impl ScriptServer {
-    /// Defines every script tool of `config` from `sources` ([`read_sources`]), each in a
+    /// Defines every script tool of `config` from `sources` ([`sources`]), each in a
     /// runner; `runner` is the toolshelf binary.
     pub async fn new(config: &Config, sources: Vec<Source>, runner: PathBuf) -> Result<Self> {
         let tools = ScriptTools::define(sources, Runner::new(runner, config)).await;
@@ -75,11 +75,13 @@ impl ScriptServer {
     }
 }
 
-/// Reads the scripts as [`read_sources`] does, the error as the gateway's.
+/// Reads the scripts (`toolshelf_runtime::scripts::read_sources`), the error as the gateway's.
 pub fn sources(config: &Config, config_dir: &std::path::Path) -> Result<Vec<Source>> {
-    read_sources(config, config_dir).map_err(|message| GatewayError::Server {
-        server: SCRIPTS_SERVER.into(),
-        message,
+    toolshelf_runtime::scripts::read_sources(config, config_dir).map_err(|message| {
+        GatewayError::Server {
+            server: SCRIPTS_SERVER.into(),
+            message,
+        }
     })
 }
 

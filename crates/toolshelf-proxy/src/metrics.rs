@@ -2,7 +2,7 @@
 //! format are `toolshelf_runtime::metrics`).
 //!
 //! Every figure of the status totals is mirrored by a counter, in one place: [`Proxy::count`]
-//! passes each change here ([`totals_moved`]), so `/toolshelf/status` and `/metrics` cannot
+//! passes each change here (`totals_moved`), so `/toolshelf/status` and `/metrics` cannot
 //! disagree. What the totals do not hold is recorded where it happens: calls by outcome and
 //! refusals by reason, the duration and outcome of each search, and the rounds the proxy
 //! answered itself per request.

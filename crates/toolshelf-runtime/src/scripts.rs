@@ -339,14 +339,6 @@ impl ScriptTools {
         Self { tools, runner }
     }
 
-    /// No script tools, only a runner (for tools the model writes).
-    pub fn none(runner: Runner) -> Self {
-        Self {
-            tools: Vec::new(),
-            runner,
-        }
-    }
-
     /// The tools as catalog items of the `scripts` group: `{name, description, input_schema}`.
     pub fn items(&self) -> Vec<Value> {
         self.tools

@@ -59,11 +59,11 @@ enum Command {
     /// status 1 when anything is found or the render fails.
     CheckTemplate(commands::check_template::Args),
     /// Serve a configuration's script tools over stdio (the gateway starts this itself).
-    #[command(name = "__scripts-server", hide = true)]
+    #[command(name = toolshelf_gateway::scripts::SERVER_SUBCOMMAND, hide = true)]
     ScriptsServer(commands::serve::ScriptsServerArgs),
     /// Run one script call: a request on stdin, the answer on stdout (the scripts server starts
     /// this itself, under its limits).
-    #[command(name = "__script-run", hide = true)]
+    #[command(name = toolshelf_runtime::scripts::RUNNER_SUBCOMMAND, hide = true)]
     ScriptRun,
 }
 
