@@ -94,6 +94,22 @@ pub fn latency_percentiles(queries: &[String], mut f: impl FnMut(&String)) -> (f
     (pct(50.0), pct(99.0))
 }
 
+/// The catalog sizes to measure: `$TOOLSHELF_BENCH_SIZES` (comma-separated, e.g. `10000`), else
+/// 1k, 10k and 100k.
+pub fn sizes() -> Vec<usize> {
+    match std::env::var("TOOLSHELF_BENCH_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("TOOLSHELF_BENCH_SIZES: {s:?} is not a size"))
+            })
+            .collect(),
+        Err(_) => vec![1_000, 10_000, 100_000],
+    }
+}
+
 /// For each size: a synthetic catalog, `build`'s time (criterion, up to `bench_build_up_to`
 /// tools; larger builds are timed once), query time (criterion) and p50/p99 over every query.
 pub fn bench_sizes(
@@ -104,7 +120,7 @@ pub fn bench_sizes(
 ) {
     let pool = pooled_tools();
     let qs = queries();
-    for size in [1_000usize, 10_000, 100_000] {
+    for size in sizes() {
         let catalog = catalog_of(&pool, size);
         let all: Vec<usize> = (0..catalog.tools().len()).collect();
         let mut group = c.benchmark_group(format!("{label}_{size}"));

@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 
 use jieba_rs::Jieba;
 use rust_stemmers::{Algorithm, Stemmer};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::name::split_words;
 
@@ -71,16 +72,9 @@ const ZH_STOP: &[&str] = &[
 ];
 
 fn is_stop(word: &str) -> bool {
-    // Both lists are short and sorted here once, so lookups are binary searches.
-    static SETS: OnceLock<(Vec<&'static str>, Vec<&'static str>)> = OnceLock::new();
-    let (en, zh) = SETS.get_or_init(|| {
-        let mut en = EN_STOP.to_vec();
-        en.sort_unstable();
-        let mut zh = ZH_STOP.to_vec();
-        zh.sort_unstable();
-        (en, zh)
-    });
-    en.binary_search(&word).is_ok() || zh.binary_search(&word).is_ok()
+    static SET: OnceLock<FxHashSet<&'static str>> = OnceLock::new();
+    SET.get_or_init(|| EN_STOP.iter().chain(ZH_STOP).copied().collect())
+        .contains(word)
 }
 
 /// Stems one lower-case Latin word.
@@ -91,60 +85,112 @@ pub fn stem(word: &str) -> String {
     stemmer().stem(word).into_owned()
 }
 
-/// Calls `emit(term, surface)` for every term of `text`; `surface` is the word as written
-/// (lower-cased, before stemming), for reasons shown to the model.
-pub fn analyze_with(text: &str, mut emit: impl FnMut(String, &str)) {
+/// A run of text analysed as one piece: Latin words (with their `_ - . /` separators) or
+/// Chinese characters. Runs are analysed independently of each other.
+#[derive(Clone, Copy)]
+enum Run {
+    Latin,
+    Cjk,
+}
+
+/// Calls `run` for each Latin and Chinese run of `text`, in order.
+fn runs(text: &str, mut run: impl FnMut(Run, &str)) {
     let mut latin = String::new();
     let mut cjk = String::new();
-    let flush_latin = |latin: &mut String, emit: &mut dyn FnMut(String, &str)| {
-        if latin.is_empty() {
-            return;
+    let flush = |buf: &mut String, kind: Run, run: &mut dyn FnMut(Run, &str)| {
+        if !buf.is_empty() {
+            run(kind, buf);
+            buf.clear();
         }
-        for w in split_words(latin) {
-            if w.is_empty() || is_stop(&w) {
-                continue;
-            }
-            emit(stem(&w), &w);
-        }
-        latin.clear();
-    };
-    let flush_cjk = |cjk: &mut String, emit: &mut dyn FnMut(String, &str)| {
-        if cjk.is_empty() {
-            return;
-        }
-        for t in jieba().cut_for_search(cjk, true) {
-            if !is_stop(t.word) {
-                emit(t.word.to_owned(), t.word);
-            }
-        }
-        let chars: Vec<char> = cjk.chars().collect();
-        for pair in chars.windows(2) {
-            let bigram: String = pair.iter().collect();
-            let mut term = String::with_capacity(1 + bigram.len());
-            term.push(CJK_CHAR_PREFIX);
-            term.push_str(&bigram);
-            emit(term, &bigram);
-        }
-        cjk.clear();
     };
     for c in text.chars() {
         if is_cjk(c) {
-            flush_latin(&mut latin, &mut emit);
+            flush(&mut latin, Run::Latin, &mut run);
             cjk.push(c);
         } else {
-            flush_cjk(&mut cjk, &mut emit);
+            flush(&mut cjk, Run::Cjk, &mut run);
             if c.is_alphanumeric() {
                 latin.push(c);
             } else if matches!(c, '_' | '-' | '.' | '/') {
-                // Identifier separators: split_words handles them, and camelCase inside.
                 latin.push(' ');
             } else {
-                flush_latin(&mut latin, &mut emit);
+                flush(&mut latin, Run::Latin, &mut run);
             }
         }
     }
-    flush_latin(&mut latin, &mut emit);
-    flush_cjk(&mut cjk, &mut emit);
+    flush(&mut latin, Run::Latin, &mut run);
+    flush(&mut cjk, Run::Cjk, &mut run);
+}
+
+/// The terms of one run.
+fn analyze_run(kind: Run, text: &str, emit: &mut dyn FnMut(String, &str)) {
+    match kind {
+        Run::Latin => {
+            for w in split_words(text) {
+                if w.is_empty() || is_stop(&w) {
+                    continue;
+                }
+                emit(stem(&w), &w);
+            }
+        }
+        Run::Cjk => {
+            for t in jieba().cut_for_search(text, true) {
+                if !is_stop(t.word) {
+                    emit(t.word.to_owned(), t.word);
+                }
+            }
+            let chars: Vec<char> = text.chars().collect();
+            for pair in chars.windows(2) {
+                let bigram: String = pair.iter().collect();
+                let mut term = String::with_capacity(1 + bigram.len());
+                term.push(CJK_CHAR_PREFIX);
+                term.push_str(&bigram);
+                emit(term, &bigram);
+            }
+        }
+    }
+}
+
+/// Calls `emit(term, surface)` for every term of `text`; `surface` is the word as written
+/// (lower-cased, before stemming), for reasons shown to the model.
+pub fn analyze_with(text: &str, mut emit: impl FnMut(String, &str)) {
+    runs(text, |kind, run| analyze_run(kind, run, &mut emit));
+}
+
+/// Analyses of runs already seen, reused: a long request is analysed as a whole and then clause
+/// by clause, and most of its runs (every Latin word group, every Chinese run between
+/// punctuation) are the same both times. Analysis is a pure function of the run, so the terms
+/// are the same as [`analyze_with`]'s.
+#[derive(Debug, Default)]
+pub struct Memo {
+    runs: FxHashMap<String, Vec<(String, String)>>,
+}
+
+impl Memo {
+    /// Forgets every run (the memo grows with what it analysed).
+    pub fn clear(&mut self) {
+        self.runs.clear();
+    }
+}
+
+/// [`analyze_with`], reusing and filling `memo`.
+pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(String, &str)) {
+    runs(text, |kind, run| {
+        if let Some(terms) = memo.runs.get(run) {
+            for (term, surface) in terms {
+                emit(term.clone(), surface);
+            }
+            return;
+        }
+        let mut terms = Vec::new();
+        analyze_run(kind, run, &mut |term, surface| {
+            terms.push((term, surface.to_owned()));
+        });
+        for (term, surface) in &terms {
+            emit(term.clone(), surface);
+        }
+        memo.runs.insert(run.to_owned(), terms);
+    });
 }
 
 /// Appends the terms of `text` to `out`.
@@ -228,5 +274,26 @@ mod tests {
         for t in from_threads {
             assert_eq!(t, expected);
         }
+    }
+
+    #[test]
+    fn a_memo_gives_the_same_terms_and_surfaces() {
+        let texts = [
+            "Find flights to Tokyo. Also convert 300 USD to yen",
+            "convert 300 USD to yen",
+            "查询天气。然后预订酒店 getHTTPResponse_v2",
+            "预订酒店",
+            "Find flights to Tokyo",
+        ];
+        let mut memo = Memo::default();
+        for _ in 0..2 {
+            for text in texts {
+                let (mut plain, mut memoised) = (Vec::new(), Vec::new());
+                analyze_with(text, |t, s| plain.push((t, s.to_owned())));
+                analyze_memo(text, &mut memo, |t, s| memoised.push((t, s.to_owned())));
+                assert_eq!(memoised, plain, "{text}");
+            }
+        }
+        assert!(memo.runs.contains_key("预订酒店"), "{memo:?}");
     }
 }

@@ -9,7 +9,7 @@
 //! The index is a plain inverted file: a term dictionary, postings sorted by document, and field
 //! lengths. It is built once per catalog; a query touches only the postings of its terms.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::analyze::CJK_CHAR_PREFIX;
 
@@ -89,7 +89,7 @@ pub type DocFields = [Vec<String>; FIELDS];
 /// The inverted index.
 #[derive(Debug, Clone, Default)]
 pub struct Bm25Index {
-    dict: HashMap<String, u32>,
+    dict: FxHashMap<String, u32>,
     postings: Vec<Vec<Posting>>,
     idf: Vec<f32>,
     /// Whether a term is a Chinese character bigram.
@@ -112,7 +112,7 @@ pub struct Scored {
 impl Bm25Index {
     /// Builds the index from every document's fields (document ids are positions).
     pub fn build(docs: &[DocFields], params: Bm25Params) -> Self {
-        let mut dict: HashMap<String, u32> = HashMap::new();
+        let mut dict: FxHashMap<String, u32> = FxHashMap::default();
         let mut postings: Vec<Vec<Posting>> = Vec::new();
         let mut lengths = Vec::with_capacity(docs.len());
         let mut totals = [0f64; FIELDS];
@@ -206,14 +206,16 @@ impl Bm25Index {
     }
 
     /// Adds the BM25F contribution of each `(term, query weight)` to `scores` (indexed by doc,
-    /// sized to [`Self::len`]), and counts strong and weak matched terms per doc in `strong` and
-    /// `weak_hits`.
+    /// sized to at least [`Self::len`]), and counts strong and weak matched terms per doc in
+    /// `strong` and `weak_hits`. Each document touched for the first time (both counts zero
+    /// before) is pushed to `touched`, so callers visit only the matches, not the catalog.
     pub fn accumulate(
         &self,
         terms: &[(u32, f32)],
         scores: &mut [f32],
         strong: &mut [u16],
         weak_hits: &mut [u16],
+        touched: &mut Vec<u32>,
     ) {
         let p = &self.params;
         for &(term, qweight) in terms {
@@ -228,6 +230,9 @@ impl Bm25Index {
                 }
                 let d = post.doc as usize;
                 scores[d] += idf * tf / (p.k1 + tf);
+                if strong[d] == 0 && weak_hits[d] == 0 {
+                    touched.push(post.doc);
+                }
                 if is_weak {
                     weak_hits[d] += 1;
                 } else {
@@ -255,7 +260,11 @@ mod tests {
             .collect();
         let n = index.len();
         let (mut s, mut a, mut b) = (vec![0.0; n], vec![0; n], vec![0; n]);
-        index.accumulate(&ids, &mut s, &mut a, &mut b);
+        let mut touched = Vec::new();
+        index.accumulate(&ids, &mut s, &mut a, &mut b, &mut touched);
+        touched.sort_unstable();
+        let matched: Vec<u32> = (0..n as u32).filter(|&d| s[d as usize] > 0.0).collect();
+        assert_eq!(touched, matched);
         let mut out: Vec<(u32, f32)> = s
             .into_iter()
             .enumerate()

@@ -141,8 +141,8 @@ pub struct ParsedQuery {
     pub text: String,
     /// Analyzed terms of `text`, with how often each occurs, in first-seen order.
     pub terms: Vec<(String, f32)>,
-    /// Surface form of each term, for reasons.
-    pub surface: BTreeMap<String, String>,
+    /// Surface form of each of `terms` (as first seen), for reasons.
+    pub surface: Vec<String>,
     /// `+term`s: each must appear in the tool name (analyzed).
     pub required: Vec<String>,
     /// Canonical server names the query is restricted to (`server:NAME`, `mcp__S__`).
@@ -151,6 +151,9 @@ pub struct ParsedQuery {
     pub exact: Vec<u32>,
     /// What the parser ignored and why, for the response text.
     pub notes: Vec<String>,
+    /// Id of each of `terms` in the lexical index that parsed the query (`None`: no tool has
+    /// it); empty when the query was not parsed by an index.
+    ids: Vec<Option<u32>>,
 }
 
 impl ParsedQuery {
@@ -178,51 +181,94 @@ impl Lexical {
     }
 }
 
+impl Lexical {
+    /// Scores `query` into `scores` as [`Retriever::score`] does, and leaves in `matched` the
+    /// documents that kept a score (in no particular order), so that callers can visit the
+    /// matches instead of the catalog. Only matched documents are written.
+    fn score_matches(
+        &self,
+        query: &ParsedQuery,
+        ids: Option<&[Option<u32>]>,
+        allowed: &[bool],
+        scores: &mut [f32],
+        matched: &mut Vec<u32>,
+    ) {
+        let n = self.index.len();
+        let terms: Vec<(u32, f32)> = if let Some(ids) = ids {
+            ids.iter()
+                .zip(&query.terms)
+                .filter_map(|(id, (_, w))| id.map(|id| (id, *w)))
+                .collect()
+        } else {
+            query
+                .terms
+                .iter()
+                .filter_map(|(t, w)| self.index.term_id(t).map(|id| (id, *w)))
+                .collect()
+        };
+        matched.clear();
+        LEXICAL_SCRATCH.with_borrow_mut(|scratch| {
+            let LexicalScratch { strong, weak } = scratch;
+            // The counts are all zero between calls: only touched entries are reset below.
+            if strong.len() < n {
+                strong.resize(n, 0);
+                weak.resize(n, 0);
+            }
+            self.index.accumulate(&terms, scores, strong, weak, matched);
+            matched.retain(|&d| {
+                let i = d as usize;
+                let keep =
+                    allowed[i] && (strong[i] > 0 || weak[i] >= self.min_weak) && scores[i] > 0.0;
+                if !keep {
+                    scores[i] = 0.0;
+                }
+                strong[i] = 0;
+                weak[i] = 0;
+                keep
+            });
+        });
+    }
+}
+
 impl Retriever for Lexical {
     fn name(&self) -> &'static str {
         "bm25"
     }
 
     fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]) {
-        let n = self.index.len();
-        let terms: Vec<(u32, f32)> = query
-            .terms
-            .iter()
-            .filter_map(|(t, w)| self.index.term_id(t).map(|id| (id, *w)))
-            .collect();
-        LEXICAL_SCRATCH.with_borrow_mut(|(strong, weak)| {
-            strong.clear();
-            strong.resize(n, 0);
-            weak.clear();
-            weak.resize(n, 0);
-            self.index.accumulate(&terms, scores, strong, weak);
-            for (((score, &ok), &s), &w) in scores
-                .iter_mut()
-                .zip(allowed)
-                .zip(strong.iter())
-                .zip(weak.iter())
-            {
-                if !ok || (s == 0 && w < self.min_weak) {
-                    *score = 0.0;
-                }
-            }
-        });
+        let mut matched = Vec::new();
+        self.score_matches(query, None, allowed, scores, &mut matched);
     }
 }
 
-thread_local! {
-    /// Per-thread buffers sized to the catalog, reused across queries: allocating and zeroing
-    /// fresh pages for them on every query cost more than scoring a 10k-tool catalog.
-    static LEXICAL_SCRATCH: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-    static RANK_SCRATCH: RefCell<RankScratch> = const { RefCell::new(RankScratch { query: Vec::new(), scores: Vec::new(), allowed: Vec::new(), lexical_hit: Vec::new() }) };
+/// Per-thread match counts per document for [`Lexical`], sized to the largest index scored so
+/// far and all zero between queries: allocating and zeroing fresh pages on every query cost more
+/// than scoring a 10k-tool catalog, and resetting only the touched entries keeps a query's cost
+/// in proportion to its matches.
+#[derive(Debug, Default)]
+struct LexicalScratch {
+    strong: Vec<u16>,
+    weak: Vec<u16>,
 }
 
-#[derive(Debug)]
+thread_local! {
+    static LEXICAL_SCRATCH: RefCell<LexicalScratch> = const { RefCell::new(LexicalScratch { strong: Vec::new(), weak: Vec::new() }) };
+    static RANK_SCRATCH: RefCell<RankScratch> = RefCell::new(RankScratch::default());
+}
+
+/// Per-thread buffers of one ranking, sized to the catalog and reused across queries.
+#[derive(Debug, Default)]
 struct RankScratch {
     query: Vec<f32>,
     scores: Vec<f32>,
     allowed: Vec<bool>,
     lexical_hit: Vec<bool>,
+    /// Documents the lexical retriever matched.
+    matched: Vec<u32>,
+    /// Normalised score of each server group.
+    groups: Vec<f32>,
+    /// Analysed runs of the query being ranked (its clauses are analysed again).
+    memo: analyze::Memo,
 }
 
 /// Server groups as documents: the coarse stage of the ranking. A tool's own text often says
@@ -236,6 +282,11 @@ struct Groups {
     of_doc: Vec<u32>,
     /// Canonical server name of each group.
     names: Vec<String>,
+    /// Tool documents of each group, by name: the tools a group brings in on its evidence alone
+    /// all score the same, so only the first few by name can be among the best.
+    members: Vec<Vec<u32>>,
+    /// `true` for every group: groups are never filtered themselves.
+    all: Vec<bool>,
 }
 
 impl Groups {
@@ -280,27 +331,46 @@ impl Groups {
             analyze::analyze_into(&tools[i].bare, &mut f[Field::Params as usize]);
             analyze::analyze_into(&tools[i].description, &mut f[Field::Params as usize]);
         }
+        let mut members: Vec<Vec<u32>> = vec![Vec::new(); names.len()];
+        for (d, &g) in of_doc.iter().enumerate() {
+            if g != u32::MAX {
+                members[g as usize].push(d as u32);
+            }
+        }
+        for m in &mut members {
+            m.sort_by(|&a, &b| {
+                tools[docs[a as usize]]
+                    .name
+                    .cmp(&tools[docs[b as usize]].name)
+            });
+        }
         Some(Self {
             index: Lexical {
                 index: Bm25Index::build(&fields, params.bm25.clone()),
                 min_weak: 2,
             },
             of_doc,
+            all: vec![true; names.len()],
             names,
+            members,
         })
     }
 
-    /// Each group's score for `q`, normalised by the best (all zero when nothing matched).
-    fn scores(&self, q: &ParsedQuery) -> Vec<f32> {
-        let n = self.names.len();
-        let allowed = vec![true; n];
-        let mut scores = vec![0f32; n];
-        self.index.score(q, &allowed, &mut scores);
-        let max = scores.iter().copied().fold(0f32, f32::max);
+    /// Each group's score for `q` into `out`, normalised by the best (all zero when nothing
+    /// matched).
+    fn scores_into(&self, q: &ParsedQuery, out: &mut Vec<f32>, matched: &mut Vec<u32>) {
+        out.clear();
+        out.resize(self.names.len(), 0.0);
+        self.index.score_matches(q, None, &self.all, out, matched);
+        let max = matched
+            .iter()
+            .map(|&g| out[g as usize])
+            .fold(0f32, f32::max);
         if max > 0.0 {
-            scores.iter_mut().for_each(|s| *s /= max);
+            for &g in matched.iter() {
+                out[g as usize] /= max;
+            }
         }
-        scores
     }
 }
 
@@ -339,6 +409,10 @@ pub struct SearchIndex {
     name_terms: Vec<Vec<String>>,
     /// Canonical server of each document.
     servers: Vec<Option<String>>,
+    /// Each document's place in canonical-name order, and the document at each place: ties
+    /// between equal scores break on the name, compared as integers.
+    name_rank: Vec<u32>,
+    by_name: Vec<u32>,
     /// Exact names (canonical, bare, original) to documents.
     names: BTreeMap<String, Vec<u32>>,
     /// Server names (canonical and original, lower-cased) to canonical names.
@@ -545,7 +619,19 @@ impl SearchIndex {
             min_weak: 2,
         };
         let groups = Groups::build(catalog, &docs, &params);
+        let mut by_name: Vec<u32> = (0..docs.len() as u32).collect();
+        by_name.sort_by(|&a, &b| {
+            tools[docs[a as usize]]
+                .name
+                .cmp(&tools[docs[b as usize]].name)
+        });
+        let mut name_rank = vec![0u32; docs.len()];
+        for (r, &d) in by_name.iter().enumerate() {
+            name_rank[d as usize] = r as u32;
+        }
         Self {
+            name_rank,
+            by_name,
             servers: docs.iter().map(|&i| tools[i].server.clone()).collect(),
             docs,
             name_terms,
@@ -566,6 +652,8 @@ impl SearchIndex {
             docs: self.docs.clone(),
             name_terms: self.name_terms.clone(),
             servers: self.servers.clone(),
+            name_rank: self.name_rank.clone(),
+            by_name: self.by_name.clone(),
             names: self.names.clone(),
             server_names: self.server_names.clone(),
             lexical: self.lexical.clone(),
@@ -609,24 +697,32 @@ impl SearchIndex {
 
     /// Splits operators out of one query string and analyses the rest.
     pub fn parse(&self, query: &str) -> ParsedQuery {
+        self.parse_memo(query, &mut analyze::Memo::default())
+    }
+
+    /// [`Self::parse`], reusing the analyses of runs in `memo`.
+    fn parse_memo(&self, query: &str, memo: &mut analyze::Memo) -> ParsedQuery {
         let mut q = self.operators(query);
         let mut counts: Vec<(String, f32)> = Vec::new();
-        analyze::analyze_with(&q.text, |term, surface| {
-            match q.surface.get(&term) {
-                // Seen before: find its slot (queries are short; first-seen order is kept).
-                Some(_) => {
-                    if let Some((_, c)) = counts.iter_mut().find(|(t, _)| *t == term) {
-                        *c += 1.0;
-                    }
-                }
-                None => {
-                    q.surface.insert(term.clone(), surface.to_owned());
-                    counts.push((term, 1.0));
-                }
+        // Term -> its slot in `counts`; first-seen order is kept.
+        let mut slot: rustc_hash::FxHashMap<String, usize> = Default::default();
+        analyze::analyze_memo(&q.text, memo, |term, surface| match slot.get(&term) {
+            Some(&i) => counts[i].1 += 1.0,
+            None => {
+                slot.insert(term.clone(), counts.len());
+                q.surface.push(surface.to_owned());
+                counts.push((term, 1.0));
             }
         });
+        let index = self.lexical.index();
+        q.ids = counts.iter().map(|(t, _)| index.term_id(t)).collect();
         q.terms = counts;
         q
+    }
+
+    /// The lexical ids of `q`'s terms, when this index parsed it.
+    fn own_ids<'q>(&self, q: &'q ParsedQuery) -> Option<&'q [Option<u32>]> {
+        (q.ids.len() == q.terms.len()).then_some(q.ids.as_slice())
     }
 
     /// The operators of one query string (`+term`, `server:`, `mcp__S__`, exact names) and the
@@ -723,6 +819,10 @@ impl SearchIndex {
 
     fn allowed_into(&self, q: &ParsedQuery, out: &mut Vec<bool>) {
         out.clear();
+        if q.servers.is_empty() && q.required.is_empty() {
+            out.resize(self.docs.len(), true);
+            return;
+        }
         out.extend((0..self.docs.len()).map(|d| {
             (q.servers.is_empty()
                 || self.servers[d]
@@ -753,30 +853,43 @@ impl SearchIndex {
             scores,
             allowed,
             lexical_hit,
+            matched,
+            groups: group,
             ..
         } = scratch;
         query.clear();
         query.resize(n, 0.0);
+        scores.clear();
         scores.resize(n, 0.0);
         self.allowed_into(q, allowed);
-        let retrievers = std::iter::once((&self.lexical as &dyn Retriever, self.lexical_weight))
-            .chain(self.extra.iter().map(|(r, w)| (r.as_ref(), *w)));
-        for (k, (retriever, weight)) in retrievers.enumerate() {
-            if weight == 0.0 && k > 0 {
+        // The lexical retriever runs first, on its matches only; remember which tools share a
+        // word with the query.
+        self.lexical
+            .score_matches(q, self.own_ids(q), allowed, scores, matched);
+        lexical_hit.clear();
+        lexical_hit.resize(n, false);
+        let max = matched
+            .iter()
+            .map(|&d| scores[d as usize])
+            .fold(0f32, f32::max);
+        for &d in matched.iter() {
+            let d = d as usize;
+            lexical_hit[d] = true;
+            if self.lexical_weight > 0.0 {
+                query[d] += self.lexical_weight * scores[d] / max;
+            }
+            scores[d] = 0.0;
+        }
+        for (retriever, weight) in &self.extra {
+            let weight = *weight;
+            if weight == 0.0 {
                 continue;
             }
-            scores.iter_mut().for_each(|s| *s = 0.0);
             retriever.score(q, allowed, scores);
-            if k == 0 {
-                // The lexical retriever runs first; remember which tools share a word.
-                lexical_hit.clear();
-                lexical_hit.extend(scores.iter().map(|s| *s > 0.0));
-            } else {
-                let floor = retriever.alone_floor();
-                for (s, &hit) in scores.iter_mut().zip(lexical_hit.iter()) {
-                    if !hit && *s < floor {
-                        *s = 0.0;
-                    }
+            let floor = retriever.alone_floor();
+            for (s, &hit) in scores.iter_mut().zip(lexical_hit.iter()) {
+                if !hit && *s < floor {
+                    *s = 0.0;
                 }
             }
             let max = scores.iter().copied().fold(0f32, f32::max);
@@ -785,16 +898,17 @@ impl SearchIndex {
                     *c += weight * s / max;
                 }
             }
+            scores.iter_mut().for_each(|s| *s = 0.0);
         }
         if let Some(groups) = &self.groups {
-            let g = groups.scores(q);
+            groups.scores_into(q, group, matched);
             let (w, floor) = (self.params.group_weight, self.params.group_floor);
             for (d, c) in query.iter_mut().enumerate() {
                 let gi = groups.of_doc[d];
                 if gi == u32::MAX || !allowed[d] {
                     continue;
                 }
-                let gs = g[gi as usize];
+                let gs = group[gi as usize];
                 // A tool with evidence of its own gains its group's; one without is brought in
                 // only by a group that stands out.
                 if gs > 0.0 && (*c > 0.0 || gs >= floor) {
@@ -806,29 +920,35 @@ impl SearchIndex {
 
     /// The best `keep` documents of `scores` at or above the relative floor, best first (ties by
     /// name), and the best score.
-    fn top(&self, catalog: &Catalog, scores: &[f32], keep: usize) -> (Vec<(f32, u32)>, f32) {
+    fn top(&self, scores: &[f32], keep: usize) -> (Vec<(f32, u32)>, f32) {
         let best = scores.iter().copied().fold(0f32, f32::max);
         let floor = best * self.params.min_relative_score;
-        let mut ranked: Vec<(f32, u32)> = scores
+        // One integer per candidate orders it: score descending (a positive float's bits order
+        // as the float does), then name.
+        let key = |s: f32, d: usize| {
+            (u64::from(u32::MAX - s.to_bits()) << 32) | u64::from(self.name_rank[d])
+        };
+        let mut ranked: Vec<u64> = scores
             .iter()
             .enumerate()
             .filter(|(_, s)| **s > 0.0 && **s >= floor)
-            .map(|(d, s)| (*s, d as u32))
+            .map(|(d, s)| key(*s, d))
             .collect();
-        let tools = catalog.tools();
-        let name_of = |d: u32| tools[self.docs[d as usize]].name.as_str();
-        let order = |a: &(f32, u32), b: &(f32, u32)| {
-            b.0.total_cmp(&a.0)
-                .then_with(|| name_of(a.1).cmp(name_of(b.1)))
-        };
         // Only the best `keep` need sorting; the order is total, so the result is the same.
         if keep == 0 {
             ranked.clear();
         } else if ranked.len() > keep {
-            ranked.select_nth_unstable_by(keep - 1, order);
+            ranked.select_nth_unstable(keep - 1);
             ranked.truncate(keep);
         }
-        ranked.sort_by(order);
+        ranked.sort_unstable();
+        let ranked = ranked
+            .into_iter()
+            .map(|k| {
+                let d = self.by_name[(k & u64::from(u32::MAX)) as usize];
+                (scores[d as usize], d)
+            })
+            .collect();
         (ranked, best)
     }
 
@@ -840,7 +960,6 @@ impl SearchIndex {
     /// embedding), for their best tool only (see [`Self::clause_best`]).
     fn clause_hits(
         &self,
-        catalog: &Catalog,
         query: &str,
         parsed: &ParsedQuery,
         exact: &[u32],
@@ -853,7 +972,7 @@ impl SearchIndex {
             return out;
         }
         for text in clauses {
-            let mut q = self.parse(text);
+            let mut q = self.parse_memo(text, &mut scratch.memo);
             if q.terms.len() < MIN_CLAUSE_TERMS || !q.exact.is_empty() {
                 continue;
             }
@@ -866,7 +985,7 @@ impl SearchIndex {
                     q.required.push(r.clone());
                 }
             }
-            let Some(((s1, d1), s2)) = self.clause_best(catalog, &q, scratch) else {
+            let Some(((s1, d1), s2)) = self.clause_best(&q, scratch) else {
                 continue;
             };
             if s1 < CLAUSE_LEAD * s2 {
@@ -887,61 +1006,76 @@ impl SearchIndex {
     }
 
     /// A clause's best tool and score and its second's score (0 when none), by BM25F and server
-    /// groups fused as in [`Self::score_query`], in one pass over the tools: a clause is ranked
-    /// only for its best, and a full ranking per clause cost as much as the whole query's.
-    fn clause_best(
-        &self,
-        catalog: &Catalog,
-        q: &ParsedQuery,
-        scratch: &mut RankScratch,
-    ) -> Option<((f32, u32), f32)> {
+    /// groups fused as in [`Self::score_query`]: a clause is ranked only for its best, so only
+    /// the tools it matches and, for each group that stands out, the first two of its other
+    /// tools by name (which all score the same) are visited.
+    fn clause_best(&self, q: &ParsedQuery, scratch: &mut RankScratch) -> Option<((f32, u32), f32)> {
         let n = self.docs.len();
         let RankScratch {
-            scores, allowed, ..
+            scores,
+            allowed,
+            matched,
+            groups: group,
+            ..
         } = scratch;
         scores.clear();
         scores.resize(n, 0.0);
         self.allowed_into(q, allowed);
-        self.lexical.score(q, allowed, scores);
-        let max = scores.iter().copied().fold(0f32, f32::max);
-        let w = self.lexical_weight / if max > 0.0 { max } else { 1.0 };
-        let groups = self.groups.as_ref().map(|g| (g, g.scores(q)));
+        if let Some(g) = &self.groups {
+            g.scores_into(q, group, matched);
+        }
+        self.lexical
+            .score_matches(q, self.own_ids(q), allowed, scores, matched);
+        let max = matched
+            .iter()
+            .map(|&d| scores[d as usize])
+            .fold(0f32, f32::max);
+        let lexical = max > 0.0 && self.lexical_weight > 0.0;
+        let w = if lexical {
+            self.lexical_weight / max
+        } else {
+            0.0
+        };
         let (gw, floor) = (self.params.group_weight, self.params.group_floor);
-        let tools = catalog.tools();
-        let name_of = |d: u32| tools[self.docs[d as usize]].name.as_str();
-        let before =
-            |a: (f32, u32), b: (f32, u32)| a.0 > b.0 || (a.0 == b.0 && name_of(a.1) < name_of(b.1));
-        let mut first: Option<(f32, u32)> = None;
-        let mut second = 0f32;
-        for (d, &s) in scores.iter().enumerate() {
-            let mut c = if max > 0.0 && self.lexical_weight > 0.0 {
-                w * s
-            } else {
-                0.0
-            };
-            if let Some((g, gs)) = &groups {
-                let gi = g.of_doc[d];
-                if gi != u32::MAX && allowed[d] {
-                    let gs = gs[gi as usize];
-                    if gs > 0.0 && (c > 0.0 || gs >= floor) {
-                        c += gw * gs;
+        let name_rank = |d: u32| self.name_rank[d as usize];
+        let before = |a: (f32, u32), b: (f32, u32)| {
+            a.0 > b.0 || (a.0 == b.0 && name_rank(a.1) < name_rank(b.1))
+        };
+        let mut best = Best::default();
+        if lexical {
+            for &d in matched.iter() {
+                let mut c = w * scores[d as usize];
+                if let Some(g) = &self.groups {
+                    let gi = g.of_doc[d as usize];
+                    if gi != u32::MAX && group[gi as usize] > 0.0 {
+                        c += gw * group[gi as usize];
+                    }
+                }
+                best.offer((c, d), before);
+            }
+        }
+        if let Some(g) = &self.groups {
+            for (members, &gs) in g.members.iter().zip(group.iter()) {
+                if gs <= 0.0 || gs < floor {
+                    continue;
+                }
+                // Its tools without a match of their own all score the same: the first two by
+                // name stand for them all.
+                let mut found = 0;
+                for &d in members {
+                    let i = d as usize;
+                    if !allowed[i] || (lexical && scores[i] > 0.0) {
+                        continue;
+                    }
+                    best.offer((gw * gs, d), before);
+                    found += 1;
+                    if found == 2 {
+                        break;
                     }
                 }
             }
-            if c <= 0.0 {
-                continue;
-            }
-            let x = (c, d as u32);
-            match first {
-                Some(f) if !before(x, f) => second = second.max(c),
-                Some(f) => {
-                    second = second.max(f.0);
-                    first = Some(x);
-                }
-                None => first = Some(x),
-            }
         }
-        first.map(|f| (f, second))
+        best.first.map(|f| (f, best.second))
     }
 
     fn rank_with(
@@ -956,11 +1090,12 @@ impl SearchIndex {
         // Each intent's best `limit` (exact names are taken out below), and the best score.
         let mut lists: Vec<Vec<(f32, u32)>> = Vec::with_capacity(queries.len());
         let mut best = 0f32;
+        scratch.memo.clear();
         for text in queries {
-            let q = self.parse(text);
+            let q = self.parse_memo(text, &mut scratch.memo);
             self.score_query(&q, scratch);
             exact.extend(q.exact.iter().filter(|&&d| scratch.allowed[d as usize]));
-            let (list, b) = self.top(catalog, &scratch.query, limit);
+            let (list, b) = self.top(&scratch.query, limit);
             best = best.max(b);
             lists.push(list);
             parsed.push(q);
@@ -988,7 +1123,7 @@ impl SearchIndex {
             // With too few hits for the whole query's best to keep their places, it is ranked as
             // a whole only.
             let clauses = if keep > CLAUSE_SLOT {
-                self.clause_hits(catalog, &queries[0], &parsed[0], &exact, &whole, scratch)
+                self.clause_hits(&queries[0], &parsed[0], &exact, &whole, scratch)
             } else {
                 ClauseHits::default()
             };
@@ -1078,14 +1213,14 @@ impl SearchIndex {
         let idx = groups.index.index();
         let mut words: Vec<String> = Vec::new();
         for q in parsed {
-            for (term, _) in &q.terms {
+            for ((term, _), surface) in q.terms.iter().zip(&q.surface) {
                 let Some(id) = idx.term_id(term) else {
                     continue;
                 };
                 if idx.is_weak(id) || idx.tf(id, g).iter().all(|&n| n == 0) {
                     continue;
                 }
-                let w = format!("\"{}\"", q.surface.get(term).unwrap_or(term));
+                let w = format!("\"{surface}\"");
                 if !words.contains(&w) {
                     words.push(w);
                 }
@@ -1108,32 +1243,44 @@ impl SearchIndex {
         let idx = self.lexical.index();
         let mut parts: Vec<String> = Vec::new();
         let mut chars: BTreeMap<String, String> = BTreeMap::new();
-        let mut seen = std::collections::BTreeSet::new();
+        // Terms already reported (from an earlier intent): a term matches the same fields of the
+        // same tool whichever intent it came from.
+        let mut seen: Vec<u32> = Vec::new();
         for q in parsed {
-            for (term, _) in &q.terms {
-                if !seen.insert(term.clone()) {
-                    continue;
+            let looked_up;
+            let ids = match self.own_ids(q) {
+                Some(ids) => ids,
+                None => {
+                    looked_up = q
+                        .terms
+                        .iter()
+                        .map(|(t, _)| idx.term_id(t))
+                        .collect::<Vec<_>>();
+                    &looked_up
                 }
-                let Some(id) = idx.term_id(term) else {
+            };
+            for ((_, surface), id) in q.terms.iter().zip(&q.surface).zip(ids) {
+                let Some(id) = *id else {
                     continue;
                 };
                 let tf = idx.tf(id, d);
-                let fields: Vec<&'static str> = (0..FIELDS)
+                let mut fields = (0..FIELDS)
                     .filter(|&f| tf[f] > 0 && (Field::ALL[f] == Field::Server) == server)
                     .map(|f| Field::ALL[f].label())
-                    .collect();
-                if fields.is_empty() {
+                    .peekable();
+                if fields.peek().is_none() || seen.contains(&id) {
                     continue;
                 }
-                let surface = q.surface.get(term).cloned().unwrap_or_else(|| term.clone());
+                seen.push(id);
+                let fields = fields.collect::<Vec<_>>().join(", ");
                 if idx.is_weak(id) {
-                    let e = chars.entry(fields.join(", ")).or_default();
+                    let e = chars.entry(fields).or_default();
                     if !e.is_empty() {
                         e.push_str("\", \"");
                     }
-                    e.push_str(&surface);
+                    e.push_str(surface);
                 } else {
-                    parts.push(format!("\"{surface}\" in {}", fields.join(", ")));
+                    parts.push(format!("\"{surface}\" in {fields}"));
                 }
             }
         }
@@ -1238,6 +1385,26 @@ fn split_clauses(query: &str) -> Vec<&str> {
         out.push(c);
     }
     out
+}
+
+/// The best candidate offered, and the best score among the others.
+#[derive(Default)]
+struct Best {
+    first: Option<(f32, u32)>,
+    second: f32,
+}
+
+impl Best {
+    fn offer(&mut self, x: (f32, u32), before: impl Fn((f32, u32), (f32, u32)) -> bool) {
+        match self.first {
+            Some(f) if !before(x, f) => self.second = self.second.max(x.0),
+            Some(f) => {
+                self.second = self.second.max(f.0);
+                self.first = Some(x);
+            }
+            None => self.first = Some(x),
+        }
+    }
 }
 
 /// The clauses of one query brought forward, in order, with their text and parse.
