@@ -13,6 +13,10 @@ use toolshelf_core::search::SearchIndex;
 
 mod common;
 
+// The binary's allocator, so latencies are the shipped ones.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn bench(c: &mut Criterion) {
     toolshelf_core::search::analyze::warm_up();
     common::bench_sizes(c, "search", usize::MAX, SearchIndex::build);

@@ -7,6 +7,10 @@ use std::time::Instant;
 use criterion::{Criterion, criterion_group, criterion_main};
 use toolshelf_core::search::SearchIndex;
 
+// The binary's allocator, so latencies are the shipped ones.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "../../toolshelf-core/benches/common/mod.rs"]
 mod common;
 
