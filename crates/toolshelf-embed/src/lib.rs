@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use model2vec_rs::model::StaticModel;
 use toolshelf_core::Catalog;
-use toolshelf_core::search::{ParsedQuery, Retriever, SearchIndex, doc_text};
+use toolshelf_core::search::{ParsedQuery, Retriever, SearchIndex, doc_text, smallest};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -257,8 +257,8 @@ mod vnni {
     }
 }
 
-/// Dot products of every row, and the (dot, document) pairs that pass the threshold.
-type Scratch = (Vec<i32>, Vec<(i32, u32)>);
+/// Dot products of every row, and the keys of the documents that pass the threshold.
+type Scratch = (Vec<i32>, Vec<u64>);
 
 thread_local! {
     /// Per-thread scratch for [`Semantic::score`], so a query allocates nothing per document.
@@ -454,6 +454,24 @@ impl Retriever for Semantic {
     }
 
     fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]) {
+        self.scored(query, allowed, |d, s| scores[d as usize] = s);
+    }
+
+    fn score_sparse(
+        &self,
+        query: &ParsedQuery,
+        allowed: &[bool],
+        _scores: &mut [f32],
+        out: &mut Vec<(u32, f32)>,
+    ) {
+        self.scored(query, allowed, |d, s| out.push((d, s)));
+    }
+}
+
+impl Semantic {
+    /// Calls `emit(document, score)` for each of the query's best `top_k` tools at or above
+    /// `min_cosine` (at most `top_k`, in no particular order).
+    fn scored(&self, query: &ParsedQuery, allowed: &[bool], mut emit: impl FnMut(u32, f32)) {
         if query.text.trim().is_empty() {
             return;
         }
@@ -464,22 +482,23 @@ impl Retriever for Semantic {
             dots.resize(self.rows.len() / self.dim.max(1), 0);
             let shifted: Vec<u8> = q.iter().map(|&x| (i16::from(x) + 128) as u8).collect();
             dot_all(&shifted, &self.rows, &self.sums, dots);
-            kept.clear();
-            // Compare in the integer domain; convert only the survivors.
+            // Compare in the integer domain, one key per survivor: dot descending (a dot above
+            // the floor is positive), then document.
             let min_dot = (self.min_cosine * scale).ceil() as i32;
-            for (d, (&dot, &ok)) in dots.iter().zip(allowed).enumerate() {
-                if dot >= min_dot && ok {
-                    kept.push((dot, d as u32));
-                }
-            }
-            if kept.len() > self.top_k && self.top_k > 0 {
-                kept.select_nth_unstable_by(self.top_k - 1, |a, b| {
-                    b.0.cmp(&a.0).then(a.1.cmp(&b.1))
-                });
-                kept.truncate(self.top_k);
-            }
-            for &(dot, d) in kept.iter() {
-                scores[d as usize] = dot as f32 / scale - self.min_cosine;
+            let passing = dots
+                .iter()
+                .zip(allowed)
+                .enumerate()
+                .filter(|(_, (dot, ok))| **dot >= min_dot && **ok)
+                .map(|(d, (dot, _))| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64);
+            *kept = if self.top_k > 0 {
+                smallest(passing, self.top_k)
+            } else {
+                passing.collect()
+            };
+            for &key in kept.iter() {
+                let dot = i32::MAX - (key >> 32) as i32;
+                emit(key as u32, dot as f32 / scale - self.min_cosine);
             }
         });
     }

@@ -126,6 +126,25 @@ pub trait Retriever: std::fmt::Debug + Send + Sync {
     /// means no match). `allowed[d]` is false for documents filtered out.
     fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]);
 
+    /// [`Self::score`] as a list: pushes `(document, score)` to `out` for each document with a
+    /// score, in any order. `scores` is all zero on entry and must be left so. A retriever that
+    /// scores few documents overrides it, so that fusing its scores visits only those.
+    fn score_sparse(
+        &self,
+        query: &ParsedQuery,
+        allowed: &[bool],
+        scores: &mut [f32],
+        out: &mut Vec<(u32, f32)>,
+    ) {
+        self.score(query, allowed, scores);
+        for (d, s) in scores.iter_mut().enumerate() {
+            if *s != 0.0 {
+                out.push((d as u32, *s));
+                *s = 0.0;
+            }
+        }
+    }
+
     /// The least score with which this retriever alone (no shared meaningful word) may bring a
     /// tool into the results. Abstention: below it, a tool that shares no word with the query
     /// is noise, not a hit.
@@ -267,6 +286,8 @@ struct RankScratch {
     matched: Vec<u32>,
     /// Normalised score of each server group.
     groups: Vec<f32>,
+    /// Scores of an added retriever, by document.
+    sparse: Vec<(u32, f32)>,
     /// Analysed runs of the query being ranked (its clauses are analysed again).
     memo: analyze::Memo,
 }
@@ -414,7 +435,7 @@ pub struct SearchIndex {
     name_rank: Vec<u32>,
     by_name: Vec<u32>,
     /// Exact names (canonical, bare, original) to documents.
-    names: BTreeMap<String, Vec<u32>>,
+    names: rustc_hash::FxHashMap<String, Vec<u32>>,
     /// Server names (canonical and original, lower-cased) to canonical names.
     server_names: BTreeMap<String, String>,
     lexical: Lexical,
@@ -599,7 +620,7 @@ impl SearchIndex {
                 t
             })
             .collect();
-        let mut names: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let mut names: rustc_hash::FxHashMap<String, Vec<u32>> = Default::default();
         for (d, &i) in docs.iter().enumerate() {
             let t = &tools[i];
             for n in [&t.name, &t.bare, &t.original_name] {
@@ -855,6 +876,7 @@ impl SearchIndex {
             lexical_hit,
             matched,
             groups: group,
+            sparse,
             ..
         } = scratch;
         query.clear();
@@ -885,20 +907,17 @@ impl SearchIndex {
             if weight == 0.0 {
                 continue;
             }
-            retriever.score(q, allowed, scores);
+            sparse.clear();
+            retriever.score_sparse(q, allowed, scores, sparse);
+            // A tool that shares no word with the query needs the retriever's floor.
             let floor = retriever.alone_floor();
-            for (s, &hit) in scores.iter_mut().zip(lexical_hit.iter()) {
-                if !hit && *s < floor {
-                    *s = 0.0;
-                }
-            }
-            let max = scores.iter().copied().fold(0f32, f32::max);
+            sparse.retain(|&(d, s)| lexical_hit[d as usize] || s >= floor);
+            let max = sparse.iter().map(|x| x.1).fold(0f32, f32::max);
             if max > 0.0 && weight > 0.0 {
-                for (c, s) in query.iter_mut().zip(scores.iter()) {
-                    *c += weight * s / max;
+                for &(d, s) in sparse.iter() {
+                    query[d as usize] += weight * s / max;
                 }
             }
-            scores.iter_mut().for_each(|s| *s = 0.0);
         }
         if let Some(groups) = &self.groups {
             groups.scores_into(q, group, matched);
@@ -924,24 +943,18 @@ impl SearchIndex {
         let best = scores.iter().copied().fold(0f32, f32::max);
         let floor = best * self.params.min_relative_score;
         // One integer per candidate orders it: score descending (a positive float's bits order
-        // as the float does), then name.
+        // as the float does), then name. The best `keep` are the `keep` smallest keys.
         let key = |s: f32, d: usize| {
             (u64::from(u32::MAX - s.to_bits()) << 32) | u64::from(self.name_rank[d])
         };
-        let mut ranked: Vec<u64> = scores
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| **s > 0.0 && **s >= floor)
-            .map(|(d, s)| key(*s, d))
-            .collect();
-        // Only the best `keep` need sorting; the order is total, so the result is the same.
-        if keep == 0 {
-            ranked.clear();
-        } else if ranked.len() > keep {
-            ranked.select_nth_unstable(keep - 1);
-            ranked.truncate(keep);
-        }
-        ranked.sort_unstable();
+        let ranked = smallest(
+            scores
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| **s > 0.0 && **s >= floor)
+                .map(|(d, s)| key(*s, d)),
+            keep,
+        );
         let ranked = ranked
             .into_iter()
             .map(|k| {
@@ -1385,6 +1398,24 @@ fn split_clauses(query: &str) -> Vec<&str> {
         out.push(c);
     }
     out
+}
+
+/// The `k` smallest of `keys`, ascending. One pass with a max-heap of `k`: most keys of a large
+/// catalog are rejected by one comparison with the heap's largest.
+pub fn smallest(keys: impl Iterator<Item = u64>, k: usize) -> Vec<u64> {
+    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+    if k == 0 {
+        return Vec::new();
+    }
+    for key in keys {
+        if heap.len() < k {
+            heap.push(key);
+        } else if heap.peek().is_some_and(|&top| key < top) {
+            heap.pop();
+            heap.push(key);
+        }
+    }
+    heap.into_sorted_vec()
 }
 
 /// The best candidate offered, and the best score among the others.
