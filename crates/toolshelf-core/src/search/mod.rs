@@ -286,6 +286,8 @@ struct RankScratch {
     matched: Vec<u32>,
     /// Normalised score of each server group.
     groups: Vec<f32>,
+    /// The server groups with a score.
+    group_hits: Vec<u32>,
     /// Scores of an added retriever, by document.
     sparse: Vec<(u32, f32)>,
     /// Analysed runs of the query being ranked (its clauses are analysed again).
@@ -383,10 +385,7 @@ impl Groups {
         out.clear();
         out.resize(self.names.len(), 0.0);
         self.index.score_matches(q, None, &self.all, out, matched);
-        let max = matched
-            .iter()
-            .map(|&g| out[g as usize])
-            .fold(0f32, f32::max);
+        let max = matched.iter().map(|&g| out[g as usize]).fold_max();
         if max > 0.0 {
             for &g in matched.iter() {
                 out[g as usize] /= max;
@@ -876,6 +875,7 @@ impl SearchIndex {
             lexical_hit,
             matched,
             groups: group,
+            group_hits,
             sparse,
             ..
         } = scratch;
@@ -890,10 +890,7 @@ impl SearchIndex {
             .score_matches(q, self.own_ids(q), allowed, scores, matched);
         lexical_hit.clear();
         lexical_hit.resize(n, false);
-        let max = matched
-            .iter()
-            .map(|&d| scores[d as usize])
-            .fold(0f32, f32::max);
+        let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
         for &d in matched.iter() {
             let d = d as usize;
             lexical_hit[d] = true;
@@ -912,7 +909,7 @@ impl SearchIndex {
             // A tool that shares no word with the query needs the retriever's floor.
             let floor = retriever.alone_floor();
             sparse.retain(|&(d, s)| lexical_hit[d as usize] || s >= floor);
-            let max = sparse.iter().map(|x| x.1).fold(0f32, f32::max);
+            let max = sparse.iter().map(|x| x.1).fold_max();
             if max > 0.0 && weight > 0.0 {
                 for &(d, s) in sparse.iter() {
                     query[d as usize] += weight * s / max;
@@ -920,18 +917,17 @@ impl SearchIndex {
             }
         }
         if let Some(groups) = &self.groups {
-            groups.scores_into(q, group, matched);
+            groups.scores_into(q, group, group_hits);
             let (w, floor) = (self.params.group_weight, self.params.group_floor);
-            for (d, c) in query.iter_mut().enumerate() {
-                let gi = groups.of_doc[d];
-                if gi == u32::MAX || !allowed[d] {
-                    continue;
-                }
-                let gs = group[gi as usize];
+            for &g in group_hits.iter() {
+                let gs = group[g as usize];
                 // A tool with evidence of its own gains its group's; one without is brought in
                 // only by a group that stands out.
-                if gs > 0.0 && (*c > 0.0 || gs >= floor) {
-                    *c += w * gs;
+                for &d in &groups.members[g as usize] {
+                    let d = d as usize;
+                    if allowed[d] && (query[d] > 0.0 || gs >= floor) {
+                        query[d] += w * gs;
+                    }
                 }
             }
         }
@@ -940,7 +936,7 @@ impl SearchIndex {
     /// The best `keep` documents of `scores` at or above the relative floor, best first (ties by
     /// name), and the best score.
     fn top(&self, scores: &[f32], keep: usize) -> (Vec<(f32, u32)>, f32) {
-        let best = scores.iter().copied().fold(0f32, f32::max);
+        let best = scores.iter().copied().fold_max();
         let floor = best * self.params.min_relative_score;
         // One integer per candidate orders it: score descending (a positive float's bits order
         // as the float does), then name. The best `keep` are the `keep` smallest keys.
@@ -1029,20 +1025,18 @@ impl SearchIndex {
             allowed,
             matched,
             groups: group,
+            group_hits,
             ..
         } = scratch;
         scores.clear();
         scores.resize(n, 0.0);
         self.allowed_into(q, allowed);
         if let Some(g) = &self.groups {
-            g.scores_into(q, group, matched);
+            g.scores_into(q, group, group_hits);
         }
         self.lexical
             .score_matches(q, self.own_ids(q), allowed, scores, matched);
-        let max = matched
-            .iter()
-            .map(|&d| scores[d as usize])
-            .fold(0f32, f32::max);
+        let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
         let lexical = max > 0.0 && self.lexical_weight > 0.0;
         let w = if lexical {
             self.lexical_weight / max
@@ -1068,8 +1062,9 @@ impl SearchIndex {
             }
         }
         if let Some(g) = &self.groups {
-            for (members, &gs) in g.members.iter().zip(group.iter()) {
-                if gs <= 0.0 || gs < floor {
+            for &gi in group_hits.iter() {
+                let (members, gs) = (&g.members[gi as usize], group[gi as usize]);
+                if gs < floor {
                     continue;
                 }
                 // Its tools without a match of their own all score the same: the first two by
@@ -1398,6 +1393,23 @@ fn split_clauses(query: &str) -> Vec<&str> {
         out.push(c);
     }
     out
+}
+
+/// The largest of a run of scores, or 0 (as `fold(0.0, f32::max)`): compared as the bits of the
+/// positive ones, which order as the floats do, so the loop has no float dependency chain and
+/// vectorises.
+trait FoldMax {
+    fn fold_max(self) -> f32;
+}
+
+impl<I: Iterator<Item = f32>> FoldMax for I {
+    fn fold_max(self) -> f32 {
+        f32::from_bits(
+            self.map(|s| if s > 0.0 { s.to_bits() } else { 0 })
+                .max()
+                .unwrap_or(0),
+        )
+    }
 }
 
 /// The `k` smallest of `keys`, ascending. One pass with a max-heap of `k`: most keys of a large
