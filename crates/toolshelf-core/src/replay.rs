@@ -267,11 +267,7 @@ impl<'a> Replay<'a> {
         };
         let exposure = compiled.expose(&catalog);
         let index = build_index(&catalog, &visible(&catalog, &exposure));
-        let described: BTreeMap<String, String> = descriptions
-            .tools
-            .iter()
-            .map(|(&i, d)| (catalog.tools()[i].name.clone(), d.clone()))
-            .collect();
+        let described = descriptions.tools_by_name(&catalog);
         let mut state = SessionState::default();
         let names: BTreeSet<String> = visible(&catalog, &exposure)
             .into_iter()
@@ -538,18 +534,13 @@ impl<'a> Replay<'a> {
                     let ttl = self.compiled.config().session.activation_ttl_turns;
                     let held = self.state.active_names(ttl);
                     let tools = self.catalog.tools();
-                    let described: BTreeMap<usize, String> = self
-                        .described
-                        .iter()
-                        .filter_map(|(n, d)| self.catalog.position(n).map(|i| (i, d.clone())))
-                        .collect();
                     let response = search_in_session(
                         &self.index,
                         &self.catalog,
                         &request,
                         &self.compiled.config().search,
                         &|i| held.binary_search(&tools[i].name).is_ok(),
-                        &described,
+                        &self.described,
                     );
                     let names: Vec<String> = response
                         .loaded

@@ -41,11 +41,7 @@ pub fn tool_search(
     before: impl FnOnce(),
 ) -> SearchOutcome {
     let started = std::time::Instant::now();
-    let described: BTreeMap<usize, String> = described
-        .iter()
-        .filter_map(|(name, d)| snapshot.catalog.position(name).map(|i| (i, d.clone())))
-        .collect();
-    let outcome = answer(snapshot, config, args, active, &described, before);
+    let outcome = answer(snapshot, config, args, active, described, before);
     crate::metrics::searched(started.elapsed());
     outcome
 }
@@ -55,7 +51,7 @@ fn answer(
     config: &SearchConfig,
     args: &Map<String, Value>,
     active: &dyn Fn(&str) -> bool,
-    described: &BTreeMap<usize, String>,
+    described: &BTreeMap<String, String>,
     before: impl FnOnce(),
 ) -> SearchOutcome {
     match SearchRequest::from_json(&Value::Object(args.clone())) {

@@ -231,12 +231,7 @@ impl GatewaySession {
         };
         match compiled.session_surface(&snap.catalog, &snap.exposure, &values) {
             Ok(surface) => {
-                let described = surface
-                    .descriptions()
-                    .tools
-                    .iter()
-                    .map(|(&i, d)| (snap.catalog.tools()[i].name.clone(), d.clone()))
-                    .collect();
+                let described = surface.descriptions().tools_by_name(&snap.catalog);
                 let list =
                     crate::hub::mcp_tools(&snap.catalog, &surface, &compiled.config().gateway);
                 Ok((list, described))

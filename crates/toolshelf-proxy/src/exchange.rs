@@ -930,13 +930,7 @@ impl Turn {
         let ttl = config.session.activation_ttl_turns;
         let held = self.prepared.session.state.active_names(ttl);
         let tools = shelf.catalog.tools();
-        let described: std::collections::BTreeMap<usize, String> = self
-            .prepared
-            .session
-            .described
-            .iter()
-            .filter_map(|(n, d)| shelf.catalog.position(n).map(|i| (i, d.clone())))
-            .collect();
+        let described = &self.prepared.session.described;
         let run = std::panic::AssertUnwindSafe(|| {
             search_in_session(
                 &shelf.search,
@@ -947,7 +941,7 @@ impl Turn {
                     held.binary_search_by(|h| h.as_str().cmp(&tools[i].name))
                         .is_ok()
                 },
-                &described,
+                described,
             )
         });
         match std::panic::catch_unwind(run) {

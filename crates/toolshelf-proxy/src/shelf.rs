@@ -253,12 +253,7 @@ impl Shelf {
         let surface = compiled
             .session_surface(&self.catalog, &self.exposure, session)
             .map_err(|e| e.to_string())?;
-        let described = surface
-            .descriptions()
-            .tools
-            .iter()
-            .map(|(&i, d)| (self.catalog.tools()[i].name.clone(), d.clone()))
-            .collect();
+        let described = surface.descriptions().tools_by_name(&self.catalog);
         Ok((assemble(&self.parts, &surface, dialect), described))
     }
 

@@ -139,7 +139,7 @@ pub fn search(
 /// [`search`] in a session: a tool whose schema the session already holds (`active(i)`) still
 /// gets its full schema (the client may have compacted its history away), marked
 /// `(already active)` so the model knows it may call it at once. `described` holds the session's
-/// rendered description templates by catalog index: a hit shows its session's description, as
+/// rendered description templates by canonical name: a hit shows its session's description, as
 /// the tool list does, not the catalog's.
 pub fn search_in_session(
     index: &SearchIndex,
@@ -147,7 +147,7 @@ pub fn search_in_session(
     request: &SearchRequest,
     config: &SearchConfig,
     active: &dyn Fn(usize) -> bool,
-    described: &BTreeMap<usize, String>,
+    described: &BTreeMap<String, String>,
 ) -> SearchResponse {
     // The marks lengthen the text after layout: when that crosses the budget, lay out again
     // within a budget smaller by the overflow.
@@ -172,7 +172,7 @@ fn search_within(
     catalog: &Catalog,
     request: &SearchRequest,
     config: &SearchConfig,
-    described: &BTreeMap<usize, String>,
+    described: &BTreeMap<String, String>,
 ) -> SearchResponse {
     match request {
         SearchRequest::Names(names) => exact(index, catalog, names, config, described),
@@ -258,7 +258,7 @@ fn exact(
     catalog: &Catalog,
     names: &[String],
     config: &SearchConfig,
-    described: &BTreeMap<usize, String>,
+    described: &BTreeMap<String, String>,
 ) -> SearchResponse {
     let mut hits: Vec<Hit> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
@@ -385,7 +385,7 @@ fn kinds(n: usize, limit: usize, full: usize) -> Vec<Kind> {
 
 fn layout(
     catalog: &Catalog,
-    described: &BTreeMap<usize, String>,
+    described: &BTreeMap<String, String>,
     header: String,
     hits: Vec<Hit>,
     limit: usize,
@@ -451,7 +451,7 @@ fn fit_plain(text: String, budget: usize) -> String {
 
 fn render(
     catalog: &Catalog,
-    described: &BTreeMap<usize, String>,
+    described: &BTreeMap<String, String>,
     header: &str,
     hits: &[Hit],
     kinds: &[Kind],
@@ -469,7 +469,7 @@ fn render(
     let mut schemas_dropped = false;
     for (i, hit) in hits.iter().enumerate() {
         let t = &tools[hit.index];
-        let description = described.get(&hit.index).unwrap_or(&t.description);
+        let description = described.get(&t.name).unwrap_or(&t.description);
         let kind = match kinds[i] {
             Kind::Full if !level.schemas => {
                 schemas_dropped = true;

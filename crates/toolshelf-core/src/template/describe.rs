@@ -35,6 +35,17 @@ pub struct Descriptions {
     pub servers: BTreeMap<String, String>,
 }
 
+impl Descriptions {
+    /// The rendered tool descriptions by canonical name, which outlives catalog indices (a
+    /// session keeps them while its catalog is rebuilt) and is how search results look them up.
+    pub fn tools_by_name(&self, catalog: &Catalog) -> BTreeMap<String, String> {
+        self.tools
+            .iter()
+            .map(|(&i, d)| (catalog.tools()[i].name.clone(), d.clone()))
+            .collect()
+    }
+}
+
 /// The templates of a configuration and the package values they share.
 #[derive(Debug, Clone, Default)]
 pub struct Templates {
