@@ -172,19 +172,25 @@ pub fn quantize(v: &[f32]) -> Vec<i8> {
 }
 
 /// Dot products of `q` with every row of `rows` (row-major, `q.len()` wide) into `out`, given
-/// `q` shifted to unsigned (`q + 128`) and each row's sum: `Σ q·r = Σ (q + 128)·r − 128·Σ r`,
+/// each row's sum: `q` is shifted to unsigned bytes and `Σ q·r = Σ (q + 128)·r − 128·Σ r`,
 /// exactly, in integers.
 ///
 /// The unsigned-by-signed byte product is the shape CPUs multiply fastest (VNNI's `vpdpbusd`, 64
 /// products per instruction), and this loop is most of a query's cost in a large catalog. Every
 /// path computes the same integers, so scores are equal across machines.
-fn dot_all(q: &[u8], rows: &[i8], sums: &[i32], out: &mut [i32]) {
-    if !vnni::dot_all(q, rows, out) {
-        dot_all_portable(q, rows, out);
+fn dot_all(q: &[i8], rows: &[i8], sums: &[i32], out: &mut [i32]) {
+    let q = shifted(q);
+    if !vnni::dot_all(&q, rows, out) {
+        dot_all_portable(&q, rows, out);
     }
     for (o, &sum) in out.iter_mut().zip(sums) {
         *o -= 128 * sum;
     }
+}
+
+/// `q + 128`, as unsigned bytes.
+fn shifted(q: &[i8]) -> Vec<u8> {
+    q.iter().map(|&x| (i16::from(x) + 128) as u8).collect()
 }
 
 /// `Σ q·r` for each row, compiled for several instruction sets and chosen at run time.
@@ -257,12 +263,10 @@ mod vnni {
     }
 }
 
-/// Dot products of every row, and the keys of the documents that pass the threshold.
-type Scratch = (Vec<i32>, Vec<u64>);
-
 thread_local! {
-    /// Per-thread scratch for [`Semantic::score`], so a query allocates nothing per document.
-    static SCRATCH: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-thread dot products of every row for [`Semantic::score`], so a query allocates
+    /// nothing per document.
+    static DOTS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Fusion weight of the semantic ranker relative to BM25F (which weighs 1).
@@ -477,11 +481,10 @@ impl Semantic {
         }
         let q = self.embedder.embed(&query.text);
         let scale = QUANT_SCALE * QUANT_SCALE;
-        SCRATCH.with_borrow_mut(|(dots, kept)| {
+        DOTS.with_borrow_mut(|dots| {
             dots.clear();
             dots.resize(self.rows.len() / self.dim.max(1), 0);
-            let shifted: Vec<u8> = q.iter().map(|&x| (i16::from(x) + 128) as u8).collect();
-            dot_all(&shifted, &self.rows, &self.sums, dots);
+            dot_all(&q, &self.rows, &self.sums, dots);
             // Compare in the integer domain, one key per survivor: dot descending (a dot above
             // the floor is positive), then document.
             let min_dot = (self.min_cosine * scale).ceil() as i32;
@@ -491,12 +494,12 @@ impl Semantic {
                 .enumerate()
                 .filter(|(_, (dot, ok))| **dot >= min_dot && **ok)
                 .map(|(d, (dot, _))| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64);
-            *kept = if self.top_k > 0 {
+            let kept = if self.top_k > 0 {
                 smallest(passing, self.top_k)
             } else {
                 passing.collect()
             };
-            for &key in kept.iter() {
+            for key in kept {
                 let dot = i32::MAX - (key >> 32) as i32;
                 emit(key as u32, dot as f32 / scale - self.min_cosine);
             }
@@ -529,7 +532,6 @@ mod tests {
                 .chunks_exact(dim)
                 .map(|r| r.iter().map(|&x| i32::from(x)).sum())
                 .collect();
-            let shifted: Vec<u8> = q.iter().map(|&x| (i16::from(x) + 128) as u8).collect();
             let expected: Vec<i32> = rows
                 .chunks_exact(dim)
                 .map(|r| {
@@ -540,10 +542,10 @@ mod tests {
                 })
                 .collect();
             let mut out = vec![0; 37];
-            dot_all(&shifted, &rows, &sums, &mut out);
+            dot_all(&q, &rows, &sums, &mut out);
             assert_eq!(out, expected, "dim {dim}");
             let mut portable = vec![0; 37];
-            dot_all_portable(&shifted, &rows, &mut portable);
+            dot_all_portable(&shifted(&q), &rows, &mut portable);
             for ((p, s), e) in portable.iter().zip(&sums).zip(&expected) {
                 assert_eq!(p - 128 * s, *e, "dim {dim}");
             }

@@ -4,9 +4,9 @@
 //! whether deferral helps or hurts. The engine is shaped in three layers:
 //!
 //! - [`analyze`] turns text into terms (identifier splitting, stemming, jieba for Chinese);
-//! - [`Retriever`]s score every candidate for one query: today [`Lexical`] (BM25F over name,
-//!   description, parameters, server and tags); an embedding ranker plugs in beside it and is
-//!   fused here, without touching the response code;
+//! - rankers score the candidates of one query: [`Lexical`] (BM25F over name, description,
+//!   parameters, server and tags), over the tools it matches only, and any added [`Retriever`]
+//!   (the embedding ranker) beside it, fused here without touching the response code;
 //! - [`SearchIndex::rank`] applies what the model asked for on top (exact names first, `+term`
 //!   requirements, `server:` filters, several queries as several intents merged into one ranking, abstention) and
 //!   [`render`] turns hits into the text the model reads, within its budget.
@@ -198,12 +198,11 @@ impl Lexical {
     pub fn index(&self) -> &Bm25Index {
         &self.index
     }
-}
 
-impl Lexical {
-    /// Scores `query` into `scores` as [`Retriever::score`] does, and leaves in `matched` the
-    /// documents that kept a score (in no particular order), so that callers can visit the
-    /// matches instead of the catalog. Only matched documents are written.
+    /// Scores `query` into `scores` (zero where it can match; filtered by `allowed`) and leaves
+    /// in `matched` the documents that kept a score (in no particular order), so that callers
+    /// visit the matches instead of the catalog. Only matched documents are written. `ids` are
+    /// the query's term ids in this index, when the parse looked them up already.
     fn score_matches(
         &self,
         query: &ParsedQuery,
@@ -246,17 +245,6 @@ impl Lexical {
                 keep
             });
         });
-    }
-}
-
-impl Retriever for Lexical {
-    fn name(&self) -> &'static str {
-        "bm25"
-    }
-
-    fn score(&self, query: &ParsedQuery, allowed: &[bool], scores: &mut [f32]) {
-        let mut matched = Vec::new();
-        self.score_matches(query, None, allowed, scores, &mut matched);
     }
 }
 
@@ -313,7 +301,13 @@ struct Groups {
 }
 
 impl Groups {
-    fn build(catalog: &Catalog, docs: &[usize], params: &RankParams) -> Option<Self> {
+    /// Groups of the tools at `docs` (catalog indices); `by_name` is the documents in name order.
+    fn build(
+        catalog: &Catalog,
+        docs: &[usize],
+        by_name: &[u32],
+        params: &RankParams,
+    ) -> Option<Self> {
         let servers = catalog.servers();
         if servers.len() < 2 || params.group_weight <= 0.0 {
             return None;
@@ -355,17 +349,11 @@ impl Groups {
             analyze::analyze_into(&tools[i].description, &mut f[Field::Params as usize]);
         }
         let mut members: Vec<Vec<u32>> = vec![Vec::new(); names.len()];
-        for (d, &g) in of_doc.iter().enumerate() {
+        for &d in by_name {
+            let g = of_doc[d as usize];
             if g != u32::MAX {
-                members[g as usize].push(d as u32);
+                members[g as usize].push(d);
             }
-        }
-        for m in &mut members {
-            m.sort_by(|&a, &b| {
-                tools[docs[a as usize]]
-                    .name
-                    .cmp(&tools[docs[b as usize]].name)
-            });
         }
         Some(Self {
             index: Lexical {
@@ -638,13 +626,13 @@ impl SearchIndex {
             index: Bm25Index::build(&fields, params.bm25.clone()),
             min_weak: 2,
         };
-        let groups = Groups::build(catalog, &docs, &params);
         let mut by_name: Vec<u32> = (0..docs.len() as u32).collect();
         by_name.sort_by(|&a, &b| {
             tools[docs[a as usize]]
                 .name
                 .cmp(&tools[docs[b as usize]].name)
         });
+        let groups = Groups::build(catalog, &docs, &by_name, &params);
         let mut name_rank = vec![0u32; docs.len()];
         for (r, &d) in by_name.iter().enumerate() {
             name_rank[d as usize] = r as u32;
