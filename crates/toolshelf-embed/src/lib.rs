@@ -8,11 +8,17 @@
 //!
 //! Shape: [`Embedder`] wraps the model (loaded once, lazily: about half a second); [`Semantic`]
 //! holds one int8 row per tool, built at index time, and scores a query with exact dot products
-//! over contiguous rows. Vectors are quantised to int8 with fixed rounding, so scores are equal
+//! over contiguous rows. Plain ASCII text is tokenised and pooled here ([`unigram`], [`pool`]),
+//! giving the same vector as model2vec bit for bit at a fraction of the cost; other text goes
+//! through model2vec and the `tokenizers` crate. Vectors are quantised to int8 with fixed rounding, so scores are equal
 //! across runs and machines. The core fuses it with BM25F through the [`Retriever`] seam.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::OnceLock;
+
+mod pool;
+mod unigram;
 
 use model2vec_rs::model::StaticModel;
 use toolshelf_core::Catalog;
@@ -37,15 +43,28 @@ pub enum Error {
 /// The embedding model.
 pub struct Embedder {
     model: StaticModel,
+    /// The tokeniser and rows for plain ASCII text, when the model's pipeline is the one they
+    /// reproduce and they agree with model2vec on the load-time probes.
+    ascii: Option<Ascii>,
+}
+
+#[derive(Debug)]
+struct Ascii {
+    tokens: unigram::AsciiUnigram,
+    rows: pool::Rows,
 }
 
 impl std::fmt::Debug for Embedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Embedder")
             .field("dim", &self.model.dim())
+            .field("ascii_path", &self.ascii.is_some())
             .finish()
     }
 }
+
+/// Tokens per text model2vec keeps (its `encode_single` default).
+const MAX_TOKENS: usize = 512;
 
 #[cfg(feature = "bundled-model")]
 mod bundled {
@@ -89,13 +108,81 @@ impl Embedder {
         config: &[u8],
         source_name: &str,
     ) -> Result<Self, Error> {
-        let model = StaticModel::from_bytes(tokenizer, model, config, Some(true)).map_err(|e| {
-            Error::Load {
-                source_name: source_name.to_owned(),
-                message: format!("{e:#}"),
+        Self::load(tokenizer, Cow::Owned(model.to_vec()), config, source_name)
+    }
+
+    fn load(
+        tokenizer: &[u8],
+        model: Cow<'static, [u8]>,
+        config: &[u8],
+        source_name: &str,
+    ) -> Result<Self, Error> {
+        let static_model =
+            StaticModel::from_bytes(tokenizer, &model, config, Some(true)).map_err(|e| {
+                Error::Load {
+                    source_name: source_name.to_owned(),
+                    message: format!("{e:#}"),
+                }
+            })?;
+        let mut embedder = Self {
+            model: static_model,
+            ascii: None,
+        };
+        let ascii = unigram::AsciiUnigram::from_json(tokenizer, MAX_TOKENS)
+            .zip(pool::Rows::from_safetensors(model).filter(|r| r.len() > 0));
+        if let Some((tokens, rows)) = ascii {
+            embedder.ascii = Some(Ascii { tokens, rows });
+            if !embedder.ascii_agrees() {
+                embedder.ascii = None;
             }
-        })?;
-        Ok(Self { model })
+        }
+        Ok(embedder)
+    }
+
+    /// Whether the ASCII path gives model2vec's vector, bit for bit, for every printable ASCII
+    /// character and whitespace byte in several positions, mixed case, and texts long enough to
+    /// be truncated. This checks what [`unigram`] cannot read for itself: that the model's
+    /// character map leaves printable ASCII alone and turns `\t`, `\n`, `\r` into whitespace.
+    fn ascii_agrees(&self) -> bool {
+        let mut probes: Vec<String> = (0x20u8..0x7f)
+            .chain([b'\t', b'\n', b'\r'])
+            .map(char::from)
+            .flat_map(|c| {
+                [
+                    format!("{c}"),
+                    format!("a{c}b"),
+                    format!("{c}Word"),
+                    format!("Xy9{c}{c}z"),
+                ]
+            })
+            .collect();
+        probes.push("a\r\nb \t\tc".into());
+        probes.push("Find the CHEAPEST flight to Tokyo, then convert the price to yen.".into());
+        probes.push("x ".repeat(2000));
+        probes.push("Convert-currency_rates ".repeat(400));
+        probes.iter().all(|p| {
+            let fast = self
+                .ascii_f32(p)
+                .map(|v| v.iter().map(|x| x.to_bits()).collect());
+            let slow: Vec<u32> = self
+                .model
+                .encode_single(p)
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            fast == Some(slow)
+        })
+    }
+
+    /// The vector of plain ASCII `text` by [`unigram`] and [`pool`], if it is plain ASCII and
+    /// the path is on.
+    fn ascii_f32(&self, text: &str) -> Option<Vec<f32>> {
+        let ascii = self.ascii.as_ref()?;
+        let mut ids = Vec::new();
+        ascii
+            .tokens
+            .ids(text, &mut ids)
+            .then(|| ascii.rows.pool(&ids, ascii.tokens.unk_id(), MAX_TOKENS))
     }
 
     /// Loads a model from a model2vec folder (`tokenizer.json`, `model.safetensors`, `config.json`).
@@ -121,9 +208,9 @@ impl Embedder {
             static MODEL: OnceLock<Result<Embedder, String>> = OnceLock::new();
             MODEL
                 .get_or_init(|| {
-                    Embedder::from_bytes(
+                    Embedder::load(
                         bundled::TOKENIZER,
-                        bundled::MODEL,
+                        Cow::Borrowed(bundled::MODEL),
                         bundled::CONFIG,
                         "the bundled model",
                     )
@@ -149,12 +236,18 @@ impl Embedder {
 
     /// The unit vector of `text`, quantised (see [`quantize`]).
     pub fn embed(&self, text: &str) -> Vec<i8> {
-        quantize(&self.model.encode_single(text))
+        quantize(&self.embed_f32(text))
     }
 
     /// The unit vector of `text` in f32, before quantisation.
     pub fn embed_f32(&self, text: &str) -> Vec<f32> {
-        self.model.encode_single(text)
+        self.ascii_f32(text)
+            .unwrap_or_else(|| self.model.encode_single(text))
+    }
+
+    /// Whether plain ASCII text takes this crate's own tokeniser (see [`unigram`]).
+    pub fn has_ascii_path(&self) -> bool {
+        self.ascii.is_some()
     }
 }
 
@@ -510,6 +603,120 @@ impl Semantic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ASCII path gives model2vec's vector bit for bit: on every tool text and request of the
+    /// example catalog and transcript, and on generated text mixing case, digits, punctuation,
+    /// whitespace runs, words cut from the vocabulary's pieces, and lengths past truncation.
+    /// Text it must not take (any other character, an added token) goes to model2vec.
+    #[cfg(feature = "bundled-model")]
+    #[test]
+    fn the_ascii_path_gives_model2vecs_vectors_bit_for_bit() {
+        let e = Embedder::bundled().expect("model loads");
+        assert!(e.has_ascii_path(), "the bundled model takes the ASCII path");
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+        let mut texts: Vec<String> = Vec::new();
+        for file in ["catalog.json", "transcript.jsonl"] {
+            let raw = std::fs::read_to_string(format!("{root}/{file}")).expect("example file");
+            // Every JSON string of the file, descriptions and requests alike.
+            let mut strings = Vec::new();
+            for line in raw.lines().filter(|l| !l.trim().is_empty()) {
+                let value: serde_json::Value = match serde_json::from_str(line) {
+                    Ok(v) => v,
+                    Err(_) => serde_json::from_str(&raw).expect("valid JSON"),
+                };
+                collect_strings(&value, &mut strings);
+                if file == "catalog.json" {
+                    break;
+                }
+            }
+            texts.extend(strings);
+        }
+        let examples = texts.len();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let alphabet: Vec<char> = (0x20u8..0x7f)
+            .map(char::from)
+            .chain(['\t', '\n', '\r'])
+            .collect();
+        let words = [
+            "search",
+            "Flights",
+            "tokyo",
+            "CONVERT",
+            "currency",
+            "get_order",
+            "listAllItems",
+            "v2",
+            "3.14",
+            "e-mail",
+            "don't",
+            "(yen)",
+            "a",
+            "I",
+            "--json",
+            "https://x.io/a?b=c",
+        ];
+        for len in [1, 2, 5, 20, 80, 400, 3000] {
+            for _ in 0..40 {
+                let mut t = String::new();
+                while t.len() < len {
+                    if next(3) == 0 {
+                        t.push(alphabet[next(alphabet.len())]);
+                    } else {
+                        t.push_str(words[next(words.len())]);
+                        t.push([' ', ' ', ' ', '\t', '\n', '-', '.'][next(7)]);
+                    }
+                }
+                texts.push(t);
+            }
+        }
+        let mut ascii_examples = 0;
+        for (i, t) in texts.iter().enumerate() {
+            let reference: Vec<u32> = e
+                .model
+                .encode_single(t)
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            let got: Vec<u32> = e.embed_f32(t).iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, reference, "{t:?}");
+            let took = e.ascii_f32(t).is_some();
+            if i < examples {
+                ascii_examples += usize::from(took);
+            } else {
+                assert!(took, "generated plain ASCII {t:?} takes the ASCII path");
+            }
+        }
+        assert!(
+            ascii_examples * 2 > examples,
+            "most example texts are plain ASCII: {ascii_examples} of {examples}"
+        );
+        for t in [
+            "café au lait",
+            "查询天气",
+            "a\u{0}b",
+            "x <unk> y",
+            "form\u{c}feed",
+            "“quoted”",
+        ] {
+            assert!(e.ascii_f32(t).is_none(), "{t:?} is left to model2vec");
+        }
+    }
+
+    #[cfg(feature = "bundled-model")]
+    fn collect_strings(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) => out.push(s.clone()),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| collect_strings(x, out)),
+            serde_json::Value::Object(o) => o.values().for_each(|x| collect_strings(x, out)),
+            _ => {}
+        }
+    }
 
     /// Every kernel gives the plain signed dot product, for widths the fast path takes and
     /// widths it leaves to the portable loop.

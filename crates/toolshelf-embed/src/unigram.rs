@@ -1,0 +1,485 @@
+//! The bundled model's tokenizer for plain ASCII text, giving the same token ids as the
+//! `tokenizers` crate.
+//!
+//! `tokenizer.json` normalises with SentencePiece's precompiled character map and lower-casing,
+//! splits on whitespace, marks each word with `▁`, and cuts words into pieces by Unigram Viterbi.
+//! Through the `tokenizers` crate the first three steps keep byte alignments for every character
+//! and allocate per word, which was most of a query's embedding time. For text of printable ASCII
+//! and ordinary whitespace the pipeline reduces to: lower-case, split on whitespace, Viterbi over
+//! `▁word`. This module does that and nothing else: any other character, or an added token's
+//! text, makes [`AsciiUnigram::ids`] decline, and the caller uses the crate.
+//!
+//! The reduction rests on two things. The character map must leave printable ASCII as it is and
+//! turn `\t`, `\n` and `\r` into whitespace; it is a compiled table this module does not read, so
+//! [`crate::Embedder`] checks it against the crate when it loads (and keeps to the crate if the
+//! check fails). And Viterbi must run exactly as the crate runs it: candidates by start, then by
+//! length (shortest first), a candidate replacing the best path only on a strictly higher score;
+//! a character with no one-character piece scores `min_score - 10` as unknown; a run of unknown
+//! pieces fuses into one, which is the piece it spells if there is one, else the unknown id.
+//!
+//! Only pieces that can match such input are kept: ASCII bytes after an optional leading `▁`,
+//! which is stored as the single byte `0x80` (no ASCII byte has that value).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustc_hash::FxHashMap;
+use serde_json::Value;
+
+const NONE: u32 = u32::MAX;
+/// `▁` (U+2581), the word marker, as the trie stores it.
+const MARK: u8 = 0x80;
+/// The crate's `K_UNK_PENALTY`.
+const UNK_PENALTY: f64 = 10.0;
+
+/// A byte trie laid out for the walk: nodes in breadth-first order (the shallow nodes every walk
+/// visits sit together), each holding its first edge, its piece's id and score, so a step reads
+/// one node and one run of edges; an edge packs its child and its byte into one `u32`. The root
+/// and the word-marker node, where almost every walk starts, look their children up in a full
+/// table.
+#[derive(Debug, Default)]
+struct Trie {
+    nodes: Vec<Node>,
+    /// `child << 8 | byte`, each node's run sorted by byte.
+    edges: Vec<u32>,
+    root: Vec<u32>,
+    mark: Vec<u32>,
+    mark_node: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    first_edge: u32,
+    /// Piece id, or `NONE`.
+    token: u32,
+    score: f64,
+}
+
+impl Trie {
+    /// `pieces` are byte strings with their ids; `scores` is indexed by id.
+    fn build(pieces: &[(Vec<u8>, u32)], scores: &[f64]) -> Self {
+        // Insert into per-node child lists, then renumber breadth-first and lay them out flat.
+        let mut children: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
+        let mut token = vec![NONE];
+        for (bytes, id) in pieces {
+            let mut node = 0usize;
+            for &b in bytes {
+                node = match children[node].iter().find(|(c, _)| *c == b) {
+                    Some(&(_, child)) => child as usize,
+                    None => {
+                        let child = children.len();
+                        children.push(Vec::new());
+                        token.push(NONE);
+                        children[node].push((b, child as u32));
+                        child
+                    }
+                };
+            }
+            // A piece listed twice resolves to its last id, as the crate's piece-to-id map does.
+            token[node] = *id;
+        }
+        let mut order = vec![0u32];
+        let mut renamed = vec![NONE; children.len()];
+        renamed[0] = 0;
+        let mut at = 0;
+        while at < order.len() {
+            let old = order[at] as usize;
+            children[old].sort_unstable();
+            for &(_, child) in &children[old] {
+                renamed[child as usize] = order.len() as u32;
+                order.push(child);
+            }
+            at += 1;
+        }
+        let mut trie = Trie::default();
+        for &old in &order {
+            let old = old as usize;
+            let id = token[old];
+            trie.nodes.push(Node {
+                first_edge: trie.edges.len() as u32,
+                token: id,
+                score: if id == NONE { 0.0 } else { scores[id as usize] },
+            });
+            trie.edges.extend(
+                children[old]
+                    .iter()
+                    .map(|&(b, child)| (renamed[child as usize] << 8) | u32::from(b)),
+            );
+        }
+        trie.nodes.push(Node {
+            first_edge: trie.edges.len() as u32,
+            token: NONE,
+            score: 0.0,
+        });
+        trie.root = (0..=255u8).map(|b| trie.child_by_scan(0, b)).collect();
+        trie.mark_node = trie.root[usize::from(MARK)];
+        trie.mark = (0..=255u8)
+            .map(|b| {
+                if trie.mark_node == NONE {
+                    NONE
+                } else {
+                    trie.child_by_scan(trie.mark_node, b)
+                }
+            })
+            .collect();
+        trie
+    }
+
+    fn child_by_scan(&self, node: u32, b: u8) -> u32 {
+        let (lo, hi) = (
+            self.nodes[node as usize].first_edge as usize,
+            self.nodes[node as usize + 1].first_edge as usize,
+        );
+        match self.edges[lo..hi].binary_search_by_key(&b, |e| *e as u8) {
+            Ok(i) => self.edges[lo + i] >> 8,
+            Err(_) => NONE,
+        }
+    }
+
+    #[inline]
+    fn child(&self, node: u32, b: u8) -> u32 {
+        if node == 0 {
+            self.root[usize::from(b)]
+        } else if node == self.mark_node {
+            self.mark[usize::from(b)]
+        } else {
+            self.child_by_scan(node, b)
+        }
+    }
+
+    fn get(&self, bytes: &[u8]) -> u32 {
+        let mut node = 0;
+        for &b in bytes {
+            node = self.child(node, b);
+            if node == NONE {
+                return NONE;
+            }
+        }
+        self.nodes[node as usize].token
+    }
+}
+
+/// The best path ending at a byte of a word.
+#[derive(Clone, Copy)]
+struct Best {
+    score: f64,
+    /// Where its last piece starts, or `NONE` while unset.
+    from: u32,
+    id: u32,
+}
+
+/// Unigram tokenisation of plain ASCII text for one `tokenizer.json`.
+#[derive(Debug)]
+pub(crate) struct AsciiUnigram {
+    trie: Trie,
+    unk_id: u32,
+    unk_score: f64,
+    /// Texts the crate would cut out before normalising (added tokens); text containing one is
+    /// left to the crate.
+    added: Vec<String>,
+    /// The model truncates text to this many characters before tokenising.
+    max_chars: usize,
+    /// Distinguishes this tokenizer's entries in the per-thread word memo.
+    instance: u64,
+}
+
+/// Words seen lately on this thread and their ids: a request's words recur across requests, and a
+/// memo hit costs a hash lookup where Viterbi walks the trie from every byte of the word.
+#[derive(Default)]
+struct Memo {
+    instance: u64,
+    words: FxHashMap<Box<[u8]>, (u32, u32)>,
+    /// The ids of every remembered word, each a range of this.
+    ids: Vec<u32>,
+}
+
+/// Words remembered per thread before the memo starts over.
+const MEMO_WORDS: usize = 1 << 14;
+
+thread_local! {
+    static MEMO: RefCell<Memo> = RefCell::default();
+}
+
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+impl AsciiUnigram {
+    /// Reads `tokenizer.json`; `None` unless its pipeline is the one this module reproduces
+    /// (precompiled map then lower-case; whitespace split then `▁` always prepended and split;
+    /// Unigram with an unknown id and no byte fallback). `max_tokens` is the model's truncation
+    /// length in tokens, which it turns into characters by the median piece length.
+    pub(crate) fn from_json(bytes: &[u8], max_tokens: usize) -> Option<Self> {
+        let json: Value = serde_json::from_slice(bytes).ok()?;
+        let kinds = |v: &Value, list: &str| -> Option<Vec<String>> {
+            (v["type"] == "Sequence").then_some(())?;
+            v[list]
+                .as_array()?
+                .iter()
+                .map(|x| x["type"].as_str().map(str::to_owned))
+                .collect()
+        };
+        if kinds(&json["normalizer"], "normalizers")? != ["Precompiled", "Lowercase"]
+            || kinds(&json["pre_tokenizer"], "pretokenizers")? != ["WhitespaceSplit", "Metaspace"]
+            || !json["truncation"].is_null()
+            || !json["padding"].is_null()
+        {
+            return None;
+        }
+        let meta = &json["pre_tokenizer"]["pretokenizers"][1];
+        if meta["replacement"] != "▁" || meta["prepend_scheme"] != "always" || meta["split"] != true
+        {
+            return None;
+        }
+        let model = &json["model"];
+        if model["type"] != "Unigram" || model["byte_fallback"] == true {
+            return None;
+        }
+        let unk_id = u32::try_from(model["unk_id"].as_u64()?).ok()?;
+        let vocab = model["vocab"].as_array()?;
+        let mut scores = Vec::with_capacity(vocab.len());
+        let mut pieces = Vec::new();
+        let mut distinct = std::collections::HashSet::with_capacity(vocab.len());
+        for (id, entry) in vocab.iter().enumerate() {
+            let piece = entry[0].as_str()?;
+            scores.push(entry[1].as_f64()?);
+            distinct.insert(piece);
+            let body = piece.strip_prefix('▁');
+            let rest = body.unwrap_or(piece);
+            if rest.is_ascii() {
+                let mut key = Vec::with_capacity(rest.len() + 1);
+                if body.is_some() {
+                    key.push(MARK);
+                }
+                key.extend_from_slice(rest.as_bytes());
+                pieces.push((key, u32::try_from(id).ok()?));
+            }
+        }
+        if unk_id as usize >= scores.len() {
+            return None;
+        }
+        let min_score = scores.iter().copied().fold(f64::INFINITY, f64::min);
+        // Median byte length of the distinct pieces, as model2vec computes it.
+        let mut lens: Vec<usize> = distinct.iter().map(|p| p.len()).collect();
+        lens.sort_unstable();
+        let median = lens.get(lens.len() / 2).copied().unwrap_or(1);
+        let added = json["added_tokens"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["content"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let trie = Trie::build(&pieces, &scores);
+        // An edge keeps its child in 24 bits.
+        if trie.nodes.len() >= 1 << 24 {
+            return None;
+        }
+        Some(Self {
+            trie,
+            unk_id,
+            unk_score: min_score - UNK_PENALTY,
+            added,
+            max_chars: max_tokens.saturating_mul(median),
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// The unknown token's id.
+    pub(crate) fn unk_id(&self) -> u32 {
+        self.unk_id
+    }
+
+    /// Appends the token ids of `text` to `ids`, after the model's truncation, or returns false
+    /// (leaving `ids` as it was) if `text` is not plain ASCII: every byte printable or one of
+    /// space, `\t`, `\n`, `\r`, and no added token's text in it.
+    pub(crate) fn ids(&self, text: &str, ids: &mut Vec<u32>) -> bool {
+        let bytes = text.as_bytes();
+        let plain = |b: &u8| matches!(b, 0x20..=0x7e | b'\t' | b'\n' | b'\r');
+        if !bytes.iter().all(plain) || self.added.iter().any(|a| text.contains(a.as_str())) {
+            return false;
+        }
+        let bytes = &bytes[..bytes.len().min(self.max_chars)];
+        let mut word = Vec::new();
+        let mut best = Vec::new();
+        MEMO.with_borrow_mut(|memo| {
+            if memo.instance != self.instance || memo.words.len() >= MEMO_WORDS {
+                memo.instance = self.instance;
+                memo.words.clear();
+                memo.ids.clear();
+            }
+            for w in bytes
+                .split(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+                .filter(|w| !w.is_empty())
+            {
+                word.clear();
+                word.push(MARK);
+                word.extend(w.iter().map(u8::to_ascii_lowercase));
+                if let Some(&(from, to)) = memo.words.get(&word[..]) {
+                    ids.extend_from_slice(&memo.ids[from as usize..to as usize]);
+                    continue;
+                }
+                let mark = ids.len();
+                self.viterbi(&word, &mut best, ids);
+                let from = memo.ids.len() as u32;
+                memo.ids.extend_from_slice(&ids[mark..]);
+                memo.words
+                    .insert(word.as_slice().into(), (from, memo.ids.len() as u32));
+            }
+        });
+        true
+    }
+
+    /// Appends the ids of one marked word, as the crate's `Unigram::encode_optimized` and
+    /// `tokenize` give them.
+    fn viterbi(&self, word: &[u8], best: &mut Vec<Best>, ids: &mut Vec<u32>) {
+        let size = word.len();
+        best.clear();
+        best.resize(
+            size + 1,
+            Best {
+                score: 0.0,
+                from: NONE,
+                id: 0,
+            },
+        );
+        best[0].from = 0;
+        let relax = |target: &mut Best, score: f64, from: usize, id: u32| {
+            if target.from == NONE || score > target.score {
+                *target = Best {
+                    score,
+                    from: from as u32,
+                    id,
+                };
+            }
+        };
+        // Every byte here is one character (the marker stands for `▁`).
+        for start in 0..size {
+            let till_here = best[start].score;
+            let mut single = false;
+            let mut node = 0;
+            for end in start..size {
+                node = self.trie.child(node, word[end]);
+                if node == NONE {
+                    break;
+                }
+                let Node {
+                    token: id, score, ..
+                } = self.trie.nodes[node as usize];
+                if id != NONE {
+                    relax(&mut best[end + 1], score + till_here, start, id);
+                    single |= end == start;
+                }
+            }
+            if !single {
+                relax(
+                    &mut best[start + 1],
+                    self.unk_score + till_here,
+                    start,
+                    self.unk_id,
+                );
+            }
+        }
+        // Walk back, fusing runs of unknown pieces; ids come out reversed.
+        let mark = ids.len();
+        let mut end = size;
+        let mut unk_run_end = None;
+        while end > 0 {
+            let path = best[end];
+            if path.id == self.unk_id {
+                unk_run_end.get_or_insert(end);
+            } else {
+                if let Some(run_end) = unk_run_end.take() {
+                    ids.push(self.fused(&word[end..run_end]));
+                }
+                ids.push(path.id);
+            }
+            end = path.from as usize;
+        }
+        if let Some(run_end) = unk_run_end {
+            ids.push(self.fused(&word[..run_end]));
+        }
+        ids[mark..].reverse();
+    }
+
+    /// A fused run of unknown pieces: the piece it spells, else the unknown id.
+    fn fused(&self, run: &[u8]) -> u32 {
+        match self.trie.get(run) {
+            NONE => self.unk_id,
+            id => id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokenizer(vocab: &[(&str, f64)]) -> AsciiUnigram {
+        let json = serde_json::json!({
+            "truncation": null, "padding": null,
+            "added_tokens": [{"id": 0, "content": "<unk>"}],
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "Precompiled", "precompiled_charsmap": ""}, {"type": "Lowercase"}]},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "WhitespaceSplit"},
+                {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}]},
+            "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": false, "vocab": vocab},
+        });
+        AsciiUnigram::from_json(json.to_string().as_bytes(), 512).expect("pipeline accepted")
+    }
+
+    fn ids(t: &AsciiUnigram, text: &str) -> Option<Vec<u32>> {
+        let mut out = Vec::new();
+        t.ids(text, &mut out).then_some(out)
+    }
+
+    #[test]
+    fn viterbi_takes_the_best_path_and_the_first_of_equal_ones() {
+        let t = tokenizer(&[
+            ("<unk>", 0.0),
+            ("▁ab", -1.0),
+            ("▁a", -1.0),
+            ("b", -1.0),
+            ("▁abc", -5.0),
+            ("c", -1.0),
+            ("bc", -0.5),
+        ]);
+        // ▁a + bc (-1.5) beats ▁ab + c (-2) and ▁abc (-5).
+        assert_eq!(ids(&t, "ABC"), Some(vec![2, 6]));
+        // ▁ab (-1) and ▁a + b (-2): one piece wins.
+        assert_eq!(ids(&t, "ab"), Some(vec![1]));
+        // Words split on any of the four whitespace bytes.
+        assert_eq!(ids(&t, " ab\tab\r\nab "), Some(vec![1, 1, 1]));
+    }
+
+    #[test]
+    fn unknown_characters_fuse_into_one_piece() {
+        let t = tokenizer(&[("<unk>", 0.0), ("▁a", -1.0), ("xy", -20.0)]);
+        // `x` and `y` have no one-character piece, but `xy` beats two unknowns.
+        assert_eq!(ids(&t, "axy"), Some(vec![1, 2]));
+        // `z` and `z` are unknown and fuse: one unknown id, not two.
+        assert_eq!(ids(&t, "azz"), Some(vec![1, 0]));
+        // The marker alone has no piece: `▁z` fuses into the unknown id.
+        assert_eq!(ids(&t, "z"), Some(vec![0]));
+    }
+
+    #[test]
+    fn other_text_is_declined() {
+        let t = tokenizer(&[("<unk>", 0.0), ("▁a", -1.0)]);
+        for text in ["café", "a\u{0}b", "a\u{b}b", "x <unk> y", "中文"] {
+            assert_eq!(ids(&t, text), None, "{text:?}");
+        }
+        assert_eq!(ids(&t, ""), Some(vec![]));
+    }
+
+    #[test]
+    fn other_pipelines_are_refused() {
+        let json = serde_json::json!({
+            "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}]},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"},
+                {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}]},
+            "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]},
+        });
+        assert!(AsciiUnigram::from_json(json.to_string().as_bytes(), 512).is_none());
+    }
+}
