@@ -193,9 +193,9 @@ impl Embedder {
                 message: format!("{name}: {e}"),
             })
         };
-        Self::from_bytes(
+        Self::load(
             &read("tokenizer.json")?,
-            &read("model.safetensors")?,
+            Cow::Owned(read("model.safetensors")?),
             &read("config.json")?,
             &dir.display().to_string(),
         )

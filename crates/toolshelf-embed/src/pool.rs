@@ -63,7 +63,11 @@ impl Rows {
             .collect();
         let data = match file {
             Cow::Borrowed(bytes) => Cow::Borrowed(&bytes[from..to]),
-            Cow::Owned(bytes) => Cow::Owned(bytes[from..to].to_vec()),
+            Cow::Owned(mut bytes) => {
+                bytes.truncate(to);
+                bytes.drain(..from);
+                Cow::Owned(bytes)
+            }
         };
         Some(Self { data, weights, dim })
     }

@@ -58,3 +58,18 @@ fn translations_are_closer_than_unrelated_text() {
         );
     }
 }
+
+#[test]
+fn a_model_read_from_files_embeds_as_the_bundled_one_does() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/zh-en-static");
+    let from_files = Embedder::from_dir(&dir).expect("model folder loads");
+    let bundled = Embedder::bundled().expect("model loads");
+    assert!(from_files.has_ascii_path() && bundled.has_ascii_path());
+    for text in [
+        "Find the cheapest flight to Tokyo and convert the price to yen",
+        "读取文件内容 and list the directory",
+        "",
+    ] {
+        assert_eq!(from_files.embed(text), bundled.embed(text), "{text:?}");
+    }
+}
