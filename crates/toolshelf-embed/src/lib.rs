@@ -161,16 +161,7 @@ impl Embedder {
         probes.push("x ".repeat(2000));
         probes.push("Convert-currency_rates ".repeat(400));
         probes.iter().all(|p| {
-            let fast = self
-                .ascii_f32(p)
-                .map(|v| v.iter().map(|x| x.to_bits()).collect());
-            let slow: Vec<u32> = self
-                .model
-                .encode_single(p)
-                .iter()
-                .map(|x| x.to_bits())
-                .collect();
-            fast == Some(slow)
+            self.ascii_f32(p).map(|v| bits(&v)) == Some(bits(&self.model.encode_single(p)))
         })
     }
 
@@ -249,6 +240,11 @@ impl Embedder {
     pub fn has_ascii_path(&self) -> bool {
         self.ascii.is_some()
     }
+}
+
+/// A vector's floats as their bits, to compare them exactly.
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// Scale of the int8 grid: a unit vector's components lie in [-1, 1]; 127 per unit would waste
@@ -677,14 +673,11 @@ mod tests {
         }
         let mut ascii_examples = 0;
         for (i, t) in texts.iter().enumerate() {
-            let reference: Vec<u32> = e
-                .model
-                .encode_single(t)
-                .iter()
-                .map(|x| x.to_bits())
-                .collect();
-            let got: Vec<u32> = e.embed_f32(t).iter().map(|x| x.to_bits()).collect();
-            assert_eq!(got, reference, "{t:?}");
+            assert_eq!(
+                bits(&e.embed_f32(t)),
+                bits(&e.model.encode_single(t)),
+                "{t:?}"
+            );
             let took = e.ascii_f32(t).is_some();
             if i < examples {
                 ascii_examples += usize::from(took);
