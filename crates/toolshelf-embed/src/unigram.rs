@@ -193,8 +193,9 @@ struct Memo {
     ids: Vec<u32>,
 }
 
-/// Words remembered per thread before the memo starts over.
+/// Words, and their ids in all, remembered per thread before the memo starts over.
 const MEMO_WORDS: usize = 1 << 14;
+const MEMO_IDS: usize = 1 << 18;
 
 thread_local! {
     static MEMO: RefCell<Memo> = RefCell::default();
@@ -302,7 +303,10 @@ impl AsciiUnigram {
         let mut word = Vec::new();
         let mut best = Vec::new();
         MEMO.with_borrow_mut(|memo| {
-            if memo.instance != self.instance || memo.words.len() >= MEMO_WORDS {
+            if memo.instance != self.instance
+                || memo.words.len() >= MEMO_WORDS
+                || memo.ids.len() >= MEMO_IDS
+            {
                 memo.instance = self.instance;
                 memo.words.clear();
                 memo.ids.clear();
