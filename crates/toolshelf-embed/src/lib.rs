@@ -628,6 +628,9 @@ mod tests {
             texts.extend(strings);
         }
         let examples = texts.len();
+        // The unknown token's text in another case is no added token: it is tokenised, and the
+        // piece `<unk>` it contains counts as unknown on both paths.
+        texts.extend(["Use <UNK> here", "a<Unk>b", "<UNK>", "<unk"].map(String::from));
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = move |n: usize| {
             seed ^= seed << 13;
