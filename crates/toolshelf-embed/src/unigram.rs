@@ -24,7 +24,8 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustc_hash::FxHashMap;
-use serde_json::Value;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 const NONE: u32 = u32::MAX;
 /// `▁` (U+2581), the word marker, as the trie stores it.
@@ -34,14 +35,14 @@ const UNK_PENALTY: f64 = 10.0;
 
 /// A byte trie laid out for the walk: nodes in breadth-first order (the shallow nodes every walk
 /// visits sit together), each holding its first edge, its piece's id and score, so a step reads
-/// one node and one run of edges; an edge packs its child and its byte into one `u32`. The root
-/// and the word-marker node, where almost every walk starts, look their children up in a full
-/// table.
+/// one node and one run of edge bytes. Breadth-first, every node but the root is the child of
+/// exactly one edge, and edge `j` leads to node `j + 1`. The root and the word-marker node,
+/// where almost every walk starts, look their children up in a full table.
 #[derive(Debug, Default)]
 struct Trie {
     nodes: Vec<Node>,
-    /// `child << 8 | byte`, each node's run sorted by byte.
-    edges: Vec<u32>,
+    /// The byte of each edge, each node's run sorted.
+    edges: Vec<u8>,
     root: Vec<u32>,
     mark: Vec<u32>,
     mark_node: u32,
@@ -56,55 +57,57 @@ struct Node {
 }
 
 impl Trie {
-    /// `pieces` are byte strings with their ids; `scores` is indexed by id.
+    /// `pieces` are byte strings with their ids; `scores` is indexed by id. A piece listed twice
+    /// resolves to its last id, as the crate's piece-to-id map does.
     fn build(pieces: &[(Vec<u8>, u32)], scores: &[f64]) -> Self {
-        // Insert into per-node child lists, then renumber breadth-first and lay them out flat.
-        let mut children: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
-        let mut token = vec![NONE];
-        for (bytes, id) in pieces {
-            let mut node = 0usize;
-            for &b in bytes {
-                node = match children[node].iter().find(|(c, _)| *c == b) {
-                    Some(&(_, child)) => child as usize,
-                    None => {
-                        let child = children.len();
-                        children.push(Vec::new());
-                        token.push(NONE);
-                        children[node].push((b, child as u32));
-                        child
-                    }
-                };
+        let mut sorted: Vec<(&[u8], u32)> = pieces.iter().map(|(b, id)| (&b[..], *id)).collect();
+        // Stable: equal pieces keep their order, and the last one's id stays.
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        let mut unique: Vec<(&[u8], u32)> = Vec::with_capacity(sorted.len());
+        for (bytes, id) in sorted {
+            match unique.last_mut() {
+                Some(last) if last.0 == bytes => last.1 = id,
+                _ => unique.push((bytes, id)),
             }
-            // A piece listed twice resolves to its last id, as the crate's piece-to-id map does.
-            token[node] = *id;
         }
-        let mut order = vec![0u32];
-        let mut renamed = vec![NONE; children.len()];
-        renamed[0] = 0;
-        let mut at = 0;
-        while at < order.len() {
-            let old = order[at] as usize;
-            children[old].sort_unstable();
-            for &(_, child) in &children[old] {
-                renamed[child as usize] = order.len() as u32;
-                order.push(child);
-            }
-            at += 1;
-        }
+        // Breadth-first, the nodes of one depth are the distinct prefixes of that length in
+        // byte order, and a node's children follow each other in the next depth.
         let mut trie = Trie::default();
-        for &old in &order {
-            let old = old as usize;
-            let id = token[old];
-            trie.nodes.push(Node {
-                first_edge: trie.edges.len() as u32,
-                token: id,
-                score: if id == NONE { 0.0 } else { scores[id as usize] },
-            });
-            trie.edges.extend(
-                children[old]
-                    .iter()
-                    .map(|&(b, child)| (renamed[child as usize] << 8) | u32::from(b)),
-            );
+        let mut level: Vec<(&[u8], u32)> = vec![(&[], NONE)];
+        let mut base = 0;
+        loop {
+            let depth = level[0].0.len();
+            let mut next: Vec<(&[u8], u32)> = Vec::new();
+            for &(bytes, id) in unique.iter().filter(|p| p.0.len() > depth) {
+                let prefix = &bytes[..=depth];
+                if next.last().map(|n| n.0) != Some(prefix) {
+                    // A piece sorts before the longer pieces it begins.
+                    let token = if bytes.len() == depth + 1 { id } else { NONE };
+                    next.push((prefix, token));
+                }
+            }
+            let next_base = base + level.len();
+            let mut child = 0;
+            for &(prefix, token) in &level {
+                trie.nodes.push(Node {
+                    first_edge: (next_base + child - 1) as u32,
+                    token,
+                    score: if token == NONE {
+                        0.0
+                    } else {
+                        scores[token as usize]
+                    },
+                });
+                while child < next.len() && next[child].0.starts_with(prefix) {
+                    child += 1;
+                }
+            }
+            trie.edges.extend(next.iter().map(|n| n.0[depth]));
+            if next.is_empty() {
+                break;
+            }
+            base = next_base;
+            level = next;
         }
         trie.nodes.push(Node {
             first_edge: trie.edges.len() as u32,
@@ -130,8 +133,8 @@ impl Trie {
             self.nodes[node as usize].first_edge as usize,
             self.nodes[node as usize + 1].first_edge as usize,
         );
-        match self.edges[lo..hi].binary_search_by_key(&b, |e| *e as u8) {
-            Ok(i) => self.edges[lo + i] >> 8,
+        match self.edges[lo..hi].binary_search(&b) {
+            Ok(i) => (lo + i + 1) as u32,
             Err(_) => NONE,
         }
     }
@@ -166,6 +169,55 @@ struct Best {
     /// Where its last piece starts, or `NONE` while unset.
     from: u32,
     id: u32,
+}
+
+/// The parts of `tokenizer.json` this module reads; the rest (the compiled character map, the
+/// decoder) is skipped unparsed.
+#[derive(Deserialize)]
+struct TokenizerJson {
+    #[serde(default)]
+    truncation: Option<IgnoredAny>,
+    #[serde(default)]
+    padding: Option<IgnoredAny>,
+    #[serde(default)]
+    added_tokens: Vec<AddedToken>,
+    normalizer: Option<Sequence>,
+    pre_tokenizer: Option<Sequence>,
+    model: ModelJson,
+}
+
+#[derive(Deserialize)]
+struct AddedToken {
+    content: String,
+}
+
+/// A normalizer or pre-tokenizer: its type, and the steps of a sequence.
+#[derive(Deserialize)]
+struct Sequence {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default, alias = "normalizers", alias = "pretokenizers")]
+    steps: Vec<Step>,
+}
+
+#[derive(Deserialize)]
+struct Step {
+    #[serde(rename = "type")]
+    kind: String,
+    replacement: Option<String>,
+    prepend_scheme: Option<String>,
+    split: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct ModelJson {
+    #[serde(rename = "type")]
+    kind: String,
+    unk_id: Option<u64>,
+    #[serde(default)]
+    byte_fallback: bool,
+    #[serde(default)]
+    vocab: Vec<(String, f64)>,
 }
 
 /// Unigram tokenisation of plain ASCII text for one `tokenizer.json`.
@@ -209,40 +261,33 @@ impl AsciiUnigram {
     /// Unigram with an unknown id and no byte fallback). `max_tokens` is the model's truncation
     /// length in tokens, which it turns into characters by the median piece length.
     pub(crate) fn from_json(bytes: &[u8], max_tokens: usize) -> Option<Self> {
-        let json: Value = serde_json::from_slice(bytes).ok()?;
-        let kinds = |v: &Value, list: &str| -> Option<Vec<String>> {
-            (v["type"] == "Sequence").then_some(())?;
-            v[list]
-                .as_array()?
-                .iter()
-                .map(|x| x["type"].as_str().map(str::to_owned))
-                .collect()
-        };
-        if kinds(&json["normalizer"], "normalizers")? != ["Precompiled", "Lowercase"]
-            || kinds(&json["pre_tokenizer"], "pretokenizers")? != ["WhitespaceSplit", "Metaspace"]
-            || !json["truncation"].is_null()
-            || !json["padding"].is_null()
+        let json: TokenizerJson = serde_json::from_slice(bytes).ok()?;
+        fn kinds(v: &Sequence) -> Option<Vec<&str>> {
+            (v.kind == "Sequence").then(|| v.steps.iter().map(|s| s.kind.as_str()).collect())
+        }
+        let (normalizer, pre) = (json.normalizer.as_ref()?, json.pre_tokenizer.as_ref()?);
+        if kinds(normalizer)? != ["Precompiled", "Lowercase"]
+            || kinds(pre)? != ["WhitespaceSplit", "Metaspace"]
+            || json.truncation.is_some()
+            || json.padding.is_some()
         {
             return None;
         }
-        let meta = &json["pre_tokenizer"]["pretokenizers"][1];
-        if meta["replacement"] != "▁" || meta["prepend_scheme"] != "always" || meta["split"] != true
+        let meta = &pre.steps[1];
+        if meta.replacement.as_deref() != Some("▁")
+            || meta.prepend_scheme.as_deref() != Some("always")
+            || meta.split != Some(true)
         {
             return None;
         }
-        let model = &json["model"];
-        if model["type"] != "Unigram" || model["byte_fallback"] == true {
+        let model = &json.model;
+        if model.kind != "Unigram" || model.byte_fallback {
             return None;
         }
-        let unk_id = u32::try_from(model["unk_id"].as_u64()?).ok()?;
-        let vocab = model["vocab"].as_array()?;
-        let mut scores = Vec::with_capacity(vocab.len());
+        let unk_id = u32::try_from(model.unk_id?).ok()?;
+        let scores: Vec<f64> = model.vocab.iter().map(|v| v.1).collect();
         let mut pieces = Vec::new();
-        let mut distinct = std::collections::HashSet::with_capacity(vocab.len());
-        for (id, entry) in vocab.iter().enumerate() {
-            let piece = entry[0].as_str()?;
-            scores.push(entry[1].as_f64()?);
-            distinct.insert(piece);
+        for (id, (piece, _)) in model.vocab.iter().enumerate() {
             let body = piece.strip_prefix('▁');
             let rest = body.unwrap_or(piece);
             if rest.is_ascii() {
@@ -259,20 +304,15 @@ impl AsciiUnigram {
         }
         let min_score = scores.iter().copied().fold(f64::INFINITY, f64::min);
         // Median byte length of the distinct pieces, as model2vec computes it.
+        let mut distinct: Vec<&str> = model.vocab.iter().map(|v| v.0.as_str()).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
         let mut lens: Vec<usize> = distinct.iter().map(|p| p.len()).collect();
         lens.sort_unstable();
         let median = lens.get(lens.len() / 2).copied().unwrap_or(1);
-        let added = json["added_tokens"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| t["content"].as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let added = json.added_tokens.into_iter().map(|t| t.content).collect();
         let trie = Trie::build(&pieces, &scores);
-        // An edge keeps its child in 24 bits.
-        if trie.nodes.len() >= 1 << 24 {
+        if trie.nodes.len() >= NONE as usize {
             return None;
         }
         Some(Self {
@@ -454,6 +494,21 @@ mod tests {
         assert_eq!(ids(&t, "ab"), Some(vec![1]));
         // Words split on any of the four whitespace bytes.
         assert_eq!(ids(&t, " ab\tab\r\nab "), Some(vec![1, 1, 1]));
+    }
+
+    #[test]
+    fn a_piece_listed_twice_is_its_last_id() {
+        let t = tokenizer(&[("<unk>", 0.0), ("▁a", -1.0), ("b", -1.0), ("▁a", -3.0)]);
+        assert_eq!(ids(&t, "a"), Some(vec![3]));
+        // Scored as the last id: ▁a + b is -4 with it (-2 with the first), so ▁ab (-3.5) wins.
+        let t = tokenizer(&[
+            ("<unk>", 0.0),
+            ("▁a", -1.0),
+            ("b", -1.0),
+            ("▁a", -3.0),
+            ("▁ab", -3.5),
+        ]);
+        assert_eq!(ids(&t, "ab"), Some(vec![4]));
     }
 
     #[test]
