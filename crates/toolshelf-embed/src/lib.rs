@@ -129,7 +129,9 @@ impl Embedder {
             ascii: None,
         };
         let ascii = unigram::AsciiUnigram::from_json(tokenizer, MAX_TOKENS)
-            .zip(pool::Rows::from_safetensors(model).filter(|r| r.len() > 0));
+            .zip(pool::Rows::from_safetensors(model))
+            // A row for every piece, or ids would index past the rows.
+            .filter(|(tokens, rows)| rows.len() >= tokens.vocab_size());
         if let Some((tokens, rows)) = ascii {
             embedder.ascii = Some(Ascii { tokens, rows });
             if !embedder.ascii_agrees() {

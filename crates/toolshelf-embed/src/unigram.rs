@@ -226,6 +226,8 @@ pub(crate) struct AsciiUnigram {
     trie: Trie,
     unk_id: u32,
     unk_score: f64,
+    /// Number of pieces: every id given is below it.
+    vocab_size: usize,
     /// Texts the crate would cut out before normalising (added tokens); text containing one is
     /// left to the crate.
     added: Vec<String>,
@@ -243,6 +245,9 @@ struct Memo {
     words: FxHashMap<Box<[u8]>, (u32, u32)>,
     /// The ids of every remembered word, each a range of this.
     ids: Vec<u32>,
+    /// Scratch for one word and its Viterbi paths.
+    word: Vec<u8>,
+    best: Vec<Best>,
 }
 
 /// Words, and their ids in all, remembered per thread before the memo starts over.
@@ -319,6 +324,7 @@ impl AsciiUnigram {
             trie,
             unk_id,
             unk_score: min_score - UNK_PENALTY,
+            vocab_size: scores.len(),
             added,
             max_chars: max_tokens.saturating_mul(median),
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
@@ -328,6 +334,11 @@ impl AsciiUnigram {
     /// The unknown token's id.
     pub(crate) fn unk_id(&self) -> u32 {
         self.unk_id
+    }
+
+    /// Number of pieces of the vocabulary.
+    pub(crate) fn vocab_size(&self) -> usize {
+        self.vocab_size
     }
 
     /// Appends the token ids of `text` to `ids`, after the model's truncation, or returns false
@@ -340,8 +351,6 @@ impl AsciiUnigram {
             return false;
         }
         let bytes = &bytes[..bytes.len().min(self.max_chars)];
-        let mut word = Vec::new();
-        let mut best = Vec::new();
         MEMO.with_borrow_mut(|memo| {
             if memo.instance != self.instance
                 || memo.words.len() >= MEMO_WORDS
@@ -351,6 +360,13 @@ impl AsciiUnigram {
                 memo.words.clear();
                 memo.ids.clear();
             }
+            let Memo {
+                words,
+                ids: remembered,
+                word,
+                best,
+                ..
+            } = memo;
             for w in bytes
                 .split(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
                 .filter(|w| !w.is_empty())
@@ -358,16 +374,15 @@ impl AsciiUnigram {
                 word.clear();
                 word.push(MARK);
                 word.extend(w.iter().map(u8::to_ascii_lowercase));
-                if let Some(&(from, to)) = memo.words.get(&word[..]) {
-                    ids.extend_from_slice(&memo.ids[from as usize..to as usize]);
+                if let Some(&(from, to)) = words.get(&word[..]) {
+                    ids.extend_from_slice(&remembered[from as usize..to as usize]);
                     continue;
                 }
                 let mark = ids.len();
-                self.viterbi(&word, &mut best, ids);
-                let from = memo.ids.len() as u32;
-                memo.ids.extend_from_slice(&ids[mark..]);
-                memo.words
-                    .insert(word.as_slice().into(), (from, memo.ids.len() as u32));
+                self.viterbi(word, best, ids);
+                let from = remembered.len() as u32;
+                remembered.extend_from_slice(&ids[mark..]);
+                words.insert(word.as_slice().into(), (from, remembered.len() as u32));
             }
         });
         true
