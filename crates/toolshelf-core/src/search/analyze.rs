@@ -159,17 +159,32 @@ pub fn analyze_with(text: &str, mut emit: impl FnMut(String, &str)) {
 
 /// Analyses of runs already seen, reused: a long request is analysed as a whole and then clause
 /// by clause, and most of its runs (every Latin word group, every Chinese run between
-/// punctuation) are the same both times. Analysis is a pure function of the run, so the terms
-/// are the same as [`analyze_with`]'s.
+/// punctuation) are the same both times; successive requests to one agent repeat most of their
+/// words too, so a memo may be kept across requests (see [`Memo::bound`]). Analysis is a pure
+/// function of the run, so the terms are the same as [`analyze_with`]'s.
 #[derive(Debug, Default)]
 pub struct Memo {
     runs: FxHashMap<String, Vec<(String, String)>>,
+    /// Terms held in `runs`.
+    terms: usize,
 }
+
+/// Terms a [`Memo`] holds at most between calls to [`Memo::bound`] (a few MB).
+const MEMO_TERMS: usize = 1 << 15;
 
 impl Memo {
     /// Forgets every run (the memo grows with what it analysed).
     pub fn clear(&mut self) {
         self.runs.clear();
+        self.terms = 0;
+    }
+
+    /// Forgets every run once the memo holds more than [`MEMO_TERMS`] terms, so that one kept
+    /// across requests stays small.
+    pub fn bound(&mut self) {
+        if self.terms > MEMO_TERMS {
+            self.clear();
+        }
     }
 }
 
@@ -189,6 +204,7 @@ pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(String, &s
         for (term, surface) in &terms {
             emit(term.clone(), surface);
         }
+        memo.terms += terms.len();
         memo.runs.insert(run.to_owned(), terms);
     });
 }
@@ -295,5 +311,24 @@ mod tests {
             }
         }
         assert!(memo.runs.contains_key("预订酒店"), "{memo:?}");
+    }
+
+    #[test]
+    fn a_memo_kept_across_texts_is_bounded_and_stays_exact() {
+        let mut memo = Memo::default();
+        let mut most = 0;
+        for i in 0..3 * MEMO_TERMS {
+            memo.bound();
+            let text = format!("word{i} files 查询{i}");
+            let (mut plain, mut memoised) = (Vec::new(), Vec::new());
+            analyze_with(&text, |t, s| plain.push((t, s.to_owned())));
+            analyze_memo(&text, &mut memo, |t, s| memoised.push((t, s.to_owned())));
+            assert_eq!(memoised, plain, "{text}");
+            most = most.max(memo.terms);
+        }
+        let held: usize = memo.runs.values().map(Vec::len).sum();
+        assert_eq!(held, memo.terms);
+        assert!(most <= MEMO_TERMS + 16, "the memo grew to {most} terms");
+        assert!(most > MEMO_TERMS / 2, "the memo was cleared early: {most}");
     }
 }

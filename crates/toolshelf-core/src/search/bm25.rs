@@ -80,6 +80,9 @@ impl Default for Bm25Params {
 #[derive(Debug, Clone, Copy)]
 struct Posting {
     doc: u32,
+    /// The field-weighted, length-normalised frequency `Σ factor[f] · tf[f]`: it depends on the
+    /// document alone, so a query's scoring is one saturation per posting.
+    weighted: f32,
     tf: [u16; FIELDS],
 }
 
@@ -94,9 +97,8 @@ pub struct Bm25Index {
     idf: Vec<f32>,
     /// Whether a term is a Chinese character bigram.
     weak: Vec<bool>,
-    /// Per document and field: `weight / (1 - b + b * len / avg_len)`, so scoring a posting is
-    /// multiplications only.
-    factors: Vec<[f32; FIELDS]>,
+    /// Number of documents.
+    docs: usize,
     params: Bm25Params,
 }
 
@@ -139,7 +141,11 @@ impl Bm25Index {
                         _ => {
                             let mut tf = [0u16; FIELDS];
                             tf[f] = 1;
-                            list.push(Posting { doc: d as u32, tf });
+                            list.push(Posting {
+                                doc: d as u32,
+                                weighted: 0.0,
+                                tf,
+                            });
                         }
                     }
                 }
@@ -151,7 +157,7 @@ impl Bm25Index {
         for f in 0..FIELDS {
             avg[f] = ((totals[f] / n) as f32).max(1.0);
         }
-        let factors = lengths
+        let factors: Vec<[f32; FIELDS]> = lengths
             .iter()
             .map(|len: &[u32; FIELDS]| {
                 std::array::from_fn(|f| {
@@ -159,6 +165,13 @@ impl Bm25Index {
                 })
             })
             .collect();
+        for post in postings.iter_mut().flatten() {
+            let mut tf = 0f32;
+            for (&count, &k) in post.tf.iter().zip(&factors[post.doc as usize]) {
+                tf += k * f32::from(count);
+            }
+            post.weighted = tf;
+        }
         let mut idf = vec![0f32; postings.len()];
         let mut weak = vec![false; postings.len()];
         for (term, &id) in &dict {
@@ -171,19 +184,19 @@ impl Bm25Index {
             postings,
             idf,
             weak,
-            factors,
+            docs: docs.len(),
             params,
         }
     }
 
     /// Number of documents.
     pub fn len(&self) -> usize {
-        self.factors.len()
+        self.docs
     }
 
     /// Whether the index has no documents.
     pub fn is_empty(&self) -> bool {
-        self.factors.is_empty()
+        self.docs == 0
     }
 
     /// Id of `term`, if any document has it.
@@ -223,11 +236,7 @@ impl Bm25Index {
             let idf =
                 self.idf[term as usize] * qweight * if is_weak { p.cjk_char_weight } else { 1.0 };
             for post in &self.postings[term as usize] {
-                let factor = &self.factors[post.doc as usize];
-                let mut tf = 0f32;
-                for (&count, &k) in post.tf.iter().zip(factor) {
-                    tf += k * f32::from(count);
-                }
+                let tf = post.weighted;
                 let d = post.doc as usize;
                 scores[d] += idf * tf / (p.k1 + tf);
                 if strong[d] == 0 && weak_hits[d] == 0 {

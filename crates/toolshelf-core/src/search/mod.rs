@@ -278,7 +278,8 @@ struct RankScratch {
     group_hits: Vec<u32>,
     /// Scores of an added retriever, by document.
     sparse: Vec<(u32, f32)>,
-    /// Analysed runs of the query being ranked (its clauses are analysed again).
+    /// Analysed runs of the queries ranked on this thread (a query's clauses are analysed again,
+    /// and successive queries share most words), bounded.
     memo: analyze::Memo,
 }
 
@@ -1086,7 +1087,7 @@ impl SearchIndex {
         // Each intent's best `limit` (exact names are taken out below), and the best score.
         let mut lists: Vec<Vec<(f32, u32)>> = Vec::with_capacity(queries.len());
         let mut best = 0f32;
-        scratch.memo.clear();
+        scratch.memo.bound();
         for text in queries {
             let q = self.parse_memo(text, &mut scratch.memo);
             self.score_query(&q, scratch);
