@@ -22,7 +22,7 @@ mod unigram;
 
 use model2vec_rs::model::StaticModel;
 use toolshelf_core::Catalog;
-use toolshelf_core::search::{ParsedQuery, Retriever, SearchIndex, doc_text, smallest};
+use toolshelf_core::search::{ParsedQuery, Retriever, SearchIndex, doc_text};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -284,6 +284,72 @@ fn shifted(q: &[i8]) -> Vec<u8> {
     q.iter().map(|&x| (i16::from(x) + 128) as u8).collect()
 }
 
+/// Buckets of [`best_keys`]' histogram.
+const BUCKETS: usize = 256;
+
+/// One key per allowed document whose dot is at least `min_dot`: dot descending (as
+/// `i32::MAX - dot`, which is non-negative for a dot at least 0), then document; the `k` smallest
+/// keys, ascending (every key when `k` is 0, in document order).
+///
+/// The same keys a bounded heap over every survivor would keep, found in three linear passes:
+/// the largest dot; a histogram of the dots above `min_dot` in [`BUCKETS`] equal ranges, which
+/// gives the lowest range the best `k` reach; then the survivors from that range up, few more
+/// than `k`, sorted. A heap of 100 over a few thousand survivors cost more than the dot
+/// products themselves.
+fn best_keys(dots: &[i32], allowed: &[bool], min_dot: i32, k: usize) -> Vec<u64> {
+    let min_dot = min_dot.max(0);
+    let key = |d: usize, dot: i32| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64;
+    let passing = |d: usize, dot: i32| dot >= min_dot && allowed[d];
+    let survivors = dots.iter().zip(allowed);
+    if k == 0 {
+        return survivors
+            .enumerate()
+            .filter(|&(d, (&dot, _))| passing(d, dot))
+            .map(|(d, (&dot, _))| key(d, dot))
+            .collect();
+    }
+    let max = survivors
+        .clone()
+        .filter(|&(&dot, &ok)| ok && dot >= min_dot)
+        .map(|(&dot, _)| dot)
+        .max();
+    let Some(max) = max else {
+        return Vec::new();
+    };
+    // Bucket of a dot: its offset above `min_dot`, shifted so that the largest lands in range.
+    let span = (max - min_dot) as u32;
+    let shift = (u32::BITS - span.leading_zeros()).saturating_sub(BUCKETS.trailing_zeros());
+    let bucket = |dot: i32| ((dot - min_dot) as u32 >> shift) as usize;
+    let mut counts = [0u32; BUCKETS];
+    for (&dot, &ok) in survivors.clone() {
+        if ok && dot >= min_dot {
+            counts[bucket(dot)] += 1;
+        }
+    }
+    // The lowest bucket such that it and those above hold at least `k` survivors (or all).
+    let mut from = 0;
+    let mut above = 0u32;
+    for b in (0..BUCKETS).rev() {
+        above += counts[b];
+        if above as usize >= k {
+            from = b;
+            break;
+        }
+    }
+    let cut = min_dot + ((from as i32) << shift);
+    let mut keys: Vec<u64> = survivors
+        .enumerate()
+        .filter(|&(d, (&dot, _))| dot >= cut && passing(d, dot))
+        .map(|(d, (&dot, _))| key(d, dot))
+        .collect();
+    if keys.len() > k {
+        keys.select_nth_unstable(k - 1);
+        keys.truncate(k);
+    }
+    keys.sort_unstable();
+    keys
+}
+
 /// `Σ q·r` for each row, compiled for several instruction sets and chosen at run time.
 #[multiversion::multiversion(targets = "simd")]
 fn dot_all_portable(q: &[u8], rows: &[i8], out: &mut [i32]) {
@@ -490,7 +556,7 @@ pub struct Semantic {
     rows: Vec<i8>,
     /// Sum of each row's values, for [`dot_all`].
     sums: Vec<i32>,
-    /// Cosine below which a tool does not count as related.
+    /// Cosine below which a tool does not count as related (taken as 0 when negative).
     pub min_cosine: f32,
     /// At most this many tools per query get a semantic score.
     pub top_k: usize,
@@ -576,20 +642,8 @@ impl Semantic {
             dots.clear();
             dots.resize(self.rows.len() / self.dim.max(1), 0);
             dot_all(&q, &self.rows, &self.sums, dots);
-            // Compare in the integer domain, one key per survivor: dot descending (a dot above
-            // the floor is positive), then document.
             let min_dot = (self.min_cosine * scale).ceil() as i32;
-            let passing = dots
-                .iter()
-                .zip(allowed)
-                .enumerate()
-                .filter(|(_, (dot, ok))| **dot >= min_dot && **ok)
-                .map(|(d, (dot, _))| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64);
-            let kept = if self.top_k > 0 {
-                smallest(passing, self.top_k)
-            } else {
-                passing.collect()
-            };
+            let kept = best_keys(dots, allowed, min_dot, self.top_k);
             for key in kept {
                 let dot = i32::MAX - (key >> 32) as i32;
                 emit(key as u32, dot as f32 / scale - self.min_cosine);
@@ -601,6 +655,45 @@ impl Semantic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The histogram selection keeps the keys a full sort keeps: on dots spread wide and
+    /// narrow, with ties, filtered documents, dots below the floor, and `k` from 1 past the
+    /// number of survivors.
+    #[test]
+    fn best_keys_are_the_heaps_best() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..400 {
+            let n = 1 + (next() % 3000) as usize;
+            let spread = [3, 300, 40_000, 170_000][round % 4];
+            let dots: Vec<i32> = (0..n)
+                .map(|_| (next() % (2 * spread + 1)) as i32 - spread as i32 / 2)
+                .collect();
+            let allowed: Vec<bool> = (0..n).map(|_| next() % 7 != 0).collect();
+            let min_dot = [0, 1, spread as i32 / 4, 16_000][round % 4 / 2 + round % 2 * 2];
+            let key = |d: usize, dot: i32| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64;
+            let all: Vec<u64> = (0..n)
+                .filter(|&d| allowed[d] && dots[d] >= min_dot)
+                .map(|d| key(d, dots[d]))
+                .collect();
+            assert_eq!(best_keys(&dots, &allowed, min_dot, 0), all, "round {round}");
+            let mut sorted = all.clone();
+            sorted.sort_unstable();
+            for k in [1, 2, 10, 100, n, n + 5] {
+                let best: Vec<u64> = sorted.iter().copied().take(k).collect();
+                assert_eq!(
+                    best_keys(&dots, &allowed, min_dot, k),
+                    best,
+                    "round {round}, k {k}"
+                );
+            }
+        }
+    }
 
     /// The ASCII path gives model2vec's vector bit for bit: on every tool text and request of the
     /// example catalog and transcript, and on generated text mixing case, digits, punctuation,

@@ -928,18 +928,35 @@ impl SearchIndex {
         let best = scores.iter().copied().fold_max();
         let floor = best * self.params.min_relative_score;
         // One integer per candidate orders it: score descending (a positive float's bits order
-        // as the float does), then name. The best `keep` are the `keep` smallest keys.
+        // as the float does), then name. The best `keep` are the `keep` smallest keys, kept in a
+        // max-heap; once it is full, a score below its largest key's cannot enter, which rejects
+        // most of a large catalog with one float comparison.
         let key = |s: f32, d: usize| {
             (u64::from(u32::MAX - s.to_bits()) << 32) | u64::from(self.name_rank[d])
         };
-        let ranked = smallest(
-            scores
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| **s > 0.0 && **s >= floor)
-                .map(|(d, s)| key(*s, d)),
-            keep,
-        );
+        let score_of = |k: u64| f32::from_bits(u32::MAX - (k >> 32) as u32);
+        let mut heap = std::collections::BinaryHeap::with_capacity(keep + 1);
+        let mut cut = 0f32;
+        if keep > 0 {
+            for (d, &s) in scores.iter().enumerate() {
+                if !(s > 0.0 && s >= floor && s >= cut) {
+                    continue;
+                }
+                let k = key(s, d);
+                if heap.len() < keep {
+                    heap.push(k);
+                } else if heap.peek().is_some_and(|&top| k < top) {
+                    heap.pop();
+                    heap.push(k);
+                } else {
+                    continue;
+                }
+                if heap.len() == keep {
+                    cut = heap.peek().map_or(0.0, |&top| score_of(top));
+                }
+            }
+        }
+        let ranked = heap.into_sorted_vec();
         let ranked = ranked
             .into_iter()
             .map(|k| {
@@ -1401,24 +1418,6 @@ impl<I: Iterator<Item = f32>> FoldMax for I {
     }
 }
 
-/// The `k` smallest of `keys`, ascending. One pass with a max-heap of `k`: most keys of a large
-/// catalog are rejected by one comparison with the heap's largest.
-pub fn smallest(keys: impl Iterator<Item = u64>, k: usize) -> Vec<u64> {
-    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
-    if k == 0 {
-        return Vec::new();
-    }
-    for key in keys {
-        if heap.len() < k {
-            heap.push(key);
-        } else if heap.peek().is_some_and(|&top| key < top) {
-            heap.pop();
-            heap.push(key);
-        }
-    }
-    heap.into_sorted_vec()
-}
-
 /// The best candidate offered, and the best score among the others.
 #[derive(Default)]
 struct Best {
@@ -1541,6 +1540,45 @@ mod tests {
         let index = SearchIndex::build(&c, &all);
         let q: Vec<String> = queries.iter().map(|s| (*s).to_owned()).collect();
         index.rank(&c, &q, limit)
+    }
+
+    /// The best `keep` are those of a full sort by score (descending) then name, above the
+    /// relative floor: on scores with many ties, zeros and negatives, for every `keep`.
+    #[test]
+    fn top_is_the_sorted_order_cut_at_keep() {
+        let tools: Vec<serde_json::Value> = (0..300)
+            .map(|i| serde_json::json!({"name": format!("tool_{:03}", (i * 7919) % 300), "description": "x"}))
+            .collect();
+        let c = Catalog::from_json_str(&serde_json::Value::Array(tools).to_string(), "test")
+            .expect("catalog");
+        let all: Vec<usize> = (0..c.tools().len()).collect();
+        let index = SearchIndex::build(&c, &all);
+        let name = |d: u32| c.tools()[index.docs[d as usize]].name.clone();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for round in 0..200 {
+            let scores: Vec<f32> = (0..index.len())
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let levels = [3, 50, 100_000][round % 3];
+                    (seed % levels) as f32 / 4.0 - 0.5
+                })
+                .collect();
+            let best = scores.iter().copied().fold(0f32, f32::max);
+            let floor = best * index.params.min_relative_score;
+            let mut expected: Vec<(f32, u32)> = (0..index.len() as u32)
+                .filter(|&d| scores[d as usize] > 0.0 && scores[d as usize] >= floor)
+                .map(|d| (scores[d as usize], d))
+                .collect();
+            expected.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| name(a.1).cmp(&name(b.1))));
+            for keep in [0, 1, 2, 10, 100, 299, 300, 400] {
+                let (got, top) = index.top(&scores, keep);
+                assert_eq!(top, best, "round {round}");
+                let want: Vec<(f32, u32)> = expected.iter().copied().take(keep).collect();
+                assert_eq!(got, want, "round {round}, keep {keep}");
+            }
+        }
     }
 
     #[test]
