@@ -298,6 +298,8 @@ const BUCKETS: usize = 256;
 /// products themselves.
 fn best_keys(dots: &[i32], allowed: &[bool], min_dot: i32, k: usize) -> Vec<u64> {
     let min_dot = min_dot.max(0);
+    let n = dots.len().min(allowed.len());
+    let (dots, allowed) = (&dots[..n], &allowed[..n]);
     let key = |d: usize, dot: i32| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64;
     let passing = |d: usize, dot: i32| dot >= min_dot && allowed[d];
     let survivors = dots.iter().zip(allowed);
@@ -308,24 +310,34 @@ fn best_keys(dots: &[i32], allowed: &[bool], min_dot: i32, k: usize) -> Vec<u64>
             .map(|(d, (&dot, _))| key(d, dot))
             .collect();
     }
+    // Branch-free passes: whether a dot passes is data, not a pattern a predictor learns.
     let max = survivors
         .clone()
-        .filter(|&(&dot, &ok)| ok && dot >= min_dot)
-        .map(|(&dot, _)| dot)
-        .max();
-    let Some(max) = max else {
+        .map(|(&dot, &ok)| if ok { dot } else { i32::MIN })
+        .max()
+        .unwrap_or(i32::MIN);
+    if max < min_dot {
         return Vec::new();
-    };
+    }
     // Bucket of a dot: its offset above `min_dot`, shifted so that the largest lands in range.
     let span = (max - min_dot) as u32;
     let shift = (u32::BITS - span.leading_zeros()).saturating_sub(BUCKETS.trailing_zeros());
-    let bucket = |dot: i32| ((dot - min_dot) as u32 >> shift) as usize;
-    let mut counts = [0u32; BUCKETS];
-    for (&dot, &ok) in survivors.clone() {
-        if ok && dot >= min_dot {
-            counts[bucket(dot)] += 1;
+    let bucket = |dot: i32| ((dot.max(min_dot) - min_dot) as u32 >> shift) as usize;
+    // Four histograms, summed after, so that neighbouring dots in one bucket do not wait on
+    // each other's increment.
+    let mut counts = [[0u32; BUCKETS]; 4];
+    for (d4, ok4) in dots.chunks_exact(4).zip(allowed.chunks_exact(4)) {
+        for lane in 0..4 {
+            let (dot, ok) = (d4[lane], ok4[lane]);
+            counts[lane][bucket(dot).min(BUCKETS - 1)] += u32::from(ok & (dot >= min_dot));
         }
     }
+    let tail = n - n % 4;
+    for (&dot, &ok) in dots[tail..].iter().zip(&allowed[tail..]) {
+        counts[0][bucket(dot).min(BUCKETS - 1)] += u32::from(ok & (dot >= min_dot));
+    }
+    let counts: [u32; BUCKETS] =
+        std::array::from_fn(|b| counts[0][b] + counts[1][b] + counts[2][b] + counts[3][b]);
     // The lowest bucket such that it and those above hold at least `k` survivors (or all).
     let mut from = 0;
     let mut above = 0u32;

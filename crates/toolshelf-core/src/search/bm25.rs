@@ -220,33 +220,33 @@ impl Bm25Index {
 
     /// Adds the BM25F contribution of each `(term, query weight)` to `scores` (indexed by doc,
     /// sized to at least [`Self::len`]), and counts strong and weak matched terms per doc in
-    /// `strong` and `weak_hits`. Each document touched for the first time (both counts zero
-    /// before) is pushed to `touched`, so callers visit only the matches, not the catalog.
+    /// `hits` (`[strong, weak]`, side by side so that a posting touches one place). Each document
+    /// touched for the first time (both counts zero before) is pushed to `touched`, so callers
+    /// visit only the matches, not the catalog.
     pub fn accumulate(
         &self,
         terms: &[(u32, f32)],
         scores: &mut [f32],
-        strong: &mut [u16],
-        weak_hits: &mut [u16],
+        hits: &mut [[u16; 2]],
         touched: &mut Vec<u32>,
     ) {
         let p = &self.params;
+        let n = self.docs;
+        let (scores, hits) = (&mut scores[..n], &mut hits[..n]);
         for &(term, qweight) in terms {
             let is_weak = self.weak[term as usize];
             let idf =
                 self.idf[term as usize] * qweight * if is_weak { p.cjk_char_weight } else { 1.0 };
+            let slot = usize::from(is_weak);
             for post in &self.postings[term as usize] {
                 let tf = post.weighted;
                 let d = post.doc as usize;
                 scores[d] += idf * tf / (p.k1 + tf);
-                if strong[d] == 0 && weak_hits[d] == 0 {
+                let h = &mut hits[d];
+                if *h == [0, 0] {
                     touched.push(post.doc);
                 }
-                if is_weak {
-                    weak_hits[d] += 1;
-                } else {
-                    strong[d] += 1;
-                }
+                h[slot] += 1;
             }
         }
     }
@@ -268,9 +268,9 @@ mod tests {
             .map(|id| (id, 1.0))
             .collect();
         let n = index.len();
-        let (mut s, mut a, mut b) = (vec![0.0; n], vec![0; n], vec![0; n]);
+        let (mut s, mut hits) = (vec![0.0; n], vec![[0, 0]; n]);
         let mut touched = Vec::new();
-        index.accumulate(&ids, &mut s, &mut a, &mut b, &mut touched);
+        index.accumulate(&ids, &mut s, &mut hits, &mut touched);
         touched.sort_unstable();
         let matched: Vec<u32> = (0..n as u32).filter(|&d| s[d as usize] > 0.0).collect();
         assert_eq!(touched, matched);

@@ -225,41 +225,31 @@ impl Lexical {
                 .collect()
         };
         matched.clear();
-        LEXICAL_SCRATCH.with_borrow_mut(|scratch| {
-            let LexicalScratch { strong, weak } = scratch;
+        LEXICAL_SCRATCH.with_borrow_mut(|hits| {
             // The counts are all zero between calls: only touched entries are reset below.
-            if strong.len() < n {
-                strong.resize(n, 0);
-                weak.resize(n, 0);
+            if hits.len() < n {
+                hits.resize(n, [0, 0]);
             }
-            self.index.accumulate(&terms, scores, strong, weak, matched);
+            self.index.accumulate(&terms, scores, hits, matched);
             matched.retain(|&d| {
                 let i = d as usize;
-                let keep =
-                    allowed[i] && (strong[i] > 0 || weak[i] >= self.min_weak) && scores[i] > 0.0;
+                let [strong, weak] = std::mem::take(&mut hits[i]);
+                let keep = allowed[i] && (strong > 0 || weak >= self.min_weak) && scores[i] > 0.0;
                 if !keep {
                     scores[i] = 0.0;
                 }
-                strong[i] = 0;
-                weak[i] = 0;
                 keep
             });
         });
     }
 }
 
-/// Per-thread match counts per document for [`Lexical`], sized to the largest index scored so
-/// far and all zero between queries: allocating and zeroing fresh pages on every query cost more
-/// than scoring a 10k-tool catalog, and resetting only the touched entries keeps a query's cost
-/// in proportion to its matches.
-#[derive(Debug, Default)]
-struct LexicalScratch {
-    strong: Vec<u16>,
-    weak: Vec<u16>,
-}
-
 thread_local! {
-    static LEXICAL_SCRATCH: RefCell<LexicalScratch> = const { RefCell::new(LexicalScratch { strong: Vec::new(), weak: Vec::new() }) };
+    /// Per-thread `[strong, weak]` match counts per document for [`Lexical`], sized to the
+    /// largest index scored so far and all zero between queries: allocating and zeroing fresh
+    /// pages on every query cost more than scoring a 10k-tool catalog, and resetting only the
+    /// touched entries keeps a query's cost in proportion to its matches.
+    static LEXICAL_SCRATCH: RefCell<Vec<[u16; 2]>> = const { RefCell::new(Vec::new()) };
     static RANK_SCRATCH: RefCell<RankScratch> = RefCell::new(RankScratch::default());
 }
 
@@ -1370,9 +1360,11 @@ fn split_clauses(query: &str) -> Vec<&str> {
                 cuts.push((start, i));
             }
         }
-        for zh in CLAUSE_WORDS_ZH {
-            if query[i..].starts_with(zh) {
-                cuts.push((i, i + zh.len()));
+        if !ch.is_ascii() {
+            for zh in CLAUSE_WORDS_ZH {
+                if query[i..].starts_with(zh) {
+                    cuts.push((i, i + zh.len()));
+                }
             }
         }
     }
