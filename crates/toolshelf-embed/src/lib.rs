@@ -672,7 +672,7 @@ mod tests {
     /// narrow, with ties, filtered documents, dots below the floor, and `k` from 1 past the
     /// number of survivors.
     #[test]
-    fn best_keys_are_the_heaps_best() {
+    fn best_keys_are_a_full_sorts_best() {
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = move || {
             seed ^= seed << 13;
