@@ -10,8 +10,9 @@
 //! holds one int8 row per tool, built at index time, and scores a query with exact dot products
 //! over contiguous rows. Plain ASCII text is tokenised and pooled here ([`unigram`], [`pool`]),
 //! giving the same vector as model2vec bit for bit at a fraction of the cost; other text goes
-//! through model2vec and the `tokenizers` crate. Vectors are quantised to int8 with fixed rounding, so scores are equal
-//! across runs and machines. The core fuses it with BM25F through the [`Retriever`] seam.
+//! through model2vec and the `tokenizers` crate. Vectors are quantised to int8 with fixed
+//! rounding, so scores are equal across runs and machines. The core fuses it with BM25F through
+//! the [`Retriever`] seam.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -668,25 +669,29 @@ impl Semantic {
 mod tests {
     use super::*;
 
+    /// A fixed pseudo-random sequence (xorshift64), so generated cases are the same every run.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     /// The histogram selection keeps the keys a full sort keeps: on dots spread wide and
     /// narrow, with ties, filtered documents, dots below the floor, and `k` from 1 past the
     /// number of survivors.
     #[test]
     fn best_keys_are_a_full_sorts_best() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for round in 0..400 {
             let n = 1 + (next() % 3000) as usize;
             let spread = [3, 300, 40_000, 170_000][round % 4];
             let dots: Vec<i32> = (0..n)
                 .map(|_| (next() % (2 * spread + 1)) as i32 - spread as i32 / 2)
                 .collect();
-            let allowed: Vec<bool> = (0..n).map(|_| next() % 7 != 0).collect();
+            let allowed: Vec<bool> = (0..n).map(|_| !next().is_multiple_of(7)).collect();
             let min_dot = [0, 1, spread as i32 / 4, 16_000][round % 4 / 2 + round % 2 * 2];
             let key = |d: usize, dot: i32| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64;
             let all: Vec<u64> = (0..n)
@@ -738,13 +743,8 @@ mod tests {
         // The unknown token's text in another case is no added token: it is tokenised, and the
         // piece `<unk>` it contains counts as unknown on both paths.
         texts.extend(["Use <UNK> here", "a<Unk>b", "<UNK>", "<unk"].map(String::from));
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut random = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = move |n: usize| (random() % n as u64) as usize;
         let alphabet: Vec<char> = (0x20u8..0x7f)
             .map(char::from)
             .chain(['\t', '\n', '\r'])
