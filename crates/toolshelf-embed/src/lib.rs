@@ -388,6 +388,7 @@ mod vnni {
         {
             if q.len().is_multiple_of(64)
                 && q.len() <= 1024
+                && std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx512vnni")
@@ -404,22 +405,59 @@ mod vnni {
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::{
-            __m512i, _mm512_dpbusd_epi32, _mm512_loadu_si512, _mm512_reduce_add_epi32,
-            _mm512_setzero_si512,
+            __m128i, __m256i, __m512i, _mm_add_epi32, _mm_storeu_si128, _mm256_add_epi32,
+            _mm256_castsi256_si128, _mm256_extracti128_si256, _mm256_hadd_epi32,
+            _mm512_castsi512_si256, _mm512_dpbusd_epi32, _mm512_extracti64x4_epi64,
+            _mm512_loadu_si512, _mm512_reduce_add_epi32, _mm512_setzero_si512,
         };
+
+        /// Rows whose dot products are accumulated side by side and summed together.
+        const ROWS: usize = 4;
 
         /// # Safety
         /// The CPU must have AVX-512 F, BW and VNNI; `q.len()` must be a multiple of 64, at most
         /// 1024.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+        #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vnni")]
         pub(super) unsafe fn dot_all(q: &[u8], rows: &[i8], out: &mut [i32]) {
-            let blocks = q.len() / 64;
+            let (width, blocks) = (q.len(), q.len() / 64);
             let mut qv = [_mm512_setzero_si512(); 16];
             for (k, v) in qv.iter_mut().take(blocks).enumerate() {
                 // SAFETY: block k lies within q (blocks * 64 == q.len()); unaligned load.
                 *v = unsafe { _mm512_loadu_si512(q.as_ptr().add(64 * k).cast::<__m512i>()) };
             }
-            for (o, r) in out.iter_mut().zip(rows.chunks_exact(q.len())) {
+            // Four rows at a time: four independent sums, reduced together (integer sums, so
+            // the order of the additions does not change them).
+            let four = out.len().min(rows.len() / width) / ROWS;
+            for (o, r) in out
+                .chunks_exact_mut(ROWS)
+                .zip(rows.chunks_exact(ROWS * width))
+                .take(four)
+            {
+                let mut acc = [_mm512_setzero_si512(); ROWS];
+                for (k, v) in qv.iter().take(blocks).enumerate() {
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        // SAFETY: row j's block k lies within r (r.len() == ROWS * width).
+                        let rv = unsafe {
+                            _mm512_loadu_si512(r.as_ptr().add(j * width + 64 * k).cast::<__m512i>())
+                        };
+                        *a = _mm512_dpbusd_epi32(*a, *v, rv);
+                    }
+                }
+                // Pairwise sums within each 128-bit lane: row j's sum over the lane lands in
+                // place j; the two lanes are then added.
+                let s01 = _mm256_hadd_epi32(half(acc[0]), half(acc[1]));
+                let s23 = _mm256_hadd_epi32(half(acc[2]), half(acc[3]));
+                let s = _mm256_hadd_epi32(s01, s23);
+                let sums =
+                    _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+                // SAFETY: `o` holds ROWS = 4 i32, the 16 bytes stored; unaligned store.
+                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), sums) };
+            }
+            let done = four * ROWS;
+            for (o, r) in out[done..]
+                .iter_mut()
+                .zip(rows[done * width..].chunks_exact(width))
+            {
                 let mut acc = _mm512_setzero_si512();
                 for (k, v) in qv.iter().take(blocks).enumerate() {
                     // SAFETY: block k lies within the row (r.len() == q.len()); unaligned load.
@@ -429,6 +467,13 @@ mod vnni {
                 }
                 *o = _mm512_reduce_add_epi32(acc);
             }
+        }
+
+        /// The sum of a vector's two 256-bit halves.
+        #[inline]
+        #[target_feature(enable = "avx2,avx512f")]
+        fn half(a: __m512i) -> __m256i {
+            _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64::<1>(a))
         }
     }
 }

@@ -233,6 +233,15 @@ impl Bm25Index {
         let p = &self.params;
         let n = self.docs;
         let (scores, hits) = (&mut scores[..n], &mut hits[..n]);
+        // Whether a posting's document is new is data no predictor learns, so every document is
+        // written at the end of `touched` and the end moves on only for a new one: room for each
+        // document the postings can touch, plus the one slot written past the last.
+        let most: usize = terms
+            .iter()
+            .map(|&(term, _)| self.postings[term as usize].len())
+            .sum();
+        let mut end = touched.len();
+        touched.resize(end + most.min(n) + 1, 0);
         for &(term, qweight) in terms {
             let is_weak = self.weak[term as usize];
             let idf =
@@ -243,12 +252,12 @@ impl Bm25Index {
                 let d = post.doc as usize;
                 scores[d] += idf * tf / (p.k1 + tf);
                 let h = &mut hits[d];
-                if *h == [0, 0] {
-                    touched.push(post.doc);
-                }
+                touched[end] = post.doc;
+                end += usize::from(*h == [0, 0]);
                 h[slot] += 1;
             }
         }
+        touched.truncate(end);
     }
 }
 
