@@ -431,7 +431,6 @@ mod vnni {
             for (o, r) in out
                 .chunks_exact_mut(ROWS)
                 .zip(rows.chunks_exact(ROWS * width))
-                .take(four)
             {
                 let mut acc = [_mm512_setzero_si512(); ROWS];
                 for (k, v) in qv.iter().take(blocks).enumerate() {
@@ -870,14 +869,9 @@ mod tests {
     /// widths it leaves to the portable loop.
     #[test]
     fn dot_products_are_exact_on_every_path() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            // The quantiser's range, extremes included.
-            ((seed % 255) as i16 - 127) as i8
-        };
+        let mut random = xorshift(0x9e37_79b9_7f4a_7c15);
+        // The quantiser's range, extremes included.
+        let mut next = move || ((random() % 255) as i16 - 127) as i8;
         for dim in [64, 256, 48] {
             let rows: Vec<i8> = (0..dim * 37).map(|_| next()).collect();
             let mut q: Vec<i8> = (0..dim).map(|_| next()).collect();
