@@ -278,7 +278,7 @@ impl ToolSpec {
                 )));
             }
         };
-        let tags = match field("tags") {
+        let mut tags: Vec<String> = match field("tags") {
             None => Vec::new(),
             Some(Value::Array(items)) => items
                 .iter()
@@ -295,6 +295,25 @@ impl ToolSpec {
                 )));
             }
         };
+        // A category (ToolBench, RapidAPI and other flat catalogs have one) is one more tag.
+        match field("category") {
+            None => {}
+            Some(Value::String(c)) => {
+                let c = c.trim();
+                let known = tags
+                    .iter()
+                    .any(|t| t.trim().to_lowercase() == c.to_lowercase());
+                if !c.is_empty() && !known {
+                    tags.push(c.to_owned());
+                }
+            }
+            Some(other) => {
+                return Err(named(format!(
+                    "\"category\" must be a string, found {}",
+                    kind_of(other)
+                )));
+            }
+        }
         let annotations = match field("annotations") {
             None => Annotations::default(),
             Some(Value::Object(a)) => {
@@ -1126,6 +1145,26 @@ mod tests {
             json!({"type": "object", "properties": {}})
         );
         assert!(c.servers().is_empty());
+    }
+
+    #[test]
+    fn a_category_is_one_more_tag() {
+        let c = load(json!([
+            {"name": "a", "category": " Logistics ", "tags": ["parcel"]},
+            {"name": "b", "category": "travel", "tags": ["Travel"]},
+            {"name": "c", "category": ""}
+        ]))
+        .expect("catalog");
+        let tags = |n| c.get(n).expect("tool").tags.clone();
+        assert_eq!(tags("a"), ["parcel", "Logistics"]);
+        assert_eq!(tags("b"), ["Travel"]);
+        assert!(tags("c").is_empty());
+        let e = load(json!([{"name": "d", "category": ["x"]}])).expect_err("not a string");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("\"d\"") && msg.contains("\"category\" must be a string, found an array"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Tagged and flattened copies of the stabletoolbench evaluation set, to measure how tags weigh.
+
+stabletoolbench is grouped by server, and each server's description ends with its RapidAPI
+category ("suivi-colis (Logistics API)"). This writes, into OUT_DIR:
+
+- `stb_tagged.catalog.json`: the grouped set, each tool tagged with its server's category;
+- `stb_flat.catalog.json`: one flat list, tools named `SERVER_TOOL`, their own descriptions and
+  schemas, no server descriptions; `stb_flat.queries.jsonl`: the queries with gold names to match;
+- `stb_flat_tagged.catalog.json`: the flat list, each tool tagged with its category;
+- `stb_flat_srvtag.catalog.json`: the flat list, each tool tagged with its server's name.
+
+`stb_tagged` takes the original queries (`stabletoolbench.queries.jsonl`).
+
+    python3 scripts/derive-tag-sets.py [--eval-dir ../shared/eval] OUT_DIR
+    toolshelf eval --catalog OUT_DIR/stb_flat_srvtag.catalog.json --queries OUT_DIR/stb_flat.queries.jsonl
+"""
+
+import argparse
+import json
+import os
+import re
+
+
+def category(server: dict) -> str | None:
+    m = re.search(r"\(([^()]*) API\)\s*$", server.get("description", ""))
+    return m.group(1).replace("_", " ") if m else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--eval-dir", default=os.path.join(here, "..", "..", "shared", "eval"))
+    ap.add_argument("out_dir")
+    args = ap.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    src = os.path.join(args.eval_dir, "stabletoolbench")
+    with open(src + ".catalog.json", encoding="utf-8") as f:
+        grouped = json.load(f)
+
+    def write(name: str, value) -> None:
+        with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
+            json.dump(value, f, ensure_ascii=False)
+
+    tagged = json.loads(json.dumps(grouped))
+    for server in tagged["servers"]:
+        cat = category(server)
+        for tool in server["tools"]:
+            if cat:
+                tool["tags"] = [cat]
+    write("stb_tagged.catalog.json", tagged)
+
+    flat, by_category, by_server = [], [], []
+    for server in grouped["servers"]:
+        cat = category(server)
+        for tool in server["tools"]:
+            plain = {
+                "name": server["name"] + "_" + tool["name"],
+                "description": tool.get("description", ""),
+                "parameters": tool.get("inputSchema", {"type": "object"}),
+            }
+            flat.append(plain)
+            by_category.append(dict(plain, tags=[cat]) if cat else dict(plain))
+            by_server.append(dict(plain, tags=[server["name"]]))
+    write("stb_flat.catalog.json", flat)
+    write("stb_flat_tagged.catalog.json", by_category)
+    write("stb_flat_srvtag.catalog.json", by_server)
+
+    with open(src + ".queries.jsonl", encoding="utf-8") as f, open(
+        os.path.join(args.out_dir, "stb_flat.queries.jsonl"), "w", encoding="utf-8"
+    ) as out:
+        for line in f:
+            q = json.loads(line)
+            gold = [re.sub(r"^mcp__(.*?)__", r"\1_", g) for g in q["gold"]]
+            out.write(json.dumps({"query": q["query"], "gold": gold}, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
