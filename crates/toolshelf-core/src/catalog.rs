@@ -300,9 +300,8 @@ impl ToolSpec {
             None => {}
             Some(Value::String(c)) => {
                 let c = c.trim();
-                let known = tags
-                    .iter()
-                    .any(|t| t.trim().to_lowercase() == c.to_lowercase());
+                let key = c.to_lowercase();
+                let known = tags.iter().any(|t| t.trim().to_lowercase() == key);
                 if !c.is_empty() && !known {
                     tags.push(c.to_owned());
                 }
