@@ -522,8 +522,14 @@ impl ProxyProc {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let text = proc.log();
-            if let Some(rest) = text.split("proxy listening on ").nth(1) {
-                proc.url = rest
+            // Only a whole line: stderr is unbuffered, so the address can arrive in a later
+            // write than the words before it.
+            if let Some((line, _)) = text
+                .split("proxy listening on ")
+                .nth(1)
+                .and_then(|rest| rest.split_once('\n'))
+            {
+                proc.url = line
                     .split_whitespace()
                     .next()
                     .unwrap_or_default()
