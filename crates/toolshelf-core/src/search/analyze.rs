@@ -164,9 +164,14 @@ pub fn analyze_with(text: &str, mut emit: impl FnMut(String, &str)) {
 /// function of the run, so the terms are the same as [`analyze_with`]'s.
 #[derive(Debug, Default)]
 pub struct Memo {
-    runs: FxHashMap<String, Vec<(String, String)>>,
-    /// Terms held in `runs`.
-    terms: usize,
+    /// Each run seen, and its terms as a range of `seq`.
+    runs: FxHashMap<Box<str>, (u32, u32)>,
+    /// `(term, surface)` string ids of every remembered run, run after run.
+    seq: Vec<(u32, u32)>,
+    /// Distinct terms and surfaces, by id: a query's words are compared and counted as ids, and
+    /// only its distinct terms are copied out (see [`Memo::str`]).
+    strs: Vec<Box<str>>,
+    ids: FxHashMap<Box<str>, u32>,
 }
 
 /// Terms a [`Memo`] holds at most between calls to [`Memo::bound`] (a few MB).
@@ -176,36 +181,55 @@ impl Memo {
     /// Forgets every run (the memo grows with what it analysed).
     pub fn clear(&mut self) {
         self.runs.clear();
-        self.terms = 0;
+        self.seq.clear();
+        self.strs.clear();
+        self.ids.clear();
     }
 
     /// Forgets every run once the memo holds more than [`MEMO_TERMS`] terms, so that one kept
-    /// across requests stays small.
+    /// across requests stays small. Ids given out before are void after it.
     pub fn bound(&mut self) {
-        if self.terms > MEMO_TERMS {
+        if self.seq.len() > MEMO_TERMS {
             self.clear();
         }
     }
+
+    /// The term or surface with id `id`, as [`analyze_memo`] gave it since the last clear.
+    pub fn str(&self, id: u32) -> &str {
+        &self.strs[id as usize]
+    }
+
+    fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.strs.len() as u32;
+        self.strs.push(s.into());
+        self.ids.insert(s.into(), id);
+        id
+    }
 }
 
-/// [`analyze_with`], reusing and filling `memo`.
-pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(String, &str)) {
+/// [`analyze_with`], reusing and filling `memo`: calls `emit(term, surface)` with ids for
+/// [`Memo::str`], equal ids for equal strings.
+pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(u32, u32)) {
     runs(text, |kind, run| {
-        if let Some(terms) = memo.runs.get(run) {
-            for (term, surface) in terms {
-                emit(term.clone(), surface);
+        let (from, to) = match memo.runs.get(run) {
+            Some(&range) => range,
+            None => {
+                let from = memo.seq.len() as u32;
+                analyze_run(kind, run, &mut |term, surface| {
+                    let pair = (memo.intern(&term), memo.intern(surface));
+                    memo.seq.push(pair);
+                });
+                let range = (from, memo.seq.len() as u32);
+                memo.runs.insert(run.into(), range);
+                range
             }
-            return;
+        };
+        for &(term, surface) in &memo.seq[from as usize..to as usize] {
+            emit(term, surface);
         }
-        let mut terms = Vec::new();
-        analyze_run(kind, run, &mut |term, surface| {
-            terms.push((term, surface.to_owned()));
-        });
-        for (term, surface) in &terms {
-            emit(term.clone(), surface);
-        }
-        memo.terms += terms.len();
-        memo.runs.insert(run.to_owned(), terms);
     });
 }
 
@@ -306,11 +330,21 @@ mod tests {
             for text in texts {
                 let (mut plain, mut memoised) = (Vec::new(), Vec::new());
                 analyze_with(text, |t, s| plain.push((t, s.to_owned())));
-                analyze_memo(text, &mut memo, |t, s| memoised.push((t, s.to_owned())));
+                let mut ids = Vec::new();
+                analyze_memo(text, &mut memo, |t, s| ids.push((t, s)));
+                memoised.extend(
+                    ids.iter()
+                        .map(|&(t, s)| (memo.str(t).to_owned(), memo.str(s).to_owned())),
+                );
                 assert_eq!(memoised, plain, "{text}");
             }
         }
         assert!(memo.runs.contains_key("预订酒店"), "{memo:?}");
+        // Equal strings have equal ids: "file" from two runs is one id.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        analyze_memo("files", &mut memo, |t, _| a.push(t));
+        analyze_memo("file", &mut memo, |t, _| b.push(t));
+        assert_eq!(a, b);
     }
 
     #[test]
@@ -322,12 +356,17 @@ mod tests {
             let text = format!("word{i} files 查询{i}");
             let (mut plain, mut memoised) = (Vec::new(), Vec::new());
             analyze_with(&text, |t, s| plain.push((t, s.to_owned())));
-            analyze_memo(&text, &mut memo, |t, s| memoised.push((t, s.to_owned())));
+            let mut ids = Vec::new();
+            analyze_memo(&text, &mut memo, |t, s| ids.push((t, s)));
+            memoised.extend(
+                ids.iter()
+                    .map(|&(t, s)| (memo.str(t).to_owned(), memo.str(s).to_owned())),
+            );
             assert_eq!(memoised, plain, "{text}");
-            most = most.max(memo.terms);
+            most = most.max(memo.seq.len());
         }
-        let held: usize = memo.runs.values().map(Vec::len).sum();
-        assert_eq!(held, memo.terms);
+        let held: u32 = memo.runs.values().map(|&(from, to)| to - from).sum();
+        assert_eq!(held as usize, memo.seq.len());
         assert!(most <= MEMO_TERMS + 16, "the memo grew to {most} terms");
         assert!(most > MEMO_TERMS / 2, "the memo was cleared early: {most}");
     }

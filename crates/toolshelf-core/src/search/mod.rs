@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::catalog::{Catalog, Tool};
 use crate::config::SearchConfig;
-use bm25::{Bm25Index, Bm25Params, DocFields, FIELDS, Field};
+use bm25::{Bm25Index, Bm25Params, DocFields, Field};
 
 /// What the model sent to `tool_search`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -560,13 +560,19 @@ fn param_text(schema: &Value, out: &mut Vec<String>, depth: usize) {
 /// name (`search`, `latest`), or an identifier many servers share, is evidence like any other
 /// word and is scored, not put first.
 fn names_a_tool(word: &str, tools_named: usize) -> bool {
-    if word.starts_with(crate::name::MCP_PREFIX) {
-        return true;
-    }
-    let identifier = word.contains(['_', '-', '.'])
+    word.starts_with(crate::name::MCP_PREFIX) || (is_identifier(word) && tools_named == 1)
+}
+
+/// Whether a word inside a longer query could pass [`names_a_tool`] for some number of tools.
+fn looks_like_a_name(word: &str) -> bool {
+    word.starts_with(crate::name::MCP_PREFIX) || is_identifier(word)
+}
+
+/// Written as an identifier, not a word: `read_file`, `get-tickets`, `v2`, `getWeather`.
+fn is_identifier(word: &str) -> bool {
+    word.contains(['_', '-', '.'])
         || word.chars().any(|c| c.is_ascii_digit())
-        || word.chars().skip(1).any(char::is_uppercase);
-    identifier && tools_named == 1
+        || word.chars().skip(1).any(char::is_uppercase)
 }
 
 /// Characters trimmed from query words before they are compared with tool names.
@@ -702,20 +708,26 @@ impl SearchIndex {
     /// [`Self::parse`], reusing the analyses of runs in `memo`.
     fn parse_memo(&self, query: &str, memo: &mut analyze::Memo) -> ParsedQuery {
         let mut q = self.operators(query);
-        let mut counts: Vec<(String, f32)> = Vec::new();
-        // Term -> its slot in `counts`; first-seen order is kept.
-        let mut slot: rustc_hash::FxHashMap<String, usize> = Default::default();
-        analyze::analyze_memo(&q.text, memo, |term, surface| match slot.get(&term) {
-            Some(&i) => counts[i].1 += 1.0,
-            None => {
-                slot.insert(term.clone(), counts.len());
-                q.surface.push(surface.to_owned());
-                counts.push((term, 1.0));
+        // Each distinct term (memo ids) with its first surface and count, in first-seen order.
+        let mut counts: Vec<(u32, u32, f32)> = Vec::new();
+        let mut slot: rustc_hash::FxHashMap<u32, usize> = Default::default();
+        analyze::analyze_memo(&q.text, memo, |term, surface| match slot.entry(term) {
+            std::collections::hash_map::Entry::Occupied(e) => counts[*e.get()].2 += 1.0,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(counts.len());
+                counts.push((term, surface, 1.0));
             }
         });
         let index = self.lexical.index();
-        q.ids = counts.iter().map(|(t, _)| index.term_id(t)).collect();
-        q.terms = counts;
+        q.terms = Vec::with_capacity(counts.len());
+        q.surface = Vec::with_capacity(counts.len());
+        q.ids = Vec::with_capacity(counts.len());
+        for &(term, surface, n) in &counts {
+            let term = memo.str(term);
+            q.ids.push(index.term_id(term));
+            q.terms.push((term.to_owned(), n));
+            q.surface.push(memo.str(surface).to_owned());
+        }
         q
     }
 
@@ -755,7 +767,12 @@ impl SearchIndex {
                 continue;
             }
             let word = raw.trim_matches(NAME_TRIM);
-            let exact = self.exact(word);
+            // Most words of a request are plain words that can name no tool here: skip the lookup.
+            let exact = if whole_query || looks_like_a_name(word) {
+                self.exact(word)
+            } else {
+                &[]
+            };
             if !exact.is_empty() && (whole_query || names_a_tool(word, exact.len())) {
                 q.exact.extend_from_slice(exact);
                 text_words.push(word);
@@ -1242,14 +1259,39 @@ impl SearchIndex {
         })
     }
 
-    /// The reason from the tool's own fields, or (`server`) from its server's field alone.
+    /// The reason from the tool's own fields, or (`server`) from its server's field alone: at
+    /// most [`REASON_PARTS`] matched terms, then how many more matched. Written into one string
+    /// as it goes, since every hit of every query gets one.
     fn reason_in(&self, d: u32, parsed: &[&ParsedQuery], server: bool) -> String {
         let idx = self.lexical.index();
-        let mut parts: Vec<String> = Vec::new();
+        let mut out = String::new();
+        // Matched terms so far (strong ones; Chinese characters are counted by their fields).
+        let mut total = 0usize;
         let mut chars: BTreeMap<String, String> = BTreeMap::new();
         // Terms already reported (from an earlier intent): a term matches the same fields of the
         // same tool whichever intent it came from.
         let mut seen: Vec<u32> = Vec::new();
+        let labels = |mask: u8, out: &mut String| {
+            let mut first = true;
+            for f in Field::ALL {
+                if mask & (1 << f as u8) != 0 {
+                    if !first {
+                        out.push_str(", ");
+                    }
+                    out.push_str(f.label());
+                    first = false;
+                }
+            }
+        };
+        let part = |total: &mut usize, out: &mut String, write: &mut dyn FnMut(&mut String)| {
+            *total += 1;
+            if *total <= REASON_PARTS {
+                if *total > 1 {
+                    out.push_str("; ");
+                }
+                write(out);
+            }
+        };
         for q in parsed {
             let looked_up;
             let ids = match self.own_ids(q) {
@@ -1268,43 +1310,51 @@ impl SearchIndex {
                     continue;
                 };
                 let tf = idx.tf(id, d);
-                let mut fields = (0..FIELDS)
-                    .filter(|&f| tf[f] > 0 && (Field::ALL[f] == Field::Server) == server)
-                    .map(|f| Field::ALL[f].label())
-                    .peekable();
-                if fields.peek().is_none() || seen.contains(&id) {
+                let mask = Field::ALL
+                    .iter()
+                    .filter(|&&f| tf[f as usize] > 0 && (f == Field::Server) == server)
+                    .fold(0u8, |m, &f| m | 1 << f as u8);
+                if mask == 0 || seen.contains(&id) {
                     continue;
                 }
                 seen.push(id);
-                let fields = fields.collect::<Vec<_>>().join(", ");
                 if idx.is_weak(id) {
+                    let mut fields = String::new();
+                    labels(mask, &mut fields);
                     let e = chars.entry(fields).or_default();
                     if !e.is_empty() {
                         e.push_str("\", \"");
                     }
                     e.push_str(surface);
                 } else {
-                    parts.push(format!("\"{surface}\" in {fields}"));
+                    part(&mut total, &mut out, &mut |out| {
+                        out.push('"');
+                        out.push_str(surface);
+                        out.push_str("\" in ");
+                        labels(mask, out);
+                    });
                 }
             }
         }
-        if parts.is_empty() {
+        if total == 0 {
             for (fields, cs) in &chars {
-                parts.push(format!("Chinese text \"{cs}\" in {fields}"));
+                part(&mut total, &mut out, &mut |out| {
+                    out.push_str("Chinese text \"");
+                    out.push_str(cs);
+                    out.push_str("\" in ");
+                    out.push_str(fields);
+                });
             }
         }
-        if parts.is_empty() {
-            return String::new();
+        if total > REASON_PARTS {
+            out.push_str(&format!("; +{} more terms", total - REASON_PARTS));
         }
-        let total = parts.len();
-        parts.truncate(4);
-        let mut s = parts.join("; ");
-        if total > 4 {
-            s.push_str(&format!("; +{} more terms", total - 4));
-        }
-        s
+        out
     }
 }
+
+/// Matched terms a reason names; the rest are counted.
+const REASON_PARTS: usize = 4;
 
 /// Where the first clause's own best tool goes among one query's hits (0-based): after the whole
 /// query's two best, which keep their places. Set before measuring; 1 and 3 measured the same.
@@ -1705,5 +1755,57 @@ mod tests {
             join_and(&["x".into(), "y".into(), "z".into()]),
             "x, y and z"
         );
+    }
+    /// A reason names at most four matched terms with their fields, counts the rest, and names
+    /// Chinese characters only when no word matched.
+    #[test]
+    fn reasons_name_four_terms_and_count_the_rest() {
+        let tools = serde_json::json!([
+            {"name": "alpha_beta", "description": "gamma delta epsilon zeta"},
+            {"name": "other", "description": "unrelated words"},
+            {"name": "weather_cn", "description": "天气预报空气质量"}
+        ]);
+        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        let all: Vec<usize> = (0..c.tools().len()).collect();
+        let index = SearchIndex::build(&c, &all);
+        let hits = index.rank(&c, &["alpha beta gamma delta epsilon zeta".to_owned()], 1);
+        assert_eq!(
+            hits[0].reason,
+            "\"alpha\" in name; \"beta\" in name; \"gamma\" in description; \"delta\" in description; +2 more terms"
+        );
+        // Two character pairs that are no word of either text.
+        let hits = index.rank(&c, &["报空 气预".to_owned()], 1);
+        assert_eq!(hits[0].name, "weather_cn");
+        assert_eq!(
+            hits[0].reason,
+            "Chinese text \"报空\", \"气预\" in description"
+        );
+    }
+
+    /// Skipping the name lookup for plain words inside a longer query never skips a word that
+    /// could have named a tool.
+    #[test]
+    fn a_word_that_can_name_a_tool_looks_like_a_name() {
+        for word in [
+            "search",
+            "latest",
+            "read_file",
+            "get-tickets",
+            "v2",
+            "getWeather",
+            "mcp__fs__read",
+            "Tokyo",
+            "a.b",
+            "读取文件",
+        ] {
+            for n in 1..4 {
+                assert!(
+                    !names_a_tool(word, n) || looks_like_a_name(word),
+                    "{word} ({n} tools)"
+                );
+            }
+        }
+        assert!(!looks_like_a_name("search") && !looks_like_a_name("Tokyo"));
+        assert!(looks_like_a_name("read_file") && looks_like_a_name("mcp__fs__read"));
     }
 }
