@@ -13,6 +13,11 @@
 //! through model2vec and the `tokenizers` crate. Vectors are quantised to int8 with fixed
 //! rounding, so scores are equal across runs and machines. The core fuses it with BM25F through
 //! the [`Retriever`] seam.
+//!
+//! In a catalog of server groups a tool's meaning is partly its server's, as on the lexical side:
+//! `trending` on a video-search server and on a music server embed alike, while their servers'
+//! other tools do not. So each group also has a vector, the normalised sum of its tools' rows, and
+//! a tool's similarity is the mean of its own and its group's ([`Semantic::group_blend`]).
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -481,6 +486,8 @@ thread_local! {
     /// Per-thread dot products of every row for [`Semantic::score`], so a query allocates
     /// nothing per document.
     static DOTS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread sums of each server group's dot products, then its dot product.
+    static GROUP_DOTS: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Fusion weight of the semantic ranker relative to BM25F (which weighs 1).
@@ -619,6 +626,134 @@ pub struct Semantic {
     pub top_k: usize,
     /// Cosine a tool needs to be a hit on meaning alone, sharing no word with the query.
     pub min_cosine_alone: f32,
+    /// Whether a tool's similarity is the mean of its own and its server group's (as on the
+    /// lexical side, where a tool gains half its group's score; not fitted), or its own only.
+    pub group_blend: bool,
+    /// Server groups' rows; `None` for a catalog with fewer than two servers.
+    groups: Option<Groups>,
+}
+
+/// Server groups (the built-in tools are one more) for the semantic side. A group's vector is
+/// the normalised sum of its tools' rows, and its dot product with a query is the sum of its
+/// tools' dot products divided by that sum's length, so it costs no dot products of its own.
+#[derive(Debug, Clone)]
+struct Groups {
+    /// Runs of consecutive documents of one group, `(first, end, group)`, in document order:
+    /// documents are in name order, so a server's tools are one run, and both passes below work
+    /// on whole slices.
+    runs: Vec<(u32, u32, u32)>,
+    /// Whether each group is a single run.
+    contiguous: bool,
+    /// Per group, `QUANT_SCALE / |Σ rows|` in fixed point ([`SCALE_BITS`] fraction bits): turns
+    /// the sum of its tools' dots into the dot with its unit vector, on the tools' scale (0 for
+    /// an empty group).
+    scale: Vec<i64>,
+}
+
+impl Groups {
+    /// The groups of `index`'s documents, as the lexical side forms them: one per server of the
+    /// catalog, and one for the built-ins, when there are at least two servers (and every tool's
+    /// server is one of them).
+    fn build(catalog: &Catalog, index: &SearchIndex, rows: &[i8], dim: usize) -> Option<Self> {
+        let servers = catalog.servers();
+        if servers.len() < 2 || dim == 0 {
+            return None;
+        }
+        let builtin = servers.len() as u32;
+        let of_doc: Vec<u32> = index
+            .catalog_indices()
+            .iter()
+            .map(|&i| match catalog.tools()[i].server.as_deref() {
+                Some(s) => servers
+                    .binary_search_by(|x| x.name.as_str().cmp(s))
+                    .ok()
+                    .map(|g| g as u32),
+                None => Some(builtin),
+            })
+            .collect::<Option<_>>()?;
+        let mut sum = vec![0i64; (servers.len() + 1) * dim];
+        for (row, &g) in rows.chunks_exact(dim).zip(&of_doc) {
+            let at = g as usize * dim;
+            for (a, &x) in sum[at..at + dim].iter_mut().zip(row) {
+                *a += i64::from(x);
+            }
+        }
+        let scale: Vec<i64> = sum
+            .chunks_exact(dim)
+            .map(|v| {
+                let norm = v.iter().map(|&x| (x * x) as f64).sum::<f64>().sqrt();
+                if norm > 0.0 {
+                    (f64::from(QUANT_SCALE) / norm * f64::from(1u32 << SCALE_BITS)).round() as i64
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let mut runs: Vec<(u32, u32, u32)> = Vec::new();
+        for (d, &g) in of_doc.iter().enumerate() {
+            match runs.last_mut() {
+                Some(run) if run.2 == g => run.1 = d as u32 + 1,
+                _ => runs.push((d as u32, d as u32 + 1, g)),
+            }
+        }
+        let mut seen = vec![false; scale.len()];
+        let contiguous = runs
+            .iter()
+            .all(|&(_, _, g)| !std::mem::replace(&mut seen[g as usize], true));
+        Some(Self {
+            runs,
+            contiguous,
+            scale,
+        })
+    }
+}
+
+impl Groups {
+    /// Makes each of `dots` (by document) the mean of its own and its group's, rounded down.
+    fn blend(&self, dots: &mut [i32]) {
+        let group_dot = |sum: i64, g: u32| {
+            // |dot| ≤ QUANT_SCALE² + rounding: it fits an i32, and so does the sum of two.
+            ((sum * self.scale[g as usize] + (1 << (SCALE_BITS - 1))) >> SCALE_BITS) as i32
+        };
+        let blend = |run: &mut [i32], group: i32| {
+            for dot in run {
+                *dot = (*dot + group) >> 1;
+            }
+        };
+        if self.contiguous {
+            // One run per group: sum it and blend it while it is in cache.
+            for &(first, end, g) in &self.runs {
+                let run = &mut dots[first as usize..end as usize];
+                let sum: i64 = run.iter().map(|&d| i64::from(d)).sum();
+                blend(run, group_dot(sum, g));
+            }
+            return;
+        }
+        GROUP_DOTS.with_borrow_mut(|sums| {
+            sums.clear();
+            sums.resize(self.scale.len(), 0);
+            for &(first, end, g) in &self.runs {
+                let run = &dots[first as usize..end as usize];
+                sums[g as usize] += run.iter().map(|&d| i64::from(d)).sum::<i64>();
+            }
+            for &(first, end, g) in &self.runs {
+                blend(
+                    &mut dots[first as usize..end as usize],
+                    group_dot(sums[g as usize], g),
+                );
+            }
+        });
+    }
+}
+
+/// Fraction bits of [`Groups::scale`].
+const SCALE_BITS: u32 = 20;
+
+/// Sum of each `dim`-wide row's values, for [`dot_all`].
+fn row_sums(rows: &[i8], dim: usize) -> Vec<i32> {
+    rows.chunks_exact(dim.max(1))
+        .map(|r| r.iter().map(|&x| i32::from(x)).sum())
+        .collect()
 }
 
 impl Semantic {
@@ -641,18 +776,17 @@ impl Semantic {
                 cache.get_or_embed(embedder, &doc_text(catalog, &catalog.tools()[i])),
             );
         }
-        let sums = rows
-            .chunks_exact(dim.max(1))
-            .map(|r| r.iter().map(|&x| i32::from(x)).sum())
-            .collect();
+        let groups = Groups::build(catalog, index, &rows, dim);
         Self {
             embedder,
             dim,
+            sums: row_sums(&rows, dim),
             rows,
-            sums,
             min_cosine: 0.1,
             top_k: 100,
             min_cosine_alone: 0.25,
+            group_blend: true,
+            groups,
         }
     }
 
@@ -687,6 +821,14 @@ impl Retriever for Semantic {
 }
 
 impl Semantic {
+    /// Makes each tool's dot product the mean of its own and its group's (rounded down), in
+    /// integers, so a blended dot is on the same scale and the cosine floors keep their meaning.
+    fn blend_groups(&self, dots: &mut [i32]) {
+        if let (Some(groups), true) = (&self.groups, self.group_blend) {
+            groups.blend(dots);
+        }
+    }
+
     /// Calls `emit(document, score)` for each of the query's best `top_k` tools at or above
     /// `min_cosine` (at most `top_k`, in no particular order).
     fn scored(&self, query: &ParsedQuery, allowed: &[bool], mut emit: impl FnMut(u32, f32)) {
@@ -699,6 +841,7 @@ impl Semantic {
             dots.clear();
             dots.resize(self.rows.len() / self.dim.max(1), 0);
             dot_all(&q, &self.rows, &self.sums, dots);
+            self.blend_groups(dots);
             let min_dot = (self.min_cosine * scale).ceil() as i32;
             let kept = best_keys(dots, allowed, min_dot, self.top_k);
             for key in kept {
@@ -899,5 +1042,55 @@ mod tests {
                 assert_eq!(p - 128 * s, *e, "dim {dim}");
             }
         }
+    }
+    /// Blending gives each document the mean of its own dot and its group's (the group's sum
+    /// scaled to a unit vector), whether a group is one run of documents or scattered.
+    #[test]
+    fn blending_is_the_mean_of_own_and_group_in_any_layout() {
+        let dots = [1000, -300, 2000, 50, 7, 123_456];
+        let of_doc = [0u32, 0, 1, 0, 2, 1];
+        let scale = [1 << SCALE_BITS, 3 << (SCALE_BITS - 2), 0];
+        let mut runs: Vec<(u32, u32, u32)> = Vec::new();
+        for (d, &g) in of_doc.iter().enumerate() {
+            match runs.last_mut() {
+                Some(run) if run.2 == g => run.1 = d as u32 + 1,
+                _ => runs.push((d as u32, d as u32 + 1, g)),
+            }
+        }
+        let scattered = Groups {
+            runs,
+            contiguous: false,
+            scale: scale.to_vec(),
+        };
+        let mut got = dots;
+        scattered.blend(&mut got);
+        let sum = |g: u32| -> i64 {
+            dots.iter()
+                .zip(&of_doc)
+                .filter(|&(_, &x)| x == g)
+                .map(|(&d, _)| i64::from(d))
+                .sum()
+        };
+        let group = |g: u32| {
+            (sum(g) as f64 * scale[g as usize] as f64 / f64::from(1 << SCALE_BITS)).round() as i32
+        };
+        let want: Vec<i32> = dots
+            .iter()
+            .zip(&of_doc)
+            .map(|(&d, &g)| (d + group(g)).div_euclid(2))
+            .collect();
+        assert_eq!(got.to_vec(), want);
+        // The same groups laid out as one run each.
+        let order = [0usize, 1, 3, 2, 5, 4];
+        let sorted: Vec<i32> = order.iter().map(|&d| dots[d]).collect();
+        let contiguous = Groups {
+            runs: vec![(0, 3, 0), (3, 5, 1), (5, 6, 2)],
+            contiguous: true,
+            scale: scale.to_vec(),
+        };
+        let mut got = sorted.clone();
+        contiguous.blend(&mut got);
+        let want_sorted: Vec<i32> = order.iter().map(|&d| want[d]).collect();
+        assert_eq!(got, want_sorted);
     }
 }

@@ -144,3 +144,66 @@ fn tool_vectors_are_cached_on_disk_and_reused() {
     assert!(VectorCache::load(&path, embedder.dim()).is_empty());
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn a_tools_server_counts_toward_its_meaning() {
+    use toolshelf_core::search::Retriever;
+    use toolshelf_embed::{Embedder, Semantic};
+    // Two servers with the same `trending` tool, told apart only by their other tools.
+    let c = Catalog::from_value(
+        &json!({"servers": [
+            {"name": "clips", "description": "", "tools": [
+                {"name": "trending", "description": "What is trending now"},
+                {"name": "video_search", "description": "Search videos by keyword"},
+                {"name": "video_details", "description": "Details and related videos of one video"}]},
+            {"name": "charts", "description": "", "tools": [
+                {"name": "trending", "description": "What is trending now"},
+                {"name": "song_lyrics", "description": "Lyrics of a song"},
+                {"name": "top_artists", "description": "The most played music artists this week"}]}
+        ]}),
+        "t",
+    )
+    .expect("catalog");
+    let index = SearchIndex::build(&c, &(0..c.tools().len()).collect::<Vec<_>>());
+    let mut semantic = Semantic::build(Embedder::bundled().expect("model"), &c, &index);
+    let doc = |name: &str| {
+        index
+            .catalog_indices()
+            .iter()
+            .position(|&i| c.tools()[i].name == name)
+            .expect(name)
+    };
+    let (clips, charts) = (doc("mcp__clips__trending"), doc("mcp__charts__trending"));
+    let allowed = vec![true; index.len()];
+    let scores = |s: &Semantic, query: &str| {
+        let mut v = vec![0.0; index.len()];
+        s.score(&index.parse(query), &allowed, &mut v);
+        v
+    };
+    semantic.group_blend = false;
+    for query in ["trending videos", "trending songs"] {
+        let alone = scores(&semantic, query);
+        assert!(alone[clips] > 0.0, "{query}: {alone:?}");
+        assert_eq!(
+            alone[clips], alone[charts],
+            "{query}: same text, same score"
+        );
+    }
+    semantic.group_blend = true;
+    let videos = scores(&semantic, "trending videos");
+    assert!(videos[clips] > videos[charts], "{videos:?}");
+    let songs = scores(&semantic, "trending songs");
+    assert!(songs[charts] > songs[clips], "{songs:?}");
+
+    // A flat catalog has no groups: the weight changes nothing.
+    let flat = Catalog::from_value(&tools(), "t").expect("catalog");
+    let index = SearchIndex::build(&flat, &(0..flat.tools().len()).collect::<Vec<_>>());
+    let mut semantic = Semantic::build(Embedder::bundled().expect("model"), &flat, &index);
+    let allowed = vec![true; index.len()];
+    let q = index.parse("weather forecast");
+    let (mut with, mut without) = (vec![0.0; index.len()], vec![0.0; index.len()]);
+    semantic.score(&q, &allowed, &mut with);
+    semantic.group_blend = false;
+    semantic.score(&q, &allowed, &mut without);
+    assert_eq!(with, without);
+}
