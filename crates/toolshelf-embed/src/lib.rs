@@ -629,7 +629,7 @@ pub struct Semantic {
     /// Whether a tool's similarity is the mean of its own and its server group's (as on the
     /// lexical side, where a tool gains half its group's score; not fitted), or its own only.
     pub group_blend: bool,
-    /// Server groups' rows; `None` for a catalog with fewer than two servers.
+    /// Server groups; `None` for a catalog with fewer than two servers.
     groups: Option<Groups>,
 }
 
@@ -706,9 +706,7 @@ impl Groups {
             scale,
         })
     }
-}
 
-impl Groups {
     /// Makes each of `dots` (by document) the mean of its own and its group's, rounded down.
     fn blend(&self, dots: &mut [i32]) {
         let group_dot = |sum: i64, g: u32| {
