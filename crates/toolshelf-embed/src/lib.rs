@@ -28,7 +28,7 @@ mod unigram;
 
 use model2vec_rs::model::StaticModel;
 use toolshelf_core::Catalog;
-use toolshelf_core::search::{ParsedQuery, Retriever, SearchIndex, doc_text};
+use toolshelf_core::search::{ParsedQuery, Retriever, SearchIndex, doc_text, server_group_of};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -659,18 +659,10 @@ impl Groups {
         if servers.len() < 2 || dim == 0 {
             return None;
         }
-        let builtin = servers.len() as u32;
-        let of_doc: Vec<u32> = index
-            .catalog_indices()
-            .iter()
-            .map(|&i| match catalog.tools()[i].server.as_deref() {
-                Some(s) => servers
-                    .binary_search_by(|x| x.name.as_str().cmp(s))
-                    .ok()
-                    .map(|g| g as u32),
-                None => Some(builtin),
-            })
-            .collect::<Option<_>>()?;
+        let of_doc = server_group_of(catalog, index.catalog_indices());
+        if of_doc.contains(&u32::MAX) {
+            return None;
+        }
         let mut sum = vec![0i64; (servers.len() + 1) * dim];
         for (row, &g) in rows.chunks_exact(dim).zip(&of_doc) {
             let at = g as usize * dim;
@@ -689,6 +681,12 @@ impl Groups {
                 }
             })
             .collect();
+        Some(Self::from_layout(&of_doc, scale))
+    }
+
+    /// Groups from each document's group and each group's scale: the runs, and whether each
+    /// group is one run.
+    fn from_layout(of_doc: &[u32], scale: Vec<i64>) -> Self {
         let mut runs: Vec<(u32, u32, u32)> = Vec::new();
         for (d, &g) in of_doc.iter().enumerate() {
             match runs.last_mut() {
@@ -700,11 +698,11 @@ impl Groups {
         let contiguous = runs
             .iter()
             .all(|&(_, _, g)| !std::mem::replace(&mut seen[g as usize], true));
-        Some(Self {
+        Self {
             runs,
             contiguous,
             scale,
-        })
+        }
     }
 
     /// Makes each of `dots` (by document) the mean of its own and its group's, rounded down.
@@ -1048,18 +1046,7 @@ mod tests {
         let dots = [1000, -300, 2000, 50, 7, 123_456];
         let of_doc = [0u32, 0, 1, 0, 2, 1];
         let scale = [1 << SCALE_BITS, 3 << (SCALE_BITS - 2), 0];
-        let mut runs: Vec<(u32, u32, u32)> = Vec::new();
-        for (d, &g) in of_doc.iter().enumerate() {
-            match runs.last_mut() {
-                Some(run) if run.2 == g => run.1 = d as u32 + 1,
-                _ => runs.push((d as u32, d as u32 + 1, g)),
-            }
-        }
-        let scattered = Groups {
-            runs,
-            contiguous: false,
-            scale: scale.to_vec(),
-        };
+        let scattered = Groups::from_layout(&of_doc, scale.to_vec());
         let mut got = dots;
         scattered.blend(&mut got);
         let sum = |g: u32| -> i64 {
@@ -1081,11 +1068,7 @@ mod tests {
         // The same groups laid out as one run each.
         let order = [0usize, 1, 3, 2, 5, 4];
         let sorted: Vec<i32> = order.iter().map(|&d| dots[d]).collect();
-        let contiguous = Groups {
-            runs: vec![(0, 3, 0), (3, 5, 1), (5, 6, 2)],
-            contiguous: true,
-            scale: scale.to_vec(),
-        };
+        let contiguous = Groups::from_layout(&[0, 0, 0, 1, 1, 2], scale.to_vec());
         let mut got = sorted.clone();
         contiguous.blend(&mut got);
         let want_sorted: Vec<i32> = order.iter().map(|&d| want[d]).collect();

@@ -316,6 +316,15 @@ mod tests {
         }
     }
 
+    /// The `(term, surface)` strings [`analyze_memo`] gives for `text`.
+    fn memoised(text: &str, memo: &mut Memo) -> Vec<(String, String)> {
+        let mut ids = Vec::new();
+        analyze_memo(text, memo, |t, s| ids.push((t, s)));
+        ids.iter()
+            .map(|&(t, s)| (memo.str(t).to_owned(), memo.str(s).to_owned()))
+            .collect()
+    }
+
     #[test]
     fn a_memo_gives_the_same_terms_and_surfaces() {
         let texts = [
@@ -328,15 +337,9 @@ mod tests {
         let mut memo = Memo::default();
         for _ in 0..2 {
             for text in texts {
-                let (mut plain, mut memoised) = (Vec::new(), Vec::new());
+                let mut plain = Vec::new();
                 analyze_with(text, |t, s| plain.push((t, s.to_owned())));
-                let mut ids = Vec::new();
-                analyze_memo(text, &mut memo, |t, s| ids.push((t, s)));
-                memoised.extend(
-                    ids.iter()
-                        .map(|&(t, s)| (memo.str(t).to_owned(), memo.str(s).to_owned())),
-                );
-                assert_eq!(memoised, plain, "{text}");
+                assert_eq!(memoised(text, &mut memo), plain, "{text}");
             }
         }
         assert!(memo.runs.contains_key("预订酒店"), "{memo:?}");
@@ -354,15 +357,9 @@ mod tests {
         for i in 0..3 * MEMO_TERMS {
             memo.bound();
             let text = format!("word{i} files 查询{i}");
-            let (mut plain, mut memoised) = (Vec::new(), Vec::new());
+            let mut plain = Vec::new();
             analyze_with(&text, |t, s| plain.push((t, s.to_owned())));
-            let mut ids = Vec::new();
-            analyze_memo(&text, &mut memo, |t, s| ids.push((t, s)));
-            memoised.extend(
-                ids.iter()
-                    .map(|&(t, s)| (memo.str(t).to_owned(), memo.str(s).to_owned())),
-            );
-            assert_eq!(memoised, plain, "{text}");
+            assert_eq!(memoised(&text, &mut memo), plain, "{text}");
             most = most.max(memo.seq.len());
         }
         let held: u32 = memo.runs.values().map(|&(from, to)| to - from).sum();

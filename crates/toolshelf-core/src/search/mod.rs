@@ -273,6 +273,21 @@ struct RankScratch {
     memo: analyze::Memo,
 }
 
+/// The server group of each tool at `docs` (catalog indices), as every ranker forms them: a
+/// server's group is its place in `catalog.servers()`, the built-in tools are one more group
+/// (`servers().len()`), and a tool whose server the catalog does not list has none (`u32::MAX`).
+pub fn server_group_of(catalog: &Catalog, docs: &[usize]) -> Vec<u32> {
+    let (servers, tools) = (catalog.servers(), catalog.tools());
+    docs.iter()
+        .map(|&i| match tools[i].server.as_deref() {
+            Some(s) => servers
+                .binary_search_by(|x| x.name.as_str().cmp(s))
+                .map_or(u32::MAX, |g| g as u32),
+            None => servers.len() as u32,
+        })
+        .collect()
+}
+
 /// Server groups as documents: the coarse stage of the ranking. A tool's own text often says
 /// little (`get-tickets`, `latest`, `all`), while its server's description and its sibling tools
 /// say what it is for ("12306 train tickets", "package tracking"), so each group is scored as a
@@ -318,15 +333,7 @@ impl Groups {
         // same footing as the servers' tools.
         let builtin = servers.len() as u32;
         let mut names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
-        let of_doc: Vec<u32> = docs
-            .iter()
-            .map(|&i| match tools[i].server.as_deref() {
-                Some(s) => servers
-                    .binary_search_by(|x| x.name.as_str().cmp(s))
-                    .map_or(u32::MAX, |g| g as u32),
-                None => builtin,
-            })
-            .collect();
+        let of_doc = server_group_of(catalog, docs);
         if of_doc.contains(&builtin) {
             fields.push(Default::default());
             names.push(String::new());
@@ -1283,15 +1290,6 @@ impl SearchIndex {
                 }
             }
         };
-        let part = |total: &mut usize, out: &mut String, write: &mut dyn FnMut(&mut String)| {
-            *total += 1;
-            if *total <= REASON_PARTS {
-                if *total > 1 {
-                    out.push_str("; ");
-                }
-                write(out);
-            }
-        };
         for q in parsed {
             let looked_up;
             let ids = match self.own_ids(q) {
@@ -1327,23 +1325,23 @@ impl SearchIndex {
                     }
                     e.push_str(surface);
                 } else {
-                    part(&mut total, &mut out, &mut |out| {
+                    if next_part(&mut total, &mut out) {
                         out.push('"');
                         out.push_str(surface);
                         out.push_str("\" in ");
-                        labels(mask, out);
-                    });
+                        labels(mask, &mut out);
+                    }
                 }
             }
         }
         if total == 0 {
             for (fields, cs) in &chars {
-                part(&mut total, &mut out, &mut |out| {
+                if next_part(&mut total, &mut out) {
                     out.push_str("Chinese text \"");
                     out.push_str(cs);
                     out.push_str("\" in ");
                     out.push_str(fields);
-                });
+                }
             }
         }
         if total > REASON_PARTS {
@@ -1355,6 +1353,19 @@ impl SearchIndex {
 
 /// Matched terms a reason names; the rest are counted.
 const REASON_PARTS: usize = 4;
+
+/// Counts one more part of a reason and says whether it is written (the first
+/// [`REASON_PARTS`]), after the separator when it is not the first.
+fn next_part(total: &mut usize, out: &mut String) -> bool {
+    *total += 1;
+    if *total > REASON_PARTS {
+        return false;
+    }
+    if *total > 1 {
+        out.push_str("; ");
+    }
+    true
+}
 
 /// Where the first clause's own best tool goes among one query's hits (0-based): after the whole
 /// query's two best, which keep their places. Set before measuring; 1 and 3 measured the same.
