@@ -8,7 +8,10 @@ category ("suivi-colis (Logistics API)"). This writes, into OUT_DIR:
 - `stb_flat.catalog.json`: one flat list, tools named `SERVER_TOOL`, their own descriptions and
   schemas, no server descriptions; `stb_flat.queries.jsonl`: the queries with gold names to match;
 - `stb_flat_tagged.catalog.json`: the flat list, each tool tagged with its category;
-- `stb_flat_srvtag.catalog.json`: the flat list, each tool tagged with its server's name.
+- `stb_flat_srvtag.catalog.json`: the flat list, each tool tagged with its server's name;
+- `stb_bycat.catalog.json`: regrouped into one server per category (about 50 tools each, as a
+  large real MCP server has), tools named `SERVER_TOOL`, the server described by its category;
+  `stb_bycat.queries.jsonl`: the queries with gold names to match.
 
 `stb_tagged` takes the original queries (`stabletoolbench.queries.jsonl`).
 
@@ -66,13 +69,37 @@ def main() -> None:
     write("stb_flat_tagged.catalog.json", by_category)
     write("stb_flat_srvtag.catalog.json", by_server)
 
+    categories: dict[str, list] = {}
+    server_group: dict[str, str] = {}
+    for server in grouped["servers"]:
+        cat = category(server) or "Other"
+        slug = re.sub(r"[^a-z0-9]+", "_", cat.lower()).strip("_")
+        server_group[server["name"]] = slug
+        group = categories.setdefault(slug, [cat, []])
+        for tool in server["tools"]:
+            group[1].append(dict(tool, name=server["name"] + "_" + tool["name"]))
+    bycat = {
+        "servers": [
+            {"name": slug, "description": cat + " APIs", "tools": tools}
+            for slug, (cat, tools) in sorted(categories.items())
+        ]
+    }
+    write("stb_bycat.catalog.json", bycat)
+
     with open(src + ".queries.jsonl", encoding="utf-8") as f, open(
         os.path.join(args.out_dir, "stb_flat.queries.jsonl"), "w", encoding="utf-8"
-    ) as out:
+    ) as out, open(os.path.join(args.out_dir, "stb_bycat.queries.jsonl"), "w", encoding="utf-8") as by:
         for line in f:
             q = json.loads(line)
             gold = [re.sub(r"^mcp__(.*?)__", r"\1_", g) for g in q["gold"]]
             out.write(json.dumps({"query": q["query"], "gold": gold}, ensure_ascii=False) + "\n")
+            regrouped = []
+            for g in q["gold"]:
+                server, tool = re.match(r"^mcp__(.*?)__(.*)$", g).groups()
+                regrouped.append(f"mcp__{server_group[server]}__{server}_{tool}")
+            by.write(
+                json.dumps({"query": q["query"], "gold": regrouped}, ensure_ascii=False) + "\n"
+            )
 
 
 if __name__ == "__main__":

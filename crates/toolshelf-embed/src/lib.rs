@@ -17,7 +17,9 @@
 //! In a catalog of server groups a tool's meaning is partly its server's, as on the lexical side:
 //! `trending` on a video-search server and on a music server embed alike, while their servers'
 //! other tools do not. So each group also has a vector, the normalised sum of its tools' rows, and
-//! a tool's similarity is the mean of its own and its group's ([`Semantic::group_blend`]).
+//! a tool's similarity moves toward its group's ([`Semantic::group_blend`]) by as much as that
+//! vector stands for the group's tools: half way for a server of near-synonymous tools, little
+//! for a large server of unrelated ones, whose vector is only a broad topic.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -626,8 +628,9 @@ pub struct Semantic {
     pub top_k: usize,
     /// Cosine a tool needs to be a hit on meaning alone, sharing no word with the query.
     pub min_cosine_alone: f32,
-    /// Whether a tool's similarity is the mean of its own and its server group's (as on the
-    /// lexical side, where a tool gains half its group's score; not fitted), or its own only.
+    /// Whether a tool's similarity moves toward its server group's (at most half way, as on the
+    /// lexical side a tool gains half its group's score; see [`Groups::share`]), or is its own
+    /// only.
     pub group_blend: bool,
     /// Server groups; `None` for a catalog with fewer than two servers.
     groups: Option<Groups>,
@@ -648,6 +651,13 @@ struct Groups {
     /// the sum of its tools' dots into the dot with its unit vector, on the tools' scale (0 for
     /// an empty group).
     scale: Vec<i64>,
+    /// Per group, the share of its dot in a member's blended one, in fixed point
+    /// ([`SHARE_BITS`] fraction bits): half the group's coherence, `|Σ cᵢ| / Σ |cᵢ|` over its
+    /// tools' rows `cᵢ` centred on the catalog's mean row. That is how well one direction stands
+    /// for all of its tools: 1 for near-synonyms, about `1/√n` for `n` unrelated tools. Centring
+    /// matters because every row of the model shares a common component, which would make any
+    /// set of tools look coherent.
+    share: Vec<i64>,
 }
 
 impl Groups {
@@ -663,7 +673,8 @@ impl Groups {
         if of_doc.contains(&u32::MAX) {
             return None;
         }
-        let mut sum = vec![0i64; (servers.len() + 1) * dim];
+        let groups = servers.len() + 1;
+        let mut sum = vec![0i64; groups * dim];
         for (row, &g) in rows.chunks_exact(dim).zip(&of_doc) {
             let at = g as usize * dim;
             for (a, &x) in sum[at..at + dim].iter_mut().zip(row) {
@@ -673,7 +684,7 @@ impl Groups {
         let scale: Vec<i64> = sum
             .chunks_exact(dim)
             .map(|v| {
-                let norm = v.iter().map(|&x| (x * x) as f64).sum::<f64>().sqrt();
+                let norm = length(v.iter().map(|&x| x as f64));
                 if norm > 0.0 {
                     (f64::from(QUANT_SCALE) / norm * f64::from(1u32 << SCALE_BITS)).round() as i64
                 } else {
@@ -681,12 +692,48 @@ impl Groups {
                 }
             })
             .collect();
-        Some(Self::from_layout(&of_doc, scale))
+        let share = Self::shares(rows, dim, &of_doc, groups);
+        Some(Self::from_layout(&of_doc, scale, share))
+    }
+
+    /// Each of `groups` groups' [`Self::share`], from the rows (`dim` wide) and each row's group.
+    fn shares(rows: &[i8], dim: usize, of_doc: &[u32], groups: usize) -> Vec<i64> {
+        let mut mean = vec![0f64; dim];
+        for row in rows.chunks_exact(dim) {
+            for (m, &x) in mean.iter_mut().zip(row) {
+                *m += f64::from(x);
+            }
+        }
+        let docs = of_doc.len().max(1) as f64;
+        mean.iter_mut().for_each(|m| *m /= docs);
+        // Each group's sum of centred rows, and the sum of their lengths.
+        let mut centred = vec![0f64; groups * dim];
+        let mut lengths = vec![0f64; groups];
+        for (row, &g) in rows.chunks_exact(dim).zip(of_doc) {
+            let at = g as usize * dim;
+            let c = row.iter().zip(&mean).map(|(&x, m)| f64::from(x) - m);
+            for (a, c) in centred[at..at + dim].iter_mut().zip(c.clone()) {
+                *a += c;
+            }
+            lengths[g as usize] += length(c);
+        }
+        centred
+            .chunks_exact(dim)
+            .zip(&lengths)
+            .map(|(v, &total)| {
+                if total > 0.0 {
+                    let coherence = (length(v.iter().copied()) / total).min(1.0);
+                    (0.5 * coherence * f64::from(1u32 << SHARE_BITS)).round() as i64
+                } else {
+                    0
+                }
+            })
+            .collect()
     }
 
     /// Groups from each document's group and each group's scale: the runs, and whether each
     /// group is one run.
-    fn from_layout(of_doc: &[u32], scale: Vec<i64>) -> Self {
+    fn from_layout(of_doc: &[u32], scale: Vec<i64>, share: Vec<i64>) -> Self {
         let mut runs: Vec<(u32, u32, u32)> = Vec::new();
         for (d, &g) in of_doc.iter().enumerate() {
             match runs.last_mut() {
@@ -702,18 +749,24 @@ impl Groups {
             runs,
             contiguous,
             scale,
+            share,
         }
     }
 
-    /// Makes each of `dots` (by document) the mean of its own and its group's, rounded down.
+    /// Moves each of `dots` (by document) toward its group's by the group's share:
+    /// `(1 - share) · own + share · group`, rounded down.
     fn blend(&self, dots: &mut [i32]) {
-        let group_dot = |sum: i64, g: u32| {
-            // |dot| ≤ QUANT_SCALE² + rounding: it fits an i32, and so does the sum of two.
-            ((sum * self.scale[g as usize] + (1 << (SCALE_BITS - 1))) >> SCALE_BITS) as i32
-        };
-        let blend = |run: &mut [i32], group: i32| {
+        let blend = |run: &mut [i32], sum: i64, g: u32| {
+            let (scale, share) = (self.scale[g as usize], self.share[g as usize]);
+            if share == 0 {
+                return;
+            }
+            // |dot| ≤ QUANT_SCALE² + rounding, so the group's dot fits an i32, and the weighted
+            // sum of two fits an i64 before the shift.
+            let group = (sum * scale + (1 << (SCALE_BITS - 1))) >> SCALE_BITS;
+            let (own, toward) = ((1 << SHARE_BITS) - share, group * share);
             for dot in run {
-                *dot = (*dot + group) >> 1;
+                *dot = ((i64::from(*dot) * own + toward) >> SHARE_BITS) as i32;
             }
         };
         if self.contiguous {
@@ -721,7 +774,7 @@ impl Groups {
             for &(first, end, g) in &self.runs {
                 let run = &mut dots[first as usize..end as usize];
                 let sum: i64 = run.iter().map(|&d| i64::from(d)).sum();
-                blend(run, group_dot(sum, g));
+                blend(run, sum, g);
             }
             return;
         }
@@ -733,10 +786,7 @@ impl Groups {
                 sums[g as usize] += run.iter().map(|&d| i64::from(d)).sum::<i64>();
             }
             for &(first, end, g) in &self.runs {
-                blend(
-                    &mut dots[first as usize..end as usize],
-                    group_dot(sums[g as usize], g),
-                );
+                blend(&mut dots[first as usize..end as usize], sums[g as usize], g);
             }
         });
     }
@@ -744,6 +794,14 @@ impl Groups {
 
 /// Fraction bits of [`Groups::scale`].
 const SCALE_BITS: u32 = 20;
+
+/// Fraction bits of [`Groups::share`].
+const SHARE_BITS: u32 = 16;
+
+/// Euclidean length of a vector.
+fn length(v: impl Iterator<Item = f64>) -> f64 {
+    v.map(|x| x * x).sum::<f64>().sqrt()
+}
 
 /// Sum of each `dim`-wide row's values, for [`dot_all`].
 fn row_sums(rows: &[i8], dim: usize) -> Vec<i32> {
@@ -817,8 +875,8 @@ impl Retriever for Semantic {
 }
 
 impl Semantic {
-    /// Makes each tool's dot product the mean of its own and its group's (rounded down), in
-    /// integers, so a blended dot is on the same scale and the cosine floors keep their meaning.
+    /// Moves each tool's dot product toward its group's (see [`Groups::share`]), in integers, so
+    /// a blended dot is on the same scale and the cosine floors keep their meaning.
     fn blend_groups(&self, dots: &mut [i32]) {
         if let (Some(groups), true) = (&self.groups, self.group_blend) {
             groups.blend(dots);
@@ -1042,11 +1100,13 @@ mod tests {
     /// Blending gives each document the mean of its own dot and its group's (the group's sum
     /// scaled to a unit vector), whether a group is one run of documents or scattered.
     #[test]
-    fn blending_is_the_mean_of_own_and_group_in_any_layout() {
+    fn blending_moves_toward_the_group_by_its_share_in_any_layout() {
         let dots = [1000, -300, 2000, 50, 7, 123_456];
         let of_doc = [0u32, 0, 1, 0, 2, 1];
         let scale = [1 << SCALE_BITS, 3 << (SCALE_BITS - 2), 0];
-        let scattered = Groups::from_layout(&of_doc, scale.to_vec());
+        let one = 1i64 << SHARE_BITS;
+        let share = [one / 2, one / 5, one / 2];
+        let scattered = Groups::from_layout(&of_doc, scale.to_vec(), share.to_vec());
         let mut got = dots;
         scattered.blend(&mut got);
         let sum = |g: u32| -> i64 {
@@ -1062,16 +1122,58 @@ mod tests {
         let want: Vec<i32> = dots
             .iter()
             .zip(&of_doc)
-            .map(|(&d, &g)| (d + group(g)).div_euclid(2))
+            .map(|(&d, &g)| {
+                let w = share[g as usize];
+                (i64::from(d) * (one - w) + i64::from(group(g)) * w).div_euclid(one) as i32
+            })
             .collect();
+        // A group's share of a half is the mean of own and group.
+        assert_eq!(want[0], (1000 + group(0)).div_euclid(2));
         assert_eq!(got.to_vec(), want);
         // The same groups laid out as one run each.
         let order = [0usize, 1, 3, 2, 5, 4];
         let sorted: Vec<i32> = order.iter().map(|&d| dots[d]).collect();
-        let contiguous = Groups::from_layout(&[0, 0, 0, 1, 1, 2], scale.to_vec());
+        let contiguous = Groups::from_layout(&[0, 0, 0, 1, 1, 2], scale.to_vec(), share.to_vec());
         let mut got = sorted.clone();
         contiguous.blend(&mut got);
         let want_sorted: Vec<i32> = order.iter().map(|&d| want[d]).collect();
         assert_eq!(got, want_sorted);
+    }
+
+    #[test]
+    fn a_group_weighs_as_much_as_it_is_coherent() {
+        // 8-wide rows sharing a large common component (the first coordinate), as the model's
+        // rows do: three near-synonyms, four tools on four different axes, three more on three
+        // others, and a single tool.
+        let axis = |i: usize, v: i8| {
+            let mut row = [0i8; 8];
+            row[0] = 100;
+            row[i] = v;
+            row
+        };
+        let rows: Vec<i8> = [
+            axis(1, 40),
+            axis(1, 41),
+            axis(1, 39),
+            axis(2, 40),
+            axis(3, 40),
+            axis(4, 40),
+            axis(5, 40),
+            axis(6, 40),
+            axis(7, 40),
+            axis(2, -40),
+            [100, 10, 10, 10, 10, 10, 10, 10],
+        ]
+        .concat();
+        let of_doc = [0u32, 0, 0, 1, 1, 1, 1, 3, 3, 3, 2];
+        let share = Groups::shares(&rows, 8, &of_doc, 4);
+        let half = 1i64 << (SHARE_BITS - 1);
+        // Uncentred, every group would look coherent: the rows of each are within about 30° of
+        // each other.
+        assert!(share[0] > half * 9 / 10, "{share:?}");
+        assert!(share[1] < half * 6 / 10, "{share:?}");
+        assert!(share[3] < half * 7 / 10, "{share:?}");
+        // A single tool is its own group's direction.
+        assert_eq!(share[2], half);
     }
 }
