@@ -67,6 +67,8 @@ pub use toolshelf_runtime::enrich::{EnrichFn, Enricher};
 #[derive(Debug)]
 struct Enrichment {
     latest: Arc<(Mutex<Option<std::sync::Weak<Snapshot>>>, std::sync::Condvar)>,
+    /// The same rankers, for a session's own view (see [`Hub::enrich_view`]).
+    enricher: Enricher,
 }
 
 impl Enrichment {
@@ -74,6 +76,7 @@ impl Enrichment {
         let latest: Arc<(Mutex<Option<std::sync::Weak<Snapshot>>>, std::sync::Condvar)> =
             Arc::default();
         let shared = Arc::clone(&latest);
+        let own = enricher.clone();
         let spawned = std::thread::Builder::new()
             .name("toolshelf-enrich".into())
             .spawn(move || {
@@ -108,7 +111,10 @@ impl Enrichment {
                 }
             });
         match spawned {
-            Ok(_) => Some(Self { latest }),
+            Ok(_) => Some(Self {
+                latest,
+                enricher: own,
+            }),
             Err(e) => {
                 tracing::warn!("cannot start the semantic indexer, using BM25F alone: {e}");
                 None
@@ -176,7 +182,7 @@ impl Snapshot {
     }
 
     /// This snapshot with the tools one session's model wrote: a session's own view, searched
-    /// with BM25F alone.
+    /// with BM25F alone until [`Hub::enrich_view`] adds the other rankers.
     pub fn with_authored(
         &self,
         tools: &[toolshelf_core::authoring::Authored],
@@ -194,6 +200,11 @@ impl Snapshot {
     /// The best search index available now: enriched when ready, else BM25F alone.
     pub fn search_index(&self) -> &SearchIndex {
         self.enriched.get().unwrap_or(&self.search)
+    }
+
+    /// Whether the enricher's rankers are in [`Self::search_index`].
+    pub fn is_enriched(&self) -> bool {
+        self.enriched.get().is_some()
     }
 
     /// Whether tool `i` may be shown and run.
@@ -547,6 +558,29 @@ impl Hub {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Adds the enricher's rankers to `view`, a session's own view of `base` (see
+    /// [`Snapshot::with_authored`]), once `base` has them: the session's search then ranks as
+    /// every other session's does. Blocking (it embeds the tools the session wrote, and reuses
+    /// the cached vectors of the rest); a no-op when `view` has them already, when `base` does
+    /// not yet (the model is still loading, or failed to) or when there is no enricher.
+    pub fn enrich_view(&self, base: &Snapshot, view: &Snapshot) {
+        let Some(enrichment) = &self.enrichment else {
+            return;
+        };
+        if view.is_enriched() || !base.is_enriched() {
+            return;
+        }
+        let mut index = view.search.clone_lexical();
+        match (enrichment.enricher.0)(&mut index, &view.catalog) {
+            Ok(()) => {
+                let _ = view.enriched.set(index);
+            }
+            Err(e) => tracing::warn!(
+                "semantic search unavailable for a session's own tools, using BM25F alone: {e}"
+            ),
+        }
     }
 
     /// What runs the tools the model writes, when `tool_define` is offered.

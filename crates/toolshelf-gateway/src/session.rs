@@ -604,7 +604,8 @@ impl GatewaySession {
     }
 
     /// The catalog this session sees: the hub's newest snapshot, with the tools its model wrote
-    /// when it wrote any (rebuilt when the hub's snapshot changes).
+    /// when it wrote any (rebuilt when the hub's snapshot changes, and searched with the same
+    /// rankers as the hub's once the hub has them).
     async fn snapshot(&self) -> Arc<Snapshot> {
         let base = self.hub.snapshot();
         let mut local = self.local.lock().await;
@@ -614,12 +615,15 @@ impl GatewaySession {
         if let Some((built_on, view)) = &local.overlay
             && Arc::ptr_eq(built_on, &base)
         {
-            return view.clone();
+            let view = view.clone();
+            self.enrich(base, &view).await;
+            return view;
         }
         match base.with_authored(&local.authored, self.hub.compiled()) {
             Ok(view) => {
                 let view = Arc::new(view);
-                local.overlay = Some((base, view.clone()));
+                local.overlay = Some((base.clone(), view.clone()));
+                self.enrich(base, &view).await;
                 view
             }
             Err(e) => {
@@ -629,6 +633,18 @@ impl GatewaySession {
                 );
                 base
             }
+        }
+    }
+
+    /// Adds the hub's rankers to this session's own view of `base` (off the async workers: it
+    /// embeds the session's tools).
+    async fn enrich(&self, base: Arc<Snapshot>, view: &Arc<Snapshot>) {
+        if view.is_enriched() || !base.is_enriched() {
+            return;
+        }
+        let (hub, view) = (self.hub.clone(), view.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || hub.enrich_view(&base, &view)).await {
+            tracing::warn!("session {}: enriching its own view failed: {e}", self.id);
         }
     }
 

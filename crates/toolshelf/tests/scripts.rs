@@ -409,6 +409,14 @@ async fn a_tool_the_model_defines_in_the_gateway_is_its_sessions_alone() {
     // The limits.
     let e = err(&exec(&one, "tool_define", definition("whisper", shout)).await);
     assert!(e.contains("[authoring] max_tools"), "{e}");
+    // Found by meaning too, as every other tool is once the embedding ranker is ready: a Chinese
+    // request ("capital letters") shares no word with its English description.
+    let by_meaning = |t: &str| t.contains("1. shout") && t.contains("related by meaning");
+    wait_for("a meaning-based hit for the session's own tool", || {
+        let one = &one;
+        async move { by_meaning(&text(&search(one, json!({"queries": ["大写字母"]})).await)) }
+    })
+    .await;
     // The frozen list did not change by one byte.
     let list_after = serde_json::to_string(&one.list_all_tools().await.expect("tools/list"))
         .expect("list as JSON");
