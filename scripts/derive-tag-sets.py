@@ -9,8 +9,9 @@ category ("suivi-colis (Logistics API)"). This writes, into OUT_DIR:
   schemas, no server descriptions; `stb_flat.queries.jsonl`: the queries with gold names to match;
 - `stb_flat_tagged.catalog.json`: the flat list, each tool tagged with its category;
 - `stb_flat_srvtag.catalog.json`: the flat list, each tool tagged with its server's name;
-- `stb_bycat.catalog.json`: regrouped into one server per category (about 50 tools each, as a
-  large real MCP server has), tools named `SERVER_TOOL`, the server described by its category;
+- `stb_bycat.catalog.json`: regrouped into one server per category (46 servers of 1 to 340
+  tools, large as real MCP servers can be), tools named `SERVER_TOOL`, the server described by
+  its category;
   `stb_bycat.queries.jsonl`: the queries with gold names to match.
 
 `stb_tagged` takes the original queries (`stabletoolbench.queries.jsonl`).
@@ -91,12 +92,12 @@ def main() -> None:
     ) as out, open(os.path.join(args.out_dir, "stb_bycat.queries.jsonl"), "w", encoding="utf-8") as by:
         for line in f:
             q = json.loads(line)
-            gold = [re.sub(r"^mcp__(.*?)__", r"\1_", g) for g in q["gold"]]
-            out.write(json.dumps({"query": q["query"], "gold": gold}, ensure_ascii=False) + "\n")
-            regrouped = []
+            gold, regrouped = [], []
             for g in q["gold"]:
                 server, tool = re.match(r"^mcp__(.*?)__(.*)$", g).groups()
+                gold.append(f"{server}_{tool}")
                 regrouped.append(f"mcp__{server_group[server]}__{server}_{tool}")
+            out.write(json.dumps({"query": q["query"], "gold": gold}, ensure_ascii=False) + "\n")
             by.write(
                 json.dumps({"query": q["query"], "gold": regrouped}, ensure_ascii=False) + "\n"
             )

@@ -1097,8 +1097,8 @@ mod tests {
             }
         }
     }
-    /// Blending gives each document the mean of its own dot and its group's (the group's sum
-    /// scaled to a unit vector), whether a group is one run of documents or scattered.
+    /// Blending moves each document's dot toward its group's (the group's sum scaled to a unit
+    /// vector) by the group's share, whether a group is one run of documents or scattered.
     #[test]
     fn blending_moves_toward_the_group_by_its_share_in_any_layout() {
         let dots = [1000, -300, 2000, 50, 7, 123_456];
@@ -1140,6 +1140,8 @@ mod tests {
         assert_eq!(got, want_sorted);
     }
 
+    /// A group's share is half its coherence: near-synonyms get about a half, unrelated tools
+    /// much less, once the rows' common component is taken out.
     #[test]
     fn a_group_weighs_as_much_as_it_is_coherent() {
         // 8-wide rows sharing a large common component (the first coordinate), as the model's

@@ -564,7 +564,8 @@ impl Hub {
     /// [`Snapshot::with_authored`]), once `base` has them: the session's search then ranks as
     /// every other session's does. Blocking (it embeds the tools the session wrote, and reuses
     /// the cached vectors of the rest); a no-op when `view` has them already, when `base` does
-    /// not yet (the model is still loading, or failed to) or when there is no enricher.
+    /// not yet (the model is still loading, or failed to) or when there is no enricher. A view
+    /// the enricher fails on keeps BM25F alone and is not tried again.
     pub fn enrich_view(&self, base: &Snapshot, view: &Snapshot) {
         let Some(enrichment) = &self.enrichment else {
             return;
@@ -573,14 +574,14 @@ impl Hub {
             return;
         }
         let mut index = view.search.clone_lexical();
-        match (enrichment.enricher.0)(&mut index, &view.catalog) {
-            Ok(()) => {
-                let _ = view.enriched.set(index);
-            }
-            Err(e) => tracing::warn!(
+        if let Err(e) = (enrichment.enricher.0)(&mut index, &view.catalog) {
+            tracing::warn!(
                 "semantic search unavailable for a session's own tools, using BM25F alone: {e}"
-            ),
+            );
+            // Settled either way: the session's later calls do not retry it.
+            index = view.search.clone_lexical();
         }
+        let _ = view.enriched.set(index);
     }
 
     /// What runs the tools the model writes, when `tool_define` is offered.
