@@ -577,9 +577,15 @@ fn looks_like_a_name(word: &str) -> bool {
 
 /// Written as an identifier, not a word: `read_file`, `get-tickets`, `v2`, `getWeather`.
 fn is_identifier(word: &str) -> bool {
-    word.contains(['_', '-', '.'])
-        || word.chars().any(|c| c.is_ascii_digit())
-        || word.chars().skip(1).any(char::is_uppercase)
+    let bytes = word.as_bytes();
+    bytes
+        .iter()
+        .any(|&b| matches!(b, b'_' | b'-' | b'.') || b.is_ascii_digit())
+        || if word.is_ascii() {
+            bytes.iter().skip(1).any(u8::is_ascii_uppercase)
+        } else {
+            word.chars().skip(1).any(char::is_uppercase)
+        }
 }
 
 /// Characters trimmed from query words before they are compared with tool names.
@@ -751,7 +757,10 @@ impl SearchIndex {
         // A name is only a name when the query is nothing else: "search" standing alone asks for
         // the tools called search, while "search flights to Tokyo" merely contains a word that 22
         // servers use as a tool name.
-        let whole_query = query.split_whitespace().count() == 1;
+        let whole_query = {
+            let mut words = query.split_whitespace();
+            words.next().is_some() && words.next().is_none()
+        };
         for raw in query.split_whitespace() {
             // `+` before a digit is a number (`+1234567890`, `+8`), not an operator.
             if let Some(req) = raw
@@ -1274,7 +1283,9 @@ impl SearchIndex {
         let mut out = String::new();
         // Matched terms so far (strong ones; Chinese characters are counted by their fields).
         let mut total = 0usize;
-        let mut chars: BTreeMap<String, String> = BTreeMap::new();
+        // Weak terms by the fields they matched in (a mask), reported in the order of the
+        // fields' labels.
+        let mut chars: Vec<(u8, String)> = Vec::new();
         // Terms already reported (from an earlier intent): a term matches the same fields of the
         // same tool whichever intent it came from.
         let mut seen: Vec<u32> = Vec::new();
@@ -1307,23 +1318,28 @@ impl SearchIndex {
                 let Some(id) = *id else {
                     continue;
                 };
+                if seen.contains(&id) {
+                    continue;
+                }
                 let tf = idx.tf(id, d);
                 let mask = Field::ALL
                     .iter()
                     .filter(|&&f| tf[f as usize] > 0 && (f == Field::Server) == server)
                     .fold(0u8, |m, &f| m | 1 << f as u8);
-                if mask == 0 || seen.contains(&id) {
+                if mask == 0 {
                     continue;
                 }
                 seen.push(id);
                 if idx.is_weak(id) {
-                    let mut fields = String::new();
-                    labels(mask, &mut fields);
-                    let e = chars.entry(fields).or_default();
-                    if !e.is_empty() {
-                        e.push_str("\", \"");
+                    match chars.iter_mut().find(|(m, _)| *m == mask) {
+                        Some((_, e)) => {
+                            if !e.is_empty() {
+                                e.push_str("\", \"");
+                            }
+                            e.push_str(surface);
+                        }
+                        None => chars.push((mask, surface.clone())),
                     }
-                    e.push_str(surface);
                 } else {
                     if next_part(&mut total, &mut out) {
                         out.push('"');
@@ -1334,8 +1350,17 @@ impl SearchIndex {
                 }
             }
         }
-        if total == 0 {
-            for (fields, cs) in &chars {
+        if total == 0 && !chars.is_empty() {
+            let mut by_fields: Vec<(String, String)> = chars
+                .into_iter()
+                .map(|(mask, cs)| {
+                    let mut fields = String::new();
+                    labels(mask, &mut fields);
+                    (fields, cs)
+                })
+                .collect();
+            by_fields.sort_unstable();
+            for (fields, cs) in &by_fields {
                 if next_part(&mut total, &mut out) {
                     out.push_str("Chinese text \"");
                     out.push_str(cs);
@@ -1818,5 +1843,9 @@ mod tests {
         }
         assert!(!looks_like_a_name("search") && !looks_like_a_name("Tokyo"));
         assert!(looks_like_a_name("read_file") && looks_like_a_name("mcp__fs__read"));
+        // Case inside a word counts in any script; a capital first letter does not.
+        assert!(is_identifier("getWeather") && is_identifier("prüfÄnderung"));
+        assert!(!is_identifier("Übersicht") && !is_identifier("读取文件"));
+        assert!(is_identifier("文件2") && is_identifier("état-civil"));
     }
 }
