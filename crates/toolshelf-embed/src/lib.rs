@@ -8,9 +8,9 @@
 //!
 //! Shape: [`Embedder`] wraps the model (loaded once, lazily: about half a second); [`Semantic`]
 //! holds one int8 row per tool, built at index time, and scores a query with exact dot products
-//! over contiguous rows. Plain ASCII text is tokenised and pooled here ([`unigram`], [`pool`]),
-//! giving the same vector as model2vec bit for bit at a fraction of the cost; other text goes
-//! through model2vec and the `tokenizers` crate. Vectors are quantised to int8 with fixed
+//! over contiguous rows. Plain text (ASCII, and Chinese with full-width punctuation) is
+//! tokenised and pooled here ([`unigram`], [`pool`]), giving the same vector as model2vec bit for
+//! bit at a fraction of the cost; other text goes through model2vec and the `tokenizers` crate. Vectors are quantised to int8 with fixed
 //! rounding, so scores are equal across runs and machines. The core fuses it with BM25F through
 //! the [`Retriever`] seam.
 //!
@@ -51,7 +51,7 @@ pub enum Error {
 /// The embedding model.
 pub struct Embedder {
     model: StaticModel,
-    /// The tokeniser and rows for plain ASCII text, when the model's pipeline is the one they
+    /// The tokeniser and rows for plain text, when the model's pipeline is the one they
     /// reproduce and they agree with model2vec on the load-time probes.
     ascii: Option<Ascii>,
 }
@@ -142,11 +142,63 @@ impl Embedder {
             .filter(|(tokens, rows)| rows.len() >= tokens.vocab_size());
         if let Some((tokens, rows)) = ascii {
             embedder.ascii = Some(Ascii { tokens, rows });
+            embedder.check_wide();
             if !embedder.ascii_agrees() {
                 embedder.ascii = None;
             }
         }
         Ok(embedder)
+    }
+
+    /// Checks the crate's own path against model2vec, bit for bit, on text beyond ASCII: every
+    /// CJK unified ideograph (in runs of consecutive code points, alone, between ASCII words and
+    /// beside full-width punctuation) and Chinese text long enough to be truncated, else only
+    /// ASCII stays on the path; then each full-width form, the ideographic space, `、` and `。`
+    /// in several positions, and a character whose probes differ is left to model2vec. This
+    /// checks the part of the model's character map the path relies on and cannot read: that
+    /// it keeps the ideographs and maps the full-width forms to ASCII as NFKC does (the bundled
+    /// model's map turns `～` into something else).
+    fn check_wide(&mut self) {
+        let agrees = |e: &Self, p: &str| {
+            e.ascii_f32(p).map(|v| bits(&v)) == Some(bits(&e.model.encode_single(p)))
+        };
+        let ideographs: Vec<char> = ('\u{4e00}'..='\u{9fff}').collect();
+        let mut probes: Vec<String> = ideographs
+            .chunks(64)
+            .enumerate()
+            .map(|(i, run)| {
+                let run: String = run.iter().collect();
+                match i % 3 {
+                    0 => run,
+                    1 => format!("Find {run} now"),
+                    _ => format!("{run}，查询。{run}"),
+                }
+            })
+            .collect();
+        probes.push("查询北京的天气，然后预订一家酒店。".repeat(200));
+        probes.push("中文 ".repeat(2000));
+        if !probes.iter().all(|p| agrees(self, p)) {
+            if let Some(a) = self.ascii.as_mut() {
+                a.tokens.ascii_only();
+            }
+            return;
+        }
+        let differ: Vec<char> = ('\u{ff01}'..='\u{ff5e}')
+            .chain(['\u{3000}', '、', '。'])
+            .filter(|c| {
+                ![
+                    format!("{c}"),
+                    format!("a{c}b"),
+                    format!("查询{c}天气"),
+                    format!("Ｔｏｋｙｏ{c} x"),
+                ]
+                .iter()
+                .all(|p| agrees(self, p))
+            })
+            .collect();
+        if let Some(a) = self.ascii.as_mut() {
+            a.tokens.leave_to_crate(&differ);
+        }
     }
 
     /// Whether the ASCII path gives model2vec's vector, bit for bit, for every printable ASCII
@@ -175,8 +227,8 @@ impl Embedder {
         })
     }
 
-    /// The vector of plain ASCII `text` by [`unigram`] and [`pool`], if it is plain ASCII and
-    /// the path is on.
+    /// The vector of `text` by [`unigram`] and [`pool`], if it is text they take (plain ASCII,
+    /// and Chinese ideographs and full-width forms as [`Self::check_wide`] found) and the path is on.
     fn ascii_f32(&self, text: &str) -> Option<Vec<f32>> {
         let ascii = self.ascii.as_ref()?;
         let mut ids = Vec::new();
@@ -249,6 +301,11 @@ impl Embedder {
     /// Whether plain ASCII text takes this crate's own tokeniser (see [`unigram`]).
     pub fn has_ascii_path(&self) -> bool {
         self.ascii.is_some()
+    }
+
+    /// Whether Chinese text (ideographs, full-width forms, ASCII) takes it too.
+    pub fn has_wide_path(&self) -> bool {
+        self.ascii.as_ref().is_some_and(|a| a.tokens.takes_wide())
     }
 }
 
@@ -1022,6 +1079,36 @@ mod tests {
                 texts.push(t);
             }
         }
+        assert!(
+            e.has_wide_path(),
+            "the bundled model takes Chinese text too"
+        );
+        let plain_generated = texts.len();
+        // Chinese: ideographs from anywhere in the block and common ones, full-width forms, the
+        // ideographic space, mixed with ASCII words, up to lengths past truncation.
+        let common: Vec<char> = "查询北京天气预订酒店航班文件读取写入列出目录的是了在和"
+            .chars()
+            .collect();
+        let wide: Vec<char> = ('\u{ff01}'..='\u{ff5e}')
+            .chain(['\u{3000}', '、', '。'])
+            .collect();
+        for len in [1, 2, 5, 20, 80, 400, 3000] {
+            for _ in 0..40 {
+                let mut t = String::new();
+                while t.chars().count() < len {
+                    match next(6) {
+                        0 => t.push(char::from_u32(0x4e00 + next(0x5200) as u32).expect("CJK")),
+                        1 => t.push(wide[next(wide.len())]),
+                        2 => {
+                            t.push_str(words[next(words.len())]);
+                            t.push(' ');
+                        }
+                        _ => t.push(common[next(common.len())]),
+                    }
+                }
+                texts.push(t);
+            }
+        }
         let mut ascii_examples = 0;
         for (i, t) in texts.iter().enumerate() {
             assert_eq!(
@@ -1032,17 +1119,24 @@ mod tests {
             let took = e.ascii_f32(t).is_some();
             if i < examples {
                 ascii_examples += usize::from(took);
-            } else {
+            } else if i < plain_generated {
                 assert!(took, "generated plain ASCII {t:?} takes the ASCII path");
+            } else {
+                // The bundled model's map turns `～` into something other than `~`.
+                assert_eq!(took, !t.contains('～'), "generated Chinese {t:?}");
             }
         }
         assert!(
             ascii_examples * 2 > examples,
             "most example texts are plain ASCII: {ascii_examples} of {examples}"
         );
+        assert!(e.ascii_f32("查询天气，Ｔｏｋｙｏ。").is_some());
+        assert!(e.ascii_f32("a～b").is_none());
         for t in [
             "café au lait",
-            "查询天气",
+            "查询天气 café",
+            "한국어",
+            "ｶﾀｶﾅ",
             "a\u{0}b",
             "x <unk> y",
             "form\u{c}feed",

@@ -1,24 +1,30 @@
-//! The bundled model's tokenizer for plain ASCII text, giving the same token ids as the
-//! `tokenizers` crate.
+//! The bundled model's tokenizer for plain text (ASCII, and Chinese), giving the same token ids
+//! as the `tokenizers` crate.
 //!
 //! `tokenizer.json` normalises with SentencePiece's precompiled character map and lower-casing,
 //! splits on whitespace, marks each word with `▁`, and cuts words into pieces by Unigram Viterbi.
 //! Through the `tokenizers` crate the first three steps keep byte alignments for every character
 //! and allocate per word, which was most of a query's embedding time. For text of printable ASCII
 //! and ordinary whitespace the pipeline reduces to: lower-case, split on whitespace, Viterbi over
-//! `▁word`. This module does that and nothing else: any other character, or an added token's
-//! text, makes [`AsciiUnigram::ids`] decline, and the caller uses the crate.
+//! `▁word`. Chinese adds little: the map keeps CJK unified ideographs, `、` and `。` as they are
+//! and turns full-width ASCII forms and the ideographic space into ASCII, as NFKC does, and
+//! Viterbi runs over characters of several bytes. This module does that and nothing else: any
+//! other character, or an added token's text, makes [`AsciiUnigram::ids`] decline, and the
+//! caller uses the crate.
 //!
-//! The reduction rests on two things. The character map must leave printable ASCII as it is and
-//! turn `\t`, `\n` and `\r` into whitespace; it is a compiled table this module does not read, so
-//! [`crate::Embedder`] checks it against the crate when it loads (and keeps to the crate if the
-//! check fails). And Viterbi must run exactly as the crate runs it: candidates by start, then by
-//! length (shortest first), a candidate replacing the best path only on a strictly higher score;
-//! a character with no one-character piece scores `min_score - 10` as unknown; a run of unknown
-//! pieces fuses into one, which is the piece it spells if there is one, else the unknown id.
+//! The reduction rests on two things. The character map must do what is said above; it is a
+//! compiled table this module does not read, so [`crate::Embedder`] checks it against the crate
+//! when it loads: ASCII on every character (else the crate takes all text), the ideographs in
+//! runs covering the block (else the crate takes all but ASCII), and each mapped form on its own
+//! (one the map turns into something else is left to the crate). And Viterbi must run exactly as
+//! the crate runs it: candidates by start character, then by length (shortest first), a
+//! candidate replacing the best path only on a strictly higher score; a character with no
+//! one-character piece scores `min_score - 10` as unknown; a run of unknown pieces fuses into
+//! one, which is the piece it spells if there is one, else the unknown id.
 //!
-//! Only pieces that can match such input are kept: ASCII bytes after an optional leading `▁`,
-//! which is stored as the single byte `0x80` (no ASCII byte has that value).
+//! Only pieces that can match such input are kept: ASCII and kept Chinese characters in UTF-8
+//! after an optional leading `▁`, which is stored as the single byte `0x80`. No piece's UTF-8 can
+//! begin with that byte (it only continues a character), and the marker is only ever first.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -235,6 +241,12 @@ pub(crate) struct AsciiUnigram {
     max_chars: usize,
     /// Distinguishes this tokenizer's entries in the per-thread word memo.
     instance: u64,
+    /// Whether text with Chinese ideographs and full-width forms is taken too (see
+    /// [`AsciiUnigram::ids`]); off when the check at load finds the model's map differs.
+    wide: bool,
+    /// Non-ASCII characters the check at load found mapped otherwise than [`normalise_wide`]
+    /// maps them: text with one is left to the crate.
+    differ: Vec<char>,
 }
 
 /// Words seen lately on this thread and their ids: a request's words recur across requests, and a
@@ -295,7 +307,7 @@ impl AsciiUnigram {
         for (id, (piece, _)) in model.vocab.iter().enumerate() {
             let body = piece.strip_prefix('▁');
             let rest = body.unwrap_or(piece);
-            if rest.is_ascii() {
+            if rest.chars().all(|c| c.is_ascii() || kept_wide(c)) {
                 let mut key = Vec::with_capacity(rest.len() + 1);
                 if body.is_some() {
                     key.push(MARK);
@@ -328,7 +340,26 @@ impl AsciiUnigram {
             added,
             max_chars: max_tokens.saturating_mul(median),
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+            wide: true,
+            differ: Vec::new(),
         })
+    }
+
+    /// Leaves all but plain ASCII text to the crate.
+    pub(crate) fn ascii_only(&mut self) {
+        self.wide = false;
+        self.instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Leaves text with any of `chars` to the crate.
+    pub(crate) fn leave_to_crate(&mut self, chars: &[char]) {
+        self.differ.extend_from_slice(chars);
+        self.instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether text beyond plain ASCII is taken (see [`AsciiUnigram::ids`]).
+    pub(crate) fn takes_wide(&self) -> bool {
+        self.wide
     }
 
     /// The unknown token's id.
@@ -342,15 +373,34 @@ impl AsciiUnigram {
     }
 
     /// Appends the token ids of `text` to `ids`, after the model's truncation, or returns false
-    /// (leaving `ids` as it was) if `text` is not plain ASCII: every byte printable or one of
-    /// space, `\t`, `\n`, `\r`, and no added token's text in it.
+    /// (leaving `ids` as it was) if `text` is not plain: no added token's text in it, and every
+    /// character printable ASCII or one of space, `\t`, `\n`, `\r`, or (unless
+    /// [`Self::ascii_only`]) a CJK unified ideograph, `、`, `。`, a full-width ASCII form or the
+    /// ideographic space. The character map keeps the first three as they are and turns the
+    /// others into their ASCII characters, as NFKC does.
     pub(crate) fn ids(&self, text: &str, ids: &mut Vec<u32>) -> bool {
-        let bytes = text.as_bytes();
-        let plain = |b: &u8| matches!(b, 0x20..=0x7e | b'\t' | b'\n' | b'\r');
-        if !bytes.iter().all(plain) || self.added.iter().any(|a| text.contains(a.as_str())) {
+        if self.added.iter().any(|a| text.contains(a.as_str())) {
             return false;
         }
-        let bytes = &bytes[..bytes.len().min(self.max_chars)];
+        let bytes = text.as_bytes();
+        let plain = |b: &u8| matches!(b, 0x20..=0x7e | b'\t' | b'\n' | b'\r');
+        let wide;
+        let bytes = if bytes.iter().all(plain) {
+            &bytes[..bytes.len().min(self.max_chars)]
+        } else {
+            let taken = |c: char| !self.differ.contains(&c);
+            match self
+                .wide
+                .then(|| normalise_wide(text, self.max_chars, taken))
+                .flatten()
+            {
+                Some(normal) => {
+                    wide = normal;
+                    &wide[..]
+                }
+                None => return false,
+            }
+        };
         MEMO.with_borrow_mut(|memo| {
             if memo.instance != self.instance
                 || memo.words.len() >= MEMO_WORDS
@@ -411,8 +461,19 @@ impl AsciiUnigram {
                 };
             }
         };
-        // Every byte here is one character (the marker stands for `▁`).
+        // Paths start at characters: the marker (which stands for `▁`) and each UTF-8 lead byte.
         for start in 0..size {
+            let len = if start == 0 {
+                1
+            } else {
+                match word[start] {
+                    0x00..=0x7f => 1,
+                    0x80..=0xbf => continue,
+                    0xc0..=0xdf => 2,
+                    0xe0..=0xef => 3,
+                    _ => 4,
+                }
+            };
             let till_here = best[start].score;
             let mut single = false;
             let mut node = 0;
@@ -426,12 +487,12 @@ impl AsciiUnigram {
                 } = self.trie.nodes[node as usize];
                 if id != NONE {
                     relax(&mut best[end + 1], score + till_here, start, id);
-                    single |= end == start;
+                    single |= end + 1 == start + len;
                 }
             }
             if !single {
                 relax(
-                    &mut best[start + 1],
+                    &mut best[start + len],
                     self.unk_score + till_here,
                     start,
                     self.unk_id,
@@ -461,12 +522,39 @@ impl AsciiUnigram {
     }
 
     /// A fused run of unknown pieces: the piece it spells, else the unknown id.
+    #[inline]
     fn fused(&self, run: &[u8]) -> u32 {
         match self.trie.get(run) {
             NONE => self.unk_id,
             id => id,
         }
     }
+}
+
+/// A non-ASCII character the model's map keeps as it is and the trie holds pieces of: a CJK
+/// unified ideograph, `、` or `。`.
+fn kept_wide(c: char) -> bool {
+    matches!(c, '\u{4e00}'..='\u{9fff}' | '、' | '。')
+}
+
+/// `text` cut to `max_chars` characters and mapped as the model's character map maps it, as
+/// UTF-8, or `None` if a character is not one [`AsciiUnigram::ids`] takes (or `taken` refuses).
+fn normalise_wide(text: &str, max_chars: usize, taken: impl Fn(char) -> bool) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len());
+    for c in text.chars().take(max_chars) {
+        match c {
+            ' '..='~' | '\t' | '\n' | '\r' => out.push(c as u8),
+            c if !taken(c) => return None,
+            c if kept_wide(c) => {
+                out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+            }
+            // Full-width forms of `!` to `~`.
+            '\u{ff01}'..='\u{ff5e}' => out.push((u32::from(c) - 0xff01 + 0x21) as u8),
+            '\u{3000}' => out.push(b' '),
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -540,10 +628,36 @@ mod tests {
     #[test]
     fn other_text_is_declined() {
         let t = tokenizer(&[("<unk>", 0.0), ("▁a", -1.0)]);
-        for text in ["café", "a\u{0}b", "a\u{b}b", "x <unk> y", "中文"] {
+        for text in ["café", "a\u{0}b", "a\u{b}b", "x <unk> y", "中文 é", "ｶﾀｶﾅ"] {
             assert_eq!(ids(&t, text), None, "{text:?}");
         }
         assert_eq!(ids(&t, ""), Some(vec![]));
+        let mut t = t;
+        t.ascii_only();
+        assert_eq!(ids(&t, "中文"), None);
+        assert_eq!(ids(&t, "a"), Some(vec![1]));
+    }
+
+    #[test]
+    fn chinese_is_cut_by_characters_and_full_width_forms_are_ascii() {
+        let t = tokenizer(&[
+            ("<unk>", 0.0),
+            ("▁查询", -1.0),
+            ("天气", -1.0),
+            ("▁查", -1.0),
+            ("询天", -1.0),
+            ("气", -3.0),
+            ("▁a", -1.0),
+            ("。", -1.0),
+            ("▁!", -1.0),
+        ]);
+        // ▁查询 + 天气 (-2) beats ▁查 + 询天 + 气 (-5).
+        assert_eq!(ids(&t, "查询天气"), Some(vec![1, 2]));
+        // `字` has no piece: one unknown, whole, after ▁a; a run of unknown characters fuses.
+        assert_eq!(ids(&t, "a字"), Some(vec![6, 0]));
+        assert_eq!(ids(&t, "字字"), Some(vec![0]));
+        // Full-width `Ａ` and `！` are `a` and `!`; the ideographic space splits words.
+        assert_eq!(ids(&t, "Ａ　！。"), Some(vec![6, 8, 7]));
     }
 
     #[test]
