@@ -10,9 +10,9 @@
 //! holds one int8 row per tool, built at index time, and scores a query with exact dot products
 //! over contiguous rows. Plain text (ASCII, and Chinese with full-width punctuation) is
 //! tokenised and pooled here ([`unigram`], [`pool`]), giving the same vector as model2vec bit for
-//! bit at a fraction of the cost; other text goes through model2vec and the `tokenizers` crate. Vectors are quantised to int8 with fixed
-//! rounding, so scores are equal across runs and machines. The core fuses it with BM25F through
-//! the [`Retriever`] seam.
+//! bit at a fraction of the cost; other text goes through model2vec and the `tokenizers` crate.
+//! Vectors are quantised to int8 with fixed rounding, so scores are equal across runs and
+//! machines. The core fuses it with BM25F through the [`Retriever`] seam.
 //!
 //! In a catalog of server groups a tool's meaning is partly its server's, as on the lexical side:
 //! `trending` on a video-search server and on a music server embed alike, while their servers'
@@ -142,8 +142,9 @@ impl Embedder {
             .filter(|(tokens, rows)| rows.len() >= tokens.vocab_size());
         if let Some((tokens, rows)) = ascii {
             embedder.ascii = Some(Ascii { tokens, rows });
-            embedder.check_wide();
-            if !embedder.ascii_agrees() {
+            if embedder.ascii_agrees() {
+                embedder.check_wide();
+            } else {
                 embedder.ascii = None;
             }
         }

@@ -348,13 +348,11 @@ impl AsciiUnigram {
     /// Leaves all but plain ASCII text to the crate.
     pub(crate) fn ascii_only(&mut self) {
         self.wide = false;
-        self.instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Leaves text with any of `chars` to the crate.
     pub(crate) fn leave_to_crate(&mut self, chars: &[char]) {
         self.differ.extend_from_slice(chars);
-        self.instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether text beyond plain ASCII is taken (see [`AsciiUnigram::ids`]).
@@ -384,22 +382,18 @@ impl AsciiUnigram {
         }
         let bytes = text.as_bytes();
         let plain = |b: &u8| matches!(b, 0x20..=0x7e | b'\t' | b'\n' | b'\r');
-        let wide;
+        let normal;
         let bytes = if bytes.iter().all(plain) {
             &bytes[..bytes.len().min(self.max_chars)]
         } else {
-            let taken = |c: char| !self.differ.contains(&c);
-            match self
-                .wide
-                .then(|| normalise_wide(text, self.max_chars, taken))
-                .flatten()
-            {
-                Some(normal) => {
-                    wide = normal;
-                    &wide[..]
-                }
-                None => return false,
+            if !self.wide {
+                return false;
             }
+            let Some(n) = normalise_wide(text, self.max_chars, &self.differ) else {
+                return false;
+            };
+            normal = n;
+            &normal[..]
         };
         MEMO.with_borrow_mut(|memo| {
             if memo.instance != self.instance
@@ -522,7 +516,6 @@ impl AsciiUnigram {
     }
 
     /// A fused run of unknown pieces: the piece it spells, else the unknown id.
-    #[inline]
     fn fused(&self, run: &[u8]) -> u32 {
         match self.trie.get(run) {
             NONE => self.unk_id,
@@ -538,13 +531,13 @@ fn kept_wide(c: char) -> bool {
 }
 
 /// `text` cut to `max_chars` characters and mapped as the model's character map maps it, as
-/// UTF-8, or `None` if a character is not one [`AsciiUnigram::ids`] takes (or `taken` refuses).
-fn normalise_wide(text: &str, max_chars: usize, taken: impl Fn(char) -> bool) -> Option<Vec<u8>> {
+/// UTF-8, or `None` if a character is not one [`AsciiUnigram::ids`] takes or is in `differ`.
+fn normalise_wide(text: &str, max_chars: usize, differ: &[char]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len());
     for c in text.chars().take(max_chars) {
         match c {
             ' '..='~' | '\t' | '\n' | '\r' => out.push(c as u8),
-            c if !taken(c) => return None,
+            c if differ.contains(&c) => return None,
             c if kept_wide(c) => {
                 out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
             }
