@@ -90,9 +90,7 @@ impl Rows {
                 &self.data[id * self.dim..(id + 1) * self.dim],
                 self.weights[id],
             );
-            for (s, &v) in sum.iter_mut().zip(row) {
-                *s += f32::from(v as i8) * weight;
-            }
+            add_row(&mut sum, row, weight);
             count += 1;
         }
         let denom = count.max(1) as f32;
@@ -106,5 +104,15 @@ impl Rows {
             *x /= norm;
         }
         sum
+    }
+}
+
+/// `sum += row · weight`, one dimension at a time, compiled for several instruction sets and
+/// chosen at run time: each dimension's multiply and add are the same IEEE operations at any
+/// vector width (Rust never fuses them), so the bits are the baseline build's.
+#[multiversion::multiversion(targets = "simd")]
+fn add_row(sum: &mut [f32], row: &[u8], weight: f32) {
+    for (s, &v) in sum.iter_mut().zip(row) {
+        *s += f32::from(v as i8) * weight;
     }
 }

@@ -256,7 +256,7 @@ thread_local! {
 /// Per-thread buffers of one ranking, sized to the catalog and reused across queries.
 #[derive(Debug, Default)]
 struct RankScratch {
-    query: Vec<f32>,
+    query: Fused,
     scores: Vec<f32>,
     allowed: Vec<bool>,
     lexical_hit: Vec<bool>,
@@ -271,6 +271,37 @@ struct RankScratch {
     /// Analysed runs of the queries ranked on this thread (a query's clauses are analysed again,
     /// and successive queries share most words), bounded.
     memo: analyze::Memo,
+}
+
+/// Fused scores of one query, by document, and the documents given a share: every document
+/// scoring above zero is among those few hundred, so the best are found without a pass over the
+/// whole catalog.
+#[derive(Debug, Default)]
+struct Fused {
+    scores: Vec<f32>,
+    /// Each document given a share, once, in the order of its first.
+    touched: Vec<u32>,
+    is_touched: Vec<bool>,
+}
+
+impl Fused {
+    /// All `n` documents at zero, none touched.
+    fn reset(&mut self, n: usize) {
+        self.scores.clear();
+        self.scores.resize(n, 0.0);
+        self.is_touched.clear();
+        self.is_touched.resize(n, false);
+        self.touched.clear();
+    }
+
+    /// Adds `x` to document `d`'s score.
+    fn add(&mut self, d: usize, x: f32) {
+        self.scores[d] += x;
+        if !self.is_touched[d] {
+            self.is_touched[d] = true;
+            self.touched.push(d as u32);
+        }
+    }
 }
 
 /// The server group of each tool at `docs` (catalog indices), as every ranker forms them: a
@@ -891,8 +922,7 @@ impl SearchIndex {
             sparse,
             ..
         } = scratch;
-        query.clear();
-        query.resize(n, 0.0);
+        query.reset(n);
         scores.clear();
         scores.resize(n, 0.0);
         self.allowed_into(q, allowed);
@@ -907,7 +937,7 @@ impl SearchIndex {
             let d = d as usize;
             lexical_hit[d] = true;
             if self.lexical_weight > 0.0 {
-                query[d] += self.lexical_weight * scores[d] / max;
+                query.add(d, self.lexical_weight * scores[d] / max);
             }
             scores[d] = 0.0;
         }
@@ -924,7 +954,7 @@ impl SearchIndex {
             let max = sparse.iter().map(|x| x.1).fold_max();
             if max > 0.0 && weight > 0.0 {
                 for &(d, s) in sparse.iter() {
-                    query[d as usize] += weight * s / max;
+                    query.add(d as usize, weight * s / max);
                 }
             }
         }
@@ -937,18 +967,20 @@ impl SearchIndex {
                 // only by a group that stands out.
                 for &d in &groups.members[g as usize] {
                     let d = d as usize;
-                    if allowed[d] && (query[d] > 0.0 || gs >= floor) {
-                        query[d] += w * gs;
+                    if allowed[d] && (query.scores[d] > 0.0 || gs >= floor) {
+                        query.add(d, w * gs);
                     }
                 }
             }
         }
     }
 
-    /// The best `keep` documents of `scores` at or above the relative floor, best first (ties by
-    /// name), and the best score.
-    fn top(&self, scores: &[f32], keep: usize) -> (Vec<(f32, u32)>, f32) {
-        let best = scores.iter().copied().fold_max();
+    /// The best `keep` of the `candidates` (distinct documents, in any order; every one scoring
+    /// above zero must be among them) by `scores`, at or above the relative floor, best first
+    /// (ties by name), and the best score. A query's candidates are the few hundred documents
+    /// its retrievers touched, not the whole catalog.
+    fn top(&self, scores: &[f32], candidates: &[u32], keep: usize) -> (Vec<(f32, u32)>, f32) {
+        let best = candidates.iter().map(|&d| scores[d as usize]).fold_max();
         let floor = best * self.params.min_relative_score;
         // One integer per candidate orders it: score descending (a positive float's bits order
         // as the float does), then name. The best `keep` are the `keep` smallest keys, kept in a
@@ -961,7 +993,8 @@ impl SearchIndex {
         let mut heap = std::collections::BinaryHeap::with_capacity(keep + 1);
         let mut cut = 0f32;
         if keep > 0 {
-            for (d, &s) in scores.iter().enumerate() {
+            for &d in candidates {
+                let (d, s) = (d as usize, scores[d as usize]);
                 if !(s > 0.0 && s >= floor && s >= cut) {
                     continue;
                 }
@@ -1132,7 +1165,7 @@ impl SearchIndex {
             let q = self.parse_memo(text, &mut scratch.memo);
             self.score_query(&q, scratch);
             exact.extend(q.exact.iter().filter(|&&d| scratch.allowed[d as usize]));
-            let (list, b) = self.top(&scratch.query, limit);
+            let (list, b) = self.top(&scratch.query.scores, &scratch.query.touched, limit);
             best = best.max(b);
             lists.push(list);
             parsed.push(q);
@@ -1621,7 +1654,8 @@ mod tests {
     }
 
     /// The best `keep` are those of a full sort by score (descending) then name, above the
-    /// relative floor: on scores with many ties, zeros and negatives, for every `keep`.
+    /// relative floor: on scores with many ties, zeros and negatives, for every `keep`, whatever
+    /// the order of the candidates.
     #[test]
     fn top_is_the_sorted_order_cut_at_keep() {
         let tools: Vec<serde_json::Value> = (0..300)
@@ -1650,8 +1684,22 @@ mod tests {
                 .map(|d| (scores[d as usize], d))
                 .collect();
             expected.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| name(a.1).cmp(&name(b.1))));
+            // Candidates in any order, zeros and negatives among them, or only the positives.
+            let n = index.len() as u32;
+            let scrambled: Vec<u32> = (0..n).map(|i| (i * 131 + round as u32) % n).collect();
+            let positive: Vec<u32> = scrambled
+                .iter()
+                .copied()
+                .filter(|&d| scores[d as usize] > 0.0)
+                .rev()
+                .collect();
+            let candidates = if round % 2 == 0 {
+                &scrambled
+            } else {
+                &positive
+            };
             for keep in [0, 1, 2, 10, 100, 299, 300, 400] {
-                let (got, top) = index.top(&scores, keep);
+                let (got, top) = index.top(&scores, candidates, keep);
                 assert_eq!(top, best, "round {round}");
                 let want: Vec<(f32, u32)> = expected.iter().copied().take(keep).collect();
                 assert_eq!(got, want, "round {round}, keep {keep}");
