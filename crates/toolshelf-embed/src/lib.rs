@@ -154,11 +154,12 @@ impl Embedder {
     /// Checks the crate's own path against model2vec, bit for bit, on text beyond ASCII: every
     /// CJK unified ideograph (in runs of consecutive code points, alone, between ASCII words and
     /// beside full-width punctuation) and Chinese text long enough to be truncated, else only
-    /// ASCII stays on the path; then each full-width form, the ideographic space, `、` and `。`
-    /// in several positions, and a character whose probes differ is left to model2vec. This
-    /// checks the part of the model's character map the path relies on and cannot read: that
-    /// it keeps the ideographs and maps the full-width forms to ASCII as NFKC does (the bundled
-    /// model's map turns `～` into something else).
+    /// ASCII stays on the path; then each full-width form, the ideographic and no-break spaces,
+    /// `…`, `、`, `。` and each typographic mark the path keeps, in several positions, and a
+    /// character whose probes differ is left to model2vec. This checks the part of the model's
+    /// character map the path relies on and cannot read: that it keeps the ideographs and the
+    /// marks and maps the full-width forms to ASCII as NFKC does (the bundled model's map turns
+    /// `～` into something else).
     fn check_wide(&mut self) {
         let agrees = |e: &Self, p: &str| {
             e.ascii_f32(p).map(|v| bits(&v)) == Some(bits(&e.model.encode_single(p)))
@@ -185,13 +186,15 @@ impl Embedder {
             return;
         }
         let differ: Vec<char> = ('\u{ff01}'..='\u{ff5e}')
-            .chain(['\u{3000}', '、', '。'])
+            .chain(['\u{3000}', '、', '。', '\u{a0}', '…'])
+            .chain(unigram::KEPT_PUNCTUATION)
             .filter(|c| {
                 ![
                     format!("{c}"),
                     format!("a{c}b"),
                     format!("查询{c}天气"),
                     format!("Ｔｏｋｙｏ{c} x"),
+                    format!("Don{c}t pay 30{c}{c} in Tokyo{c}s {c}Best{c}"),
                 ]
                 .iter()
                 .all(|p| agrees(self, p))
@@ -1110,6 +1113,28 @@ mod tests {
                 texts.push(t);
             }
         }
+        let plain_and_chinese = texts.len();
+        // English as editors type it: curly quotes, dashes, symbols, no-break spaces, `…`.
+        let marks: Vec<char> = unigram::KEPT_PUNCTUATION
+            .into_iter()
+            .chain(['\u{a0}', '…'])
+            .collect();
+        for len in [1, 2, 5, 20, 80, 400, 3000] {
+            for _ in 0..40 {
+                let mut t = String::new();
+                while t.chars().count() < len {
+                    match next(4) {
+                        0 => t.push(marks[next(marks.len())]),
+                        1 => t.push(alphabet[next(alphabet.len())]),
+                        _ => {
+                            t.push_str(words[next(words.len())]);
+                            t.push([' ', '’', '\u{a0}', '—'][next(4)]);
+                        }
+                    }
+                }
+                texts.push(t);
+            }
+        }
         let mut ascii_examples = 0;
         for (i, t) in texts.iter().enumerate() {
             assert_eq!(
@@ -1122,9 +1147,11 @@ mod tests {
                 ascii_examples += usize::from(took);
             } else if i < plain_generated {
                 assert!(took, "generated plain ASCII {t:?} takes the ASCII path");
-            } else {
+            } else if i < plain_and_chinese {
                 // The bundled model's map turns `～` into something other than `~`.
                 assert_eq!(took, !t.contains('～'), "generated Chinese {t:?}");
+            } else {
+                assert!(took, "generated typed English {t:?} takes the path");
             }
         }
         assert!(
@@ -1132,6 +1159,7 @@ mod tests {
             "most example texts are plain ASCII: {ascii_examples} of {examples}"
         );
         assert!(e.ascii_f32("查询天气，Ｔｏｋｙｏ。").is_some());
+        assert!(e.ascii_f32("It’s 30°C in “Tokyo” — 5\u{a0}€…").is_some());
         assert!(e.ascii_f32("a～b").is_none());
         for t in [
             "café au lait",
@@ -1141,7 +1169,8 @@ mod tests {
             "a\u{0}b",
             "x <unk> y",
             "form\u{c}feed",
-            "“quoted”",
+            "trademark™",
+            "½ cup",
         ] {
             assert!(e.ascii_f32(t).is_none(), "{t:?} is left to model2vec");
         }

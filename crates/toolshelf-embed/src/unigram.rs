@@ -8,21 +8,23 @@
 //! and ordinary whitespace the pipeline reduces to: lower-case, split on whitespace, Viterbi over
 //! `▁word`. Chinese adds little: the map keeps CJK unified ideographs, `、` and `。` as they are
 //! and turns full-width ASCII forms and the ideographic space into ASCII, as NFKC does, and
-//! Viterbi runs over characters of several bytes. This module does that and nothing else: any
+//! Viterbi runs over characters of several bytes. English text typed in editors adds a few
+//! characters of the same two kinds: curly quotes, dashes and symbols such as `°` kept as they
+//! are, the no-break space and `…` turned into ASCII. This module does that and nothing else: any
 //! other character, or an added token's text, makes [`AsciiUnigram::ids`] decline, and the
 //! caller uses the crate.
 //!
 //! The reduction rests on two things. The character map must do what is said above; it is a
 //! compiled table this module does not read, so [`crate::Embedder`] checks it against the crate
 //! when it loads: ASCII on every character (else the crate takes all text), the ideographs in
-//! runs covering the block (else the crate takes all but ASCII), and each mapped form on its own
-//! (one the map turns into something else is left to the crate). And Viterbi must run exactly as
+//! runs covering the block (else the crate takes all but ASCII), and each other character on its
+//! own, kept or mapped (one the map treats otherwise is left to the crate). And Viterbi must run exactly as
 //! the crate runs it: candidates by start character, then by length (shortest first), a
 //! candidate replacing the best path only on a strictly higher score; a character with no
 //! one-character piece scores `min_score - 10` as unknown; a run of unknown pieces fuses into
 //! one, which is the piece it spells if there is one, else the unknown id.
 //!
-//! Only pieces that can match such input are kept: ASCII and kept Chinese characters in UTF-8
+//! Only pieces that can match such input are kept: ASCII and the kept characters in UTF-8
 //! after an optional leading `▁`, which is stored as the single byte `0x80`. No piece's UTF-8 can
 //! begin with that byte (it only continues a character), and the marker is only ever first.
 
@@ -241,8 +243,9 @@ pub(crate) struct AsciiUnigram {
     max_chars: usize,
     /// Distinguishes this tokenizer's entries in the per-thread word memo.
     instance: u64,
-    /// Whether text with Chinese ideographs and full-width forms is taken too (see
-    /// [`AsciiUnigram::ids`]); off when the check at load finds the model's map differs.
+    /// Whether text with Chinese ideographs, full-width forms and typographic punctuation is
+    /// taken too (see [`AsciiUnigram::ids`]); off when the check at load finds the model's map
+    /// differs.
     wide: bool,
     /// Non-ASCII characters the check at load found mapped otherwise than [`normalise_wide`]
     /// maps them: text with one is left to the crate.
@@ -373,9 +376,9 @@ impl AsciiUnigram {
     /// Appends the token ids of `text` to `ids`, after the model's truncation, or returns false
     /// (leaving `ids` as it was) if `text` is not plain: no added token's text in it, and every
     /// character printable ASCII or one of space, `\t`, `\n`, `\r`, or (unless
-    /// [`Self::ascii_only`]) a CJK unified ideograph, `、`, `。`, a full-width ASCII form or the
-    /// ideographic space. The character map keeps the first three as they are and turns the
-    /// others into their ASCII characters, as NFKC does.
+    /// [`Self::ascii_only`]) a CJK unified ideograph, `、`, `。`, one of [`KEPT_PUNCTUATION`], a
+    /// full-width ASCII form, the ideographic or no-break space, or `…`. The character map keeps
+    /// the first four kinds as they are and turns the others into ASCII, as NFKC does.
     pub(crate) fn ids(&self, text: &str, ids: &mut Vec<u32>) -> bool {
         if self.added.iter().any(|a| text.contains(a.as_str())) {
             return false;
@@ -524,10 +527,18 @@ impl AsciiUnigram {
     }
 }
 
+/// Caseless punctuation and symbols of English text that NFKC leaves alone: typographic quotes
+/// and dashes, degrees, currencies, bullets. A request typed in an editor that curls its
+/// apostrophes would otherwise leave the path on one `’`.
+pub(crate) const KEPT_PUNCTUATION: [char; 22] = [
+    '‘', '’', '‚', '“', '”', '„', '–', '—', '°', '€', '£', '¥', '¢', '·', '•', '×', '÷', '§', '©',
+    '®', '±', '«',
+];
+
 /// A non-ASCII character the model's map keeps as it is and the trie holds pieces of: a CJK
-/// unified ideograph, `、` or `。`.
+/// unified ideograph, `、`, `。` or one of [`KEPT_PUNCTUATION`].
 fn kept_wide(c: char) -> bool {
-    matches!(c, '\u{4e00}'..='\u{9fff}' | '、' | '。')
+    matches!(c, '\u{4e00}'..='\u{9fff}' | '、' | '。') || KEPT_PUNCTUATION.contains(&c)
 }
 
 /// `text` cut to `max_chars` characters and mapped as the model's character map maps it, as
@@ -543,7 +554,9 @@ fn normalise_wide(text: &str, max_chars: usize, differ: &[char]) -> Option<Vec<u
             }
             // Full-width forms of `!` to `~`.
             '\u{ff01}'..='\u{ff5e}' => out.push((u32::from(c) - 0xff01 + 0x21) as u8),
-            '\u{3000}' => out.push(b' '),
+            // The ideographic and the no-break space.
+            '\u{3000}' | '\u{a0}' => out.push(b' '),
+            '…' => out.extend_from_slice(b"..."),
             _ => return None,
         }
     }
@@ -651,6 +664,26 @@ mod tests {
         assert_eq!(ids(&t, "字字"), Some(vec![0]));
         // Full-width `Ａ` and `！` are `a` and `!`; the ideographic space splits words.
         assert_eq!(ids(&t, "Ａ　！。"), Some(vec![6, 8, 7]));
+    }
+
+    #[test]
+    fn typed_punctuation_is_kept_or_made_ascii() {
+        let t = tokenizer(&[
+            ("<unk>", 0.0),
+            ("▁it", -1.0),
+            ("’s", -1.0),
+            ("▁...", -1.0),
+            ("▁°c", -1.0),
+            ("▁a", -1.0),
+        ]);
+        // `’` is kept, so `’s` is a piece; `…` is `...`; the no-break space splits words.
+        assert_eq!(ids(&t, "It’s\u{a0}…"), Some(vec![1, 2, 3]));
+        assert_eq!(ids(&t, "°C a"), Some(vec![4, 5]));
+        let mut t = t;
+        t.leave_to_crate(&['’']);
+        assert_eq!(ids(&t, "It’s"), None);
+        t.ascii_only();
+        assert_eq!(ids(&t, "°C"), None);
     }
 
     #[test]
