@@ -981,6 +981,25 @@ mod tests {
         }
     }
 
+    /// Forty texts of each length from 1 to 3,000 characters, each made of `piece`s, which draw
+    /// from `next(n)` (a number below `n`).
+    fn generated(
+        next: &mut dyn FnMut(usize) -> usize,
+        piece: impl Fn(&mut dyn FnMut(usize) -> usize, &mut String),
+    ) -> Vec<String> {
+        let mut texts = Vec::new();
+        for len in [1, 2, 5, 20, 80, 400, 3000] {
+            for _ in 0..40 {
+                let mut t = String::new();
+                while t.chars().count() < len {
+                    piece(next, &mut t);
+                }
+                texts.push(t);
+            }
+        }
+        texts
+    }
+
     /// The histogram selection keeps the keys a full sort keeps: on dots spread wide and
     /// narrow, with ties, filtered documents, dots below the floor, and `k` from 1 past the
     /// number of survivors.
@@ -1069,20 +1088,14 @@ mod tests {
             "--json",
             "https://x.io/a?b=c",
         ];
-        for len in [1, 2, 5, 20, 80, 400, 3000] {
-            for _ in 0..40 {
-                let mut t = String::new();
-                while t.len() < len {
-                    if next(3) == 0 {
-                        t.push(alphabet[next(alphabet.len())]);
-                    } else {
-                        t.push_str(words[next(words.len())]);
-                        t.push([' ', ' ', ' ', '\t', '\n', '-', '.'][next(7)]);
-                    }
-                }
-                texts.push(t);
+        texts.extend(generated(&mut next, |next, t| {
+            if next(3) == 0 {
+                t.push(alphabet[next(alphabet.len())]);
+            } else {
+                t.push_str(words[next(words.len())]);
+                t.push([' ', ' ', ' ', '\t', '\n', '-', '.'][next(7)]);
             }
-        }
+        }));
         assert!(
             e.has_wide_path(),
             "the bundled model takes Chinese text too"
@@ -1096,45 +1109,29 @@ mod tests {
         let wide: Vec<char> = ('\u{ff01}'..='\u{ff5e}')
             .chain(['\u{3000}', '、', '。'])
             .collect();
-        for len in [1, 2, 5, 20, 80, 400, 3000] {
-            for _ in 0..40 {
-                let mut t = String::new();
-                while t.chars().count() < len {
-                    match next(6) {
-                        0 => t.push(char::from_u32(0x4e00 + next(0x5200) as u32).expect("CJK")),
-                        1 => t.push(wide[next(wide.len())]),
-                        2 => {
-                            t.push_str(words[next(words.len())]);
-                            t.push(' ');
-                        }
-                        _ => t.push(common[next(common.len())]),
-                    }
-                }
-                texts.push(t);
+        texts.extend(generated(&mut next, |next, t| match next(6) {
+            0 => t.push(char::from_u32(0x4e00 + next(0x5200) as u32).expect("CJK")),
+            1 => t.push(wide[next(wide.len())]),
+            2 => {
+                t.push_str(words[next(words.len())]);
+                t.push(' ');
             }
-        }
+            _ => t.push(common[next(common.len())]),
+        }));
         let plain_and_chinese = texts.len();
         // English as editors type it: curly quotes, dashes, symbols, no-break spaces, `…`.
         let marks: Vec<char> = unigram::KEPT_PUNCTUATION
             .into_iter()
             .chain(['\u{a0}', '…'])
             .collect();
-        for len in [1, 2, 5, 20, 80, 400, 3000] {
-            for _ in 0..40 {
-                let mut t = String::new();
-                while t.chars().count() < len {
-                    match next(4) {
-                        0 => t.push(marks[next(marks.len())]),
-                        1 => t.push(alphabet[next(alphabet.len())]),
-                        _ => {
-                            t.push_str(words[next(words.len())]);
-                            t.push([' ', '’', '\u{a0}', '—'][next(4)]);
-                        }
-                    }
-                }
-                texts.push(t);
+        texts.extend(generated(&mut next, |next, t| match next(4) {
+            0 => t.push(marks[next(marks.len())]),
+            1 => t.push(alphabet[next(alphabet.len())]),
+            _ => {
+                t.push_str(words[next(words.len())]);
+                t.push([' ', '’', '\u{a0}', '—'][next(4)]);
             }
-        }
+        }));
         let mut ascii_examples = 0;
         for (i, t) in texts.iter().enumerate() {
             assert_eq!(
