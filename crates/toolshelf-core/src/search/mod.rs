@@ -1313,7 +1313,9 @@ impl SearchIndex {
     /// as it goes, since every hit of every query gets one.
     fn reason_in(&self, d: u32, parsed: &[&ParsedQuery], server: bool) -> String {
         let idx = self.lexical.index();
-        let mut out = String::new();
+        // Room for four parts and the count of the rest, so the string is not regrown as it is
+        // written.
+        let mut out = String::with_capacity(160);
         // Matched terms so far (strong ones; Chinese characters are counted by their fields).
         let mut total = 0usize;
         // Weak terms by the fields they matched in (a mask), reported in the order of the
