@@ -18,9 +18,9 @@
 //! compiled table this module does not read, so [`crate::Embedder`] checks it against the crate
 //! when it loads: ASCII on every character (else the crate takes all text), the ideographs in
 //! runs covering the block (else the crate takes all but ASCII), and each other character on its
-//! own, kept or mapped (one the map treats otherwise is left to the crate). And Viterbi must run exactly as
-//! the crate runs it: candidates by start character, then by length (shortest first), a
-//! candidate replacing the best path only on a strictly higher score; a character with no
+//! own, kept or mapped (one the map treats otherwise is left to the crate). And Viterbi must run
+//! exactly as the crate runs it: candidates by start character, then by length (shortest first),
+//! a candidate replacing the best path only on a strictly higher score; a character with no
 //! one-character piece scores `min_score - 10` as unknown; a run of unknown pieces fuses into
 //! one, which is the piece it spells if there is one, else the unknown id.
 //!
