@@ -185,9 +185,7 @@ impl Embedder {
             }
             return;
         }
-        let differ: Vec<char> = ('\u{ff01}'..='\u{ff5e}')
-            .chain(['\u{3000}', '、', '。', '\u{a0}', '…'])
-            .chain(unigram::KEPT_PUNCTUATION)
+        let differ: Vec<char> = unigram::checked_one_by_one()
             .filter(|c| {
                 ![
                     format!("{c}"),

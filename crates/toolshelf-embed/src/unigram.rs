@@ -535,6 +535,15 @@ pub(crate) const KEPT_PUNCTUATION: [char; 22] = [
     '®', '±', '«',
 ];
 
+/// Every character beyond ASCII and the CJK unified ideographs that [`normalise_wide`] takes,
+/// mapped or kept: the model's load checks each on its own against the crate, and leaves one
+/// that disagrees to it (see [`AsciiUnigram::leave_to_crate`]).
+pub(crate) fn checked_one_by_one() -> impl Iterator<Item = char> {
+    ('\u{ff01}'..='\u{ff5e}')
+        .chain(['\u{3000}', '、', '。', '\u{a0}', '…'])
+        .chain(KEPT_PUNCTUATION)
+}
+
 /// A non-ASCII character the model's map keeps as it is and the trie holds pieces of: a CJK
 /// unified ideograph, `、`, `。` or one of [`KEPT_PUNCTUATION`].
 fn kept_wide(c: char) -> bool {
@@ -549,14 +558,15 @@ fn normalise_wide(text: &str, max_chars: usize, differ: &[char]) -> Option<Vec<u
         match c {
             ' '..='~' | '\t' | '\n' | '\r' => out.push(c as u8),
             c if differ.contains(&c) => return None,
-            c if kept_wide(c) => {
-                out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
-            }
             // Full-width forms of `!` to `~`.
             '\u{ff01}'..='\u{ff5e}' => out.push((u32::from(c) - 0xff01 + 0x21) as u8),
             // The ideographic and the no-break space.
             '\u{3000}' | '\u{a0}' => out.push(b' '),
             '…' => out.extend_from_slice(b"..."),
+            // Last, since it may scan the list of kept marks.
+            c if kept_wide(c) => {
+                out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+            }
             _ => return None,
         }
     }
