@@ -172,7 +172,18 @@ pub struct Memo {
     /// only its distinct terms are copied out (see [`Memo::str`]).
     strs: Vec<Box<str>>,
     ids: FxHashMap<Box<str>, u32>,
+    /// Per string id, the last count that met it as a term and its place in that count's
+    /// output (see [`analyze_counted`]): distinct terms are found without a map per query.
+    met: Vec<(u32, u32)>,
+    /// The current count (0: none yet).
+    counting: u32,
+    /// Per string id, who last looked it up (see [`Memo::found`]; 0: no one) and what they
+    /// found ([`ABSENT`]: nothing).
+    found: Vec<(u64, [u32; 2])>,
 }
+
+/// In [`Memo::found`]: looked up and absent.
+const ABSENT: u32 = u32::MAX;
 
 /// Terms a [`Memo`] holds at most between calls to [`Memo::bound`] (a few MB).
 const MEMO_TERMS: usize = 1 << 15;
@@ -184,6 +195,8 @@ impl Memo {
         self.seq.clear();
         self.strs.clear();
         self.ids.clear();
+        self.met.clear();
+        self.found.clear();
     }
 
     /// Forgets every run once the memo holds more than [`MEMO_TERMS`] terms, so that one kept
@@ -206,7 +219,33 @@ impl Memo {
         let id = self.strs.len() as u32;
         self.strs.push(s.into());
         self.ids.insert(s.into(), id);
+        self.found.push((0, [ABSENT; 2]));
         id
+    }
+
+    /// What `look_up` gives for the string with id `id`, asked once per string for each
+    /// `owner` (non-zero, and different whenever `look_up` would give something else): a long
+    /// request's terms are looked up in an index's vocabulary once, not again for each of its
+    /// clauses and for each later request that repeats them.
+    pub fn found(
+        &mut self,
+        owner: u64,
+        id: u32,
+        look_up: impl FnOnce(&str) -> [Option<u32>; 2],
+    ) -> [Option<u32>; 2] {
+        debug_assert_ne!(owner, 0, "owner 0 means no one");
+        let i = id as usize;
+        if self.found[i].0 != owner {
+            let ids = look_up(&self.strs[i]).map(|x| match x {
+                Some(x) => {
+                    assert_ne!(x, ABSENT, "an index id collides with the memo's marker");
+                    x
+                }
+                None => ABSENT,
+            });
+            self.found[i] = (owner, ids);
+        }
+        self.found[i].1.map(|x| (x != ABSENT).then_some(x))
     }
 }
 
@@ -231,6 +270,33 @@ pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(u32, u32))
             emit(term, surface);
         }
     });
+}
+
+/// The distinct terms of `text` as [`analyze_memo`] gives them, in first-seen order, each with
+/// its first surface and how often it occurs: `(term id, surface id, count)` into `out`.
+pub fn analyze_counted(text: &str, memo: &mut Memo, out: &mut Vec<(u32, u32, f32)>) {
+    out.clear();
+    memo.counting = memo.counting.wrapping_add(1);
+    if memo.counting == 0 {
+        memo.met.fill((0, 0));
+        memo.counting = 1;
+    }
+    let now = memo.counting;
+    // Taken out while the memo analyses; terms it interns meanwhile are added here.
+    let mut met = std::mem::take(&mut memo.met);
+    analyze_memo(text, memo, |term, surface| {
+        if met.len() <= term as usize {
+            met.resize(term as usize + 1, (0, 0));
+        }
+        let m = &mut met[term as usize];
+        if m.0 == now {
+            out[m.1 as usize].2 += 1.0;
+        } else {
+            *m = (now, out.len() as u32);
+            out.push((term, surface, 1.0));
+        }
+    });
+    memo.met = met;
 }
 
 /// Appends the terms of `text` to `out`.
@@ -348,6 +414,83 @@ mod tests {
         analyze_memo("files", &mut memo, |t, _| a.push(t));
         analyze_memo("file", &mut memo, |t, _| b.push(t));
         assert_eq!(a, b);
+    }
+
+    /// [`analyze_counted`] gives each distinct term once, in first-seen order, with its first
+    /// surface and its count, as counting [`analyze_with`]'s terms does; whatever the memo
+    /// holds from before.
+    #[test]
+    fn counted_terms_are_the_distinct_terms_in_order() {
+        let texts = [
+            "files and file, Files: FILE_list",
+            "查询天气。查询天气 weather 天气",
+            "",
+            "one two one two one",
+        ];
+        let mut memo = Memo::default();
+        let mut out = Vec::new();
+        for round in 0..3 {
+            for text in texts {
+                let mut expected: Vec<(String, String, f32)> = Vec::new();
+                analyze_with(text, |t, s| match expected.iter_mut().find(|e| e.0 == t) {
+                    Some(e) => e.2 += 1.0,
+                    None => expected.push((t, s.to_owned(), 1.0)),
+                });
+                analyze_counted(text, &mut memo, &mut out);
+                let got: Vec<(String, String, f32)> = out
+                    .iter()
+                    .map(|&(t, s, n)| (memo.str(t).to_owned(), memo.str(s).to_owned(), n))
+                    .collect();
+                assert_eq!(got, expected, "round {round}: {text}");
+            }
+            if round == 1 {
+                memo.clear();
+            }
+        }
+        assert_eq!(
+            out.iter().map(|x| x.2).collect::<Vec<_>>(),
+            [3.0, 2.0],
+            "one two one two one"
+        );
+    }
+
+    /// A lookup is asked once per string and owner; another owner, or a cleared memo, asks
+    /// again.
+    #[test]
+    fn lookups_are_remembered_per_owner() {
+        let mut memo = Memo::default();
+        let mut ids = Vec::new();
+        analyze_memo("files listed", &mut memo, |t, _| ids.push(t));
+        let mut asked = Vec::new();
+        let mut look = |memo: &mut Memo, owner: u64, id: u32| {
+            memo.found(owner, id, |s| {
+                asked.push((owner, s.to_owned()));
+                [Some(s.len() as u32 + owner as u32), None]
+            })
+        };
+        for owner in [1, 1, 2, 1] {
+            for &id in &ids {
+                let expected = memo.str(id).len() as u32 + owner as u32;
+                assert_eq!(look(&mut memo, owner, id), [Some(expected), None]);
+            }
+        }
+        memo.clear();
+        let mut again = Vec::new();
+        analyze_memo("files", &mut memo, |t, _| again.push(t));
+        assert_eq!(look(&mut memo, 1, again[0]), [Some(5), None]);
+        let asked: Vec<(u64, &str)> = asked.iter().map(|(o, s)| (*o, s.as_str())).collect();
+        assert_eq!(
+            asked,
+            [
+                (1, "file"),
+                (1, "list"),
+                (2, "file"),
+                (2, "list"),
+                (1, "file"),
+                (1, "list"),
+                (1, "file")
+            ]
+        );
     }
 
     #[test]

@@ -173,6 +173,8 @@ pub struct ParsedQuery {
     /// Id of each of `terms` in the lexical index that parsed the query (`None`: no tool has
     /// it); empty when the query was not parsed by an index.
     ids: Vec<Option<u32>>,
+    /// The same in the server groups' index.
+    group_ids: Vec<Option<u32>>,
 }
 
 impl ParsedQuery {
@@ -397,11 +399,17 @@ impl Groups {
     }
 
     /// Each group's score for `q` into `out`, normalised by the best (all zero when nothing
-    /// matched).
-    fn scores_into(&self, q: &ParsedQuery, out: &mut Vec<f32>, matched: &mut Vec<u32>) {
+    /// matched); `ids` are `q`'s term ids in the groups' index when the parse looked them up.
+    fn scores_into(
+        &self,
+        q: &ParsedQuery,
+        ids: Option<&[Option<u32>]>,
+        out: &mut Vec<f32>,
+        matched: &mut Vec<u32>,
+    ) {
         out.clear();
         out.resize(self.names.len(), 0.0);
-        self.index.score_matches(q, None, &self.all, out, matched);
+        self.index.score_matches(q, ids, &self.all, out, matched);
         let max = matched.iter().map(|&g| out[g as usize]).fold_max();
         if max > 0.0 {
             for &g in matched.iter() {
@@ -461,7 +469,13 @@ pub struct SearchIndex {
     extra: Vec<(Box<dyn Retriever>, f32)>,
     lexical_weight: f32,
     params: RankParams,
+    /// Names this index's vocabularies (lexical and groups) for the analysis memo's remembered
+    /// lookups: distinct for each build, shared by copies of it.
+    stamp: u64,
 }
+
+/// The next index's [`SearchIndex::stamp`].
+static NEXT_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The text fields of `tool`, as the analyzer sees them.
 pub fn doc_fields(catalog: &Catalog, tool: &Tool) -> DocFields {
@@ -691,6 +705,7 @@ impl SearchIndex {
             extra: Vec::new(),
             lexical_weight: 1.0,
             params,
+            stamp: NEXT_STAMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -710,6 +725,7 @@ impl SearchIndex {
             extra: Vec::new(),
             lexical_weight: self.lexical_weight,
             params: self.params.clone(),
+            stamp: self.stamp,
         }
     }
 
@@ -754,22 +770,20 @@ impl SearchIndex {
         let mut q = self.operators(query);
         // Each distinct term (memo ids) with its first surface and count, in first-seen order.
         let mut counts: Vec<(u32, u32, f32)> = Vec::new();
-        let mut slot: rustc_hash::FxHashMap<u32, usize> = Default::default();
-        analyze::analyze_memo(&q.text, memo, |term, surface| match slot.entry(term) {
-            std::collections::hash_map::Entry::Occupied(e) => counts[*e.get()].2 += 1.0,
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(counts.len());
-                counts.push((term, surface, 1.0));
-            }
-        });
+        analyze::analyze_counted(&q.text, memo, &mut counts);
         let index = self.lexical.index();
+        let groups = self.groups.as_ref().map(|g| g.index.index());
         q.terms = Vec::with_capacity(counts.len());
         q.surface = Vec::with_capacity(counts.len());
         q.ids = Vec::with_capacity(counts.len());
+        q.group_ids = Vec::with_capacity(counts.len());
         for &(term, surface, n) in &counts {
-            let term = memo.str(term);
-            q.ids.push(index.term_id(term));
-            q.terms.push((term.to_owned(), n));
+            let [id, group_id] = memo.found(self.stamp, term, |t| {
+                [index.term_id(t), groups.and_then(|g| g.term_id(t))]
+            });
+            q.ids.push(id);
+            q.group_ids.push(group_id);
+            q.terms.push((memo.str(term).to_owned(), n));
             q.surface.push(memo.str(surface).to_owned());
         }
         q
@@ -778,6 +792,11 @@ impl SearchIndex {
     /// The lexical ids of `q`'s terms, when this index parsed it.
     fn own_ids<'q>(&self, q: &'q ParsedQuery) -> Option<&'q [Option<u32>]> {
         (q.ids.len() == q.terms.len()).then_some(q.ids.as_slice())
+    }
+
+    /// The server groups' ids of `q`'s terms, when this index parsed it.
+    fn own_group_ids<'q>(&self, q: &'q ParsedQuery) -> Option<&'q [Option<u32>]> {
+        (q.group_ids.len() == q.terms.len()).then_some(q.group_ids.as_slice())
     }
 
     /// The operators of one query string (`+term`, `server:`, `mcp__S__`, exact names) and the
@@ -959,7 +978,7 @@ impl SearchIndex {
             }
         }
         if let Some(groups) = &self.groups {
-            groups.scores_into(q, group, group_hits);
+            groups.scores_into(q, self.own_group_ids(q), group, group_hits);
             let (w, floor) = (self.params.group_weight, self.params.group_floor);
             for &g in group_hits.iter() {
                 let gs = group[g as usize];
@@ -1094,7 +1113,7 @@ impl SearchIndex {
         scores.resize(n, 0.0);
         self.allowed_into(q, allowed);
         if let Some(g) = &self.groups {
-            g.scores_into(q, group, group_hits);
+            g.scores_into(q, self.own_group_ids(q), group, group_hits);
         }
         self.lexical
             .score_matches(q, self.own_ids(q), allowed, scores, matched);
@@ -1283,8 +1302,13 @@ impl SearchIndex {
         let idx = groups.index.index();
         let mut words: Vec<String> = Vec::new();
         for q in parsed {
-            for ((term, _), surface) in q.terms.iter().zip(&q.surface) {
-                let Some(id) = idx.term_id(term) else {
+            let own = self.own_group_ids(q);
+            for (i, ((term, _), surface)) in q.terms.iter().zip(&q.surface).enumerate() {
+                let id = match own {
+                    Some(ids) => ids[i],
+                    None => idx.term_id(term),
+                };
+                let Some(id) = id else {
                     continue;
                 };
                 if idx.is_weak(id) || idx.tf(id, g).iter().all(|&n| n == 0) {
@@ -1653,6 +1677,57 @@ mod tests {
         let index = SearchIndex::build(&c, &all);
         let q: Vec<String> = queries.iter().map(|s| (*s).to_owned()).collect();
         index.rank(&c, &q, limit)
+    }
+
+    /// Two catalogs of server groups whose vocabularies give the same words different ids.
+    fn grouped(first: &str, second: &str) -> Catalog {
+        let tools = serde_json::json!({"servers": [
+            {"name": "mail", "description": format!("{first} and {second} by email"),
+             "tools": [{"name": "send", "description": format!("Send {first} mail")},
+                       {"name": "draft", "description": "Save a draft"}]},
+            {"name": "weather", "description": format!("Forecasts of {second}"),
+             "tools": [{"name": "now", "description": format!("{second} weather now")},
+                       {"name": "week", "description": "天气预报 for the week"}]}
+        ]});
+        Catalog::from_json_str(&tools.to_string(), "test").expect("catalog")
+    }
+
+    /// One memo serving several indexes in turn (as a thread's memo does) gives each the parse a
+    /// fresh memo gives, lexical and group ids included, however the uses interleave.
+    #[test]
+    fn a_memo_shared_by_indexes_parses_as_a_fresh_one() {
+        let (a, b) = (grouped("invoices", "storms"), grouped("storms", "invoices"));
+        let all = |c: &Catalog| (0..c.tools().len()).collect::<Vec<usize>>();
+        let indexes = [
+            SearchIndex::build(&a, &all(&a)),
+            SearchIndex::build(&b, &all(&b)),
+        ];
+        let copy = indexes[0].clone_lexical();
+        let queries = [
+            "send the invoices. Then check storms now",
+            "storms and invoices 天气预报 week",
+            "send mail",
+        ];
+        let mut memo = analyze::Memo::default();
+        for round in 0..3 {
+            for (i, index) in indexes.iter().chain([&copy]).enumerate() {
+                for q in queries {
+                    let fresh = index.parse(q);
+                    assert!(fresh.ids.iter().any(Option::is_some), "{q}");
+                    assert!(fresh.group_ids.iter().any(Option::is_some), "{q}");
+                    assert_eq!(
+                        index.parse_memo(q, &mut memo),
+                        fresh,
+                        "round {round}, index {i}: {q}"
+                    );
+                }
+            }
+            memo.clear();
+        }
+        // The two catalogs give "invoices" different group ids, so a memo that kept the first
+        // index's lookups would be caught above.
+        let term = |index: &SearchIndex| index.parse("invoices").group_ids;
+        assert_ne!(term(&indexes[0]), term(&indexes[1]));
     }
 
     /// The best `keep` are those of a full sort by score (descending) then name, above the
