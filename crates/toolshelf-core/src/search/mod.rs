@@ -1377,7 +1377,9 @@ impl SearchIndex {
                 let Some(id) = *id else {
                     continue;
                 };
-                if seen.contains(&id) {
+                // Weak terms are reported only when no strong one matched: once one has, they
+                // are not looked up.
+                if (total > 0 && idx.is_weak(id)) || seen.contains(&id) {
                     continue;
                 }
                 let tf = idx.tf(id, d);
@@ -1924,7 +1926,7 @@ mod tests {
         let tools = serde_json::json!([
             {"name": "alpha_beta", "description": "gamma delta epsilon zeta"},
             {"name": "other", "description": "unrelated words"},
-            {"name": "weather_cn", "description": "天气预报空气质量"}
+            {"name": "weather_cn", "description": "天气预报空气质量 forecast"}
         ]);
         let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
         let all: Vec<usize> = (0..c.tools().len()).collect();
@@ -1941,6 +1943,12 @@ mod tests {
             hits[0].reason,
             "Chinese text \"报空\", \"气预\" in description"
         );
+        // With a word matched too, the characters are not named, whichever came first.
+        for q in ["报空 forecast", "forecast 报空"] {
+            let hits = index.rank(&c, &[q.to_owned()], 1);
+            assert_eq!(hits[0].name, "weather_cn", "{q}");
+            assert_eq!(hits[0].reason, "\"forecast\" in description", "{q}");
+        }
     }
 
     /// Skipping the name lookup for plain words inside a longer query never skips a word that
