@@ -10,6 +10,7 @@
 //! ACEBench zh but slower, since common characters have long posting lists.) The jieba dictionary
 //! loads once, on first use.
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use jieba_rs::Jieba;
@@ -78,11 +79,11 @@ fn is_stop(word: &str) -> bool {
 }
 
 /// Stems one lower-case Latin word.
-pub fn stem(word: &str) -> String {
+pub fn stem(word: &str) -> Cow<'_, str> {
     if word.len() <= 3 || word.bytes().any(|b| b.is_ascii_digit()) {
-        return word.to_owned();
+        return Cow::Borrowed(word);
     }
-    stemmer().stem(word).into_owned()
+    stemmer().stem(word)
 }
 
 /// A run of text analysed as one piece: Latin words (with their `_ - . /` separators) or
@@ -122,8 +123,9 @@ fn runs(text: &str, mut run: impl FnMut(Run, &str)) {
     flush(&mut cjk, Run::Cjk, &mut run);
 }
 
-/// The terms of one run.
-fn analyze_run(kind: Run, text: &str, emit: &mut dyn FnMut(String, &str)) {
+/// The terms of one run, borrowed where they are the text's own (a term is only allocated by
+/// a caller that keeps it).
+fn analyze_run(kind: Run, text: &str, emit: &mut dyn FnMut(Cow<'_, str>, &str)) {
     match kind {
         Run::Latin => {
             for w in split_words(text) {
@@ -136,16 +138,22 @@ fn analyze_run(kind: Run, text: &str, emit: &mut dyn FnMut(String, &str)) {
         Run::Cjk => {
             for t in jieba().cut_for_search(text, true) {
                 if !is_stop(t.word) {
-                    emit(t.word.to_owned(), t.word);
+                    emit(Cow::Borrowed(t.word), t.word);
                 }
             }
-            let chars: Vec<char> = text.chars().collect();
-            for pair in chars.windows(2) {
-                let bigram: String = pair.iter().collect();
-                let mut term = String::with_capacity(1 + bigram.len());
+            // Each pair of neighbouring characters, as a slice of the run, and its term.
+            let bounds: Vec<usize> = text
+                .char_indices()
+                .map(|(i, _)| i)
+                .chain([text.len()])
+                .collect();
+            let mut term = String::new();
+            for w in bounds.windows(3) {
+                let bigram = &text[w[0]..w[2]];
+                term.clear();
                 term.push(CJK_CHAR_PREFIX);
-                term.push_str(&bigram);
-                emit(term, &bigram);
+                term.push_str(bigram);
+                emit(Cow::Borrowed(&term), bigram);
             }
         }
     }
@@ -154,7 +162,11 @@ fn analyze_run(kind: Run, text: &str, emit: &mut dyn FnMut(String, &str)) {
 /// Calls `emit(term, surface)` for every term of `text`; `surface` is the word as written
 /// (lower-cased, before stemming), for reasons shown to the model.
 pub fn analyze_with(text: &str, mut emit: impl FnMut(String, &str)) {
-    runs(text, |kind, run| analyze_run(kind, run, &mut emit));
+    runs(text, |kind, run| {
+        analyze_run(kind, run, &mut |term, surface| {
+            emit(term.into_owned(), surface)
+        })
+    });
 }
 
 /// Analyses of runs already seen, reused: a long request is analysed as a whole and then clause
@@ -258,7 +270,17 @@ pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(u32, u32))
             None => {
                 let from = memo.seq.len() as u32;
                 analyze_run(kind, run, &mut |term, surface| {
-                    let pair = (memo.intern(&term), memo.intern(surface));
+                    let t = memo.intern(&term);
+                    // Most terms are their own surface (words not changed by stemming, Chinese
+                    // words): one lookup serves both.
+                    let pair = (
+                        t,
+                        if term == surface {
+                            t
+                        } else {
+                            memo.intern(surface)
+                        },
+                    );
                     memo.seq.push(pair);
                 });
                 let range = (from, memo.seq.len() as u32);
