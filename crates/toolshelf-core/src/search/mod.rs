@@ -633,11 +633,31 @@ fn is_identifier(word: &str) -> bool {
         }
 }
 
-/// Characters trimmed from query words before they are compared with tool names.
-const NAME_TRIM: &[char] = &[
-    '"', '\'', '`', ',', ';', ':', '(', ')', '[', ']', '{', '}', '<', '>', '?', '!', '。', '，',
-    '？',
-];
+/// Characters trimmed from query words before they are compared with tool names (a `match`,
+/// not a slice of chars: every word of every request is trimmed).
+fn name_trim(c: char) -> bool {
+    matches!(
+        c,
+        '"' | '\''
+            | '`'
+            | ','
+            | ';'
+            | ':'
+            | '('
+            | ')'
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '<'
+            | '>'
+            | '?'
+            | '!'
+            | '。'
+            | '，'
+            | '？'
+    )
+}
 
 impl SearchIndex {
     /// Indexes the tools of `catalog` at `visible` (catalog indices; hidden tools are simply not
@@ -832,7 +852,7 @@ impl SearchIndex {
                 }
                 continue;
             }
-            let word = raw.trim_matches(NAME_TRIM);
+            let word = raw.trim_matches(name_trim);
             // Most words of a request are plain words that can name no tool here: skip the lookup.
             let exact = if whole_query || looks_like_a_name(word) {
                 self.exact(word)
@@ -1949,6 +1969,43 @@ mod tests {
             assert_eq!(hits[0].name, "weather_cn", "{q}");
             assert_eq!(hits[0].reason, "\"forecast\" in description", "{q}");
         }
+    }
+
+    /// A tool's name quoted or followed by punctuation inside a request is still its name; a
+    /// character that is not trimmed keeps the word from being one.
+    #[test]
+    fn a_name_in_quotes_or_punctuation_is_found_exactly() {
+        let marks = [
+            ("\"", "\""),
+            ("'", "'"),
+            ("`", "`"),
+            ("(", ")"),
+            ("[", "]"),
+            ("{", "}"),
+            ("<", ">"),
+            ("", ","),
+            ("", ";"),
+            ("", ":"),
+            ("", "?"),
+            ("", "!"),
+            ("", "。"),
+            ("", "，"),
+            ("", "？"),
+        ];
+        for (open, close) in marks {
+            let q = format!("please use {open}email_text_send{close} for this");
+            let hits = ranked(&[&q], 3);
+            assert_eq!(
+                (hits[0].name.as_str(), hits[0].reason.as_str()),
+                ("email_text_send", "exact name in the query"),
+                "{q}"
+            );
+        }
+        let hits = ranked(&["please use email_text_send* for this"], 3);
+        assert!(
+            hits.iter().all(|h| h.reason != "exact name in the query"),
+            "{hits:?}"
+        );
     }
 
     /// Skipping the name lookup for plain words inside a longer query never skips a word that
