@@ -201,6 +201,23 @@ impl Lexical {
         &self.index
     }
 
+    /// The id of each of `query`'s terms in this index: `ids` when the parse looked them up
+    /// already, else looked up now.
+    fn ids_of<'q>(
+        &self,
+        query: &ParsedQuery,
+        ids: Option<&'q [Option<u32>]>,
+    ) -> std::borrow::Cow<'q, [Option<u32>]> {
+        match ids {
+            Some(ids) => ids.into(),
+            None => query
+                .terms
+                .iter()
+                .map(|(t, _)| self.index.term_id(t))
+                .collect(),
+        }
+    }
+
     /// Scores `query` into `scores` (zero where it can match; filtered by `allowed`) and leaves
     /// in `matched` the documents that kept a score (in no particular order), so that callers
     /// visit the matches instead of the catalog. Only matched documents are written. `ids` are
@@ -214,18 +231,12 @@ impl Lexical {
         matched: &mut Vec<u32>,
     ) {
         let n = self.index.len();
-        let terms: Vec<(u32, f32)> = if let Some(ids) = ids {
-            ids.iter()
-                .zip(&query.terms)
-                .filter_map(|(id, (_, w))| id.map(|id| (id, *w)))
-                .collect()
-        } else {
-            query
-                .terms
-                .iter()
-                .filter_map(|(t, w)| self.index.term_id(t).map(|id| (id, *w)))
-                .collect()
-        };
+        let terms: Vec<(u32, f32)> = self
+            .ids_of(query, ids)
+            .iter()
+            .zip(&query.terms)
+            .filter_map(|(id, (_, w))| id.map(|id| (id, *w)))
+            .collect();
         matched.clear();
         LEXICAL_SCRATCH.with_borrow_mut(|hits| {
             // The counts are all zero between calls: only touched entries are reset below.
@@ -1322,13 +1333,9 @@ impl SearchIndex {
         let idx = groups.index.index();
         let mut words: Vec<String> = Vec::new();
         for q in parsed {
-            let own = self.own_group_ids(q);
-            for (i, ((term, _), surface)) in q.terms.iter().zip(&q.surface).enumerate() {
-                let id = match own {
-                    Some(ids) => ids[i],
-                    None => idx.term_id(term),
-                };
-                let Some(id) = id else {
+            let ids = groups.index.ids_of(q, self.own_group_ids(q));
+            for (surface, id) in q.surface.iter().zip(ids.iter()) {
+                let Some(id) = *id else {
                     continue;
                 };
                 if idx.is_weak(id) || idx.tf(id, g).iter().all(|&n| n == 0) {
@@ -1381,19 +1388,8 @@ impl SearchIndex {
             }
         };
         for q in parsed {
-            let looked_up;
-            let ids = match self.own_ids(q) {
-                Some(ids) => ids,
-                None => {
-                    looked_up = q
-                        .terms
-                        .iter()
-                        .map(|(t, _)| idx.term_id(t))
-                        .collect::<Vec<_>>();
-                    &looked_up
-                }
-            };
-            for ((_, surface), id) in q.terms.iter().zip(&q.surface).zip(ids) {
+            let ids = self.lexical.ids_of(q, self.own_ids(q));
+            for ((_, surface), id) in q.terms.iter().zip(&q.surface).zip(ids.iter()) {
                 let Some(id) = *id else {
                     continue;
                 };
