@@ -958,8 +958,9 @@ impl SearchIndex {
     }
 
     /// Fused scores of one parsed query into `scratch.query`, filtered by its operators;
-    /// `scratch.allowed` is left holding the query's filter.
-    fn score_query(&self, q: &ParsedQuery, scratch: &mut RankScratch) {
+    /// `scratch.allowed` is left holding the query's filter. Every tool that can be among the
+    /// best `keep` is touched; tools a group brings in beyond those may not be.
+    fn score_query(&self, q: &ParsedQuery, keep: usize, scratch: &mut RankScratch) {
         let n = self.docs.len();
         let RankScratch {
             query,
@@ -1011,14 +1012,32 @@ impl SearchIndex {
         if let Some(groups) = &self.groups {
             groups.scores_into(q, self.own_group_ids(q), group, group_hits);
             let (w, floor) = (self.params.group_weight, self.params.group_floor);
+            // A tool with evidence of its own gains its group's (a group without a score has
+            // zero): these are the tools touched so far.
+            for &d in query.touched.iter() {
+                let d = d as usize;
+                let g = groups.of_doc[d];
+                if g != u32::MAX && allowed[d] && query.scores[d] > 0.0 {
+                    query.scores[d] += w * group[g as usize];
+                }
+            }
+            // One without is brought in only by a group that stands out, and all of a group's
+            // such tools score the same, `w · gs`: only the first `keep` of them by name can be
+            // among the best `keep`, so the rest of a large group is not visited.
             for &g in group_hits.iter() {
                 let gs = group[g as usize];
-                // A tool with evidence of its own gains its group's; one without is brought in
-                // only by a group that stands out.
+                if gs < floor {
+                    continue;
+                }
+                let mut found = 0;
                 for &d in &groups.members[g as usize] {
+                    if found == keep {
+                        break;
+                    }
                     let d = d as usize;
-                    if allowed[d] && (query.scores[d] > 0.0 || gs >= floor) {
+                    if allowed[d] && query.scores[d] <= 0.0 {
                         query.add(d, w * gs);
+                        found += 1;
                     }
                 }
             }
@@ -1213,7 +1232,7 @@ impl SearchIndex {
         scratch.memo.bound();
         for text in queries {
             let q = self.parse_memo(text, &mut scratch.memo);
-            self.score_query(&q, scratch);
+            self.score_query(&q, limit, scratch);
             exact.extend(q.exact.iter().filter(|&&d| scratch.allowed[d as usize]));
             let (list, b) = self.top(&scratch.query.scores, &scratch.query.touched, limit);
             best = best.max(b);
@@ -1708,6 +1727,54 @@ mod tests {
                        {"name": "week", "description": "天气预报 for the week"}]}
         ]});
         Catalog::from_json_str(&tools.to_string(), "test").expect("catalog")
+    }
+
+    /// A server that stands out (here by one tool's description) brings in its tools without
+    /// evidence of their own, all at one score, so only the first by name are visited: the best `k` are still the first `k` of
+    /// the full ranking, for every `k`, with and without a filter that hides some of them.
+    #[test]
+    fn a_large_group_gives_its_first_tools_by_name_for_any_limit() {
+        let mut rail: Vec<serde_json::Value> = (0..12)
+            .rev()
+            .map(|i| {
+                let name = format!("{}{i:02}", if i % 2 == 0 { "leg" } else { "step" });
+                serde_json::json!({"name": name, "description": format!("Stage {i}")})
+            })
+            .collect();
+        rail.push(serde_json::json!({"name": "book_seat", "description": "Book a train seat"}));
+        let tools = serde_json::json!({"servers": [
+            {"name": "rail", "description": "Timetables", "tools": rail},
+            {"name": "weather", "description": "Forecasts",
+             "tools": [{"name": "now", "description": "Weather now"}]}
+        ]});
+        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        let all: Vec<usize> = (0..c.tools().len()).collect();
+        let index = SearchIndex::build(&c, &all);
+        let names = |hits: Vec<Hit>| hits.into_iter().map(|h| h.tool).collect::<Vec<_>>();
+        for query in ["train seat", "train seat +step"] {
+            let q = [query.to_owned()];
+            let full = names(index.rank(&c, &q, all.len()));
+            assert!(full.len() >= 6, "{query}: {full:?}");
+            for k in 1..full.len() {
+                assert_eq!(names(index.rank(&c, &q, k)), full[..k], "{query}, k = {k}");
+            }
+            // The tools brought in by their server alone follow in name order.
+            let mut steps: Vec<&String> = full
+                .iter()
+                .filter(|t| t.starts_with("leg") || t.starts_with("step"))
+                .collect();
+            assert!(steps.len() >= 6, "{query}: {full:?}");
+            let in_order = steps.clone();
+            steps.sort();
+            assert_eq!(in_order, steps, "{query}");
+        }
+        let q = ["train seat".to_owned()];
+        assert_eq!(
+            names(index.rank(&c, &q, 3)),
+            ["book_seat", "leg00", "leg02"]
+        );
+        let q = ["train seat +step".to_owned()];
+        assert_eq!(names(index.rank(&c, &q, 2)), ["step01", "step03"]);
     }
 
     /// One memo serving several indexes in turn (as a thread's memo does) gives each the parse a
