@@ -1730,8 +1730,9 @@ mod tests {
     }
 
     /// A server that stands out (here by one tool's description) brings in its tools without
-    /// evidence of their own, all at one score, so only the first by name are visited: the best `k` are still the first `k` of
-    /// the full ranking, for every `k`, with and without a filter that hides some of them.
+    /// evidence of their own, all at one score, so only the first by name are visited: the best
+    /// `k` are still the first `k` of the full ranking, for every `k`, with and without a `+term`
+    /// filter that hides some of the server's tools.
     #[test]
     fn a_large_group_gives_its_first_tools_by_name_for_any_limit() {
         let mut rail: Vec<serde_json::Value> = (0..12)
