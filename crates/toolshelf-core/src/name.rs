@@ -138,28 +138,61 @@ pub fn with_suffix(candidate: &str, key: &str) -> String {
 
 /// Splits a name into lowercase words: on `_ - . / :` and spaces, and at camelCase and
 /// letter/digit boundaries. `getHTTPResponse_v2` gives `get http response v 2`.
+///
+/// Every word of every catalog and request passes here, and nearly all are ASCII: an ASCII part
+/// is split on its bytes (the same boundaries, since ASCII characters have only ASCII case and
+/// kind), without collecting its characters or building each word twice.
 pub fn split_words(name: &str) -> Vec<String> {
     let mut words = Vec::new();
     for part in name.split(|c: char| !c.is_alphanumeric()) {
-        let chars: Vec<char> = part.chars().collect();
-        let mut start = 0;
-        for i in 1..chars.len() {
-            let (prev, cur) = (chars[i - 1], chars[i]);
-            let next_lower = chars.get(i + 1).is_some_and(|c| c.is_lowercase());
-            let boundary = (prev.is_lowercase() && cur.is_uppercase())
-                || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
-                || (prev.is_alphabetic() != cur.is_alphabetic()
-                    && (prev.is_ascii_digit() || cur.is_ascii_digit()));
-            if boundary {
-                words.push(chars[start..i].iter().collect::<String>().to_lowercase());
-                start = i;
-            }
-        }
-        if start < chars.len() {
-            words.push(chars[start..].iter().collect::<String>().to_lowercase());
+        if part.is_ascii() {
+            split_ascii_part(part, &mut words);
+        } else {
+            split_part(part, &mut words);
         }
     }
     words
+}
+
+/// Whether a word ends between `prev` and `cur` (`next` follows `cur`): lower to upper case, the
+/// last of a run of capitals before a lower-case letter, or a letter beside a digit.
+fn word_boundary(prev: char, cur: char, next: Option<char>) -> bool {
+    let next_lower = next.is_some_and(char::is_lowercase);
+    (prev.is_lowercase() && cur.is_uppercase())
+        || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
+        || (prev.is_alphabetic() != cur.is_alphabetic()
+            && (prev.is_ascii_digit() || cur.is_ascii_digit()))
+}
+
+/// The words of one alphanumeric part, for any text.
+fn split_part(part: &str, words: &mut Vec<String>) {
+    let chars: Vec<char> = part.chars().collect();
+    let mut start = 0;
+    for i in 1..chars.len() {
+        if word_boundary(chars[i - 1], chars[i], chars.get(i + 1).copied()) {
+            words.push(chars[start..i].iter().collect::<String>().to_lowercase());
+            start = i;
+        }
+    }
+    if start < chars.len() {
+        words.push(chars[start..].iter().collect::<String>().to_lowercase());
+    }
+}
+
+/// [`split_part`] for an ASCII part, where a byte is a character.
+fn split_ascii_part(part: &str, words: &mut Vec<String>) {
+    let bytes = part.as_bytes();
+    let mut start = 0;
+    for i in 1..bytes.len() {
+        let next = bytes.get(i + 1).map(|&b| char::from(b));
+        if word_boundary(char::from(bytes[i - 1]), char::from(bytes[i]), next) {
+            words.push(part[start..i].to_ascii_lowercase());
+            start = i;
+        }
+    }
+    if start < bytes.len() {
+        words.push(part[start..].to_ascii_lowercase());
+    }
 }
 
 /// Edit distance between two names, over characters.
@@ -314,6 +347,41 @@ mod tests {
         assert!(closest("read_file", names, 3).contains(&"mcp__fs__read_text_file".to_owned()));
         assert_eq!(closest("Gerp", names, 1), ["Grep"]);
         assert!(closest("zzzzzzzzzz", names, 3).is_empty());
+    }
+
+    #[test]
+    fn ascii_parts_split_as_any_text_does() {
+        // Every string of up to five characters over letters of both cases, digits and a
+        // separator, and longer generated ones: the byte path gives the character path's words.
+        let alphabet = ['a', 'b', 'Q', 'Z', '7', '0', '_', 'x', 'H'];
+        let mut cases: Vec<String> = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = cases
+                .iter()
+                .filter(|c| c.len() == cases.last().map_or(0, String::len))
+                .flat_map(|c| alphabet.iter().map(move |&a| format!("{c}{a}")))
+                .collect();
+            cases.extend(longer);
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..2000 {
+            let mut s = String::new();
+            for _ in 0..24 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                s.push(char::from(b' ' + (seed % 95) as u8));
+            }
+            cases.push(s);
+        }
+        assert!(cases.len() > 60_000);
+        for case in &cases {
+            let mut by_chars = Vec::new();
+            for part in case.split(|c: char| !c.is_alphanumeric()) {
+                split_part(part, &mut by_chars);
+            }
+            assert_eq!(split_words(case), by_chars, "{case:?}");
+        }
     }
 
     #[test]
