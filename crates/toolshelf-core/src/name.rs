@@ -139,17 +139,24 @@ pub fn with_suffix(candidate: &str, key: &str) -> String {
 /// Splits a name into lowercase words: on `_ - . / :` and spaces, and at camelCase and
 /// letter/digit boundaries. `getHTTPResponse_v2` gives `get http response v 2`.
 ///
-/// Every word of every catalog and request passes here, and nearly all are ASCII: an ASCII part
-/// is split on its bytes (the same boundaries, since ASCII characters have only ASCII case and
-/// kind), without collecting its characters or building each word twice.
+/// Every word of every catalog and request passes here: each word is a slice of its part,
+/// lower-cased once, without collecting the part's characters first.
 pub fn split_words(name: &str) -> Vec<String> {
     let mut words = Vec::new();
     for part in name.split(|c: char| !c.is_alphanumeric()) {
-        if part.is_ascii() {
-            split_ascii_part(part, &mut words);
-        } else {
-            split_part(part, &mut words);
+        let mut chars = part.char_indices().peekable();
+        let Some((_, mut prev)) = chars.next() else {
+            continue;
+        };
+        let mut start = 0;
+        while let Some((i, cur)) = chars.next() {
+            if word_boundary(prev, cur, chars.peek().map(|&(_, c)| c)) {
+                words.push(part[start..i].to_lowercase());
+                start = i;
+            }
+            prev = cur;
         }
+        words.push(part[start..].to_lowercase());
     }
     words
 }
@@ -162,37 +169,6 @@ fn word_boundary(prev: char, cur: char, next: Option<char>) -> bool {
         || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
         || (prev.is_alphabetic() != cur.is_alphabetic()
             && (prev.is_ascii_digit() || cur.is_ascii_digit()))
-}
-
-/// The words of one alphanumeric part, for any text.
-fn split_part(part: &str, words: &mut Vec<String>) {
-    let chars: Vec<char> = part.chars().collect();
-    let mut start = 0;
-    for i in 1..chars.len() {
-        if word_boundary(chars[i - 1], chars[i], chars.get(i + 1).copied()) {
-            words.push(chars[start..i].iter().collect::<String>().to_lowercase());
-            start = i;
-        }
-    }
-    if start < chars.len() {
-        words.push(chars[start..].iter().collect::<String>().to_lowercase());
-    }
-}
-
-/// [`split_part`] for an ASCII part, where a byte is a character.
-fn split_ascii_part(part: &str, words: &mut Vec<String>) {
-    let bytes = part.as_bytes();
-    let mut start = 0;
-    for i in 1..bytes.len() {
-        let next = bytes.get(i + 1).map(|&b| char::from(b));
-        if word_boundary(char::from(bytes[i - 1]), char::from(bytes[i]), next) {
-            words.push(part[start..i].to_ascii_lowercase());
-            start = i;
-        }
-    }
-    if start < bytes.len() {
-        words.push(part[start..].to_ascii_lowercase());
-    }
 }
 
 /// Edit distance between two names, over characters.
@@ -349,10 +325,27 @@ mod tests {
         assert!(closest("zzzzzzzzzz", names, 3).is_empty());
     }
 
+    /// The words of one part as the characters give them, collected first: the reference
+    /// [`split_words`] is checked against.
+    fn split_by_chars(part: &str, words: &mut Vec<String>) {
+        let chars: Vec<char> = part.chars().collect();
+        let mut start = 0;
+        for i in 1..chars.len() {
+            if word_boundary(chars[i - 1], chars[i], chars.get(i + 1).copied()) {
+                words.push(chars[start..i].iter().collect::<String>().to_lowercase());
+                start = i;
+            }
+        }
+        if start < chars.len() {
+            words.push(chars[start..].iter().collect::<String>().to_lowercase());
+        }
+    }
+
     #[test]
-    fn ascii_parts_split_as_any_text_does() {
+    fn words_are_split_as_the_characters_give_them() {
         // Every string of up to five characters over letters of both cases, digits and a
-        // separator, and longer generated ones: the byte path gives the character path's words.
+        // separator, longer generated ones, and non-ASCII ones: slicing the part gives the words
+        // collecting its characters gives.
         let alphabet = ['a', 'b', 'Q', 'Z', '7', '0', '_', 'x', 'H'];
         let mut cases: Vec<String> = vec![String::new()];
         for _ in 0..5 {
@@ -374,11 +367,21 @@ mod tests {
             }
             cases.push(s);
         }
+        cases.extend(
+            [
+                "ÉcoleNormale2",
+                "straßeÜber",
+                "getΣigmaValue",
+                "文件Read读取v2",
+                "İstanbulX",
+            ]
+            .map(str::to_owned),
+        );
         assert!(cases.len() > 60_000);
         for case in &cases {
             let mut by_chars = Vec::new();
             for part in case.split(|c: char| !c.is_alphanumeric()) {
-                split_part(part, &mut by_chars);
+                split_by_chars(part, &mut by_chars);
             }
             assert_eq!(split_words(case), by_chars, "{case:?}");
         }
