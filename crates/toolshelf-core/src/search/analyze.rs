@@ -11,7 +11,7 @@
 //! loads once, on first use.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use jieba_rs::Jieba;
 use rust_stemmers::{Algorithm, Stemmer};
@@ -182,8 +182,8 @@ pub struct Memo {
     seq: Vec<(u32, u32)>,
     /// Distinct terms and surfaces, by id: a query's words are compared and counted as ids, and
     /// only its distinct terms are copied out (see [`Memo::str`]).
-    strs: Vec<Box<str>>,
-    ids: FxHashMap<Box<str>, u32>,
+    strs: Vec<Arc<str>>,
+    ids: FxHashMap<Arc<str>, u32>,
     /// Per string id, the last count that met it as a term and its place in that count's
     /// output (see [`analyze_counted`]): distinct terms are found without a map per query.
     met: Vec<(u32, u32)>,
@@ -224,13 +224,19 @@ impl Memo {
         &self.strs[id as usize]
     }
 
+    /// [`Memo::str`], shared: a parsed query holds its terms without copying them.
+    pub fn shared(&self, id: u32) -> Arc<str> {
+        Arc::clone(&self.strs[id as usize])
+    }
+
     fn intern(&mut self, s: &str) -> u32 {
         if let Some(&id) = self.ids.get(s) {
             return id;
         }
         let id = self.strs.len() as u32;
-        self.strs.push(s.into());
-        self.ids.insert(s.into(), id);
+        let s: Arc<str> = s.into();
+        self.strs.push(Arc::clone(&s));
+        self.ids.insert(s, id);
         self.found.push((0, [ABSENT; 2]));
         id
     }

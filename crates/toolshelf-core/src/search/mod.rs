@@ -20,6 +20,7 @@ pub mod schema_text;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -159,9 +160,9 @@ pub struct ParsedQuery {
     /// The query text without operators.
     pub text: String,
     /// Analyzed terms of `text`, with how often each occurs, in first-seen order.
-    pub terms: Vec<(String, f32)>,
+    pub terms: Vec<(Arc<str>, f32)>,
     /// Surface form of each of `terms` (as first seen), for reasons.
-    pub surface: Vec<String>,
+    pub surface: Vec<Arc<str>>,
     /// `+term`s: each must appear in the tool name (analyzed).
     pub required: Vec<String>,
     /// Canonical server names the query is restricted to (`server:NAME`, `mcp__S__`).
@@ -814,8 +815,8 @@ impl SearchIndex {
             });
             q.ids.push(id);
             q.group_ids.push(group_id);
-            q.terms.push((memo.str(term).to_owned(), n));
-            q.surface.push(memo.str(surface).to_owned());
+            q.terms.push((memo.shared(term), n));
+            q.surface.push(memo.shared(surface));
         }
         q
     }
@@ -1434,7 +1435,7 @@ impl SearchIndex {
                             }
                             e.push_str(surface);
                         }
-                        None => chars.push((mask, surface.clone())),
+                        None => chars.push((mask, surface.to_string())),
                     }
                 } else {
                     if next_part(&mut total, &mut out) {
