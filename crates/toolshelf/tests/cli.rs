@@ -339,8 +339,19 @@ fn eval_reports_the_documented_metrics() {
         assert!(v[k].is_number(), "{k}");
     }
     assert!(v["latency_us"]["p50"].is_number() && v["latency_us"]["p99"].is_number());
+    assert_eq!(v["warm_up"], false);
     let text = ok(&["eval", "--queries", &path]);
     assert!(text.contains("recall@1") && text.contains("p99"), "{text}");
+    assert!(text.contains("(first sight)"), "{text}");
+    // A warm-up pass changes the timing only: every quality figure is the same.
+    let warm: Value =
+        serde_json::from_str(&ok(&["eval", "--queries", &path, "--json", "--warm-up"]))
+            .expect("json");
+    assert_eq!(warm["warm_up"], true);
+    for k in ["recall", "mrr", "ndcg10", "by_length", "by_gold", "queries"] {
+        assert_eq!(warm[k], v[k], "{k}");
+    }
+    assert!(ok(&["eval", "--queries", &path, "--warm-up"]).contains("(warm)"));
 }
 
 #[test]
