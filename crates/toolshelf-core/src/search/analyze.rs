@@ -181,7 +181,7 @@ pub struct Memo {
     /// `(term, surface)` string ids of every remembered run, run after run.
     seq: Vec<(u32, u32)>,
     /// Distinct terms and surfaces, by id: a query's words are compared and counted as ids, and
-    /// only its distinct terms are copied out (see [`Memo::str`]).
+    /// only its distinct terms are handed out, shared (see [`Memo::shared`]).
     strs: Vec<Arc<str>>,
     ids: FxHashMap<Arc<str>, u32>,
     /// Per string id, the last count that met it as a term and its place in that count's
