@@ -351,76 +351,52 @@ fn shifted(q: &[i8]) -> Vec<u8> {
     q.iter().map(|&x| (i16::from(x) + 128) as u8).collect()
 }
 
-/// Buckets of [`best_keys`]' histogram.
-const BUCKETS: usize = 256;
+/// Every how many documents [`best_keys`] samples one to place its cut.
+const SAMPLE_EVERY: usize = 8;
 
 /// One key per allowed document whose dot is at least `min_dot`: dot descending (as
 /// `i32::MAX - dot`, which is non-negative for a dot at least 0), then document; the `k` smallest
 /// keys, ascending (every key when `k` is 0, in document order).
 ///
-/// The same keys a bounded heap over every survivor would keep, found in three linear passes:
-/// the largest dot; a histogram of the dots above `min_dot` in [`BUCKETS`] equal ranges, which
-/// gives the lowest range the best `k` reach; then the survivors from that range up, few more
-/// than `k`, sorted. A heap of 100 over a few thousand survivors cost more than the dot
-/// products themselves.
+/// The same keys a full sort would give, found in about one pass: a cut is placed where twice
+/// `k` survivors are expected to reach (from every [`SAMPLE_EVERY`]th document's dot), the
+/// survivors at or above it are kept, and when at least `k` are, the best `k` of all are among
+/// them, since each of those has a dot at least the `k`-th largest; otherwise the cut falls back
+/// to `min_dot`. A heap of 100 over a few thousand survivors cost more than the dot products
+/// themselves; a histogram of the dots, which this replaced, cost twice as many instructions.
 fn best_keys(dots: &[i32], allowed: &[bool], min_dot: i32, k: usize) -> Vec<u64> {
     let min_dot = min_dot.max(0);
     let n = dots.len().min(allowed.len());
     let (dots, allowed) = (&dots[..n], &allowed[..n]);
     let key = |d: usize, dot: i32| (u64::from((i32::MAX - dot) as u32) << 32) | d as u64;
-    let passing = |d: usize, dot: i32| dot >= min_dot && allowed[d];
-    let survivors = dots.iter().zip(allowed);
+    let at_or_above = |cut: i32| -> Vec<u64> {
+        let mut keys = Vec::with_capacity(4 * k.max(1));
+        for (d, (&dot, &ok)) in dots.iter().zip(allowed).enumerate() {
+            if ok & (dot >= cut) {
+                keys.push(key(d, dot));
+            }
+        }
+        keys
+    };
     if k == 0 {
-        return survivors
-            .enumerate()
-            .filter(|&(d, (&dot, _))| passing(d, dot))
-            .map(|(d, (&dot, _))| key(d, dot))
-            .collect();
+        return at_or_above(min_dot);
     }
-    // Branch-free passes: whether a dot passes is data, not a pattern a predictor learns.
-    let max = survivors
-        .clone()
-        .map(|(&dot, &ok)| if ok { dot } else { i32::MIN })
-        .max()
-        .unwrap_or(i32::MIN);
-    if max < min_dot {
-        return Vec::new();
-    }
-    // Bucket of a dot: its offset above `min_dot`, shifted so that the largest lands in range.
-    let span = (max - min_dot) as u32;
-    let shift = (u32::BITS - span.leading_zeros()).saturating_sub(BUCKETS.trailing_zeros());
-    let bucket = |dot: i32| ((dot.max(min_dot) - min_dot) as u32 >> shift) as usize;
-    // Four histograms, summed after, so that neighbouring dots in one bucket do not wait on
-    // each other's increment.
-    let mut counts = [[0u32; BUCKETS]; 4];
-    for (d4, ok4) in dots.chunks_exact(4).zip(allowed.chunks_exact(4)) {
-        for lane in 0..4 {
-            let (dot, ok) = (d4[lane], ok4[lane]);
-            counts[lane][bucket(dot).min(BUCKETS - 1)] += u32::from(ok & (dot >= min_dot));
+    let mut sample: Vec<i32> = Vec::with_capacity(n / SAMPLE_EVERY + 1);
+    for d in (0..n).step_by(SAMPLE_EVERY) {
+        if allowed[d] & (dots[d] >= min_dot) {
+            sample.push(dots[d]);
         }
     }
-    let tail = n - n % 4;
-    for (&dot, &ok) in dots[tail..].iter().zip(&allowed[tail..]) {
-        counts[0][bucket(dot).min(BUCKETS - 1)] += u32::from(ok & (dot >= min_dot));
+    let rank = (2 * k).div_ceil(SAMPLE_EVERY);
+    let cut = if rank < sample.len() {
+        *sample.select_nth_unstable_by(rank, |a, b| b.cmp(a)).1
+    } else {
+        min_dot
+    };
+    let mut keys = at_or_above(cut);
+    if keys.len() < k && cut > min_dot {
+        keys = at_or_above(min_dot);
     }
-    let counts: [u32; BUCKETS] =
-        std::array::from_fn(|b| counts[0][b] + counts[1][b] + counts[2][b] + counts[3][b]);
-    // The lowest bucket such that it and those above hold at least `k` survivors (or all).
-    let mut from = 0;
-    let mut above = 0u32;
-    for b in (0..BUCKETS).rev() {
-        above += counts[b];
-        if above as usize >= k {
-            from = b;
-            break;
-        }
-    }
-    let cut = min_dot + ((from as i32) << shift);
-    let mut keys: Vec<u64> = survivors
-        .enumerate()
-        .filter(|&(d, (&dot, _))| dot >= cut && passing(d, dot))
-        .map(|(d, (&dot, _))| key(d, dot))
-        .collect();
     if keys.len() > k {
         keys.select_nth_unstable(k - 1);
         keys.truncate(k);
@@ -1029,6 +1005,22 @@ mod tests {
                 );
             }
         }
+        // The sampled documents are the best and the rest far below: the sample's cut leaves
+        // too few, and the cut falls back to the floor.
+        let dots: Vec<i32> = (0..800)
+            .map(|d| {
+                if d % SAMPLE_EVERY == 0 {
+                    10_000 - d as i32
+                } else {
+                    5
+                }
+            })
+            .collect();
+        let allowed = vec![true; dots.len()];
+        let got = best_keys(&dots, &allowed, 0, 150);
+        assert_eq!(got.len(), 150);
+        assert_eq!(got[99] & u64::from(u32::MAX), 792);
+        assert_eq!(got[100] & u64::from(u32::MAX), 1);
     }
 
     /// The ASCII path gives model2vec's vector bit for bit: on every tool text and request of the
