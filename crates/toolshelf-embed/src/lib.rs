@@ -974,7 +974,7 @@ mod tests {
         texts
     }
 
-    /// The histogram selection keeps the keys a full sort keeps: on dots spread wide and
+    /// The sampled-cut selection keeps the keys a full sort keeps: on dots spread wide and
     /// narrow, with ties, filtered documents, dots below the floor, and `k` from 1 past the
     /// number of survivors.
     #[test]
