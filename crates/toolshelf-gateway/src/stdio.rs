@@ -552,12 +552,14 @@ mod tests {
     }
 
     /// A child that prints `lines` (after reading one line of input each, so the requests are
-    /// sent first) with a line limit of 1,000 bytes.
+    /// sent first) with a line limit of 1,000 bytes, then reads one more line before it exits:
+    /// a test's request beyond its lines must not meet a closed pipe.
     fn child(lines: &[&str], fault: Fault) -> ChildTransport {
-        let script = lines
+        let mut script = lines
             .iter()
             .map(|l| format!("read _\nprintf '%s\\n' '{l}'\n"))
             .collect::<String>();
+        script.push_str("read _\n");
         let mut cmd = tokio::process::Command::new("sh");
         cmd.args(["-c", &script]);
         ChildTransport::spawn_with_limit("t", command_ready(&mut cmd), fault, 1000)
