@@ -30,6 +30,8 @@ pub mod search;
 pub mod session;
 pub mod surface;
 pub mod template;
+#[cfg(test)]
+mod testing;
 pub mod tokens;
 pub mod wire;
 

@@ -356,15 +356,11 @@ mod tests {
                 .collect();
             cases.extend(longer);
         }
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..2000 {
-            let mut s = String::new();
-            for _ in 0..24 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                s.push(char::from(b' ' + (seed % 95) as u8));
-            }
+            let s: String = (0..24)
+                .map(|_| char::from(b' ' + (next() % 95) as u8))
+                .collect();
             cases.push(s);
         }
         cases.extend(

@@ -1833,16 +1833,11 @@ mod tests {
         let all: Vec<usize> = (0..c.tools().len()).collect();
         let index = SearchIndex::build(&c, &all);
         let name = |d: u32| c.tools()[index.docs[d as usize]].name.clone();
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         for round in 0..200 {
+            let levels = [3, 50, 100_000][round % 3];
             let scores: Vec<f32> = (0..index.len())
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    let levels = [3, 50, 100_000][round % 3];
-                    (seed % levels) as f32 / 4.0 - 0.5
-                })
+                .map(|_| (next() % levels) as f32 / 4.0 - 0.5)
                 .collect();
             let best = scores.iter().copied().fold(0f32, f32::max);
             let floor = best * index.params.min_relative_score;
