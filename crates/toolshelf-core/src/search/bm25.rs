@@ -77,13 +77,13 @@ impl Default for Bm25Params {
     }
 }
 
+/// One term's occurrence in one document, as a query reads it.
 #[derive(Debug, Clone, Copy)]
 struct Posting {
     doc: u32,
     /// The field-weighted, length-normalised frequency `Σ factor[f] · tf[f]`: it depends on the
     /// document alone, so a query's scoring is one saturation per posting.
     weighted: f32,
-    tf: [u16; FIELDS],
 }
 
 /// One document's terms, per field, as produced by the analyzer.
@@ -93,7 +93,13 @@ pub type DocFields = [Vec<String>; FIELDS];
 #[derive(Debug, Clone, Default)]
 pub struct Bm25Index {
     dict: FxHashMap<String, u32>,
-    postings: Vec<Vec<Posting>>,
+    /// Every term's postings, sorted by document, term after term: term `t`'s are
+    /// `starts[t]..starts[t + 1]`. What scoring reads is kept apart from the
+    /// per-field frequencies only reasons read, so a query streams 8 bytes a posting, not 20.
+    postings: Vec<Posting>,
+    /// Per-field frequencies of each posting, at the posting's place.
+    tf: Vec<[u16; FIELDS]>,
+    starts: Vec<u32>,
     idf: Vec<f32>,
     /// Whether a term is a Chinese character bigram.
     weak: Vec<bool>,
@@ -115,7 +121,8 @@ impl Bm25Index {
     /// Builds the index from every document's fields (document ids are positions).
     pub fn build(docs: &[DocFields], params: Bm25Params) -> Self {
         let mut dict: FxHashMap<String, u32> = FxHashMap::default();
-        let mut postings: Vec<Vec<Posting>> = Vec::new();
+        // Each term's documents and per-field frequencies, in document order.
+        let mut lists: Vec<Vec<(u32, [u16; FIELDS])>> = Vec::new();
         let mut lengths = Vec::with_capacity(docs.len());
         let mut totals = [0f64; FIELDS];
         for (d, fields) in docs.iter().enumerate() {
@@ -129,23 +136,19 @@ impl Bm25Index {
                     let id = match dict.get(t.as_str()) {
                         Some(&id) => id,
                         None => {
-                            let id = postings.len() as u32;
+                            let id = lists.len() as u32;
                             dict.insert(t.clone(), id);
-                            postings.push(Vec::new());
+                            lists.push(Vec::new());
                             id
                         }
                     };
-                    let list = &mut postings[id as usize];
+                    let list = &mut lists[id as usize];
                     match list.last_mut() {
-                        Some(p) if p.doc == d as u32 => p.tf[f] = p.tf[f].saturating_add(1),
+                        Some((doc, tf)) if *doc == d as u32 => tf[f] = tf[f].saturating_add(1),
                         _ => {
                             let mut tf = [0u16; FIELDS];
                             tf[f] = 1;
-                            list.push(Posting {
-                                doc: d as u32,
-                                weighted: 0.0,
-                                tf,
-                            });
+                            list.push((d as u32, tf));
                         }
                     }
                 }
@@ -165,23 +168,34 @@ impl Bm25Index {
                 })
             })
             .collect();
-        for post in postings.iter_mut().flatten() {
-            let mut tf = 0f32;
-            for (&count, &k) in post.tf.iter().zip(&factors[post.doc as usize]) {
-                tf += k * f32::from(count);
+        let total: usize = lists.iter().map(Vec::len).sum();
+        let mut postings = Vec::with_capacity(total);
+        let mut tfs = Vec::with_capacity(total);
+        let mut starts = Vec::with_capacity(lists.len() + 1);
+        starts.push(0u32);
+        for list in &lists {
+            for &(doc, tf) in list {
+                let mut weighted = 0f32;
+                for (&count, &k) in tf.iter().zip(&factors[doc as usize]) {
+                    weighted += k * f32::from(count);
+                }
+                postings.push(Posting { doc, weighted });
+                tfs.push(tf);
             }
-            post.weighted = tf;
+            starts.push(postings.len() as u32);
         }
-        let mut idf = vec![0f32; postings.len()];
-        let mut weak = vec![false; postings.len()];
+        let mut idf = vec![0f32; lists.len()];
+        let mut weak = vec![false; lists.len()];
         for (term, &id) in &dict {
-            let df = postings[id as usize].len() as f64;
+            let df = lists[id as usize].len() as f64;
             idf[id as usize] = ((n - df + 0.5) / (df + 0.5)).ln_1p() as f32;
             weak[id as usize] = term.starts_with(CJK_CHAR_PREFIX);
         }
         Self {
             dict,
             postings,
+            tf: tfs,
+            starts,
             idf,
             weak,
             docs: docs.len(),
@@ -210,12 +224,21 @@ impl Bm25Index {
     }
 
     /// Field term frequencies of `term` in `doc` (all zero when absent).
+    #[inline]
     pub fn tf(&self, term: u32, doc: u32) -> [u16; FIELDS] {
-        let list = &self.postings[term as usize];
-        match list.binary_search_by_key(&doc, |p| p.doc) {
-            Ok(i) => list[i].tf,
+        let range = self.range(term);
+        let from = range.start;
+        match self.postings[range].binary_search_by_key(&doc, |p| p.doc) {
+            Ok(i) => self.tf[from + i],
             Err(_) => [0; FIELDS],
         }
+    }
+
+    /// The places of `term`'s postings.
+    #[inline]
+    fn range(&self, term: u32) -> std::ops::Range<usize> {
+        let t = term as usize;
+        self.starts[t] as usize..self.starts[t + 1] as usize
     }
 
     /// Adds the BM25F contribution of each `(term, query weight)` to `scores` (indexed by doc,
@@ -236,10 +259,7 @@ impl Bm25Index {
         // Whether a posting's document is new is data no predictor learns, so every document is
         // written at the end of `touched` and the end moves on only for a new one: room for each
         // document the postings can touch, plus the one slot written past the last.
-        let most: usize = terms
-            .iter()
-            .map(|&(term, _)| self.postings[term as usize].len())
-            .sum();
+        let most: usize = terms.iter().map(|&(term, _)| self.range(term).len()).sum();
         let mut end = touched.len();
         touched.resize(end + most.min(n) + 1, 0);
         for &(term, qweight) in terms {
@@ -247,7 +267,7 @@ impl Bm25Index {
             let idf =
                 self.idf[term as usize] * qweight * if is_weak { p.cjk_char_weight } else { 1.0 };
             let slot = usize::from(is_weak);
-            for post in &self.postings[term as usize] {
+            for post in &self.postings[self.range(term)] {
                 let tf = post.weighted;
                 let d = post.doc as usize;
                 scores[d] += idf * tf / (p.k1 + tf);
@@ -319,6 +339,28 @@ mod tests {
         let r = rank(&idx, &["common", "rare"]);
         assert_eq!(r[0].0, 0);
         assert!(r[0].1 > 2.0 * r[1].1, "{r:?}");
+    }
+
+    #[test]
+    fn each_term_and_document_has_its_own_frequencies() {
+        // Terms whose postings sit side by side hold the same documents, so a lookup that strays
+        // into a neighbour's postings finds a document and reports the wrong counts.
+        let docs = [
+            doc(&["a", "b"], &["b", "c", "c"]),
+            doc(&["c"], &["a", "a", "b"]),
+            doc(&["b", "c"], &[]),
+            doc(&[], &["d"]),
+        ];
+        let idx = Bm25Index::build(&docs, Bm25Params::default());
+        for term in ["a", "b", "c", "d"] {
+            let id = idx.term_id(term).expect("indexed");
+            for (d, fields) in docs.iter().enumerate() {
+                let expected: [u16; FIELDS] = std::array::from_fn(|f| {
+                    fields[f].iter().filter(|t| t.as_str() == term).count() as u16
+                });
+                assert_eq!(idx.tf(id, d as u32), expected, "{term:?} in document {d}");
+            }
+        }
     }
 
     #[test]
