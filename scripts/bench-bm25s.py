@@ -17,12 +17,22 @@ A query's time is tokenising it plus `retrieve(k=10)` on one thread, measured wi
 
 Prints, per set: tools, queries, R@1 / R@5 / R@10 (|gold ∩ top-k| / |gold|, averaged, as
 `toolshelf eval` counts it) and p50 / p99 latency in µs.
+
+With `--toolshelf BIN`, each set's bm25s run is followed at once by `BIN eval` on the same set,
+at first sight and with `--warm-up`, and the line adds toolshelf's p50s and their ratios to
+bm25s's. This machine's speed drifts by a third from one minute to the next, so a ratio is only
+meaningful between runs made back to back; `--rounds N` repeats everything N times and ends with
+each set's ratios and their median:
+
+    /tmp/bm25s-venv/bin/python scripts/bench-bm25s.py --toolshelf target/release/toolshelf --rounds 3
 """
 
 import argparse
 import json
 import os
 import re
+import statistics
+import subprocess
 import sys
 import time
 
@@ -129,26 +139,86 @@ def run_set(eval_dir: str, name: str) -> dict:
     }
 
 
+def run_toolshelf(binary: str, eval_dir: str, name: str, warm_up: bool) -> dict:
+    """`toolshelf eval --json` on one set (hybrid, the default ranker): its p50 / p99 in µs."""
+    cmd = [
+        binary,
+        "eval",
+        "--catalog",
+        os.path.join(eval_dir, f"{name}.catalog.json"),
+        "--queries",
+        os.path.join(eval_dir, f"{name}.queries.jsonl"),
+        "--json",
+    ]
+    if warm_up:
+        cmd.append("--warm-up")
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
+    return json.loads(done.stdout)["latency_us"]
+
+
 def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--eval-dir", default=os.path.join(here, "..", "..", "shared", "eval"))
     ap.add_argument("--json", action="store_true", help="one JSON object per set")
+    ap.add_argument(
+        "--toolshelf",
+        metavar="BIN",
+        help="after each set, time `BIN eval` on it (first sight and --warm-up) and give ratios",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every set this many times")
     ap.add_argument("sets", nargs="*", default=SETS)
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if args.toolshelf and not os.access(args.toolshelf, os.X_OK):
+        ap.error(f"--toolshelf {args.toolshelf}: not an executable file")
     print(f"bm25s {bm25s.__version__}", file=sys.stderr)
-    for name in args.sets:
-        r = run_set(args.eval_dir, name)
-        if args.json:
-            print(json.dumps(r), flush=True)
-        else:
-            rc, lat = r["recall"], r["latency_us"]
-            print(
-                f"{name:<16} {r['tools']:>5} tools {r['queries']:>6} queries  "
-                f"R@1 {rc['1']:.3f}  R@5 {rc['5']:.3f}  R@10 {rc['10']:.3f}  "
-                f"p50 {lat['p50']:.0f} µs  p99 {lat['p99']:.0f} µs",
-                flush=True,
-            )
+    # Per set, the ratios (first sight, warm) of every round.
+    ratios: dict[str, list[tuple[float, float]]] = {name: [] for name in args.sets}
+    for round_no in range(1, args.rounds + 1):
+        if args.rounds > 1 and not args.json:
+            print(f"round {round_no}", flush=True)
+        for name in args.sets:
+            r = run_set(args.eval_dir, name)
+            if args.rounds > 1:
+                r["round"] = round_no
+            line = ""
+            if args.toolshelf:
+                first = run_toolshelf(args.toolshelf, args.eval_dir, name, warm_up=False)
+                warm = run_toolshelf(args.toolshelf, args.eval_dir, name, warm_up=True)
+                base = r["latency_us"]["p50"]
+                pair = (first["p50"] / base, warm["p50"] / base)
+                ratios[name].append(pair)
+                r["toolshelf"] = {
+                    "first_sight": first,
+                    "warm": warm,
+                    "ratio_first_sight": round(pair[0], 3),
+                    "ratio_warm": round(pair[1], 3),
+                }
+                line = (
+                    f"  toolshelf p50 {first['p50']:.0f} µs ({pair[0]:.2f}×), "
+                    f"warm {warm['p50']:.0f} µs ({pair[1]:.2f}×)"
+                )
+            if args.json:
+                print(json.dumps(r), flush=True)
+            else:
+                rc, lat = r["recall"], r["latency_us"]
+                print(
+                    f"{name:<16} {r['tools']:>5} tools {r['queries']:>6} queries  "
+                    f"R@1 {rc['1']:.3f}  R@5 {rc['5']:.3f}  R@10 {rc['10']:.3f}  "
+                    f"p50 {lat['p50']:.0f} µs  p99 {lat['p99']:.0f} µs{line}",
+                    flush=True,
+                )
+    if args.toolshelf and args.rounds > 1 and not args.json:
+        print("ratio of toolshelf's p50 to bm25s's, round by round (median):")
+        for name, pairs in ratios.items():
+            for label, i in (("first sight", 0), ("warm", 1)):
+                values = [p[i] for p in pairs]
+                listed = ", ".join(f"{v:.2f}" for v in values)
+                print(f"  {name:<16} {label:<11} {listed} ({statistics.median(values):.2f})")
     return 0
 
 
