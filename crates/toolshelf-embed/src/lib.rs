@@ -860,10 +860,9 @@ impl Semantic {
     ) -> Self {
         let dim = embedder.dim();
         let mut rows = Vec::with_capacity(index.len() * dim);
-        for &i in index.catalog_indices() {
-            rows.extend_from_slice(
-                cache.get_or_embed(embedder, &doc_text(catalog, &catalog.tools()[i])),
-            );
+        for (d, &i) in index.catalog_indices().iter().enumerate() {
+            let text = doc_text(catalog, &catalog.tools()[i], index.name_pieces(d));
+            rows.extend_from_slice(cache.get_or_embed(embedder, &text));
         }
         let groups = Groups::build(catalog, index, &rows, dim);
         Self {

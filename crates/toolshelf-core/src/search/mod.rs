@@ -15,6 +15,7 @@
 
 pub mod analyze;
 pub mod bm25;
+pub mod compound;
 pub mod render;
 pub mod schema_text;
 
@@ -358,6 +359,7 @@ impl Groups {
         docs: &[usize],
         by_name: &[u32],
         params: &RankParams,
+        pieces: &[String],
     ) -> Option<Self> {
         let servers = catalog.servers();
         if servers.len() < 2 || params.group_weight <= 0.0 {
@@ -383,12 +385,13 @@ impl Groups {
             fields.push(Default::default());
             names.push(String::new());
         }
-        for (&i, &g) in docs.iter().zip(&of_doc) {
+        for ((&i, &g), pieces) in docs.iter().zip(&of_doc).zip(pieces) {
             if g == u32::MAX {
                 continue;
             }
             let f = &mut fields[g as usize];
             analyze::analyze_into(&tools[i].bare, &mut f[Field::Params as usize]);
+            analyze::analyze_into(pieces, &mut f[Field::Params as usize]);
             analyze::analyze_into(&tools[i].description, &mut f[Field::Params as usize]);
         }
         let mut members: Vec<Vec<u32>> = vec![Vec::new(); names.len()];
@@ -464,6 +467,9 @@ pub struct SearchIndex {
     docs: Vec<usize>,
     /// Name-field terms of each document, sorted, for `+term`.
     name_terms: Vec<Vec<String>>,
+    /// The words each document's glued names are cut into (see [`compound`]), space-separated;
+    /// mostly empty.
+    name_pieces: Vec<String>,
     /// Canonical server of each document.
     servers: Vec<Option<String>>,
     /// Each document's place in canonical-name order, and the document at each place: ties
@@ -490,13 +496,14 @@ pub struct SearchIndex {
 static NEXT_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The text fields of `tool`, as the analyzer sees them.
-pub fn doc_fields(catalog: &Catalog, tool: &Tool) -> DocFields {
+pub fn doc_fields(catalog: &Catalog, tool: &Tool, pieces: &str) -> DocFields {
     let mut fields: DocFields = Default::default();
     let name = &mut fields[Field::Name as usize];
     analyze::analyze_into(&tool.bare, name);
     if tool.original_name != tool.bare {
         analyze::analyze_into(&tool.original_name, name);
     }
+    analyze::analyze_into(pieces, name);
     if let Some(t) = &tool.title {
         analyze::analyze_into(t, &mut fields[Field::Description as usize]);
     }
@@ -521,23 +528,26 @@ pub fn doc_fields(catalog: &Catalog, tool: &Tool) -> DocFields {
 /// [`doc_fields`] of every tool at `docs`, in order. Analysis (segmentation and stemming) is most
 /// of an index build, and each tool's is independent of the others', so large catalogs are split
 /// across the machine's cores; the result is the same as analysing them one by one.
-fn analyze_all(catalog: &Catalog, docs: &[usize]) -> Vec<DocFields> {
+fn analyze_all(catalog: &Catalog, docs: &[usize], pieces: &[String]) -> Vec<DocFields> {
     let tools = catalog.tools();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads < 2 || docs.len() < 4096 {
         return docs
             .iter()
-            .map(|&i| doc_fields(catalog, &tools[i]))
+            .zip(pieces)
+            .map(|(&i, p)| doc_fields(catalog, &tools[i], p))
             .collect();
     }
     let chunk = docs.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let parts: Vec<_> = docs
             .chunks(chunk)
-            .map(|part| {
+            .zip(pieces.chunks(chunk))
+            .map(|(part, pieces)| {
                 scope.spawn(move || {
                     part.iter()
-                        .map(|&i| doc_fields(catalog, &tools[i]))
+                        .zip(pieces)
+                        .map(|(&i, p)| doc_fields(catalog, &tools[i], p))
                         .collect::<Vec<_>>()
                 })
             })
@@ -549,10 +559,16 @@ fn analyze_all(catalog: &Catalog, docs: &[usize]) -> Vec<DocFields> {
     })
 }
 
-/// The text of `tool` for an embedding model: name words, title, description, parameter names
-/// and descriptions, and the server's description, one per line.
-pub fn doc_text(catalog: &Catalog, tool: &Tool) -> String {
-    let mut parts: Vec<String> = vec![crate::name::split_words(&tool.bare).join(" ")];
+/// The text of `tool` for an embedding model: name words (and `pieces`, the words of its glued
+/// names, see [`SearchIndex::name_pieces`]), title, description, parameter names and
+/// descriptions, and the server's description, one per line.
+pub fn doc_text(catalog: &Catalog, tool: &Tool, pieces: &str) -> String {
+    let mut name = crate::name::split_words(&tool.bare).join(" ");
+    if !pieces.is_empty() {
+        name.push(' ');
+        name.push_str(pieces);
+    }
+    let mut parts: Vec<String> = vec![name];
     if let Some(t) = &tool.title {
         parts.push(t.clone());
     }
@@ -684,7 +700,12 @@ impl SearchIndex {
         let mut docs: Vec<usize> = visible.to_vec();
         docs.sort_unstable();
         docs.dedup();
-        let fields = analyze_all(catalog, &docs);
+        let lexicon = compound::Lexicon::from_catalog(catalog, &docs);
+        let pieces: Vec<String> = docs
+            .iter()
+            .map(|&i| lexicon.name_pieces(&tools[i]))
+            .collect();
+        let fields = analyze_all(catalog, &docs, &pieces);
         let name_terms = fields
             .iter()
             .map(|f| {
@@ -719,7 +740,7 @@ impl SearchIndex {
                 .name
                 .cmp(&tools[docs[b as usize]].name)
         });
-        let groups = Groups::build(catalog, &docs, &by_name, &params);
+        let groups = Groups::build(catalog, &docs, &by_name, &params, &pieces);
         let mut name_rank = vec![0u32; docs.len()];
         for (r, &d) in by_name.iter().enumerate() {
             name_rank[d as usize] = r as u32;
@@ -730,6 +751,7 @@ impl SearchIndex {
             servers: docs.iter().map(|&i| tools[i].server.clone()).collect(),
             docs,
             name_terms,
+            name_pieces: pieces,
             names,
             server_names,
             lexical,
@@ -747,6 +769,7 @@ impl SearchIndex {
         Self {
             docs: self.docs.clone(),
             name_terms: self.name_terms.clone(),
+            name_pieces: self.name_pieces.clone(),
             servers: self.servers.clone(),
             name_rank: self.name_rank.clone(),
             by_name: self.by_name.clone(),
@@ -780,6 +803,12 @@ impl SearchIndex {
     /// Whether no tool is searchable.
     pub fn is_empty(&self) -> bool {
         self.docs.is_empty()
+    }
+
+    /// The words the glued names of document `d` (in [`Self::catalog_indices`] order) are cut
+    /// into, space-separated; empty when it has none.
+    pub fn name_pieces(&self, d: usize) -> &str {
+        &self.name_pieces[d]
     }
 
     /// Catalog indices of the searchable tools, sorted.
