@@ -1759,6 +1759,35 @@ mod tests {
         Catalog::from_json_str(&tools.to_string(), "test").expect("catalog")
     }
 
+    /// A glued name is found by the words it is glued from, in the name field, and the reason
+    /// says so; the same request found it by no word of its name before.
+    #[test]
+    fn a_glued_name_is_found_by_its_words() {
+        let tools = serde_json::json!({"servers": [
+            {"name": "miku", "description": "Pictures",
+             "tools": [{"name": "getrandomimage", "description": ""},
+                       {"name": "getimage", "description": "By its file id"}]},
+            {"name": "gallery", "description": "A random image gallery: get an image, get a random one",
+             "tools": [{"name": "list_albums", "description": "Albums of the gallery"}]}
+        ]});
+        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        let all: Vec<usize> = (0..c.tools().len()).collect();
+        let index = SearchIndex::build(&c, &all);
+        let d = index
+            .catalog_indices()
+            .iter()
+            .position(|&i| c.tools()[i].bare == "getrandomimage")
+            .expect("the tool");
+        assert_eq!(index.name_pieces(d), "get random image");
+        let hits = index.rank(&c, &["show me a random picture".to_owned()], 3);
+        assert_eq!(hits[0].name, "mcp__miku__getrandomimage", "{hits:?}");
+        assert!(
+            hits[0].reason.contains("\"random\" in name"),
+            "{}",
+            hits[0].reason
+        );
+    }
+
     /// A server that stands out (here by one tool's description) brings in its tools without
     /// evidence of their own, all at one score, so only the first by name are visited: the best
     /// `k` are still the first `k` of the full ranking, for every `k`, with and without a `+term`
