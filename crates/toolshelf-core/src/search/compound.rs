@@ -19,7 +19,7 @@
 //! in; a catalog whose text never uses the pieces leaves its glued names as they are.
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::catalog::{Catalog, Tool};
 use crate::name::split_words;
@@ -68,7 +68,7 @@ impl Lexicon {
                 lexicon.add_text(t);
             }
             lexicon.add_text(&tool.description);
-            lexicon.add_schema(&Value::Object(tool.input_schema.clone()), 0);
+            lexicon.add_properties(&tool.input_schema, 0);
             if let Some(s) = &tool.server {
                 servers.push(s);
             }
@@ -92,10 +92,8 @@ impl Lexicon {
     }
 
     fn add_text(&mut self, text: &str) {
-        for part in text.split(|c: char| !c.is_alphanumeric()) {
-            for w in split_words(part) {
-                self.add_word(&w);
-            }
+        for w in split_words(text) {
+            self.add_word(&w);
         }
     }
 
@@ -119,9 +117,13 @@ impl Lexicon {
     }
 
     fn add_schema(&mut self, schema: &Value, depth: usize) {
-        let Some(obj) = schema.as_object() else {
-            return;
-        };
+        if let Some(obj) = schema.as_object() {
+            self.add_properties(obj, depth);
+        }
+    }
+
+    /// The property names and descriptions of one schema object, and of those nested in it.
+    fn add_properties(&mut self, obj: &Map<String, Value>, depth: usize) {
         if depth > 6 {
             return;
         }
