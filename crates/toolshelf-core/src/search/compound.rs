@@ -195,6 +195,24 @@ impl Lexicon {
         (pieces.len() > 1).then_some(pieces)
     }
 
+    /// The pieces of the glued words of one name written without capitals (a server's), joined
+    /// by spaces; empty when none splits.
+    pub fn pieces_of(&self, name: &str) -> String {
+        let mut out = String::new();
+        if has_capitals(name) {
+            return out;
+        }
+        for w in split_words(name) {
+            for p in self.split(&w).into_iter().flatten() {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(p);
+            }
+        }
+        out
+    }
+
     /// The pieces of every glued word of `tool`'s names (bare and original) that are written
     /// without capitals, joined by spaces for analysis; empty when none splits.
     pub fn name_pieces(&self, tool: &Tool) -> String {
@@ -346,5 +364,14 @@ mod tests {
         // `authentic ator` would cover it, but the capitals say it is one word.
         assert_eq!(by_name("ContentAuthenticator"), "");
         assert_eq!(l.split("authenticator"), None);
+    }
+
+    #[test]
+    fn a_server_name_is_cut_like_a_tool_name() {
+        let mut l = lexicon("cricket cricket scores api api");
+        l.add_name("match_api");
+        assert_eq!(l.pieces_of("cricketapi2"), "cricket api");
+        assert_eq!(l.pieces_of("cricket_api"), "");
+        assert_eq!(l.pieces_of("CricketApi"), "");
     }
 }

@@ -360,6 +360,7 @@ impl Groups {
         by_name: &[u32],
         params: &RankParams,
         pieces: &[String],
+        server_pieces: &[String],
     ) -> Option<Self> {
         let servers = catalog.servers();
         if servers.len() < 2 || params.group_weight <= 0.0 {
@@ -368,10 +369,12 @@ impl Groups {
         let tools = catalog.tools();
         let mut fields: Vec<DocFields> = servers
             .iter()
-            .map(|s| {
+            .zip(server_pieces)
+            .map(|(s, pieces)| {
                 let mut f: DocFields = Default::default();
                 analyze::analyze_into(&s.name, &mut f[Field::Name as usize]);
                 analyze::analyze_into(&s.original_name, &mut f[Field::Name as usize]);
+                analyze::analyze_into(pieces, &mut f[Field::Name as usize]);
                 analyze::analyze_into(&s.description, &mut f[Field::Description as usize]);
                 f
             })
@@ -496,7 +499,7 @@ pub struct SearchIndex {
 static NEXT_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The text fields of `tool`, as the analyzer sees them.
-pub fn doc_fields(catalog: &Catalog, tool: &Tool, pieces: &str) -> DocFields {
+pub fn doc_fields(catalog: &Catalog, tool: &Tool, pieces: &str, server_pieces: &str) -> DocFields {
     let mut fields: DocFields = Default::default();
     let name = &mut fields[Field::Name as usize];
     analyze::analyze_into(&tool.bare, name);
@@ -515,6 +518,7 @@ pub fn doc_fields(catalog: &Catalog, tool: &Tool, pieces: &str) -> DocFields {
     );
     if let Some(s) = &tool.server {
         analyze::analyze_into(s, &mut fields[Field::Server as usize]);
+        analyze::analyze_into(server_pieces, &mut fields[Field::Server as usize]);
         if let Some(server) = catalog.server(s) {
             analyze::analyze_into(&server.description, &mut fields[Field::Server as usize]);
         }
@@ -528,14 +532,20 @@ pub fn doc_fields(catalog: &Catalog, tool: &Tool, pieces: &str) -> DocFields {
 /// [`doc_fields`] of every tool at `docs`, in order. Analysis (segmentation and stemming) is most
 /// of an index build, and each tool's is independent of the others', so large catalogs are split
 /// across the machine's cores; the result is the same as analysing them one by one.
-fn analyze_all(catalog: &Catalog, docs: &[usize], pieces: &[String]) -> Vec<DocFields> {
+fn analyze_all(
+    catalog: &Catalog,
+    docs: &[usize],
+    pieces: &[String],
+    server_pieces: &[&str],
+) -> Vec<DocFields> {
     let tools = catalog.tools();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads < 2 || docs.len() < 4096 {
         return docs
             .iter()
             .zip(pieces)
-            .map(|(&i, p)| doc_fields(catalog, &tools[i], p))
+            .zip(server_pieces)
+            .map(|((&i, p), s)| doc_fields(catalog, &tools[i], p, s))
             .collect();
     }
     let chunk = docs.len().div_ceil(threads);
@@ -543,11 +553,13 @@ fn analyze_all(catalog: &Catalog, docs: &[usize], pieces: &[String]) -> Vec<DocF
         let parts: Vec<_> = docs
             .chunks(chunk)
             .zip(pieces.chunks(chunk))
-            .map(|(part, pieces)| {
+            .zip(server_pieces.chunks(chunk))
+            .map(|((part, pieces), server_pieces)| {
                 scope.spawn(move || {
                     part.iter()
                         .zip(pieces)
-                        .map(|(&i, p)| doc_fields(catalog, &tools[i], p))
+                        .zip(server_pieces)
+                        .map(|((&i, p), s)| doc_fields(catalog, &tools[i], p, s))
                         .collect::<Vec<_>>()
                 })
             })
@@ -705,7 +717,16 @@ impl SearchIndex {
             .iter()
             .map(|&i| lexicon.name_pieces(&tools[i]))
             .collect();
-        let fields = analyze_all(catalog, &docs, &pieces);
+        let server_pieces: Vec<String> = catalog
+            .servers()
+            .iter()
+            .map(|s| lexicon.pieces_of(&s.name))
+            .collect();
+        let doc_server_pieces: Vec<&str> = server_group_of(catalog, &docs)
+            .iter()
+            .map(|&g| server_pieces.get(g as usize).map_or("", String::as_str))
+            .collect();
+        let fields = analyze_all(catalog, &docs, &pieces, &doc_server_pieces);
         let name_terms = fields
             .iter()
             .map(|f| {
@@ -740,7 +761,7 @@ impl SearchIndex {
                 .name
                 .cmp(&tools[docs[b as usize]].name)
         });
-        let groups = Groups::build(catalog, &docs, &by_name, &params, &pieces);
+        let groups = Groups::build(catalog, &docs, &by_name, &params, &pieces, &server_pieces);
         let mut name_rank = vec![0u32; docs.len()];
         for (r, &d) in by_name.iter().enumerate() {
             name_rank[d as usize] = r as u32;
