@@ -80,14 +80,25 @@ impl Lexicon {
                 lexicon.add_text(&server.description);
             }
         }
-        let total: u64 = lexicon.counts.values().map(|&c| u64::from(c)).sum();
-        lexicon.log_total = (total.max(1) as f64).ln();
+        lexicon.total_counted();
         lexicon
     }
 
+    /// Sets [`Self::log_total`] from the counts, once they are all in.
+    fn total_counted(&mut self) {
+        let total: u64 = self.counts.values().map(|&c| u64::from(c)).sum();
+        self.log_total = (total.max(1) as f64).ln();
+    }
+
+    /// Counts one word as [`split_words`] gives it (lower-cased already).
     fn add_word(&mut self, word: &str) {
         if word.len() >= MIN_PIECE && word.bytes().all(|b| b.is_ascii_alphabetic()) {
-            *self.counts.entry(word.to_ascii_lowercase()).or_default() += 1;
+            match self.counts.get_mut(word) {
+                Some(c) => *c += 1,
+                None => {
+                    self.counts.insert(word.to_owned(), 1);
+                }
+            }
         }
     }
 
@@ -99,19 +110,17 @@ impl Lexicon {
 
     fn add_name(&mut self, name: &str) {
         let words = split_words(name);
-        if words.len() > 1 {
-            for w in words.iter().filter(|w| w.len() < MIN_GLUED) {
+        let (several, capitals) = (words.len() > 1, has_capitals(name));
+        for w in words {
+            let short = several && w.len() < MIN_GLUED;
+            if capitals || short {
+                self.add_word(&w);
+            }
+            if short {
                 self.name_words.insert(w.clone());
             }
-        }
-        if has_capitals(name) {
-            for w in words {
-                self.add_word(&w);
+            if capitals {
                 self.named.insert(w);
-            }
-        } else if words.len() > 1 {
-            for w in words.iter().filter(|w| w.len() < MIN_GLUED) {
-                self.add_word(w);
             }
         }
     }
@@ -195,14 +204,16 @@ impl Lexicon {
         (pieces.len() > 1).then_some(pieces)
     }
 
-    /// The pieces of the glued words of one name written without capitals (a server's), joined
-    /// by spaces; empty when none splits.
-    pub fn pieces_of(&self, name: &str) -> String {
-        let mut out = String::new();
+    /// Appends to `out`, space-separated, the pieces of each glued word of `name` that `take`
+    /// accepts; a name written with capitals has none.
+    fn push_pieces(&self, name: &str, out: &mut String, mut take: impl FnMut(&str) -> bool) {
         if has_capitals(name) {
-            return out;
+            return;
         }
         for w in split_words(name) {
+            if !take(&w) {
+                continue;
+            }
             for p in self.split(&w).into_iter().flatten() {
                 if !out.is_empty() {
                     out.push(' ');
@@ -210,36 +221,31 @@ impl Lexicon {
                 out.push_str(p);
             }
         }
+    }
+
+    /// The pieces of the glued words of one name written without capitals (a server's), joined
+    /// by spaces; empty when none splits.
+    pub fn pieces_of(&self, name: &str) -> String {
+        let mut out = String::new();
+        self.push_pieces(name, &mut out, |_| true);
         out
     }
 
     /// The pieces of every glued word of `tool`'s names (bare and original) that are written
-    /// without capitals, joined by spaces for analysis; empty when none splits.
+    /// without capitals, each word once, joined by spaces for analysis; empty when none splits.
     pub fn name_pieces(&self, tool: &Tool) -> String {
         let mut out = String::new();
         let mut seen: Vec<String> = Vec::new();
-        let names = [&tool.bare, &tool.original_name];
-        for (k, name) in names.iter().enumerate() {
-            if k == 1 && tool.original_name == tool.bare {
-                break;
+        let mut once = |w: &str| {
+            let new = !seen.iter().any(|s| s == w);
+            if new {
+                seen.push(w.to_owned());
             }
-            if has_capitals(name) {
-                continue;
-            }
-            for w in split_words(name) {
-                if seen.contains(&w) {
-                    continue;
-                }
-                if let Some(pieces) = self.split(&w) {
-                    for p in pieces {
-                        if !out.is_empty() {
-                            out.push(' ');
-                        }
-                        out.push_str(p);
-                    }
-                }
-                seen.push(w);
-            }
+            new
+        };
+        self.push_pieces(&tool.bare, &mut out, &mut once);
+        if tool.original_name != tool.bare {
+            self.push_pieces(&tool.original_name, &mut out, &mut once);
         }
         out
     }
@@ -257,8 +263,7 @@ mod tests {
     fn lexicon(text: &str) -> Lexicon {
         let mut l = Lexicon::default();
         l.add_text(text);
-        let total: u64 = l.counts.values().map(|&c| u64::from(c)).sum();
-        l.log_total = (total.max(1) as f64).ln();
+        l.total_counted();
         l
     }
 

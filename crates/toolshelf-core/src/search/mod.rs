@@ -353,12 +353,15 @@ struct Groups {
 }
 
 impl Groups {
-    /// Groups of the tools at `docs` (catalog indices); `by_name` is the documents in name order.
+    /// Groups of the tools at `docs` (catalog indices); `by_name` is the documents in name order,
+    /// `of_doc` each one's group ([`server_group_of`]), `pieces` the words of each one's glued
+    /// names and `server_pieces` those of each server's name (see [`compound`]).
     fn build(
         catalog: &Catalog,
         docs: &[usize],
         by_name: &[u32],
         params: &RankParams,
+        of_doc: Vec<u32>,
         pieces: &[String],
         server_pieces: &[String],
     ) -> Option<Self> {
@@ -383,7 +386,6 @@ impl Groups {
         // same footing as the servers' tools.
         let builtin = servers.len() as u32;
         let mut names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
-        let of_doc = server_group_of(catalog, docs);
         if of_doc.contains(&builtin) {
             fields.push(Default::default());
             names.push(String::new());
@@ -722,7 +724,8 @@ impl SearchIndex {
             .iter()
             .map(|s| lexicon.pieces_of(&s.name))
             .collect();
-        let doc_server_pieces: Vec<&str> = server_group_of(catalog, &docs)
+        let of_doc = server_group_of(catalog, &docs);
+        let doc_server_pieces: Vec<&str> = of_doc
             .iter()
             .map(|&g| server_pieces.get(g as usize).map_or("", String::as_str))
             .collect();
@@ -761,7 +764,15 @@ impl SearchIndex {
                 .name
                 .cmp(&tools[docs[b as usize]].name)
         });
-        let groups = Groups::build(catalog, &docs, &by_name, &params, &pieces, &server_pieces);
+        let groups = Groups::build(
+            catalog,
+            &docs,
+            &by_name,
+            &params,
+            of_doc,
+            &pieces,
+            &server_pieces,
+        );
         let mut name_rank = vec![0u32; docs.len()];
         for (r, &d) in by_name.iter().enumerate() {
             name_rank[d as usize] = r as u32;
