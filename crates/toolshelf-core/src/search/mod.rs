@@ -1157,8 +1157,8 @@ impl SearchIndex {
     /// The clauses of one long query whose own best tool is missing from the whole query's
     /// first [`CLAUSE_SLOT`] hits: a request such as "track my package. Also convert the price to
     /// yen" names two tasks, and the words of one can outweigh the other's in the bag of words.
-    /// A clause counts when it has at least [`MIN_CLAUSE_TERMS`] terms and its best tool leads its
-    /// second by [`CLAUSE_LEAD`]; clauses are ranked by BM25F and server groups only (no second
+    /// A clause counts when it has at least [`MIN_CLAUSE_TERMS`] terms and its best tool leads
+    /// every tool of another server by [`CLAUSE_LEAD`]; clauses are ranked by BM25F and server groups only (no second
     /// embedding), for their best tool only (see [`Self::clause_best`]).
     fn clause_hits(
         &self,
@@ -1207,10 +1207,10 @@ impl SearchIndex {
         out
     }
 
-    /// A clause's best tool and score and its second's score (0 when none), by BM25F and server
-    /// groups fused as in [`Self::score_query`]: a clause is ranked only for its best, so only
-    /// the tools it matches and, for each group that stands out, the first two of its other
-    /// tools by name (which all score the same) are visited.
+    /// A clause's best tool and score and the best score of a tool outside that tool's server
+    /// group (0 when none), by BM25F and server groups fused as in [`Self::score_query`]: a
+    /// clause is ranked only for its best, so only the tools it matches and, for each group that
+    /// stands out, the first of its other tools by name (which all score the same) are visited.
     fn clause_best(&self, q: &ParsedQuery, scratch: &mut RankScratch) -> Option<((f32, u32), f32)> {
         let n = self.docs.len();
         let RankScratch {
@@ -1241,6 +1241,11 @@ impl SearchIndex {
         let before = |a: (f32, u32), b: (f32, u32)| {
             a.0 > b.0 || (a.0 == b.0 && name_rank(a.1) < name_rank(b.1))
         };
+        // A tool of no group is a group of its own.
+        let group_of = |d: u32| match self.groups.as_ref().map(|g| g.of_doc[d as usize]) {
+            Some(g) if g != u32::MAX => u64::from(g),
+            _ => (1 << 32) | u64::from(d),
+        };
         let mut best = Best::default();
         if lexical {
             for &d in matched.iter() {
@@ -1251,7 +1256,7 @@ impl SearchIndex {
                         c += gw * group[gi as usize];
                     }
                 }
-                best.offer((c, d), before);
+                best.offer((c, d), group_of(d), before);
             }
         }
         if let Some(g) = &self.groups {
@@ -1260,19 +1265,13 @@ impl SearchIndex {
                 if gs < floor {
                     continue;
                 }
-                // Its tools without a match of their own all score the same: the first two by
-                // name stand for them all.
-                let mut found = 0;
-                for &d in members {
-                    let i = d as usize;
-                    if !allowed[i] || (lexical && scores[i] > 0.0) {
-                        continue;
-                    }
-                    best.offer((gw * gs, d), before);
-                    found += 1;
-                    if found == 2 {
-                        break;
-                    }
+                // Its tools without a match of their own all score the same, and none counts as
+                // another's second: the first by name stands for them all.
+                if let Some(&d) = members
+                    .iter()
+                    .find(|&&d| allowed[d as usize] && !(lexical && scores[d as usize] > 0.0))
+                {
+                    best.offer((gw * gs, d), u64::from(gi), before);
                 }
             }
         }
@@ -1557,8 +1556,9 @@ const CLAUSE_SLOT: usize = 2;
 /// Terms a clause needs to be ranked on its own: fewer is a fragment ("thanks", "in Paris").
 const MIN_CLAUSE_TERMS: usize = 3;
 
-/// How far a clause's best tool must lead its second (score ratio) to be brought forward: a
-/// clause whose best is one of several near-equals is no clear request of its own. Set before
+/// How far a clause's best tool must lead the best tool of another server (score ratio) to be
+/// brought forward: a clause whose best is one of several near-equals is no clear request of
+/// its own, unless they are tools of one server, which the clause then clearly asks for. Set before
 /// measuring; 1.0 (no lead) and 2.0 moved R@5 on the five development sets by at most .009.
 const CLAUSE_LEAD: f32 = 1.3;
 
@@ -1654,22 +1654,44 @@ impl<I: Iterator<Item = f32>> FoldMax for I {
     }
 }
 
-/// The best candidate offered, and the best score among the others.
+/// The best candidate offered, and the best score among the others outside its server group.
 #[derive(Default)]
 struct Best {
     first: Option<(f32, u32)>,
+    /// The group of `first` (see [`Best::offer`]).
+    group: u64,
     second: f32,
 }
 
 impl Best {
-    fn offer(&mut self, x: (f32, u32), before: impl Fn((f32, u32), (f32, u32)) -> bool) {
+    /// Offers `x`, of group `group` (a key unique to the document when it has none). The best
+    /// candidate of another group is always behind the first; one of the first's own group
+    /// is not counted as a second, as a clause that picks a server is as sure of it as one
+    /// that picks a tool.
+    fn offer(
+        &mut self,
+        x: (f32, u32),
+        group: u64,
+        before: impl Fn((f32, u32), (f32, u32)) -> bool,
+    ) {
         match self.first {
-            Some(f) if !before(x, f) => self.second = self.second.max(x.0),
-            Some(f) => {
-                self.second = self.second.max(f.0);
-                self.first = Some(x);
+            Some(f) if !before(x, f) => {
+                if group != self.group {
+                    self.second = self.second.max(x.0);
+                }
             }
-            None => self.first = Some(x),
+            Some(f) => {
+                // The old first is the best so far, so it is the second unless of `x`'s group.
+                if group != self.group {
+                    self.second = self.second.max(f.0);
+                }
+                self.first = Some(x);
+                self.group = group;
+            }
+            None => {
+                self.first = Some(x);
+                self.group = group;
+            }
         }
     }
 }
@@ -1778,6 +1800,14 @@ mod tests {
         index.rank(&c, &q, limit)
     }
 
+    /// The catalog of `tools` (JSON) and an index of all its tools.
+    fn indexed(tools: &serde_json::Value) -> (Catalog, SearchIndex) {
+        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        let all: Vec<usize> = (0..c.tools().len()).collect();
+        let index = SearchIndex::build(&c, &all);
+        (c, index)
+    }
+
     /// Two catalogs of server groups whose vocabularies give the same words different ids.
     fn grouped(first: &str, second: &str) -> Catalog {
         let tools = serde_json::json!({"servers": [
@@ -1802,9 +1832,7 @@ mod tests {
             {"name": "gallery", "description": "A random image gallery: get an image, get a random one",
              "tools": [{"name": "list_albums", "description": "Albums of the gallery"}]}
         ]});
-        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
-        let all: Vec<usize> = (0..c.tools().len()).collect();
-        let index = SearchIndex::build(&c, &all);
+        let (c, index) = indexed(&tools);
         let d = index
             .catalog_indices()
             .iter()
@@ -1839,13 +1867,11 @@ mod tests {
             {"name": "weather", "description": "Forecasts",
              "tools": [{"name": "now", "description": "Weather now"}]}
         ]});
-        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
-        let all: Vec<usize> = (0..c.tools().len()).collect();
-        let index = SearchIndex::build(&c, &all);
+        let (c, index) = indexed(&tools);
         let names = |hits: Vec<Hit>| hits.into_iter().map(|h| h.tool).collect::<Vec<_>>();
         for query in ["train seat", "train seat +step"] {
             let q = [query.to_owned()];
-            let full = names(index.rank(&c, &q, all.len()));
+            let full = names(index.rank(&c, &q, c.tools().len()));
             assert!(full.len() >= 6, "{query}: {full:?}");
             for k in 1..full.len() {
                 assert_eq!(names(index.rank(&c, &q, k)), full[..k], "{query}, k = {k}");
@@ -2029,6 +2055,36 @@ mod tests {
     }
 
     #[test]
+    fn a_clause_that_picks_a_server_gets_a_place() {
+        // The second sentence names a server, not one of its tools: its tools tie, and the
+        // clause is as sure of where to go as one that names a tool.
+        let tools = serde_json::json!({"servers": [
+            {"name": "mail", "description": "Email messages",
+             "tools": [{"name": "send", "description": "Send an email message"},
+                       {"name": "reply", "description": "Reply to an email message"},
+                       {"name": "draft", "description": "Save an email message draft"}]},
+            {"name": "judge_extra", "description": "Judge Extra compiler sandbox",
+             "tools": [{"name": "about", "description": "Get general information"},
+                       {"name": "statuses", "description": "Get statuses"}]},
+            {"name": "notes", "description": "Notebook",
+             "tools": [{"name": "write", "description": "Write a note"}]}
+        ]});
+        let (c, index) = indexed(&tools);
+        let query = "Send an email message, reply to the email message and save an email draft. \
+                     Then I want the Judge Extra compiler sandbox.";
+        let hits = index.rank(&c, &[query.to_owned()], 5);
+        let names: Vec<&str> = hits.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names[CLAUSE_SLOT], "mcp__judge_extra__about", "{names:?}");
+        assert!(
+            hits[CLAUSE_SLOT]
+                .reason
+                .starts_with("for \"I want the Judge Extra"),
+            "{}",
+            hits[CLAUSE_SLOT].reason
+        );
+    }
+
+    #[test]
     fn a_clause_keeps_the_filters_of_its_query() {
         // "+email" holds for the second sentence too: the translator has no "email" in its name.
         let hits = ranked(
@@ -2101,9 +2157,7 @@ mod tests {
             {"name": "other", "description": "unrelated words"},
             {"name": "weather_cn", "description": "天气预报空气质量 forecast"}
         ]);
-        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
-        let all: Vec<usize> = (0..c.tools().len()).collect();
-        let index = SearchIndex::build(&c, &all);
+        let (c, index) = indexed(&tools);
         let hits = index.rank(&c, &["alpha beta gamma delta epsilon zeta".to_owned()], 1);
         assert_eq!(
             hits[0].reason,
