@@ -1158,8 +1158,8 @@ impl SearchIndex {
     /// first [`CLAUSE_SLOT`] hits: a request such as "track my package. Also convert the price to
     /// yen" names two tasks, and the words of one can outweigh the other's in the bag of words.
     /// A clause counts when it has at least [`MIN_CLAUSE_TERMS`] terms and its best tool leads
-    /// every tool of another server by [`CLAUSE_LEAD`]; clauses are ranked by BM25F and server groups only (no second
-    /// embedding), for their best tool only (see [`Self::clause_best`]).
+    /// every tool of another server by [`CLAUSE_LEAD`]; clauses are ranked by BM25F and server
+    /// groups only (no second embedding), for their best tool only (see [`Self::clause_best`]).
     fn clause_hits(
         &self,
         query: &str,
@@ -1558,8 +1558,9 @@ const MIN_CLAUSE_TERMS: usize = 3;
 
 /// How far a clause's best tool must lead the best tool of another server (score ratio) to be
 /// brought forward: a clause whose best is one of several near-equals is no clear request of
-/// its own, unless they are tools of one server, which the clause then clearly asks for. Set before
-/// measuring; 1.0 (no lead) and 2.0 moved R@5 on the five development sets by at most .009.
+/// its own, unless they are tools of one server, which the clause then clearly asks for. Set
+/// before measuring; 1.0 (no lead) and 2.0 moved R@5 on the five development sets by at most
+/// .009.
 const CLAUSE_LEAD: f32 = 1.3;
 
 /// Words that open a new request inside one query.
@@ -1664,10 +1665,9 @@ struct Best {
 }
 
 impl Best {
-    /// Offers `x`, of group `group` (a key unique to the document when it has none). The best
-    /// candidate of another group is always behind the first; one of the first's own group
-    /// is not counted as a second, as a clause that picks a server is as sure of it as one
-    /// that picks a tool.
+    /// Offers `x`, of group `group` (a key unique to the document when it has none). `second`
+    /// is the best score outside the first's group: a tool of the first's own server does not
+    /// count, as a clause that picks a server is as sure of it as one that picks a tool.
     fn offer(
         &mut self,
         x: (f32, u32),
