@@ -1241,22 +1241,24 @@ impl SearchIndex {
         let before = |a: (f32, u32), b: (f32, u32)| {
             a.0 > b.0 || (a.0 == b.0 && name_rank(a.1) < name_rank(b.1))
         };
-        // A tool of no group is a group of its own.
-        let group_of = |d: u32| match self.groups.as_ref().map(|g| g.of_doc[d as usize]) {
-            Some(g) if g != u32::MAX => u64::from(g),
-            _ => (1 << 32) | u64::from(d),
-        };
         let mut best = Best::default();
         if lexical {
             for &d in matched.iter() {
                 let mut c = w * scores[d as usize];
-                if let Some(g) = &self.groups {
-                    let gi = g.of_doc[d as usize];
-                    if gi != u32::MAX && group[gi as usize] > 0.0 {
+                let gi = self
+                    .groups
+                    .as_ref()
+                    .map_or(u32::MAX, |g| g.of_doc[d as usize]);
+                // A tool of no group is a group of its own.
+                let key = if gi == u32::MAX {
+                    (1 << 32) | u64::from(d)
+                } else {
+                    if group[gi as usize] > 0.0 {
                         c += gw * group[gi as usize];
                     }
-                }
-                best.offer((c, d), group_of(d), before);
+                    u64::from(gi)
+                };
+                best.offer((c, d), key, before);
             }
         }
         if let Some(g) = &self.groups {
