@@ -368,7 +368,16 @@ async fn stdio_gateway_with_real_servers() {
         "tools/list stays frozen after a tools change"
     );
 
-    // A server killed mid-session: a clear error, then it is restarted and works again.
+    // A server killed mid-session: a clear error, then it is restarted and works again. The
+    // schema is loaded again first: every call is a turn, the polling above takes as many as
+    // the machine's speed makes it, and an expired schema would be answered before the server
+    // is asked.
+    ok(&call(
+        &client,
+        "tool_search",
+        json!({"tool_names": ["mcp__memory__read_graph"]}),
+    )
+    .await);
     let pid = server_status(&client, "memory").await["pid"]
         .as_u64()
         .expect("memory pid");
