@@ -233,12 +233,13 @@ impl Lexical {
         matched: &mut Vec<u32>,
     ) {
         let n = self.index.len();
-        let terms: Vec<(u32, f32)> = self
-            .ids_of(query, ids)
-            .iter()
-            .zip(&query.terms)
-            .filter_map(|(id, (_, w))| id.map(|id| (id, *w)))
-            .collect();
+        let mut terms: Vec<(u32, f32)> = Vec::with_capacity(query.terms.len());
+        terms.extend(
+            self.ids_of(query, ids)
+                .iter()
+                .zip(&query.terms)
+                .filter_map(|(id, (_, w))| id.map(|id| (id, *w))),
+        );
         matched.clear();
         LEXICAL_SCRATCH.with_borrow_mut(|hits| {
             // The counts are all zero between calls: only touched entries are reset below.
@@ -896,7 +897,14 @@ impl SearchIndex {
     /// text left for analysis, which is not analysed here.
     fn operators(&self, query: &str) -> ParsedQuery {
         let mut q = ParsedQuery::default();
-        let mut text_words = Vec::new();
+        // The words left for analysis, space-separated.
+        let (mut text, mut first) = (String::with_capacity(query.len()), true);
+        let mut keep = |word: &str| {
+            if !std::mem::take(&mut first) {
+                text.push(' ');
+            }
+            text.push_str(word);
+        };
         // A name is only a name when the query is nothing else: "search" standing alone asks for
         // the tools called search, while "search flights to Tokyo" merely contains a word that 22
         // servers use as a tool name.
@@ -911,7 +919,7 @@ impl SearchIndex {
                 .filter(|r| r.chars().next().is_some_and(|c| !c.is_ascii_digit()))
             {
                 q.required.extend(analyze::analyze(req));
-                text_words.push(req);
+                keep(req);
                 continue;
             }
             if let Some(s) = raw.strip_prefix("server:") {
@@ -934,7 +942,7 @@ impl SearchIndex {
             };
             if !exact.is_empty() && (whole_query || names_a_tool(word, exact.len())) {
                 q.exact.extend_from_slice(exact);
-                text_words.push(word);
+                keep(word);
                 continue;
             }
             if let Some(rest) = word.strip_prefix("mcp__") {
@@ -944,13 +952,13 @@ impl SearchIndex {
                     None => q.notes.push(self.unknown_server_note(word, server)),
                 }
                 if !tail.is_empty() {
-                    text_words.push(tail);
+                    keep(tail);
                 }
                 continue;
             }
-            text_words.push(raw);
+            keep(raw);
         }
-        q.text = text_words.join(" ");
+        q.text = text;
         q.exact.sort_unstable();
         q.exact.dedup();
         q
@@ -1456,7 +1464,7 @@ impl SearchIndex {
         let mut chars: Vec<(u8, String)> = Vec::new();
         // Terms already reported (from an earlier intent): a term matches the same fields of the
         // same tool whichever intent it came from.
-        let mut seen: Vec<u32> = Vec::new();
+        let mut seen: Vec<u32> = Vec::with_capacity(parsed.iter().map(|q| q.terms.len()).sum());
         let labels = |mask: u8, out: &mut String| {
             let mut first = true;
             for f in Field::ALL {
