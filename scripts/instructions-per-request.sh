@@ -9,8 +9,8 @@
 # counting only inside the ranking (`--toggle-collect` on `rank_with`), and prints
 # (count over 201 − count over 1) / 200: the first request, which loads the segmenter and fills
 # the memos, is left out. `--cache` also simulates the caches and prints the L1 data misses per
-# request the same way. Callgrind has no AVX-512, so the dot products take the portable kernel,
-# and it counts `rep stosb` byte by byte: both weigh more in its counts than in time.
+# request the same way. Callgrind has no AVX-512, so the dot products take the AVX2 kernel, not
+# VNNI's, and it counts `rep stosb` byte by byte: both weigh more in its counts than in time.
 set -euo pipefail
 cache=()
 if [[ "${1:-}" == "--cache" ]]; then
