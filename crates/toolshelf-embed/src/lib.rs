@@ -426,7 +426,7 @@ fn dot_all_portable(q: &[u8], rows: &[i8], out: &mut [i32]) {
 mod simd {
     /// Writes `Σ q·r` for each row of `rows` into `out` and returns true, or returns false
     /// (writing nothing) where the CPU has neither kernel's features or `q`'s width is not one
-    /// they take (VNNI: a multiple of 64 up to 1024; AVX2: a multiple of 16 up to 1024).
+    /// they take (VNNI: a non-zero multiple of 64 up to 1024; AVX2: of 16 up to 1024).
     pub(super) fn dot_all(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
         vnni(q, rows, out) || avx2(q, rows, out)
     }
@@ -435,7 +435,8 @@ mod simd {
     pub(super) fn vnni(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if q.len().is_multiple_of(64)
+            if !q.is_empty()
+                && q.len().is_multiple_of(64)
                 && q.len() <= x86::WIDEST
                 && std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("avx512f")
@@ -455,7 +456,8 @@ mod simd {
     pub(super) fn avx2(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if q.len().is_multiple_of(16)
+            if !q.is_empty()
+                && q.len().is_multiple_of(16)
                 && q.len() <= x86::WIDEST
                 && std::arch::is_x86_feature_detected!("avx2")
             {
@@ -1278,6 +1280,8 @@ mod tests {
         let has_avx2 = std::arch::is_x86_feature_detected!("avx2");
         #[cfg(not(target_arch = "x86_64"))]
         let has_avx2 = false;
+        // No kernel takes an empty query (a width of zero has no rows to step through).
+        assert!(!simd::vnni(&[], &[1, 2], &mut [0]) && !simd::avx2(&[], &[1, 2], &mut [0]));
         for dim in [64, 256, 48, 1024, 40, 1040] {
             let rows: Vec<i8> = (0..dim * 37).map(|_| next()).collect();
             let mut q: Vec<i8> = (0..dim).map(|_| next()).collect();
