@@ -515,15 +515,7 @@ mod simd {
                         *a = _mm512_dpbusd_epi32(*a, *v, rv);
                     }
                 }
-                // Pairwise sums within each 128-bit lane: row j's sum over the lane lands in
-                // place j; the two lanes are then added.
-                let s01 = _mm256_hadd_epi32(half(acc[0]), half(acc[1]));
-                let s23 = _mm256_hadd_epi32(half(acc[2]), half(acc[3]));
-                let s = _mm256_hadd_epi32(s01, s23);
-                let sums =
-                    _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-                // SAFETY: `o` holds ROWS = 4 i32, the 16 bytes stored; unaligned store.
-                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), sums) };
+                store_four([half(acc[0]), half(acc[1]), half(acc[2]), half(acc[3])], o);
             }
             let done = four * ROWS;
             for (o, r) in out[done..]
@@ -546,6 +538,21 @@ mod simd {
         #[target_feature(enable = "avx2,avx512f")]
         fn half(a: __m512i) -> __m256i {
             _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64::<1>(a))
+        }
+
+        /// Writes the sum of `acc[j]`'s eight lanes to `o[j]`, for the four rows of a step.
+        /// Pairwise sums within each 128-bit lane put row j's sum over the lane in place j; the
+        /// two lanes are then added.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn store_four(acc: [__m256i; ROWS], o: &mut [i32]) {
+            let s01 = _mm256_hadd_epi32(acc[0], acc[1]);
+            let s23 = _mm256_hadd_epi32(acc[2], acc[3]);
+            let s = _mm256_hadd_epi32(s01, s23);
+            let sums = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+            assert!(o.len() >= ROWS);
+            // SAFETY: `o` holds at least ROWS = 4 i32 (asserted), the 16 bytes stored; unaligned.
+            unsafe { _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), sums) };
         }
 
         /// # Safety
@@ -578,14 +585,7 @@ mod simd {
                         *a = _mm256_add_epi32(*a, _mm256_madd_epi16(qv, _mm256_cvtepi8_epi16(rv)));
                     }
                 }
-                // As in the VNNI kernel: row j's sum lands in place j.
-                let s01 = _mm256_hadd_epi32(acc[0], acc[1]);
-                let s23 = _mm256_hadd_epi32(acc[2], acc[3]);
-                let s = _mm256_hadd_epi32(s01, s23);
-                let sums =
-                    _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-                // SAFETY: `o` holds ROWS = 4 i32, the 16 bytes stored; unaligned store.
-                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), sums) };
+                store_four(acc, o);
             }
             let done = four * ROWS;
             for (o, r) in out[done..]
