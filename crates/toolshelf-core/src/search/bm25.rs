@@ -81,9 +81,10 @@ impl Default for Bm25Params {
 #[derive(Debug, Clone, Copy)]
 struct Posting {
     doc: u32,
-    /// The field-weighted, length-normalised frequency `Σ factor[f] · tf[f]`: it depends on the
-    /// document alone, so a query's scoring is one saturation per posting.
-    weighted: f32,
+    /// The saturated field-weighted, length-normalised frequency `w / (k1 + w)` with
+    /// `w = Σ factor[f] · tf[f]`: it depends on the document alone, so a query's scoring is one
+    /// multiply-add per posting, with no division.
+    saturated: f32,
 }
 
 /// One document's terms, per field, as produced by the analyzer.
@@ -179,7 +180,8 @@ impl Bm25Index {
                 for (&count, &k) in tf.iter().zip(&factors[doc as usize]) {
                     weighted += k * f32::from(count);
                 }
-                postings.push(Posting { doc, weighted });
+                let saturated = weighted / (params.k1 + weighted);
+                postings.push(Posting { doc, saturated });
                 tfs.push(tf);
             }
             starts.push(postings.len() as u32);
@@ -268,9 +270,8 @@ impl Bm25Index {
                 self.idf[term as usize] * qweight * if is_weak { p.cjk_char_weight } else { 1.0 };
             let slot = usize::from(is_weak);
             for post in &self.postings[self.range(term)] {
-                let tf = post.weighted;
                 let d = post.doc as usize;
-                scores[d] += idf * tf / (p.k1 + tf);
+                scores[d] += idf * post.saturated;
                 let h = &mut hits[d];
                 touched[end] = post.doc;
                 end += usize::from(*h == [0, 0]);
