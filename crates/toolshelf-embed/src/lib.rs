@@ -435,9 +435,7 @@ mod simd {
     pub(super) fn vnni(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if !q.is_empty()
-                && q.len().is_multiple_of(64)
-                && q.len() <= x86::WIDEST
+            if x86::takes(q, 64)
                 && std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
@@ -456,11 +454,7 @@ mod simd {
     pub(super) fn avx2(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if !q.is_empty()
-                && q.len().is_multiple_of(16)
-                && q.len() <= x86::WIDEST
-                && std::arch::is_x86_feature_detected!("avx2")
-            {
+            if x86::takes(q, 16) && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2 (checked above).
                 unsafe { x86::dot_all_avx2(q, rows, out) };
                 return true;
@@ -482,7 +476,13 @@ mod simd {
         };
 
         /// The widest `q` the kernels take.
-        pub(super) const WIDEST: usize = 1024;
+        const WIDEST: usize = 1024;
+
+        /// Whether a kernel that steps through `q` `step` bytes at a time takes it: a non-empty
+        /// multiple of `step`, at most [`WIDEST`].
+        pub(super) fn takes(q: &[u8], step: usize) -> bool {
+            !q.is_empty() && q.len().is_multiple_of(step) && q.len() <= WIDEST
+        }
 
         /// Rows whose dot products are accumulated side by side and summed together.
         const ROWS: usize = 4;
