@@ -330,16 +330,19 @@ pub fn quantize(v: &[f32]) -> Vec<i8> {
 }
 
 /// Dot products of `q` with every row of `rows` (row-major, `q.len()` wide) into `out`, given
-/// each row's sum: `q` is shifted to unsigned bytes and `Σ q·r = Σ (q + 128)·r − 128·Σ r`,
-/// exactly, in integers.
+/// each row's sum and whether every row byte is above −128 (`narrow`), exactly, in integers.
 ///
-/// The unsigned-by-signed byte product is the shape CPUs multiply fastest (VNNI's `vpdpbusd`, 64
-/// products per instruction), and this loop is most of a query's cost in a large catalog. Every
-/// path computes the same integers, so scores are equal across machines.
-fn dot_all(q: &[i8], rows: &[i8], sums: &[i32], out: &mut [i32]) {
-    let q = shifted(q);
-    if !simd::dot_all(&q, rows, out) {
-        dot_all_portable(&q, rows, out);
+/// Where the CPU has VNNI, `q` is shifted to unsigned bytes, the shape `vpdpbusd` multiplies (64
+/// products per instruction), and `Σ q·r = Σ (q + 128)·r − 128·Σ r`. Else, on rows that are
+/// `narrow` (every row the quantiser makes), AVX2 multiplies `|q|` by `r` carrying `q`'s sign,
+/// which needs no shift; the portable loop takes the rest. This loop is most of a query's cost in
+/// a large catalog. Every path computes the same integers, so scores are equal across machines.
+fn dot_all(q: &[i8], rows: &[i8], sums: &[i32], narrow: bool, out: &mut [i32]) {
+    if !simd::vnni(q, rows, out) {
+        if narrow && simd::avx2(q, rows, out) {
+            return;
+        }
+        dot_all_portable(&shifted(q), rows, out);
     }
     for (o, &sum) in out.iter_mut().zip(sums) {
         *o -= 128 * sum;
@@ -421,28 +424,24 @@ fn dot_all_portable(q: &[u8], rows: &[i8], out: &mut [i32]) {
 /// where the CPU has it, else AVX2. Compilers do not emit `vpdpbusd` from the portable loop,
 /// which left the dot products of a 10k-tool catalog at a third of a query's time; and from it
 /// they emit AVX2 that widens every byte to 32 bits and multiplies with `vpmulld`, where the
-/// AVX2 kernel widens to 16 bits and multiplies and adds pairs with `vpmaddwd`.
+/// AVX2 kernel multiplies bytes and adds pairs into 16 bits with `vpmaddubsw`, 32 products per
+/// instruction.
 #[allow(unsafe_code)]
 mod simd {
-    /// Writes `Σ q·r` for each row of `rows` into `out` and returns true, or returns false
-    /// (writing nothing) where the CPU has neither kernel's features or `q`'s width is not one
-    /// they take (VNNI: a non-zero multiple of 64 up to 1024; AVX2: of 16 up to 1024).
-    pub(super) fn dot_all(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
-        vnni(q, rows, out) || avx2(q, rows, out)
-    }
-
-    /// The AVX-512 VNNI kernel alone (see [`dot_all`]).
-    pub(super) fn vnni(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
+    /// Writes `Σ (q + 128)·r` for each row of `rows` into `out` with AVX-512 VNNI and returns
+    /// true, or returns false (writing nothing) where the CPU lacks it or `q`'s width is not a
+    /// non-zero multiple of 64 up to 1024.
+    pub(super) fn vnni(q: &[i8], rows: &[i8], out: &mut [i32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if x86::takes(q, 64)
+            if x86::takes(q.len(), 64)
                 && std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx512vnni")
             {
                 // SAFETY: the CPU has every feature the function enables (checked above).
-                unsafe { x86::dot_all(q, rows, out) };
+                unsafe { x86::dot_all(&super::shifted(q), rows, out) };
                 return true;
             }
         }
@@ -450,11 +449,13 @@ mod simd {
         false
     }
 
-    /// The AVX2 kernel alone (see [`dot_all`]).
-    pub(super) fn avx2(q: &[u8], rows: &[i8], out: &mut [i32]) -> bool {
+    /// Writes `Σ q·r` for each row of `rows` into `out` with AVX2 and returns true, or returns
+    /// false (writing nothing) where the CPU lacks AVX2 or `q`'s width is not a non-zero
+    /// multiple of 32 up to 1024. The sums are exact when no row byte is −128.
+    pub(super) fn avx2(q: &[i8], rows: &[i8], out: &mut [i32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if x86::takes(q, 16) && std::arch::is_x86_feature_detected!("avx2") {
+            if x86::takes(q.len(), 32) && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2 (checked above).
                 unsafe { x86::dot_all_avx2(q, rows, out) };
                 return true;
@@ -467,21 +468,21 @@ mod simd {
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::{
-            __m128i, __m256i, __m512i, _mm_add_epi32, _mm_cvtsi128_si32, _mm_loadu_si128,
-            _mm_shuffle_epi32, _mm_storeu_si128, _mm256_add_epi32, _mm256_castsi256_si128,
-            _mm256_cvtepi8_epi16, _mm256_extracti128_si256, _mm256_hadd_epi32, _mm256_loadu_si256,
-            _mm256_madd_epi16, _mm256_setzero_si256, _mm512_castsi512_si256, _mm512_dpbusd_epi32,
-            _mm512_extracti64x4_epi64, _mm512_loadu_si512, _mm512_reduce_add_epi32,
-            _mm512_setzero_si512,
+            __m128i, __m256i, __m512i, _mm_add_epi32, _mm_cvtsi128_si32, _mm_shuffle_epi32,
+            _mm_storeu_si128, _mm256_abs_epi8, _mm256_add_epi32, _mm256_castsi256_si128,
+            _mm256_extracti128_si256, _mm256_hadd_epi32, _mm256_loadu_si256, _mm256_madd_epi16,
+            _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_setzero_si256, _mm256_sign_epi8,
+            _mm512_castsi512_si256, _mm512_dpbusd_epi32, _mm512_extracti64x4_epi64,
+            _mm512_loadu_si512, _mm512_reduce_add_epi32, _mm512_setzero_si512,
         };
 
         /// The widest `q` the kernels take.
         const WIDEST: usize = 1024;
 
-        /// Whether a kernel that steps through `q` `step` bytes at a time takes it: a non-empty
-        /// multiple of `step`, at most [`WIDEST`].
-        pub(super) fn takes(q: &[u8], step: usize) -> bool {
-            !q.is_empty() && q.len().is_multiple_of(step) && q.len() <= WIDEST
+        /// Whether a kernel that steps through a `q` of `width` bytes `step` at a time takes it:
+        /// a non-zero multiple of `step`, at most [`WIDEST`].
+        pub(super) fn takes(width: usize, step: usize) -> bool {
+            width != 0 && width.is_multiple_of(step) && width <= WIDEST
         }
 
         /// Rows whose dot products are accumulated side by side and summed together.
@@ -555,18 +556,32 @@ mod simd {
             unsafe { _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), sums) };
         }
 
-        /// # Safety
-        /// The CPU must have AVX2; `q.len()` must be a multiple of 16, at most [`WIDEST`].
-        ///
-        /// `q` is widened to 16 bits once and each row 16 bytes at a time; `vpmaddwd` multiplies
-        /// and adds pairs into 32 bits. A pair is at most 2 · 255 · 128 in size, so nothing
-        /// saturates and the sums are the portable loop's integers.
+        /// `acc` plus `Σ q·r` over one block of 32 bytes, given the block's signs (`q`) and sizes
+        /// (`|q|`) and the row's block `r` (see [`dot_all_avx2`]).
+        #[inline]
         #[target_feature(enable = "avx2")]
-        pub(super) unsafe fn dot_all_avx2(q: &[u8], rows: &[i8], out: &mut [i32]) {
-            let (width, blocks) = (q.len(), q.len() / 16);
-            let mut wide = [0i16; WIDEST];
-            for (w, &x) in wide.iter_mut().zip(q) {
-                *w = i16::from(x);
+        fn step(acc: __m256i, r: __m256i, sign: __m256i, size: __m256i, ones: __m256i) -> __m256i {
+            let pairs = _mm256_maddubs_epi16(size, _mm256_sign_epi8(r, sign));
+            _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones))
+        }
+
+        /// # Safety
+        /// The CPU must have AVX2; `q.len()` must be a multiple of 32, at most [`WIDEST`].
+        ///
+        /// `vpmaddubsw` multiplies unsigned by signed bytes and adds pairs into 16 bits, with
+        /// saturation: `q·r` is taken as `|q| · (r with q's sign)` (`vpsignb`), and a pair is then
+        /// at most 2 · 128 · 127 in size, so nothing saturates unless a row byte is −128 (whose
+        /// negation does not fit a byte). `vpmaddwd` by ones adds pairs into 32 bits.
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn dot_all_avx2(q: &[i8], rows: &[i8], out: &mut [i32]) {
+            let (width, blocks) = (q.len(), q.len() / 32);
+            let ones = _mm256_set1_epi16(1);
+            let mut signs = [_mm256_setzero_si256(); WIDEST / 32];
+            let mut sizes = [_mm256_setzero_si256(); WIDEST / 32];
+            for (k, (sign, size)) in signs.iter_mut().zip(&mut sizes).take(blocks).enumerate() {
+                // SAFETY: block k lies within q (32 * blocks == q.len()); unaligned load.
+                *sign = unsafe { _mm256_loadu_si256(q.as_ptr().add(32 * k).cast()) };
+                *size = _mm256_abs_epi8(*sign);
             }
             let four = out.len().min(rows.len() / width) / ROWS;
             for (o, r) in out
@@ -575,14 +590,13 @@ mod simd {
             {
                 let mut acc = [_mm256_setzero_si256(); ROWS];
                 for k in 0..blocks {
-                    // SAFETY: block k lies within the widened q (16 * blocks == q.len()).
-                    let qv = unsafe { _mm256_loadu_si256(wide.as_ptr().add(16 * k).cast()) };
+                    let (sign, size) = (signs[k], sizes[k]);
                     for (j, a) in acc.iter_mut().enumerate() {
                         // SAFETY: row j's block k lies within r (r.len() == ROWS * width).
                         let rv = unsafe {
-                            _mm_loadu_si128(r.as_ptr().add(j * width + 16 * k).cast::<__m128i>())
+                            _mm256_loadu_si256(r.as_ptr().add(j * width + 32 * k).cast())
                         };
-                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(qv, _mm256_cvtepi8_epi16(rv)));
+                        *a = step(*a, rv, sign, size, ones);
                     }
                 }
                 store_four(acc, o);
@@ -594,14 +608,9 @@ mod simd {
             {
                 let mut acc = _mm256_setzero_si256();
                 for k in 0..blocks {
-                    // SAFETY: block k lies within the widened q and within the row.
-                    let (qv, rv) = unsafe {
-                        (
-                            _mm256_loadu_si256(wide.as_ptr().add(16 * k).cast()),
-                            _mm_loadu_si128(r.as_ptr().add(16 * k).cast::<__m128i>()),
-                        )
-                    };
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(qv, _mm256_cvtepi8_epi16(rv)));
+                    // SAFETY: block k lies within the row (r.len() == q.len()).
+                    let rv = unsafe { _mm256_loadu_si256(r.as_ptr().add(32 * k).cast()) };
+                    acc = step(acc, rv, signs[k], sizes[k], ones);
                 }
                 let x = _mm_add_epi32(
                     _mm256_castsi256_si128(acc),
@@ -753,6 +762,9 @@ pub struct Semantic {
     rows: Vec<i8>,
     /// Sum of each row's values, for [`dot_all`].
     sums: Vec<i32>,
+    /// No row byte is −128 (none the quantiser makes is; a vector cache could hold one), for
+    /// [`dot_all`].
+    narrow: bool,
     /// Cosine below which a tool does not count as related (taken as 0 when negative).
     pub min_cosine: f32,
     /// At most this many tools per query get a semantic score.
@@ -965,6 +977,7 @@ impl Semantic {
             embedder,
             dim,
             sums: row_sums(&rows, dim),
+            narrow: !rows.contains(&i8::MIN),
             rows,
             min_cosine: 0.1,
             top_k: 100,
@@ -1024,7 +1037,7 @@ impl Semantic {
         DOTS.with_borrow_mut(|dots| {
             dots.clear();
             dots.resize(self.rows.len() / self.dim.max(1), 0);
-            dot_all(&q, &self.rows, &self.sums, dots);
+            dot_all(&q, &self.rows, &self.sums, self.narrow, dots);
             self.blend_groups(dots);
             let min_dot = (self.min_cosine * scale).ceil() as i32;
             let kept = best_keys(dots, allowed, min_dot, self.top_k);
@@ -1301,7 +1314,7 @@ mod tests {
                 })
                 .collect();
             let mut out = vec![0; 37];
-            dot_all(&q, &rows, &sums, &mut out);
+            dot_all(&q, &rows, &sums, true, &mut out);
             assert_eq!(out, expected, "dim {dim}");
             let unshift = |raw: &[i32]| -> Vec<i32> {
                 raw.iter().zip(&sums).map(|(p, s)| p - 128 * s).collect()
@@ -1310,26 +1323,38 @@ mod tests {
             dot_all_portable(&shifted(&q), &rows, &mut portable);
             assert_eq!(unshift(&portable), expected, "portable, dim {dim}");
             let mut vnni = vec![0; 37];
-            if simd::vnni(&shifted(&q), &rows, &mut vnni) {
+            if simd::vnni(&q, &rows, &mut vnni) {
                 assert_eq!(unshift(&vnni), expected, "VNNI, dim {dim}");
             }
             let mut avx2 = vec![0; 37];
-            let took = simd::avx2(&shifted(&q), &rows, &mut avx2);
-            // Where the CPU has AVX2, the kernel takes every width that is a multiple of 16 up
+            let took = simd::avx2(&q, &rows, &mut avx2);
+            // Where the CPU has AVX2, the kernel takes every width that is a multiple of 32 up
             // to 1024, and no other.
-            assert_eq!(took, has_avx2 && dim % 16 == 0 && dim <= 1024, "dim {dim}");
+            assert_eq!(took, has_avx2 && dim % 32 == 0 && dim <= 1024, "dim {dim}");
             if took {
-                assert_eq!(unshift(&avx2), expected, "AVX2, dim {dim}");
+                assert_eq!(avx2, expected, "AVX2, dim {dim}");
             }
-            // The rows' extremes, against the widest shifted q.
-            let (q_max, rows_min) = (vec![127i8; dim], vec![-128i8; dim * 5]);
-            let mut extreme = vec![0; 5];
-            if simd::avx2(&shifted(&q_max), &rows_min, &mut extreme) {
-                let each = (255 * -128) * dim as i32;
-                assert_eq!(extreme, vec![each; 5], "AVX2 extremes, dim {dim}");
+            // The extremes a pair of products reaches on narrow rows: nothing saturates.
+            for (qx, rx) in [(127i8, 127i8), (127, -127), (-128, 127), (-128, -127)] {
+                let mut extreme = vec![0; 5];
+                if simd::avx2(&vec![qx; dim], &vec![rx; dim * 5], &mut extreme) {
+                    let each = i32::from(qx) * i32::from(rx) * dim as i32;
+                    assert_eq!(extreme, vec![each; 5], "AVX2 {qx}·{rx}, dim {dim}");
+                }
             }
+            // A row byte of −128 is left to a path that takes it exactly.
+            let (q_min, rows_min) = (vec![-127i8; dim], vec![-128i8; dim * 5]);
+            let sums_min = vec![-128 * dim as i32; 5];
+            let mut wide = vec![0; 5];
+            dot_all(&q_min, &rows_min, &sums_min, false, &mut wide);
+            assert_eq!(
+                wide,
+                vec![127 * 128 * dim as i32; 5],
+                "−128 rows, dim {dim}"
+            );
         }
     }
+
     /// Blending moves each document's dot toward its group's (the group's sum scaled to a unit
     /// vector) by the group's share, whether a group is one run of documents or scattered.
     #[test]
