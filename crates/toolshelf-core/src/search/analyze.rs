@@ -94,33 +94,81 @@ enum Run {
     Cjk,
 }
 
-/// Calls `run` for each Latin and Chinese run of `text`, in order.
+/// Calls `run` for each Latin and Chinese run of `text`, in order: a Chinese run is a stretch of
+/// CJK ideographs; a Latin run a stretch of other alphanumeric characters and the separators
+/// `_ - . /`, which it holds as spaces. Each run is a slice of `text` but for a Latin run with a
+/// separator, so a plain word is analysed without a copy.
 fn runs(text: &str, mut run: impl FnMut(Run, &str)) {
-    let mut latin = String::new();
-    let mut cjk = String::new();
-    let flush = |buf: &mut String, kind: Run, run: &mut dyn FnMut(Run, &str)| {
-        if !buf.is_empty() {
-            run(kind, buf);
-            buf.clear();
-        }
-    };
-    for c in text.chars() {
+    if text.is_ascii() {
+        return ascii_runs(text, run);
+    }
+    let separator = |c: char| matches!(c, '_' | '-' | '.' | '/');
+    let mut spaced = String::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some(&(start, c)) = chars.peek() {
         if is_cjk(c) {
-            flush(&mut latin, Run::Latin, &mut run);
-            cjk.push(c);
-        } else {
-            flush(&mut cjk, Run::Cjk, &mut run);
-            if c.is_alphanumeric() {
-                latin.push(c);
-            } else if matches!(c, '_' | '-' | '.' | '/') {
-                latin.push(' ');
-            } else {
-                flush(&mut latin, Run::Latin, &mut run);
+            let mut end = text.len();
+            while let Some(&(i, c)) = chars.peek() {
+                if !is_cjk(c) {
+                    end = i;
+                    break;
+                }
+                chars.next();
             }
+            run(Run::Cjk, &text[start..end]);
+        } else if c.is_alphanumeric() || separator(c) {
+            let (mut end, mut separated) = (text.len(), false);
+            while let Some(&(i, c)) = chars.peek() {
+                if is_cjk(c) || !(c.is_alphanumeric() || separator(c)) {
+                    end = i;
+                    break;
+                }
+                separated |= separator(c);
+                chars.next();
+            }
+            let slice = &text[start..end];
+            if separated {
+                spaced.clear();
+                spaced.extend(slice.chars().map(|c| if separator(c) { ' ' } else { c }));
+                run(Run::Latin, &spaced);
+            } else {
+                run(Run::Latin, slice);
+            }
+        } else {
+            chars.next();
         }
     }
-    flush(&mut latin, Run::Latin, &mut run);
-    flush(&mut cjk, Run::Cjk, &mut run);
+}
+
+/// [`runs`] of ASCII text, on its bytes.
+fn ascii_runs(text: &str, mut run: impl FnMut(Run, &str)) {
+    let bytes = text.as_bytes();
+    let separator = |b: u8| matches!(b, b'_' | b'-' | b'.' | b'/');
+    let in_run = |b: u8| b.is_ascii_alphanumeric() || separator(b);
+    let mut spaced = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !in_run(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let (start, mut separated) = (i, false);
+        while i < bytes.len() && in_run(bytes[i]) {
+            separated |= separator(bytes[i]);
+            i += 1;
+        }
+        if separated {
+            spaced.clear();
+            spaced.extend(
+                bytes[start..i]
+                    .iter()
+                    .map(|&b| if separator(b) { ' ' } else { char::from(b) }),
+            );
+            run(Run::Latin, &spaced);
+        } else {
+            run(Run::Latin, &text[start..i]);
+        }
+    }
 }
 
 /// The terms of one run, borrowed where they are the text's own (a term is only allocated by
@@ -169,11 +217,10 @@ pub fn analyze_with(text: &str, mut emit: impl FnMut(String, &str)) {
     });
 }
 
-/// Analyses of runs already seen, reused: a long request is analysed as a whole and then clause
-/// by clause, and most of its runs (every Latin word group, every Chinese run between
-/// punctuation) are the same both times; successive requests to one agent repeat most of their
-/// words too, so a memo may be kept across requests (see [`Memo::bound`]). Analysis is a pure
-/// function of the run, so the terms are the same as [`analyze_with`]'s.
+/// Analyses of runs already seen, reused: successive requests to one agent repeat most of their
+/// words, so a memo may be kept across requests (see [`Memo::bound`]), and a clause whose words
+/// are cut by its bounds analyses runs its request had. Analysis is a pure function of the run,
+/// so the terms are the same as [`analyze_with`]'s.
 #[derive(Debug, Default)]
 pub struct Memo {
     /// Each run seen, and its terms as a range of `seq`.
@@ -303,6 +350,18 @@ pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(u32, u32))
 /// The distinct terms of `text` as [`analyze_memo`] gives them, in first-seen order, each with
 /// its first surface and how often it occurs: `(term id, surface id, count)` into `out`.
 pub fn analyze_counted(text: &str, memo: &mut Memo, out: &mut Vec<(u32, u32, f32)>) {
+    count_terms(memo, out, |memo, emit| analyze_memo(text, memo, emit));
+}
+
+/// Counts the `(term, surface)` ids that `fill` emits as [`analyze_counted`] counts a text's:
+/// distinct terms in first-seen order, each with its first surface and how often it occurs, into
+/// `out`. `fill` may analyse with the memo or replay ids it gave before (a clause's words, taken
+/// from the whole request's analysis).
+pub fn count_terms(
+    memo: &mut Memo,
+    out: &mut Vec<(u32, u32, f32)>,
+    fill: impl FnOnce(&mut Memo, &mut dyn FnMut(u32, u32)),
+) {
     out.clear();
     memo.counting = memo.counting.wrapping_add(1);
     if memo.counting == 0 {
@@ -312,7 +371,7 @@ pub fn analyze_counted(text: &str, memo: &mut Memo, out: &mut Vec<(u32, u32, f32
     let now = memo.counting;
     // Taken out while the memo analyses; terms it interns meanwhile are added here.
     let mut met = std::mem::take(&mut memo.met);
-    analyze_memo(text, memo, |term, surface| {
+    fill(memo, &mut |term, surface| {
         if met.len() <= term as usize {
             met.resize(term as usize + 1, (0, 0));
         }
@@ -342,6 +401,78 @@ pub fn analyze(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The runs as they were first written: every character pushed into one of two buffers.
+    fn runs_by_pushing(text: &str) -> Vec<(bool, String)> {
+        let (mut out, mut latin, mut cjk) = (Vec::new(), String::new(), String::new());
+        let flush = |buf: &mut String, chinese: bool, out: &mut Vec<(bool, String)>| {
+            if !buf.is_empty() {
+                out.push((chinese, std::mem::take(buf)));
+            }
+        };
+        for c in text.chars() {
+            if is_cjk(c) {
+                flush(&mut latin, false, &mut out);
+                cjk.push(c);
+            } else {
+                flush(&mut cjk, true, &mut out);
+                if c.is_alphanumeric() {
+                    latin.push(c);
+                } else if matches!(c, '_' | '-' | '.' | '/') {
+                    latin.push(' ');
+                } else {
+                    flush(&mut latin, false, &mut out);
+                }
+            }
+        }
+        flush(&mut latin, false, &mut out);
+        flush(&mut cjk, true, &mut out);
+        out
+    }
+
+    /// Runs taken as slices (and the ASCII path on bytes) are the runs of pushing every
+    /// character, on every string of up to four characters from a pool of each kind the runs
+    /// tell apart, and on random longer ones.
+    #[test]
+    fn runs_are_those_of_pushing_each_character() {
+        let pool = [
+            'a', 'Z', '7', '_', '-', '.', '/', ' ', ',', '?', '+', '天', '气', '。', 'é', 'Ａ',
+            '١', '\n', '’',
+        ];
+        let collect = |text: &str| {
+            let mut out = Vec::new();
+            runs(text, |kind, run| {
+                out.push((matches!(kind, Run::Cjk), run.to_owned()));
+            });
+            out
+        };
+        let mut texts: Vec<String> = vec![String::new()];
+        let mut level = texts.clone();
+        for _ in 0..4 {
+            level = level
+                .iter()
+                .flat_map(|t| pool.iter().map(move |&c| format!("{t}{c}")))
+                .collect();
+            texts.extend(level.iter().cloned());
+        }
+        let mut next = crate::testing::xorshift(0x5eed_0f2a);
+        for _ in 0..2_000 {
+            let len = (next() % 40) as usize;
+            texts.push(
+                (0..len)
+                    .map(|_| pool[(next() % pool.len() as u64) as usize])
+                    .collect(),
+            );
+        }
+        let ascii = texts.iter().filter(|t| t.is_ascii()).count();
+        assert!(
+            ascii > 1_000 && texts.len() - ascii > 1_000,
+            "both paths are taken"
+        );
+        for text in &texts {
+            assert_eq!(collect(text), runs_by_pushing(text), "{text:?}");
+        }
+    }
 
     #[test]
     fn english_is_split_lowered_stemmed_and_stopped() {

@@ -284,9 +284,39 @@ struct RankScratch {
     group_hits: Vec<u32>,
     /// Scores of an added retriever, by document.
     sparse: Vec<(u32, f32)>,
-    /// Analysed runs of the queries ranked on this thread (a query's clauses are analysed again,
-    /// and successive queries share most words), bounded.
+    /// Analysed runs of the queries ranked on this thread (successive queries share most words),
+    /// bounded.
     memo: analyze::Memo,
+    /// The words of the request being ranked, as its parse took them, for its clauses.
+    words: Words,
+}
+
+/// The words of a parsed request, as its parse took them, so that its clauses (slices of it) are
+/// parsed from these instead of again: a clause's operators and analysis are those of its words.
+#[derive(Debug, Default)]
+struct Words {
+    /// Each whitespace-separated word of the request, in order.
+    marks: Vec<WordMark>,
+    /// The `(term, surface)` memo ids of the plain words' analyses, word after word.
+    pairs: Vec<(u32, u32)>,
+}
+
+/// One word of a parsed request: its bytes in the request, whether it was kept for analysis as
+/// written (no operator, no exact name), and then its analysis as a range of [`Words::pairs`].
+#[derive(Debug, Clone, Copy)]
+struct WordMark {
+    at: usize,
+    end: usize,
+    plain: bool,
+    pairs: (usize, usize),
+}
+
+/// How [`SearchIndex::take_word`] took one word of a query.
+enum Taken<'a> {
+    /// Kept for analysis as written: a plain word.
+    Plain,
+    /// An operator or an exact name, with the text it keeps for analysis, if any.
+    Operator(Option<&'a str>),
 }
 
 /// Fused scores of one query, by document, and the documents given a share: every document
@@ -861,17 +891,127 @@ impl SearchIndex {
 
     /// [`Self::parse`], reusing the analyses of runs in `memo`.
     fn parse_memo(&self, query: &str, memo: &mut analyze::Memo) -> ParsedQuery {
-        let mut q = self.operators(query);
+        let q = self.operators(query, &mut |_, _, _| {});
         // Each distinct term (memo ids) with its first surface and count, in first-seen order.
         let mut counts: Vec<(u32, u32, f32)> = Vec::new();
         analyze::analyze_counted(&q.text, memo, &mut counts);
+        self.with_terms(q, &counts, memo)
+    }
+
+    /// [`Self::parse_memo`], leaving in `words` how each word of `query` was taken, for
+    /// [`Self::clause_parse`]. Each kept word is analysed on its own: no run of the analysis
+    /// crosses a space, so the terms are those of the whole text.
+    fn parse_words(&self, query: &str, memo: &mut analyze::Memo, words: &mut Words) -> ParsedQuery {
+        let mut kept: Vec<(usize, usize, Option<&str>, bool)> = Vec::new();
+        let base = query.as_ptr() as usize;
+        let q = self.operators(query, &mut |raw, text, plain| {
+            let at = raw.as_ptr() as usize - base;
+            kept.push((at, at + raw.len(), text, plain));
+        });
+        words.marks.clear();
+        words.pairs.clear();
+        let mut counts: Vec<(u32, u32, f32)> = Vec::new();
+        analyze::count_terms(memo, &mut counts, |memo, emit| {
+            for &(at, end, text, plain) in &kept {
+                let from = words.pairs.len();
+                if let Some(text) = text {
+                    analyze::analyze_memo(text, memo, |term, surface| {
+                        words.pairs.push((term, surface));
+                        emit(term, surface);
+                    });
+                }
+                let pairs = (from, words.pairs.len());
+                words.marks.push(WordMark {
+                    at,
+                    end,
+                    plain,
+                    pairs,
+                });
+            }
+        });
+        self.with_terms(q, &counts, memo)
+    }
+
+    /// The parse of `clause`, a slice of `query`, from `words` (how [`Self::parse_words`] took
+    /// `query`): the same as [`Self::parse_memo`] of the clause alone, or `None` when it cannot
+    /// be had that way (a word of the clause is an operator or an exact name, or the clause is a
+    /// single word, which can name a tool as a whole query does), and the clause is parsed alone.
+    /// A word cut by the clause's bounds (`package.` ends a clause as `package`) is taken again.
+    fn clause_parse(
+        &self,
+        query: &str,
+        clause: &str,
+        words: &Words,
+        memo: &mut analyze::Memo,
+    ) -> Option<ParsedQuery> {
+        let at = (clause.as_ptr() as usize).checked_sub(query.as_ptr() as usize)?;
+        let end = at + clause.len();
+        if end > query.len() {
+            return None;
+        }
+        let first = words.marks.partition_point(|m| m.end <= at);
+        // Each word of the clause, and its analysis when the request's serves.
+        let mut parts: Vec<(&str, Option<(usize, usize)>)> = Vec::new();
+        for m in words.marks[first..].iter().take_while(|m| m.at < end) {
+            let (from, to) = (m.at.max(at), m.end.min(end));
+            if (from, to) == (m.at, m.end) {
+                if !m.plain {
+                    return None;
+                }
+                parts.push((&query[from..to], Some(m.pairs)));
+            } else {
+                let word = &query[from..to];
+                if !matches!(
+                    self.take_word(word, false, &mut ParsedQuery::default()),
+                    Taken::Plain
+                ) {
+                    return None;
+                }
+                parts.push((word, None));
+            }
+        }
+        if parts.len() < 2 {
+            return None;
+        }
+        let mut q = ParsedQuery::default();
+        let mut text = String::with_capacity(clause.len());
+        for (i, (word, _)) in parts.iter().enumerate() {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(word);
+        }
+        q.text = text;
+        let mut counts: Vec<(u32, u32, f32)> = Vec::new();
+        analyze::count_terms(memo, &mut counts, |memo, emit| {
+            for &(word, pairs) in &parts {
+                match pairs {
+                    Some((from, to)) => {
+                        for &(term, surface) in &words.pairs[from..to] {
+                            emit(term, surface);
+                        }
+                    }
+                    None => analyze::analyze_memo(word, memo, &mut *emit),
+                }
+            }
+        });
+        Some(self.with_terms(q, &counts, memo))
+    }
+
+    /// `q` with its counted terms (memo ids) and their ids in this index's vocabularies.
+    fn with_terms(
+        &self,
+        mut q: ParsedQuery,
+        counts: &[(u32, u32, f32)],
+        memo: &mut analyze::Memo,
+    ) -> ParsedQuery {
         let index = self.lexical.index();
         let groups = self.groups.as_ref().map(|g| g.index.index());
         q.terms = Vec::with_capacity(counts.len());
         q.surface = Vec::with_capacity(counts.len());
         q.ids = Vec::with_capacity(counts.len());
         q.group_ids = Vec::with_capacity(counts.len());
-        for &(term, surface, n) in &counts {
+        for &(term, surface, n) in counts {
             let [id, group_id] = memo.found(self.stamp, term, |t| {
                 [index.term_id(t), groups.and_then(|g| g.term_id(t))]
             });
@@ -894,17 +1034,17 @@ impl SearchIndex {
     }
 
     /// The operators of one query string (`+term`, `server:`, `mcp__S__`, exact names) and the
-    /// text left for analysis, which is not analysed here.
-    fn operators(&self, query: &str) -> ParsedQuery {
+    /// text left for analysis, which is not analysed here. `seen(raw, kept, plain)` is told how
+    /// each whitespace-separated word was taken: the text it keeps for analysis, and whether it
+    /// is a plain word, kept as written.
+    fn operators<'q>(
+        &self,
+        query: &'q str,
+        seen: &mut dyn FnMut(&'q str, Option<&'q str>, bool),
+    ) -> ParsedQuery {
         let mut q = ParsedQuery::default();
         // The words left for analysis, space-separated.
         let (mut text, mut first) = (String::with_capacity(query.len()), true);
-        let mut keep = |word: &str| {
-            if !std::mem::take(&mut first) {
-                text.push(' ');
-            }
-            text.push_str(word);
-        };
         // A name is only a name when the query is nothing else: "search" standing alone asks for
         // the tools called search, while "search flights to Tokyo" merely contains a word that 22
         // servers use as a tool name.
@@ -913,55 +1053,67 @@ impl SearchIndex {
             words.next().is_some() && words.next().is_none()
         };
         for raw in query.split_whitespace() {
-            // `+` before a digit is a number (`+1234567890`, `+8`), not an operator.
-            if let Some(req) = raw
-                .strip_prefix('+')
-                .filter(|r| r.chars().next().is_some_and(|c| !c.is_ascii_digit()))
-            {
-                q.required.extend(analyze::analyze(req));
-                keep(req);
-                continue;
-            }
-            if let Some(s) = raw.strip_prefix("server:") {
-                let key = s
-                    .trim_start_matches("mcp__")
-                    .trim_end_matches('_')
-                    .to_lowercase();
-                match self.server_names.get(&key) {
-                    Some(canon) => q.restrict_to(canon),
-                    None => q.notes.push(self.unknown_server_note(raw, s)),
-                }
-                continue;
-            }
-            let word = raw.trim_matches(name_trim);
-            // Most words of a request are plain words that can name no tool here: skip the lookup.
-            let exact = if whole_query || looks_like_a_name(word) {
-                self.exact(word)
-            } else {
-                &[]
+            let (kept, plain) = match self.take_word(raw, whole_query, &mut q) {
+                Taken::Plain => (Some(raw), true),
+                Taken::Operator(kept) => (kept, false),
             };
-            if !exact.is_empty() && (whole_query || names_a_tool(word, exact.len())) {
-                q.exact.extend_from_slice(exact);
-                keep(word);
-                continue;
-            }
-            if let Some(rest) = word.strip_prefix("mcp__") {
-                let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
-                match self.server_names.get(&server.to_lowercase()) {
-                    Some(canon) => q.restrict_to(canon),
-                    None => q.notes.push(self.unknown_server_note(word, server)),
+            if let Some(word) = kept {
+                if !std::mem::take(&mut first) {
+                    text.push(' ');
                 }
-                if !tail.is_empty() {
-                    keep(tail);
-                }
-                continue;
+                text.push_str(word);
             }
-            keep(raw);
+            seen(raw, kept, plain);
         }
         q.text = text;
         q.exact.sort_unstable();
         q.exact.dedup();
         q
+    }
+
+    /// Takes one whitespace-separated word of a query into `q`: an operator's effect (a filter,
+    /// an exact name, a note), or nothing for a plain word. `whole_query`: the word is all the
+    /// query holds.
+    fn take_word<'w>(&self, raw: &'w str, whole_query: bool, q: &mut ParsedQuery) -> Taken<'w> {
+        // `+` before a digit is a number (`+1234567890`, `+8`), not an operator.
+        if let Some(req) = raw
+            .strip_prefix('+')
+            .filter(|r| r.chars().next().is_some_and(|c| !c.is_ascii_digit()))
+        {
+            q.required.extend(analyze::analyze(req));
+            return Taken::Operator(Some(req));
+        }
+        if let Some(s) = raw.strip_prefix("server:") {
+            let key = s
+                .trim_start_matches("mcp__")
+                .trim_end_matches('_')
+                .to_lowercase();
+            match self.server_names.get(&key) {
+                Some(canon) => q.restrict_to(canon),
+                None => q.notes.push(self.unknown_server_note(raw, s)),
+            }
+            return Taken::Operator(None);
+        }
+        let word = raw.trim_matches(name_trim);
+        // Most words of a request are plain words that can name no tool here: skip the lookup.
+        let exact = if whole_query || looks_like_a_name(word) {
+            self.exact(word)
+        } else {
+            &[]
+        };
+        if !exact.is_empty() && (whole_query || names_a_tool(word, exact.len())) {
+            q.exact.extend_from_slice(exact);
+            return Taken::Operator(Some(word));
+        }
+        if let Some(rest) = word.strip_prefix("mcp__") {
+            let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
+            match self.server_names.get(&server.to_lowercase()) {
+                Some(canon) => q.restrict_to(canon),
+                None => q.notes.push(self.unknown_server_note(word, server)),
+            }
+            return Taken::Operator((!tail.is_empty()).then_some(tail));
+        }
+        Taken::Plain
     }
 
     fn unknown_server_note(&self, token: &str, server: &str) -> String {
@@ -991,7 +1143,7 @@ impl SearchIndex {
     pub fn notes(&self, queries: &[String]) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for q in queries {
-            for n in self.operators(q).notes {
+            for n in self.operators(q, &mut |_, _, _| {}).notes {
                 if !out.contains(&n) {
                     out.push(n);
                 }
@@ -1182,7 +1334,9 @@ impl SearchIndex {
             return out;
         }
         for text in clauses {
-            let mut q = self.parse_memo(text, &mut scratch.memo);
+            let mut q = self
+                .clause_parse(query, text, &scratch.words, &mut scratch.memo)
+                .unwrap_or_else(|| self.parse_memo(text, &mut scratch.memo));
             if q.terms.len() < MIN_CLAUSE_TERMS || !q.exact.is_empty() {
                 continue;
             }
@@ -1302,7 +1456,12 @@ impl SearchIndex {
         let mut best = 0f32;
         scratch.memo.bound();
         for text in queries {
-            let q = self.parse_memo(text, &mut scratch.memo);
+            // A single query's clauses are parsed from its words.
+            let q = if queries.len() == 1 {
+                self.parse_words(text, &mut scratch.memo, &mut scratch.words)
+            } else {
+                self.parse_memo(text, &mut scratch.memo)
+            };
             self.score_query(&q, limit, scratch);
             exact.extend(q.exact.iter().filter(|&&d| scratch.allowed[d as usize]));
             let (list, b) = self.top(&scratch.query.scores, &scratch.query.touched, limit);
@@ -1944,6 +2103,105 @@ mod tests {
         // index's lookups would be caught above.
         let term = |index: &SearchIndex| index.parse("invoices").group_ids;
         assert_ne!(term(&indexes[0]), term(&indexes[1]));
+    }
+
+    /// A clause parsed from its request's words is the clause parsed alone, on generated
+    /// requests mixing plain words, words cut by a clause's bounds, clause words, identifiers,
+    /// exact names, operators and Chinese; both ways are taken thousands of times.
+    #[test]
+    fn a_clause_parsed_from_its_request_is_the_clause_parsed_alone() {
+        let c = grouped("invoices", "storms");
+        let index = SearchIndex::build(&c, &(0..c.tools().len()).collect::<Vec<_>>());
+        let pool = [
+            "send",
+            "the",
+            "invoices",
+            "storms",
+            "weather",
+            "week",
+            "mail",
+            "now",
+            "draft",
+            "report",
+            "and",
+            "invoices.",
+            "storms?",
+            "now!",
+            "week;",
+            "mail,",
+            "(draft)",
+            "\"send\"",
+            "now:",
+            "Then",
+            "also",
+            "Also,",
+            "finally",
+            "mcp__mail__send",
+            "mcp__mail__send.",
+            "send_mail",
+            "v2.",
+            "x-ray",
+            "getWeather",
+            "mcp__weather__now,",
+            "+storms",
+            "+4915112345678",
+            "server:mail",
+            "server:nothing",
+            "mcp__mail__",
+            "mcp__nobody__x",
+            "天气预报",
+            "然后",
+            "发送邮件。",
+            "并且查看天气",
+            "天气预报。然后发送",
+            "week。",
+            "so-called",
+            "e-mail/post.",
+            "naïve",
+            "ＡＢＣ",
+            "…",
+            ".",
+            "send.",
+        ];
+        let mut next = crate::testing::xorshift(0x0c1a_05e5);
+        let mut memo = analyze::Memo::default();
+        let mut words = Words::default();
+        let (mut reused, mut alone) = (0, 0);
+        for _ in 0..3_000 {
+            let n = 1 + (next() % 16) as usize;
+            let mut request = String::new();
+            for i in 0..n {
+                if i > 0 {
+                    request.push_str(if next().is_multiple_of(8) { "\n " } else { " " });
+                }
+                request.push_str(pool[(next() % pool.len() as u64) as usize]);
+            }
+            let whole = index.parse_words(&request, &mut memo, &mut words);
+            assert_eq!(whole, index.parse_memo(&request, &mut memo), "{request:?}");
+            for clause in split_clauses(&request) {
+                match index.clause_parse(&request, clause, &words, &mut memo) {
+                    Some(q) => {
+                        reused += 1;
+                        assert_eq!(
+                            q,
+                            index.parse_memo(clause, &mut memo),
+                            "{clause:?} of {request:?}"
+                        );
+                    }
+                    None => alone += 1,
+                }
+            }
+        }
+        assert!(
+            reused > 2_000 && alone > 2_000,
+            "{reused} reused, {alone} parsed alone"
+        );
+        // A string that is not a slice of the request is parsed alone.
+        assert!(
+            index
+                .clause_parse("send the mail", "send the", &words, &mut memo)
+                .is_none()
+        );
     }
 
     /// The best `keep` are those of a full sort by score (descending) then name, above the
