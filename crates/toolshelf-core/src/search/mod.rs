@@ -1271,24 +1271,27 @@ impl SearchIndex {
     /// (ties by name), and the best score. A query's candidates are the few hundred documents
     /// its retrievers touched, not the whole catalog.
     fn top(&self, scores: &[f32], candidates: &[u32], keep: usize) -> (Vec<(f32, u32)>, f32) {
-        let best = candidates.iter().map(|&d| scores[d as usize]).fold_max();
-        let floor = best * self.params.min_relative_score;
         // One integer per candidate orders it: score descending (a positive float's bits order
         // as the float does), then name. The best `keep` are the `keep` smallest keys, kept in a
         // max-heap; once it is full, a score below its largest key's cannot enter, which rejects
-        // most of a large catalog with one float comparison.
+        // most of a large catalog with one float comparison. The best score is found in the same
+        // pass (a score that cannot enter is below one that did), and the relative floor is then
+        // applied to the best `keep`: whatever ranks above a score at or above the floor is at or
+        // above it too, so they are the best `keep` of those at or above it.
         let key = |s: f32, d: usize| {
             (u64::from(u32::MAX - s.to_bits()) << 32) | u64::from(self.name_rank[d])
         };
         let score_of = |k: u64| f32::from_bits(u32::MAX - (k >> 32) as u32);
         let mut heap = std::collections::BinaryHeap::with_capacity(keep + 1);
         let mut cut = 0f32;
+        let mut best = 0u32;
         if keep > 0 {
             for &d in candidates {
                 let (d, s) = (d as usize, scores[d as usize]);
-                if !(s > 0.0 && s >= floor && s >= cut) {
+                if !(s > 0.0 && s >= cut) {
                     continue;
                 }
+                best = best.max(s.to_bits());
                 let k = key(s, d);
                 if heap.len() < keep {
                     heap.push(k);
@@ -1303,6 +1306,12 @@ impl SearchIndex {
                 }
             }
         }
+        let best = if keep > 0 {
+            f32::from_bits(best)
+        } else {
+            candidates.iter().map(|&d| scores[d as usize]).fold_max()
+        };
+        let floor = best * self.params.min_relative_score;
         let ranked = heap.into_sorted_vec();
         let ranked = ranked
             .into_iter()
@@ -1310,6 +1319,7 @@ impl SearchIndex {
                 let d = self.by_name[(k & u64::from(u32::MAX)) as usize];
                 (scores[d as usize], d)
             })
+            .take_while(|&(s, _)| s >= floor)
             .collect();
         (ranked, best)
     }
@@ -1405,19 +1415,17 @@ impl SearchIndex {
         };
         let mut best = Best::default();
         if lexical {
+            let of_doc = self.groups.as_ref().map(|g| g.of_doc.as_slice());
             for &d in matched.iter() {
                 let mut c = w * scores[d as usize];
-                let gi = self
-                    .groups
-                    .as_ref()
-                    .map_or(u32::MAX, |g| g.of_doc[d as usize]);
+                let gi = of_doc.map_or(u32::MAX, |o| o[d as usize]);
                 // A tool of no group is a group of its own.
                 let key = if gi == u32::MAX {
                     (1 << 32) | u64::from(d)
                 } else {
-                    if group[gi as usize] > 0.0 {
-                        c += gw * group[gi as usize];
-                    }
+                    // Adding zero leaves a positive score as it is: a select, not a branch.
+                    let gs = group[gi as usize];
+                    c += if gs > 0.0 { gw * gs } else { 0.0 };
                     u64::from(gi)
                 };
                 best.offer((c, d), key, before);
