@@ -1366,6 +1366,15 @@ mod tests {
         }
     }
 
+    /// The sum of the dots of group `g`'s documents.
+    fn group_sum(dots: &[i32], of_doc: &[u32], g: u32) -> i64 {
+        dots.iter()
+            .zip(of_doc)
+            .filter(|&(_, &x)| x == g)
+            .map(|(&d, _)| i64::from(d))
+            .sum()
+    }
+
     /// Blending moves each document's dot toward its group's (the group's sum scaled to a unit
     /// vector) by the group's share, whether a group is one run of documents or scattered.
     #[test]
@@ -1378,13 +1387,7 @@ mod tests {
         let scattered = Groups::from_layout(&of_doc, scale.to_vec(), share.to_vec());
         let mut got = dots;
         scattered.blend(&mut got);
-        let sum = |g: u32| -> i64 {
-            dots.iter()
-                .zip(&of_doc)
-                .filter(|&(_, &x)| x == g)
-                .map(|(&d, _)| i64::from(d))
-                .sum()
-        };
+        let sum = |g: u32| group_sum(&dots, &of_doc, g);
         let group = |g: u32| {
             (sum(g) as f64 * scale[g as usize] as f64 / f64::from(1 << SCALE_BITS)).round() as i32
         };
@@ -1443,13 +1446,7 @@ mod tests {
             assert!(layout.contiguous || round % 2 == 1);
             let mut got = dots.clone();
             layout.blend(&mut got);
-            let sum = |g: u32| -> i64 {
-                dots.iter()
-                    .zip(&of_doc)
-                    .filter(|&(_, &x)| x == g)
-                    .map(|(&d, _)| i64::from(d))
-                    .sum()
-            };
+            let sum = |g: u32| group_sum(&dots, &of_doc, g);
             let want: Vec<i32> = dots
                 .iter()
                 .zip(&of_doc)
