@@ -1287,32 +1287,26 @@ impl SearchIndex {
         let mut heap = std::collections::BinaryHeap::with_capacity(keep + 1);
         let mut cut = 0f32;
         let mut best = 0u32;
-        if keep > 0 {
-            for &d in candidates {
-                let (d, s) = (d as usize, scores[d as usize]);
-                if !(s > 0.0 && s >= cut) {
-                    continue;
-                }
-                best = best.max(s.to_bits());
-                let k = key(s, d);
-                if heap.len() < keep {
-                    heap.push(k);
-                } else if heap.peek().is_some_and(|&top| k < top) {
-                    heap.pop();
-                    heap.push(k);
-                } else {
-                    continue;
-                }
-                if heap.len() == keep {
-                    cut = heap.peek().map_or(0.0, |&top| score_of(top));
-                }
+        for &d in candidates {
+            let (d, s) = (d as usize, scores[d as usize]);
+            if !(s > 0.0 && s >= cut) {
+                continue;
+            }
+            best = best.max(s.to_bits());
+            let k = key(s, d);
+            if heap.len() < keep {
+                heap.push(k);
+            } else if heap.peek().is_some_and(|&top| k < top) {
+                heap.pop();
+                heap.push(k);
+            } else {
+                continue;
+            }
+            if heap.len() == keep {
+                cut = heap.peek().map_or(0.0, |&top| score_of(top));
             }
         }
-        let best = if keep > 0 {
-            f32::from_bits(best)
-        } else {
-            candidates.iter().map(|&d| scores[d as usize]).fold_max()
-        };
+        let best = f32::from_bits(best);
         let floor = best * self.params.min_relative_score;
         let ranked = heap.into_sorted_vec();
         let ranked = ranked
