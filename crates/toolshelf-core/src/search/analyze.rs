@@ -102,7 +102,6 @@ fn runs(text: &str, mut run: impl FnMut(Run, &str)) {
     if text.is_ascii() {
         return ascii_runs(text, run);
     }
-    let separator = |c: char| matches!(c, '_' | '-' | '.' | '/');
     let mut spaced = String::new();
     let mut chars = text.char_indices().peekable();
     while let Some(&(start, c)) = chars.peek() {
@@ -116,24 +115,17 @@ fn runs(text: &str, mut run: impl FnMut(Run, &str)) {
                 chars.next();
             }
             run(Run::Cjk, &text[start..end]);
-        } else if c.is_alphanumeric() || separator(c) {
+        } else if c.is_alphanumeric() || is_separator(c) {
             let (mut end, mut separated) = (text.len(), false);
             while let Some(&(i, c)) = chars.peek() {
-                if is_cjk(c) || !(c.is_alphanumeric() || separator(c)) {
+                if is_cjk(c) || !(c.is_alphanumeric() || is_separator(c)) {
                     end = i;
                     break;
                 }
-                separated |= separator(c);
+                separated |= is_separator(c);
                 chars.next();
             }
-            let slice = &text[start..end];
-            if separated {
-                spaced.clear();
-                spaced.extend(slice.chars().map(|c| if separator(c) { ' ' } else { c }));
-                run(Run::Latin, &spaced);
-            } else {
-                run(Run::Latin, slice);
-            }
+            latin_run(&text[start..end], separated, &mut spaced, &mut run);
         } else {
             chars.next();
         }
@@ -143,8 +135,7 @@ fn runs(text: &str, mut run: impl FnMut(Run, &str)) {
 /// [`runs`] of ASCII text, on its bytes.
 fn ascii_runs(text: &str, mut run: impl FnMut(Run, &str)) {
     let bytes = text.as_bytes();
-    let separator = |b: u8| matches!(b, b'_' | b'-' | b'.' | b'/');
-    let in_run = |b: u8| b.is_ascii_alphanumeric() || separator(b);
+    let in_run = |b: u8| b.is_ascii_alphanumeric() || is_separator(char::from(b));
     let mut spaced = String::new();
     let mut i = 0;
     while i < bytes.len() {
@@ -154,20 +145,27 @@ fn ascii_runs(text: &str, mut run: impl FnMut(Run, &str)) {
         }
         let (start, mut separated) = (i, false);
         while i < bytes.len() && in_run(bytes[i]) {
-            separated |= separator(bytes[i]);
+            separated |= is_separator(char::from(bytes[i]));
             i += 1;
         }
-        if separated {
-            spaced.clear();
-            spaced.extend(
-                bytes[start..i]
-                    .iter()
-                    .map(|&b| if separator(b) { ' ' } else { char::from(b) }),
-            );
-            run(Run::Latin, &spaced);
-        } else {
-            run(Run::Latin, &text[start..i]);
-        }
+        latin_run(&text[start..i], separated, &mut spaced, &mut run);
+    }
+}
+
+/// Whether `c` joins the words of a Latin run, which holds it as a space.
+fn is_separator(c: char) -> bool {
+    matches!(c, '_' | '-' | '.' | '/')
+}
+
+/// Hands `run` the Latin run `slice`: itself, or, when it has a separator (`separated`), a copy
+/// in `spaced` with its separators as spaces.
+fn latin_run(slice: &str, separated: bool, spaced: &mut String, run: &mut impl FnMut(Run, &str)) {
+    if separated {
+        spaced.clear();
+        spaced.extend(slice.chars().map(|c| if is_separator(c) { ' ' } else { c }));
+        run(Run::Latin, spaced);
+    } else {
+        run(Run::Latin, slice);
     }
 }
 
