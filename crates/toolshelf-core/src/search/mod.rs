@@ -220,33 +220,42 @@ impl Lexical {
         }
     }
 
-    /// Scores `query` into `scores` (zero where it can match; filtered by `allowed`) and leaves
-    /// in `matched` the documents that kept a score (in no particular order), so that callers
-    /// visit the matches instead of the catalog. Only matched documents are written. `ids` are
-    /// the query's term ids in this index, when the parse looked them up already.
-    fn score_matches(
+    /// The terms of `query` that this index has, as `(id, count)` in the query's order, into
+    /// `out`. `ids` are the query's term ids in this index, when the parse looked them up already.
+    fn weighted(
         &self,
         query: &ParsedQuery,
         ids: Option<&[Option<u32>]>,
-        allowed: &[bool],
-        scores: &mut [f32],
-        matched: &mut Vec<u32>,
+        out: &mut Vec<(u32, f32)>,
     ) {
-        let n = self.index.len();
-        let mut terms: Vec<(u32, f32)> = Vec::with_capacity(query.terms.len());
-        terms.extend(
+        out.clear();
+        out.extend(
             self.ids_of(query, ids)
                 .iter()
                 .zip(&query.terms)
                 .filter_map(|(id, (_, w))| id.map(|id| (id, *w))),
         );
+    }
+
+    /// Scores the query whose terms are `terms` (see [`Self::weighted`]) into `scores` (zero
+    /// where it can match; filtered by `allowed`) and leaves in `matched` the documents that kept
+    /// a score (in no particular order), so that callers visit the matches instead of the
+    /// catalog. Only matched documents are written.
+    fn score_matches(
+        &self,
+        terms: &[(u32, f32)],
+        allowed: &[bool],
+        scores: &mut [f32],
+        matched: &mut Vec<u32>,
+    ) {
+        let n = self.index.len();
         matched.clear();
         LEXICAL_SCRATCH.with_borrow_mut(|hits| {
             // The counts are all zero between calls: only touched entries are reset below.
             if hits.len() < n {
                 hits.resize(n, [0, 0]);
             }
-            self.index.accumulate(&terms, scores, hits, matched);
+            self.index.accumulate(terms, scores, hits, matched);
             matched.retain(|&d| {
                 let i = d as usize;
                 let [strong, weak] = std::mem::take(&mut hits[i]);
@@ -284,6 +293,14 @@ struct RankScratch {
     group_hits: Vec<u32>,
     /// Scores of an added retriever, by document.
     sparse: Vec<(u32, f32)>,
+    /// The lexical index's `(id, count)` of the terms being scored.
+    terms: Vec<(u32, f32)>,
+    /// The same in the server groups' index.
+    group_terms: Vec<(u32, f32)>,
+    /// A clause's counted terms (memo ids: term, surface, count).
+    counts: Vec<(u32, u32, f32)>,
+    /// The filter of a clause whose own operators narrow its request's.
+    clause_allowed: Vec<bool>,
     /// Analysed runs of the queries ranked on this thread (successive queries share most words),
     /// bounded.
     memo: analyze::Memo,
@@ -449,18 +466,12 @@ impl Groups {
         })
     }
 
-    /// Each group's score for `q` into `out`, normalised by the best (all zero when nothing
-    /// matched); `ids` are `q`'s term ids in the groups' index when the parse looked them up.
-    fn scores_into(
-        &self,
-        q: &ParsedQuery,
-        ids: Option<&[Option<u32>]>,
-        out: &mut Vec<f32>,
-        matched: &mut Vec<u32>,
-    ) {
+    /// Each group's score for the query whose terms in the groups' index are `terms` (see
+    /// [`Lexical::weighted`]) into `out`, normalised by the best (all zero when nothing matched).
+    fn scores_into(&self, terms: &[(u32, f32)], out: &mut Vec<f32>, matched: &mut Vec<u32>) {
         out.clear();
         out.resize(self.names.len(), 0.0);
-        self.index.score_matches(q, ids, &self.all, out, matched);
+        self.index.score_matches(terms, &self.all, out, matched);
         let max = matched.iter().map(|&g| out[g as usize]).fold_max();
         if max > 0.0 {
             // Over every group, in order, so the divisions run several to an instruction: the
@@ -936,9 +947,8 @@ impl SearchIndex {
 
     /// The parse of `clause`, a slice of `query`, from `words` (how [`Self::parse_words`] took
     /// `query`): the same as [`Self::parse_memo`] of the clause alone, or `None` when it cannot
-    /// be had that way (a word of the clause is an operator or an exact name, or the clause is a
-    /// single word, which can name a tool as a whole query does), and the clause is parsed alone.
-    /// A word cut by the clause's bounds (`package.` ends a clause as `package`) is taken again.
+    /// be had that way (see [`Self::clause_words`]).
+    #[cfg(test)]
     fn clause_parse(
         &self,
         query: &str,
@@ -946,6 +956,40 @@ impl SearchIndex {
         words: &Words,
         memo: &mut analyze::Memo,
     ) -> Option<ParsedQuery> {
+        let mut counts = Vec::new();
+        let parts = self.clause_words(query, clause, words, memo, &mut counts)?;
+        Some(self.clause_query(&parts, &counts, memo))
+    }
+
+    /// The parse of a clause from [`Self::clause_words`]: its words and counted terms.
+    fn clause_query(
+        &self,
+        parts: &[&str],
+        counts: &[(u32, u32, f32)],
+        memo: &mut analyze::Memo,
+    ) -> ParsedQuery {
+        let q = ParsedQuery {
+            text: parts.join(" "),
+            ..ParsedQuery::default()
+        };
+        self.with_terms(q, counts, memo)
+    }
+
+    /// The words of `clause`, a slice of `query`, and its counted terms into `counts` (as
+    /// [`analyze::count_terms`] gives them), from `words` (how [`Self::parse_words`] took
+    /// `query`): all a clause's ranking needs, without the strings of its parse, which only a
+    /// clause brought forward needs for its reason. `None` when the clause's parse cannot be had
+    /// this way (a word of the clause is an operator or an exact name, or the clause is a single
+    /// word, which can name a tool as a whole query does), and the clause is parsed alone. A word
+    /// cut by the clause's bounds (`package.` ends a clause as `package`) is taken again.
+    fn clause_words<'q>(
+        &self,
+        query: &'q str,
+        clause: &str,
+        words: &Words,
+        memo: &mut analyze::Memo,
+        counts: &mut Vec<(u32, u32, f32)>,
+    ) -> Option<Vec<&'q str>> {
         let at = (clause.as_ptr() as usize).checked_sub(query.as_ptr() as usize)?;
         let end = at + clause.len();
         if end > query.len() {
@@ -975,17 +1019,7 @@ impl SearchIndex {
         if parts.len() < 2 {
             return None;
         }
-        let mut q = ParsedQuery::default();
-        let mut text = String::with_capacity(clause.len());
-        for (i, (word, _)) in parts.iter().enumerate() {
-            if i > 0 {
-                text.push(' ');
-            }
-            text.push_str(word);
-        }
-        q.text = text;
-        let mut counts: Vec<(u32, u32, f32)> = Vec::new();
-        analyze::count_terms(memo, &mut counts, |memo, emit| {
+        analyze::count_terms(memo, counts, |memo, emit| {
             for &(word, pairs) in &parts {
                 match pairs {
                     Some((from, to)) => {
@@ -997,7 +1031,18 @@ impl SearchIndex {
                 }
             }
         });
-        Some(self.with_terms(q, &counts, memo))
+        Some(parts.into_iter().map(|(word, _)| word).collect())
+    }
+
+    /// The ids of the term with memo id `term` in the lexical and the server groups' vocabularies.
+    fn term_ids(&self, term: u32, memo: &mut analyze::Memo) -> [Option<u32>; 2] {
+        let groups = self.groups.as_ref().map(|g| g.index.index());
+        memo.found(self.stamp, term, |t| {
+            [
+                self.lexical.index().term_id(t),
+                groups.and_then(|g| g.term_id(t)),
+            ]
+        })
     }
 
     /// `q` with its counted terms (memo ids) and their ids in this index's vocabularies.
@@ -1007,16 +1052,12 @@ impl SearchIndex {
         counts: &[(u32, u32, f32)],
         memo: &mut analyze::Memo,
     ) -> ParsedQuery {
-        let index = self.lexical.index();
-        let groups = self.groups.as_ref().map(|g| g.index.index());
         q.terms = Vec::with_capacity(counts.len());
         q.surface = Vec::with_capacity(counts.len());
         q.ids = Vec::with_capacity(counts.len());
         q.group_ids = Vec::with_capacity(counts.len());
         for &(term, surface, n) in counts {
-            let [id, group_id] = memo.found(self.stamp, term, |t| {
-                [index.term_id(t), groups.and_then(|g| g.term_id(t))]
-            });
+            let [id, group_id] = self.term_ids(term, memo);
             q.ids.push(id);
             q.group_ids.push(group_id);
             q.terms.push((memo.shared(term), n));
@@ -1195,6 +1236,8 @@ impl SearchIndex {
             groups: group,
             group_hits,
             sparse,
+            terms,
+            group_terms,
             ..
         } = scratch;
         query.reset(n);
@@ -1203,8 +1246,8 @@ impl SearchIndex {
         self.allowed_into(q, allowed);
         // The lexical retriever runs first, on its matches only; remember which tools share a
         // word with the query.
-        self.lexical
-            .score_matches(q, self.own_ids(q), allowed, scores, matched);
+        self.lexical.weighted(q, self.own_ids(q), terms);
+        self.lexical.score_matches(terms, allowed, scores, matched);
         lexical_hit.clear();
         lexical_hit.resize(n, false);
         let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
@@ -1234,7 +1277,8 @@ impl SearchIndex {
             }
         }
         if let Some(groups) = &self.groups {
-            groups.scores_into(q, self.own_group_ids(q), group, group_hits);
+            groups.index.weighted(q, self.own_group_ids(q), group_terms);
+            groups.scores_into(group_terms, group, group_hits);
             let (w, floor) = (self.params.group_weight, self.params.group_floor);
             // A tool with evidence of its own gains its group's (a group without a score has
             // zero): these are the tools touched so far.
@@ -1340,22 +1384,53 @@ impl SearchIndex {
             return out;
         }
         for text in clauses {
-            let mut q = self
-                .clause_parse(query, text, &scratch.words, &mut scratch.memo)
-                .unwrap_or_else(|| self.parse_memo(text, &mut scratch.memo));
-            if q.terms.len() < MIN_CLAUSE_TERMS || !q.exact.is_empty() {
-                continue;
-            }
-            // The query's filters (`server:`, `+term`) hold for each of its clauses.
-            for s in &parsed.servers {
-                q.restrict_to(s);
-            }
-            for r in &parsed.required {
-                if !q.required.contains(r) {
-                    q.required.push(r.clone());
+            // A clause's terms, by id, into `scratch.terms` and `scratch.group_terms`: from the
+            // request's words when they serve, when its parse is built only if it is brought
+            // forward; else from its parse alone.
+            let words = self.clause_words(
+                query,
+                text,
+                &scratch.words,
+                &mut scratch.memo,
+                &mut scratch.counts,
+            );
+            let (clause, own_filter) = match words {
+                Some(words) => {
+                    if scratch.counts.len() < MIN_CLAUSE_TERMS {
+                        continue;
+                    }
+                    scratch.terms.clear();
+                    scratch.group_terms.clear();
+                    for &(term, _, n) in &scratch.counts {
+                        let [id, group_id] = self.term_ids(term, &mut scratch.memo);
+                        scratch.terms.extend(id.map(|id| (id, n)));
+                        scratch.group_terms.extend(group_id.map(|id| (id, n)));
+                    }
+                    // Plain words only: the request's filters, as the whole request was scored.
+                    (Clause::Words(words), false)
                 }
-            }
-            let Some(((s1, d1), s2)) = self.clause_best(&q, scratch) else {
+                None => {
+                    let mut q = self.parse_memo(text, &mut scratch.memo);
+                    if q.terms.len() < MIN_CLAUSE_TERMS || !q.exact.is_empty() {
+                        continue;
+                    }
+                    restrict_like(&mut q, parsed);
+                    self.lexical
+                        .weighted(&q, self.own_ids(&q), &mut scratch.terms);
+                    if let Some(g) = &self.groups {
+                        g.index
+                            .weighted(&q, self.own_group_ids(&q), &mut scratch.group_terms);
+                    }
+                    // Its own operators may narrow the request's filters.
+                    let own_filter = !(q.servers.iter().all(|s| parsed.servers.contains(s))
+                        && q.required.iter().all(|r| parsed.required.contains(r)));
+                    if own_filter {
+                        self.allowed_into(&q, &mut scratch.clause_allowed);
+                    }
+                    (Clause::Alone(q), own_filter)
+                }
+            };
+            let Some(((s1, d1), s2)) = self.clause_best(own_filter, scratch) else {
                 continue;
             };
             if s1 < CLAUSE_LEAD * s2 {
@@ -1369,6 +1444,14 @@ impl SearchIndex {
             {
                 continue;
             }
+            let q = match clause {
+                Clause::Alone(q) => q,
+                Clause::Words(words) => {
+                    let mut q = self.clause_query(&words, &scratch.counts, &mut scratch.memo);
+                    restrict_like(&mut q, parsed);
+                    q
+                }
+            };
             out.hits.push((s1, d1));
             out.parsed.push((text.to_owned(), q));
         }
@@ -1379,24 +1462,33 @@ impl SearchIndex {
     /// group (0 when none), by BM25F and server groups fused as in [`Self::score_query`]: a
     /// clause is ranked only for its best, so only the tools it matches and, for each group that
     /// stands out, the first of its other tools by name (which all score the same) are visited.
-    fn clause_best(&self, q: &ParsedQuery, scratch: &mut RankScratch) -> Option<((f32, u32), f32)> {
+    /// The clause's terms are `scratch.terms` and `scratch.group_terms`; its filter is
+    /// `scratch.clause_allowed` when `own_filter`, else its request's, left in `scratch.allowed`.
+    fn clause_best(
+        &self,
+        own_filter: bool,
+        scratch: &mut RankScratch,
+    ) -> Option<((f32, u32), f32)> {
         let n = self.docs.len();
         let RankScratch {
             scores,
             allowed,
+            clause_allowed,
             matched,
             groups: group,
             group_hits,
+            terms,
+            group_terms,
             ..
         } = scratch;
-        scores.clear();
+        let allowed = if own_filter { clause_allowed } else { allowed };
+        // All zero between passes: each pass resets the documents it matched.
         scores.resize(n, 0.0);
-        self.allowed_into(q, allowed);
+        debug_assert!(scores.iter().all(|&s| s == 0.0));
         if let Some(g) = &self.groups {
-            g.scores_into(q, self.own_group_ids(q), group, group_hits);
+            g.scores_into(group_terms, group, group_hits);
         }
-        self.lexical
-            .score_matches(q, self.own_ids(q), allowed, scores, matched);
+        self.lexical.score_matches(terms, allowed, scores, matched);
         let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
         let lexical = max > 0.0 && self.lexical_weight > 0.0;
         let w = if lexical {
@@ -1442,6 +1534,9 @@ impl SearchIndex {
                     best.offer((gw * gs, d), u64::from(gi), before);
                 }
             }
+        }
+        for &d in matched.iter() {
+            scores[d as usize] = 0.0;
         }
         best.first.map(|f| (f, best.second))
     }
@@ -1879,6 +1974,27 @@ struct ClauseHits {
 impl ClauseHits {
     fn iter(&self) -> std::slice::Iter<'_, (f32, u32)> {
         self.hits.iter()
+    }
+}
+
+/// How a clause being ranked was parsed.
+enum Clause<'q> {
+    /// From its request's words (see [`SearchIndex::clause_words`]), which it keeps for its
+    /// parse, built only if it is brought forward.
+    Words(Vec<&'q str>),
+    /// Alone, in full.
+    Alone(ParsedQuery),
+}
+
+/// `q` under the filters of `request` (`server:`, `+term`), which hold for each of its clauses.
+fn restrict_like(q: &mut ParsedQuery, request: &ParsedQuery) {
+    for s in &request.servers {
+        q.restrict_to(s);
+    }
+    for r in &request.required {
+        if !q.required.contains(r) {
+            q.required.push(r.clone());
+        }
     }
 }
 
@@ -2370,6 +2486,37 @@ mod tests {
         assert!(
             hits.iter().all(|h| h.name.starts_with("email_")),
             "{hits:?}"
+        );
+    }
+
+    #[test]
+    fn a_clause_with_a_filter_of_its_own_is_ranked_under_it() {
+        // "server:notes." names no server, so the request is not filtered; its clause ends
+        // before the full stop, so `server:notes` filters the clause to the notes server.
+        let tools = serde_json::json!({"servers": [
+            {"name": "mail", "description": "Email messages",
+             "tools": [{"name": "send", "description": "Send an email message"},
+                       {"name": "reply", "description": "Reply to an email message"},
+                       {"name": "draft", "description": "Save an email message draft"}]},
+            {"name": "translator", "description": "Translation",
+             "tools": [{"name": "translate_document",
+                        "description": "Translate a document into another language"}]},
+            {"name": "notes", "description": "Notebook",
+             "tools": [{"name": "write", "description": "Write a note in any language"}]}
+        ]});
+        let (c, index) = indexed(&tools);
+        let ask = |request: &str| {
+            let hits = index.rank(&c, &[request.to_owned()], 5);
+            let names: Vec<String> = hits.iter().map(|h| h.name.clone()).collect();
+            assert!(hits[CLAUSE_SLOT].reason.starts_with("for \""), "{hits:?}");
+            names[CLAUSE_SLOT].clone()
+        };
+        let request = "Send an email message, reply to the email message and save an email draft. \
+                       Then translate the document into another language";
+        assert_eq!(ask(request), "mcp__translator__translate_document");
+        assert_eq!(
+            ask(&format!("{request} server:notes.")),
+            "mcp__notes__write"
         );
     }
 
