@@ -964,12 +964,19 @@ impl SearchIndex {
     /// The parse of a clause from [`Self::clause_words`]: its words and counted terms.
     fn clause_query(
         &self,
-        parts: &[&str],
+        parts: &ClauseWords<'_>,
         counts: &[(u32, u32, f32)],
         memo: &mut analyze::Memo,
     ) -> ParsedQuery {
+        let mut text = String::with_capacity(parts.iter().map(|p| p.0.len() + 1).sum());
+        for (i, (word, _)) in parts.iter().enumerate() {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(word);
+        }
         let q = ParsedQuery {
-            text: parts.join(" "),
+            text,
             ..ParsedQuery::default()
         };
         self.with_terms(q, counts, memo)
@@ -989,7 +996,7 @@ impl SearchIndex {
         words: &Words,
         memo: &mut analyze::Memo,
         counts: &mut Vec<(u32, u32, f32)>,
-    ) -> Option<Vec<&'q str>> {
+    ) -> Option<ClauseWords<'q>> {
         let at = (clause.as_ptr() as usize).checked_sub(query.as_ptr() as usize)?;
         let end = at + clause.len();
         if end > query.len() {
@@ -997,7 +1004,7 @@ impl SearchIndex {
         }
         let first = words.marks.partition_point(|m| m.end <= at);
         // Each word of the clause, and its analysis when the request's serves.
-        let mut parts: Vec<(&str, Option<(usize, usize)>)> = Vec::new();
+        let mut parts: ClauseWords<'q> = Vec::new();
         for m in words.marks[first..].iter().take_while(|m| m.at < end) {
             let (from, to) = (m.at.max(at), m.end.min(end));
             if (from, to) == (m.at, m.end) {
@@ -1031,7 +1038,7 @@ impl SearchIndex {
                 }
             }
         });
-        Some(parts.into_iter().map(|(word, _)| word).collect())
+        Some(parts)
     }
 
     /// The ids of the term with memo id `term` in the lexical and the server groups' vocabularies.
@@ -1977,11 +1984,15 @@ impl ClauseHits {
     }
 }
 
+/// Each word of a clause, with the range of its analysis in [`Words::pairs`] when its request's
+/// serves (a word cut by the clause's bounds is analysed again).
+type ClauseWords<'q> = Vec<(&'q str, Option<(usize, usize)>)>;
+
 /// How a clause being ranked was parsed.
 enum Clause<'q> {
     /// From its request's words (see [`SearchIndex::clause_words`]), which it keeps for its
     /// parse, built only if it is brought forward.
-    Words(Vec<&'q str>),
+    Words(ClauseWords<'q>),
     /// Alone, in full.
     Alone(ParsedQuery),
 }
