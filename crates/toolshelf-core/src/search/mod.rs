@@ -1392,8 +1392,8 @@ impl SearchIndex {
         }
         for text in clauses {
             // A clause's terms, by id, into `scratch.terms` and `scratch.group_terms`: from the
-            // request's words when they serve, when its parse is built only if it is brought
-            // forward; else from its parse alone.
+            // request's words when they serve (its parse is then built only if it is brought
+            // forward), else from its parse alone.
             let words = self.clause_words(
                 query,
                 text,
