@@ -2108,6 +2108,14 @@ mod tests {
         (c, index)
     }
 
+    /// A server of three email tools, whose words a request's first sentence can pile up.
+    fn mail_server() -> serde_json::Value {
+        serde_json::json!({"name": "mail", "description": "Email messages",
+         "tools": [{"name": "send", "description": "Send an email message"},
+                   {"name": "reply", "description": "Reply to an email message"},
+                   {"name": "draft", "description": "Save an email message draft"}]})
+    }
+
     /// Two catalogs of server groups whose vocabularies give the same words different ids.
     fn grouped(first: &str, second: &str) -> Catalog {
         let tools = serde_json::json!({"servers": [
@@ -2460,10 +2468,7 @@ mod tests {
         // The second sentence names a server, not one of its tools: its tools tie, and the
         // clause is as sure of where to go as one that names a tool.
         let tools = serde_json::json!({"servers": [
-            {"name": "mail", "description": "Email messages",
-             "tools": [{"name": "send", "description": "Send an email message"},
-                       {"name": "reply", "description": "Reply to an email message"},
-                       {"name": "draft", "description": "Save an email message draft"}]},
+            mail_server(),
             {"name": "judge_extra", "description": "Judge Extra compiler sandbox",
              "tools": [{"name": "about", "description": "Get general information"},
                        {"name": "statuses", "description": "Get statuses"}]},
@@ -2505,10 +2510,7 @@ mod tests {
         // "server:notes." names no server, so the request is not filtered; its clause ends
         // before the full stop, so `server:notes` filters the clause to the notes server.
         let tools = serde_json::json!({"servers": [
-            {"name": "mail", "description": "Email messages",
-             "tools": [{"name": "send", "description": "Send an email message"},
-                       {"name": "reply", "description": "Reply to an email message"},
-                       {"name": "draft", "description": "Save an email message draft"}]},
+            mail_server(),
             {"name": "translator", "description": "Translation",
              "tools": [{"name": "translate_document",
                         "description": "Translate a document into another language"}]},
