@@ -1073,6 +1073,20 @@ impl SearchIndex {
         q
     }
 
+    /// `q`'s terms by id with their counts (see [`Lexical::weighted`]): in the lexical index into
+    /// `terms`, and in the server groups' index, when there is one, into `group_terms`.
+    fn weighted_terms(
+        &self,
+        q: &ParsedQuery,
+        terms: &mut Vec<(u32, f32)>,
+        group_terms: &mut Vec<(u32, f32)>,
+    ) {
+        self.lexical.weighted(q, self.own_ids(q), terms);
+        if let Some(g) = &self.groups {
+            g.index.weighted(q, self.own_group_ids(q), group_terms);
+        }
+    }
+
     /// The lexical ids of `q`'s terms, when this index parsed it.
     fn own_ids<'q>(&self, q: &'q ParsedQuery) -> Option<&'q [Option<u32>]> {
         (q.ids.len() == q.terms.len()).then_some(q.ids.as_slice())
@@ -1253,7 +1267,7 @@ impl SearchIndex {
         self.allowed_into(q, allowed);
         // The lexical retriever runs first, on its matches only; remember which tools share a
         // word with the query.
-        self.lexical.weighted(q, self.own_ids(q), terms);
+        self.weighted_terms(q, terms, group_terms);
         self.lexical.score_matches(terms, allowed, scores, matched);
         lexical_hit.clear();
         lexical_hit.resize(n, false);
@@ -1284,7 +1298,6 @@ impl SearchIndex {
             }
         }
         if let Some(groups) = &self.groups {
-            groups.index.weighted(q, self.own_group_ids(q), group_terms);
             groups.scores_into(group_terms, group, group_hits);
             let (w, floor) = (self.params.group_weight, self.params.group_floor);
             // A tool with evidence of its own gains its group's (a group without a score has
@@ -1422,12 +1435,7 @@ impl SearchIndex {
                         continue;
                     }
                     restrict_like(&mut q, parsed);
-                    self.lexical
-                        .weighted(&q, self.own_ids(&q), &mut scratch.terms);
-                    if let Some(g) = &self.groups {
-                        g.index
-                            .weighted(&q, self.own_group_ids(&q), &mut scratch.group_terms);
-                    }
+                    self.weighted_terms(&q, &mut scratch.terms, &mut scratch.group_terms);
                     // Its own operators may narrow the request's filters.
                     let own_filter = !(q.servers.iter().all(|s| parsed.servers.contains(s))
                         && q.required.iter().all(|r| parsed.required.contains(r)));
@@ -2520,9 +2528,8 @@ mod tests {
         let (c, index) = indexed(&tools);
         let ask = |request: &str| {
             let hits = index.rank(&c, &[request.to_owned()], 5);
-            let names: Vec<String> = hits.iter().map(|h| h.name.clone()).collect();
             assert!(hits[CLAUSE_SLOT].reason.starts_with("for \""), "{hits:?}");
-            names[CLAUSE_SLOT].clone()
+            hits[CLAUSE_SLOT].name.clone()
         };
         let request = "Send an email message, reply to the email message and save an email draft. \
                        Then translate the document into another language";
