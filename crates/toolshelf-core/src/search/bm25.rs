@@ -95,12 +95,17 @@ pub type DocFields = [Vec<String>; FIELDS];
 pub struct Bm25Index {
     dict: FxHashMap<String, u32>,
     /// Every term's postings, sorted by document, term after term: term `t`'s are
-    /// `starts[t]..starts[t + 1]`. What scoring reads is kept apart from the
-    /// per-field frequencies only reasons read, so a query streams 8 bytes a posting, not 20.
+    /// `starts[t]..starts[t + 1]`. Scoring reads these alone, 8 bytes a posting.
     postings: Vec<Posting>,
-    /// Per-field frequencies of each posting, at the posting's place.
-    tf: Vec<[u16; FIELDS]>,
     starts: Vec<u32>,
+    /// Every document's terms, sorted by id, document after document: document `d`'s are
+    /// `doc_starts[d]..doc_starts[d + 1]`, and `doc_fields` holds at the same place the fields
+    /// each is in (bit `f` for field `f`). Only reasons read them, for a few documents and many
+    /// terms: searching one document's few terms stays in a cache line or two, where searching
+    /// a common term's postings for the document strays over kilobytes.
+    doc_terms: Vec<u32>,
+    doc_fields: Vec<u8>,
+    doc_starts: Vec<u32>,
     idf: Vec<f32>,
     /// Whether a term is a Chinese character bigram.
     weak: Vec<bool>,
@@ -171,10 +176,21 @@ impl Bm25Index {
             .collect();
         let total: usize = lists.iter().map(Vec::len).sum();
         let mut postings = Vec::with_capacity(total);
-        let mut tfs = Vec::with_capacity(total);
         let mut starts = Vec::with_capacity(lists.len() + 1);
         starts.push(0u32);
+        // Each document's place in the forward lists: its count of terms, summed.
+        let mut doc_starts = vec![0u32; docs.len() + 1];
         for list in &lists {
+            for &(doc, _) in list {
+                doc_starts[doc as usize + 1] += 1;
+            }
+        }
+        for d in 0..docs.len() {
+            doc_starts[d + 1] += doc_starts[d];
+        }
+        let mut next = doc_starts.clone();
+        let (mut doc_terms, mut doc_fields) = (vec![0u32; total], vec![0u8; total]);
+        for (term, list) in lists.iter().enumerate() {
             for &(doc, tf) in list {
                 let mut weighted = 0f32;
                 for (&count, &k) in tf.iter().zip(&factors[doc as usize]) {
@@ -182,7 +198,14 @@ impl Bm25Index {
                 }
                 let saturated = weighted / (params.k1 + weighted);
                 postings.push(Posting { doc, saturated });
-                tfs.push(tf);
+                // Terms come in id order, so each document's list is sorted as it fills.
+                let at = &mut next[doc as usize];
+                doc_terms[*at as usize] = term as u32;
+                doc_fields[*at as usize] = tf
+                    .iter()
+                    .enumerate()
+                    .fold(0u8, |m, (f, &n)| m | u8::from(n > 0) << f);
+                *at += 1;
             }
             starts.push(postings.len() as u32);
         }
@@ -196,8 +219,10 @@ impl Bm25Index {
         Self {
             dict,
             postings,
-            tf: tfs,
             starts,
+            doc_terms,
+            doc_fields,
+            doc_starts,
             idf,
             weak,
             docs: docs.len(),
@@ -225,14 +250,14 @@ impl Bm25Index {
         self.weak[term as usize]
     }
 
-    /// Field term frequencies of `term` in `doc` (all zero when absent).
+    /// The fields `term` is in in `doc`, bit `f` for field `f` (zero when absent).
     #[inline]
-    pub fn tf(&self, term: u32, doc: u32) -> [u16; FIELDS] {
-        let range = self.range(term);
-        let from = range.start;
-        match self.postings[range].binary_search_by_key(&doc, |p| p.doc) {
-            Ok(i) => self.tf[from + i],
-            Err(_) => [0; FIELDS],
+    pub fn fields(&self, term: u32, doc: u32) -> u8 {
+        let d = doc as usize;
+        let (from, to) = (self.doc_starts[d] as usize, self.doc_starts[d + 1] as usize);
+        match self.doc_terms[from..to].binary_search(&term) {
+            Ok(i) => self.doc_fields[from + i],
+            Err(_) => 0,
         }
     }
 
@@ -343,9 +368,10 @@ mod tests {
     }
 
     #[test]
-    fn each_term_and_document_has_its_own_frequencies() {
-        // Terms whose postings sit side by side hold the same documents, so a lookup that strays
-        // into a neighbour's postings finds a document and reports the wrong counts.
+    fn each_term_and_document_has_its_own_fields() {
+        // Terms whose postings sit side by side hold the same documents, and documents whose
+        // terms sit side by side hold the same terms, so a lookup that strays into a neighbour's
+        // finds a match and reports the wrong fields.
         let docs = [
             doc(&["a", "b"], &["b", "c", "c"]),
             doc(&["c"], &["a", "a", "b"]),
@@ -356,10 +382,14 @@ mod tests {
         for term in ["a", "b", "c", "d"] {
             let id = idx.term_id(term).expect("indexed");
             for (d, fields) in docs.iter().enumerate() {
-                let expected: [u16; FIELDS] = std::array::from_fn(|f| {
-                    fields[f].iter().filter(|t| t.as_str() == term).count() as u16
-                });
-                assert_eq!(idx.tf(id, d as u32), expected, "{term:?} in document {d}");
+                let expected = (0..FIELDS)
+                    .filter(|&f| fields[f].iter().any(|t| t.as_str() == term))
+                    .fold(0u8, |m, f| m | 1 << f);
+                assert_eq!(
+                    idx.fields(id, d as u32),
+                    expected,
+                    "{term:?} in document {d}"
+                );
             }
         }
     }
@@ -368,6 +398,6 @@ mod tests {
     fn unknown_terms_score_nothing() {
         let idx = Bm25Index::build(&[doc(&["a"], &["b"])], Bm25Params::default());
         assert!(rank(&idx, &["zzz"]).is_empty());
-        assert_eq!(idx.tf(idx.term_id("b").expect("b"), 0), [0, 1, 0, 0, 0]);
+        assert_eq!(idx.fields(idx.term_id("b").expect("b"), 0), 0b10);
     }
 }

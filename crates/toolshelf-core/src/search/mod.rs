@@ -1701,7 +1701,7 @@ impl SearchIndex {
                 let Some(id) = *id else {
                     continue;
                 };
-                if idx.is_weak(id) || idx.tf(id, g).iter().all(|&n| n == 0) {
+                if idx.is_weak(id) || idx.fields(id, g) == 0 {
                     continue;
                 }
                 let w = format!("\"{surface}\"");
@@ -1736,8 +1736,11 @@ impl SearchIndex {
         // fields' labels.
         let mut chars: Vec<(u8, String)> = Vec::new();
         // Terms already reported (from an earlier intent): a term matches the same fields of the
-        // same tool whichever intent it came from.
-        let mut seen: Vec<u32> = Vec::with_capacity(parsed.iter().map(|q| q.terms.len()).sum());
+        // same tool whichever intent it came from. A parse's terms are distinct, so one intent
+        // alone needs no such list.
+        let several = parsed.len() > 1;
+        let mut seen: Vec<u32> = Vec::new();
+        const SERVER: u8 = 1 << Field::Server as u8;
         let labels = |mask: u8, out: &mut String| {
             let mut first = true;
             for f in Field::ALL {
@@ -1758,18 +1761,16 @@ impl SearchIndex {
                 };
                 // Weak terms are reported only when no strong one matched: once one has, they
                 // are not looked up.
-                if (total > 0 && idx.is_weak(id)) || seen.contains(&id) {
+                if (total > 0 && idx.is_weak(id)) || (several && seen.contains(&id)) {
                     continue;
                 }
-                let tf = idx.tf(id, d);
-                let mask = Field::ALL
-                    .iter()
-                    .filter(|&&f| tf[f as usize] > 0 && (f == Field::Server) == server)
-                    .fold(0u8, |m, &f| m | 1 << f as u8);
+                let mask = idx.fields(id, d) & if server { SERVER } else { !SERVER };
                 if mask == 0 {
                     continue;
                 }
-                seen.push(id);
+                if several {
+                    seen.push(id);
+                }
                 if idx.is_weak(id) {
                     match chars.iter_mut().find(|(m, _)| *m == mask) {
                         Some((_, e)) => {
