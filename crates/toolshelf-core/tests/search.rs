@@ -51,7 +51,7 @@ fn names(e: &Env, queries: &[&str], limit: usize) -> Vec<String> {
     e.index
         .rank(&e.catalog, &q, limit)
         .into_iter()
-        .map(|h| h.name)
+        .map(|h| h.name.to_string())
         .collect()
 }
 
@@ -148,7 +148,7 @@ fn exact_lookup_by_canonical_and_bare_name() {
         &e,
         json!({"tool_names": ["mcp__git__git_log", "git_status"]}),
     );
-    let got: Vec<&str> = r.hits.iter().map(|h| h.name.as_str()).collect();
+    let got: Vec<&str> = r.hits.iter().map(|h| &*h.name).collect();
     assert_eq!(got, ["mcp__git__git_log", "mcp__git__git_status"]);
     assert!(
         r.text
@@ -300,7 +300,7 @@ fn every_hit_says_why() {
     for h in &hits {
         assert!(h.reason.contains(" in "), "{}: {}", h.name, h.reason);
     }
-    assert_eq!(hits[0].name, "mcp__git__git_log");
+    assert_eq!(&*hits[0].name, "mcp__git__git_log");
 }
 
 #[test]
@@ -371,7 +371,7 @@ fn hidden_tools_are_never_returned() {
     }
     let r = run(&e, json!({"tool_names": ["mcp__git__git_commit"]}));
     assert!(
-        !r.hits.iter().any(|h| h.name == "mcp__git__git_commit"),
+        !r.hits.iter().any(|h| &*h.name == "mcp__git__git_commit"),
         "{}",
         r.text
     );
@@ -402,7 +402,7 @@ fn the_response_never_exceeds_its_budget_and_never_cuts_a_name() {
         assert!(len <= previous_len);
         previous_len = len;
         // Every hit is either named in full or counted as left out.
-        let named = r.hits.iter().filter(|h| r.text.contains(&h.name)).count();
+        let named = r.hits.iter().filter(|h| r.text.contains(&*h.name)).count();
         if let Some(rest) = r.text.split("(+").nth(1) {
             let omitted: usize = rest
                 .split(' ')
@@ -428,7 +428,7 @@ fn descriptions_are_cut_before_names() {
     };
     let r = search(&e.index, &e.catalog, &request, &tight);
     for h in &full.hits {
-        assert!(r.text.contains(&h.name), "{} lost:\n{}", h.name, r.text);
+        assert!(r.text.contains(&*h.name), "{} lost:\n{}", h.name, r.text);
     }
 }
 
@@ -597,7 +597,7 @@ fn a_name_counts_as_a_name_only_when_written_as_one() {
         index
             .rank(&catalog, &[q.to_owned()], 5)
             .into_iter()
-            .map(|h| (h.name, h.reason))
+            .map(|h| (h.name.to_string(), h.reason))
             .collect()
     };
     // A word inside a sentence is scored like any word: the flight tools lead, not every "search".
@@ -671,13 +671,13 @@ fn a_servers_description_and_sibling_tools_count_for_its_tools() {
         index.rank(&catalog, &["train tickets".to_owned()], 3)
     };
     let with = first(RankParams::default());
-    assert_eq!(with[0].name, "mcp__12306__get-tickets", "{with:?}");
+    assert_eq!(&*with[0].name, "mcp__12306__get-tickets", "{with:?}");
     let without = first(RankParams {
         group_weight: 0.0,
         ..RankParams::default()
     });
     assert_eq!(
-        without[0].name, "mcp__cinema__get-tickets",
+        &*without[0].name, "mcp__cinema__get-tickets",
         "the tool's own text alone favours the cinema: {without:?}"
     );
 }

@@ -378,7 +378,7 @@ impl Hits {
                 }
                 hits.into_iter()
                     .map(|h| HitRow {
-                        name: h.name,
+                        name: h.name.to_string(),
                         score: format!("{:.3}", h.score),
                         reason: h.reason,
                     })

@@ -27,7 +27,7 @@ fn top(index: &SearchIndex, catalog: &Catalog, query: &str) -> Vec<(String, Stri
     index
         .rank(catalog, &[query.to_owned()], 3)
         .into_iter()
-        .map(|h| (h.name, h.reason))
+        .map(|h| (h.name.to_string(), h.reason))
         .collect()
 }
 
@@ -48,7 +48,7 @@ fn chinese_queries_find_english_tools_and_the_reverse() {
             bm25_only
                 .rank(&c, &[query.to_owned()], 3)
                 .iter()
-                .all(|h| h.name != want),
+                .all(|h| &*h.name != want),
             "{query}: lexical search should not find {want}"
         );
         // ...the fused ranking puts the right tool first, and says it matched on meaning.

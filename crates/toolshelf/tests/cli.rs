@@ -535,11 +535,15 @@ fn a_catalog_with_a_meta_tool_name_loads_and_hits_map_back_to_originals() {
     assert_eq!(
         (
             hit["name"].as_str(),
+            hit["tool"].as_str(),
+            hit["server"].as_str(),
             hit["original"].as_str(),
             hit["original_server"].as_str()
         ),
         (
             Some("mcp__Asset_Price_MCP__price_get"),
+            Some("price_get"),
+            Some("Asset_Price_MCP"),
             Some("price.get"),
             Some("Asset Price MCP")
         )

@@ -101,16 +101,16 @@ pub struct Hit {
     #[serde(skip)]
     pub index: usize,
     /// Canonical name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Bare tool name (without the server prefix).
-    pub tool: String,
+    pub tool: Arc<str>,
     /// Canonical server name; `None` for built-ins.
-    pub server: Option<String>,
+    pub server: Option<Arc<str>>,
     /// The tool's name as its server (or the catalog) gave it: canonical names are rewritten for
     /// invalid characters, collisions and the 64-character limit, this is the way back.
-    pub original: String,
+    pub original: Arc<str>,
     /// The server's name as configured; `None` for built-ins.
-    pub original_server: Option<String>,
+    pub original_server: Option<Arc<str>>,
     /// Combined score, rounded to 3 decimals (exact name hits score above every fuzzy hit).
     pub score: f64,
     /// Which terms matched in which fields.
@@ -519,8 +519,8 @@ pub struct SearchIndex {
     /// The words each document's glued names are cut into (see [`compound`]), space-separated;
     /// mostly empty.
     name_pieces: Vec<String>,
-    /// Canonical server of each document.
-    servers: Vec<Option<String>>,
+    /// The names a hit on each document carries, shared: a search returns them without copying.
+    labels: Vec<Labels>,
     /// Each document's place in canonical-name order, and the document at each place: ties
     /// between equal scores break on the name, compared as integers.
     name_rank: Vec<u32>,
@@ -539,6 +539,43 @@ pub struct SearchIndex {
     /// Names this index's vocabularies (lexical and groups) for the analysis memo's remembered
     /// lookups: distinct for each build, shared by copies of it.
     stamp: u64,
+}
+
+/// A document's names as a [`Hit`] gives them.
+#[derive(Debug, Clone)]
+struct Labels {
+    name: Arc<str>,
+    tool: Arc<str>,
+    server: Option<Arc<str>>,
+    original: Arc<str>,
+    original_server: Option<Arc<str>>,
+}
+
+impl Labels {
+    /// The labels of each of `docs`, a string shared wherever it repeats: a server's names by
+    /// all its tools, a tool's original name by its bare name when they are the same.
+    fn of_docs<'a>(tools: &'a [Tool], docs: &[usize]) -> Vec<Self> {
+        let mut servers: rustc_hash::FxHashMap<&'a str, Arc<str>> = Default::default();
+        let mut shared =
+            |s: Option<&'a str>| s.map(|s| servers.entry(s).or_insert_with(|| s.into()).clone());
+        docs.iter()
+            .map(|&i| {
+                let t = &tools[i];
+                let tool: Arc<str> = t.bare.as_str().into();
+                Self {
+                    name: t.name.as_str().into(),
+                    original: if t.original_name == t.bare {
+                        tool.clone()
+                    } else {
+                        t.original_name.as_str().into()
+                    },
+                    tool,
+                    server: shared(t.server.as_deref()),
+                    original_server: shared(t.original_server.as_deref()),
+                }
+            })
+            .collect()
+    }
 }
 
 /// The next index's [`SearchIndex::stamp`].
@@ -824,7 +861,7 @@ impl SearchIndex {
         Self {
             name_rank,
             by_name,
-            servers: docs.iter().map(|&i| tools[i].server.clone()).collect(),
+            labels: Labels::of_docs(tools, &docs),
             docs,
             name_terms,
             name_pieces: pieces,
@@ -846,7 +883,7 @@ impl SearchIndex {
             docs: self.docs.clone(),
             name_terms: self.name_terms.clone(),
             name_pieces: self.name_pieces.clone(),
-            servers: self.servers.clone(),
+            labels: self.labels.clone(),
             name_rank: self.name_rank.clone(),
             by_name: self.by_name.clone(),
             names: self.names.clone(),
@@ -1224,9 +1261,10 @@ impl SearchIndex {
         }
         out.extend((0..self.docs.len()).map(|d| {
             (q.servers.is_empty()
-                || self.servers[d]
+                || self.labels[d]
+                    .server
                     .as_ref()
-                    .is_some_and(|s| q.servers.contains(s)))
+                    .is_some_and(|s| q.servers.iter().any(|q| **q == **s)))
                 && q.required
                     .iter()
                     .all(|r| self.name_terms[d].binary_search(r).is_ok())
@@ -1598,7 +1636,7 @@ impl SearchIndex {
         let mut hits: Vec<Hit> = exact_hits
             .into_iter()
             .take(limit)
-            .map(|(score, d)| self.hit(catalog, d, score, "exact name in the query".to_owned()))
+            .map(|(score, d)| self.hit(d, score, "exact name in the query".to_owned()))
             .collect();
         if lists.len() == 1 {
             let all: Vec<&ParsedQuery> = parsed.iter().collect();
@@ -1630,7 +1668,7 @@ impl SearchIndex {
                         )
                     }
                 };
-                self.hit(catalog, d, score, reason)
+                self.hit(d, score, reason)
             }));
         } else {
             for (score, d, intents) in merge_intents(&lists, name_of).into_iter().take(keep) {
@@ -1640,30 +1678,30 @@ impl SearchIndex {
                     .map(|&i| format!("\"{}\"", crate::index::cut(&queries[i], INTENT_LABEL_CHARS)))
                     .collect();
                 let reason = format!("for {}: {}", join_and(&labels), self.reason(d, &answered));
-                hits.push(self.hit(catalog, d, score, reason));
+                hits.push(self.hit(d, score, reason));
             }
         }
         hits.truncate(limit);
         hits
     }
 
-    fn hit(&self, catalog: &Catalog, d: u32, score: f32, reason: String) -> Hit {
-        let t = &catalog.tools()[self.docs[d as usize]];
+    fn hit(&self, d: u32, score: f32, reason: String) -> Hit {
+        let l = &self.labels[d as usize];
         Hit {
             index: self.docs[d as usize],
-            name: t.name.clone(),
-            tool: t.bare.clone(),
-            server: t.server.clone(),
-            original: t.original_name.clone(),
-            original_server: t.original_server.clone(),
+            name: l.name.clone(),
+            tool: l.tool.clone(),
+            server: l.server.clone(),
+            original: l.original.clone(),
+            original_server: l.original_server.clone(),
             score: (f64::from(score) * 1000.0).round() / 1000.0,
             reason,
         }
     }
 
     /// A hit for an exactly named document (exact lookups).
-    pub fn named_hit(&self, catalog: &Catalog, d: u32) -> Hit {
-        self.hit(catalog, d, 0.0, "exact name".into())
+    pub fn named_hit(&self, d: u32) -> Hit {
+        self.hit(d, 0.0, "exact name".into())
     }
 
     /// "read" in name, description; "文件" in description ...
@@ -2157,7 +2195,7 @@ mod tests {
             .expect("the tool");
         assert_eq!(index.name_pieces(d), "get random image");
         let hits = index.rank(&c, &["show me a random picture".to_owned()], 3);
-        assert_eq!(hits[0].name, "mcp__miku__getrandomimage", "{hits:?}");
+        assert_eq!(&*hits[0].name, "mcp__miku__getrandomimage", "{hits:?}");
         assert!(
             hits[0].reason.contains("\"random\" in name"),
             "{}",
@@ -2185,7 +2223,11 @@ mod tests {
              "tools": [{"name": "now", "description": "Weather now"}]}
         ]});
         let (c, index) = indexed(&tools);
-        let names = |hits: Vec<Hit>| hits.into_iter().map(|h| h.tool).collect::<Vec<_>>();
+        let names = |hits: Vec<Hit>| {
+            hits.into_iter()
+                .map(|h| h.tool.to_string())
+                .collect::<Vec<_>>()
+        };
         for query in ["train seat", "train seat +step"] {
             let q = [query.to_owned()];
             let full = names(index.rank(&c, &q, c.tools().len()));
@@ -2409,7 +2451,7 @@ mod tests {
         // second query as well: summed, they would fill the top three. Ranked per intent, the
         // second query's best (the translator) is second, after the tool both found.
         let hits = ranked(&["send email message", "translate text"], 3);
-        let names: Vec<&str> = hits.iter().map(|h| h.name.as_str()).collect();
+        let names: Vec<&str> = hits.iter().map(|h| &*h.name).collect();
         assert_eq!(
             names[..2],
             ["email_text_send", "translate_document"],
@@ -2423,7 +2465,7 @@ mod tests {
         let hits = ranked(&["send email message", "translate text"], 5);
         let reason = |name: &str| {
             hits.iter()
-                .find(|h| h.name == name)
+                .find(|h| &*h.name == name)
                 .map(|h| h.reason.clone())
                 .expect(name)
         };
@@ -2458,7 +2500,7 @@ mod tests {
             ],
             5,
         );
-        let names: Vec<&str> = hits.iter().map(|h| h.name.as_str()).collect();
+        let names: Vec<&str> = hits.iter().map(|h| &*h.name).collect();
         assert_eq!(names[CLAUSE_SLOT], "translate_document", "{names:?}");
         assert!(
             hits[CLAUSE_SLOT]
@@ -2488,7 +2530,7 @@ mod tests {
         let query = "Send an email message, reply to the email message and save an email draft. \
                      Then I want the Judge Extra compiler sandbox.";
         let hits = index.rank(&c, &[query.to_owned()], 5);
-        let names: Vec<&str> = hits.iter().map(|h| h.name.as_str()).collect();
+        let names: Vec<&str> = hits.iter().map(|h| &*h.name).collect();
         assert_eq!(names[CLAUSE_SLOT], "mcp__judge_extra__about", "{names:?}");
         assert!(
             hits[CLAUSE_SLOT]
@@ -2530,7 +2572,7 @@ mod tests {
         let ask = |request: &str| {
             let hits = index.rank(&c, &[request.to_owned()], 5);
             assert!(hits[CLAUSE_SLOT].reason.starts_with("for \""), "{hits:?}");
-            hits[CLAUSE_SLOT].name.clone()
+            hits[CLAUSE_SLOT].name.to_string()
         };
         let request = "Send an email message, reply to the email message and save an email draft. \
                        Then translate the document into another language";
@@ -2607,7 +2649,7 @@ mod tests {
         );
         // Two character pairs that are no word of either text.
         let hits = index.rank(&c, &["报空 气预".to_owned()], 1);
-        assert_eq!(hits[0].name, "weather_cn");
+        assert_eq!(&*hits[0].name, "weather_cn");
         assert_eq!(
             hits[0].reason,
             "Chinese text \"报空\", \"气预\" in description"
@@ -2615,7 +2657,7 @@ mod tests {
         // With a word matched too, the characters are not named, whichever came first.
         for q in ["报空 forecast", "forecast 报空"] {
             let hits = index.rank(&c, &[q.to_owned()], 1);
-            assert_eq!(hits[0].name, "weather_cn", "{q}");
+            assert_eq!(&*hits[0].name, "weather_cn", "{q}");
             assert_eq!(hits[0].reason, "\"forecast\" in description", "{q}");
         }
     }
@@ -2645,7 +2687,7 @@ mod tests {
             let q = format!("please use {open}email_text_send{close} for this");
             let hits = ranked(&[&q], 3);
             assert_eq!(
-                (hits[0].name.as_str(), hits[0].reason.as_str()),
+                (&*hits[0].name, hits[0].reason.as_str()),
                 ("email_text_send", "exact name in the query"),
                 "{q}"
             );

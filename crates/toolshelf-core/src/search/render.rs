@@ -275,7 +275,7 @@ fn exact(
                         .catalog_indices()
                         .binary_search(&i)
                         .unwrap_or_default() as u32;
-                    push_unique(&mut hits, index.named_hit(catalog, d));
+                    push_unique(&mut hits, index.named_hit(d));
                 }
                 _ => missing.push(name),
             }
@@ -289,7 +289,7 @@ fn exact(
             ));
         }
         for &d in docs {
-            push_unique(&mut hits, index.named_hit(catalog, d));
+            push_unique(&mut hits, index.named_hit(d));
         }
     }
     let mut fallback: Vec<Hit> = Vec::new();
@@ -313,7 +313,7 @@ fn exact(
                 quote(name),
                 found
                     .iter()
-                    .map(|h| h.name.as_str())
+                    .map(|h| &*h.name)
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
