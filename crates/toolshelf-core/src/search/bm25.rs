@@ -6,8 +6,10 @@
 //! sums them, and saturates once per term, so a term repeated across fields is not counted as
 //! several independent matches (as it would be by summing per-field BM25 scores).
 //!
-//! The index is a plain inverted file: a term dictionary, postings sorted by document, and field
-//! lengths. It is built once per catalog; a query touches only the postings of its terms.
+//! The index is a plain inverted file: a term dictionary and postings sorted by document, each
+//! holding its saturated frequency. It is built once per catalog; a query touches only the
+//! postings of its terms. Beside it, each document's terms and the fields they are in, which only
+//! reasons read: they ask about a few documents and every term of a request.
 
 use rustc_hash::FxHashMap;
 
