@@ -1793,6 +1793,14 @@ impl SearchIndex {
         };
         for q in parsed {
             let ids = self.lexical.ids_of(q, self.own_ids(q));
+            debug_assert!(
+                ids.iter().flatten().enumerate().all(|(i, id)| !ids
+                    .iter()
+                    .flatten()
+                    .take(i)
+                    .any(|x| x == id)),
+                "a parse's terms are distinct"
+            );
             for ((_, surface), id) in q.terms.iter().zip(&q.surface).zip(ids.iter()) {
                 let Some(id) = *id else {
                     continue;
