@@ -49,7 +49,7 @@ fn run(e: &Env, args: Value) -> toolshelf_core::search::render::SearchResponse {
 fn names(e: &Env, queries: &[&str], limit: usize) -> Vec<String> {
     let q: Vec<String> = queries.iter().map(|s| (*s).to_owned()).collect();
     e.index
-        .rank(&e.catalog, &q, limit)
+        .rank(&q, limit)
         .into_iter()
         .map(|h| h.name.to_string())
         .collect()
@@ -293,9 +293,7 @@ fn no_padding_with_noise() {
 #[test]
 fn every_hit_says_why() {
     let e = env(None);
-    let hits = e
-        .index
-        .rank(&e.catalog, &["show commit history".to_owned()], 10);
+    let hits = e.index.rank(&["show commit history".to_owned()], 10);
     assert!(!hits.is_empty());
     for h in &hits {
         assert!(h.reason.contains(" in "), "{}: {}", h.name, h.reason);
@@ -514,8 +512,8 @@ fn a_lexical_clone_ranks_like_the_original() {
     let e = env(None);
     let copy = e.index.clone_lexical();
     for q in ["read file", "commit changes", "提交", "server:git log"] {
-        let a: Vec<_> = e.index.rank(&e.catalog, &[q.to_owned()], 10);
-        let b: Vec<_> = copy.rank(&e.catalog, &[q.to_owned()], 10);
+        let a: Vec<_> = e.index.rank(&[q.to_owned()], 10);
+        let b: Vec<_> = copy.rank(&[q.to_owned()], 10);
         assert_eq!(a, b, "{q}");
     }
 }
@@ -595,7 +593,7 @@ fn a_name_counts_as_a_name_only_when_written_as_one() {
     let index = SearchIndex::build(&catalog, &all);
     let rank = |q: &str| -> Vec<(String, String)> {
         index
-            .rank(&catalog, &[q.to_owned()], 5)
+            .rank(&[q.to_owned()], 5)
             .into_iter()
             .map(|h| (h.name.to_string(), h.reason))
             .collect()
@@ -668,7 +666,7 @@ fn a_servers_description_and_sibling_tools_count_for_its_tools() {
     let all: Vec<usize> = (0..catalog.tools().len()).collect();
     let first = |params: RankParams| {
         let index = SearchIndex::build_with(&catalog, &all, params);
-        index.rank(&catalog, &["train tickets".to_owned()], 3)
+        index.rank(&["train tickets".to_owned()], 3)
     };
     let with = first(RankParams::default());
     assert_eq!(&*with[0].name, "mcp__12306__get-tickets", "{with:?}");

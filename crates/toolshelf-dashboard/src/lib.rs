@@ -364,15 +364,11 @@ pub struct Hits {
 
 impl Hits {
     /// The ten best hits for `query` in `index`, timed into `latencies`.
-    pub fn of(
-        query: &str,
-        found: Option<(&SearchIndex, &Catalog)>,
-        latencies: Option<&Latencies>,
-    ) -> Self {
-        let hits = match found {
-            Some((index, catalog)) if !query.trim().is_empty() => {
+    pub fn of(query: &str, index: Option<&SearchIndex>, latencies: Option<&Latencies>) -> Self {
+        let hits = match index {
+            Some(index) if !query.trim().is_empty() => {
                 let started = std::time::Instant::now();
-                let hits = index.rank(catalog, &[query.to_owned()], 10);
+                let hits = index.rank(&[query.to_owned()], 10);
                 if let Some(l) = latencies {
                     l.push(started.elapsed().as_micros() as u64);
                 }

@@ -23,9 +23,9 @@ fn hybrid(catalog: &Catalog) -> SearchIndex {
     index
 }
 
-fn top(index: &SearchIndex, catalog: &Catalog, query: &str) -> Vec<(String, String)> {
+fn top(index: &SearchIndex, query: &str) -> Vec<(String, String)> {
     index
-        .rank(catalog, &[query.to_owned()], 3)
+        .rank(&[query.to_owned()], 3)
         .into_iter()
         .map(|h| (h.name.to_string(), h.reason))
         .collect()
@@ -46,13 +46,13 @@ fn chinese_queries_find_english_tools_and_the_reverse() {
         // BM25F alone cannot bridge the languages...
         assert!(
             bm25_only
-                .rank(&c, &[query.to_owned()], 3)
+                .rank(&[query.to_owned()], 3)
                 .iter()
                 .all(|h| &*h.name != want),
             "{query}: lexical search should not find {want}"
         );
         // ...the fused ranking puts the right tool first, and says it matched on meaning.
-        let got = top(&idx, &c, query);
+        let got = top(&idx, query);
         assert_eq!(
             got.first().map(|h| h.0.as_str()),
             Some(want),
@@ -68,9 +68,9 @@ fn nonsense_still_finds_nothing() {
     let idx = hybrid(&c);
     for query in ["xylophone quasar zebra", "the of and please", "嗯嗯啊啊"] {
         assert!(
-            top(&idx, &c, query).is_empty(),
+            top(&idx, query).is_empty(),
             "{query}: {:?}",
-            top(&idx, &c, query)
+            top(&idx, query)
         );
     }
 }
@@ -94,7 +94,7 @@ fn ties_break_by_name_whatever_the_input_order() {
         let c = Catalog::from_value(&twins(&order), "t").expect("catalog");
         let idx = hybrid(&c);
         for query in ["weather forecast", "天气预报"] {
-            let names: Vec<String> = top(&idx, &c, query).into_iter().map(|h| h.0).collect();
+            let names: Vec<String> = top(&idx, query).into_iter().map(|h| h.0).collect();
             results.push(names);
         }
     }

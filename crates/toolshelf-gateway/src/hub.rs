@@ -502,7 +502,7 @@ impl Hub {
             let index = snap.search_index();
             let hits = |q: &str| {
                 index
-                    .rank(&snap.catalog, &[q.to_owned()], 5)
+                    .rank(&[q.to_owned()], 5)
                     .into_iter()
                     .map(|h| h.index)
                     .collect()

@@ -34,7 +34,7 @@ pub async fn handle(State(ui): State<UiState>, req: Request) -> Response {
     let q = query.and_then(|q| param(q, "q")).unwrap_or_default();
     let snap = hub.snapshot();
     let source = format!("the merged catalog of {}", hub.label());
-    let found = Some((snap.search_index(), &snap.catalog));
+    let found = Some(snap.search_index());
     match parts.uri.path().trim_end_matches('/') {
         "/ui" => html(&servers(hub)),
         "/ui/catalog" => html(&CatalogPage::of(

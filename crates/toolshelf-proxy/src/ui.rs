@@ -38,7 +38,7 @@ pub fn handle(
     let q = query.and_then(|q| param(q, "q")).unwrap_or_default();
     let shelf = app.proxy.latest_shelf();
     let source = "the tools of the most recent request".to_owned();
-    let found = shelf.as_deref().map(|s| (&s.search, &s.catalog));
+    let found = shelf.as_deref().map(|s| &s.search);
     Some(match path.trim_end_matches('/') {
         "/ui" => html(&overview(app)),
         "/ui/catalog" => html(&match &shelf {

@@ -142,12 +142,12 @@ pub fn bench_sizes(
         group.bench_function(BenchmarkId::new("query", size), |b| {
             b.iter(|| {
                 i = (i + 1) % qs.len();
-                black_box(index.rank(&catalog, std::slice::from_ref(&qs[i]), 10))
+                black_box(index.rank(std::slice::from_ref(&qs[i]), 10))
             })
         });
         group.finish();
         let (p50, p99) = latency_percentiles(&qs, |q| {
-            black_box(index.rank(&catalog, std::slice::from_ref(q), 10));
+            black_box(index.rank(std::slice::from_ref(q), 10));
         });
         eprintln!(
             "{label}_{size}: {} queries, p50 {p50:.0} µs, p99 {p99:.0} µs",

@@ -1264,7 +1264,7 @@ impl SearchIndex {
                 || self.labels[d]
                     .server
                     .as_ref()
-                    .is_some_and(|s| q.servers.iter().any(|q| **q == **s)))
+                    .is_some_and(|s| q.servers.iter().any(|x| **x == **s)))
                 && q.required
                     .iter()
                     .all(|r| self.name_terms[d].binary_search(r).is_ok())
@@ -1277,8 +1277,8 @@ impl SearchIndex {
     /// merged round-robin (each intent's best, then each one's second, ...; within a round, tools
     /// several intents found first), so every intent is represented in the top hits; each hit's
     /// reason names the intents it answers. Returns at most `limit` hits.
-    pub fn rank(&self, catalog: &Catalog, queries: &[String], limit: usize) -> Vec<Hit> {
-        RANK_SCRATCH.with_borrow_mut(|scratch| self.rank_with(catalog, queries, limit, scratch))
+    pub fn rank(&self, queries: &[String], limit: usize) -> Vec<Hit> {
+        RANK_SCRATCH.with_borrow_mut(|scratch| self.rank_with(queries, limit, scratch))
     }
 
     /// Fused scores of one parsed query into `scratch.query`, filtered by its operators;
@@ -1594,13 +1594,7 @@ impl SearchIndex {
         best.first.map(|f| (f, best.second))
     }
 
-    fn rank_with(
-        &self,
-        catalog: &Catalog,
-        queries: &[String],
-        limit: usize,
-        scratch: &mut RankScratch,
-    ) -> Vec<Hit> {
+    fn rank_with(&self, queries: &[String], limit: usize, scratch: &mut RankScratch) -> Vec<Hit> {
         let mut exact: Vec<u32> = Vec::new();
         let mut parsed = Vec::with_capacity(queries.len());
         // Each intent's best `limit` (exact names are taken out below), and the best score.
@@ -1628,8 +1622,7 @@ impl SearchIndex {
             list.retain(|(_, d)| exact.binary_search(d).is_err());
             list.truncate(keep);
         }
-        let tools = catalog.tools();
-        let name_of = |d: u32| tools[self.docs[d as usize]].name.as_str();
+        let name_of = |d: u32| &*self.labels[d as usize].name;
         let top = best.max(1.0);
         let mut exact_hits: Vec<(f32, u32)> = exact.iter().map(|&d| (top + 1.0, d)).collect();
         exact_hits.sort_by(|a, b| name_of(a.1).cmp(name_of(b.1)));
@@ -2152,7 +2145,7 @@ mod tests {
         let all: Vec<usize> = (0..c.tools().len()).collect();
         let index = SearchIndex::build(&c, &all);
         let q: Vec<String> = queries.iter().map(|s| (*s).to_owned()).collect();
-        index.rank(&c, &q, limit)
+        index.rank(&q, limit)
     }
 
     /// The catalog of `tools` (JSON) and an index of all its tools.
@@ -2202,7 +2195,7 @@ mod tests {
             .position(|&i| c.tools()[i].bare == "getrandomimage")
             .expect("the tool");
         assert_eq!(index.name_pieces(d), "get random image");
-        let hits = index.rank(&c, &["show me a random picture".to_owned()], 3);
+        let hits = index.rank(&["show me a random picture".to_owned()], 3);
         assert_eq!(&*hits[0].name, "mcp__miku__getrandomimage", "{hits:?}");
         assert!(
             hits[0].reason.contains("\"random\" in name"),
@@ -2238,10 +2231,10 @@ mod tests {
         };
         for query in ["train seat", "train seat +step"] {
             let q = [query.to_owned()];
-            let full = names(index.rank(&c, &q, c.tools().len()));
+            let full = names(index.rank(&q, c.tools().len()));
             assert!(full.len() >= 6, "{query}: {full:?}");
             for k in 1..full.len() {
-                assert_eq!(names(index.rank(&c, &q, k)), full[..k], "{query}, k = {k}");
+                assert_eq!(names(index.rank(&q, k)), full[..k], "{query}, k = {k}");
             }
             // The tools brought in by their server alone follow in name order.
             let mut steps: Vec<&String> = full
@@ -2254,12 +2247,9 @@ mod tests {
             assert_eq!(in_order, steps, "{query}");
         }
         let q = ["train seat".to_owned()];
-        assert_eq!(
-            names(index.rank(&c, &q, 3)),
-            ["book_seat", "leg00", "leg02"]
-        );
+        assert_eq!(names(index.rank(&q, 3)), ["book_seat", "leg00", "leg02"]);
         let q = ["train seat +step".to_owned()];
-        assert_eq!(names(index.rank(&c, &q, 2)), ["step01", "step03"]);
+        assert_eq!(names(index.rank(&q, 2)), ["step01", "step03"]);
     }
 
     /// One memo serving several indexes in turn (as a thread's memo does) gives each the parse a
@@ -2534,10 +2524,10 @@ mod tests {
             {"name": "notes", "description": "Notebook",
              "tools": [{"name": "write", "description": "Write a note"}]}
         ]});
-        let (c, index) = indexed(&tools);
+        let (_, index) = indexed(&tools);
         let query = "Send an email message, reply to the email message and save an email draft. \
                      Then I want the Judge Extra compiler sandbox.";
-        let hits = index.rank(&c, &[query.to_owned()], 5);
+        let hits = index.rank(&[query.to_owned()], 5);
         let names: Vec<&str> = hits.iter().map(|h| &*h.name).collect();
         assert_eq!(names[CLAUSE_SLOT], "mcp__judge_extra__about", "{names:?}");
         assert!(
@@ -2576,9 +2566,9 @@ mod tests {
             {"name": "notes", "description": "Notebook",
              "tools": [{"name": "write", "description": "Write a note in any language"}]}
         ]});
-        let (c, index) = indexed(&tools);
+        let (_, index) = indexed(&tools);
         let ask = |request: &str| {
-            let hits = index.rank(&c, &[request.to_owned()], 5);
+            let hits = index.rank(&[request.to_owned()], 5);
             assert!(hits[CLAUSE_SLOT].reason.starts_with("for \""), "{hits:?}");
             hits[CLAUSE_SLOT].name.to_string()
         };
@@ -2649,14 +2639,14 @@ mod tests {
             {"name": "other", "description": "unrelated words"},
             {"name": "weather_cn", "description": "天气预报空气质量 forecast"}
         ]);
-        let (c, index) = indexed(&tools);
-        let hits = index.rank(&c, &["alpha beta gamma delta epsilon zeta".to_owned()], 1);
+        let (_, index) = indexed(&tools);
+        let hits = index.rank(&["alpha beta gamma delta epsilon zeta".to_owned()], 1);
         assert_eq!(
             hits[0].reason,
             "\"alpha\" in name; \"beta\" in name; \"gamma\" in description; \"delta\" in description; +2 more terms"
         );
         // Two character pairs that are no word of either text.
-        let hits = index.rank(&c, &["报空 气预".to_owned()], 1);
+        let hits = index.rank(&["报空 气预".to_owned()], 1);
         assert_eq!(&*hits[0].name, "weather_cn");
         assert_eq!(
             hits[0].reason,
@@ -2664,7 +2654,7 @@ mod tests {
         );
         // With a word matched too, the characters are not named, whichever came first.
         for q in ["报空 forecast", "forecast 报空"] {
-            let hits = index.rank(&c, &[q.to_owned()], 1);
+            let hits = index.rank(&[q.to_owned()], 1);
             assert_eq!(&*hits[0].name, "weather_cn", "{q}");
             assert_eq!(hits[0].reason, "\"forecast\" in description", "{q}");
         }

@@ -178,7 +178,7 @@ fn search_within(
         SearchRequest::Names(names) => exact(index, catalog, names, config, described),
         SearchRequest::Queries { queries, limit } => {
             let limit = effective_limit(*limit, config);
-            let hits = index.rank(catalog, queries, limit + config.max_limit);
+            let hits = index.rank(queries, limit + config.max_limit);
             let quoted = quote_list(queries);
             let notes = index.notes(queries);
             if hits.is_empty() {
@@ -301,7 +301,7 @@ fn exact(
         ));
     }
     for name in missing.iter().take(5) {
-        let found = index.rank(catalog, std::slice::from_ref(*name), config.default_limit);
+        let found = index.rank(std::slice::from_ref(*name), config.default_limit);
         if found.is_empty() {
             notes.push(format!(
                 "No tool is named {}, and a search for it found nothing.",

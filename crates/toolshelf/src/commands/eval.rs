@@ -183,13 +183,13 @@ pub fn run(args: Args) -> Result<()> {
     let (mut mrr, mut ndcg) = (0f64, 0f64);
     if args.warm_up {
         for case in &cases {
-            index.rank(&loaded.catalog, std::slice::from_ref(&case.query), 10);
+            index.rank(std::slice::from_ref(&case.query), 10);
         }
     }
     let mut latencies = Vec::with_capacity(cases.len());
     for (c, case) in cases.iter().enumerate() {
         let t = Instant::now();
-        let hits = index.rank(&loaded.catalog, std::slice::from_ref(&case.query), 10);
+        let hits = index.rank(std::slice::from_ref(&case.query), 10);
         latencies.push(t.elapsed().as_secs_f64() * 1e6);
         if let Some(b) = &bar {
             b.inc(1);
@@ -329,7 +329,7 @@ pub fn run(args: Args) -> Result<()> {
 /// One miss, explained: every gold tool's rank (within the first 1,000) and reason, and what
 /// ranked first.
 fn miss(index: &SearchIndex, loaded: &crate::inputs::Loaded, case: &Case, recall10: f64) -> Value {
-    let hits = index.rank(&loaded.catalog, std::slice::from_ref(&case.query), 1000);
+    let hits = index.rank(std::slice::from_ref(&case.query), 1000);
     let tools = loaded.catalog.tools();
     let gold: Vec<Value> = case
         .gold

@@ -75,7 +75,7 @@ pub fn replay(args: &Args) -> Result<Vec<toolshelf_core::replay::TurnReport>> {
     );
     let hits = |q: &str| {
         index
-            .rank(&loaded.catalog, &[q.to_owned()], 5)
+            .rank(&[q.to_owned()], 5)
             .into_iter()
             .map(|h| h.index)
             .collect()

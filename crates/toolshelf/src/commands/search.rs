@@ -143,7 +143,7 @@ fn batch(
                 n + 1
             ),
         };
-        let hits = index.rank(&loaded.catalog, &queries, limit);
+        let hits = index.rank(&queries, limit);
         serde_json::to_writer(&mut out, &json!({"hits": hits}))?;
         out.write_all(b"\n")?;
     }
