@@ -307,6 +307,41 @@ impl Bm25Index {
         }
         touched.truncate(end);
     }
+
+    /// Whether any of `terms` is weak: only then does a match need [`Self::accumulate`]'s counts.
+    pub fn any_weak(&self, terms: &[(u32, f32)]) -> bool {
+        terms.iter().any(|&(term, _)| self.weak[term as usize])
+    }
+
+    /// [`Self::accumulate`] for terms none of which is weak ([`Self::any_weak`]), with no counts:
+    /// a document then has a strong match exactly when it has a positive score, so a score's
+    /// first rise from zero marks the document as new, and only documents with a positive score
+    /// are pushed to `touched` (at their first positive share, where [`Self::accumulate`] pushes
+    /// a document at its first match). `scores` must be zero for every document not yet touched.
+    pub fn accumulate_strong(
+        &self,
+        terms: &[(u32, f32)],
+        scores: &mut [f32],
+        touched: &mut Vec<u32>,
+    ) {
+        debug_assert!(!self.any_weak(terms));
+        let n = self.docs;
+        let scores = &mut scores[..n];
+        let most: usize = terms.iter().map(|&(term, _)| self.range(term).len()).sum();
+        let mut end = touched.len();
+        touched.resize(end + most.min(n) + 1, 0);
+        for &(term, qweight) in terms {
+            let idf = self.idf[term as usize] * qweight;
+            for post in &self.postings[self.range(term)] {
+                let d = post.doc as usize;
+                let (before, after) = (scores[d], scores[d] + idf * post.saturated);
+                scores[d] = after;
+                touched[end] = post.doc;
+                end += usize::from((before == 0.0) & (after > 0.0));
+            }
+        }
+        touched.truncate(end);
+    }
 }
 
 #[cfg(test)]
@@ -393,6 +428,52 @@ mod tests {
                     "{term:?} in document {d}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn strong_terms_accumulate_as_with_counts() {
+        // Parameters weigh nothing here, so a document matched only there has a zero score:
+        // it must be left out, and not pushed twice when a later term scores it.
+        let params = Bm25Params {
+            weight: [5.0, 1.5, 0.0, 0.4, 1.5],
+            ..Bm25Params::default()
+        };
+        let v = |s: &[&str]| s.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+        let docs: Vec<DocFields> = vec![
+            [v(&["a"]), v(&["b", "c"]), v(&["c"]), vec![], vec![]],
+            [vec![], vec![], v(&["a", "b"]), vec![], vec![]],
+            [vec![], v(&["b"]), v(&["a"]), vec![], vec![]],
+            [v(&["c"]), vec![], vec![], v(&["a"]), vec![]],
+            [vec![], vec![], v(&["d"]), vec![], vec![]],
+        ];
+        let idx = Bm25Index::build(&docs, params);
+        let id = |t: &str| idx.term_id(t).expect("indexed");
+        for terms in [
+            vec![(id("a"), 1.0), (id("b"), 2.0)],
+            vec![(id("c"), 1.0), (id("a"), 1.0), (id("d"), 3.0)],
+            vec![(id("d"), 1.0)],
+        ] {
+            assert!(!idx.any_weak(&terms));
+            let n = idx.len();
+            let (mut counted, mut hits, mut all) = (vec![0.0; n], vec![[0, 0]; n], Vec::new());
+            idx.accumulate(&terms, &mut counted, &mut hits, &mut all);
+            let mut scored: Vec<u32> = all
+                .into_iter()
+                .filter(|&d| hits[d as usize][0] > 0 && counted[d as usize] > 0.0)
+                .collect();
+            let (mut scores, mut touched) = (vec![0.0; n], Vec::new());
+            idx.accumulate_strong(&terms, &mut scores, &mut touched);
+            let bits = |s: &[f32]| s.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&scores), bits(&counted), "{terms:?}");
+            // The same documents, each once (in the order of their first positive share, where
+            // the counts push a document at its first match).
+            let pushed = touched.len();
+            touched.sort_unstable();
+            touched.dedup();
+            assert_eq!(touched.len(), pushed, "{touched:?}");
+            scored.sort_unstable();
+            assert_eq!(touched, scored, "{terms:?}");
         }
     }
 

@@ -238,18 +238,35 @@ impl Lexical {
     }
 
     /// Scores the query whose terms are `terms` (see [`Self::weighted`]) into `scores` (zero
-    /// where it can match; filtered by `allowed`) and leaves in `matched` the documents that kept
-    /// a score (in no particular order), so that callers visit the matches instead of the
-    /// catalog. Only matched documents are written.
+    /// where it can match; filtered by `allowed`, `None` for no filter) and leaves in `matched`
+    /// the documents that kept a score (in no particular order), so that callers visit the
+    /// matches instead of the catalog. Only matched documents are written.
     fn score_matches(
         &self,
         terms: &[(u32, f32)],
-        allowed: &[bool],
+        allowed: Option<&[bool]>,
         scores: &mut [f32],
         matched: &mut Vec<u32>,
     ) {
         let n = self.index.len();
         matched.clear();
+        // Without a weak term every document touched has a strong match and a score, so only
+        // the filter remains to apply, and no counts are kept (most queries, and every one in a
+        // language without bigram terms).
+        if !self.index.any_weak(terms) {
+            self.index.accumulate_strong(terms, scores, matched);
+            if let Some(allowed) = allowed {
+                matched.retain(|&d| {
+                    let keep = allowed[d as usize];
+                    if !keep {
+                        scores[d as usize] = 0.0;
+                    }
+                    keep
+                });
+            }
+            return;
+        }
+        let allowed = |i: usize| allowed.is_none_or(|a| a[i]);
         LEXICAL_SCRATCH.with_borrow_mut(|hits| {
             // The counts are all zero between calls: only touched entries are reset below.
             if hits.len() < n {
@@ -259,7 +276,7 @@ impl Lexical {
             matched.retain(|&d| {
                 let i = d as usize;
                 let [strong, weak] = std::mem::take(&mut hits[i]);
-                let keep = allowed[i] && (strong > 0 || weak >= self.min_weak) && scores[i] > 0.0;
+                let keep = allowed(i) && (strong > 0 || weak >= self.min_weak) && scores[i] > 0.0;
                 if !keep {
                     scores[i] = 0.0;
                 }
@@ -284,6 +301,8 @@ struct RankScratch {
     query: Fused,
     scores: Vec<f32>,
     allowed: Vec<bool>,
+    /// Whether `allowed` filters anything out.
+    filtered: bool,
     lexical_hit: Vec<bool>,
     /// Documents the lexical retriever matched.
     matched: Vec<u32>,
@@ -396,8 +415,6 @@ struct Groups {
     /// Tool documents of each group, by name: the tools a group brings in on its evidence alone
     /// all score the same, so only the first few by name can be among the best.
     members: Vec<Vec<u32>>,
-    /// `true` for every group: groups are never filtered themselves.
-    all: Vec<bool>,
 }
 
 impl Groups {
@@ -460,7 +477,6 @@ impl Groups {
                 min_weak: 2,
             },
             of_doc,
-            all: vec![true; names.len()],
             names,
             members,
         })
@@ -471,7 +487,8 @@ impl Groups {
     fn scores_into(&self, terms: &[(u32, f32)], out: &mut Vec<f32>, matched: &mut Vec<u32>) {
         out.clear();
         out.resize(self.names.len(), 0.0);
-        self.index.score_matches(terms, &self.all, out, matched);
+        // Groups are never filtered themselves.
+        self.index.score_matches(terms, None, out, matched);
         let max = matched.iter().map(|&g| out[g as usize]).fold_max();
         if max > 0.0 {
             // Over every group, in order, so the divisions run several to an instruction: the
@@ -1253,11 +1270,12 @@ impl SearchIndex {
         out
     }
 
-    fn allowed_into(&self, q: &ParsedQuery, out: &mut Vec<bool>) {
+    /// Whether each document passes `q`'s filters, into `out`; returns whether `q` has any.
+    fn allowed_into(&self, q: &ParsedQuery, out: &mut Vec<bool>) -> bool {
         out.clear();
         if q.servers.is_empty() && q.required.is_empty() {
             out.resize(self.docs.len(), true);
-            return;
+            return false;
         }
         out.extend((0..self.docs.len()).map(|d| {
             (q.servers.is_empty()
@@ -1269,6 +1287,7 @@ impl SearchIndex {
                     .iter()
                     .all(|r| self.name_terms[d].binary_search(r).is_ok())
         }));
+        true
     }
 
     /// Ranks the searchable tools for `queries`: exact names first, then fuzzy hits. One query is
@@ -1290,6 +1309,7 @@ impl SearchIndex {
             query,
             scores,
             allowed,
+            filtered,
             lexical_hit,
             matched,
             groups: group,
@@ -1302,11 +1322,12 @@ impl SearchIndex {
         query.reset(n);
         scores.clear();
         scores.resize(n, 0.0);
-        self.allowed_into(q, allowed);
+        *filtered = self.allowed_into(q, allowed);
         // The lexical retriever runs first, on its matches only; remember which tools share a
         // word with the query.
         self.weighted_terms(q, terms, group_terms);
-        self.lexical.score_matches(terms, allowed, scores, matched);
+        let filter = filtered.then_some(allowed.as_slice());
+        self.lexical.score_matches(terms, filter, scores, matched);
         lexical_hit.clear();
         lexical_hit.resize(n, false);
         let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
@@ -1526,6 +1547,7 @@ impl SearchIndex {
         let RankScratch {
             scores,
             allowed,
+            filtered,
             clause_allowed,
             matched,
             groups: group,
@@ -1534,14 +1556,19 @@ impl SearchIndex {
             group_terms,
             ..
         } = scratch;
-        let allowed = if own_filter { clause_allowed } else { allowed };
+        let (allowed, filtered) = if own_filter {
+            (clause_allowed, true)
+        } else {
+            (allowed, *filtered)
+        };
         // All zero between passes: each pass resets the documents it matched.
         scores.resize(n, 0.0);
         debug_assert!(scores.iter().all(|&s| s == 0.0));
         if let Some(g) = &self.groups {
             g.scores_into(group_terms, group, group_hits);
         }
-        self.lexical.score_matches(terms, allowed, scores, matched);
+        let filter = filtered.then_some(allowed.as_slice());
+        self.lexical.score_matches(terms, filter, scores, matched);
         let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
         let lexical = max > 0.0 && self.lexical_weight > 0.0;
         let w = if lexical {
