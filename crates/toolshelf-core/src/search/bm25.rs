@@ -9,7 +9,7 @@
 //! The index is a plain inverted file: a term dictionary and postings sorted by document, each
 //! holding its saturated frequency. It is built once per catalog; a query touches only the
 //! postings of its terms. Beside it, each document's terms and the fields they are in, which only
-//! reasons read: they ask about a few documents and every term of a request.
+//! reasons read: they walk a few documents' terms against every term of a request.
 
 use rustc_hash::FxHashMap;
 
@@ -261,6 +261,18 @@ impl Bm25Index {
             Ok(i) => self.doc_fields[from + i],
             Err(_) => 0,
         }
+    }
+
+    /// Number of distinct terms; term ids are below it.
+    pub fn terms(&self) -> usize {
+        self.idf.len()
+    }
+
+    /// `doc`'s terms, sorted by id, and beside each the fields it is in (as [`Self::fields`]).
+    pub fn doc_terms(&self, doc: u32) -> (&[u32], &[u8]) {
+        let d = doc as usize;
+        let range = self.doc_starts[d] as usize..self.doc_starts[d + 1] as usize;
+        (&self.doc_terms[range.clone()], &self.doc_fields[range])
     }
 
     /// The places of `term`'s postings.

@@ -293,6 +293,30 @@ thread_local! {
     /// touched entries keeps a query's cost in proportion to its matches.
     static LEXICAL_SCRATCH: RefCell<Vec<[u16; 2]>> = const { RefCell::new(Vec::new()) };
     static RANK_SCRATCH: RefCell<RankScratch> = RefCell::new(RankScratch::default());
+    static REASON_SCRATCH: RefCell<ReasonScratch> = RefCell::new(ReasonScratch::default());
+}
+
+/// Per-thread buffers of [`SearchIndex::matched_terms`].
+#[derive(Debug, Default)]
+struct ReasonScratch {
+    /// Per lexical term id, its place in `order` plus one (0: not in the request); all zero
+    /// between calls.
+    place: Vec<u32>,
+    /// The request's distinct terms, in order: `(term id, intent, place in the intent's terms)`.
+    order: Vec<(u32, u32, u32)>,
+    /// The terms the tool has, in the same order.
+    found: Vec<Matched>,
+}
+
+/// A term of the request that a tool has: its place in the request, its id, where the intent's
+/// parse has it, and the fields of the tool it is in.
+#[derive(Debug, Clone, Copy)]
+struct Matched {
+    at: u32,
+    id: u32,
+    intent: u32,
+    term: u32,
+    mask: u8,
 }
 
 /// Per-thread buffers of one ranking, sized to the catalog and reused across queries.
@@ -1729,9 +1753,13 @@ impl SearchIndex {
     /// A match in the server's name or description is shared by every tool of that server, so it
     /// is named only when nothing of the tool's own matched.
     fn reason(&self, d: u32, parsed: &[&ParsedQuery]) -> String {
-        let own = self.reason_in(d, parsed, false);
-        if own.is_empty() {
-            let server = self.reason_in(d, parsed, true);
+        REASON_SCRATCH.with_borrow_mut(|scratch| {
+            self.matched_terms(d, parsed, scratch);
+            let own = self.reason_in(parsed, &scratch.found, false);
+            if !own.is_empty() {
+                return own;
+            }
+            let server = self.reason_in(parsed, &scratch.found, true);
             if !server.is_empty() {
                 return server;
             }
@@ -1739,9 +1767,57 @@ impl SearchIndex {
                 return group;
             }
             let names: Vec<&str> = self.extra.iter().map(|(r, _)| r.name()).collect();
-            return format!("related by meaning ({})", names.join(", "));
+            format!("related by meaning ({})", names.join(", "))
+        })
+    }
+
+    /// The terms of `parsed` that document `d` has, into `scratch.found`, in the order of the
+    /// intents and of each one's terms, each term once (at its first place): a term matches the
+    /// same fields of the same tool whichever intent it came from. The request's terms are marked
+    /// by id in a table, and the tool's own terms (a few dozen, sorted, beside their fields) are
+    /// walked against it, where looking each of a long request's terms up in the tool's would
+    /// search them fifty times over.
+    fn matched_terms(&self, d: u32, parsed: &[&ParsedQuery], scratch: &mut ReasonScratch) {
+        let idx = self.lexical.index();
+        let ReasonScratch {
+            place,
+            order,
+            found,
+        } = scratch;
+        if place.len() < idx.terms() {
+            place.resize(idx.terms(), 0);
         }
-        own
+        order.clear();
+        for (i, q) in parsed.iter().enumerate() {
+            let ids = self.lexical.ids_of(q, self.own_ids(q));
+            for (t, id) in ids.iter().enumerate() {
+                if let Some(id) = *id
+                    && place[id as usize] == 0
+                {
+                    order.push((id, i as u32, t as u32));
+                    place[id as usize] = order.len() as u32;
+                }
+            }
+        }
+        found.clear();
+        let (terms, fields) = idx.doc_terms(d);
+        for (&term, &mask) in terms.iter().zip(fields) {
+            let at = place[term as usize];
+            if at != 0 {
+                let (id, intent, term) = order[at as usize - 1];
+                found.push(Matched {
+                    at,
+                    id,
+                    intent,
+                    term,
+                    mask,
+                });
+            }
+        }
+        found.sort_unstable_by_key(|m| m.at);
+        for &(id, ..) in order.iter() {
+            place[id as usize] = 0;
+        }
     }
 
     /// "its server mcp__S matches: ..." for a tool brought in by its group's evidence.
@@ -1780,10 +1856,11 @@ impl SearchIndex {
         })
     }
 
-    /// The reason from the tool's own fields, or (`server`) from its server's field alone: at
-    /// most [`REASON_PARTS`] matched terms, then how many more matched. Written into one string
-    /// as it goes, since every hit of every query gets one.
-    fn reason_in(&self, d: u32, parsed: &[&ParsedQuery], server: bool) -> String {
+    /// The reason from the tool's own fields, or (`server`) from its server's field alone, given
+    /// its matched terms ([`Self::matched_terms`]): at most [`REASON_PARTS`] matched terms, then
+    /// how many more matched. Written into one string as it goes, since every hit of every query
+    /// gets one.
+    fn reason_in(&self, parsed: &[&ParsedQuery], found: &[Matched], server: bool) -> String {
         let idx = self.lexical.index();
         // Room for four parts and the count of the rest, so the string is not regrown as it is
         // written.
@@ -1793,11 +1870,6 @@ impl SearchIndex {
         // Weak terms by the fields they matched in (a mask), reported in the order of the
         // fields' labels.
         let mut chars: Vec<(u8, String)> = Vec::new();
-        // Terms already reported (from an earlier intent): a term matches the same fields of the
-        // same tool whichever intent it came from. A parse's terms are distinct, so one intent
-        // alone needs no such list.
-        let several = parsed.len() > 1;
-        let mut seen: Vec<u32> = Vec::new();
         const SERVER: u8 = 1 << Field::Server as u8;
         let labels = |mask: u8, out: &mut String| {
             let mut first = true;
@@ -1811,50 +1883,32 @@ impl SearchIndex {
                 }
             }
         };
-        for q in parsed {
-            let ids = self.lexical.ids_of(q, self.own_ids(q));
-            debug_assert!(
-                ids.iter().flatten().enumerate().all(|(i, id)| !ids
-                    .iter()
-                    .flatten()
-                    .take(i)
-                    .any(|x| x == id)),
-                "a parse's terms are distinct"
-            );
-            for ((_, surface), id) in q.terms.iter().zip(&q.surface).zip(ids.iter()) {
-                let Some(id) = *id else {
-                    continue;
-                };
-                // Weak terms are reported only when no strong one matched: once one has, they
-                // are not looked up.
-                if (total > 0 && idx.is_weak(id)) || (several && seen.contains(&id)) {
-                    continue;
-                }
-                let mask = idx.fields(id, d) & if server { SERVER } else { !SERVER };
-                if mask == 0 {
-                    continue;
-                }
-                if several {
-                    seen.push(id);
-                }
-                if idx.is_weak(id) {
-                    match chars.iter_mut().find(|(m, _)| *m == mask) {
-                        Some((_, e)) => {
-                            if !e.is_empty() {
-                                e.push_str("\", \"");
-                            }
-                            e.push_str(surface);
+        for m in found {
+            // Weak terms are reported only when no strong one matched: once one has, they are
+            // not looked at.
+            if total > 0 && idx.is_weak(m.id) {
+                continue;
+            }
+            let mask = m.mask & if server { SERVER } else { !SERVER };
+            if mask == 0 {
+                continue;
+            }
+            let surface = &parsed[m.intent as usize].surface[m.term as usize];
+            if idx.is_weak(m.id) {
+                match chars.iter_mut().find(|(m, _)| *m == mask) {
+                    Some((_, e)) => {
+                        if !e.is_empty() {
+                            e.push_str("\", \"");
                         }
-                        None => chars.push((mask, surface.to_string())),
+                        e.push_str(surface);
                     }
-                } else {
-                    if next_part(&mut total, &mut out) {
-                        out.push('"');
-                        out.push_str(surface);
-                        out.push_str("\" in ");
-                        labels(mask, &mut out);
-                    }
+                    None => chars.push((mask, surface.to_string())),
                 }
+            } else if next_part(&mut total, &mut out) {
+                out.push('"');
+                out.push_str(surface);
+                out.push_str("\" in ");
+                labels(mask, &mut out);
             }
         }
         if total == 0 && !chars.is_empty() {
@@ -2512,6 +2566,23 @@ mod tests {
             !single[0].reason.starts_with("for "),
             "{}",
             single[0].reason
+        );
+    }
+
+    #[test]
+    fn a_term_of_several_intents_is_named_once_at_its_first_place() {
+        let hits = ranked(&["send email", "text email send"], 5);
+        let hit = hits
+            .iter()
+            .find(|h| &*h.name == "email_text_send")
+            .expect("found");
+        let quoted: Vec<&str> = hit.reason.split('"').skip(1).step_by(2).collect();
+        // The intents' labels, then the terms: the first intent's, then the second's new one.
+        assert_eq!(
+            quoted,
+            ["send email", "text email send", "send", "email", "text"],
+            "{}",
+            hit.reason
         );
     }
 
