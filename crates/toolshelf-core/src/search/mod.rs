@@ -180,6 +180,11 @@ pub struct ParsedQuery {
 }
 
 impl ParsedQuery {
+    /// Whether the query filters the tools (`server:`, `+term`).
+    fn filters(&self) -> bool {
+        !(self.servers.is_empty() && self.required.is_empty())
+    }
+
     /// Restricts the query to server `canon` (several filters search each).
     fn restrict_to(&mut self, canon: &str) {
         if !self.servers.iter().any(|s| s == canon) {
@@ -325,8 +330,6 @@ struct RankScratch {
     query: Fused,
     scores: Vec<f32>,
     allowed: Vec<bool>,
-    /// Whether `allowed` filters anything out.
-    filtered: bool,
     lexical_hit: Vec<bool>,
     /// Documents the lexical retriever matched.
     matched: Vec<u32>,
@@ -1294,12 +1297,12 @@ impl SearchIndex {
         out
     }
 
-    /// Whether each document passes `q`'s filters, into `out`; returns whether `q` has any.
-    fn allowed_into(&self, q: &ParsedQuery, out: &mut Vec<bool>) -> bool {
+    /// Whether each document passes `q`'s filters, into `out`.
+    fn allowed_into(&self, q: &ParsedQuery, out: &mut Vec<bool>) {
         out.clear();
-        if q.servers.is_empty() && q.required.is_empty() {
+        if !q.filters() {
             out.resize(self.docs.len(), true);
-            return false;
+            return;
         }
         out.extend((0..self.docs.len()).map(|d| {
             (q.servers.is_empty()
@@ -1311,7 +1314,6 @@ impl SearchIndex {
                     .iter()
                     .all(|r| self.name_terms[d].binary_search(r).is_ok())
         }));
-        true
     }
 
     /// Ranks the searchable tools for `queries`: exact names first, then fuzzy hits. One query is
@@ -1333,7 +1335,6 @@ impl SearchIndex {
             query,
             scores,
             allowed,
-            filtered,
             lexical_hit,
             matched,
             groups: group,
@@ -1346,11 +1347,11 @@ impl SearchIndex {
         query.reset(n);
         scores.clear();
         scores.resize(n, 0.0);
-        *filtered = self.allowed_into(q, allowed);
+        self.allowed_into(q, allowed);
         // The lexical retriever runs first, on its matches only; remember which tools share a
         // word with the query.
         self.weighted_terms(q, terms, group_terms);
-        let filter = filtered.then_some(allowed.as_slice());
+        let filter = q.filters().then_some(allowed.as_slice());
         self.lexical.score_matches(terms, filter, scores, matched);
         lexical_hit.clear();
         lexical_hit.resize(n, false);
@@ -1528,7 +1529,7 @@ impl SearchIndex {
                     (Clause::Alone(q), own_filter)
                 }
             };
-            let Some(((s1, d1), s2)) = self.clause_best(own_filter, scratch) else {
+            let Some(((s1, d1), s2)) = self.clause_best(own_filter, parsed, scratch) else {
                 continue;
             };
             if s1 < CLAUSE_LEAD * s2 {
@@ -1561,17 +1562,18 @@ impl SearchIndex {
     /// clause is ranked only for its best, so only the tools it matches and, for each group that
     /// stands out, the first of its other tools by name (which all score the same) are visited.
     /// The clause's terms are `scratch.terms` and `scratch.group_terms`; its filter is
-    /// `scratch.clause_allowed` when `own_filter`, else its request's, left in `scratch.allowed`.
+    /// `scratch.clause_allowed` when `own_filter`, else that of its `request`, left in
+    /// `scratch.allowed`.
     fn clause_best(
         &self,
         own_filter: bool,
+        request: &ParsedQuery,
         scratch: &mut RankScratch,
     ) -> Option<((f32, u32), f32)> {
         let n = self.docs.len();
         let RankScratch {
             scores,
             allowed,
-            filtered,
             clause_allowed,
             matched,
             groups: group,
@@ -1583,7 +1585,7 @@ impl SearchIndex {
         let (allowed, filtered) = if own_filter {
             (clause_allowed, true)
         } else {
-            (allowed, *filtered)
+            (allowed, request.filters())
         };
         // All zero between passes: each pass resets the documents it matched.
         scores.resize(n, 0.0);
