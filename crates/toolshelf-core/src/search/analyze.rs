@@ -312,8 +312,15 @@ impl Memo {
     }
 }
 
+/// A surface as [`analyze_memo`] gives it, as written: a Chinese character bigram's surface id
+/// is its term's, whose text is the bigram behind [`CJK_CHAR_PREFIX`] (no other term begins with
+/// it), so a request's many bigrams are interned once, not twice.
+pub fn shown(surface: &str) -> &str {
+    surface.strip_prefix(CJK_CHAR_PREFIX).unwrap_or(surface)
+}
+
 /// [`analyze_with`], reusing and filling `memo`: calls `emit(term, surface)` with ids for
-/// [`Memo::str`], equal ids for equal strings.
+/// [`Memo::str`], equal ids for equal strings; a surface reads as written through [`shown`].
 pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(u32, u32)) {
     runs(text, |kind, run| {
         let (from, to) = match memo.runs.get(run) {
@@ -323,10 +330,11 @@ pub fn analyze_memo(text: &str, memo: &mut Memo, mut emit: impl FnMut(u32, u32))
                 analyze_run(kind, run, &mut |term, surface| {
                     let t = memo.intern(&term);
                     // Most terms are their own surface (words not changed by stemming, Chinese
-                    // words): one lookup serves both.
+                    // words), and a character bigram's is its term without the prefix (see
+                    // [`shown`]): one lookup serves both.
                     let pair = (
                         t,
-                        if term == surface {
+                        if term == surface || term.starts_with(CJK_CHAR_PREFIX) {
                             t
                         } else {
                             memo.intern(surface)
@@ -544,7 +552,7 @@ mod tests {
         let mut ids = Vec::new();
         analyze_memo(text, memo, |t, s| ids.push((t, s)));
         ids.iter()
-            .map(|&(t, s)| (memo.str(t).to_owned(), memo.str(s).to_owned()))
+            .map(|&(t, s)| (memo.str(t).to_owned(), shown(memo.str(s)).to_owned()))
             .collect()
     }
 
@@ -596,7 +604,7 @@ mod tests {
                 analyze_counted(text, &mut memo, &mut out);
                 let got: Vec<(String, String, f32)> = out
                     .iter()
-                    .map(|&(t, s, n)| (memo.str(t).to_owned(), memo.str(s).to_owned(), n))
+                    .map(|&(t, s, n)| (memo.str(t).to_owned(), shown(memo.str(s)).to_owned(), n))
                     .collect();
                 assert_eq!(got, expected, "round {round}: {text}");
             }

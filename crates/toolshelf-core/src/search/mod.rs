@@ -162,8 +162,9 @@ pub struct ParsedQuery {
     pub text: String,
     /// Analyzed terms of `text`, with how often each occurs, in first-seen order.
     pub terms: Vec<(Arc<str>, f32)>,
-    /// Surface form of each of `terms` (as first seen), for reasons.
-    pub surface: Vec<Arc<str>>,
+    /// Surface form of each of `terms` (as first seen), for reasons, as [`analyze::shown`]
+    /// reads it (see [`ParsedQuery::surface`]).
+    surface: Vec<Arc<str>>,
     /// `+term`s: each must appear in the tool name (analyzed).
     pub required: Vec<String>,
     /// Canonical server names the query is restricted to (`server:NAME`, `mcp__S__`).
@@ -180,6 +181,11 @@ pub struct ParsedQuery {
 }
 
 impl ParsedQuery {
+    /// The surface form of the `i`-th of [`Self::terms`], as first written in the query.
+    pub fn surface(&self, i: usize) -> &str {
+        analyze::shown(&self.surface[i])
+    }
+
     /// Whether the query filters the tools (`server:`, `+term`).
     fn filters(&self) -> bool {
         !(self.servers.is_empty() && self.required.is_empty())
@@ -1833,14 +1839,14 @@ impl SearchIndex {
         let mut words: Vec<String> = Vec::new();
         for q in parsed {
             let ids = groups.index.ids_of(q, self.own_group_ids(q));
-            for (surface, id) in q.surface.iter().zip(ids.iter()) {
+            for (t, id) in ids.iter().enumerate() {
                 let Some(id) = *id else {
                     continue;
                 };
                 if idx.is_weak(id) || idx.fields(id, g) == 0 {
                     continue;
                 }
-                let w = format!("\"{surface}\"");
+                let w = format!("\"{}\"", q.surface(t));
                 if !words.contains(&w) {
                     words.push(w);
                 }
@@ -1895,7 +1901,7 @@ impl SearchIndex {
             if mask == 0 {
                 continue;
             }
-            let surface = &parsed[m.intent as usize].surface[m.term as usize];
+            let surface = parsed[m.intent as usize].surface(m.term as usize);
             if idx.is_weak(m.id) {
                 match chars.iter_mut().find(|(m, _)| *m == mask) {
                     Some((_, e)) => {
