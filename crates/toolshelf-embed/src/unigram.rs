@@ -45,7 +45,9 @@ const UNK_PENALTY: f64 = 10.0;
 /// visits sit together), each holding its first edge, its piece's id and score, so a step reads
 /// one node and one run of edge bytes. Breadth-first, every node but the root is the child of
 /// exactly one edge, and edge `j` leads to node `j + 1`. The root and the word-marker node,
-/// where almost every walk starts, look their children up in a full table.
+/// where almost every walk starts, look their children up in a full table. A walk that starts
+/// at a CJK ideograph (each character of Chinese text starts one) takes the node after its three
+/// bytes from a table too, where stepping would search two runs of up to 64 edges.
 #[derive(Debug, Default)]
 struct Trie {
     nodes: Vec<Node>,
@@ -54,7 +56,13 @@ struct Trie {
     root: Vec<u32>,
     mark: Vec<u32>,
     mark_node: u32,
+    /// For each ideograph from [`IDEOGRAPHS`], the node its UTF-8 leads to from the root
+    /// (`NONE`: no piece begins with it); empty when a piece ends inside one's bytes.
+    ideographs: Vec<u32>,
 }
+
+/// The CJK unified ideographs [`Trie::ideographs`] covers.
+const IDEOGRAPHS: std::ops::RangeInclusive<u32> = 0x4E00..=0x9FFF;
 
 #[derive(Debug, Clone, Copy)]
 struct Node {
@@ -133,7 +141,39 @@ impl Trie {
                 }
             })
             .collect();
+        trie.ideographs = IDEOGRAPHS
+            .map(|c| {
+                let mut utf8 = [0u8; 4];
+                let bytes =
+                    char::from_u32(c).map_or(&[][..], |c| c.encode_utf8(&mut utf8).as_bytes());
+                let mut node = 0;
+                for (i, &b) in bytes.iter().enumerate() {
+                    node = trie.child(node, b);
+                    if node == NONE {
+                        return Some(NONE);
+                    }
+                    if i + 1 < bytes.len() && trie.nodes[node as usize].token != NONE {
+                        return None;
+                    }
+                }
+                Some(node)
+            })
+            .collect::<Option<Vec<u32>>>()
+            .unwrap_or_default();
         trie
+    }
+
+    /// The node that the three bytes at the start of `bytes` lead to from the root, when they
+    /// are an ideograph [`Self::ideographs`] covers.
+    #[inline]
+    fn ideograph(&self, bytes: &[u8]) -> Option<u32> {
+        let &[a, b, c, ..] = bytes else { return None };
+        if a & 0xf0 != 0xe0 {
+            return None;
+        }
+        let code = u32::from(a & 0x0f) << 12 | u32::from(b & 0x3f) << 6 | u32::from(c & 0x3f);
+        let at = code.checked_sub(*IDEOGRAPHS.start())?;
+        self.ideographs.get(at as usize).copied()
     }
 
     fn child_by_scan(&self, node: u32, b: u8) -> u32 {
@@ -473,8 +513,28 @@ impl AsciiUnigram {
             };
             let till_here = best[start].score;
             let mut single = false;
-            let mut node = 0;
-            for end in start..size {
+            let (mut node, mut from) = (0, start);
+            if start > 0
+                && len == 3
+                && let Some(char_node) = self.trie.ideograph(&word[start..])
+            {
+                // No piece ends inside the character's bytes, so the walk may jump past them.
+                node = char_node;
+                from = start + 3;
+                if node != NONE {
+                    let Node {
+                        token: id, score, ..
+                    } = self.trie.nodes[node as usize];
+                    if id != NONE {
+                        relax(&mut best[from], score + till_here, start, id);
+                        single = true;
+                    }
+                }
+            }
+            for end in from..size {
+                if node == NONE {
+                    break;
+                }
                 node = self.trie.child(node, word[end]);
                 if node == NONE {
                     break;
@@ -674,6 +734,41 @@ mod tests {
         assert_eq!(ids(&t, "字字"), Some(vec![0]));
         // Full-width `Ａ` and `！` are `a` and `!`; the ideographic space splits words.
         assert_eq!(ids(&t, "Ａ　！。"), Some(vec![6, 8, 7]));
+    }
+
+    /// The node [`Trie::ideograph`] gives is the one stepping byte by byte reaches, for every
+    /// ideograph, whether a piece begins with it or not; and a trie with a piece that ends
+    /// inside an ideograph's bytes has no table, so every walk steps.
+    #[test]
+    fn an_ideograph_leads_where_its_bytes_lead() {
+        let pieces: Vec<(Vec<u8>, u32)> = ["查", "查询", "询", "天气", "a", "一", "\u{9fff}x"]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.as_bytes().to_vec(), i as u32))
+            .collect();
+        let scores = vec![-1.0; pieces.len()];
+        let trie = Trie::build(&pieces, &scores);
+        let mut led = 0;
+        for c in IDEOGRAPHS {
+            let c = char::from_u32(c).expect("an ideograph");
+            let mut utf8 = [0u8; 4];
+            let bytes = c.encode_utf8(&mut utf8).as_bytes();
+            let stepped = bytes
+                .iter()
+                .try_fold(0, |node, &b| match trie.child(node, b) {
+                    NONE => None,
+                    next => Some(next),
+                });
+            assert_eq!(trie.ideograph(bytes), Some(stepped.unwrap_or(NONE)), "{c}");
+            led += usize::from(stepped.is_some());
+        }
+        assert_eq!(led, 5, "查 询 天 一 and U+9FFF begin pieces");
+        assert_eq!(trie.ideograph("a查".as_bytes()), None, "not an ideograph");
+        assert_eq!(trie.ideograph("가".as_bytes()), None, "outside the block");
+        let mut cut = pieces.clone();
+        cut.push(("查".as_bytes()[..2].to_vec(), cut.len() as u32));
+        let trie = Trie::build(&cut, &vec![-1.0; cut.len()]);
+        assert_eq!(trie.ideograph("查".as_bytes()), None);
     }
 
     #[test]
