@@ -1046,7 +1046,7 @@ impl Semantic {
         let q = self.embedder.embed(&query.text);
         let scale = QUANT_SCALE * QUANT_SCALE;
         DOTS.with_borrow_mut(|dots| {
-            dots.clear();
+            // `dot_all` writes every row's dot: no need to zero them first.
             dots.resize(self.rows.len() / self.dim.max(1), 0);
             dot_all(&q, &self.rows, &self.sums, self.narrow, dots);
             self.blend_groups(dots);
@@ -1324,20 +1324,22 @@ mod tests {
                         .sum()
                 })
                 .collect();
-            let mut out = vec![0; 37];
+            // Every path writes each row's dot over what the buffer held.
+            let stale = i32::MIN / 3;
+            let mut out = vec![stale; 37];
             dot_all(&q, &rows, &sums, true, &mut out);
             assert_eq!(out, expected, "dim {dim}");
             let unshift = |raw: &[i32]| -> Vec<i32> {
                 raw.iter().zip(&sums).map(|(p, s)| p - 128 * s).collect()
             };
-            let mut portable = vec![0; 37];
+            let mut portable = vec![stale; 37];
             dot_all_portable(&shifted(&q), &rows, &mut portable);
             assert_eq!(unshift(&portable), expected, "portable, dim {dim}");
-            let mut vnni = vec![0; 37];
+            let mut vnni = vec![stale; 37];
             if simd::vnni(&q, &rows, &mut vnni) {
                 assert_eq!(unshift(&vnni), expected, "VNNI, dim {dim}");
             }
-            let mut avx2 = vec![0; 37];
+            let mut avx2 = vec![stale; 37];
             let took = simd::avx2(&q, &rows, &mut avx2);
             // Where the CPU has AVX2, the kernel takes every width that is a multiple of 32 up
             // to 1024, and no other.

@@ -400,13 +400,23 @@ struct Fused {
 }
 
 impl Fused {
-    /// All `n` documents at zero, none touched.
+    /// All `n` documents at zero, none touched. Only touched documents are ever given a score,
+    /// so only they are reset, not the whole catalog again for each of a request's passes.
     fn reset(&mut self, n: usize) {
-        self.scores.clear();
-        self.scores.resize(n, 0.0);
-        self.is_touched.clear();
-        self.is_touched.resize(n, false);
+        if self.scores.len() == n {
+            for &d in &self.touched {
+                self.scores[d as usize] = 0.0;
+                self.is_touched[d as usize] = false;
+            }
+        } else {
+            self.scores.clear();
+            self.scores.resize(n, 0.0);
+            self.is_touched.clear();
+            self.is_touched.resize(n, false);
+        }
         self.touched.clear();
+        debug_assert!(self.scores.iter().all(|&s| s == 0.0));
+        debug_assert!(!self.is_touched.contains(&true));
     }
 
     /// Adds `x` to document `d`'s score.
@@ -1351,8 +1361,9 @@ impl SearchIndex {
             ..
         } = scratch;
         query.reset(n);
-        scores.clear();
+        // All zero between passes, as in `clause_best`: the matched documents are reset below.
         scores.resize(n, 0.0);
+        debug_assert!(scores.iter().all(|&s| s == 0.0));
         self.allowed_into(q, allowed);
         // The lexical retriever runs first, on its matches only; remember which tools share a
         // word with the query.
