@@ -109,8 +109,10 @@ pub struct Bm25Index {
     doc_fields: Vec<u8>,
     doc_starts: Vec<u32>,
     idf: Vec<f32>,
-    /// Whether a term is a Chinese character bigram.
-    weak: Vec<bool>,
+    /// The first weak (Chinese character bigram) term's id: strong terms take the ids below it
+    /// and weak ones the rest, each kind in first-seen order, so a document's terms, sorted by
+    /// id, list its strong ones first.
+    first_weak: u32,
     /// Number of documents.
     docs: usize,
     params: Bm25Params,
@@ -163,6 +165,27 @@ impl Bm25Index {
             }
             lengths.push(len);
         }
+        // Strong terms first (see `first_weak`); each kind keeps its first-seen order.
+        let mut is_weak = vec![false; lists.len()];
+        for (term, &id) in &dict {
+            is_weak[id as usize] = term.starts_with(CJK_CHAR_PREFIX);
+        }
+        let first_weak = is_weak.iter().filter(|&&w| !w).count() as u32;
+        let mut renumbered = vec![0u32; lists.len()];
+        let (mut strong, mut weak) = (0u32, first_weak);
+        for (id, &w) in is_weak.iter().enumerate() {
+            let next = if w { &mut weak } else { &mut strong };
+            renumbered[id] = *next;
+            *next += 1;
+        }
+        let mut by_new_id = vec![Vec::new(); lists.len()];
+        for (id, list) in lists.into_iter().enumerate() {
+            by_new_id[renumbered[id] as usize] = list;
+        }
+        let lists = by_new_id;
+        for id in dict.values_mut() {
+            *id = renumbered[*id as usize];
+        }
         let n = docs.len().max(1) as f64;
         let mut avg = [0f32; FIELDS];
         for f in 0..FIELDS {
@@ -211,13 +234,13 @@ impl Bm25Index {
             }
             starts.push(postings.len() as u32);
         }
-        let mut idf = vec![0f32; lists.len()];
-        let mut weak = vec![false; lists.len()];
-        for (term, &id) in &dict {
-            let df = lists[id as usize].len() as f64;
-            idf[id as usize] = ((n - df + 0.5) / (df + 0.5)).ln_1p() as f32;
-            weak[id as usize] = term.starts_with(CJK_CHAR_PREFIX);
-        }
+        let idf = lists
+            .iter()
+            .map(|list| {
+                let df = list.len() as f64;
+                ((n - df + 0.5) / (df + 0.5)).ln_1p() as f32
+            })
+            .collect();
         Self {
             dict,
             postings,
@@ -226,7 +249,7 @@ impl Bm25Index {
             doc_fields,
             doc_starts,
             idf,
-            weak,
+            first_weak,
             docs: docs.len(),
             params,
         }
@@ -248,8 +271,15 @@ impl Bm25Index {
     }
 
     /// Whether `term` is a weak (Chinese character bigram) term.
+    #[inline]
     pub fn is_weak(&self, term: u32) -> bool {
-        self.weak[term as usize]
+        term >= self.first_weak
+    }
+
+    /// The id of the first weak term: a document's terms ([`Self::doc_terms`]) below it are
+    /// strong, the rest weak.
+    pub fn first_weak(&self) -> u32 {
+        self.first_weak
     }
 
     /// The fields `term` is in in `doc`, bit `f` for field `f` (zero when absent).
@@ -268,7 +298,8 @@ impl Bm25Index {
         self.idf.len()
     }
 
-    /// `doc`'s terms, sorted by id, and beside each the fields it is in (as [`Self::fields`]).
+    /// `doc`'s terms, sorted by id (so its strong terms first, see [`Self::first_weak`]), and
+    /// beside each the fields it is in (as [`Self::fields`]).
     pub fn doc_terms(&self, doc: u32) -> (&[u32], &[u8]) {
         let d = doc as usize;
         let range = self.doc_starts[d] as usize..self.doc_starts[d + 1] as usize;
@@ -304,7 +335,7 @@ impl Bm25Index {
         let mut end = touched.len();
         touched.resize(end + most.min(n) + 1, 0);
         for &(term, qweight) in terms {
-            let is_weak = self.weak[term as usize];
+            let is_weak = self.is_weak(term);
             let idf =
                 self.idf[term as usize] * qweight * if is_weak { p.cjk_char_weight } else { 1.0 };
             let slot = usize::from(is_weak);
@@ -322,7 +353,7 @@ impl Bm25Index {
 
     /// Whether any of `terms` is weak: only then does a match need [`Self::accumulate`]'s counts.
     pub fn any_weak(&self, terms: &[(u32, f32)]) -> bool {
-        terms.iter().any(|&(term, _)| self.weak[term as usize])
+        terms.iter().any(|&(term, _)| self.is_weak(term))
     }
 
     /// [`Self::accumulate`] for terms none of which is weak ([`Self::any_weak`]), with no counts:
@@ -441,6 +472,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Strong terms take the ids below [`Bm25Index::first_weak`] and bigrams the rest, each in
+    /// first-seen order; a document's terms list its strong ones first, with their fields, and
+    /// scores are those of the terms, whatever their ids.
+    #[test]
+    fn strong_terms_have_the_low_ids() {
+        let docs = [
+            doc(&["~查询", "weather"], &["天气", "~天气", "city"]),
+            doc(&["~天气"], &["weather", "天气"]),
+        ];
+        let idx = Bm25Index::build(&docs, Bm25Params::default());
+        let id = |t: &str| idx.term_id(t).expect("indexed");
+        let ids: Vec<u32> = ["weather", "天气", "city", "~查询", "~天气"]
+            .iter()
+            .map(|t| id(t))
+            .collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
+        assert_eq!(idx.first_weak(), 3);
+        assert!(!idx.is_weak(id("city")) && idx.is_weak(id("~查询")));
+        let (terms, fields) = idx.doc_terms(0);
+        assert_eq!(terms, [0, 1, 2, 3, 4]);
+        assert_eq!(fields, [1, 2, 2, 1, 2]);
+        let (terms, fields) = idx.doc_terms(1);
+        assert_eq!(terms, [0, 1, 4]);
+        assert_eq!(fields, [2, 2, 1]);
+        // "weather" is in both documents, "~查询" in the first only: the first outranks the
+        // second on both, though the bigram was seen first.
+        let ranked = rank(&idx, &["~查询", "weather"]);
+        assert_eq!(ranked.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1]);
     }
 
     #[test]

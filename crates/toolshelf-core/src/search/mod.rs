@@ -1795,7 +1795,8 @@ impl SearchIndex {
     /// same fields of the same tool whichever intent it came from. The request's terms are marked
     /// by id in a table, and the tool's own terms (a few dozen, sorted, beside their fields) are
     /// walked against it, where looking each of a long request's terms up in the tool's would
-    /// search them fifty times over.
+    /// search them fifty times over. The tool's weak terms are left out when a strong one matched
+    /// its own fields: no reason would name them.
     fn matched_terms(&self, d: u32, parsed: &[&ParsedQuery], scratch: &mut ReasonScratch) {
         let idx = self.lexical.index();
         let ReasonScratch {
@@ -1820,10 +1821,20 @@ impl SearchIndex {
         }
         found.clear();
         let (terms, fields) = idx.doc_terms(d);
-        for (&term, &mask) in terms.iter().zip(fields) {
+        // The tool's strong terms come first. When one of them matched in the tool's own
+        // fields, its weak terms cannot change the reason (a reason names weak terms only when
+        // no strong one matched), so they are not walked: a Chinese tool has many bigrams.
+        let strong = terms.partition_point(|&t| t < idx.first_weak());
+        let own = !(1u8 << Field::Server as u8);
+        let mut own_strong = false;
+        for (i, (&term, &mask)) in terms.iter().zip(fields).enumerate() {
+            if i == strong && own_strong {
+                break;
+            }
             let at = place[term as usize];
             if at != 0 {
                 let (id, intent, term) = order[at as usize - 1];
+                own_strong |= i < strong && mask & own != 0;
                 found.push(Matched {
                     at,
                     id,
