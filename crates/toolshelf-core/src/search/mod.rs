@@ -333,7 +333,11 @@ struct Matched {
 /// Per-thread buffers of one ranking, sized to the catalog and reused across queries.
 #[derive(Debug, Default)]
 struct RankScratch {
+    /// Whether a rank is under way on this thread: still set when one begins, the last one
+    /// panicked (see [`SearchIndex::rank`]).
+    ranking: bool,
     query: Fused,
+    /// The lexical scores of a pass, by document: all zero between passes.
     scores: Vec<f32>,
     allowed: Vec<bool>,
     lexical_hit: Vec<bool>,
@@ -1339,7 +1343,18 @@ impl SearchIndex {
     /// several intents found first), so every intent is represented in the top hits; each hit's
     /// reason names the intents it answers. Returns at most `limit` hits.
     pub fn rank(&self, queries: &[String], limit: usize) -> Vec<Hit> {
-        RANK_SCRATCH.with_borrow_mut(|scratch| self.rank_with(queries, limit, scratch))
+        RANK_SCRATCH.with_borrow_mut(|scratch| {
+            // The passes leave the scores they used at zero rather than zeroing a whole catalog
+            // first. A rank that panicked (in a retriever, say) may have left some behind, and
+            // this thread goes on serving: the next rank starts from clean buffers.
+            if std::mem::replace(&mut scratch.ranking, true) {
+                scratch.scores.clear();
+                scratch.query = Fused::default();
+            }
+            let hits = self.rank_with(queries, limit, scratch);
+            scratch.ranking = false;
+            hits
+        })
     }
 
     /// Fused scores of one parsed query into `scratch.query`, filtered by its operators;
@@ -2286,6 +2301,52 @@ mod tests {
                        {"name": "week", "description": "天气预报 for the week"}]}
         ]});
         Catalog::from_json_str(&tools.to_string(), "test").expect("catalog")
+    }
+
+    /// Scores a document, leaving the score in the shared buffer, then panics: a retriever with
+    /// a bug, which must not spoil the rankings after it on the same thread.
+    #[derive(Debug)]
+    struct Panicky;
+
+    impl Retriever for Panicky {
+        fn name(&self) -> &'static str {
+            "panicky"
+        }
+
+        fn score(&self, query: &ParsedQuery, _allowed: &[bool], scores: &mut [f32]) {
+            if query.text.contains("boom") {
+                scores.iter_mut().for_each(|s| *s = 1e6);
+                panic!("a retriever's bug");
+            }
+        }
+    }
+
+    /// A rank that panics midway leaves nothing behind: the thread's next rankings are those of
+    /// a thread that never saw it.
+    #[test]
+    fn a_panicked_rank_leaves_the_next_one_clean() {
+        let c = catalog();
+        let all: Vec<usize> = (0..c.tools().len()).collect();
+        let mut index = SearchIndex::build(&c, &all);
+        index.add_retriever(Box::new(Panicky), 0.5);
+        let queries = ["weather in a city", "read a file", "send an email message"];
+        let names = |hits: Vec<Hit>| -> Vec<(String, u64)> {
+            hits.into_iter()
+                .map(|h| (h.name.to_string(), h.score.to_bits()))
+                .collect()
+        };
+        let clean: Vec<_> = queries
+            .iter()
+            .map(|q| names(index.rank(&[(*q).to_owned()], 5)))
+            .collect();
+        assert!(clean.iter().all(|hits| !hits.is_empty()));
+        let boom = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            index.rank(&["boom: email the weather".to_owned()], 5)
+        }));
+        assert!(boom.is_err(), "the retriever panicked");
+        for (q, expected) in queries.iter().zip(&clean) {
+            assert_eq!(&names(index.rank(&[(*q).to_owned()], 5)), expected, "{q}");
+        }
     }
 
     /// A glued name is found by the words it is glued from, in the name field, and the reason
