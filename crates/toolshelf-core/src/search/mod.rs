@@ -405,9 +405,11 @@ struct Fused {
 
 impl Fused {
     /// All `n` documents at zero, none touched. Only touched documents are ever given a score,
-    /// so only they are reset, not the whole catalog again for each of a request's passes.
+    /// so when they are few only they are reset, not the whole catalog again for each of a
+    /// request's passes; when they are many (a server group brings its tools in), one sweep
+    /// over the whole is cheaper than as many scattered stores.
     fn reset(&mut self, n: usize) {
-        if self.scores.len() == n {
+        if self.scores.len() == n && self.touched.len() <= n / 16 {
             for &d in &self.touched {
                 self.scores[d as usize] = 0.0;
                 self.is_touched[d as usize] = false;
@@ -2301,6 +2303,28 @@ mod tests {
                        {"name": "week", "description": "天气预报 for the week"}]}
         ]});
         Catalog::from_json_str(&tools.to_string(), "test").expect("catalog")
+    }
+
+    /// A reset leaves the fused scores as a fresh buffer's, whether it resets the few touched
+    /// documents or sweeps the whole, and whatever size the buffer had.
+    #[test]
+    fn fused_scores_reset_to_fresh_ones() {
+        let mut fused = Fused::default();
+        for (n, touch) in [(64, 3), (64, 40), (64, 0), (100, 6), (32, 32)] {
+            fused.reset(n);
+            assert_eq!(fused.scores, vec![0.0; n], "{n} after reset");
+            assert_eq!(fused.is_touched, vec![false; n]);
+            assert!(fused.touched.is_empty());
+            for i in 0..touch {
+                let d = (i * 7) % n;
+                fused.add(d, 1.0 + i as f32);
+                fused.add(d, 0.5);
+            }
+            let mut touched = fused.touched.clone();
+            touched.sort_unstable();
+            touched.dedup();
+            assert_eq!(touched.len(), fused.touched.len(), "each document once");
+        }
     }
 
     /// Scores a document, leaving the score in the shared buffer, then panics: a retriever with
