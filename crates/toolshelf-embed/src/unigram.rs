@@ -144,8 +144,8 @@ impl Trie {
         trie.ideographs = IDEOGRAPHS
             .map(|c| {
                 let mut utf8 = [0u8; 4];
-                let bytes =
-                    char::from_u32(c).map_or(&[][..], |c| c.encode_utf8(&mut utf8).as_bytes());
+                let c = char::from_u32(c).expect("the block holds only characters");
+                let bytes = c.encode_utf8(&mut utf8).as_bytes();
                 let mut node = 0;
                 for (i, &b) in bytes.iter().enumerate() {
                     node = trie.child(node, b);
@@ -518,10 +518,12 @@ impl AsciiUnigram {
                 && len == 3
                 && let Some(char_node) = self.trie.ideograph(&word[start..])
             {
-                // No piece ends inside the character's bytes, so the walk may jump past them.
+                // No piece ends inside the character's bytes, so the walk may jump past them;
+                // when no piece begins with the character, there is nothing to walk.
                 node = char_node;
-                from = start + 3;
+                from = size;
                 if node != NONE {
+                    from = start + 3;
                     let Node {
                         token: id, score, ..
                     } = self.trie.nodes[node as usize];
@@ -532,9 +534,6 @@ impl AsciiUnigram {
                 }
             }
             for end in from..size {
-                if node == NONE {
-                    break;
-                }
                 node = self.trie.child(node, word[end]);
                 if node == NONE {
                     break;

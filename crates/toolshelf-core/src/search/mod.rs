@@ -1842,7 +1842,6 @@ impl SearchIndex {
         // fields, its weak terms cannot change the reason (a reason names weak terms only when
         // no strong one matched), so they are not walked: a Chinese tool has many bigrams.
         let strong = terms.partition_point(|&t| t < idx.first_weak());
-        let own = !(1u8 << Field::Server as u8);
         let mut own_strong = false;
         for (i, (&term, &mask)) in terms.iter().zip(fields).enumerate() {
             if i == strong && own_strong {
@@ -1851,7 +1850,7 @@ impl SearchIndex {
             let at = place[term as usize];
             if at != 0 {
                 let (id, intent, term) = order[at as usize - 1];
-                own_strong |= i < strong && mask & own != 0;
+                own_strong |= i < strong && mask & !SERVER_FIELD != 0;
                 found.push(Matched {
                     at,
                     id,
@@ -1917,7 +1916,6 @@ impl SearchIndex {
         // Weak terms by the fields they matched in (a mask), reported in the order of the
         // fields' labels.
         let mut chars: Vec<(u8, String)> = Vec::new();
-        const SERVER: u8 = 1 << Field::Server as u8;
         let labels = |mask: u8, out: &mut String| {
             let mut first = true;
             for f in Field::ALL {
@@ -1936,7 +1934,7 @@ impl SearchIndex {
             if total > 0 && idx.is_weak(m.id) {
                 continue;
             }
-            let mask = m.mask & if server { SERVER } else { !SERVER };
+            let mask = m.mask & if server { SERVER_FIELD } else { !SERVER_FIELD };
             if mask == 0 {
                 continue;
             }
@@ -1986,6 +1984,10 @@ impl SearchIndex {
 
 /// Matched terms a reason names; the rest are counted.
 const REASON_PARTS: usize = 4;
+
+/// The server field's bit in a term's field mask ([`Bm25Index::fields`]): a match there is
+/// shared by every tool of the server.
+const SERVER_FIELD: u8 = 1 << Field::Server as u8;
 
 /// Counts one more part of a reason and says whether it is written (the first
 /// [`REASON_PARTS`]), after the separator when it is not the first.
