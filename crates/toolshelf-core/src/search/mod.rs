@@ -349,6 +349,8 @@ struct RankScratch {
     group_hits: Vec<u32>,
     /// Scores of an added retriever, by document.
     sparse: Vec<(u32, f32)>,
+    /// The lexical shares of the matched documents, in their order.
+    shares: Vec<f32>,
     /// The lexical index's `(id, count)` of the terms being scored.
     terms: Vec<(u32, f32)>,
     /// The same in the server groups' index.
@@ -423,6 +425,18 @@ impl Fused {
         self.touched.clear();
         debug_assert!(self.scores.iter().all(|&s| s == 0.0));
         debug_assert!(!self.is_touched.contains(&true));
+    }
+
+    /// Adds `shares[i]` to the score of `docs[i]`, for documents (distinct) given no share yet:
+    /// [`Self::add`] for each, in one pass.
+    fn add_first(&mut self, docs: &[u32], shares: &[f32]) {
+        for (&d, &x) in docs.iter().zip(shares) {
+            let d = d as usize;
+            debug_assert!(!self.is_touched[d]);
+            self.scores[d] += x;
+            self.is_touched[d] = true;
+        }
+        self.touched.extend_from_slice(docs);
     }
 
     /// Adds `x` to document `d`'s score.
@@ -1375,6 +1389,7 @@ impl SearchIndex {
             sparse,
             terms,
             group_terms,
+            shares,
             ..
         } = scratch;
         query.reset(n);
@@ -1390,12 +1405,18 @@ impl SearchIndex {
         lexical_hit.clear();
         lexical_hit.resize(n, false);
         let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
+        if self.lexical_weight > 0.0 {
+            // The lexical shares are the first a document is given, so they are written in one
+            // pass; the divisions run on a contiguous copy, where they vectorise.
+            shares.clear();
+            shares.extend(matched.iter().map(|&d| scores[d as usize]));
+            let weight = self.lexical_weight;
+            shares.iter_mut().for_each(|s| *s = weight * *s / max);
+            query.add_first(matched, shares);
+        }
         for &d in matched.iter() {
             let d = d as usize;
             lexical_hit[d] = true;
-            if self.lexical_weight > 0.0 {
-                query.add(d, self.lexical_weight * scores[d] / max);
-            }
             scores[d] = 0.0;
         }
         for (retriever, weight) in &self.extra {
