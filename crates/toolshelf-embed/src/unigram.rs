@@ -47,7 +47,9 @@ const UNK_PENALTY: f64 = 10.0;
 /// exactly one edge, and edge `j` leads to node `j + 1`. The root and the word-marker node,
 /// where almost every walk starts, look their children up in a full table. A walk that starts
 /// at a CJK ideograph (each character of Chinese text starts one) takes the node after its three
-/// bytes from a table too, where stepping would search two runs of up to 64 edges.
+/// bytes from a table too, where stepping would search two runs of up to 64 edges, and a walk
+/// steps over each later ideograph (Chinese pieces run to several characters) by one lookup of
+/// the node and the character.
 #[derive(Debug, Default)]
 struct Trie {
     nodes: Vec<Node>,
@@ -59,6 +61,28 @@ struct Trie {
     /// For each ideograph from [`IDEOGRAPHS`], the node its UTF-8 leads to from the root
     /// (`NONE`: no piece begins with it); empty when a piece ends inside one's bytes.
     ideographs: Vec<u32>,
+    /// The node that an ideograph's three bytes lead to from a node, keyed by [`step_key`], for
+    /// every such step a piece takes; empty with [`Self::ideographs`], and when a piece is not
+    /// whole characters.
+    /// Chinese pieces run to several characters, and a walk through one costs a node and a
+    /// search of its edges per byte.
+    after_ideograph: FxHashMap<u64, u32>,
+}
+
+/// The key of a step from `node` over the ideograph `code` in [`Trie::after_ideograph`].
+fn step_key(node: u32, code: u32) -> u64 {
+    u64::from(node) << 32 | u64::from(code)
+}
+
+/// The code point of the CJK unified ideograph that `bytes` begin with, if they do.
+#[inline]
+fn ideograph_code(bytes: &[u8]) -> Option<u32> {
+    let &[a, b, c, ..] = bytes else { return None };
+    if a & 0xf0 != 0xe0 {
+        return None;
+    }
+    let code = u32::from(a & 0x0f) << 12 | u32::from(b & 0x3f) << 6 | u32::from(c & 0x3f);
+    IDEOGRAPHS.contains(&code).then_some(code)
 }
 
 /// The CJK unified ideographs [`Trie::ideographs`] covers.
@@ -160,20 +184,53 @@ impl Trie {
             })
             .collect::<Option<Vec<u32>>>()
             .unwrap_or_default();
+        // A walk may step over a character whole only if no piece ends inside one: every piece
+        // is whole characters after its marker.
+        let whole = unique
+            .iter()
+            .all(|(b, _)| std::str::from_utf8(b.strip_prefix(&[MARK]).unwrap_or(b)).is_ok());
+        if !whole {
+            trie.ideographs.clear();
+        }
+        if !trie.ideographs.is_empty() {
+            // Every step over an ideograph is a step some piece takes: walk each piece, by
+            // characters where it has ideographs.
+            for &(bytes, _) in &unique {
+                let (mut node, mut at) = (0, 0);
+                while at < bytes.len() {
+                    let from = node;
+                    let code = ideograph_code(&bytes[at..]);
+                    let step = if code.is_some() { 3 } else { 1 };
+                    for &b in &bytes[at..at + step] {
+                        node = trie.child(node, b);
+                    }
+                    if let Some(code) = code {
+                        trie.after_ideograph.insert(step_key(from, code), node);
+                    }
+                    at += step;
+                }
+            }
+        }
         trie
+    }
+
+    /// The node that the ideograph `code` leads to from `node` (`NONE`: no piece continues so).
+    #[inline]
+    fn after_ideograph(&self, node: u32, code: u32) -> u32 {
+        self.after_ideograph
+            .get(&step_key(node, code))
+            .copied()
+            .unwrap_or(NONE)
     }
 
     /// The node that the three bytes at the start of `bytes` lead to from the root, when they
     /// are an ideograph [`Self::ideographs`] covers.
     #[inline]
     fn ideograph(&self, bytes: &[u8]) -> Option<u32> {
-        let &[a, b, c, ..] = bytes else { return None };
-        if a & 0xf0 != 0xe0 {
-            return None;
-        }
-        let code = u32::from(a & 0x0f) << 12 | u32::from(b & 0x3f) << 6 | u32::from(c & 0x3f);
-        let at = code.checked_sub(*IDEOGRAPHS.start())?;
-        self.ideographs.get(at as usize).copied()
+        let code = ideograph_code(bytes)?;
+        self.ideographs
+            .get((code - IDEOGRAPHS.start()) as usize)
+            .copied()
     }
 
     fn child_by_scan(&self, node: u32, b: u8) -> u32 {
@@ -533,8 +590,26 @@ impl AsciiUnigram {
                     }
                 }
             }
-            for end in from..size {
-                node = self.trie.child(node, word[end]);
+            // With the table of ideographs, an ideograph is stepped over whole: no piece ends
+            // inside one's bytes.
+            let by_character = !self.trie.after_ideograph.is_empty();
+            let mut end = from;
+            while end < size {
+                let code = if by_character {
+                    ideograph_code(&word[end..])
+                } else {
+                    None
+                };
+                match code {
+                    Some(code) => {
+                        node = self.trie.after_ideograph(node, code);
+                        end += 3;
+                    }
+                    None => {
+                        node = self.trie.child(node, word[end]);
+                        end += 1;
+                    }
+                }
                 if node == NONE {
                     break;
                 }
@@ -542,8 +617,8 @@ impl AsciiUnigram {
                     token: id, score, ..
                 } = self.trie.nodes[node as usize];
                 if id != NONE {
-                    relax(&mut best[end + 1], score + till_here, start, id);
-                    single |= end + 1 == start + len;
+                    relax(&mut best[end], score + till_here, start, id);
+                    single |= end == start + len;
                 }
             }
             if !single {
@@ -762,12 +837,41 @@ mod tests {
             led += usize::from(stepped.is_some());
         }
         assert_eq!(led, 5, "查 询 天 一 and U+9FFF begin pieces");
+        // From every node, a step over an ideograph lands where its three bytes do.
+        let mut continued = 0;
+        for node in 0..trie.nodes.len() as u32 - 1 {
+            for c in "查询天气一乙\u{9fff}".chars() {
+                let mut utf8 = [0u8; 4];
+                let bytes = c.encode_utf8(&mut utf8).as_bytes();
+                let stepped = bytes
+                    .iter()
+                    .try_fold(node, |node, &b| match trie.child(node, b) {
+                        NONE => None,
+                        next => Some(next),
+                    });
+                let code = ideograph_code(bytes).expect("an ideograph");
+                assert_eq!(
+                    trie.after_ideograph(node, code),
+                    stepped.unwrap_or(NONE),
+                    "{c} from node {node}"
+                );
+                continued += usize::from(stepped.is_some() && node != 0);
+            }
+        }
+        assert_eq!(continued, 2, "询 after 查, 气 after 天");
         assert_eq!(trie.ideograph("a查".as_bytes()), None, "not an ideograph");
         assert_eq!(trie.ideograph("가".as_bytes()), None, "outside the block");
         let mut cut = pieces.clone();
         cut.push(("查".as_bytes()[..2].to_vec(), cut.len() as u32));
         let trie = Trie::build(&cut, &vec![-1.0; cut.len()]);
         assert_eq!(trie.ideograph("查".as_bytes()), None);
+        assert!(trie.after_ideograph.is_empty());
+        // A piece that ends inside an ideograph after another character turns both tables off.
+        let mut cut = pieces.clone();
+        cut.push(("a查".as_bytes()[..3].to_vec(), cut.len() as u32));
+        let trie = Trie::build(&cut, &vec![-1.0; cut.len()]);
+        assert_eq!(trie.ideograph("查".as_bytes()), None);
+        assert!(trie.after_ideograph.is_empty());
     }
 
     #[test]
