@@ -790,6 +790,11 @@ struct Groups {
     runs: Vec<(u32, u32, u32)>,
     /// Whether each group is a single run.
     contiguous: bool,
+    /// When each group is a single run, the runs to blend (a group with a share), in document
+    /// order within each length: of one, two and three documents, then longer ones. Most
+    /// servers have a few tools, and their lengths in name order are data no branch predictor
+    /// learns; taken length by length, each loop is straight code.
+    by_length: [Vec<Run>; 4],
     /// Per group, `QUANT_SCALE / |Σ rows|` in fixed point ([`SCALE_BITS`] fraction bits): turns
     /// the sum of its tools' dots into the dot with its unit vector, on the tools' scale (0 for
     /// an empty group).
@@ -888,9 +893,25 @@ impl Groups {
         let contiguous = runs
             .iter()
             .all(|&(_, _, g)| !std::mem::replace(&mut seen[g as usize], true));
+        let mut by_length: [Vec<Run>; 4] = Default::default();
+        if contiguous {
+            for &(first, end, g) in &runs {
+                let (scale, share) = (scale[g as usize], share[g as usize]);
+                if share != 0 {
+                    let class = (end - first).min(4) as usize - 1;
+                    by_length[class].push(Run {
+                        first,
+                        end,
+                        scale,
+                        share,
+                    });
+                }
+            }
+        }
         Self {
             runs,
             contiguous,
+            by_length,
             scale,
             share,
         }
@@ -899,39 +920,49 @@ impl Groups {
     /// Moves each of `dots` (by document) toward its group's by the group's share:
     /// `(1 - share) · own + share · group`, rounded down.
     fn blend(&self, dots: &mut [i32]) {
-        let blend = |run: &mut [i32], sum: i64, g: u32| {
-            let (scale, share) = (self.scale[g as usize], self.share[g as usize]);
-            if share == 0 {
-                return;
-            }
-            // |dot| ≤ QUANT_SCALE² + rounding, so the group's dot fits an i32, and the weighted
-            // sum of two fits an i64 before the shift.
-            let group = (sum * scale + (1 << (SCALE_BITS - 1))) >> SCALE_BITS;
-            let (own, toward) = ((1 << SHARE_BITS) - share, group * share);
-            let moved = |dot: i32| ((i64::from(dot) * own + toward) >> SHARE_BITS) as i32;
-            // Most servers have a few tools: their runs are blended one by one, where a loop
-            // over 64-bit lanes would spend more on its set-up than on them.
-            match run {
-                [a] => *a = moved(*a),
-                [a, b] => (*a, *b) = (moved(*a), moved(*b)),
-                [a, b, c] => (*a, *b, *c) = (moved(*a), moved(*b), moved(*c)),
-                _ => run.iter_mut().for_each(|dot| *dot = moved(*dot)),
-            }
-        };
         if self.contiguous {
-            // One run per group: sum it and blend it while it is in cache.
-            for &(first, end, g) in &self.runs {
-                let run = &mut dots[first as usize..end as usize];
-                let sum: i64 = match *run {
-                    [a] => i64::from(a),
-                    [a, b] => i64::from(a) + i64::from(b),
-                    [a, b, c] => i64::from(a) + i64::from(b) + i64::from(c),
-                    _ => run.iter().map(|&d| i64::from(d)).sum(),
+            // One run per group: sum it and blend it while it is in cache. Short runs are
+            // blended dot by dot, where a loop over 64-bit lanes would spend more on its set-up
+            // than on them.
+            let [ones, twos, threes, longer] = &self.by_length;
+            for r in ones {
+                let a = &mut dots[r.first as usize];
+                *a = mover(r.scale, r.share, i64::from(*a))(*a);
+            }
+            for r in twos {
+                let at = r.first as usize;
+                let [a, b] = &mut dots[at..at + 2] else {
+                    unreachable!("a run of two")
                 };
-                blend(run, sum, g);
+                let moved = mover(r.scale, r.share, i64::from(*a) + i64::from(*b));
+                (*a, *b) = (moved(*a), moved(*b));
+            }
+            for r in threes {
+                let at = r.first as usize;
+                let [a, b, c] = &mut dots[at..at + 3] else {
+                    unreachable!("a run of three")
+                };
+                let moved = mover(
+                    r.scale,
+                    r.share,
+                    i64::from(*a) + i64::from(*b) + i64::from(*c),
+                );
+                (*a, *b, *c) = (moved(*a), moved(*b), moved(*c));
+            }
+            for r in longer {
+                let run = &mut dots[r.first as usize..r.end as usize];
+                let moved = mover(r.scale, r.share, run.iter().map(|&d| i64::from(d)).sum());
+                run.iter_mut().for_each(|dot| *dot = moved(*dot));
             }
             return;
         }
+        let blend = |run: &mut [i32], sum: i64, g: u32| {
+            let (scale, share) = (self.scale[g as usize], self.share[g as usize]);
+            if share != 0 {
+                let moved = mover(scale, share, sum);
+                run.iter_mut().for_each(|dot| *dot = moved(*dot));
+            }
+        };
         GROUP_DOTS.with_borrow_mut(|sums| {
             sums.clear();
             sums.resize(self.scale.len(), 0);
@@ -944,6 +975,25 @@ impl Groups {
             }
         });
     }
+}
+
+/// A group's run of documents `first..end` and what blending it takes (see [`Groups::blend`]).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    first: u32,
+    end: u32,
+    scale: i64,
+    share: i64,
+}
+
+/// A blended dot of a group with `scale` and `share` whose dots sum to `sum`:
+/// `(1 - share) · dot + share · group`, rounded down. |dot| ≤ QUANT_SCALE² + rounding, so the
+/// group's dot fits an i32, and the weighted sum of two fits an i64 before the shift.
+#[inline]
+fn mover(scale: i64, share: i64, sum: i64) -> impl Fn(i32) -> i32 {
+    let group = (sum * scale + (1 << (SCALE_BITS - 1))) >> SCALE_BITS;
+    let (own, toward) = ((1 << SHARE_BITS) - share, group * share);
+    move |dot: i32| ((i64::from(dot) * own + toward) >> SHARE_BITS) as i32
 }
 
 /// Fraction bits of [`Groups::scale`].
