@@ -1663,23 +1663,9 @@ impl SearchIndex {
             a.0 > b.0 || (a.0 == b.0 && name_rank(a.1) < name_rank(b.1))
         };
         let mut best = Best::default();
-        if lexical {
-            let of_doc = self.groups.as_ref().map(|g| g.of_doc.as_slice());
-            for &d in matched.iter() {
-                let mut c = w * scores[d as usize];
-                let gi = of_doc.map_or(u32::MAX, |o| o[d as usize]);
-                // A tool of no group is a group of its own.
-                let key = if gi == u32::MAX {
-                    (1 << 32) | u64::from(d)
-                } else {
-                    // Adding zero leaves a positive score as it is: a select, not a branch.
-                    let gs = group[gi as usize];
-                    c += if gs > 0.0 { gw * gs } else { 0.0 };
-                    u64::from(gi)
-                };
-                best.offer((c, d), key, before);
-            }
-        }
+        // What is offered does not depend on the order of offering (see [`Best`]), so the
+        // groups go first, while the matched documents' scores still tell which tools matched,
+        // and the lexical pass then resets each score as it reads it.
         if let Some(g) = &self.groups {
             for &gi in group_hits.iter() {
                 let (members, gs) = (&g.members[gi as usize], group[gi as usize]);
@@ -1696,8 +1682,26 @@ impl SearchIndex {
                 }
             }
         }
-        for &d in matched.iter() {
-            scores[d as usize] = 0.0;
+        if lexical {
+            let of_doc = self.groups.as_ref().map(|g| g.of_doc.as_slice());
+            for &d in matched.iter() {
+                let mut c = w * std::mem::take(&mut scores[d as usize]);
+                let gi = of_doc.map_or(u32::MAX, |o| o[d as usize]);
+                // A tool of no group is a group of its own.
+                let key = if gi == u32::MAX {
+                    (1 << 32) | u64::from(d)
+                } else {
+                    // Adding zero leaves a positive score as it is: a select, not a branch.
+                    let gs = group[gi as usize];
+                    c += if gs > 0.0 { gw * gs } else { 0.0 };
+                    u64::from(gi)
+                };
+                best.offer((c, d), key, before);
+            }
+        } else {
+            for &d in matched.iter() {
+                scores[d as usize] = 0.0;
+            }
         }
         best.first.map(|f| (f, best.second))
     }
@@ -2130,6 +2134,10 @@ impl<I: Iterator<Item = f32>> FoldMax for I {
 }
 
 /// The best candidate offered, and the best score among the others outside its server group.
+///
+/// Neither depends on the order of offering: the first is the largest by a total order, and
+/// whenever it changes, the one it replaces is the largest offered so far, so it is the new
+/// second unless it shares the new first's group (then the second stands as it was).
 #[derive(Default)]
 struct Best {
     first: Option<(f32, u32)>,
@@ -2616,6 +2624,46 @@ mod tests {
     /// The best `keep` are those of a full sort by score (descending) then name, above the
     /// relative floor: on scores with many ties, zeros and negatives, for every `keep`, whatever
     /// the order of the candidates.
+    #[test]
+    fn best_does_not_depend_on_the_order_of_offering() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let before = |a: (f32, u32), b: (f32, u32)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+        for round in 0..500 {
+            // Few scores and few groups, so that ties and shared groups are common.
+            let n = 1 + (next() % 12) as usize;
+            let mut offers: Vec<((f32, u32), u64)> = (0..n as u32)
+                .map(|d| (((next() % 5) as f32, d), next() % 4))
+                .collect();
+            let first = offers
+                .iter()
+                .copied()
+                .reduce(|a, b| if before(b.0, a.0) { b } else { a })
+                .expect("at least one offer");
+            let second = offers
+                .iter()
+                .filter(|o| o.1 != first.1)
+                .map(|o| o.0.0)
+                .fold(0f32, f32::max);
+            for _ in 0..4 {
+                let mut best = Best::default();
+                for &(x, group) in &offers {
+                    best.offer(x, group, before);
+                }
+                assert_eq!(best.first, Some(first.0), "round {round}: {offers:?}");
+                assert_eq!(best.second, second, "round {round}: {offers:?}");
+                for i in (1..n).rev() {
+                    offers.swap(i, (next() % (i as u64 + 1)) as usize);
+                }
+            }
+        }
+    }
+
     #[test]
     fn top_is_the_sorted_order_cut_at_keep() {
         let tools: Vec<serde_json::Value> = (0..300)
