@@ -1404,20 +1404,20 @@ impl SearchIndex {
         self.lexical.score_matches(terms, filter, scores, matched);
         lexical_hit.clear();
         lexical_hit.resize(n, false);
-        let max = matched.iter().map(|&d| scores[d as usize]).fold_max();
-        if self.lexical_weight > 0.0 {
-            // The lexical shares are the first a document is given, so they are written in one
-            // pass; the divisions run on a contiguous copy, where they vectorise.
-            shares.clear();
-            shares.extend(matched.iter().map(|&d| scores[d as usize]));
-            let weight = self.lexical_weight;
-            shares.iter_mut().for_each(|s| *s = weight * *s / max);
-            query.add_first(matched, shares);
-        }
+        // The matched scores are read out once, leaving zeros; the maximum and the divisions run
+        // on the contiguous copy, where they vectorise, and the lexical shares, the first a
+        // document is given, are written in one pass.
+        shares.clear();
         for &d in matched.iter() {
             let d = d as usize;
             lexical_hit[d] = true;
-            scores[d] = 0.0;
+            shares.push(std::mem::take(&mut scores[d]));
+        }
+        if self.lexical_weight > 0.0 {
+            let max = shares.iter().copied().fold_max();
+            let weight = self.lexical_weight;
+            shares.iter_mut().for_each(|s| *s = weight * *s / max);
+            query.add_first(matched, shares);
         }
         for (retriever, weight) in &self.extra {
             let weight = *weight;
