@@ -59,13 +59,13 @@ struct Trie {
     mark: Vec<u32>,
     mark_node: u32,
     /// For each ideograph from [`IDEOGRAPHS`], the node its UTF-8 leads to from the root
-    /// (`NONE`: no piece begins with it); empty when a piece ends inside one's bytes.
+    /// (`NONE`: no piece begins with it); empty unless every piece is whole characters after
+    /// its marker, so that no piece ends inside an ideograph's bytes.
     ideographs: Vec<u32>,
     /// The node that an ideograph's three bytes lead to from a node, keyed by [`step_key`], for
-    /// every such step a piece takes; empty with [`Self::ideographs`], and when a piece is not
-    /// whole characters.
-    /// Chinese pieces run to several characters, and a walk through one costs a node and a
-    /// search of its edges per byte.
+    /// every such step a piece takes; empty when [`Self::ideographs`] is. Chinese pieces run to
+    /// several characters, and a walk through one costs a node and a search of its edges per
+    /// byte.
     after_ideograph: FxHashMap<u64, u32>,
 }
 
@@ -165,34 +165,25 @@ impl Trie {
                 }
             })
             .collect();
-        trie.ideographs = IDEOGRAPHS
-            .map(|c| {
-                let mut utf8 = [0u8; 4];
-                let c = char::from_u32(c).expect("the block holds only characters");
-                let bytes = c.encode_utf8(&mut utf8).as_bytes();
-                let mut node = 0;
-                for (i, &b) in bytes.iter().enumerate() {
-                    node = trie.child(node, b);
-                    if node == NONE {
-                        return Some(NONE);
-                    }
-                    if i + 1 < bytes.len() && trie.nodes[node as usize].token != NONE {
-                        return None;
-                    }
-                }
-                Some(node)
-            })
-            .collect::<Option<Vec<u32>>>()
-            .unwrap_or_default();
         // A walk may step over a character whole only if no piece ends inside one: every piece
         // is whole characters after its marker.
         let whole = unique
             .iter()
             .all(|(b, _)| std::str::from_utf8(b.strip_prefix(&[MARK]).unwrap_or(b)).is_ok());
-        if !whole {
-            trie.ideographs.clear();
-        }
-        if !trie.ideographs.is_empty() {
+        if whole {
+            trie.ideographs = IDEOGRAPHS
+                .map(|c| {
+                    let mut utf8 = [0u8; 4];
+                    let c = char::from_u32(c).expect("the block holds only characters");
+                    c.encode_utf8(&mut utf8)
+                        .bytes()
+                        .try_fold(0, |node, b| match trie.child(node, b) {
+                            NONE => None,
+                            next => Some(next),
+                        })
+                        .unwrap_or(NONE)
+                })
+                .collect();
             // Every step over an ideograph is a step some piece takes: walk each piece, by
             // characters where it has ideographs.
             for &(bytes, _) in &unique {
@@ -556,6 +547,9 @@ impl AsciiUnigram {
             }
         };
         // Paths start at characters: the marker (which stands for `▁`) and each UTF-8 lead byte.
+        // With the table of ideographs, an ideograph is stepped over whole: no piece ends inside
+        // one's bytes.
+        let by_character = !self.trie.after_ideograph.is_empty();
         for start in 0..size {
             let len = if start == 0 {
                 1
@@ -590,9 +584,6 @@ impl AsciiUnigram {
                     }
                 }
             }
-            // With the table of ideographs, an ideograph is stepped over whole: no piece ends
-            // inside one's bytes.
-            let by_character = !self.trie.after_ideograph.is_empty();
             let mut end = from;
             while end < size {
                 let code = if by_character {

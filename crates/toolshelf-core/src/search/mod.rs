@@ -2621,18 +2621,11 @@ mod tests {
         );
     }
 
-    /// The best `keep` are those of a full sort by score (descending) then name, above the
-    /// relative floor: on scores with many ties, zeros and negatives, for every `keep`, whatever
-    /// the order of the candidates.
+    /// A clause's best and the best score outside its group are the same whatever the order
+    /// in which candidates are offered, on offers with many ties and shared groups.
     #[test]
     fn best_does_not_depend_on_the_order_of_offering() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         let before = |a: (f32, u32), b: (f32, u32)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
         for round in 0..500 {
             // Few scores and few groups, so that ties and shared groups are common.
@@ -2664,6 +2657,9 @@ mod tests {
         }
     }
 
+    /// The best `keep` are those of a full sort by score (descending) then name, above the
+    /// relative floor: on scores with many ties, zeros and negatives, for every `keep`, whatever
+    /// the order of the candidates.
     #[test]
     fn top_is_the_sorted_order_cut_at_keep() {
         let tools: Vec<serde_json::Value> = (0..300)
