@@ -621,6 +621,39 @@ mod simd {
             _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones))
         }
 
+        /// The sums of `Σ q·r` of four `width`-wide rows (`r`, one after another) in 32-bit lanes,
+        /// given `q`'s blocks' signs and sizes (see [`dot_all_avx2`]). `SHORT` rows add their
+        /// pairs in 16 bits and widen once at the end; the caller has checked that they fit.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn four_rows<const SHORT: bool>(
+            r: &[i8],
+            width: usize,
+            signs: &[__m256i],
+            sizes: &[__m256i],
+            ones: __m256i,
+        ) -> [__m256i; ROWS] {
+            assert!(r.len() >= ROWS * width && 32 * signs.len() <= width);
+            let mut acc = [_mm256_setzero_si256(); ROWS];
+            for (k, (&sign, &size)) in signs.iter().zip(sizes).enumerate() {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: row j's block k lies within r (asserted: 32 * (k + 1) <= width).
+                    let rv =
+                        unsafe { _mm256_loadu_si256(r.as_ptr().add(j * width + 32 * k).cast()) };
+                    *a = if SHORT {
+                        _mm256_add_epi16(*a, _mm256_maddubs_epi16(size, _mm256_sign_epi8(rv, sign)))
+                    } else {
+                        step(*a, rv, sign, size, ones)
+                    };
+                }
+            }
+            if SHORT {
+                acc.map(|a| _mm256_madd_epi16(a, ones))
+            } else {
+                acc
+            }
+        }
+
         /// # Safety
         /// The CPU must have AVX2; `q.len()` must be a multiple of 32, at most [`WIDEST`].
         ///
@@ -659,33 +692,12 @@ mod simd {
                 let short = lanes
                     .get(ROWS * i..ROWS * (i + 1))
                     .is_some_and(|l| l.iter().all(|&x| x <= limit));
-                if short {
-                    let mut acc = [_mm256_setzero_si256(); ROWS];
-                    for k in 0..blocks {
-                        let (sign, size) = (signs[k], sizes[k]);
-                        for (j, a) in acc.iter_mut().enumerate() {
-                            // SAFETY: row j's block k lies within r (r.len() == ROWS * width).
-                            let rv = unsafe {
-                                _mm256_loadu_si256(r.as_ptr().add(j * width + 32 * k).cast())
-                            };
-                            let pairs = _mm256_maddubs_epi16(size, _mm256_sign_epi8(rv, sign));
-                            *a = _mm256_add_epi16(*a, pairs);
-                        }
-                    }
-                    store_four(acc.map(|a| _mm256_madd_epi16(a, ones)), o);
-                    continue;
-                }
-                let mut acc = [_mm256_setzero_si256(); ROWS];
-                for k in 0..blocks {
-                    let (sign, size) = (signs[k], sizes[k]);
-                    for (j, a) in acc.iter_mut().enumerate() {
-                        // SAFETY: row j's block k lies within r (r.len() == ROWS * width).
-                        let rv = unsafe {
-                            _mm256_loadu_si256(r.as_ptr().add(j * width + 32 * k).cast())
-                        };
-                        *a = step(*a, rv, sign, size, ones);
-                    }
-                }
+                let (signs, sizes) = (&signs[..blocks], &sizes[..blocks]);
+                let acc = if short {
+                    four_rows::<true>(r, width, signs, sizes, ones)
+                } else {
+                    four_rows::<false>(r, width, signs, sizes, ones)
+                };
                 store_four(acc, o);
             }
             let done = four * ROWS;
