@@ -695,6 +695,7 @@ mod simd {
                 *size = _mm256_abs_epi8(*sign);
             }
             let four = out.len().min(rows.len() / width) / ROWS;
+            let (q_signs, q_sizes) = (&signs[..blocks], &sizes[..blocks]);
             for (i, (o, r)) in out
                 .chunks_exact_mut(ROWS)
                 .zip(rows.chunks_exact(ROWS * width))
@@ -703,11 +704,10 @@ mod simd {
                 let short = lanes
                     .get(ROWS * i..ROWS * (i + 1))
                     .is_some_and(|l| l.iter().all(|&x| x <= limit));
-                let (signs, sizes) = (&signs[..blocks], &sizes[..blocks]);
                 let acc = if short {
-                    four_rows::<true>(r, width, signs, sizes, ones)
+                    four_rows::<true>(r, width, q_signs, q_sizes, ones)
                 } else {
-                    four_rows::<false>(r, width, signs, sizes, ones)
+                    four_rows::<false>(r, width, q_signs, q_sizes, ones)
                 };
                 store_four(acc, o);
             }
