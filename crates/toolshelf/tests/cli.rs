@@ -311,6 +311,32 @@ fn search_batch_writes_one_line_per_request() {
     assert_eq!(lines[2]["hits"].as_array().map(Vec::len), Some(0));
     let bad = temp_file("bad.jsonl", "{\"q\": 1}\n");
     assert!(fails(&["search", "--batch", &bad, "--json"]).contains("bad.jsonl:1"));
+    // A query that is not a string, or a line with no words, names its line and entry.
+    let typed = temp_file(
+        "typed.jsonl",
+        "{\"query\": \"read\"}\n{\"queries\": [\"read\", 3]}\n",
+    );
+    let err = fails(&["search", "--batch", &typed, "--json"]);
+    assert!(err.contains("typed.jsonl:2: queries[1] is 3"), "{err}");
+    let blank = temp_file("blank.jsonl", "{\"queries\": [\" \", \"\"]}\n");
+    let err = fails(&["search", "--batch", &blank, "--json"]);
+    assert!(
+        err.contains("blank.jsonl:1: no query has any words"),
+        "{err}"
+    );
+}
+
+#[test]
+fn search_refuses_arguments_that_would_mean_nothing() {
+    for k in ["0", "-1", "many"] {
+        let err = fails(&["search", "-q", "read file", "-k", k]);
+        assert!(err.contains("--limit"), "-k {k}: {err}");
+    }
+    let err = fails(&["search", "-q", "read file", "-q", "  "]);
+    assert!(err.contains("--query number 2 is blank"), "{err}");
+    let err = fails(&["search", "-n", "Write", "-k", "2"]);
+    assert!(err.contains("--limit applies to --query"), "{err}");
+    assert!(ok(&["search", "-q", "read file", "-k", "1"]).contains("1. "));
 }
 
 #[test]

@@ -26,8 +26,9 @@ pub struct Args {
     /// JSON lines file of requests, {"query": "..."} or {"queries": [...]}; one result line each.
     #[arg(long, value_name = "FILE.jsonl")]
     batch: Option<PathBuf>,
-    /// Maximum number of fuzzy hits (capped at [search] max_limit, except in --batch).
-    #[arg(long, short = 'k')]
+    /// Maximum number of fuzzy hits, at least 1 (capped at [search] max_limit, except in
+    /// --batch).
+    #[arg(long, short = 'k', value_parser = positive, allow_negative_numbers = true)]
     limit: Option<usize>,
     /// Print {"hits": [...], "text": "..."} instead of the text the model reads.
     #[arg(long)]
@@ -35,6 +36,15 @@ pub struct Args {
     /// Ranker: bm25, semantic, or both fused.
     #[arg(long, value_enum, default_value_t)]
     ranker: Ranker,
+}
+
+/// A count of at least one.
+fn positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
 }
 
 /// Which rankers `tool_search` uses.
@@ -91,12 +101,23 @@ pub fn run(args: Args) -> Result<()> {
     let mut request = json!({});
     match (args.query.is_empty(), args.name.is_empty()) {
         (false, true) => {
+            if let Some(i) = args.query.iter().position(|q| q.trim().is_empty()) {
+                bail!(
+                    "--query number {} is blank: give the words to search for",
+                    i + 1
+                );
+            }
             request["queries"] = json!(args.query);
             if let Some(l) = args.limit {
                 request["limit"] = json!(l);
             }
         }
-        (true, false) => request["tool_names"] = json!(args.name),
+        (true, false) => {
+            if args.limit.is_some() {
+                bail!("--limit applies to --query: an exact --name lookup returns each named tool");
+            }
+            request["tool_names"] = json!(args.name);
+        }
         _ => bail!("give --query or --name, not both"),
     }
     let request = SearchRequest::from_json(&request).map_err(anyhow::Error::msg)?;
@@ -130,19 +151,28 @@ fn batch(
         }
         let v: Value = serde_json::from_str(&line)
             .with_context(|| format!("{}:{}: not valid JSON", path.display(), n + 1))?;
+        let at = || format!("{}:{}", path.display(), n + 1);
         let queries: Vec<String> = match (v.get("query"), v.get("queries")) {
             (Some(Value::String(q)), None) => vec![q.clone()],
             (None, Some(Value::Array(qs))) => qs
                 .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect(),
+                .enumerate()
+                .map(|(i, q)| match q {
+                    Value::String(q) => Ok(q.clone()),
+                    other => bail!(
+                        "{}: queries[{i}] is {other}, not a string of words to search for",
+                        at()
+                    ),
+                })
+                .collect::<Result<_>>()?,
             _ => bail!(
-                "{}:{}: expected {{\"query\": \"...\"}} or {{\"queries\": [...]}}",
-                path.display(),
-                n + 1
+                "{}: expected {{\"query\": \"...\"}} or {{\"queries\": [...]}}",
+                at()
             ),
         };
+        if queries.iter().all(|q| q.trim().is_empty()) {
+            bail!("{}: no query has any words to search for", at());
+        }
         let hits = index.rank(&queries, limit);
         serde_json::to_writer(&mut out, &json!({"hits": hits}))?;
         out.write_all(b"\n")?;
