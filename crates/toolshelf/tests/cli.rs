@@ -769,6 +769,22 @@ fn check_template_renders_a_clean_template() {
     // No client: the tag has no body.
     assert_eq!(v["rendered"], "An example tool. Team: 7 <client/>");
     assert_eq!(v["findings"], serde_json::json!([]));
+    // session.workspace is what a session has: the directory toolshelf runs in, unless given.
+    let ws = temp_file("ws.star", "description = 'Repo: ' + session.workspace\n");
+    let dir = std::env::temp_dir().join(format!("toolshelf-cli-{}", std::process::id()));
+    let out = bin()
+        .args(["check-template", &ws])
+        .current_dir(&dir)
+        .output()
+        .expect("run toolshelf");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.ends_with(&format!("renders to:\nRepo: {}\n", dir.display())),
+        "{text}"
+    );
+    let out = ok(&["check-template", &ws, "--workspace", "shop"]);
+    assert!(out.ends_with("renders to:\nRepo: shop\n"), "{out}");
     // A syntax error is reported with its line, exit status 1.
     let broken = temp_file("broken.star", "x = (\n");
     let out = run(&["check-template", &broken]);

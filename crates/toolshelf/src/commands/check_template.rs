@@ -38,7 +38,8 @@ pub struct Args {
     /// session.client.
     #[arg(long, value_name = "NAME")]
     client: Option<String>,
-    /// session.workspace.
+    /// session.workspace. Default: the --config's [template] workspace, else the current
+    /// directory, as in a session.
     #[arg(long, value_name = "TEXT")]
     workspace: Option<String>,
     /// Print {"file", "ok", "findings": [{"line", "kind", "access", "message"}], "rendered",
@@ -75,14 +76,19 @@ pub fn run(args: Args) -> Result<bool> {
         .with_context(|| format!("cannot read template {}", args.file.display()))?;
     let owner = args.file.display().to_string();
     let mut pkg = sample_pkg();
-    let mut session = SessionValues::default();
+    // As a session would have it: [template] workspace, else the directory toolshelf runs in.
+    let mut configured = None;
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
         let config = Config::from_toml_str(&text, &path.display().to_string())?;
         pkg.extend(config.template.vars);
-        session.workspace = config.template.workspace;
+        configured = config.template.workspace;
     }
+    let mut session = SessionValues {
+        workspace: toolshelf_runtime::files::workspace(configured.as_deref()),
+        ..SessionValues::default()
+    };
     if let Some(vars) = &args.vars {
         let text = if vars.trim_start().starts_with('{') {
             vars.clone()
