@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use crate::commands::errln;
 use anyhow::{Context, Result};
 use toolshelf_core::template::SessionValues;
 use toolshelf_core::{Catalog, Compiled, Config, Exposure, Surface};
@@ -87,7 +88,7 @@ impl Source {
             .chain(&exposure.warnings)
             .chain(&compiled.unmatched(&catalog))
         {
-            eprintln!("toolshelf: warning: {w}");
+            errln!("toolshelf: warning: {w}");
         }
         Ok(Loaded {
             catalog,
@@ -108,14 +109,14 @@ impl Loaded {
     pub fn warn_index(&self) {
         if let Some(idx) = &self.surface.index {
             if idx.over_budget {
-                eprintln!(
+                errln!(
                     "toolshelf: warning: the deferred index is {} characters, over its budget of {} ([defer] index_budget_chars): built-in names are never dropped",
                     idx.text.chars().count(),
                     idx.budget
                 );
             }
             if !idx.dropped.is_empty() {
-                eprintln!(
+                errln!(
                     "toolshelf: note: {} server group(s) with {} tools did not fit the index budget of {} characters and are searchable only: {}",
                     idx.dropped.len(),
                     idx.dropped_tools,

@@ -14,6 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use commands::errln;
 
 /// Deferred tool loading for LLM agents: keep tool names in context and schemas on the shelf.
 #[derive(Debug, Parser)]
@@ -104,7 +105,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("toolshelf: error: {e:#}");
+            errln!("toolshelf: error: {e:#}");
             ExitCode::FAILURE
         }
     }

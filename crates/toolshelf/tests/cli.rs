@@ -399,6 +399,30 @@ fn a_closed_stdout_ends_quietly() {
 }
 
 #[test]
+fn a_closed_stderr_does_not_panic() {
+    // Two tools that collide when named, so loading warns on stderr, whose reader is gone.
+    let path = temp_file(
+        "collide.json",
+        r#"[{"name": "a.b", "description": "one"}, {"name": "a_b", "description": "two"}]"#,
+    );
+    for args in [
+        vec!["ledger", "--catalog", &path],
+        vec!["explain", "--catalog", &path, "nosuch"],
+    ] {
+        let mut child = bin()
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run toolshelf");
+        // The reading end closes before the catalog is loaded and its warnings are written.
+        drop(child.stderr.take());
+        let status = child.wait().expect("wait");
+        assert_ne!(status.code(), Some(101), "{args:?} panicked");
+    }
+}
+
+#[test]
 fn eval_counts_unknown_gold_names_as_misses() {
     let path = temp_file(
         "eval-unknown.jsonl",

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use toolshelf_core::Resolution;
 use toolshelf_core::search::SearchIndex;
 
-use super::{outln, print_json};
+use super::{errln, outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `eval`.
@@ -155,7 +155,7 @@ pub fn run(args: Args) -> Result<()> {
     let (cases, unknown_gold) = load_cases(&args.queries, &loaded)?;
     anyhow::ensure!(!cases.is_empty(), "{}: no queries", args.queries.display());
     if unknown_gold > 0 {
-        eprintln!(
+        errln!(
             "toolshelf: warning: {unknown_gold} gold names are not in the catalog (counted as misses)"
         );
     }

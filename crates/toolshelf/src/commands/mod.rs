@@ -27,6 +27,16 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
+/// `eprintln!` that ignores a closed stderr (`2>&1 | head`) rather than panicking: a warning that
+/// cannot be shown is no reason to stop the command.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+pub(crate) use errln;
+
 /// `--format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum FormatArg {

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::errln;
 use anyhow::{Context, Result};
 use toolshelf_core::{Compiled, Config};
 use toolshelf_proxy::Proxy;
@@ -78,7 +79,7 @@ pub fn run(args: Args) -> Result<()> {
         ));
         for t in &tools.tools {
             if let Some(e) = &t.broken {
-                eprintln!("toolshelf: script tool {:?} is unavailable: {e}", t.name);
+                errln!("toolshelf: script tool {:?} is unavailable: {e}", t.name);
             }
         }
         proxy = proxy.with_scripts(tools);
@@ -90,7 +91,7 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let bound = listener.local_addr()?;
         let p = &proxy.compiled.config().proxy;
-        eprintln!(
+        errln!(
             "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {}); dashboard at http://{bound}/ui",
             p.anthropic_upstream, p.openai_upstream
         );
@@ -113,13 +114,13 @@ fn session_store(config: &Config, rt: &tokio::runtime::Runtime) -> Result<Arc<dy
     if let Some(url) = &st.url {
         let timeout = std::time::Duration::from_millis(st.timeout_ms);
         let store = RedisStore::new(url, &st.key_prefix, timeout).map_err(anyhow::Error::msg)?;
-        eprintln!(
+        errln!(
             "toolshelf: sessions in Redis at {}, keys under {:?}",
             store.addr(),
             st.key_prefix
         );
         if let Err(e) = rt.block_on(store.ping()) {
-            eprintln!("toolshelf: {e}; serving anyway, every session missing until Redis answers");
+            errln!("toolshelf: {e}; serving anyway, every session missing until Redis answers");
         }
         return Ok(Arc::new(store));
     }

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::{FormatArg, outln, print_json};
+use super::{FormatArg, errln, outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `render`.
@@ -24,7 +24,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.index_only {
         match loaded.surface.tool_search_description() {
             Some(d) => outln!("{d}"),
-            None => eprintln!(
+            None => errln!(
                 "toolshelf: note: no tool is deferred, so there is no tool_search and no index"
             ),
         }

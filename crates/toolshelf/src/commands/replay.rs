@@ -12,7 +12,7 @@ use toolshelf_core::replay::{Replay, explain_line, parse_transcript};
 use toolshelf_core::search::SearchIndex;
 
 use super::search::Ranker;
-use super::{ApiArg, outln};
+use super::{ApiArg, errln, outln};
 use crate::inputs::Source;
 
 /// Arguments of `replay`.
@@ -58,7 +58,7 @@ pub fn replay(args: &Args) -> Result<Vec<toolshelf_core::replay::TurnReport>> {
             if ranker != Ranker::Bm25
                 && let Err(e) = toolshelf_embed::attach_bundled(&mut index, catalog)
             {
-                eprintln!("toolshelf: warning: semantic ranker unavailable, BM25F alone: {e}");
+                errln!("toolshelf: warning: semantic ranker unavailable, BM25F alone: {e}");
             }
             index
         }

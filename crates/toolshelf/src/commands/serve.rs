@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::errln;
 use anyhow::{Context, Result, bail};
 use toolshelf_core::Config;
 use toolshelf_gateway::{Hub, Settings};
@@ -65,7 +66,7 @@ impl GatewaySource {
             let name = p.display().to_string();
             let (servers, warnings) = Config::servers_from_mcp_json(&text, &name)?;
             for w in warnings {
-                eprintln!("toolshelf: warning: {w}");
+                errln!("toolshelf: warning: {w}");
             }
             let config_name = self
                 .config
@@ -261,7 +262,7 @@ pub fn run(args: Args) -> Result<()> {
             Some(addr) => {
                 toolshelf_gateway::metrics::install().map_err(anyhow::Error::msg)?;
                 toolshelf_gateway::serve::serve_http(hub.clone(), addr, |bound| {
-                    eprintln!("toolshelf: serving MCP at http://{bound}/mcp");
+                    errln!("toolshelf: serving MCP at http://{bound}/mcp");
                 })
                 .await
             }
@@ -298,7 +299,7 @@ pub(crate) fn enricher(config: &Config) -> Option<toolshelf_gateway::Enricher> {
                 toolshelf_embed::attach_bundled_cached(index, catalog, vectors)
                     .map_err(|e| e.to_string())?;
                 if persist && let Err(e) = vectors.save(&path) {
-                    eprintln!(
+                    errln!(
                         "toolshelf: warning: cannot write the vector cache {}: {e}",
                         path.display()
                     );
