@@ -6,10 +6,11 @@
 
 use std::path::PathBuf;
 
-use crate::commands::errln;
 use anyhow::{Context, Result};
 use toolshelf_core::template::SessionValues;
 use toolshelf_core::{Catalog, Compiled, Config, Exposure, Surface};
+
+use crate::commands::errln;
 
 /// The bundled example catalog (see `examples/` and `scripts/capture-example-catalog.sh`).
 pub const EXAMPLE_CATALOG: &str = include_str!("../../../examples/catalog.json");

@@ -1,6 +1,6 @@
 //! The command-line contract, exercised through the real binary.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -795,10 +795,10 @@ fn check_template_renders_a_clean_template() {
     assert_eq!(v["findings"], serde_json::json!([]));
     // session.workspace is what a session has: the directory toolshelf runs in, unless given.
     let ws = temp_file("ws.star", "description = 'Repo: ' + session.workspace\n");
-    let dir = std::env::temp_dir().join(format!("toolshelf-cli-{}", std::process::id()));
+    let dir = Path::new(&ws).parent().expect("the temp dir");
     let out = bin()
         .args(["check-template", &ws])
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .expect("run toolshelf");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::errln;
 use anyhow::{Context, Result};
 use toolshelf_core::{Compiled, Config};
 use toolshelf_proxy::Proxy;
@@ -11,6 +10,8 @@ use toolshelf_proxy::redis_store::RedisStore;
 use toolshelf_proxy::server::{AppState, router};
 use toolshelf_proxy::store::{MemoryStore, SessionStore};
 use toolshelf_runtime::scripts;
+
+use super::errln;
 
 /// Arguments of `proxy`.
 #[derive(Debug, clap::Args)]

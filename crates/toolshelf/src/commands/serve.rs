@@ -7,10 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::errln;
 use anyhow::{Context, Result, bail};
 use toolshelf_core::Config;
 use toolshelf_gateway::{Hub, Settings};
+
+use super::errln;
 
 /// The bundled example gateway configuration: the pinned servers that
 /// `scripts/install-mcp-servers.sh` installs.
