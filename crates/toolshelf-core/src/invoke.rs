@@ -689,6 +689,63 @@ impl ParamsValidator {
     }
 }
 
+/// Why a tool's input schema is not a usable JSON Schema, if it is not: what compiling it for a
+/// call's check would say, found early so that a load can warn instead of a call failing. The
+/// problem is named by its JSON pointer into the schema (`/properties/p/type`) and cut to a few
+/// hundred characters.
+///
+/// Compiling costs about six times a check against the draft's meta-schema, and beyond that check
+/// a compile only adds what references and regular expressions can break; so only a schema that
+/// has such keys is compiled, and the rest are checked against the meta-schema alone.
+pub fn schema_problem(schema: &Map<String, Value>) -> Option<String> {
+    let value = Value::Object(schema.clone());
+    let error = if needs_compile(schema) {
+        jsonschema::validator_for(&value).err()?
+    } else {
+        jsonschema::meta::validate(&value).err()?
+    };
+    let at = error.instance_path().to_string();
+    let at = if at.is_empty() { "/".to_owned() } else { at };
+    Some(format!(
+        "at {at}: {}",
+        echo_within(&error.to_string(), VIOLATION_CHARS)
+    ))
+}
+
+/// Whether a schema has, at any depth, a key that only a compile checks: `$ref`, `$schema` and
+/// the other `$` keywords (resolution), or `pattern` and `patternProperties` (regexes).
+fn needs_compile(schema: &Map<String, Value>) -> bool {
+    fn any(value: &Value) -> bool {
+        match value {
+            Value::Object(m) => needs_compile(m),
+            Value::Array(items) => items.iter().any(any),
+            _ => false,
+        }
+    }
+    schema
+        .iter()
+        .any(|(k, v)| k.starts_with('$') || k == "pattern" || k == "patternProperties" || any(v))
+}
+
+/// A warning for every tool whose input schema does not compile, in catalog order: such a tool
+/// is kept and listed as given, but no call to it can be checked, so every call is refused.
+pub fn schema_warnings(catalog: &Catalog) -> Vec<String> {
+    catalog
+        .tools()
+        .iter()
+        .filter_map(|t| {
+            schema_problem(&t.input_schema).map(|p| {
+                format!(
+                    "tool {:?}: its input schema is not a valid JSON Schema ({p}); \
+                     it is listed as given, but every call to it will be refused until the \
+                     schema is fixed",
+                    t.name
+                )
+            })
+        })
+        .collect()
+}
+
 /// The tool's definition as attached to refusals: name, description and input schema, compact.
 pub fn schema_block(tool: &Tool) -> String {
     let mut m = Map::new();
@@ -912,6 +969,49 @@ mod tests {
             let r = validate(0, &v, &Map::new()).expect_err("refused, never unchecked");
             assert_eq!(r.kind(), RefusalKind::SchemaBroken);
         }
+    }
+
+    #[test]
+    fn a_load_names_every_tool_whose_schema_will_refuse_its_calls() {
+        let c = Catalog::from_value(
+            &json!({"servers": [{"name": "s", "tools": [
+                {"name": "zeta", "inputSchema": {"type": "object", "required": "p"}},
+                {"name": "alpha", "inputSchema": {"type": "object", "properties": {"p": {"type": 42}}}},
+                {"name": "fine", "inputSchema": {"type": "object", "properties": {"p": {"type": "string"}}, "required": ["p"]}},
+                {"name": "bad_regex", "inputSchema": {"type": "object", "properties": {"p": {"type": "string", "pattern": "(["}}}},
+                {"name": "dangling", "inputSchema": {"type": "object", "properties": {"p": {"$ref": "#/$defs/gone"}}}},
+                {"name": "draft", "inputSchema": {"$schema": "https://example.invalid/my-draft", "type": "object"}},
+                {"name": "good_ref", "inputSchema": {"type": "object", "$defs": {"s": {"type": "string", "pattern": "^a+$"}}, "properties": {"p": {"$ref": "#/$defs/s"}}}},
+                {"name": "bare"}
+            ]}]}),
+            "c",
+        )
+        .expect("a bad nested schema does not stop the load");
+        let warnings = schema_warnings(&c);
+        assert_eq!(
+            warnings,
+            [
+                "tool \"mcp__s__alpha\": its input schema is not a valid JSON Schema (at /properties/p/type: 42 is not valid under any of the schemas listed in the 'anyOf' keyword); it is listed as given, but every call to it will be refused until the schema is fixed",
+                "tool \"mcp__s__bad_regex\": its input schema is not a valid JSON Schema (at /properties/p/pattern: \"([\" is not a \"regex\"); it is listed as given, but every call to it will be refused until the schema is fixed",
+                "tool \"mcp__s__dangling\": its input schema is not a valid JSON Schema (at /: Pointer '/$defs/gone' does not exist); it is listed as given, but every call to it will be refused until the schema is fixed",
+                "tool \"mcp__s__draft\": its input schema is not a valid JSON Schema (at /: Unknown meta-schema: 'https://example.invalid/my-draft'. Custom meta-schemas must be registered in the registry before use); it is listed as given, but every call to it will be refused until the schema is fixed",
+                "tool \"mcp__s__zeta\": its input schema is not a valid JSON Schema (at /required: \"p\" is not of type \"array\"); it is listed as given, but every call to it will be refused until the schema is fixed",
+            ]
+        );
+        // A warning is given exactly when a call would be refused as broken.
+        for (i, t) in c.tools().iter().enumerate() {
+            let refused = matches!(
+                ParamsValidator::new(&t.input_schema).check(&Map::new()),
+                Checked::Broken(_)
+            );
+            let warned = warnings
+                .iter()
+                .any(|w| w.contains(&format!("{:?}", t.name)));
+            assert_eq!(refused, warned, "{i}: {}", t.name);
+        }
+        let huge = json!({"type": "object", "properties": {"p": {"type": "x".repeat(10_000)}}});
+        let problem = schema_problem(huge.as_object().expect("o")).expect("invalid");
+        assert!(problem.chars().count() < 400, "{problem}");
     }
 
     #[test]

@@ -154,7 +154,12 @@ impl Snapshot {
     fn build(catalog: Catalog, compiled: &Compiled) -> Self {
         let exposure = compiled.expose(&catalog);
         let surface = compiled.surface(&catalog, &exposure);
-        for w in catalog.warnings().iter().chain(&exposure.warnings) {
+        for w in catalog
+            .warnings()
+            .iter()
+            .chain(&exposure.warnings)
+            .chain(&toolshelf_core::invoke::schema_warnings(&catalog))
+        {
             tracing::warn!("{w}");
         }
         let visible = catalog

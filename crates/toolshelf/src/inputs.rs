@@ -88,6 +88,7 @@ impl Source {
             .iter()
             .chain(&exposure.warnings)
             .chain(&compiled.unmatched(&catalog))
+            .chain(&toolshelf_core::invoke::schema_warnings(&catalog))
         {
             errln!("toolshelf: warning: {w}");
         }

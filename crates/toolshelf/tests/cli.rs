@@ -196,6 +196,44 @@ fn bad_catalogs_name_the_file_and_item() {
 }
 
 #[test]
+fn a_schema_that_cannot_be_checked_is_warned_about_at_load() {
+    let path = temp_file(
+        "nested.json",
+        r#"{"servers": [{"name": "docs", "tools": [
+            {"name": "fine", "inputSchema": {"type": "object", "properties": {"p": {"type": "string"}}}},
+            {"name": "odd", "inputSchema": {"type": "object", "properties": {"p": {"type": 42}}}}
+        ]}]}"#,
+    );
+    for cmd in ["render", "ledger", "search"] {
+        let mut args = vec![cmd, "--catalog", &path];
+        if cmd == "search" {
+            args.extend(["-q", "odd"]);
+        }
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cmd}: {err}");
+        let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+        assert_eq!(warnings.len(), 1, "{cmd}: {err}");
+        assert!(
+            warnings[0].contains("tool \"mcp__docs__odd\": its input schema is not a valid JSON Schema (at /properties/p/type:"),
+            "{cmd}: {err}"
+        );
+    }
+    // The tool is still listed as given.
+    let listed = ok(&[
+        "render",
+        "--catalog",
+        &path,
+        "--config",
+        &temp_file("all.toml", "[defer]\ndefault = false\n"),
+    ]);
+    assert!(
+        listed.contains("mcp__docs__odd") && listed.contains("\"type\": 42"),
+        "{listed}"
+    );
+}
+
+#[test]
 fn over_budget_builtins_warn_on_stderr() {
     let cfg = temp_file("tiny.toml", "[defer]\nindex_budget_chars = 10\n");
     for cmd in ["render", "ledger"] {
