@@ -468,9 +468,61 @@ fn eval_counts_unknown_gold_names_as_misses() {
     );
     let out = run(&["eval", "--ranker", "bm25", "--queries", &path, "--json"]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("1 gold names are not in the catalog"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{path}:1: gold \"no_such_tool\" is not in the catalog (counted as a miss)"
+        )),
+        "{err}"
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["recall"]["10"].as_f64(), Some(0.5), "{v}");
+    assert_eq!(v["unknown_gold"].as_u64(), Some(1), "{v}");
+    // Past ten, the rest are counted, not named.
+    let many: String = (0..12)
+        .map(|i| format!("{{\"query\": \"commit\", \"gold\": [\"missing_{i}\"]}}\n"))
+        .collect();
+    let path = temp_file("eval-many-unknown.jsonl", &many);
+    let out = run(&["eval", "--ranker", "bm25", "--queries", &path, "--json"]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("is not in the catalog (counted as a miss)")
+            .count(),
+        10,
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{path}:10: gold \"missing_9\"")),
+        "{err}"
+    );
+    assert!(!err.contains("missing_10"), "{err}");
+    assert!(
+        err.contains("12 gold names in all are not in the catalog"),
+        "{err}"
+    );
+}
+
+#[test]
+fn eval_refuses_lines_that_cannot_be_scored() {
+    for (line, says) in [
+        (
+            r#"{"query": "  ", "gold": ["git_commit"]}"#,
+            "\"query\" is blank",
+        ),
+        (r#"{"query": "commit", "gold": []}"#, "\"gold\" is empty"),
+        (
+            r#"{"query": "commit", "gold": ["git_commit", 7]}"#,
+            "gold[1] is 7, not a tool name",
+        ),
+    ] {
+        let path = temp_file(
+            "eval-unscorable.jsonl",
+            &format!("{{\"query\": \"log\", \"gold\": [\"git_log\"]}}\n\n{line}\n"),
+        );
+        let e = fails(&["eval", "--ranker", "bm25", "--queries", &path]);
+        assert!(e.contains(&format!("{path}:3: {says}")), "{line}: {e}");
+    }
 }
 
 #[test]

@@ -89,6 +89,12 @@ struct Case {
     gold_total: usize,
 }
 
+/// Gold names not in the catalog that are named one by one; the rest are counted.
+const UNKNOWN_GOLD_SHOWN: usize = 10;
+
+/// Reads the queries file. A line that cannot be scored (a blank query, no gold, a gold entry that
+/// is not a name) is refused with its line number: scoring it as a miss would lower every figure
+/// without saying why. A gold name the catalog lacks is a miss, named on stderr with its line.
 fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Case>, usize)> {
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read queries {}", path.display()))?;
@@ -99,31 +105,44 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(&line)
-            .with_context(|| format!("{}:{}: not valid JSON", path.display(), n + 1))?;
+        let at = format!("{}:{}", path.display(), n + 1);
+        let v: Value =
+            serde_json::from_str(&line).with_context(|| format!("{at}: not valid JSON"))?;
         let (Some(query), Some(gold)) = (v["query"].as_str(), v["gold"].as_array()) else {
-            bail!(
-                "{}:{}: expected {{\"query\": \"...\", \"gold\": [...]}}",
-                path.display(),
-                n + 1
-            );
+            bail!("{at}: expected {{\"query\": \"...\", \"gold\": [...]}}");
         };
+        if query.trim().is_empty() {
+            bail!("{at}: \"query\" is blank; there is nothing to search for");
+        }
+        if gold.is_empty() {
+            bail!("{at}: \"gold\" is empty; a query needs at least one gold tool to be scored");
+        }
         let mut ids = Vec::new();
-        let unknown_before = unknown_gold;
-        for g in gold.iter().filter_map(Value::as_str) {
+        let mut unknown_here = 0;
+        for (j, g) in gold.iter().enumerate() {
+            let Some(g) = g.as_str() else {
+                bail!("{at}: gold[{j}] is {g}, not a tool name");
+            };
             match loaded.catalog.resolve(g) {
                 Resolution::Exact(i) | Resolution::Bare(i) => ids.push(i),
                 Resolution::Ambiguous(c) => ids.push(c[0]),
-                Resolution::NotFound => unknown_gold += 1,
+                Resolution::NotFound => {
+                    if unknown_gold < UNKNOWN_GOLD_SHOWN {
+                        errln!(
+                            "toolshelf: warning: {at}: gold {g:?} is not in the catalog (counted as a miss)"
+                        );
+                    }
+                    unknown_gold += 1;
+                    unknown_here += 1;
+                }
             }
         }
         ids.sort_unstable();
         ids.dedup();
-        let gold_total = ids.len() + (unknown_gold - unknown_before);
         cases.push(Case {
             query: query.to_owned(),
+            gold_total: ids.len() + unknown_here,
             gold: ids,
-            gold_total,
         });
     }
     Ok((cases, unknown_gold))
@@ -154,9 +173,9 @@ pub fn run(args: Args) -> Result<()> {
     let loaded = args.source.load()?;
     let (cases, unknown_gold) = load_cases(&args.queries, &loaded)?;
     anyhow::ensure!(!cases.is_empty(), "{}: no queries", args.queries.display());
-    if unknown_gold > 0 {
+    if unknown_gold > UNKNOWN_GOLD_SHOWN {
         errln!(
-            "toolshelf: warning: {unknown_gold} gold names are not in the catalog (counted as misses)"
+            "toolshelf: warning: {unknown_gold} gold names in all are not in the catalog (counted as misses); the first {UNKNOWN_GOLD_SHOWN} are named above"
         );
     }
     toolshelf_core::search::analyze::warm_up();
@@ -193,9 +212,6 @@ pub fn run(args: Args) -> Result<()> {
         latencies.push(t.elapsed().as_secs_f64() * 1e6);
         if let Some(b) = &bar {
             b.inc(1);
-        }
-        if case.gold_total == 0 {
-            continue;
         }
         let ranked: Vec<usize> = hits.iter().map(|h| h.index).collect();
         let g = case.gold_total as f64;
