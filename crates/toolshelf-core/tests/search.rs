@@ -191,9 +191,38 @@ fn unknown_names_fall_back_to_search_and_say_so() {
         r.text
     );
     assert!(r.hits.iter().any(|h| h.name.starts_with("mcp__git__")));
+    assert_eq!(r.unresolved, ["git_history"]);
     let r = run(&e, json!({"tool_names": ["zzqx"]}));
     assert_eq!(r.outcome, Outcome::NoMatch);
     assert!(r.text.contains("No deferred tool matches"), "{}", r.text);
+    assert_eq!(r.unresolved, ["zzqx"]);
+    let r = run(&e, json!({"tool_names": ["Write", "zzqx", "git_log"]}));
+    assert_eq!(r.unresolved, ["zzqx"]);
+    assert!(
+        run(&e, json!({"tool_names": ["Write"]}))
+            .unresolved
+            .is_empty()
+    );
+}
+
+#[test]
+fn listed_hits_come_first_and_the_rest_are_only_named() {
+    let e = env(None);
+    for limit in [1usize, 3, 5] {
+        let r = run(&e, json!({"queries": ["read a file"], "limit": limit}));
+        assert_eq!(r.listed, limit, "{}", r.text);
+        assert!(r.hits.len() > limit, "{}", r.text);
+        let (_, also) = r.text.split_once("Also matching").expect("names-only line");
+        for (i, h) in r.hits.iter().enumerate() {
+            assert_eq!(
+                i >= limit,
+                also.contains(&*h.name),
+                "{i} {}: {}",
+                h.name,
+                r.text
+            );
+        }
+    }
 }
 
 #[test]

@@ -318,10 +318,46 @@ fn search_prints_text_or_json_hits_in_rank_order() {
             .map(|t| t.contains("mcp__git__git_commit")),
         Some(true)
     );
+    // `hits` are the three the text lists; the names it only mentions come apart, also in order.
+    assert_eq!(hits.len(), 3, "{v}");
+    let also = v["also_matching"].as_array().expect("also_matching");
+    assert!(!also.is_empty(), "{v}");
+    let mentioned = v["text"]
+        .as_str()
+        .and_then(|t| t.split_once("Also matching"))
+        .map(|(_, rest)| rest.to_owned())
+        .expect("an Also matching line");
+    for h in also {
+        let name = h["name"].as_str().expect("name");
+        assert!(mentioned.contains(name), "{name} in {mentioned}");
+        assert!(!hits.iter().any(|x| x["name"] == name), "{name} twice");
+    }
+    assert!(
+        also[0]["score"].as_f64() <= hits[2]["score"].as_f64(),
+        "{v}"
+    );
+    assert_eq!(v["unresolved"], serde_json::json!([]));
     let v: Value =
         serde_json::from_str(&ok(&["search", "--name", "Write", "--json"])).expect("json");
     assert_eq!(v["hits"][0]["name"], "Write");
     assert!(v["hits"][0]["server"].is_null());
+    assert_eq!(v["unresolved"], serde_json::json!([]));
+    // A name no tool has still gets its suggestions, but the command says so and fails.
+    let out = run(&["search", "-n", "Write", "-n", "nosuchtool", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+    assert_eq!(v["unresolved"], serde_json::json!(["nosuchtool"]));
+    assert_eq!(v["hits"][0]["name"], "Write");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no visible tool is named \"nosuchtool\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e = fails(&["search", "-n", "nosuchtool", "-n", "nor_this"]);
+    assert!(
+        e.contains("no visible tool is named \"nosuchtool\", \"nor_this\" (see above)"),
+        "{e}"
+    );
     assert!(fails(&["search"]).contains("required"));
     assert!(fails(&["search", "-q", "x", "-n", "y"]).contains("cannot be used with"));
 }
@@ -573,10 +609,9 @@ fn a_deny_rule_hides_the_tool_in_every_command() {
         "--json",
     ]))
     .expect("json");
-    let names: Vec<&str> = search["hits"]
-        .as_array()
-        .expect("hits")
+    let names: Vec<&str> = ["hits", "also_matching"]
         .iter()
+        .flat_map(|k| search[k].as_array().expect(k))
         .map(|h| h["name"].as_str().expect("name"))
         .collect();
     assert!(!names.contains(&"mcp__git__git_commit"), "{names:?}");

@@ -38,6 +38,13 @@ pub struct SearchResponse {
     pub loaded: Vec<usize>,
     /// Found or not.
     pub outcome: Outcome,
+    /// How many of the first `hits` the text lists with a line or a schema; the rest are only
+    /// named, after "Also matching".
+    #[serde(skip)]
+    pub listed: usize,
+    /// Names asked for by `tool_names` that name no visible tool, in the order given.
+    #[serde(skip)]
+    pub unresolved: Vec<String>,
 }
 
 impl SearchResponse {
@@ -52,6 +59,8 @@ Try again, or look a tool up by its exact name from <available_deferred_tools> w
             ),
             loaded: Vec::new(),
             outcome: Outcome::NoMatch,
+            listed: 0,
+            unresolved: Vec::new(),
         }
     }
 }
@@ -250,6 +259,8 @@ fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchRespon
         text: fit_plain(text, config.response_budget_chars),
         loaded: Vec::new(),
         outcome: Outcome::NoMatch,
+        listed: 0,
+        unresolved: Vec::new(),
     }
 }
 
@@ -326,8 +337,12 @@ fn exact(
             }
         }
     }
+    let unresolved: Vec<String> = missing.iter().map(|n| (*n).clone()).collect();
     if hits.is_empty() && fallback.is_empty() {
-        return no_match(&format!("the names {}", quote_list(names)), &[], config);
+        return SearchResponse {
+            unresolved,
+            ..no_match(&format!("the names {}", quote_list(names)), &[], config)
+        };
     }
     let header = if notes.is_empty() {
         String::new()
@@ -338,15 +353,18 @@ fn exact(
     let full = hits.len() + config.full_schemas.min(fallback.len());
     let limit = hits.len() + config.default_limit.min(fallback.len());
     hits.extend(fallback);
-    layout(
-        catalog,
-        described,
-        header,
-        hits,
-        limit,
-        full,
-        config.response_budget_chars,
-    )
+    SearchResponse {
+        unresolved,
+        ..layout(
+            catalog,
+            described,
+            header,
+            hits,
+            limit,
+            full,
+            config.response_budget_chars,
+        )
+    }
 }
 
 /// `"text"`, cut: the model's own words are echoed back, but never at length.
@@ -433,10 +451,12 @@ fn layout(
         (fit_plain(text, budget), Vec::new())
     });
     SearchResponse {
+        listed: limit.min(hits.len()),
         hits,
         text,
         loaded,
         outcome: Outcome::Found,
+        unresolved: Vec::new(),
     }
 }
 

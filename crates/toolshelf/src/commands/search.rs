@@ -20,7 +20,8 @@ pub struct Args {
     /// Fuzzy query (repeat for several intents; each is ranked on its own and they are merged).
     #[arg(long, short = 'q', value_name = "TEXT")]
     query: Vec<String>,
-    /// Exact tool name (repeat for several).
+    /// Exact tool name (repeat for several). A name that no visible tool has gets the
+    /// suggestions the model would get, and the command then exits with status 1.
     #[arg(long, short = 'n', value_name = "NAME")]
     name: Vec<String>,
     /// JSON lines file of requests, {"query": "..."} or {"queries": [...]}; one result line each.
@@ -30,7 +31,9 @@ pub struct Args {
     /// --batch).
     #[arg(long, short = 'k', value_parser = positive, allow_negative_numbers = true)]
     limit: Option<usize>,
-    /// Print {"hits": [...], "text": "..."} instead of the text the model reads.
+    /// Print {"hits": [...], "also_matching": [...], "unresolved": [...], "text": "..."} instead
+    /// of the text the model reads: `hits` are the tools the text lists, `also_matching` the ones
+    /// it only names, `unresolved` the --name values no visible tool has.
     #[arg(long)]
     json: bool,
     /// Ranker: bm25, semantic, or both fused.
@@ -123,11 +126,29 @@ pub fn run(args: Args) -> Result<()> {
     let request = SearchRequest::from_json(&request).map_err(anyhow::Error::msg)?;
     let response = search(&index, &loaded.catalog, &request, &loaded.config().search);
     if args.json {
-        print_json(&json!({"hits": response.hits, "text": response.text}))
+        let (listed, also) = response.hits.split_at(response.listed);
+        print_json(&json!({
+            "hits": listed,
+            "also_matching": also,
+            "unresolved": response.unresolved,
+            "text": response.text,
+        }))?;
     } else {
         outln!("{}", response.text);
-        Ok(())
     }
+    if !response.unresolved.is_empty() {
+        let mut names: Vec<String> = response
+            .unresolved
+            .iter()
+            .take(5)
+            .map(|n| format!("{n:?}"))
+            .collect();
+        if response.unresolved.len() > 5 {
+            names.push(format!("and {} more", response.unresolved.len() - 5));
+        }
+        bail!("no visible tool is named {} (see above)", names.join(", "));
+    }
+    Ok(())
 }
 
 fn batch(
