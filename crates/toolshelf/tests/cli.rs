@@ -383,6 +383,8 @@ fn search_batch_writes_one_line_per_request() {
             .contains("read")
     );
     assert_eq!(lines[2]["hits"].as_array().map(Vec::len), Some(0));
+    // The output is JSON lines whether or not --json is given.
+    assert_eq!(ok(&["search", "--batch", &path, "--limit", "2"]), out);
     let bad = temp_file("bad.jsonl", "{\"q\": 1}\n");
     assert!(fails(&["search", "--batch", &bad, "--json"]).contains("bad.jsonl:1"));
     // A query that is not a string, or a line with no words, names its line and entry.

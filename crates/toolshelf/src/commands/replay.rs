@@ -38,7 +38,8 @@ pub struct Args {
     /// activated or expired, and the bytes of each part, instead of the bodies.
     #[arg(long)]
     pub explain: bool,
-    /// With --explain: one JSON object per turn.
+    /// With --explain: one JSON object per turn. (Without --explain the output is the request
+    /// bodies, one JSON object per line already.)
     #[arg(long)]
     pub json: bool,
 }

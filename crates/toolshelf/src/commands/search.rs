@@ -24,7 +24,8 @@ pub struct Args {
     /// suggestions the model would get, and the command then exits with status 1.
     #[arg(long, short = 'n', value_name = "NAME")]
     name: Vec<String>,
-    /// JSON lines file of requests, {"query": "..."} or {"queries": [...]}; one result line each.
+    /// JSON lines file of requests, {"query": "..."} or {"queries": [...]}; one JSON result
+    /// line each, {"hits": [...]}, with or without --json.
     #[arg(long, value_name = "FILE.jsonl")]
     batch: Option<PathBuf>,
     /// Maximum number of fuzzy hits, at least 1 (capped at [search] max_limit, except in
@@ -99,7 +100,7 @@ pub fn run(args: Args) -> Result<()> {
     let loaded = args.source.load()?;
     let index = build_index(&loaded, args.ranker)?;
     if let Some(path) = &args.batch {
-        return batch(&loaded, &index, path, args.limit, args.json);
+        return batch(&loaded, &index, path, args.limit);
     }
     let mut request = json!({});
     match (args.query.is_empty(), args.name.is_empty()) {
@@ -151,14 +152,7 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn batch(
-    loaded: &Loaded,
-    index: &SearchIndex,
-    path: &PathBuf,
-    limit: Option<usize>,
-    json_out: bool,
-) -> Result<()> {
-    anyhow::ensure!(json_out, "--batch writes JSON lines: add --json");
+fn batch(loaded: &Loaded, index: &SearchIndex, path: &PathBuf, limit: Option<usize>) -> Result<()> {
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read batch file {}", path.display()))?;
     let limit = limit.unwrap_or_else(|| effective_limit(None, &loaded.config().search));
