@@ -99,7 +99,7 @@ impl Compiled {
             ("anthropic_upstream", &p.anthropic_upstream),
             ("openai_upstream", &p.openai_upstream),
         ] {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
+            if !is_upstream_url(url) {
                 return Err(err(format!(
                     "[proxy] {key} must be an http:// or https:// URL (got {url:?})"
                 )));
@@ -324,6 +324,11 @@ fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> 
         read_only: m.read_only,
         description: m.description.clone(),
     })
+}
+
+/// Whether `url` can be a provider upstream of the proxy: an `http://` or `https://` URL.
+pub fn is_upstream_url(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
 }
 
 #[cfg(test)]

@@ -775,6 +775,19 @@ fn duplicate_keys_in_a_catalog_are_refused() {
 }
 
 #[test]
+fn a_bad_upstream_flag_is_named_as_the_flag() {
+    for flag in ["--anthropic-upstream", "--openai-upstream"] {
+        let e = fails(&["proxy", flag, "not a url"]);
+        assert!(
+            e.contains(&format!("invalid value 'not a url' for '{flag} <URL>'"))
+                && e.contains("must be an http:// or https:// URL")
+                && !e.contains("(defaults)"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn verbosity_and_help_are_documented() {
     let help = ok(&["--help"]);
     assert!(

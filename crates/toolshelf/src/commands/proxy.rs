@@ -29,11 +29,20 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     mode: Option<String>,
     /// Overrides [proxy] anthropic_upstream.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = upstream_url)]
     anthropic_upstream: Option<String>,
     /// Overrides [proxy] openai_upstream.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = upstream_url)]
     openai_upstream: Option<String>,
+}
+
+/// An upstream given on the command line, checked here so that the error names the flag.
+fn upstream_url(text: &str) -> Result<String, String> {
+    if toolshelf_core::compile::is_upstream_url(text) {
+        Ok(text.to_owned())
+    } else {
+        Err("must be an http:// or https:// URL".into())
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
