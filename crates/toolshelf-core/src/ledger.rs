@@ -44,6 +44,23 @@ pub struct Largest {
     pub share_of_deferred: f64,
 }
 
+/// The largest resident definition: what one tool costs every turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LargestResident {
+    /// Its canonical name.
+    pub name: String,
+    /// Characters of its definition.
+    pub chars: usize,
+    /// Tokens of its definition.
+    pub tokens: usize,
+    /// Its share of the context window.
+    pub window_share: f64,
+}
+
+/// A single resident tool past this share of the window is worth a warning: no one tool's
+/// definition should cost that much on every turn.
+pub const RESIDENT_WARNING_SHARE: f64 = 0.05;
+
 /// Schema characters per name character, as "181:1"; `None` where there is nothing to divide.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Ratios {
@@ -80,6 +97,8 @@ pub struct Ledger {
     pub saved_per_turn: Size,
     /// The largest deferred definition.
     pub largest: Option<Largest>,
+    /// The largest resident catalog definition (meta-tools not counted).
+    pub largest_resident: Option<LargestResident>,
     /// Schema-to-name ratios.
     pub ratios: Ratios,
     /// Server groups dropped from the index for its budget.
@@ -143,6 +162,20 @@ impl Ledger {
             .iter()
             .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
             .map(|&(i, chars)| (i, chars));
+        let largest_resident = surface
+            .resident
+            .iter()
+            .map(|&i| (i, def_chars(i)))
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(i, chars)| {
+                let tokens = tokens::count(&definition(&tools[i], format).to_string());
+                LargestResident {
+                    name: tools[i].name.clone(),
+                    chars,
+                    tokens,
+                    window_share: round6(tokens as f64 / window as f64),
+                }
+            });
         let all_name_chars: usize = visible.iter().map(|&i| name_chars(i)).sum();
         let all_def_chars: usize = visible.iter().map(|&i| def_chars(i)).sum();
         let deferred_name_chars: usize = surface.deferred.iter().map(|&i| name_chars(i)).sum();
@@ -174,6 +207,7 @@ impl Ledger {
                 chars,
                 share_of_deferred: round6(chars as f64 / deferred_total.max(1) as f64),
             }),
+            largest_resident,
             ratios: Ratios {
                 all: ratio(all_def_chars, all_name_chars),
                 deferred: ratio(deferred_total, deferred_name_chars),

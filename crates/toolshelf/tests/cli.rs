@@ -90,6 +90,32 @@ fn formats_change_the_shape() {
 }
 
 #[test]
+fn a_resident_tool_that_fills_the_window_is_warned_about() {
+    let huge = serde_json::json!([
+        {"name": "huge", "description": "word ".repeat(100_000), "defer_loading": false},
+        {"name": "small", "description": "x", "defer_loading": false}
+    ]);
+    let path = temp_file("huge.json", &huge.to_string());
+    let out = run(&["ledger", "--catalog", &path]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: resident tool \"huge\" alone takes ")
+            && err.contains("of the window on every turn"),
+        "{err}"
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("largest resident: huge ("), "{table}");
+    // The bundled example has no such tool: no warning.
+    let out = run(&["ledger"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("alone takes"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn ledger_json_has_the_documented_fields() {
     let v: Value = serde_json::from_str(&ok(&["ledger", "--json"])).expect("json");
     for key in ["tools_total", "deferred", "resident", "hidden"] {
@@ -107,6 +133,9 @@ fn ledger_json_has_the_documented_fields() {
     }
     for f in ["name", "chars", "share_of_deferred"] {
         assert!(!v["largest"][f].is_null(), "largest.{f}");
+    }
+    for f in ["name", "chars", "tokens", "window_share"] {
+        assert!(!v["largest_resident"][f].is_null(), "largest_resident.{f}");
     }
     for f in ["all", "deferred", "largest"] {
         let r = v["ratios"][f].as_str().expect("ratio");

@@ -2,8 +2,9 @@
 
 use anyhow::Result;
 use toolshelf_core::Ledger;
+use toolshelf_core::ledger::RESIDENT_WARNING_SHARE;
 
-use super::{FormatArg, outln, print_json};
+use super::{FormatArg, errln, outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `ledger`.
@@ -55,6 +56,18 @@ pub fn run(args: Args) -> Result<()> {
     let window = args.window.unwrap_or(l.config().defer.window);
     anyhow::ensure!(window > 0, "--window must be a positive number of tokens");
     let ledger = Ledger::compute(&l.catalog, &l.surface, args.format.into(), window);
+    if let Some(big) = ledger
+        .largest_resident
+        .as_ref()
+        .filter(|b| b.window_share > RESIDENT_WARNING_SHARE)
+    {
+        errln!(
+            "toolshelf: warning: resident tool {:?} alone takes {} of the window on every turn ({} tokens); defer it or shorten its definition",
+            big.name,
+            pct(big.window_share),
+            thousands(big.tokens as i64)
+        );
+    }
     if args.json {
         return print_json(&ledger);
     }
@@ -115,6 +128,15 @@ pub fn run(args: Args) -> Result<()> {
             big.name,
             thousands(big.chars as i64),
             pct(big.share_of_deferred)
+        );
+    }
+    if let Some(big) = &g.largest_resident {
+        outln!(
+            "largest resident: {} ({} chars, {} tokens, {} of the window)",
+            big.name,
+            thousands(big.chars as i64),
+            thousands(big.tokens as i64),
+            pct(big.window_share)
         );
     }
     let r = |x: &Option<String>| x.clone().unwrap_or_else(|| "n/a".into());
