@@ -120,6 +120,11 @@ fn ratio(schema_chars: usize, name_chars: usize) -> Option<String> {
     })
 }
 
+/// The (tool, chars) with the most chars; ties go to the earlier (sorted) name.
+fn largest_of(sizes: impl Iterator<Item = (usize, usize)>) -> Option<(usize, usize)> {
+    sizes.max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+}
+
 fn cost(defs: &[Value], window: u64) -> Cost {
     let text = Value::Array(defs.to_vec()).to_string();
     let tokens = tokens::count(&text);
@@ -157,17 +162,9 @@ impl Ledger {
             .map(|&i| (i, def_chars(i)))
             .collect();
         let deferred_total: usize = deferred_sizes.iter().map(|(_, c)| c).sum();
-        // Largest first; ties go to the earlier (sorted) name.
-        let largest = deferred_sizes
-            .iter()
-            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-            .map(|&(i, chars)| (i, chars));
-        let largest_resident = surface
-            .resident
-            .iter()
-            .map(|&i| (i, def_chars(i)))
-            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-            .map(|(i, chars)| {
+        let largest = largest_of(deferred_sizes.iter().copied());
+        let largest_resident =
+            largest_of(surface.resident.iter().map(|&i| (i, def_chars(i)))).map(|(i, chars)| {
                 let tokens = tokens::count(&definition(&tools[i], format).to_string());
                 LargestResident {
                     name: tools[i].name.clone(),

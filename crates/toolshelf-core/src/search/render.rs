@@ -38,8 +38,9 @@ pub struct SearchResponse {
     pub loaded: Vec<usize>,
     /// Found or not.
     pub outcome: Outcome,
-    /// How many of the first `hits` the text lists with a line or a schema; the rest are only
-    /// named, after "Also matching".
+    /// How many of the first `hits` are within the response's limit and get a line or a schema;
+    /// the rest are only named, after "Also matching". (When the text is cut to its budget, it may
+    /// list fewer; it then says how many it left out.)
     #[serde(skip)]
     pub listed: usize,
     /// Names asked for by `tool_names` that name no visible tool, in the order given.
@@ -373,7 +374,7 @@ fn quote(text: &str) -> String {
 }
 
 /// The first few items, quoted and cut, and how many more there were.
-fn quote_list(items: &[String]) -> String {
+pub fn quote_list(items: &[String]) -> String {
     let mut out: Vec<String> = items.iter().take(5).map(|i| quote(i)).collect();
     if items.len() > 5 {
         out.push(format!("and {} more", items.len() - 5));

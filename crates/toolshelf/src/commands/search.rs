@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use toolshelf_core::search::render::search;
+use toolshelf_core::search::render::{quote_list, search};
 use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
 
 use super::{outln, print_json};
@@ -138,16 +138,10 @@ pub fn run(args: Args) -> Result<()> {
         outln!("{}", response.text);
     }
     if !response.unresolved.is_empty() {
-        let mut names: Vec<String> = response
-            .unresolved
-            .iter()
-            .take(5)
-            .map(|n| format!("{n:?}"))
-            .collect();
-        if response.unresolved.len() > 5 {
-            names.push(format!("and {} more", response.unresolved.len() - 5));
-        }
-        bail!("no visible tool is named {} (see above)", names.join(", "));
+        bail!(
+            "no visible tool is named {} (see above)",
+            quote_list(&response.unresolved)
+        );
     }
     Ok(())
 }
@@ -164,9 +158,9 @@ fn batch(loaded: &Loaded, index: &SearchIndex, path: &PathBuf, limit: Option<usi
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(&line)
-            .with_context(|| format!("{}:{}: not valid JSON", path.display(), n + 1))?;
         let at = || format!("{}:{}", path.display(), n + 1);
+        let v: Value =
+            serde_json::from_str(&line).with_context(|| format!("{}: not valid JSON", at()))?;
         let queries: Vec<String> = match (v.get("query"), v.get("queries")) {
             (Some(Value::String(q)), None) => vec![q.clone()],
             (None, Some(Value::Array(qs))) => qs
