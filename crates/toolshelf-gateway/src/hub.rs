@@ -148,20 +148,22 @@ pub struct Snapshot {
     /// The same index with the enricher's rankers, once built in the background.
     enriched: std::sync::OnceLock<SearchIndex>,
     validators: toolshelf_core::invoke::Validators,
+    /// What loading this catalog warned about (skipped tools, renames, policy, schemas), in the
+    /// order found. The hub logs only the ones the snapshot before did not have.
+    pub warnings: Vec<String>,
 }
 
 impl Snapshot {
     fn build(catalog: Catalog, compiled: &Compiled) -> Self {
         let exposure = compiled.expose(&catalog);
         let surface = compiled.surface(&catalog, &exposure);
-        for w in catalog
+        let warnings = catalog
             .warnings()
             .iter()
             .chain(&exposure.warnings)
-            .chain(&toolshelf_core::invoke::schema_warnings(&catalog))
-        {
-            tracing::warn!("{w}");
-        }
+            .cloned()
+            .chain(toolshelf_core::invoke::schema_warnings(&catalog))
+            .collect();
         let visible = catalog
             .tools()
             .iter()
@@ -183,6 +185,7 @@ impl Snapshot {
             search,
             enriched: std::sync::OnceLock::new(),
             validators: Default::default(),
+            warnings,
         }
     }
 
@@ -199,7 +202,9 @@ impl Snapshot {
                 server: "(model-authored tools)".into(),
                 message,
             })?;
-        Ok(Self::build(catalog, compiled))
+        let view = Self::build(catalog, compiled);
+        log_new_warnings(&self.warnings, &view.warnings);
+        Ok(view)
     }
 
     /// The best search index available now: enriched when ready, else BM25F alone.
@@ -225,6 +230,15 @@ impl Snapshot {
     /// The compiled validator of tool `i`'s input schema (compiled on first use).
     pub fn validator(&self, i: usize) -> Arc<ParamsValidator> {
         self.validators.get(i, &self.catalog.tools()[i])
+    }
+}
+
+/// Logs the warnings of `now` that `before` did not have: a server's tool list is read again on
+/// every change and restart, and the same broken tool would otherwise be reported each time.
+fn log_new_warnings(before: &[String], now: &[String]) {
+    let seen: std::collections::HashSet<&str> = before.iter().map(String::as_str).collect();
+    for w in now.iter().filter(|w| !seen.contains(w.as_str())) {
+        tracing::warn!("{w}");
     }
 }
 
@@ -318,6 +332,8 @@ pub struct Hub {
     status_path: Option<PathBuf>,
     settled: tokio::sync::watch::Sender<bool>,
     sessions: AtomicU64,
+    /// The configuration's warnings against the catalog once every server settled.
+    settle_warnings: Mutex<Vec<String>>,
     /// Whether servers are restarted in the background.
     pub restarts: bool,
     enrichment: Option<Enrichment>,
@@ -423,6 +439,7 @@ impl Hub {
             .filter(|_| config.authoring.enabled)
             .map(|path| toolshelf_runtime::scripts::Runner::new(path, config));
         let empty = Snapshot::build(Catalog::default(), &compiled);
+        log_new_warnings(&[], &empty.warnings);
         let hub = Arc::new(Self {
             compiled,
             label,
@@ -433,6 +450,7 @@ impl Hub {
             status_path,
             settled,
             sessions: AtomicU64::new(0),
+            settle_warnings: Mutex::new(Vec::new()),
             restarts,
             enrichment: enrich.and_then(Enrichment::start),
             runner,
@@ -501,9 +519,6 @@ impl Hub {
             // Once every server has listed its tools (or failed), a rule that names none of
             // them is most likely a typo.
             let snap = self.snapshot();
-            for w in self.compiled.unmatched(&snap.catalog) {
-                tracing::warn!("{w}");
-            }
             let index = snap.search_index();
             let hits = |q: &str| {
                 index
@@ -512,9 +527,15 @@ impl Hub {
                     .map(|h| h.index)
                     .collect()
             };
-            for w in self.compiled.reminders().check_against(&snap.catalog, hits) {
+            let mut found = self.compiled.unmatched(&snap.catalog);
+            found.extend(self.compiled.reminders().check_against(&snap.catalog, hits));
+            for w in &found {
                 tracing::warn!("{w}");
             }
+            *self
+                .settle_warnings
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = found;
         }
         for name in &changed {
             if let Some(s) = self.servers.get(name) {
@@ -533,6 +554,20 @@ impl Hub {
         if settled {
             self.settled.send_replace(true);
         }
+    }
+
+    /// Everything the gateway has warned about that still holds: the current catalog's load
+    /// warnings, then those of the configuration checked against it once every server settled.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut all = self.snapshot().warnings.clone();
+        all.extend(
+            self.settle_warnings
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        all
     }
 
     /// The compiled configuration: policy, permissions, hooks.
@@ -633,6 +668,7 @@ impl Hub {
     /// Rebuilds the snapshot from every server's known tools.
     fn rebuild(&self) {
         let mut b = CatalogBuilder::new(self.label.clone());
+        let mut skipped = Vec::new();
         for (name, server) in &self.servers {
             if server.state() == ServerState::Disabled {
                 continue;
@@ -648,7 +684,7 @@ impl Hub {
                 let added = ToolSpec::from_value(tool, &self.label, &loc)
                     .and_then(|spec| b.add_tool(Some(name), spec, &loc));
                 if let Err(e) = added {
-                    tracing::warn!("skipping a tool of server {name:?}: {e}");
+                    skipped.push(format!("skipping a tool of server {name:?}: {e}"));
                 }
             }
         }
@@ -664,7 +700,10 @@ impl Hub {
                 tracing::error!("tool_define is not offered: {e}");
             }
         }
-        let snap = Arc::new(Snapshot::build(b.build(), &self.compiled));
+        let mut snap = Snapshot::build(b.build(), &self.compiled);
+        snap.warnings.splice(0..0, skipped);
+        log_new_warnings(&self.snapshot().warnings, &snap.warnings);
+        let snap = Arc::new(snap);
         if let Some(enrichment) = &self.enrichment {
             enrichment.submit(&snap);
         }
@@ -705,6 +744,7 @@ impl Hub {
             config: self.label.clone(),
             servers: self.statuses(),
             audit: self.audit.status(),
+            warnings: self.warnings(),
         };
         let text = serde_json::to_string_pretty(&status).unwrap_or_default();
         if let Err(e) = crate::cache::write_atomic(path, text.as_bytes()) {
@@ -750,6 +790,9 @@ pub struct StatusFile {
     /// Its audit log's health (absent without a log).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<crate::audit::AuditStatus>,
+    /// What loading its catalog warned about, as logged (absent when nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The cache directory of `config`: `[cache] path` (with `~/` expanded), else the user's

@@ -882,7 +882,7 @@ tool_search, run them with defer_execute.",
     ) -> Result<ListResourcesResult, ErrorData> {
         let status = Resource::new(STATUS_URI, "status")
             .with_description(
-                "State of every downstream server (starting, ready, failed with the reason), as JSON.",
+                "State of every downstream server (starting, ready, failed with the reason) and what loading their tools warned about, as JSON.",
             )
             .with_mime_type("application/json");
         Ok(ListResourcesResult::with_all_items(vec![status]))
@@ -899,7 +899,11 @@ tool_search, run them with defer_execute.",
                 None,
             ));
         }
-        let mut status = json!({"servers": self.hub.statuses(), "audit": self.hub.audit.status()});
+        let mut status = json!({
+            "servers": self.hub.statuses(),
+            "audit": self.hub.audit.status(),
+            "warnings": self.hub.warnings(),
+        });
         if let Some(sessions) = &self.http_sessions {
             status["http_sessions"] = sessions.sessions.read().await.len().into();
         }

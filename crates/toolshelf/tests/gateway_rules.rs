@@ -157,6 +157,97 @@ async fn a_schema_that_does_not_compile_refuses_the_call() {
     );
 }
 
+/// A tool whose schema is not valid JSON Schema is warned about when its server lists it, once:
+/// another server arriving later rebuilds the catalog without repeating the warning. The
+/// warning stays in the status resource and in `toolshelf status` for as long as it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_schema_is_warned_about_once_and_kept_in_the_status() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::TokioChildProcess;
+    let s = Scratch::new("schema-warn");
+    let marker = s.write("fail-while-present", "");
+    let odd = json!({"type": "object", "properties": {"p": {"type": 42}}});
+    let config = format!(
+        "{}{}{}",
+        named_server(
+            "s",
+            &json!([tool("odd", "a tool with a wrong type", odd)]),
+            ""
+        ),
+        named_server_failing_while(
+            "late",
+            &json!([tool("arrived", "a tool that arrives later", empty())]),
+            Some(&marker),
+            "startup_timeout_secs = 5"
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let log = s.0.join("stderr.log");
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &cfg])
+        .env("TOOLSHELF_LOG", "warn");
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+        .spawn()
+        .expect("spawn");
+    let client = TestClient::default()
+        .serve(transport)
+        .await
+        .expect("initialize");
+    let says =
+        "tool \"mcp__s__odd\": its input schema is not a valid JSON Schema (at /properties/p/type";
+    wait_for("the odd tool to be listed", || async {
+        text(&search(&client, json!({"tool_names": ["mcp__s__odd"]})).await)
+            .contains("1. mcp__s__odd")
+    })
+    .await;
+    std::fs::remove_file(&marker).expect("let the late server start");
+    wait_for("the late server's tool to become searchable", || async {
+        text(&search(&client, json!({"tool_names": ["mcp__late__arrived"]})).await)
+            .contains("1. mcp__late__arrived")
+    })
+    .await;
+    let e = err(&exec(&client, "mcp__s__odd", json!({"p": 1})).await);
+    assert!(e.contains("its input schema is broken"), "{e}");
+    let resource = status(&client).await;
+    let warned: Vec<&str> = resource["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        warned.len() == 1 && warned[0].starts_with(says),
+        "{resource}"
+    );
+    let running: Value = serde_json::from_slice(
+        &std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &cfg, "--json"])
+            .output()
+            .expect("status")
+            .stdout,
+    )
+    .expect("status JSON");
+    assert_eq!(running["source"], "running", "{running}");
+    assert_eq!(running["warnings"], resource["warnings"], "{running}");
+    let table = String::from_utf8(
+        std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &cfg])
+            .output()
+            .expect("status")
+            .stdout,
+    )
+    .expect("utf-8");
+    assert!(
+        table.contains(&format!("warnings (1):\n  {says}")),
+        "{table}"
+    );
+    client.cancel().await.expect("close");
+    let logged = std::fs::read_to_string(&log).expect("stderr");
+    assert_eq!(logged.matches(says).count(), 1, "{logged}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_records_how_each_call_came_and_what_the_user_said() {
     let s = Scratch::new("fidelity");

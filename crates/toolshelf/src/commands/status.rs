@@ -4,7 +4,9 @@
 //! id); the files of live processes are the answer, one block per gateway. Otherwise there is no
 //! gateway to ask, so the command starts every server itself (with the start-up timeouts) and
 //! reports what it saw, saying which of the two it did. Tool counts are the tools a session can
-//! see: tools the mode or a deny rule hides are not counted.
+//! see: tools the mode or a deny rule hides are not counted. A running gateway's warnings (skipped
+//! tools, renames, invalid schemas, rules that match no tool) follow its table, since the client
+//! that started it usually hides its log.
 
 use anyhow::Result;
 use toolshelf_gateway::downstream::ServerStatus;
@@ -18,7 +20,7 @@ use super::{outln, print_json};
 pub struct Args {
     #[command(flatten)]
     source: GatewaySource,
-    /// Print JSON: {"source": "running" | "probe", "pid"?, "servers": [...]}.
+    /// Print JSON: {"source": "running" | "probe", "pid"?, "servers": [...], "warnings": [...]}.
     #[arg(long)]
     json: bool,
 }
@@ -35,13 +37,21 @@ pub fn run(args: Args) -> Result<()> {
         if args.json {
             let gateways: Vec<_> = running
                 .iter()
-                .map(|g| serde_json::json!({"pid": g.pid, "servers": g.servers, "audit": g.audit}))
+                .map(|g| {
+                    serde_json::json!({
+                        "pid": g.pid,
+                        "servers": g.servers,
+                        "audit": g.audit,
+                        "warnings": g.warnings,
+                    })
+                })
                 .collect();
-            // `pid` and `servers` are the first gateway's, for scripts that expect one.
+            // `pid`, `servers` and `warnings` are the first gateway's, for scripts that expect one.
             return print_json(&serde_json::json!({
                 "source": "running",
                 "pid": running[0].pid,
                 "servers": running[0].servers,
+                "warnings": running[0].warnings,
                 "gateways": gateways,
             }));
         }
@@ -59,22 +69,38 @@ pub fn run(args: Args) -> Result<()> {
                         .unwrap_or_default()
                 );
             }
+            // A running gateway's log is usually hidden by the client that started it.
+            print_warnings(&g.warnings)?;
         }
         return Ok(());
     }
     settings.config.cache.enabled = false;
-    let servers = runtime()?.block_on(async move {
+    let (servers, warnings) = runtime()?.block_on(async move {
         let hub = toolshelf_gateway::Hub::start(settings)?;
         hub.settled().await;
-        let s = hub.statuses();
+        let found = (hub.statuses(), hub.warnings());
         hub.shutdown();
-        anyhow::Ok(s)
+        anyhow::Ok(found)
     })?;
     if args.json {
-        return print_json(&serde_json::json!({"source": "probe", "servers": servers}));
+        return print_json(
+            &serde_json::json!({"source": "probe", "servers": servers, "warnings": warnings}),
+        );
     }
+    // The probe's own log has printed the warnings on stderr already.
     outln!("no gateway running for this configuration; started each server to check it");
     print_table(&servers)
+}
+
+fn print_warnings(warnings: &[String]) -> Result<()> {
+    if warnings.is_empty() {
+        return Ok(());
+    }
+    outln!("warnings ({}):", warnings.len());
+    for w in warnings {
+        outln!("  {w}");
+    }
+    Ok(())
 }
 
 fn print_table(servers: &[ServerStatus]) -> Result<()> {
