@@ -52,8 +52,28 @@ fn read(path: &PathBuf, what: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))
 }
 
+/// Warnings of one kind printed before the rest are counted; `-v` prints every one.
+pub const WARNINGS_SHOWN: usize = 5;
+
+/// Prints one kind of warning: all of them, or the first [`WARNINGS_SHOWN`] and a count, so a
+/// catalog with many duplicate names does not bury the other kinds.
+fn print_warnings(warnings: &[String], all: bool) {
+    let shown = if all { warnings.len() } else { WARNINGS_SHOWN };
+    for w in warnings.iter().take(shown) {
+        errln!("toolshelf: warning: {w}");
+    }
+    if warnings.len() > shown {
+        errln!(
+            "toolshelf: warning: ... and {} more like these ({} in all; -v prints every one)",
+            warnings.len() - shown,
+            warnings.len()
+        );
+    }
+}
+
 impl Source {
-    /// Loads and decides everything; prints catalog and policy warnings to stderr.
+    /// Loads and decides everything; prints catalog, policy and schema warnings to stderr, each
+    /// kind cut to [`WARNINGS_SHOWN`] lines unless `-v` was given.
     pub fn load(&self) -> Result<Loaded> {
         let catalog = match &self.catalog {
             Some(p) => Catalog::from_json_str(&read(p, "catalog")?, &p.display().to_string())?,
@@ -83,14 +103,14 @@ impl Source {
                 .or_else(|| toolshelf_runtime::files::workspace(compiled.templates().workspace())),
         };
         let surface = compiled.session_surface(&catalog, &exposure, &session)?;
-        for w in catalog
-            .warnings()
-            .iter()
-            .chain(&exposure.warnings)
-            .chain(&compiled.unmatched(&catalog))
-            .chain(&toolshelf_core::invoke::schema_warnings(&catalog))
-        {
-            errln!("toolshelf: warning: {w}");
+        let all = crate::commands::serve::verbosity() > 0;
+        for kind in [
+            catalog.warnings(),
+            &exposure.warnings,
+            &compiled.unmatched(&catalog),
+            &toolshelf_core::invoke::schema_warnings(&catalog),
+        ] {
+            print_warnings(kind, all);
         }
         Ok(Loaded {
             catalog,

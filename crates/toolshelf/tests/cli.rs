@@ -262,6 +262,45 @@ fn a_schema_that_cannot_be_checked_is_warned_about_at_load() {
     );
 }
 
+/// Eight pairs of tools that want one name give eight rename warnings: five are printed and the
+/// rest counted, and a warning of another kind after them is still printed; `-v` prints all.
+#[test]
+fn many_warnings_of_one_kind_are_cut_and_counted() {
+    let mut tools: Vec<Value> = (0..8)
+        .flat_map(|i| {
+            [
+                serde_json::json!({"name": format!("Pair.tool{i}"), "description": "dotted"}),
+                serde_json::json!({"name": format!("Pair_tool{i}"), "description": "plain"}),
+            ]
+        })
+        .collect();
+    tools.push(serde_json::json!({
+        "name": "odd",
+        "description": "a wrong type",
+        "input_schema": {"type": "object", "properties": {"p": {"type": 42}}}
+    }));
+    let path = temp_file("pairs.json", &Value::from(tools).to_string());
+    let renames = |err: &str| err.matches("like another tool; named").count();
+    let out = run(&["render", "--catalog", &path]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(renames(&err), 5, "{err}");
+    assert!(
+        err.contains(
+            "toolshelf: warning: ... and 3 more like these (8 in all; -v prints every one)"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("tool \"odd\": its input schema is not a valid"),
+        "{err}"
+    );
+    let out = run(&["-v", "render", "--catalog", &path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(renames(&err), 8, "{err}");
+    assert!(!err.contains("more like these"), "{err}");
+}
+
 #[test]
 fn over_budget_builtins_warn_on_stderr() {
     let cfg = temp_file("tiny.toml", "[defer]\nindex_budget_chars = 10\n");

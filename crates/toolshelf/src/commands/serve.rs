@@ -218,11 +218,16 @@ pub fn set_verbosity(v: u8) {
     let _ = VERBOSITY.set(v);
 }
 
+/// How many times `-v` was given.
+pub fn verbosity() -> u8 {
+    VERBOSITY.get().copied().unwrap_or(0)
+}
+
 /// Logs to stderr (stdout is the MCP channel over stdio). `default` is the filter without `-v`;
 /// `-v` raises everything to info (the MCP library's per-message lines included), `-vv` debug,
 /// `-vvv` trace; `RUST_LOG` or `TOOLSHELF_LOG` replace the filter entirely.
 pub fn init_logging(default: &str) {
-    let level = match VERBOSITY.get().copied().unwrap_or(0) {
+    let level = match verbosity() {
         0 => default,
         1 => "info",
         2 => "debug",
