@@ -730,20 +730,19 @@ fn needs_compile(schema: &Map<String, Value>) -> bool {
 /// A warning for every tool whose input schema does not compile, in catalog order: such a tool
 /// is kept and listed as given, but no call to it can be checked, so every call is refused.
 pub fn schema_warnings(catalog: &Catalog) -> Vec<String> {
-    catalog
-        .tools()
-        .iter()
-        .filter_map(|t| {
-            schema_problem(&t.input_schema).map(|p| {
-                format!(
-                    "tool {:?}: its input schema is not a valid JSON Schema ({p}); \
-                     it is listed as given, but every call to it will be refused until the \
-                     schema is fixed",
-                    t.name
-                )
-            })
-        })
-        .collect()
+    catalog.tools().iter().filter_map(schema_warning).collect()
+}
+
+/// [`schema_warnings`] for one tool.
+pub fn schema_warning(tool: &Tool) -> Option<String> {
+    schema_problem(&tool.input_schema).map(|p| {
+        format!(
+            "tool {:?}: its input schema is not a valid JSON Schema ({p}); \
+             it is listed as given, but every call to it will be refused until the \
+             schema is fixed",
+            tool.name
+        )
+    })
 }
 
 /// The tool's definition as attached to refusals: name, description and input schema, compact.

@@ -55,6 +55,10 @@ pub struct Shelf {
     pub upstream_tokens: usize,
     /// Which catalog tools the proxy runs itself.
     own: Vec<Option<Own>>,
+    /// What building this shelf warned about: renamed tools, the policy's warnings, and deferred
+    /// tools whose input schema is not valid JSON Schema (their calls through `defer_execute` are
+    /// refused; a resident tool's schema is the provider's to judge). [`Shelves`] logs each once.
+    pub warnings: Vec<String>,
     /// The parts `upstream_tools` is assembled from, to assemble a session's own list when
     /// description templates apply: provider tools, resident client tools (catalog index,
     /// definition as sent), whether the client marked its tools for the prompt cache.
@@ -193,6 +197,20 @@ impl Shelf {
             .collect();
         let exposure = compiled.expose(&catalog);
         let surface = compiled.surface(&catalog, &exposure);
+        let mut warnings: Vec<String> = catalog
+            .warnings()
+            .iter()
+            .chain(&exposure.warnings)
+            .cloned()
+            .collect();
+        warnings.extend(
+            catalog
+                .tools()
+                .iter()
+                .zip(&exposure.decisions)
+                .filter(|(_, d)| d.state == State::Deferred)
+                .filter_map(|(t, _)| toolshelf_core::invoke::schema_warning(t)),
+        );
         let visible = catalog
             .tools()
             .iter()
@@ -233,6 +251,7 @@ impl Shelf {
             own,
             all_resident_tokens,
             upstream_tokens,
+            warnings,
             parts,
         })
     }
@@ -327,7 +346,13 @@ fn client_name(t: &Tool) -> String {
 #[derive(Debug, Default)]
 pub struct Shelves {
     cache: Mutex<Vec<(u64, Dialect, Arc<Shelf>)>>,
+    /// Warnings logged already: clients send arrays that differ in a tool or two (another mode,
+    /// a session's own tools), and each would repeat the rest's warnings.
+    warned: Mutex<BTreeSet<String>>,
 }
+
+/// How many distinct warnings are remembered; past it the memory starts again.
+const WARNED_KEPT: usize = 4096;
 
 /// How many shelves are kept: one per distinct tool array in use (per harness and mode).
 const KEPT: usize = 16;
@@ -364,6 +389,18 @@ impl Shelves {
             }
         }
         let shelf = Arc::new(Shelf::build(dialect, tools, own, compiled, enrich)?);
+        {
+            let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+            for w in &shelf.warnings {
+                if !warned.contains(w) {
+                    if warned.len() >= WARNED_KEPT {
+                        warned.clear();
+                    }
+                    tracing::warn!("{w}");
+                    warned.insert(w.clone());
+                }
+            }
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= KEPT {
             cache.remove(0);

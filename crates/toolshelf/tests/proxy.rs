@@ -281,6 +281,52 @@ fn a_tool_that_appears_mid_conversation_is_searchable_and_announced_without_chan
     assert_prefix_kept(&upstream);
 }
 
+/// A deferred client tool whose schema is not valid JSON Schema is warned about once, however
+/// many tool arrays carry it; a resident one goes to the provider as sent, which judges it.
+#[test]
+fn a_deferred_tool_with_a_broken_schema_is_warned_about_once() {
+    let s = Scratch::new("proxy-schema");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "One."}, {"text": "Two."}]}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let broken = json!({"type": "object", "properties": {"p": {"type": 42}}});
+    let mut first = tools();
+    first.push(
+        json!({"name": "mcp__fs__odd", "description": "a wrong type",
+                      "input_schema": broken}),
+    );
+    first.push(
+        json!({"name": "Odd", "description": "resident, a wrong type",
+                      "input_schema": broken, "defer_loading": false}),
+    );
+    let mut second = first.clone();
+    second.push(anthropic_tool(
+        "mcp__fs__extra",
+        "another tool, so another shelf",
+        json!({}),
+        &[],
+    ));
+    for list in [&first, &second] {
+        let mut messages = vec![json!({"role": "user", "content": "hello"})];
+        turn(&proxy, list, &mut messages);
+    }
+    let sent = &upstream.turns()[0]["body"]["tools"];
+    assert!(
+        sent.as_array()
+            .expect("tools")
+            .iter()
+            .any(|t| t["name"] == "Odd"),
+        "Odd is resident: {sent}"
+    );
+    let log = proxy.log();
+    assert_eq!(
+        log.matches("tool \"mcp__fs__odd\": its input schema is not a valid JSON Schema (at /properties/p/type")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("tool \"Odd\""), "{log}");
+}
+
 #[test]
 fn requests_without_tools_and_other_endpoints_pass_through_byte_for_byte() {
     let s = Scratch::new("proxy-pass");
