@@ -428,7 +428,12 @@ fn the_response_never_exceeds_its_budget_and_never_cuts_a_name() {
         assert!(len <= budget, "budget {budget}: {len} chars\n{}", r.text);
         assert!(len <= previous_len);
         previous_len = len;
-        // Every hit is either named in full or counted as left out.
+        // Every hit is either named in full or counted as left out, and the ones `listed`
+        // counts have their line.
+        assert!(r.listed <= 10, "budget {budget}");
+        for h in &r.hits[..r.listed] {
+            assert!(r.text.contains(&*h.name), "budget {budget}: {}\n{}", h.name, r.text);
+        }
         let named = r.hits.iter().filter(|h| r.text.contains(&*h.name)).count();
         if let Some(rest) = r.text.split("(+").nth(1) {
             let omitted: usize = rest

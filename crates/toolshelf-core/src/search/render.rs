@@ -38,9 +38,9 @@ pub struct SearchResponse {
     pub loaded: Vec<usize>,
     /// Found or not.
     pub outcome: Outcome,
-    /// How many of the first `hits` are within the response's limit and get a line or a schema;
-    /// the rest are only named, after "Also matching". (When the text is cut to its budget, it may
-    /// list fewer; it then says how many it left out.)
+    /// How many of the first `hits` get a line or a schema in `text`: those within the response's
+    /// limit that fit its budget. The rest are named after "Also matching", or, past the budget,
+    /// only counted.
     #[serde(skip)]
     pub listed: usize,
     /// Names asked for by `tool_names` that name no visible tool, in the order given.
@@ -430,14 +430,14 @@ fn layout(
     // Keeping fewer names never makes the text longer, so the largest number of names that fits
     // is found by bisection (the model may name thousands of tools in one call).
     let fitted = match attempt(hits.len()) {
-        Some(r) => Some(r),
+        Some(r) => Some((hits.len(), r)),
         None => {
             let (mut lo, mut hi, mut best) = (1, hits.len() - 1, None);
             while lo <= hi {
                 let mid = lo + (hi - lo) / 2;
                 match attempt(mid) {
                     Some(r) => {
-                        best = Some(r);
+                        best = Some((mid, r));
                         lo = mid + 1;
                     }
                     None => hi = mid - 1,
@@ -446,13 +446,13 @@ fn layout(
             best
         }
     };
-    let (text, loaded) = fitted.unwrap_or_else(|| {
+    let (kept, (text, loaded)) = fitted.unwrap_or_else(|| {
         // Not even one name and the header fit: the budget is smaller than any useful answer.
         let text = format!("{} (response budget too small for more)", hits[0].name);
-        (fit_plain(text, budget), Vec::new())
+        (1, (fit_plain(text, budget), Vec::new()))
     });
     SearchResponse {
-        listed: limit.min(hits.len()),
+        listed: limit.min(kept),
         hits,
         text,
         loaded,
