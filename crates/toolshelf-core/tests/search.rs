@@ -432,7 +432,12 @@ fn the_response_never_exceeds_its_budget_and_never_cuts_a_name() {
         // counts have their line.
         assert!(r.listed <= 10, "budget {budget}");
         for h in &r.hits[..r.listed] {
-            assert!(r.text.contains(&*h.name), "budget {budget}: {}\n{}", h.name, r.text);
+            assert!(
+                r.text.contains(&*h.name),
+                "budget {budget}: {}\n{}",
+                h.name,
+                r.text
+            );
         }
         let named = r.hits.iter().filter(|h| r.text.contains(&*h.name)).count();
         if let Some(rest) = r.text.split("(+").nth(1) {

@@ -162,8 +162,6 @@ async fn a_schema_that_does_not_compile_refuses_the_call() {
 /// warning stays in the status resource and in `toolshelf status` for as long as it holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_schema_is_warned_about_once_and_kept_in_the_status() {
-    use rmcp::ServiceExt;
-    use rmcp::transport::TokioChildProcess;
     let s = Scratch::new("schema-warn");
     let marker = s.write("fail-while-present", "");
     let odd = json!({"type": "object", "properties": {"p": {"type": 42}}});
@@ -187,14 +185,7 @@ async fn a_broken_schema_is_warned_about_once_and_kept_in_the_status() {
     let mut cmd = tokio::process::Command::new(TOOLSHELF);
     cmd.args(["serve", "--config", &cfg])
         .env("TOOLSHELF_LOG", "warn");
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
-        .spawn()
-        .expect("spawn");
-    let client = TestClient::default()
-        .serve(transport)
-        .await
-        .expect("initialize");
+    let client = stdio_client_logged(cmd, &log).await;
     let says =
         "tool \"mcp__s__odd\": its input schema is not a valid JSON Schema (at /properties/p/type";
     wait_for("the odd tool to be listed", || async {
@@ -635,8 +626,6 @@ async fn a_session_that_never_finished_its_handshake_has_no_end_record() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn by_default_the_log_holds_warnings_and_state_changes_only() {
-    use rmcp::ServiceExt;
-    use rmcp::transport::TokioChildProcess;
     let s = Scratch::new("logging");
     let config = format!(
         "{}{}",
@@ -653,14 +642,7 @@ async fn by_default_the_log_holds_warnings_and_state_changes_only() {
         if verbose {
             cmd.arg("-v");
         }
-        let (transport, _) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
-            .spawn()
-            .expect("spawn");
-        let client = TestClient::default()
-            .serve(transport)
-            .await
-            .expect("initialize");
+        let client = stdio_client_logged(cmd, &log).await;
         ok(&search(&client, json!({"tool_names": ["mcp__s__t"]})).await);
         ok(&exec(&client, "mcp__s__t", json!({})).await);
         client.cancel().await.expect("close");

@@ -163,6 +163,18 @@ pub async fn stdio_client_with(
         .expect("initialize toolshelf")
 }
 
+/// A client of the gateway `cmd` starts over stdio, its stderr written to the file `log`.
+pub async fn stdio_client_logged(cmd: tokio::process::Command, log: &std::path::Path) -> Client {
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
+        .spawn()
+        .expect("spawn toolshelf serve");
+    TestClient::default()
+        .serve(transport)
+        .await
+        .expect("initialize toolshelf")
+}
+
 pub async fn stdio_client(config: &str, handler: TestClient) -> Client {
     stdio_client_with(config, handler, |_| {}).await
 }
