@@ -15,6 +15,28 @@ fn empty() -> Value {
     json!({"type": "object", "properties": {}})
 }
 
+/// `toolshelf status --config CFG`'s table, which must succeed.
+fn status_table(cfg: &str) -> String {
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", cfg])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("status");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// `toolshelf status --config CFG --json`, which must succeed.
+fn status_json(cfg: &str) -> Value {
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", cfg, "--json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("status");
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
 /// Servers `a` (tool `b__c`) and `a__b` (tool `c`) both have the original name `mcp__a__b__c`;
 /// servers `x.y` and `x_y` both want `mcp__x_y__t`. A rule written for either name stops every
 /// tool that has it, whichever of them keeps the plain canonical name.
@@ -212,24 +234,10 @@ async fn a_broken_schema_is_warned_about_once_and_kept_in_the_status() {
         warned.len() == 1 && warned[0].starts_with(says),
         "{resource}"
     );
-    let running: Value = serde_json::from_slice(
-        &std::process::Command::new(TOOLSHELF)
-            .args(["status", "--config", &cfg, "--json"])
-            .output()
-            .expect("status")
-            .stdout,
-    )
-    .expect("status JSON");
+    let running = status_json(&cfg);
     assert_eq!(running["source"], "running", "{running}");
     assert_eq!(running["warnings"], resource["warnings"], "{running}");
-    let table = String::from_utf8(
-        std::process::Command::new(TOOLSHELF)
-            .args(["status", "--config", &cfg])
-            .output()
-            .expect("status")
-            .stdout,
-    )
-    .expect("utf-8");
+    let table = status_table(&cfg);
     assert!(
         table.contains(&format!("warnings (1):\n  {says}")),
         "{table}"
@@ -462,13 +470,7 @@ async fn each_gateway_has_its_own_status_and_counts_only_visible_tools() {
         );
         c.cancel().await.expect("close");
     }
-    let out = std::process::Command::new(TOOLSHELF)
-        .args(["status", "--config", &cfg, "--json"])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("status");
-    assert!(out.status.success());
-    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = status_json(&cfg);
     assert_eq!(v["source"], "running");
     let mut pids: Vec<u64> = v["gateways"]
         .as_array()
@@ -483,25 +485,11 @@ async fn each_gateway_has_its_own_status_and_counts_only_visible_tools() {
     for g in v["gateways"].as_array().expect("gateways") {
         assert_eq!(g["servers"][0]["tools"], 2);
     }
-    let table = String::from_utf8(
-        std::process::Command::new(TOOLSHELF)
-            .args(["status", "--config", &cfg])
-            .output()
-            .expect("status")
-            .stdout,
-    )
-    .expect("utf-8");
+    let table = status_table(&cfg);
     assert_eq!(table.matches("gateway running (pid").count(), 2, "{table}");
     one.kill().expect("kill");
     one.wait().expect("wait");
-    let v: Value = serde_json::from_slice(
-        &std::process::Command::new(TOOLSHELF)
-            .args(["status", "--config", &cfg, "--json"])
-            .output()
-            .expect("status")
-            .stdout,
-    )
-    .expect("json");
+    let v = status_json(&cfg);
     assert_eq!(v["gateways"].as_array().map(Vec::len), Some(1), "{v}");
     assert_eq!(v["pid"], u64::from(two.id()));
     two.kill().expect("kill");
