@@ -91,6 +91,8 @@ struct Inner {
     pid: Option<u32>,
     /// Last known tools (live or cached), as MCP JSON; `None` until first listed.
     tools: Option<Vec<Value>>,
+    /// Why tools of its last list were skipped.
+    skipped: Vec<String>,
     /// Description for the index: configured, else the server's instructions.
     description: String,
     failures: u32,
@@ -159,6 +161,7 @@ impl Downstream {
                 stop: None,
                 pid: None,
                 tools,
+                skipped: Vec::new(),
                 description,
                 failures: 0,
                 retry_at: None,
@@ -196,6 +199,11 @@ impl Downstream {
     pub fn tools(&self) -> (String, Option<Vec<Value>>) {
         let i = self.lock();
         (i.description.clone(), i.tools.clone())
+    }
+
+    /// A warning for each tool of its last list that was skipped as unusable.
+    pub fn skipped(&self) -> Vec<String> {
+        self.lock().skipped.clone()
     }
 
     /// The status line.
@@ -373,7 +381,7 @@ impl Downstream {
         };
         let peer = service.peer().clone();
         let startup = Duration::from_secs(self.config.startup_timeout_secs);
-        let tools = list_tools(&self.name, &peer, startup).await?;
+        let (tools, skipped) = list_tools(&self.name, &peer, startup).await?;
         let instructions = peer
             .peer_info()
             .and_then(|info| info.instructions.clone())
@@ -388,6 +396,7 @@ impl Downstream {
             i.pid = pid;
             i.fault = Some(fault);
             i.tools = Some(tools);
+            i.skipped = skipped;
             i.failures = 0;
             i.retry_at = None;
             if self.config.description.is_none() {
@@ -465,8 +474,11 @@ impl Downstream {
     async fn refresh(self: &Arc<Self>, peer: Peer<RoleClient>) {
         let startup = Duration::from_secs(self.config.startup_timeout_secs);
         match list_tools(&self.name, &peer, startup).await {
-            Ok(tools) => {
-                self.lock().tools = Some(tools);
+            Ok((tools, skipped)) => {
+                let mut i = self.lock();
+                i.tools = Some(tools);
+                i.skipped = skipped;
+                drop(i);
                 tracing::info!(server = %self.name, "tool list changed");
                 self.changed(true);
             }
@@ -536,14 +548,15 @@ fn fault_reason(fault: &Fault) -> Option<String> {
     fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Every tool of `server` as MCP JSON, page by page, each page within `timeout`. A tool without
-/// a string `name` or an object `inputSchema` is skipped with a warning.
+/// Every tool of `server` as MCP JSON, page by page, each page within `timeout`, and a warning
+/// for each tool skipped because it has no string `name` or no object `inputSchema`.
 async fn list_tools(
     server: &str,
     peer: &Peer<RoleClient>,
     timeout: Duration,
-) -> Result<Vec<Value>, String> {
+) -> Result<(Vec<Value>, Vec<String>), String> {
     let mut tools = Vec::new();
+    let mut skipped = Vec::new();
     let mut cursor: Option<String> = None;
     let mut index = 0;
     for _ in 0..MAX_LIST_PAGES {
@@ -577,7 +590,9 @@ async fn list_tools(
                     .and_then(Value::as_str)
                     .map(|n| format!(" {n:?}"))
                     .unwrap_or_default();
-                tracing::warn!("server {server:?}: skipping tools[{index}]{named}: {problem}");
+                skipped.push(format!(
+                    "server {server:?}: skipping tools[{index}]{named}: {problem}"
+                ));
             } else {
                 tools.push(tool.clone());
             }
@@ -585,7 +600,7 @@ async fn list_tools(
         }
         match page.get("nextCursor").and_then(Value::as_str) {
             Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
-            _ => return Ok(tools),
+            _ => return Ok((tools, skipped)),
         }
     }
     Err(format!(

@@ -674,6 +674,7 @@ impl Hub {
                 continue;
             }
             let (description, tools) = server.tools();
+            skipped.extend(server.skipped());
             let at = format!("servers.{name}");
             if let Err(e) = b.add_server(name, &description, &at) {
                 tracing::error!("{e}");

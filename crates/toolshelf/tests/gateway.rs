@@ -1208,6 +1208,21 @@ async fn malformed_and_paged_tool_lists() {
         !skipped.contains("\"tool_name\":\"mcp__odd__schemaless\""),
         "{skipped}"
     );
+    let warnings = status(&client).await["warnings"].clone();
+    let warned: Vec<&str> = warnings
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            "server \"odd\": skipping tools[1] \"schemaless\": it has no object \"inputSchema\"",
+            "server \"odd\": skipping tools[3]: it has no string \"name\""
+        ],
+        "the skipped tools stay in the status: {warnings}"
+    );
     wait_for("the endless server to fail with the reason", || async {
         let st = server_status(&client, "endless").await;
         st["state"] == "failed"
