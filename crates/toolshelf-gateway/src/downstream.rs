@@ -357,31 +357,46 @@ impl Downstream {
                     cmd.env(k, expand(v, &env)?);
                 }
                 if let Some(cwd) = &self.config.cwd {
-                    cmd.current_dir(expand(cwd, &env)?);
+                    let cwd = expand(cwd, &env)?;
+                    // Spawning in a missing directory fails like a missing program would.
+                    if !std::path::Path::new(&cwd).is_dir() {
+                        return Err(format!("its cwd {cwd:?} is not a directory"));
+                    }
+                    cmd.current_dir(cwd);
                 }
                 let process = ChildTransport::spawn(&self.name, cmd, fault.clone())
                     .map_err(|e| format!("cannot run {program:?}: {e}"))?;
                 let pid = process.pid();
-                let service = handler
-                    .serve(process)
-                    .await
-                    .map_err(|e| format!("initialize failed: {e}"))?;
+                let service = match handler.serve(process).await {
+                    Ok(service) => service,
+                    Err(e) => return Err(format!("initialize failed: {}", fault.explain(e).await)),
+                };
                 (service, pid)
             }
             (None, Some(url)) => {
                 let url = expand(url, &env)?;
                 let transport = StreamableHttpClientTransport::from_uri(url.as_str());
-                let service = handler
-                    .serve(transport)
-                    .await
-                    .map_err(|e| format!("initialize at {url} failed: {e}"))?;
+                let service = match handler.serve(transport).await {
+                    Ok(service) => service,
+                    Err(e) => {
+                        let why = match unreachable(&url).await {
+                            Some(why) => why,
+                            None => with_causes(&e),
+                        };
+                        return Err(format!("initialize at {url} failed: {why}"));
+                    }
+                };
                 (service, None)
             }
             (None, None) => return Err("neither command nor url is set".into()),
         };
         let peer = service.peer().clone();
         let startup = Duration::from_secs(self.config.startup_timeout_secs);
-        let (tools, skipped) = list_tools(&self.name, &peer, startup).await?;
+        let (tools, skipped) = match list_tools(&self.name, &peer, startup).await {
+            Ok(listed) => listed,
+            Err(e) if service.is_closed() => return Err(fault.explain(e).await),
+            Err(e) => return Err(e),
+        };
         let instructions = peer
             .peer_info()
             .and_then(|info| info.instructions.clone())
@@ -394,7 +409,7 @@ impl Downstream {
             i.peer = Some(peer.clone());
             i.stop = Some(service.cancellation_token());
             i.pid = pid;
-            i.fault = Some(fault);
+            i.fault = Some(fault.clone());
             i.tools = Some(tools);
             i.skipped = skipped;
             i.failures = 0;
@@ -408,8 +423,11 @@ impl Downstream {
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
             let reason = service.waiting().await;
+            let why = fault
+                .explain(format!("the server closed the connection ({reason:?})"))
+                .await;
             if let Some(me) = me.upgrade() {
-                me.on_closed(generation, format!("{reason:?}"));
+                me.on_closed(generation, why);
             }
         });
         self.changed(true);
@@ -425,17 +443,14 @@ impl Downstream {
             }
             i.failures += 1;
             i.retry_at = Some(Instant::now() + self.delay(i.failures));
-            let fault = i.fault.take().and_then(|f| fault_reason(&f));
-            i.state =
-                ServerState::Failed(fault.unwrap_or_else(|| {
-                    format!("the server exited or closed the connection ({why})")
-                }));
+            i.fault = None;
+            i.state = ServerState::Failed(why.clone());
             i.peer = None;
             i.stop = None;
             i.pid = None;
             i.failures
         };
-        tracing::warn!(server = %self.name, "connection closed ({why}); restarting with backoff");
+        tracing::warn!(server = %self.name, "connection closed: {why}; restarting with backoff");
         self.changed(false);
         self.schedule_retry(failures);
     }
@@ -514,14 +529,17 @@ impl Downstream {
                 e.code.0, e.message
             ))),
             Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
-                let why = fault.as_ref().and_then(fault_reason);
-                Err(CallFailure::Crashed(match why {
-                    Some(why) => format!("{why}; it is restarted with backoff"),
-                    None => format!(
-                        "server {:?} closed the connection during the call ({e}); it is restarted with backoff",
-                        self.name
-                    ),
-                }))
+                let fallback = format!(
+                    "server {:?} closed the connection during the call ({e})",
+                    self.name
+                );
+                let why = match fault {
+                    Some(fault) => fault.explain(fallback).await,
+                    None => fallback,
+                };
+                Err(CallFailure::Crashed(format!(
+                    "{why}; it is restarted with backoff"
+                )))
             }
             Ok(Err(e)) => Err(CallFailure::Protocol(e.to_string())),
         }
@@ -543,9 +561,48 @@ impl Downstream {
     }
 }
 
-/// The reason a transport recorded for ending its connection.
-fn fault_reason(fault: &Fault) -> Option<String> {
-    fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
+/// Why nothing listens at `url`'s host and port (`cannot connect to 127.0.0.1:9: Connection
+/// refused`), if that is why: the MCP library's error for it names only the request that failed.
+async fn unreachable(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    let has_port = match authority.rfind(':') {
+        Some(colon) => !authority[colon..].contains(']'),
+        None => false,
+    };
+    let address = if has_port {
+        authority.to_owned()
+    } else {
+        let port = if scheme.eq_ignore_ascii_case("https") {
+            443
+        } else {
+            80
+        };
+        format!("{authority}:{port}")
+    };
+    let connect = tokio::net::TcpStream::connect(address.as_str());
+    match tokio::time::timeout(Duration::from_secs(5), connect).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(format!("cannot connect to {address}: {e}")),
+        Err(_) => Some(format!("cannot connect to {address}: no answer within 5s")),
+    }
+}
+
+/// An error with the errors that caused it, as `a: b: c`, each said once: the MCP library's
+/// HTTP errors name the transport's type at the top and the reason (`Connection refused`) only
+/// at the bottom.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out = format!("{out}: {text}");
+        }
+        next = e.source();
+    }
+    out
 }
 
 /// Every tool of `server` as MCP JSON, page by page, each page within `timeout`, and a warning

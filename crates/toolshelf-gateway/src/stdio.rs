@@ -43,8 +43,116 @@ const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// errors the server sent.
 const MARK: &str = "toolshelf-transport";
 
-/// Why a connection was ended by its transport, for the server's failed state.
-pub type Fault = Arc<Mutex<Option<String>>>;
+/// How many of a server's last stderr lines are kept, and how much of each.
+const STDERR_LINES: usize = 3;
+const STDERR_LINE_CHARS: usize = 300;
+/// Lines older than this when a connection fails are not quoted: a start-up banner says nothing
+/// about a crash an hour later.
+const STDERR_RECENT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a failure waits for the rest of a dead server's stderr and its exit status.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// What is known about why a connection ended: the transport's own reason, the process's exit
+/// status and the last lines it wrote on stderr. Shared with the connection's owner, which
+/// outlives the transport, so a failed state can say what the server said before it died.
+#[derive(Debug, Clone, Default)]
+pub struct Fault(Arc<Mutex<FaultState>>);
+
+#[derive(Debug, Default)]
+struct FaultState {
+    reason: Option<String>,
+    exit: Option<std::process::ExitStatus>,
+    stderr: std::collections::VecDeque<(std::time::Instant, String)>,
+    /// Whether stderr is still being read.
+    stderr_open: bool,
+}
+
+impl Fault {
+    fn state(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The transport's own reason for ending the connection (an unreadable reply, a read error).
+    pub fn reason(&self) -> Option<String> {
+        self.state().reason.clone()
+    }
+
+    fn record(&self, reason: String) {
+        self.state().reason = Some(reason);
+    }
+
+    fn exited(&self, status: std::process::ExitStatus) {
+        self.state().exit = Some(status);
+    }
+
+    fn stderr_line(&self, line: &str) {
+        let line = line.trim_end();
+        if line.trim().is_empty() {
+            return;
+        }
+        let mut s = self.state();
+        if s.stderr.len() == STDERR_LINES {
+            s.stderr.pop_front();
+        }
+        let line = match line.char_indices().nth(STDERR_LINE_CHARS) {
+            Some((at, _)) => format!("{}...", &line[..at]),
+            None => line.to_owned(),
+        };
+        s.stderr.push_back((std::time::Instant::now(), line));
+    }
+
+    /// Waits a moment for a dead server's last stderr lines (read by another task) to arrive.
+    pub async fn settle(&self) {
+        let deadline = tokio::time::Instant::now() + SETTLE;
+        while self.state().stderr_open && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// How the process ended, when it did: `exited with status 3`, `was killed by signal 9`.
+    pub fn exit(&self) -> Option<String> {
+        let status = self.state().exit?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(sig) = status.signal() {
+                return Some(format!("was killed by signal {sig}"));
+            }
+        }
+        Some(match status.code() {
+            Some(code) => format!("exited with status {code}"),
+            None => format!("exited ({status})"),
+        })
+    }
+
+    /// The last lines the process wrote on stderr in the moments before now: `its stderr ended
+    /// with: "a" / "b"`.
+    pub fn last_words(&self) -> Option<String> {
+        let s = self.state();
+        let lines: Vec<String> = s
+            .stderr
+            .iter()
+            .filter(|(at, _)| at.elapsed() <= STDERR_RECENT)
+            .map(|(_, l)| format!("{l:?}"))
+            .collect();
+        (!lines.is_empty()).then(|| format!("its stderr ended with: {}", lines.join(" / ")))
+    }
+
+    /// Why the connection failed, for a server's failed state: the transport's reason, else how
+    /// the process ended, else `error` (what the MCP library saw); then its last stderr lines.
+    /// Waits a moment first for the rest of a dead server's stderr.
+    pub async fn explain(&self, error: impl std::fmt::Display) -> String {
+        self.settle().await;
+        let cause = self
+            .reason()
+            .or_else(|| self.exit().map(|e| format!("the server {e}")))
+            .unwrap_or_else(|| error.to_string());
+        match self.last_words() {
+            Some(words) => format!("{cause}; {words}"),
+            None => cause,
+        }
+    }
+}
 
 /// Whether `error` was made up by this transport for a reply it could not read; its message
 /// then says what happened, naming the server.
@@ -57,7 +165,7 @@ pub fn is_unreadable_reply(error: &ErrorData) -> bool {
         == Some(MARK)
 }
 
-/// A child process speaking MCP over its stdin and stdout (stderr is inherited).
+/// A child process speaking MCP over its stdin and stdout; its stderr is copied to ours.
 #[derive(Debug)]
 pub struct ChildTransport {
     server: String,
@@ -115,7 +223,7 @@ struct BadReply {
 }
 
 impl ChildTransport {
-    /// Starts `command` for server `server`, with stdin and stdout piped and stderr inherited.
+    /// Starts `command` for server `server`, with its stdio piped; stderr is copied to ours.
     /// The child is killed when the transport is dropped.
     pub fn spawn(
         server: &str,
@@ -135,6 +243,8 @@ impl ChildTransport {
         let missing = || std::io::Error::other("the child's stdio was not piped");
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;
+        let stderr = child.stderr.take().ok_or_else(missing)?;
+        forward_stderr(server, stderr, fault.clone());
         Ok(Self {
             server: server.to_owned(),
             pid: child.id(),
@@ -308,17 +418,49 @@ impl ChildTransport {
     }
 
     fn record_fault(&self, reason: String) {
-        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        self.fault.record(reason);
+    }
+
+    /// Notes the exit status once the server's output has ended, waiting a moment for it.
+    async fn note_exit(&mut self) {
+        if let Ok(Ok(status)) = tokio::time::timeout(SETTLE, self.child.wait()).await {
+            self.fault.exited(status);
+        }
     }
 }
 
-/// Pipes stdin and stdout, inherits stderr, and kills the child with its transport.
+/// Pipes the child's stdio and kills the child with its transport.
 fn command_ready(command: &mut tokio::process::Command) -> &mut tokio::process::Command {
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
+}
+
+/// Copies a server's stderr to ours line by line, each line marked with the server's name (many
+/// servers print a banner there, and a client's log shows all of them together), and keeps the
+/// last lines in `fault` for a failure to quote.
+fn forward_stderr(server: &str, stderr: tokio::process::ChildStderr, fault: Fault) {
+    fault.state().stderr_open = true;
+    let server = server.to_owned();
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stderr);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end_matches(['\n', '\r']);
+                    eprintln!("[{server}] {text}");
+                    fault.stderr_line(text);
+                }
+            }
+        }
+        fault.state().stderr_open = false;
+    });
 }
 
 /// A JSON-RPC id as a message names it.
@@ -408,6 +550,16 @@ fn write_message(
     }
 }
 
+impl Drop for ChildTransport {
+    fn drop(&mut self) {
+        // A server that died before reading its first request fails the send, not the read: its
+        // exit status is taken here, if it is there to take.
+        if let Ok(Some(status)) = self.child.try_wait() {
+            self.fault.exited(status);
+        }
+    }
+}
+
 impl Transport<RoleClient> for ChildTransport {
     type Error = std::io::Error;
 
@@ -434,7 +586,10 @@ impl Transport<RoleClient> for ChildTransport {
     async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
         loop {
             let bad = match self.read_line().await {
-                LineRead::Eof => return None,
+                LineRead::Eof => {
+                    self.note_exit().await;
+                    return None;
+                }
                 LineRead::Io(e) => {
                     self.record_fault(format!(
                         "reading the output of server {:?} failed: {e}",
@@ -621,7 +776,7 @@ mod tests {
             other => panic!("expected the good reply, got {other:?}"),
         }
         assert_eq!(t.pending.len(), 1, "only request 5 is still pending");
-        assert!(fault.lock().expect("fault").is_none());
+        assert!(fault.reason().is_none());
     }
 
     #[tokio::test]
@@ -631,7 +786,7 @@ mod tests {
         t.send(request(1)).await.expect("send");
         t.send(request(2)).await.expect("send");
         assert!(t.receive().await.is_none(), "the stream ends");
-        let reason = fault.lock().expect("fault").clone().expect("a fault");
+        let reason = fault.reason().expect("a fault");
         assert!(
             reason.contains("not valid JSON")
                 && reason.contains("could not be matched to one of the 2 pending requests"),

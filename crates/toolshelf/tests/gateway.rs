@@ -386,6 +386,13 @@ async fn stdio_gateway_with_real_servers() {
         server_status(&client, "memory").await["state"] == "failed"
     })
     .await;
+    let reason = server_status(&client, "memory").await["reason"].clone();
+    assert!(
+        reason
+            .as_str()
+            .is_some_and(|r| r.starts_with("the server was killed by signal 9")),
+        "how it ended, in plain words: {reason}"
+    );
     let down = err(&exec(&client, "read_graph", json!({})).await);
     assert!(
         down.contains("not running") && down.contains("next restart attempt"),
@@ -1163,6 +1170,63 @@ async fn unreadable_downstream_replies_fail_at_once() {
             .as_str()
             .is_some_and(|d| d.contains("could not be matched")),
         "{failed}"
+    );
+}
+
+/// A server that cannot start says why in its own words: the exit status and the last lines it
+/// wrote on stderr, a missing working directory by name, and for a URL nobody listens at, the
+/// refused connection; none of them in the MCP library's terms.
+#[test]
+fn a_server_that_cannot_start_says_why_in_plain_words() {
+    let s = Scratch::new("why");
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[cache]\nenabled = false\n\
+             [servers.quits]\ncommand = \"sh\"\nargs = [\"-c\", \"echo starting >&2; echo 'fatal: missing API_KEY' >&2; exit 3\"]\n\
+             [servers.nowhere]\ncommand = \"python3\"\nargs = [\"-c\", \"pass\"]\ncwd = {:?}\n\
+             [servers.down]\nurl = \"http://127.0.0.1:{closed_port}/mcp\"\n",
+            s.path("no-such-dir")
+        ),
+    );
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config, "--json"])
+        .output()
+        .expect("status");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let reason = |name: &str| {
+        v["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .find(|s| s["name"] == name)
+            .and_then(|s| s["reason"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        reason("quits"),
+        "initialize failed: the server exited with status 3; its stderr ended with: \"starting\" / \"fatal: missing API_KEY\""
+    );
+    assert_eq!(
+        reason("nowhere"),
+        format!("its cwd {:?} is not a directory", s.path("no-such-dir"))
+    );
+    assert!(
+        reason("down").starts_with(&format!(
+            "initialize at http://127.0.0.1:{closed_port}/mcp failed: cannot connect to 127.0.0.1:{closed_port}: Connection refused"
+        )),
+        "{}",
+        reason("down")
+    );
+    assert!(
+        stderr.contains("[quits] fatal: missing API_KEY"),
+        "a server's stderr is passed on under its name: {stderr}"
     );
 }
 
