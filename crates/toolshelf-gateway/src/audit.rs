@@ -65,7 +65,15 @@ pub struct AuditStatus {
 
 fn open_append(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            // Say which part is in the way: `/etc/passwd/audit.jsonl` fails with "File exists".
+            let blocked = dir.ancestors().find(|a| a.is_file());
+            let why = match blocked {
+                Some(file) => format!("{} is a file, not a directory", file.display()),
+                None => format!("cannot create the directory {}: {e}", dir.display()),
+            };
+            std::io::Error::new(e.kind(), why)
+        })?;
     }
     OpenOptions::new().create(true).append(true).open(path)
 }
@@ -110,11 +118,12 @@ impl State {
 
 impl Audit {
     /// Opens `path` for appending, creating it and its directory. `required`: refuse calls
-    /// while the log cannot be written.
-    pub fn open(path: &Path, required: bool) -> Result<Self> {
-        let file = open_append(path).map_err(|source| GatewayError::Io {
+    /// while the log cannot be written. `what` says where the path comes from, for the error.
+    pub fn open(path: &Path, required: bool, what: &'static str) -> Result<Self> {
+        let file = open_append(path).map_err(|cause| GatewayError::Io {
+            what,
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         Ok(Self {
             writer: Some(Writer {
@@ -256,7 +265,7 @@ mod tests {
     fn a_removed_directory_is_recreated_and_nothing_is_lost() {
         let dir = scratch("removed");
         let path = dir.join("logs/audit.jsonl");
-        let audit = Audit::open(&path, true).expect("open");
+        let audit = Audit::open(&path, true, "test").expect("open");
         audit
             .append(&Audit::record(AuditKind::Search))
             .expect("first");
@@ -275,7 +284,7 @@ mod tests {
     fn a_rotated_log_is_followed_to_the_new_file() {
         let dir = scratch("rotated");
         let path = dir.join("audit.jsonl");
-        let audit = Audit::open(&path, true).expect("open");
+        let audit = Audit::open(&path, true, "test").expect("open");
         audit
             .append(&Audit::record(AuditKind::Search))
             .expect("first");
@@ -293,7 +302,7 @@ mod tests {
     fn a_full_disk_drops_counts_and_refuses_when_required() {
         // /dev/full accepts opens and fails every write with ENOSPC.
         let full = Path::new("/dev/full");
-        let required = Audit::open(full, true).expect("open");
+        let required = Audit::open(full, true, "test").expect("open");
         let e = required
             .append(&Audit::record(AuditKind::Call))
             .expect_err("full");
@@ -306,7 +315,7 @@ mod tests {
         assert!(s.error.is_some());
         let refused = required.ready().expect_err("required: refuse");
         assert!(refused.contains("/dev/full"), "{refused}");
-        let optional = Audit::open(full, false).expect("open");
+        let optional = Audit::open(full, false, "test").expect("open");
         optional
             .append(&Audit::record(AuditKind::Call))
             .expect_err("full");
@@ -318,7 +327,7 @@ mod tests {
     fn writes_resume_with_a_record_of_what_was_lost() {
         let dir = scratch("resume");
         let path = dir.join("audit.jsonl");
-        let audit = Audit::open(&path, true).expect("open");
+        let audit = Audit::open(&path, true, "test").expect("open");
         // Make the path unwritable: a directory where the file should be.
         std::fs::remove_file(&path).expect("rm");
         std::fs::create_dir_all(&path).expect("dir in the way");

@@ -27,12 +27,14 @@ pub enum GatewayError {
         message: String,
     },
     /// A file the gateway needs could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{}: {cause}", if path.is_empty() { what.to_string() } else { format!("{what} {path}") })]
     Io {
+        /// Which setting the path comes from: `[audit] path`, `[cache] path`.
+        what: &'static str,
         /// The file.
         path: String,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (said in the message, so not a `source` a caller would print again).
+        cause: std::io::Error,
     },
 }
 

@@ -396,17 +396,23 @@ impl Hub {
             (false, _) => Audit::disabled(),
             (true, Some(p)) => {
                 let path = crate::cache::expand_path(p).map_err(|message| GatewayError::Io {
+                    what: "[audit] path",
                     path: p.clone(),
-                    source: std::io::Error::other(message),
+                    cause: std::io::Error::other(message),
                 })?;
-                Audit::open(&path, config.audit.required)?
+                Audit::open(&path, config.audit.required, "[audit] path")?
             }
             (true, None) => {
                 let dir = match &cache_dir {
                     Some(dir) => dir.clone(),
                     None => self::cache_dir(config)?,
                 };
-                Audit::open(&dir.join("audit.jsonl"), config.audit.required)?
+                let what = if config.cache.path.is_some() {
+                    "the audit log in [cache] path,"
+                } else {
+                    "the audit log in the cache directory,"
+                };
+                Audit::open(&dir.join("audit.jsonl"), config.audit.required, what)?
             }
         };
         // The status file belongs to the cache: a gateway told to keep nothing on disk keeps no
@@ -801,12 +807,14 @@ pub struct StatusFile {
 pub fn cache_dir(config: &Config) -> Result<PathBuf> {
     match &config.cache.path {
         Some(p) => expand_path(p).map_err(|message| GatewayError::Io {
+            what: "[cache] path",
             path: p.clone(),
-            source: std::io::Error::other(message),
+            cause: std::io::Error::other(message),
         }),
-        None => default_cache_dir().map_err(|source| GatewayError::Io {
-            path: "the cache directory".into(),
-            source,
+        None => default_cache_dir().map_err(|cause| GatewayError::Io {
+            what: "the cache directory",
+            path: String::new(),
+            cause,
         }),
     }
 }

@@ -651,6 +651,43 @@ async fn by_default_the_log_holds_warnings_and_state_changes_only() {
     }
 }
 
+/// A path the gateway cannot use is refused at start, naming the setting and the part in the way,
+/// and saying the cause once.
+#[test]
+fn an_unusable_audit_or_cache_path_names_the_setting() {
+    let s = Scratch::new("paths");
+    let file = s.write("a-file", "");
+    for (section, want) in [
+        (
+            format!("[cache]\npath = {file:?}\n"),
+            format!(
+                "the audit log in [cache] path, {file}/audit.jsonl: {file} is a file, not a directory"
+            ),
+        ),
+        (
+            format!("[audit]\npath = \"{file}/sub/audit.jsonl\"\n"),
+            format!("[audit] path {file}/sub/audit.jsonl: {file} is a file, not a directory"),
+        ),
+    ] {
+        let config = format!(
+            "{}{section}",
+            named_server("s", &json!([tool("t", "x", empty())]), "")
+        );
+        let cfg = s.write("toolshelf.toml", &config);
+        let out = std::process::Command::new(TOOLSHELF)
+            .args(["serve", "--config", &cfg])
+            .stdin(Stdio::null())
+            .output()
+            .expect("serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!("toolshelf: error: {want}\n")),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_relative_path_is_expanded_and_its_directories_created() {
     let s = Scratch::new("tilde");
