@@ -1198,6 +1198,15 @@ fn a_server_that_cannot_start_says_why_in_plain_words() {
         .output()
         .expect("status");
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a health check sees the failures"
+    );
+    assert!(
+        stderr.contains("toolshelf: error: 3 server(s) failed: down, nowhere, quits"),
+        "{stderr}"
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
     let reason = |name: &str| {
         v["servers"]

@@ -6,7 +6,10 @@
 //! reports what it saw, saying which of the two it did. Tool counts are the tools a session can
 //! see: tools the mode or a deny rule hides are not counted. A running gateway's warnings (skipped
 //! tools, renames, invalid schemas, rules that match no tool) follow its table, since the client
-//! that started it usually hides its log.
+//! that started it usually hides its log. The exit status is 1 when any server has failed, so a
+//! health check can go by it.
+
+use std::collections::BTreeSet;
 
 use anyhow::Result;
 use toolshelf_gateway::downstream::ServerStatus;
@@ -21,6 +24,7 @@ pub struct Args {
     #[command(flatten)]
     source: GatewaySource,
     /// Print JSON: {"source": "running" | "probe", "pid"?, "servers": [...], "warnings": [...]}.
+    /// Either way the exit status is 1 when a server has failed.
     #[arg(long)]
     json: bool,
 }
@@ -47,13 +51,14 @@ pub fn run(args: Args) -> Result<()> {
                 })
                 .collect();
             // `pid`, `servers` and `warnings` are the first gateway's, for scripts that expect one.
-            return print_json(&serde_json::json!({
+            print_json(&serde_json::json!({
                 "source": "running",
                 "pid": running[0].pid,
                 "servers": running[0].servers,
                 "warnings": running[0].warnings,
                 "gateways": gateways,
-            }));
+            }))?;
+            return healthy(running.iter().flat_map(|g| &g.servers));
         }
         for g in &running {
             outln!("gateway running (pid {})", g.pid);
@@ -72,7 +77,7 @@ pub fn run(args: Args) -> Result<()> {
             // A running gateway's log is usually hidden by the client that started it.
             print_warnings(&g.warnings)?;
         }
-        return Ok(());
+        return healthy(running.iter().flat_map(|g| &g.servers));
     }
     settings.config.cache.enabled = false;
     let (servers, warnings) = runtime()?.block_on(async move {
@@ -83,13 +88,29 @@ pub fn run(args: Args) -> Result<()> {
         anyhow::Ok(found)
     })?;
     if args.json {
-        return print_json(
+        print_json(
             &serde_json::json!({"source": "probe", "servers": servers, "warnings": warnings}),
-        );
+        )?;
+    } else {
+        // The probe's own log has printed the warnings on stderr already.
+        outln!("no gateway running for this configuration; started each server to check it");
+        print_table(&servers)?;
     }
-    // The probe's own log has printed the warnings on stderr already.
-    outln!("no gateway running for this configuration; started each server to check it");
-    print_table(&servers)
+    healthy(&servers)
+}
+
+/// An error naming the failed servers, if any, so that a health check can go by the exit status.
+fn healthy<'a>(servers: impl IntoIterator<Item = &'a ServerStatus>) -> Result<()> {
+    let failed: BTreeSet<&str> = servers
+        .into_iter()
+        .filter(|s| s.state == "failed")
+        .map(|s| s.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = failed.into_iter().collect();
+    anyhow::bail!("{} server(s) failed: {}", names.len(), names.join(", "))
 }
 
 fn print_warnings(warnings: &[String]) -> Result<()> {
