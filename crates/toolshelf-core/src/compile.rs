@@ -99,10 +99,8 @@ impl Compiled {
             ("anthropic_upstream", &p.anthropic_upstream),
             ("openai_upstream", &p.openai_upstream),
         ] {
-            if !is_upstream_url(url) {
-                return Err(err(format!(
-                    "[proxy] {key} must be an http:// or https:// URL (got {url:?})"
-                )));
+            if let Some(problem) = upstream_url_problem(url) {
+                return Err(err(format!("[proxy] {key} {problem} (got {url:?})")));
             }
         }
         if p.session_ttl_secs == 0 || p.max_sessions == 0 || p.upstream_timeout_secs == 0 {
@@ -326,9 +324,26 @@ fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> 
     })
 }
 
-/// Whether `url` can be a provider upstream of the proxy: an `http://` or `https://` URL.
-pub fn is_upstream_url(url: &str) -> bool {
-    url.starts_with("http://") || url.starts_with("https://")
+/// Why `url` cannot be a provider upstream of the proxy, if it cannot: it must be an `http://`
+/// or `https://` URL, and since the client's path (`/v1/messages`) is appended to it as it is,
+/// it must not end in `/v1` itself, as an SDK's base URL does.
+pub fn upstream_url_problem(url: &str) -> Option<String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let Some(rest) = rest else {
+        return Some("must be an http:// or https:// URL".into());
+    };
+    let path = rest.split(['?', '#']).next().unwrap_or_default();
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.ends_with("/v1") {
+        let base = &url[..url.len() - rest.len() + trimmed.len() - "/v1".len()];
+        return Some(format!(
+            "must not end in /v1: the client's path (/v1/messages, /v1/chat/completions) is \
+             appended to it, so give {base}"
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -338,6 +353,34 @@ mod tests {
 
     fn compile(toml: &str, mode: Option<&str>) -> Result<Compiled> {
         Compiled::new(Config::from_toml_str(toml, "t.toml")?, "t.toml", mode)
+    }
+
+    #[test]
+    fn an_upstream_is_a_base_url_without_v1() {
+        for ok in [
+            "http://127.0.0.1:11434",
+            "https://api.anthropic.com/",
+            "https://gateway.ai.cloudflare.com/v1/account/gateway/openai",
+            "http://host/v10",
+        ] {
+            assert_eq!(upstream_url_problem(ok), None, "{ok}");
+        }
+        for (bad, says) in [
+            ("ftp://host", "must be an http:// or https:// URL"),
+            ("127.0.0.1:11434", "must be an http:// or https:// URL"),
+            (
+                "http://127.0.0.1:11434/v1",
+                "so give http://127.0.0.1:11434",
+            ),
+            (
+                "https://api.example.com/v1/",
+                "so give https://api.example.com",
+            ),
+            ("http://host/api/v1?x=1", "so give http://host/api"),
+        ] {
+            let problem = upstream_url_problem(bad).unwrap_or_default();
+            assert!(problem.contains(says), "{bad}: {problem}");
+        }
     }
 
     #[test]

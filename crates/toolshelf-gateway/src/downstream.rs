@@ -381,7 +381,7 @@ impl Downstream {
                     Err(e) => {
                         let why = match unreachable(&url).await {
                             Some(why) => why,
-                            None => with_causes(&e),
+                            None => toolshelf_runtime::with_causes(&e),
                         };
                         return Err(format!("initialize at {url} failed: {why}"));
                     }
@@ -587,22 +587,6 @@ async fn unreachable(url: &str) -> Option<String> {
         Ok(Err(e)) => Some(format!("cannot connect to {address}: {e}")),
         Err(_) => Some(format!("cannot connect to {address}: no answer within 5s")),
     }
-}
-
-/// An error with the errors that caused it, as `a: b: c`, each said once: the MCP library's
-/// HTTP errors name the transport's type at the top and the reason (`Connection refused`) only
-/// at the bottom.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut next = error.source();
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out = format!("{out}: {text}");
-        }
-        next = e.source();
-    }
-    out
 }
 
 /// Every tool of `server` as MCP JSON, page by page, each page within `timeout`, and a warning

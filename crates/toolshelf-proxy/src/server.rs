@@ -423,13 +423,12 @@ async fn pass(
         }
         Err(e) => {
             proxy.count(|t| t.errors += 1);
-            error_response(
-                None,
-                &ProxyError::Upstream {
-                    url: url.to_owned(),
-                    message: e.to_string(),
-                },
-            )
+            let e = ProxyError::Upstream {
+                url: url.to_owned(),
+                message: toolshelf_runtime::with_causes(&e),
+            };
+            tracing::warn!(target: "toolshelf::proxy", "passing a request through failed: {e}");
+            error_response(None, &e)
         }
     }
 }
@@ -458,7 +457,7 @@ async fn send(
         }),
         Ok(Err(e)) => Err(ProxyError::Upstream {
             url: url.to_owned(),
-            message: e.to_string(),
+            message: toolshelf_runtime::with_causes(&e),
         }),
         Ok(Ok(r)) => Ok(r),
     }
@@ -511,23 +510,23 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         let resp = match send(proxy, url, headers, &turn.prepared.body).await {
             Ok(r) => r,
             Err(e) => {
-                book_unfinished(proxy, &turn, true);
+                book_unfinished(proxy, &turn, Some(&e.to_string()));
                 return error_response(Some(dialect), &e);
             }
         };
         if !resp.status().is_success() {
-            book_unfinished(proxy, &turn, true);
+            book_unfinished(proxy, &turn, Some(&upstream_status(url, resp.status())));
             return relay_error(proxy, url, dialect, resp).await;
         }
         if first_headers.is_none() {
             first_headers = Some(response_headers(resp.headers(), true));
         }
         let Ok(bytes) = tokio::time::timeout_at(deadline, resp.bytes()).await else {
-            book_unfinished(proxy, &turn, true);
             let e = ProxyError::Timeout {
                 url: url.to_owned(),
                 secs,
             };
+            book_unfinished(proxy, &turn, Some(&e.to_string()));
             return error_response(Some(dialect), &e);
         };
         let parsed = bytes
@@ -537,14 +536,12 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         let round = match parsed {
             Ok(r) => r,
             Err(message) => {
-                book_unfinished(proxy, &turn, true);
-                return error_response(
-                    Some(dialect),
-                    &ProxyError::Upstream {
-                        url: url.to_owned(),
-                        message,
-                    },
-                );
+                let e = ProxyError::Upstream {
+                    url: url.to_owned(),
+                    message,
+                };
+                book_unfinished(proxy, &turn, Some(&e.to_string()));
+                return error_response(Some(dialect), &e);
             }
         };
         if let Next::Done(_) = turn.round(proxy, round).await {
@@ -675,10 +672,14 @@ async fn finish(app: &AppState, turn: Turn) {
         .await;
 }
 
-/// Books a request that ended without its answer (`failed`: with an error): the rounds the
-/// upstream served, the searches and refusals the proxy answered and their tokens count all the
-/// same.
-fn book_unfinished(proxy: &Proxy, turn: &Turn, failed: bool) {
+/// Books a request that ended without its answer: the rounds the upstream served, the searches
+/// and refusals the proxy answered and their tokens count all the same. `failure` says why it
+/// failed (it is logged, as every finished request is); `None` when the client went away.
+fn book_unfinished(proxy: &Proxy, turn: &Turn, failure: Option<&str>) {
+    let failed = failure.is_some();
+    if let Some(why) = failure {
+        log_failure(turn.prepared.dialect, Some(turn), why);
+    }
     let tokens = turn
         .client
         .usage
@@ -695,6 +696,27 @@ fn book_unfinished(proxy: &Proxy, turn: &Turn, failed: bool) {
         t.tokens.cache_read += tokens.cache_read;
         t.tokens.cache_creation += tokens.cache_creation;
     });
+}
+
+/// The log line of a request that failed, with its session and turn when it had them.
+fn log_failure(dialect: Dialect, turn: Option<&Turn>, why: &str) {
+    match turn {
+        Some(turn) => tracing::warn!(
+            target: "toolshelf::proxy",
+            "{} session={} turn={} failed: {why}",
+            dialect.api().name(),
+            short_key(&turn.prepared.key),
+            turn.prepared.session.state.turn(),
+        ),
+        None => {
+            tracing::warn!(target: "toolshelf::proxy", "{} failed: {why}", dialect.api().name())
+        }
+    }
+}
+
+/// Why an upstream's error response failed a request.
+fn upstream_status(url: &str, status: reqwest::StatusCode) -> String {
+    format!("upstream {url} answered {status}")
 }
 
 /// A session key as shown: header values in full, hashes cut.
@@ -773,11 +795,13 @@ async fn run_stream(
         Ok(r) => r,
         Err(e) => {
             app.proxy.count(|t| t.errors += 1);
+            log_failure(dialect, Some(&turn), &e.to_string());
             return error_response(Some(dialect), &e);
         }
     };
     if !first.status().is_success() {
         app.proxy.count(|t| t.errors += 1);
+        log_failure(dialect, Some(&turn), &upstream_status(&url, first.status()));
         return relay_error(&app.proxy, &url, dialect, first).await;
     }
     let mut client_headers = response_headers(first.headers(), true);
@@ -793,12 +817,11 @@ async fn run_stream(
                     tracing::info!(
                         "the client went away mid-stream; the upstream stream is dropped"
                     );
-                    book_unfinished(&app.proxy, &turn, false);
+                    book_unfinished(&app.proxy, &turn, None);
                     return;
                 }
                 Err(Pump::Upstream(message)) => {
-                    book_unfinished(&app.proxy, &turn, true);
-                    tracing::warn!("{message}");
+                    book_unfinished(&app.proxy, &turn, Some(&message));
                     let mut out = Vec::new();
                     streamer.error("api_error", &message, &mut out);
                     let _ = tx.send(Ok(Bytes::from(out))).await;
@@ -815,7 +838,11 @@ async fn run_stream(
                                 Ok(b) => String::from_utf8_lossy(&b).into_owned(),
                                 Err(e) => e.to_string(),
                             };
-                            book_unfinished(&app.proxy, &turn, true);
+                            book_unfinished(
+                                &app.proxy,
+                                &turn,
+                                Some(&upstream_status(&url, status)),
+                            );
                             let mut out = Vec::new();
                             streamer.error(
                                 &upstream_kind(status),
@@ -826,7 +853,7 @@ async fn run_stream(
                             return;
                         }
                         Err(e) => {
-                            book_unfinished(&app.proxy, &turn, true);
+                            book_unfinished(&app.proxy, &turn, Some(&e.to_string()));
                             let mut out = Vec::new();
                             streamer.error("api_error", &e.to_string(), &mut out);
                             let _ = tx.send(Ok(Bytes::from(out))).await;

@@ -13,3 +13,19 @@ pub mod hooks;
 pub mod metrics;
 pub mod script;
 pub mod scripts;
+
+/// An error with the errors that caused it, as `a: b: c`, each said once. HTTP clients say what
+/// failed at the top (`error sending request for url (...)`) and why (`Connection refused`)
+/// only at the bottom of the chain.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out = format!("{out}: {text}");
+        }
+        next = e.source();
+    }
+    out
+}

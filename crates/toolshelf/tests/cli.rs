@@ -852,7 +852,22 @@ fn a_bad_upstream_flag_is_named_as_the_flag() {
                 && !e.contains("(defaults)"),
             "{e}"
         );
+        let e = fails(&["proxy", flag, "http://127.0.0.1:11434/v1/"]);
+        assert!(
+            e.contains("must not end in /v1") && e.contains("so give http://127.0.0.1:11434"),
+            "{e}"
+        );
     }
+    let config = temp_file(
+        "v1-upstream.toml",
+        "[proxy]\nopenai_upstream = \"https://api.example.com/v1\"\n",
+    );
+    let e = fails(&["proxy", "--config", &config]);
+    assert!(
+        e.contains("[proxy] openai_upstream must not end in /v1")
+            && e.contains("so give https://api.example.com"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -327,6 +327,42 @@ fn a_deferred_tool_with_a_broken_schema_is_warned_about_once() {
     assert!(!log.contains("tool \"Odd\""), "{log}");
 }
 
+/// A request that fails gets its log line too, saying why: an error the upstream answered, and
+/// an upstream nobody listens at.
+#[test]
+fn a_failed_request_is_logged_with_the_reason() {
+    let s = Scratch::new("proxy-failed");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"status": 529}]}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let body = json!({"model": "m", "max_tokens": 8, "tools": tools(),
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 529);
+    let log = proxy.log();
+    assert!(
+        log.contains(&format!(
+            "failed: upstream {}/v1/messages answered 529",
+            upstream.url()
+        )),
+        "{log}"
+    );
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let s = Scratch::new("proxy-unreachable");
+    let proxy = ProxyProc::start(&s, &format!("http://127.0.0.1:{closed_port}"), "", &[]);
+    let (status, _) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 502);
+    let log = proxy.log();
+    assert!(
+        log.contains(&format!(
+            "failed: upstream http://127.0.0.1:{closed_port}/v1/messages"
+        )) && log.contains("Connection refused"),
+        "{log}"
+    );
+}
+
 #[test]
 fn requests_without_tools_and_other_endpoints_pass_through_byte_for_byte() {
     let s = Scratch::new("proxy-pass");

@@ -38,10 +38,9 @@ pub struct Args {
 
 /// An upstream given on the command line, checked here so that the error names the flag.
 fn upstream_url(text: &str) -> Result<String, String> {
-    if toolshelf_core::compile::is_upstream_url(text) {
-        Ok(text.to_owned())
-    } else {
-        Err("must be an http:// or https:// URL".into())
+    match toolshelf_core::compile::upstream_url_problem(text) {
+        None => Ok(text.to_owned()),
+        Some(problem) => Err(problem),
     }
 }
 
