@@ -576,6 +576,40 @@ impl Hub {
         all
     }
 
+    /// A note for the model on each server whose tools are not known because it is not running
+    /// (failed, or still starting, with nothing cached): a search that finds nothing, or a name
+    /// that resolves to no tool, may be one of its tools. `only` narrows it to the server of one
+    /// canonical or original name (`mcp__SERVER__tool`).
+    pub fn unknown_tools_note(&self, catalog: &Catalog, only: Option<&str>) -> Option<String> {
+        let wanted = match only {
+            Some(requested) => {
+                let (segment, _) = toolshelf_core::name::split_mcp(requested)?;
+                let server = catalog
+                    .servers()
+                    .iter()
+                    .find(|s| s.name == segment || s.original_name == segment)?;
+                Some(server.original_name.clone())
+            }
+            None => None,
+        };
+        let notes: Vec<String> = self
+            .servers
+            .iter()
+            .filter(|(name, _)| wanted.as_ref().is_none_or(|w| w == *name))
+            .filter(|(_, s)| s.tools().1.is_none())
+            .filter_map(|(name, s)| match s.state() {
+                crate::downstream::ServerState::Failed(reason) => Some(format!(
+                    "Server {name:?} is not running ({reason}), so its tools are not known; it is restarted in the background."
+                )),
+                crate::downstream::ServerState::Starting => Some(format!(
+                    "Server {name:?} is still starting, so its tools are not known yet; try again in a moment."
+                )),
+                _ => None,
+            })
+            .collect();
+        (!notes.is_empty()).then(|| notes.join("\n"))
+    }
+
     /// The compiled configuration: policy, permissions, hooks.
     pub fn compiled(&self) -> &Compiled {
         &self.compiled

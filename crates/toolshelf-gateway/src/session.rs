@@ -311,6 +311,12 @@ impl GatewaySession {
                 .collect(),
         );
         let _ = self.hub.audit.append(&r);
+        let mut outcome = outcome;
+        if outcome.outcome == "no_match"
+            && let Some(note) = self.hub.unknown_tools_note(&snap.catalog, None)
+        {
+            outcome.text = format!("{}\n{note}", outcome.text);
+        }
         let mut result = if outcome.is_error {
             error_result(outcome.text)
         } else {
@@ -495,7 +501,15 @@ impl GatewaySession {
                 .state
                 .activate([tools[i].name.as_str()]);
         }
-        error_result(refusal.text(&snap.catalog))
+        let mut text = refusal.text(&snap.catalog);
+        // A tool of a server that is down is unknown, not absent. (A hidden tool is known, so
+        // its server's tools are too, and it reads exactly as before.)
+        if matches!(refusal.kind(), RefusalKind::Unknown | RefusalKind::Hidden)
+            && let Some(note) = self.hub.unknown_tools_note(&snap.catalog, Some(requested))
+        {
+            text = format!("{text}\n{note}");
+        }
+        error_result(text)
     }
 
     /// The one path every call takes.

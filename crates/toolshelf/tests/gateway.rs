@@ -1239,6 +1239,41 @@ fn a_server_that_cannot_start_says_why_in_plain_words() {
     );
 }
 
+/// The model is told when a name or a search may concern a server that is down: its tools are
+/// unknown, not absent. A name of a running server's and a search that finds something read as
+/// before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_is_told_which_servers_are_down() {
+    let s = Scratch::new("down");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.quits]\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'fatal: missing API_KEY' >&2; exit 3\"]\n\
+             restart_delay_secs = 600\n{}{}",
+            test_server_section(5),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    wait_for("quits to fail", || async {
+        server_status(&client, "quits").await["state"] == "failed"
+    })
+    .await;
+    let says = "Server \"quits\" is not running (initialize failed: the server exited with status 3; its stderr ended with: \"fatal: missing API_KEY\"), so its tools are not known";
+    let unknown = err(&exec(&client, "mcp__quits__send_mail", json!({})).await);
+    assert!(
+        unknown.starts_with("No tool named \"mcp__quits__send_mail\"") && unknown.contains(says),
+        "{unknown}"
+    );
+    let other = err(&exec(&client, "mcp__test__no_such_tool", json!({})).await);
+    assert!(!other.contains("quits"), "{other}");
+    let none = text(&search(&client, json!({"queries": ["xylophone quasar"]})).await);
+    assert!(none.contains(says), "{none}");
+    let found = text(&search(&client, json!({"tool_names": ["mcp__test__ping"]})).await);
+    assert!(!found.contains("quits"), "{found}");
+    client.cancel().await.expect("close");
+}
+
 /// A server whose list has a tool without `inputSchema` and one without a name keeps its other
 /// tools, over several pages; a server whose cursor never ends fails with a reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
