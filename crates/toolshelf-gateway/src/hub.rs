@@ -786,6 +786,7 @@ impl Hub {
             servers: self.statuses(),
             audit: self.audit.status(),
             warnings: self.warnings(),
+            mode: self.compiled.mode().map(str::to_owned),
         };
         let text = serde_json::to_string_pretty(&status).unwrap_or_default();
         if let Err(e) = crate::cache::write_atomic(path, text.as_bytes()) {
@@ -794,13 +795,31 @@ impl Hub {
     }
 
     /// The merged catalog in toolshelf's grouped form (what `toolshelf catalog` prints).
+    /// Tools the active mode or a deny rule hides are left out: the catalog is what this
+    /// gateway's sessions can reach.
     pub fn grouped_catalog(&self) -> Value {
+        let snap = self.snapshot();
+        let hidden: BTreeSet<(&str, &str)> = snap
+            .catalog
+            .tools()
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !snap.is_visible(i))
+            .filter_map(|(_, t)| Some((t.original_server.as_deref()?, t.original_name.as_str())))
+            .collect();
         let servers: Vec<Value> = self
             .servers
             .iter()
             .filter_map(|(name, s)| {
                 let (description, tools) = s.tools();
                 tools.map(|tools| {
+                    let tools: Vec<Value> = tools
+                        .into_iter()
+                        .filter(|t| {
+                            let tool = t.get("name").and_then(Value::as_str).unwrap_or_default();
+                            !hidden.contains(&(name.as_str(), tool))
+                        })
+                        .collect();
                     serde_json::json!({"name": name, "description": description, "tools": tools})
                 })
             })
@@ -834,6 +853,9 @@ pub struct StatusFile {
     /// What loading its catalog warned about, as logged (absent when nothing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The mode it runs (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// The cache directory of `config`: `[cache] path` (with `~/` expanded), else the user's

@@ -47,7 +47,8 @@ enum Command {
     Proxy(commands::proxy::Args),
     /// Show each configured server's state (of the running gateway, or by starting them).
     Status(commands::status::Args),
-    /// Start the configured servers and print their merged catalog (grouped form).
+    /// Start the configured servers and print their merged catalog (grouped form): the tools a
+    /// session can reach, in the active mode.
     Catalog(commands::catalog::Args),
     /// Check a log of request bodies (JSON lines) for prompt-cache breaks: system and tools
     /// byte-identical, each request's messages a prefix of the next's. Exit status 1 on a break.

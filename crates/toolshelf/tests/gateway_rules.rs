@@ -651,6 +651,91 @@ async fn by_default_the_log_holds_warnings_and_state_changes_only() {
     }
 }
 
+/// `status` says when a running gateway runs another mode than the one asked about, or an older
+/// version of the configuration; `catalog --mode` holds only what that mode's sessions reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_mode_and_a_changed_configuration() {
+    let s = Scratch::new("drift");
+    let tools = json!([tool("look", "x", empty()), tool("change", "y", empty())]);
+    let modes = "[modes.look]\ndescription = \"looking only\"\ntools = [\"^mcp__s__look$\"]\n";
+    let config = format!(
+        "{}{modes}{}",
+        named_server("s", &tools, ""),
+        files_sections(&s)
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    wait_for("s to be ready", || async {
+        status(&client).await["servers"][0]["state"] == "ready"
+    })
+    .await;
+    wait_for("the status file", || async {
+        status_json(&cfg)["source"] == "running"
+    })
+    .await;
+    let table = status_table(&cfg);
+    assert!(table.contains("gateway running (pid "), "{table}");
+    assert!(!table.contains("note:"), "{table}");
+    // The file changes under the running gateway.
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{config}{}",
+            named_server("second", &json!([tool("t", "z", empty())]), "")
+        ),
+    );
+    let table = status_table(&cfg);
+    assert!(
+        table.contains("note: the configuration changed after this gateway started (configured but not run: second); restart it to apply the change"),
+        "{table}"
+    );
+    let v = status_json(&cfg);
+    assert_eq!(
+        v["gateways"][0]["config_changed"],
+        json!({"not_running": ["second"], "not_configured": []}),
+        "{v}"
+    );
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &cfg, "--mode", "look"])
+        .output()
+        .expect("status");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("note: it does not run mode look; its tool counts are for no mode"),
+        "{table}"
+    );
+    client.cancel().await.expect("close");
+
+    let catalog = |mode: Option<&str>| {
+        let mut cmd = std::process::Command::new(TOOLSHELF);
+        cmd.args(["catalog", "--config", &cfg]);
+        cmd.args(mode.map(|m| ["--mode", m]).iter().flatten());
+        let out = cmd.output().expect("catalog");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("catalog JSON");
+        let mut names: Vec<String> =
+            v["servers"]
+                .as_array()
+                .expect("servers")
+                .iter()
+                .flat_map(|g| {
+                    let server = g["name"].as_str().unwrap_or_default().to_owned();
+                    g["tools"].as_array().expect("tools").iter().map(move |t| {
+                        format!("{server}/{}", t["name"].as_str().unwrap_or_default())
+                    })
+                })
+                .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(catalog(None), ["s/change", "s/look", "second/t"]);
+    assert_eq!(catalog(Some("look")), ["s/look"]);
+}
+
 /// A path the gateway cannot use is refused at start, naming the setting and the part in the way,
 /// and saying the cause once.
 #[test]

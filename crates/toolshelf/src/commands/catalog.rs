@@ -1,8 +1,10 @@
 //! `toolshelf catalog`: start the configured servers and print their merged catalog.
 //!
-//! The output is toolshelf's grouped form, so `render`, `ledger` and `search` read it as is. A
-//! server that fails to start is named on stderr and the command fails after printing what the
-//! others gave: a partial catalog must not pass for a whole one in a script.
+//! The output is toolshelf's grouped form, so `render`, `ledger` and `search` read it as is. It
+//! holds what the gateway's sessions can reach: tools that `--mode` or a deny rule hides are left
+//! out, as they are everywhere else. A server that fails to start is named on stderr and the
+//! command fails after printing what the others gave: a partial catalog must not pass for a whole
+//! one in a script.
 
 use anyhow::{Result, bail};
 use toolshelf_gateway::Hub;

@@ -12,8 +12,9 @@
 use std::collections::BTreeSet;
 
 use anyhow::Result;
+use toolshelf_core::Config;
 use toolshelf_gateway::downstream::ServerStatus;
-use toolshelf_gateway::hub::{cache_dir, running_gateways};
+use toolshelf_gateway::hub::{StatusFile, cache_dir, running_gateways};
 
 use super::serve::{GatewaySource, init_logging, runtime};
 use super::{outln, print_json};
@@ -23,7 +24,8 @@ use super::{outln, print_json};
 pub struct Args {
     #[command(flatten)]
     source: GatewaySource,
-    /// Print JSON: {"source": "running" | "probe", "pid"?, "servers": [...], "warnings": [...]}.
+    /// Print JSON: {"source": "running" | "probe", "pid"?, "servers": [...], "warnings": [...],
+    /// "gateways"?: [{"pid", "mode", "servers", "audit", "warnings", "config_changed"?}]}.
     /// Either way the exit status is 1 when a server has failed.
     #[arg(long)]
     json: bool,
@@ -38,16 +40,26 @@ pub fn run(args: Args) -> Result<()> {
         Vec::new()
     };
     if !running.is_empty() {
+        let drift = |g: &StatusFile| Drift::between(&settings.config, g);
         if args.json {
             let gateways: Vec<_> = running
                 .iter()
                 .map(|g| {
-                    serde_json::json!({
+                    let mut v = serde_json::json!({
                         "pid": g.pid,
+                        "mode": g.mode,
                         "servers": g.servers,
                         "audit": g.audit,
                         "warnings": g.warnings,
-                    })
+                    });
+                    let d = drift(g);
+                    if !d.is_empty() {
+                        v["config_changed"] = serde_json::json!({
+                            "not_running": d.not_running,
+                            "not_configured": d.not_configured,
+                        });
+                    }
+                    v
                 })
                 .collect();
             // `pid`, `servers` and `warnings` are the first gateway's, for scripts that expect one.
@@ -61,7 +73,40 @@ pub fn run(args: Args) -> Result<()> {
             return healthy(running.iter().flat_map(|g| &g.servers));
         }
         for g in &running {
-            outln!("gateway running (pid {})", g.pid);
+            match &g.mode {
+                Some(mode) => outln!("gateway running (pid {}, mode {mode})", g.pid),
+                None => outln!("gateway running (pid {})", g.pid),
+            }
+            if let Some(asked) = &settings.mode
+                && g.mode.as_ref() != Some(asked)
+            {
+                outln!(
+                    "note: it does not run mode {asked}; its tool counts are for {}",
+                    g.mode
+                        .as_deref()
+                        .map_or("no mode".to_owned(), |m| format!("mode {m}"))
+                );
+            }
+            let d = drift(g);
+            if !d.is_empty() {
+                let mut parts = Vec::new();
+                if !d.not_running.is_empty() {
+                    parts.push(format!(
+                        "configured but not run: {}",
+                        d.not_running.join(", ")
+                    ));
+                }
+                if !d.not_configured.is_empty() {
+                    parts.push(format!(
+                        "run but no longer configured: {}",
+                        d.not_configured.join(", ")
+                    ));
+                }
+                outln!(
+                    "note: the configuration changed after this gateway started ({}); restart it to apply the change",
+                    parts.join("; ")
+                );
+            }
             print_table(&g.servers)?;
             if let Some(a) = &g.audit {
                 outln!(
@@ -97,6 +142,34 @@ pub fn run(args: Args) -> Result<()> {
         print_table(&servers)?;
     }
     healthy(&servers)
+}
+
+/// How a running gateway's servers differ from the configuration's servers now: the status
+/// file outlives edits to the file, and the table would show the old set without a word.
+struct Drift {
+    not_running: Vec<String>,
+    not_configured: Vec<String>,
+}
+
+impl Drift {
+    fn between(config: &Config, gateway: &StatusFile) -> Self {
+        let configured: BTreeSet<&str> = config.servers.keys().map(String::as_str).collect();
+        let running: BTreeSet<&str> = gateway.servers.iter().map(|s| s.name.as_str()).collect();
+        Self {
+            not_running: configured
+                .difference(&running)
+                .map(|s| (*s).to_owned())
+                .collect(),
+            not_configured: running
+                .difference(&configured)
+                .map(|s| (*s).to_owned())
+                .collect(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.not_running.is_empty() && self.not_configured.is_empty()
+    }
 }
 
 /// An error naming the failed servers, if any, so that a health check can go by the exit status.
