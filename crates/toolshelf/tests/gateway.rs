@@ -1179,10 +1179,7 @@ async fn unreadable_downstream_replies_fail_at_once() {
 #[test]
 fn a_server_that_cannot_start_says_why_in_plain_words() {
     let s = Scratch::new("why");
-    let closed_port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").port()
-    };
+    let closed_port = closed_port();
     let config = s.write(
         "toolshelf.toml",
         &format!(

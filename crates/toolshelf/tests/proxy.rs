@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, post, tools};
+use common::{HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, closed_port, post, tools};
 use serde_json::{Value, json};
 
 /// A client turn against the proxy's Anthropic endpoint: sends the conversation, appends the
@@ -346,10 +346,7 @@ fn a_failed_request_is_logged_with_the_reason() {
         )),
         "{log}"
     );
-    let closed_port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").port()
-    };
+    let closed_port = closed_port();
     let s = Scratch::new("proxy-unreachable");
     let proxy = ProxyProc::start(&s, &format!("http://127.0.0.1:{closed_port}"), "", &[]);
     let (status, _) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);

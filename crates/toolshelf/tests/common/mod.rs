@@ -163,6 +163,12 @@ pub async fn stdio_client_with(
         .expect("initialize toolshelf")
 }
 
+/// A loopback port nothing listens at (bound, then let go).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
 /// A client of the gateway `cmd` starts over stdio, its stderr written to the file `log`.
 pub async fn stdio_client_logged(cmd: tokio::process::Command, log: &std::path::Path) -> Client {
     let (transport, _) = TokioChildProcess::builder(cmd)
