@@ -201,6 +201,11 @@ impl Downstream {
         (i.description.clone(), i.tools.clone())
     }
 
+    /// Whether its tools are known (listed now, or cached from an earlier run).
+    pub fn has_tools(&self) -> bool {
+        self.lock().tools.is_some()
+    }
+
     /// A warning for each tool of its last list that was skipped as unusable.
     pub fn skipped(&self) -> Vec<String> {
         self.lock().skipped.clone()

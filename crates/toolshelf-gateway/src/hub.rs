@@ -596,7 +596,7 @@ impl Hub {
             .servers
             .iter()
             .filter(|(name, _)| wanted.as_ref().is_none_or(|w| w == *name))
-            .filter(|(_, s)| s.tools().1.is_none())
+            .filter(|(_, s)| !s.has_tools())
             .filter_map(|(name, s)| match s.state() {
                 crate::downstream::ServerState::Failed(reason) => Some(format!(
                     "Server {name:?} is not running ({reason}), so its tools are not known; it is restarted in the background."

@@ -446,6 +446,9 @@ fn forward_stderr(server: &str, stderr: tokio::process::ChildStderr, fault: Faul
     let server = server.to_owned();
     tokio::spawn(async move {
         let mut reader = BufReader::new(stderr);
+        // Written through tokio: a client that does not drain our stderr then stalls this task
+        // (and the server's own writes, as an inherited stderr would), not a runtime worker.
+        let mut out = tokio::io::stderr();
         let mut line = Vec::new();
         loop {
             line.clear();
@@ -454,8 +457,10 @@ fn forward_stderr(server: &str, stderr: tokio::process::ChildStderr, fault: Faul
                 Ok(_) => {
                     let text = String::from_utf8_lossy(&line);
                     let text = text.trim_end_matches(['\n', '\r']);
-                    eprintln!("[{server}] {text}");
                     fault.stderr_line(text);
+                    let _ = out
+                        .write_all(format!("[{server}] {text}\n").as_bytes())
+                        .await;
                 }
             }
         }
