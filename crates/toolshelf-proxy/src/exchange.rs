@@ -99,10 +99,21 @@ pub async fn prepare(
     session_header: Option<&str>,
     client: Option<&str>,
 ) -> Result<Plan, String> {
-    let all = dialect.tools(&body);
-    if all.is_empty() {
+    if dialect.tools(&body).is_empty() {
         return Ok(Plan::Pass(PassReason::NoTools));
     }
+    // The Responses API takes a lone user message as a plain string; as the list it stands for,
+    // it is kept, rewritten and keys the session like any first message.
+    if dialect.api() == Api::OpenAiResponses
+        && let Some(Value::String(text)) = body.get("input")
+    {
+        let text = text.clone();
+        body.insert(
+            "input".into(),
+            serde_json::json!([{"role": "user", "content": text}]),
+        );
+    }
+    let all = dialect.tools(&body);
     let config = &proxy.compiled.config().proxy;
     let deferring = dialect.uses_provider_deferral(&body);
     // Taking over a request that uses the provider's own deferral: its tool-search tools go,

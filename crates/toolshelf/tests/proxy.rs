@@ -464,6 +464,49 @@ esac
     );
 }
 
+/// The Responses API's string `input` is the user's message: it reaches the model, and two
+/// conversations that start with different strings are two sessions.
+#[test]
+fn a_responses_string_input_is_the_first_message() {
+    let s = Scratch::new("proxy-responses-string");
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [{"text": "Sunny."}, {"text": "Rainy."}]}),
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let tools: Vec<Value> = tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "name": t["name"], "description": t["description"],
+                   "parameters": t["input_schema"]})
+        })
+        .collect();
+    let url = format!("{}/v1/responses", proxy.url);
+    for question in ["Weather in Paris?", "Weather in Rome?"] {
+        let (status, answer) = post(
+            &url,
+            &json!({"model": "m", "tools": tools, "input": question}),
+            &[("authorization", "Bearer k")],
+        );
+        assert_eq!(status, 200, "{answer}");
+    }
+    let turns = upstream.turns();
+    for (turn, question) in turns.iter().zip(["Weather in Paris?", "Weather in Rome?"]) {
+        assert_eq!(
+            turn["body"]["input"],
+            json!([{"role": "user", "content": question}]),
+            "{turn}"
+        );
+    }
+    let log = proxy.log();
+    let sessions: std::collections::BTreeSet<&str> = log
+        .lines()
+        .filter_map(|l| l.split("session=").nth(1))
+        .filter_map(|rest| rest.split(' ').next())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{log}");
+}
+
 #[test]
 fn a_responses_conversation_chained_by_id_continues_from_the_last_upstream_round() {
     let s = Scratch::new("proxy-responses-chain");
