@@ -326,7 +326,7 @@ fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> 
 
 /// Why `url` cannot be a provider upstream of the proxy, if it cannot: it must be an `http://`
 /// or `https://` URL, and since the client's path (`/v1/messages`) is appended to it as it is,
-/// it must not end in `/v1` itself, as an SDK's base URL does.
+/// it must not end in `/v1` itself, as an SDK's base URL does, nor have a query or fragment.
 pub fn upstream_url_problem(url: &str) -> Option<String> {
     let rest = url
         .strip_prefix("http://")
@@ -334,8 +334,14 @@ pub fn upstream_url_problem(url: &str) -> Option<String> {
     let Some(rest) = rest else {
         return Some("must be an http:// or https:// URL".into());
     };
-    let path = rest.split(['?', '#']).next().unwrap_or_default();
-    let trimmed = path.trim_end_matches('/');
+    if rest.contains(['?', '#']) {
+        return Some(
+            "must not have a query or fragment: the client's path (/v1/messages) is appended \
+             to it, after them"
+                .into(),
+        );
+    }
+    let trimmed = rest.trim_end_matches('/');
     if trimmed.ends_with("/v1") {
         let base = &url[..url.len() - rest.len() + trimmed.len() - "/v1".len()];
         return Some(format!(
@@ -376,7 +382,8 @@ mod tests {
                 "https://api.example.com/v1/",
                 "so give https://api.example.com",
             ),
-            ("http://host/api/v1?x=1", "so give http://host/api"),
+            ("http://host/api/v1/", "so give http://host/api"),
+            ("http://host/api?api-version=1", "must not have a query"),
         ] {
             let problem = upstream_url_problem(bad).unwrap_or_default();
             assert!(problem.contains(says), "{bad}: {problem}");
