@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use toolshelf_core::authoring;
+use toolshelf_core::catalog::Resolution;
 use toolshelf_core::hook::{HookEvent, HookEventKind};
 use toolshelf_core::invoke::{self, Refusal, RefusalKind};
 use toolshelf_core::meta::DeferExecuteArgs;
@@ -62,6 +63,8 @@ pub struct Prepared {
     pub expired: Vec<String>,
     /// Reminder rules that fired for this request.
     pub fired: Vec<String>,
+    /// The deferred tool the client's `tool_choice` forces: `defer_execute` runs it alone.
+    pub forced: Option<usize>,
 }
 
 /// Why a request goes upstream as sent.
@@ -207,9 +210,9 @@ pub async fn prepare(
             o.insert("include_usage".into(), true.into());
         }
     }
-    if let Some(choice) = body.get_mut("tool_choice") {
-        force_meta_choice(dialect, choice, &frozen_names);
-    }
+    let forced = body
+        .get_mut("tool_choice")
+        .and_then(|choice| force_meta_choice(dialect, choice, &frozen_names, &shelf));
     let sent = body.insert("tools".into(), Value::Array(upstream_tools));
     let client_tools = match (kept, sent) {
         (Some(kept), _) => kept,
@@ -229,6 +232,7 @@ pub async fn prepare(
         include_usage,
         expired,
         fired,
+        forced,
     })))
 }
 
@@ -291,9 +295,15 @@ async fn find_by_root(
 }
 
 /// A `tool_choice` that forces a tool the upstream list does not hold (a deferred tool) would be
-/// refused upstream: it becomes "some tool must be called", which the model meets through
-/// `defer_execute`.
-fn force_meta_choice(dialect: Dialect, choice: &mut Value, frozen_names: &HashSet<String>) {
+/// refused upstream: it forces `defer_execute` instead, and the forced tool's catalog index is
+/// returned so that `defer_execute` runs that tool alone this turn. A name the request's tools do
+/// not have is left for the upstream to refuse, as it would without the proxy.
+fn force_meta_choice(
+    dialect: Dialect,
+    choice: &mut Value,
+    frozen_names: &HashSet<String>,
+    shelf: &Shelf,
+) -> Option<usize> {
     let named = match dialect.api() {
         Api::Anthropic => (choice.get("type").and_then(Value::as_str) == Some("tool"))
             .then(|| choice.get("name").and_then(Value::as_str))
@@ -302,23 +312,17 @@ fn force_meta_choice(dialect: Dialect, choice: &mut Value, frozen_names: &HashSe
         Api::OpenAiResponses => (choice.get("type").and_then(Value::as_str) == Some("function"))
             .then(|| choice.get("name").and_then(Value::as_str))
             .flatten(),
-    };
-    let Some(name) = named else {
-        return;
-    };
-    if frozen_names.contains(name) {
-        return;
+    }?;
+    if frozen_names.contains(named) {
+        return None;
     }
-    *choice = match dialect.api() {
-        Api::Anthropic => {
-            let mut any = json!({"type": "any"});
-            if let Some(p) = choice.get("disable_parallel_tool_use") {
-                any["disable_parallel_tool_use"] = p.clone();
-            }
-            any
-        }
-        _ => json!("required"),
-    };
+    let forced = shelf.by_client_name(named)?;
+    match dialect.api() {
+        Api::Anthropic => choice["name"] = DEFER_EXECUTE.into(),
+        Api::OpenAiChat => choice["function"]["name"] = DEFER_EXECUTE.into(),
+        Api::OpenAiResponses => choice["name"] = DEFER_EXECUTE.into(),
+    }
+    Some(forced)
 }
 
 /// The store key that leads from a Responses id the client was shown to its session.
@@ -763,6 +767,30 @@ impl Turn {
                 None => return Ok(c.clone()),
             }
         };
+        if let Some(f) = self.prepared.forced
+            && via_defer
+        {
+            let picked = match shelf.catalog.resolve(&target) {
+                Resolution::Exact(i) | Resolution::Bare(i) => Some(i),
+                _ => None,
+            };
+            if picked != Some(f) {
+                self.refused += 1;
+                crate::metrics::refused(RefusalKind::BadArguments.as_str());
+                let tool = &shelf.catalog.tools()[f];
+                self.prepared.session.state.activate([tool.name.as_str()]);
+                self.activated.push(tool.name.clone());
+                return Err(answer(
+                    format!(
+                        "This turn's tool_choice requires {}: call defer_execute with tool_name {:?}. Its definition: {}",
+                        shelf.client_name(f),
+                        tool.name,
+                        invoke::schema_block(tool)
+                    ),
+                    true,
+                ));
+            }
+        }
         match self.admit(proxy, &shelf, &target, params, via_defer).await {
             Ok((i, params)) => {
                 let name = shelf.catalog.tools()[i].name.clone();
@@ -1176,23 +1204,47 @@ mod tests {
     }
 
     #[test]
-    fn a_choice_that_forces_a_deferred_tool_forces_some_tool_instead() {
+    fn a_choice_that_forces_a_deferred_tool_forces_defer_execute_for_it() {
+        let d = Dialect(Api::Anthropic);
+        let shelf = shelf(d);
+        let read = shelf
+            .by_client_name("mcp__fs__read_file")
+            .expect("a deferred tool");
         let frozen: HashSet<String> = ["Read".to_owned(), "tool_search".to_owned()].into();
-        let mut c = json!({"type": "tool", "name": "mcp__fs__read_file"});
-        force_meta_choice(Dialect(Api::Anthropic), &mut c, &frozen);
-        assert_eq!(c, json!({"type": "any"}));
+        let mut c = json!({"type": "tool", "name": "mcp__fs__read_file", "disable_parallel_tool_use": true});
+        assert_eq!(force_meta_choice(d, &mut c, &frozen, &shelf), Some(read));
+        assert_eq!(
+            c,
+            json!({"type": "tool", "name": "defer_execute", "disable_parallel_tool_use": true})
+        );
         let mut c = json!({"type": "tool", "name": "Read"});
-        force_meta_choice(Dialect(Api::Anthropic), &mut c, &frozen);
+        assert_eq!(force_meta_choice(d, &mut c, &frozen, &shelf), None);
         assert_eq!(
             c,
             json!({"type": "tool", "name": "Read"}),
             "a resident tool stays forced"
         );
-        let mut c = json!({"type": "function", "function": {"name": "x"}});
-        force_meta_choice(Dialect(Api::OpenAiChat), &mut c, &frozen);
-        assert_eq!(c, json!("required"));
+        let mut c = json!({"type": "tool", "name": "no_such_tool"});
+        assert_eq!(force_meta_choice(d, &mut c, &frozen, &shelf), None);
+        assert_eq!(
+            c,
+            json!({"type": "tool", "name": "no_such_tool"}),
+            "an unknown name is the upstream's to refuse"
+        );
+        let mut c = json!({"type": "function", "function": {"name": "mcp__fs__read_file"}});
+        assert_eq!(
+            force_meta_choice(Dialect(Api::OpenAiChat), &mut c, &frozen, &shelf),
+            Some(read)
+        );
+        assert_eq!(
+            c,
+            json!({"type": "function", "function": {"name": "defer_execute"}})
+        );
         let mut c = json!("auto");
-        force_meta_choice(Dialect(Api::OpenAiResponses), &mut c, &frozen);
+        assert_eq!(
+            force_meta_choice(Dialect(Api::OpenAiResponses), &mut c, &frozen, &shelf),
+            None
+        );
         assert_eq!(c, json!("auto"));
     }
 

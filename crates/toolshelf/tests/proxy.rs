@@ -464,6 +464,49 @@ esac
     );
 }
 
+/// A `tool_choice` that forces a deferred tool forces `defer_execute` upstream, and
+/// `defer_execute` runs only that tool this turn: the client gets the call it forced.
+#[test]
+fn a_forced_deferred_tool_is_the_only_one_defer_execute_runs() {
+    let s = Scratch::new("proxy-forced");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__write_file", "params": {"path": "a", "content": "x"}}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "a"}}}]}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let body = json!({"model": "m", "max_tokens": 64, "tools": tools(),
+                      "tool_choice": {"type": "tool", "name": "mcp__fs__read_file"},
+                      "messages": [{"role": "user", "content": "read a"}]});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        calls(&answer),
+        [("mcp__fs__read_file".to_owned(), json!({"path": "a"}))],
+        "the client gets the tool it forced"
+    );
+    let turns = upstream.turns();
+    assert_eq!(
+        turns[0]["body"]["tool_choice"],
+        json!({"type": "tool", "name": "defer_execute"})
+    );
+    let refused = turns[1]["tool_results"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned()
+        .expect("a result");
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("This turn's tool_choice requires mcp__fs__read_file"),
+        "{refused}"
+    );
+}
+
 /// The Responses API's string `input` is the user's message: it reaches the model, and two
 /// conversations that start with different strings are two sessions.
 #[test]
