@@ -223,6 +223,7 @@ impl Shelf {
             .iter()
             .filter_map(|&i| raw_by_name.remove(&client_names[i]).map(|def| (i, def)))
             .collect();
+        let provider_tools = governed(provider_tools, compiled, &mut warnings);
         let parts = (provider_tools, resident, cache_marked);
         let upstream_tools = assemble(&parts, &surface, dialect);
         let shown: Vec<usize> = (0..catalog.tools().len())
@@ -304,6 +305,56 @@ impl Shelf {
 
 /// Provider tools, resident client tools as sent (with a rendered description in place of
 /// theirs), then the meta-tools; a client's prompt-cache mark moves to the list's end.
+/// The definitions the proxy passes along as sent (a provider's server tools such as
+/// `web_search`, tools of a type the client runs itself such as Anthropic's `bash`), less those
+/// the active mode leaves out or a deny rule names: they are never deferred, but they are
+/// governed like every other tool. Each one left out is a warning.
+fn governed(defs: Vec<Value>, compiled: &Compiled, warnings: &mut Vec<String>) -> Vec<Value> {
+    let name_of = |def: &Value| {
+        def.get("name")
+            .or_else(|| def.pointer("/function/name"))
+            .or_else(|| def.get("type"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let mut b = CatalogBuilder::new("passed-along tools");
+    let mut names = BTreeSet::new();
+    for def in &defs {
+        if let Some(name) = name_of(def)
+            && names.insert(name.clone())
+        {
+            let item = serde_json::json!({"name": name, "input_schema": {"type": "object"}});
+            let at = format!("tool {name:?}");
+            if let Ok(spec) = ToolSpec::from_value(item, "passed-along tools", &at) {
+                let _ = b.add_tool(None, spec, &at);
+            }
+        }
+    }
+    let probe = b.build();
+    let exposure = compiled.expose(&probe);
+    let hidden: BTreeMap<&str, &str> = probe
+        .tools()
+        .iter()
+        .zip(&exposure.decisions)
+        .filter(|(_, d)| d.state == State::Hidden)
+        .map(|(t, d)| (t.original_name.as_str(), d.reason.as_str()))
+        .collect();
+    defs.into_iter()
+        .filter(|def| {
+            let Some(name) = name_of(def) else {
+                return true;
+            };
+            let Some(reason) = hidden.get(name.as_str()) else {
+                return true;
+            };
+            warnings.push(format!(
+                "the client's tool {name:?} is not sent upstream: {reason}"
+            ));
+            false
+        })
+        .collect()
+}
+
 fn assemble(
     (provider, resident, cache_marked): &(Vec<Value>, Vec<(usize, Value)>, bool),
     surface: &Surface,

@@ -464,6 +464,38 @@ esac
     );
 }
 
+/// A tool the proxy passes along as sent (a type the client runs itself, a provider's server
+/// tool) is still governed: a deny rule that names it takes it out of the list sent upstream.
+#[test]
+fn a_deny_rule_holds_on_tools_passed_along_as_sent() {
+    let s = Scratch::new("proxy-typed");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "Done."}]}));
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[permissions]\ndeny = [\"^bash$\"]\n",
+        &[],
+    );
+    let mut list = tools();
+    list.push(json!({"type": "bash_20250124", "name": "bash"}));
+    list.push(json!({"type": "web_search_20250305", "name": "web_search", "max_uses": 3}));
+    let mut messages = vec![json!({"role": "user", "content": "clean up"})];
+    turn(&proxy, &list, &mut messages);
+    let sent: Vec<String> = upstream.turns()[0]["body"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!sent.contains(&"bash".to_owned()), "{sent:?}");
+    assert!(sent.contains(&"web_search".to_owned()), "{sent:?}");
+    let log = proxy.log();
+    assert!(
+        log.contains("the client's tool \"bash\" is not sent upstream: [permissions] deny[0]"),
+        "{log}"
+    );
+}
+
 /// A `tool_choice` that forces a deferred tool forces `defer_execute` upstream, and
 /// `defer_execute` runs only that tool this turn: the client gets the call it forced.
 #[test]
