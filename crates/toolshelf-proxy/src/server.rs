@@ -273,28 +273,26 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         return pass(proxy, parts.method, &url, &parts.headers, body).await;
     };
     let limit = proxy.compiled.config().proxy.max_body_bytes;
+    let refuse = |e: ProxyError| {
+        proxy.count(|t| t.errors += 1);
+        log_failure(dialect, None, &e.to_string());
+        error_response(Some(dialect), &e)
+    };
     let bytes = match axum::body::to_bytes(Body::new(body), limit).await {
         Ok(b) => b,
-        Err(_) => {
-            proxy.count(|t| t.errors += 1);
-            return error_response(Some(dialect), &ProxyError::TooLarge { limit });
-        }
+        Err(_) => return refuse(ProxyError::TooLarge { limit }),
     };
     let body: Map<String, Value> = match serde_json::from_slice(&bytes) {
         Ok(Value::Object(m)) => m,
         Ok(_) => {
-            proxy.count(|t| t.errors += 1);
-            return error_response(
-                Some(dialect),
-                &ProxyError::BadRequest("the request body must be a JSON object".into()),
-            );
+            return refuse(ProxyError::BadRequest(
+                "the request body must be a JSON object".into(),
+            ));
         }
         Err(e) => {
-            proxy.count(|t| t.errors += 1);
-            return error_response(
-                Some(dialect),
-                &ProxyError::BadRequest(format!("the request body is not valid JSON: {e}")),
-            );
+            return refuse(ProxyError::BadRequest(format!(
+                "the request body is not valid JSON: {e}"
+            )));
         }
     };
     // The Responses API echoes the request's tools in its response: the client's, not the
@@ -336,7 +334,8 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
                 OnRewriteFailure::Auto => governed(proxy),
             };
             tracing::warn!(
-                "cannot rewrite a {} request ({why}); {}",
+                target: "toolshelf::proxy",
+                "cannot rewrite this {} request ({why}); {}",
                 dialect.api().name(),
                 if closed {
                     "refused (fail-closed)"
@@ -415,6 +414,16 @@ async fn pass(
     match req.send().await {
         Ok(resp) => {
             let status = resp.status();
+            if status.is_success() {
+                tracing::info!(target: "toolshelf::proxy", "passed through {url}: {status}");
+            } else {
+                proxy.count(|t| t.errors += 1);
+                tracing::warn!(
+                    target: "toolshelf::proxy",
+                    "passing a request through failed: {}",
+                    upstream_status(url, status)
+                );
+            }
             let headers = response_headers(resp.headers(), false);
             let mut r = Response::new(Body::from_stream(resp.bytes_stream()));
             *r.status_mut() = status;

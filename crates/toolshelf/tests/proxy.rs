@@ -332,20 +332,40 @@ fn a_deferred_tool_with_a_broken_schema_is_warned_about_once() {
 #[test]
 fn a_failed_request_is_logged_with_the_reason() {
     let s = Scratch::new("proxy-failed");
-    let upstream = Upstream::start(&s, &json!({"steps": [{"status": 529}]}));
+    let upstream = Upstream::start(&s, &json!({"steps": [{"status": 529}, {"status": 500}]}));
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
     let body = json!({"model": "m", "max_tokens": 8, "tools": tools(),
                       "messages": [{"role": "user", "content": "hi"}]});
     let (status, _) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
     assert_eq!(status, 529);
+    // Two tools of one name cannot be rewritten: the request passes through, and fails there.
+    // (Named tool_search, so that the scripted upstream plays its next step.)
+    let t = anthropic_tool("tool_search", "the client's own", json!({}), &[]);
+    let twice = json!({"model": "m", "max_tokens": 8, "tools": [t, t],
+                       "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _) = post(&format!("{}/v1/messages", proxy.url), &twice, &HEADERS);
+    assert_eq!(status, 500);
+    let (status, _) = post(
+        &format!("{}/v1/messages", proxy.url),
+        &json!("not an object"),
+        &HEADERS,
+    );
+    assert_eq!(status, 400);
     let log = proxy.log();
-    assert!(
-        log.contains(&format!(
+    for says in [
+        format!(
             "failed: upstream {}/v1/messages answered 529",
             upstream.url()
-        )),
-        "{log}"
-    );
+        ),
+        format!(
+            "passing a request through failed: upstream {}/v1/messages answered 500",
+            upstream.url()
+        ),
+        "failed: the request body must be a JSON object".to_owned(),
+    ] {
+        assert!(log.contains(&says), "{says}\n{log}");
+    }
+    assert_eq!(proxy.status()["totals"]["errors"], 3, "{}", proxy.status());
     let closed_port = closed_port();
     let s = Scratch::new("proxy-unreachable");
     let proxy = ProxyProc::start(&s, &format!("http://127.0.0.1:{closed_port}"), "", &[]);
