@@ -135,17 +135,26 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
     })
 }
 
+/// The text and calls of a turn's parts. A message has one text, so the texts of successive
+/// rounds are joined with a blank line, as separate blocks would read.
 fn split(parts: &[Part]) -> (String, Vec<Value>) {
-    let mut text = String::new();
+    let mut texts = Vec::new();
     let mut calls = Vec::new();
     for p in parts {
         match p {
-            Part::Raw(v) => text.push_str(v.get("text").and_then(Value::as_str).unwrap_or("")),
+            Part::Raw(v) => texts.extend(
+                v.get("text")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty()),
+            ),
             Part::Call(c) => calls.push(call_value(c)),
         }
     }
-    (text, calls)
+    (texts.join(ROUND_SEPARATOR), calls)
 }
+
+/// Between the texts of two rounds in one message.
+const ROUND_SEPARATOR: &str = "\n\n";
 
 /// The client's completion.
 pub fn client_response(out: &ClientTurn) -> Value {
@@ -204,6 +213,8 @@ pub struct Stream {
     role_sent: bool,
     next_call: usize,
     text: String,
+    /// Whether an earlier round streamed text: this round's first text starts on a new paragraph.
+    earlier_text: bool,
     calls: BTreeMap<u64, Pending>,
     round: Round,
     done: bool,
@@ -220,6 +231,7 @@ impl Stream {
             role_sent: false,
             next_call: 0,
             text: String::new(),
+            earlier_text: false,
             calls: BTreeMap::new(),
             round: Round::default(),
             done: false,
@@ -299,7 +311,11 @@ impl Streamer for Stream {
             let mut rest = delta.clone();
             rest.shift_remove("tool_calls");
             if let Some(t) = rest.get("content").and_then(Value::as_str) {
+                let first = self.text.is_empty() && !t.is_empty();
                 self.text.push_str(t);
+                if first && self.earlier_text {
+                    rest.insert("content".into(), format!("{ROUND_SEPARATOR}{t}").into());
+                }
             }
             if rest.contains_key("role") {
                 if self.role_sent {
@@ -338,6 +354,7 @@ impl Streamer for Stream {
             })
             .collect();
         let text = std::mem::take(&mut self.text);
+        self.earlier_text |= !text.is_empty();
         let mut r = std::mem::take(&mut self.round);
         if !text.is_empty() {
             r.parts
@@ -421,6 +438,45 @@ mod tests {
             Some(upstream),
             "the upstream's error survives"
         );
+    }
+
+    /// The texts of two rounds are two paragraphs of the one message, streamed or not, while the
+    /// upstream's own history keeps each round's text as it was.
+    #[test]
+    fn the_texts_of_two_rounds_are_two_paragraphs() {
+        let round = |text: &str| {
+            format!(
+                "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}]}}\n\n\
+                 data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+            )
+        };
+        let mut s = Stream::new(false);
+        let mut out = Vec::new();
+        let mut parts = Vec::new();
+        for text in ["Let me look.", "Reading now."] {
+            for e in Reader::default().feed(round(text).as_bytes()) {
+                s.event(&e, &mut out).expect("event");
+            }
+            let r = s.take_round();
+            assert_eq!(
+                r.entries[0]["content"], text,
+                "the upstream's history as it was"
+            );
+            parts.extend(r.parts);
+        }
+        let streamed: String = Reader::default()
+            .feed(&out)
+            .iter()
+            .filter_map(|e| e.json())
+            .filter_map(|c| {
+                c.pointer("/choices/0/delta/content")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect();
+        assert_eq!(streamed, "Let me look.\n\nReading now.");
+        let (text, _) = split(&parts);
+        assert_eq!(text, "Let me look.\n\nReading now.");
     }
 
     #[test]
