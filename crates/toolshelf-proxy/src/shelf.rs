@@ -105,8 +105,15 @@ impl Shelf {
         let mut provider_tools = Vec::new();
         let mut raw_by_name: HashMap<String, Value> = HashMap::new();
         let mut cache_marked = false;
+        // Definitions the provider would refuse, said at once rather than by a 400 later.
+        let mut found = Vec::new();
         for (i, def) in tools.iter().enumerate() {
             let Some(name) = dialect.client_tool_name(def) else {
+                if dialect.looks_like_client_tool(def) {
+                    found.push(format!(
+                        "tools[{i}] has no name; it is passed along as sent, and the provider will likely refuse it"
+                    ));
+                }
                 provider_tools.push(def.clone());
                 continue;
             };
@@ -118,6 +125,11 @@ impl Shelf {
             let mut spec =
                 ToolSpec::from_value(clean.clone(), "request tools", &format!("tools[{i}]"))
                     .map_err(|e| e.to_string())?;
+            if spec.input_schema.is_none() {
+                found.push(format!(
+                    "tools[{i}] {name:?} has no input schema; it is searched and run as taking any object, but the provider would refuse it if it were sent"
+                ));
+            }
             let server = split_mcp(&name).map(|(s, t)| (s.to_owned(), t.to_owned()));
             if let Some((_, t)) = &server {
                 spec.name = t.clone();
@@ -197,12 +209,8 @@ impl Shelf {
             .collect();
         let exposure = compiled.expose(&catalog);
         let surface = compiled.surface(&catalog, &exposure);
-        let mut warnings: Vec<String> = catalog
-            .warnings()
-            .iter()
-            .chain(&exposure.warnings)
-            .cloned()
-            .collect();
+        let mut warnings: Vec<String> = found;
+        warnings.extend(catalog.warnings().iter().chain(&exposure.warnings).cloned());
         warnings.extend(
             catalog
                 .tools()

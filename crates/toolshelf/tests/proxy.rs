@@ -298,6 +298,8 @@ fn a_deferred_tool_with_a_broken_schema_is_warned_about_once() {
         json!({"name": "Odd", "description": "resident, a wrong type",
                       "input_schema": broken, "defer_loading": false}),
     );
+    first.push(json!({"name": "mcp__fs__bare", "description": "no schema at all"}));
+    first.push(json!({"description": "no name at all", "input_schema": {"type": "object"}}));
     let mut second = first.clone();
     second.push(anthropic_tool(
         "mcp__fs__extra",
@@ -325,6 +327,12 @@ fn a_deferred_tool_with_a_broken_schema_is_warned_about_once() {
         "{log}"
     );
     assert!(!log.contains("tool \"Odd\""), "{log}");
+    for says in [
+        "\"mcp__fs__bare\" has no input schema",
+        "] has no name; it is passed along as sent",
+    ] {
+        assert_eq!(log.matches(says).count(), 1, "{says}\n{log}");
+    }
 }
 
 /// A request that fails gets its log line too, saying why: an error the upstream answered, and

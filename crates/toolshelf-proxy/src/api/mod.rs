@@ -184,6 +184,16 @@ impl Dialect {
         }
     }
 
+    /// Whether a definition without a usable name is shaped like a client tool (a function
+    /// tool, or an Anthropic tool with no type), as opposed to a provider's typed tool.
+    pub fn looks_like_client_tool(self, def: &Value) -> bool {
+        let ty = def.get("type").and_then(Value::as_str);
+        match self.0 {
+            Api::Anthropic => matches!(ty, None | Some("custom")),
+            Api::OpenAiChat | Api::OpenAiResponses => ty == Some("function"),
+        }
+    }
+
     /// Whether the request already uses the provider's own deferral: a tool marked
     /// `defer_loading`, or a tool-search tool.
     pub fn uses_provider_deferral(self, body: &Map<String, Value>) -> bool {
