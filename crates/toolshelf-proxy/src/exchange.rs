@@ -63,8 +63,9 @@ pub struct Prepared {
     pub expired: Vec<String>,
     /// Reminder rules that fired for this request.
     pub fired: Vec<String>,
-    /// The deferred tool the client's `tool_choice` forces: `defer_execute` runs it alone.
-    pub forced: Option<usize>,
+    /// The deferred tools the client's `tool_choice` forces or allows: when set, `defer_execute`
+    /// runs these alone (catalog indices).
+    pub forced: Option<Vec<usize>>,
 }
 
 /// Why a request goes upstream as sent.
@@ -294,16 +295,26 @@ async fn find_by_root(
     (key, session, version)
 }
 
-/// A `tool_choice` that forces a tool the upstream list does not hold (a deferred tool) would be
-/// refused upstream: it forces `defer_execute` instead, and the forced tool's catalog index is
-/// returned so that `defer_execute` runs that tool alone this turn. A name the request's tools do
-/// not have is left for the upstream to refuse, as it would without the proxy.
+/// A `tool_choice` that names tools the upstream list does not hold (deferred tools) would be
+/// refused upstream. One that forces a deferred tool forces `defer_execute` instead; an
+/// `allowed_tools` choice allows `defer_execute` (and `tool_search`) in place of its deferred
+/// tools. The deferred tools named are returned, so that `defer_execute` runs only those this
+/// turn. A name the request's tools do not have is left for the upstream to refuse, as it would
+/// be without the proxy.
 fn force_meta_choice(
     dialect: Dialect,
     choice: &mut Value,
     frozen_names: &HashSet<String>,
     shelf: &Shelf,
-) -> Option<usize> {
+) -> Option<Vec<usize>> {
+    let deferred = |name: &str| {
+        (!frozen_names.contains(name))
+            .then(|| shelf.by_client_name(name))
+            .flatten()
+    };
+    if choice.get("type").and_then(Value::as_str) == Some("allowed_tools") {
+        return allow_meta_tools(dialect, choice, &deferred);
+    }
     let named = match dialect.api() {
         Api::Anthropic => (choice.get("type").and_then(Value::as_str) == Some("tool"))
             .then(|| choice.get("name").and_then(Value::as_str))
@@ -313,16 +324,51 @@ fn force_meta_choice(
             .then(|| choice.get("name").and_then(Value::as_str))
             .flatten(),
     }?;
-    if frozen_names.contains(named) {
-        return None;
-    }
-    let forced = shelf.by_client_name(named)?;
+    let forced = deferred(named)?;
     match dialect.api() {
         Api::Anthropic => choice["name"] = DEFER_EXECUTE.into(),
         Api::OpenAiChat => choice["function"]["name"] = DEFER_EXECUTE.into(),
         Api::OpenAiResponses => choice["name"] = DEFER_EXECUTE.into(),
     }
-    Some(forced)
+    Some(vec![forced])
+}
+
+/// An OpenAI `allowed_tools` choice (Chat: under `allowed_tools`; Responses: at the top) with its
+/// deferred tools replaced by the meta-tools that reach them.
+fn allow_meta_tools(
+    dialect: Dialect,
+    choice: &mut Value,
+    deferred: &dyn Fn(&str) -> Option<usize>,
+) -> Option<Vec<usize>> {
+    let list = match dialect.api() {
+        Api::OpenAiChat => choice.pointer_mut("/allowed_tools/tools"),
+        _ => choice.get_mut("tools"),
+    }?
+    .as_array_mut()?;
+    let name_of = |t: &Value| {
+        t.pointer("/function/name")
+            .or_else(|| t.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let mut allowed = Vec::new();
+    list.retain(|t| match name_of(t).as_deref().and_then(deferred) {
+        Some(i) => {
+            allowed.push(i);
+            false
+        }
+        None => true,
+    });
+    if allowed.is_empty() {
+        return None;
+    }
+    for meta in [TOOL_SEARCH, DEFER_EXECUTE] {
+        list.push(match dialect.api() {
+            Api::OpenAiChat => json!({"type": "function", "function": {"name": meta}}),
+            _ => json!({"type": "function", "name": meta}),
+        });
+    }
+    Some(allowed)
 }
 
 /// The store key that leads from a Responses id the client was shown to its session.
@@ -767,25 +813,36 @@ impl Turn {
                 None => return Ok(c.clone()),
             }
         };
-        if let Some(f) = self.prepared.forced
+        if let Some(allowed) = &self.prepared.forced
             && via_defer
         {
             let picked = match shelf.catalog.resolve(&target) {
                 Resolution::Exact(i) | Resolution::Bare(i) => Some(i),
                 _ => None,
             };
-            if picked != Some(f) {
+            if !picked.is_some_and(|p| allowed.contains(&p)) {
                 self.refused += 1;
                 crate::metrics::refused(RefusalKind::BadArguments.as_str());
-                let tool = &shelf.catalog.tools()[f];
-                self.prepared.session.state.activate([tool.name.as_str()]);
-                self.activated.push(tool.name.clone());
+                let allowed = allowed.clone();
+                let mut names = Vec::new();
+                let mut definitions = Vec::new();
+                for &i in &allowed {
+                    let tool = &shelf.catalog.tools()[i];
+                    self.prepared.session.state.activate([tool.name.as_str()]);
+                    self.activated.push(tool.name.clone());
+                    names.push(format!("{:?}", tool.name));
+                    definitions.push(invoke::schema_block(tool));
+                }
                 return Err(answer(
                     format!(
-                        "This turn's tool_choice requires {}: call defer_execute with tool_name {:?}. Its definition: {}",
-                        shelf.client_name(f),
-                        tool.name,
-                        invoke::schema_block(tool)
+                        "This turn's tool_choice allows defer_execute only with tool_name {}. {}: {}",
+                        names.join(" or "),
+                        if allowed.len() == 1 {
+                            "Its definition"
+                        } else {
+                            "Their definitions"
+                        },
+                        definitions.join("\n")
                     ),
                     true,
                 ));
@@ -1212,7 +1269,10 @@ mod tests {
             .expect("a deferred tool");
         let frozen: HashSet<String> = ["Read".to_owned(), "tool_search".to_owned()].into();
         let mut c = json!({"type": "tool", "name": "mcp__fs__read_file", "disable_parallel_tool_use": true});
-        assert_eq!(force_meta_choice(d, &mut c, &frozen, &shelf), Some(read));
+        assert_eq!(
+            force_meta_choice(d, &mut c, &frozen, &shelf),
+            Some(vec![read])
+        );
         assert_eq!(
             c,
             json!({"type": "tool", "name": "defer_execute", "disable_parallel_tool_use": true})
@@ -1234,11 +1294,25 @@ mod tests {
         let mut c = json!({"type": "function", "function": {"name": "mcp__fs__read_file"}});
         assert_eq!(
             force_meta_choice(Dialect(Api::OpenAiChat), &mut c, &frozen, &shelf),
-            Some(read)
+            Some(vec![read])
         );
         assert_eq!(
             c,
             json!({"type": "function", "function": {"name": "defer_execute"}})
+        );
+        let mut c = json!({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+            {"type": "function", "function": {"name": "Read"}},
+            {"type": "function", "function": {"name": "mcp__fs__read_file"}}]}});
+        assert_eq!(
+            force_meta_choice(Dialect(Api::OpenAiChat), &mut c, &frozen, &shelf),
+            Some(vec![read])
+        );
+        assert_eq!(
+            c,
+            json!({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+                {"type": "function", "function": {"name": "Read"}},
+                {"type": "function", "function": {"name": "tool_search"}},
+                {"type": "function", "function": {"name": "defer_execute"}}]}})
         );
         let mut c = json!("auto");
         assert_eq!(

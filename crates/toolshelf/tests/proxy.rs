@@ -562,7 +562,9 @@ fn a_forced_deferred_tool_is_the_only_one_defer_execute_runs() {
         refused["content"]
             .as_str()
             .unwrap_or_default()
-            .starts_with("This turn's tool_choice requires mcp__fs__read_file"),
+            .starts_with(
+                "This turn's tool_choice allows defer_execute only with tool_name \"mcp__fs__read_file\""
+            ),
         "{refused}"
     );
 }
