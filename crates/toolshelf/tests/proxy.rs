@@ -48,6 +48,17 @@ fn calls(answer: &Value) -> Vec<(String, Value)> {
         .unwrap_or_default()
 }
 
+/// The test tools in the Responses API's shape.
+fn responses_tools() -> Vec<Value> {
+    tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "name": t["name"], "description": t["description"],
+                   "parameters": t["input_schema"]})
+        })
+        .collect()
+}
+
 /// Each scripted request's conversation starts with the previous one's, entry for entry, and
 /// the tool list never changes.
 fn assert_prefix_kept(upstream: &Upstream) {
@@ -579,13 +590,7 @@ fn a_responses_string_input_is_the_first_message() {
         &json!({"steps": [{"text": "Sunny."}, {"text": "Rainy."}]}),
     );
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
-    let tools: Vec<Value> = tools()
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "name": t["name"], "description": t["description"],
-                   "parameters": t["input_schema"]})
-        })
-        .collect();
+    let tools = responses_tools();
     let url = format!("{}/v1/responses", proxy.url);
     for question in ["Weather in Paris?", "Weather in Rome?"] {
         let (status, answer) = post(
@@ -623,13 +628,7 @@ fn a_responses_conversation_chained_by_id_continues_from_the_last_upstream_round
     ]});
     let upstream = Upstream::start(&s, &script);
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
-    let tools: Vec<Value> = tools()
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "name": t["name"], "description": t["description"],
-                        "parameters": t["input_schema"]})
-        })
-        .collect();
+    let tools = responses_tools();
     let url = format!("{}/v1/responses", proxy.url);
     let (status, first) = post(
         &url,
