@@ -809,8 +809,25 @@ impl Turn {
                     c.input.clone(),
                     false,
                 ),
-                // Not a client tool of ours (a provider tool, or a name the client will judge).
-                None => return Ok(c.clone()),
+                // Not a client tool of ours: a tool passed along as sent meets the rules and
+                // hooks; any other name is the client's to judge.
+                None => {
+                    return match self.admit_passed(proxy, &shelf, c).await {
+                        Ok(call) => Ok(call),
+                        Err((kind, text)) => {
+                            self.refused += 1;
+                            self.prepared.session.figures.refused += 1;
+                            crate::metrics::refused(kind.as_str());
+                            tracing::info!(
+                                session = %self.prepared.key,
+                                tool = %c.name,
+                                outcome = kind.as_str(),
+                                "call refused"
+                            );
+                            Err(answer(text, true))
+                        }
+                    };
+                }
             }
         };
         if let Some(allowed) = &self.prepared.forced
@@ -1010,6 +1027,40 @@ impl Turn {
             return Ok((i, params));
         }
         Ok((i, params))
+    }
+
+    /// The permission rules and `pre_call` hooks on a call of a tool passed along as sent
+    /// (Anthropic's `bash`, a provider's tool): the call as it may go to the client, or the
+    /// refusal's kind and text. A name that is no such tool goes on as it came.
+    async fn admit_passed(
+        &self,
+        proxy: &Proxy,
+        shelf: &Shelf,
+        c: &Call,
+    ) -> Result<Call, (RefusalKind, String)> {
+        let Some(i) = shelf.passed.position(&c.name) else {
+            return Ok(c.clone());
+        };
+        let refused = |r: Refusal| (r.kind(), r.text(&shelf.passed));
+        let tool = &shelf.passed.tools()[i];
+        let params = c.input.clone();
+        // An `ask` rule is the client's to ask, as for every client tool.
+        invoke::authorize(&shelf.passed, proxy.compiled.permissions(), i, &params)
+            .map_err(refused)?;
+        let hooks = proxy.compiled.hooks().of(HookEventKind::PreCall);
+        if !hooks.iter().any(|h| h.applies_to(Some(tool))) {
+            return Ok(c.clone());
+        }
+        let mut event = HookEvent::new(HookEventKind::PreCall, &self.prepared.key);
+        event.tool = Some(tool.name.clone());
+        event.original_tool = Some(tool.original_name.clone());
+        event.via_defer_execute = Some(false);
+        event.params = Some(params.clone());
+        let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
+        let validator = shelf.passed_validator(i);
+        let input = invoke::after_pre_call(i, &validator, pre.denied, pre.params, params)
+            .map_err(refused)?;
+        Ok(Call { input, ..c.clone() })
     }
 
     fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool) {

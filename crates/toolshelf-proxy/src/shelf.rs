@@ -55,6 +55,10 @@ pub struct Shelf {
     pub upstream_tokens: usize,
     /// Which catalog tools the proxy runs itself.
     own: Vec<Option<Own>>,
+    /// The tools passed along as sent, as a catalog of their names (any object as input): their
+    /// calls meet the permission rules and `pre_call` hooks too.
+    pub passed: Catalog,
+    passed_validators: toolshelf_core::invoke::Validators,
     /// What building this shelf warned about: renamed tools, the policy's warnings, and deferred
     /// tools whose input schema is not valid JSON Schema (their calls through `defer_execute` are
     /// refused; a resident tool's schema is the provider's to judge). [`Shelves`] logs each once.
@@ -231,7 +235,7 @@ impl Shelf {
             .iter()
             .filter_map(|&i| raw_by_name.remove(&client_names[i]).map(|def| (i, def)))
             .collect();
-        let provider_tools = governed(provider_tools, compiled, &mut warnings);
+        let (provider_tools, passed) = governed(provider_tools, compiled, &mut warnings);
         let parts = (provider_tools, resident, cache_marked);
         let upstream_tools = assemble(&parts, &surface, dialect);
         let shown: Vec<usize> = (0..catalog.tools().len())
@@ -261,6 +265,8 @@ impl Shelf {
             all_resident_tokens,
             upstream_tokens,
             warnings,
+            passed,
+            passed_validators: Default::default(),
             parts,
         })
     }
@@ -309,6 +315,11 @@ impl Shelf {
     pub fn validator(&self, i: usize) -> Arc<ParamsValidator> {
         self.validators.get(i, &self.catalog.tools()[i])
     }
+
+    /// The validator of tool `i` of [`Self::passed`].
+    pub fn passed_validator(&self, i: usize) -> Arc<ParamsValidator> {
+        self.passed_validators.get(i, &self.passed.tools()[i])
+    }
 }
 
 /// Provider tools, resident client tools as sent (with a rendered description in place of
@@ -317,10 +328,15 @@ impl Shelf {
 /// `web_search`, tools of a type the client runs itself such as Anthropic's `bash`), less those
 /// the active mode leaves out or a deny rule names: they are never deferred, but they are
 /// governed like every other tool. Each one left out is a warning.
-fn governed(defs: Vec<Value>, compiled: &Compiled, warnings: &mut Vec<String>) -> Vec<Value> {
+fn governed(
+    defs: Vec<Value>,
+    compiled: &Compiled,
+    warnings: &mut Vec<String>,
+) -> (Vec<Value>, Catalog) {
     let name_of = |def: &Value| {
         def.get("name")
             .or_else(|| def.pointer("/function/name"))
+            .or_else(|| def.pointer("/custom/name"))
             .or_else(|| def.get("type"))
             .and_then(Value::as_str)
             .map(str::to_owned)
@@ -347,7 +363,8 @@ fn governed(defs: Vec<Value>, compiled: &Compiled, warnings: &mut Vec<String>) -
         .filter(|(_, d)| d.state == State::Hidden)
         .map(|(t, d)| (t.original_name.as_str(), d.reason.as_str()))
         .collect();
-    defs.into_iter()
+    let kept = defs
+        .into_iter()
         .filter(|def| {
             let Some(name) = name_of(def) else {
                 return true;
@@ -360,7 +377,8 @@ fn governed(defs: Vec<Value>, compiled: &Compiled, warnings: &mut Vec<String>) -
             ));
             false
         })
-        .collect()
+        .collect();
+    (kept, probe)
 }
 
 fn assemble(

@@ -535,6 +535,46 @@ fn a_deny_rule_holds_on_tools_passed_along_as_sent() {
     );
 }
 
+/// A call of a tool passed along as sent meets the permission rules on its arguments: the
+/// model is answered for the call a rule denies, and the client gets the one it allows.
+#[test]
+fn a_rule_on_arguments_holds_on_calls_of_tools_passed_along() {
+    let s = Scratch::new("proxy-typed-args");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "bash", "input": {"command": "rm -rf /"}}]},
+        {"tool_uses": [{"name": "bash", "input": {"command": "ls"}}]}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[permissions]\ndeny = [\"^bash(command=rm *)\"]\n",
+        &[],
+    );
+    let mut list = tools();
+    list.push(json!({"type": "bash_20250124", "name": "bash"}));
+    let mut messages = vec![json!({"role": "user", "content": "clean up"})];
+    let answer = turn(&proxy, &list, &mut messages);
+    assert_eq!(
+        calls(&answer),
+        [("bash".to_owned(), json!({"command": "ls"}))],
+        "the client gets only the allowed call"
+    );
+    let refused = upstream.turns()[1]["tool_results"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned()
+        .expect("a result");
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deny[0]"),
+        "the rule is named: {refused}"
+    );
+}
+
 /// A `tool_choice` that forces a deferred tool forces `defer_execute` upstream, and
 /// `defer_execute` runs only that tool this turn: the client gets the call it forced.
 #[test]
