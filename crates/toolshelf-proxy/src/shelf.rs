@@ -24,6 +24,7 @@ use toolshelf_core::config::SCRIPTS_SERVER;
 use toolshelf_core::invoke::ParamsValidator;
 use toolshelf_core::name::split_mcp;
 use toolshelf_core::policy::{Exposure, State};
+use toolshelf_core::request::Api;
 use toolshelf_core::search::SearchIndex;
 use toolshelf_core::{Catalog, Compiled, Surface, Tool};
 
@@ -129,9 +130,11 @@ impl Shelf {
             let mut spec =
                 ToolSpec::from_value(clean.clone(), "request tools", &format!("tools[{i}]"))
                     .map_err(|e| e.to_string())?;
-            if spec.input_schema.is_none() {
+            // Anthropic requires `input_schema`; an OpenAI function without `parameters` takes
+            // none, which is valid.
+            if spec.input_schema.is_none() && dialect.api() == Api::Anthropic {
                 found.push(format!(
-                    "tools[{i}] {name:?} has no input schema; it is searched and run as taking any object, but the provider would refuse it if it were sent"
+                    "tools[{i}] {name:?} has no input_schema; it is searched and run as taking any object, but the provider would refuse it if it were sent"
                 ));
             }
             let server = split_mcp(&name).map(|(s, t)| (s.to_owned(), t.to_owned()));
@@ -535,7 +538,6 @@ fn hash_value(v: &Value, h: &mut impl std::hash::Hasher) {
 mod tests {
     use serde_json::json;
     use toolshelf_core::Config;
-    use toolshelf_core::request::Api;
     use toolshelf_core::template::SessionValues;
 
     use super::*;
@@ -641,5 +643,31 @@ mod tests {
             e.starts_with("tool \"Read\": description template line 2: reads turn.messages"),
             "{e}"
         );
+    }
+
+    /// Anthropic requires `input_schema`, so a tool without one is warned about there; an OpenAI
+    /// function without `parameters` takes none, which is valid.
+    #[test]
+    fn a_missing_schema_is_a_warning_where_the_provider_requires_one() {
+        let c = compiled("");
+        let warned = |dialect: Dialect, tool: Value| {
+            Shelf::build(dialect, &[tool], Default::default(), &c, None)
+                .expect("builds")
+                .warnings
+                .iter()
+                .any(|w| w.contains("has no input_schema"))
+        };
+        assert!(warned(
+            Dialect(Api::Anthropic),
+            json!({"name": "bare", "description": "x"})
+        ));
+        assert!(!warned(
+            Dialect(Api::OpenAiChat),
+            json!({"type": "function", "function": {"name": "bare", "description": "x"}})
+        ));
+        assert!(!warned(
+            Dialect(Api::OpenAiResponses),
+            json!({"type": "function", "name": "bare", "description": "x"})
+        ));
     }
 }

@@ -339,7 +339,7 @@ fn a_deferred_tool_with_a_broken_schema_is_warned_about_once() {
     );
     assert!(!log.contains("tool \"Odd\""), "{log}");
     for says in [
-        "\"mcp__fs__bare\" has no input schema",
+        "\"mcp__fs__bare\" has no input_schema",
         "] has no name; it is passed along as sent",
     ] {
         assert_eq!(log.matches(says).count(), 1, "{says}\n{log}");
