@@ -569,23 +569,13 @@ impl Downstream {
 /// Why nothing listens at `url`'s host and port (`cannot connect to 127.0.0.1:9: Connection
 /// refused`), if that is why: the MCP library's error for it names only the request that failed.
 async fn unreachable(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit('@').next()?;
-    let has_port = match authority.rfind(':') {
-        Some(colon) => !authority[colon..].contains(']'),
-        None => false,
-    };
-    let address = if has_port {
-        authority.to_owned()
-    } else {
-        let port = if scheme.eq_ignore_ascii_case("https") {
-            443
-        } else {
-            80
-        };
-        format!("{authority}:{port}")
-    };
+    let uri: axum::http::Uri = url.parse().ok()?;
+    let host = uri.host()?;
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some(s) if s.eq_ignore_ascii_case("https") => 443,
+        _ => 80,
+    });
+    let address = format!("{host}:{port}");
     let connect = tokio::net::TcpStream::connect(address.as_str());
     match tokio::time::timeout(Duration::from_secs(5), connect).await {
         Ok(Ok(_)) => None,

@@ -284,7 +284,7 @@ impl GatewaySession {
             (local.state.active_names(ttl), local.described.clone())
         };
         let active = |name: &str| held.binary_search_by(|h| h.as_str().cmp(name)).is_ok();
-        let outcome = tool_search(
+        let mut outcome = tool_search(
             &snap,
             &self.hub.config().search,
             &args,
@@ -311,7 +311,6 @@ impl GatewaySession {
                 .collect(),
         );
         let _ = self.hub.audit.append(&r);
-        let mut outcome = outcome;
         if outcome.outcome == "no_match"
             && let Some(note) = self.hub.unknown_tools_note(&snap.catalog, None)
         {

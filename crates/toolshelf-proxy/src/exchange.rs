@@ -815,15 +815,8 @@ impl Turn {
                     return match self.admit_passed(proxy, &shelf, c).await {
                         Ok(call) => Ok(call),
                         Err((kind, text)) => {
-                            self.refused += 1;
-                            self.prepared.session.figures.refused += 1;
+                            self.count_refusal(&c.name, kind);
                             crate::metrics::refused(kind.as_str());
-                            tracing::info!(
-                                session = %self.prepared.key,
-                                tool = %c.name,
-                                outcome = kind.as_str(),
-                                "call refused"
-                            );
                             Err(answer(text, true))
                         }
                     };
@@ -883,19 +876,12 @@ impl Turn {
                 })
             }
             Err(refusal) => {
-                self.refused += 1;
-                self.prepared.session.figures.refused += 1;
+                self.count_refusal(&target, refusal.kind());
                 if let Some(i) = refusal.loads() {
                     let name = shelf.catalog.tools()[i].name.clone();
                     self.prepared.session.state.activate([name.as_str()]);
                     self.activated.push(name);
                 }
-                tracing::info!(
-                    session = %self.prepared.key,
-                    tool = %target,
-                    outcome = refusal.kind().as_str(),
-                    "call refused"
-                );
                 if !via_defer && refusal.kind() == RefusalKind::Unknown {
                     crate::metrics::forwarded();
                     return Ok(c.clone());
@@ -904,6 +890,18 @@ impl Turn {
                 Err(answer(refusal.text(&shelf.catalog), true))
             }
         }
+    }
+
+    /// Counts a refused call of `tool` in the request and the session, and logs it.
+    fn count_refusal(&mut self, tool: &str, kind: RefusalKind) {
+        self.refused += 1;
+        self.prepared.session.figures.refused += 1;
+        tracing::info!(
+            session = %self.prepared.key,
+            tool = %tool,
+            outcome = kind.as_str(),
+            "call refused"
+        );
     }
 
     /// Runs one of the proxy's own tools, which passed the same stages as a client tool: the

@@ -803,14 +803,16 @@ async fn run_stream(
     let first = match send(&app.proxy, &url, &headers, &turn.prepared.body).await {
         Ok(r) => r,
         Err(e) => {
-            app.proxy.count(|t| t.errors += 1);
-            log_failure(dialect, Some(&turn), &e.to_string());
+            book_unfinished(&app.proxy, &turn, Some(&e.to_string()));
             return error_response(Some(dialect), &e);
         }
     };
     if !first.status().is_success() {
-        app.proxy.count(|t| t.errors += 1);
-        log_failure(dialect, Some(&turn), &upstream_status(&url, first.status()));
+        book_unfinished(
+            &app.proxy,
+            &turn,
+            Some(&upstream_status(&url, first.status())),
+        );
         return relay_error(&app.proxy, &url, dialect, first).await;
     }
     let mut client_headers = response_headers(first.headers(), true);

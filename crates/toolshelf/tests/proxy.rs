@@ -48,6 +48,15 @@ fn calls(answer: &Value) -> Vec<(String, Value)> {
         .unwrap_or_default()
 }
 
+/// The last tool result a scripted request carried back to the model.
+fn last_result(turn: &Value) -> Value {
+    turn["tool_results"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned()
+        .expect("a result")
+}
+
 /// The test tools in the Responses API's shape.
 fn responses_tools() -> Vec<Value> {
     tools()
@@ -209,15 +218,7 @@ fn refused_calls_are_answered_to_the_model_and_never_reach_the_client() {
     );
     let results: Vec<Value> = [1, 2, 4]
         .iter()
-        .map(|&i| upstream.turns()[i].clone())
-        .map(|t| {
-            t["tool_results"]
-                .as_array()
-                .expect("results")
-                .last()
-                .cloned()
-                .expect("a result")
-        })
+        .map(|&i| last_result(&upstream.turns()[i]))
         .collect();
     for r in &results {
         assert_eq!(r["is_error"], true, "{r}");
@@ -489,10 +490,7 @@ esac
         "the client runs the call as the hook rewrote it"
     );
     let turns = upstream.turns();
-    let denied = turns[2]["tool_results"]
-        .as_array()
-        .and_then(|r| r.last())
-        .expect("a result");
+    let denied = last_result(&turns[2]);
     assert_eq!(denied["is_error"], true, "{denied}");
     assert!(
         denied["content"]
@@ -560,11 +558,7 @@ fn a_rule_on_arguments_holds_on_calls_of_tools_passed_along() {
         [("bash".to_owned(), json!({"command": "ls"}))],
         "the client gets only the allowed call"
     );
-    let refused = upstream.turns()[1]["tool_results"]
-        .as_array()
-        .and_then(|r| r.last())
-        .cloned()
-        .expect("a result");
+    let refused = last_result(&upstream.turns()[1]);
     assert_eq!(refused["is_error"], true, "{refused}");
     assert!(
         refused["content"]
@@ -603,11 +597,7 @@ fn a_forced_deferred_tool_is_the_only_one_defer_execute_runs() {
         turns[0]["body"]["tool_choice"],
         json!({"type": "tool", "name": "defer_execute"})
     );
-    let refused = turns[1]["tool_results"]
-        .as_array()
-        .and_then(|r| r.last())
-        .cloned()
-        .expect("a result");
+    let refused = last_result(&turns[1]);
     assert_eq!(refused["is_error"], true, "{refused}");
     assert!(
         refused["content"]

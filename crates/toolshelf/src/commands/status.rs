@@ -54,10 +54,7 @@ pub fn run(args: Args) -> Result<()> {
                     });
                     let d = drift(g);
                     if !d.is_empty() {
-                        v["config_changed"] = serde_json::json!({
-                            "not_running": d.not_running,
-                            "not_configured": d.not_configured,
-                        });
+                        v["config_changed"] = serde_json::json!(d);
                     }
                     v
                 })
@@ -89,22 +86,9 @@ pub fn run(args: Args) -> Result<()> {
             }
             let d = drift(g);
             if !d.is_empty() {
-                let mut parts = Vec::new();
-                if !d.not_running.is_empty() {
-                    parts.push(format!(
-                        "configured but not run: {}",
-                        d.not_running.join(", ")
-                    ));
-                }
-                if !d.not_configured.is_empty() {
-                    parts.push(format!(
-                        "run but no longer configured: {}",
-                        d.not_configured.join(", ")
-                    ));
-                }
                 outln!(
                     "note: the configuration changed after this gateway started ({}); restart it to apply the change",
-                    parts.join("; ")
+                    d.describe()
                 );
             }
             print_table(&g.servers)?;
@@ -146,6 +130,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// How a running gateway's servers differ from the configuration's servers now: the status
 /// file outlives edits to the file, and the table would show the old set without a word.
+#[derive(serde::Serialize)]
 struct Drift {
     not_running: Vec<String>,
     not_configured: Vec<String>,
@@ -169,6 +154,19 @@ impl Drift {
 
     fn is_empty(&self) -> bool {
         self.not_running.is_empty() && self.not_configured.is_empty()
+    }
+
+    /// `configured but not run: a; run but no longer configured: b`, the empty halves left out.
+    fn describe(&self) -> String {
+        [
+            ("configured but not run", &self.not_running),
+            ("run but no longer configured", &self.not_configured),
+        ]
+        .iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(what, names)| format!("{what}: {}", names.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
     }
 }
 
