@@ -293,6 +293,21 @@ impl Reminders {
                     format!("the model searched for its category ({term:?})"),
                 ));
             }
+            // So does a call of a tool of its category: the model is doing what it suggests.
+            if mark.showing_until.is_some_and(|u| u >= turn)
+                && let Some(tool) = input.calls.iter().find_map(|c| {
+                    r.unless_used
+                        .iter()
+                        .any(|p| p.matches(&c.tool.name))
+                        .then_some(c.tool.name.as_str())
+                })
+            {
+                mark.showing_until = None;
+                eval.notes.push(note(
+                    "cleared",
+                    format!("the model called {tool} of its category"),
+                ));
+            }
             if let Some(why) = r.trigger(&paths, &text_terms, input.calls) {
                 let recent = r.unless_used.iter().find_map(|p| {
                     state
@@ -651,6 +666,47 @@ mod tests {
         ); // 3
         assert!(e.showing.is_empty());
         assert_eq!(e.notes[0].event, "cleared");
+    }
+
+    #[test]
+    fn a_call_of_the_category_clears_a_showing_reminder() {
+        let r = migration_rule(json!({"ttl_turns": 5, "unless_used": ["^mcp__db__"]}));
+        let c = catalog();
+        let mut s = SessionState::default();
+        run(&r, &mut s, user("run the migration")); // turn 1
+        let params = Map::new();
+        let other = [Call {
+            tool: &c.tools()[c.position("mcp__git__git_commit").expect("t")],
+            params: &params,
+        }];
+        let e = run(
+            &r,
+            &mut s,
+            TurnInput {
+                calls: &other,
+                ..TurnInput::default()
+            },
+        ); // 2
+        assert_eq!(
+            e.showing,
+            [0],
+            "a call outside the category does not clear it"
+        );
+        let check = [Call {
+            tool: &c.tools()[c.position("mcp__db__check_migrations").expect("t")],
+            params: &params,
+        }];
+        let e = run(
+            &r,
+            &mut s,
+            TurnInput {
+                calls: &check,
+                ..TurnInput::default()
+            },
+        ); // 3
+        assert!(e.showing.is_empty(), "{:?}", e.notes);
+        assert_eq!(e.notes[0].event, "cleared");
+        assert!(e.notes[0].why.contains("mcp__db__check_migrations"));
     }
 
     #[test]
