@@ -351,12 +351,20 @@ impl Serialize for Canonical<'_> {
             }
             // Numbers by value, not as written: serde_json keeps a number's text when built with
             // `arbitrary_precision` (the Starlark crate turns it on), and `1e2` must still be
-            // written like `100.0`.
+            // written like `100.0`. An integer too large for 64 bits keeps its digits: as a
+            // float, 18446744073709551616 and 18446744073709551617 would be one number.
             Value::Number(n) => {
                 if let Some(u) = n.as_u64() {
                     s.serialize_u64(u)
                 } else if let Some(i) = n.as_i64() {
                     s.serialize_i64(i)
+                } else if n
+                    .to_string()
+                    .trim_start_matches('-')
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                {
+                    n.serialize(s)
                 } else if let Some(f) = n.as_f64().filter(|f| f.is_finite()) {
                     s.serialize_f64(f)
                 } else {
@@ -383,7 +391,11 @@ impl Serialize for Canonical<'_> {
 /// Anthropic's own multi-turn example does), and doing so keeps the cached prefix. A marker also
 /// changes the shape it sits in: to mark a message whose content is a string, a client sends it
 /// as one text block, and the string again once the marker moved on (Claude Code does). Both are
-/// the same prompt, so a content of one bare text block is compared as its string.
+/// the same prompt, so a content (or an Anthropic `system`) of one bare text block is compared as
+/// its string, and a Responses input item written as a string or without its `type` as the
+/// `message` item it stands for. These forms are read alike whatever the API, so that a body
+/// whose API cannot be told (plain user and assistant messages) splits into the same sections
+/// read either way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sections {
     /// The API the body was read as.
@@ -453,9 +465,7 @@ impl Sections {
                 first: 0,
             },
         };
-        if api == Api::Anthropic {
-            sections.strip_cache_control();
-        }
+        sections.normalise();
         Ok(sections)
     }
 
@@ -464,14 +474,18 @@ impl Sections {
         format!("{}[{}]", self.api.conversation_key(), self.first + i)
     }
 
-    fn strip_cache_control(&mut self) {
-        fn strip_blocks(blocks: &mut Value) {
-            for block in blocks.as_array_mut().into_iter().flatten() {
+    fn normalise(&mut self) {
+        /// Collapses lone text blocks in `blocks` (and in a tool result's own content), and
+        /// with `strip` drops the `cache_control` markers.
+        fn blocks(list: &mut Value, strip: bool) {
+            for block in list.as_array_mut().into_iter().flatten() {
                 if let Some(b) = block.as_object_mut() {
-                    b.remove("cache_control");
+                    if strip {
+                        b.remove("cache_control");
+                    }
                     // A tool_result's own content blocks may carry the marker too.
                     if let Some(inner) = b.get_mut("content") {
-                        strip_blocks(inner);
+                        blocks(inner, strip);
                         as_string_if_lone_text(inner);
                     }
                 }
@@ -481,7 +495,10 @@ impl Sections {
             let lone = match content.as_array().map(Vec::as_slice) {
                 Some([b])
                     if b.as_object().is_some_and(|o| o.len() == 2)
-                        && b.get("type").and_then(Value::as_str) == Some("text") =>
+                        && matches!(
+                            b.get("type").and_then(Value::as_str),
+                            Some("text" | "input_text")
+                        ) =>
                 {
                     b.get("text").and_then(Value::as_str).map(str::to_owned)
                 }
@@ -491,11 +508,27 @@ impl Sections {
                 *content = Value::String(text);
             }
         }
-        strip_blocks(&mut self.system);
-        strip_blocks(&mut self.tools);
+        // Only Anthropic has the markers; elsewhere the key is content like any other.
+        let strip = self.api == Api::Anthropic;
+        if strip {
+            blocks(&mut self.system, true);
+            as_string_if_lone_text(&mut self.system);
+            blocks(&mut self.tools, true);
+        }
         for message in &mut self.conversation {
+            if self.api == Api::OpenAiResponses {
+                if let Value::String(text) = message {
+                    *message = serde_json::json!({"role": "user", "content": text});
+                }
+                if let Some(item) = message.as_object_mut()
+                    && item.contains_key("role")
+                    && !item.contains_key("type")
+                {
+                    item.insert("type".into(), Value::String("message".into()));
+                }
+            }
             if let Some(content) = message.get_mut("content") {
-                strip_blocks(content);
+                blocks(content, strip);
                 as_string_if_lone_text(content);
             }
         }

@@ -50,15 +50,16 @@ enum Command {
     /// Start the configured servers and print their merged catalog (grouped form): the tools a
     /// session can reach, in the active mode.
     Catalog(commands::catalog::Args),
-    /// Check a log of request bodies (JSON lines) for prompt-cache breaks: system and tools
-    /// byte-identical, each request's messages a prefix of the next's. Exit status 1 on a break.
+    /// Check a log of request bodies (JSON lines) for prompt-cache breaks: the same model,
+    /// system and tools byte-identical, each request's messages a prefix of the next's. Exit
+    /// status 1 on a break, 2 when the log cannot be read.
     PrefixCheck(commands::prefix_check::Args),
     /// Replay a conversation through a session: the request body of every model turn, or with
-    /// --explain what the session did (reminders, activations, expiries, bytes).
+    /// --explain what the session did (reminders, activations, expiries, refusals, bytes).
     Replay(commands::replay::Args),
     /// Check a description template (Starlark): every per-turn value, unavailable builtin and
     /// unknown value it reads, with its line, then its rendering against sample values. Exit
-    /// status 1 when anything is found or the render fails.
+    /// status 1 when anything is found or the render fails, 2 when an input cannot be read.
     CheckTemplate(commands::check_template::Args),
     /// Serve a configuration's script tools over stdio (the gateway starts this itself).
     #[command(name = toolshelf_gateway::scripts::SERVER_SUBCOMMAND, hide = true)]
@@ -85,17 +86,27 @@ fn main() -> ExitCode {
         Command::Replay(a) => commands::replay::run(a),
         Command::ScriptsServer(a) => commands::serve::run_scripts_server(a),
         Command::ScriptRun => commands::serve::run_script(),
-        // A broken prefix is a finding, not an error: reported on stdout, exit status 1.
-        Command::PrefixCheck(a) => match commands::prefix_check::run(a) {
-            Ok(false) => return ExitCode::FAILURE,
-            other => other.map(drop),
-        },
+        // A broken prefix is a finding, not an error: reported on stdout, exit status 1. An
+        // input the check cannot read is trouble, status 2, so a script can tell them apart.
+        Command::PrefixCheck(a) => return finding(commands::prefix_check::run(a)),
         // A refused access is a finding, as a broken prefix is.
-        Command::CheckTemplate(a) => match commands::check_template::run(a) {
-            Ok(false) => return ExitCode::FAILURE,
-            other => other.map(drop),
-        },
+        Command::CheckTemplate(a) => return finding(commands::check_template::run(a)),
     };
+    exit(result, ExitCode::FAILURE)
+}
+
+/// The exit status of a check: 0 when it passed, 1 when it found something, 2 when it could not
+/// run.
+fn finding(result: anyhow::Result<bool>) -> ExitCode {
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => exit(Err(e), ExitCode::from(2)),
+    }
+}
+
+/// The exit status of a command's outcome, printing its error; `failure` for an error.
+fn exit(result: anyhow::Result<()>, failure: ExitCode) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`| head`): nothing left to say to anyone.
@@ -107,7 +118,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             errln!("toolshelf: error: {e:#}");
-            ExitCode::FAILURE
+            failure
         }
     }
 }

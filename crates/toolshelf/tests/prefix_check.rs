@@ -143,10 +143,15 @@ fn only_last_pair_broke(v: &Value, n: usize, section: &str, offset: usize) -> Va
     let b = &last["break"];
     assert_eq!(b["section"], section, "{last}");
     assert_eq!(b["offset"], offset, "{last}");
+    let setting = matches!(section, "model" | "tool_choice" | "thinking");
     for (key, broken) in [
+        ("settings", setting),
         ("system", section == "system"),
         ("tools", section == "tools"),
-        ("messages_prefix", section != "system" && section != "tools"),
+        (
+            "messages_prefix",
+            !setting && section != "system" && section != "tools",
+        ),
     ] {
         assert_eq!(last[key], !broken, "{key} in {last}");
     }
@@ -168,7 +173,7 @@ fn a_growing_conversation_keeps_its_prefix_in_every_api() {
         for (i, p) in pairs.iter().enumerate() {
             assert_eq!(
                 p,
-                &json!({"from": i + 1, "to": i + 2, "system": true, "tools": true, "messages_prefix": true})
+                &json!({"from": i + 1, "to": i + 2, "settings": true, "system": true, "tools": true, "messages_prefix": true})
             );
         }
         // Forcing the right API changes nothing; the text form says ok per pair.
@@ -375,5 +380,134 @@ fn help_describes_the_check() {
             && help.contains("openai-responses")
             && help.contains("Exit status 1"),
         "{help}"
+    );
+}
+
+/// Writes `bodies` (JSON text, one a line) and checks them.
+fn check_lines(name: &str, bodies: &[Value]) -> (Option<i32>, Value) {
+    let text: String = bodies.iter().map(|b| format!("{b}\n")).collect();
+    check_json(&temp_file(name, &text))
+}
+
+#[test]
+fn bodies_whose_api_cannot_be_told_are_read_alike() {
+    // A Chat body with no system message and no tools reads as Anthropic, the next (with a tool
+    // call) as Chat; a lone text block and its string are the same prompt either way.
+    let first = json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "list files"}]}]});
+    let second = json!({"model": "m", "messages": [
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.rs"}]});
+    let (code, v) = check_lines("undetectable.jsonl", &[first, second]);
+    assert_eq!((code, &v["ok"]), (Some(0), &json!(true)), "{v}");
+    // Responses: `input` as a string is the one user message it stands for.
+    let first = json!({"model": "m", "input": "list files"});
+    let second = json!({"model": "m", "input": [{"role": "user", "content": "list files"},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"}]});
+    let (code, v) = check_lines("responses-string.jsonl", &[first, second]);
+    assert_eq!((code, &v["ok"]), (Some(0), &json!(true)), "{v}");
+    // Anthropic: `system` as a string or as one text block.
+    let first = json!({"model": "m", "system": "You are X", "messages": [{"role": "user", "content": "hi"}]});
+    let second = json!({"model": "m", "system": [{"type": "text", "text": "You are X"}], "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]});
+    let (code, v) = check_lines("system-block.jsonl", &[first, second]);
+    assert_eq!((code, &v["ok"]), (Some(0), &json!(true)), "{v}");
+}
+
+#[test]
+fn a_changed_model_tool_choice_or_thinking_is_a_break() {
+    let body = |model: &str, extra: Value| {
+        let mut b =
+            json!({"model": model, "system": "S", "messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().expect("object") {
+            b[k] = v.clone();
+        }
+        b
+    };
+    // Offsets are into each setting's canonical JSON: `"sonnet"` against `"haiku"`, `null`
+    // against an object.
+    for (name, second, section, offset) in [
+        ("model", body("haiku", json!({})), "model", 1),
+        (
+            "tool-choice",
+            body("sonnet", json!({"tool_choice": {"type": "any"}})),
+            "tool_choice",
+            0,
+        ),
+        (
+            "thinking",
+            body(
+                "sonnet",
+                json!({"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+            ),
+            "thinking",
+            0,
+        ),
+    ] {
+        let (code, v) = check_lines(
+            &format!("{name}.jsonl"),
+            &[body("sonnet", json!({})), second],
+        );
+        assert_eq!(code, Some(1), "{name}: {v}");
+        only_last_pair_broke(&v, 2, section, offset);
+    }
+    // Settings outside the cached prefix are not compared.
+    let (code, v) = check_lines(
+        "max-tokens.jsonl",
+        &[
+            body("sonnet", json!({"max_tokens": 100})),
+            body("sonnet", json!({"max_tokens": 200, "temperature": 0.5})),
+        ],
+    );
+    assert_eq!(code, Some(0), "{v}");
+    // Only Anthropic says a tool_choice change invalidates its cache.
+    let chat = |choice: &str| json!({"model": "m", "tool_choice": choice, "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]});
+    let (code, v) = check_lines("chat-tool-choice.jsonl", &[chat("auto"), chat("required")]);
+    assert_eq!(code, Some(0), "{v}");
+}
+
+#[test]
+fn integers_past_64_bits_are_compared_by_their_digits() {
+    let body = |n: &str| -> Value {
+        serde_json::from_str(&format!(
+            r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}, {{"role": "assistant", "content": [{{"type": "tool_use", "id": "c", "name": "x", "input": {{"n": {n}}}}}]}}]}}"#
+        ))
+        .expect("json")
+    };
+    let (code, v) = check_lines(
+        "big-int.jsonl",
+        &[body("18446744073709551616"), body("18446744073709551617")],
+    );
+    assert_eq!(code, Some(1), "{v}");
+    let (code, v) = check_lines(
+        "same-big-int.jsonl",
+        &[body("18446744073709551616"), body("18446744073709551616")],
+    );
+    assert_eq!(code, Some(0), "{v}");
+}
+
+#[test]
+fn an_input_that_cannot_be_checked_exits_2_not_1() {
+    let missing = std::env::temp_dir().join("toolshelf-prefix-no-such-file.jsonl");
+    let out = run(&["prefix-check", &missing.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    for (name, text) in [
+        ("not-json.jsonl", "{\"messages\": [\n"),
+        ("empty.jsonl", "\n\n"),
+    ] {
+        let out = run(&["prefix-check", &temp_file(name, text)]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        assert!(!out.stderr.is_empty(), "{name}: the error is said");
+    }
+    // A byte order mark before the first body is not an error.
+    let body = canonical_json(&bodies(Api::Anthropic)[0]);
+    let out = run(&[
+        "prefix-check",
+        &temp_file("bom.jsonl", &format!("\u{feff}{body}\n{body}\n")),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -12,8 +12,13 @@
 //! ([`Api::detect`], or forced with `--api`) only to know where its system part and its messages
 //! are ([`Sections`]).
 //!
-//! A break is reported where it starts: the section (`system`, `tools`, `messages[k]` or
-//! `input[k]`, k being the element's index in the body), the first differing byte in that
+//! The settings that decide which cache a request can use at all are compared too: `model` (each
+//! model has its own cache) and, for Anthropic, `tool_choice` and `thinking` (a change to either
+//! invalidates the cached messages). Other fields (`max_tokens`, `temperature`, `stream`) do not
+//! enter the cached prefix and are not compared.
+//!
+//! A break is reported where it starts: the section (`model`, `system`, `tools`, `tool_choice`,
+//! `thinking`, `messages[k]` or `input[k]`, k being the element's index in the body), the first differing byte in that
 //! section's canonical JSON, and a short excerpt of both sides there. A message missing from the
 //! later request is a break at byte 0 with an empty later excerpt. Any break makes the exit
 //! status 1.
@@ -40,8 +45,8 @@ pub struct Args {
     /// or tool message, `tool_calls` or a function tool → openai; anything else → anthropic.
     #[arg(long, value_enum)]
     api: Option<ApiArg>,
-    /// Print {"requests", "pairs": [{"from", "to", "system", "tools", "messages_prefix",
-    /// "break"?}], "ok"} instead of one line per pair.
+    /// Print {"requests", "pairs": [{"from", "to", "settings", "system", "tools",
+    /// "messages_prefix", "break"?}], "ok"} instead of one line per pair.
     #[arg(long)]
     json: bool,
 }
@@ -49,6 +54,9 @@ pub struct Args {
 /// One body's cache-relevant parts, each as canonical JSON.
 #[derive(Debug)]
 struct Canon {
+    /// `model`, then for Anthropic `tool_choice` and `thinking`: each field's name and value
+    /// (`null` when absent).
+    settings: Vec<(&'static str, String)>,
     system: String,
     tools: String,
     /// The growing part, one string per element.
@@ -57,8 +65,17 @@ struct Canon {
 }
 
 impl Canon {
-    fn new(sections: Sections) -> Self {
+    fn new(sections: Sections, body: &Value) -> Self {
+        let fields: &[&'static str] = match sections.api {
+            Api::Anthropic => &["model", "tool_choice", "thinking"],
+            Api::OpenAiChat | Api::OpenAiResponses => &["model"],
+        };
+        let settings = fields
+            .iter()
+            .map(|&f| (f, canonical_json(body.get(f).unwrap_or(&Value::Null))))
+            .collect();
         Self {
+            settings,
             system: canonical_json(&sections.system),
             tools: canonical_json(&sections.tools),
             elements: sections.conversation.iter().map(canonical_json).collect(),
@@ -85,10 +102,12 @@ struct Break {
 struct Pair {
     from: usize,
     to: usize,
+    /// `model` (and for Anthropic `tool_choice` and `thinking`) unchanged.
+    settings: bool,
     system: bool,
     tools: bool,
     messages_prefix: bool,
-    /// The first break, in the order system, tools, messages.
+    /// The first break, in the order model, system, tools, other settings, messages.
     #[serde(rename = "break", skip_serializing_if = "Option::is_none")]
     first_break: Option<Break>,
 }
@@ -136,6 +155,21 @@ fn differs(section: String, a: &str, b: &str) -> Option<Break> {
 }
 
 fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
+    let setting = |name: &str| {
+        let value = |c: &Canon| {
+            c.settings
+                .iter()
+                .find(|(f, _)| *f == name)
+                .map_or_else(|| "null".to_owned(), |(_, v)| v.clone())
+        };
+        differs(name.to_owned(), &value(a), &value(b))
+    };
+    let model = setting("model");
+    // Only Anthropic says these invalidate its cache; a body read otherwise has none of them.
+    let both_anthropic = a.sections.api == Api::Anthropic && b.sections.api == Api::Anthropic;
+    let others = both_anthropic
+        .then(|| setting("tool_choice").or_else(|| setting("thinking")))
+        .flatten();
     let system = differs("system".into(), &a.system, &b.system);
     let tools = differs("tools".into(), &a.tools, &b.tools);
     let messages = a.elements.iter().enumerate().find_map(|(k, earlier)| {
@@ -153,10 +187,11 @@ fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
     Pair {
         from,
         to: from + 1,
+        settings: model.is_none() && others.is_none(),
         system: system.is_none(),
         tools: tools.is_none(),
         messages_prefix: messages.is_none(),
-        first_break: system.or(tools).or(messages),
+        first_break: model.or(system).or(tools).or(others).or(messages),
     }
 }
 
@@ -170,6 +205,13 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let at = || format!("{}:{}", path.display(), n + 1);
         let line = line.with_context(|| format!("{}: cannot read the line", at()))?;
+        // A byte order mark some editors write is not part of the first body.
+        let line = if n == 0 {
+            line.strip_prefix('\u{feff}')
+                .map_or(line.clone(), str::to_owned)
+        } else {
+            line
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -185,7 +227,7 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
             );
         };
         let sections = Sections::of(api, &body).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
-        let current = Canon::new(sections);
+        let current = Canon::new(sections, &body);
         requests += 1;
         if let Some(prev) = &previous {
             pairs.push(compare(requests - 1, prev, &current));
@@ -229,15 +271,21 @@ pub fn run(args: Args) -> Result<bool> {
                 p.from, p.to, b.section, b.offset, b.earlier, b.later
             )
         };
+        let reported = match b.section.as_str() {
+            "model" | "tool_choice" | "thinking" => "settings",
+            "system" => "system",
+            "tools" => "tools",
+            _ => "messages",
+        };
         let also: Vec<&str> = [
+            (!p.settings, "settings"),
             (!p.system, "system"),
             (!p.tools, "tools"),
             (!p.messages_prefix, "messages"),
         ]
         .into_iter()
-        .filter(|&(bad, _)| bad)
+        .filter(|&(bad, name)| bad && name != reported)
         .map(|(_, name)| name)
-        .skip(1)
         .collect();
         if !also.is_empty() {
             line.push_str(&format!(" (also broken: {})", also.join(", ")));
