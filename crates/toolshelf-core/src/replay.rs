@@ -2,15 +2,20 @@
 //!
 //! A transcript is a list of events, one JSON object a line: `{"user": "..."}`, `{"assistant":
 //! "..."}` (the model's text), `{"call": {"name", "input"}}` (a tool call the model made),
-//! `{"result": {"content": ...}}` (the recorded result of the call before it), `{"context":
+//! `{"result": {"content": ..., "is_error": false}}` (the recorded result of a call), `{"context":
 //! "..."}` (environment context for the next request) and `{"tools_changed": {"add": [...],
 //! "remove": [...]}}` (the tool set changed). Replaying it runs one session: a request is
 //! assembled whenever the model would be asked to continue (after a user message, and after the
 //! results of its calls), each one turn. Calls are carried out against the catalog as the session
 //! would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that resolves,
 //! checks activation, validates and authorizes but runs nothing. A recorded result replaces the
-//! computed one in the request, but the call still has its effect on the session (a search still
-//! activates what it found).
+//! computed one in the request, its error flag and all, but the call still has its effect on the
+//! session (a search still activates what it found).
+//!
+//! A result answers the call right before it. Calls in a row followed by as many results are one
+//! turn of parallel calls, paired in order; a call with no result right after it takes a turn of
+//! its own, with a computed result. More results than calls in a row leave one answering
+//! nothing, which is an error that names its line.
 //!
 //! Injected blocks go into the request's new item in a fixed order: reminders (rule order), the
 //! tool-set change notice, environment context. Earlier items keep the blocks they were given,
@@ -48,8 +53,14 @@ pub enum Event {
         /// Its arguments.
         input: Map<String, Value>,
     },
-    /// The recorded result of the call before it.
-    Result(Value),
+    /// The recorded result of a call: its content (a string, or content blocks) and whether
+    /// the call failed.
+    Result {
+        /// The content the model read.
+        content: Value,
+        /// Whether the call failed (`is_error`, default false).
+        is_error: bool,
+    },
     /// Environment context for the next request.
     Context(String),
     /// The tool set changed: tools added (any catalog item shape, with `"server"` for MCP
@@ -95,13 +106,25 @@ impl Event {
                     input,
                 })
             }
-            "result" => Ok(Self::Result(
-                value
+            "result" => {
+                let content = value
                     .get("content")
                     .cloned()
-                    .ok_or("\"result\" needs \"content\"")?,
-            )),
+                    .ok_or("\"result\" needs \"content\"")?;
+                let is_error = match value.get("is_error") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(_) => return Err("\"result\".is_error must be true or false".into()),
+                };
+                Ok(Self::Result { content, is_error })
+            }
             "tools_changed" => {
+                if !value.is_object() {
+                    return Err(
+                        "\"tools_changed\" must be an object: {\"add\": [...], \"remove\": [...]}"
+                            .into(),
+                    );
+                }
                 let add = match value.get("add") {
                     None => Vec::new(),
                     Some(Value::Array(a)) => a.clone(),
@@ -141,6 +164,8 @@ pub struct TurnReport {
     pub activated: Vec<String>,
     /// Calls refused because the tool's activation had expired.
     pub expired: Vec<String>,
+    /// Calls the session refused (the dry run's verdict), as `name: kind`.
+    pub refused: Vec<String>,
     /// The blocks injected into this request's new item.
     pub injected: Vec<String>,
 }
@@ -177,6 +202,10 @@ pub struct Replay<'a> {
     defined: usize,
     /// Descriptions rendered from templates, by canonical name: search results show them.
     described: BTreeMap<String, String>,
+    /// Whether reports carry their request bodies.
+    bodies: bool,
+    /// Changes of the tool set so far.
+    generation: u64,
 }
 
 impl std::fmt::Debug for Replay<'_> {
@@ -192,6 +221,14 @@ fn visible(catalog: &Catalog, exposure: &Exposure) -> Vec<usize> {
     (0..catalog.tools().len())
         .filter(|&i| exposure.decisions[i].state != State::Hidden)
         .collect()
+}
+
+/// What one model turn's calls did to the session, for its report.
+#[derive(Default)]
+struct Turn {
+    activated: Vec<String>,
+    expired: Vec<String>,
+    refused: Vec<String>,
 }
 
 /// A computed (or recorded) call with its effect on the session.
@@ -304,6 +341,8 @@ impl<'a> Replay<'a> {
             calls_made: 0,
             defined: 0,
             described,
+            bodies: true,
+            generation: 0,
         }
     }
 
@@ -312,9 +351,41 @@ impl<'a> Replay<'a> {
         &self.state
     }
 
-    /// Replays `events`, returning one report (with its request body) per model request.
+    /// Replays `events`, returning one report (with its request body) per model request. Errors
+    /// name the event by its number, from 1.
     pub fn run(&mut self, events: &[Event]) -> Result<Vec<TurnReport>, String> {
         let mut out = Vec::new();
+        self.replay(events, &|i| format!("event {}", i + 1), &mut |_, r| {
+            out.push(r);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Replays a parsed transcript, handing each turn's report to `on_report` as soon as it is
+    /// made (with the session as it stands after that turn). Errors name the file and line.
+    pub fn run_transcript(
+        &mut self,
+        transcript: &Transcript,
+        on_report: &mut dyn FnMut(&Self, TurnReport) -> Result<(), String>,
+    ) -> Result<(), String> {
+        if transcript.events.is_empty() {
+            return Err(format!(
+                "{}: the transcript has no events (one JSON object a line: user, assistant, call, result, context or tools_changed)",
+                transcript.source
+            ));
+        }
+        let at = |i| transcript.at(i);
+        check_pairing(&transcript.events, &at)?;
+        self.replay(&transcript.events, &at, on_report)
+    }
+
+    fn replay(
+        &mut self,
+        events: &[Event],
+        at: &dyn Fn(usize) -> String,
+        on_report: &mut dyn FnMut(&Self, TurnReport) -> Result<(), String>,
+    ) -> Result<(), String> {
         let mut i = 0;
         while i < events.len() {
             match &events[i] {
@@ -329,21 +400,29 @@ impl<'a> Replay<'a> {
                         text: text.clone(),
                         injected: injected.clone(),
                     });
-                    out.push(self.report(notes, Vec::new(), Vec::new(), injected));
+                    let report = self.report(notes, Turn::default(), injected);
+                    on_report(self, report)?;
                     i += 1;
+                }
+                Event::Context(_) if !events[i..].iter().any(Self::asks_the_model) => {
+                    return Err(format!(
+                        "{}: context after the last request: no request follows to carry it",
+                        at(i)
+                    ));
                 }
                 Event::Context(text) => {
                     self.context.push(text.clone());
                     i += 1;
                 }
                 Event::ToolsChanged { add, remove } => {
-                    self.change_tools(add, remove)?;
+                    self.change_tools(add, remove)
+                        .map_err(|e| format!("{}: {e}", at(i)))?;
                     i += 1;
                 }
-                Event::Result(_) => {
+                Event::Result { .. } => {
                     return Err(format!(
-                        "event {}: a result without a call before it",
-                        i + 1
+                        "{}: a result with no call before it to answer",
+                        at(i)
                     ));
                 }
                 Event::Assistant(_) | Event::Call { .. } => {
@@ -361,35 +440,32 @@ impl<'a> Replay<'a> {
                         .count();
                     let results = events[i + calls..]
                         .iter()
-                        .take_while(|e| matches!(e, Event::Result(_)))
+                        .take_while(|e| matches!(e, Event::Result { .. }))
                         .count();
-                    let group: Vec<(&Event, Option<Value>)> = if calls > 0 && results == calls {
-                        let group = (0..calls)
-                            .map(|k| match &events[i + calls + k] {
-                                Event::Result(content) => (&events[i + k], Some(content.clone())),
-                                _ => (&events[i + k], None),
-                            })
-                            .collect();
-                        i += calls + results;
-                        group
-                    } else if calls > 0 {
-                        i += 1;
-                        vec![(&events[i - 1], None)]
-                    } else {
-                        Vec::new()
-                    };
+                    pairing(i, calls, results, at)?;
+                    let group: Vec<(&Event, Option<(&Value, bool)>)> =
+                        if calls > 0 && results == calls {
+                            let group = (0..calls)
+                                .map(|k| match &events[i + calls + k] {
+                                    Event::Result { content, is_error } => {
+                                        (&events[i + k], Some((content, *is_error)))
+                                    }
+                                    _ => (&events[i + k], None),
+                                })
+                                .collect();
+                            i += calls + results;
+                            group
+                        } else if calls > 0 {
+                            i += 1;
+                            vec![(&events[i - 1], None)]
+                        } else {
+                            Vec::new()
+                        };
                     let mut done: Vec<Done> = Vec::new();
-                    let mut activated = Vec::new();
-                    let mut expired = Vec::new();
+                    let mut turn = Turn::default();
                     for (event, recorded) in group {
                         if let Event::Call { name, input } = event {
-                            done.push(self.call(
-                                name,
-                                input,
-                                recorded,
-                                &mut activated,
-                                &mut expired,
-                            ));
+                            done.push(self.call(name, input, recorded, &mut turn));
                         }
                     }
                     if done.is_empty() {
@@ -431,11 +507,38 @@ impl<'a> Replay<'a> {
                         results: done.into_iter().map(|d| d.result).collect(),
                         injected: injected.clone(),
                     });
-                    out.push(self.report(notes, activated, expired, injected));
+                    let report = self.report(notes, turn, injected);
+                    on_report(self, report)?;
                 }
             }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// Whether an event leads to a model request (a user message, or a call).
+    fn asks_the_model(e: &Event) -> bool {
+        matches!(e, Event::User(_) | Event::Call { .. })
+    }
+
+    /// Whether reports carry their request bodies (the default). Without them a turn costs the
+    /// sizes of its parts only, which is all `--explain` prints.
+    pub fn set_bodies(&mut self, on: bool) {
+        self.bodies = on;
+    }
+
+    /// Every tool the model may see now, each with its full definition: the tool list the
+    /// session would send with nothing deferred.
+    pub fn all_resident_tools(&self) -> Vec<Value> {
+        visible(&self.catalog, &self.exposure)
+            .into_iter()
+            .map(|i| crate::wire::definition(&self.catalog.tools()[i], self.api.tool_format()))
+            .collect()
+    }
+
+    /// Counts the changes of the tool set so far; it moves whenever
+    /// [`Self::all_resident_tools`] may have changed.
+    pub fn tools_generation(&self) -> u64 {
+        self.generation
     }
 
     /// The blocks for this turn's new item: reminders, the change notice, environment context.
@@ -450,13 +553,7 @@ impl<'a> Replay<'a> {
         )
     }
 
-    fn report(
-        &self,
-        reminders: Vec<Note>,
-        activated: Vec<String>,
-        expired: Vec<String>,
-        injected: Vec<String>,
-    ) -> TurnReport {
+    fn report(&self, reminders: Vec<Note>, turn: Turn, injected: Vec<String>) -> TurnReport {
         let body = assemble(
             self.api,
             &self.system,
@@ -490,19 +587,30 @@ impl<'a> Replay<'a> {
         };
         TurnReport {
             turn: self.state.turn(),
-            body: canonical_json(&body),
+            body: if self.bodies {
+                canonical_json(&body)
+            } else {
+                String::new()
+            },
             bytes,
             reminders,
-            activated,
-            expired,
+            activated: turn.activated,
+            expired: turn.expired,
+            refused: turn.refused,
             injected,
         }
     }
 
     fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
+        if let Some(name) = remove.iter().find(|n| self.catalog.position(n).is_none()) {
+            return Err(format!(
+                "tools_changed.remove names {name:?}, which no tool of the session has (give canonical names, such as mcp__server__tool)"
+            ));
+        }
         self.catalog = crate::catalog::rebuilt(&self.catalog, add, remove, "transcript")?;
         self.exposure = self.compiled.expose(&self.catalog);
         self.index = (self.build_index)(&self.catalog, &visible(&self.catalog, &self.exposure));
+        self.generation += 1;
         Ok(())
     }
 
@@ -511,9 +619,8 @@ impl<'a> Replay<'a> {
         &mut self,
         name: &str,
         input: &Map<String, Value>,
-        recorded: Option<Value>,
-        activated: &mut Vec<String>,
-        expired: &mut Vec<String>,
+        recorded: Option<(&Value, bool)>,
+        turn: &mut Turn,
     ) -> Done {
         self.calls_made += 1;
         let id = format!("call_{:04}", self.calls_made);
@@ -548,7 +655,7 @@ impl<'a> Replay<'a> {
                         .map(|&i| tools[i].name.clone())
                         .collect();
                     self.state.activate(names.iter().map(String::as_str));
-                    activated.extend(names);
+                    turn.activated.extend(names);
                     (response.text, false)
                 }
             },
@@ -558,24 +665,15 @@ impl<'a> Replay<'a> {
                     &args.tool_name,
                     args.params,
                     Via::DeferExecute,
-                    activated,
-                    expired,
+                    turn,
                     &mut target,
                 ),
             },
-            other => self.dry_run(
-                other,
-                input.clone(),
-                Via::Direct,
-                activated,
-                expired,
-                &mut target,
-            ),
+            other => self.dry_run(other, input.clone(), Via::Direct, turn, &mut target),
         };
-        let content = match recorded {
-            Some(Value::String(s)) => s,
-            Some(other) => canonical_json(&other),
-            None => content,
+        let (content, is_error) = match recorded {
+            Some((recorded, failed)) => (recorded_text(recorded), failed),
+            None => (content, is_error),
         };
         Done {
             call,
@@ -592,11 +690,7 @@ impl<'a> Replay<'a> {
     /// Carries out a `tool_define` call that passed the pipeline: the new tool joins the session's
     /// catalog (searchable at once, announced by the next change notice) and is active, since the
     /// model wrote its schema.
-    fn define(
-        &mut self,
-        params: &Map<String, Value>,
-        activated: &mut Vec<String>,
-    ) -> (String, bool) {
+    fn define(&mut self, params: &Map<String, Value>, turn: &mut Turn) -> (String, bool) {
         let item = match authoring::check(
             params,
             &self.catalog,
@@ -612,7 +706,7 @@ impl<'a> Replay<'a> {
         self.defined += 1;
         let name = item["name"].as_str().unwrap_or_default().to_owned();
         self.state.activate([name.as_str()]);
-        activated.push(name.clone());
+        turn.activated.push(name.clone());
         (authoring::defined_text(&name), false)
     }
 
@@ -622,8 +716,7 @@ impl<'a> Replay<'a> {
         requested: &str,
         params: Map<String, Value>,
         via: Via,
-        activated: &mut Vec<String>,
-        expired: &mut Vec<String>,
+        turn: &mut Turn,
         target: &mut Option<(usize, Map<String, Value>)>,
     ) -> (String, bool) {
         let ttl = self.compiled.config().session.activation_ttl_turns;
@@ -653,7 +746,7 @@ impl<'a> Replay<'a> {
                     && self.catalog.tools()[i].name == authoring::TOOL_DEFINE =>
             {
                 self.state.record_call(authoring::TOOL_DEFINE);
-                self.define(&params, activated)
+                self.define(&params, turn)
             }
             Ok((i, ask)) => {
                 let name = self.catalog.tools()[i].name.clone();
@@ -675,13 +768,15 @@ impl<'a> Replay<'a> {
                 )
             }
             Err(refusal) => {
+                turn.refused
+                    .push(format!("{requested}: {}", refusal.kind().as_str()));
                 if let Some(i) = refusal.loads() {
                     let name = self.catalog.tools()[i].name.clone();
                     if matches!(refusal, Refusal::Expired { .. }) {
-                        expired.push(name.clone());
+                        turn.expired.push(name.clone());
                     }
                     self.state.activate([name.as_str()]);
-                    activated.push(name);
+                    turn.activated.push(name);
                 }
                 (refusal.text(&self.catalog), true)
             }
@@ -693,6 +788,55 @@ impl<'a> Replay<'a> {
         self.state
             .activity(name, self.compiled.config().session.activation_ttl_turns)
     }
+}
+
+/// Whether `calls` calls from event `i` and the `results` results after them pair up: never more
+/// results than calls.
+fn pairing(
+    i: usize,
+    calls: usize,
+    results: usize,
+    at: &dyn Fn(usize) -> String,
+) -> Result<(), String> {
+    if results > calls {
+        return Err(format!(
+            "{}: a result with no call before it to answer ({calls} call(s) from {} are followed by {results} results)",
+            at(i + calls + calls),
+            at(i)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a transcript's shape before anything is replayed, so that a malformed file yields an
+/// error and no partial output: calls and results pair up, no context trails the last request.
+fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), String> {
+    let mut i = 0;
+    while i < events.len() {
+        let calls = events[i..]
+            .iter()
+            .take_while(|e| matches!(e, Event::Call { .. }))
+            .count();
+        let results = events[i + calls..]
+            .iter()
+            .take_while(|e| matches!(e, Event::Result { .. }))
+            .count();
+        if calls + results == 0 {
+            if matches!(events[i], Event::Context(_))
+                && !events[i..].iter().any(Replay::asks_the_model)
+            {
+                return Err(format!(
+                    "{}: context after the last request: no request follows to carry it",
+                    at(i)
+                ));
+            }
+            i += 1;
+            continue;
+        }
+        pairing(i, calls, results, at)?;
+        i += calls + results;
+    }
+    Ok(())
 }
 
 /// The blocks for a turn's new item: reminders (rule order), the change notice, environment
@@ -738,17 +882,76 @@ pub fn explain_line(report: &TurnReport) -> String {
     if !report.expired.is_empty() {
         parts.push(format!("expired: {}", report.expired.join(", ")));
     }
+    if !report.refused.is_empty() {
+        parts.push(format!("refused: {}", report.refused.join(", ")));
+    }
     if !report.injected.is_empty() {
         parts.push(format!("injected: {} block(s)", report.injected.len()));
     }
     parts.join("\n  ")
 }
 
-/// A transcript's events from its text, one JSON object a line; errors name the line.
-pub fn parse_transcript(text: &str, source: &str) -> Result<Vec<Event>, String> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(n, l)| Event::parse(l).map_err(|e| format!("{source}:{}: {e}", n + 1)))
-        .collect()
+/// A recorded result's content as the text the model reads: a string as it is, content blocks
+/// that are all text as their texts one per line, anything else as canonical JSON.
+fn recorded_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => {
+            let texts: Option<Vec<&str>> = blocks
+                .iter()
+                .map(|b| {
+                    (b.get("type").and_then(Value::as_str) == Some("text"))
+                        .then(|| b.get("text").and_then(Value::as_str))
+                        .flatten()
+                })
+                .collect();
+            match texts {
+                Some(texts) if !texts.is_empty() => texts.join("\n"),
+                _ => canonical_json(content),
+            }
+        }
+        other => canonical_json(other),
+    }
+}
+
+/// A transcript: its events and the line each came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcript {
+    /// Where it was read from, for messages.
+    pub source: String,
+    /// Its events, in order.
+    pub events: Vec<Event>,
+    /// The line (from 1) of each event.
+    lines: Vec<usize>,
+}
+
+impl Transcript {
+    /// Where event `i` is: `source:line`.
+    pub fn at(&self, i: usize) -> String {
+        format!(
+            "{}:{}",
+            self.source,
+            self.lines.get(i).copied().unwrap_or(0)
+        )
+    }
+}
+
+/// A transcript's events from its text, one JSON object a line (blank lines and a leading byte
+/// order mark are skipped); errors name the line.
+pub fn parse_transcript(text: &str, source: &str) -> Result<Transcript, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut events = Vec::new();
+    let mut lines = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        events.push(Event::parse(l).map_err(|e| format!("{source}:{}: {e}", n + 1))?);
+        lines.push(n + 1);
+    }
+    Ok(Transcript {
+        source: source.to_owned(),
+        events,
+        lines,
+    })
 }

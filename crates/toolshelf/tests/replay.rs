@@ -156,3 +156,197 @@ fn bad_transcripts_and_rules_are_named() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("names the parameter \"repo_path\""), "{e}");
 }
+
+/// The last request body of a replay of `lines`.
+fn last_body(name: &str, lines: &str) -> Value {
+    let out = ok(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--transcript",
+        &temp(name, lines),
+    ]);
+    serde_json::from_str(out.lines().last().expect("a body")).expect("json")
+}
+
+#[test]
+fn a_recorded_result_keeps_its_error_flag_and_its_text() {
+    let call = "{\"user\": \"read\"}\n{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/a\"}}}\n";
+    let result = |r: &str| -> Value {
+        let body = last_body("result.jsonl", &format!("{call}{r}\n"));
+        body["messages"][2]["content"][0].clone()
+    };
+    let failed = result("{\"result\": {\"content\": \"ENOENT\", \"is_error\": true}}");
+    assert_eq!(failed["content"], "ENOENT");
+    assert_eq!(failed["is_error"], true, "{failed}");
+    // A call the dry run refuses (not loaded) keeps the recording's verdict: it worked.
+    let body = last_body(
+        "refused.jsonl",
+        "{\"user\": \"log\"}\n{\"call\": {\"name\": \"defer_execute\", \"input\": {\"tool_name\": \"mcp__git__git_log\", \"params\": {\"repo_path\": \"/r\"}}}}\n{\"result\": {\"content\": \"commit abc\"}}\n",
+    );
+    let r = &body["messages"][2]["content"][0];
+    assert_eq!(r["content"], "commit abc");
+    assert!(r.get("is_error").is_none(), "{r}");
+    // Text blocks are the text the model read, one block a line.
+    let blocks = result(
+        "{\"result\": {\"content\": [{\"type\": \"text\", \"text\": \"one\"}, {\"type\": \"text\", \"text\": \"two\"}]}}",
+    );
+    assert_eq!(blocks["content"], "one\ntwo");
+}
+
+#[test]
+fn transcripts_that_cannot_be_replayed_are_refused_with_their_line_and_no_output() {
+    for (name, text, expected) in [
+        (
+            "extra.jsonl",
+            "{\"user\": \"hi\"}\n{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/a\"}}}\n{\"result\": {\"content\": \"x\"}}\n\n{\"result\": {\"content\": \"y\"}}\n",
+            "extra.jsonl:5: a result with no call before it to answer",
+        ),
+        (
+            "orphan.jsonl",
+            "\n{\"user\": \"hi\"}\n{\"assistant\": \"ok\"}\n{\"result\": {\"content\": \"x\"}}\n",
+            "orphan.jsonl:4: a result with no call before it to answer",
+        ),
+        (
+            "remove.jsonl",
+            "{\"user\": \"hi\"}\n{\"tools_changed\": {\"remove\": [\"no_such_tool\"]}}\n{\"user\": \"again\"}\n",
+            "remove.jsonl:2: tools_changed.remove names \"no_such_tool\"",
+        ),
+        (
+            "add.jsonl",
+            "{\"user\": \"hi\"}\n{\"tools_changed\": {\"add\": [{\"description\": \"no name\"}]}}\n{\"user\": \"again\"}\n",
+            "add.jsonl:2: ",
+        ),
+        (
+            "null.jsonl",
+            "{\"user\": \"hi\"}\n{\"tools_changed\": null}\n",
+            "null.jsonl:2: \"tools_changed\" must be an object",
+        ),
+        (
+            "context.jsonl",
+            "{\"user\": \"hi\"}\n{\"context\": \"late\"}\n",
+            "context.jsonl:2: context after the last request",
+        ),
+        (
+            "empty.jsonl",
+            "\n\n",
+            "empty.jsonl: the transcript has no events",
+        ),
+        (
+            "flag.jsonl",
+            "{\"user\": \"hi\"}\n{\"call\": {\"name\": \"Read\", \"input\": {}}}\n{\"result\": {\"content\": \"x\", \"is_error\": \"yes\"}}\n",
+            "flag.jsonl:3: \"result\".is_error must be true or false",
+        ),
+    ] {
+        let out = run(&[
+            "replay",
+            "--ranker",
+            "bm25",
+            "--transcript",
+            &temp(name, text),
+        ]);
+        assert!(!out.status.success(), "{name}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(expected), "{name}: {e}");
+        if name != "add.jsonl" && name != "remove.jsonl" {
+            assert!(
+                out.stdout.is_empty(),
+                "{name}: a malformed file yields no body"
+            );
+        }
+    }
+    let latin = std::env::temp_dir().join(format!(
+        "toolshelf-replay-latin-{}.jsonl",
+        std::process::id()
+    ));
+    std::fs::write(&latin, b"{\"user\": \"hi\"}\n{\"user\": \"h\xe9\"}\n").expect("write");
+    let out = run(&["replay", "--transcript", &latin.display().to_string()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains(".jsonl:2: not valid UTF-8"), "{e}");
+    // A byte order mark is not an event.
+    let bom = temp("bom.jsonl", "\u{feff}{\"user\": \"hi\"}\n");
+    assert_eq!(
+        ok(&["replay", "--ranker", "bm25", "--transcript", &bom])
+            .lines()
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn explain_names_refused_calls_and_the_ranker_is_the_one_asked_for() {
+    let text = ok(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--explain",
+        "--transcript",
+        &temp(
+            "unknown.jsonl",
+            "{\"user\": \"hi\"}\n{\"call\": {\"name\": \"no_such_tool\", \"input\": {}}}\n",
+        ),
+    ]);
+    assert!(text.contains("refused: no_such_tool: unknown"), "{text}");
+    // The default is the gateway's ranker (hybrid); semantic is the embedding alone.
+    let transcript = example("transcript.jsonl");
+    let with = |ranker: Option<&str>| {
+        let mut args = vec!["replay", "--transcript", &transcript];
+        if let Some(r) = ranker {
+            args.extend(["--ranker", r]);
+        }
+        ok(&args)
+    };
+    let default = with(None);
+    assert_eq!(default, with(Some("hybrid")));
+    assert_ne!(default, with(Some("semantic")));
+    assert_ne!(default, with(Some("bm25")));
+}
+
+#[test]
+fn the_ledger_warns_once_follows_tool_changes_and_refuses_window() {
+    let catalog = temp(
+        "warn.json",
+        r#"{"servers": [{"name": "a", "tools": [{"name": "bar", "description": "Bar a thing.", "inputSchema": {"type": "object", "properties": {"x": {"type": "nonsense"}}}}]}]}"#,
+    );
+    let hi = temp("hi.jsonl", "{\"user\": \"hi\"}\n");
+    let out = run(&[
+        "ledger",
+        "--catalog",
+        &catalog,
+        "--transcript",
+        &hi,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(e.matches("mcp__a__bar").count(), 1, "{e}");
+    let out = run(&["ledger", "--transcript", &hi, "--window", "5"]);
+    assert!(!out.status.success());
+    // A tool added mid-session counts in the all-resident surface from then on.
+    let big = format!(
+        "{{\"user\": \"hi\"}}\n{{\"assistant\": \"hello\"}}\n{{\"tools_changed\": {{\"add\": [{{\"name\": \"deploy\", \"description\": \"{}\", \"inputSchema\": {{\"type\": \"object\"}}, \"server\": \"ops\"}}]}}}}\n{{\"user\": \"deploy\"}}\n",
+        "Deploy the app. ".repeat(200)
+    );
+    let v: Value = serde_json::from_str(&ok(&[
+        "ledger",
+        "--ranker",
+        "bm25",
+        "--catalog",
+        &catalog,
+        "--transcript",
+        &temp("grow.jsonl", &big),
+        "--json",
+    ]))
+    .expect("json");
+    let turns = v["turns"].as_array().expect("turns");
+    // all_resident - total + tools: the tokens of the all-resident tool list itself.
+    let extra = |t: &Value| {
+        let n = |k: &str| t[k].as_u64().unwrap_or(0);
+        n("all_resident") + n("tools") - n("total")
+    };
+    assert!(extra(&turns[1]) > extra(&turns[0]) + 500, "{turns:?}");
+}

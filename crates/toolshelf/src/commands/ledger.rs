@@ -12,8 +12,9 @@ use crate::inputs::Source;
 pub struct Args {
     #[command(flatten)]
     source: Source,
-    /// Context window in tokens (default: [defer] window, 200000).
-    #[arg(long, value_name = "TOKENS")]
+    /// Context window in tokens (default: [defer] window, 200000). The one-turn account only:
+    /// --transcript counts what each request sends.
+    #[arg(long, value_name = "TOKENS", conflicts_with = "transcript")]
     window: Option<u64>,
     /// Wire format whose serialized definitions are measured.
     #[arg(long, value_enum, default_value_t)]
@@ -29,6 +30,10 @@ pub struct Args {
     /// With --transcript: the fixed instruction of every request.
     #[arg(long, value_name = "TEXT", default_value = "You are a helpful agent.")]
     system: String,
+    /// With --transcript: the ranker of the replayed tool_search (hybrid, as the gateway and
+    /// the proxy search).
+    #[arg(long, value_enum, default_value_t)]
+    ranker: super::search::Ranker,
 }
 
 fn thousands(n: i64) -> String {
@@ -171,6 +176,7 @@ struct TurnCost {
 
 /// `ledger --transcript`: the whole session's cost.
 fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
+    use std::collections::HashMap;
     use toolshelf_core::request::{Api, Sections, canonical_json};
     use toolshelf_core::tokens::count;
     let api = match args.format {
@@ -190,60 +196,66 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
             Api::OpenAiResponses => super::ApiArg::OpenaiResponses,
         },
         system: args.system.clone(),
-        ranker: super::search::Ranker::Bm25,
+        ranker: args.ranker,
         explain: false,
         json: false,
     };
-    let reports = super::replay::replay(&replay_args)?;
-    // The counterfactual tool list: every visible tool with its schema.
     let l = args.source.load()?;
-    let all: Vec<serde_json::Value> = l
-        .surface
-        .resident
-        .iter()
-        .chain(&l.surface.deferred)
-        .map(|&i| toolshelf_core::wire::definition(&l.catalog.tools()[i], api.tool_format()))
-        .collect();
-    let all_tools = count(&canonical_json(&serde_json::Value::Array(all)));
+    let parsed = super::replay::read_transcript(transcript)?;
+    // Successive requests repeat every earlier message: each distinct one is counted once.
+    let mut tokens: HashMap<String, usize> = HashMap::new();
+    let mut counted = |text: String| -> usize {
+        if let Some(&n) = tokens.get(&text) {
+            return n;
+        }
+        let n = count(&text);
+        tokens.insert(text, n);
+        n
+    };
     let mut turns: Vec<TurnCost> = Vec::new();
-    let mut previous: Option<Sections> = None;
-    for r in &reports {
+    // The previous request's system, tools and messages, as canonical JSON.
+    let mut previous: Option<(String, String, Vec<String>)> = None;
+    // The counterfactual tool list (every visible tool with its schema), per tool set.
+    let mut all_tools: Option<(u64, usize)> = None;
+    super::replay::replay(&replay_args, &l, &parsed, true, &mut |session, r| {
         let body: serde_json::Value = serde_json::from_str(&r.body)?;
         let s = Sections::of(api, &body).map_err(anyhow::Error::msg)?;
-        let system = count(&canonical_json(&s.system));
-        let tools = count(&canonical_json(&s.tools));
-        let message_tokens: Vec<usize> = s
-            .conversation
-            .iter()
-            .map(|m| count(&canonical_json(m)))
-            .collect();
-        let messages: usize = message_tokens.iter().sum();
+        let (system_text, tools_text) = (canonical_json(&s.system), canonical_json(&s.tools));
+        let messages: Vec<String> = s.conversation.iter().map(canonical_json).collect();
+        let system = counted(system_text.clone());
+        let tools = counted(tools_text.clone());
+        let message_tokens: Vec<usize> = messages.iter().map(|m| counted(m.clone())).collect();
+        let generation = session.tools_generation();
+        let all = match all_tools {
+            Some((g, n)) if g == generation => n,
+            _ => {
+                let n = count(&canonical_json(&serde_json::Value::Array(
+                    session.all_resident_tools(),
+                )));
+                all_tools = Some((generation, n));
+                n
+            }
+        };
         let cached = match &previous {
-            Some(p)
-                if canonical_json(&p.system) == canonical_json(&s.system)
-                    && canonical_json(&p.tools) == canonical_json(&s.tools) =>
-            {
-                let shared = p
-                    .conversation
-                    .iter()
-                    .zip(&s.conversation)
-                    .take_while(|(a, b)| canonical_json(a) == canonical_json(b))
-                    .count();
+            Some((ps, pt, pm)) if *ps == system_text && *pt == tools_text => {
+                let shared = pm.iter().zip(&messages).take_while(|(a, b)| a == b).count();
                 system + tools + message_tokens[..shared].iter().sum::<usize>()
             }
             _ => 0,
         };
+        let messages_total: usize = message_tokens.iter().sum();
         turns.push(TurnCost {
             turn: r.turn,
             system,
             tools,
-            messages,
-            total: system + tools + messages,
+            messages: messages_total,
+            total: system + tools + messages_total,
             cached,
-            all_resident: system + all_tools + messages,
+            all_resident: system + all + messages_total,
         });
-        previous = Some(s);
-    }
+        previous = Some((system_text, tools_text, messages));
+        Ok(())
+    })?;
     let sum = |f: fn(&TurnCost) -> usize| turns.iter().map(f).sum::<usize>();
     let (total, cached, all_resident) =
         (sum(|t| t.total), sum(|t| t.cached), sum(|t| t.all_resident));
@@ -285,13 +297,15 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     }
     outln!();
     let share = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let difference = all_resident as i64 - total as i64;
     outln!(
-        "session: {} input tokens, {} of them ({}) served by a prefix cache; all resident: {} ({} more)",
+        "session: {} input tokens, {} of them ({}) served by a prefix cache; all resident: {} ({} {})",
         thousands(total as i64),
         thousands(cached as i64),
         pct(share(cached, total)),
         thousands(all_resident as i64),
-        thousands(all_resident as i64 - total as i64)
+        thousands(difference.abs()),
+        if difference < 0 { "fewer" } else { "more" }
     );
     Ok(())
 }

@@ -5,15 +5,15 @@
 //! or were held back and why, edit the rules, replay again. `prefix-check` then confirms the
 //! bodies keep their cacheable prefix.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use toolshelf_core::replay::{Replay, explain_line, parse_transcript};
+use toolshelf_core::replay::{Replay, Transcript, TurnReport, explain_line, parse_transcript};
 use toolshelf_core::search::SearchIndex;
 
 use super::search::Ranker;
 use super::{ApiArg, errln, outln};
-use crate::inputs::Source;
+use crate::inputs::{Loaded, Source};
 
 /// Arguments of `replay`.
 #[derive(Debug, clap::Args)]
@@ -21,8 +21,8 @@ pub struct Args {
     #[command(flatten)]
     pub source: Source,
     /// The transcript, one JSON object a line: {"user": "..."}, {"assistant": "..."},
-    /// {"call": {"name", "input"}}, {"result": {"content": ...}}, {"context": "..."},
-    /// {"tools_changed": {"add": [...], "remove": [...]}}.
+    /// {"call": {"name", "input"}}, {"result": {"content": ..., "is_error": false}},
+    /// {"context": "..."}, {"tools_changed": {"add": [...], "remove": [...]}}.
     #[arg(long, value_name = "FILE.jsonl")]
     pub transcript: PathBuf,
     /// API of the request bodies.
@@ -31,11 +31,11 @@ pub struct Args {
     /// The fixed instruction (`system`, the first system message, or `instructions`).
     #[arg(long, value_name = "TEXT", default_value = "You are a helpful agent.")]
     pub system: String,
-    /// Ranker for tool_search.
-    #[arg(long, value_enum, default_value_t = Ranker::Bm25)]
+    /// Ranker for tool_search (hybrid, as the gateway and the proxy search).
+    #[arg(long, value_enum, default_value_t)]
     pub ranker: Ranker,
     /// Print, per turn, which reminders fired or were held back and why, which tools were
-    /// activated or expired, and the bytes of each part, instead of the bodies.
+    /// activated, expired or refused, and the bytes of each part, instead of the bodies.
     #[arg(long)]
     pub explain: bool,
     /// With --explain: one JSON object per turn. (Without --explain the output is the request
@@ -44,22 +44,47 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Replays `args`; returns each turn's report.
-pub fn replay(args: &Args) -> Result<Vec<toolshelf_core::replay::TurnReport>> {
-    let loaded = args.source.load()?;
-    let text = std::fs::read_to_string(&args.transcript)
-        .with_context(|| format!("cannot read transcript {}", args.transcript.display()))?;
-    let events = parse_transcript(&text, &args.transcript.display().to_string())
-        .map_err(anyhow::Error::msg)?;
+/// Reads a transcript file; invalid UTF-8 is named by its line.
+pub fn read_transcript(path: &Path) -> Result<Transcript> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read transcript {}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..valid]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
+        anyhow::anyhow!(
+            "{}:{line}: not valid UTF-8 (byte {valid} of the file); a transcript is UTF-8 text",
+            path.display()
+        )
+    })?;
+    parse_transcript(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
+}
+
+/// Replays `transcript` over `loaded` with `args`' format, instruction and ranker, handing each
+/// turn's report to `on_report` as it is made (with bodies only when `bodies`).
+pub fn replay(
+    args: &Args,
+    loaded: &Loaded,
+    transcript: &Transcript,
+    bodies: bool,
+    on_report: &mut dyn FnMut(&Replay<'_>, TurnReport) -> Result<()>,
+) -> Result<()> {
     let ranker = args.ranker;
     let build = move |catalog: &toolshelf_core::Catalog, visible: &[usize]| -> SearchIndex {
         #[cfg(feature = "embed")]
         {
             let mut index = SearchIndex::build(catalog, visible);
-            if ranker != Ranker::Bm25
-                && let Err(e) = toolshelf_embed::attach_bundled(&mut index, catalog)
-            {
-                errln!("toolshelf: warning: semantic ranker unavailable, BM25F alone: {e}");
+            if ranker != Ranker::Bm25 {
+                match toolshelf_embed::attach_bundled(&mut index, catalog) {
+                    Ok(()) if ranker == Ranker::Semantic => index.set_lexical_weight(0.0),
+                    Ok(()) => {}
+                    Err(e) => {
+                        errln!("toolshelf: warning: semantic ranker unavailable, BM25F alone: {e}")
+                    }
+                }
             }
             index
         }
@@ -69,6 +94,12 @@ pub fn replay(args: &Args) -> Result<Vec<toolshelf_core::replay::TurnReport>> {
             SearchIndex::build(catalog, visible)
         }
     };
+    #[cfg(not(feature = "embed"))]
+    if ranker == Ranker::Semantic {
+        bail!(
+            "this build has no embedding model (cargo feature `embed` is off): use --ranker bm25"
+        );
+    }
     // A reminder that names parameters of the tools it points at is refused, not replayed.
     let index = build(
         &loaded.catalog,
@@ -97,17 +128,32 @@ pub fn replay(args: &Args) -> Result<Vec<toolshelf_core::replay::TurnReport>> {
         &build,
         loaded.surface.descriptions().clone(),
     );
-    session.run(&events).map_err(anyhow::Error::msg)
+    session.set_bodies(bodies);
+    // The callback's own error is kept whole; the session's are text.
+    let mut failed: Option<anyhow::Error> = None;
+    let outcome = session.run_transcript(transcript, &mut |s, r| {
+        on_report(s, r).map_err(|e| {
+            let text = e.to_string();
+            failed = Some(e);
+            text
+        })
+    });
+    match (outcome, failed) {
+        (_, Some(e)) => Err(e),
+        (Err(e), None) => Err(anyhow::Error::msg(e)),
+        (Ok(()), None) => Ok(()),
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let reports = replay(&args)?;
-    for r in &reports {
+    let loaded = args.source.load()?;
+    let transcript = read_transcript(&args.transcript)?;
+    replay(&args, &loaded, &transcript, !args.explain, &mut |_, r| {
         match (args.explain, args.json) {
             (false, _) => outln!("{}", r.body),
-            (true, false) => outln!("{}", explain_line(r)),
-            (true, true) => outln!("{}", serde_json::to_string(r)?),
+            (true, false) => outln!("{}", explain_line(&r)),
+            (true, true) => outln!("{}", serde_json::to_string(&r)?),
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
