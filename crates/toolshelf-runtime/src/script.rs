@@ -67,6 +67,10 @@ pub struct RunRequest {
     pub allow_hosts: Vec<String>,
     /// Seconds one HTTP request may take.
     pub http_timeout_secs: u64,
+    /// Seconds the whole run may take (`[scripts] timeout_secs`): the runner ends itself past
+    /// them, even when nothing is left to kill it. 0: no limit of its own.
+    #[serde(default)]
+    pub timeout_secs: u64,
 }
 
 /// What the runner answers: `{"ok": RESULT}` or `{"error": TEXT}`.
@@ -124,7 +128,16 @@ pub fn run(request: &RunRequest) -> RunResponse {
         limits,
     ) {
         Ok(v) => RunResponse::Ok(v),
-        Err(e) => RunResponse::Error(e.to_string()),
+        // The stubs' own words are about descriptions; a run is told what it has instead.
+        Err(e) => match &e.kind {
+            template::TemplateErrorKind::Stub(name) => RunResponse::Error(format!(
+                "{}: {}{}: uses {name}, which a script's run cannot: of the outside world it has time, random and http only",
+                e.owner,
+                e.what,
+                e.line.map(|l| format!(" line {l}")).unwrap_or_default()
+            )),
+            _ => RunResponse::Error(e.to_string()),
+        },
     }
 }
 
@@ -320,6 +333,7 @@ mod tests {
             max_call_depth: 50,
             allow_hosts: vec!["127.0.0.1:9".into()],
             http_timeout_secs: 2,
+            timeout_secs: 0,
         }
     }
 
@@ -381,7 +395,9 @@ mod tests {
                 panic!("{stub} ran")
             };
             assert!(
-                e.contains(&format!("script line 2: uses {stub},")),
+                e.contains(&format!(
+                    "script line 2: uses {stub}, which a script's run cannot: of the outside world it has time, random and http only"
+                )),
                 "{stub}: {e}"
             );
         }

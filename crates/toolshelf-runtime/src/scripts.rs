@@ -32,6 +32,15 @@ use crate::script::{Job, RunRequest, RunResponse};
 /// The subcommand of the toolshelf binary that runs one script call.
 pub const RUNNER_SUBCOMMAND: &str = "__script-run";
 
+/// How many scripts are defined at once when the scripts server starts.
+pub const DEFINING_AT_ONCE: usize = 4;
+
+/// The longest the scripts server may take to define `scripts` scripts, each allowed
+/// `timeout_secs`: the gateway's start-up timeout for it.
+pub fn defining_time(scripts: usize, timeout_secs: u64) -> u64 {
+    scripts.div_ceil(DEFINING_AT_ONCE) as u64 * timeout_secs + 10
+}
+
 /// `[tools.NAME] script` paths resolved against the configuration's directory, in name order.
 pub fn script_paths(config: &Config, config_dir: &Path) -> Vec<(String, PathBuf)> {
     config
@@ -83,10 +92,11 @@ pub fn read_sources(config: &Config, config_dir: &Path) -> Result<Vec<Source>, S
     Ok(out)
 }
 
-/// A digest of the scripts' sources, so that a catalog cache keyed by launch settings is not
-/// reused for changed scripts.
-pub fn sources_digest(sources: &[Source]) -> String {
-    let mut all = String::new();
+/// A digest of the scripts' sources and of the `settings` their definitions depend on (template
+/// values, limits), so that a catalog cache keyed by launch settings is not reused for changed
+/// scripts or settings.
+pub fn sources_digest(sources: &[Source], settings: &str) -> String {
+    let mut all = format!("{settings}\0");
     for s in sources {
         all.push_str(&s.name);
         all.push('\0');
@@ -183,6 +193,7 @@ impl Runner {
             max_call_depth: l.max_call_depth,
             allow_hosts: l.allow_hosts.clone(),
             http_timeout_secs: l.timeout_secs,
+            timeout_secs: l.timeout_secs,
         };
         let input = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         // The address-space limit is set by the shell the runner is started from, so the
@@ -291,52 +302,61 @@ pub struct ScriptTools {
 }
 
 impl ScriptTools {
-    /// Defines every script of `sources` ([`read_sources`]), each in a runner. A script that does
-    /// not define itself (an error, a limit reached) is still listed, so the others are
-    /// unaffected: its description says why it is unavailable, and every call fails with that.
+    /// Defines every script of `sources` ([`read_sources`]), each in a runner, up to
+    /// [`DEFINING_AT_ONCE`] at a time, so that a slow script holds up its own slot only. A script
+    /// that does not define itself (an error, a limit reached) is still listed, so the others
+    /// are unaffected: its description says why it is unavailable, and every call fails with
+    /// that. The tools keep the sources' order.
     pub async fn define(sources: Vec<Source>, runner: Runner) -> Self {
-        let mut tools = Vec::new();
-        for s in sources {
-            let canonical = name::mcp_name(SCRIPTS_SERVER, &name::tool_segment(&s.name));
-            let owner = format!("script tool {canonical:?} ({})", s.path);
-            let defined = runner
-                .exec(
-                    Job::Define,
-                    &owner,
-                    &s.text,
-                    runner.pkg(Some(SCRIPTS_SERVER), &s.name, "", None),
-                    Value::Null,
-                )
-                .await
-                .and_then(|def| {
-                    let description = def["description"].as_str().unwrap_or_default().to_owned();
-                    match def["schema"].as_object() {
-                        Some(schema) => Ok((description, schema.clone())),
-                        None => Err(format!("{owner}: the runner gave no schema")),
-                    }
-                });
-            let (description, schema, broken) = match defined {
-                Ok((d, schema)) => (d, schema, None),
-                Err(e) => {
-                    tracing::warn!("{e}");
-                    (
-                        format!("This script tool is unavailable: {e}"),
-                        toolshelf_core::catalog::empty_object_schema(),
-                        Some(e),
-                    )
-                }
-            };
-            tools.push(ScriptTool {
-                pkg: runner.pkg(Some(SCRIPTS_SERVER), &s.name, &description, Some(&schema)),
-                name: s.name,
-                owner,
-                source: s.text,
-                description,
-                schema,
-                broken,
-            });
-        }
+        use futures_util::StreamExt as _;
+        let runner_ref = &runner;
+        let tools = futures_util::stream::iter(sources)
+            .map(|s| Self::define_one(s, runner_ref))
+            .buffered(DEFINING_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await;
         Self { tools, runner }
+    }
+
+    async fn define_one(s: Source, runner: &Runner) -> ScriptTool {
+        let canonical = name::mcp_name(SCRIPTS_SERVER, &name::tool_segment(&s.name));
+        let owner = format!("script tool {canonical:?} ({})", s.path);
+        let defined = runner
+            .exec(
+                Job::Define,
+                &owner,
+                &s.text,
+                runner.pkg(Some(SCRIPTS_SERVER), &s.name, "", None),
+                Value::Null,
+            )
+            .await
+            .and_then(|def| {
+                let description = def["description"].as_str().unwrap_or_default().to_owned();
+                match def["schema"].as_object() {
+                    Some(schema) => Ok((description, schema.clone())),
+                    None => Err(format!("{owner}: the runner gave no schema")),
+                }
+            });
+        let (description, schema, broken) = match defined {
+            Ok((d, schema)) => (d, schema, None),
+            Err(e) => {
+                tracing::warn!("{e}");
+                (
+                    format!("This script tool is unavailable: {e}"),
+                    toolshelf_core::catalog::empty_object_schema(),
+                    Some(e),
+                )
+            }
+        };
+        ScriptTool {
+            pkg: runner.pkg(Some(SCRIPTS_SERVER), &s.name, &description, Some(&schema)),
+            name: s.name,
+            owner,
+            source: s.text,
+            description,
+            schema,
+            broken,
+        }
     }
 
     /// The tools as catalog items of the `scripts` group: `{name, description, input_schema}`.

@@ -326,6 +326,72 @@ async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_template_value_is_not_served_from_the_cache() {
+    let s = Scratch::new("scripts-cache-key");
+    s.write(
+        "echo.star",
+        "description = 'Echo for ' + pkg.team\nschema = {}\ndef run(p):\n    return 'x'\n",
+    );
+    let config = |team: &str| {
+        s.write(
+            "toolshelf.toml",
+            &format!(
+                "[tools.echo]\nscript = \"echo.star\"\n[template.vars]\nteam = \"{team}\"\n{}",
+                files_sections(&s)
+            ),
+        )
+    };
+    for team in ["payments", "billing"] {
+        let client = stdio_client(&config(team), TestClient::default()).await;
+        let found = ok(&search(&client, json!({"tool_names": ["mcp__scripts__echo"]})).await);
+        assert!(
+            found.contains(&format!("Echo for {team}")),
+            "{team}: {found}"
+        );
+        client.cancel().await.expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_slow_to_define_leave_the_others_listed() {
+    // Four scripts that spin while being defined, each stopped at 8 s: one after another they
+    // would outlast any fixed start-up wait of 30 s.
+    let s = Scratch::new("scripts-slow-define");
+    let spin_at_top = "description = 'Never done.'\nschema = {}\nn = 0\nfor i in range(1000000000):\n    for j in range(1000000000):\n        n += 1\ndef run(p):\n    return n\n";
+    let mut tools = String::new();
+    for k in 0..4 {
+        s.write(&format!("slow{k}.star"), spin_at_top);
+        tools.push_str(&format!("[tools.slow{k}]\nscript = \"slow{k}.star\"\n"));
+    }
+    s.write(
+        "good.star",
+        "description = 'Says hi.'\nschema = {}\ndef run(p):\n    return 'hi'\n",
+    );
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{tools}[tools.good]\nscript = \"good.star\"\n\
+             [scripts]\nmax_steps = 1000000000000\ntimeout_secs = 8\n{}",
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__scripts__good"]})).await);
+    assert_eq!(
+        ok(&exec(&client, "mcp__scripts__good", json!({})).await).trim(),
+        "hi",
+        "the good script is defined and runs"
+    );
+    let found = ok(&search(&client, json!({"tool_names": ["mcp__scripts__slow0"]})).await);
+    assert!(
+        found.contains("This script tool is unavailable")
+            && found.contains("the time limit of 8 s ([scripts] timeout_secs)"),
+        "{found}"
+    );
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_past_its_time_is_killed_and_the_next_call_runs() {
     let s = Scratch::new("scripts-slow");
     s.write("slow.star", SPIN);
@@ -359,6 +425,112 @@ async fn a_script_past_its_time_is_killed_and_the_next_call_runs() {
         "1"
     );
     client.cancel().await.expect("close");
+}
+
+/// Processes whose environment holds `mark`.
+fn marked_processes(mark: &str) -> Vec<String> {
+    let needle = format!("TOOLSHELF_TEST_MARK={mark}");
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == needle.as_bytes()))
+        })
+        .map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).replace('\0', " ")
+        })
+        .collect()
+}
+
+#[test]
+fn a_running_script_does_not_outlive_its_gateway() {
+    use std::io::{BufRead as _, Write as _};
+    let s = Scratch::new("scripts-orphan");
+    s.write("slow.star", SPIN);
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[tools.slow]\nscript = \"slow.star\"\n\
+             [scripts]\nmax_steps = 1000000000000\ntimeout_secs = 600\n{}",
+            files_sections(&s)
+        ),
+    );
+    let mark = format!("orphan-{}", std::process::id());
+    // A client that ends by closing the gateway's stdin, so that the gateway shuts down on its
+    // own and stops its scripts server.
+    let mut gateway = std::process::Command::new(TOOLSHELF)
+        .args(["serve", "--config", &cfg])
+        .env("TOOLSHELF_LOG", "warn")
+        .env("TOOLSHELF_TEST_MARK", &mark)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn toolshelf serve");
+    let mut stdin = gateway.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(gateway.stdout.take().expect("stdout"));
+    let mut send = |v: Value| writeln!(stdin, "{v}").expect("write");
+    let mut answer = |id: u64| loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).expect("read") > 0,
+            "the gateway ended"
+        );
+        let v: Value = serde_json::from_str(&line).expect("json");
+        if v["id"] == id {
+            return v;
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    answer(1);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "tool_search", "arguments": {"tool_names": ["mcp__scripts__slow"]}}}),
+    );
+    answer(2);
+    send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "defer_execute", "arguments": {"tool_name": "mcp__scripts__slow", "params": {}}}}),
+    );
+    let runner = || {
+        marked_processes(&mark)
+            .iter()
+            .any(|p| p.contains("__script-run"))
+    };
+    for _ in 0..100 {
+        if runner() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        runner(),
+        "the run is under way: {:?}",
+        marked_processes(&mark)
+    );
+    drop(stdin);
+    let status = gateway.wait().expect("the gateway ends");
+    assert!(status.success(), "{status}");
+    let mut left = marked_processes(&mark);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = marked_processes(&mark);
+    }
+    assert!(left.is_empty(), "still running: {left:?}");
 }
 
 /// A `tool_define` call's params.

@@ -134,7 +134,20 @@ fn add_script_server(config: &mut Config, path: &Path) -> Result<()> {
     let path = std::fs::canonicalize(path)
         .with_context(|| format!("cannot resolve config {}", path.display()))?;
     let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
-    let digest = scripts::sources_digest(&scripts::sources(config, &dir)?);
+    let sources = scripts::sources(config, &dir)?;
+    // The cached tool list holds the rendered descriptions, which read the template values
+    // (the workspace defaulting to the directory the gateway runs in) and run under the script
+    // limits: a change to any of them is a new list.
+    let workspace = config.template.workspace.clone().or_else(|| {
+        std::env::current_dir()
+            .ok()
+            .map(|d| d.display().to_string())
+    });
+    let settings = format!(
+        "{:?}\0{workspace:?}\0{:?}",
+        config.template.vars, config.scripts
+    );
+    let digest = scripts::sources_digest(&sources, &settings);
     let exe = std::env::current_exe().context("cannot find the toolshelf binary")?;
     let timeout = config.scripts.timeout_secs;
     config.servers.insert(
@@ -150,7 +163,8 @@ fn add_script_server(config: &mut Config, path: &Path) -> Result<()> {
             cwd: None,
             url: None,
             description: Some("Tools defined by Starlark scripts of this configuration.".into()),
-            startup_timeout_secs: 30,
+            // Defining the scripts takes at most this long; past it something hangs.
+            startup_timeout_secs: toolshelf_runtime::scripts::defining_time(sources.len(), timeout),
             // The runner's own time limit decides; this only catches a runner that hangs.
             call_timeout_secs: Some(timeout + 10),
             restart_delay_secs: 1,
@@ -196,6 +210,23 @@ pub fn run_script() -> Result<()> {
     std::io::stdin().read_to_end(&mut input)?;
     let request: toolshelf_runtime::script::RunRequest =
         serde_json::from_slice(&input).context("the script runner's input is not a run request")?;
+    // The scripts server kills a run past its time, but it may itself be killed first (its
+    // gateway stopped): then nothing would. So the runner ends itself when its parent is gone or
+    // its time is up.
+    let parent = std::os::unix::process::parent_id();
+    let deadline = (request.timeout_secs > 0).then(|| {
+        std::time::Instant::now() + std::time::Duration::from_secs(request.timeout_secs + 1)
+    });
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if std::os::unix::process::parent_id() != parent
+                || deadline.is_some_and(|d| std::time::Instant::now() > d)
+            {
+                std::process::exit(124);
+            }
+        }
+    });
     let response = toolshelf_runtime::script::run(&request);
     println!("{}", serde_json::to_string(&response)?);
     Ok(())
