@@ -81,12 +81,20 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// Checks a definition against `catalog` (the session's) and the limits, `defined` being how many
-/// tools the model has defined in this session so far. Returns the new tool (its catalog item has
-/// `origin: "model"`), or the refusal the model reads.
+/// Checks a definition against `catalog` (the session's, with its `exposure`) and the limits,
+/// `defined` being how many tools the model has defined in this session so far. Returns the new
+/// tool (its catalog item has `origin: "model"`), or the refusal the model reads.
+///
+/// A name with `__` is refused: that is the form of MCP servers' tools (`mcp__server__tool`),
+/// and a model's tool in a server's namespace would meet the rules written for that server and
+/// take the name its real tool comes back with. A name is taken when it is a tool's canonical
+/// name (with `__` refused, only a built-in's, which are no secret) or the bare name of a tool
+/// the session can see; a hidden tool's bare name is not reported taken, so that `tool_define`
+/// cannot tell hidden tools from absent ones.
 pub fn check(
     params: &Map<String, Value>,
     catalog: &Catalog,
+    exposure: &crate::policy::Exposure,
     limits: &AuthoringConfig,
     defined: usize,
 ) -> Result<Authored, String> {
@@ -98,9 +106,19 @@ pub fn check(
             "tool_define: {name:?} is not a tool name (a letter, then letters, digits, _ or -; at most 64 characters)"
         ));
     }
-    if !matches!(catalog.resolve(name), Resolution::NotFound)
-        || crate::name::META_TOOLS.contains(&name)
-    {
+    if name.contains("__") {
+        return Err(format!(
+            "tool_define: {name:?}: names with \"__\" are kept for MCP servers' tools (mcp__server__tool); choose a name without it"
+        ));
+    }
+    let visible = |i: usize| exposure.decisions[i].state != crate::policy::State::Hidden;
+    let taken = match catalog.resolve(name) {
+        Resolution::Exact(_) => true,
+        Resolution::Bare(i) => visible(i),
+        Resolution::Ambiguous(all) => all.into_iter().any(visible),
+        Resolution::NotFound => false,
+    };
+    if taken || crate::name::META_TOOLS.contains(&name) {
         return Err(format!(
             "tool_define: a tool named {name:?} exists already; choose another name"
         ));
@@ -126,7 +144,7 @@ pub fn check(
     }
     crate::template::check_syntax(&args.script, &format!("tool_define {name:?}"))
         .map_err(|e| e.to_string())?;
-    if !args.script.contains("def run(") {
+    if !crate::template::defines_function(&args.script, "run") {
         return Err(format!(
             "tool_define: the script of {name:?} must define `def run(params): ...`"
         ));
@@ -216,6 +234,17 @@ fn starlark_literal(v: &Value) -> String {
 mod tests {
     use super::*;
 
+    /// The exposure of `catalog` under `config` (TOML).
+    fn exposure(catalog: &Catalog, config: &str) -> crate::policy::Exposure {
+        crate::compile::Compiled::new(
+            crate::config::Config::from_toml_str(config, "t.toml").expect("config"),
+            "t.toml",
+            None,
+        )
+        .expect("compiles")
+        .expose(catalog)
+    }
+
     fn limits() -> AuthoringConfig {
         AuthoringConfig {
             enabled: true,
@@ -249,7 +278,7 @@ mod tests {
         );
         let mut limits = limits();
         limits.max_description_chars = 100;
-        let tool = check(&p, &catalog, &limits, 0).expect("defines");
+        let tool = check(&p, &catalog, &exposure(&catalog, ""), &limits, 0).expect("defines");
         let file = script_file(&tool, "session s-1");
         assert!(file.contains("[tools.greet]"), "{file}");
         let def = crate::template::script_definition(
@@ -265,11 +294,19 @@ mod tests {
 
     #[test]
     fn a_definition_is_checked_against_the_names_and_the_limits() {
-        let catalog = Catalog::from_value(&json!([{"name": "Read"}]), "c").expect("catalog");
+        let catalog = Catalog::from_value(
+            &json!({"builtin": [{"name": "Read"}], "servers": [
+                {"name": "srv", "tools": [{"name": "send", "inputSchema": {"type": "object"}},
+                                          {"name": "secret", "inputSchema": {"type": "object"}}]}]}),
+            "c",
+        )
+        .expect("catalog");
+        let exposure = exposure(&catalog, "[permissions]\ndeny = [\"^mcp__srv__secret$\"]\n");
         let ok = "def run(params):\n    return len(params['text'].split())\n";
         let tool = check(
             &params("word_count", "Counts words.", ok),
             &catalog,
+            &exposure,
             &limits(),
             0,
         )
@@ -279,6 +316,17 @@ mod tests {
         for (p, defined, says) in [
             (params("Read", "x", ok), 0, "exists already"),
             (params("tool_search", "x", ok), 0, "exists already"),
+            (params("send", "x", ok), 0, "exists already"),
+            (
+                params("mcp__srv__send", "x", ok),
+                0,
+                "kept for MCP servers' tools",
+            ),
+            (
+                params("mcp__other__x", "x", ok),
+                0,
+                "kept for MCP servers' tools",
+            ),
             (params("9lives", "x", ok), 0, "is not a tool name"),
             (params("a", "x", ok), 2, "[authoring] max_tools"),
             (
@@ -297,13 +345,39 @@ mod tests {
                 0,
                 "must define `def run(params)",
             ),
+            (
+                params("a", "x", "# def run(params)\nx = 1\n"),
+                0,
+                "must define `def run(params)",
+            ),
+            (
+                params(
+                    "a",
+                    "x",
+                    "def helper():\n    def run(params):\n        return 1\n    return run\n",
+                ),
+                0,
+                "must define `def run(params)",
+            ),
         ] {
-            let e = check(&p, &catalog, &limits(), defined).expect_err(says);
+            let e = check(&p, &catalog, &exposure, &limits(), defined).expect_err(says);
             assert!(e.contains(says), "{says}: {e}");
         }
         let mut bad = params("a", "x", ok);
         bad.insert("schema".into(), json!({"type": "string"}));
-        let e = check(&bad, &catalog, &limits(), 0).expect_err("schema");
+        let e = check(&bad, &catalog, &exposure, &limits(), 0).expect_err("schema");
         assert!(e.contains("must describe an object"), "{e}");
+        // A hidden tool's bare name reads as free, as an absent one does; `def run (params)`
+        // with a space is a definition of `run`.
+        for name in ["secret", "nothing_here"] {
+            check(
+                &params(name, "x", "def run (params):\n    return 1\n"),
+                &catalog,
+                &exposure,
+                &limits(),
+                0,
+            )
+            .expect(name);
+        }
     }
 }

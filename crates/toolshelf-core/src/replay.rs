@@ -694,6 +694,7 @@ impl<'a> Replay<'a> {
         let item = match authoring::check(
             params,
             &self.catalog,
+            &self.exposure,
             &self.compiled.config().authoring,
             self.defined,
         ) {

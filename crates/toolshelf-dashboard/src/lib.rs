@@ -422,8 +422,8 @@ pub struct ServerRow {
     pub transport: String,
     /// Pid, if running.
     pub pid: String,
-    /// Failures so far.
-    pub failures: u32,
+    /// Failed starts and crashes since the gateway started.
+    pub failures: u64,
     /// Why it failed.
     pub reason: String,
 }

@@ -80,8 +80,11 @@ pub struct ServerStatus {
     pub pid: Option<u32>,
     /// `stdio` or `http`.
     pub transport: String,
-    /// Failed starts and crashes so far.
+    /// Failed starts and crashes since it was last ready (what its restart delay follows).
     pub failures: u32,
+    /// Failed starts and crashes since the gateway started.
+    #[serde(default)]
+    pub failures_total: u64,
 }
 
 struct Inner {
@@ -96,6 +99,8 @@ struct Inner {
     /// Description for the index: configured, else the server's instructions.
     description: String,
     failures: u32,
+    /// Every failure so far; `failures` counts only those since the server was last ready.
+    failures_total: u64,
     retry_at: Option<Instant>,
     /// Bumped per connection, so a stale watcher cannot mark a newer connection failed.
     generation: u64,
@@ -164,6 +169,7 @@ impl Downstream {
                 skipped: Vec::new(),
                 description,
                 failures: 0,
+                failures_total: 0,
                 retry_at: None,
                 generation: 0,
                 fault: None,
@@ -234,6 +240,7 @@ impl Downstream {
             }
             .into(),
             failures: i.failures,
+            failures_total: i.failures_total,
         }
     }
 
@@ -309,6 +316,7 @@ impl Downstream {
                 let failures = {
                     let mut i = self.lock();
                     i.failures += 1;
+                    i.failures_total += 1;
                     i.retry_at = Some(Instant::now() + self.delay(i.failures));
                     i.state = ServerState::Failed(reason.clone());
                     i.failures
@@ -447,6 +455,7 @@ impl Downstream {
                 return;
             }
             i.failures += 1;
+            i.failures_total += 1;
             i.retry_at = Some(Instant::now() + self.delay(i.failures));
             i.fault = None;
             i.state = ServerState::Failed(why.clone());

@@ -97,7 +97,7 @@ pub fn servers(statuses: &[ServerStatus]) {
             let on = if s.state == state { 1.0 } else { 0.0 };
             gauge!(SERVER_STATE, "server" => s.name.clone(), "state" => state).set(on);
         }
-        counter!(SERVER_FAILURES, "server" => s.name.clone()).absolute(u64::from(s.failures));
+        counter!(SERVER_FAILURES, "server" => s.name.clone()).absolute(s.failures_total);
     }
 }
 
@@ -129,7 +129,8 @@ mod tests {
                 tools: None,
                 pid: None,
                 transport: "stdio".into(),
-                failures: 2,
+                failures: 1,
+                failures_total: 2,
             }]);
         });
         let text = handle.render();

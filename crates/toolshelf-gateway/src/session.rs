@@ -710,7 +710,13 @@ impl GatewaySession {
     async fn define(&self, snap: &Snapshot, params: &Map<String, Value>) -> CallToolResult {
         let limits = &self.hub.config().authoring;
         let mut local = self.local.lock().await;
-        let tool = match authoring::check(params, &snap.catalog, limits, local.authored.len()) {
+        let tool = match authoring::check(
+            params,
+            &snap.catalog,
+            &snap.exposure,
+            limits,
+            local.authored.len(),
+        ) {
             Ok(tool) => tool,
             Err(e) => return error_result(e),
         };

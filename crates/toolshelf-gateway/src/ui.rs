@@ -79,7 +79,7 @@ fn servers(hub: &Hub) -> ServersPage {
                 tools: s.tools.map(|n| n.to_string()).unwrap_or_default(),
                 transport: s.transport,
                 pid: s.pid.map(|p| p.to_string()).unwrap_or_default(),
-                failures: s.failures,
+                failures: s.failures_total,
                 reason: s.reason.unwrap_or_default(),
             })
             .collect(),

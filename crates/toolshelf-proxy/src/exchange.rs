@@ -959,7 +959,13 @@ impl Turn {
     ) -> (String, bool) {
         let session = &mut self.prepared.session;
         let limits = &proxy.compiled.config().authoring;
-        let tool = match authoring::check(params, &shelf.catalog, limits, session.authored.len()) {
+        let tool = match authoring::check(
+            params,
+            &shelf.catalog,
+            &shelf.exposure,
+            limits,
+            session.authored.len(),
+        ) {
             Ok(tool) => tool,
             Err(e) => return (e, true),
         };

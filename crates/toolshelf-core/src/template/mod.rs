@@ -286,6 +286,23 @@ pub fn check_syntax(source: &str, owner: &str) -> Result<(), TemplateError> {
     parse(source, owner).map(drop)
 }
 
+/// Whether `source` parses and defines a function `name` at its top level (not in a comment, a
+/// string or another function).
+pub fn defines_function(source: &str, name: &str) -> bool {
+    use starlark::syntax::ast::Stmt;
+    let Ok(ast) = parse(source, "") else {
+        return false;
+    };
+    let top = ast.statement();
+    let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
+        Stmt::Statements(all) => all.iter().collect(),
+        _ => vec![top],
+    };
+    statements
+        .into_iter()
+        .any(|s| matches!(&s.node, Stmt::Def(d) if d.name.node.ident == name))
+}
+
 /// Renders `source` for `owner` with the package values `pkg` and the session's values.
 pub fn render(
     source: &str,
