@@ -203,7 +203,15 @@ impl GatewaySession {
         }
         self.hub.settled().await;
         let snap = self.hub.snapshot();
-        let (list, described) = self.session_tools(&snap, client)?;
+        // A template runs to its step budget, which is work enough to hold a runtime worker (and
+        // every session waiting on it) for a while: it renders on a blocking thread.
+        let (hub, id, rendered) = (self.hub.clone(), self.id.clone(), snap.clone());
+        let (list, described) =
+            tokio::task::spawn_blocking(move || Self::session_tools(&hub, &id, &rendered, client))
+                .await
+                .map_err(|e| {
+                    ErrorData::internal_error(format!("rendering the tool list failed: {e}"), None)
+                })??;
         let list = Arc::new(list);
         local.described = described;
         local.state.freeze(snap.visible.clone(), || FrozenSurface {
@@ -216,11 +224,12 @@ impl GatewaySession {
 
     /// The session's tool list and the descriptions its templates rendered (by canonical name).
     fn session_tools(
-        &self,
+        hub: &Hub,
+        id: &str,
         snap: &Snapshot,
         client: Option<String>,
     ) -> Result<(Vec<Tool>, std::collections::BTreeMap<String, String>), ErrorData> {
-        let compiled = self.hub.compiled();
+        let compiled = hub.compiled();
         if !compiled.templates().any(&snap.catalog) {
             return Ok((snap.tools_list.clone(), Default::default()));
         }
@@ -237,7 +246,7 @@ impl GatewaySession {
                 Ok((list, described))
             }
             Err(e) => {
-                tracing::error!("session {}: {e}", self.id);
+                tracing::error!("session {id}: {e}");
                 Err(ErrorData::internal_error(e.to_string(), None))
             }
         }

@@ -162,8 +162,15 @@ pub async fn prepare(
     let fresh = match state.frozen() {
         Some(f) if f.format == api_name => None,
         _ => {
-            let (tools, described) =
-                shelf.session_tools(dialect, &proxy.compiled, &session_values(proxy, client))?;
+            // A template runs to its step budget, which is work enough to hold a runtime worker
+            // (and every request waiting on it) for a while: it renders on a blocking thread.
+            let (rendering, compiled) = (shelf.clone(), proxy.compiled.clone());
+            let values = session_values(proxy, client);
+            let (tools, described) = tokio::task::spawn_blocking(move || {
+                rendering.session_tools(dialect, &compiled, &values)
+            })
+            .await
+            .map_err(|e| format!("rendering the tool list failed: {e}"))??;
             if state.frozen().is_none() {
                 session.described = described;
             }
