@@ -1040,6 +1040,20 @@ fn check_template_renders_a_clean_template() {
         String::from_utf8_lossy(&out.stdout).contains("broken.star: description template line"),
         "{out:?}"
     );
+    // What cannot be checked at all is status 2: a missing file, a configuration the gateway
+    // would refuse (a [template.vars] value the catalog fills in).
+    let out = run(&["check-template", "/nonexistent/t.star"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let config = temp_file(
+        "vars.toml",
+        "[template.vars]\ndescription = \"overridden\"\n",
+    );
+    let out = run(&["check-template", &file, "--config", &config]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a value the catalog fills in"),
+        "{out:?}"
+    );
 }
 
 #[test]

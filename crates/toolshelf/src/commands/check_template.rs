@@ -82,6 +82,9 @@ pub fn run(args: Args) -> Result<bool> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
         let config = Config::from_toml_str(&text, &path.display().to_string())?;
+        // The values the gateway would refuse are refused here too.
+        toolshelf_core::template::Templates::new(&config)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         pkg.extend(config.template.vars);
         configured = config.template.workspace;
     }
