@@ -54,8 +54,14 @@ struct Local {
     /// The hub's snapshot it was built on, and the session's view with `authored` in it.
     overlay: Option<(Arc<Snapshot>, Arc<Snapshot>)>,
     /// Descriptions rendered from templates when the list froze, by canonical name: search
-    /// results show them too.
+    /// results show them too. A tool that arrives later gets its rendering when a search first
+    /// runs on a snapshot that has it (see `GatewaySession::described`); a rendering is never
+    /// replaced, so a tool reads the same for the whole session.
     described: std::collections::BTreeMap<String, String>,
+    /// The session's template values, once its list froze.
+    values: Option<toolshelf_core::template::SessionValues>,
+    /// The snapshot `described` covers.
+    described_on: Option<Arc<Snapshot>>,
 }
 
 /// One client session.
@@ -205,15 +211,28 @@ impl GatewaySession {
         let snap = self.hub.snapshot();
         // A template runs to its step budget, which is work enough to hold a runtime worker (and
         // every session waiting on it) for a while: it renders on a blocking thread.
-        let (hub, id, rendered) = (self.hub.clone(), self.id.clone(), snap.clone());
+        let compiled = self.hub.compiled();
+        let values = toolshelf_core::template::SessionValues {
+            mode: compiled.mode().map(str::to_owned),
+            client,
+            workspace: toolshelf_runtime::files::workspace(compiled.templates().workspace()),
+        };
+        let (hub, id, rendered, given) = (
+            self.hub.clone(),
+            self.id.clone(),
+            snap.clone(),
+            values.clone(),
+        );
         let (list, described) =
-            tokio::task::spawn_blocking(move || Self::session_tools(&hub, &id, &rendered, client))
+            tokio::task::spawn_blocking(move || Self::session_tools(&hub, &id, &rendered, &given))
                 .await
                 .map_err(|e| {
                     ErrorData::internal_error(format!("rendering the tool list failed: {e}"), None)
                 })??;
         let list = Arc::new(list);
         local.described = described;
+        local.values = Some(values);
+        local.described_on = Some(snap.clone());
         local.state.freeze(snap.visible.clone(), || FrozenSurface {
             format: "mcp".into(),
             tools: serde_json::to_string(list.as_ref()).unwrap_or_default(),
@@ -222,23 +241,58 @@ impl GatewaySession {
         Ok(list)
     }
 
+    /// The session's renderings of its tools' descriptions on `snap`: those made when its list
+    /// froze, and for tools that arrived since (a server that came up later), their templates
+    /// rendered now with the session's values. A template that fails for a late tool is logged
+    /// and the tool shows the catalog's description.
+    async fn described(&self, snap: &Arc<Snapshot>) -> std::collections::BTreeMap<String, String> {
+        let mut local = self.local.lock().await;
+        let current = local
+            .described_on
+            .as_ref()
+            .is_none_or(|s| Arc::ptr_eq(s, snap));
+        let Some(values) = local.values.clone().filter(|_| !current) else {
+            return local.described.clone();
+        };
+        local.described_on = Some(snap.clone());
+        if !self.hub.compiled().templates().any(&snap.catalog) {
+            return local.described.clone();
+        }
+        let (hub, rendered) = (self.hub.clone(), snap.clone());
+        let outcome = tokio::task::spawn_blocking(move || {
+            hub.compiled()
+                .templates()
+                .render(&rendered.catalog, &rendered.exposure, &values)
+                .map(|d| d.tools_by_name(&rendered.catalog))
+        })
+        .await;
+        match outcome {
+            Ok(Ok(fresh)) => {
+                for (name, text) in fresh {
+                    local.described.entry(name).or_insert(text);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(
+                "session {}: a tool that arrived after its list froze keeps the catalog's description: {e}",
+                self.id
+            ),
+            Err(e) => tracing::warn!("session {}: rendering failed: {e}", self.id),
+        }
+        local.described.clone()
+    }
+
     /// The session's tool list and the descriptions its templates rendered (by canonical name).
     fn session_tools(
         hub: &Hub,
         id: &str,
         snap: &Snapshot,
-        client: Option<String>,
+        values: &toolshelf_core::template::SessionValues,
     ) -> Result<(Vec<Tool>, std::collections::BTreeMap<String, String>), ErrorData> {
         let compiled = hub.compiled();
         if !compiled.templates().any(&snap.catalog) {
             return Ok((snap.tools_list.clone(), Default::default()));
         }
-        let values = toolshelf_core::template::SessionValues {
-            mode: compiled.mode().map(str::to_owned),
-            client,
-            workspace: toolshelf_runtime::files::workspace(compiled.templates().workspace()),
-        };
-        match compiled.session_surface(&snap.catalog, &snap.exposure, &values) {
+        match compiled.session_surface(&snap.catalog, &snap.exposure, values) {
             Ok(surface) => {
                 let described = surface.descriptions().tools_by_name(&snap.catalog);
                 let list =
@@ -288,10 +342,8 @@ impl GatewaySession {
         let started = Instant::now();
         let snap = self.snapshot().await;
         let ttl = self.hub.config().session.activation_ttl_calls;
-        let (held, described) = {
-            let local = self.local.lock().await;
-            (local.state.active_names(ttl), local.described.clone())
-        };
+        let described = self.described(&snap).await;
+        let held = self.local.lock().await.state.active_names(ttl);
         let active = |name: &str| held.binary_search_by(|h| h.as_str().cmp(name)).is_ok();
         let mut outcome = tool_search(
             &snap,

@@ -410,6 +410,30 @@ async fn tools_of_a_server_that_starts_late_are_reachable_from_a_frozen_list() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_tool_shows_its_template_in_a_session_that_froze_before_it() {
+    let s = Scratch::new("late-template");
+    let marker = s.write("fail-while-present", "");
+    let tools = json!([tool("send", "Send mail.", empty())]);
+    let config = format!(
+        "{}{}[tools.\"mcp__late__send\"]\ndescription_template = 'part(\"TEMPLATED:\", pkg.description, \"for\", session.client)'\n",
+        named_server_failing_while("late", &tools, Some(&marker), "startup_timeout_secs = 5"),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    list_names(&client).await;
+    std::fs::remove_file(&marker).expect("let the server start");
+    wait_for("the late server's tool to become searchable", || async {
+        text(&search(&client, json!({"tool_names": ["mcp__late__send"]})).await)
+            .contains("Send mail.")
+    })
+    .await;
+    let found = ok(&search(&client, json!({"tool_names": ["mcp__late__send"]})).await);
+    assert!(found.contains("TEMPLATED: Send mail. for"), "{found}");
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_search_engine_fault_reads_as_a_fault() {
     let s = Scratch::new("fault");
     let config = format!(
