@@ -281,6 +281,67 @@ fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
     })
 }
 
+/// Every name `ast` binds: function names and parameters, assignment, `for` and comprehension
+/// variables, lambda parameters.
+fn bound_names(ast: &AstModule) -> std::collections::BTreeSet<String> {
+    use starlark::syntax::ast::{AstStmt, ClauseP, Stmt};
+    fn stmt(s: &AstStmt, out: &mut std::collections::BTreeSet<String>) {
+        match &s.node {
+            Stmt::Def(d) => {
+                out.insert(d.name.node.ident.clone());
+                for p in &d.params {
+                    if let Some(id) = p.node.ident() {
+                        out.insert(id.node.ident.clone());
+                    }
+                }
+            }
+            Stmt::Assign(a) => a.lhs.visit_lvalue(|id| {
+                out.insert(id.node.ident.clone());
+            }),
+            Stmt::AssignModify(lhs, _, _) => lhs.visit_lvalue(|id| {
+                out.insert(id.node.ident.clone());
+            }),
+            Stmt::For(f) => f.var.visit_lvalue(|id| {
+                out.insert(id.node.ident.clone());
+            }),
+            _ => {}
+        }
+        s.visit_stmt(|c| stmt(c, out));
+    }
+    fn expr(e: &AstExpr, out: &mut std::collections::BTreeSet<String>) {
+        let clauses = match &e.node {
+            Expr::Lambda(l) => {
+                for p in &l.params {
+                    if let Some(id) = p.node.ident() {
+                        out.insert(id.node.ident.clone());
+                    }
+                }
+                None
+            }
+            Expr::ListComprehension(_, first, rest) => Some((first, rest)),
+            Expr::DictComprehension(_, first, rest) => Some((first, rest)),
+            _ => None,
+        };
+        if let Some((first, rest)) = clauses {
+            first.var.visit_lvalue(|id| {
+                out.insert(id.node.ident.clone());
+            });
+            for c in rest {
+                if let ClauseP::For(f) = c {
+                    f.var.visit_lvalue(|id| {
+                        out.insert(id.node.ident.clone());
+                    });
+                }
+            }
+        }
+        e.visit_expr(|c| expr(c, out));
+    }
+    let mut out = std::collections::BTreeSet::new();
+    stmt(ast.statement(), &mut out);
+    ast.statement().visit_expr(|e| expr(e, &mut out));
+    out
+}
+
 /// Checks that `source` parses; `owner` names it in the error.
 pub fn check_syntax(source: &str, owner: &str) -> Result<(), TemplateError> {
     parse(source, owner).map(drop)
@@ -627,6 +688,10 @@ pub fn findings(
 ) -> Result<Vec<Finding>, TemplateError> {
     let ast = parse(source, owner)?;
     let session = session.values();
+    // A stub's name that the template binds itself (a parameter, an assignment, a loop or
+    // comprehension variable) is its own value, not the stub, wherever it is read: the check is
+    // by name, not by scope.
+    let bound = bound_names(&ast);
     let mut out = Vec::new();
     let mut visit = |e: &AstExpr| {
         let line = ast.file_span(e.span).resolve_span().begin.line + 1;
@@ -651,7 +716,10 @@ pub fn findings(
                 },
                 _ => None,
             },
-            Expr::Identifier(id) if STUBS.contains(&id.node.ident.as_str()) => {
+            Expr::Identifier(id)
+                if STUBS.contains(&id.node.ident.as_str())
+                    && !bound.contains(id.node.ident.as_str()) =>
+            {
                 Some(("stub", TemplateErrorKind::Stub(id.node.ident.clone())))
             }
             _ => None,

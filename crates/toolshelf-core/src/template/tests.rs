@@ -199,6 +199,27 @@ fn findings_list_every_refused_access_with_its_line() {
 }
 
 #[test]
+fn a_stub_name_the_template_binds_itself_is_not_a_finding() {
+    for src in [
+        "def label(env, time):\n    return part(env, time)\nlabel('prod', 'now')",
+        "time = 'now'\ntime",
+        "[random for random in ['a']][0]",
+        "(lambda uuid: uuid)('x')",
+    ] {
+        let f = findings(src, "t.star", &pkg(), &session()).expect("parses");
+        assert!(f.is_empty(), "{src}: {f:?}");
+    }
+    let f = findings(
+        "def f():\n    return time.now()\nf()",
+        "t.star",
+        &pkg(),
+        &session(),
+    )
+    .expect("parses");
+    assert_eq!(f.len(), 1, "a stub read inside a function is still found");
+}
+
+#[test]
 fn every_core_name_is_bound() {
     let names: Vec<&str> = globals().names().map(|n| n.as_str()).collect();
     for name in CORE.iter().chain(&BUILTINS).chain(&STUBS) {
