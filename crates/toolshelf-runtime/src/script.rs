@@ -108,12 +108,29 @@ pub fn run(request: &RunRequest) -> RunResponse {
         max_call_depth: request.max_call_depth,
     };
     if request.job == Job::Define {
-        return match template::script_definition(
-            &request.source,
-            &request.owner,
-            &request.pkg,
-            &request.session,
-        ) {
+        let define = |pkg: &BTreeMap<String, Json>| {
+            template::script_definition(&request.source, &request.owner, pkg, &request.session)
+        };
+        // The description may read pkg.params and pkg.required, which come from the schema the
+        // same script sets: a first pass finds the schema, a second renders with them.
+        let defined = define(&request.pkg).and_then(|first| {
+            let mut pkg = request.pkg.clone();
+            for (key, field) in [("params", "properties"), ("required", "required")] {
+                let mut names: Vec<String> = match first.schema.get(field) {
+                    Some(Json::Object(p)) => p.keys().cloned().collect(),
+                    Some(Json::Array(r)) => r
+                        .iter()
+                        .filter_map(Json::as_str)
+                        .map(str::to_owned)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                names.sort();
+                pkg.insert(key.to_owned(), json!(names));
+            }
+            define(&pkg)
+        });
+        return match defined {
             Ok(d) => RunResponse::Ok(json!({"description": d.description, "schema": d.schema})),
             Err(e) => RunResponse::Error(e.to_string()),
         };
@@ -385,6 +402,22 @@ mod tests {
             "def run(params):\n    t = time.now()\n    x = random.random()\n    n = random.randint(3, 3)\n    return [t > 1.0e9, 0 <= x and x < 1, n, len(time.iso())]\n",
         ));
         assert_eq!(r, RunResponse::Ok(json!([true, true, 3, 20])));
+    }
+
+    #[test]
+    fn a_definition_reads_the_params_of_its_own_schema() {
+        let mut r = req(
+            "schema = {'properties': {'word': {}, 'n': {}}, 'required': ['word']}\ndescription = 'Takes ' + ', '.join(pkg.params) + '; needs ' + ', '.join(pkg.required)\ndef run(params):\n    return 1\n",
+        );
+        r.job = Job::Define;
+        r.pkg = BTreeMap::from([
+            ("params".to_owned(), json!([])),
+            ("required".to_owned(), json!([])),
+        ]);
+        let RunResponse::Ok(v) = run(&r) else {
+            panic!("defines")
+        };
+        assert_eq!(v["description"], "Takes n, word; needs word");
     }
 
     #[test]
