@@ -421,6 +421,25 @@ mod tests {
     }
 
     #[test]
+    fn a_result_json_cannot_hold_is_an_error_not_null() {
+        for value in [
+            "float('nan')",
+            "{'a': [1, float('-inf')]}",
+            "(float('inf'),)",
+        ] {
+            let r = run(&req(&format!("def run(params):\n    return {value}\n")));
+            let RunResponse::Error(e) = r else {
+                panic!("{value}: {r:?}")
+            };
+            assert!(e.contains("NaN or infinite"), "{value}: {e}");
+        }
+        assert_eq!(
+            run(&req("def run(params):\n    return [1.5, None]\n")),
+            RunResponse::Ok(json!([1.5, null]))
+        );
+    }
+
+    #[test]
     fn the_other_stubs_stay_stubs() {
         for stub in ["uuid", "fs", "exec", "env"] {
             let r = run(&req(&format!("def run(params):\n    return {stub}()\n")));

@@ -281,6 +281,33 @@ fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
     })
 }
 
+/// Whether `v` is, or holds (in lists, tuples and dicts, up to 64 levels deep), a float that is
+/// NaN or infinite.
+fn non_finite(v: Value, depth: usize) -> bool {
+    use starlark::values::dict::DictRef;
+    use starlark::values::float::StarlarkFloat;
+    use starlark::values::list::ListRef;
+    use starlark::values::tuple::TupleRef;
+    if depth > 64 {
+        return false;
+    }
+    if let Some(f) = v.downcast_ref::<StarlarkFloat>() {
+        return !f.0.is_finite();
+    }
+    if let Some(l) = ListRef::from_value(v) {
+        return l.iter().any(|x| non_finite(x, depth + 1));
+    }
+    if let Some(t) = TupleRef::from_value(v) {
+        return t.iter().any(|x| non_finite(x, depth + 1));
+    }
+    if let Some(d) = DictRef::from_value(v) {
+        return d
+            .iter()
+            .any(|(k, x)| non_finite(k, depth + 1) || non_finite(x, depth + 1));
+    }
+    false
+}
+
 /// Every name `ast` binds: function names and parameters, assignment, `for` and comprehension
 /// variables, lambda parameters.
 fn bound_names(ast: &AstModule) -> std::collections::BTreeSet<String> {
@@ -624,6 +651,11 @@ fn evaluate(
                         let value = eval.eval_function(run, &[arg], &[])?;
                         Ok(Output::Result(if let Ok(t) = text_value(value) {
                             Json::String(t)
+                        } else if non_finite(value, 0) {
+                            // JSON has no NaN or infinity; serde would write null, silently.
+                            return Ok(Err(TemplateErrorKind::Failed(
+                                "run returned a float that is NaN or infinite, which JSON cannot hold".into(),
+                            )));
                         } else {
                             value.to_json_value().map_err(|e| {
                                 starlark::Error::new_other(anyhow::anyhow!(
