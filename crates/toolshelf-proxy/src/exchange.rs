@@ -33,7 +33,7 @@ use toolshelf_core::session::FrozenSurface;
 
 use crate::api::{Call, ClientTurn, Dialect, Part, ProxyResult, Round, add_usage};
 use crate::session::{
-    Injected, PrefixPrint, ProxySession, Recorded, digest, fingerprint, root_key, turn_key,
+    Injected, PrefixPrint, ProxySession, Recorded, chains, digest, fingerprint, root_key, turn_key,
 };
 use crate::shelf::{Own, Shelf};
 use crate::{Proxy, SESSION_HEADER};
@@ -49,6 +49,8 @@ pub struct Prepared {
     pub session: ProxySession,
     /// Its stored version.
     pub version: Option<u64>,
+    /// The session's figures as loaded: what this request adds is the difference.
+    pub base_figures: crate::session::Figures,
     /// The request's catalog.
     pub shelf: Arc<Shelf>,
     /// The client's tools (its catalog's source, for a tool the model defines mid-request).
@@ -149,6 +151,7 @@ pub async fn prepare(
         _ => find_by_root(proxy, dialect, &body, &names).await,
     };
     let mut session = session;
+    let base_figures = session.figures.clone();
     let shelf = proxy.shelf(dialect, tools, &session.authored)?;
     let api_name = dialect.api().name();
     let ttl = proxy.compiled.config().session.activation_ttl_turns;
@@ -233,6 +236,7 @@ pub async fn prepare(
         key,
         session,
         version,
+        base_figures,
         shelf,
         client_tools,
         body,
@@ -411,12 +415,8 @@ fn remember_injection(
     if dialect.is_assistant(&conv[last]) {
         return fired;
     }
-    let print = fingerprint(&conv[last]);
-    if session
-        .injected
-        .get(&last)
-        .is_some_and(|i| i.after == print)
-    {
+    let key = chains(conv).pop().unwrap_or_default();
+    if session.injected.contains_key(&key) {
         return fired;
     }
     let mut blocks: Vec<String> = notice.into_iter().collect();
@@ -453,13 +453,7 @@ fn remember_injection(
         );
     }
     if !blocks.is_empty() {
-        session.injected.insert(
-            last,
-            Injected {
-                after: print,
-                blocks,
-            },
-        );
+        session.injected.insert(key, Injected { blocks });
     }
     fired
 }
@@ -511,6 +505,11 @@ fn rewrite(
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(conv.len() + 8);
     let mut pending: Vec<ProxyResult> = Vec::new();
+    let links = if session.injected.is_empty() {
+        Vec::new()
+    } else {
+        chains(&conv)
+    };
     let mut i = 0;
     while i < conv.len() {
         let assistant = dialect.is_assistant(&conv[i]);
@@ -557,11 +556,9 @@ fn rewrite(
             let mut run: Vec<Value> = Vec::with_capacity(end - i + 1);
             for (j, e) in conv[i..end].iter().enumerate() {
                 let mut e = e.clone();
-                let extra = match session.injected.get(&(i + j)) {
-                    Some(inj) if inj.after == fingerprint(&e) => {
-                        dialect.inject_after(&mut e, &inj.blocks)
-                    }
-                    _ => Vec::new(),
+                let extra = match links.get(i + j).and_then(|l| session.injected.get(l)) {
+                    Some(inj) => dialect.inject_after(&mut e, &inj.blocks),
+                    None => Vec::new(),
                 };
                 run.push(e);
                 run.extend(extra);
@@ -1283,9 +1280,8 @@ mod tests {
         ];
         let mut session = ProxySession::default();
         session.injected.insert(
-            1,
+            chains(&conv)[1].clone(),
             Injected {
-                after: fingerprint(&conv[1]),
                 blocks: vec!["<system-reminder>x</system-reminder>".into()],
             },
         );

@@ -198,27 +198,36 @@ impl Proxy {
         mut session: ProxySession,
         bytes: Vec<u8>,
         version: Option<u64>,
+        base: &crate::session::Figures,
     ) {
         let ttl = self.ttl();
-        match self.store.compare_and_set(key, version, bytes, ttl).await {
-            Ok(Cas::Written(_)) => return self.store_log.answered(),
-            Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
-            Err(e) => return self.store_failed(&e),
+        let (mut bytes, mut version, mut base) = (bytes, version, base.clone());
+        // Each conflict means another writer stored first: take its session, add this one's
+        // work, and try again on top of it. Nothing is ever written over another's work.
+        for _ in 0..MERGES {
+            match self.store.compare_and_set(key, version, bytes, ttl).await {
+                Ok(Cas::Written(_)) => return self.store_log.answered(),
+                Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
+                Err(e) => return self.store_failed(&e),
+            }
+            let (other, v) = self.load_session(key).await;
+            let other_figures = other.figures.clone();
+            session.merge_from(other, &base);
+            // The merged figures are the other's plus this request's additions: measured from
+            // the other's, the next merge adds those again, and only those.
+            base = other_figures;
+            bytes = session.to_bytes();
+            version = v;
         }
-        let (other, v) = self.load_session(key).await;
-        session.merge_from(other);
-        if let Ok(Cas::Written(_)) = self
-            .store
-            .compare_and_set(key, v, session.to_bytes(), ttl)
-            .await
-        {
-            return;
-        }
-        if let Err(e) = self.store.put(key, session.to_bytes(), ttl).await {
-            self.store_failed(&e);
-        }
+        tracing::warn!(
+            session = %short(key),
+            "this request's session update was not stored: {MERGES} other writers stored first, one after another"
+        );
     }
 }
+
+/// How many times a session update is merged into a newer stored one before it is given up.
+const MERGES: usize = 16;
 
 /// At most 200 characters of `s`, for messages.
 pub fn short(s: &str) -> String {

@@ -677,7 +677,13 @@ async fn finish(app: &AppState, turn: Turn) {
         }
     }
     proxy
-        .save_session(&prepared.key, prepared.session, stored, prepared.version)
+        .save_session(
+            &prepared.key,
+            prepared.session,
+            stored,
+            prepared.version,
+            &prepared.base_figures,
+        )
         .await;
 }
 

@@ -27,7 +27,7 @@ use toolshelf_core::session::SessionState;
 use crate::api::{Dialect, ProxyResult, Tokens, text_of};
 
 /// Version of the serialised layout.
-pub const LAYOUT: u32 = 1;
+pub const LAYOUT: u32 = 2;
 
 /// The upstream side of one client-visible assistant turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,8 +43,6 @@ pub struct Recorded {
 /// Blocks injected after one client entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Injected {
-    /// Fingerprint of the entry they follow.
-    pub after: String,
     /// The blocks.
     pub blocks: Vec<String>,
 }
@@ -66,6 +64,24 @@ pub struct Figures {
     pub tokens: Tokens,
     /// Tool-list tokens saved against sending every tool, summed over rounds.
     pub tokens_saved: u64,
+}
+
+impl Figures {
+    /// Adds what `now` holds beyond `base`.
+    pub fn add_since(&mut self, now: &Figures, base: &Figures) {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        self.requests += d(now.requests, base.requests);
+        self.rounds += d(now.rounds, base.rounds);
+        self.searches += d(now.searches, base.searches);
+        self.refused += d(now.refused, base.refused);
+        self.prefix_breaks += d(now.prefix_breaks, base.prefix_breaks);
+        self.tokens_saved += d(now.tokens_saved, base.tokens_saved);
+        let (t, n, b) = (&mut self.tokens, &now.tokens, &base.tokens);
+        t.input += d(n.input, b.input);
+        t.output += d(n.output, b.output);
+        t.cache_read += d(n.cache_read, b.cache_read);
+        t.cache_creation += d(n.cache_creation, b.cache_creation);
+    }
 }
 
 /// Fingerprints of an upstream request's cacheable parts.
@@ -95,8 +111,10 @@ pub struct ProxySession {
     pub state: SessionState,
     /// Recorded rounds by the key of the client-visible assistant turn.
     pub recorded: BTreeMap<String, Recorded>,
-    /// Injected blocks by the index of the client entry they follow.
-    pub injected: BTreeMap<usize, Injected>,
+    /// Injected blocks by the [`chains`] digest of the client's conversation up to the entry
+    /// they follow: keyed by the whole prefix, not by a position, so that two conversations
+    /// sharing a session (the same opening, or one `x-toolshelf-session`) keep their own blocks.
+    pub injected: BTreeMap<String, Injected>,
     /// The last upstream request's fingerprints.
     pub last_prefix: Option<PrefixPrint>,
     /// Figures.
@@ -150,9 +168,14 @@ impl ProxySession {
     }
 
     /// Adds what another writer recorded meanwhile: its recorded rounds, injected blocks,
-    /// activations and calls. The rest (the frozen surface, the last prefix, the figures) stays
-    /// this session's.
-    pub fn merge_from(&mut self, other: ProxySession) {
+    /// activations, calls and figures (`base` being the figures this writer loaded). The rest
+    /// (the frozen surface, the last prefix) stays this session's.
+    pub fn merge_from(&mut self, other: ProxySession, base: &Figures) {
+        // This writer's figures are the loaded ones plus what its request added; the other's
+        // already hold its own additions.
+        let mut figures = other.figures.clone();
+        figures.add_since(&self.figures, base);
+        self.figures = figures;
         self.state.absorb(&other.state);
         for (k, v) in other.recorded {
             self.recorded.entry(k).or_insert(v);
@@ -161,6 +184,18 @@ impl ProxySession {
             self.injected.entry(k).or_insert(v);
         }
     }
+}
+
+/// For each entry of `conv`, a digest of the entries up to and including it (each link the
+/// digest of the previous link and the entry's [`fingerprint`]).
+pub fn chains(conv: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(conv.len());
+    for e in conv {
+        let previous = out.last().map_or("", String::as_str);
+        let link = digest(&[previous, &fingerprint(e)]);
+        out.push(link);
+    }
+    out
 }
 
 /// A short hex digest.
@@ -298,6 +333,71 @@ mod tests {
     use toolshelf_core::request::Api;
 
     use super::*;
+
+    #[test]
+    fn a_merge_keeps_both_writers_work_and_figures() {
+        let base = Figures {
+            requests: 5,
+            ..Figures::default()
+        };
+        let mut mine = ProxySession {
+            figures: Figures {
+                requests: 6,
+                rounds: 2,
+                ..Figures::default()
+            },
+            ..ProxySession::default()
+        };
+        mine.injected.insert(
+            "a".into(),
+            Injected {
+                blocks: vec!["mine".into()],
+            },
+        );
+        let mut theirs = ProxySession {
+            figures: Figures {
+                requests: 7,
+                rounds: 3,
+                ..Figures::default()
+            },
+            ..ProxySession::default()
+        };
+        theirs.injected.insert(
+            "b".into(),
+            Injected {
+                blocks: vec!["theirs".into()],
+            },
+        );
+        mine.merge_from(theirs, &base);
+        assert_eq!(mine.figures.requests, 8, "5 loaded, 1 mine, 2 theirs");
+        assert_eq!(mine.figures.rounds, 5);
+        assert_eq!(
+            mine.injected.keys().collect::<Vec<_>>(),
+            ["a", "b"],
+            "both conversations' blocks"
+        );
+    }
+
+    #[test]
+    fn chains_follow_the_whole_prefix() {
+        let x = [
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "user", "content": "a"}),
+        ];
+        let y = [
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "user", "content": "b"}),
+        ];
+        let (cx, cy) = (chains(&x), chains(&y));
+        assert_eq!(cx[0], cy[0]);
+        assert_ne!(cx[1], cy[1]);
+        // The same entry after another opening is another link.
+        let z = [
+            json!({"role": "user", "content": "yo"}),
+            json!({"role": "user", "content": "a"}),
+        ];
+        assert_ne!(chains(&z)[1], cx[1]);
+    }
 
     #[test]
     fn turn_keys_follow_calls_then_text_and_ignore_cache_marks() {
