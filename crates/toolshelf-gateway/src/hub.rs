@@ -799,12 +799,15 @@ impl Hub {
     /// gateway's sessions can reach.
     pub fn grouped_catalog(&self) -> Value {
         let snap = self.snapshot();
-        let hidden: BTreeSet<(&str, &str)> = snap
+        // The tools the catalog holds and the session may see, by server and original name: a
+        // tool the catalog skipped (a duplicate, no schema) or the mode hides is left out, so
+        // that the output reads back as a catalog.
+        let kept: BTreeSet<(&str, &str)> = snap
             .catalog
             .tools()
             .iter()
             .enumerate()
-            .filter(|&(i, _)| !snap.is_visible(i))
+            .filter(|&(i, _)| snap.is_visible(i))
             .filter_map(|(_, t)| Some((t.original_server.as_deref()?, t.original_name.as_str())))
             .collect();
         let servers: Vec<Value> = self
@@ -813,11 +816,12 @@ impl Hub {
             .filter_map(|(name, s)| {
                 let (description, tools) = s.tools();
                 tools.map(|tools| {
+                    let mut seen = BTreeSet::new();
                     let tools: Vec<Value> = tools
                         .into_iter()
                         .filter(|t| {
                             let tool = t.get("name").and_then(Value::as_str).unwrap_or_default();
-                            !hidden.contains(&(name.as_str(), tool))
+                            kept.contains(&(name.as_str(), tool)) && seen.insert(tool.to_owned())
                         })
                         .collect();
                     serde_json::json!({"name": name, "description": description, "tools": tools})

@@ -612,11 +612,17 @@ async fn cache_catalog_and_status() {
     .await;
     second.cancel().await.expect("close");
 
-    // catalog from an mcp.json prints the grouped form, which render reads.
+    // catalog from an mcp.json prints the grouped form, which render reads: without the tools
+    // the gateway skipped (a name listed twice by one server).
+    let twice = json!([
+        {"name": "read", "description": "read a blob", "inputSchema": {"type": "object"}},
+        {"name": "read", "description": "the same name again", "inputSchema": {"type": "object"}}
+    ]);
     let mcp = s.write(
         "mcp.json",
         &json!({"mcpServers": {
             "test": {"command": "python3", "args": [fixture("test_server.py")]},
+            "dup": {"command": "python3", "args": [fixture("named_server.py"), "dup", twice.to_string()]},
             "broken": {"command": s.path("no-such-server")}
         }})
         .to_string(),
@@ -638,8 +644,14 @@ async fn cache_catalog_and_status() {
         .expect("render");
     let index = String::from_utf8_lossy(&rendered.stdout);
     assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    assert!(
         index.contains("mcp__test: Test server for toolshelf's end-to-end tests.")
-            && index.contains("  hang"),
+            && index.contains("  hang")
+            && index.contains("mcp__dup"),
         "{index}"
     );
 
