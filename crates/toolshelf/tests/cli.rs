@@ -607,6 +607,35 @@ fn eval_counts_unknown_gold_names_as_misses() {
         err.contains("12 gold names in all are not in the catalog"),
         "{err}"
     );
+    // A bare name two servers share is no particular tool: a miss, named, not a guess.
+    let catalog = temp_file(
+        "eval-shared.json",
+        r#"{"servers": [
+            {"name": "s1", "tools": [{"name": "read", "description": "read a blob", "inputSchema": {"type": "object"}}]},
+            {"name": "s2", "tools": [{"name": "read", "description": "read a blob", "inputSchema": {"type": "object"}}]}]}"#,
+    );
+    let path = temp_file(
+        "eval-shared.jsonl",
+        "{\"query\": \"read a blob\", \"gold\": [\"read\"]}\n",
+    );
+    let out = run(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--catalog",
+        &catalog,
+        "--queries",
+        &path,
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gold \"read\" names several tools (mcp__s1__read, mcp__s2__read)"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["unknown_gold"].as_u64(), Some(1), "{v}");
 }
 
 #[test]

@@ -125,7 +125,21 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
             };
             match loaded.catalog.resolve(g) {
                 Resolution::Exact(i) | Resolution::Bare(i) => ids.push(i),
-                Resolution::Ambiguous(c) => ids.push(c[0]),
+                // Which of them the set means cannot be told: scoring one would be a guess.
+                Resolution::Ambiguous(c) => {
+                    if unknown_gold < UNKNOWN_GOLD_SHOWN {
+                        let names: Vec<&str> = c
+                            .iter()
+                            .map(|&i| loaded.catalog.tools()[i].name.as_str())
+                            .collect();
+                        errln!(
+                            "toolshelf: warning: {at}: gold {g:?} names several tools ({}); give the canonical name (counted as a miss)",
+                            names.join(", ")
+                        );
+                    }
+                    unknown_gold += 1;
+                    unknown_here += 1;
+                }
                 Resolution::NotFound => {
                     if unknown_gold < UNKNOWN_GOLD_SHOWN {
                         errln!(
@@ -175,7 +189,7 @@ pub fn run(args: Args) -> Result<()> {
     anyhow::ensure!(!cases.is_empty(), "{}: no queries", args.queries.display());
     if unknown_gold > UNKNOWN_GOLD_SHOWN {
         errln!(
-            "toolshelf: warning: {unknown_gold} gold names in all are not in the catalog (counted as misses); the first {UNKNOWN_GOLD_SHOWN} are named above"
+            "toolshelf: warning: {unknown_gold} gold names in all are not in the catalog or name several tools (counted as misses); the first {UNKNOWN_GOLD_SHOWN} are named above"
         );
     }
     toolshelf_core::search::analyze::warm_up();
