@@ -8,8 +8,9 @@
 //!
 //! Redis down or slow is never fatal. Every operation is bounded by `[store] timeout_ms` and a
 //! failure comes back as an error, which the proxy counts and treats as a missing session; after
-//! a failure to connect or to answer in time, operations fail at once for [`PAUSE`], so that an
-//! outage costs a request one timeout at most, not one per operation. The connection is a
+//! a failure to connect or to answer in time, operations fail at once until a `PING`, sent in the
+//! background every [`PAUSE`], is answered again, so that an outage costs one timeout in all, not
+//! one per operation or per request (a model's answer takes longer than any fixed pause). The connection is a
 //! [`ConnectionManager`]: it is opened lazily (the proxy starts while Redis is down), a command
 //! that finds the connection dropped starts a reconnection in the background (with a few
 //! retries, backing off) and is sent once more on the new connection, and a later command that
@@ -60,11 +61,14 @@ pub struct RedisStore {
     cas: Script,
     put: Script,
     census: Arc<Census>,
-    /// Until when, and why, operations fail without asking the server.
-    paused: std::sync::Mutex<Option<(Instant, String)>>,
+    /// Why operations fail without asking the server, while it is left alone.
+    paused: Arc<std::sync::Mutex<Option<String>>>,
+    /// Whether the background ping that ends the pause is running.
+    probing: Arc<AtomicBool>,
 }
 
-/// How long a server that failed to connect or to answer in time is left alone.
+/// How often a server that failed to connect or to answer in time is pinged, in the
+/// background, until it answers.
 pub const PAUSE: Duration = Duration::from_secs(1);
 
 /// The number of keys under the prefix, counted in the background now and then.
@@ -113,7 +117,8 @@ impl RedisStore {
             cas: Script::new(CAS),
             put: Script::new(PUT),
             census: Arc::new(Census::default()),
-            paused: std::sync::Mutex::new(None),
+            paused: Arc::new(std::sync::Mutex::new(None)),
+            probing: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -138,8 +143,8 @@ impl RedisStore {
     /// server. A command sent on a connection that had died (a restarted server, an idle
     /// connection dropped on the way) is sent once more: the manager is reconnecting, and the
     /// second try waits for it. After a failure to connect or to answer in time the server is
-    /// left alone for [`PAUSE`]: operations meanwhile fail at once instead of each waiting out
-    /// the timeout.
+    /// left alone until it answers a background ping ([`PAUSE`] apart): operations meanwhile
+    /// fail at once instead of each waiting out the timeout.
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, String>
     where
         F: Fn(ConnectionManager) -> Fut,
@@ -147,13 +152,10 @@ impl RedisStore {
     {
         {
             let paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((until, why)) = paused.as_ref()
-                && Instant::now() < *until
-            {
+            if let Some(why) = paused.as_ref() {
                 return Err(format!(
-                    "Redis at {} not asked: it failed less than {} ms ago ({why})",
-                    self.addr,
-                    PAUSE.as_millis()
+                    "Redis at {} not asked: it has not answered since it failed ({why})",
+                    self.addr
                 ));
             }
         }
@@ -174,10 +176,48 @@ impl RedisStore {
             ),
         };
         if pause {
-            *self.paused.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some((Instant::now() + PAUSE, why.clone()));
+            *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            self.probe();
         }
         Err(format!("Redis at {}: {why}", self.addr))
+    }
+
+    /// Pings the server every [`PAUSE`] in the background until it answers, then ends the
+    /// pause. One probe runs at a time.
+    fn probe(&self) {
+        if self.probing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (conn, paused, probing, timeout) = (
+            self.conn.clone(),
+            self.paused.clone(),
+            self.probing.clone(),
+            self.timeout,
+        );
+        let ping = async move {
+            loop {
+                tokio::time::sleep(PAUSE).await;
+                let mut c = conn.clone();
+                let answer =
+                    tokio::time::timeout(timeout, redis::cmd("PING").query_async::<String>(&mut c))
+                        .await;
+                if matches!(answer, Ok(Ok(_))) {
+                    *paused.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    probing.store(false, Ordering::SeqCst);
+                    return;
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(ping);
+            }
+            // No runtime to ping from: the next operation asks the server itself.
+            Err(_) => {
+                *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                self.probing.store(false, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Recounts the keys under the prefix in the background, unless a count is recent or

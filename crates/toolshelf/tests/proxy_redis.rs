@@ -345,6 +345,11 @@ fn a_stalled_stopped_or_restarted_redis_fails_fast_and_the_store_finds_it_again(
         let e = st.get("k").await.expect_err("paused");
         assert!(e.contains("not asked"), "{e}");
         assert!(t.elapsed() < timeout, "{:?}", t.elapsed());
+        // Still stalled well past the ping interval: still not asked, so an outage costs one
+        // timeout in all, however long the requests in between take.
+        tokio::time::sleep(PAUSE * 3).await;
+        let e = st.get("k").await.expect_err("still paused");
+        assert!(e.contains("not asked"), "{e}");
         redis.resume();
         let v = until_answered(&st, "k").await;
         assert_eq!(v.map(|v| v.value), Some(b"kept".to_vec()));
