@@ -77,7 +77,8 @@ fn main() -> ExitCode {
         Command::Render(a) => commands::render::run(a),
         Command::Explain(a) => commands::explain::run(a),
         Command::Ledger(a) => commands::ledger::run(a),
-        Command::Search(a) => commands::search::run(a),
+        // An unknown --name is a finding (1); input that cannot be searched is trouble (2).
+        Command::Search(a) => return finding(commands::search::run(a)),
         Command::Eval(a) => commands::eval::run(a),
         Command::Serve(a) => commands::serve::run(a),
         Command::Proxy(a) => commands::proxy::run(a),

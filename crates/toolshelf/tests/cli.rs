@@ -451,6 +451,9 @@ fn search_batch_writes_one_line_per_request() {
             .contains("read")
     );
     assert_eq!(lines[2]["hits"].as_array().map(Vec::len), Some(0));
+    // Each answer names the line it answers (the blank line 2 is skipped).
+    let answered: Vec<u64> = lines.iter().filter_map(|l| l["line"].as_u64()).collect();
+    assert_eq!(answered, [1, 3, 4]);
     // The output is JSON lines whether or not --json is given.
     assert_eq!(ok(&["search", "--batch", &path, "--limit", "2"]), out);
     let bad = temp_file("bad.jsonl", "{\"q\": 1}\n");
@@ -460,8 +463,21 @@ fn search_batch_writes_one_line_per_request() {
         "typed.jsonl",
         "{\"query\": \"read\"}\n{\"queries\": [\"read\", 3]}\n",
     );
-    let err = fails(&["search", "--batch", &typed, "--json"]);
+    let out = run(&["search", "--batch", &typed, "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("typed.jsonl:2: queries[1] is 3"), "{err}");
+    // Input that cannot be searched is status 2 (an unknown --name is 1), and the good line
+    // before the bad one is not answered.
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "no partial output");
+    let out = run(&[
+        "search",
+        "--catalog",
+        "/nonexistent/catalog.json",
+        "-q",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
     let blank = temp_file("blank.jsonl", "{\"queries\": [\" \", \"\"]}\n");
     let err = fails(&["search", "--batch", &blank, "--json"]);
     assert!(

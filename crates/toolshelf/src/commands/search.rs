@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use toolshelf_core::search::render::{quote_list, search};
 use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
 
-use super::{outln, print_json};
+use super::{errln, outln, print_json};
 use crate::inputs::{Loaded, Source};
 
 /// Arguments of `search`.
@@ -96,11 +96,13 @@ pub fn build_index(loaded: &Loaded, ranker: Ranker) -> Result<SearchIndex> {
     }
 }
 
-pub fn run(args: Args) -> Result<()> {
+/// Runs the search; `Ok(false)` when a `--name` matched no visible tool (a finding, exit
+/// status 1, as against 2 for input that cannot be searched).
+pub fn run(args: Args) -> Result<bool> {
     let loaded = args.source.load()?;
     let index = build_index(&loaded, args.ranker)?;
     if let Some(path) = &args.batch {
-        return batch(&loaded, &index, path, args.limit);
+        return batch(&loaded, &index, path, args.limit).map(|()| true);
     }
     let mut request = json!({});
     match (args.query.is_empty(), args.name.is_empty()) {
@@ -138,20 +140,22 @@ pub fn run(args: Args) -> Result<()> {
         outln!("{}", response.text);
     }
     if !response.unresolved.is_empty() {
-        bail!(
-            "no visible tool is named {} (see above)",
+        errln!(
+            "toolshelf: no visible tool is named {} (see above)",
             quote_list(&response.unresolved)
         );
+        return Ok(false);
     }
-    Ok(())
+    Ok(true)
 }
 
 fn batch(loaded: &Loaded, index: &SearchIndex, path: &PathBuf, limit: Option<usize>) -> Result<()> {
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read batch file {}", path.display()))?;
     let limit = limit.unwrap_or_else(|| effective_limit(None, &loaded.config().search));
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    // Every line is read and checked before any is answered: a bad line yields an error and no
+    // partial output.
+    let mut requests: Vec<(usize, Vec<String>)> = Vec::new();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line =
             line.with_context(|| format!("{}: cannot read line {}", path.display(), n + 1))?;
@@ -182,8 +186,13 @@ fn batch(loaded: &Loaded, index: &SearchIndex, path: &PathBuf, limit: Option<usi
         if queries.iter().all(|q| q.trim().is_empty()) {
             bail!("{}: no query has any words to search for", at());
         }
+        requests.push((n + 1, queries));
+    }
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for (line, queries) in requests {
         let hits = index.rank(&queries, limit);
-        serde_json::to_writer(&mut out, &json!({"hits": hits}))?;
+        serde_json::to_writer(&mut out, &json!({"line": line, "hits": hits}))?;
         out.write_all(b"\n")?;
     }
     out.flush()?;
