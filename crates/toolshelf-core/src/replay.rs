@@ -434,14 +434,7 @@ impl<'a> Replay<'a> {
                     // Calls followed by as many results are one turn of parallel calls, the results
                     // in call order. Otherwise the first call is a turn of its own, its result
                     // computed (the model saw it before making the next call).
-                    let calls = events[i..]
-                        .iter()
-                        .take_while(|e| matches!(e, Event::Call { .. }))
-                        .count();
-                    let results = events[i + calls..]
-                        .iter()
-                        .take_while(|e| matches!(e, Event::Result { .. }))
-                        .count();
+                    let (calls, results) = calls_and_results(events, i);
                     pairing(i, calls, results, at)?;
                     let group: Vec<(&Event, Option<(&Value, bool)>)> =
                         if calls > 0 && results == calls {
@@ -791,6 +784,19 @@ impl<'a> Replay<'a> {
     }
 }
 
+/// How many calls in a row start at event `i`, and how many results in a row follow them.
+fn calls_and_results(events: &[Event], i: usize) -> (usize, usize) {
+    let calls = events[i..]
+        .iter()
+        .take_while(|e| matches!(e, Event::Call { .. }))
+        .count();
+    let results = events[i + calls..]
+        .iter()
+        .take_while(|e| matches!(e, Event::Result { .. }))
+        .count();
+    (calls, results)
+}
+
 /// Whether `calls` calls from event `i` and the `results` results after them pair up: never more
 /// results than calls.
 fn pairing(
@@ -814,14 +820,7 @@ fn pairing(
 fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), String> {
     let mut i = 0;
     while i < events.len() {
-        let calls = events[i..]
-            .iter()
-            .take_while(|e| matches!(e, Event::Call { .. }))
-            .count();
-        let results = events[i + calls..]
-            .iter()
-            .take_while(|e| matches!(e, Event::Result { .. }))
-            .count();
+        let (calls, results) = calls_and_results(events, i);
         if calls + results == 0 {
             if matches!(events[i], Event::Context(_))
                 && !events[i..].iter().any(Replay::asks_the_model)

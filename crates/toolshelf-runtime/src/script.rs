@@ -116,16 +116,7 @@ pub fn run(request: &RunRequest) -> RunResponse {
         let defined = define(&request.pkg).and_then(|first| {
             let mut pkg = request.pkg.clone();
             for (key, field) in [("params", "properties"), ("required", "required")] {
-                let mut names: Vec<String> = match first.schema.get(field) {
-                    Some(Json::Object(p)) => p.keys().cloned().collect(),
-                    Some(Json::Array(r)) => r
-                        .iter()
-                        .filter_map(Json::as_str)
-                        .map(str::to_owned)
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                names.sort();
+                let names = crate::scripts::schema_names(&first.schema, field);
                 pkg.insert(key.to_owned(), json!(names));
             }
             define(&pkg)

@@ -32,6 +32,22 @@ use crate::script::{Job, RunRequest, RunResponse};
 /// The subcommand of the toolshelf binary that runs one script call.
 pub const RUNNER_SUBCOMMAND: &str = "__script-run";
 
+/// The names under `key` of a schema, sorted: its `properties`' keys, or the strings of its
+/// `required` list (`pkg.params` and `pkg.required`).
+pub fn schema_names(schema: &Map<String, Value>, key: &str) -> Vec<String> {
+    let mut v: Vec<String> = match schema.get(key) {
+        Some(Value::Object(p)) => p.keys().cloned().collect(),
+        Some(Value::Array(r)) => r
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    };
+    v.sort();
+    v
+}
+
 /// How many scripts are defined at once when the scripts server starts.
 pub const DEFINING_AT_ONCE: usize = 4;
 
@@ -140,19 +156,7 @@ impl Runner {
         description: &str,
         schema: Option<&Map<String, Value>>,
     ) -> BTreeMap<String, Value> {
-        let sorted = |key: &str| -> Vec<String> {
-            let mut v: Vec<String> = match schema.and_then(|s| s.get(key)) {
-                Some(Value::Object(p)) => p.keys().cloned().collect(),
-                Some(Value::Array(r)) => r
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect(),
-                _ => Vec::new(),
-            };
-            v.sort();
-            v
-        };
+        let sorted = |key: &str| schema.map_or_else(Vec::new, |s| schema_names(s, key));
         let canonical = match server {
             Some(s) => name::mcp_name(s, &name::tool_segment(tool)),
             None => tool.to_owned(),
