@@ -652,6 +652,27 @@ fn eval_counts_unknown_gold_names_as_misses() {
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["unknown_gold"].as_u64(), Some(1), "{v}");
+    // A gold tool the mode hides cannot be found: named as such, not as a ranking miss.
+    let path = temp_file(
+        "eval-hidden.jsonl",
+        "{\"query\": \"write a file\", \"gold\": [\"Write\"]}\n",
+    );
+    let out = run(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--mode",
+        "ask",
+        "--queries",
+        &path,
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gold \"Write\" (Write) is hidden by the active mode or a deny rule"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -100,6 +100,14 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
         .with_context(|| format!("cannot read queries {}", path.display()))?;
     let mut cases = Vec::new();
     let mut unknown_gold = 0;
+    // Gold tools a search can find: what the active mode and the rules leave visible.
+    let visible: std::collections::BTreeSet<usize> = loaded
+        .surface
+        .resident
+        .iter()
+        .chain(&loaded.surface.deferred)
+        .copied()
+        .collect();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
@@ -124,7 +132,18 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
                 bail!("{at}: gold[{j}] is {g}, not a tool name");
             };
             match loaded.catalog.resolve(g) {
-                Resolution::Exact(i) | Resolution::Bare(i) => ids.push(i),
+                Resolution::Exact(i) | Resolution::Bare(i) if visible.contains(&i) => ids.push(i),
+                // Hidden by the mode or a deny rule: no search can find it.
+                Resolution::Exact(i) | Resolution::Bare(i) => {
+                    if unknown_gold < UNKNOWN_GOLD_SHOWN {
+                        errln!(
+                            "toolshelf: warning: {at}: gold {g:?} ({}) is hidden by the active mode or a deny rule, so no search can find it (counted as a miss)",
+                            loaded.catalog.tools()[i].name
+                        );
+                    }
+                    unknown_gold += 1;
+                    unknown_here += 1;
+                }
                 // Which of them the set means cannot be told: scoring one would be a guess.
                 Resolution::Ambiguous(c) => {
                     if unknown_gold < UNKNOWN_GOLD_SHOWN {
@@ -189,7 +208,7 @@ pub fn run(args: Args) -> Result<()> {
     anyhow::ensure!(!cases.is_empty(), "{}: no queries", args.queries.display());
     if unknown_gold > UNKNOWN_GOLD_SHOWN {
         errln!(
-            "toolshelf: warning: {unknown_gold} gold names in all are not in the catalog or name several tools (counted as misses); the first {UNKNOWN_GOLD_SHOWN} are named above"
+            "toolshelf: warning: {unknown_gold} gold names in all are not in the catalog, name several tools or are hidden (counted as misses); the first {UNKNOWN_GOLD_SHOWN} are named above"
         );
     }
     toolshelf_core::search::analyze::warm_up();
