@@ -54,6 +54,9 @@ const CENSUS_EVERY: Duration = Duration::from_secs(5);
 /// The session store in Redis.
 pub struct RedisStore {
     conn: ConnectionManager,
+    /// For a connection of its own when the manager's fails: the manager retries and only
+    /// times out, this one says why (refused, a wrong password, no such database).
+    client: redis::Client,
     prefix: String,
     timeout: Duration,
     /// Where it connects, for messages (no credentials).
@@ -107,10 +110,11 @@ impl RedisStore {
             .set_response_timeout(Some(timeout * 2))
             .set_max_delay(Duration::from_secs(2))
             .set_number_of_retries(4);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| format!("Redis at {addr}: {e}"))?;
         Ok(Self {
             conn,
+            client,
             prefix: prefix.to_owned(),
             timeout,
             addr,
@@ -188,13 +192,16 @@ impl RedisStore {
         if self.probing.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (conn, paused, probing, timeout) = (
+        let (conn, client, paused, probing, timeout, addr) = (
             self.conn.clone(),
+            self.client.clone(),
             self.paused.clone(),
             self.probing.clone(),
             self.timeout,
+            self.addr.clone(),
         );
         let ping = async move {
+            let mut told: Option<String> = None;
             loop {
                 tokio::time::sleep(PAUSE).await;
                 let mut c = conn.clone();
@@ -205,6 +212,20 @@ impl RedisStore {
                     *paused.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     probing.store(false, Ordering::SeqCst);
                     return;
+                }
+                // Why, in the server's or the system's words, from a connection of its own.
+                let own = tokio::time::timeout(timeout, async {
+                    let mut c = client.get_multiplexed_async_connection().await?;
+                    redis::cmd("PING").query_async::<String>(&mut c).await
+                })
+                .await;
+                if let Ok(Err(e)) = own {
+                    let why = e.to_string();
+                    if told.as_deref() != Some(why.as_str()) {
+                        tracing::warn!("Redis at {addr}: {why}");
+                        *paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+                        told = Some(why);
+                    }
                 }
             }
         };

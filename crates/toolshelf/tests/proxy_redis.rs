@@ -323,6 +323,35 @@ fn concurrent_writers_on_a_real_server_lose_no_update() {
 }
 
 #[test]
+fn a_redis_that_cannot_be_reached_is_named_in_the_systems_words() {
+    // Nothing listens there: the connection manager's retries only time out, so the message
+    // would say "no answer"; the background ping's own connection says why.
+    let port = common::closed_port();
+    let rt = runtime();
+    rt.block_on(async {
+        let st = RedisStore::new(
+            &format!("redis://127.0.0.1:{port}"),
+            "x:",
+            Duration::from_millis(300),
+        )
+        .expect("store");
+        st.get("k").await.expect_err("nothing there");
+        let mut last = String::new();
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            last = st.get("k").await.expect_err("still nothing there");
+            if last.contains("refused") {
+                break;
+            }
+        }
+        assert!(
+            last.contains("not asked") && last.contains("Connection refused"),
+            "{last}"
+        );
+    });
+}
+
+#[test]
 fn a_stalled_stopped_or_restarted_redis_fails_fast_and_the_store_finds_it_again() {
     let s = Scratch::new("redis-outage");
     let mut redis = Redis::start(&s, false);
