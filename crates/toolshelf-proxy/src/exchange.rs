@@ -199,8 +199,10 @@ pub async fn prepare(
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
         .collect();
     let conv = conversation_mut(dialect, &mut body);
-    let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, notice);
-    let out = rewrite(dialect, &session, &shelf, &frozen_names, conv);
+    // The key of each client entry's injected blocks, computed once for both.
+    let links = chains(&conv);
+    let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, &links, notice);
+    let out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
     if dialect.api() == Api::OpenAiResponses
         && let Some(Value::String(prev)) = body.get("previous_response_id")
         && let Some(Value::String(last)) = session_response_id(&session, prev)
@@ -406,6 +408,7 @@ fn remember_injection(
     session: &mut ProxySession,
     shelf: &Shelf,
     conv: &[Value],
+    links: &[String],
     notice: Option<String>,
 ) -> Vec<String> {
     let mut fired = Vec::new();
@@ -415,7 +418,7 @@ fn remember_injection(
     if dialect.is_assistant(&conv[last]) {
         return fired;
     }
-    let key = chains(conv).pop().unwrap_or_default();
+    let key = links[last].clone();
     if session.injected.contains_key(&key) {
         return fired;
     }
@@ -502,14 +505,10 @@ fn rewrite(
     shelf: &Shelf,
     frozen_names: &HashSet<String>,
     conv: Vec<Value>,
+    links: &[String],
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(conv.len() + 8);
     let mut pending: Vec<ProxyResult> = Vec::new();
-    let links = if session.injected.is_empty() {
-        Vec::new()
-    } else {
-        chains(&conv)
-    };
     let mut i = 0;
     while i < conv.len() {
         let assistant = dialect.is_assistant(&conv[i]);
@@ -1214,12 +1213,15 @@ mod tests {
     fn without_a_record_a_deferred_call_reads_as_the_defer_execute_call_it_was() {
         let d = Dialect(Api::Anthropic);
         let shelf = shelf(d);
+        let conv = conversation();
+        let links = chains(&conv);
         let out = rewrite(
             d,
             &ProxySession::default(),
             &shelf,
             &frozen(&shelf, d),
-            conversation(),
+            conv,
+            &links,
         );
         assert_eq!(out.len(), 3);
         assert_eq!(
@@ -1257,7 +1259,9 @@ mod tests {
                 }],
             },
         );
-        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), conversation());
+        let conv = conversation();
+        let links = chains(&conv);
+        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), conv, &links);
         assert_eq!(out.len(), 5, "{out:#?}");
         assert_eq!(out[1], search_call);
         assert_eq!(out[2], search_result);
@@ -1285,7 +1289,14 @@ mod tests {
                 blocks: vec!["<system-reminder>x</system-reminder>".into()],
             },
         );
-        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), conv.clone());
+        let out = rewrite(
+            d,
+            &session,
+            &shelf,
+            &frozen(&shelf, d),
+            conv.clone(),
+            &chains(&conv),
+        );
         assert_eq!(out.len(), 3);
         assert_eq!(
             out[2],
@@ -1294,7 +1305,8 @@ mod tests {
         // The same index holding another message (the client edited its history): nothing.
         let mut edited = conv;
         edited[1] = json!({"role": "user", "content": "something else"});
-        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), edited);
+        let links = chains(&edited);
+        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), edited, &links);
         assert_eq!(out.len(), 2);
     }
 
