@@ -375,9 +375,7 @@ impl<'a> Replay<'a> {
                 transcript.source
             ));
         }
-        let at = |i| transcript.at(i);
-        check_pairing(&transcript.events, &at)?;
-        self.replay(&transcript.events, &at, on_report)
+        self.replay(&transcript.events, &|i| transcript.at(i), on_report)
     }
 
     fn replay(
@@ -386,6 +384,7 @@ impl<'a> Replay<'a> {
         at: &dyn Fn(usize) -> String,
         on_report: &mut dyn FnMut(&Self, TurnReport) -> Result<(), String>,
     ) -> Result<(), String> {
+        check_pairing(events, at)?;
         let mut i = 0;
         while i < events.len() {
             match &events[i] {
@@ -403,12 +402,6 @@ impl<'a> Replay<'a> {
                     let report = self.report(notes, Turn::default(), injected);
                     on_report(self, report)?;
                     i += 1;
-                }
-                Event::Context(_) if !events[i..].iter().any(Self::asks_the_model) => {
-                    return Err(format!(
-                        "{}: context after the last request: no request follows to carry it",
-                        at(i)
-                    ));
                 }
                 Event::Context(text) => {
                     self.context.push(text.clone());
@@ -435,7 +428,6 @@ impl<'a> Replay<'a> {
                     // in call order. Otherwise the first call is a turn of its own, its result
                     // computed (the model saw it before making the next call).
                     let (calls, results) = calls_and_results(events, i);
-                    pairing(i, calls, results, at)?;
                     let group: Vec<(&Event, Option<(&Value, bool)>)> =
                         if calls > 0 && results == calls {
                             let group = (0..calls)
@@ -797,34 +789,15 @@ fn calls_and_results(events: &[Event], i: usize) -> (usize, usize) {
     (calls, results)
 }
 
-/// Whether `calls` calls from event `i` and the `results` results after them pair up: never more
-/// results than calls.
-fn pairing(
-    i: usize,
-    calls: usize,
-    results: usize,
-    at: &dyn Fn(usize) -> String,
-) -> Result<(), String> {
-    if results > calls {
-        return Err(format!(
-            "{}: a result with no call before it to answer ({calls} call(s) from {} are followed by {results} results)",
-            at(i + calls + calls),
-            at(i)
-        ));
-    }
-    Ok(())
-}
-
 /// Checks a transcript's shape before anything is replayed, so that a malformed file yields an
 /// error and no partial output: calls and results pair up, no context trails the last request.
 fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), String> {
+    let last_request = events.iter().rposition(Replay::asks_the_model);
     let mut i = 0;
     while i < events.len() {
         let (calls, results) = calls_and_results(events, i);
         if calls + results == 0 {
-            if matches!(events[i], Event::Context(_))
-                && !events[i..].iter().any(Replay::asks_the_model)
-            {
+            if matches!(events[i], Event::Context(_)) && last_request.is_none_or(|l| l < i) {
                 return Err(format!(
                     "{}: context after the last request: no request follows to carry it",
                     at(i)
@@ -833,7 +806,13 @@ fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), S
             i += 1;
             continue;
         }
-        pairing(i, calls, results, at)?;
+        if results > calls {
+            return Err(format!(
+                "{}: a result with no call before it to answer ({calls} call(s) from {} are followed by {results} results)",
+                at(i + calls + calls),
+                at(i)
+            ));
+        }
         i += calls + results;
     }
     Ok(())

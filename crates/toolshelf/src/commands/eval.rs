@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use toolshelf_core::Resolution;
 use toolshelf_core::search::SearchIndex;
+use toolshelf_core::{Resolution, State};
 
 use super::{errln, outln, print_json};
 use crate::inputs::Source;
@@ -101,13 +101,7 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
     let mut cases = Vec::new();
     let mut unknown_gold = 0;
     // Gold tools a search can find: what the active mode and the rules leave visible.
-    let visible: std::collections::BTreeSet<usize> = loaded
-        .surface
-        .resident
-        .iter()
-        .chain(&loaded.surface.deferred)
-        .copied()
-        .collect();
+    let visible = |i: usize| loaded.exposure.decisions[i].state != State::Hidden;
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
@@ -132,7 +126,7 @@ fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Cas
                 bail!("{at}: gold[{j}] is {g}, not a tool name");
             };
             match loaded.catalog.resolve(g) {
-                Resolution::Exact(i) | Resolution::Bare(i) if visible.contains(&i) => ids.push(i),
+                Resolution::Exact(i) | Resolution::Bare(i) if visible(i) => ids.push(i),
                 // Hidden by the mode or a deny rule: no search can find it.
                 Resolution::Exact(i) | Resolution::Bare(i) => {
                     if unknown_gold < UNKNOWN_GOLD_SHOWN {

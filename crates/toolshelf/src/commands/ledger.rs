@@ -204,12 +204,12 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     let parsed = super::replay::read_transcript(transcript)?;
     // Successive requests repeat every earlier message: each distinct one is counted once.
     let mut tokens: HashMap<String, usize> = HashMap::new();
-    let mut counted = |text: String| -> usize {
-        if let Some(&n) = tokens.get(&text) {
+    let mut counted = |text: &str| -> usize {
+        if let Some(&n) = tokens.get(text) {
             return n;
         }
-        let n = count(&text);
-        tokens.insert(text, n);
+        let n = count(text);
+        tokens.insert(text.to_owned(), n);
         n
     };
     let mut turns: Vec<TurnCost> = Vec::new();
@@ -222,9 +222,9 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
         let s = Sections::of(api, &body).map_err(anyhow::Error::msg)?;
         let (system_text, tools_text) = (canonical_json(&s.system), canonical_json(&s.tools));
         let messages: Vec<String> = s.conversation.iter().map(canonical_json).collect();
-        let system = counted(system_text.clone());
-        let tools = counted(tools_text.clone());
-        let message_tokens: Vec<usize> = messages.iter().map(|m| counted(m.clone())).collect();
+        let system = counted(&system_text);
+        let tools = counted(&tools_text);
+        let message_tokens: Vec<usize> = messages.iter().map(|m| counted(m)).collect();
         let generation = session.tools_generation();
         let all = match all_tools {
             Some((g, n)) if g == generation => n,

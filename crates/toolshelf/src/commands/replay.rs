@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use toolshelf_core::replay::{Replay, Transcript, TurnReport, explain_line, parse_transcript};
 use toolshelf_core::search::SearchIndex;
 
-use super::search::Ranker;
+use super::search::{Ranker, attach_ranker};
 use super::{ApiArg, errln, outln};
 use crate::inputs::{Loaded, Source};
 
@@ -73,33 +73,19 @@ pub fn replay(
     on_report: &mut dyn FnMut(&Replay<'_>, TurnReport) -> Result<()>,
 ) -> Result<()> {
     let ranker = args.ranker;
-    let build = move |catalog: &toolshelf_core::Catalog, visible: &[usize]| -> SearchIndex {
-        #[cfg(feature = "embed")]
-        {
-            let mut index = SearchIndex::build(catalog, visible);
-            if ranker != Ranker::Bm25 {
-                match toolshelf_embed::attach_bundled(&mut index, catalog) {
-                    Ok(()) if ranker == Ranker::Semantic => index.set_lexical_weight(0.0),
-                    Ok(()) => {}
-                    Err(e) => {
-                        errln!("toolshelf: warning: semantic ranker unavailable, BM25F alone: {e}")
-                    }
-                }
-            }
-            index
-        }
-        #[cfg(not(feature = "embed"))]
-        {
-            let _ = ranker;
-            SearchIndex::build(catalog, visible)
-        }
-    };
     #[cfg(not(feature = "embed"))]
     if ranker == Ranker::Semantic {
         bail!(
             "this build has no embedding model (cargo feature `embed` is off): use --ranker bm25"
         );
     }
+    let build = move |catalog: &toolshelf_core::Catalog, visible: &[usize]| -> SearchIndex {
+        let mut index = SearchIndex::build(catalog, visible);
+        if let Err(e) = attach_ranker(&mut index, catalog, ranker) {
+            errln!("toolshelf: warning: semantic ranker unavailable, BM25F alone: {e}");
+        }
+        index
+    };
     // A reminder that names parameters of the tools it points at is refused, not replayed.
     let index = build(
         &loaded.catalog,

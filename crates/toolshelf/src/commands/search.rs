@@ -72,27 +72,38 @@ pub fn build_index(loaded: &Loaded, ranker: Ranker) -> Result<SearchIndex> {
         .chain(&loaded.surface.deferred)
         .copied()
         .collect();
-    let index = SearchIndex::build(&loaded.catalog, &visible);
+    let mut index = SearchIndex::build(&loaded.catalog, &visible);
+    attach_ranker(&mut index, &loaded.catalog, ranker)?;
+    Ok(index)
+}
+
+/// Gives `index` (over `catalog`) the rankers `ranker` asks for beyond BM25F: the bundled
+/// embedding model, alone for `semantic`.
+pub fn attach_ranker(
+    index: &mut SearchIndex,
+    catalog: &toolshelf_core::Catalog,
+    ranker: Ranker,
+) -> Result<()> {
     if ranker == Ranker::Bm25 {
-        return Ok(index);
+        return Ok(());
     }
     #[cfg(feature = "embed")]
     {
-        let mut index = index;
-        toolshelf_embed::attach_bundled(&mut index, &loaded.catalog)?;
+        toolshelf_embed::attach_bundled(index, catalog)?;
         if ranker == Ranker::Semantic {
             index.set_lexical_weight(0.0);
         }
-        Ok(index)
+        Ok(())
     }
     #[cfg(not(feature = "embed"))]
     {
+        let _ = (index, catalog);
         if ranker == Ranker::Semantic {
             bail!(
                 "this build has no embedding model (cargo feature `embed` is off): use --ranker bm25"
             );
         }
-        Ok(index)
+        Ok(())
     }
 }
 
