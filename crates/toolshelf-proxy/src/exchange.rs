@@ -161,25 +161,32 @@ pub async fn prepare(
     let still = state.active_names(ttl);
     let expired: Vec<String> = before.into_iter().filter(|n| !still.contains(n)).collect();
     // The list is rendered (description templates included) only when this session has none
-    // frozen in this format yet.
-    let fresh = match state.frozen() {
+    // frozen in this format yet, with the values of the session's first request.
+    let values = session
+        .values
+        .get_or_insert_with(|| session_values(proxy, client))
+        .clone();
+    let fresh = match session.state.frozen() {
         Some(f) if f.format == api_name => None,
         _ => {
             // A template runs to its step budget, which is work enough to hold a runtime worker
             // (and every request waiting on it) for a while: it renders on a blocking thread.
             let (rendering, compiled) = (shelf.clone(), proxy.compiled.clone());
-            let values = session_values(proxy, client);
             let (tools, described) = tokio::task::spawn_blocking(move || {
                 rendering.session_tools(dialect, &compiled, &values)
             })
             .await
             .map_err(|e| format!("rendering the tool list failed: {e}"))??;
-            if state.frozen().is_none() {
+            if session.state.frozen().is_none() {
                 session.described = described;
+                session.described_on = Some(shelf.names_digest.clone());
             }
             Some(tools)
         }
     };
+    if session.described_on.as_deref() != Some(shelf.names_digest.as_str()) {
+        describe_late_tools(proxy, &shelf, &mut session).await;
+    }
     let state = &mut session.state;
     let frozen = state
         .freeze(shelf.visible.clone(), || FrozenSurface {
@@ -252,6 +259,33 @@ pub async fn prepare(
 
 /// What description templates read as `session.*` for a proxy session: the mode, the client
 /// (the first request's `User-Agent`), the workspace.
+/// Renders the templates of tools that arrived after the session's list froze (a client that
+/// added a tool mid-conversation), with the session's values, for its search results; the
+/// renderings made when the list froze stay as they were. A template that fails is logged and
+/// its tool shows the catalog's description.
+async fn describe_late_tools(proxy: &Proxy, shelf: &Arc<Shelf>, session: &mut ProxySession) {
+    session.described_on = Some(shelf.names_digest.clone());
+    if !proxy.compiled.templates().any(&shelf.catalog) {
+        return;
+    }
+    let (rendering, compiled) = (shelf.clone(), proxy.compiled.clone());
+    let values = session.values.clone().unwrap_or_default();
+    let outcome =
+        tokio::task::spawn_blocking(move || rendering.session_descriptions(&compiled, &values))
+            .await;
+    match outcome {
+        Ok(Ok(fresh)) => {
+            for (name, text) in fresh {
+                session.described.entry(name).or_insert(text);
+            }
+        }
+        Ok(Err(e)) => tracing::warn!(
+            "a tool that arrived after its session's list froze keeps the catalog's description: {e}"
+        ),
+        Err(e) => tracing::warn!("rendering failed: {e}"),
+    }
+}
+
 fn session_values(proxy: &Proxy, client: Option<&str>) -> toolshelf_core::template::SessionValues {
     let compiled = &proxy.compiled;
     toolshelf_core::template::SessionValues {

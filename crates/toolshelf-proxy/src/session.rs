@@ -126,6 +126,13 @@ pub struct ProxySession {
     /// results show them too.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub described: BTreeMap<String, String>,
+    /// The values the session's templates read, fixed when its list first froze: a tool that
+    /// arrives later is rendered with them, whatever a later request says of its client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<toolshelf_core::template::SessionValues>,
+    /// The [`crate::shelf::Shelf::names_digest`] of the tools `described` covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub described_on: Option<String>,
 }
 
 impl Default for ProxySession {
@@ -139,6 +146,8 @@ impl Default for ProxySession {
             figures: Figures::default(),
             authored: Vec::new(),
             described: BTreeMap::new(),
+            values: None,
+            described_on: None,
         }
     }
 }
@@ -168,8 +177,10 @@ impl ProxySession {
     }
 
     /// Adds what another writer recorded meanwhile: its recorded rounds, injected blocks,
-    /// activations, calls and figures (`base` being the figures this writer loaded). The rest
-    /// (the frozen surface, the last prefix) stays this session's.
+    /// activations, calls, figures (`base` being the figures this writer loaded), the tools its
+    /// model defined and the descriptions it rendered. The rest (the frozen surface, the last
+    /// prefix) stays this session's; so does this session's own tool where both defined one
+    /// name.
     pub fn merge_from(&mut self, other: ProxySession, base: &Figures) {
         // This writer's figures are the loaded ones plus what its request added; the other's
         // already hold its own additions.
@@ -182,6 +193,17 @@ impl ProxySession {
         }
         for (k, v) in other.injected {
             self.injected.entry(k).or_insert(v);
+        }
+        for tool in other.authored {
+            if !self.authored.iter().any(|t| t.name() == tool.name()) {
+                self.authored.push(tool);
+            }
+        }
+        for (k, v) in other.described {
+            self.described.entry(k).or_insert(v);
+        }
+        if self.values.is_none() {
+            self.values = other.values;
         }
     }
 }
@@ -376,6 +398,36 @@ mod tests {
             ["a", "b"],
             "both conversations' blocks"
         );
+    }
+
+    #[test]
+    fn a_merge_keeps_the_tools_both_writers_models_defined_and_this_ones_on_a_clash() {
+        let tool = |name: &str, script: &str| toolshelf_core::authoring::Authored {
+            item: json!({"name": name, "description": "d", "input_schema": {"type": "object"}}),
+            script: script.into(),
+        };
+        let mut mine = ProxySession {
+            authored: vec![tool("mine", "a"), tool("both", "mine")],
+            ..ProxySession::default()
+        };
+        mine.described.insert("Read".into(), "mine".into());
+        let mut theirs = ProxySession {
+            authored: vec![tool("theirs", "b"), tool("both", "theirs")],
+            values: Some(toolshelf_core::template::SessionValues {
+                client: Some("c".into()),
+                ..Default::default()
+            }),
+            ..ProxySession::default()
+        };
+        theirs.described.insert("Read".into(), "theirs".into());
+        theirs.described.insert("Grep".into(), "theirs".into());
+        mine.merge_from(theirs, &Figures::default());
+        let names: Vec<&str> = mine.authored.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["mine", "both", "theirs"]);
+        assert_eq!(mine.authored[1].script, "mine");
+        assert_eq!(mine.described["Read"], "mine");
+        assert_eq!(mine.described["Grep"], "theirs");
+        assert_eq!(mine.values.and_then(|v| v.client).as_deref(), Some("c"));
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub struct Shelf {
     pub surface: Surface,
     /// Canonical names of visible tools.
     pub visible: BTreeSet<String>,
+    /// A digest of the catalog's canonical names: which tools a session's rendered
+    /// descriptions cover.
+    pub names_digest: String,
     /// The tool list for the upstream: provider tools as sent, resident client tools as sent,
     /// then the meta-tools.
     pub upstream_tools: Vec<Value>,
@@ -254,6 +257,8 @@ impl Shelf {
             toolshelf_core::tokens::count(&Value::Array(tools.to_vec()).to_string());
         let upstream_tokens =
             toolshelf_core::tokens::count(&Value::Array(upstream_tools.clone()).to_string());
+        let names: Vec<&str> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
+        let names_digest = crate::session::digest(&names);
         Ok(Self {
             catalog,
             exposure,
@@ -266,6 +271,7 @@ impl Shelf {
             validators: Default::default(),
             own,
             all_resident_tokens,
+            names_digest,
             upstream_tokens,
             warnings,
             passed,
@@ -292,6 +298,21 @@ impl Shelf {
             .map_err(|e| e.to_string())?;
         let described = surface.descriptions().tools_by_name(&self.catalog);
         Ok((assemble(&self.parts, &surface, dialect), described))
+    }
+
+    /// Every description the templates render for `session`, by canonical name.
+    pub fn session_descriptions(
+        &self,
+        compiled: &Compiled,
+        session: &toolshelf_core::template::SessionValues,
+    ) -> Result<BTreeMap<String, String>, String> {
+        if !compiled.templates().any(&self.catalog) {
+            return Ok(BTreeMap::new());
+        }
+        let surface = compiled
+            .session_surface(&self.catalog, &self.exposure, session)
+            .map_err(|e| e.to_string())?;
+        Ok(surface.descriptions().tools_by_name(&self.catalog))
     }
 
     /// The client's name of catalog tool `i`.

@@ -805,3 +805,56 @@ fn description_templates_render_once_per_conversation_for_its_client() {
     assert_eq!(turns[0]["body"]["tools"], turns[1]["body"]["tools"]);
     assert_prefix_kept(&upstream);
 }
+
+#[test]
+fn a_tool_the_client_adds_mid_conversation_is_found_with_its_template_rendered_for_the_session() {
+    let s = Scratch::new("proxy-late-template");
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [
+            {"text": "One."},
+            {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__jira__create_issue"]}}]},
+            {"text": "Two."}
+        ]}),
+    );
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[tools.mcp__jira__create_issue]\n\
+         description_template = \"part(pkg.description, 'Filed for', session.client)\"\n",
+        &[],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "hi"})];
+    let send = |tools: &Vec<Value>, messages: &Vec<Value>, agent: &str| {
+        let body = json!({"model": "m", "max_tokens": 64, "system": "You help.", "tools": tools,
+                          "messages": messages});
+        let mut headers = HEADERS.to_vec();
+        headers.push(("user-agent", agent));
+        let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+        assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+        answer
+    };
+    let answer = send(&tools(), &messages, "e2e-agent/1.0");
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": "file a bug"}));
+    let mut more = tools();
+    more.push(anthropic_tool(
+        "mcp__jira__create_issue",
+        "Create an issue in a Jira project.",
+        json!({"summary": {"type": "string"}}),
+        &["summary"],
+    ));
+    // The session's values are its first request's, whatever this one says of its client.
+    send(&more, &messages, "another-agent/2.0");
+    let turns = upstream.played(3);
+    let hit = turns[2]["tool_results"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        hit.contains("Create an issue in a Jira project. Filed for e2e-agent/1.0"),
+        "{hit}\nproxy log:\n{}",
+        proxy.log()
+    );
+    assert_eq!(turns[0]["body"]["tools"], turns[1]["body"]["tools"]);
+    assert_prefix_kept(&upstream);
+}
