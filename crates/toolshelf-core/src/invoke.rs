@@ -545,21 +545,21 @@ pub fn approved(tool: usize, because: &str, answer: Result<(), AskRefusal>) -> R
 }
 
 /// Stage 5: what the pre-call hooks decided. A deny refuses; rewritten params must still fit
-/// the schema. Returns the params to send.
+/// the schema. Returns the params to send in place of the call's, if a hook rewrote them: the
+/// caller keeps the call's own, which a refusal's audit records.
 pub fn after_pre_call(
     tool: usize,
     validator: &ParamsValidator,
     denied: Option<String>,
     rewritten: Option<Map<String, Value>>,
-    params: Map<String, Value>,
-) -> Result<Map<String, Value>, Refusal> {
+) -> Result<Option<Map<String, Value>>, Refusal> {
     if let Some(reason) = denied {
         return Err(Refusal::DeniedByHook { tool, reason });
     }
     match rewritten {
-        None => Ok(params),
+        None => Ok(None),
         Some(p) => match validator.check(&p) {
-            Checked::Valid => Ok(p),
+            Checked::Valid => Ok(Some(p)),
             Checked::Invalid(violations) => Err(Refusal::InvalidAfterHook { tool, violations }),
             Checked::Broken(error) => Err(Refusal::SchemaBroken { tool, error }),
         },
@@ -1042,13 +1042,14 @@ mod tests {
         assert_eq!(r.kind(), RefusalKind::NotApproved);
         assert!(r.text(&c).contains("cannot ask the user"));
         let v = ParamsValidator::new(&c.tools()[i].input_schema);
-        let r = after_pre_call(i, &v, Some("no".into()), None, Map::new()).expect_err("denied");
+        let r = after_pre_call(i, &v, Some("no".into()), None).expect_err("denied");
         assert_eq!(r.kind(), RefusalKind::DeniedByHook);
-        let r = after_pre_call(i, &v, None, Some(obj(json!({"path": 1}))), Map::new())
-            .expect_err("bad rewrite");
+        let r = after_pre_call(i, &v, None, Some(obj(json!({"path": 1})))).expect_err("bad rewrite");
         assert_eq!(r.kind(), RefusalKind::InvalidAfterHook);
-        let p = after_pre_call(i, &v, None, Some(obj(json!({"path": "/b"}))), Map::new())
-            .expect("rewritten");
+        assert_eq!(after_pre_call(i, &v, None, None), Ok(None), "kept as called");
+        let p = after_pre_call(i, &v, None, Some(obj(json!({"path": "/b"}))))
+            .expect("rewritten")
+            .expect("a rewrite");
         assert_eq!(p["path"], "/b");
         let w = c.position("mcp__fs__write_file").expect("w");
         let perms = compiled("[permissions]\ndeny = [\"write(*secret*)\"]");

@@ -491,13 +491,10 @@ impl GatewaySession {
             event.params = Some(params.clone());
             let pre = hooks::run(hooks, Some(tool), event).await;
             self.report_hook_failures(&pre, Some(&tool.name));
-            *params = invoke::after_pre_call(
-                i,
-                &validator,
-                pre.denied,
-                pre.params,
-                std::mem::take(params),
-            )?;
+            if let Some(rewritten) = invoke::after_pre_call(i, &validator, pre.denied, pre.params)?
+            {
+                *params = rewritten;
+            }
             guidance = pre.guidance;
         }
         self.hub

@@ -1064,8 +1064,8 @@ impl Turn {
             event.via_defer_execute = Some(via_defer);
             event.params = Some(params.clone());
             let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
-            let params = invoke::after_pre_call(i, &validator, pre.denied, pre.params, params)?;
-            return Ok((i, params));
+            let rewritten = invoke::after_pre_call(i, &validator, pre.denied, pre.params)?;
+            return Ok((i, rewritten.unwrap_or(params)));
         }
         Ok((i, params))
     }
@@ -1099,8 +1099,9 @@ impl Turn {
         event.params = Some(params.clone());
         let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
         let validator = shelf.passed_validator(i);
-        let input = invoke::after_pre_call(i, &validator, pre.denied, pre.params, params)
-            .map_err(refused)?;
+        let input = invoke::after_pre_call(i, &validator, pre.denied, pre.params)
+            .map_err(refused)?
+            .unwrap_or(params);
         Ok(Call { input, ..c.clone() })
     }
 

@@ -424,6 +424,15 @@ async fn stdio_gateway_with_real_servers() {
             && has("refused", Some("denied"))
     );
     assert!(has("refused", Some("denied_by_hook")) && has("refused", Some("not_approved")));
+    let by_hook = audit
+        .iter()
+        .find(|r| r["outcome"] == "denied_by_hook")
+        .expect("the hook's refusal");
+    assert_eq!(
+        by_hook["params"],
+        json!({"message": "hi"}),
+        "a refusal records the params the call came with: {by_hook}"
+    );
     assert!(has("server", Some("failed")) && has("session", Some("start")));
     let hidden = audit
         .iter()
