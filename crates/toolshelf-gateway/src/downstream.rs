@@ -38,7 +38,7 @@ use toolshelf_core::config::{ServerConfig, expand};
 use toolshelf_core::invoke::CallFailure;
 
 use crate::hub::{Events, HubEvent};
-use crate::stdio::{ChildTransport, Fault, is_unreadable_reply};
+use crate::stdio::{ChildTransport, Fault, is_unreadable_reply, without_last_words};
 
 /// Consecutive failures after which background restarts stop (a call can still start it).
 const MAX_BACKGROUND_RETRIES: u32 = 5;
@@ -522,10 +522,12 @@ impl Downstream {
         arguments: JsonObject,
         timeout_secs: u64,
     ) -> Result<CallToolResult, CallFailure> {
+        // What the model reads of a failure leaves out the server's stderr (see
+        // `stdio::without_last_words`): the status and the log keep it.
         let peer = self
             .ensure_started()
             .await
-            .map_err(CallFailure::Unavailable)?;
+            .map_err(|why| CallFailure::Unavailable(without_last_words(&why).to_owned()))?;
         let fault = self.lock().fault.clone();
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         let call = peer.call_tool_once(params);
@@ -551,8 +553,10 @@ impl Downstream {
                     Some(fault) => fault.explain(fallback).await,
                     None => fallback,
                 };
+                tracing::warn!(server = %self.name, "a call failed: {why}");
                 Err(CallFailure::Crashed(format!(
-                    "{why}; it is restarted with backoff"
+                    "{}; it is restarted with backoff",
+                    without_last_words(&why)
                 )))
             }
             Ok(Err(e)) => Err(CallFailure::Protocol(e.to_string())),

@@ -363,6 +363,10 @@ pub fn merge_servers(
     Ok(())
 }
 
+/// The tool name a server with no known tools is judged by: rules written for a whole server
+/// (`^mcp__db__`) or a mode that lists none of it hide it; rules for one tool do not.
+const PROBE_TOOL: &str = "tool";
+
 impl Hub {
     /// Builds the gateway and starts every server that needs starting. Call inside a Tokio
     /// runtime.
@@ -579,27 +583,35 @@ impl Hub {
     /// A note for the model on each server whose tools are not known because it is not running
     /// (failed, or still starting, with nothing cached): a search that finds nothing, or a name
     /// that resolves to no tool, may be one of its tools. `only` narrows it to the server of one
-    /// canonical or original name (`mcp__SERVER__tool`).
+    /// canonical or original name (`mcp__SERVER__tool`). A server the active mode or a deny rule
+    /// would hide that name of (without a name, any tool of) is not named: the model must not
+    /// learn of what it cannot see. Nor is a server's stderr passed on: it is the operator's
+    /// to read (status, the log), and may hold what the model should not.
     pub fn unknown_tools_note(&self, catalog: &Catalog, only: Option<&str>) -> Option<String> {
         let wanted = match only {
             Some(requested) => {
-                let (segment, _) = toolshelf_core::name::split_mcp(requested)?;
+                let (segment, tool) = toolshelf_core::name::split_mcp(requested)?;
                 let server = catalog
                     .servers()
                     .iter()
                     .find(|s| s.name == segment || s.original_name == segment)?;
-                Some(server.original_name.clone())
+                Some((server.original_name.clone(), tool.to_owned()))
             }
             None => None,
         };
         let notes: Vec<String> = self
             .servers
             .iter()
-            .filter(|(name, _)| wanted.as_ref().is_none_or(|w| w == *name))
+            .filter(|(name, _)| wanted.as_ref().is_none_or(|(w, _)| w == *name))
             .filter(|(_, s)| !s.has_tools())
+            .filter(|(name, _)| {
+                let tool = wanted.as_ref().map_or(PROBE_TOOL, |(_, t)| t.as_str());
+                self.would_show(name, tool)
+            })
             .filter_map(|(name, s)| match s.state() {
                 crate::downstream::ServerState::Failed(reason) => Some(format!(
-                    "Server {name:?} is not running ({reason}), so its tools are not known; it is restarted in the background."
+                    "Server {name:?} is not running ({}), so its tools are not known; it is restarted in the background.",
+                    crate::stdio::without_last_words(&reason)
                 )),
                 crate::downstream::ServerState::Starting => Some(format!(
                     "Server {name:?} is still starting, so its tools are not known yet; try again in a moment."
@@ -608,6 +620,24 @@ impl Hub {
             })
             .collect();
         (!notes.is_empty()).then(|| notes.join("\n"))
+    }
+
+    /// Whether a tool `tool` of server `server` (original names), with nothing else known of
+    /// it, would be visible under the active mode and the permission rules. Unknown facts
+    /// (annotations) are absent, so a read-only mode hides it.
+    fn would_show(&self, server: &str, tool: &str) -> bool {
+        let probe = serde_json::json!({"servers": [{"name": server, "tools": [{"name": tool}]}]});
+        let Ok(catalog) = Catalog::from_value(&probe, "probe") else {
+            return false;
+        };
+        let exposure = self
+            .compiled
+            .policy()
+            .apply(&catalog, self.compiled.permissions());
+        exposure
+            .decisions
+            .first()
+            .is_some_and(|d| d.state != toolshelf_core::policy::State::Hidden)
     }
 
     /// The compiled configuration: policy, permissions, hooks.

@@ -135,7 +135,7 @@ impl Fault {
             .filter(|(at, _)| at.elapsed() <= STDERR_RECENT)
             .map(|(_, l)| format!("{l:?}"))
             .collect();
-        (!lines.is_empty()).then(|| format!("its stderr ended with: {}", lines.join(" / ")))
+        (!lines.is_empty()).then(|| format!("{LAST_WORDS}{}", lines.join(" / ")))
     }
 
     /// Why the connection failed, for a server's failed state: the transport's reason, else how
@@ -152,6 +152,17 @@ impl Fault {
             None => cause,
         }
     }
+}
+
+/// What introduces a server's last stderr lines in a reason.
+const LAST_WORDS: &str = "its stderr ended with: ";
+
+/// `reason` without the server's stderr lines that [`Fault::explain`] adds to it: the text a
+/// model may read. A server's stderr is its operator's, and may hold secrets.
+pub fn without_last_words(reason: &str) -> &str {
+    reason
+        .find(&format!("; {LAST_WORDS}"))
+        .map_or(reason, |at| &reason[..at])
 }
 
 /// Whether `error` was made up by this transport for a reply it could not read; its message

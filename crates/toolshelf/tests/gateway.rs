@@ -1259,7 +1259,7 @@ fn a_server_that_cannot_start_says_why_in_plain_words() {
 
 /// The model is told when a name or a search may concern a server that is down: its tools are
 /// unknown, not absent. A name of a running server's and a search that finds something read as
-/// before.
+/// before. A server the rules hide is never named, and no server's stderr reaches the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_is_told_which_servers_are_down() {
     let s = Scratch::new("down");
@@ -1267,17 +1267,22 @@ async fn the_model_is_told_which_servers_are_down() {
         "toolshelf.toml",
         &format!(
             "[servers.quits]\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'fatal: missing API_KEY' >&2; exit 3\"]\n\
-             restart_delay_secs = 600\n{}{}",
+             restart_delay_secs = 600\n\
+             [servers.secretdb]\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'DB_PASSWORD=hunter2 rejected' >&2; exit 3\"]\n\
+             restart_delay_secs = 600\n\
+             [permissions]\ndeny = [\"^mcp__secretdb__\"]\n{}{}{}",
             test_server_section(5),
+            named_server("boom", &json!([tool("crash", "Crash.", json!({"type": "object"}))]), ""),
             files_sections(&s)
         ),
     );
     let client = stdio_client(&config, TestClient::default()).await;
-    wait_for("quits to fail", || async {
+    wait_for("quits and secretdb to fail", || async {
         server_status(&client, "quits").await["state"] == "failed"
+            && server_status(&client, "secretdb").await["state"] == "failed"
     })
     .await;
-    let says = "Server \"quits\" is not running (initialize failed: the server exited with status 3; its stderr ended with: \"fatal: missing API_KEY\"), so its tools are not known";
+    let says = "Server \"quits\" is not running (initialize failed: the server exited with status 3), so its tools are not known";
     let unknown = err(&exec(&client, "mcp__quits__send_mail", json!({})).await);
     assert!(
         unknown.starts_with("No tool named \"mcp__quits__send_mail\"") && unknown.contains(says),
@@ -1289,6 +1294,28 @@ async fn the_model_is_told_which_servers_are_down() {
     assert!(none.contains(says), "{none}");
     let found = text(&search(&client, json!({"tool_names": ["mcp__test__ping"]})).await);
     assert!(!found.contains("quits"), "{found}");
+    // A hidden server reads as no server at all.
+    let hidden = err(&exec(&client, "mcp__secretdb__query", json!({})).await);
+    let absent = err(&exec(&client, "mcp__secretdc__query", json!({})).await);
+    assert_eq!(
+        hidden.replace("mcp__secretdb__query", "NAME"),
+        absent.replace("mcp__secretdc__query", "NAME")
+    );
+    for seen in [&hidden, &none, &unknown] {
+        assert!(
+            !seen.contains("Server \"secretdb\"")
+                && !seen.contains("hunter2")
+                && !seen.contains("API_KEY"),
+            "{seen}"
+        );
+    }
+    // A crash's stderr stays with the operator too.
+    ok(&search(&client, json!({"tool_names": ["mcp__boom__crash"]})).await);
+    let crashed = err(&exec(&client, "mcp__boom__crash", json!({})).await);
+    assert!(
+        crashed.contains("restarted with backoff") && !crashed.contains("s3cret"),
+        "{crashed}"
+    );
     client.cancel().await.expect("close");
 }
 
