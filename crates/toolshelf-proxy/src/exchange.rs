@@ -33,7 +33,8 @@ use toolshelf_core::session::FrozenSurface;
 
 use crate::api::{Call, ClientTurn, Dialect, Part, ProxyResult, Round, add_usage};
 use crate::session::{
-    Injected, PrefixPrint, ProxySession, Recorded, chains, digest, fingerprint, root_key, turn_key,
+    Injected, PrefixPrint, ProxySession, Recorded, chains, digest, fingerprint, link_before,
+    root_key, text_key, turn_key,
 };
 use crate::shelf::{Own, Shelf};
 use crate::{Proxy, SESSION_HEADER};
@@ -68,6 +69,9 @@ pub struct Prepared {
     /// The deferred tools the client's `tool_choice` forces or allows: when set, `defer_execute`
     /// runs these alone (catalog indices).
     pub forced: Option<Vec<usize>>,
+    /// The [`chains`] link of the client's conversation as sent: where the client's copy of
+    /// this request's answer will sit, which keys the rounds recorded for a turn without calls.
+    pub chain_end: String,
 }
 
 /// Why a request goes upstream as sent.
@@ -208,6 +212,7 @@ pub async fn prepare(
     let conv = conversation_mut(dialect, &mut body);
     // The key of each client entry's injected blocks, computed once for both.
     let links = chains(&conv);
+    let chain_end = links.last().cloned().unwrap_or_default();
     let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, &links, notice);
     let out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
     if dialect.api() == Api::OpenAiResponses
@@ -254,11 +259,10 @@ pub async fn prepare(
         expired,
         fired,
         forced,
+        chain_end,
     })))
 }
 
-/// What description templates read as `session.*` for a proxy session: the mode, the client
-/// (the first request's `User-Agent`), the workspace.
 /// Renders the templates of tools that arrived after the session's list froze (a client that
 /// added a tool mid-conversation), with the session's values, for its search results; the
 /// renderings made when the list froze stay as they were. A template that fails is logged and
@@ -286,6 +290,8 @@ async fn describe_late_tools(proxy: &Proxy, shelf: &Arc<Shelf>, session: &mut Pr
     }
 }
 
+/// What description templates read as `session.*` for a proxy session: the mode, the client
+/// (the first request's `User-Agent`), the workspace.
 fn session_values(proxy: &Proxy, client: Option<&str>) -> toolshelf_core::template::SessionValues {
     let compiled = &proxy.compiled;
     toolshelf_core::template::SessionValues {
@@ -460,7 +466,7 @@ fn remember_injection(
     let reminders = proxy.compiled.reminders();
     if !reminders.is_empty() {
         let user_text = dialect.latest_user_text(conv);
-        let (calls, searches) = last_turn_calls(dialect, session, conv);
+        let (calls, searches) = last_turn_calls(dialect, session, conv, links);
         let tools = shelf.catalog.tools();
         let resolved: Vec<(usize, Map<String, Value>)> = calls
             .iter()
@@ -501,6 +507,7 @@ fn last_turn_calls(
     dialect: Dialect,
     session: &ProxySession,
     conv: &[Value],
+    links: &[String],
 ) -> (Vec<Call>, Vec<String>) {
     let Some(end) = conv.iter().rposition(|e| dialect.is_assistant(e)) else {
         return (Vec::new(), Vec::new());
@@ -515,7 +522,7 @@ fn last_turn_calls(
     let group = &conv[start..=end];
     let calls: Vec<Call> = group.iter().flat_map(|e| dialect.calls(e)).collect();
     let mut searches = Vec::new();
-    if let Some(rec) = session.recorded.get(&turn_key(dialect, group)) {
+    if let Some(rec) = session.recorded.get(&turn_key(dialect, group, link_before(links, start))) {
         for e in rec.prelude.iter().chain(&rec.last) {
             for c in dialect.calls(e) {
                 if c.name == TOOL_SEARCH {
@@ -558,7 +565,7 @@ fn rewrite(
                 out.extend(dialect.result_entries(&std::mem::take(&mut pending), &[]));
             }
             let group = &conv[i..end];
-            match session.recorded.get(&turn_key(dialect, group)) {
+            match session.recorded.get(&turn_key(dialect, group, link_before(links, i))) {
                 Some(rec) => {
                     out.extend(rec.prelude.iter().cloned());
                     out.extend(rec.last.iter().cloned());
@@ -792,7 +799,7 @@ impl Turn {
                 text.push_str(&raw_text(v));
             }
         }
-        format!("text:{}", digest(&[&text]))
+        text_key(&self.prepared.chain_end, &text)
     }
 
     /// Decides one call: `Ok` with the call the client runs, or `Err` with the proxy's answer.

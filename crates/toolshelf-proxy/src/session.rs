@@ -324,9 +324,9 @@ pub fn root_key(
     ])
 }
 
-/// The key of an assistant turn (its entries, request form): its first call's id, else a
-/// digest of its text.
-pub fn turn_key(dialect: Dialect, entries: &[Value]) -> String {
+/// The key of an assistant turn (its entries, request form): its first call's id, else
+/// [`text_key`] of its text after `before`, the [`chains`] link of the entries before it.
+pub fn turn_key(dialect: Dialect, entries: &[Value], before: &str) -> String {
     for e in entries {
         if let Some(c) = dialect.calls(e).first() {
             return format!("call:{}", c.id);
@@ -346,7 +346,23 @@ pub fn turn_key(dialect: Dialect, entries: &[Value]) -> String {
             _ => {}
         }
     }
-    format!("text:{}", digest(&[&text]))
+    text_key(before, &text)
+}
+
+/// The key of a turn without calls: its place in the conversation (`before`, the [`chains`]
+/// link of the entries before it) and its text without whitespace. Replies such as "Done."
+/// recur, so the text alone would give two turns one record; and a format joins the texts of
+/// several rounds with blank lines the client's copy keeps, which the key must not depend on.
+pub fn text_key(before: &str, text: &str) -> String {
+    let words: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    format!("text:{}", digest(&[before, &words]))
+}
+
+/// The [`chains`] link of the entries before entry `i` (`""` before the first).
+pub fn link_before(links: &[String], i: usize) -> &str {
+    i.checked_sub(1)
+        .and_then(|j| links.get(j))
+        .map_or("", String::as_str)
 }
 
 #[cfg(test)]
@@ -457,19 +473,29 @@ mod tests {
         let a = json!({"role": "assistant", "content": [
             {"type": "text", "text": "x"},
             {"type": "tool_use", "id": "t9", "name": "Read", "input": {}}]});
-        assert_eq!(turn_key(d, &[a]), "call:t9");
+        assert_eq!(turn_key(d, &[a], "x"), "call:t9");
         let plain = json!({"role": "assistant", "content": [{"type": "text", "text": "hello"}]});
         let marked = json!({"role": "assistant", "content": [
             {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]});
         assert_eq!(
-            turn_key(d, std::slice::from_ref(&plain)),
-            turn_key(d, std::slice::from_ref(&marked))
+            turn_key(d, std::slice::from_ref(&plain), ""),
+            turn_key(d, std::slice::from_ref(&marked), "")
         );
         assert_eq!(fingerprint(&plain), fingerprint(&marked));
         let chat = json!({"role": "assistant", "content": "hello"});
         assert_eq!(
-            turn_key(Dialect(Api::OpenAiChat), &[chat]),
-            turn_key(d, &[plain])
+            turn_key(Dialect(Api::OpenAiChat), &[chat], ""),
+            turn_key(d, std::slice::from_ref(&plain), "")
+        );
+        // The same words at another place are another turn; blank lines between them are not.
+        assert_ne!(
+            turn_key(d, std::slice::from_ref(&plain), "a"),
+            turn_key(d, std::slice::from_ref(&plain), "b")
+        );
+        let joined = json!({"role": "assistant", "content": "Let me look.\n\nThere is a tool."});
+        assert_eq!(
+            turn_key(Dialect(Api::OpenAiChat), &[joined], "a"),
+            text_key("a", "Let me look.There is a tool.")
         );
     }
 

@@ -806,6 +806,68 @@ fn description_templates_render_once_per_conversation_for_its_client() {
     assert_prefix_kept(&upstream);
 }
 
+
+/// A turn that ends in text keeps the search rounds the proxy answered in it, and two turns with
+/// the same reply keep their own: each request's conversation begins with the previous one's,
+/// and no call id is sent twice. In Chat Completions the client gets one message whose texts the
+/// proxy joined with a blank line; in both formats "Which city?" comes twice, once plain and once
+/// after a search.
+#[test]
+fn turns_ending_in_text_keep_their_own_search_rounds() {
+    for api in ["anthropic", "chat"] {
+        for opening in [None, Some("Let me look.")] {
+            let what = format!("{api}, opening {opening:?}");
+            let s = Scratch::new(&format!("proxy-text-turns-{api}-{}", opening.is_some()));
+            let mut search = json!({"tool_uses": [{"name": "tool_search",
+                                                   "input": {"queries": ["read file"]}}]});
+            if let Some(t) = opening {
+                search["text"] = t.into();
+            }
+            let upstream = Upstream::start(
+                &s,
+                &json!({"steps": [{"text": "Which city?"}, search, {"text": "Which city?"},
+                                  {"text": "Noted."}]}),
+            );
+            let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+            let (path, tools): (&str, Vec<Value>) = match api {
+                "anthropic" => ("/v1/messages", tools()),
+                _ => (
+                    "/v1/chat/completions",
+                    tools()
+                        .iter()
+                        .map(|t| json!({"type": "function", "function": {
+                            "name": t["name"], "description": t["description"],
+                            "parameters": t["input_schema"]}}))
+                        .collect(),
+                ),
+            };
+            let mut messages = vec![json!({"role": "user", "content": "weather?"})];
+            for next in ["the weather, please", "Paris"] {
+                let body = json!({"model": "m", "max_tokens": 64, "tools": tools,
+                                  "messages": messages});
+                let (status, answer) = post(&format!("{}{path}", proxy.url), &body, &HEADERS);
+                assert_eq!(status, 200, "{what}: {answer}\nproxy log:\n{}", proxy.log());
+                let reply = match api {
+                    "anthropic" => json!({"role": "assistant", "content": answer["content"]}),
+                    _ => json!({"role": "assistant",
+                                "content": answer["choices"][0]["message"]["content"]}),
+                };
+                messages.push(reply);
+                messages.push(json!({"role": "user", "content": next}));
+            }
+            let body = json!({"model": "m", "max_tokens": 64, "tools": tools,
+                              "messages": messages});
+            let (status, answer) = post(&format!("{}{path}", proxy.url), &body, &HEADERS);
+            assert_eq!(status, 200, "{what}: {answer}");
+            let turns = upstream.played(4);
+            assert_prefix_kept(&upstream);
+            let last = turns[3]["body"]["messages"].to_string();
+            let searches = last.matches("\"name\":\"tool_search\"").count();
+            assert_eq!(searches, 1, "{what}: the search is put back once: {last}");
+        }
+    }
+}
+
 #[test]
 fn a_tool_the_client_adds_mid_conversation_is_found_with_its_template_rendered_for_the_session() {
     let s = Scratch::new("proxy-late-template");
