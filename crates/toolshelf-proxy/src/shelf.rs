@@ -22,7 +22,7 @@ use serde_json::Value;
 use toolshelf_core::catalog::{CatalogBuilder, ToolSpec};
 use toolshelf_core::config::SCRIPTS_SERVER;
 use toolshelf_core::invoke::ParamsValidator;
-use toolshelf_core::name::split_mcp;
+use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH, split_mcp};
 use toolshelf_core::policy::{Exposure, State};
 use toolshelf_core::request::Api;
 use toolshelf_core::search::SearchIndex;
@@ -217,7 +217,24 @@ impl Shelf {
             .enumerate()
             .map(|(i, n)| (n.clone(), i))
             .collect();
-        let exposure = compiled.expose(&catalog);
+        let mut exposure = compiled.expose(&catalog);
+        // A client tool named as a meta-tool cannot be sent as it is, and sent renamed its
+        // calls would reach the client under the wrong name: it is deferred, where the model
+        // finds and runs it by its catalog name and the client gets its own name back.
+        for (i, d) in exposure.decisions.iter_mut().enumerate() {
+            let name = &client_names[i];
+            if d.state == State::Resident && [TOOL_SEARCH, DEFER_EXECUTE].contains(&name.as_str()) {
+                d.state = State::Deferred;
+                d.reason = format!(
+                    "named as the meta-tool {name:?}: deferred, and found and run as {:?}",
+                    catalog.tools()[i].name
+                );
+                found.push(format!(
+                    "the client's tool {name:?} has a meta-tool's name: it is deferred (as {:?}) whatever the rules say",
+                    catalog.tools()[i].name
+                ));
+            }
+        }
         let surface = compiled.surface(&catalog, &exposure);
         let mut warnings: Vec<String> = found;
         warnings.extend(catalog.warnings().iter().chain(&exposure.warnings).cloned());
@@ -577,6 +594,39 @@ mod tests {
             client: Some(client.into()),
             ..SessionValues::default()
         }
+    }
+
+    #[test]
+    fn a_client_tool_named_as_a_meta_tool_is_deferred_whatever_the_rules_say() {
+        let c = compiled("[defer]\nrules = [\"NoDefer(^tool_search)\", \"NoDefer(^Read$)\"]");
+        let tools = vec![
+            json!({"name": "tool_search", "description": "The client's own search.",
+                   "input_schema": {"type": "object"}}),
+            json!({"name": "Read", "description": "Read a file.", "input_schema": {"type": "object"}}),
+            json!({"name": "Grep", "description": "Search files.", "input_schema": {"type": "object"}}),
+        ];
+        let d = Dialect(Api::Anthropic);
+        let shelf = Shelf::build(d, &tools, Default::default(), &c, None).expect("builds");
+        let names: Vec<&str> = shelf
+            .upstream_tools
+            .iter()
+            .filter_map(|t| d.client_tool_name(t))
+            .collect();
+        assert_eq!(names, ["Read", "tool_search", "defer_execute"], "each name once");
+        assert!(
+            shelf.upstream_tools[1]["description"]
+                .as_str()
+                .is_some_and(|s| s.contains("<available_deferred_tools>")),
+            "the one tool_search sent is the meta-tool"
+        );
+        let i = shelf.by_client_name("tool_search").expect("the client's tool");
+        assert_eq!(shelf.state(i), State::Deferred);
+        assert_ne!(shelf.catalog.tools()[i].name, "tool_search");
+        assert!(
+            shelf.warnings.iter().any(|w| w.contains("has a meta-tool's name")),
+            "{:?}",
+            shelf.warnings
+        );
     }
 
     #[test]
