@@ -204,16 +204,31 @@ pub async fn prepare(
         }
         Some(tools) => tools,
     };
-    let notice = session.state.change_notice(&shelf.visible);
     let frozen_names: HashSet<String> = upstream_tools
         .iter()
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
         .collect();
+    let forced = body
+        .get_mut("tool_choice")
+        .and_then(|choice| force_meta_choice(dialect, choice, &frozen_names, &shelf));
+    let mut notices: Vec<String> = session
+        .state
+        .change_notice(&shelf.visible)
+        .into_iter()
+        .collect();
+    if let Some(allowed) = &forced {
+        // The model is made to call a tool it has not searched for: it gets the definitions
+        // now, and its first call is not refused for a schema it was never shown.
+        for &i in allowed {
+            session.state.activate([shelf.catalog.tools()[i].name.as_str()]);
+        }
+        notices.push(forced_notice(&shelf, allowed));
+    }
     let conv = conversation_mut(dialect, &mut body);
     // The key of each client entry's injected blocks, computed once for both.
     let links = chains(&conv);
     let chain_end = links.last().cloned().unwrap_or_default();
-    let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, &links, notice);
+    let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, &links, notices);
     let out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
     if dialect.api() == Api::OpenAiResponses
         && let Some(Value::String(prev)) = body.get("previous_response_id")
@@ -235,9 +250,6 @@ pub async fn prepare(
             o.insert("include_usage".into(), true.into());
         }
     }
-    let forced = body
-        .get_mut("tool_choice")
-        .and_then(|choice| force_meta_choice(dialect, choice, &frozen_names, &shelf));
     let sent = body.insert("tools".into(), Value::Array(upstream_tools));
     let client_tools = match (kept, sent) {
         (Some(kept), _) => kept,
@@ -348,6 +360,30 @@ async fn find_by_root(
     (key, session, version)
 }
 
+/// What the model reads when the client's `tool_choice` makes it call deferred tools it has
+/// not searched for: how, and their definitions.
+fn forced_notice(shelf: &Shelf, allowed: &[usize]) -> String {
+    let tools = shelf.catalog.tools();
+    let names: Vec<String> = allowed
+        .iter()
+        .map(|&i| format!("{:?}", tools[i].name))
+        .collect();
+    let definitions: Vec<String> = allowed
+        .iter()
+        .map(|&i| invoke::schema_block(&tools[i]))
+        .collect();
+    format!(
+        "This request's tool_choice asks for a call of {} now: call defer_execute with that tool_name and params that fit {}:\n{}",
+        names.join(" or "),
+        if allowed.len() == 1 {
+            "its definition"
+        } else {
+            "the tool's definition"
+        },
+        definitions.join("\n")
+    )
+}
+
 /// A `tool_choice` that names tools the upstream list does not hold (deferred tools) would be
 /// refused upstream. One that forces a deferred tool forces `defer_execute` instead; an
 /// `allowed_tools` choice allows `defer_execute` (and `tool_search`) in place of its deferred
@@ -449,7 +485,7 @@ fn remember_injection(
     shelf: &Shelf,
     conv: &[Value],
     links: &[String],
-    notice: Option<String>,
+    notices: Vec<String>,
 ) -> Vec<String> {
     let mut fired = Vec::new();
     let Some(last) = conv.len().checked_sub(1) else {
@@ -462,7 +498,7 @@ fn remember_injection(
     if session.injected.contains_key(&key) {
         return fired;
     }
-    let mut blocks: Vec<String> = notice.into_iter().collect();
+    let mut blocks = notices;
     let reminders = proxy.compiled.reminders();
     if !reminders.is_empty() {
         let user_text = dialect.latest_user_text(conv);

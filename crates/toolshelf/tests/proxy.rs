@@ -610,6 +610,50 @@ fn a_forced_deferred_tool_is_the_only_one_defer_execute_runs() {
     );
 }
 
+/// A forced deferred tool is shown to the model with the request, and loaded: the model's first
+/// call of it reaches the client in one round, and the next request keeps the prefix.
+#[test]
+fn a_forced_deferred_tool_is_shown_and_its_first_call_goes_through() {
+    let s = Scratch::new("proxy-forced-shown");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "a"}}}]},
+        {"text": "Read."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let mut messages = vec![json!({"role": "user", "content": "read a"})];
+    let body = json!({"model": "m", "max_tokens": 64, "tools": tools(),
+                      "tool_choice": {"type": "tool", "name": "mcp__fs__read_file"},
+                      "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        calls(&answer),
+        [("mcp__fs__read_file".to_owned(), json!({"path": "a"}))],
+        "the first call is the client's: {answer}"
+    );
+    let first = upstream.turns()[0]["body"]["messages"].to_string();
+    assert!(
+        first.contains("tool_choice asks for a call of \\\"mcp__fs__read_file\\\" now")
+            && first.contains("Read the complete contents of a file as text."),
+        "the definition reaches the model: {first}"
+    );
+    let id = answer["content"]
+        .as_array()
+        .and_then(|c| c.iter().find(|b| b["type"] == "tool_use"))
+        .map(|b| b["id"].clone())
+        .expect("a call");
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": id, "content": "data"}]}));
+    let body = json!({"model": "m", "max_tokens": 64, "tools": tools(), "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}");
+    upstream.played(2);
+    assert_prefix_kept(&upstream);
+}
+
 /// The Responses API's string `input` is the user's message: it reaches the model, and two
 /// conversations that start with different strings are two sessions.
 #[test]
