@@ -527,7 +527,7 @@ impl Downstream {
         let peer = self
             .ensure_started()
             .await
-            .map_err(|why| CallFailure::Unavailable(without_last_words(&why).to_owned()))?;
+            .map_err(|why| CallFailure::Unavailable(without_last_words(&why)))?;
         let fault = self.lock().fault.clone();
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         let call = peer.call_tool_once(params);

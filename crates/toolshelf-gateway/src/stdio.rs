@@ -157,13 +157,35 @@ impl Fault {
 /// What introduces a server's last stderr lines in a reason.
 const LAST_WORDS: &str = "its stderr ended with: ";
 
-/// `reason` without the server's stderr lines that [`Fault::explain`] adds to it: the text a
-/// model may read. A server's stderr is its operator's, and may hold secrets.
-pub fn without_last_words(reason: &str) -> &str {
-    reason
-        .find(&format!("; {LAST_WORDS}"))
-        .map_or(reason, |at| &reason[..at])
+/// `reason` without the server's stderr lines that [`Fault::explain`] adds to it (each quoted,
+/// joined by ` / `), whatever follows them: the text a model may read. A server's stderr is its
+/// operator's, and may hold secrets.
+pub fn without_last_words(reason: &str) -> String {
+    let mark = format!("; {LAST_WORDS}");
+    let Some(at) = reason.find(&mark) else {
+        return reason.to_owned();
+    };
+    let mut rest = &reason[at + mark.len()..];
+    // Each line is written as Rust's `{:?}` writes a string: quoted, with `\"` and `\\` escaped.
+    while let Some(quoted) = rest.strip_prefix('"') {
+        let mut escaped = false;
+        let Some(close) = quoted.char_indices().find_map(|(i, c)| {
+            let closes = c == '"' && !escaped;
+            escaped = c == '\\' && !escaped;
+            closes.then_some(i)
+        }) else {
+            rest = "";
+            break;
+        };
+        rest = &quoted[close + 1..];
+        match rest.strip_prefix(" / ") {
+            Some(next) if next.starts_with('"') => rest = next,
+            _ => break,
+        }
+    }
+    format!("{}{rest}", &reason[..at])
 }
+
 
 /// Whether `error` was made up by this transport for a reply it could not read; its message
 /// then says what happened, naming the server.
@@ -826,5 +848,20 @@ mod tests {
             message.contains("nested deeper than the 128 levels"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_reason_loses_the_servers_stderr_and_keeps_what_follows() {
+        assert_eq!(
+            without_last_words(
+                "the server exited with status 3; its stderr ended with: \"a \\\" / b\" / \"KEY=1\"; next restart attempt in 2.0s"
+            ),
+            "the server exited with status 3; next restart attempt in 2.0s"
+        );
+        assert_eq!(
+            without_last_words("initialize failed: x; its stderr ended with: \"fatal\""),
+            "initialize failed: x"
+        );
+        assert_eq!(without_last_words("plain"), "plain");
     }
 }
