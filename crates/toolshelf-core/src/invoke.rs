@@ -48,6 +48,80 @@ pub enum AskRefusal {
     Declined(String),
     /// Asking failed.
     Failed(String),
+    /// The arguments are too long to show in full (their shown length): the user is not asked
+    /// to approve what the question would cut.
+    TooLong(usize),
+}
+
+/// The most characters of arguments an approval question shows; longer arguments are not
+/// asked about (the call is refused), since a cut question could hide what it approves.
+pub const APPROVAL_MAX_CHARS: usize = 8_000;
+
+/// Whitespace runs at least this long are shown as their length in an approval question.
+const SHOWN_RUN: usize = 8;
+
+/// The question that asks the user to approve a call of `tool` with `params`: every argument,
+/// one a line (pretty JSON), with long whitespace runs shown as their length and invisible
+/// format characters (zero-width, bidirectional controls) as their code points, so that
+/// padding cannot push part of an argument out of sight. Refused when it would be longer than
+/// [`APPROVAL_MAX_CHARS`].
+pub fn approval_question(tool: &str, params: &Map<String, Value>) -> Result<String, AskRefusal> {
+    let shown = serde_json::to_string_pretty(&shown_value(&Value::Object(params.clone())))
+        .unwrap_or_default();
+    let chars = shown.chars().count();
+    if chars > APPROVAL_MAX_CHARS {
+        return Err(AskRefusal::TooLong(chars));
+    }
+    Ok(format!(
+        "Allow the agent to run {tool} with these arguments?\n{shown}"
+    ))
+}
+
+/// `v` with its strings (keys too) made visible for [`approval_question`].
+fn shown_value(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(shown_text(s)),
+        Value::Array(a) => Value::Array(a.iter().map(shown_value).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (shown_text(k), shown_value(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn shown_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_whitespace() {
+            let mut run = String::from(c);
+            while let Some(&n) = chars.peek().filter(|n| n.is_whitespace()) {
+                run.push(n);
+                chars.next();
+            }
+            let n = run.chars().count();
+            if n >= SHOWN_RUN {
+                out.push_str(&format!("⟨{n} whitespace characters⟩"));
+            } else {
+                out.push_str(&run);
+            }
+        } else if is_invisible(c) {
+            out.push_str(&format!("⟨U+{:04X}⟩", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Format characters that show nothing but can reorder or hide text.
+fn is_invisible(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x115F | 0x1160 | 0x17B4 | 0x17B5 | 0x180E
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
+        | 0xFEFF | 0xFFA0 | 0xE0000..=0xE0FFF)
 }
 
 /// The kind of a refusal: one short label per stage outcome, for the audit log and metrics.
@@ -372,6 +446,11 @@ configuration ([permissions] allow), or do without it."
                         "{name} was not run: asking the user for approval failed: {}",
                         echo(e)
                     ),
+                    AskRefusal::TooLong(n) => format!(
+                        "{name} was not run: it needs the user's approval ({because}), and its \
+arguments would take {n} characters to show, more than the {APPROVAL_MAX_CHARS} an approval \
+question shows in full. Call it with shorter arguments."
+                    ),
                 }
             }
             Self::DeniedByHook { tool: i, reason } => format!(
@@ -405,6 +484,7 @@ log cannot be written ({error}). Tell the user; no tool can run until it is fixe
                     AskRefusal::Unsupported => "the client cannot ask (no elicitation)".to_owned(),
                     AskRefusal::Declined(a) => format!("the user answered {a}"),
                     AskRefusal::Failed(e) => format!("asking failed: {}", echo(e)),
+                    AskRefusal::TooLong(n) => format!("not asked: {n} characters of arguments"),
                 }
             ),
             Self::DeniedByHook { reason, .. } => echo(reason),
@@ -810,6 +890,26 @@ mod tests {
 
     fn exposure(c: &Catalog, toml: &str) -> Exposure {
         compiled(toml).expose(c)
+    }
+
+    #[test]
+    fn an_approval_question_shows_every_argument_or_is_not_asked() {
+        let q = approval_question(
+            "db__drop",
+            &obj(json!({"table": format!("users{}\u{202e}kcab", " \t".repeat(10)), "b": [1, "  x"]})),
+        )
+        .expect("short enough");
+        assert_eq!(
+            q,
+            "Allow the agent to run db__drop with these arguments?\n{\n  \"table\": \"users⟨20 whitespace characters⟩⟨U+202E⟩kcab\",\n  \"b\": [\n    1,\n    \"  x\"\n  ]\n}"
+        );
+        let at_limit = "x".repeat(APPROVAL_MAX_CHARS - "{\n  \"m\": \"\"\n}".len());
+        assert!(approval_question("t", &obj(json!({"m": at_limit}))).is_ok());
+        let over = "x".repeat(APPROVAL_MAX_CHARS);
+        assert!(matches!(
+            approval_question("t", &obj(json!({"m": over}))),
+            Err(AskRefusal::TooLong(n)) if n > APPROVAL_MAX_CHARS
+        ));
     }
 
     fn obj(v: Value) -> Map<String, Value> {

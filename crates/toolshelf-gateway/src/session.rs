@@ -149,6 +149,7 @@ fn ask_label(answer: &Result<(), AskRefusal>) -> &'static str {
         Err(AskRefusal::Unsupported) => "unsupported",
         Err(AskRefusal::Declined(_)) => "declined",
         Err(AskRefusal::Failed(_)) => "failed",
+        Err(AskRefusal::TooLong(_)) => "too_long",
     }
 }
 
@@ -429,10 +430,7 @@ impl GatewaySession {
         }
         let schema = serde_json::from_value(json!({"type": "object", "properties": {}}))
             .map_err(|e| AskRefusal::Failed(format!("cannot build the approval request: {e}")))?;
-        let message = format!(
-            "Allow the agent to run {tool} with these arguments?\n{}",
-            echo(&Value::Object(params.clone()).to_string())
-        );
+        let message = invoke::approval_question(tool, params)?;
         let request = ElicitRequestParams::FormElicitationParams {
             meta: None,
             message,

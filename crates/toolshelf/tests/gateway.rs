@@ -463,7 +463,7 @@ async fn http_sessions_have_their_own_state() {
         "toolshelf.toml",
         &format!(
             "[servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"Etc/UTC\"]\n{}\
-             [permissions]\nask = [\"^mcp__test__ping$\"]\n{}{session_hooks}",
+             [permissions]\nask = [\"^mcp__test__ping$\", \"^mcp__test__echo$\"]\n{}{session_hooks}",
             server_bin("venv/bin/mcp-server-time"),
             test_server_section(5),
             files_sections(&s)
@@ -472,16 +472,12 @@ async fn http_sessions_have_their_own_state() {
     let (mut gateway, url) = http_gateway(&config);
     let approving = http_client(
         &url,
-        TestClient {
-            elicitation: Some(true),
-        },
+        TestClient::answering(true),
     )
     .await;
     let declining = http_client(
         &url,
-        TestClient {
-            elicitation: Some(false),
-        },
+        TestClient::answering(false),
     )
     .await;
     let plain = http_client(&url, TestClient::default()).await;
@@ -535,6 +531,36 @@ async fn http_sessions_have_their_own_state() {
     )
     .await);
     assert!(err(&exec(&plain, "mcp__test__ping", json!({})).await).contains("cannot ask the user"));
+
+    // The user sees every argument: padding is shown as its length, invisible characters as
+    // their code points; arguments too long to show in full are not asked about.
+    ok(&call(
+        &approving,
+        "tool_search",
+        json!({"tool_names": ["mcp__test__echo"]}),
+    )
+    .await);
+    let padded = format!("users{}AND_ALSO\u{200b}DELETE_BACKUPS", " ".repeat(6000));
+    ok(&exec(
+        &approving,
+        "mcp__test__echo",
+        json!({"message": padded, "z_extra": "hidden tail"}),
+    )
+    .await);
+    let asked = approving.service().asked.lock().expect("asked").clone();
+    let question = asked.last().expect("asked about echo");
+    assert!(
+        question.starts_with("Allow the agent to run mcp__test__echo with these arguments?")
+            && question.contains("users⟨6000 whitespace characters⟩AND_ALSO⟨U+200B⟩DELETE_BACKUPS")
+            && question.contains("\"z_extra\": \"hidden tail\""),
+        "{question}"
+    );
+    let long = err(&exec(&approving, "mcp__test__echo", json!({"message": "x".repeat(9000)})).await);
+    assert!(
+        long.contains("more than the 8000 an approval question shows in full"),
+        "{long}"
+    );
+    assert_eq!(asked.len(), approving.service().asked.lock().expect("asked").len(), "not asked");
 
     for c in [approving, declining, plain] {
         c.cancel().await.expect("close");
@@ -1666,16 +1692,8 @@ async fn the_http_gateway_serves_its_dashboard() {
             files_sections(&s)
         ),
     );
-    let (gateway, url) = http_gateway(&config);
     // Killed even when an assertion fails, so no server outlives the test.
-    struct Reap(std::process::Child);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _gateway = Reap(gateway);
+    let (_gateway, url) = http_gateway(&config);
     let base = url.trim_end_matches("/mcp").to_owned();
     let client = http_client(&url, TestClient::default()).await;
     let found = search(&client, json!({"queries": ["current time"]})).await;

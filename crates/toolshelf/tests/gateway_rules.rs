@@ -266,9 +266,7 @@ async fn the_audit_records_how_each_call_came_and_what_the_user_said() {
     let cfg = s.write("toolshelf.toml", &config);
     let client = stdio_client(
         &cfg,
-        TestClient {
-            elicitation: Some(false),
-        },
+        TestClient::answering(false),
     )
     .await;
     ok(&call(&client, "mcp__s__pinned", json!({})).await);

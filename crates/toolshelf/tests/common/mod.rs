@@ -117,6 +117,18 @@ pub fn tool(name: &str, description: &str, schema: Value) -> Value {
 pub struct TestClient {
     /// `Some(accept)`: declare elicitation support and answer so.
     pub elicitation: Option<bool>,
+    /// The messages of the elicitations it was sent, in order.
+    pub asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl TestClient {
+    /// A client that supports elicitation and answers every question with `accept`.
+    pub fn answering(accept: bool) -> Self {
+        Self {
+            elicitation: Some(accept),
+            ..Self::default()
+        }
+    }
 }
 
 impl ClientHandler for TestClient {
@@ -130,9 +142,15 @@ impl ClientHandler for TestClient {
 
     async fn create_elicitation(
         &self,
-        _request: ElicitRequestParams,
+        request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.asked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(message.clone());
+        }
         Ok(ElicitResult::new(if self.elicitation == Some(true) {
             ElicitationAction::Accept
         } else {
@@ -185,8 +203,33 @@ pub async fn stdio_client(config: &str, handler: TestClient) -> Client {
     stdio_client_with(config, handler, |_| {}).await
 }
 
+/// A child process killed (and reaped) when dropped, so that a failed assertion leaves no
+/// server running that holds the test's output open.
+#[derive(Debug)]
+pub struct Reaped(pub std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `toolshelf serve --http 127.0.0.1:0`; returns the child and the URL it serves.
-pub fn http_gateway(config: &str) -> (std::process::Child, String) {
+pub fn http_gateway(config: &str) -> (Reaped, String) {
     let mut child = std::process::Command::new(TOOLSHELF)
         .args(["serve", "--config", config, "--http", "127.0.0.1:0"])
         .env("TOOLSHELF_LOG", "warn")
@@ -206,7 +249,7 @@ pub fn http_gateway(config: &str) -> (std::process::Child, String) {
         }
     };
     std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
-    (child, url)
+    (Reaped(child), url)
 }
 
 pub async fn http_client(url: &str, handler: TestClient) -> Client {
