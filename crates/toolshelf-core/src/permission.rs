@@ -248,6 +248,20 @@ impl Permissions {
             .iter()
             .find(|r| r.action == Action::Deny && r.args.is_none() && r.names(tool))
     }
+
+    /// What forbids every call of `tool`, whatever its params, for messages: a deny rule without
+    /// arguments that names it (`deny[0] "^mcp__db__"`), or `default = "deny"` when no allow or
+    /// ask rule names it at all.
+    pub fn forbids_every_call(&self, tool: &Tool) -> Option<String> {
+        if let Some(rule) = self.denies_unconditionally(tool) {
+            return Some(rule.label.clone());
+        }
+        let named = self
+            .rules
+            .iter()
+            .any(|r| r.action != Action::Deny && r.names(tool));
+        (self.default == Action::Deny && !named).then(|| "default = \"deny\"".to_owned())
+    }
 }
 
 #[cfg(test)]

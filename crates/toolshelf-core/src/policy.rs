@@ -355,10 +355,10 @@ impl Policy {
             d.reason = mode_reason.unwrap_or_default();
             return d;
         }
-        if let Some(rule) = permissions.denies_unconditionally(tool) {
+        if let Some(label) = permissions.forbids_every_call(tool) {
             d.state = State::Hidden;
-            d.denied_by = Some(rule.label.clone());
-            d.reason = format!("[permissions] {} denies every call", rule.label);
+            d.reason = format!("[permissions] {label} denies every call");
+            d.denied_by = Some(label);
             return d;
         }
         let no_defer = matched.iter().find(|r| r.is_no_defer());

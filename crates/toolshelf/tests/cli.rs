@@ -780,6 +780,36 @@ fn a_deny_rule_hides_the_tool_in_every_command() {
     assert!(v["denied_by"].is_null());
 }
 
+/// `default = "deny"` hides every tool no allow or ask rule names, as a deny rule would: the
+/// model is not shown tools it can never run. One an allow rule names (with arguments too)
+/// stays.
+#[test]
+fn a_deny_default_hides_the_tools_no_rule_allows() {
+    let cfg = temp_file(
+        "deny-default.toml",
+        "[permissions]\ndefault = \"deny\"\n\
+         allow = [\"^mcp__git__git_log$\", \"^mcp__filesystem__read_text_file(path=/src/*)\"]\n\
+         ask = [\"^Bash$\"]\n",
+    );
+    let index = ok(&["render", "--config", &cfg, "--index-only"]);
+    assert!(
+        index.contains("git_log") && index.contains("read_text_file") && !index.contains("git_commit"),
+        "{index}"
+    );
+    let explain = |name: &str| -> Value {
+        serde_json::from_str(&ok(&["explain", "--config", &cfg, name, "--json"])).expect("json")
+    };
+    for hidden in ["mcp__git__git_commit", "Read"] {
+        let v = explain(hidden);
+        assert_eq!(v["final"], "hidden", "{v}");
+        assert_eq!(v["denied_by"], "default = \"deny\"", "{v}");
+    }
+    for shown in ["mcp__git__git_log", "mcp__filesystem__read_text_file", "Bash"] {
+        let v = explain(shown);
+        assert_ne!(v["final"], "hidden", "{v}");
+    }
+}
+
 #[test]
 fn rules_that_match_no_tool_are_warned_about() {
     let cfg = temp_file(
