@@ -61,6 +61,38 @@ pub struct LargestResident {
 /// definition should cost that much on every turn.
 pub const RESIDENT_WARNING_SHARE: f64 = 0.05;
 
+/// A warning for each resident tool whose definition alone takes more than
+/// [`RESIDENT_WARNING_SHARE`] of a `window`-token context on every turn, in catalog order.
+pub fn oversized_residents(
+    catalog: &Catalog,
+    surface: &Surface,
+    format: Format,
+    window: u64,
+) -> Vec<String> {
+    let limit = window as f64 * RESIDENT_WARNING_SHARE;
+    let mut resident = surface.resident.clone();
+    resident.sort_unstable();
+    resident
+        .into_iter()
+        .filter_map(|i| {
+            let tool = &catalog.tools()[i];
+            let text = definition(tool, format).to_string();
+            // A token is at least one character: most definitions need no count.
+            if (text.chars().count() as f64) <= limit {
+                return None;
+            }
+            let tokens = tokens::count(&text);
+            (tokens as f64 > limit).then(|| {
+                format!(
+                    "resident tool {:?} alone takes {:.2}% of the {window}-token window on every turn ({tokens} tokens); defer it or shorten its definition",
+                    tool.name,
+                    tokens as f64 / window as f64 * 100.0
+                )
+            })
+        })
+        .collect()
+}
+
 /// Schema characters per name character, as "181:1"; `None` where there is nothing to divide.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Ratios {

@@ -163,6 +163,12 @@ impl Snapshot {
             .chain(&exposure.warnings)
             .cloned()
             .chain(toolshelf_core::invoke::schema_warnings(&catalog))
+            .chain(toolshelf_core::ledger::oversized_residents(
+                &catalog,
+                &surface,
+                toolshelf_core::wire::Format::Mcp,
+                compiled.config().defer.window,
+            ))
             .collect();
         let visible = catalog
             .tools()

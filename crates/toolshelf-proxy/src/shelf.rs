@@ -238,6 +238,12 @@ impl Shelf {
         let surface = compiled.surface(&catalog, &exposure);
         let mut warnings: Vec<String> = found;
         warnings.extend(catalog.warnings().iter().chain(&exposure.warnings).cloned());
+        warnings.extend(toolshelf_core::ledger::oversized_residents(
+            &catalog,
+            &surface,
+            dialect.api().tool_format(),
+            compiled.config().defer.window,
+        ));
         warnings.extend(
             catalog
                 .tools()
@@ -627,6 +633,25 @@ mod tests {
             "{:?}",
             shelf.warnings
         );
+    }
+
+    #[test]
+    fn a_resident_tool_that_fills_the_window_is_warned_about() {
+        let c = compiled("[defer]\nrules = [\"NoDefer(^Huge$)\"]");
+        let tools = vec![
+            json!({"name": "Huge", "description": "word ".repeat(11_000),
+                   "input_schema": {"type": "object"}}),
+            json!({"name": "Small", "description": "x", "input_schema": {"type": "object"}}),
+        ];
+        let shelf = Shelf::build(Dialect(Api::Anthropic), &tools, Default::default(), &c, None)
+            .expect("builds");
+        let warned: Vec<&String> = shelf
+            .warnings
+            .iter()
+            .filter(|w| w.contains("alone takes"))
+            .collect();
+        assert_eq!(warned.len(), 1, "{:?}", shelf.warnings);
+        assert!(warned[0].starts_with("resident tool \"Huge\""), "{warned:?}");
     }
 
     #[test]

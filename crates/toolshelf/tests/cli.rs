@@ -101,7 +101,7 @@ fn a_resident_tool_that_fills_the_window_is_warned_about() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("warning: resident tool \"huge\" alone takes ")
-            && err.contains("of the window on every turn"),
+            && err.contains("-token window on every turn"),
         "{err}"
     );
     let table = String::from_utf8_lossy(&out.stdout);

@@ -182,6 +182,41 @@ async fn a_schema_that_does_not_compile_refuses_the_call() {
 /// A tool whose schema is not valid JSON Schema is warned about when its server lists it, once:
 /// another server arriving later rebuilds the catalog without repeating the warning. The
 /// warning stays in the status resource and in `toolshelf status` for as long as it holds.
+/// A pinned tool whose definition alone fills a good part of the window is named in the
+/// gateway's warnings; a deferred one of the same size is not (search trims it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_pinned_tool_is_warned_about() {
+    let s = Scratch::new("oversized-pin");
+    let big = "word ".repeat(11_000);
+    let config = format!(
+        "[defer]\nrules = [\"NoDefer(^mcp__s__huge$)\"]\n{}{}",
+        named_server(
+            "s",
+            &json!([tool("huge", &big, empty()), tool("also_huge", &big, empty())]),
+            ""
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    let listed = client.list_all_tools().await.expect("tools/list");
+    assert!(listed.iter().any(|t| t.name.ends_with("huge")), "pinned");
+    let resource = status(&client).await;
+    let warned: Vec<&str> = resource["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].starts_with("resident tool \"mcp__s__huge\" alone takes ")
+            && warned[0].contains("of the 200000-token window on every turn"),
+        "{warned:?}"
+    );
+    client.cancel().await.expect("close");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_schema_is_warned_about_once_and_kept_in_the_status() {
     let s = Scratch::new("schema-warn");

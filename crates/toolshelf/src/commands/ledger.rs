@@ -2,7 +2,6 @@
 
 use anyhow::Result;
 use toolshelf_core::Ledger;
-use toolshelf_core::ledger::RESIDENT_WARNING_SHARE;
 
 use super::{FormatArg, errln, outln, print_json};
 use crate::inputs::Source;
@@ -61,17 +60,13 @@ pub fn run(args: Args) -> Result<()> {
     let window = args.window.unwrap_or(l.config().defer.window);
     anyhow::ensure!(window > 0, "--window must be a positive number of tokens");
     let ledger = Ledger::compute(&l.catalog, &l.surface, args.format.into(), window);
-    if let Some(big) = ledger
-        .largest_resident
-        .as_ref()
-        .filter(|b| b.window_share > RESIDENT_WARNING_SHARE)
-    {
-        errln!(
-            "toolshelf: warning: resident tool {:?} alone takes {} of the window on every turn ({} tokens); defer it or shorten its definition",
-            big.name,
-            pct(big.window_share),
-            thousands(big.tokens as i64)
-        );
+    for w in toolshelf_core::ledger::oversized_residents(
+        &l.catalog,
+        &l.surface,
+        args.format.into(),
+        window,
+    ) {
+        errln!("toolshelf: warning: {w}");
     }
     if args.json {
         return print_json(&ledger);
