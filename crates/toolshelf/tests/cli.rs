@@ -810,6 +810,29 @@ fn a_deny_default_hides_the_tools_no_rule_allows() {
     }
 }
 
+/// `search` shows what tool_search returns to a session: descriptions its templates render.
+#[test]
+fn search_hits_show_the_sessions_rendered_descriptions() {
+    let cfg = temp_file(
+        "search-template.toml",
+        "[tools.\"mcp__git__git_log\"]\n\
+         description_template = \"part(pkg.description, 'For', session.client)\"\n",
+    );
+    let args = |rest: &[&str]| -> Vec<String> {
+        ["search", "--config", &cfg, "--client", "tester/1.0"]
+            .iter()
+            .chain(rest)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let named: Vec<String> = args(&["-n", "mcp__git__git_log"]);
+    let named = ok(&named.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(named.contains("For tester/1.0"), "{named}");
+    let fuzzy: Vec<String> = args(&["-q", "commit history log", "--json"]);
+    let fuzzy = ok(&fuzzy.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(fuzzy.contains("For tester/1.0"), "{fuzzy}");
+}
+
 #[test]
 fn rules_that_match_no_tool_are_warned_about() {
     let cfg = temp_file(

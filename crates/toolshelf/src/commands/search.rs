@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use toolshelf_core::search::render::{quote_list, search};
+use toolshelf_core::search::render::{quote_list, search_in_session};
 use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
 
 use super::{errln, outln, print_json};
@@ -138,7 +138,16 @@ pub fn run(args: Args) -> Result<bool> {
         _ => bail!("give --query or --name, not both"),
     }
     let request = SearchRequest::from_json(&request).map_err(anyhow::Error::msg)?;
-    let response = search(&index, &loaded.catalog, &request, &loaded.config().search);
+    // Hits show the descriptions this session's templates render, as tool_search's do.
+    let described = loaded.surface.descriptions().tools_by_name(&loaded.catalog);
+    let response = search_in_session(
+        &index,
+        &loaded.catalog,
+        &request,
+        &loaded.config().search,
+        &|_| false,
+        &described,
+    );
     if args.json {
         let (listed, also) = response.hits.split_at(response.listed);
         print_json(&json!({
