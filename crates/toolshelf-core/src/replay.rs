@@ -385,6 +385,7 @@ impl<'a> Replay<'a> {
         on_report: &mut dyn FnMut(&Self, TurnReport) -> Result<(), String>,
     ) -> Result<(), String> {
         check_pairing(events, at)?;
+        self.check_tool_changes(events, at)?;
         let mut i = 0;
         while i < events.len() {
             match &events[i] {
@@ -587,12 +588,7 @@ impl<'a> Replay<'a> {
     }
 
     fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
-        if let Some(name) = remove.iter().find(|n| self.catalog.position(n).is_none()) {
-            return Err(format!(
-                "tools_changed.remove names {name:?}, which no tool of the session has (give canonical names, such as mcp__server__tool)"
-            ));
-        }
-        self.catalog = crate::catalog::rebuilt(&self.catalog, add, remove, "transcript")?;
+        self.catalog = changed_catalog(&self.catalog, add, remove)?;
         self.exposure = self.compiled.expose(&self.catalog);
         self.index = (self.build_index)(&self.catalog, &visible(&self.catalog, &self.exposure));
         self.generation += 1;
@@ -791,6 +787,62 @@ fn calls_and_results(events: &[Event], i: usize) -> (usize, usize) {
 
 /// Checks a transcript's shape before anything is replayed, so that a malformed file yields an
 /// error and no partial output: calls and results pair up, no context trails the last request.
+/// `catalog` after a `tools_changed` event; a removal of a name it lacks is an error.
+fn changed_catalog(catalog: &Catalog, add: &[Value], remove: &[String]) -> Result<Catalog, String> {
+    if let Some(name) = remove.iter().find(|n| catalog.position(n).is_none()) {
+        return Err(format!(
+            "tools_changed.remove names {name:?}, which no tool of the session has (give canonical names, such as mcp__server__tool)"
+        ));
+    }
+    crate::catalog::rebuilt(catalog, add, remove, "transcript")
+}
+
+impl Replay<'_> {
+    /// Applies every `tools_changed` event to a copy of the catalog before the replay starts,
+    /// so that one it cannot apply fails before any turn's output.
+    fn check_tool_changes(
+        &self,
+        events: &[Event],
+        at: &dyn Fn(usize) -> String,
+    ) -> Result<(), String> {
+        let mut catalog: Option<Catalog> = None;
+        // Names the model may define on the way: their removal is judged when the replay
+        // reaches it, as whether the definition succeeds is known only then.
+        let mut definable: Vec<&str> = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            match e {
+                Event::Call { name, input } => {
+                    let args = match name.as_str() {
+                        authoring::TOOL_DEFINE => Some(input),
+                        DEFER_EXECUTE
+                            if input.get("tool_name").and_then(Value::as_str)
+                                == Some(authoring::TOOL_DEFINE) =>
+                        {
+                            input.get("params").and_then(Value::as_object)
+                        }
+                        _ => None,
+                    };
+                    definable.extend(args.and_then(|a| a.get("name")).and_then(Value::as_str));
+                }
+                Event::ToolsChanged { add, remove } => {
+                    let current = catalog.as_ref().unwrap_or(&self.catalog);
+                    let judged: Vec<String> = remove
+                        .iter()
+                        .filter(|n| current.position(n).is_some() || !definable.contains(&n.as_str()))
+                        .cloned()
+                        .collect();
+                    catalog = Some(
+                        changed_catalog(current, add, &judged)
+                            .map_err(|e| format!("{}: {e}", at(i)))?,
+                    );
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), String> {
     let last_request = events.iter().rposition(Replay::asks_the_model);
     let mut i = 0;

@@ -1246,6 +1246,55 @@ fn define_line(name: &str, description: &str) -> String {
     .to_string()
 }
 
+/// A tool the model defined may be removed later: the check made before the replay leaves that
+/// removal to the replay, which knows whether the definition succeeded.
+#[test]
+fn a_replay_may_remove_a_tool_the_model_defined() {
+    let catalog = temp_file(
+        "authoring-remove.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false},
+            {"name": "Grep", "description": "Search file contents."}]"#,
+    );
+    let config = temp_file("authoring-remove.toml", "[authoring]\nenabled = true\n");
+    let transcript = |remove: &str| {
+        temp_file(
+            &format!("authoring-remove-{remove}.jsonl"),
+            &[
+                r#"{"user": "count the words in my notes"}"#.to_owned(),
+                r#"{"call": {"name": "tool_search", "input": {"tool_names": ["tool_define"]}}}"#
+                    .to_owned(),
+                define_line("word_count", "Counts the words of a text."),
+                format!(r#"{{"tools_changed": {{"remove": ["{remove}"]}}}}"#),
+                r#"{"user": "thanks"}"#.to_owned(),
+            ]
+            .join("\n"),
+        )
+    };
+    let args = |t: &str| {
+        vec![
+            "replay".to_owned(),
+            "--catalog".to_owned(),
+            catalog.clone(),
+            "--config".to_owned(),
+            config.clone(),
+            "--transcript".to_owned(),
+            t.to_owned(),
+        ]
+    };
+    let defined = args(&transcript("word_count"));
+    let out = ok(&defined.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.lines().count(), 4, "{out}");
+    // A name no tool has and the model never defines is refused before any output.
+    let never = args(&transcript("line_count"));
+    let out = run(&never.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!out.status.success() && out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(":4: tools_changed.remove names \"line_count\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_replayed_session_that_authors_two_tools_keeps_its_prefix() {
     let catalog = temp_file(
