@@ -93,7 +93,14 @@ fn main() -> ExitCode {
         // A refused access is a finding, as a broken prefix is.
         Command::CheckTemplate(a) => return finding(commands::check_template::run(a)),
     };
-    exit(result, ExitCode::FAILURE)
+    // Status 1 for what a command found, 2 for what kept it from running.
+    match result {
+        Err(e) if e.downcast_ref::<commands::Finding>().is_some() => {
+            errln!("toolshelf: error: {e:#}");
+            ExitCode::FAILURE
+        }
+        other => exit(other, ExitCode::from(2)),
+    }
 }
 
 /// The exit status of a check: 0 when it passed, 1 when it found something, 2 when it could not

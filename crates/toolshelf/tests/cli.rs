@@ -833,6 +833,44 @@ fn search_hits_show_the_sessions_rendered_descriptions() {
     assert!(fuzzy.contains("For tester/1.0"), "{fuzzy}");
 }
 
+/// Exit status 1 is for what a command found (an unknown tool, a failed server, a broken
+/// prefix), 2 for what kept it from running, in every command.
+#[test]
+fn exit_status_tells_a_finding_from_an_error() {
+    let missing = "/nonexistent/toolshelf/x.json";
+    let bad_config = temp_file("bad-key.toml", "[defer]\nno_such_key = 1\n");
+    let blank = temp_file("blank-query.jsonl", "{\"query\": \" \", \"gold\": [\"Read\"]}\n");
+    for (args, code) in [
+        (vec!["explain", "no_such_tool"], 1),
+        (vec!["search", "-n", "no_such_tool"], 1),
+        (vec!["explain", "Read", "--catalog", missing], 2),
+        (vec!["render", "--catalog", missing], 2),
+        (vec!["ledger", "--catalog", missing], 2),
+        (vec!["ledger", "--window", "0"], 2),
+        (vec!["render", "--mode", "no_such_mode"], 2),
+        (vec!["render", "--config", &bad_config], 2),
+        (vec!["status", "--config", &bad_config], 2),
+        (vec!["catalog", "--config", &bad_config], 2),
+        (vec!["eval", "--queries", &blank], 2),
+        (vec!["eval", "--queries", missing], 2),
+        (vec!["replay", "--transcript", missing], 2),
+        (vec!["search", "-q", "x", "--catalog", missing], 2),
+        (vec!["prefix-check", missing], 2),
+    ] {
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("toolshelf: "),
+            "{args:?} says why"
+        );
+    }
+}
+
 #[test]
 fn rules_that_match_no_tool_are_warned_about() {
     let cfg = temp_file(

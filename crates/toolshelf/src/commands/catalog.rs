@@ -6,7 +6,7 @@
 //! command fails after printing what the others gave: a partial catalog must not pass for a whole
 //! one in a script.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use toolshelf_gateway::Hub;
 
 use super::print_json;
@@ -36,11 +36,12 @@ pub fn run(args: Args) -> Result<()> {
         .map(|s| format!("{}: {}", s.name, s.reason.as_deref().unwrap_or("failed")))
         .collect();
     if !failed.is_empty() {
-        bail!(
+        return Err(super::Finding(format!(
             "{} server(s) did not start, the catalog above lacks their tools:\n  {}",
             failed.len(),
             failed.join("\n  ")
-        );
+        ))
+        .into());
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `toolshelf explain`: why one tool is resident, deferred or hidden.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde_json::json;
 use toolshelf_core::{Error, Resolution, name};
 
@@ -26,18 +26,19 @@ pub fn run(args: Args) -> Result<()> {
         Resolution::Exact(i) | Resolution::Bare(i) => i,
         Resolution::Ambiguous(c) => {
             let names: Vec<&str> = c.iter().map(|&i| tools[i].name.as_str()).collect();
-            bail!(
+            return Err(super::Finding(format!(
                 "{:?} names several tools; give one of: {}",
                 args.name,
                 names.join(", ")
-            );
+            ))
+            .into());
         }
         Resolution::NotFound => {
-            return Err(Error::UnknownTool {
+            let unknown = Error::UnknownTool {
                 name: args.name.clone(),
                 suggestions: name::closest(&args.name, tools.iter().map(|t| t.name.as_str()), 5),
-            }
-            .into());
+            };
+            return Err(super::Finding(unknown.to_string()).into());
         }
     };
     let (t, d) = (&tools[i], &l.exposure.decisions[i]);

@@ -37,6 +37,20 @@ macro_rules! errln {
 }
 pub(crate) use errln;
 
+/// What a command found rather than failed at (an unknown tool, a failed server): exit status
+/// 1, as against 2 for an error that kept the command from running (input it cannot read, a bad
+/// configuration), so a script can tell the two apart.
+#[derive(Debug)]
+pub struct Finding(pub String);
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Finding {}
+
 /// `--format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum FormatArg {

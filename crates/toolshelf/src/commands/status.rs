@@ -181,7 +181,12 @@ fn healthy<'a>(servers: impl IntoIterator<Item = &'a ServerStatus>) -> Result<()
         return Ok(());
     }
     let names: Vec<&str> = failed.into_iter().collect();
-    anyhow::bail!("{} server(s) failed: {}", names.len(), names.join(", "))
+    Err(super::Finding(format!(
+        "{} server(s) failed: {}",
+        names.len(),
+        names.join(", ")
+    ))
+    .into())
 }
 
 fn print_warnings(warnings: &[String]) -> Result<()> {
