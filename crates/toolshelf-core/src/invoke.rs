@@ -896,7 +896,9 @@ mod tests {
     fn an_approval_question_shows_every_argument_or_is_not_asked() {
         let q = approval_question(
             "db__drop",
-            &obj(json!({"table": format!("users{}\u{202e}kcab", " \t".repeat(10)), "b": [1, "  x"]})),
+            &obj(
+                json!({"table": format!("users{}\u{202e}kcab", " \t".repeat(10)), "b": [1, "  x"]}),
+            ),
         )
         .expect("short enough");
         assert_eq!(
@@ -1144,9 +1146,14 @@ mod tests {
         let v = ParamsValidator::new(&c.tools()[i].input_schema);
         let r = after_pre_call(i, &v, Some("no".into()), None).expect_err("denied");
         assert_eq!(r.kind(), RefusalKind::DeniedByHook);
-        let r = after_pre_call(i, &v, None, Some(obj(json!({"path": 1})))).expect_err("bad rewrite");
+        let r =
+            after_pre_call(i, &v, None, Some(obj(json!({"path": 1})))).expect_err("bad rewrite");
         assert_eq!(r.kind(), RefusalKind::InvalidAfterHook);
-        assert_eq!(after_pre_call(i, &v, None, None), Ok(None), "kept as called");
+        assert_eq!(
+            after_pre_call(i, &v, None, None),
+            Ok(None),
+            "kept as called"
+        );
         let p = after_pre_call(i, &v, None, Some(obj(json!({"path": "/b"}))))
             .expect("rewritten")
             .expect("a rewrite");

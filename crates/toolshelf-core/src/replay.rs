@@ -828,7 +828,9 @@ impl Replay<'_> {
                     let current = catalog.as_ref().unwrap_or(&self.catalog);
                     let judged: Vec<String> = remove
                         .iter()
-                        .filter(|n| current.position(n).is_some() || !definable.contains(&n.as_str()))
+                        .filter(|n| {
+                            current.position(n).is_some() || !definable.contains(&n.as_str())
+                        })
                         .cloned()
                         .collect();
                     catalog = Some(

@@ -186,7 +186,6 @@ pub fn without_last_words(reason: &str) -> String {
     format!("{}{rest}", &reason[..at])
 }
 
-
 /// Whether `error` was made up by this transport for a reply it could not read; its message
 /// then says what happened, naming the server.
 pub fn is_unreadable_reply(error: &ErrorData) -> bool {

@@ -220,7 +220,9 @@ pub async fn prepare(
         // The model is made to call a tool it has not searched for: it gets the definitions
         // now, and its first call is not refused for a schema it was never shown.
         for &i in allowed {
-            session.state.activate([shelf.catalog.tools()[i].name.as_str()]);
+            session
+                .state
+                .activate([shelf.catalog.tools()[i].name.as_str()]);
         }
         notices.push(forced_notice(&shelf, allowed));
     }
@@ -558,7 +560,10 @@ fn last_turn_calls(
     let group = &conv[start..=end];
     let calls: Vec<Call> = group.iter().flat_map(|e| dialect.calls(e)).collect();
     let mut searches = Vec::new();
-    if let Some(rec) = session.recorded.get(&turn_key(dialect, group, link_before(links, start))) {
+    if let Some(rec) = session
+        .recorded
+        .get(&turn_key(dialect, group, link_before(links, start)))
+    {
         for e in rec.prelude.iter().chain(&rec.last) {
             for c in dialect.calls(e) {
                 if c.name == TOOL_SEARCH {
@@ -601,7 +606,10 @@ fn rewrite(
                 out.extend(dialect.result_entries(&std::mem::take(&mut pending), &[]));
             }
             let group = &conv[i..end];
-            match session.recorded.get(&turn_key(dialect, group, link_before(links, i))) {
+            match session
+                .recorded
+                .get(&turn_key(dialect, group, link_before(links, i)))
+            {
                 Some(rec) => {
                     out.extend(rec.prelude.iter().cloned());
                     out.extend(rec.last.iter().cloned());

@@ -618,18 +618,27 @@ mod tests {
             .iter()
             .filter_map(|t| d.client_tool_name(t))
             .collect();
-        assert_eq!(names, ["Read", "tool_search", "defer_execute"], "each name once");
+        assert_eq!(
+            names,
+            ["Read", "tool_search", "defer_execute"],
+            "each name once"
+        );
         assert!(
             shelf.upstream_tools[1]["description"]
                 .as_str()
                 .is_some_and(|s| s.contains("<available_deferred_tools>")),
             "the one tool_search sent is the meta-tool"
         );
-        let i = shelf.by_client_name("tool_search").expect("the client's tool");
+        let i = shelf
+            .by_client_name("tool_search")
+            .expect("the client's tool");
         assert_eq!(shelf.state(i), State::Deferred);
         assert_ne!(shelf.catalog.tools()[i].name, "tool_search");
         assert!(
-            shelf.warnings.iter().any(|w| w.contains("has a meta-tool's name")),
+            shelf
+                .warnings
+                .iter()
+                .any(|w| w.contains("has a meta-tool's name")),
             "{:?}",
             shelf.warnings
         );
@@ -643,15 +652,24 @@ mod tests {
                    "input_schema": {"type": "object"}}),
             json!({"name": "Small", "description": "x", "input_schema": {"type": "object"}}),
         ];
-        let shelf = Shelf::build(Dialect(Api::Anthropic), &tools, Default::default(), &c, None)
-            .expect("builds");
+        let shelf = Shelf::build(
+            Dialect(Api::Anthropic),
+            &tools,
+            Default::default(),
+            &c,
+            None,
+        )
+        .expect("builds");
         let warned: Vec<&String> = shelf
             .warnings
             .iter()
             .filter(|w| w.contains("alone takes"))
             .collect();
         assert_eq!(warned.len(), 1, "{:?}", shelf.warnings);
-        assert!(warned[0].starts_with("resident tool \"Huge\""), "{warned:?}");
+        assert!(
+            warned[0].starts_with("resident tool \"Huge\""),
+            "{warned:?}"
+        );
     }
 
     #[test]

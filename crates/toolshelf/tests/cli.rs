@@ -793,7 +793,9 @@ fn a_deny_default_hides_the_tools_no_rule_allows() {
     );
     let index = ok(&["render", "--config", &cfg, "--index-only"]);
     assert!(
-        index.contains("git_log") && index.contains("read_text_file") && !index.contains("git_commit"),
+        index.contains("git_log")
+            && index.contains("read_text_file")
+            && !index.contains("git_commit"),
         "{index}"
     );
     let explain = |name: &str| -> Value {
@@ -804,7 +806,11 @@ fn a_deny_default_hides_the_tools_no_rule_allows() {
         assert_eq!(v["final"], "hidden", "{v}");
         assert_eq!(v["denied_by"], "default = \"deny\"", "{v}");
     }
-    for shown in ["mcp__git__git_log", "mcp__filesystem__read_text_file", "Bash"] {
+    for shown in [
+        "mcp__git__git_log",
+        "mcp__filesystem__read_text_file",
+        "Bash",
+    ] {
         let v = explain(shown);
         assert_ne!(v["final"], "hidden", "{v}");
     }
@@ -839,7 +845,10 @@ fn search_hits_show_the_sessions_rendered_descriptions() {
 fn exit_status_tells_a_finding_from_an_error() {
     let missing = "/nonexistent/toolshelf/x.json";
     let bad_config = temp_file("bad-key.toml", "[defer]\nno_such_key = 1\n");
-    let blank = temp_file("blank-query.jsonl", "{\"query\": \" \", \"gold\": [\"Read\"]}\n");
+    let blank = temp_file(
+        "blank-query.jsonl",
+        "{\"query\": \" \", \"gold\": [\"Read\"]}\n",
+    );
     for (args, code) in [
         (vec!["explain", "no_such_tool"], 1),
         (vec!["search", "-n", "no_such_tool"], 1),
@@ -1327,7 +1336,8 @@ fn a_replay_may_remove_a_tool_the_model_defined() {
     let out = run(&never.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(!out.status.success() && out.stdout.is_empty());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains(":4: tools_changed.remove names \"line_count\""),
+        String::from_utf8_lossy(&out.stderr)
+            .contains(":4: tools_changed.remove names \"line_count\""),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

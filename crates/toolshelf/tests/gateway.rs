@@ -470,16 +470,8 @@ async fn http_sessions_have_their_own_state() {
         ),
     );
     let (mut gateway, url) = http_gateway(&config);
-    let approving = http_client(
-        &url,
-        TestClient::answering(true),
-    )
-    .await;
-    let declining = http_client(
-        &url,
-        TestClient::answering(false),
-    )
-    .await;
+    let approving = http_client(&url, TestClient::answering(true)).await;
+    let declining = http_client(&url, TestClient::answering(false)).await;
     let plain = http_client(&url, TestClient::default()).await;
 
     let list = list_json(&approving).await;
@@ -555,12 +547,21 @@ async fn http_sessions_have_their_own_state() {
             && question.contains("\"z_extra\": \"hidden tail\""),
         "{question}"
     );
-    let long = err(&exec(&approving, "mcp__test__echo", json!({"message": "x".repeat(9000)})).await);
+    let long = err(&exec(
+        &approving,
+        "mcp__test__echo",
+        json!({"message": "x".repeat(9000)}),
+    )
+    .await);
     assert!(
         long.contains("more than the 8000 an approval question shows in full"),
         "{long}"
     );
-    assert_eq!(asked.len(), approving.service().asked.lock().expect("asked").len(), "not asked");
+    assert_eq!(
+        asked.len(),
+        approving.service().asked.lock().expect("asked").len(),
+        "not asked"
+    );
 
     for c in [approving, declining, plain] {
         c.cancel().await.expect("close");

@@ -192,7 +192,10 @@ async fn an_oversized_pinned_tool_is_warned_about() {
         "[defer]\nrules = [\"NoDefer(^mcp__s__huge$)\"]\n{}{}",
         named_server(
             "s",
-            &json!([tool("huge", &big, empty()), tool("also_huge", &big, empty())]),
+            &json!([
+                tool("huge", &big, empty()),
+                tool("also_huge", &big, empty())
+            ]),
             ""
         ),
         files_sections(&s),
@@ -299,11 +302,7 @@ async fn the_audit_records_how_each_call_came_and_what_the_user_said() {
         files_sections(&s),
     );
     let cfg = s.write("toolshelf.toml", &config);
-    let client = stdio_client(
-        &cfg,
-        TestClient::answering(false),
-    )
-    .await;
+    let client = stdio_client(&cfg, TestClient::answering(false)).await;
     ok(&call(&client, "mcp__s__pinned", json!({})).await);
     ok(&search(
         &client,

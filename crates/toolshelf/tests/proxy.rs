@@ -850,7 +850,6 @@ fn description_templates_render_once_per_conversation_for_its_client() {
     assert_prefix_kept(&upstream);
 }
 
-
 /// A turn that ends in text keeps the search rounds the proxy answered in it, and two turns with
 /// the same reply keep their own: each request's conversation begins with the previous one's,
 /// and no call id is sent twice. In Chat Completions the client gets one message whose texts the
@@ -879,9 +878,11 @@ fn turns_ending_in_text_keep_their_own_search_rounds() {
                     "/v1/chat/completions",
                     tools()
                         .iter()
-                        .map(|t| json!({"type": "function", "function": {
+                        .map(|t| {
+                            json!({"type": "function", "function": {
                             "name": t["name"], "description": t["description"],
-                            "parameters": t["input_schema"]}}))
+                            "parameters": t["input_schema"]}})
+                        })
                         .collect(),
                 ),
             };
