@@ -52,7 +52,13 @@ impl GatewaySource {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .with_context(|| format!("cannot read config {}", p.display()))?;
-                labels.push(absolute(p));
+                // A copy of the bundled example is the bundled example: `status --config
+                // examples/gateway.toml` finds the gateway `serve` started without one.
+                labels.push(if text == EXAMPLE_GATEWAY_CONFIG {
+                    EXAMPLE_GATEWAY_LABEL.to_owned()
+                } else {
+                    absolute(p)
+                });
                 Config::from_toml_str(&text, &p.display().to_string())?
             }
             None if self.mcp_config.is_none() => {
@@ -349,5 +355,33 @@ pub(crate) fn enricher(config: &Config) -> Option<toolshelf_gateway::Enricher> {
     {
         let _ = config;
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label_of(config: Option<PathBuf>) -> String {
+        GatewaySource {
+            config,
+            mcp_config: None,
+            mode: None,
+        }
+        .load()
+        .expect("loads")
+        .1
+    }
+
+    #[test]
+    fn the_bundled_example_and_a_copy_of_it_are_one_configuration() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway.toml");
+        assert_eq!(label_of(None), EXAMPLE_GATEWAY_LABEL);
+        assert_eq!(label_of(Some(file.clone())), EXAMPLE_GATEWAY_LABEL);
+        let edited =
+            std::env::temp_dir().join(format!("toolshelf-label-{}.toml", std::process::id()));
+        std::fs::write(&edited, format!("{EXAMPLE_GATEWAY_CONFIG}\n# edited\n")).expect("write");
+        assert_eq!(label_of(Some(edited.clone())), absolute(&edited));
+        let _ = std::fs::remove_file(edited);
     }
 }
