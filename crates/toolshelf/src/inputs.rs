@@ -48,8 +48,46 @@ pub struct Loaded {
     pub surface: Surface,
 }
 
+/// A file's text, without the byte-order mark some editors write first.
 fn read(path: &PathBuf, what: &str) -> Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {what} {}", path.display()))?;
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    })
+}
+
+/// The non-blank lines of a JSON-lines file (`what` names it in errors), each with its number
+/// from 1, read one at a time: a leading byte-order mark is skipped, and a line that cannot be
+/// read (not UTF-8) is an error naming the file and the line.
+pub fn lines_of(
+    path: &std::path::Path,
+    what: &str,
+) -> Result<impl Iterator<Item = Result<(usize, String)>>> {
+    use std::io::BufRead as _;
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read {what} {}", path.display()))?;
+    let shown = path.display().to_string();
+    Ok(std::io::BufReader::new(file)
+        .lines()
+        .enumerate()
+        .filter_map(move |(n, line)| {
+            let line = match line {
+                Ok(l) => l,
+                Err(e) => {
+                    return Some(Err(anyhow::anyhow!(
+                        "{shown}:{}: cannot read the line: {e}",
+                        n + 1
+                    )));
+                }
+            };
+            let line = match (n, line.strip_prefix('\u{feff}')) {
+                (0, Some(rest)) => rest.to_owned(),
+                _ => line,
+            };
+            (!line.trim().is_empty()).then_some(Ok((n + 1, line)))
+        }))
 }
 
 /// Warnings of one kind printed before the rest are counted; `-v` prints every one.

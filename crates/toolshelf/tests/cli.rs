@@ -880,6 +880,59 @@ fn exit_status_tells_a_finding_from_an_error() {
     }
 }
 
+/// A byte-order mark (Windows editors write one) is skipped in every input, and a line that
+/// cannot be read is named by file and line.
+#[test]
+fn inputs_with_a_byte_order_mark_read_like_any_other() {
+    let catalog = r#"[{"name": "Read", "description": "Read a file from disk."},
+                      {"name": "Grep", "description": "Search file contents."}]"#;
+    let plain = temp_file("plain-catalog.json", catalog);
+    let bom = temp_file("bom-catalog.json", &format!("\u{feff}{catalog}"));
+    assert_eq!(
+        ok(&["render", "--catalog", &bom]),
+        ok(&["render", "--catalog", &plain])
+    );
+    let queries = "{\"query\": \"read a file\", \"gold\": [\"Read\"]}\n";
+    let q = temp_file("bom-queries.jsonl", &format!("\u{feff}{queries}"));
+    let v: Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--catalog",
+        &plain,
+        "--queries",
+        &q,
+        "--json",
+        "--ranker",
+        "bm25",
+    ]))
+    .expect("json");
+    assert_eq!(v["queries"], 1, "{v}");
+    let b = temp_file("bom-batch.jsonl", "\u{feff}{\"query\": \"read a file\"}\n");
+    let out = ok(&[
+        "search",
+        "--catalog",
+        &plain,
+        "--batch",
+        &b,
+        "--ranker",
+        "bm25",
+    ]);
+    assert!(out.contains("\"name\":\"Read\""), "{out}");
+    // Not UTF-8 on line 2, and a directory: named.
+    let dir = std::env::temp_dir().join(format!("toolshelf-cli-{}", std::process::id()));
+    let latin = dir.join("latin-queries.jsonl");
+    std::fs::write(&latin, b"{\"query\": \"a\", \"gold\": [\"Read\"]}\n{\"query\": \"caf\xe9\", \"gold\": [\"Read\"]}\n")
+        .expect("write");
+    let latin = latin.display().to_string();
+    let e = fails(&["eval", "--catalog", &plain, "--queries", &latin]);
+    assert!(
+        e.contains(&format!("{latin}:2: cannot read the line")),
+        "{e}"
+    );
+    let d = dir.display().to_string();
+    let e = fails(&["eval", "--catalog", &plain, "--queries", &d]);
+    assert!(e.contains(&d), "{e}");
+}
+
 #[test]
 fn rules_that_match_no_tool_are_warned_about() {
     let cfg = temp_file(

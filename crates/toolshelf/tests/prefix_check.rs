@@ -368,7 +368,7 @@ fn bad_lines_are_named_by_file_and_line() {
     assert!(err.contains("holds no request bodies"), "{err}");
     let err =
         String::from_utf8(run(&["prefix-check", "/nonexistent.jsonl"]).stderr).expect("utf-8");
-    assert!(err.contains("cannot read /nonexistent.jsonl"), "{err}");
+    assert!(err.contains("cannot read log /nonexistent.jsonl"), "{err}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `toolshelf eval`: retrieval quality and speed of the search engine on a labelled query set.
 
-use std::io::{BufRead, IsTerminal};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -95,19 +95,17 @@ const UNKNOWN_GOLD_SHOWN: usize = 10;
 /// Reads the queries file. A line that cannot be scored (a blank query, no gold, a gold entry that
 /// is not a name) is refused with its line number: scoring it as a miss would lower every figure
 /// without saying why. A gold name the catalog lacks is a miss, named on stderr with its line.
-fn load_cases(path: &PathBuf, loaded: &crate::inputs::Loaded) -> Result<(Vec<Case>, usize)> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read queries {}", path.display()))?;
+fn load_cases(
+    path: &std::path::Path,
+    loaded: &crate::inputs::Loaded,
+) -> Result<(Vec<Case>, usize)> {
     let mut cases = Vec::new();
     let mut unknown_gold = 0;
     // Gold tools a search can find: what the active mode and the rules leave visible.
     let visible = |i: usize| loaded.exposure.decisions[i].state != State::Hidden;
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let at = format!("{}:{}", path.display(), n + 1);
+    for line in crate::inputs::lines_of(path, "queries")? {
+        let (n, line) = line?;
+        let at = format!("{}:{n}", path.display());
         let v: Value =
             serde_json::from_str(&line).with_context(|| format!("{at}: not valid JSON"))?;
         let (Some(query), Some(gold)) = (v["query"].as_str(), v["gold"].as_array()) else {

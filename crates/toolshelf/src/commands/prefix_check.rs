@@ -23,7 +23,6 @@
 //! later request is a break at byte 0 with an empty later excerpt. Any break makes the exit
 //! status 1.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -197,24 +196,12 @@ fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
 
 /// Reads the bodies and compares each with the one before; only two are held at a time.
 fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut previous: Option<Canon> = None;
     let mut requests = 0;
     let mut pairs = Vec::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let at = || format!("{}:{}", path.display(), n + 1);
-        let line = line.with_context(|| format!("{}: cannot read the line", at()))?;
-        // A byte order mark some editors write is not part of the first body.
-        let line = if n == 0 {
-            line.strip_prefix('\u{feff}')
-                .map_or(line.clone(), str::to_owned)
-        } else {
-            line
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
+    for line in crate::inputs::lines_of(path, "log")? {
+        let (n, line) = line?;
+        let at = || format!("{}:{n}", path.display());
         let body: Value = serde_json::from_str(&line)
             .with_context(|| format!("{}: not a valid JSON request body", at()))?;
         if !body.is_object() {

@@ -1,6 +1,6 @@
 //! `toolshelf search`: run `tool_search` from the command line, one request or a batch.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -169,20 +169,19 @@ pub fn run(args: Args) -> Result<bool> {
     Ok(true)
 }
 
-fn batch(loaded: &Loaded, index: &SearchIndex, path: &PathBuf, limit: Option<usize>) -> Result<()> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read batch file {}", path.display()))?;
+fn batch(
+    loaded: &Loaded,
+    index: &SearchIndex,
+    path: &std::path::Path,
+    limit: Option<usize>,
+) -> Result<()> {
     let limit = limit.unwrap_or_else(|| effective_limit(None, &loaded.config().search));
     // Every line is read and checked before any is answered: a bad line yields an error and no
     // partial output.
     let mut requests: Vec<(usize, Vec<String>)> = Vec::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line =
-            line.with_context(|| format!("{}: cannot read line {}", path.display(), n + 1))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let at = || format!("{}:{}", path.display(), n + 1);
+    for line in crate::inputs::lines_of(path, "batch file")? {
+        let (n, line) = line?;
+        let at = || format!("{}:{n}", path.display());
         let v: Value =
             serde_json::from_str(&line).with_context(|| format!("{}: not valid JSON", at()))?;
         let queries: Vec<String> = match (v.get("query"), v.get("queries")) {
@@ -206,7 +205,7 @@ fn batch(loaded: &Loaded, index: &SearchIndex, path: &PathBuf, limit: Option<usi
         if queries.iter().all(|q| q.trim().is_empty()) {
             bail!("{}: no query has any words to search for", at());
         }
-        requests.push((n + 1, queries));
+        requests.push((n, queries));
     }
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
