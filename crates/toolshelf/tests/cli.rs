@@ -458,6 +458,10 @@ fn search_batch_writes_one_line_per_request() {
     assert_eq!(ok(&["search", "--batch", &path, "--limit", "2"]), out);
     let bad = temp_file("bad.jsonl", "{\"q\": 1}\n");
     assert!(fails(&["search", "--batch", &bad, "--json"]).contains("bad.jsonl:1"));
+    let empty = temp_file("empty-batch.jsonl", "\n\n");
+    let out = run(&["search", "--batch", &empty]);
+    assert_eq!(out.status.code(), Some(2), "an empty batch is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no requests"));
     // A query that is not a string, or a line with no words, names its line and entry.
     let typed = temp_file(
         "typed.jsonl",

@@ -207,6 +207,11 @@ fn batch(
         }
         requests.push((n, queries));
     }
+    anyhow::ensure!(
+        !requests.is_empty(),
+        "{} holds no requests (one JSON object a line: {{\"query\": ...}} or {{\"queries\": [...]}})",
+        path.display()
+    );
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for (line, queries) in requests {
