@@ -408,6 +408,18 @@ impl Streamer for Stream {
     }
 
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
+        // A stream opens with `response.created`, and clients read an error only after one
+        // (the OpenAI SDK raises its own "expected response.created" otherwise): a stream that
+        // fails before the upstream sent anything gets one of its own.
+        if self.seq == 0 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let created = json!({"type": "response.created", "response": {
+                "id": format!("resp_toolshelf_{nanos:x}"), "object": "response",
+                "status": "in_progress", "output": []}});
+            self.send(out, Some("response.created"), created);
+        }
         // Renumbered by `send`, like every event the client receives.
         let data = self.upstream_error.take().unwrap_or_else(
             || json!({"type": "error", "code": kind, "message": message, "param": null}),
@@ -528,6 +540,27 @@ mod tests {
             sent[1], want,
             "the upstream's error, numbered in the client's sequence"
         );
+    }
+
+    #[test]
+    fn a_stream_that_fails_before_anything_was_sent_opens_with_response_created() {
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        s.error(
+            "api_error",
+            "the upstream answered with something that is not JSON",
+            &mut out,
+        );
+        let sent: Vec<Value> = crate::sse::Reader::default()
+            .feed(&out)
+            .iter()
+            .filter_map(Event::json)
+            .collect();
+        let types: Vec<&str> = sent.iter().filter_map(|v| v["type"].as_str()).collect();
+        assert_eq!(types, ["response.created", "error"]);
+        assert_eq!(sent[0]["sequence_number"], 0);
+        assert_eq!(sent[1]["sequence_number"], 1);
+        assert_eq!(sent[1]["code"], "api_error");
     }
 
     #[test]
