@@ -278,6 +278,17 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         log_failure(dialect, None, &e.to_string());
         error_response(Some(dialect), &e)
     };
+    // A compressed body is not read as JSON text: said as such, not as "not valid JSON".
+    if let Some(coding) = parts
+        .headers
+        .get(axum::http::header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .filter(|c| !c.trim().eq_ignore_ascii_case("identity"))
+    {
+        return refuse(ProxyError::BadRequest(format!(
+            "the request body is {coding:?}-encoded; toolshelf reads request bodies uncompressed (no content-encoding)"
+        )));
+    }
     let bytes = match axum::body::to_bytes(Body::new(body), limit).await {
         Ok(b) => b,
         Err(_) => return refuse(ProxyError::TooLarge { limit }),
@@ -295,6 +306,16 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             )));
         }
     };
+    // The upstream would stream for a truthy value the proxy reads as "no": refused here.
+    if let Some(v) = body
+        .get("stream")
+        .filter(|v| !v.is_boolean() && !v.is_null())
+    {
+        return refuse(ProxyError::BadRequest(format!(
+            "\"stream\" must be true or false, not {}",
+            toolshelf_core::echo::echo(&v.to_string())
+        )));
+    }
     // The Responses API echoes the request's tools in its response: the client's, not the
     // upstream's (see `ClientTurn::tools`).
     let client_tools = body.get("tools").cloned();

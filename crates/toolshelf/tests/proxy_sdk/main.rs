@@ -609,23 +609,37 @@ fn malformed_json_gets_a_400_that_says_so() {
     let cases = [
         (
             r#"{"model": "m", "messages": [{"role": "user", "#,
+            None,
             "not valid JSON",
         ),
-        ("[1, 2]", "must be a JSON object"),
+        ("[1, 2]", None, "must be a JSON object"),
+        (
+            r#"{"model": "m", "stream": "yes", "messages": [], "input": []}"#,
+            None,
+            "\"stream\" must be true or false, not \"yes\"",
+        ),
+        (
+            r#"{"model": "m", "messages": [], "input": []}"#,
+            Some("gzip"),
+            "the request body is \"gzip\"-encoded",
+        ),
     ];
     let mut specs = Vec::new();
     for api in APIS {
-        for (body, _) in cases {
+        for (body, coding, _) in cases {
+            let mut headers = json!({"content-type": "application/json"});
+            if let Some(c) = coding {
+                headers["content-encoding"] = c.into();
+            }
             specs.push(json!({"base_url": proxy.url, "timeout": 60,
-                              "raw": {"path": api.path(), "body": body,
-                                      "headers": {"content-type": "application/json"}}}));
+                              "raw": {"path": api.path(), "body": body, "headers": headers}}));
         }
     }
     let reports = run_client(&s, "malformed", &Value::Array(specs));
     let reports = reports.as_array().expect("one report per spec");
     let mut n = 0;
     for api in APIS {
-        for (_, says) in cases {
+        for (_, _, says) in cases {
             let raw = &reports[n]["raw"];
             n += 1;
             let what = format!("{} {says}", api.name());
