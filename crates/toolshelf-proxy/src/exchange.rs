@@ -727,11 +727,20 @@ impl Turn {
         }
     }
 
-    /// Checks the first round's body against the previous request's and remembers it.
+    /// Checks the first round's body against the previous request's and remembers it. A
+    /// Responses request chained by `previous_response_id` sends only its new items, and the
+    /// provider keeps the rest: its conversation is not compared, only its head.
     pub fn check_prefix(&mut self) {
         let print = prefix_print(self.prepared.dialect, &self.prepared.body);
+        let chained = self.prepared.body.contains_key("previous_response_id");
         let s = &mut self.prepared.session;
-        self.prefix_ok = s.last_prefix.as_ref().map(|p| p.continued_by(&print));
+        self.prefix_ok = s.last_prefix.as_ref().map(|p| {
+            if chained {
+                p.head == print.head
+            } else {
+                p.continued_by(&print)
+            }
+        });
         if self.prefix_ok == Some(false) {
             s.figures.prefix_breaks += 1;
         }

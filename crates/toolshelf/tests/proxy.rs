@@ -737,6 +737,9 @@ fn a_responses_conversation_chained_by_id_continues_from_the_last_upstream_round
         turns[2]["body"]
     );
     assert_eq!(turns[2]["tool_results"][0]["id"], call["call_id"]);
+    // A chained request sends only its new items: that is no break of the prefix.
+    let status = proxy.status();
+    assert_eq!(status["totals"]["prefix_breaks"], 0, "{status}");
 }
 
 /// `GET url` with headers; returns the status.
