@@ -138,9 +138,12 @@ impl PermissionRule {
         let t = text.trim();
         let (pattern, inner) = match t.split_once('(') {
             Some((p, rest)) => {
-                let inner = rest
-                    .strip_suffix(')')
-                    .ok_or_else(|| format!("{label}: missing closing parenthesis"))?;
+                let inner = rest.strip_suffix(')').ok_or_else(|| {
+                    format!(
+                        "{label}: the first \"(\" opens the argument glob, which must close the rule with \")\"; \
+a tool-name pattern cannot use regex groups here (write one rule per alternative, or a character class)"
+                    )
+                })?;
                 (p, Some(inner))
             }
             None => (t, None),
@@ -462,7 +465,11 @@ mod tests {
     #[test]
     fn bad_rules_are_named() {
         for (rule, expected) in [
-            ("x(", "missing closing parenthesis"),
+            ("x(", "the first \"(\" opens the argument glob"),
+            (
+                "^mcp__c__(ping|echo)$",
+                "a tool-name pattern cannot use regex groups here",
+            ),
             ("()", "empty pattern"),
             ("x()", "empty argument glob"),
             ("x(k=)", "empty argument glob after k="),
