@@ -1743,7 +1743,25 @@ impl SearchIndex {
             .take(limit)
             .map(|(score, d)| self.hit(d, score, "exact name in the query".to_owned()))
             .collect();
-        if lists.len() == 1 {
+        if lists.len() == 1 && parsed[0].terms.is_empty() && !parsed[0].servers.is_empty() {
+            // Only `server:NAME` (or `mcp__S__`): the model is browsing that server, so it gets
+            // the server's tools by name rather than nothing.
+            let mut listed: Vec<u32> = (0..self.docs.len() as u32)
+                .filter(|&d| scratch.allowed[d as usize] && exact.binary_search(&d).is_err())
+                .collect();
+            listed.sort_by(|&a, &b| name_of(a).cmp(name_of(b)));
+            hits.extend(listed.into_iter().take(keep).map(|d| {
+                let server = self.labels[d as usize]
+                    .server
+                    .as_deref()
+                    .unwrap_or_default();
+                self.hit(
+                    d,
+                    0.0,
+                    format!("a tool of server {server} (the query names only servers)"),
+                )
+            }));
+        } else if lists.len() == 1 {
             let all: Vec<&ParsedQuery> = parsed.iter().collect();
             let whole = lists.swap_remove(0);
             // With too few hits for the whole query's best to keep their places, it is ranked as
@@ -2832,6 +2850,34 @@ mod tests {
             hits.iter().all(|h| h.name.starts_with("email_")),
             "{hits:?}"
         );
+    }
+
+    #[test]
+    fn a_query_of_servers_alone_lists_their_tools_by_name() {
+        let tools = serde_json::json!({"servers": [
+            mail_server(),
+            {"name": "notes", "description": "Notebook",
+             "tools": [{"name": "write", "description": "Write a note"},
+                       {"name": "read", "description": "Read a note"}]}
+        ]});
+        let (_, index) = indexed(&tools);
+        let names = |q: &str, k: usize| -> Vec<String> {
+            index
+                .rank(&[q.to_owned()], k)
+                .iter()
+                .map(|h| h.name.to_string())
+                .collect()
+        };
+        assert_eq!(
+            names("server:notes", 5),
+            ["mcp__notes__read", "mcp__notes__write"]
+        );
+        assert_eq!(names("mcp__notes__", 1), ["mcp__notes__read"]);
+        let hits = index.rank(&["server:notes".to_owned()], 5);
+        assert!(hits[0].reason.contains("server notes"), "{hits:?}");
+        // With words, the server filters a ranking as before.
+        assert_eq!(names("server:notes write", 1), ["mcp__notes__write"]);
+        assert!(names("server:nothing", 5).is_empty());
     }
 
     #[test]
