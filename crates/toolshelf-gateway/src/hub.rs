@@ -743,7 +743,8 @@ impl Hub {
 
     /// Rebuilds the snapshot from every server's known tools.
     fn rebuild(&self) {
-        let mut b = CatalogBuilder::new(self.label.clone());
+        // The tools come from the servers' lists: errors name those, not the configuration file.
+        let mut b = CatalogBuilder::new("tools/list");
         let mut skipped = Vec::new();
         for (name, server) in &self.servers {
             if server.state() == ServerState::Disabled {
@@ -757,8 +758,8 @@ impl Hub {
                 continue;
             }
             for (i, tool) in tools.into_iter().flatten().enumerate() {
-                let loc = format!("{at} tools[{i}]");
-                let added = ToolSpec::from_value(tool, &self.label, &loc)
+                let loc = format!("tools[{i}]");
+                let added = ToolSpec::from_value(tool, "tools/list", &loc)
                     .and_then(|spec| b.add_tool(Some(name), spec, &loc));
                 if let Err(e) = added {
                     skipped.push(format!("skipping a tool of server {name:?}: {e}"));

@@ -182,6 +182,48 @@ async fn a_schema_that_does_not_compile_refuses_the_call() {
 /// A tool whose schema is not valid JSON Schema is warned about when its server lists it, once:
 /// another server arriving later rebuilds the catalog without repeating the warning. The
 /// warning stays in the status resource and in `toolshelf status` for as long as it holds.
+/// A server's unusable tools are warned about as its list's, by position: the configuration
+/// file did not write them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_bad_tools_are_named_as_its_lists() {
+    let s = Scratch::new("list-source");
+    let config = format!(
+        "{}{}",
+        named_server(
+            "odd",
+            &json!([
+                tool("ok", "fine", empty()),
+                tool("", "no name", empty()),
+                tool("dup", "one", empty()),
+                tool("dup", "two", empty())
+            ]),
+            ""
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    client.list_all_tools().await.expect("tools/list");
+    let resource = status(&client).await;
+    let warned: Vec<&str> = resource["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for expected in [
+        "skipping a tool of server \"odd\": tools/list: tools[1]: ",
+        "skipping a tool of server \"odd\": tools/list: tools[3] \"dup\": duplicate tool name",
+    ] {
+        assert!(
+            warned.iter().any(|w| w.starts_with(expected)),
+            "{expected}: {warned:?}"
+        );
+    }
+    assert!(!warned.iter().any(|w| w.contains(&cfg)), "{warned:?}");
+    client.cancel().await.expect("close");
+}
+
 /// A pinned tool whose definition alone fills a good part of the window is named in the
 /// gateway's warnings; a deferred one of the same size is not (search trims it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
