@@ -365,6 +365,19 @@ async fn find_by_root(
 /// What the model reads when the client's `tool_choice` makes it call deferred tools it has
 /// not searched for: how, and their definitions.
 fn forced_notice(shelf: &Shelf, allowed: &[usize]) -> String {
+    let (names, definitions) = allowed_text(shelf, allowed);
+    format!(
+        "This request's tool_choice asks for a call of {names} now: call defer_execute with that tool_name and params that fit {}:\n{definitions}",
+        if allowed.len() == 1 {
+            "its definition"
+        } else {
+            "the chosen tool's definition"
+        }
+    )
+}
+
+/// The tools a `tool_choice` allows: their names (quoted, joined by "or") and definitions.
+fn allowed_text(shelf: &Shelf, allowed: &[usize]) -> (String, String) {
     let tools = shelf.catalog.tools();
     let names: Vec<String> = allowed
         .iter()
@@ -374,16 +387,7 @@ fn forced_notice(shelf: &Shelf, allowed: &[usize]) -> String {
         .iter()
         .map(|&i| invoke::schema_block(&tools[i]))
         .collect();
-    format!(
-        "This request's tool_choice asks for a call of {} now: call defer_execute with that tool_name and params that fit {}:\n{}",
-        names.join(" or "),
-        if allowed.len() == 1 {
-            "its definition"
-        } else {
-            "the tool's definition"
-        },
-        definitions.join("\n")
-    )
+    (names.join(" or "), definitions.join("\n"))
 }
 
 /// A `tool_choice` that names tools the upstream list does not hold (deferred tools) would be
@@ -931,25 +935,20 @@ impl Turn {
                 self.refused += 1;
                 crate::metrics::refused(RefusalKind::BadArguments.as_str());
                 let allowed = allowed.clone();
-                let mut names = Vec::new();
-                let mut definitions = Vec::new();
                 for &i in &allowed {
                     let tool = &shelf.catalog.tools()[i];
                     self.prepared.session.state.activate([tool.name.as_str()]);
                     self.activated.push(tool.name.clone());
-                    names.push(format!("{:?}", tool.name));
-                    definitions.push(invoke::schema_block(tool));
                 }
+                let (names, definitions) = allowed_text(&shelf, &allowed);
                 return Err(answer(
                     format!(
-                        "This turn's tool_choice allows defer_execute only with tool_name {}. {}: {}",
-                        names.join(" or "),
+                        "This turn's tool_choice allows defer_execute only with tool_name {names}. {}: {definitions}",
                         if allowed.len() == 1 {
                             "Its definition"
                         } else {
                             "Their definitions"
-                        },
-                        definitions.join("\n")
+                        }
                     ),
                     true,
                 ));

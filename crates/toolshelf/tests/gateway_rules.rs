@@ -11,6 +11,17 @@ use std::process::Stdio;
 use common::*;
 use serde_json::{Value, json};
 
+/// The `warnings` of a status resource, as text.
+fn warnings_of(status: &Value) -> Vec<String> {
+    status["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
 fn empty() -> Value {
     json!({"type": "object", "properties": {}})
 }
@@ -204,13 +215,7 @@ async fn a_servers_bad_tools_are_named_as_its_lists() {
     let cfg = s.write("toolshelf.toml", &config);
     let client = stdio_client(&cfg, TestClient::default()).await;
     client.list_all_tools().await.expect("tools/list");
-    let resource = status(&client).await;
-    let warned: Vec<&str> = resource["warnings"]
-        .as_array()
-        .expect("warnings")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let warned = warnings_of(&status(&client).await);
     for expected in [
         "skipping a tool of server \"odd\": tools/list: tools[1]: ",
         "skipping a tool of server \"odd\": tools/list: tools[3] \"dup\": duplicate tool name",
@@ -246,13 +251,7 @@ async fn an_oversized_pinned_tool_is_warned_about() {
     let client = stdio_client(&cfg, TestClient::default()).await;
     let listed = client.list_all_tools().await.expect("tools/list");
     assert!(listed.iter().any(|t| t.name.ends_with("huge")), "pinned");
-    let resource = status(&client).await;
-    let warned: Vec<&str> = resource["warnings"]
-        .as_array()
-        .expect("warnings")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let warned = warnings_of(&status(&client).await);
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
         warned[0].starts_with("resident tool \"mcp__s__huge\" alone takes ")
@@ -304,12 +303,7 @@ async fn a_broken_schema_is_warned_about_once_and_kept_in_the_status() {
     let e = err(&exec(&client, "mcp__s__odd", json!({"p": 1})).await);
     assert!(e.contains("its input schema is broken"), "{e}");
     let resource = status(&client).await;
-    let warned: Vec<&str> = resource["warnings"]
-        .as_array()
-        .expect("warnings")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let warned = warnings_of(&resource);
     assert!(
         warned.len() == 1 && warned[0].starts_with(says),
         "{resource}"
