@@ -610,20 +610,22 @@ impl Hub {
             .iter()
             .filter(|(name, _)| wanted.as_ref().is_none_or(|(w, _)| w == *name))
             .filter(|(_, s)| !s.has_tools())
+            .filter_map(|(name, s)| match s.state() {
+                crate::downstream::ServerState::Failed(reason) => Some((name, format!(
+                    "Server {name:?} is not running ({}), so its tools are not known; it is restarted in the background.",
+                    crate::stdio::without_last_words(&reason)
+                ))),
+                crate::downstream::ServerState::Starting => Some((name, format!(
+                    "Server {name:?} is still starting, so its tools are not known yet; try again in a moment."
+                ))),
+                _ => None,
+            })
+            // Judged last: it builds a catalog of one tool and runs the policy on it.
             .filter(|(name, _)| {
                 let tool = wanted.as_ref().map_or(PROBE_TOOL, |(_, t)| t.as_str());
                 self.would_show(name, tool)
             })
-            .filter_map(|(name, s)| match s.state() {
-                crate::downstream::ServerState::Failed(reason) => Some(format!(
-                    "Server {name:?} is not running ({}), so its tools are not known; it is restarted in the background.",
-                    crate::stdio::without_last_words(&reason)
-                )),
-                crate::downstream::ServerState::Starting => Some(format!(
-                    "Server {name:?} is still starting, so its tools are not known yet; try again in a moment."
-                )),
-                _ => None,
-            })
+            .map(|(_, note)| note)
             .collect();
         (!notes.is_empty()).then(|| notes.join("\n"))
     }

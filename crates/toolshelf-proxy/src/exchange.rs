@@ -219,11 +219,10 @@ pub async fn prepare(
     if let Some(allowed) = &forced {
         // The model is made to call a tool it has not searched for: it gets the definitions
         // now, and its first call is not refused for a schema it was never shown.
-        for &i in allowed {
-            session
-                .state
-                .activate([shelf.catalog.tools()[i].name.as_str()]);
-        }
+        let tools = shelf.catalog.tools();
+        session
+            .state
+            .activate(allowed.iter().map(|&i| tools[i].name.as_str()));
         notices.push(forced_notice(&shelf, allowed));
     }
     let conv = conversation_mut(dialect, &mut body);

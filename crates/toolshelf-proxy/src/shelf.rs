@@ -313,14 +313,13 @@ impl Shelf {
         compiled: &Compiled,
         session: &toolshelf_core::template::SessionValues,
     ) -> Result<(Vec<Value>, BTreeMap<String, String>), String> {
-        if !compiled.templates().any(&self.catalog) {
-            return Ok((self.upstream_tools.clone(), BTreeMap::new()));
-        }
-        let surface = compiled
-            .session_surface(&self.catalog, &self.exposure, session)
-            .map_err(|e| e.to_string())?;
-        let described = surface.descriptions().tools_by_name(&self.catalog);
-        Ok((assemble(&self.parts, &surface, dialect), described))
+        Ok(match self.session_surface(compiled, session)? {
+            None => (self.upstream_tools.clone(), BTreeMap::new()),
+            Some(surface) => (
+                assemble(&self.parts, &surface, dialect),
+                surface.descriptions().tools_by_name(&self.catalog),
+            ),
+        })
     }
 
     /// Every description the templates render for `session`, by canonical name.
@@ -329,13 +328,26 @@ impl Shelf {
         compiled: &Compiled,
         session: &toolshelf_core::template::SessionValues,
     ) -> Result<BTreeMap<String, String>, String> {
+        Ok(self
+            .session_surface(compiled, session)?
+            .map(|s| s.descriptions().tools_by_name(&self.catalog))
+            .unwrap_or_default())
+    }
+
+    /// The surface with the templates rendered for `session`; `None` when no template applies
+    /// to these tools.
+    fn session_surface(
+        &self,
+        compiled: &Compiled,
+        session: &toolshelf_core::template::SessionValues,
+    ) -> Result<Option<Surface>, String> {
         if !compiled.templates().any(&self.catalog) {
-            return Ok(BTreeMap::new());
+            return Ok(None);
         }
-        let surface = compiled
+        compiled
             .session_surface(&self.catalog, &self.exposure, session)
-            .map_err(|e| e.to_string())?;
-        Ok(surface.descriptions().tools_by_name(&self.catalog))
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 
     /// The client's name of catalog tool `i`.

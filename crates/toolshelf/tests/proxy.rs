@@ -794,6 +794,18 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     assert_eq!(get_status(&format!("{}/v1/models", guarded.url), &[]), 200);
 }
 
+/// One Messages request with `tools` and `messages` from a client calling itself `agent`
+/// (its User-Agent); the answer, which must be a 200.
+fn send_as(proxy: &ProxyProc, tools: &[Value], messages: &[Value], agent: &str) -> Value {
+    let body = json!({"model": "m", "max_tokens": 64, "system": "You help.", "tools": tools,
+                      "messages": messages});
+    let mut headers = HEADERS.to_vec();
+    headers.push(("user-agent", agent));
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    answer
+}
+
 #[test]
 fn description_templates_render_once_per_conversation_for_its_client() {
     let s = Scratch::new("proxy-templates");
@@ -816,15 +828,7 @@ fn description_templates_render_once_per_conversation_for_its_client() {
         &[],
     );
     let mut messages = vec![json!({"role": "user", "content": "hi"})];
-    let send = |messages: &Vec<Value>, agent: &str| {
-        let body = json!({"model": "m", "max_tokens": 64, "system": "You help.", "tools": tools(),
-                          "messages": messages});
-        let mut headers = HEADERS.to_vec();
-        headers.push(("user-agent", agent));
-        let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
-        assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
-        answer
-    };
+    let send = |messages: &Vec<Value>, agent: &str| send_as(&proxy, &tools(), messages, agent);
     let answer = send(&messages, "e2e-agent/1.0");
     messages.push(json!({"role": "assistant", "content": answer["content"]}));
     messages.push(json!({"role": "user", "content": "again"}));
@@ -936,13 +940,7 @@ fn a_tool_the_client_adds_mid_conversation_is_found_with_its_template_rendered_f
     );
     let mut messages = vec![json!({"role": "user", "content": "hi"})];
     let send = |tools: &Vec<Value>, messages: &Vec<Value>, agent: &str| {
-        let body = json!({"model": "m", "max_tokens": 64, "system": "You help.", "tools": tools,
-                          "messages": messages});
-        let mut headers = HEADERS.to_vec();
-        headers.push(("user-agent", agent));
-        let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
-        assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
-        answer
+        send_as(&proxy, tools, messages, agent)
     };
     let answer = send(&tools(), &messages, "e2e-agent/1.0");
     messages.push(json!({"role": "assistant", "content": answer["content"]}));

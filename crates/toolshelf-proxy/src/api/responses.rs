@@ -432,6 +432,15 @@ impl Streamer for Stream {
 mod tests {
     use super::*;
 
+    /// The JSON events a stream wrote.
+    fn events(out: &[u8]) -> Vec<Value> {
+        crate::sse::Reader::default()
+            .feed(out)
+            .iter()
+            .filter_map(Event::json)
+            .collect()
+    }
+
     #[test]
     fn output_items_are_told_from_input_items() {
         assert!(is_output_item(
@@ -486,11 +495,7 @@ mod tests {
         assert!(s.round_done());
         s.take_round();
         s.finish(Some("completed"), None, &mut out);
-        let sent: Vec<Value> = crate::sse::Reader::default()
-            .feed(&out)
-            .iter()
-            .filter_map(Event::json)
-            .collect();
+        let sent = events(&out);
         let types: Vec<&str> = sent.iter().filter_map(|v| v["type"].as_str()).collect();
         assert_eq!(
             types,
@@ -528,11 +533,7 @@ mod tests {
             .expect_err("the error event fails the round");
         assert!(why.contains("The server is overloaded"), "{why}");
         s.error("api_error", &why, &mut out);
-        let sent: Vec<Value> = crate::sse::Reader::default()
-            .feed(&out)
-            .iter()
-            .filter_map(Event::json)
-            .collect();
+        let sent = events(&out);
         assert_eq!(sent.len(), 2);
         let mut want = error.clone();
         want["sequence_number"] = json!(1);
@@ -551,11 +552,7 @@ mod tests {
             "the upstream answered with something that is not JSON",
             &mut out,
         );
-        let sent: Vec<Value> = crate::sse::Reader::default()
-            .feed(&out)
-            .iter()
-            .filter_map(Event::json)
-            .collect();
+        let sent = events(&out);
         let types: Vec<&str> = sent.iter().filter_map(|v| v["type"].as_str()).collect();
         assert_eq!(types, ["response.created", "error"]);
         assert_eq!(sent[0]["sequence_number"], 0);
