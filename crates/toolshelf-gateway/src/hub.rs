@@ -734,6 +734,63 @@ impl Hub {
             .collect()
     }
 
+    /// What a client may read of [`Hub::statuses`] and [`Hub::warnings`] (the
+    /// `toolshelf://status` resource, which a model can read as well): a server is listed only
+    /// while a tool of it is visible or, with none in the catalog, while the rules would show
+    /// one; a
+    /// failure's reason leaves out the server's stderr; and a warning that names a hidden server
+    /// or tool is left out. The operator's view (`toolshelf status`, the status file, the log)
+    /// keeps everything.
+    pub fn client_status(&self) -> (Vec<ServerStatus>, Vec<String>) {
+        let snap = self.snapshot();
+        let mut hidden_names: BTreeSet<String> = BTreeSet::new();
+        let mut hidden_servers: BTreeSet<&str> = BTreeSet::new();
+        // A server with tools in the snapshot is shown by them; one with none there (not
+        // started, failed, or listed since), by the rules' judgement of a tool of it.
+        let mut in_snapshot: BTreeMap<&str, bool> = BTreeMap::new();
+        for (t, d) in snap.catalog.tools().iter().zip(&snap.exposure.decisions) {
+            if let Some(server) = t.original_server.as_deref() {
+                *in_snapshot.entry(server).or_default() |= d.state != State::Hidden;
+            }
+        }
+        let statuses: Vec<ServerStatus> = self
+            .statuses()
+            .into_iter()
+            .filter_map(|mut s| {
+                let shown = match in_snapshot.get(s.name.as_str()) {
+                    Some(&any_visible) => any_visible,
+                    None => self.would_show(&s.name, PROBE_TOOL),
+                };
+                if !shown {
+                    hidden_names.insert(s.name.clone());
+                    return None;
+                }
+                s.reason = s.reason.as_deref().map(crate::stdio::without_last_words);
+                Some(s)
+            })
+            .collect();
+        for server in snap.catalog.servers() {
+            if hidden_names.contains(&server.original_name) {
+                hidden_servers.insert(&server.name);
+            }
+        }
+        let mut quoted: Vec<String> = hidden_names.iter().map(|n| format!("{n:?}")).collect();
+        quoted.extend(hidden_names.iter().map(|s| format!("mcp__{s}__")));
+        quoted.extend(hidden_servers.iter().map(|s| format!("mcp__{s}__")));
+        for (t, d) in snap.catalog.tools().iter().zip(&snap.exposure.decisions) {
+            if d.state == State::Hidden {
+                quoted.push(format!("{:?}", t.name));
+                quoted.push(format!("{:?}", t.original_name));
+            }
+        }
+        let warnings = self
+            .warnings()
+            .into_iter()
+            .filter(|w| !quoted.iter().any(|q| w.contains(q.as_str())))
+            .collect();
+        (statuses, warnings)
+    }
+
     /// A new session id.
     pub fn new_session_id(&self) -> String {
         format!(

@@ -957,7 +957,7 @@ tool_search, run them with defer_execute.",
     ) -> Result<ListResourcesResult, ErrorData> {
         let status = Resource::new(STATUS_URI, "status")
             .with_description(
-                "State of every downstream server (starting, ready, failed with the reason) and what loading their tools warned about, as JSON.",
+                "State of each downstream server this session can use (starting, ready, failed with the reason) and what loading their tools warned about, as JSON.",
             )
             .with_mime_type("application/json");
         Ok(ListResourcesResult::with_all_items(vec![status]))
@@ -974,10 +974,11 @@ tool_search, run them with defer_execute.",
                 None,
             ));
         }
+        let (servers, warnings) = self.hub.client_status();
         let mut status = json!({
-            "servers": self.hub.statuses(),
+            "servers": servers,
             "audit": self.hub.audit.status(),
-            "warnings": self.hub.warnings(),
+            "warnings": warnings,
         });
         if let Some(sessions) = &self.http_sessions {
             status["http_sessions"] = sessions.sessions.read().await.len().into();

@@ -55,6 +55,15 @@ async fn statuses(client: &Client) -> Vec<Value> {
         .clone()
 }
 
+/// What `toolshelf status --json` says of the gateway running on `config`: the operator's view.
+fn operator_status(config: &str) -> Value {
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", config, "--json"])
+        .output()
+        .expect("status");
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
 async fn server_status(client: &Client, name: &str) -> Value {
     statuses(client)
         .await
@@ -1297,16 +1306,53 @@ async fn the_model_is_told_which_servers_are_down() {
              restart_delay_secs = 600\n\
              [servers.secretdb]\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'DB_PASSWORD=hunter2 rejected' >&2; exit 3\"]\n\
              restart_delay_secs = 600\n\
-             [permissions]\ndeny = [\"^mcp__secretdb__\"]\n{}{}{}",
+             [permissions]\ndeny = [\"^mcp__secretdb__\", \"^mcp__boom__leak$\"]\n{}{}{}",
             test_server_section(5),
-            named_server("boom", &json!([tool("crash", "Crash.", json!({"type": "object"}))]), ""),
+            named_server(
+                "boom",
+                &json!([
+                    tool("crash", "Crash.", json!({"type": "object"})),
+                    tool("leak", "Hidden.", json!({"type": "object", "properties": {"x": {"type": "nonsense"}}}))
+                ]),
+                ""
+            ),
             files_sections(&s)
         ),
     );
     let client = stdio_client(&config, TestClient::default()).await;
-    wait_for("quits and secretdb to fail", || async {
+    let secretdb = |v: &Value| {
+        v["servers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["name"] == "secretdb").cloned())
+    };
+    wait_for("quits and secretdb to fail, boom to start", || async {
         server_status(&client, "quits").await["state"] == "failed"
-            && server_status(&client, "secretdb").await["state"] == "failed"
+            && server_status(&client, "boom").await["state"] == "ready"
+            && secretdb(&operator_status(&config)).is_some_and(|s| s["state"] == "failed")
+    })
+    .await;
+    // The resource, which the model can read, lists no hidden server, passes on no stderr and
+    // warns of no hidden tool; the operator's status keeps all of it.
+    let resource = status(&client).await;
+    let read = resource.to_string();
+    assert!(
+        secretdb(&resource).is_none()
+            && !read.contains("secretdb")
+            && !read.contains("hunter2")
+            && !read.contains("API_KEY")
+            && !read.contains("leak"),
+        "{resource:#}"
+    );
+    assert_eq!(
+        server_status(&client, "quits").await["reason"],
+        "initialize failed: the server exited with status 3"
+    );
+    // The status file follows the hub's state changes a moment later.
+    wait_for("the operator's status to hold it all", || async {
+        let operator = operator_status(&config);
+        secretdb(&operator)
+            .is_some_and(|s| s["reason"].as_str().is_some_and(|r| r.contains("hunter2")))
+            && operator["warnings"].to_string().contains("mcp__boom__leak")
     })
     .await;
     let says = "Server \"quits\" is not running (initialize failed: the server exited with status 3), so its tools are not known";
