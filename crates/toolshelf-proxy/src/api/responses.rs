@@ -418,13 +418,34 @@ impl Streamer for Stream {
             let created = json!({"type": "response.created", "response": {
                 "id": format!("resp_toolshelf_{nanos:x}"), "object": "response",
                 "status": "in_progress", "output": []}});
+            if let Some(Value::Object(r)) = created.get("response") {
+                self.response = Some(r.clone());
+            }
             self.send(out, Some("response.created"), created);
         }
         // Renumbered by `send`, like every event the client receives.
         let data = self.upstream_error.take().unwrap_or_else(
             || json!({"type": "error", "code": kind, "message": message, "param": null}),
         );
+        let code = data.get("code").cloned().unwrap_or_else(|| kind.into());
+        let said = data
+            .get("message")
+            .cloned()
+            .unwrap_or_else(|| message.into());
         self.send(out, Some("error"), data);
+        // Then the stream ends as a failed response ends, so that a client waiting for the
+        // response's last event (Codex reads `response.failed`'s `error.message`) gets this
+        // error rather than "stream closed before response.completed".
+        let mut r = self.response.clone().unwrap_or_default();
+        echo_client_tools(&mut r, self.client_tools.as_ref());
+        r.insert("status".into(), "failed".into());
+        r.insert("output".into(), Value::Array(self.items.clone()));
+        r.insert("error".into(), json!({"code": code, "message": said}));
+        self.send(
+            out,
+            Some("response.failed"),
+            json!({"type": "response.failed", "response": r}),
+        );
     }
 }
 
@@ -534,12 +555,19 @@ mod tests {
         assert!(why.contains("The server is overloaded"), "{why}");
         s.error("api_error", &why, &mut out);
         let sent = events(&out);
-        assert_eq!(sent.len(), 2);
+        assert_eq!(sent.len(), 3);
         let mut want = error.clone();
         want["sequence_number"] = json!(1);
         assert_eq!(
             sent[1], want,
             "the upstream's error, numbered in the client's sequence"
+        );
+        assert_eq!(
+            sent[2],
+            json!({"type": "response.failed", "sequence_number": 2, "response": {
+                "id": "resp_1", "status": "failed", "output": [],
+                "error": {"code": "server_is_overloaded", "message": "The server is overloaded"}}}),
+            "the stream ends as a failed response, with the upstream's error"
         );
     }
 
@@ -554,10 +582,14 @@ mod tests {
         );
         let sent = events(&out);
         let types: Vec<&str> = sent.iter().filter_map(|v| v["type"].as_str()).collect();
-        assert_eq!(types, ["response.created", "error"]);
+        assert_eq!(types, ["response.created", "error", "response.failed"]);
         assert_eq!(sent[0]["sequence_number"], 0);
         assert_eq!(sent[1]["sequence_number"], 1);
         assert_eq!(sent[1]["code"], "api_error");
+        assert_eq!(sent[2]["sequence_number"], 2);
+        assert_eq!(sent[2]["response"]["id"], sent[0]["response"]["id"]);
+        assert_eq!(sent[2]["response"]["status"], "failed");
+        assert_eq!(sent[2]["response"]["error"]["code"], "api_error");
     }
 
     #[test]

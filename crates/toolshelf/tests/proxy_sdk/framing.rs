@@ -213,13 +213,31 @@ pub fn check_stream(api: Api, what: &str, events: &[Value]) {
     }
 }
 
-/// The error a stream ended with: the last event, which must be the format's error event.
+/// The error a stream ended with: the format's error event, the last event (for the Responses
+/// API the one before the last, which must be a `response.failed` carrying the same error).
 pub fn stream_error(api: Api, what: &str, wire: &Value) -> (String, String) {
     let events = wire_events(wire);
     let types = event_types(&events);
-    let last = events
+    let mut last = events
         .last()
         .unwrap_or_else(|| panic!("{what}: an empty stream"));
+    if api == Api::Responses {
+        let n = events.len() - 1;
+        assert_eq!(
+            last["event"], "response.failed",
+            "{what}: ends as a failed response: {types:?}"
+        );
+        let failed = &last["data"];
+        assert_eq!(failed["sequence_number"], json!(n), "{what}");
+        assert_eq!(failed["response"]["status"], "failed", "{what}");
+        assert!(n > 0, "{what}: an error event comes first: {types:?}");
+        last = &events[n - 1];
+        assert_eq!(
+            failed["response"]["error"],
+            json!({"code": last["data"]["code"], "message": last["data"]["message"]}),
+            "{what}: response.failed carries the error event's code and message"
+        );
+    }
     let d = &last["data"];
     let (kind, message) = match api {
         Api::Anthropic => {
@@ -242,7 +260,7 @@ pub fn stream_error(api: Api, what: &str, wire: &Value) -> (String, String) {
                 "{what}: ends with an error event: {types:?}"
             );
             assert_eq!(d["type"], "error", "{what}");
-            let n = events.len() - 1;
+            let n = events.len() - 2;
             assert_eq!(
                 d["sequence_number"],
                 json!(n),
