@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{Catalog, Resolution, ToolSpec};
-use crate::config::AuthoringConfig;
 
 /// The tool's name.
 pub const TOOL_DEFINE: &str = "tool_define";
@@ -95,9 +94,10 @@ pub fn check(
     params: &Map<String, Value>,
     catalog: &Catalog,
     exposure: &crate::policy::Exposure,
-    limits: &AuthoringConfig,
+    compiled: &crate::compile::Compiled,
     defined: usize,
 ) -> Result<Authored, String> {
+    let limits = &compiled.config().authoring;
     let args: DefineArgs = serde_json::from_value(Value::Object(params.clone()))
         .map_err(|e| format!("Invalid tool_define call: {e}."))?;
     let name = args.name.trim();
@@ -142,11 +142,16 @@ pub fn check(
             limits.max_script_bytes
         ));
     }
-    crate::template::check_syntax(&args.script, &format!("tool_define {name:?}"))
-        .map_err(|e| e.to_string())?;
-    if !crate::template::defines_function(&args.script, "run") {
+    crate::template::check_syntax(&args.script, &format!("tool_define {name:?}")).map_err(|e| {
+        crate::template::TemplateError {
+            what: "script",
+            ..e
+        }
+        .to_string()
+    })?;
+    if !crate::template::defines_function(&args.script, "run", 1) {
         return Err(format!(
-            "tool_define: the script of {name:?} must define `def run(params): ...`"
+            "tool_define: the script of {name:?} must define `def run(params): ...`, a function of one argument"
         ));
     }
     let item = json!({
@@ -157,6 +162,24 @@ pub fn check(
     });
     // Read like any catalog item, so a schema the catalog would refuse is refused here.
     ToolSpec::from_value(item.clone(), "tool_define", "params").map_err(|e| e.to_string())?;
+    if let Some(p) = crate::invoke::schema_problem(&args.schema) {
+        return Err(format!(
+            "tool_define: the schema of {name:?} is not a valid JSON Schema ({p}); fix it and define the tool again"
+        ));
+    }
+    // A name the rules or the mode would hide could never be called.
+    let probe =
+        Catalog::from_value(&json!({"tools": [item]}), "tool_define").map_err(|e| e.to_string())?;
+    let hidden = compiled
+        .expose(&probe)
+        .decisions
+        .first()
+        .is_none_or(|d| d.state == crate::policy::State::Hidden);
+    if hidden {
+        return Err(format!(
+            "tool_define: a tool named {name:?} could not be called in this session (the configuration's rules do not allow that name); choose another name"
+        ));
+    }
     Ok(Authored {
         item,
         script: args.script,
@@ -234,25 +257,21 @@ fn starlark_literal(v: &Value) -> String {
 mod tests {
     use super::*;
 
-    /// The exposure of `catalog` under `config` (TOML).
-    fn exposure(catalog: &Catalog, config: &str) -> crate::policy::Exposure {
+    /// The configuration `config` (TOML) with the authoring limits the tests check.
+    fn compiled(config: &str) -> crate::compile::Compiled {
+        compiled_with(40, config)
+    }
+
+    fn compiled_with(description_chars: usize, config: &str) -> crate::compile::Compiled {
+        let text = format!(
+            "[authoring]\nenabled = true\nmax_tools = 2\nmax_description_chars = {description_chars}\nmax_script_bytes = 200\n{config}"
+        );
         crate::compile::Compiled::new(
-            crate::config::Config::from_toml_str(config, "t.toml").expect("config"),
+            crate::config::Config::from_toml_str(&text, "t.toml").expect("config"),
             "t.toml",
             None,
         )
         .expect("compiles")
-        .expose(catalog)
-    }
-
-    fn limits() -> AuthoringConfig {
-        AuthoringConfig {
-            enabled: true,
-            max_tools: 2,
-            max_description_chars: 40,
-            max_script_bytes: 200,
-            keep_dir: None,
-        }
     }
 
     fn params(name: &str, description: &str, script: &str) -> Map<String, Value> {
@@ -276,9 +295,8 @@ mod tests {
                    "minimum": 1.5}, "loud": {"type": "boolean", "default": false}},
                    "required": ["n"]}),
         );
-        let mut limits = limits();
-        limits.max_description_chars = 100;
-        let tool = check(&p, &catalog, &exposure(&catalog, ""), &limits, 0).expect("defines");
+        let compiled = compiled_with(100, "");
+        let tool = check(&p, &catalog, &compiled.expose(&catalog), &compiled, 0).expect("defines");
         let file = script_file(&tool, "session s-1");
         assert!(file.contains("[tools.greet]"), "{file}");
         let def = crate::template::script_definition(
@@ -301,13 +319,15 @@ mod tests {
             "c",
         )
         .expect("catalog");
-        let exposure = exposure(&catalog, "[permissions]\ndeny = [\"^mcp__srv__secret$\"]\n");
+        let compiled =
+            compiled("[permissions]\ndeny = [\"^mcp__srv__secret$\", \"^forbidden_\"]\n");
+        let exposure = compiled.expose(&catalog);
         let ok = "def run(params):\n    return len(params['text'].split())\n";
         let tool = check(
             &params("word_count", "Counts words.", ok),
             &catalog,
             &exposure,
-            &limits(),
+            &compiled,
             0,
         )
         .expect("defines");
@@ -341,6 +361,30 @@ mod tests {
             ),
             (params("a", "x", "def run(params:\n"), 0, "does not parse"),
             (
+                params(
+                    "a",
+                    "x",
+                    &format!("x={}1{}\n", "(-".repeat(60), ")".repeat(60)),
+                ),
+                0,
+                "script line 1: does not parse: it nests more than 200 levels deep",
+            ),
+            (
+                params("a", "x", "def run():\n    return 1\n"),
+                0,
+                "a function of one argument",
+            ),
+            (
+                params("a", "x", "def run(a, b):\n    return 1\n"),
+                0,
+                "a function of one argument",
+            ),
+            (
+                params("forbidden_x", "x", ok),
+                0,
+                "the configuration's rules do not allow that name",
+            ),
+            (
                 params("a", "x", "x = 1\n"),
                 0,
                 "must define `def run(params)",
@@ -360,21 +404,37 @@ mod tests {
                 "must define `def run(params)",
             ),
         ] {
-            let e = check(&p, &catalog, &exposure, &limits(), defined).expect_err(says);
+            let e = check(&p, &catalog, &exposure, &compiled, defined).expect_err(says);
             assert!(e.contains(says), "{says}: {e}");
         }
         let mut bad = params("a", "x", ok);
         bad.insert("schema".into(), json!({"type": "string"}));
-        let e = check(&bad, &catalog, &exposure, &limits(), 0).expect_err("schema");
+        let e = check(&bad, &catalog, &exposure, &compiled, 0).expect_err("schema");
         assert!(e.contains("must describe an object"), "{e}");
+        bad.insert(
+            "schema".into(),
+            json!({"type": "object", "properties": {"n": {"type": "strin"}}}),
+        );
+        let e = check(&bad, &catalog, &exposure, &compiled, 0).expect_err("invalid schema");
+        assert!(
+            e.contains("the schema of \"a\" is not a valid JSON Schema") && e.contains("strin"),
+            "{e}"
+        );
         // A hidden tool's bare name reads as free, as an absent one does; `def run (params)`
         // with a space is a definition of `run`.
-        for name in ["secret", "nothing_here"] {
+        for (name, script) in [
+            ("secret", "def run (params):\n    return 1\n"),
+            (
+                "nothing_here",
+                "def run(params, extra = 1):\n    return 1\n",
+            ),
+            ("spread", "def run(*args):\n    return 1\n"),
+        ] {
             check(
-                &params(name, "x", "def run (params):\n    return 1\n"),
+                &params(name, "x", script),
                 &catalog,
                 &exposure,
-                &limits(),
+                &compiled,
                 0,
             )
             .expect(name);

@@ -676,7 +676,7 @@ impl<'a> Replay<'a> {
             params,
             &self.catalog,
             &self.exposure,
-            &self.compiled.config().authoring,
+            self.compiled,
             self.defined,
         ) {
             Ok(tool) => tool.item,

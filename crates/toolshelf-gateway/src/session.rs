@@ -770,7 +770,7 @@ impl GatewaySession {
             params,
             &snap.catalog,
             &snap.exposure,
-            limits,
+            self.hub.compiled(),
             local.authored.len(),
         ) {
             Ok(tool) => tool,

@@ -1058,7 +1058,7 @@ impl Turn {
             params,
             &shelf.catalog,
             &shelf.exposure,
-            limits,
+            &proxy.compiled,
             session.authored.len(),
         ) {
             Ok(tool) => tool,

@@ -60,6 +60,7 @@
 
 mod builtins;
 mod describe;
+mod nesting;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -273,6 +274,19 @@ fn line_of(e: &starlark::Error) -> Option<usize> {
 }
 
 fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
+    // Refused before Starlark sees it: its parser recurses per level, and a stack overflow
+    // aborts the process.
+    if let Some(line) = nesting::too_deep(source, nesting::MAX_DEPTH) {
+        return Err(TemplateError {
+            owner: owner.to_owned(),
+            what: "description template",
+            line: Some(line),
+            kind: TemplateErrorKind::Syntax(format!(
+                "it nests more than {} levels deep (brackets, operators and blocks within one another); split it into smaller expressions or functions",
+                nesting::MAX_DEPTH
+            )),
+        });
+    }
     AstModule::parse(FILE, source.to_owned(), &dialect()).map_err(|e| TemplateError {
         owner: owner.to_owned(),
         what: "description template",
@@ -375,8 +389,9 @@ pub fn check_syntax(source: &str, owner: &str) -> Result<(), TemplateError> {
 }
 
 /// Whether `source` parses and defines a function `name` at its top level (not in a comment, a
-/// string or another function).
-pub fn defines_function(source: &str, name: &str) -> bool {
+/// string or another function) that takes `arguments` positional arguments (a `*args`
+/// parameter takes any number).
+pub fn defines_function(source: &str, name: &str, arguments: usize) -> bool {
     use starlark::syntax::ast::Stmt;
     let Ok(ast) = parse(source, "") else {
         return false;
@@ -386,9 +401,25 @@ pub fn defines_function(source: &str, name: &str) -> bool {
         Stmt::Statements(all) => all.iter().collect(),
         _ => vec![top],
     };
-    statements
-        .into_iter()
-        .any(|s| matches!(&s.node, Stmt::Def(d) if d.name.node.ident == name))
+    statements.into_iter().any(
+        |s| matches!(&s.node, Stmt::Def(d) if d.name.node.ident == name && takes(d, arguments)),
+    )
+}
+
+/// Whether the function `d` can be called with `n` positional arguments.
+fn takes(d: &starlark::syntax::ast::DefP<starlark::syntax::ast::AstNoPayload>, n: usize) -> bool {
+    use starlark::syntax::ast::ParameterP;
+    let mut required = 0;
+    let mut optional = 0;
+    for p in &d.params {
+        match &p.node {
+            ParameterP::Normal(_, _, None) => required += 1,
+            ParameterP::Normal(_, _, Some(_)) => optional += 1,
+            ParameterP::Args(_, _) => return required <= n,
+            _ => {}
+        }
+    }
+    required <= n && n <= required + optional
 }
 
 /// Renders `source` for `owner` with the package values `pkg` and the session's values.

@@ -231,3 +231,105 @@ fn every_core_name_is_bound() {
         "{names:?}"
     );
 }
+
+/// The deepest source of each shape that the nesting bound lets through parses, runs and drops
+/// on a thread with a small stack; one level more is refused as a syntax error naming its line,
+/// before Starlark's recursive parser sees it.
+#[test]
+fn nesting_is_bounded_before_it_can_overflow_a_stack() {
+    type Shape = Box<dyn Fn(usize) -> String>;
+    let shapes: Vec<(&str, Shape)> = vec![
+        (
+            "unary minus",
+            Box::new(|n| format!("x = {}1\nstr(x)", "-".repeat(n))),
+        ),
+        (
+            "a chain of +",
+            Box::new(|n| format!("x = {}\nstr(x)", vec!["1"; n + 1].join("+"))),
+        ),
+        (
+            "brackets",
+            Box::new(|n| format!("str({}1{})", "(".repeat(n), ")".repeat(n))),
+        ),
+        (
+            "not",
+            Box::new(|n| format!("str({}True)", "not ".repeat(n))),
+        ),
+        (
+            "lists",
+            Box::new(|n| format!("str({}{})", "[".repeat(n), "]".repeat(n))),
+        ),
+        (
+            "conditionals",
+            Box::new(|n| format!("str({}1)", "1 if True else ".repeat(n))),
+        ),
+        (
+            "methods",
+            Box::new(|n| format!("str(\"a\"{})", ".upper()".repeat(n))),
+        ),
+        (
+            "lambdas",
+            Box::new(|n| format!("f = {}1\nstr(f)", "lambda: ".repeat(n))),
+        ),
+        (
+            "functions",
+            Box::new(|n| {
+                let mut s: String = (0..n)
+                    .map(|i| format!("{}def f{i}():\n", " ".repeat(i)))
+                    .collect();
+                s.push_str(&" ".repeat(n));
+                s.push_str("return 1\nstr(f0)");
+                s
+            }),
+        ),
+        (
+            "comprehensions",
+            Box::new(|n| format!("str({}1{})", "[".repeat(n), " for x in [1]]".repeat(n))),
+        ),
+        (
+            "blocks",
+            Box::new(|n| {
+                let mut s = "def f():\n".to_owned();
+                for i in 1..=n {
+                    s.push_str(&format!("{}if True:\n", " ".repeat(i)));
+                }
+                s.push_str(&" ".repeat(n + 1));
+                s.push_str("return 1\n    return 0\nstr(f())");
+                s
+            }),
+        ),
+    ];
+    // Release builds run in 2 MiB Tokio workers and are checked with half that; a debug
+    // build's frames are several times larger.
+    let stack = if cfg!(debug_assertions) {
+        8 << 20
+    } else {
+        1 << 20
+    };
+    for (what, make) in &shapes {
+        let deepest = (1..2 * nesting::MAX_DEPTH)
+            .take_while(|&n| nesting::too_deep(&make(n), nesting::MAX_DEPTH).is_none())
+            .last()
+            .unwrap_or_else(|| panic!("{what}: one level passes"));
+        let within = make(deepest);
+        let result = std::thread::Builder::new()
+            .stack_size(stack)
+            .spawn(move || run(&within).map_err(|e| e.to_string()))
+            .expect("spawn")
+            .join()
+            .expect("no overflow");
+        assert!(
+            result.is_ok() || result.as_ref().is_err_and(|e| !e.contains("nests more")),
+            "{what} at {deepest}: {result:?}"
+        );
+        let e = run(&make(deepest + 1)).expect_err(what);
+        assert!(
+            matches!(e.kind, TemplateErrorKind::Syntax(_)) && e.line.is_some(),
+            "{what}: {e}"
+        );
+        assert!(
+            e.to_string().contains("nests more than 200 levels deep"),
+            "{what}: {e}"
+        );
+    }
+}
