@@ -44,6 +44,9 @@ pub enum Via {
 pub enum AskRefusal {
     /// The client cannot ask its user (no MCP elicitation).
     Unsupported,
+    /// The tool runs inside toolshelf (a script tool, `tool_define`, a model-authored tool in
+    /// the proxy), so the client's own permission prompt never sees the call.
+    RunsInside,
     /// The user said no, or dismissed the question (the client's word for it).
     Declined(String),
     /// Asking failed.
@@ -439,6 +442,11 @@ This is a fault of the tool's server, not of your call; use another tool or ask 
 ask the user (it does not support MCP elicitation). Ask the user to allow it in the toolshelf \
 configuration ([permissions] allow), or do without it."
                     ),
+                    AskRefusal::RunsInside => format!(
+                        "{name} was not run: it needs the user's approval ({because}), and toolshelf \
+runs this tool itself, so the client's permission prompt never sees the call. Ask the user to \
+allow it in the toolshelf configuration ([permissions] allow), or do without it."
+                    ),
                     AskRefusal::Declined(action) => {
                         format!("{name} was not run: the user did not approve it ({action}).")
                     }
@@ -482,6 +490,9 @@ log cannot be written ({error}). Tell the user; no tool can run until it is fixe
                 "{because}; {}",
                 match why {
                     AskRefusal::Unsupported => "the client cannot ask (no elicitation)".to_owned(),
+                    AskRefusal::RunsInside => {
+                        "not asked: the tool runs inside toolshelf, unseen by the client".to_owned()
+                    }
                     AskRefusal::Declined(a) => format!("the user answered {a}"),
                     AskRefusal::Failed(e) => format!("asking failed: {}", echo(e)),
                     AskRefusal::TooLong(n) => format!("not asked: {n} characters of arguments"),

@@ -147,6 +147,7 @@ fn ask_label(answer: &Result<(), AskRefusal>) -> &'static str {
     match answer {
         Ok(()) => "approved",
         Err(AskRefusal::Unsupported) => "unsupported",
+        Err(AskRefusal::RunsInside) => "runs_inside",
         Err(AskRefusal::Declined(_)) => "declined",
         Err(AskRefusal::Failed(_)) => "failed",
         Err(AskRefusal::TooLong(_)) => "too_long",

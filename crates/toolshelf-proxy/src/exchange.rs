@@ -1111,8 +1111,12 @@ impl Turn {
         }
         let validator = shelf.validator(i);
         invoke::validate(i, &validator, &params)?;
-        // An `ask` rule is the client's to ask: its own permission prompt sees the real call.
-        invoke::authorize(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
+        // An `ask` rule is the client's to ask: its own permission prompt sees the real call. A
+        // tool the proxy runs itself never reaches the client, so nobody could be asked: refused.
+        let verdict = invoke::authorize(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
+        if let (invoke::Authorization::Ask { because }, Some(_)) = (&verdict, shelf.own(i)) {
+            invoke::approved(i, because, Err(invoke::AskRefusal::RunsInside))?;
+        }
         let hooks = proxy.compiled.hooks().of(HookEventKind::PreCall);
         if hooks.iter().any(|h| h.applies_to(Some(tool))) {
             let mut event = HookEvent::new(HookEventKind::PreCall, &self.prepared.key);

@@ -98,6 +98,9 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
         // Denied by a permission rule on the script tool's name.
         {"tool_uses": [{"name": "defer_execute",
                         "input": {"tool_name": "mcp__scripts__erase", "params": {"text": "x"}}}]},
+        // An `ask` rule: the client never sees the call, so nobody can be asked: refused.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__careful", "params": {"text": "x"}}}]},
         {"text": "Three words."},
         {"text": "Still here."}
     ]});
@@ -106,7 +109,9 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
                   [template.vars]\nteam = \"docs\"\n\
                   [scripts]\nmax_steps = 100000\n\
                   [permissions]\ndeny = [\"mcp__scripts__erase(*)\"]\n\
+                  ask = [\"mcp__scripts__careful(*)\"]\n\
                   [tools.word_count]\nscript = \"wc.star\"\n\
+                  [tools.careful]\nscript = \"wc.star\"\n\
                   [tools.erase]\nscript = \"wc.star\"\n\
                   [tools.spin]\nscript = \"spin.star\"\n";
     let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
@@ -115,7 +120,7 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
     let a = turn(&proxy, &mut messages);
     no_calls(&a);
     assert!(a.to_string().contains("Three words."), "{a}");
-    let turns = upstream.played(7);
+    let turns = upstream.played(8);
     // The search found the script tool with its rendered description.
     let (found, _) = result(&upstream, 1);
     assert!(found.contains("mcp__scripts__word_count"), "{found}");
@@ -138,6 +143,14 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
         is_error && denied.contains("mcp__scripts__erase"),
         "{denied}"
     );
+    let (asked, is_error) = result(&upstream, 7);
+    assert!(
+        is_error
+            && asked.starts_with("mcp__scripts__careful was not run: it needs the user's approval")
+            && asked.contains("toolshelf runs this tool itself")
+            && !asked.contains("words"),
+        "{asked}"
+    );
     // Script tools are deferred: the frozen list holds the client's resident tools and the
     // meta-tools only.
     let names: Vec<&str> = turns[0]["body"]["tools"]
@@ -148,11 +161,11 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
         .collect();
     assert!(!names.iter().any(|n| n.contains("scripts")), "{names:?}");
     let status = proxy.status();
-    assert_eq!(status["totals"]["refused"], 2, "{status}");
+    assert_eq!(status["totals"]["refused"], 3, "{status}");
     // The next request puts the hidden rounds back byte for byte.
     messages.push(json!({"role": "user", "content": "still there?"}));
     turn(&proxy, &mut messages);
-    upstream.played(8);
+    upstream.played(9);
     assert_prefix_kept(&upstream);
 }
 
