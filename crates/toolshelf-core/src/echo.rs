@@ -23,9 +23,44 @@ pub fn echo_within(text: &str, max: usize) -> String {
     format!("{head}… ({n} characters)")
 }
 
+/// `text` for a log line or a terminal: control characters (but tab) and invisible format
+/// characters written as `\u{..}` escapes, so that a newline cannot forge a line, an escape
+/// sequence cannot reach the terminal and a bidirectional mark cannot reorder what is shown; then
+/// cut to `max` characters, saying how long it was.
+pub fn for_log(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max * 4));
+    for c in text.chars() {
+        if (c.is_control() && c != '\t') || is_invisible(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    echo_within(&out, max)
+}
+
+/// Format characters that show nothing but can reorder or hide text.
+pub(crate) fn is_invisible(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x115F | 0x1160 | 0x17B4 | 0x17B5 | 0x180E
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
+        | 0xFEFF | 0xFFA0 | 0xE0000..=0xE0FFF)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_for_a_log_cannot_forge_lines_or_reach_the_terminal() {
+        assert_eq!(for_log("plain\ttext", 100), "plain\ttext");
+        assert_eq!(
+            for_log("a\n2026 WARN forged\r\u{1b}[31mred\u{202e}x", 100),
+            "a\\u{a}2026 WARN forged\\u{d}\\u{1b}[31mred\\u{202e}x"
+        );
+        let long = for_log(&"x".repeat(100_000), 50);
+        assert!(long.starts_with(&"x".repeat(50)) && long.ends_with("(100000 characters)"));
+    }
 
     #[test]
     fn short_text_is_kept_and_long_text_says_its_length() {

@@ -110,21 +110,13 @@ fn shown_text(s: &str) -> String {
             } else {
                 out.push_str(&run);
             }
-        } else if is_invisible(c) {
+        } else if crate::echo::is_invisible(c) {
             out.push_str(&format!("⟨U+{:04X}⟩", c as u32));
         } else {
             out.push(c);
         }
     }
     out
-}
-
-/// Format characters that show nothing but can reorder or hide text.
-fn is_invisible(c: char) -> bool {
-    matches!(c as u32,
-        0x00AD | 0x034F | 0x061C | 0x115F | 0x1160 | 0x17B4 | 0x17B5 | 0x180E
-        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
-        | 0xFEFF | 0xFFA0 | 0xE0000..=0xE0FFF)
 }
 
 /// The kind of a refusal: one short label per stage outcome, for the audit log and metrics.

@@ -29,7 +29,7 @@ use rmcp::model::{
 };
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// The longest line read, newline included: rmcp's `DEFAULT_MAX_LINE_LENGTH`, so a reply that
@@ -473,6 +473,12 @@ fn command_ready(command: &mut tokio::process::Command) -> &mut tokio::process::
 /// Copies a server's stderr to ours line by line, each line marked with the server's name (many
 /// servers print a banner there, and a client's log shows all of them together), and keeps the
 /// last lines in `fault` for a failure to quote.
+/// The most of one stderr line the gateway reads; the rest of the line is skipped.
+const STDERR_READ_BYTES: u64 = 64 * 1024;
+
+/// The most of one stderr line passed on to the gateway's own stderr, in characters.
+const STDERR_SHOWN_CHARS: usize = 4096;
+
 fn forward_stderr(server: &str, stderr: tokio::process::ChildStderr, fault: Fault) {
     fault.state().stderr_open = true;
     let server = server.to_owned();
@@ -482,16 +488,30 @@ fn forward_stderr(server: &str, stderr: tokio::process::ChildStderr, fault: Faul
         // (and the server's own writes, as an inherited stderr would), not a runtime worker.
         let mut out = tokio::io::stderr();
         let mut line = Vec::new();
+        // Past its first STDERR_READ_BYTES a line is skipped to its end: a server writing one
+        // endless line must not grow the gateway's memory with it.
+        let mut skipping = false;
         loop {
             line.clear();
-            match reader.read_until(b'\n', &mut line).await {
+            match (&mut reader)
+                .take(STDERR_READ_BYTES)
+                .read_until(b'\n', &mut line)
+                .await
+            {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
+                    let ended = line.ends_with(b"\n");
+                    if std::mem::replace(&mut skipping, !ended) {
+                        continue;
+                    }
                     let text = String::from_utf8_lossy(&line);
                     let text = text.trim_end_matches(['\n', '\r']);
                     fault.stderr_line(text);
+                    // Control characters and bidirectional marks are escaped: a server's output
+                    // must not move the terminal's cursor or forge another server's line.
+                    let shown = toolshelf_core::echo::for_log(text, STDERR_SHOWN_CHARS);
                     let _ = out
-                        .write_all(format!("[{server}] {text}\n").as_bytes())
+                        .write_all(format!("[{server}] {shown}\n").as_bytes())
                         .await;
                 }
             }

@@ -993,7 +993,7 @@ impl Turn {
         self.prepared.session.figures.refused += 1;
         tracing::info!(
             session = %self.prepared.key,
-            tool = %tool,
+            tool = %toolshelf_core::echo::for_log(tool, toolshelf_core::echo::ECHO_CHARS),
             outcome = kind.as_str(),
             "call refused"
         );

@@ -1293,6 +1293,40 @@ fn a_server_that_cannot_start_says_why_in_plain_words() {
     );
 }
 
+/// A server's stderr reaches the operator's terminal with control characters escaped (no
+/// cursor moves, no forged lines of another server) and an endless line cut, read only so far.
+#[test]
+fn a_servers_stderr_is_passed_on_escaped_and_bounded() {
+    let s = Scratch::new("noisy");
+    let config = s.write(
+        "toolshelf.toml",
+        "[cache]\nenabled = false\n\
+         [servers.noisy]\ncommand = \"sh\"\nargs = [\"-c\", \"{ printf 'a\\\\033[31mred\\\\r[other] forged\\\\n'; \
+         head -c 300000 /dev/zero | tr '\\\\0' x; printf '\\\\nlast words\\\\n'; } >&2; exit 3\"]\n",
+    );
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config])
+        .output()
+        .expect("status");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[noisy] a\\u{1b}[31mred\\u{d}[other] forged\n"),
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
+    assert!(!stderr.contains('\u{1b}'), "no escape reaches the terminal");
+    assert!(
+        stderr.contains("[noisy] last words\n"),
+        "the next line is read"
+    );
+    let longest = stderr.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 5_000, "a line is cut: {longest} bytes");
+    assert!(
+        stderr.contains("(65536 characters)"),
+        "and says how long it was"
+    );
+}
+
 /// The model is told when a name or a search may concern a server that is down: its tools are
 /// unknown, not absent. A name of a running server's and a search that finds something read as
 /// before. A server the rules hide is never named, and no server's stderr reaches the model.
