@@ -118,6 +118,9 @@ pub struct AuthoringConfig {
     /// to read and promote (`[tools.NAME] script = FILE`); default `CACHE/authored`. `""` keeps
     /// nothing.
     pub keep_dir: Option<String>,
+    /// `allow_hosts`: hosts a defined tool's `http` may reach (its own list: `[scripts]
+    /// allow_hosts`, written for vetted script tools, does not extend to the model's code).
+    pub allow_hosts: Vec<String>,
 }
 
 impl Default for AuthoringConfig {
@@ -128,6 +131,7 @@ impl Default for AuthoringConfig {
             max_description_chars: 1024,
             max_script_bytes: 16 * 1024,
             keep_dir: None,
+            allow_hosts: Vec::new(),
         }
     }
 }
@@ -152,6 +156,9 @@ pub struct ScriptsConfig {
     pub max_call_depth: usize,
     /// `timeout_secs`: wall-clock time one run may take, HTTP included.
     pub timeout_secs: u64,
+    /// `max_result_bytes`: the largest result one run may return (as JSON); a larger one is an
+    /// error, since the proxy sends a hidden round's results again on every later request.
+    pub max_result_bytes: usize,
 }
 
 impl Default for ScriptsConfig {
@@ -163,6 +170,7 @@ impl Default for ScriptsConfig {
             max_memory_mb: 1024,
             max_call_depth: 200,
             timeout_secs: 30,
+            max_result_bytes: 256 * 1024,
         }
     }
 }

@@ -63,8 +63,11 @@ pub struct RunRequest {
     pub max_heap_bytes: usize,
     /// Nested calls.
     pub max_call_depth: usize,
-    /// `[scripts] allow_hosts`.
+    /// `[scripts] allow_hosts`, or `[authoring] allow_hosts` for a tool the model wrote.
     pub allow_hosts: Vec<String>,
+    /// The setting `allow_hosts` comes from, for errors.
+    #[serde(default = "scripts_hosts")]
+    pub allow_hosts_setting: String,
     /// Seconds one HTTP request may take.
     pub http_timeout_secs: u64,
     /// Seconds the whole run may take (`[scripts] timeout_secs`): the runner ends itself past
@@ -83,10 +86,15 @@ pub enum RunResponse {
     Error(String),
 }
 
+fn scripts_hosts() -> String {
+    "[scripts] allow_hosts".to_owned()
+}
+
 /// The HTTP policy of the run on this thread.
 #[derive(Debug, Clone, Default)]
 struct HttpPolicy {
     allow: Vec<String>,
+    setting: String,
     timeout: Duration,
 }
 
@@ -99,6 +107,7 @@ pub fn run(request: &RunRequest) -> RunResponse {
     POLICY.with(|p| {
         *p.borrow_mut() = HttpPolicy {
             allow: request.allow_hosts.clone(),
+            setting: request.allow_hosts_setting.clone(),
             timeout: Duration::from_secs(request.http_timeout_secs.max(1)),
         }
     });
@@ -160,6 +169,11 @@ pub fn environment() -> Globals {
 
 /// Whether `url` may be requested under `allow`: its host (any port) or `host:port` is listed.
 pub fn allowed(url: &reqwest::Url, allow: &[String]) -> Result<(), String> {
+    allowed_by(url, allow, "[scripts] allow_hosts")
+}
+
+/// [`allowed`], naming the setting the list is (`[scripts] allow_hosts`) in the refusal.
+pub fn allowed_by(url: &reqwest::Url, allow: &[String], setting: &str) -> Result<(), String> {
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!(
             "{url} is not an http:// or https:// URL; scripts reach nothing else"
@@ -176,7 +190,7 @@ pub fn allowed(url: &reqwest::Url, allow: &[String]) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "host {with_port} is not in [scripts] allow_hosts ({})",
+        "host {with_port} is not in {setting} ({})",
         if allow.is_empty() {
             "empty: scripts may reach no host".to_owned()
         } else {
@@ -209,7 +223,8 @@ fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyho
     let policy = POLICY.with(|p| p.borrow().clone());
     let parsed =
         reqwest::Url::parse(url).map_err(|e| anyhow::anyhow!("http.{method}: {url:?}: {e}"))?;
-    allowed(&parsed, &policy.allow).map_err(|e| anyhow::anyhow!("http.{method}: {e}"))?;
+    allowed_by(&parsed, &policy.allow, &policy.setting)
+        .map_err(|e| anyhow::anyhow!("http.{method}: {e}"))?;
     let client = reqwest::blocking::Client::builder()
         .timeout(policy.timeout)
         .redirect(reqwest::redirect::Policy::none())
@@ -340,6 +355,7 @@ mod tests {
             max_heap_bytes: 8 << 20,
             max_call_depth: 50,
             allow_hosts: vec!["127.0.0.1:9".into()],
+            allow_hosts_setting: scripts_hosts(),
             http_timeout_secs: 2,
             timeout_secs: 0,
         }

@@ -127,6 +127,8 @@ pub fn sources_digest(sources: &[Source], settings: &str) -> String {
 pub struct Runner {
     path: PathBuf,
     limits: ScriptsConfig,
+    /// `[authoring] allow_hosts`: what tools the model wrote may reach.
+    authored_hosts: Vec<String>,
     session: SessionValues,
     vars: BTreeMap<String, Value>,
 }
@@ -139,6 +141,7 @@ impl Runner {
         Self {
             path,
             limits: config.scripts.clone(),
+            authored_hosts: config.authoring.allow_hosts.clone(),
             session: SessionValues {
                 mode: None,
                 client: None,
@@ -184,6 +187,27 @@ impl Runner {
         pkg: BTreeMap<String, Value>,
         params: Value,
     ) -> Result<Value, String> {
+        self.exec_with(
+            job,
+            owner,
+            source,
+            pkg,
+            params,
+            (&self.limits.allow_hosts, "[scripts] allow_hosts"),
+        )
+        .await
+    }
+
+    /// [`Self::exec`] with the hosts the run may reach, and the setting they come from.
+    async fn exec_with(
+        &self,
+        job: Job,
+        owner: &str,
+        source: &str,
+        pkg: BTreeMap<String, Value>,
+        params: Value,
+        (allow_hosts, allow_hosts_setting): (&[String], &str),
+    ) -> Result<Value, String> {
         let l = &self.limits;
         let request = RunRequest {
             job,
@@ -195,7 +219,8 @@ impl Runner {
             max_steps: l.max_steps,
             max_heap_bytes: (l.max_heap_mb as usize) << 20,
             max_call_depth: l.max_call_depth,
-            allow_hosts: l.allow_hosts.clone(),
+            allow_hosts: allow_hosts.to_vec(),
+            allow_hosts_setting: allow_hosts_setting.to_owned(),
             http_timeout_secs: l.timeout_secs,
             timeout_secs: l.timeout_secs,
         };
@@ -241,12 +266,25 @@ impl Runner {
         let stderr = String::from_utf8_lossy(&out.stderr);
         if out.status.success() {
             return match serde_json::from_slice::<RunResponse>(&out.stdout) {
+                // A definition's answer is the script's own description and schema; a run's is
+                // what the model reads, and in the proxy reads again on every later request.
+                Ok(RunResponse::Ok(_))
+                    if job == Job::Run && out.stdout.len() > l.max_result_bytes =>
+                {
+                    Err(format!(
+                        "{owner}: its result is about {} bytes, more than [scripts] max_result_bytes ({}) allows; return less (a summary, a page, the part asked for)",
+                        out.stdout.len(),
+                        l.max_result_bytes
+                    ))
+                }
                 Ok(RunResponse::Ok(v)) => Ok(v),
                 Ok(RunResponse::Error(e)) => Err(e),
                 Err(e) => Err(format!("{owner}: the runner's answer cannot be read ({e})")),
             };
         }
-        if stderr.contains("memory allocation of") {
+        // Rust's allocation failure (`memory allocation of N bytes failed`) and an arena's
+        // (`out of memory`) both mean the address-space limit was reached.
+        if stderr.contains("memory allocation of") || stderr.contains("out of memory") {
             return Err(format!(
                 "{owner}: stopped: the memory limit of {} MiB ([scripts] max_memory_mb) was reached",
                 l.max_memory_mb
@@ -275,7 +313,15 @@ impl Runner {
             item["description"].as_str().unwrap_or_default(),
             item["input_schema"].as_object(),
         );
-        self.exec(Job::Run, &owner, &tool.script, pkg, params).await
+        self.exec_with(
+            Job::Run,
+            &owner,
+            &tool.script,
+            pkg,
+            params,
+            (&self.authored_hosts, "[authoring] allow_hosts"),
+        )
+        .await
     }
 }
 

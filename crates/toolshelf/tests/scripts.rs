@@ -546,7 +546,8 @@ async fn a_tool_the_model_defines_in_the_gateway_is_its_sessions_alone() {
     let cfg = s.write(
         "toolshelf.toml",
         &format!(
-            "{}[authoring]\nenabled = true\nmax_tools = 1\nmax_script_bytes = 200\nkeep_dir = {:?}\n{}",
+            "{}[authoring]\nenabled = true\nmax_tools = 1\nmax_script_bytes = 200\nkeep_dir = {:?}\n\
+             [scripts]\nallow_hosts = [\"127.0.0.1:9\"]\nmax_result_bytes = 1000\n{}",
             named_server(
                 "notes",
                 &json!([tool("add_note", "Add a note.", json!({"type": "object"}))]),
@@ -600,18 +601,35 @@ async fn a_tool_the_model_defines_in_the_gateway_is_its_sessions_alone() {
     let big = format!("{shout}#{}\n", "x".repeat(300));
     let e = err(&exec(&other, "tool_define", definition("loud", &big)).await);
     assert!(e.contains("[authoring] max_script_bytes is 200"), "{e}");
+    // The model's code reaches only the hosts of [authoring] allow_hosts, not those the
+    // operator allowed vetted script tools; and no result is larger than max_result_bytes.
+    let fetch = "def run(params):\n    if params[\"text\"] == \"big\":\n        return \"x\" * 5000\n    return http.get(\"http://127.0.0.1:9/\")\n";
+    ok(&exec(&other, "tool_define", definition("fetch", fetch)).await);
+    let e = err(&exec(&other, "fetch", json!({"text": "get"})).await);
+    assert!(
+        e.contains("host 127.0.0.1:9 is not in [authoring] allow_hosts"),
+        "{e}"
+    );
+    let e = err(&exec(&other, "fetch", json!({"text": "big"})).await);
+    assert!(
+        e.contains("more than [scripts] max_result_bytes (1000)") && !e.contains("xxxx"),
+        "{e}"
+    );
     one.cancel().await.expect("close");
     other.cancel().await.expect("close");
     let _ = child.kill();
     let _ = child.wait();
 
-    // The tool was kept as a script-tool file; the operator promotes it to every session.
-    let kept: Vec<std::path::PathBuf> = std::fs::read_dir(s.path("authored"))
+    // Each tool was kept as a script-tool file; the operator promotes one to every session.
+    let mut kept: Vec<std::path::PathBuf> = std::fs::read_dir(s.path("authored"))
         .expect("the keep directory")
         .flat_map(|d| std::fs::read_dir(d.expect("entry").path()).expect("session directory"))
         .map(|f| f.expect("file").path())
         .collect();
-    assert_eq!(kept.len(), 1, "{kept:?}");
+    kept.sort_by_key(|p| p.file_name().map(|n| n.to_owned()));
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept[0].ends_with("fetch.star"), "{kept:?}");
+    kept.remove(0);
     assert!(kept[0].ends_with("shout.star"), "{kept:?}");
     let promoted = s.write(
         "promoted.toml",
