@@ -167,6 +167,66 @@ pub struct ToolSpec {
     pub description_template: Option<String>,
 }
 
+/// Keys a tool item may have that a misspelling could be meant for.
+const TOOL_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "input_schema",
+    "inputSchema",
+    "parameters",
+    "defer_loading",
+    "tags",
+    "category",
+    "server",
+    "origin",
+    "function",
+];
+
+/// Keys of a server in the grouped form.
+const SERVER_KEYS: &[&str] = &["name", "description", "description_template", "tools"];
+
+/// The known key `key` is a slip for: the same but for case, or one edit away from a known key
+/// of five or more characters (two from one of eight or more). A key that is known, or far from
+/// every known key (`annotations`, `title`, `_meta`), is no slip.
+fn near_miss(key: &str, known: &[&'static str]) -> Option<&'static str> {
+    if known.contains(&key) {
+        return None;
+    }
+    let lower = key.to_ascii_lowercase();
+    let same_but_case = known
+        .iter()
+        .copied()
+        .find(|k| k.to_ascii_lowercase() == lower);
+    same_but_case.or_else(|| {
+        known.iter().copied().find(|k| {
+            let allowed = match k.len() {
+                0..=4 => 0,
+                5..=7 => 1,
+                _ => 2,
+            };
+            allowed > 0 && edit_distance(&lower, &k.to_ascii_lowercase()) <= allowed
+        })
+    })
+}
+
+/// Levenshtein distance of two short strings, by character.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 impl ToolSpec {
     /// Reads one tool item in any supported shape. `location` names it in errors. The item is
     /// taken by value: its schema moves into the spec instead of being copied.
@@ -197,6 +257,13 @@ impl ToolSpec {
         } else {
             std::mem::take(&mut obj)
         };
+        for key in def.keys().chain(obj.keys()) {
+            if let Some(meant) = near_miss(key, TOOL_KEYS) {
+                return Err(err(format!(
+                    "unknown key {key:?}; did you mean {meant:?}? (a misspelt key would lose what it holds)"
+                )));
+            }
+        }
         let name = match def.get("name") {
             Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
             Some(Value::String(_)) => return Err(err("\"name\" is empty".into())),
@@ -880,6 +947,13 @@ impl Catalog {
                 }
             }
             Value::Object(mut obj) if obj.contains_key("tools") => {
+                if obj.get("nextCursor").is_some_and(|c| !c.is_null()) {
+                    return Err(shape_err(
+                        "this is one page of a paged tools/list (it has a \"nextCursor\"); \
+                         give every page's tools in one list, or capture them with `toolshelf catalog`"
+                            .into(),
+                    ));
+                }
                 match obj.remove("tools").unwrap_or(Value::Null) {
                     Value::Array(items) => add_list(&mut b, items, None, source_name, "tools")?,
                     other => {
@@ -1021,6 +1095,17 @@ fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str
             ));
         }
     };
+    if let Some((key, meant)) = obj
+        .keys()
+        .find_map(|k| Some((k, near_miss(k, SERVER_KEYS)?)))
+    {
+        return Err(err(
+            location,
+            format!(
+                "unknown key {key:?}; did you mean {meant:?}? (a misspelt key would lose what it holds)"
+            ),
+        ));
+    }
     let name = match obj.get("name") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
         Some(other) => {
@@ -1118,6 +1203,50 @@ mod tests {
 
     fn names(c: &Catalog) -> Vec<&str> {
         c.tools().iter().map(|t| t.name.as_str()).collect()
+    }
+
+    /// A misspelt key would silently lose a schema, a description or a server's tools: it is
+    /// refused, naming the key meant. The keys real MCP servers add are no slips.
+    #[test]
+    fn misspelt_keys_are_refused_and_real_mcp_keys_are_not() {
+        for (catalog, says) in [
+            (
+                json!([{"name": "t", "descripton": "Reads."}]),
+                "[0]: unknown key \"descripton\"; did you mean \"description\"?",
+            ),
+            (
+                json!([{"name": "t", "inputschema": {"type": "object"}}]),
+                "did you mean \"inputSchema\"?",
+            ),
+            (
+                json!([{"name": "t", "defer_loadnig": true}]),
+                "did you mean \"defer_loading\"?",
+            ),
+            (
+                json!({"servers": [{"name": "git", "Tools": [{"name": "t"}]}]}),
+                "servers[0]: unknown key \"Tools\"; did you mean \"tools\"?",
+            ),
+            (
+                json!({"servers": [{"name": "git", "tols": [{"name": "t"}]}]}),
+                "did you mean \"tools\"?",
+            ),
+            (
+                json!({"tools": [{"name": "t"}], "nextCursor": "page2"}),
+                "one page of a paged tools/list",
+            ),
+        ] {
+            let e = load(catalog).expect_err(says).to_string();
+            assert!(e.contains(says), "{says}: {e}");
+        }
+        let c = load(
+            json!({"tools": [{"name": "t", "title": "T", "annotations": {"readOnlyHint": true},
+                    "outputSchema": {"type": "object"}, "_meta": {}, "icons": [], "execution": {}}],
+                    "nextCursor": null}),
+        )
+        .expect("an MCP tools/list result");
+        assert_eq!(names(&c), ["t"]);
+        load(json!({"servers": [{"name": "s", "args": [], "command": "x", "tools": []}]}))
+            .expect("far from every server key");
     }
 
     #[test]
