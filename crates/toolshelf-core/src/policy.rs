@@ -167,6 +167,10 @@ pub struct Exposure {
     pub auto: Option<AutoDecision>,
     /// Policy warnings (e.g. a `NoDefer` matching a model-authored tool).
     pub warnings: Vec<String>,
+    /// Canonical names of the servers with no tools (not listed yet, or failed) that the rules
+    /// or the mode would hide a tool of: they get no group in the index, so the model does not
+    /// learn of them.
+    pub hidden_servers: std::collections::BTreeSet<String>,
 }
 
 impl Exposure {
@@ -321,7 +325,37 @@ impl Policy {
             decisions,
             auto,
             warnings,
+            hidden_servers: self.hidden_empty_servers(catalog, permissions),
         }
+    }
+
+    /// The servers of `catalog` with no tools whose tool, with nothing else known of it (no
+    /// annotations), the rules or the mode would hide: a rule written for the whole server
+    /// (`^mcp__db__`) or a read-only mode hides it; a rule for one tool does not.
+    fn hidden_empty_servers(
+        &self,
+        catalog: &Catalog,
+        permissions: &Permissions,
+    ) -> std::collections::BTreeSet<String> {
+        let with_tools: std::collections::BTreeSet<&str> = catalog
+            .tools()
+            .iter()
+            .filter_map(|t| t.server.as_deref())
+            .collect();
+        catalog
+            .servers()
+            .iter()
+            .filter(|s| !with_tools.contains(s.name.as_str()))
+            .filter(|s| {
+                let probe = serde_json::json!({"servers": [{"name": s.original_name, "tools": [{"name": "tool"}]}]});
+                Catalog::from_value(&probe, "probe").map_or(true, |c| {
+                    self.decide_explicit(&c.tools()[0], permissions, &mut Vec::new())
+                        .state
+                        == State::Hidden
+                })
+            })
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     /// Steps 1 to 5; tools left to the default come back with `by_default` set.

@@ -80,6 +80,8 @@ impl Surface {
                 None => builtin.push(tools[i].name.clone()),
             }
         }
+        // A server with no tools that the rules would hide gets no group either.
+        per_server.retain(|name, _| !exposure.hidden_servers.contains(*name));
         let pending = per_server.values().any(|(has_any, _)| !has_any);
         let index = (!deferred.is_empty() || pending).then(|| {
             // A server gets a group when it has deferred tools, or has no tools at all (its tools

@@ -103,6 +103,46 @@ fn hidden_tools_appear_nowhere() {
     }
 }
 
+/// A server with no tools yet (starting, or failed) gets a group in the index so the model knows
+/// its tools may come, unless the rules or the mode would hide a tool of it: then it is named
+/// nowhere, as a server whose tools are all hidden.
+#[test]
+fn a_server_without_tools_is_named_only_where_its_tools_could_be_seen() {
+    let catalog = Catalog::from_value(
+        &serde_json::json!({"builtin": [{"name": "Read", "description": "Read a file."}],
+            "servers": [{"name": "db", "description": "Database"}, {"name": "docs", "description": "Docs"},
+                        {"name": "files", "tools": [{"name": "read_file", "annotations": {"readOnlyHint": true}}]}]}),
+        "c.json",
+    )
+    .expect("catalog");
+    let index = |config: &str, mode: Option<&str>| {
+        let config = Config::from_toml_str(config, "t.toml").expect("config");
+        surface_of(&catalog, &config, mode)
+            .index
+            .map(|i| i.text)
+            .unwrap_or_default()
+    };
+    let open = index("", None);
+    assert!(
+        open.contains("mcp__db: Database") && open.contains("mcp__docs: Docs"),
+        "{open}"
+    );
+    let denied = index(
+        "[permissions]\ndeny = [\"^mcp__db__\", \"^mcp__docs__secret$\"]\n",
+        None,
+    );
+    assert!(
+        !denied.contains("mcp__db") && denied.contains("mcp__docs: Docs"),
+        "{denied}"
+    );
+    let read_only = index("[modes.look]\nread_only = true\n", Some("look"));
+    assert!(
+        !read_only.contains("mcp__db") && !read_only.contains("mcp__docs"),
+        "{read_only}"
+    );
+    assert!(read_only.contains("read_file"), "{read_only}");
+}
+
 #[test]
 fn deferred_schemas_and_descriptions_appear_nowhere() {
     let (c, cfg) = example();
