@@ -442,10 +442,20 @@ pub struct ServersPage {
     pub latency: String,
 }
 
-/// A rendered page as a response.
+/// A rendered page as a response: never cached (a page may have been reached with the token in
+/// its URL), never sniffed, and sending no referrer.
 pub fn html(t: &impl Template) -> Response {
     match t.render() {
-        Ok(body) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response(),
+        Ok(body) => (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-store"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                (header::REFERRER_POLICY, "no-referrer"),
+            ],
+            body,
+        )
+            .into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the page could not be rendered: {e}"),
@@ -499,7 +509,10 @@ pub fn admitted(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     let in_query = query.and_then(|q| param(q, "token"));
-    if bearer == Some(token) || in_query.as_deref() == Some(token) {
+    if bearer == Some(token)
+        || in_query.as_deref() == Some(token)
+        || cookie(headers, TOKEN_COOKIE).as_deref() == Some(token)
+    {
         Ok(())
     } else {
         Err(Box::new(
@@ -513,6 +526,59 @@ pub fn admitted(
     }
 }
 
+/// The cookie a `?token=` visit sets, so the pages, links and live updates that follow (which a
+/// browser cannot give a bearer header) are admitted too.
+const TOKEN_COOKIE: &str = "toolshelf_ui_token";
+
+/// `response` with the token cookie set when `query` carried the right `?token=`: one visit with
+/// it in the URL opens the dashboard for the browser's session.
+pub fn remember_token(mut response: Response, ui: &UiConfig, query: Option<&str>) -> Response {
+    let token = ui.token.as_deref().filter(|t| !t.is_empty());
+    let given = query.and_then(|q| param(q, "token"));
+    if let (Some(token), Some(given)) = (token, given)
+        && token == given
+        && let Ok(v) = header::HeaderValue::from_str(&format!(
+            "{TOKEN_COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict",
+            encode_component(token)
+        ))
+    {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
+}
+
+/// The value of cookie `name`, percent-decoded.
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then(|| decode_path(v))
+        })
+}
+
+/// `text` percent-encoded for one path segment or cookie value: every byte but ASCII letters,
+/// digits and `-._~`.
+pub fn encode_component(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A path segment, percent-decoded (`+` stays `+`).
+pub fn decode_path(s: &str) -> String {
+    decode_with(s, false)
+}
+
 /// A query parameter, percent-decoded.
 pub fn param(query: &str, name: &str) -> Option<String> {
     query.split('&').find_map(|kv| {
@@ -522,12 +588,16 @@ pub fn param(query: &str, name: &str) -> Option<String> {
 }
 
 fn decode(s: &str) -> String {
+    decode_with(s, true)
+}
+
+fn decode_with(s: &str, plus_is_space: bool) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'+' => out.push(b' '),
+            b'+' if plus_is_space => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
                 match std::str::from_utf8(&bytes[i + 1..i + 3])
                     .ok()

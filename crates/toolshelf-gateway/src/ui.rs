@@ -31,11 +31,16 @@ pub async fn handle(State(ui): State<UiState>, req: Request) -> Response {
     if let Err(r) = admitted(&hub.config().ui, ui.loopback, &parts.headers, query) {
         return *r;
     }
+    let page = page(hub, parts.uri.path(), query);
+    toolshelf_dashboard::remember_token(page, &hub.config().ui, query)
+}
+
+fn page(hub: &Hub, path: &str, query: Option<&str>) -> Response {
     let q = query.and_then(|q| param(q, "q")).unwrap_or_default();
     let snap = hub.snapshot();
     let source = format!("the merged catalog of {}", hub.label());
     let found = Some(snap.search_index());
-    match parts.uri.path().trim_end_matches('/') {
+    match path.trim_end_matches('/') {
         "/ui" => html(&servers(hub)),
         "/ui/catalog" => html(&CatalogPage::of(
             Chrome::gateway(),

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use toolshelf_core::config::OnRewriteFailure;
+use toolshelf_core::config::{OnRewriteFailure, UiConfig};
 use toolshelf_core::request::Api;
 
 use crate::api::{Dialect, Streamer, Tokens};
@@ -224,26 +224,86 @@ fn error_response(dialect: Option<Dialect>, e: &ProxyError) -> Response {
         .into_response()
 }
 
+/// The proxy's own endpoints besides the dashboard: never forwarded upstream.
+const OPS_PATHS: &[&str] = &["/toolshelf/status", "/metrics"];
+
+/// Why a request for one of the proxy's own pages is not served, if it is not: a method other
+/// than GET (such a request was forwarded upstream as an API call); on a loopback listener, a
+/// `Host` that is not loopback (a page of another site reaching it by DNS rebinding); and for
+/// the status and metrics, which name sessions and tools, no `[ui] token` where the dashboard
+/// needs one.
+fn own_page_refusal(app: &AppState, parts: &axum::http::request::Parts) -> Option<Response> {
+    if parts.method != Method::GET {
+        return Some(
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                [(header::ALLOW, "GET")],
+                format!("{} is read with GET only", parts.uri.path()),
+            )
+                .into_response(),
+        );
+    }
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(host_name);
+    if app.loopback() && host.is_some_and(|h| !toolshelf_core::http::is_loopback(h)) {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "a proxy on a loopback address serves its own pages to a loopback Host only",
+            )
+                .into_response(),
+        );
+    }
+    let ui = &app.proxy.compiled.config().ui;
+    let token_set = ui.token.as_deref().is_some_and(|t| !t.is_empty());
+    if OPS_PATHS.contains(&parts.uri.path()) && !app.loopback() && token_set {
+        let open = UiConfig {
+            enabled: true,
+            ..ui.clone()
+        };
+        if let Err(r) =
+            toolshelf_dashboard::admitted(&open, false, &parts.headers, parts.uri.query())
+        {
+            return Some(*r);
+        }
+    }
+    None
+}
+
+/// The host of a `Host` header, without its port (`[::1]:8080` → `[::1]`).
+fn host_name(header: &str) -> &str {
+    match header.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') && host.matches(':').count() == 0 => host,
+        Some((host, port)) if host.ends_with(']') && !port.contains(']') => host,
+        _ => header,
+    }
+}
+
 async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let path_and_query = parts
         .uri
         .path_and_query()
         .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
-    if parts.method == Method::GET
-        && let Some(page) =
-            crate::ui::handle(&app, parts.uri.path(), parts.uri.query(), &parts.headers)
-    {
-        return page;
-    }
-    if parts.method == Method::GET && parts.uri.path() == "/toolshelf/status" {
-        return (
-            [(header::CONTENT_TYPE, "application/json")],
-            app.status().to_string(),
-        )
-            .into_response();
-    }
-    if parts.method == Method::GET && parts.uri.path() == "/metrics" {
+    let path = parts.uri.path();
+    let own = path == "/ui" || path.starts_with("/ui/") || OPS_PATHS.contains(&path);
+    if own {
+        if let Some(refused) = own_page_refusal(&app, &parts) {
+            return refused;
+        }
+        if let Some(page) = crate::ui::handle(&app, path, parts.uri.query(), &parts.headers) {
+            return page;
+        }
+        if path == "/toolshelf/status" {
+            return (
+                [(header::CONTENT_TYPE, "application/json")],
+                app.status().to_string(),
+            )
+                .into_response();
+        }
         return metrics_response();
     }
     let proxy = &app.proxy;

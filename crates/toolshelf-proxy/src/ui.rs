@@ -35,11 +35,20 @@ pub fn handle(
     ) {
         return Some(*r);
     }
+    let page = page(app, path, query);
+    Some(toolshelf_dashboard::remember_token(
+        page,
+        &app.proxy.compiled.config().ui,
+        query,
+    ))
+}
+
+fn page(app: &AppState, path: &str, query: Option<&str>) -> Response {
     let q = query.and_then(|q| param(q, "q")).unwrap_or_default();
     let shelf = app.proxy.latest_shelf();
     let source = "the tools of the most recent request".to_owned();
     let found = shelf.as_deref().map(|s| &s.search);
-    Some(match path.trim_end_matches('/') {
+    match path.trim_end_matches('/') {
         "/ui" => html(&overview(app)),
         "/ui/catalog" => html(&match &shelf {
             Some(s) => CatalogPage::of(
@@ -72,6 +81,8 @@ pub fn handle(
                     Some(k) => (k, true),
                     None => (rest, false),
                 };
+                // Links write the key percent-encoded: it may hold `/`, `?`, `#` or spaces.
+                let key = toolshelf_dashboard::decode_path(key);
                 let timeline = Timeline {
                     events: app
                         .events
@@ -92,7 +103,7 @@ pub fn handle(
             }
             None => (StatusCode::NOT_FOUND, "no such dashboard page").into_response(),
         },
-    })
+    }
 }
 
 fn overview(app: &AppState) -> Overview {

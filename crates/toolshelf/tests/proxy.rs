@@ -744,6 +744,12 @@ fn a_responses_conversation_chained_by_id_continues_from_the_last_upstream_round
 
 /// `GET url` with headers; returns the status.
 fn get_status(url: &str, headers: &[(&str, &str)]) -> u16 {
+    http("GET", url, headers).0
+}
+
+/// `METHOD url` with headers (urllib sends them as given, `Host` included); returns the status
+/// and the `Set-Cookie` header, if any.
+fn http(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let hs: serde_json::Map<String, Value> = headers
         .iter()
         .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
@@ -752,17 +758,22 @@ fn get_status(url: &str, headers: &[(&str, &str)]) -> u16 {
         .args([
             "-c",
             "import json,sys,urllib.request,urllib.error\n\
-try:\n    print(urllib.request.urlopen(urllib.request.Request(sys.argv[1], headers=json.loads(sys.argv[2])), timeout=30).status)\n\
-except urllib.error.HTTPError as e:\n    print(e.code)",
+r = urllib.request.Request(sys.argv[1], headers=json.loads(sys.argv[2]), method=sys.argv[3])\n\
+try:\n    a = urllib.request.urlopen(r, timeout=30)\n\
+except urllib.error.HTTPError as e:\n    a = e\n\
+print(json.dumps([a.status if hasattr(a, 'status') else a.code, a.headers.get('Set-Cookie') or '']))",
             url,
             &Value::Object(hs).to_string(),
+            method,
         ])
         .output()
         .expect("python3");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    (
+        v[0].as_u64().expect("status") as u16,
+        v[1].as_str().unwrap_or_default().to_owned(),
+    )
 }
 
 #[test]
@@ -789,9 +800,118 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     assert_eq!(get_status(&ui, &[]), 401);
     assert_eq!(get_status(&ui, &[("authorization", "Bearer wrong")]), 401);
     assert_eq!(get_status(&ui, &[("authorization", "Bearer sesame")]), 200);
-    assert_eq!(get_status(&format!("{ui}?token=sesame"), &[]), 200);
+    // One visit with the token in the URL opens the pages, links and live updates that follow,
+    // which a browser cannot give a bearer header.
+    let (status, cookie) = http("GET", &format!("{ui}?token=sesame"), &[]);
+    assert_eq!(status, 200);
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().expect("name=value");
+    assert_eq!(
+        get_status(&format!("{ui}/catalog"), &[("cookie", pair)]),
+        200
+    );
+    assert_eq!(
+        get_status(
+            &format!("{ui}/catalog"),
+            &[("cookie", "toolshelf_ui_token=wrong")]
+        ),
+        401
+    );
+    // The status and the metrics name sessions and tools: behind the same token here.
+    for page in ["toolshelf/status", "metrics"] {
+        let url = format!("{}/{page}", guarded.url);
+        assert_eq!(get_status(&url, &[]), 401, "{page}");
+        assert_eq!(
+            get_status(&url, &[("authorization", "Bearer sesame")]),
+            200,
+            "{page}"
+        );
+    }
     // The API itself is not behind the dashboard's token.
     assert_eq!(get_status(&format!("{}/v1/models", guarded.url), &[]), 200);
+    let out = Command::new("curl")
+        .args(["-sS", "-H", "authorization: Bearer sesame"])
+        .arg(format!("{}/toolshelf/status", guarded.url))
+        .output()
+        .expect("curl");
+    let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let passed = status["totals"]["passed"].clone();
+    drop(guarded);
+
+    // The proxy's own pages are read with GET only, never forwarded upstream as API calls; on a
+    // loopback listener, only for a loopback Host (a page of another site reaching the port by
+    // DNS rebinding is refused).
+    let local = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    for (method, page) in [
+        ("POST", "ui/catalog"),
+        ("HEAD", "ui"),
+        ("DELETE", "toolshelf/status"),
+        ("PUT", "metrics"),
+    ] {
+        assert_eq!(
+            http(method, &format!("{}/{page}", local.url), &[]).0,
+            405,
+            "{method} {page}"
+        );
+    }
+    for page in ["ui", "toolshelf/status", "metrics"] {
+        let url = format!("{}/{page}", local.url);
+        assert_eq!(
+            get_status(&url, &[("host", "attacker.example")]),
+            403,
+            "{page}"
+        );
+        assert_eq!(get_status(&url, &[("host", "localhost:1")]), 200, "{page}");
+    }
+    assert_eq!(
+        local.status()["totals"]["passed"],
+        0,
+        "nothing was forwarded"
+    );
+    assert_eq!(passed, 1, "the /v1/models request only");
+}
+
+/// A session key may hold any header text (spaces, `/`, `?`, `#`, a `/timeline` of its own): the
+/// overview links it percent-encoded and the session page finds its turns.
+#[test]
+fn a_session_page_is_found_whatever_its_key_holds() {
+    let s = Scratch::new("proxy-ui-keys");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "Hello."}]}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let name = "a b/c?d#e%f/timeline";
+    let mut headers = HEADERS.to_vec();
+    headers.push(("x-toolshelf-session", name));
+    let body = json!({"model": "m", "max_tokens": 64, "system": "You help.", "tools": tools(),
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    let out = Command::new("curl")
+        .args(["-sS", &format!("{}/ui", proxy.url)])
+        .output()
+        .expect("curl");
+    let overview = String::from_utf8_lossy(&out.stdout);
+    let href = overview
+        .split("href=\"")
+        .filter_map(|r| r.split('"').next())
+        .find(|h| h.starts_with("/ui/sessions/"))
+        .unwrap_or_else(|| panic!("a session link: {overview}"))
+        .to_owned();
+    assert!(
+        !href["/ui/sessions/".len()..].contains(['/', ' ', '?', '#']),
+        "{href}"
+    );
+    let out = Command::new("curl")
+        .args(["-sS", &format!("{}{href}/timeline", proxy.url)])
+        .output()
+        .expect("curl");
+    let timeline = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        timeline.contains("<tr class=\"turn\"><td>1</td>"),
+        "{href}: {timeline}"
+    );
 }
 
 /// One Messages request with `tools` and `messages` from a client calling itself `agent`
