@@ -651,7 +651,10 @@ fn evaluate(
         kind,
     };
     FAULT.with(|f| f.borrow_mut().take());
-    let outcome: Result<Result<Output, TemplateErrorKind>, starlark::Error> =
+    // Starlark panics on some runaway operations between its limit checks (a string doubled
+    // past `usize`: "len overflow"); caught here, the error names the template and the rest of
+    // the render (the other tools, the session) goes on.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         Module::with_temp_heap(|module| {
             let heap = module.heap();
             module.set("pkg", heap.alloc(Namespace::new(Tier::Pkg, pkg.clone())));
@@ -670,6 +673,9 @@ fn evaluate(
                 .map_err(starlark::Error::new_other)?;
             eval.set_max_callstack_size(limits.max_call_depth)
                 .map_err(starlark::Error::new_other)?;
+            eval.before_stmt_for_dap(starlark::eval::BeforeStmtFunc::from_dyn(Box::new(
+                HeapGuard(limits.max_heap_bytes),
+            )));
             let last = eval.eval_module(ast, globals)?;
             Ok(match job {
                 Job::Describe => {
@@ -701,7 +707,22 @@ fn evaluate(
                     )),
                 },
             })
-        });
+        })
+    }));
+    let outcome: Result<Result<Output, TemplateErrorKind>, starlark::Error> = match caught {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            Ok(Err(TemplateErrorKind::Limit(format!(
+                "Starlark gave up inside one operation ({}); the limits are checked between operations, so keep strings and lists from growing without bound",
+                crate::echo::echo(&why)
+            ))))
+        }
+    };
     let fault = FAULT.with(|f| f.borrow_mut().take());
     match outcome {
         Ok(Ok(out)) => Ok(out),
@@ -723,6 +744,26 @@ fn evaluate(
             };
             Err(err(line, kind))
         }
+    }
+}
+
+/// Checks the heap before every statement. Starlark checks its own heap limit only every 1,000
+/// steps, and a short loop doubling a string reaches gigabytes in fewer.
+struct HeapGuard(usize);
+
+impl<'e> starlark::eval::BeforeStmtFuncDyn<'e> for HeapGuard {
+    fn call<'v>(
+        &mut self,
+        _span: starlark::codemap::FileSpanRef,
+        _continued: bool,
+        eval: &mut Evaluator<'v, '_, 'e>,
+    ) -> starlark::Result<()> {
+        if eval.heap().allocated_bytes() > self.0 {
+            return Err(starlark::Error::new_other(anyhow::anyhow!(
+                "the heap memory limit was exceeded"
+            )));
+        }
+        Ok(())
     }
 }
 

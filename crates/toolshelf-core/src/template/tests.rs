@@ -333,3 +333,20 @@ fn nesting_is_bounded_before_it_can_overflow_a_stack() {
         );
     }
 }
+
+/// A short loop doubling a string or a list reaches gigabytes within Starlark's own 1,000-step
+/// interval between heap checks; the heap is checked before every statement instead.
+#[test]
+fn the_heap_limit_holds_between_starlarks_own_checks() {
+    for source in [
+        "s = \"a\"\nfor i in range(40):\n    s = s + s\ns",
+        "l = [1]\nfor i in range(40):\n    l = l + l\nstr(len(l))",
+        "def grow(s):\n    return s + s\ns = \"ab\"\nfor i in range(40):\n    s = grow(s)\ns",
+    ] {
+        let e = run(source).expect_err(source);
+        assert!(
+            matches!(&e.kind, TemplateErrorKind::Limit(m) if m.contains("bytes of Starlark heap")),
+            "{source}: {e}"
+        );
+    }
+}
