@@ -157,8 +157,18 @@ impl Compiled {
             ));
         }
         for (name, t) in &config.tools {
+            if name.trim().is_empty() {
+                return Err(err("[tools.\"\"]: a tool's name is empty".into()));
+            }
             if t.script.as_deref().is_some_and(|p| p.trim().is_empty()) {
                 return Err(err(format!("[tools.{name:?}] script is empty")));
+            }
+            // A script tool is served as mcp__scripts__NAME: a `__` in NAME would read as
+            // another server's tool, as `tool_define` refuses for the same reason.
+            if t.script.is_some() && name.contains("__") {
+                return Err(err(format!(
+                    "[tools.{name:?}] script: a script tool's name cannot hold \"__\" (it is served as mcp__scripts__NAME)"
+                )));
             }
         }
         let policy = Policy::new(rules, config.defer.default, config.defer.window, active);
@@ -394,6 +404,14 @@ mod tests {
     fn every_section_is_validated_with_its_key_named() {
         for (toml, says) in [
             ("[defer]\nrules = [\"Hide(x)\"]", "[defer] rules[0]"),
+            (
+                "[tools.\"\"]\nscript = \"x.star\"",
+                "a tool's name is empty",
+            ),
+            (
+                "[tools.a__b]\nscript = \"x.star\"",
+                "[tools.\"a__b\"] script: a script tool's name cannot hold \"__\"",
+            ),
             ("[modes.m]\ndescription = \"x\"", "[modes.m] must set"),
             ("[modes.m]\ntools = [\"\"]", "[modes.m] tools[0]"),
             ("[search]\ndefault_limit = 0", "[search] needs"),
