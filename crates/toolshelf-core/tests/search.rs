@@ -352,6 +352,37 @@ fn chinese_and_mixed_queries() {
     assert_eq!(names(&e, &["提交 commit"], 1), ["git_commit"]);
 }
 
+/// A limit below the number of queries (steps of one task) still lists one hit per step: each
+/// step's best gets its schema, none is left only named after "Also matching".
+#[test]
+fn every_query_is_listed_whatever_the_limit() {
+    let e = env(None);
+    let r = run(
+        &e,
+        json!({"queries": ["read file", "git commit", "memory graph"], "limit": 2}),
+    );
+    let listed: Vec<&str> = r
+        .text
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(listed.len(), 3, "{}", r.text);
+    for step in ["read_file", "git_commit", "read_graph"] {
+        assert!(
+            listed.iter().any(|l| l.contains(step)),
+            "{step}: {}",
+            r.text
+        );
+    }
+    let one = run(&e, json!({"queries": ["read file"], "limit": 2}));
+    let numbered = one
+        .text
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    assert_eq!(numbered, 2, "one query keeps its limit:\n{}", one.text);
+}
+
 #[test]
 fn several_queries_are_intents_merged_round_robin() {
     let e = env(None);

@@ -187,7 +187,9 @@ fn search_within(
     match request {
         SearchRequest::Names(names) => exact(index, catalog, names, config, described),
         SearchRequest::Queries { queries, limit } => {
-            let limit = effective_limit(*limit, config);
+            // Each query is a step of a task and gets a hit of its own: a limit below their
+            // number would leave the last steps only named after "Also matching".
+            let limit = effective_limit(*limit, config).max(queries.len().min(config.max_limit));
             let hits = index.rank(queries, limit + config.max_limit);
             let quoted = quote_list(queries);
             let notes = index.notes(queries);
