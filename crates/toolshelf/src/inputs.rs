@@ -60,7 +60,8 @@ fn read(path: &PathBuf, what: &str) -> Result<String> {
 
 /// The non-blank lines of a JSON-lines file (`what` names it in errors), each with its number
 /// from 1, read one at a time: a leading byte-order mark is skipped, and a line that cannot be
-/// read (not UTF-8) is an error naming the file and the line.
+/// read (not UTF-8) is an error naming the file and the line. A directory, or a file that fails
+/// to read for any other reason, is an error naming the file alone: no line is at fault.
 pub fn lines_of(
     path: &std::path::Path,
     what: &str,
@@ -68,19 +69,29 @@ pub fn lines_of(
     use std::io::BufRead as _;
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read {what} {}", path.display()))?;
+    // Opening a directory succeeds; reading it fails, at what would be its first line.
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        anyhow::bail!(
+            "cannot read {what} {}: it is a directory, not a JSON-lines file",
+            path.display()
+        );
+    }
     let shown = path.display().to_string();
+    let what = what.to_owned();
     Ok(std::io::BufReader::new(file)
         .lines()
         .enumerate()
         .filter_map(move |(n, line)| {
             let line = match line {
                 Ok(l) => l,
-                Err(e) => {
+                // Not UTF-8: the line's own bytes are at fault.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                     return Some(Err(anyhow::anyhow!(
                         "{shown}:{}: cannot read the line: {e}",
                         n + 1
                     )));
                 }
+                Err(e) => return Some(Err(anyhow::anyhow!("cannot read {what} {shown}: {e}"))),
             };
             let line = match (n, line.strip_prefix('\u{feff}')) {
                 (0, Some(rest)) => rest.to_owned(),
@@ -88,6 +99,28 @@ pub fn lines_of(
             };
             (!line.trim().is_empty()).then_some(Ok((n + 1, line)))
         }))
+}
+
+/// One line of a JSON-lines file, read as strictly as a catalog
+/// ([`toolshelf_core::json::parse`]): an object that gives a key twice is refused rather than
+/// keeping its last value. `at` is the line's place (`FILE:LINE`); `not` says what text that is
+/// not JSON fails to be (`"not valid JSON"`), ahead of the parser's own message.
+pub fn json_line(line: &str, at: &str, not: &str) -> Result<serde_json::Value> {
+    toolshelf_core::json::parse(line).map_err(|e| line_error(e, at, not))
+}
+
+/// The error of a strict parse of one line at `at`. A duplicate key is named with the column it
+/// is at (the parser's "line 1" would be the line's own, not the file's); a syntax error keeps
+/// the parser's wording after `at: not`.
+pub fn line_error(e: serde_json::Error, at: &str, not: &str) -> anyhow::Error {
+    if e.is_data() {
+        let text = e.to_string();
+        let place = format!(" at line {} column {}", e.line(), e.column());
+        let message = text.strip_suffix(&place).unwrap_or(&text);
+        anyhow::anyhow!("{at}: {message} (column {})", e.column())
+    } else {
+        anyhow::Error::new(e).context(format!("{at}: {not}"))
+    }
 }
 
 /// Warnings of one kind printed before the rest are counted; `-v` prints every one.

@@ -1489,3 +1489,166 @@ fn a_replayed_session_that_authors_two_tools_keeps_its_prefix() {
         String::from_utf8_lossy(&check.stdout)
     );
 }
+
+#[test]
+fn duplicate_keys_in_queries_and_batch_lines_are_refused() {
+    // The first line is fine; the second gives a key twice, which no value may win.
+    let queries = temp_file(
+        "dup-queries.jsonl",
+        "{\"query\": \"read\", \"gold\": [\"Read\"]}\n{\"query\": \"read\", \"gold\": [\"Read\"], \"query\": \"git\"}\n",
+    );
+    let batch = temp_file(
+        "dup-batch.jsonl",
+        "{\"query\": \"read\"}\n{\"queries\": [\"a\"], \"queries\": [\"b\"]}\n",
+    );
+    for (args, path, key) in [
+        (
+            vec!["eval", "--ranker", "bm25", "--queries", &queries],
+            &queries,
+            "query",
+        ),
+        (
+            vec!["search", "--ranker", "bm25", "--batch", &batch],
+            &batch,
+            "queries",
+        ),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.contains(&format!(
+                "{path}:2: duplicate key \"{key}\" in the top level"
+            )),
+            "{args:?}: {e}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: no output");
+    }
+    // Nested objects are read as strictly.
+    let nested = temp_file(
+        "dup-nested.jsonl",
+        "{\"query\": \"read\", \"meta\": {\"k\": 1, \"k\": 2}}\n",
+    );
+    let e = fails(&["search", "--ranker", "bm25", "--batch", &nested]);
+    assert!(
+        e.contains(&format!("{nested}:1: duplicate key \"k\" in meta")),
+        "{e}"
+    );
+}
+
+#[test]
+fn eval_counts_a_repeated_unknown_gold_name_once() {
+    let path = temp_file(
+        "eval-unknown-twice.jsonl",
+        "{\"query\": \"commit my changes\", \"gold\": [\"git_commit\", \"no_such_tool\", \"no_such_tool\", \"git_commit\"]}\n",
+    );
+    let out = run(&["eval", "--ranker", "bm25", "--queries", &path, "--json"]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("gold \"no_such_tool\"").count(), 1, "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["unknown_gold"].as_u64(), Some(1), "{v}");
+    // Two gold tools, one of them found: as if each had been given once.
+    assert_eq!(v["recall"]["10"].as_f64(), Some(0.5), "{v}");
+    assert!(v["by_gold"]["2 gold"].is_object(), "{v}");
+    // A hidden tool named twice, once bare and once canonical, is one miss too.
+    let path = temp_file(
+        "eval-hidden-twice.jsonl",
+        "{\"query\": \"write a file\", \"gold\": [\"Write\", \"Write\"]}\n",
+    );
+    let out = run(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--mode",
+        "ask",
+        "--queries",
+        &path,
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["unknown_gold"].as_u64(), Some(1), "{v}");
+}
+
+#[test]
+fn blank_names_and_unknown_values_are_refused_as_arguments() {
+    let template = temp_file("args.star", "description = pkg.description\n");
+    for (args, says) in [
+        (
+            vec!["search", "-n", "Read", "-n", ""],
+            "--name number 2 is blank",
+        ),
+        (vec!["search", "-n", " "], "--name number 1 is blank"),
+        (vec!["explain", ""], "the tool name is blank"),
+        (
+            vec![
+                "check-template",
+                &template,
+                "--config",
+                &example("toolshelf.toml"),
+                "--mode",
+                "no_such_mode",
+            ],
+            "unknown mode \"no_such_mode\"; defined modes: ask, files, review",
+        ),
+        (
+            vec!["check-template", &template, "--pkg", "=x"],
+            "--pkg \"=x\": the NAME before `=` is empty",
+        ),
+        (
+            vec![
+                "replay",
+                "--transcript",
+                &example("transcript.jsonl"),
+                "--json",
+            ],
+            "--explain",
+        ),
+    ] {
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(says), "{args:?}: {e}");
+        assert!(out.stdout.is_empty(), "{args:?}: no output");
+    }
+    // A mode the configuration defines is a session value like any other.
+    let out = ok(&[
+        "check-template",
+        &template,
+        "--config",
+        &example("toolshelf.toml"),
+        "--mode",
+        "ask",
+    ]);
+    assert!(out.contains("ok; renders to:"), "{out}");
+}
+
+#[test]
+fn a_directory_for_a_json_lines_file_is_named_without_a_line() {
+    let dir = std::env::temp_dir().join(format!("toolshelf-cli-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = dir.display().to_string();
+    for (args, what) in [
+        (vec!["eval", "--queries", &d], "queries"),
+        (vec!["search", "--batch", &d], "batch file"),
+        (vec!["prefix-check", &d], "log"),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.contains(&format!("cannot read {what} {d}: it is a directory")),
+            "{args:?}: {e}"
+        );
+        assert!(
+            !e.contains(&format!("{d}:1")),
+            "{args:?}: no line is at fault: {e}"
+        );
+    }
+}

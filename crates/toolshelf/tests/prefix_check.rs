@@ -511,3 +511,24 @@ fn an_input_that_cannot_be_checked_exits_2_not_1() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_body_that_gives_a_key_twice_is_refused() {
+    let good = canonical_json(&bodies(Api::Anthropic)[0]);
+    let path = temp_file(
+        "dup-key.jsonl",
+        &format!(
+            "{good}\n{{\"model\": \"m\", \"messages\": [{{\"role\": \"user\", \"content\": \"a\"}}], \"model\": \"n\"}}\n"
+        ),
+    );
+    let out = run(&["prefix-check", &path]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{path}:2: duplicate key \"model\" in the top level"
+        )),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "no verdict on a body read two ways");
+}

@@ -348,3 +348,88 @@ fn the_ledger_warns_once_follows_tool_changes_and_refuses_window() {
     };
     assert!(extra(&turns[1]) > extra(&turns[0]) + 500, "{turns:?}");
 }
+
+#[test]
+fn a_transcript_line_that_gives_a_key_twice_is_refused() {
+    for (name, text, expected) in [
+        (
+            "dup-user.jsonl",
+            "{\"user\": \"hi\"}\n\n{\"user\": \"a\", \"user\": \"b\"}\n",
+            "dup-user.jsonl:3: duplicate key \"user\" in the top level",
+        ),
+        (
+            "dup-input.jsonl",
+            "{\"user\": \"hi\"}\n{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/a\", \"file_path\": \"/b\"}}}\n",
+            "dup-input.jsonl:2: duplicate key \"file_path\" in call.input",
+        ),
+        // The first fault in the file is the one named, whatever its kind.
+        (
+            "dup-after.jsonl",
+            "{\"shout\": \"x\"}\n{\"user\": \"a\", \"user\": \"b\"}\n",
+            "dup-after.jsonl:1: unknown event \"shout\"",
+        ),
+    ] {
+        let path = temp(name, text);
+        for args in [
+            vec!["replay", "--ranker", "bm25", "--transcript", &path],
+            vec!["ledger", "--ranker", "bm25", "--transcript", &path],
+        ] {
+            let out = run(&args);
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let e = String::from_utf8_lossy(&out.stderr);
+            assert!(e.contains(expected), "{args:?}: {e}");
+            assert!(out.stdout.is_empty(), "{args:?}: no output");
+        }
+    }
+}
+
+#[test]
+fn a_transcript_with_no_user_turn_is_refused() {
+    for (name, text) in [
+        (
+            "only-assistant.jsonl",
+            "{\"assistant\": \"a\"}\n{\"assistant\": \"b\"}\n",
+        ),
+        (
+            "only-tools-changed.jsonl",
+            "{\"tools_changed\": {\"add\": [], \"remove\": []}}\n",
+        ),
+        ("assistant-first.jsonl", "{\"assistant\": \"hi\"}\n"),
+    ] {
+        let path = temp(name, text);
+        for args in [
+            vec!["replay", "--ranker", "bm25", "--transcript", &path],
+            vec!["ledger", "--ranker", "bm25", "--transcript", &path],
+            vec![
+                "ledger",
+                "--ranker",
+                "bm25",
+                "--transcript",
+                &path,
+                "--json",
+            ],
+        ] {
+            let out = run(&args);
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let e = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                e.contains(&format!(
+                    "{path}: the transcript has no user turn to replay"
+                )),
+                "{args:?}: {e}"
+            );
+            assert!(out.stdout.is_empty(), "{args:?}: no output");
+        }
+    }
+    // A call alone is a turn: its result goes to the model.
+    let call = temp(
+        "call-only.jsonl",
+        "{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/x\"}}}\n",
+    );
+    assert_eq!(
+        ok(&["replay", "--ranker", "bm25", "--transcript", &call])
+            .lines()
+            .count(),
+        1
+    );
+}

@@ -85,6 +85,16 @@ pub fn run(args: Args) -> Result<bool> {
         // The values the gateway would refuse are refused here too.
         toolshelf_core::template::Templates::new(&config)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        // A --mode the configuration does not define is refused, as every command refuses it.
+        if let Some(mode) = &args.mode
+            && !config.modes.contains_key(mode)
+        {
+            let unknown = toolshelf_core::Error::UnknownMode {
+                name: mode.clone(),
+                available: config.modes.keys().cloned().collect(),
+            };
+            bail!("{}: {unknown}", path.display());
+        }
         pkg.extend(config.template.vars);
         configured = config.template.workspace;
     }
@@ -135,6 +145,9 @@ pub fn run(args: Args) -> Result<bool> {
         let Some((name, value)) = p.split_once('=') else {
             bail!("--pkg {p:?}: expected NAME=VALUE");
         };
+        if name.trim().is_empty() {
+            bail!("--pkg {p:?}: the NAME before `=` is empty; expected NAME=VALUE");
+        }
         let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
         pkg.insert(name.to_owned(), value);
     }

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use toolshelf_core::search::SearchIndex;
 use toolshelf_core::{Resolution, State};
@@ -106,8 +106,7 @@ fn load_cases(
     for line in crate::inputs::lines_of(path, "queries")? {
         let (n, line) = line?;
         let at = format!("{}:{n}", path.display());
-        let v: Value =
-            serde_json::from_str(&line).with_context(|| format!("{at}: not valid JSON"))?;
+        let v = crate::inputs::json_line(&line, &at, "not valid JSON")?;
         let (Some(query), Some(gold)) = (v["query"].as_str(), v["gold"].as_array()) else {
             bail!("{at}: expected {{\"query\": \"...\", \"gold\": [...]}}");
         };
@@ -118,27 +117,43 @@ fn load_cases(
             bail!("{at}: \"gold\" is empty; a query needs at least one gold tool to be scored");
         }
         let mut ids = Vec::new();
-        let mut unknown_here = 0;
+        // Gold names that count as misses, each once however often the line gives it, as a
+        // tool named twice is one gold tool: a hidden tool by its index, any other by its name.
+        let mut hidden_here: Vec<usize> = Vec::new();
+        let mut missing_here: Vec<&str> = Vec::new();
         for (j, g) in gold.iter().enumerate() {
             let Some(g) = g.as_str() else {
                 bail!("{at}: gold[{j}] is {g}, not a tool name");
             };
-            match loaded.catalog.resolve(g) {
-                Resolution::Exact(i) | Resolution::Bare(i) if visible(i) => ids.push(i),
-                // Hidden by the mode or a deny rule: no search can find it.
-                Resolution::Exact(i) | Resolution::Bare(i) => {
-                    if unknown_gold < UNKNOWN_GOLD_SHOWN {
-                        errln!(
-                            "toolshelf: warning: {at}: gold {g:?} ({}) is hidden by the active mode or a deny rule, so no search can find it (counted as a miss)",
-                            loaded.catalog.tools()[i].name
-                        );
-                    }
-                    unknown_gold += 1;
-                    unknown_here += 1;
+            let resolution = loaded.catalog.resolve(g);
+            let first = match &resolution {
+                Resolution::Exact(i) | Resolution::Bare(i) if visible(*i) => {
+                    ids.push(*i);
+                    continue;
                 }
-                // Which of them the set means cannot be told: scoring one would be a guess.
-                Resolution::Ambiguous(c) => {
-                    if unknown_gold < UNKNOWN_GOLD_SHOWN {
+                Resolution::Exact(i) | Resolution::Bare(i) if hidden_here.contains(i) => false,
+                Resolution::Exact(i) | Resolution::Bare(i) => {
+                    hidden_here.push(*i);
+                    true
+                }
+                _ if missing_here.contains(&g) => false,
+                Resolution::Ambiguous(_) | Resolution::NotFound => {
+                    missing_here.push(g);
+                    true
+                }
+            };
+            if !first {
+                continue;
+            }
+            if unknown_gold < UNKNOWN_GOLD_SHOWN {
+                match resolution {
+                    // Hidden by the mode or a deny rule: no search can find it.
+                    Resolution::Exact(i) | Resolution::Bare(i) => errln!(
+                        "toolshelf: warning: {at}: gold {g:?} ({}) is hidden by the active mode or a deny rule, so no search can find it (counted as a miss)",
+                        loaded.catalog.tools()[i].name
+                    ),
+                    // Which of them the set means cannot be told: scoring one would be a guess.
+                    Resolution::Ambiguous(c) => {
                         let names: Vec<&str> = c
                             .iter()
                             .map(|&i| loaded.catalog.tools()[i].name.as_str())
@@ -148,20 +163,14 @@ fn load_cases(
                             names.join(", ")
                         );
                     }
-                    unknown_gold += 1;
-                    unknown_here += 1;
-                }
-                Resolution::NotFound => {
-                    if unknown_gold < UNKNOWN_GOLD_SHOWN {
-                        errln!(
-                            "toolshelf: warning: {at}: gold {g:?} is not in the catalog (counted as a miss)"
-                        );
-                    }
-                    unknown_gold += 1;
-                    unknown_here += 1;
+                    Resolution::NotFound => errln!(
+                        "toolshelf: warning: {at}: gold {g:?} is not in the catalog (counted as a miss)"
+                    ),
                 }
             }
+            unknown_gold += 1;
         }
+        let unknown_here = hidden_here.len() + missing_here.len();
         ids.sort_unstable();
         ids.dedup();
         cases.push(Case {

@@ -20,6 +20,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // A blank name is a bad argument (status 2), not a tool the catalog lacks (a finding, 1).
+    if args.name.trim().is_empty() {
+        anyhow::bail!("the tool name is blank: give a name to explain (canonical, or bare)");
+    }
     let l = args.source.load()?;
     let tools = l.catalog.tools();
     let i = match l.catalog.resolve(&args.name) {

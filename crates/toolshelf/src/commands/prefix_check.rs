@@ -25,7 +25,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 use toolshelf_core::request::{Api, Sections, canonical_json};
@@ -202,8 +202,7 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
     for line in crate::inputs::lines_of(path, "log")? {
         let (n, line) = line?;
         let at = || format!("{}:{n}", path.display());
-        let body: Value = serde_json::from_str(&line)
-            .with_context(|| format!("{}: not a valid JSON request body", at()))?;
+        let body = crate::inputs::json_line(&line, &at(), "not a valid JSON request body")?;
         if !body.is_object() {
             bail!("{}: a request body must be a JSON object", at());
         }

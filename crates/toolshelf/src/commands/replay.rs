@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use toolshelf_core::replay::{Replay, Transcript, TurnReport, explain_line, parse_transcript};
+use toolshelf_core::replay::{
+    Event, Replay, Transcript, TurnReport, explain_line, parse_transcript,
+};
 use toolshelf_core::search::SearchIndex;
 
 use super::search::{Ranker, attach_ranker};
@@ -39,12 +41,13 @@ pub struct Args {
     #[arg(long)]
     pub explain: bool,
     /// With --explain: one JSON object per turn. (Without --explain the output is the request
-    /// bodies, one JSON object per line already.)
-    #[arg(long)]
+    /// bodies, one JSON object per line already, so --json alone is refused.)
+    #[arg(long, requires = "explain")]
     pub json: bool,
 }
 
-/// Reads a transcript file; invalid UTF-8 is named by its line.
+/// Reads a transcript file; invalid UTF-8 is named by its line, and so is an object that gives a
+/// key twice (`{"user": "a", "user": "b"}`), which is refused rather than read as its last value.
 pub fn read_transcript(path: &Path) -> Result<Transcript> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read transcript {}", path.display()))?;
@@ -60,7 +63,30 @@ pub fn read_transcript(path: &Path) -> Result<Transcript> {
             path.display()
         )
     })?;
-    parse_transcript(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
+    let source = path.display().to_string();
+    refuse_duplicate_keys(&text, &source)?;
+    parse_transcript(&text, &source).map_err(anyhow::Error::msg)
+}
+
+/// Checks a transcript's lines with the strict parser, in the order [`parse_transcript`] reads
+/// them (a leading byte-order mark and blank lines skipped), up to the first line it would refuse
+/// for another reason: that error is left to it, so the first fault in the file is the one named.
+fn refuse_duplicate_keys(text: &str, source: &str) -> Result<()> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match toolshelf_core::json::parse(line) {
+            Ok(_) if Event::parse(line).is_ok() => {}
+            Err(e) if e.is_data() => {
+                let at = format!("{source}:{}", n + 1);
+                return Err(crate::inputs::line_error(e, &at, "not valid JSON"));
+            }
+            _ => break,
+        }
+    }
+    Ok(())
 }
 
 /// Replays `transcript` over `loaded` with `args`' format, instruction and ranker, handing each
@@ -117,7 +143,9 @@ pub fn replay(
     session.set_bodies(bodies);
     // The callback's own error is kept whole; the session's are text.
     let mut failed: Option<anyhow::Error> = None;
+    let mut requests = 0usize;
     let outcome = session.run_transcript(transcript, &mut |s, r| {
+        requests += 1;
         on_report(s, r).map_err(|e| {
             let text = e.to_string();
             failed = Some(e);
@@ -127,6 +155,11 @@ pub fn replay(
     match (outcome, failed) {
         (_, Some(e)) => Err(e),
         (Err(e), None) => Err(anyhow::Error::msg(e)),
+        // Assistant text, context or tool changes alone make no request: nothing was replayed.
+        (Ok(()), None) if requests == 0 => bail!(
+            "{}: the transcript has no user turn to replay (no {{\"user\": ...}} or {{\"call\": ...}} line), so it makes no model request",
+            transcript.source
+        ),
         (Ok(()), None) => Ok(()),
     }
 }

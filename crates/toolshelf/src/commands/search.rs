@@ -3,7 +3,7 @@
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use toolshelf_core::search::render::{quote_list, search_in_session};
 use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
@@ -130,6 +130,9 @@ pub fn run(args: Args) -> Result<bool> {
             }
         }
         (true, false) => {
+            if let Some(i) = args.name.iter().position(|n| n.trim().is_empty()) {
+                bail!("--name number {} is blank: give a tool name", i + 1);
+            }
             if args.limit.is_some() {
                 bail!("--limit applies to --query: an exact --name lookup returns each named tool");
             }
@@ -182,8 +185,7 @@ fn batch(
     for line in crate::inputs::lines_of(path, "batch file")? {
         let (n, line) = line?;
         let at = || format!("{}:{n}", path.display());
-        let v: Value =
-            serde_json::from_str(&line).with_context(|| format!("{}: not valid JSON", at()))?;
+        let v = crate::inputs::json_line(&line, &at(), "not valid JSON")?;
         let queries: Vec<String> = match (v.get("query"), v.get("queries")) {
             (Some(Value::String(q)), None) => vec![q.clone()],
             (None, Some(Value::Array(qs))) => qs
