@@ -41,7 +41,8 @@ pub struct Args {
     file: PathBuf,
     /// Read every body as this API. Default: detected per body, first match wins: `input` or
     /// `instructions` → openai-responses; a top-level `system` → anthropic; a system, developer
-    /// or tool message, `tool_calls` or a function tool → openai; anything else → anthropic.
+    /// or tool message, `tool_calls` or a function tool → openai; any other body with a
+    /// `messages` array → anthropic. A body with neither `messages` nor `input` is an error.
     #[arg(long, value_enum)]
     api: Option<ApiArg>,
     /// Print {"requests", "pairs": [{"from", "to", "settings", "system", "tools",

@@ -21,8 +21,9 @@ pub struct Args {
     listen: String,
     /// toolshelf configuration (TOML): [proxy] upstreams and limits, [defer], [permissions],
     /// [hooks], [[reminders]], [modes], [tools.NAME] script tools (run by the proxy itself),
-    /// [authoring] (tool_define). Without it: every default (the public Anthropic and
-    /// OpenAI endpoints, every client tool deferred).
+    /// [authoring] (tool_define), [store] (Redis-shared sessions), [ui] (the dashboard at /ui;
+    /// the listener also answers /toolshelf/status and /metrics). Without it: every default
+    /// (the public Anthropic and OpenAI endpoints, every client tool deferred).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Active mode, as defined by [modes.NAME] in the configuration.

@@ -243,7 +243,8 @@ pub fn run_script() -> Result<()> {
 pub struct Args {
     #[command(flatten)]
     source: GatewaySource,
-    /// Serve streamable HTTP at http://ADDR/mcp (e.g. 127.0.0.1:8848) instead of stdio.
+    /// Serve streamable HTTP at http://ADDR/mcp (e.g. 127.0.0.1:8848) instead of stdio; the same
+    /// listener serves the dashboard at /ui and Prometheus metrics at /metrics.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
 }
