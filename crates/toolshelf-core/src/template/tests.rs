@@ -350,3 +350,17 @@ fn the_heap_limit_holds_between_starlarks_own_checks() {
         );
     }
 }
+
+/// In a script tool's file, `run(params)` gets `time`, `random` and `http` for real: reading
+/// them there is no refused access. The top level (the description) is a template as any other,
+/// and the stubs a script never gets stay refused everywhere.
+#[test]
+fn a_scripts_run_may_use_what_scripts_get() {
+    let source = "description = \"Looks up.\"\nschema = {}\nx = http\n\ndef run(params):\n    r = http.get(\"http://h/\")\n    return [r, time.iso(), random.random(), uuid]\n";
+    let found = findings(source, "s", &pkg(), &session()).expect("parses");
+    let seen: Vec<(usize, &str)> = found.iter().map(|f| (f.line, f.access.as_str())).collect();
+    assert_eq!(seen, [(3, "http"), (7, "uuid")], "{found:?}");
+    let template = "x = http\ndef helper(params):\n    return time.iso()\nx";
+    let found = findings(template, "t", &pkg(), &session()).expect("parses");
+    assert_eq!(found.len(), 2, "no run: a template throughout: {found:?}");
+}
