@@ -602,6 +602,12 @@ fn definition<'v>(
                 "a script must set `schema = {...}` (a JSON Schema of its params)".into(),
             ));
         }
+        // JSON has no NaN or infinity; serde would write null, silently.
+        Some(v) if non_finite(v, 0) => {
+            return Err(bad(
+                "`schema` holds a float that is NaN or infinite, which JSON cannot hold".into(),
+            ));
+        }
         Some(v) => v
             .to_json_value()
             .map_err(|e| bad(format!("`schema` is not JSON: {e}")))?,

@@ -364,3 +364,10 @@ fn a_scripts_run_may_use_what_scripts_get() {
     let found = findings(template, "t", &pkg(), &session()).expect("parses");
     assert_eq!(found.len(), 2, "no run: a template throughout: {found:?}");
 }
+
+#[test]
+fn a_script_schema_with_nan_is_refused_not_turned_into_null() {
+    let source = "description = \"d\"\nschema = {\"properties\": {\"n\": {\"type\": \"number\", \"maximum\": float(\"nan\")}}}\ndef run(params):\n    return 1\n";
+    let e = script_definition(source, "s", &pkg(), &session()).expect_err("NaN");
+    assert!(e.to_string().contains("NaN or infinite"), "{e}");
+}
