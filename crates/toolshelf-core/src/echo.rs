@@ -39,6 +39,16 @@ pub fn for_log(text: &str, max: usize) -> String {
     echo_within(&out, max)
 }
 
+/// The message a caught panic carried (`panic!("...")` gives a `&str` or a `String`), or
+/// `otherwise`.
+pub fn panic_text(payload: &(dyn std::any::Any + Send), otherwise: &str) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| otherwise.to_owned())
+}
+
 /// Format characters that show nothing but can reorder or hide text.
 pub(crate) fn is_invisible(c: char) -> bool {
     matches!(c as u32,

@@ -87,11 +87,7 @@ fn answer(
                     is_error: false,
                 },
                 Err(panic) => {
-                    let why = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
+                    let why = toolshelf_core::echo::panic_text(panic.as_ref(), "unknown panic");
                     tracing::error!("tool_search panicked: {why}");
                     SearchOutcome {
                         text: SearchResponse::engine_failure(&format!("internal error ({why})"))

@@ -718,11 +718,7 @@ fn evaluate(
     let outcome: Result<Result<Output, TemplateErrorKind>, starlark::Error> = match caught {
         Ok(outcome) => outcome,
         Err(panic) => {
-            let why = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".to_owned());
+            let why = crate::echo::panic_text(panic.as_ref(), "no message");
             Ok(Err(TemplateErrorKind::Limit(format!(
                 "Starlark gave up inside one operation ({}); the limits are checked between operations, so keep strings and lists from growing without bound",
                 crate::echo::echo(&why)
