@@ -4,13 +4,18 @@
 //! that they all use. Each session is a hash under `[store] key_prefix` with two fields: `v`, its
 //! version, and `d`, its bytes; the key expires with the session's TTL, renewed by every write.
 //! Writes run as Lua scripts, so a compare-and-set is atomic on the server: of two replicas
-//! writing the same version, exactly one wins and the other sees [`Cas::Conflict`].
+//! writing the same version, exactly one wins and the other sees [`Cas::Conflict`]. A key that
+//! holds anything else (another type, a hash without the bytes or with a version the scripts do
+//! not write) is no session: `get` logs it and reads it as missing, and the next write replaces
+//! it, so that it costs its conversation one request's session, not every request's.
 //!
 //! Redis down or slow is never fatal. Every operation is bounded by `[store] timeout_ms` and a
 //! failure comes back as an error, which the proxy counts and treats as a missing session; after
 //! a failure to connect or to answer in time, operations fail at once until a `PING`, sent in the
 //! background every [`PAUSE`], is answered again, so that an outage costs one timeout in all, not
-//! one per operation or per request (a model's answer takes longer than any fixed pause). The connection is a
+//! one per operation or per request (a model's answer takes longer than any fixed pause). An
+//! error about one key or one command (an error reply such as `OOM`, a reply that does not fit)
+//! fails that operation only, its message naming the key. The connection is a
 //! [`ConnectionManager`]: it is opened lazily (the proxy starts while Redis is down), a command
 //! that finds the connection dropped starts a reconnection in the background (with a few
 //! retries, backing off) and is sent once more on the new connection, and a later command that
@@ -26,27 +31,76 @@ use redis::{Script, Value as RedisValue};
 
 use crate::store::{Cas, SessionStore, StoreFuture, Versioned};
 
-/// Compare-and-set. KEYS[1]: the session; ARGV: the expected version (empty: none yet), the
-/// bytes, the TTL in milliseconds. Returns the new version, or -1 when the stored version is not
-/// the expected one (nothing written).
+/// What both scripts first read of KEYS[1]: `have`, the version of the session stored there
+/// ('' when there is none), `after`, the version the next write follows (0: it writes 1), and
+/// `clear`, whether the key holds something other than a session, deleted before the write. A
+/// session is a hash with a version as these scripts write it (see [`version`], which `get`
+/// applies to what it reads) and the bytes; anything else under the key (another type, a hash
+/// with another `v` or without `d`) counts as no session and is written over. A hash that lost
+/// its bytes keeps its version for the next one, so that versions never go back.
+const STATE: &str = r"
+local function state(key)
+  local kind = redis.call('TYPE', key).ok
+  if kind == 'none' then return '', 0, false end
+  if kind ~= 'hash' then return '', 0, true end
+  local v = redis.call('HGET', key, 'v')
+  if not v or #v > 15 or not string.match(v, '^[1-9]%d*$') then return '', 0, true end
+  if redis.call('HEXISTS', key, 'd') == 0 then return '', tonumber(v), true end
+  return v, tonumber(v), false
+end
+";
+
+/// Compare-and-set, after [`STATE`]. KEYS[1]: the session; ARGV: the expected version (empty:
+/// none yet), the bytes, the TTL in milliseconds. Returns the new version, or -1 when the
+/// stored version is not the expected one (nothing written).
 const CAS: &str = r"
-local have = redis.call('HGET', KEYS[1], 'v')
-if not have then have = '' end
+local have, after, clear = state(KEYS[1])
 if have ~= ARGV[1] then return -1 end
-local v = (tonumber(have) or 0) + 1
+if clear then redis.call('DEL', KEYS[1]) end
+local v = after + 1
 redis.call('HSET', KEYS[1], 'v', string.format('%d', v), 'd', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return v
 ";
 
-/// Unconditional write. KEYS[1]: the session; ARGV: the bytes, the TTL in milliseconds. Returns
-/// the new version (1 for a new key).
+/// Unconditional write, after [`STATE`]. KEYS[1]: the session; ARGV: the bytes, the TTL in
+/// milliseconds. Returns the new version (1 for a new key).
 const PUT: &str = r"
-local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
-redis.call('HSET', KEYS[1], 'd', ARGV[1])
+local _, after, clear = state(KEYS[1])
+if clear then redis.call('DEL', KEYS[1]) end
+local v = after + 1
+redis.call('HSET', KEYS[1], 'v', string.format('%d', v), 'd', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return v
 ";
+
+/// A stored version as the scripts write it: decimal digits without a leading zero, at most 15
+/// of them (exact in Lua's numbers). Anything else is not a session's version.
+fn version(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 15 || v[0] == b'0' || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Whether `e` says that the server cannot be reached or the connection failed (refused, reset,
+/// dropped, timed out, not set up), rather than that the server refused or answered one command
+/// in a way that does not fit (an error reply, a value of another type): only the first kind
+/// leaves the server alone for a while.
+fn unreachable(e: &redis::RedisError) -> bool {
+    use redis::ErrorKind as K;
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            K::AuthenticationFailed
+                | K::InvalidClientConfig
+                | K::ClusterConnectionNotFound
+                | K::RESP3NotSupported
+        )
+}
 
 /// How old the count of stored keys may be before `len` asks for a new one.
 const CENSUS_EVERY: Duration = Duration::from_secs(5);
@@ -118,8 +172,8 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             timeout,
             addr,
-            cas: Script::new(CAS),
-            put: Script::new(PUT),
+            cas: Script::new(&format!("{STATE}{CAS}")),
+            put: Script::new(&format!("{STATE}{PUT}")),
             census: Arc::new(Census::default()),
             paused: Arc::new(std::sync::Mutex::new(None)),
             probing: Arc::new(AtomicBool::new(false)),
@@ -133,9 +187,11 @@ impl RedisStore {
 
     /// Whether the server answers (connecting if need be).
     pub async fn ping(&self) -> Result<(), String> {
-        self.bounded(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
-            .await
-            .map(drop)
+        self.bounded(None, |mut c| async move {
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        })
+        .await
+        .map(drop)
     }
 
     /// The Redis key of a session key.
@@ -144,12 +200,14 @@ impl RedisStore {
     }
 
     /// Runs `op` on the connection within the timeout; errors become messages naming the
-    /// server. A command sent on a connection that had died (a restarted server, an idle
-    /// connection dropped on the way) is sent once more: the manager is reconnecting, and the
-    /// second try waits for it. After a failure to connect or to answer in time the server is
-    /// left alone until it answers a background ping ([`PAUSE`] apart): operations meanwhile
-    /// fail at once instead of each waiting out the timeout.
-    async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, String>
+    /// server, and `key` (the Redis key the operation is about) when the server answered. A
+    /// command sent on a connection that had died (a restarted server, an idle connection
+    /// dropped on the way) is sent once more: the manager is reconnecting, and the second try
+    /// waits for it. After a failure to connect or to answer in time the server is left alone
+    /// until it answers a background ping ([`PAUSE`] apart): operations meanwhile fail at once
+    /// instead of each waiting out the timeout. An error about one key or one command (an error
+    /// reply such as `WRONGTYPE` or `OOM`, a reply of another type) fails that operation only.
+    async fn bounded<T, F, Fut>(&self, key: Option<&str>, op: F) -> Result<T, String>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -169,20 +227,20 @@ impl RedisStore {
                 done => done,
             }
         };
-        let (why, pause) = match tokio::time::timeout(self.timeout, attempt).await {
+        let why = match tokio::time::timeout(self.timeout, attempt).await {
             Ok(Ok(v)) => return Ok(v),
-            // The server answered, with an error: it is there.
-            Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => (e.to_string(), false),
-            Ok(Err(e)) => (e.to_string(), true),
-            Err(_) => (
-                format!("no answer within {} ms", self.timeout.as_millis()),
-                true,
-            ),
+            Ok(Err(e)) if unreachable(&e) => e.to_string(),
+            // The server is there: only this operation failed.
+            Ok(Err(e)) => {
+                return Err(match key {
+                    Some(k) => format!("Redis at {}, key {}: {e}", self.addr, crate::short(k)),
+                    None => format!("Redis at {}: {e}", self.addr),
+                });
+            }
+            Err(_) => format!("no answer within {} ms", self.timeout.as_millis()),
         };
-        if pause {
-            *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
-            self.probe();
-        }
+        *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        self.probe();
         Err(format!("Redis at {}: {why}", self.addr))
     }
 
@@ -301,29 +359,55 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
+/// A session hash's `v` and `d` as `HMGET` reads them, each missing or bytes (`get` reads no
+/// fields at all from a key that is not a hash).
+type Fields = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 impl SessionStore for RedisStore {
+    /// The session under `key`. A key that holds no usable session (another type, a hash
+    /// without the bytes or with a version the scripts do not write) is logged and read as
+    /// missing: the conversation's next write replaces it.
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Versioned>> {
         Box::pin(async move {
             let k = self.key(key);
             let k = k.as_str();
-            let (version, value): (Option<u64>, Option<Vec<u8>>) = self
-                .bounded(|mut c| async move {
-                    redis::cmd("HMGET")
+            let read: Option<Fields> = self
+                .bounded(Some(k), |mut c| async move {
+                    let fields = redis::cmd("HMGET")
                         .arg(k)
                         .arg("v")
                         .arg("d")
                         .query_async(&mut c)
-                        .await
+                        .await;
+                    match fields {
+                        Err(e) if e.code() == Some("WRONGTYPE") => Ok(None),
+                        fields => fields.map(Some),
+                    }
                 })
                 .await?;
-            Ok(match (version, value) {
-                (Some(version), Some(value)) => Some(Versioned { version, value }),
-                _ => None,
-            })
+            let unusable = match read {
+                Some((None, None)) => return Ok(None),
+                Some((Some(v), Some(value))) => match version(&v) {
+                    Some(version) => return Ok(Some(Versioned { version, value })),
+                    None => format!(
+                        "its version is {}",
+                        crate::short(&String::from_utf8_lossy(&v))
+                    ),
+                },
+                Some((Some(_), None)) => "it has a version but no bytes".to_owned(),
+                Some((None, Some(_))) => "it has bytes but no version".to_owned(),
+                None => "it is not a hash".to_owned(),
+            };
+            tracing::warn!(
+                "session store: Redis key {} holds no session ({unusable}); read as missing, \
+                 the next write replaces it",
+                crate::short(k)
+            );
+            Ok(None)
         })
     }
 
@@ -339,7 +423,7 @@ impl SessionStore for RedisStore {
             let expected = expected.map(|v| v.to_string()).unwrap_or_default();
             let (k, expected, value) = (k.as_str(), expected.as_str(), value.as_slice());
             let written: i64 = self
-                .bounded(|mut c| async move {
+                .bounded(Some(k), |mut c| async move {
                     self.cas
                         .key(k)
                         .arg(expected)
@@ -360,7 +444,7 @@ impl SessionStore for RedisStore {
         Box::pin(async move {
             let k = self.key(key);
             let (k, value) = (k.as_str(), value.as_slice());
-            self.bounded(|mut c| async move {
+            self.bounded(Some(k), |mut c| async move {
                 self.put
                     .key(k)
                     .arg(value)
@@ -387,6 +471,64 @@ mod tests {
     #[test]
     fn prefixes_are_matched_literally() {
         assert_eq!(glob_escape("ts:*[x]?\\"), "ts:\\*\\[x\\]\\?\\\\");
+    }
+
+    #[test]
+    fn versions_are_read_as_the_scripts_write_them() {
+        assert_eq!(version(b"1"), Some(1));
+        assert_eq!(version(b"999999999999999"), Some(999_999_999_999_999));
+        for bad in [
+            &b""[..],
+            b"0",
+            b"007",
+            b"abc",
+            b"-1",
+            b"1.5",
+            b" 1",
+            b"1000000000000000",
+        ] {
+            assert_eq!(version(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn only_a_failed_connection_leaves_the_server_alone() {
+        use std::io::{Error, ErrorKind as Io};
+        for kind in [
+            Io::ConnectionRefused,
+            Io::ConnectionReset,
+            Io::BrokenPipe,
+            Io::UnexpectedEof,
+            Io::TimedOut,
+            Io::Other,
+        ] {
+            let e = redis::RedisError::from(Error::from(kind));
+            assert!(unreachable(&e), "{e}");
+        }
+        let e = redis::RedisError::from((redis::ErrorKind::AuthenticationFailed, "denied"));
+        assert!(unreachable(&e), "{e}");
+        // Errors about one key or one command: the server answered.
+        for (code, detail) in [
+            (
+                "WRONGTYPE",
+                "Operation against a key holding the wrong kind of value",
+            ),
+            ("OOM", "command not allowed when used memory > 'maxmemory'."),
+            ("ERR", "hash value is not an integer"),
+            ("NOPERM", "this user has no permissions"),
+        ] {
+            let e = redis::make_extension_error(code.into(), Some(detail.into()));
+            assert!(!unreachable(&e), "{e}");
+        }
+        for kind in [
+            redis::ErrorKind::UnexpectedReturnType,
+            redis::ErrorKind::Parse,
+            redis::ErrorKind::Extension,
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+        ] {
+            let e = redis::RedisError::from((kind, "one reply"));
+            assert!(!unreachable(&e), "{e}");
+        }
     }
 
     #[test]

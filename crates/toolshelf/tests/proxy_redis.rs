@@ -410,6 +410,147 @@ fn a_stalled_stopped_or_restarted_redis_fails_fast_and_the_store_finds_it_again(
     assert_eq!(redis.cli(&["HGET", "o:k", "d"]), "more");
 }
 
+#[test]
+fn an_error_about_one_key_fails_that_operation_only_and_leaves_the_server_in_use() {
+    let s = Scratch::new("redis-oom");
+    let redis = Redis::start(&s, false);
+    let rt = runtime();
+    let st = rt
+        .block_on(async { RedisStore::new(&redis.url(), "e:", Duration::from_secs(5)) })
+        .expect("store");
+    rt.block_on(async {
+        assert_eq!(st.put("kept", b"kept".to_vec(), TTL).await, Ok(1));
+        assert_eq!(
+            st.compare_and_set("other", None, b"a".to_vec(), TTL).await,
+            Ok(Cas::Written(1))
+        );
+        // Out of memory with nothing to evict: every write is refused, with an error reply.
+        redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+        let e = st
+            .compare_and_set("other", Some(1), b"b".to_vec(), TTL)
+            .await
+            .expect_err("out of memory");
+        // The server answered: the next operation, on any key, asks it at once.
+        let v = st.get("kept").await.expect("not paused").expect("there");
+        assert_eq!(v.value, b"kept");
+        assert!(e.contains("OOM") && e.contains("key e:other"), "{e}");
+        let e = st
+            .put("new", b"c".to_vec(), TTL)
+            .await
+            .expect_err("out of memory");
+        assert!(e.contains("OOM") && e.contains("key e:new"), "{e}");
+        let v = st.get("kept").await.expect("not paused").expect("there");
+        assert_eq!(v.value, b"kept");
+        redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+        assert_eq!(
+            st.compare_and_set("other", Some(1), b"b".to_vec(), TTL)
+                .await,
+            Ok(Cas::Written(2))
+        );
+    });
+}
+
+#[test]
+fn a_key_holding_no_session_reads_as_missing_and_the_next_write_replaces_it() {
+    let s = Scratch::new("redis-spoiled");
+    let redis = Redis::start(&s, false);
+    let rt = runtime();
+    let st = rt
+        .block_on(async { RedisStore::new(&redis.url(), "b:", Duration::from_secs(5)) })
+        .expect("store");
+    let spoil: [(&str, &[&str]); 6] = [
+        ("string", &["SET", "b:string", "garbage"]),
+        ("list", &["RPUSH", "b:list", "x"]),
+        ("letters", &["HSET", "b:letters", "v", "abc", "d", "x"]),
+        ("zeros", &["HSET", "b:zeros", "v", "007", "d", "x"]),
+        ("unversioned", &["HSET", "b:unversioned", "d", "x"]),
+        (
+            "huge",
+            &["HSET", "b:huge", "v", "99999999999999999999", "d", "x"],
+        ),
+    ];
+    rt.block_on(async {
+        assert_eq!(st.put("kept", b"kept".to_vec(), TTL).await, Ok(1));
+        for (name, how) in spoil {
+            redis.cli(how);
+            assert_eq!(st.get(name).await, Ok(None), "{name}: no session");
+            // Nothing else is held up by it.
+            let v = st.get("kept").await.expect("not paused").expect("there");
+            assert_eq!(v.value, b"kept");
+            assert_eq!(
+                st.compare_and_set(name, None, b"new".to_vec(), TTL).await,
+                Ok(Cas::Written(1)),
+                "{name}: written over"
+            );
+            let v = st.get(name).await.expect("ok").expect("there");
+            assert_eq!((v.version, v.value), (1, b"new".to_vec()), "{name}");
+            assert_eq!(
+                st.compare_and_set(name, Some(1), b"newer".to_vec(), TTL)
+                    .await,
+                Ok(Cas::Written(2)),
+                "{name}"
+            );
+            // An unconditional write replaces it too.
+            redis.cli(&["DEL", &format!("b:{name}")]);
+            redis.cli(how);
+            assert_eq!(st.put(name, b"put".to_vec(), TTL).await, Ok(1), "{name}");
+            assert_eq!(
+                st.get(name).await.expect("ok").map(|v| v.value),
+                Some(b"put".to_vec())
+            );
+        }
+    });
+    assert_eq!(redis.cli(&["TYPE", "b:string"]), "hash");
+}
+
+#[test]
+fn a_session_that_lost_its_bytes_is_written_again_and_its_version_goes_on() {
+    let s = Scratch::new("redis-no-bytes");
+    let redis = Redis::start(&s, false);
+    let rt = runtime();
+    let st = rt
+        .block_on(async { RedisStore::new(&redis.url(), "n:", Duration::from_secs(5)) })
+        .expect("store");
+    rt.block_on(async {
+        assert_eq!(
+            st.compare_and_set("k", None, b"a".to_vec(), TTL).await,
+            Ok(Cas::Written(1))
+        );
+        assert_eq!(
+            st.compare_and_set("k", Some(1), b"b".to_vec(), TTL).await,
+            Ok(Cas::Written(2))
+        );
+        redis.cli(&["HDEL", "n:k", "d"]);
+        redis.cli(&["PERSIST", "n:k"]);
+        assert_eq!(st.get("k").await, Ok(None), "no session without its bytes");
+        // Read as none, it is written as none, after the version it had.
+        assert_eq!(
+            st.compare_and_set("k", None, b"c".to_vec(), TTL).await,
+            Ok(Cas::Written(3))
+        );
+        let v = st.get("k").await.expect("ok").expect("there");
+        assert_eq!((v.version, v.value), (3, b"c".to_vec()));
+        // A writer that read it before it lost its bytes has no session to write over: it
+        // conflicts, reads none and writes that.
+        redis.cli(&["HDEL", "n:k", "d"]);
+        assert_eq!(
+            st.compare_and_set("k", Some(3), b"stale".to_vec(), TTL)
+                .await,
+            Ok(Cas::Conflict)
+        );
+        assert_eq!(st.get("k").await, Ok(None));
+        assert_eq!(
+            st.compare_and_set("k", None, b"d".to_vec(), TTL).await,
+            Ok(Cas::Written(4))
+        );
+        redis.cli(&["HDEL", "n:k", "d"]);
+        assert_eq!(st.put("k", b"e".to_vec(), TTL).await, Ok(5));
+    });
+    let pttl: u64 = redis.cli(&["PTTL", "n:k"]).parse().expect("a TTL");
+    assert!(pttl > 50_000 && pttl <= 60_000, "PTTL {pttl}");
+}
+
 /// Reads `key` until the store answers (a reconnection may take a few tries); fails after 30 s.
 async fn until_answered(st: &RedisStore, key: &str) -> Option<toolshelf_proxy::store::Versioned> {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -925,5 +1066,75 @@ fn two_replicas_racing_on_one_session_lose_neither_recorded_rounds_nor_activatio
             "{c}: its search round was kept through the race"
         );
         assert_prefix_kept(&mine);
+    }
+}
+
+#[test]
+fn sessions_spoiled_in_redis_cost_no_other_conversation_and_are_written_over() {
+    let s = Scratch::new("redis-spoiled-proxy");
+    let redis = Redis::start(&s, false);
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let (_sa, a) = replica("redis-spoiled-a", &upstream, &redis, "sp:");
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("notes.txt")
+    );
+    // Three other sessions on this replica, each spoiled its own way: a key of another type, a
+    // version the proxy does not write, a hash that lost its bytes (and its TTL).
+    let spoiled = ["other-type", "bad-version", "no-bytes"];
+    for name in spoiled {
+        assert_eq!(probe(&a, name), 200);
+    }
+    redis.cli(&["DEL", "sp:h:other-type"]);
+    redis.cli(&["SET", "sp:h:other-type", "garbage"]);
+    redis.cli(&["HSET", "sp:h:bad-version", "v", "abc"]);
+    redis.cli(&["HDEL", "sp:h:no-bytes", "d"]);
+    redis.cli(&["PERSIST", "sp:h:no-bytes"]);
+    // Their next requests, then at once this conversation's: its session is read as ever.
+    for name in spoiled {
+        assert_eq!(probe(&a, name), 200);
+    }
+    assert_eq!(
+        turn(&a, &mut messages, &HEADERS)["content"][0]["text"],
+        "Read it."
+    );
+    // Each spoiled session was written over by its next request and is read again.
+    for name in spoiled {
+        assert_eq!(probe(&a, name), 200);
+    }
+    messages.push(json!({"role": "user", "content": "and other.txt"}));
+    assert_eq!(
+        calls(&turn(&a, &mut messages, &HEADERS)),
+        read_call("other.txt"),
+        "the activation held: no new search"
+    );
+    turn(&a, &mut messages, &HEADERS);
+    assert_prefix_kept(&upstream.played(5));
+    let t = totals(&a);
+    assert_eq!(
+        (
+            &t["prefix_breaks"],
+            &t["store_errors"],
+            &t["store_conflicts"]
+        ),
+        (&json!(0), &json!(0), &json!(0)),
+        "{t}\n{}",
+        a.log()
+    );
+    // Written over once, then once more on top of that; a hash that lost its bytes keeps
+    // counting its versions.
+    for (name, v) in [("other-type", "2"), ("bad-version", "2"), ("no-bytes", "3")] {
+        let key = format!("sp:h:{name}");
+        assert_eq!(redis.cli(&["HGET", &key, "v"]), v, "{key}");
+        assert_eq!(redis.cli(&["HEXISTS", &key, "d"]), "1", "{key}");
+        let ttl: i64 = redis.cli(&["TTL", &key]).parse().expect("a TTL");
+        assert!(ttl > 0, "{key}: TTL {ttl}");
+        let warned = a
+            .log()
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains(&key) && l.contains("holds no session"))
+            .count();
+        assert_eq!(warned, 1, "{key}: one warning\n{}", a.log());
     }
 }
