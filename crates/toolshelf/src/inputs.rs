@@ -173,7 +173,17 @@ impl Source {
                 .clone()
                 .or_else(|| toolshelf_runtime::files::workspace(compiled.templates().workspace())),
         };
-        let surface = compiled.session_surface(&catalog, &exposure, &session)?;
+        // A template that reads a per-turn value or a stub is a finding (exit 1), as
+        // `check-template` reports it; any other failure keeps the command from running.
+        let surface = compiled
+            .session_surface(&catalog, &exposure, &session)
+            .map_err(|e| {
+                if e.is_forbidden_access() {
+                    anyhow::Error::new(crate::commands::Finding(e.to_string()))
+                } else {
+                    anyhow::Error::new(e)
+                }
+            })?;
         let all = crate::commands::serve::verbosity() > 0;
         for kind in [
             catalog.warnings(),

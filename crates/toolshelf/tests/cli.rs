@@ -1652,3 +1652,29 @@ fn a_directory_for_a_json_lines_file_is_named_without_a_line() {
         );
     }
 }
+
+/// A template that reads a per-turn value is a finding of the catalog commands (exit 1), as
+/// `check-template` reports it; a template that does not parse keeps them from running (exit 2).
+#[test]
+fn a_refused_template_access_is_a_finding_and_a_broken_template_an_error() {
+    for (name, template, code, says) in [
+        (
+            "turn.toml",
+            "part('Reads.', turn.number)",
+            1,
+            "reads turn.number",
+        ),
+        ("syntax.toml", "part('Reads.'", 2, "does not parse"),
+    ] {
+        let config = temp_file(
+            name,
+            &format!("[tools.Read]\ndescription_template = {template:?}\n"),
+        );
+        for command in ["render", "ledger"] {
+            let out = run(&[command, "--config", &config]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(code), "{command} {name}: {err}");
+            assert!(err.contains(says), "{command} {name}: {err}");
+        }
+    }
+}
