@@ -77,6 +77,11 @@ pub fn is_loopback(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host == "127.0.0.1" || host == "::1"
 }
 
+/// Whether a `Host` header (`host[:port]`, `[v6]:port`) names a loopback host.
+pub fn is_loopback_authority(header: &str) -> bool {
+    split_authority(header).is_some_and(|(host, _)| is_loopback(&host))
+}
+
 /// Splits `host[:port]` (`[v6]:port` for IPv6); the port stays text (`*` is allowed in lists).
 fn split_authority(text: &str) -> Option<(String, Option<&str>)> {
     if text.is_empty() || text.contains(['/', '?', '#', '@', ' ']) {

@@ -21,6 +21,19 @@ pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
     Ok(value)
 }
 
+/// The message of a [`parse`] error in a text of one line (a line of a JSON-lines file): a
+/// duplicate key with the column it is at, since the parser's "line 1" is the line's own, not
+/// the file's. `None` for a syntax error, whose own wording the caller keeps.
+pub fn duplicate_on_one_line(e: &serde_json::Error) -> Option<String> {
+    if !e.is_data() {
+        return None;
+    }
+    let text = e.to_string();
+    let place = format!(" at line {} column {}", e.line(), e.column());
+    let message = text.strip_suffix(&place).unwrap_or(&text);
+    Some(format!("{message} (column {})", e.column()))
+}
+
 /// Where a value sits in the document.
 #[derive(Debug)]
 enum Path<'a> {

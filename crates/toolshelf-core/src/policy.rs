@@ -158,6 +158,9 @@ pub struct Policy {
     mode: Option<Mode>,
 }
 
+/// The tool name a server with no known tools is judged by (see [`Policy::would_hide`]).
+pub const PROBE_TOOL: &str = "tool";
+
 /// The policy applied to a catalog: one decision per tool, in catalog order.
 #[derive(Debug, Clone)]
 pub struct Exposure {
@@ -329,9 +332,20 @@ impl Policy {
         }
     }
 
-    /// The servers of `catalog` with no tools whose tool, with nothing else known of it (no
-    /// annotations), the rules or the mode would hide: a rule written for the whole server
-    /// (`^mcp__db__`) or a read-only mode hides it; a rule for one tool does not.
+    /// Whether a tool `tool` of server `server` (original names), with nothing else known of it
+    /// (no annotations, no schema), would be hidden: a rule written for the whole server
+    /// (`^mcp__db__`) or a read-only mode hides it; a rule for another tool does not. This is how
+    /// a server whose tools are not known (starting, failed) is judged.
+    pub fn would_hide(&self, server: &str, tool: &str, permissions: &Permissions) -> bool {
+        let probe = serde_json::json!({"servers": [{"name": server, "tools": [{"name": tool}]}]});
+        Catalog::from_value(&probe, "probe").map_or(true, |c| {
+            self.decide_explicit(&c.tools()[0], permissions, &mut Vec::new())
+                .state
+                == State::Hidden
+        })
+    }
+
+    /// The servers of `catalog` with no tools whose tool [`Self::would_hide`].
     fn hidden_empty_servers(
         &self,
         catalog: &Catalog,
@@ -346,14 +360,7 @@ impl Policy {
             .servers()
             .iter()
             .filter(|s| !with_tools.contains(s.name.as_str()))
-            .filter(|s| {
-                let probe = serde_json::json!({"servers": [{"name": s.original_name, "tools": [{"name": "tool"}]}]});
-                Catalog::from_value(&probe, "probe").map_or(true, |c| {
-                    self.decide_explicit(&c.tools()[0], permissions, &mut Vec::new())
-                        .state
-                        == State::Hidden
-                })
-            })
+            .filter(|s| self.would_hide(&s.original_name, PROBE_TOOL, permissions))
             .map(|s| s.name.clone())
             .collect()
     }

@@ -74,9 +74,12 @@ pub enum Event {
 }
 
 impl Event {
-    /// Reads one transcript line; the error says what a line may be.
+    /// Reads one transcript line, as strictly as a catalog (an object that gives a key twice is
+    /// refused, not read as its last value); the error says what a line may be.
     pub fn parse(line: &str) -> Result<Self, String> {
-        let v: Value = serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
+        let v: Value = crate::json::parse(line).map_err(|e| {
+            crate::json::duplicate_on_one_line(&e).unwrap_or_else(|| format!("not valid JSON: {e}"))
+        })?;
         let obj = v.as_object().filter(|o| o.len() == 1).ok_or_else(|| {
             "expected an object with one key: user, assistant, call, result, context or tools_changed"
                 .to_owned()

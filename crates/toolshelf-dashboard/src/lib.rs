@@ -504,6 +504,16 @@ pub fn admitted(
                 .into_response(),
         ));
     };
+    require_token(token, headers, query)
+}
+
+/// Whether the request carries `token` (as `Authorization: Bearer`, `?token=` or the cookie a
+/// `?token=` visit set); `Err` is the 401 when not.
+pub fn require_token(
+    token: &str,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<(), Box<Response>> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

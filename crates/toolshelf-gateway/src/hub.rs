@@ -369,10 +369,6 @@ pub fn merge_servers(
     Ok(())
 }
 
-/// The tool name a server with no known tools is judged by: rules written for a whole server
-/// (`^mcp__db__`) or a mode that lists none of it hide it; rules for one tool do not.
-const PROBE_TOOL: &str = "tool";
-
 impl Hub {
     /// Builds the gateway and starts every server that needs starting. Call inside a Tokio
     /// runtime.
@@ -622,7 +618,7 @@ impl Hub {
             })
             // Judged last: it builds a catalog of one tool and runs the policy on it.
             .filter(|(name, _)| {
-                let tool = wanted.as_ref().map_or(PROBE_TOOL, |(_, t)| t.as_str());
+                let tool = wanted.as_ref().map_or(toolshelf_core::policy::PROBE_TOOL, |(_, t)| t.as_str());
                 self.would_show(name, tool)
             })
             .map(|(_, note)| note)
@@ -634,18 +630,10 @@ impl Hub {
     /// it, would be visible under the active mode and the permission rules. Unknown facts
     /// (annotations) are absent, so a read-only mode hides it.
     fn would_show(&self, server: &str, tool: &str) -> bool {
-        let probe = serde_json::json!({"servers": [{"name": server, "tools": [{"name": tool}]}]});
-        let Ok(catalog) = Catalog::from_value(&probe, "probe") else {
-            return false;
-        };
-        let exposure = self
+        !self
             .compiled
             .policy()
-            .apply(&catalog, self.compiled.permissions());
-        exposure
-            .decisions
-            .first()
-            .is_some_and(|d| d.state != toolshelf_core::policy::State::Hidden)
+            .would_hide(server, tool, self.compiled.permissions())
     }
 
     /// The compiled configuration: policy, permissions, hooks.
@@ -759,7 +747,7 @@ impl Hub {
             .filter_map(|mut s| {
                 let shown = match in_snapshot.get(s.name.as_str()) {
                     Some(&any_visible) => any_visible,
-                    None => self.would_show(&s.name, PROBE_TOOL),
+                    None => self.would_show(&s.name, toolshelf_core::policy::PROBE_TOOL),
                 };
                 if !shown {
                     hidden_names.insert(s.name.clone());

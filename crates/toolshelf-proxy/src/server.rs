@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use toolshelf_core::config::{OnRewriteFailure, UiConfig};
+use toolshelf_core::config::OnRewriteFailure;
 use toolshelf_core::request::Api;
 
 use crate::api::{Dialect, Streamer, Tokens};
@@ -246,9 +246,8 @@ fn own_page_refusal(app: &AppState, parts: &axum::http::request::Parts) -> Optio
     let host = parts
         .headers
         .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(host_name);
-    if app.loopback() && host.is_some_and(|h| !toolshelf_core::http::is_loopback(h)) {
+        .and_then(|h| h.to_str().ok());
+    if app.loopback() && host.is_some_and(|h| !toolshelf_core::http::is_loopback_authority(h)) {
         return Some(
             (
                 StatusCode::FORBIDDEN,
@@ -257,28 +256,14 @@ fn own_page_refusal(app: &AppState, parts: &axum::http::request::Parts) -> Optio
                 .into_response(),
         );
     }
-    let ui = &app.proxy.compiled.config().ui;
-    let token_set = ui.token.as_deref().is_some_and(|t| !t.is_empty());
-    if OPS_PATHS.contains(&parts.uri.path()) && !app.loopback() && token_set {
-        let open = UiConfig {
-            enabled: true,
-            ..ui.clone()
-        };
-        if let Err(r) =
-            toolshelf_dashboard::admitted(&open, false, &parts.headers, parts.uri.query())
-        {
-            return Some(*r);
+    let token = app.proxy.compiled.config().ui.token.as_deref();
+    match token.filter(|t| !t.is_empty()) {
+        Some(token) if OPS_PATHS.contains(&parts.uri.path()) && !app.loopback() => {
+            toolshelf_dashboard::require_token(token, &parts.headers, parts.uri.query())
+                .err()
+                .map(|r| *r)
         }
-    }
-    None
-}
-
-/// The host of a `Host` header, without its port (`[::1]:8080` → `[::1]`).
-fn host_name(header: &str) -> &str {
-    match header.rsplit_once(':') {
-        Some((host, port)) if !port.contains(']') && host.matches(':').count() == 0 => host,
-        Some((host, port)) if host.ends_with(']') && !port.contains(']') => host,
-        _ => header,
+        _ => None,
     }
 }
 

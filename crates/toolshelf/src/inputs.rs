@@ -112,14 +112,10 @@ pub fn json_line(line: &str, at: &str, not: &str) -> Result<serde_json::Value> {
 /// The error of a strict parse of one line at `at`. A duplicate key is named with the column it
 /// is at (the parser's "line 1" would be the line's own, not the file's); a syntax error keeps
 /// the parser's wording after `at: not`.
-pub fn line_error(e: serde_json::Error, at: &str, not: &str) -> anyhow::Error {
-    if e.is_data() {
-        let text = e.to_string();
-        let place = format!(" at line {} column {}", e.line(), e.column());
-        let message = text.strip_suffix(&place).unwrap_or(&text);
-        anyhow::anyhow!("{at}: {message} (column {})", e.column())
-    } else {
-        anyhow::Error::new(e).context(format!("{at}: {not}"))
+fn line_error(e: serde_json::Error, at: &str, not: &str) -> anyhow::Error {
+    match toolshelf_core::json::duplicate_on_one_line(&e) {
+        Some(message) => anyhow::anyhow!("{at}: {message}"),
+        None => anyhow::Error::new(e).context(format!("{at}: {not}")),
     }
 }
 

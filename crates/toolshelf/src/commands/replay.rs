@@ -8,9 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use toolshelf_core::replay::{
-    Event, Replay, Transcript, TurnReport, explain_line, parse_transcript,
-};
+use toolshelf_core::replay::{Replay, Transcript, TurnReport, explain_line, parse_transcript};
 use toolshelf_core::search::SearchIndex;
 
 use super::search::{Ranker, attach_ranker};
@@ -47,7 +45,7 @@ pub struct Args {
 }
 
 /// Reads a transcript file; invalid UTF-8 is named by its line, and so is an object that gives a
-/// key twice (`{"user": "a", "user": "b"}`), which is refused rather than read as its last value.
+/// key twice (`{"user": "a", "user": "b"}`), which [`parse_transcript`] refuses.
 pub fn read_transcript(path: &Path) -> Result<Transcript> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read transcript {}", path.display()))?;
@@ -63,30 +61,7 @@ pub fn read_transcript(path: &Path) -> Result<Transcript> {
             path.display()
         )
     })?;
-    let source = path.display().to_string();
-    refuse_duplicate_keys(&text, &source)?;
-    parse_transcript(&text, &source).map_err(anyhow::Error::msg)
-}
-
-/// Checks a transcript's lines with the strict parser, in the order [`parse_transcript`] reads
-/// them (a leading byte-order mark and blank lines skipped), up to the first line it would refuse
-/// for another reason: that error is left to it, so the first fault in the file is the one named.
-fn refuse_duplicate_keys(text: &str, source: &str) -> Result<()> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match toolshelf_core::json::parse(line) {
-            Ok(_) if Event::parse(line).is_ok() => {}
-            Err(e) if e.is_data() => {
-                let at = format!("{source}:{}", n + 1);
-                return Err(crate::inputs::line_error(e, &at, "not valid JSON"));
-            }
-            _ => break,
-        }
-    }
-    Ok(())
+    parse_transcript(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
 }
 
 /// Replays `transcript` over `loaded` with `args`' format, instruction and ranker, handing each
