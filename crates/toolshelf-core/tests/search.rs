@@ -546,6 +546,11 @@ fn response_snapshots() {
         run(&e, json!({"tool_names": ["git_history"]})).text
     );
     insta::assert_snapshot!("no_match", run(&e, json!({"queries": ["xylophone"]})).text);
+    // Server filters alone list that server's tools by name, and the header says so.
+    insta::assert_snapshot!(
+        "server_listing",
+        run(&e, json!({"queries": ["server:memory"], "limit": 3})).text
+    );
     let tight = SearchConfig {
         response_budget_chars: 700,
         ..SearchConfig::default()

@@ -202,7 +202,13 @@ fn search_within(
                 header.push_str(n);
                 header.push('\n');
             }
-            header.push_str(&format!("Tools matching {quoted} (best first):"));
+            // A query of server filters alone lists the servers' tools by name, unranked.
+            let order = if hits.iter().any(|h| h.score > 0.0) {
+                "best first"
+            } else {
+                "by name"
+            };
+            header.push_str(&format!("Tools matching {quoted} ({order}):"));
             layout(
                 catalog,
                 described,
