@@ -1273,6 +1273,7 @@ mod tests {
 
     /// Forty texts of each length from 1 to 3,000 characters, each made of `piece`s, which draw
     /// from `next(n)` (a number below `n`).
+    #[cfg(feature = "bundled-model")]
     fn generated(
         next: &mut dyn FnMut(usize) -> usize,
         piece: impl Fn(&mut dyn FnMut(usize) -> usize, &mut String),
