@@ -281,7 +281,7 @@ pub fn interpret(
             let reason = if reason.is_empty() {
                 format!("denied by hook {label}")
             } else {
-                reason.to_owned()
+                bounded(reason)
             };
             return (HookOutcome::Deny(reason), None);
         }
@@ -318,11 +318,26 @@ pub fn interpret(
         Some(HookDecision::Deny) => {
             let reason = answer
                 .reason
-                .clone()
-                .unwrap_or_else(|| format!("denied by hook {label}"));
+                .as_deref()
+                .map_or_else(|| format!("denied by hook {label}"), bounded);
             (HookOutcome::Deny(reason), None)
         }
         _ => (HookOutcome::Allow(answer), None),
+    }
+}
+
+/// The most characters of a deny reason the model reads.
+pub const MAX_REASON_CHARS: usize = 2_000;
+
+/// `reason`, cut to [`MAX_REASON_CHARS`] with a note of its length.
+fn bounded(reason: &str) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS) {
+        None => reason.to_owned(),
+        Some((at, _)) => format!(
+            "{}… (cut: the hook's reason has {} characters)",
+            &reason[..at],
+            reason.chars().count()
+        ),
     }
 }
 
@@ -382,6 +397,41 @@ mod tests {
             ),
             (json!(1), Some("g"))
         );
+    }
+
+    #[test]
+    fn a_long_deny_reason_is_cut_and_says_so() {
+        let long = "é".repeat(MAX_REASON_CHARS * 3);
+        for run in [
+            exited(2, "", &long),
+            exited(
+                0,
+                &json!({"decision": "deny", "reason": long}).to_string(),
+                "",
+            ),
+        ] {
+            let (o, _) = interpret("h", HookEventKind::PreCall, run, OnError::Allow);
+            let HookOutcome::Deny(reason) = o else {
+                panic!("deny")
+            };
+            assert!(
+                reason.starts_with(&long[..2 * MAX_REASON_CHARS]),
+                "{reason}"
+            );
+            assert!(
+                reason.ends_with("… (cut: the hook's reason has 6000 characters)"),
+                "{reason}"
+            );
+            assert_eq!(reason.chars().count(), MAX_REASON_CHARS + 46);
+        }
+        let just = "x".repeat(MAX_REASON_CHARS);
+        let (o, _) = interpret(
+            "h",
+            HookEventKind::PreCall,
+            exited(2, "", &just),
+            OnError::Allow,
+        );
+        assert_eq!(o, HookOutcome::Deny(just));
     }
 
     #[test]

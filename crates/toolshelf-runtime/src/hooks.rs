@@ -8,7 +8,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
 use toolshelf_core::Tool;
 use toolshelf_core::config::HookCommand;
 use toolshelf_core::hook::{Hook, HookEvent, HookOutcome, HookRun, interpret};
@@ -61,6 +62,13 @@ pub async fn run(hooks: &[Hook], tool: Option<&Tool>, mut event: HookEvent) -> H
     verdict
 }
 
+/// The most a hook may write to stdout: its answer, which may carry a rewritten result. A hook
+/// that writes more has failed.
+pub const MAX_STDOUT: usize = 16 << 20;
+/// How much of a hook's stderr is kept (a deny reason, a failure's tail); the rest is read and
+/// dropped.
+pub const MAX_STDERR: usize = 64 << 10;
+
 async fn run_one(hook: &HookCommand, input: &[u8]) -> HookRun {
     let mut cmd = tokio::process::Command::new(&hook.command);
     cmd.args(&hook.args)
@@ -68,26 +76,82 @@ async fn run_one(hook: &HookCommand, input: &[u8]) -> HookRun {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // A group of its own, so that what it started is stopped with it.
+    #[cfg(unix)]
+    cmd.process_group(0);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return HookRun::Failed(format!("cannot run it: {e}")),
     };
-    let work = async {
-        if let Some(mut stdin) = child.stdin.take() {
+    let limit = Duration::from_secs(hook.timeout_secs);
+    let why = match tokio::time::timeout(limit, collect(&mut child, input)).await {
+        Ok(Ok(run)) => return run,
+        Ok(Err(why)) => why,
+        Err(_) => format!("timed out after {}s", hook.timeout_secs),
+    };
+    stop(&mut child).await;
+    HookRun::Failed(why)
+}
+
+/// Feeds `input` and reads the answer: the input is written while the output is read, so a hook
+/// that answers before it has read all of it does not block on a full pipe.
+async fn collect(child: &mut Child, input: &[u8]) -> Result<HookRun, String> {
+    let stdin = child.stdin.take();
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err("its output could not be read".into());
+    };
+    let feed = async move {
+        if let Some(mut stdin) = stdin {
             // A hook that ignores its input may close stdin early; that is not a failure.
             let _ = stdin.write_all(input).await;
         }
-        child.wait_with_output().await
+        Ok(())
     };
-    match tokio::time::timeout(Duration::from_secs(hook.timeout_secs), work).await {
-        Err(_) => HookRun::Failed(format!("timed out after {}s", hook.timeout_secs)),
-        Ok(Err(e)) => HookRun::Failed(format!("waiting for it failed: {e}")),
-        Ok(Ok(out)) => HookRun::Exited {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        },
+    let read_out = async move {
+        let mut out = Vec::new();
+        let n = stdout
+            .take(MAX_STDOUT as u64 + 1)
+            .read_to_end(&mut out)
+            .await
+            .map_err(|e| format!("reading its stdout failed: {e}"))?;
+        if n > MAX_STDOUT {
+            return Err(format!(
+                "it wrote more than {} MiB to stdout",
+                MAX_STDOUT >> 20
+            ));
+        }
+        Ok(out)
+    };
+    let read_err = async move {
+        let mut kept = Vec::new();
+        let mut rest = stderr;
+        let _ = (&mut rest)
+            .take(MAX_STDERR as u64)
+            .read_to_end(&mut kept)
+            .await;
+        let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
+        Ok(kept)
+    };
+    let ((), out, err) = tokio::try_join!(feed, read_out, read_err)?;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| format!("waiting for it failed: {e}"))?;
+    Ok(HookRun::Exited {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+        stderr: String::from_utf8_lossy(&err).into_owned(),
+    })
+}
+
+/// Kills a hook that failed, with every process of its group.
+async fn stop(child: &mut Child) {
+    #[cfg(unix)]
+    if let Some(id) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        use nix::sys::signal::{Signal, killpg};
+        let _ = killpg(nix::unistd::Pid::from_raw(id), Signal::SIGKILL);
     }
+    let _ = child.kill().await;
 }
 
 #[cfg(test)]
@@ -173,6 +237,88 @@ mod tests {
         };
         let v = run(&compiled(vec![missing]), None, event()).await;
         assert!(v.failures[0].contains("cannot run it"), "{v:?}");
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_writes_without_end_fails_and_its_output_is_bounded() {
+        // Endless stdout fails at the bound, long before the timeout; endless stderr is read
+        // and dropped past its bound until the timeout stops the hook.
+        let flood = sh("cat >/dev/null; exec yes", OnError::Deny, 60);
+        let v = run(&compiled(vec![flood]), None, event()).await;
+        let denied = v.denied.expect("closed");
+        assert!(
+            denied.contains("wrote more than 16 MiB to stdout"),
+            "{denied}"
+        );
+        let chatty = sh("cat >/dev/null; yes >&2", OnError::Deny, 2);
+        let v = run(&compiled(vec![chatty]), None, event()).await;
+        assert!(v.failures[0].contains("timed out after 2s"), "{v:?}");
+        // A deny reason is the kept part of stderr, cut for the model.
+        let loud = sh(
+            "cat >/dev/null; yes no | head -c 1000000 >&2; exit 2",
+            OnError::Allow,
+            30,
+        );
+        let v = run(&compiled(vec![loud]), None, event()).await;
+        let reason = v.denied.expect("denied");
+        assert!(reason.starts_with("no\nno\n"), "{reason}");
+        assert!(
+            reason.ends_with(&format!("has {MAX_STDERR} characters)")),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_answers_before_reading_a_large_input_does_not_block() {
+        // 300 KB of output written before any input is read, with 1 MB of input: writing the
+        // input first would fill both pipes and wait for the timeout.
+        let eager = sh(
+            r#"printf '%300000s' ''; echo '{"guidance": "read late"}'; cat >/dev/null"#,
+            OnError::Deny,
+            20,
+        );
+        let mut e = event();
+        e.params = Some(
+            serde_json::from_value(serde_json::json!({"blob": "x".repeat(1 << 20)})).expect("map"),
+        );
+        let v = run(&compiled(vec![eager]), None, e).await;
+        assert_eq!((v.denied, v.guidance), (None, vec!["read late".to_owned()]));
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_timed_out_hook_is_stopped_with_what_it_started() {
+        let dir = std::env::temp_dir().join(format!("toolshelf-hook-group-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let pid_file = dir.join("child.pid");
+        let script = format!(
+            "cat >/dev/null; sleep 300 & echo $! > {}; wait",
+            pid_file.display()
+        );
+        let v = run(
+            &compiled(vec![sh(&script, OnError::Deny, 1)]),
+            None,
+            event(),
+        )
+        .await;
+        assert!(v.denied.expect("closed").contains("timed out after 1s"));
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .expect("the hook wrote its child's pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        // The grandchild was killed with the group; reaped by init, it is gone soon after.
+        let gone = (0..100).any(|_| {
+            let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+                && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "));
+            if alive {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            !alive
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(gone, "the hook's child {pid} outlived it");
     }
 
     #[tokio::test]
