@@ -37,7 +37,7 @@ use crate::session::{
     root_key, text_key, turn_key,
 };
 use crate::shelf::{Own, Shelf};
-use crate::{Proxy, SESSION_HEADER};
+use crate::{Loaded, Proxy, SESSION_HEADER};
 
 /// A request ready to go upstream.
 #[derive(Debug)]
@@ -50,6 +50,8 @@ pub struct Prepared {
     pub session: ProxySession,
     /// Its stored version.
     pub version: Option<u64>,
+    /// Whether the store failed to answer for the session: a new one stands in.
+    pub store_failed: bool,
     /// The session's figures as loaded: what this request adds is the difference.
     pub base_figures: crate::session::Figures,
     /// The request's catalog.
@@ -146,15 +148,19 @@ pub async fn prepare(
         .iter()
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
         .collect();
-    let (key, session, version) = match session_header {
+    let (key, loaded) = match session_header {
         Some(h) if !h.trim().is_empty() => {
             let key = format!("h:{}", h.trim());
-            let (session, version) = proxy.load_session(&key).await;
-            (key, session, version)
+            let loaded = proxy.load_session(&key).await;
+            (key, loaded)
         }
         _ => find_by_root(proxy, dialect, &body, &names).await,
     };
-    let mut session = session;
+    let Loaded {
+        mut session,
+        version,
+        failed: store_failed,
+    } = loaded;
     let base_figures = session.figures.clone();
     let shelf = proxy.shelf(dialect, tools, &session.authored)?;
     let api_name = dialect.api().name();
@@ -263,6 +269,7 @@ pub async fn prepare(
         key,
         session,
         version,
+        store_failed,
         base_figures,
         shelf,
         client_tools,
@@ -322,34 +329,55 @@ async fn find_by_root(
     dialect: Dialect,
     body: &Map<String, Value>,
     names: &[String],
-) -> (String, ProxySession, Option<u64>) {
+) -> (String, Loaded) {
+    // Whether any read on the way failed: then a missing session may only be unread.
+    let mut failed = false;
     // A Responses conversation chained by id sends only its new items: the id it continues
     // names the session.
-    if let Some(Value::String(prev)) = body.get("previous_response_id")
-        && let Ok(Some(v)) = proxy.store.get(&response_alias(prev)).await
-        && let Ok(earlier) = String::from_utf8(v.value)
-    {
-        let (s, v) = proxy.load_session(&earlier).await;
-        if v.is_some() {
-            return (earlier, s, v);
+    if let Some(Value::String(prev)) = body.get("previous_response_id") {
+        match proxy.store.get(&response_alias(prev)).await {
+            Ok(Some(v)) => {
+                if let Ok(earlier) = String::from_utf8(v.value) {
+                    let loaded = proxy.load_session(&earlier).await;
+                    if loaded.version.is_some() {
+                        return (earlier, loaded);
+                    }
+                    failed |= loaded.failed;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                proxy.store_failed(&e);
+                failed = true;
+            }
         }
     }
     let key = format!("r:{}", root_key(dialect, body, names));
     let alias = format!("a:{}", root_key(dialect, body, &[]));
-    let (session, version) = proxy.load_session(&key).await;
-    if version.is_some() {
-        return (key, session, version);
+    let mut loaded = proxy.load_session(&key).await;
+    if loaded.version.is_some() {
+        return (key, loaded);
     }
+    failed |= loaded.failed;
     let continues = crate::api::conversation(dialect, body)
         .iter()
         .any(|e| dialect.is_assistant(e));
-    if continues
-        && let Ok(Some(v)) = proxy.store.get(&alias).await
-        && let Ok(earlier) = String::from_utf8(v.value)
-    {
-        let (s, v) = proxy.load_session(&earlier).await;
-        if v.is_some() {
-            return (earlier, s, v);
+    if continues && !loaded.failed {
+        match proxy.store.get(&alias).await {
+            Ok(Some(v)) => {
+                if let Ok(earlier) = String::from_utf8(v.value) {
+                    let found = proxy.load_session(&earlier).await;
+                    if found.version.is_some() {
+                        return (earlier, found);
+                    }
+                    failed |= found.failed;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                proxy.store_failed(&e);
+                failed = true;
+            }
         }
     }
     if !continues {
@@ -358,7 +386,8 @@ async fn find_by_root(
             proxy.store_failed(&e);
         }
     }
-    (key, session, version)
+    loaded.failed = failed;
+    (key, loaded)
 }
 
 /// What the model reads when the client's `tool_choice` makes it call deferred tools it has
@@ -692,7 +721,7 @@ pub struct Turn {
     /// Searches answered in this request.
     pub searches: u64,
     /// Whether the upstream prefix continued the previous request's.
-    pub prefix_ok: Option<bool>,
+    pub prefix: Prefix,
     /// Text the proxy added to the client's message (not streamed by the upstream).
     pub note: Option<String>,
     /// How long each search of this request took, in microseconds.
@@ -701,6 +730,31 @@ pub struct Turn {
     pub activated: Vec<String>,
     /// The queries searched for in this request.
     pub queries: Vec<String>,
+}
+
+/// How a request's upstream prefix relates to its session's previous request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefix {
+    /// The session's first request.
+    First,
+    /// The previous request's prefix is a byte prefix of this one's.
+    Kept,
+    /// It is not: the provider's prompt cache misses from where they differ.
+    Broken,
+    /// The session store failed to answer, so the previous request is not known.
+    Unknown,
+}
+
+impl Prefix {
+    /// The word for logs and the dashboard.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Kept => "kept",
+            Self::Broken => "broken",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 /// What the loop does after a round.
@@ -722,7 +776,7 @@ impl Turn {
             client: ClientTurn::default(),
             refused: 0,
             searches: 0,
-            prefix_ok: None,
+            prefix: Prefix::First,
             note: None,
             search_us: Vec::new(),
             activated: Vec::new(),
@@ -737,14 +791,15 @@ impl Turn {
         let print = prefix_print(self.prepared.dialect, &self.prepared.body);
         let chained = self.prepared.body.contains_key("previous_response_id");
         let s = &mut self.prepared.session;
-        self.prefix_ok = s.last_prefix.as_ref().map(|p| {
-            if chained {
-                p.head == print.head
-            } else {
-                p.continued_by(&print)
-            }
-        });
-        if self.prefix_ok == Some(false) {
+        self.prefix = match &s.last_prefix {
+            // The store did not answer: the previous request's prefix is not known.
+            _ if self.prepared.store_failed => Prefix::Unknown,
+            None => Prefix::First,
+            Some(p) if chained && p.head == print.head => Prefix::Kept,
+            Some(p) if !chained && p.continued_by(&print) => Prefix::Kept,
+            Some(_) => Prefix::Broken,
+        };
+        if self.prefix == Prefix::Broken {
             s.figures.prefix_breaks += 1;
         }
         s.last_prefix = Some(print);

@@ -171,22 +171,27 @@ impl Proxy {
     }
 
     /// The session under `key` with its version; a new one when missing, unreadable or when the
-    /// store fails (counted and logged).
-    pub async fn load_session(&self, key: &str) -> (ProxySession, Option<u64>) {
+    /// store fails (counted and logged, and said in [`Loaded::failed`]).
+    pub async fn load_session(&self, key: &str) -> Loaded {
         let got = self.store.get(key).await;
         if got.is_ok() {
             self.store_log.answered();
         }
-        match got {
+        let (session, version, failed) = match got {
             Ok(Some(v)) => match ProxySession::from_bytes(&v.value) {
-                Some(s) => (s, Some(v.version)),
-                None => (ProxySession::default(), Some(v.version)),
+                Some(s) => (s, Some(v.version), false),
+                None => (ProxySession::default(), Some(v.version), false),
             },
-            Ok(None) => (ProxySession::default(), None),
+            Ok(None) => (ProxySession::default(), None, false),
             Err(e) => {
                 self.store_failed(&e);
-                (ProxySession::default(), None)
+                (ProxySession::default(), None, true)
             }
+        };
+        Loaded {
+            session,
+            version,
+            failed,
         }
     }
 
@@ -210,7 +215,11 @@ impl Proxy {
                 Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
                 Err(e) => return self.store_failed(&e),
             }
-            let (other, v) = self.load_session(key).await;
+            let Loaded {
+                session: other,
+                version: v,
+                ..
+            } = self.load_session(key).await;
             let other_figures = other.figures.clone();
             session.merge_from(other, &base);
             // The merged figures are the other's plus this request's additions: measured from
@@ -224,6 +233,17 @@ impl Proxy {
             "this request's session update was not stored: {MERGES} other writers stored first, one after another"
         );
     }
+}
+
+/// A session as read from the store.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The session; a new one when missing, unreadable or unread.
+    pub session: ProxySession,
+    /// Its stored version; `None` when nothing is stored under its key (or the store failed).
+    pub version: Option<u64>,
+    /// Whether the store failed to answer: the new session stands in for one that may exist.
+    pub failed: bool,
 }
 
 /// How many times a session update is merged into a newer stored one before it is given up.

@@ -25,7 +25,7 @@ use toolshelf_core::config::OnRewriteFailure;
 use toolshelf_core::request::Api;
 
 use crate::api::{Dialect, Streamer, Tokens};
-use crate::exchange::{Next, PassReason, Plan, Turn, prepare};
+use crate::exchange::{Next, PassReason, Plan, Prefix, Turn, prepare};
 use crate::sse::Reader;
 use crate::{Proxy, ProxyError, SESSION_HEADER};
 
@@ -643,7 +643,7 @@ async fn finish(app: &AppState, turn: Turn) {
         client,
         refused,
         searches,
-        prefix_ok,
+        prefix,
         search_us,
         activated,
         queries,
@@ -666,7 +666,7 @@ async fn finish(app: &AppState, turn: Turn) {
         t.rounds += u64::from(rounds);
         t.searches += searches;
         t.refused += refused;
-        t.prefix_breaks += u64::from(prefix_ok == Some(false));
+        t.prefix_breaks += u64::from(prefix == Prefix::Broken);
         t.tokens.input += tokens.input;
         t.tokens.output += tokens.output;
         t.tokens.cache_read += tokens.cache_read;
@@ -688,11 +688,7 @@ async fn finish(app: &AppState, turn: Turn) {
         tokens.cache_creation,
         tokens.output,
         saved,
-        match prefix_ok {
-            None => "first",
-            Some(true) => "kept",
-            Some(false) => "broken",
-        }
+        prefix.as_str()
     );
     let actual = tokens.input + tokens.cache_read + tokens.cache_creation;
     app.events.push(crate::ui::TurnEvent {
@@ -710,11 +706,7 @@ async fn finish(app: &AppState, turn: Turn) {
         expired: std::mem::take(&mut prepared.expired),
         fired: std::mem::take(&mut prepared.fired),
         refused,
-        prefix: match prefix_ok {
-            None => "first",
-            Some(true) => "kept",
-            Some(false) => "broken",
-        },
+        prefix: prefix.as_str(),
         actual_tokens: actual,
         resident_tokens: actual + saved,
         search_us,

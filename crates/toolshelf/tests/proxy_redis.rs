@@ -852,6 +852,15 @@ fn store_warnings(p: &ProxyProc) -> usize {
         .count()
 }
 
+/// The `prefix=` verdicts of a replica's request log lines, in order.
+fn prefix_verdicts(p: &ProxyProc) -> Vec<String> {
+    p.log()
+        .lines()
+        .filter(|l| l.contains("toolshelf::proxy: anthropic session="))
+        .filter_map(|l| l.rsplit_once(" prefix=").map(|(_, v)| v.trim().to_owned()))
+        .collect()
+}
+
 #[test]
 fn redis_stalled_or_restarted_without_persistence_mid_conversation_degrades_and_recovers() {
     let s = Scratch::new("redis-restart");
@@ -886,6 +895,8 @@ fn redis_stalled_or_restarted_without_persistence_mid_conversation_degrades_and_
     redis.resume();
     let stalled = totals(&b)["store_errors"].as_u64().unwrap_or(0);
     assert!(stalled >= 1, "{}", totals(&b));
+    // Its session unread, the request's prefix cannot be judged: not a session's first.
+    assert_eq!(prefix_verdicts(&b), ["unknown"], "{}", b.log());
 
     // Stopped: requests go on, as if the session were missing.
     redis.stop();
@@ -896,6 +907,8 @@ fn redis_stalled_or_restarted_without_persistence_mid_conversation_degrades_and_
     );
     let down = totals(&a)["store_errors"].as_u64().unwrap_or(0);
     assert!(down >= 2, "the read and the write failed: {}", totals(&a));
+    assert_eq!(prefix_verdicts(&a), ["first", "unknown"], "{}", a.log());
+    assert_eq!(totals(&a)["prefix_breaks"], 0, "{}", totals(&a));
     assert_eq!(
         store_warnings(&a),
         1,
