@@ -814,8 +814,31 @@ async fn pump(
     tx: &tokio::sync::mpsc::Sender<Chunk>,
     idle: Duration,
 ) -> Result<crate::api::Round, Pump> {
-    let mut reader = Reader::default();
+    let media = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("text/event-stream")
+        .to_owned();
     let mut stream = resp.bytes_stream();
+    if !media
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("text/event-stream")
+    {
+        // An upstream that ignores `stream` answers with one document: say that, with its start,
+        // rather than that the stream ended early.
+        let start = match tokio::time::timeout(idle, stream.next()).await {
+            Ok(Some(Ok(c))) => String::from_utf8_lossy(&c).into_owned(),
+            _ => String::new(),
+        };
+        return Err(Pump::Upstream(format!(
+            "the upstream answered a streaming request with {}, not an event stream (does it stream on this API?): {}",
+            crate::short(&media),
+            crate::short(&start)
+        )));
+    }
+    let mut reader = Reader::default();
     loop {
         let next = match tokio::time::timeout(idle, stream.next()).await {
             Err(_) => {

@@ -526,6 +526,43 @@ fn a_cut_upstream_ends_in_a_clear_error_and_the_proxy_serves_on() {
     );
 }
 
+/// An upstream that answers a streaming request with one JSON document (a server that ignores
+/// `stream`), on the round after a search: the client's stream ends in an error that says so,
+/// naming the media type and the document's start, not that the stream ended early.
+#[test]
+fn a_json_answer_to_a_streaming_request_is_named_as_one() {
+    let mut steps = Vec::new();
+    for _api in APIS {
+        steps.push(search_step());
+        steps.push(json!({"status": 200, "body": {"note": "a document, not a stream"}}));
+    }
+    let s = Scratch::new("sdk-json-for-stream");
+    let upstream = Upstream::start(&s, &Value::Array(steps));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let specs: Vec<Value> = APIS
+        .iter()
+        .map(|&api| {
+            let prompt = format!("weather ({} answered with JSON)", api.name());
+            spec(api, true, &proxy, &prompt, json!({"requests": 1}))
+        })
+        .collect();
+    let reports = run_client(&s, "json-for-stream", &Value::Array(specs));
+    for (report, api) in reports.as_array().expect("reports").iter().zip(APIS) {
+        let what = api.name();
+        let r = only_request(report);
+        assert_eq!(r["ok"], false, "{what}: the SDK raised: {r:#}");
+        let (kind, message) = stream_error(api, what, &report["wire"][0]);
+        assert_eq!(kind, "api_error", "{what}");
+        for part in [
+            "answered a streaming request with application/json, not an event stream",
+            "a document, not a stream",
+        ] {
+            assert!(message.contains(part), "{what}: {part:?} in {message}");
+        }
+    }
+    upstream.played(2 * APIS.len());
+}
+
 /// A client that closes its connection mid-stream: the proxy drops the upstream's stream (the
 /// upstream sees its reader go long before the stream's end) and serves the next request.
 #[test]
