@@ -566,12 +566,13 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// `n` bytes for a reader: `17.0 MB`, or `2050 bytes` below a megabyte.
+/// `n` bytes for a reader, in the unit of the limits: `16.2 MiB`, or `2050 bytes` below a
+/// mebibyte.
 fn size(n: usize) -> String {
-    if n < 1_000_000 {
+    if n < 1 << 20 {
         format!("{n} bytes")
     } else {
-        format!("{:.1} MB", n as f64 / 1e6)
+        format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
     }
 }
 

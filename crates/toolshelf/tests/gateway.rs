@@ -1144,7 +1144,7 @@ async fn unreadable_downstream_replies_fail_at_once() {
     let over = err(&exec(&client, "mcp__test__big", json!({"bytes": 17_000_000})).await);
     assert_eq!(
         over,
-        "mcp__test__big failed: server \"test\" sent a reply of 17.0 MB, over the 16 MiB limit; the call was abandoned"
+        "mcp__test__big failed: server \"test\" sent a reply of 16.2 MiB, over the 16 MiB limit; the call was abandoned"
     );
     let truncated = err(&exec(
         &client,
