@@ -127,7 +127,8 @@ pub struct AuditRecord {
     /// Params, or search arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub params: Option<Map<String, Value>>,
-    /// `ok`, `error`, `timeout`, `crashed`, `denied`, `invalid`, `not_loaded`, `unknown`, ...
+    /// `ok`, `error`, `timeout`, `crashed`, `cancelled`, `denied`, `invalid`, `not_loaded`,
+    /// `unknown`, ...
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
     /// The rule, hook or message behind the outcome.

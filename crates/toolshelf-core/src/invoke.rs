@@ -660,6 +660,8 @@ pub enum CallFailure {
     Crashed(String),
     /// The server answered with an error, or with something that is not an answer.
     Protocol(String),
+    /// Abandoned before its result came: the client cancelled it, or its session ended (why).
+    Cancelled(String),
 }
 
 impl CallFailure {
@@ -670,6 +672,7 @@ impl CallFailure {
             Self::Timeout(_) => "timeout",
             Self::Crashed(_) => "crashed",
             Self::Protocol(_) => "error",
+            Self::Cancelled(_) => "cancelled",
         }
     }
 
@@ -683,6 +686,7 @@ The server is still running and other calls go on; if this tool is slow by natur
 call_timeout_secs."
             ),
             Self::Crashed(s) | Self::Protocol(s) => format!("{name} failed: {s}"),
+            Self::Cancelled(why) => format!("{name} was abandoned: {why}"),
         }
     }
 }

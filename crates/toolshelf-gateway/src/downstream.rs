@@ -515,23 +515,54 @@ impl Downstream {
         }
     }
 
-    /// Calls `tool` (the server's own name for it) with a timeout.
+    /// Calls `tool` (the server's own name for it) with a timeout. When `cancelled` completes
+    /// first (with the reason), the call is abandoned: the server is sent
+    /// `notifications/cancelled`, as at the timeout, and whatever it answers later is dropped.
     pub async fn call(
         self: &Arc<Self>,
         tool: &str,
         arguments: JsonObject,
         timeout_secs: u64,
+        cancelled: impl Future<Output = String>,
     ) -> Result<CallToolResult, CallFailure> {
+        let mut cancelled = std::pin::pin!(cancelled);
         // What the model reads of a failure leaves out the server's stderr (see
         // `stdio::without_last_words`): the status and the log keep it.
-        let peer = self
-            .ensure_started()
-            .await
-            .map_err(|why| CallFailure::Unavailable(without_last_words(&why)))?;
+        let unavailable = |why: String| CallFailure::Unavailable(without_last_words(&why));
+        let peer = match self.ready_peer() {
+            Some(peer) => peer,
+            None => {
+                // A start goes on when its caller gives up, so the next call finds the server up
+                // (and a start is never cut short halfway).
+                let me = self.clone();
+                let start = tokio::spawn(async move { me.ensure_started().await });
+                tokio::select! {
+                    biased;
+                    why = &mut cancelled => return Err(CallFailure::Cancelled(why)),
+                    started = start => match started {
+                        Ok(started) => started.map_err(unavailable)?,
+                        Err(e) => return Err(unavailable(format!(
+                            "starting server {:?} failed: {e}",
+                            self.name
+                        ))),
+                    },
+                }
+            }
+        };
         let fault = self.lock().fault.clone();
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-        let call = peer.call_tool_once(params);
-        match tokio::time::timeout(Duration::from_secs(timeout_secs), call).await {
+        // Dropping the request future (at the timeout, or cancelled) sends the server
+        // `notifications/cancelled` for it.
+        let call = tokio::time::timeout(
+            Duration::from_secs(timeout_secs),
+            peer.call_tool_once(params),
+        );
+        let answer = tokio::select! {
+            biased;
+            why = &mut cancelled => return Err(CallFailure::Cancelled(why)),
+            answer = call => answer,
+        };
+        match answer {
             Err(_) => Err(CallFailure::Timeout(timeout_secs)),
             Ok(Ok(CallToolResponse::Complete(result))) => Ok(result),
             Ok(Ok(_)) => Err(CallFailure::Protocol(

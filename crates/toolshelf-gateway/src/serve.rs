@@ -16,10 +16,11 @@
 //!
 //! A session without traffic for `[http] session_idle_secs` is closed, which drops its
 //! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
-//! runs during a silent tool call, which is why that setting must outlast the longest call.
+//! runs during a silent tool call, which is why that setting must outlast the longest call. On
+//! Ctrl-C or SIGTERM every session still open is ended the same way before the server returns.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -27,15 +28,18 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use rmcp::ServiceExt;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleServer, ServiceExt};
 use serde_json::{Value, json};
 use toolshelf_core::http::Listener;
 
 use crate::error::{GatewayError, Result};
 use crate::hub::Hub;
-use crate::session::GatewaySession;
+use crate::session::{GatewaySession, SessionEnd};
 
 /// The largest request body, as rmcp's default `max_request_body_bytes`.
 const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -45,17 +49,80 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
     let session = GatewaySession::new(hub);
     let end = session.end();
-    let running =
-        session
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| GatewayError::Serve {
-                transport: "stdio",
-                message: e.to_string(),
-            })?;
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let transport = UntilEof {
+        inner: AsyncRwTransport::new_server(stdin, stdout),
+        end: end.clone(),
+    };
+    let running = session
+        .serve(transport)
+        .await
+        .map_err(|e| GatewayError::Serve {
+            transport: "stdio",
+            message: e.to_string(),
+        })?;
     let _ = running.waiting().await;
     end.run().await;
     Ok(())
+}
+
+/// A stdio transport that abandons the session's calls as soon as stdin closes: the client is
+/// gone, and rmcp would let them run on for seconds (to send answers nobody reads) before
+/// cancelling them, by which time the client may have killed the process.
+struct UntilEof<T> {
+    inner: T,
+    end: Arc<SessionEnd>,
+}
+
+impl<T: Transport<RoleServer>> Transport<RoleServer> for UntilEof<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = std::result::Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let message = self.inner.receive().await;
+        if message.is_none() {
+            self.end.abandon_calls();
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl Future<Output = std::result::Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// The ends of the HTTP sessions still open.
+#[derive(Debug, Default)]
+struct OpenSessions(Mutex<Vec<Weak<SessionEnd>>>);
+
+impl OpenSessions {
+    fn add(&self, end: &Arc<SessionEnd>) {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        open.retain(|e| e.strong_count() > 0);
+        open.push(Arc::downgrade(end));
+    }
+
+    fn open(&self) -> Vec<Arc<SessionEnd>> {
+        let open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        open.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Ends every open session, all at once: its calls abandoned, its end recorded, its
+    /// `session_end` hooks run (within their timeouts). A session whose end is already running
+    /// (it was dropped) is waited for.
+    async fn end_all(&self) {
+        let mut ending = tokio::task::JoinSet::new();
+        for end in self.open() {
+            ending.spawn(async move { end.run().await });
+        }
+        while ending.join_next().await.is_some() {}
+    }
 }
 
 /// Serves streamable HTTP at `http://ADDR/mcp` until Ctrl-C or SIGTERM; `on_bound` learns the
@@ -83,11 +150,20 @@ pub async fn serve_http(
         .with_allowed_hosts(checks.rmcp_hosts())
         .with_allowed_origins(checks.rmcp_origins());
     config.max_request_body_bytes = MAX_BODY;
+    // Cancelling it ends every rmcp session and SSE stream, which the graceful shutdown waits
+    // for.
+    let stop = config.cancellation_token.clone();
+    let open = Arc::new(OpenSessions::default());
     let counted = sessions.clone();
     let hub_for_ui = hub.clone();
     let scraped = hub.clone();
+    let registered = open.clone();
     let service = StreamableHttpService::new(
-        move || Ok(GatewaySession::new(hub.clone()).with_http_sessions(counted.clone())),
+        move || {
+            let session = GatewaySession::new(hub.clone()).with_http_sessions(counted.clone());
+            registered.add(&session.end());
+            Ok(session)
+        },
         sessions.clone(),
         config,
     );
@@ -113,10 +189,20 @@ pub async fn serve_http(
         )
         .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
+    let closing = open.clone();
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // Calls in flight are abandoned first, so that their records say why.
+            for end in closing.open() {
+                end.abandon_calls();
+            }
+            stop.cancel();
+        })
         .await
-        .map_err(|e| err(e.to_string()))
+        .map_err(|e| err(e.to_string()));
+    open.end_all().await;
+    served
 }
 
 /// `GET /metrics`: the Prometheus text, server states as of now; 404 when this process records

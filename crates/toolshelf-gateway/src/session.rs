@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
@@ -28,8 +28,11 @@ use serde_json::{Map, Value, json};
 use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord, capped_params};
 use toolshelf_core::authoring;
 use toolshelf_core::catalog::Origin;
-use toolshelf_core::hook::{HookEvent, HookEventKind};
-use toolshelf_core::invoke::{self, AskRefusal, Authorization, Refusal, RefusalKind, Via, echo};
+use toolshelf_core::config::OnError;
+use toolshelf_core::hook::{Hook, HookEvent, HookEventKind};
+use toolshelf_core::invoke::{
+    self, AskRefusal, Authorization, CallFailure, Refusal, RefusalKind, Via, echo,
+};
 use toolshelf_core::meta::DeferExecuteArgs;
 use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use toolshelf_core::reminder;
@@ -64,6 +67,21 @@ struct Local {
     described_on: Option<Arc<Snapshot>>,
 }
 
+/// How long a request waits for `notifications/initialized` before it goes ahead without the
+/// session's `session_start` hooks having run (see [`GatewaySession::started`]).
+const INITIALIZED_WAIT: Duration = Duration::from_secs(5);
+
+/// Where a session's `session_start` hooks are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// `notifications/initialized` has not come yet.
+    Pending,
+    /// The hooks are running.
+    Running,
+    /// The hooks are done, or there are none.
+    Done,
+}
+
 /// One client session.
 #[derive(Debug)]
 pub struct GatewaySession {
@@ -71,31 +89,52 @@ pub struct GatewaySession {
     id: String,
     local: tokio::sync::Mutex<Local>,
     end: Arc<SessionEnd>,
+    /// Requests wait on it until the `session_start` hooks are done.
+    start: tokio::sync::watch::Sender<Start>,
     /// The HTTP listener's sessions, counted in the status resource.
     http_sessions: Option<Arc<LocalSessionManager>>,
 }
 
-/// The end of a session: its audit record and `session_end` hooks, run once, and only for a
-/// session that started (an HTTP session that never finished its handshake has neither).
+/// The end of a session: its calls still running abandoned, then its audit record and
+/// `session_end` hooks, run once, and only for a session that started (an HTTP session that
+/// never finished its handshake has neither).
 ///
 /// Dropping the session starts it on the runtime, which suffices for HTTP sessions (the server
-/// keeps running). The stdio server must await it instead: the session is dropped as the
-/// connection closes, and a task spawned then dies with the runtime when the process exits.
+/// keeps running). The stdio server, and the HTTP server shutting down, must await it instead: a
+/// task spawned then dies with the runtime when the process exits.
 #[derive(Debug)]
 pub struct SessionEnd {
     hub: Arc<Hub>,
     id: String,
     started: AtomicBool,
     done: tokio::sync::Mutex<bool>,
+    /// Set when the session ends: calls in flight are abandoned.
+    closing: tokio::sync::watch::Sender<bool>,
+    /// Held, shared, by every request while it runs; the end takes it whole, so the records of
+    /// the calls it abandoned come before its own.
+    requests: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl SessionEnd {
-    /// Records the end and runs the `session_end` hooks, unless that already happened or the
-    /// session never started.
+    /// Abandons the session's calls in flight (each is audited as `cancelled`) and runs the end,
+    /// unless that already happened or the session never started: records the end and runs the
+    /// `session_end` hooks.
     pub async fn run(&self) {
         let mut done = self.done.lock().await;
+        self.abandon_calls();
         if std::mem::replace(&mut *done, true) || !self.started.load(Ordering::SeqCst) {
             return;
+        }
+        let settle = self.settle_time();
+        if tokio::time::timeout(settle, self.requests.write())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "session {}: requests still running {}s after it ended; ending it anyway",
+                self.id,
+                settle.as_secs()
+            );
         }
         self.record_end();
         let hooks = self.hub.compiled().hooks().of(HookEventKind::SessionEnd);
@@ -104,6 +143,31 @@ impl SessionEnd {
             let v = hooks::run(hooks, None, event).await;
             report_hook_failures(&self.hub, &self.id, &v, None);
         }
+    }
+
+    /// Tells the session's calls in flight to give up their downstream call.
+    pub fn abandon_calls(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// How long a request can still take once its call is abandoned: the wait for the
+    /// `session_start` hooks (see [`GatewaySession::started`]) and its own hooks, each within its
+    /// timeout, and a moment more.
+    fn settle_time(&self) -> Duration {
+        let compiled = self.hub.compiled();
+        let hooks = compiled.hooks();
+        let secs: u64 = [
+            HookEventKind::SessionStart,
+            HookEventKind::PreCall,
+            HookEventKind::PostCall,
+            HookEventKind::CallFailed,
+            HookEventKind::PostSearch,
+        ]
+        .into_iter()
+        .flat_map(|kind| hooks.of(kind))
+        .map(|h| h.command.timeout_secs)
+        .sum();
+        INITIALIZED_WAIT + Duration::from_secs(secs.saturating_add(5))
     }
 
     fn record_end(&self) {
@@ -131,6 +195,53 @@ fn report_hook_failures(hub: &Hub, id: &str, verdict: &HookVerdict, tool: Option
         r.detail = Some(f.clone());
         let _ = hub.audit.append(&r);
     }
+}
+
+/// Runs the hooks that may replace a result (`post_call`, `post_search`), one at a time, so that a
+/// `result` that is not an MCP `CallToolResult` is a failure of the hook that answered it: its
+/// `on_error` decides, as for any hook failure (`deny` withholds the result; `allow` goes on with
+/// the result as it was before that hook, which is what the next hook sees). Returns the hooks'
+/// verdict and the replacement result, if any.
+async fn run_result_hooks(
+    hooks: &[Hook],
+    tool: Option<&toolshelf_core::Tool>,
+    mut event: HookEvent,
+) -> (HookVerdict, Option<CallToolResult>) {
+    let mut verdict = HookVerdict::default();
+    let mut replaced = None;
+    for hook in hooks.iter().filter(|h| h.applies_to(tool)) {
+        let one = hooks::run(std::slice::from_ref(hook), tool, event.clone()).await;
+        verdict.failures.extend(one.failures);
+        if let Some(reason) = one.denied {
+            verdict.guidance.extend(one.guidance);
+            verdict.denied = Some(reason);
+            break;
+        }
+        if let Some(value) = one.result {
+            match serde_json::from_value::<CallToolResult>(value.clone()) {
+                Ok(r) => {
+                    event.result = Some(value);
+                    replaced = Some(r);
+                }
+                Err(e) => {
+                    let failure = format!(
+                        "hook {} failed: its \"result\" is not an MCP CallToolResult: {e}",
+                        hook.label
+                    );
+                    tracing::warn!("{failure}");
+                    verdict.failures.push(failure.clone());
+                    if hook.command.on_error == OnError::Deny {
+                        verdict.denied = Some(format!("{failure} (on_error = \"deny\")"));
+                        break;
+                    }
+                    // A hook that failed says nothing else either.
+                    continue;
+                }
+            }
+        }
+        verdict.guidance.extend(one.guidance);
+    }
+    (verdict, replaced)
 }
 
 /// What the admission stages let through: the tool, its server, the params to send and the
@@ -175,12 +286,24 @@ impl GatewaySession {
             id: id.clone(),
             started: AtomicBool::new(false),
             done: tokio::sync::Mutex::new(false),
+            closing: tokio::sync::watch::Sender::new(false),
+            requests: Arc::default(),
         });
+        let hooked = !hub
+            .compiled()
+            .hooks()
+            .of(HookEventKind::SessionStart)
+            .is_empty();
         Self {
             hub,
             id,
             local: tokio::sync::Mutex::new(Local::default()),
             end,
+            start: tokio::sync::watch::Sender::new(if hooked {
+                Start::Pending
+            } else {
+                Start::Done
+            }),
             http_sessions: None,
         }
     }
@@ -199,6 +322,50 @@ impl GatewaySession {
     /// The session's end, for a server that must await it (see [`SessionEnd`]).
     pub fn end(&self) -> Arc<SessionEnd> {
         self.end.clone()
+    }
+
+    /// Waits until the session's `session_start` hooks are done, so that none of its calls or
+    /// searches runs before them. A client sends `notifications/initialized` before its first
+    /// request, but rmcp handles each on a task of its own (and over HTTP each comes in its own
+    /// request), so a request may get here first: it waits for the notification, up to
+    /// [`INITIALIZED_WAIT`], and then for the hooks, which their own timeouts bound.
+    async fn started(&self) {
+        let mut start = self.start.subscribe();
+        if *start.borrow() == Start::Pending {
+            let initialized = start.wait_for(|s| *s != Start::Pending);
+            if tokio::time::timeout(INITIALIZED_WAIT, initialized)
+                .await
+                .is_err()
+            {
+                let gave_up = self.start.send_if_modified(|s| {
+                    let pending = *s == Start::Pending;
+                    if pending {
+                        *s = Start::Done;
+                    }
+                    pending
+                });
+                if gave_up {
+                    tracing::warn!(
+                        "session {}: no notifications/initialized within {}s; its requests go ahead without waiting for its session_start hooks",
+                        self.id,
+                        INITIALIZED_WAIT.as_secs()
+                    );
+                }
+            }
+        }
+        let _ = start.wait_for(|s| *s == Start::Done).await;
+    }
+
+    /// Completes, saying why, when the call of `context` is to be abandoned: the session is
+    /// ending (which rmcp may also report as a cancellation), or the client cancelled the call
+    /// (`notifications/cancelled`, or its session was deleted under it).
+    async fn abandoned(&self, context: &RequestContext<RoleServer>) -> String {
+        let mut closing = self.end.closing.subscribe();
+        tokio::select! {
+            biased;
+            _ = closing.wait_for(|c| *c) => "its session ended".into(),
+            () = context.ct.cancelled() => "the client cancelled the call".into(),
+        }
     }
 
     /// The frozen tool list, freezing it on first use. With description templates, the list is
@@ -316,30 +483,6 @@ impl GatewaySession {
         report_hook_failures(&self.hub, &self.id, verdict, tool);
     }
 
-    /// A hook's replacement result, or `None` (reported) when it is not a `CallToolResult`.
-    fn hook_result(
-        &self,
-        event: HookEventKind,
-        tool: Option<&str>,
-        r: Value,
-    ) -> Option<CallToolResult> {
-        match serde_json::from_value::<CallToolResult>(r) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                let f = format!(
-                    "a {} hook's result is not an MCP CallToolResult ({e}); the original result is kept",
-                    event.as_str()
-                );
-                tracing::warn!("{f}");
-                let mut h = self.record(AuditKind::HookError);
-                h.tool = tool.map(str::to_owned);
-                h.detail = Some(f);
-                let _ = self.hub.audit.append(&h);
-                None
-            }
-        }
-    }
-
     async fn search(&self, args: Map<String, Value>) -> CallToolResult {
         let started = Instant::now();
         let snap = self.snapshot().await;
@@ -390,7 +533,7 @@ impl GatewaySession {
             event.search = Some(Value::Object(args));
             event.loaded = Some(names.clone());
             event.result = serde_json::to_value(&result).ok();
-            let verdict = hooks::run(hooks, None, event).await;
+            let (verdict, rewritten) = run_result_hooks(hooks, None, event).await;
             self.report_hook_failures(&verdict, None);
             if let Some(reason) = verdict.denied {
                 // The model never saw the schemas, so nothing is loaded.
@@ -398,9 +541,7 @@ impl GatewaySession {
                     "The search result was withheld by a hook: {reason}"
                 ));
             }
-            if let Some(r) = verdict.result
-                && let Some(r) = self.hook_result(HookEventKind::PostSearch, None, r)
-            {
+            if let Some(r) = rewritten {
                 result = r;
             }
             for g in verdict.guidance {
@@ -597,6 +738,8 @@ impl GatewaySession {
         let tool = &snap.catalog.tools()[index];
         let name = tool.name.as_str();
         let started = Instant::now();
+        // A call the client cancels is abandoned (the server is told), and no hook sees it: its
+        // result would reach nobody.
         let outcome = match &server {
             Some(server) => {
                 let timeout = server
@@ -604,10 +747,19 @@ impl GatewaySession {
                     .call_timeout_secs
                     .unwrap_or(self.hub.config().execute.call_timeout_secs);
                 server
-                    .call(&tool.original_name, params.clone(), timeout)
+                    .call(
+                        &tool.original_name,
+                        params.clone(),
+                        timeout,
+                        self.abandoned(context),
+                    )
                     .await
             }
-            None => Ok(self.run_own(&snap, index, &params).await),
+            None => tokio::select! {
+                biased;
+                why = self.abandoned(context) => Err(CallFailure::Cancelled(why)),
+                result = self.run_own(&snap, index, &params) => Ok(result),
+            },
         };
         self.local.lock().await.state.record_call(name);
         let mut record = self.record(AuditKind::Call);
@@ -626,15 +778,13 @@ impl GatewaySession {
                 let post = hooks.of(HookEventKind::PostCall);
                 if post.iter().any(|h| h.applies_to(Some(tool))) {
                     event.result = serde_json::to_value(&result).ok();
-                    let post = hooks::run(post, Some(tool), event).await;
+                    let (post, rewritten) = run_result_hooks(post, Some(tool), event).await;
                     self.report_hook_failures(&post, Some(name));
                     if let Some(reason) = post.denied {
                         result = error_result(format!(
                             "{name} ran, but a post_call hook withheld its result: {reason}"
                         ));
-                    } else if let Some(r) = post.result
-                        && let Some(r) = self.hook_result(HookEventKind::PostCall, Some(name), r)
-                    {
+                    } else if let Some(r) = rewritten {
                         result = r;
                     }
                     guidance.extend(post.guidance);
@@ -653,7 +803,10 @@ impl GatewaySession {
                 let text = failure.text(name);
                 record.outcome = Some(failure.as_str().into());
                 record.detail = Some(echo(&text));
-                let failed = hooks.of(HookEventKind::CallFailed);
+                let failed = match failure {
+                    CallFailure::Cancelled(_) => &[][..],
+                    _ => hooks.of(HookEventKind::CallFailed),
+                };
                 if failed.iter().any(|h| h.applies_to(Some(tool))) {
                     event.event = HookEventKind::CallFailed;
                     event.error = Some(text.clone());
@@ -928,6 +1081,8 @@ tool_search, run them with defer_execute.",
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let _running = self.end.requests.clone().read_owned().await;
+        self.started().await;
         self.list(client_name(&context)).await?;
         // The gateway sees no model requests: each call of the session is a turn.
         self.local.lock().await.state.next_turn();
@@ -995,9 +1150,11 @@ tool_search, run them with defer_execute.",
         let _ = self.hub.audit.append(&r);
         let hooks = self.hub.compiled().hooks().of(HookEventKind::SessionStart);
         if !hooks.is_empty() {
+            self.start.send_replace(Start::Running);
             let event = HookEvent::new(HookEventKind::SessionStart, &self.id);
             let v = hooks::run(hooks, None, event).await;
             self.report_hook_failures(&v, None);
+            self.start.send_replace(Start::Done);
         }
     }
 }

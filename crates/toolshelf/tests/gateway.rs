@@ -867,7 +867,8 @@ async fn hooks_on_every_event() {
         r#"{"message":"plain"}"#,
         "no hook answer, no change"
     );
-    // A replacement that is not a CallToolResult is reported and the original kept.
+    // A replacement that is not a CallToolResult is that hook's failure: reported, and with
+    // on_error = "allow" the original kept.
     assert_eq!(
         ok(&echo("not a result").await),
         r#"{"message":"not a result"}"#
@@ -880,9 +881,9 @@ async fn hooks_on_every_event() {
         .expect("bad result reported");
     assert!(
         reported["tool"] == "mcp__test__echo"
-            && reported["detail"].as_str().is_some_and(
-                |d| d.starts_with("a post_call hook's result is not an MCP CallToolResult")
-            ),
+            && reported["detail"].as_str().is_some_and(|d| d.starts_with(
+                "hook post_call[0] \"sh\" failed: its \"result\" is not an MCP CallToolResult"
+            )),
         "{reported}"
     );
 

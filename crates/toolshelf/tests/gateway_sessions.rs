@@ -1,0 +1,382 @@
+//! End-to-end tests of a gateway session's life: calls the client cancels or leaves behind,
+//! `session_start` hooks before the first call, hooks whose replacement result is not a result,
+//! and the end of every HTTP session when the server is stopped. The real `toolshelf serve`
+//! binary in front of `fixtures/test_server.py`, driven by rmcp's client over stdio and HTTP.
+
+mod common;
+
+use common::*;
+use rmcp::RoleClient;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::service::{PeerRequestOptions, RequestHandle};
+use serde_json::{Value, json};
+
+/// The test server, with a call timeout far beyond any test.
+fn test_server() -> String {
+    format!(
+        "[servers.test]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = 600\n[execute]\nrequire_search = false\n",
+        fixture("test_server.py")
+    )
+}
+
+/// A hook running `script` with `sh -c`, with more of its section in `extra`.
+fn hook(event: &str, script: &str, extra: &str) -> String {
+    format!("[[hooks.{event}]]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n{extra}")
+}
+
+/// Starts `defer_execute` of the test server's `sleep` for `secs` seconds, without waiting for
+/// its answer.
+async fn start_sleep(client: &Client, secs: u64) -> RequestHandle<RoleClient> {
+    let Value::Object(args) = json!({"tool_name": "mcp__test__sleep", "params": {"secs": secs}})
+    else {
+        unreachable!()
+    };
+    let call =
+        CallToolRequest::new(CallToolRequestParams::new("defer_execute").with_arguments(args));
+    client
+        .peer()
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(call),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("send the call")
+}
+
+/// What the test server's `sleeping` or `cancels` lists: request ids it received.
+async fn server_list(client: &Client, tool: &str) -> Vec<Value> {
+    let r = exec(client, tool, json!({})).await;
+    ok(&r);
+    let first = r.content[0].as_text().expect("text").text.clone();
+    serde_json::from_str(&first).unwrap_or_else(|e| panic!("{tool} answered {first:?}: {e}"))
+}
+
+/// Waits until the test server has received `n` `sleep` calls; returns the last one's id.
+async fn nth_sleep(client: &Client, n: usize) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let ids = server_list(client, "mcp__test__sleeping").await;
+        if let Some(id) = ids.get(n - 1) {
+            return id.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up waiting for sleep call {n} to reach the server"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The audit records of calls of `tool`.
+fn calls_of(s: &Scratch, tool: &str) -> Vec<Value> {
+    s.audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "call" && r["tool"] == tool)
+        .collect()
+}
+
+/// A call the client cancels is abandoned: the server is sent `notifications/cancelled`, no
+/// `post_call` hook sees a result, and the audit says `cancelled`. A call still running when the
+/// client disconnects is abandoned too, and recorded before the session's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_the_client_cancels_are_abandoned() {
+    let s = Scratch::new("cancel");
+    let post = s.path("post_call.log");
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            test_server(),
+            files_sections(&s),
+            hook(
+                "post_call",
+                &format!("cat >> {post:?}; echo >> {post:?}"),
+                "tools = \"^mcp__test__sleep$\"\n",
+            ),
+        ]
+        .concat(),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let call = start_sleep(&client, 30).await;
+    let id = nth_sleep(&client, 1).await;
+    call.cancel(Some("the test cancels it".into()))
+        .await
+        .expect("cancel");
+    wait_for("the cancellation to reach the server", || async {
+        server_list(&client, "mcp__test__cancels")
+            .await
+            .contains(&id)
+    })
+    .await;
+    wait_for("the call's audit record", || async {
+        !calls_of(&s, "mcp__test__sleep").is_empty()
+    })
+    .await;
+    let record = &calls_of(&s, "mcp__test__sleep")[0];
+    assert_eq!(
+        (&record["outcome"], &record["detail"]),
+        (
+            &json!("cancelled"),
+            &json!("mcp__test__sleep was abandoned: the client cancelled the call")
+        ),
+        "{record}"
+    );
+    assert!(
+        !std::path::Path::new(&post).exists(),
+        "no post_call hook ran: {:?}",
+        std::fs::read_to_string(&post)
+    );
+
+    // The client leaves with a call running.
+    let _left = start_sleep(&client, 30).await;
+    nth_sleep(&client, 2).await;
+    client.cancel().await.expect("close");
+    wait_for("the session's end", || async {
+        s.audit()
+            .iter()
+            .any(|r| r["kind"] == "session" && r["outcome"] == "end")
+    })
+    .await;
+    let audit = s.audit();
+    let left = audit
+        .iter()
+        .position(|r| r["kind"] == "call" && r["tool"] == "mcp__test__sleep" && r != record)
+        .unwrap_or_else(|| panic!("the call left running is audited: {audit:#?}"));
+    assert_eq!(
+        (&audit[left]["outcome"], &audit[left]["detail"]),
+        (
+            &json!("cancelled"),
+            &json!("mcp__test__sleep was abandoned: its session ended")
+        )
+    );
+    let end = audit
+        .iter()
+        .position(|r| r["kind"] == "session" && r["outcome"] == "end")
+        .expect("end");
+    assert!(
+        left < end,
+        "the call is recorded before the end: {audit:#?}"
+    );
+    assert!(
+        !std::path::Path::new(&post).exists(),
+        "no post_call hook ran"
+    );
+}
+
+/// Over HTTP, deleting the session abandons its calls: the server is told and the audit says
+/// `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_http_session_abandons_its_calls() {
+    let s = Scratch::new("cancel-http");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!("{}{}", test_server(), files_sections(&s)),
+    );
+    let (mut gateway, url) = http_gateway(&config);
+    let leaving = http_client(&url, TestClient::default()).await;
+    let observer = http_client(&url, TestClient::default()).await;
+    let _call = start_sleep(&leaving, 30).await;
+    let id = nth_sleep(&observer, 1).await;
+    // Closing an rmcp HTTP client deletes its session.
+    leaving.cancel().await.expect("close");
+    wait_for("the cancellation to reach the server", || async {
+        server_list(&observer, "mcp__test__cancels")
+            .await
+            .contains(&id)
+    })
+    .await;
+    wait_for("the call's audit record", || async {
+        !calls_of(&s, "mcp__test__sleep").is_empty()
+    })
+    .await;
+    let record = &calls_of(&s, "mcp__test__sleep")[0];
+    assert_eq!(record["outcome"], "cancelled", "{record}");
+    observer.cancel().await.expect("close");
+    gateway.kill().expect("stop gateway");
+    let _ = gateway.wait();
+}
+
+/// A session's calls and searches wait for its `session_start` hooks: the slow hook finishes
+/// before the first call's `pre_call` hook and the first search's `post_search` hook run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_calls_wait_for_session_start_hooks() {
+    let s = Scratch::new("start-first");
+    let log = s.path("order.log");
+    let mark = |what: &str| format!("cat > /dev/null; echo {what} >> {log:?}");
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            test_server(),
+            files_sections(&s),
+            hook(
+                "session_start",
+                &format!("sleep 5; {}", mark("session_start")),
+                "",
+            ),
+            hook("pre_call", &mark("pre_call"), ""),
+            hook("post_search", &mark("post_search"), ""),
+        ]
+        .concat(),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let (called, searched) = tokio::join!(
+        exec(&client, "mcp__test__ping", json!({})),
+        search(&client, json!({"tool_names": ["mcp__test__ping"]})),
+    );
+    assert_eq!(ok(&called), "pong");
+    ok(&searched);
+    let order = std::fs::read_to_string(&log).expect("the hooks' log");
+    let order: Vec<&str> = order.lines().collect();
+    assert_eq!(order[0], "session_start", "{order:?}");
+    assert_eq!(order.len(), 3, "{order:?}");
+    client.cancel().await.expect("close");
+}
+
+/// A `post_call` or `post_search` hook whose `result` is not a `CallToolResult` has failed, and
+/// its `on_error` decides: `deny` withholds the result, `allow` keeps it. Either way the failure
+/// names the hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_replacement_result_is_a_hook_failure() {
+    let s = Scratch::new("bad-result");
+    let bad = r#"cat > /dev/null; echo '{"result": {"content": "not a list"}}'"#;
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            test_server(),
+            files_sections(&s),
+            hook(
+                "post_call",
+                bad,
+                "tools = \"^mcp__test__echo$\"\non_error = \"deny\"\n",
+            ),
+            hook(
+                "post_call",
+                bad,
+                "tools = \"^mcp__test__ping$\"\non_error = \"allow\"\n",
+            ),
+            hook("post_search", bad, "on_error = \"deny\"\n"),
+        ]
+        .concat(),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let failure = |i: usize, event: &str| {
+        format!(
+            "hook {event}[{i}] \"sh\" failed: its \"result\" is not an MCP CallToolResult: invalid type: string \"not a list\", expected a sequence"
+        )
+    };
+    let hook_errors = || -> Vec<Value> {
+        s.audit()
+            .into_iter()
+            .filter(|r| r["kind"] == "hook_error")
+            .map(|r| r["detail"].clone())
+            .collect()
+    };
+
+    let withheld = err(&exec(&client, "mcp__test__echo", json!({"message": "secret"})).await);
+    assert_eq!(
+        withheld,
+        format!(
+            "mcp__test__echo ran, but a post_call hook withheld its result: {} (on_error = \"deny\")",
+            failure(0, "post_call")
+        )
+    );
+    assert_eq!(hook_errors(), [json!(failure(0, "post_call"))]);
+
+    assert_eq!(
+        ok(&exec(&client, "mcp__test__ping", json!({})).await),
+        "pong"
+    );
+    assert_eq!(hook_errors()[1], json!(failure(1, "post_call")));
+
+    let search = err(&search(&client, json!({"tool_names": ["mcp__test__ping"]})).await);
+    assert_eq!(
+        search,
+        format!(
+            "The search result was withheld by a hook: {} (on_error = \"deny\")",
+            failure(0, "post_search")
+        )
+    );
+    assert_eq!(hook_errors()[2], json!(failure(0, "post_search")));
+    client.cancel().await.expect("close");
+}
+
+/// SIGTERM stops `serve --http` only after every open session has ended: its call in flight
+/// abandoned and recorded, its end recorded, its `session_end` hooks run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_http_server_ends_every_session() {
+    let s = Scratch::new("http-stop");
+    let ended = s.path("ended.log");
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            test_server(),
+            files_sections(&s),
+            hook(
+                "session_end",
+                &format!("cat >> {ended:?}; echo >> {ended:?}"),
+                "",
+            ),
+        ]
+        .concat(),
+    );
+    let (mut gateway, url) = http_gateway(&config);
+    let busy = http_client(&url, TestClient::default()).await;
+    let idle = http_client(&url, TestClient::default()).await;
+    assert_eq!(ok(&exec(&idle, "mcp__test__ping", json!({})).await), "pong");
+    let _call = start_sleep(&busy, 30).await;
+    nth_sleep(&idle, 1).await;
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &gateway.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while gateway.try_wait().expect("poll the gateway").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway did not exit on SIGTERM"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let audit = s.audit();
+    let started: Vec<&Value> = audit
+        .iter()
+        .filter(|r| r["kind"] == "session" && r["outcome"] == "start")
+        .map(|r| &r["session"])
+        .collect();
+    assert_eq!(started.len(), 2, "{audit:#?}");
+    for session in started {
+        assert!(
+            audit.iter().any(|r| r["kind"] == "session"
+                && r["outcome"] == "end"
+                && &r["session"] == session),
+            "session {session} ended: {audit:#?}"
+        );
+    }
+    let call = audit
+        .iter()
+        .position(|r| r["kind"] == "call" && r["tool"] == "mcp__test__sleep")
+        .unwrap_or_else(|| panic!("the call in flight is audited: {audit:#?}"));
+    assert_eq!(
+        audit[call]["detail"],
+        "mcp__test__sleep was abandoned: its session ended"
+    );
+    let end = audit
+        .iter()
+        .position(|r| {
+            r["kind"] == "session"
+                && r["outcome"] == "end"
+                && r["session"] == audit[call]["session"]
+        })
+        .expect("its end");
+    assert!(call < end, "the call is recorded before the end");
+    let hooks = std::fs::read_to_string(&ended).unwrap_or_default();
+    let hooks: Vec<Value> = hooks
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("an event"))
+        .collect();
+    assert_eq!(hooks.len(), 2, "a session_end hook per session: {hooks:?}");
+    assert!(hooks.iter().all(|e| e["event"] == "session_end"));
+    // Both clients stayed connected until the gateway was gone.
+    drop((busy, idle));
+}
