@@ -689,7 +689,8 @@ pub struct ProxyConfig {
     /// `openai_upstream`: where OpenAI requests (and every other path) go; the request's path
     /// is appended. Any OpenAI-compatible server (vLLM, llama.cpp, Ollama) by URL.
     pub openai_upstream: String,
-    /// `max_search_rounds`: upstream rounds the proxy answers itself per client request.
+    /// `max_search_rounds`: upstream rounds per client request while the proxy answers its
+    /// searches (the last round's answers open the next request).
     pub max_search_rounds: u32,
     /// `session_ttl_secs`: a session unused this long is forgotten.
     pub session_ttl_secs: u64,

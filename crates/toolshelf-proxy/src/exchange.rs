@@ -34,9 +34,9 @@ use toolshelf_core::session::FrozenSurface;
 use crate::api::{Call, ClientTurn, Dialect, Part, ProxyResult, Round, add_usage};
 use crate::session::{
     Injected, PrefixPrint, ProxySession, Recorded, chains, digest, fingerprint, link_before,
-    root_key, text_key, turn_key,
+    root_key, text_key, turn_key, turn_print,
 };
-use crate::shelf::{Own, Shelf};
+use crate::shelf::{Own, Passed, Shelf};
 use crate::{Loaded, Proxy, SESSION_HEADER};
 
 /// A request ready to go upstream.
@@ -236,12 +236,24 @@ pub async fn prepare(
     let links = chains(&conv);
     let chain_end = links.last().cloned().unwrap_or_default();
     let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, &links, notices);
-    let out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
+    let mut out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
     if dialect.api() == Api::OpenAiResponses
         && let Some(Value::String(prev)) = body.get("previous_response_id")
-        && let Some(Value::String(last)) = session_response_id(&session, prev)
+        && let Some(rec) = session.recorded.get(&format!("response:{prev}"))
     {
-        body.insert("previous_response_id".into(), last.into());
+        // The client knows the first round's id, the upstream's conversation continues from the
+        // last round's; the results the proxy still owes that round come before the new items.
+        let last = rec.last.first().cloned();
+        let owed: Vec<ProxyResult> = rec
+            .pending
+            .iter()
+            .filter(|r| !out.iter().any(|e| dialect.result_ids(e).contains(&r.id)))
+            .cloned()
+            .collect();
+        dialect.prepend_results(&mut out, &owed);
+        if let Some(last @ Value::String(_)) = last {
+            body.insert("previous_response_id".into(), last);
+        }
     }
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
     let include_usage = body
@@ -323,7 +335,8 @@ fn session_values(proxy: &Proxy, client: Option<&str>) -> toolshelf_core::templa
 
 /// The session of a request without a session header: by the hash of its root. The root names
 /// the client's tools, so a client whose tools changed mid-conversation hashes anew: a second
-/// key without the tools, written when a session starts, finds the session it continues.
+/// key without the tools, written when a session starts, finds the session it continues. A
+/// Responses request chained by id has no root of its own: the id leads to its session.
 async fn find_by_root(
     proxy: &Proxy,
     dialect: Dialect,
@@ -351,6 +364,12 @@ async fn find_by_root(
                 failed = true;
             }
         }
+        // An id this proxy cannot place (its session expired or was never here): the new items
+        // say nothing of the conversation's root, so the id names a session of its own.
+        let key = format!("c:{prev}");
+        let mut loaded = proxy.load_session(&key).await;
+        loaded.failed |= failed;
+        return (key, loaded);
     }
     let key = format!("r:{}", root_key(dialect, body, names));
     let alias = format!("a:{}", root_key(dialect, body, &[]));
@@ -499,16 +518,6 @@ pub fn response_alias(id: &str) -> String {
     format!("p:{id}")
 }
 
-/// Responses chained with `previous_response_id`: the client knows the first round's id, the
-/// upstream's conversation continues from the last round's.
-fn session_response_id(session: &ProxySession, client_id: &str) -> Option<Value> {
-    session
-        .recorded
-        .get(&format!("response:{client_id}"))
-        .and_then(|r| r.last.first())
-        .cloned()
-}
-
 /// Reminders and the tool-set notice for this request, recorded after its last client entry
 /// (a resent request reuses what was recorded, so its bytes do not change). Returns the ids of
 /// the reminder rules that fired.
@@ -592,10 +601,7 @@ fn last_turn_calls(
     let group = &conv[start..=end];
     let calls: Vec<Call> = group.iter().flat_map(|e| dialect.calls(e)).collect();
     let mut searches = Vec::new();
-    if let Some(rec) = session
-        .recorded
-        .get(&turn_key(dialect, group, link_before(links, start)))
-    {
+    if let Some(rec) = recorded_turn(dialect, session, group, link_before(links, start)) {
         for e in rec.prelude.iter().chain(&rec.last) {
             for c in dialect.calls(e) {
                 if c.name == TOOL_SEARCH {
@@ -610,6 +616,27 @@ fn last_turn_calls(
         }
     }
     (calls, searches)
+}
+
+/// The record of the client's assistant turn `group` (its entries, after the [`chains`] link
+/// `before`), if the client's copy is still the turn it was given: a turn the client edited goes
+/// upstream as the client sent it.
+fn recorded_turn<'a>(
+    dialect: Dialect,
+    session: &'a ProxySession,
+    group: &[Value],
+    before: &str,
+) -> Option<&'a Recorded> {
+    let rec = session.recorded.get(&turn_key(dialect, group, before))?;
+    match &rec.shown {
+        Some(print) => {
+            let text: String = group.iter().map(|e| dialect.shown_text(e)).collect();
+            let calls: Vec<Call> = group.iter().flat_map(|e| dialect.calls(e)).collect();
+            (*print == turn_print(&text, &calls)).then_some(rec)
+        }
+        // Recorded before prints were kept.
+        None => Some(rec),
+    }
 }
 
 /// The upstream conversation for the client's `conv`.
@@ -638,10 +665,7 @@ fn rewrite(
                 out.extend(dialect.result_entries(&std::mem::take(&mut pending), &[]));
             }
             let group = &conv[i..end];
-            match session
-                .recorded
-                .get(&turn_key(dialect, group, link_before(links, i)))
-            {
+            match recorded_turn(dialect, session, group, link_before(links, i)) {
                 Some(rec) => {
                     out.extend(rec.prelude.iter().cloned());
                     out.extend(rec.last.iter().cloned());
@@ -834,7 +858,8 @@ impl Turn {
         }
         let max = proxy.compiled.config().proxy.max_search_rounds;
         let dialect = self.prepared.dialect;
-        if client_calls.is_empty() && !answered.is_empty() && self.rounds <= max {
+        // At most `max` upstream rounds: the last one's answers wait for the next request.
+        if client_calls.is_empty() && !answered.is_empty() && self.rounds < max {
             let results = dialect.result_entries(&answered, &[]);
             let conv = self
                 .prepared
@@ -857,6 +882,7 @@ impl Turn {
             self.client.parts.push(Part::Raw(note));
         }
         let key = self.client_key();
+        let shown = self.shown_print();
         let envelope_id = self
             .client
             .envelope
@@ -874,19 +900,24 @@ impl Turn {
             Recorded {
                 prelude: std::mem::take(&mut self.prelude),
                 last: round.entries,
-                pending: answered,
+                pending: answered.clone(),
+                shown: Some(shown),
             },
         );
+        // A Responses client that chains by id sends the next request without this turn: what
+        // the upstream continues from, and the results it is still owed, are found by the id the
+        // client was shown.
         if dialect.api() == Api::OpenAiResponses
             && let (Some(first), Some(last)) = (envelope_id, last_id)
-            && first != last
+            && (first != last || !answered.is_empty())
         {
             s.recorded.insert(
                 format!("response:{first}"),
                 Recorded {
                     prelude: Vec::new(),
                     last: vec![Value::String(last)],
-                    pending: Vec::new(),
+                    pending: answered,
+                    shown: None,
                 },
             );
         }
@@ -895,6 +926,20 @@ impl Turn {
 
     fn has_text(&self) -> bool {
         self.client.parts.iter().any(|p| matches!(p, Part::Raw(_)))
+    }
+
+    /// The [`turn_print`] of the turn the client receives.
+    fn shown_print(&self) -> String {
+        let dialect = self.prepared.dialect;
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for p in &self.client.parts {
+            match p {
+                Part::Raw(v) => text.push_str(&dialect.part_text(v)),
+                Part::Call(c) => calls.push(c.clone()),
+            }
+        }
+        turn_print(&text, &calls)
     }
 
     /// The key the client's copy of this turn will be found by.
@@ -966,16 +1011,7 @@ impl Turn {
                 ),
                 // Not a client tool of ours: a tool passed along as sent meets the rules and
                 // hooks; any other name is the client's to judge.
-                None => {
-                    return match self.admit_passed(proxy, &shelf, c).await {
-                        Ok(call) => Ok(call),
-                        Err((kind, text)) => {
-                            self.count_refusal(&c.name, kind);
-                            crate::metrics::refused(kind.as_str());
-                            Err(answer(text, true))
-                        }
-                    };
-                }
+                None => return self.pass_along(proxy, &shelf, c.clone(), false).await,
             }
         };
         if let Some(allowed) = &self.prepared.forced
@@ -1007,6 +1043,39 @@ impl Turn {
                     true,
                 ));
             }
+        }
+        // A tool passed along as sent is in the model's list as it is: through `defer_execute`,
+        // one the client runs from ordinary calls is handed over like a direct call; any other
+        // is the model's to call directly.
+        if via_defer
+            && matches!(shelf.catalog.resolve(&target), Resolution::NotFound)
+            && let Some(kind) = shelf.passed_kind(&target)
+        {
+            let what = match kind {
+                Passed::Client => {
+                    let call = Call {
+                        id: c.id.clone(),
+                        name: target,
+                        input: params,
+                        raw_input: None,
+                    };
+                    return self.pass_along(proxy, &shelf, call, true).await;
+                }
+                Passed::OwnCalls(ty) => {
+                    format!("a tool of type {ty:?}, whose calls are of their own kind")
+                }
+                Passed::Provider(ty) => format!("a tool the provider runs (type {ty:?})"),
+            };
+            let kind = RefusalKind::NotRunnable;
+            self.count_refusal(&target, kind);
+            crate::metrics::refused(kind.as_str());
+            return Err(answer(
+                format!(
+                    "{target:?} is not a deferred tool: it is {what}, in your tool list as it is. \
+                     Call it directly, not through defer_execute."
+                ),
+                true,
+            ));
         }
         match self.admit(proxy, &shelf, &target, params, via_defer).await {
             Ok((i, params)) => {
@@ -1187,6 +1256,32 @@ impl Turn {
         Ok((i, params))
     }
 
+    /// A call of a tool that is not the catalog's (`via_defer`: one `defer_execute` names) after
+    /// [`Self::admit_passed`]: the call the client gets, or the model's refusal.
+    async fn pass_along(
+        &mut self,
+        proxy: &Proxy,
+        shelf: &Shelf,
+        c: Call,
+        via_defer: bool,
+    ) -> Result<Call, ProxyResult> {
+        match self.admit_passed(proxy, shelf, &c, via_defer).await {
+            Ok(call) => {
+                crate::metrics::forwarded();
+                Ok(call)
+            }
+            Err((kind, text)) => {
+                self.count_refusal(&c.name, kind);
+                crate::metrics::refused(kind.as_str());
+                Err(ProxyResult {
+                    id: c.id,
+                    text,
+                    is_error: true,
+                })
+            }
+        }
+    }
+
     /// The permission rules and `pre_call` hooks on a call of a tool passed along as sent
     /// (Anthropic's `bash`, a provider's tool): the call as it may go to the client, or the
     /// refusal's kind and text. A name that is no such tool goes on as it came.
@@ -1195,6 +1290,7 @@ impl Turn {
         proxy: &Proxy,
         shelf: &Shelf,
         c: &Call,
+        via_defer: bool,
     ) -> Result<Call, (RefusalKind, String)> {
         let Some(i) = shelf.passed.position(&c.name) else {
             return Ok(c.clone());
@@ -1212,7 +1308,7 @@ impl Turn {
         let mut event = HookEvent::new(HookEventKind::PreCall, &self.prepared.key);
         event.tool = Some(tool.name.clone());
         event.original_tool = Some(tool.original_name.clone());
-        event.via_defer_execute = Some(false);
+        event.via_defer_execute = Some(via_defer);
         event.params = Some(params.clone());
         let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
         let validator = shelf.passed_validator(i);
@@ -1409,6 +1505,7 @@ mod tests {
                     text: "more hits".into(),
                     is_error: false,
                 }],
+                shown: None,
             },
         );
         let conv = conversation();

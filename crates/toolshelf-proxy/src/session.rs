@@ -6,7 +6,8 @@
 //! (so the model's view stays consistent and the provider's prompt cache keeps hitting), the
 //! proxy records, per client-visible assistant turn, the upstream entries that produced it, and,
 //! per client entry, the blocks it injected after it. Both are looked up by fingerprints of what
-//! the client sends back, so a retried or resent request rebuilds the same bytes.
+//! the client sends back, so a retried or resent request rebuilds the same bytes; a turn the
+//! client edited no longer matches its record and goes upstream as the client sent it.
 //!
 //! ## Which conversation a request belongs to
 //! An `x-toolshelf-session` header names it. Without one, the key is a hash of the
@@ -15,7 +16,9 @@
 //! tools and first message share a session (their recorded rounds are told apart by call ids, so
 //! they do not mix, but activations are shared); and a client that rewrites its first message or
 //! system prompt mid-conversation starts a new session (the model then sees its `defer_execute`
-//! calls without the searches before them, and can search again).
+//! calls without the searches before them, and can search again). A Responses request chained by
+//! `previous_response_id` follows that id to its session; an id the proxy cannot place names a
+//! session of its own.
 
 use std::collections::BTreeMap;
 
@@ -24,7 +27,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use toolshelf_core::session::SessionState;
 
-use crate::api::{Dialect, ProxyResult, Tokens, text_of};
+use crate::api::{Call, Dialect, ProxyResult, Tokens, text_of};
 
 /// Version of the serialised layout.
 pub const LAYOUT: u32 = 2;
@@ -38,6 +41,10 @@ pub struct Recorded {
     pub last: Vec<Value>,
     /// Results of calls in `last` that the proxy answered (they open the next client entries).
     pub pending: Vec<ProxyResult>,
+    /// The [`turn_print`] of the turn as the client received it: the record stands for the
+    /// client's copy only while that copy still prints the same (a client may edit its history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<String>,
 }
 
 /// Blocks injected after one client entry.
@@ -349,6 +356,36 @@ pub fn turn_key(dialect: Dialect, entries: &[Value], before: &str) -> String {
     text_key(before, &text)
 }
 
+/// A digest of an assistant turn as a client shows it: its text without whitespace (formats
+/// join the texts of several rounds with blank lines) and its calls in order, each by id, name
+/// and input (keys sorted: a client may write the arguments back in another order).
+pub fn turn_print(text: &str, calls: &[Call]) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&m[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    let words: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut parts = vec![words];
+    for c in calls {
+        parts.push(c.id.clone());
+        parts.push(c.name.clone());
+        parts.push(sorted(&Value::Object(c.input.clone())).to_string());
+    }
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    digest(&refs)
+}
+
 /// The key of a turn without calls: its place in the conversation (`before`, the [`chains`]
 /// link of the entries before it) and its text without whitespace. Replies such as "Done."
 /// recur, so the text alone would give two turns one record; and a format joins the texts of
@@ -497,6 +534,27 @@ mod tests {
             turn_key(Dialect(Api::OpenAiChat), &[joined], "a"),
             text_key("a", "Let me look.There is a tool.")
         );
+    }
+
+    #[test]
+    fn a_turn_prints_the_same_whatever_its_whitespace_and_key_order() {
+        let call = |id: &str, input: Value| Call {
+            id: id.into(),
+            name: "Read".into(),
+            input: input.as_object().cloned().unwrap_or_default(),
+            raw_input: None,
+        };
+        let a = call("t1", json!({"path": "x", "limit": 3}));
+        let b = call("t2", json!({"path": "y"}));
+        let print = turn_print("Reading.\n\nBoth.", &[a.clone(), b.clone()]);
+        let reordered = call("t1", json!({"limit": 3, "path": "x"}));
+        assert_eq!(print, turn_print("Reading. Both.", &[reordered, b.clone()]));
+        assert_ne!(print, turn_print("Reading.Both.", std::slice::from_ref(&a)));
+        assert_ne!(
+            print,
+            turn_print("Reading only x.", &[a.clone(), b.clone()])
+        );
+        assert_ne!(print, turn_print("Reading.Both.", &[b, a]));
     }
 
     #[test]

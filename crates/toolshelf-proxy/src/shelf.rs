@@ -63,6 +63,8 @@ pub struct Shelf {
     /// calls meet the permission rules and `pre_call` hooks too.
     pub passed: Catalog,
     passed_validators: toolshelf_core::invoke::Validators,
+    /// Who runs each tool passed along and sent upstream, by name.
+    passed_kinds: HashMap<String, Passed>,
     /// What building this shelf warned about: renamed tools, the policy's warnings, and deferred
     /// tools whose input schema is not valid JSON Schema (their calls through `defer_execute` are
     /// refused; a resident tool's schema is the provider's to judge). [`Shelves`] logs each once.
@@ -71,6 +73,37 @@ pub struct Shelf {
     /// description templates apply: provider tools, resident client tools (catalog index,
     /// definition as sent), whether the client marked its tools for the prompt cache.
     parts: (Vec<Value>, Vec<(usize, Value)>, bool),
+}
+
+/// Who runs a tool passed along as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Passed {
+    /// The client, from calls shaped like any client tool's (Anthropic's `bash`,
+    /// `text_editor`, `computer`, `memory`).
+    Client,
+    /// The client, from calls of the tool's own kind (an OpenAI custom tool, `apply_patch`,
+    /// `local_shell`): only the model's direct call has that shape. Its type.
+    OwnCalls(String),
+    /// The provider (`web_search`, `code_execution`, `file_search`). Its type.
+    Provider(String),
+}
+
+impl Passed {
+    fn of(dialect: Dialect, def: &Value) -> Self {
+        let ty = def.get("type").and_then(Value::as_str).unwrap_or_default();
+        let starts = |prefixes: &[&str]| prefixes.iter().any(|p| ty.starts_with(p));
+        match dialect.api() {
+            Api::Anthropic if starts(&["bash_", "text_editor_", "computer_", "memory_"]) => {
+                Self::Client
+            }
+            Api::OpenAiChat | Api::OpenAiResponses
+                if starts(&["custom", "local_shell", "shell", "apply_patch", "computer"]) =>
+            {
+                Self::OwnCalls(ty.to_owned())
+            }
+            _ => Self::Provider(ty.to_owned()),
+        }
+    }
 }
 
 /// A tool the proxy runs itself.
@@ -265,6 +298,10 @@ impl Shelf {
             .filter_map(|&i| raw_by_name.remove(&client_names[i]).map(|def| (i, def)))
             .collect();
         let (provider_tools, passed) = governed(provider_tools, compiled, &mut warnings);
+        let passed_kinds = provider_tools
+            .iter()
+            .filter_map(|def| Some((passed_name(def)?, Passed::of(dialect, def))))
+            .collect();
         let parts = (provider_tools, resident, cache_marked);
         let upstream_tools = assemble(&parts, &surface, dialect);
         let shown: Vec<usize> = (0..catalog.tools().len())
@@ -299,6 +336,7 @@ impl Shelf {
             warnings,
             passed,
             passed_validators: Default::default(),
+            passed_kinds,
             parts,
         })
     }
@@ -375,6 +413,11 @@ impl Shelf {
         self.validators.get(i, &self.catalog.tools()[i])
     }
 
+    /// Who runs the tool `name` passed along as sent; `None` when no such tool goes upstream.
+    pub fn passed_kind(&self, name: &str) -> Option<&Passed> {
+        self.passed_kinds.get(name)
+    }
+
     /// The validator of tool `i` of [`Self::passed`].
     pub fn passed_validator(&self, i: usize) -> Arc<ParamsValidator> {
         self.passed_validators.get(i, &self.passed.tools()[i])
@@ -392,14 +435,7 @@ fn governed(
     compiled: &Compiled,
     warnings: &mut Vec<String>,
 ) -> (Vec<Value>, Catalog) {
-    let name_of = |def: &Value| {
-        def.get("name")
-            .or_else(|| def.pointer("/function/name"))
-            .or_else(|| def.pointer("/custom/name"))
-            .or_else(|| def.get("type"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
+    let name_of = passed_name;
     let mut b = CatalogBuilder::new("passed-along tools");
     let mut names = BTreeSet::new();
     for def in &defs {
@@ -438,6 +474,16 @@ fn governed(
         })
         .collect();
     (kept, probe)
+}
+
+/// The name a tool passed along as sent is called by (its type when it has none).
+fn passed_name(def: &Value) -> Option<String> {
+    def.get("name")
+        .or_else(|| def.pointer("/function/name"))
+        .or_else(|| def.pointer("/custom/name"))
+        .or_else(|| def.get("type"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 fn assemble(

@@ -259,6 +259,52 @@ impl Dialect {
             .map(text_of)
     }
 
+    /// The text a client shows of one assistant entry (request form): its text, not its
+    /// reasoning or calls.
+    pub fn shown_text(self, entry: &Value) -> String {
+        match self.0 {
+            Api::Anthropic | Api::OpenAiChat => match entry.get("content") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => parts.iter().map(|p| self.part_text(p)).collect(),
+                _ => String::new(),
+            },
+            Api::OpenAiResponses => self.part_text(entry),
+        }
+    }
+
+    /// The text of one [`Part::Raw`] (an Anthropic content block, a Responses output item, a
+    /// Chat text part), as [`Self::shown_text`] reads it back from the client's copy.
+    pub fn part_text(self, part: &Value) -> String {
+        let ty = part.get("type").and_then(Value::as_str);
+        match self.0 {
+            Api::Anthropic | Api::OpenAiChat => match ty {
+                Some("text") => part
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                _ => String::new(),
+            },
+            Api::OpenAiResponses => {
+                let message = match ty {
+                    Some(t) => t == "message",
+                    None => part.get("role").and_then(Value::as_str) == Some("assistant"),
+                };
+                if !message {
+                    return String::new();
+                }
+                match part.get("content") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .collect(),
+                    _ => String::new(),
+                }
+            }
+        }
+    }
+
     /// The tool calls in an assistant entry.
     pub fn calls(self, entry: &Value) -> Vec<Call> {
         match self.0 {

@@ -1,0 +1,330 @@
+//! End-to-end tests of how `toolshelf proxy` carries one client-visible turn into the next
+//! request: results it still owes a Responses conversation chained by id, a turn the client
+//! edited, chained requests it cannot place, `defer_execute` of tools passed along as sent, and
+//! the bound on the rounds of one request. The upstream is the scripted model API.
+
+mod common;
+
+use common::{HEADERS, ProxyProc, Scratch, Upstream, post, tools};
+use serde_json::{Value, json};
+
+const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
+
+/// Sends one Anthropic request with `messages` and `tools`; returns the answer.
+fn send(proxy: &ProxyProc, tools: &[Value], messages: &[Value]) -> Value {
+    let body = json!({"model": "m", "max_tokens": 256, "system": "You help.", "tools": tools,
+                      "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    answer
+}
+
+/// Appends `answer` and a result for each of its calls to `messages`.
+fn answered(messages: &mut Vec<Value>, answer: &Value) {
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    let results: Vec<Value> = tool_uses(answer)
+        .iter()
+        .map(|b| json!({"type": "tool_result", "tool_use_id": b["id"], "content": format!("result of {}", b["name"].as_str().unwrap_or_default())}))
+        .collect();
+    if !results.is_empty() {
+        messages.push(json!({"role": "user", "content": results}));
+    }
+}
+
+fn tool_uses(answer: &Value) -> Vec<Value> {
+    answer["content"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|b| b["type"] == "tool_use")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The test tools in the Responses API's shape.
+fn responses_tools() -> Vec<Value> {
+    tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "name": t["name"], "description": t["description"],
+                   "parameters": t["input_schema"]})
+        })
+        .collect()
+}
+
+/// One Responses request; returns the answer.
+fn respond(proxy: &ProxyProc, body: Value) -> Value {
+    let mut full = json!({"model": "m", "tools": responses_tools(), "instructions": "You help."});
+    for (k, v) in body.as_object().expect("an object") {
+        full[k] = v.clone();
+    }
+    let (status, answer) = post(&format!("{}/v1/responses", proxy.url), &full, &BEARER);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    answer
+}
+
+fn function_calls(answer: &Value) -> Vec<Value> {
+    answer["output"]
+        .as_array()
+        .map(|o| {
+            o.iter()
+                .filter(|i| i["type"] == "function_call")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The ids of the calls the upstream answered in scripted turn `step`, by tool name.
+fn scripted_call(upstream: &Upstream, step: usize, name: &str) -> String {
+    upstream.answers()[step]["tool_uses"]
+        .as_array()
+        .and_then(|u| u.iter().find(|c| c["name"] == name))
+        .and_then(|c| c["id"].as_str())
+        .unwrap_or_else(|| panic!("no {name} call in step {step}"))
+        .to_owned()
+}
+
+/// A round that holds a call the client runs and a search the proxy answers: a client that
+/// chains by `previous_response_id` sends only its own result; the search's result, which the
+/// upstream is owed too, comes first in the next request, and a retry sends the same.
+#[test]
+fn a_chained_responses_request_carries_the_results_the_proxy_still_owes() {
+    let s = Scratch::new("proxy-owed-mixed");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["git status"]}},
+                       {"name": "Read", "input": {"file_path": "a.txt"}}]},
+        {"text": "Fine."},
+        {"text": "Fine again."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[defer]\nrules = [\"NoDefer(^Read$)\"]\n",
+        &[],
+    );
+    let first = respond(&proxy, json!({"input": "read a.txt"}));
+    let read = function_calls(&first);
+    assert_eq!(read.len(), 1, "{first}");
+    assert_eq!(read[0]["name"], "Read");
+    let mine = json!({"type": "function_call_output", "call_id": read[0]["call_id"], "output": "contents"});
+    let chained = json!({"previous_response_id": first["id"], "input": [mine]});
+    respond(&proxy, chained.clone());
+    respond(&proxy, chained);
+    let turns = upstream.played(3);
+    let search = scripted_call(&upstream, 0, "tool_search");
+    let input = &turns[1]["body"]["input"];
+    assert_eq!(input.as_array().map(Vec::len), Some(2), "{input}");
+    assert_eq!(input[0]["type"], "function_call_output");
+    assert_eq!(
+        input[0]["call_id"],
+        search.as_str(),
+        "the search's result first"
+    );
+    assert!(
+        input[0]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("mcp__git__git_status")),
+        "{input}"
+    );
+    assert_eq!(input[1], mine, "then the client's items as sent");
+    assert_eq!(
+        turns[2]["body"]["input"], *input,
+        "a retry sends the same items"
+    );
+}
+
+/// A request that spent its search rounds leaves the last search's result owed: a client that
+/// chains by id gets it before its next message.
+#[test]
+fn a_chained_responses_request_after_the_search_rounds_ran_out_carries_the_owed_result() {
+    let s = Scratch::new("proxy-owed-limit");
+    let search =
+        json!({"tool_uses": [{"name": "tool_search", "input": {"queries": ["something"]}}]});
+    let upstream = Upstream::start(&s, &json!({"steps": [search, search, search]}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 1\n", &[]);
+    let first = respond(&proxy, json!({"input": "find something"}));
+    assert!(function_calls(&first).is_empty(), "{first}");
+    assert!(first.to_string().contains("tool_search rounds"), "{first}");
+    let rounds = upstream.turns().len();
+    let next = json!({"role": "user", "content": "go on"});
+    respond(
+        &proxy,
+        json!({"previous_response_id": first["id"], "input": [next]}),
+    );
+    let input = &upstream.turns()[rounds]["body"]["input"];
+    assert_eq!(input.as_array().map(Vec::len), Some(2), "{input}");
+    assert_eq!(
+        input[0]["call_id"],
+        scripted_call(&upstream, rounds - 1, "tool_search").as_str(),
+        "the last search's result first: {input}"
+    );
+    assert_eq!(input[1], next);
+}
+
+/// A client that edits an assistant turn (other text, a call and its result dropped) sends a
+/// turn the proxy did not give it: that turn goes upstream as edited, never the recorded one.
+#[test]
+fn an_assistant_turn_the_client_edited_goes_upstream_as_edited() {
+    let s = Scratch::new("proxy-edited");
+    let script = json!({"steps": [
+        {"text": "Let me search.", "tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        {"text": "Reading both.", "tool_uses": [
+            {"name": "defer_execute", "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "x"}}},
+            {"name": "Read", "input": {"file_path": "y"}}]},
+        {"text": "Done."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[defer]\nrules = [\"NoDefer(^Read$)\"]\n",
+        &[],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "read x and y"})];
+    let answer = send(&proxy, &tools(), &messages);
+    let uses = tool_uses(&answer);
+    assert_eq!(uses.len(), 2, "{answer}");
+    let kept = uses[0].clone();
+    assert_eq!(kept["name"], "mcp__fs__read_file");
+    messages.push(json!({"role": "assistant", "content": [
+        {"type": "text", "text": "I will only read x."}, kept]}));
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": kept["id"], "content": "x data"}]}));
+    send(&proxy, &tools(), &messages);
+    let turns = upstream.played(3);
+    let sent = turns[2]["body"]["messages"].as_array().expect("messages");
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert_eq!(
+        sent[1]["content"],
+        json!([{"type": "text", "text": "I will only read x."},
+               {"type": "tool_use", "id": kept["id"], "name": "defer_execute",
+                "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "x"}}}]),
+        "the edited turn, its deferred call as the defer_execute call it was"
+    );
+    assert_eq!(sent[2], messages[2]);
+}
+
+/// Chained Responses requests whose `previous_response_id` the proxy never saw, carrying only
+/// call results, are two conversations: what one searched for is not loaded in the other.
+#[test]
+fn chained_requests_the_proxy_cannot_place_keep_their_own_sessions() {
+    let s = Scratch::new("proxy-unplaced");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["git status"]}}]},
+        {"text": "X done."},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__git__git_status", "params": {"repo_path": "/y"}}}]},
+        {"text": "Y done."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let x = respond(
+        &proxy,
+        json!({"previous_response_id": "resp_elsewhere_x", "input": [
+            {"type": "function_call_output", "call_id": "call_x1", "output": "x result"}]}),
+    );
+    assert!(function_calls(&x).is_empty(), "{x}");
+    let y = respond(
+        &proxy,
+        json!({"previous_response_id": "resp_elsewhere_y", "input": [
+            {"type": "function_call_output", "call_id": "call_y1", "output": "y result"}]}),
+    );
+    assert!(
+        function_calls(&y).is_empty(),
+        "Y never searched for the tool: its call is refused, not handed over: {y}"
+    );
+    upstream.played(4);
+    let refusal = upstream.turns()[3]["tool_results"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned()
+        .expect("a result");
+    assert!(
+        refusal["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("was not run")),
+        "{refusal}"
+    );
+}
+
+/// `defer_execute` of a tool passed along as sent: one the client runs from ordinary calls
+/// (Anthropic's `bash`) reaches the client as its call, under the same rules as a direct call;
+/// a provider's server tool is refused with what it is and how to call it.
+#[test]
+fn defer_execute_of_a_tool_passed_along_hands_over_what_the_client_runs() {
+    let s = Scratch::new("proxy-defer-typed");
+    let script = json!({"steps": [
+        {"tool_uses": [
+            {"name": "defer_execute", "input": {"tool_name": "bash", "params": {"command": "ls"}}},
+            {"name": "defer_execute", "input": {"tool_name": "bash", "params": {"command": "rm -rf /"}}},
+            {"name": "defer_execute", "input": {"tool_name": "web_search", "params": {"query": "x"}}}]},
+        {"text": "Done."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[permissions]\ndeny = [\"^bash(command=rm *)\"]\n",
+        &[],
+    );
+    let mut list = tools();
+    list.push(json!({"type": "bash_20250124", "name": "bash"}));
+    list.push(json!({"type": "web_search_20250305", "name": "web_search", "max_uses": 2}));
+    let mut messages = vec![json!({"role": "user", "content": "look around"})];
+    let answer = send(&proxy, &list, &messages);
+    let uses = tool_uses(&answer);
+    assert_eq!(uses.len(), 1, "{answer}");
+    assert_eq!(uses[0]["name"], "bash");
+    assert_eq!(uses[0]["input"], json!({"command": "ls"}));
+    assert_eq!(answer["stop_reason"], "tool_use");
+    answered(&mut messages, &answer);
+    send(&proxy, &list, &messages);
+    let turns = upstream.played(2);
+    let results = turns[1]["tool_results"].as_array().expect("results");
+    assert_eq!(results.len(), 3, "{results:#?}");
+    let text = |i: usize| results[i]["content"].as_str().unwrap_or_default();
+    assert_eq!(results[0]["is_error"], true);
+    assert!(
+        text(0).contains("deny[0]"),
+        "the rule is named: {}",
+        text(0)
+    );
+    assert_eq!(results[1]["is_error"], true);
+    assert!(
+        text(1).contains("provider") && text(1).contains("directly"),
+        "{}",
+        text(1)
+    );
+    assert_eq!(results[2]["is_error"], false);
+    assert_eq!(results[2]["content"], "result of bash");
+}
+
+/// `max_search_rounds` is the number of upstream rounds one request may take: the last one's
+/// search is answered in the next request, and the client is told.
+#[test]
+fn max_search_rounds_bounds_the_upstream_rounds_of_a_request() {
+    let s = Scratch::new("proxy-round-limit");
+    let search =
+        json!({"tool_uses": [{"name": "tool_search", "input": {"queries": ["something"]}}]});
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [search, search, search, {"text": "Here."}]}),
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 2\n", &[]);
+    let mut messages = vec![json!({"role": "user", "content": "find something"})];
+    let answer = send(&proxy, &tools(), &messages);
+    assert!(
+        answer.to_string().contains("all 2 tool_search rounds"),
+        "{answer}"
+    );
+    assert_eq!(upstream.turns().len(), 2, "two upstream rounds");
+    answered(&mut messages, &answer);
+    messages.push(json!({"role": "user", "content": "go on"}));
+    let answer = send(&proxy, &tools(), &messages);
+    assert!(answer.to_string().contains("Here."), "{answer}");
+    upstream.played(4);
+}
