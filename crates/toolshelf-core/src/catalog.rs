@@ -531,6 +531,15 @@ pub struct CatalogBuilder {
     builtin: Group,
     servers: BTreeMap<String, Group>,
     declared: BTreeSet<String>,
+    kept: Assignments,
+}
+
+/// The canonical names an earlier catalog gave: servers by original name, tools by (original
+/// server, original name).
+#[derive(Debug, Default)]
+struct Assignments {
+    servers: HashMap<String, String>,
+    tools: HashMap<(Option<String>, String), String>,
 }
 
 impl CatalogBuilder {
@@ -540,6 +549,23 @@ impl CatalogBuilder {
             source_name: source_name.into(),
             ..Self::default()
         }
+    }
+
+    /// Lets every server and tool that `previous` named keep its name (see [`Self::build`]).
+    pub fn keep_names(&mut self, previous: &Catalog) {
+        self.kept.servers = previous
+            .servers()
+            .iter()
+            .map(|s| (s.original_name.clone(), s.name.clone()))
+            .collect();
+        self.kept.tools = previous
+            .tools()
+            .iter()
+            .map(|t| {
+                let key = (t.original_server.clone(), t.original_name.clone());
+                (key, t.name.clone())
+            })
+            .collect();
     }
 
     /// Declares a server group (possibly with no tools). Declaring one name twice is an error.
@@ -596,6 +622,10 @@ impl CatalogBuilder {
     /// contender gets the name plus a hash of its original. The outcome therefore never depends
     /// on how names sort, so a server cannot take a name a rule was written for by choosing a
     /// name that sorts first. A catalog tool named like a meta-tool never keeps that name.
+    ///
+    /// With [`Self::keep_names`], a server or tool the earlier catalog named keeps that name
+    /// (an incumbent), and a newcomer that wants an incumbent's name loses the contest: a name
+    /// a session was shown never moves to another tool while its own tool is there.
     pub fn build(self) -> Catalog {
         let mut warnings = Vec::new();
 
@@ -605,11 +635,13 @@ impl CatalogBuilder {
             .iter()
             .map(|o| name::server_segment(o))
             .collect();
+        let kept = self.kept;
         let server_names = assign(
             &wanted_servers,
             |i| server_originals[i] == wanted_servers[i],
             |i| server_originals[i].as_str(),
             |_| false,
+            |i| kept.servers.get(&server_originals[i]).map(String::as_str),
             HashSet::new(),
             |i, wanted, fixed| {
                 warnings.push(format!(
@@ -674,11 +706,29 @@ impl CatalogBuilder {
         let reserved = |i: usize| {
             candidates[i].server.is_none() && name::META_TOOLS.contains(&wanted[i].as_str())
         };
+        // A tool keeps its name only under its server's current name.
+        let kept_tool = |i: usize| {
+            if kept.tools.is_empty() {
+                return None;
+            }
+            let c = &candidates[i];
+            let original_server = c.server.map(|s| server_originals[s].clone());
+            let name = kept.tools.get(&(original_server, c.spec.name.clone()))?;
+            match c.server {
+                None => Some(name.as_str()),
+                Some(s) => name
+                    .strip_prefix(name::MCP_PREFIX)
+                    .and_then(|rest| rest.strip_prefix(server_names[s].as_str()))
+                    .is_some_and(|rest| rest.starts_with("__"))
+                    .then_some(name.as_str()),
+            }
+        };
         let tool_names = assign(
             &wanted,
             exact,
             |i| candidates[i].key.as_str(),
             reserved,
+            kept_tool,
             name::META_TOOLS.iter().map(|m| (*m).to_owned()).collect(),
             |i, w, fixed| {
                 let c = &candidates[i];
@@ -768,22 +818,35 @@ impl CatalogBuilder {
 }
 /// Gives each of `wanted` (indexed by candidate) a distinct final name; see
 /// [`CatalogBuilder::build`] for the rule. `key(i)` is unique per candidate and seeds its hash
-/// suffix; `taken` holds names no candidate may have; `renamed(i, wanted, final)` is told of every
-/// candidate that lost its wanted name.
-fn assign<'k>(
+/// suffix; `kept(i)` is the name an earlier catalog gave it; `taken` holds names no candidate may
+/// have; `renamed(i, wanted, final)` is told of every candidate that lost its wanted name.
+fn assign<'k, 'p>(
     wanted: &[String],
     exact: impl Fn(usize) -> bool,
     key: impl Fn(usize) -> &'k str,
     reserved: impl Fn(usize) -> bool,
+    kept: impl Fn(usize) -> Option<&'p str>,
     mut taken: HashSet<String>,
     mut renamed: impl FnMut(usize, &str, &str),
 ) -> Vec<String> {
+    let mut out = vec![String::new(); wanted.len()];
+    // Incumbents first: their names come from one earlier catalog, so they are distinct.
+    let mut held: HashSet<&str> = HashSet::new();
+    for (i, slot) in out.iter_mut().enumerate() {
+        if let Some(k) = kept(i).filter(|k| !taken.contains(*k) && !held.contains(*k)) {
+            held.insert(k);
+            *slot = k.to_owned();
+        }
+    }
+    taken.extend(held.iter().map(|k| (*k).to_owned()));
     let mut by_wanted: HashMap<&str, Vec<usize>> = HashMap::with_capacity(wanted.len());
     for (i, w) in wanted.iter().enumerate() {
-        by_wanted.entry(w.as_str()).or_default().push(i);
+        if out[i].is_empty() {
+            by_wanted.entry(w.as_str()).or_default().push(i);
+        }
     }
     let owns = |i: usize| {
-        if reserved(i) {
+        if reserved(i) || held.contains(wanted[i].as_str()) {
             return false;
         }
         let contenders = &by_wanted[wanted[i].as_str()];
@@ -795,10 +858,12 @@ fn assign<'k>(
                     .count()
                     == 1)
     };
-    let mut out = vec![String::new(); wanted.len()];
     let mut later = Vec::new();
-    // Owners of names that fit go first: their names are distinct by construction.
+    // Owners of names that fit go next: their names are distinct by construction.
     for (i, w) in wanted.iter().enumerate() {
+        if !out[i].is_empty() {
+            continue;
+        }
         if owns(i) && w.len() <= name::MAX_NAME_LEN && !taken.contains(w) {
             taken.insert(w.clone());
             out[i] = w.clone();
@@ -1163,7 +1228,31 @@ pub fn rebuilt(
     remove: &[String],
     label: &str,
 ) -> Result<Catalog, String> {
+    rebuild_from(catalog, add, remove, label, false)
+}
+
+/// [`rebuilt`] in which every tool of `catalog` keeps its canonical name (see
+/// [`CatalogBuilder::keep_names`]): an added tool that wants a name already given loses it.
+pub fn rebuilt_keeping_names(
+    catalog: &Catalog,
+    add: &[Value],
+    remove: &[String],
+    label: &str,
+) -> Result<Catalog, String> {
+    rebuild_from(catalog, add, remove, label, true)
+}
+
+fn rebuild_from(
+    catalog: &Catalog,
+    add: &[Value],
+    remove: &[String],
+    label: &str,
+    keep_names: bool,
+) -> Result<Catalog, String> {
     let mut b = CatalogBuilder::new(label);
+    if keep_names {
+        b.keep_names(catalog);
+    }
     for s in catalog.servers() {
         b.add_server(&s.original_name, &s.description, "server")
             .map_err(|e| e.to_string())?;
@@ -1415,6 +1504,123 @@ mod tests {
             .expect("catalog");
         assert_eq!(names(&c), ["mcp__x_y__t_u"]);
         assert!(c.warnings().is_empty());
+    }
+
+    /// Builds `servers` (grouped form) keeping the names `previous` gave.
+    fn load_keeping(previous: &Catalog, servers: Value) -> Catalog {
+        let mut b = CatalogBuilder::new("cat.json");
+        b.keep_names(previous);
+        for s in servers.as_array().expect("servers") {
+            let server = s["name"].as_str().expect("name");
+            b.add_server(server, "", "servers").expect("server");
+            for t in s["tools"].as_array().expect("tools") {
+                let spec = ToolSpec::from_value(t.clone(), "cat.json", "tool").expect("spec");
+                b.add_tool(Some(server), spec, "tool").expect("tool");
+            }
+        }
+        b.build()
+    }
+
+    fn original_of<'a>(c: &'a Catalog, name: &str) -> Option<&'a str> {
+        c.get(name).map(|t| t.original_name.as_str())
+    }
+
+    #[test]
+    fn a_name_already_given_stays_with_its_tool_when_a_newcomer_contests_it() {
+        let first = load(json!({"servers": [{"name": "s", "tools": [{"name": "get.item"}]}]}))
+            .expect("first");
+        assert_eq!(original_of(&first, "mcp__s__get_item"), Some("get.item"));
+        let both = json!([{"name": "s", "tools": [{"name": "get_item"}, {"name": "get.item"}]}]);
+        let next = load_keeping(&first, both.clone());
+        // Without the earlier names, the exact original would take it.
+        let fresh = load(json!({ "servers": both.clone() })).expect("fresh");
+        assert_eq!(original_of(&fresh, "mcp__s__get_item"), Some("get_item"));
+        assert_eq!(original_of(&next, "mcp__s__get_item"), Some("get.item"));
+        let newcomer = next
+            .tools()
+            .iter()
+            .find(|t| t.original_name == "get_item")
+            .expect("newcomer");
+        assert_eq!(
+            newcomer.name,
+            name::with_suffix("mcp__s__get_item", "s\u{0}get_item")
+        );
+        assert!(
+            next.warnings()
+                .iter()
+                .any(|w| w.contains("\"get_item\"") && w.contains(&newcomer.name)),
+            "{:?}",
+            next.warnings()
+        );
+        // Deterministic for one input and one earlier catalog, whatever the input order.
+        let reversed =
+            json!([{"name": "s", "tools": [{"name": "get.item"}, {"name": "get_item"}]}]);
+        assert_eq!(names(&load_keeping(&first, reversed)), names(&next));
+        // And kept again on the next rebuild.
+        assert_eq!(names(&load_keeping(&next, both)), names(&next));
+    }
+
+    #[test]
+    fn a_kept_name_lasts_while_its_tool_does() {
+        let both =
+            load(json!({"servers": [{"name": "s", "tools": [{"name": "a.b"}, {"name": "a_b"}]}]}))
+                .expect("both");
+        let loser = both
+            .tools()
+            .iter()
+            .find(|t| t.original_name == "a.b")
+            .expect("a.b")
+            .name
+            .clone();
+        // The winner leaves: the loser keeps the name it was given.
+        let alone = load_keeping(&both, json!([{"name": "s", "tools": [{"name": "a.b"}]}]));
+        assert_eq!(names(&alone), [loser.as_str()]);
+        // A tool that is gone has no claim: a newcomer takes the plain name.
+        let other = load_keeping(&alone, json!([{"name": "s", "tools": [{"name": "a_b"}]}]));
+        assert_eq!(names(&other), ["mcp__s__a_b"]);
+    }
+
+    #[test]
+    fn a_server_keeps_its_segment_against_a_newcomer() {
+        let first =
+            load(json!({"servers": [{"name": "x.y", "tools": [{"name": "t"}]}]})).expect("first");
+        assert_eq!(names(&first), ["mcp__x_y__t"]);
+        let next = load_keeping(
+            &first,
+            json!([{"name": "x_y", "tools": [{"name": "t"}]}, {"name": "x.y", "tools": [{"name": "t"}]}]),
+        );
+        let t = next.get("mcp__x_y__t").expect("kept");
+        assert_eq!(t.original_server.as_deref(), Some("x.y"));
+        assert_eq!(next.tools().len(), 2);
+    }
+
+    #[test]
+    fn keeping_the_names_of_nothing_changes_nothing() {
+        let servers = json!([
+            {"name": "x.y", "tools": [{"name": "t"}, {"name": "a.b"}, {"name": "a_b"}]},
+            {"name": "x_y", "tools": [{"name": "t"}]}
+        ]);
+        let fresh = load(json!({ "servers": servers.clone() })).expect("fresh");
+        let kept = load_keeping(&Catalog::default(), servers);
+        assert_eq!(names(&kept), names(&fresh));
+        assert_eq!(kept.warnings(), fresh.warnings());
+    }
+
+    #[test]
+    fn a_rebuilt_session_catalog_can_keep_the_names_it_was_built_on() {
+        let first = load(json!({"servers": [{"name": "s", "tools": [{"name": "get.item"}]}]}))
+            .expect("first");
+        let hub = load_keeping(
+            &first,
+            json!([{"name": "s", "tools": [{"name": "get.item"}, {"name": "get_item"}]}]),
+        );
+        let added = [json!({"name": "mine"})];
+        let kept = rebuilt_keeping_names(&hub, &added, &[], "session").expect("kept");
+        assert_eq!(original_of(&kept, "mcp__s__get_item"), Some("get.item"));
+        assert!(kept.get("mine").is_some());
+        // Without keeping, the rule picks afresh.
+        let fresh = rebuilt(&hub, &added, &[], "session").expect("fresh");
+        assert_eq!(original_of(&fresh, "mcp__s__get_item"), Some("get_item"));
     }
 
     #[test]

@@ -133,6 +133,8 @@ pub enum RefusalKind {
     Hidden,
     /// Several visible tools have the name.
     Ambiguous,
+    /// A tool the session's frozen list still shows, which its server no longer offers.
+    Gone,
     /// The tool exists but this edge cannot run it.
     NotRunnable,
     /// A deferred tool whose schema the model has not been shown.
@@ -164,6 +166,7 @@ impl RefusalKind {
             Self::Unknown => "unknown",
             Self::Hidden => "hidden",
             Self::Ambiguous => "ambiguous",
+            Self::Gone => "gone",
             Self::NotRunnable => "not_runnable",
             Self::NotLoaded => "not_loaded",
             Self::Expired => "expired",
@@ -218,6 +221,16 @@ pub enum Refusal {
         requested: String,
         /// Their canonical names.
         candidates: Vec<String>,
+    },
+    /// The name is one the session's frozen list shows, and the tool it was given to is no
+    /// longer offered by its server (the list cannot change, so the model still sees it).
+    Gone {
+        /// The name as requested.
+        requested: String,
+        /// The tool's server, as configured.
+        server: String,
+        /// Why the server is not running, when it is not.
+        down: Option<String>,
     },
     /// The tool exists but this edge has nothing to run it with (e.g. a built-in in the gateway).
     NotRunnable {
@@ -301,6 +314,7 @@ impl Refusal {
             Self::Unknown { .. } => RefusalKind::Unknown,
             Self::Hidden { .. } => RefusalKind::Hidden,
             Self::Ambiguous { .. } => RefusalKind::Ambiguous,
+            Self::Gone { .. } => RefusalKind::Gone,
             Self::NotRunnable { .. } => RefusalKind::NotRunnable,
             Self::NotLoaded { .. } => RefusalKind::NotLoaded,
             Self::Expired { .. } => RefusalKind::Expired,
@@ -320,7 +334,8 @@ impl Refusal {
             Self::BadArguments { .. }
             | Self::MetaTool { .. }
             | Self::Unknown { .. }
-            | Self::Ambiguous { .. } => None,
+            | Self::Ambiguous { .. }
+            | Self::Gone { .. } => None,
             Self::Hidden { tool, .. }
             | Self::NotRunnable { tool }
             | Self::NotLoaded { tool }
@@ -383,6 +398,22 @@ impl Refusal {
                 candidates.len(),
                 candidates.join(", ")
             ),
+            Self::Gone {
+                requested,
+                server,
+                down,
+            } => {
+                let down = match down {
+                    Some(why) => format!(
+                        " Server {server:?} is not running ({why}); it is restarted in the background."
+                    ),
+                    None => String::new(),
+                };
+                format!(
+                    "{} was not run: server {server:?} no longer offers this tool.{down} It stays in your tool list only because that list cannot change during a session; it works again if the server offers it again.",
+                    echo(requested)
+                )
+            }
             Self::NotRunnable { tool: i } => format!(
                 "{} is not a tool of a server this gateway fronts; toolshelf cannot run it.",
                 tool(i).name

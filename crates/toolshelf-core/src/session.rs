@@ -191,12 +191,23 @@ impl SessionState {
     /// The notice for tools that appeared or went away since the model was last told, if any;
     /// remembers `visible` as told. Empty before the list is frozen.
     pub fn change_notice(&mut self, visible: &BTreeSet<String>) -> Option<String> {
+        self.change_notice_for(visible, |n| n.to_owned(), NoticeHint::ToolSearch)
+    }
+
+    /// [`Self::change_notice`] naming each tool as `shown` gives it (the name the session's list
+    /// shows it by) and ending with what `hint` says the session can do about it.
+    pub fn change_notice_for(
+        &mut self,
+        visible: &BTreeSet<String>,
+        shown: impl Fn(&str) -> String,
+        hint: NoticeHint,
+    ) -> Option<String> {
         if self.frozen.is_none() || &self.known == visible {
             return None;
         }
         let known = std::mem::replace(&mut self.known, visible.clone());
-        let appeared: Vec<&str> = visible.difference(&known).map(String::as_str).collect();
-        let gone: Vec<&str> = known.difference(visible).map(String::as_str).collect();
+        let appeared: Vec<String> = visible.difference(&known).map(|n| shown(n)).collect();
+        let gone: Vec<String> = known.difference(visible).map(|n| shown(n)).collect();
         let mut parts = Vec::new();
         if !appeared.is_empty() {
             parts.push(format!("new: {}", list(&appeared)));
@@ -204,8 +215,17 @@ impl SessionState {
         if !gone.is_empty() {
             parts.push(format!("gone: {}", list(&gone)));
         }
+        let last = match hint {
+            NoticeHint::ToolSearch => "Use tool_search to load new ones.",
+            NoticeHint::FixedList if appeared.is_empty() => {
+                "This session's tool list stays as it is, so a tool that is gone may still be in it; calling one is refused."
+            }
+            NoticeHint::FixedList => {
+                "This session's tool list stays as it is, so new tools are not in it; they can still be called by the names shown here."
+            }
+        };
         Some(format!(
-            "[toolshelf: the available tools changed; {}. Use tool_search to load new ones.]",
+            "[toolshelf: the available tools changed; {}. {last}]",
             parts.join("; ")
         ))
     }
@@ -245,13 +265,22 @@ impl SessionState {
     }
 }
 
+/// What a session can do about a change of tools, as its notice ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeHint {
+    /// Its list has `tool_search`, which loads new tools.
+    ToolSearch,
+    /// Its list has no meta-tools: only the tools it was given can be called.
+    FixedList,
+}
+
 /// Up to 20 names, then a count: the notice must stay short.
-fn list(names: &[&str]) -> String {
+fn list<S: AsRef<str>>(names: &[S]) -> String {
     const SHOWN: usize = 20;
     let mut s = names
         .iter()
         .take(SHOWN)
-        .copied()
+        .map(AsRef::as_ref)
         .collect::<Vec<_>>()
         .join(", ");
     if names.len() > SHOWN {
@@ -307,6 +336,32 @@ mod tests {
             "[toolshelf: the available tools changed; new: c, d; gone: b. Use tool_search to load new ones.]"
         );
         assert_eq!(s.change_notice(&set(&["a", "c", "d"])), None, "told once");
+    }
+
+    #[test]
+    fn a_notice_names_tools_as_the_list_does_and_fits_a_list_without_tool_search() {
+        let mut s = SessionState::default();
+        s.freeze(set(&["mcp__b__ping", "mcp__b__x"]), frozen);
+        let shown = |n: &str| n.strip_prefix("mcp__").unwrap_or(n).to_owned();
+        let n = s
+            .change_notice_for(&set(&["mcp__b__x"]), shown, NoticeHint::FixedList)
+            .expect("changed");
+        assert_eq!(
+            n,
+            "[toolshelf: the available tools changed; gone: b__ping. This session's tool list stays as it is, so a tool that is gone may still be in it; calling one is refused.]"
+        );
+        let n = s
+            .change_notice_for(
+                &set(&["mcp__b__x", "mcp__b__y"]),
+                shown,
+                NoticeHint::FixedList,
+            )
+            .expect("changed");
+        assert!(
+            n.contains("new: b__y.") && n.contains("can still be called by the names shown here"),
+            "{n}"
+        );
+        assert!(!n.contains("Use tool_search"), "{n}");
     }
 
     #[test]

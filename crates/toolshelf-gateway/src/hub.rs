@@ -203,8 +203,9 @@ impl Snapshot {
         compiled: &Compiled,
     ) -> Result<Self> {
         let items: Vec<Value> = tools.iter().map(|t| t.item.clone()).collect();
-        let catalog = toolshelf_core::catalog::rebuilt(&self.catalog, &items, &[], "session")
-            .map_err(|message| GatewayError::Server {
+        let catalog =
+            toolshelf_core::catalog::rebuilt_keeping_names(&self.catalog, &items, &[], "session")
+                .map_err(|message| GatewayError::Server {
                 server: "(model-authored tools)".into(),
                 message,
             })?;
@@ -527,9 +528,11 @@ impl Hub {
             })
             .await;
         }
-        if settled && !*self.settled.borrow() {
-            // Once every server has listed its tools (or failed), a rule that names none of
-            // them is most likely a typo.
+        // Once every server has listed its tools (or failed), a rule that names none of them is
+        // most likely a typo. Checked again whenever the catalog changes after that, so that a
+        // warning lasts only while it holds.
+        let was_settled = *self.settled.borrow();
+        if (settled && !was_settled) || (tools && was_settled) {
             let snap = self.snapshot();
             let index = snap.search_index();
             let hits = |q: &str| {
@@ -541,13 +544,12 @@ impl Hub {
             };
             let mut found = self.compiled.unmatched(&snap.catalog);
             found.extend(self.compiled.reminders().check_against(&snap.catalog, hits));
-            for w in &found {
-                tracing::warn!("{w}");
-            }
-            *self
+            let mut held = self
                 .settle_warnings
                 .lock()
-                .unwrap_or_else(|p| p.into_inner()) = found;
+                .unwrap_or_else(|p| p.into_inner());
+            log_new_warnings(&held, &found);
+            *held = found;
         }
         for name in &changed {
             if let Some(s) = self.servers.get(name) {
@@ -792,6 +794,9 @@ impl Hub {
     fn rebuild(&self) {
         // The tools come from the servers' lists: errors name those, not the configuration file.
         let mut b = CatalogBuilder::new("tools/list");
+        // A name sessions may hold stays with its tool: a newcomer never takes it.
+        let before = self.snapshot();
+        b.keep_names(&before.catalog);
         let mut skipped = Vec::new();
         for (name, server) in &self.servers {
             if server.state() == ServerState::Disabled {
@@ -827,7 +832,8 @@ impl Hub {
         }
         let mut snap = Snapshot::build(b.build(), &self.compiled);
         snap.warnings.splice(0..0, skipped);
-        log_new_warnings(&self.snapshot().warnings, &snap.warnings);
+        log_new_warnings(&before.warnings, &snap.warnings);
+        drop(before);
         let snap = Arc::new(snap);
         if let Some(enrichment) = &self.enrichment {
             enrichment.submit(&snap);

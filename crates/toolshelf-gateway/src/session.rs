@@ -37,7 +37,7 @@ use toolshelf_core::meta::DeferExecuteArgs;
 use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use toolshelf_core::reminder;
 use toolshelf_core::search::SearchRequest;
-use toolshelf_core::session::{FrozenSurface, SessionState};
+use toolshelf_core::session::{FrozenSurface, NoticeHint, SessionState};
 
 use crate::audit::Audit;
 use crate::downstream::Downstream;
@@ -65,6 +65,18 @@ struct Local {
     values: Option<toolshelf_core::template::SessionValues>,
     /// The snapshot `described` covers.
     described_on: Option<Arc<Snapshot>>,
+    /// The tools the frozen list carries with their schemas, by canonical name.
+    pinned: std::collections::BTreeMap<String, Pinned>,
+    /// Whether the frozen list has `tool_search`.
+    searchable: bool,
+}
+
+/// A tool of the frozen list: the name it is listed by, and the tool that name was given to.
+#[derive(Debug, Clone)]
+struct Pinned {
+    listed: String,
+    server: Option<String>,
+    original: String,
 }
 
 /// How long a request waits for `notifications/initialized` before it goes ahead without the
@@ -398,6 +410,24 @@ impl GatewaySession {
                 .map_err(|e| {
                     ErrorData::internal_error(format!("rendering the tool list failed: {e}"), None)
                 })??;
+        let short =
+            compiled.config().gateway.pinned_names == toolshelf_core::config::PinnedNames::Short;
+        local.pinned = snap
+            .surface
+            .resident
+            .iter()
+            .map(|&i| {
+                let t = &snap.catalog.tools()[i];
+                let listed = t.client_name().filter(|_| short).unwrap_or(&t.name);
+                let pinned = Pinned {
+                    listed: listed.to_owned(),
+                    server: t.original_server.clone(),
+                    original: t.original_name.clone(),
+                };
+                (t.name.clone(), pinned)
+            })
+            .collect();
+        local.searchable = list.iter().any(|t| t.name == TOOL_SEARCH);
         let list = Arc::new(list);
         local.described = described;
         local.values = Some(values);
@@ -596,14 +626,22 @@ impl GatewaySession {
         context: &RequestContext<RoleServer>,
         ask: &mut Option<&'static str>,
     ) -> Result<Admitted, Refusal> {
-        let i = invoke::resolve(&snap.catalog, &snap.exposure, requested)?;
+        let (i, pinned) = match self.pinned_target(snap, requested).await? {
+            Some(i) => (i, true),
+            None => (
+                invoke::resolve(&snap.catalog, &snap.exposure, requested)?,
+                false,
+            ),
+        };
         let tool = &snap.catalog.tools()[i];
         let server = match self.hub.server_of(tool) {
             Some(s) => Some(s.clone()),
             None if self.runs_itself(tool) => None,
             None => return Err(Refusal::NotRunnable { tool: i }),
         };
-        {
+        // A tool the frozen list carries with its schema is loaded for the whole session,
+        // whatever the current exposure says of it.
+        if !pinned {
             let local = self.local.lock().await;
             let ttl = self.hub.config().session.activation_ttl_calls;
             invoke::require_loaded(
@@ -648,6 +686,45 @@ impl GatewaySession {
         })
     }
 
+    /// The tool `requested` names when it is a name of the frozen list (as listed, or
+    /// canonical): the tool that name was given to, while its server offers it. `None` for any
+    /// other name, or one whose tool is not visible now (the usual stages then answer).
+    async fn pinned_target(
+        &self,
+        snap: &Snapshot,
+        requested: &str,
+    ) -> Result<Option<usize>, Refusal> {
+        let local = self.local.lock().await;
+        let Some((canonical, p)) = local
+            .pinned
+            .iter()
+            .find(|(canonical, p)| p.listed == requested || *canonical == requested)
+        else {
+            return Ok(None);
+        };
+        let here = snap.catalog.position(canonical).filter(|&i| {
+            let t = &snap.catalog.tools()[i];
+            t.original_server == p.server && t.original_name == p.original
+        });
+        match (here, &p.server) {
+            (Some(i), _) => Ok(snap.is_visible(i).then_some(i)),
+            (None, Some(server)) => {
+                let down = match self.hub.servers.get(server).map(|s| s.state()) {
+                    Some(crate::downstream::ServerState::Failed(reason)) => {
+                        Some(crate::stdio::without_last_words(&reason))
+                    }
+                    _ => None,
+                };
+                Err(Refusal::Gone {
+                    requested: requested.to_owned(),
+                    server: server.clone(),
+                    down,
+                })
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
     fn call_event(
         &self,
         kind: HookEventKind,
@@ -683,9 +760,12 @@ impl GatewaySession {
         r.requested = Some(echo(requested));
         r.via = Some(via);
         r.tool = refusal.tool().map(|i| tools[i].name.clone());
-        r.server = refusal
-            .tool()
-            .and_then(|i| tools[i].original_server.clone());
+        r.server = match refusal {
+            Refusal::Gone { server, .. } => Some(server.clone()),
+            _ => refusal
+                .tool()
+                .and_then(|i| tools[i].original_server.clone()),
+        };
         r.params = Some(capped_params(params));
         r.outcome = Some(refusal.kind().as_str().into());
         r.detail = Some(refusal.detail(&snap.catalog));
@@ -1093,9 +1173,39 @@ tool_search, run them with defer_execute.",
             DEFER_EXECUTE => self.defer_execute(args, &context).await,
             other => self.execute(other, args, Via::Direct, &context).await,
         };
+        // A result the client cancelled reaches nobody: the notice and the reminders wait for
+        // the next one.
+        if context.ct.is_cancelled() {
+            return Ok(result.into());
+        }
         let snap = self.snapshot().await;
         let mut local = self.local.lock().await;
-        if let Some(notice) = local.state.change_notice(&snap.visible) {
+        let short =
+            self.hub.config().gateway.pinned_names == toolshelf_core::config::PinnedNames::Short;
+        let Local {
+            state,
+            pinned,
+            searchable,
+            ..
+        } = &mut *local;
+        let (hint, direct) = if *searchable {
+            (NoticeHint::ToolSearch, false)
+        } else {
+            (NoticeHint::FixedList, short)
+        };
+        // Tools are named as this session calls them: a pinned one as its list shows it, a new
+        // one in a list without tool_search as a pinned one would be.
+        let shown = |name: &str| match pinned.get(name) {
+            Some(p) => p.listed.clone(),
+            None if direct => snap
+                .catalog
+                .get(name)
+                .and_then(|t| t.client_name())
+                .unwrap_or(name)
+                .to_owned(),
+            None => name.to_owned(),
+        };
+        if let Some(notice) = state.change_notice_for(&snap.visible, shown, hint) {
             result.content.push(ContentBlock::text(notice));
         }
         // Reminders this call fired reach the model once, on this result (the gateway cannot

@@ -162,6 +162,48 @@ async fn calls_the_client_cancels_are_abandoned() {
     );
 }
 
+/// A change notice is told on a result that reaches the model: a call the client cancelled
+/// does not use it up, and the session's next result carries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_leaves_the_change_notice_for_the_next_result() {
+    let s = Scratch::new("cancel-notice");
+    let config = s.write(
+        "toolshelf.toml",
+        &[test_server(), files_sections(&s)].concat(),
+    );
+    let (_gateway, url) = http_gateway(&config);
+    let watched = http_client(&url, TestClient::default()).await;
+    let other = http_client(&url, TestClient::default()).await;
+    let sleeping = start_sleep(&watched, 30).await;
+    let id = nth_sleep(&other, 1).await;
+    // Another session changes the tools, and sees the catalog catch up.
+    ok(&exec(&other, "mcp__test__add_tool", json!({"name": "newbie"})).await);
+    wait_for("the new tool", || async {
+        text(&search(&other, json!({"tool_names": ["mcp__test__newbie"]})).await)
+            .contains("1. mcp__test__newbie")
+    })
+    .await;
+    sleeping
+        .cancel(Some("the test cancels it".into()))
+        .await
+        .expect("cancel");
+    wait_for("the cancelled call's audit record", || async {
+        !calls_of(&s, "mcp__test__sleep").is_empty()
+    })
+    .await;
+    wait_for("the cancellation to reach the server", || async {
+        server_list(&other, "mcp__test__cancels")
+            .await
+            .contains(&id)
+    })
+    .await;
+    let next = ok(&exec(&watched, "mcp__test__ping", json!({})).await);
+    assert!(
+        next.contains("the available tools changed; new: mcp__test__newbie"),
+        "{next}"
+    );
+}
+
 /// Over HTTP, deleting the session abandons its calls: the server is told and the audit says
 /// `cancelled`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,7 +346,9 @@ async fn a_malformed_replacement_result_is_a_hook_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_the_http_server_ends_every_session() {
     let s = Scratch::new("http-stop");
-    let ended = s.path("ended.log");
+    // Each session_end hook writes a file of its own: the two run at once.
+    let ended = s.path("ended");
+    std::fs::create_dir_all(&ended).expect("a directory for the hooks");
     let config = s.write(
         "toolshelf.toml",
         &[
@@ -312,7 +356,7 @@ async fn stopping_the_http_server_ends_every_session() {
             files_sections(&s),
             hook(
                 "session_end",
-                &format!("cat >> {ended:?}; echo >> {ended:?}"),
+                &format!("cat > \"$(mktemp -p {ended:?} end.XXXXXX)\""),
                 "",
             ),
         ]
@@ -369,11 +413,12 @@ async fn stopping_the_http_server_ends_every_session() {
         })
         .expect("its end");
     assert!(call < end, "the call is recorded before the end");
-    let hooks = std::fs::read_to_string(&ended).unwrap_or_default();
-    let hooks: Vec<Value> = hooks
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("an event"))
+    let hooks: Vec<Value> = std::fs::read_dir(&ended)
+        .expect("the hooks' directory")
+        .map(|f| {
+            let text = std::fs::read_to_string(f.expect("an entry").path()).expect("a file");
+            serde_json::from_str(&text).expect("an event")
+        })
         .collect();
     assert_eq!(hooks.len(), 2, "a session_end hook per session: {hooks:?}");
     assert!(hooks.iter().all(|e| e["event"] == "session_end"));
