@@ -329,15 +329,11 @@ pub fn interpret(
 /// The most characters of a deny reason the model reads.
 pub const MAX_REASON_CHARS: usize = 2_000;
 
-/// `reason`, cut to [`MAX_REASON_CHARS`] with a note of its length.
+/// `reason`, cut to [`MAX_REASON_CHARS`] with a note that it was.
 fn bounded(reason: &str) -> String {
     match reason.char_indices().nth(MAX_REASON_CHARS) {
         None => reason.to_owned(),
-        Some((at, _)) => format!(
-            "{}… (cut: the hook's reason has {} characters)",
-            &reason[..at],
-            reason.chars().count()
-        ),
+        Some((at, _)) => format!("{}… (the rest of the hook's reason is cut)", &reason[..at]),
     }
 }
 
@@ -419,10 +415,10 @@ mod tests {
                 "{reason}"
             );
             assert!(
-                reason.ends_with("… (cut: the hook's reason has 6000 characters)"),
+                reason.ends_with("… (the rest of the hook's reason is cut)"),
                 "{reason}"
             );
-            assert_eq!(reason.chars().count(), MAX_REASON_CHARS + 46);
+            assert_eq!(reason.chars().count(), MAX_REASON_CHARS + 40);
         }
         let just = "x".repeat(MAX_REASON_CHARS);
         let (o, _) = interpret(

@@ -65,9 +65,11 @@ pub async fn run(hooks: &[Hook], tool: Option<&Tool>, mut event: HookEvent) -> H
 /// The most a hook may write to stdout: its answer, which may carry a rewritten result. A hook
 /// that writes more has failed.
 pub const MAX_STDOUT: usize = 16 << 20;
-/// How much of a hook's stderr is kept (a deny reason, a failure's tail); the rest is read and
-/// dropped.
+/// How much of the start of a hook's stderr is kept (a deny reason); past it, only the last
+/// [`STDERR_TAIL`] bytes are (a failure's last words), the rest read and dropped.
 pub const MAX_STDERR: usize = 64 << 10;
+/// How much of the end of a long stderr is kept.
+pub const STDERR_TAIL: usize = 4 << 10;
 
 async fn run_one(hook: &HookCommand, input: &[u8]) -> HookRun {
     let mut cmd = tokio::process::Command::new(&hook.command);
@@ -83,14 +85,33 @@ async fn run_one(hook: &HookCommand, input: &[u8]) -> HookRun {
         Ok(c) => c,
         Err(e) => return HookRun::Failed(format!("cannot run it: {e}")),
     };
+    let mut group = Group(child.id());
     let limit = Duration::from_secs(hook.timeout_secs);
     let why = match tokio::time::timeout(limit, collect(&mut child, input)).await {
-        Ok(Ok(run)) => return run,
+        Ok(Ok(run)) => {
+            group.0 = None;
+            return run;
+        }
         Ok(Err(why)) => why,
         Err(_) => format!("timed out after {}s", hook.timeout_secs),
     };
-    stop(&mut child).await;
+    drop(group);
+    let _ = child.kill().await;
     HookRun::Failed(why)
+}
+
+/// A hook's process group, killed when this is dropped unless the hook finished: a hook that
+/// failed, or one whose caller went away mid-run, takes what it started with it.
+struct Group(Option<u32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(id) = self.0.and_then(|id| i32::try_from(id).ok()) {
+            use nix::sys::signal::{Signal, killpg};
+            let _ = killpg(nix::unistd::Pid::from_raw(id), Signal::SIGKILL);
+        }
+    }
 }
 
 /// Feeds `input` and reads the answer: the input is written while the output is read, so a hook
@@ -123,14 +144,31 @@ async fn collect(child: &mut Child, input: &[u8]) -> Result<HookRun, String> {
         Ok(out)
     };
     let read_err = async move {
-        let mut kept = Vec::new();
-        let mut rest = stderr;
-        let _ = (&mut rest)
+        let mut stderr = stderr;
+        let mut head = Vec::new();
+        let _ = (&mut stderr)
             .take(MAX_STDERR as u64)
-            .read_to_end(&mut kept)
+            .read_to_end(&mut head)
             .await;
-        let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
-        Ok(kept)
+        // Past the head, the last bytes are kept in a window twice the tail's size.
+        let mut tail: Vec<u8> = Vec::new();
+        let mut dropped = 0usize;
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut buf).await
+            && n > 0
+        {
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 2 * STDERR_TAIL {
+                let cut = tail.len() - STDERR_TAIL;
+                dropped += cut;
+                tail.drain(..cut);
+            }
+        }
+        if dropped > 0 {
+            head.extend_from_slice(format!("\n[… {dropped} bytes left out …]\n").as_bytes());
+        }
+        head.extend_from_slice(&tail);
+        Ok(head)
     };
     let ((), out, err) = tokio::try_join!(feed, read_out, read_err)?;
     let status = child
@@ -142,16 +180,6 @@ async fn collect(child: &mut Child, input: &[u8]) -> Result<HookRun, String> {
         stdout: String::from_utf8_lossy(&out).into_owned(),
         stderr: String::from_utf8_lossy(&err).into_owned(),
     })
-}
-
-/// Kills a hook that failed, with every process of its group.
-async fn stop(child: &mut Child) {
-    #[cfg(unix)]
-    if let Some(id) = child.id().and_then(|id| i32::try_from(id).ok()) {
-        use nix::sys::signal::{Signal, killpg};
-        let _ = killpg(nix::unistd::Pid::from_raw(id), Signal::SIGKILL);
-    }
-    let _ = child.kill().await;
 }
 
 #[cfg(test)]
@@ -263,8 +291,20 @@ mod tests {
         let reason = v.denied.expect("denied");
         assert!(reason.starts_with("no\nno\n"), "{reason}");
         assert!(
-            reason.ends_with(&format!("has {MAX_STDERR} characters)")),
+            reason.ends_with("(the rest of the hook's reason is cut)"),
             "{reason}"
+        );
+        // A failure keeps the end of a long stderr: its last words.
+        let last = sh(
+            "cat >/dev/null; yes no | head -c 1000000 >&2; echo 'the real cause' >&2; exit 1",
+            OnError::Allow,
+            30,
+        );
+        let v = run(&compiled(vec![last]), None, event()).await;
+        assert!(
+            v.failures[0].ends_with("the real cause"),
+            "{:?}",
+            v.failures
         );
     }
 
@@ -308,7 +348,50 @@ mod tests {
             .parse()
             .expect("a pid");
         // The grandchild was killed with the group; reaped by init, it is gone soon after.
-        let gone = (0..100).any(|_| {
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(gone(pid), "the hook's child {pid} outlived it");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_hook_whose_caller_goes_away_is_stopped_with_what_it_started() {
+        let dir = std::env::temp_dir().join(format!("toolshelf-hook-drop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let pid_file = dir.join("child.pid");
+        let script = format!(
+            "cat >/dev/null; sleep 300 & echo $! > {}; wait",
+            pid_file.display()
+        );
+        let hooks = compiled(vec![sh(&script, OnError::Deny, 600)]);
+        // The caller gives up long before the hook's own timeout.
+        let mut pending = Box::pin(run(&hooks, None, event()));
+        let wrote = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                tokio::select! {
+                    _ = &mut pending => panic!("the hook ended by itself"),
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+                if std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(wrote.is_ok(), "the hook wrote its child's pid");
+        drop(pending);
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(gone(pid), "the hook's child {pid} outlived its caller");
+    }
+
+    /// Whether process `pid` is gone (or a zombie) within five seconds.
+    #[cfg(unix)]
+    fn gone(pid: i32) -> bool {
+        (0..100).any(|_| {
             let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
                 && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
                     .is_ok_and(|s| s.contains(") Z "));
@@ -316,9 +399,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(50));
             }
             !alive
-        });
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(gone, "the hook's child {pid} outlived it");
+        })
     }
 
     #[tokio::test]
