@@ -109,6 +109,12 @@ impl Compiled {
                     .into(),
             ));
         }
+        if p.max_search_rounds == 0 {
+            return Err(err(
+                "[proxy] max_search_rounds must be at least 1: it bounds the upstream rounds of a request, and every request takes one"
+                    .into(),
+            ));
+        }
         if p.max_body_bytes < 1024 {
             return Err(err(format!(
                 "[proxy] max_body_bytes must be at least 1024 (got {})",
@@ -434,6 +440,10 @@ mod tests {
             (
                 "[store]\nurl = \"rediss://:secret@h\"",
                 "[store] url must be a redis:// or unix:// URL (got the scheme \"rediss\"",
+            ),
+            (
+                "[proxy]\nmax_search_rounds = 0",
+                "[proxy] max_search_rounds must be at least 1",
             ),
             ("[store]\nkey_prefix = \"\"", "[store] key_prefix"),
             ("[store]\ntimeout_ms = 0", "[store] key_prefix"),

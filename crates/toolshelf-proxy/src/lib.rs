@@ -218,8 +218,12 @@ impl Proxy {
             let Loaded {
                 session: other,
                 version: v,
-                ..
+                failed,
             } = self.load_session(key).await;
+            if failed {
+                // Counted and logged by the read: merging into nothing would only conflict again.
+                return;
+            }
             let other_figures = other.figures.clone();
             session.merge_from(other, &base);
             // The merged figures are the other's plus this request's additions: measured from
@@ -252,4 +256,56 @@ const MERGES: usize = 16;
 /// At most 200 characters of `s`, for messages.
 pub fn short(s: &str) -> String {
     toolshelf_core::echo::echo(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{StoreFuture, Versioned};
+
+    /// A store whose every write conflicts and whose every read fails.
+    #[derive(Debug)]
+    struct Contested;
+
+    impl SessionStore for Contested {
+        fn get<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Option<Versioned>> {
+            Box::pin(async { Err("connection refused".to_owned()) })
+        }
+        fn compare_and_set<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<u64>,
+            _: Vec<u8>,
+            _: Duration,
+        ) -> StoreFuture<'a, Cas> {
+            Box::pin(async { Ok(Cas::Conflict) })
+        }
+        fn put<'a>(&'a self, _: &'a str, _: Vec<u8>, _: Duration) -> StoreFuture<'a, u64> {
+            Box::pin(async { Ok(1) })
+        }
+        fn len(&self) -> usize {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn a_save_whose_reread_fails_stops_at_the_failure() {
+        let config = toolshelf_core::Config::default();
+        let compiled = Arc::new(Compiled::new(config, "t.toml", None).expect("compiles"));
+        let proxy = Proxy::new(compiled, Arc::new(Contested), None).expect("proxy");
+        let session = ProxySession::default();
+        let bytes = session.to_bytes();
+        proxy
+            .save_session(
+                "k",
+                session,
+                bytes,
+                None,
+                &crate::session::Figures::default(),
+            )
+            .await;
+        let t = proxy.totals.lock().expect("totals").clone();
+        // One conflict, then the failed read: no merge into nothing, conflicting again.
+        assert_eq!((t.store_conflicts, t.store_errors), (1, 1), "{t:?}");
+    }
 }
