@@ -821,33 +821,42 @@ async fn pump(
         .unwrap_or("text/event-stream")
         .to_owned();
     let mut stream = resp.bytes_stream();
+    // A stream labelled otherwise (`text/plain`) is still read as one when its first bytes are
+    // event-stream fields.
+    let mut first = None;
     if !media
         .trim_start()
         .to_ascii_lowercase()
         .starts_with("text/event-stream")
     {
-        // An upstream that ignores `stream` answers with one document: say that, with its start,
-        // rather than that the stream ended early.
         let start = match tokio::time::timeout(idle, stream.next()).await {
-            Ok(Some(Ok(c))) => String::from_utf8_lossy(&c).into_owned(),
-            _ => String::new(),
+            Ok(Some(Ok(c))) => c,
+            _ => Bytes::new(),
         };
-        return Err(Pump::Upstream(format!(
-            "the upstream answered a streaming request with {}, not an event stream (does it stream on this API?): {}",
-            crate::short(&media),
-            crate::short(&start)
-        )));
+        if !looks_like_events(&start) {
+            // An upstream that ignores `stream` answers with one document: say that, with its
+            // start, rather than that the stream ended early.
+            return Err(Pump::Upstream(format!(
+                "the upstream answered a streaming request with {}, not an event stream (does it stream on this API?): {}",
+                crate::short(&media),
+                crate::short(&String::from_utf8_lossy(&start))
+            )));
+        }
+        first = Some(start);
     }
     let mut reader = Reader::default();
     loop {
-        let next = match tokio::time::timeout(idle, stream.next()).await {
-            Err(_) => {
-                return Err(Pump::Upstream(format!(
-                    "the upstream stream stalled for {} s",
-                    idle.as_secs()
-                )));
-            }
-            Ok(n) => n,
+        let next = match first.take() {
+            Some(c) => Some(Ok(c)),
+            None => match tokio::time::timeout(idle, stream.next()).await {
+                Err(_) => {
+                    return Err(Pump::Upstream(format!(
+                        "the upstream stream stalled for {} s",
+                        idle.as_secs()
+                    )));
+                }
+                Ok(n) => n,
+            },
         };
         let chunk = match next {
             None => {
@@ -878,6 +887,19 @@ async fn pump(
             return Ok(streamer.take_round());
         }
     }
+}
+
+/// Whether `start` begins with an event-stream field (`data:`, `event:`, `id:`, `retry:`) or a
+/// comment line.
+fn looks_like_events(start: &[u8]) -> bool {
+    let start = start.strip_prefix("\u{feff}".as_bytes()).unwrap_or(start);
+    let start = &start[start
+        .iter()
+        .take_while(|b| matches!(b, b'\r' | b'\n'))
+        .count()..];
+    [&b"data:"[..], b"event:", b"id:", b"retry:", b":"]
+        .iter()
+        .any(|f| start.starts_with(f))
 }
 
 async fn run_stream(

@@ -528,13 +528,20 @@ fn a_cut_upstream_ends_in_a_clear_error_and_the_proxy_serves_on() {
 
 /// An upstream that answers a streaming request with one JSON document (a server that ignores
 /// `stream`), on the round after a search: the client's stream ends in an error that says so,
-/// naming the media type and the document's start, not that the stream ended early.
+/// naming the media type and the document's start, not that the stream ended early. A stream
+/// labelled `text/plain` is read as the stream it is.
 #[test]
 fn a_json_answer_to_a_streaming_request_is_named_as_one() {
     let mut steps = Vec::new();
     for _api in APIS {
         steps.push(search_step());
         steps.push(json!({"status": 200, "body": {"note": "a document, not a stream"}}));
+    }
+    // A stream mislabelled as plain text is still read as the stream it is.
+    for _api in APIS {
+        let mut plain = answer_step();
+        plain["content_type"] = json!("text/plain; charset=utf-8");
+        steps.push(plain);
     }
     let s = Scratch::new("sdk-json-for-stream");
     let upstream = Upstream::start(&s, &Value::Array(steps));
@@ -546,8 +553,19 @@ fn a_json_answer_to_a_streaming_request_is_named_as_one() {
             spec(api, true, &proxy, &prompt, json!({"requests": 1}))
         })
         .collect();
+    let mut specs = specs;
+    for api in APIS {
+        let prompt = format!("weather ({} streamed as text/plain)", api.name());
+        specs.push(spec(api, true, &proxy, &prompt, json!({"requests": 1})));
+    }
     let reports = run_client(&s, "json-for-stream", &Value::Array(specs));
-    for (report, api) in reports.as_array().expect("reports").iter().zip(APIS) {
+    let reports = reports.as_array().expect("reports");
+    for (report, api) in reports[APIS.len()..].iter().zip(APIS) {
+        let r = only_request(report);
+        assert_eq!(r["ok"], true, "{}: {r:#}", api.name());
+        assert_eq!(r["text"], FINAL_TEXT, "{}", api.name());
+    }
+    for (report, api) in reports.iter().zip(APIS) {
         let what = api.name();
         let r = only_request(report);
         assert_eq!(r["ok"], false, "{what}: the SDK raised: {r:#}");
@@ -560,7 +578,7 @@ fn a_json_answer_to_a_streaming_request_is_named_as_one() {
             assert!(message.contains(part), "{what}: {part:?} in {message}");
         }
     }
-    upstream.played(2 * APIS.len());
+    upstream.played(3 * APIS.len());
 }
 
 /// A client that closes its connection mid-stream: the proxy drops the upstream's stream (the
