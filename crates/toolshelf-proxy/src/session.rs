@@ -358,10 +358,15 @@ pub fn turn_key(dialect: Dialect, entries: &[Value], before: &str) -> String {
 
 /// A digest of an assistant turn as a client shows it: its text without whitespace (formats
 /// join the texts of several rounds with blank lines) and its calls in order, each by id, name
-/// and input (keys sorted: a client may write the arguments back in another order).
+/// and input (keys sorted, numbers by their double value: a client may write the arguments back
+/// in another order, and a JavaScript one writes `60.0` back as `60` and `1e3` as `1000`).
 pub fn turn_print(text: &str, calls: &[Call]) -> String {
     fn sorted(v: &Value) -> Value {
         match v {
+            Value::Number(n) => match n.as_f64() {
+                Some(f) => Value::String(format!("\u{0}number {f}")),
+                None => v.clone(),
+            },
             Value::Object(m) => {
                 let mut keys: Vec<&String> = m.keys().collect();
                 keys.sort();
@@ -555,6 +560,43 @@ mod tests {
             turn_print("Reading only x.", &[a.clone(), b.clone()])
         );
         assert_ne!(print, turn_print("Reading.Both.", &[b, a]));
+    }
+
+    #[test]
+    fn a_turn_prints_the_same_when_a_client_writes_its_numbers_back_as_doubles() {
+        let call = |input: &str| Call {
+            id: "t1".into(),
+            name: "Bash".into(),
+            input: serde_json::from_str(input).expect("an object"),
+            raw_input: None,
+        };
+        let sent = turn_print(
+            "",
+            &[call(
+                r#"{"timeout": 60.0, "n": 1e3, "big": 9007199254740993}"#,
+            )],
+        );
+        let back = turn_print(
+            "",
+            &[call(
+                r#"{"timeout": 60, "n": 1000, "big": 9007199254740992}"#,
+            )],
+        );
+        assert_eq!(sent, back);
+        assert_ne!(
+            sent,
+            turn_print(
+                "",
+                &[call(
+                    r#"{"timeout": 61, "n": 1000, "big": 9007199254740992}"#
+                )]
+            )
+        );
+        // A number is not the string of its digits.
+        assert_ne!(
+            turn_print("", &[call(r#"{"timeout": 60}"#)]),
+            turn_print("", &[call(r#"{"timeout": "60"}"#)])
+        );
     }
 
     #[test]
