@@ -17,7 +17,9 @@
 //! A session without traffic for `[http] session_idle_secs` is closed, which drops its
 //! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
 //! runs during a silent tool call, which is why that setting must outlast the longest call. On
-//! Ctrl-C or SIGTERM every session still open is ended the same way before the server returns.
+//! Ctrl-C or SIGTERM every session still open is ended the same way before the server returns,
+//! [`ENDING_AT_ONCE`] at a time; a second Ctrl-C or SIGTERM returns at once, skipping the ends
+//! not yet done.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
@@ -28,6 +30,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
+use rmcp::model::{ClientNotification, JsonRpcMessage, JsonRpcNotification};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -43,6 +46,9 @@ use crate::session::{GatewaySession, SessionEnd};
 
 /// The largest request body, as rmcp's default `max_request_body_bytes`.
 const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// How many sessions' ends (and `session_end` hooks) run at once when the HTTP server stops.
+const ENDING_AT_ONCE: usize = 16;
 
 /// Serves one session over stdin/stdout until the client closes it, then ends the session
 /// (audit, `session_end` hooks) before returning, so the process does not exit under them.
@@ -68,7 +74,9 @@ pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
 
 /// A stdio transport that abandons the session's calls as soon as stdin closes: the client is
 /// gone, and rmcp would let them run on for seconds (to send answers nobody reads) before
-/// cancelling them, by which time the client may have killed the process.
+/// cancelling them, by which time the client may have killed the process. It also announces
+/// `notifications/initialized` to the session's end before rmcp hands it to its handler, so an
+/// end that comes right after it waits for the start (see [`SessionEnd`]).
 struct UntilEof<T> {
     inner: T,
     end: Arc<SessionEnd>,
@@ -86,8 +94,13 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for UntilEof<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         let message = self.inner.receive().await;
-        if message.is_none() {
-            self.end.abandon_calls();
+        match &message {
+            None => self.end.abandon_calls(),
+            Some(JsonRpcMessage::Notification(JsonRpcNotification {
+                notification: ClientNotification::InitializedNotification(_),
+                ..
+            })) => self.end.announce_start(),
+            Some(_) => {}
         }
         message
     }
@@ -99,29 +112,55 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for UntilEof<T> {
 
 /// The ends of the HTTP sessions still open.
 #[derive(Debug, Default)]
-struct OpenSessions(Mutex<Vec<Weak<SessionEnd>>>);
+struct OpenSessions {
+    ends: Mutex<Vec<Weak<SessionEnd>>>,
+    /// How many ends [`Self::end_all`] has still to finish, once it began.
+    unfinished: Mutex<Option<usize>>,
+}
 
 impl OpenSessions {
     fn add(&self, end: &Arc<SessionEnd>) {
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.ends.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|e| e.strong_count() > 0);
         open.push(Arc::downgrade(end));
     }
 
     fn open(&self) -> Vec<Arc<SessionEnd>> {
-        let open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let open = self.ends.lock().unwrap_or_else(|p| p.into_inner());
         open.iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// Ends every open session, all at once: its calls abandoned, its end recorded, its
-    /// `session_end` hooks run (within their timeouts). A session whose end is already running
-    /// (it was dropped) is waited for.
+    /// How many sessions' ends are not done yet.
+    fn unfinished(&self) -> usize {
+        let unfinished = *self.unfinished.lock().unwrap_or_else(|p| p.into_inner());
+        unfinished.unwrap_or_else(|| self.open().len())
+    }
+
+    /// Ends every open session, [`ENDING_AT_ONCE`] at a time: its calls abandoned, its end
+    /// recorded, its `session_end` hooks run (within their timeouts). A session whose end is
+    /// already running (it was dropped) is waited for.
     async fn end_all(&self) {
+        let open = self.open();
+        *self.unfinished.lock().unwrap_or_else(|p| p.into_inner()) = Some(open.len());
+        let slots = Arc::new(tokio::sync::Semaphore::new(ENDING_AT_ONCE));
         let mut ending = tokio::task::JoinSet::new();
-        for end in self.open() {
-            ending.spawn(async move { end.run().await });
+        for end in open {
+            let slots = slots.clone();
+            ending.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                end.run().await
+            });
         }
-        while ending.join_next().await.is_some() {}
+        while ending.join_next().await.is_some() {
+            if let Some(n) = self
+                .unfinished
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+            {
+                *n = n.saturating_sub(1);
+            }
+        }
     }
 }
 
@@ -189,20 +228,33 @@ pub async fn serve_http(
         )
         .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
+    let signals = signals();
+    let mut first = signals.clone();
     let closing = open.clone();
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            // Calls in flight are abandoned first, so that their records say why.
-            for end in closing.open() {
-                end.abandon_calls();
-            }
-            stop.cancel();
-        })
-        .await
-        .map_err(|e| err(e.to_string()));
-    open.end_all().await;
-    served
+    let served = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = first.wait_for(|n| *n >= 1).await;
+        // Calls in flight are abandoned first, so that their records say why.
+        for end in closing.open() {
+            end.abandon_calls();
+        }
+        stop.cancel();
+    });
+    let stopping = async {
+        let served = served.await.map_err(|e| err(e.to_string()));
+        open.end_all().await;
+        served
+    };
+    let mut second = signals;
+    tokio::select! {
+        served = stopping => served,
+        Ok(_) = second.wait_for(|n| *n >= 2) => {
+            tracing::warn!(
+                "a second signal: stopping now; the ends of {} sessions (their end records and session_end hooks) are skipped",
+                open.unfinished()
+            );
+            Ok(())
+        }
+    }
 }
 
 /// `GET /metrics`: the Prometheus text, server states as of now; 404 when this process records
@@ -384,19 +436,37 @@ fn jsonrpc_error(status: StatusCode, id: Value, code: i64, message: String) -> R
     r
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+/// How many times Ctrl-C or SIGTERM came since this was called. (The count never closes: a
+/// server that cannot listen for signals runs until it is killed.)
+fn signals() -> tokio::sync::watch::Receiver<u32> {
+    let (count, counted) = tokio::sync::watch::channel(0);
+    tokio::spawn(async move {
+        // The listeners are made once, so that no signal falls between two of them.
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::interrupt())
+                .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+            {
+                Ok((mut int, mut term)) => loop {
+                    let got = tokio::select! {
+                        got = int.recv() => got,
+                        got = term.recv() => got,
+                    };
+                    if got.is_none() {
+                        break;
+                    }
+                    count.send_modify(|n| *n += 1);
+                },
+                Err(e) => tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}"),
+            }
         }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+        #[cfg(not(unix))]
+        while tokio::signal::ctrl_c().await.is_ok() {
+            count.send_modify(|n| *n += 1);
+        }
+        let _count = count;
+        std::future::pending::<()>().await
+    });
+    counted
 }

@@ -9,10 +9,9 @@
 //! stage that refuses returns a typed [`Refusal`]; the tool result the model reads and the audit
 //! record are both derived from it here, in one place. Refusals are tool results with
 //! `isError: true` and a text that says how to recover; protocol errors are kept for requests
-//! that cannot be routed at all.
+//! that cannot be routed at all, or that come once their session is closing (see [`SessionEnd`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -94,6 +93,19 @@ enum Start {
     Done,
 }
 
+/// Whether a session has a start, as its end sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// No `notifications/initialized` yet.
+    No,
+    /// The transport passed one on, and its handler has not run yet.
+    Announced,
+    /// Its handler recorded the start (its `session_start` hooks may still run).
+    Started,
+    /// The end came first: the session has neither a start nor an end.
+    Never,
+}
+
 /// One client session.
 #[derive(Debug)]
 pub struct GatewaySession {
@@ -111,6 +123,19 @@ pub struct GatewaySession {
 /// `session_end` hooks, run once, and only for a session that started (an HTTP session that
 /// never finished its handshake has neither).
 ///
+/// A session has either both a start and an end, the end's record and hooks after the start's
+/// (which hold the session's requests, as a request does, until their hooks are done or timed
+/// out), or neither. The handler of `notifications/initialized` runs on a task of its own, so the
+/// end may come before it: if the transport announced the notification (stdio, see
+/// [`Self::announce_start`]), the end waits for that handler to record the start, up to
+/// [`INITIALIZED_WAIT`]; otherwise, or past that wait, the end records nothing and the handler,
+/// when it runs, records no start either. (An HTTP session's end runs when the session is
+/// dropped, after every task of it, so only the server shutting down can come first.)
+///
+/// While the end runs it holds the session's requests whole: a request that comes once the
+/// session is closing (its calls are being abandoned) is refused with a protocol error, runs no
+/// hook and has no audit record: nothing of a session is recorded after its end.
+///
 /// Dropping the session starts it on the runtime, which suffices for HTTP sessions (the server
 /// keeps running). The stdio server, and the HTTP server shutting down, must await it instead: a
 /// task spawned then dies with the runtime when the process exits.
@@ -118,7 +143,7 @@ pub struct GatewaySession {
 pub struct SessionEnd {
     hub: Arc<Hub>,
     id: String,
-    started: AtomicBool,
+    opened: tokio::sync::watch::Sender<Opened>,
     done: tokio::sync::Mutex<bool>,
     /// Set when the session ends: calls in flight are abandoned.
     closing: tokio::sync::watch::Sender<bool>,
@@ -129,25 +154,52 @@ pub struct SessionEnd {
 
 impl SessionEnd {
     /// Abandons the session's calls in flight (each is audited as `cancelled`) and runs the end,
-    /// unless that already happened or the session never started: records the end and runs the
-    /// `session_end` hooks.
+    /// unless that already happened or the session never started: waits for the requests still
+    /// running (the start among them), records the end and runs the `session_end` hooks.
     pub async fn run(&self) {
         let mut done = self.done.lock().await;
         self.abandon_calls();
-        if std::mem::replace(&mut *done, true) || !self.started.load(Ordering::SeqCst) {
+        if std::mem::replace(&mut *done, true) {
+            return;
+        }
+        if *self.opened.borrow() == Opened::Announced {
+            let mut opened = self.opened.subscribe();
+            let claimed = opened.wait_for(|o| *o != Opened::Announced);
+            if tokio::time::timeout(INITIALIZED_WAIT, claimed)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "session {}: its notifications/initialized was not handled within {}s of its end; it has neither a start nor an end",
+                    self.id,
+                    INITIALIZED_WAIT.as_secs()
+                );
+            }
+        }
+        let mut started = false;
+        self.opened.send_if_modified(|o| {
+            started = *o == Opened::Started;
+            if !started {
+                *o = Opened::Never;
+            }
+            !started
+        });
+        if !started {
             return;
         }
         let settle = self.settle_time();
-        if tokio::time::timeout(settle, self.requests.write())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "session {}: requests still running {}s after it ended; ending it anyway",
-                self.id,
-                settle.as_secs()
-            );
-        }
+        // Held until the end is done: requests still waiting for it are then refused.
+        let _all = match tokio::time::timeout(settle, self.requests.clone().write_owned()).await {
+            Ok(all) => Some(all),
+            Err(_) => {
+                tracing::warn!(
+                    "session {}: requests still running {}s after it ended; ending it anyway",
+                    self.id,
+                    settle.as_secs()
+                );
+                None
+            }
+        };
         self.record_end();
         let hooks = self.hub.compiled().hooks().of(HookEventKind::SessionEnd);
         if !hooks.is_empty() {
@@ -155,6 +207,23 @@ impl SessionEnd {
             let v = hooks::run(hooks, None, event).await;
             report_hook_failures(&self.hub, &self.id, &v, None);
         }
+    }
+
+    /// Says that the session's `notifications/initialized` came, before its handler runs: an
+    /// end that comes first then waits for the start.
+    pub fn announce_start(&self) {
+        self.opened.send_if_modified(|o| {
+            let first = *o == Opened::No;
+            if first {
+                *o = Opened::Announced;
+            }
+            first
+        });
+    }
+
+    /// Whether the session is closing: its calls are abandoned and new requests refused.
+    fn closing(&self) -> bool {
+        *self.closing.borrow()
     }
 
     /// Tells the session's calls in flight to give up their downstream call.
@@ -296,7 +365,7 @@ impl GatewaySession {
         let end = Arc::new(SessionEnd {
             hub: hub.clone(),
             id: id.clone(),
-            started: AtomicBool::new(false),
+            opened: tokio::sync::watch::Sender::new(Opened::No),
             done: tokio::sync::Mutex::new(false),
             closing: tokio::sync::watch::Sender::new(false),
             requests: Arc::default(),
@@ -366,6 +435,28 @@ impl GatewaySession {
             }
         }
         let _ = start.wait_for(|s| *s == Start::Done).await;
+    }
+
+    /// Takes a share of the session's requests for one request, which holds it while it runs.
+    /// A request that comes once the session is closing is refused (see [`SessionEnd`]).
+    async fn admit_request(&self) -> Result<tokio::sync::OwnedRwLockReadGuard<()>, ErrorData> {
+        let running = self.end.requests.clone().read_owned().await;
+        if self.end.closing() {
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "session {} has ended; its requests are no longer served (start a new session)",
+                    self.id
+                ),
+                None,
+            ));
+        }
+        Ok(running)
+    }
+
+    /// Whether the result of the call of `context` reaches nobody: the client cancelled it, or
+    /// the session is closing.
+    fn unread(&self, context: &RequestContext<RoleServer>) -> bool {
+        context.ct.is_cancelled() || self.end.closing()
     }
 
     /// Completes, saying why, when the call of `context` is to be abandoned: the session is
@@ -841,7 +932,10 @@ impl GatewaySession {
                 result = self.run_own(&snap, index, &params) => Ok(result),
             },
         };
-        self.local.lock().await.state.record_call(name);
+        // An abandoned call may never have been sent: it is not a use of the tool.
+        if !matches!(outcome, Err(CallFailure::Cancelled(_))) {
+            self.local.lock().await.state.record_call(name);
+        }
         let mut record = self.record(AuditKind::Call);
         record.requested = Some(echo(requested));
         record.via = Some(via);
@@ -1161,7 +1255,7 @@ tool_search, run them with defer_execute.",
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let _running = self.end.requests.clone().read_owned().await;
+        let _running = self.admit_request().await?;
         self.started().await;
         self.list(client_name(&context)).await?;
         // The gateway sees no model requests: each call of the session is a turn.
@@ -1173,9 +1267,9 @@ tool_search, run them with defer_execute.",
             DEFER_EXECUTE => self.defer_execute(args, &context).await,
             other => self.execute(other, args, Via::Direct, &context).await,
         };
-        // A result the client cancelled reaches nobody: the notice and the reminders wait for
-        // the next one.
-        if context.ct.is_cancelled() {
+        // A result that reaches nobody (the client cancelled it, or the session is closing)
+        // leaves the notice and the reminders for the next one.
+        if self.unread(&context) {
             return Ok(result.into());
         }
         let snap = self.snapshot().await;
@@ -1254,7 +1348,24 @@ tool_search, run them with defer_execute.",
     }
 
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {
-        self.end.started.store(true, Ordering::SeqCst);
+        // Held until the hooks are done, so that the end comes after them.
+        let _running = self.end.requests.clone().read_owned().await;
+        let mut first = false;
+        self.end.opened.send_if_modified(|o| {
+            first = matches!(o, Opened::No | Opened::Announced);
+            if first {
+                *o = Opened::Started;
+            }
+            first
+        });
+        if !first {
+            // The end came first: no start, and nothing waits for its hooks. (A repeated
+            // notification changes nothing.)
+            if *self.end.opened.borrow() == Opened::Never {
+                self.start.send_replace(Start::Done);
+            }
+            return;
+        }
         let mut r = self.record(AuditKind::Session);
         r.outcome = Some("start".into());
         let _ = self.hub.audit.append(&r);
@@ -1280,7 +1391,7 @@ impl Drop for GatewaySession {
             Err(_) => {
                 if let Ok(mut done) = self.end.done.try_lock()
                     && !std::mem::replace(&mut *done, true)
-                    && self.end.started.load(Ordering::SeqCst)
+                    && *self.end.opened.borrow() == Opened::Started
                 {
                     self.end.record_end();
                     tracing::warn!(
@@ -1290,5 +1401,79 @@ impl Drop for GatewaySession {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hub with no servers, its audit log in `dir`, with more configuration in `extra`.
+    fn hub(dir: &std::path::Path, extra: &str) -> Arc<Hub> {
+        let text = format!(
+            "[audit]\npath = {:?}\n[cache]\nenabled = false\n{extra}",
+            dir.join("audit.jsonl").display().to_string()
+        );
+        let config =
+            toolshelf_core::config::Config::from_toml_str(&text, "test").expect("a configuration");
+        Hub::start(crate::Settings {
+            config,
+            label: "test".into(),
+            mode: None,
+            lazy: true,
+            status_file: false,
+            restarts: false,
+            enrich: None,
+            runner: None,
+        })
+        .expect("a hub")
+    }
+
+    /// A request that waits while the end waits for the requests in flight gets through only
+    /// once the end's record and hooks are done, and is then refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_queued_behind_the_end_comes_after_it_and_is_refused() {
+        let dir = std::env::temp_dir().join(format!("toolshelf-end-holds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let (late, log) = (dir.join("late"), dir.join("log"));
+        // The end's hook waits up to 2 s for the late request to get through.
+        let script = format!(
+            "cat > /dev/null; i=0; while [ ! -e {late:?} ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; if [ -e {late:?} ]; then echo overlapped; else echo alone; fi >> {log:?}"
+        );
+        let hub = hub(
+            &dir,
+            &format!("[[hooks.session_end]]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n"),
+        );
+        let session = Arc::new(GatewaySession::new(hub));
+        let end = session.end();
+        end.opened.send_replace(Opened::Started);
+        let in_flight = end.requests.clone().read_owned().await;
+        let ending = tokio::spawn({
+            let end = end.clone();
+            async move { end.run().await }
+        });
+        // A queued writer leaves no share to take.
+        while end.requests.try_read().is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let waiting = tokio::spawn({
+            let (session, late) = (session.clone(), late.clone());
+            async move {
+                let admitted = session.admit_request().await.map(drop);
+                std::fs::write(&late, "").expect("the late request's mark");
+                admitted
+            }
+        });
+        drop(in_flight);
+        ending.await.expect("the end");
+        let admitted = waiting.await.expect("the late request");
+        assert_eq!(
+            std::fs::read_to_string(&log).expect("the hook's log"),
+            "alone\n"
+        );
+        let refused = admitted.expect_err("the late request is refused");
+        assert!(refused.message.contains("has ended"), "{refused:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

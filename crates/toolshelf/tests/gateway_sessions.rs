@@ -425,3 +425,190 @@ async fn stopping_the_http_server_ends_every_session() {
     // Both clients stayed connected until the gateway was gone.
     drop((busy, idle));
 }
+
+/// Runs `toolshelf serve` over stdio, writes `messages` (one JSON-RPC message a line), closes
+/// its stdin and waits for it to exit.
+fn stdio_then_eof(config: &str, messages: &[Value]) {
+    use std::io::Write;
+    let mut gateway = Reaped(
+        std::process::Command::new(TOOLSHELF)
+            .args(["serve", "--config", config])
+            .env("TOOLSHELF_LOG", "warn")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn toolshelf serve"),
+    );
+    let mut stdin = gateway.stdin.take().expect("stdin");
+    for m in messages {
+        writeln!(stdin, "{m}").expect("write a message");
+    }
+    drop(stdin);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while gateway.try_wait().expect("poll the gateway").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway did not exit when its stdin closed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The handshake of a raw stdio client.
+fn handshake() -> [Value; 2] {
+    [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}
+        }}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+}
+
+/// A client that closes stdin right after its handshake still gets a start and then an end: the
+/// end waits for the `session_start` hooks (here one that waits, until its timeout, for a file
+/// only the `session_end` hook writes), and the gateway exits only after both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_closed_right_after_its_handshake_ends_after_its_start() {
+    let s = Scratch::new("start-then-end");
+    let log = s.path("order.log");
+    let released = s.path("released");
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            test_server(),
+            files_sections(&s),
+            hook(
+                "session_start",
+                &format!(
+                    "cat > /dev/null; echo start >> {log:?}; while [ ! -e {released:?} ]; do sleep 0.1; done; echo started >> {log:?}"
+                ),
+                "timeout_secs = 3\n",
+            ),
+            hook(
+                "session_end",
+                &format!("cat > /dev/null; touch {released:?}; echo end >> {log:?}"),
+                "",
+            ),
+        ]
+        .concat(),
+    );
+    stdio_then_eof(&config, &handshake());
+    let audit = s.audit();
+    let seen: Vec<String> = audit
+        .iter()
+        .filter(|r| r["kind"] == "session" || r["kind"] == "hook_error")
+        .map(|r| match r["kind"].as_str() {
+            Some("session") => format!("session {}", r["outcome"].as_str().unwrap_or("?")),
+            _ => r["detail"]
+                .as_str()
+                .unwrap_or("?")
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" "),
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        ["session start", "hook session_start[0]", "session end"],
+        "{audit:#?}"
+    );
+    let order = std::fs::read_to_string(&log).expect("the hooks' log");
+    assert_eq!(order.lines().collect::<Vec<_>>(), ["start", "end"]);
+}
+
+/// A call that is abandoned is no use of its tool: it does not refresh the tool's activation,
+/// so the tool expires as if the call had never been made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_does_not_keep_its_tool_loaded() {
+    let s = Scratch::new("cancel-expiry");
+    let running = s.path("running");
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            format!(
+                "[servers.test]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = 600\n[session]\nactivation_ttl_calls = 1\n",
+                fixture("test_server.py")
+            ),
+            files_sections(&s),
+            hook(
+                "pre_call",
+                &format!("cat > /dev/null; touch {running:?}"),
+                "tools = \"^mcp__test__sleep$\"\n",
+            ),
+        ]
+        .concat(),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__test__sleep"]})).await); // turn 1
+    let call = start_sleep(&client, 30).await; // turn 2
+    wait_for("the call to pass its pre_call hook", || async {
+        std::path::Path::new(&running).exists()
+    })
+    .await;
+    ok(&search(&client, json!({"tool_names": ["mcp__test__ping"]})).await); // turn 3
+    call.cancel(Some("the test cancels it".into()))
+        .await
+        .expect("cancel");
+    wait_for("the cancelled call's audit record", || async {
+        !calls_of(&s, "mcp__test__sleep").is_empty()
+    })
+    .await;
+    // Turn 4: last used at turn 1 (its search), so expired.
+    let e = err(&exec(&client, "mcp__test__sleep", json!({"secs": 0})).await);
+    assert!(
+        e.starts_with("mcp__test__sleep was not run: its schema was loaded in this session but the tool has not been used for 3 turns"),
+        "{e}"
+    );
+    client.cancel().await.expect("close");
+}
+
+/// A second SIGTERM while the server waits for its sessions' ends stops it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_stops_the_http_server_at_once() {
+    let s = Scratch::new("http-stop-twice");
+    let ending = s.path("ending");
+    let config = s.write(
+        "toolshelf.toml",
+        &[
+            test_server(),
+            files_sections(&s),
+            hook(
+                "session_end",
+                &format!("cat > /dev/null; touch {ending:?}; exec sleep 300"),
+                "timeout_secs = 300\n",
+            ),
+        ]
+        .concat(),
+    );
+    let (mut gateway, url) = http_gateway(&config);
+    let client = http_client(&url, TestClient::default()).await;
+    assert_eq!(
+        ok(&exec(&client, "mcp__test__ping", json!({})).await),
+        "pong"
+    );
+    let term = || {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &gateway.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+    };
+    term();
+    wait_for("the session_end hook to run", || async {
+        std::path::Path::new(&ending).exists()
+    })
+    .await;
+    term();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while gateway.try_wait().expect("poll the gateway").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway did not exit on the second SIGTERM"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(client);
+}
