@@ -320,8 +320,9 @@ impl Default for SearchConfig {
 }
 
 /// `[servers.NAME]`: one downstream MCP server, over stdio (`command`) or streamable HTTP
-/// (`url`). Strings in `command`, `args`, `env`, `cwd` and `url` may use `${VAR}`,
-/// `${VAR:-default}` and a leading `~/`; the gateway expands them when it starts the server.
+/// (`url`). Strings in `command`, `args`, `env`, `cwd`, `url` and `headers` may use `${VAR}`
+/// (or `${env:VAR}`), `${VAR:-default}` and a leading `~/`; the gateway expands them when it
+/// starts the server.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
@@ -337,6 +338,10 @@ pub struct ServerConfig {
     pub cwd: Option<String>,
     /// Streamable HTTP endpoint (instead of `command`).
     pub url: Option<String>,
+    /// HTTP headers sent with every request to `url` (`Authorization = "Bearer ${TOKEN}"`).
+    /// Their values are secrets: no message shows them.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
     /// What the server is for; heads its group in the index (default: the server's own
     /// instructions, first line).
     pub description: Option<String>,
@@ -807,30 +812,58 @@ impl Config {
                     return Err(err(format!("{at}.args: expected an array, found {other}")));
                 }
             };
-            let env = match obj.get("env") {
-                None | Some(serde_json::Value::Null) => BTreeMap::new(),
-                Some(serde_json::Value::Object(m)) => m
-                    .iter()
-                    .map(|(k, v)| match v {
-                        serde_json::Value::String(s) => Ok((k.clone(), s.clone())),
-                        other => Err(err(format!(
-                            "{at}.env.{k}: expected a string, found {other}"
-                        ))),
-                    })
-                    .collect::<Result<_>>()?,
-                Some(other) => {
-                    return Err(err(format!("{at}.env: expected an object, found {other}")));
+            let map = |key: &str| -> Result<BTreeMap<String, String>> {
+                match obj.get(key) {
+                    None | Some(serde_json::Value::Null) => Ok(BTreeMap::new()),
+                    Some(serde_json::Value::Object(m)) => m
+                        .iter()
+                        .map(|(k, v)| match v {
+                            serde_json::Value::String(s) => Ok((k.clone(), s.clone())),
+                            // Header values are secrets: the message leaves them out.
+                            _ if key == "headers" => {
+                                Err(err(format!("{at}.{key}.{k}: expected a string")))
+                            }
+                            other => Err(err(format!(
+                                "{at}.{key}.{k}: expected a string, found {other}"
+                            ))),
+                        })
+                        .collect(),
+                    Some(other) => Err(err(format!(
+                        "{at}.{key}: expected an object, found {other}"
+                    ))),
                 }
             };
-            match string("type")?.as_deref() {
-                None | Some("stdio" | "http" | "streamable-http" | "streamableHttp") => {}
+            let env = map("env")?;
+            let headers = map("headers")?;
+            let disabled = match obj.get("disabled") {
+                None | Some(serde_json::Value::Null) => false,
+                Some(serde_json::Value::Bool(b)) => *b,
                 Some(other) => {
                     return Err(err(format!(
-                        "{at}.type: {other:?} is not supported (use \"stdio\" or \"http\", streamable HTTP)"
+                        "{at}.disabled: expected true or false, found {other}"
                     )));
                 }
-            }
-            let disabled = obj.get("disabled").and_then(serde_json::Value::as_bool) == Some(true);
+            };
+            let kind = string("type")?;
+            let kind_problem = match kind.as_deref() {
+                None => None,
+                Some("stdio") if obj.contains_key("url") => Some(format!(
+                    "{at}: \"type\": \"stdio\" runs a command, but the entry sets url; use \
+\"type\": \"http\" for a URL, or give command instead"
+                )),
+                Some(k @ ("http" | "streamable-http" | "streamableHttp"))
+                    if obj.contains_key("command") =>
+                {
+                    Some(format!(
+                        "{at}: \"type\": {k:?} connects to a URL, but the entry sets command; use \
+\"type\": \"stdio\" for a command, or give url instead"
+                    ))
+                }
+                Some("stdio" | "http" | "streamable-http" | "streamableHttp") => None,
+                Some(other) => Some(format!(
+                    "{at}.type: {other:?} is not supported (use \"stdio\" or \"http\", streamable HTTP)"
+                )),
+            };
             for key in obj.keys() {
                 if !matches!(
                     key.as_str(),
@@ -839,6 +872,7 @@ impl Config {
                         | "env"
                         | "cwd"
                         | "url"
+                        | "headers"
                         | "type"
                         | "description"
                         | "disabled"
@@ -854,6 +888,7 @@ impl Config {
                 env,
                 cwd: string("cwd")?,
                 url: string("url")?,
+                headers,
                 description: string("description")?,
                 startup_timeout_secs: default_startup_timeout(),
                 call_timeout_secs: None,
@@ -861,12 +896,34 @@ impl Config {
                 enabled: !disabled,
                 description_template: None,
             };
-            server.check().map_err(|e| err(format!("{at}: {e}")))?;
-            out.insert(name.clone(), server);
+            let problem =
+                kind_problem.or_else(|| server.check().err().map(|e| format!("{at}: {e}")));
+            match problem {
+                None => {
+                    out.insert(name.clone(), server);
+                }
+                // Clients keep entries toolshelf cannot run (`"type": "sse"`) switched off: a
+                // disabled one is skipped, not judged.
+                Some(problem) if disabled => warnings.push(format!(
+                    "{source_name}: {at} is disabled and skipped ({problem})"
+                )),
+                Some(problem) => return Err(err(problem)),
+            }
         }
         Ok((out, warnings))
     }
 }
+
+/// Headers the MCP HTTP transport sets itself, which `headers` may not replace.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
 
 impl ServerConfig {
     /// Checks one server section; the message names the key.
@@ -893,6 +950,37 @@ impl ServerConfig {
         {
             return Err("args, env and cwd apply to command servers only, not to url".into());
         }
+        if self.command.is_some() && !self.headers.is_empty() {
+            return Err(
+                "headers apply to url servers only; give a command server its secrets in env"
+                    .into(),
+            );
+        }
+        let mut seen: Vec<String> = Vec::new();
+        for (name, value) in &self.headers {
+            let lower = name.to_ascii_lowercase();
+            if seen.contains(&lower) {
+                return Err(format!(
+                    "headers: {name:?} is given twice (header names ignore case); keep one"
+                ));
+            }
+            seen.push(lower);
+            // A value is checked as written; one from a variable is checked when it is sent.
+            if value.chars().any(|c| c.is_control() || !c.is_ascii()) {
+                return Err(format!(
+                    "headers: the value of {name:?} holds a control or non-ASCII character, which HTTP does not carry"
+                ));
+            }
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if name.is_empty() || !name.bytes().all(token) {
+                return Err(format!("headers: {name:?} is not a valid HTTP header name"));
+            }
+            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                return Err(format!(
+                    "headers: {name:?} is set by the MCP transport itself; leave it out"
+                ));
+            }
+        }
         if self.startup_timeout_secs == 0 {
             return Err("startup_timeout_secs must be at least 1".into());
         }
@@ -904,8 +992,10 @@ impl ServerConfig {
 }
 
 /// Expands `${VAR}`, `${VAR:-default}` and a leading `~/` (with `HOME`) in `text`, looking
-/// variables up with `lookup`. An unset variable without a default is an error naming it, so a
-/// missing install prefix fails at start-up with its name instead of as "file not found".
+/// variables up with `lookup`; `${env:VAR}` (Cursor's spelling) is `${VAR}`. An unset variable
+/// without a default is an error naming it, so a missing install prefix fails at start-up with
+/// its name instead of as "file not found". A variable set to the empty string is set (`env`
+/// may pass an empty value on); `:-` takes the default for it too, as the shell does.
 pub fn expand(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
@@ -928,7 +1018,9 @@ pub fn expand(
             Some((n, d)) => (n, Some(d)),
             None => (body, None),
         };
-        match (lookup(name).filter(|v| !v.is_empty()), default) {
+        let name = name.strip_prefix("env:").unwrap_or(name);
+        let value = lookup(name).filter(|v| default.is_none() || !v.is_empty());
+        match (value, default) {
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(&expand(d, lookup)?),
             (None, None) => {
@@ -1149,6 +1241,100 @@ mod tests {
     }
 
     #[test]
+    fn mcp_json_headers_are_read_and_kept_out_of_messages() {
+        let (servers, warnings) = Config::servers_from_mcp_json(
+            r#"{"mcpServers": {"gh": {"type": "http", "url": "https://h/mcp",
+                "headers": {"Authorization": "Bearer ${GH_TOKEN}"}}}}"#,
+            "mcp.json",
+        )
+        .expect("mcp.json");
+        assert_eq!(servers["gh"].headers["Authorization"], "Bearer ${GH_TOKEN}");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let e = Config::servers_from_mcp_json(
+            r#"{"mcpServers": {"gh": {"url": "https://h/mcp", "headers": {"X-Key": 12345678}}}}"#,
+            "mcp.json",
+        )
+        .expect_err("number")
+        .to_string();
+        assert!(
+            e.contains("mcpServers.gh.headers.X-Key: expected a string"),
+            "{e}"
+        );
+        assert!(!e.contains("12345678"), "{e}");
+    }
+
+    #[test]
+    fn mcp_json_entries_are_not_misread() {
+        for (text, expected) in [
+            (
+                r#"{"mcpServers": {"off": {"command": "x", "disabled": "true"}}}"#,
+                "mcpServers.off.disabled: expected true or false, found \"true\"",
+            ),
+            (
+                r#"{"mcpServers": {"typed": {"type": "http", "command": "x"}}}"#,
+                "mcpServers.typed: \"type\": \"http\" connects to a URL, but the entry sets command",
+            ),
+            (
+                r#"{"mcpServers": {"su": {"type": "stdio", "url": "http://h/mcp"}}}"#,
+                "mcpServers.su: \"type\": \"stdio\" runs a command, but the entry sets url",
+            ),
+        ] {
+            let e = Config::servers_from_mcp_json(text, "mcp.json")
+                .expect_err(text)
+                .to_string();
+            assert!(
+                e.starts_with("mcp.json: ") && e.contains(expected),
+                "{e:?} lacks {expected:?}"
+            );
+        }
+        let (servers, warnings) = Config::servers_from_mcp_json(
+            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse", "disabled": true},
+                "t": {"command": "x"}}}"#,
+            "mcp.json",
+        )
+        .expect("a disabled entry is not judged");
+        assert_eq!(servers.keys().collect::<Vec<_>>(), ["t"]);
+        assert!(
+            warnings.len() == 1 && warnings[0].contains("mcpServers.old is disabled and skipped"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn server_headers_are_checked() {
+        let c = parse(
+            "[servers.gh]\nurl = \"https://h/mcp\"\nheaders = { Authorization = \"Bearer ${T}\" }\n",
+        )
+        .expect("headers");
+        assert_eq!(c.servers["gh"].headers["Authorization"], "Bearer ${T}");
+        for (text, expected) in [
+            (
+                "[servers.a]\ncommand = \"x\"\nheaders = { A = \"b\" }",
+                "[servers.a] headers apply to url servers only",
+            ),
+            (
+                "[servers.a]\nurl = \"http://h\"\nheaders = { \"A B\" = \"b\" }",
+                "\"A B\" is not a valid HTTP header name",
+            ),
+            (
+                "[servers.a]\nurl = \"http://h\"\nheaders = { Accept = \"b\" }",
+                "\"Accept\" is set by the MCP transport itself",
+            ),
+            (
+                "[servers.a]\nurl = \"http://h\"\nheaders = { X-Key = \"a\", x-key = \"b\" }",
+                "\"x-key\" is given twice (header names ignore case)",
+            ),
+            (
+                "[servers.a]\nurl = \"http://h\"\nheaders = { X-Key = \"caf\u{e9}\" }",
+                "the value of \"X-Key\" holds a control or non-ASCII character",
+            ),
+        ] {
+            let e = parse(text).expect_err(text).to_string();
+            assert!(e.contains(expected), "{e:?} lacks {expected:?}");
+        }
+    }
+
+    #[test]
     fn expand_substitutes_variables_and_home() {
         let env = |k: &str| match k {
             "HOME" => Some("/home/u".to_owned()),
@@ -1164,6 +1350,16 @@ mod tests {
             "/home/u/.cache/y"
         );
         assert_eq!(expand("plain", &env).expect("ok"), "plain");
+        assert_eq!(expand("${env:P}/x", &env).expect("ok"), "/opt/p/x");
+        assert_eq!(expand("${env:Q:-d}", &env).expect("ok"), "d");
+        assert!(
+            expand("${env:Q}", &env)
+                .expect_err("unset")
+                .contains("environment variable Q is not set")
+        );
+        let empty = |k: &str| (k == "E").then(String::new);
+        assert_eq!(expand("[${E}]", &empty).expect("set but empty"), "[]");
+        assert_eq!(expand("${E:-d}", &empty).expect("default"), "d");
         assert!(
             expand("${Q}", &env)
                 .expect_err("unset")

@@ -200,6 +200,76 @@ pub fn longest_silent_call_secs(config: &Config) -> u64 {
         .saturating_add(hook_secs(&hooks.post_call).max(hook_secs(&hooks.call_failed)))
 }
 
+/// `url` fit for a message: its userinfo and query, where tokens go, become `…`
+/// (`http://…@host/mcp?…`), and a fragment is dropped to `#…`.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let host = match authority.rfind('@') {
+        Some(at) => format!("…@{}", &authority[at + 1..]),
+        None => authority.to_owned(),
+    };
+    let (path, extra) = tail.split_at(tail.find(['?', '#']).unwrap_or(tail.len()));
+    let hidden = match extra.chars().next() {
+        Some('?') => "?…",
+        Some(_) => "#…",
+        None => "",
+    };
+    format!("{scheme}{host}{path}{hidden}")
+}
+
+/// Secrets shorter than this are not searched for in messages: replacing a one- or
+/// two-character value everywhere would garble the message and hide nothing.
+const MIN_SECRET_CHARS: usize = 4;
+/// The shortest query value searched for on its own (the whole query always is).
+const MIN_QUERY_VALUE_CHARS: usize = 8;
+
+/// `text` with what it may quote of a server's secrets hidden: `url` (the whole URL, as
+/// [`redact_url`] shows it, and its userinfo, query and query values on their own, since library
+/// errors quote them) and each of `secrets` (header values; for `Bearer TOKEN` the token too).
+pub fn scrub(text: &str, url: Option<&str>, secrets: &[String]) -> String {
+    let mut out = text.to_owned();
+    let mut needles: Vec<String> = Vec::new();
+    if let Some(url) = url {
+        out = out.replace(url, &redact_url(url));
+        let rest = url.split_once("://").map_or(url, |(_, r)| r);
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            needles.push(userinfo.to_owned());
+            needles.extend(userinfo.split_once(':').map(|(_, pw)| pw.to_owned()));
+        }
+        if let Some((_, query)) = url.split_once('?') {
+            let query = query.split('#').next().unwrap_or_default();
+            needles.push(query.to_owned());
+            // A query value on its own only when it is long enough to be a token:
+            // `transport=http` must not hide every "http" of the message.
+            needles.extend(
+                query
+                    .split('&')
+                    .filter_map(|kv| kv.split_once('=').map(|(_, v)| v.to_owned()))
+                    .filter(|v| v.chars().count() >= MIN_QUERY_VALUE_CHARS),
+            );
+        }
+    }
+    for secret in secrets {
+        needles.push(secret.clone());
+        needles.extend(
+            secret
+                .split_once(' ')
+                .map(|(_, token)| token.trim().to_owned()),
+        );
+    }
+    needles.retain(|n| n.chars().count() >= MIN_SECRET_CHARS);
+    needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    for needle in needles {
+        out = out.replace(&needle, "…");
+    }
+    out
+}
+
 impl Listener {
     /// Checks `[http]` of `config`; errors name the key.
     pub fn new(config: &Config) -> Result<Self, String> {
@@ -316,6 +386,42 @@ impl Listener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_are_shown_without_userinfo_or_query() {
+        for (url, shown) in [
+            (
+                "http://127.0.0.1:9/mcp?api_key=sk-LEAKME",
+                "http://127.0.0.1:9/mcp?…",
+            ),
+            ("https://u:pw@h.example/x#frag", "https://…@h.example/x#…"),
+            ("https://h.example?t=1", "https://h.example?…"),
+            ("http://127.0.0.1:9/mcp", "http://127.0.0.1:9/mcp"),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+    }
+
+    #[test]
+    fn scrub_hides_urls_query_values_and_header_values() {
+        let url = "http://me:hunter22@127.0.0.1:9/mcp?api_key=sk-LEAKME&v=2";
+        let text = format!(
+            "initialize at {url} failed: url: \"http://127.0.0.1:9/mcp?api_key=sk-LEAKME&v=2\", \
+             password hunter22, token sk-LEAKME, header Bearer ghp_SECRET, bare ghp_SECRET"
+        );
+        let out = scrub(&text, Some(url), &["Bearer ghp_SECRET".to_owned()]);
+        for secret in ["sk-LEAKME", "hunter22", "ghp_SECRET"] {
+            assert!(!out.contains(secret), "{out}");
+        }
+        assert!(
+            out.contains("initialize at http://…@127.0.0.1:9/mcp?… failed"),
+            "{out}"
+        );
+        // A short query value is not a token: the words it spells stay.
+        let url = "https://h.example/mcp?transport=http";
+        let out = scrub("connecting over http failed", Some(url), &[]);
+        assert_eq!(out, "connecting over http failed");
+    }
 
     fn listener(http: &str) -> Result<Listener, String> {
         let config = Config::from_toml_str(http, "test.toml").map_err(|e| e.to_string())?;

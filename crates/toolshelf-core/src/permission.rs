@@ -118,6 +118,18 @@ impl ArgGlob {
     }
 }
 
+/// The alternatives of a rule written as a regex group after a name prefix, like
+/// `^mcp__git__git_(reset|checkout)` or `^mcp__git__git(_reset|_checkout)`: the parenthesised
+/// text is only word characters separated by `|`. Argument globs with `|` (`Bash(ls | grep *)`)
+/// have spaces, `=` or wildcards, so they do not take this shape; a glob that would match only
+/// the literal text `a|b` is taken for the regex it looks like.
+fn regex_alternation<'a>(_name: &str, inner: &'a str) -> Option<Vec<&'a str>> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let shaped = inner.contains('|') && inner.chars().all(|c| word(c) || c == '|');
+    let alternatives: Vec<&str> = inner.split('|').collect();
+    (shaped && alternatives.iter().all(|a| !a.is_empty())).then_some(alternatives)
+}
+
 /// One compiled rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermissionRule {
@@ -148,6 +160,20 @@ a tool-name pattern cannot use regex groups here (write one rule per alternative
             }
             None => (t, None),
         };
+        if let Some(alternatives) = inner.and_then(|inner| regex_alternation(pattern, inner)) {
+            let rules: Vec<String> = alternatives
+                .iter()
+                .map(|a| format!("{:?}", format!("{pattern}{a}")))
+                .collect();
+            return Err(format!(
+                "{label}: \"({})\" reads as an argument glob, not as regex alternation: tool-name \
+patterns are globs anchored with ^ and $ (* any run, ? one character); write one rule per \
+alternative ({}) or a glob ({:?})",
+                inner.unwrap_or_default(),
+                rules.join(", "),
+                format!("{pattern}*")
+            ));
+        }
         let pattern = Pattern::new(pattern).map_err(|e| format!("{label}: {e}"))?;
         let args = inner
             .map(ArgGlob::parse)
@@ -463,6 +489,40 @@ mod tests {
     }
 
     #[test]
+    fn argument_globs_with_a_bar_still_parse() {
+        let p = perms(
+            &[],
+            &[],
+            &[
+                "^mcp__sh__run(ls | grep *)",
+                "^mcp__x__(mode=a|b)",
+                "^mcp__y__(a|b*)",
+            ],
+            Action::Allow,
+        );
+        let run = tool("mcp__sh__run");
+        assert_eq!(
+            p.check(&run, &params(json!({"cmd": "ls | grep foo"})))
+                .action,
+            Action::Deny
+        );
+        assert_eq!(
+            p.check(&run, &params(json!({"cmd": "ls"}))).action,
+            Action::Allow
+        );
+        assert_eq!(
+            p.check(&tool("mcp__x__t"), &params(json!({"mode": "a|b"})))
+                .action,
+            Action::Deny
+        );
+        assert_eq!(
+            p.check(&tool("mcp__y__t"), &params(json!({"q": "a|b"})))
+                .action,
+            Action::Deny
+        );
+    }
+
+    #[test]
     fn bad_rules_are_named() {
         for (rule, expected) in [
             ("x(", "the first \"(\" opens the argument glob"),
@@ -474,6 +534,18 @@ mod tests {
             ("x()", "empty argument glob"),
             ("x(k=)", "empty argument glob after k="),
             ("x(file:k=)", "empty argument glob after k="),
+            (
+                "^mcp__git__git_(reset|checkout)",
+                "not as regex alternation: tool-name patterns are globs anchored with ^ and $",
+            ),
+            (
+                "^mcp__git__git_(reset|checkout)",
+                "(\"^mcp__git__git_reset\", \"^mcp__git__git_checkout\") or a glob (\"^mcp__git__git_*\")",
+            ),
+            (
+                "^mcp__git__git(_reset|_checkout)",
+                "(\"^mcp__git__git_reset\", \"^mcp__git__git_checkout\")",
+            ),
         ] {
             let e = Permissions::new(
                 &PermissionsConfig {

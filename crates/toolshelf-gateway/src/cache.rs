@@ -27,10 +27,16 @@ pub fn config_key(label: &str) -> String {
 
 /// A fingerprint of what launches a server; tools cached under another fingerprint are ignored.
 pub fn fingerprint(server: &ServerConfig) -> String {
-    short_hash(&format!(
+    let mut settings = format!(
         "{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}",
         server.command, server.args, server.env, server.cwd, server.url
-    ))
+    );
+    // Headers (a token can decide which tools a server lists) only when set, so that the
+    // fingerprints of servers without them stay as they were.
+    if !server.headers.is_empty() {
+        settings.push_str(&format!("\u{0}{:?}", server.headers));
+    }
+    short_hash(&settings)
 }
 
 /// One server's cached tools.
@@ -193,5 +199,20 @@ mod tests {
         );
         b.args.push("y".into());
         assert_ne!(fingerprint(&a), fingerprint(&b));
+        let http: ServerConfig = toml::from_str("url = \"http://h/mcp\"").expect("http");
+        let mut token = http.clone();
+        token
+            .headers
+            .insert("Authorization".into(), "Bearer t".into());
+        assert_ne!(
+            fingerprint(&http),
+            fingerprint(&token),
+            "a header can change the tools"
+        );
+        // Without headers a fingerprint is what it was before headers existed.
+        assert_eq!(
+            fingerprint(&http),
+            short_hash("None\u{0}[]\u{0}{}\u{0}None\u{0}Some(\"http://h/mcp\")")
+        );
     }
 }

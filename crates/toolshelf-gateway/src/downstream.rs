@@ -31,10 +31,12 @@ use rmcp::service::{
     NotificationContext, PeerRequestOptions, RunningServiceCancellationToken, ServiceError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
 use toolshelf_core::config::{ServerConfig, expand};
+use toolshelf_core::http::{redact_url, scrub};
 use toolshelf_core::invoke::CallFailure;
 
 use crate::hub::{Events, HubEvent};
@@ -305,7 +307,7 @@ impl Downstream {
         tracing::info!(server = %self.name, "starting");
         let secs = self.config.startup_timeout_secs;
         let result = match tokio::time::timeout(Duration::from_secs(secs), self.connect()).await {
-            Ok(r) => r,
+            Ok(r) => r.map_err(|e| self.scrub(&e)),
             Err(_) => Err(format!(
                 "did not start within {secs}s (startup_timeout_secs)"
             )),
@@ -377,8 +379,24 @@ impl Downstream {
                     }
                     cmd.current_dir(cwd);
                 }
-                let process = ChildTransport::spawn(&self.name, cmd, fault.clone())
-                    .map_err(|e| format!("cannot run {program:?}: {e}"))?;
+                let process =
+                    ChildTransport::spawn(&self.name, cmd, fault.clone()).map_err(|e| {
+                        // `command = "python3 server.py"` names a program with a space in it.
+                        let hint = match program.split_once(' ') {
+                            Some((first, rest))
+                                if e.kind() == std::io::ErrorKind::NotFound
+                                    && self.config.args.is_empty() =>
+                            {
+                                format!(
+                                    "; command is one program, its arguments go in args: \
+command = {first:?}, args = {:?}",
+                                    rest.split_whitespace().collect::<Vec<_>>()
+                                )
+                            }
+                            _ => String::new(),
+                        };
+                        format!("cannot run {program:?}: {e}{hint}")
+                    })?;
                 let pid = process.pid();
                 let service = match handler.serve(process).await {
                     Ok(service) => service,
@@ -388,15 +406,36 @@ impl Downstream {
             }
             (None, Some(url)) => {
                 let url = expand(url, &env)?;
-                let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+                let mut headers = std::collections::HashMap::new();
+                for (name, value) in &self.config.headers {
+                    let header = axum::http::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| format!("headers: {name:?} is not a valid header name"))?;
+                    // The message leaves the value out: it is a secret.
+                    let mut value = axum::http::HeaderValue::from_str(&expand(value, &env)?)
+                        .map_err(|_| {
+                            format!(
+                                "headers: the value of {name:?} is not a valid HTTP header value \
+(after ${{VAR}} expansion)"
+                            )
+                        })?;
+                    value.set_sensitive(true);
+                    headers.insert(header, value);
+                }
+                let transport = StreamableHttpClientTransport::from_config(
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .custom_headers(headers),
+                );
                 let service = match handler.serve(transport).await {
                     Ok(service) => service,
                     Err(e) => {
                         let why = match unreachable(&url).await {
                             Some(why) => why,
-                            None => toolshelf_runtime::with_causes(&e),
+                            None => {
+                                let why = toolshelf_runtime::with_causes(&e);
+                                refused_access(&why).unwrap_or(why)
+                            }
                         };
-                        return Err(format!("initialize at {url} failed: {why}"));
+                        return Err(format!("initialize at {} failed: {why}", redact_url(&url)));
                     }
                 };
                 (service, None)
@@ -440,6 +479,7 @@ impl Downstream {
                 .explain(format!("the server closed the connection ({reason:?})"))
                 .await;
             if let Some(me) = me.upgrade() {
+                let why = me.scrub(&why);
                 me.on_closed(generation, why);
             }
         });
@@ -511,7 +551,11 @@ impl Downstream {
                 tracing::info!(server = %self.name, "tool list changed");
                 self.changed(true);
             }
-            Err(e) => tracing::warn!(server = %self.name, "re-listing tools failed: {e}"),
+            Err(e) => tracing::warn!(
+                server = %self.name,
+                "re-listing tools failed: {}",
+                self.scrub(&e)
+            ),
         }
     }
 
@@ -568,18 +612,19 @@ impl Downstream {
             Ok(Ok(_)) => Err(CallFailure::Protocol(
                 "the server asked for client input or created a task; toolshelf passes on only complete results".into(),
             )),
+            // A server's own error may echo what it was sent, a token among it.
             Ok(Err(ServiceError::McpError(e))) if is_unreadable_reply(&e) => {
-                Err(CallFailure::Protocol(e.message.into_owned()))
+                Err(CallFailure::Protocol(self.scrub(&e.message)))
             }
-            Ok(Err(ServiceError::McpError(e))) => Err(CallFailure::Protocol(format!(
+            Ok(Err(ServiceError::McpError(e))) => Err(CallFailure::Protocol(self.scrub(&format!(
                 "the server answered with error {}: {}",
                 e.code.0, e.message
-            ))),
+            )))),
             Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
-                let fallback = format!(
+                let fallback = self.scrub(&format!(
                     "server {:?} closed the connection during the call ({e})",
                     self.name
-                );
+                ));
                 let why = match fault {
                     Some(fault) => fault.explain(fallback).await,
                     None => fallback,
@@ -590,8 +635,28 @@ impl Downstream {
                     without_last_words(&why)
                 )))
             }
-            Ok(Err(e)) => Err(CallFailure::Protocol(e.to_string())),
+            Ok(Err(e)) => {
+                let why = self.scrub(&e.to_string());
+                Err(CallFailure::Protocol(refused_access(&why).unwrap_or(why)))
+            }
         }
+    }
+
+    /// `text` fit for a message, a log line or the status: this server's URL with its userinfo
+    /// and query hidden, and its header values left out (library errors quote both).
+    fn scrub(&self, text: &str) -> String {
+        let Some(raw) = &self.config.url else {
+            return text.to_owned();
+        };
+        let env = |k: &str| std::env::var(k).ok();
+        let url = expand(raw, &env).unwrap_or_else(|_| raw.clone());
+        let mut secrets = Vec::new();
+        for value in self.config.headers.values() {
+            secrets.push(value.clone());
+            secrets.extend(expand(value, &env).ok());
+        }
+        let out = scrub(text, Some(&url), &secrets);
+        scrub(&out, Some(raw), &[])
     }
 
     /// Closes the connection (the child process is killed when its transport drops).
@@ -608,6 +673,27 @@ impl Downstream {
             t.cancel();
         }
     }
+}
+
+/// A plain reading of an HTTP server's refusal (401 or 403, as rmcp reports them in `why`).
+fn refused_access(why: &str) -> Option<String> {
+    let status = if why.contains("Auth required")
+        || why.contains("authorization required")
+        || why.contains("HTTP 401")
+    {
+        "401 Unauthorized"
+    } else if why.contains("Insufficient scope")
+        || why.contains("insufficient scope")
+        || why.contains("HTTP 403")
+    {
+        "403 Forbidden"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the server answered {status}: check its headers/token ([servers.NAME] headers, or \
+\"headers\" in mcp.json)"
+    ))
 }
 
 /// Why nothing listens at `url`'s host and port (`cannot connect to 127.0.0.1:9: Connection
@@ -719,6 +805,36 @@ impl ClientHandler for DownstreamClient {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         if let Some(server) = self.server.upgrade() {
             server.list_changed(context.peer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_read_in_plain_words() {
+        for (why, status) in [
+            (
+                "Send message error Transport [rmcp::transport::worker::WorkerTransport<X>] error: Auth required",
+                Some("401 Unauthorized"),
+            ),
+            (
+                "unexpected server response: HTTP 403 Forbidden: no",
+                Some("403 Forbidden"),
+            ),
+            ("Transport closed", None),
+        ] {
+            let plain = refused_access(why);
+            assert_eq!(
+                plain.as_deref().map(|p| p.contains(&format!(
+                    "the server answered {}: check its headers/token",
+                    status.unwrap_or_default()
+                ))),
+                status.map(|_| true),
+                "{why}: {plain:?}"
+            );
         }
     }
 }

@@ -341,6 +341,8 @@ pub struct Hub {
     sessions: AtomicU64,
     /// The configuration's warnings against the catalog once every server settled.
     settle_warnings: Mutex<Vec<String>>,
+    /// What the configuration alone warns about at start-up (hooks whose program is missing).
+    load_warnings: Vec<String>,
     /// Whether servers are restarted in the background.
     pub restarts: bool,
     enrichment: Option<Enrichment>,
@@ -453,6 +455,8 @@ impl Hub {
             .map(|path| toolshelf_runtime::scripts::Runner::new(path, config));
         let empty = Snapshot::build(Catalog::default(), &compiled);
         log_new_warnings(&[], &empty.warnings);
+        let load_warnings = toolshelf_runtime::hooks::missing_programs(compiled.hooks());
+        log_new_warnings(&[], &load_warnings);
         let hub = Arc::new(Self {
             compiled,
             label,
@@ -464,6 +468,7 @@ impl Hub {
             settled,
             sessions: AtomicU64::new(0),
             settle_warnings: Mutex::new(Vec::new()),
+            load_warnings,
             restarts,
             enrichment: enrich.and_then(Enrichment::start),
             runner,
@@ -570,10 +575,12 @@ impl Hub {
         }
     }
 
-    /// Everything the gateway has warned about that still holds: the current catalog's load
-    /// warnings, then those of the configuration checked against it once every server settled.
+    /// Everything the gateway has warned about that still holds: the configuration's own, the
+    /// current catalog's load warnings, then those of the configuration checked against the
+    /// catalog once every server settled.
     pub fn warnings(&self) -> Vec<String> {
-        let mut all = self.snapshot().warnings.clone();
+        let mut all = self.load_warnings.clone();
+        all.extend(self.snapshot().warnings.iter().cloned());
         all.extend(
             self.settle_warnings
                 .lock()

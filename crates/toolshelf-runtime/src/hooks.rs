@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use toolshelf_core::Tool;
-use toolshelf_core::config::HookCommand;
+use toolshelf_core::config::{HookCommand, OnError};
 use toolshelf_core::hook::{Hook, HookEvent, HookOutcome, HookRun, interpret};
 
 /// What the hooks of one event decided together.
@@ -71,8 +71,51 @@ pub const MAX_STDERR: usize = 64 << 10;
 /// How much of the end of a long stderr is kept.
 pub const STDERR_TAIL: usize = 4 << 10;
 
+/// A hook's program with `~/` and `${VAR}` expanded, as a server's `command` is.
+fn program(hook: &HookCommand) -> Result<String, String> {
+    toolshelf_core::config::expand(&hook.command, &|k| std::env::var(k).ok())
+}
+
+/// Whether `program` can be run: a path (with a `/`) names an existing file, a bare name is
+/// found in a directory of `PATH`.
+fn can_be_found(program: &str) -> bool {
+    if program.contains('/') {
+        return std::path::Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// A warning for each hook whose program cannot be found, so that a typo shows at start-up
+/// instead of as every event's hook failing (every call refused, with `on_error = "deny"`).
+pub fn missing_programs(hooks: &toolshelf_core::hook::Hooks) -> Vec<String> {
+    hooks
+        .all()
+        .filter_map(|hook| {
+            let why = match program(&hook.command) {
+                Ok(p) if can_be_found(&p) => return None,
+                Ok(p) if p.contains('/') => format!("{p:?} does not exist"),
+                Ok(p) => format!("{p:?} is not found on PATH"),
+                Err(e) => e,
+            };
+            let outcome = match hook.command.on_error {
+                OnError::Allow => "the event goes on",
+                OnError::Deny => "the event is refused",
+            };
+            Some(format!(
+                "[hooks] {}: its program cannot be run ({why}); each run will fail and {outcome} (on_error)",
+                hook.label
+            ))
+        })
+        .collect()
+}
+
 async fn run_one(hook: &HookCommand, input: &[u8]) -> HookRun {
-    let mut cmd = tokio::process::Command::new(&hook.command);
+    let program = match program(hook) {
+        Ok(p) => p,
+        Err(e) => return HookRun::Failed(format!("cannot run it: {e}")),
+    };
+    let mut cmd = tokio::process::Command::new(&program);
     cmd.args(&hook.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -185,7 +228,7 @@ async fn collect(child: &mut Child, input: &[u8]) -> Result<HookRun, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolshelf_core::config::{HooksConfig, OnError};
+    use toolshelf_core::config::HooksConfig;
     use toolshelf_core::hook::{HookEventKind, Hooks};
 
     fn sh(script: &str, on_error: OnError, timeout_secs: u64) -> HookCommand {
@@ -196,6 +239,34 @@ mod tests {
             timeout_secs,
             on_error,
         }
+    }
+
+    #[test]
+    fn hooks_whose_program_cannot_be_found_are_named() {
+        let hook = |command: &str, on_error| HookCommand {
+            command: command.into(),
+            ..sh("", on_error, 5)
+        };
+        let config = HooksConfig {
+            pre_call: vec![
+                hook("sh", OnError::Deny),
+                hook("/nonexistent/toolshelf-hook", OnError::Deny),
+            ],
+            session_start: vec![hook("toolshelf-no-such-hook", OnError::Allow)],
+            ..Default::default()
+        };
+        let warnings = missing_programs(&Hooks::new(&config).expect("valid"));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("[hooks] pre_call[1] \"/nonexistent/toolshelf-hook\"")
+                && warnings[0].contains("does not exist")
+                && warnings[0].contains("the event is refused"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("session_start[0]") && warnings[1].contains("not found on PATH"),
+            "{warnings:?}"
+        );
     }
 
     fn compiled(commands: Vec<HookCommand>) -> Vec<Hook> {

@@ -139,6 +139,19 @@ fn print_warnings(warnings: &[String], all: bool) {
 }
 
 impl Source {
+    /// With a `--config` that fronts servers but no `--catalog`, the catalog is the bundled
+    /// example's, not the gateway's: what to run for the gateway's own.
+    pub fn example_catalog_note(&self, config: &Config) -> Option<String> {
+        let path = self.config.as_ref().filter(|_| self.catalog.is_none())?;
+        (!config.servers.is_empty()).then(|| {
+            format!(
+                "the tools are the bundled example catalog's, not those of the servers of {0}; for \
+theirs run `toolshelf catalog --config {0} > c.json`, then give --catalog c.json",
+                path.display()
+            )
+        })
+    }
+
     /// Loads and decides everything; prints catalog, policy and schema warnings to stderr, each
     /// kind cut to [`WARNINGS_SHOWN`] lines unless `-v` was given.
     pub fn load(&self) -> Result<Loaded> {

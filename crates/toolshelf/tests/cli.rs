@@ -189,6 +189,30 @@ fn explain_unknown_tool_suggests_close_names() {
 }
 
 #[test]
+fn a_gateway_config_without_a_catalog_says_whose_tools_it_reads() {
+    let config = temp_file(
+        "gateway-no-catalog.toml",
+        "[servers.mine]\ncommand = \"my-server\"\n",
+    );
+    let e = fails(&["explain", "--config", &config, "mcp__mine__thing"]);
+    assert!(
+        e.contains("no tool named \"mcp__mine__thing\"")
+            && e.contains("the bundled example catalog")
+            && e.contains(&format!(
+                "toolshelf catalog --config {config} > c.json`, then give --catalog c.json"
+            )),
+        "{e}"
+    );
+    let out = run(&["ledger", "--config", &config]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success()
+            && e.contains("toolshelf: note: the tools are the bundled example catalog's"),
+        "{e}"
+    );
+}
+
+#[test]
 fn unknown_mode_lists_the_modes() {
     let e = fails(&["render", "--mode", "nope"]);
     assert!(

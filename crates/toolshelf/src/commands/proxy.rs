@@ -67,6 +67,9 @@ pub fn run(args: Args) -> Result<()> {
     // The Redis connection belongs to the runtime that serves.
     let _entered = rt.enter();
     let compiled = Arc::new(Compiled::new(config, &label, args.mode.as_deref())?);
+    for w in toolshelf_runtime::hooks::missing_programs(compiled.hooks()) {
+        errln!("toolshelf: warning: {w}");
+    }
     let store = session_store(compiled.config(), &rt)?;
     let mut proxy = Proxy::new(compiled.clone(), store, enrich)?;
     // Script tools ([tools.NAME] script) and the tools the model writes ([authoring]) run in

@@ -168,6 +168,7 @@ fn add_script_server(config: &mut Config, path: &Path) -> Result<()> {
             env: [("TOOLSHELF_SCRIPTS_DIGEST".to_owned(), digest)].into(),
             cwd: None,
             url: None,
+            headers: Default::default(),
             description: Some("Tools defined by Starlark scripts of this configuration.".into()),
             // Defining the scripts takes at most this long; past it something hangs.
             startup_timeout_secs: toolshelf_runtime::scripts::defining_time(sources.len(), timeout),
@@ -265,8 +266,11 @@ pub fn verbosity() -> u8 {
 /// `-v` raises everything to info (the MCP library's per-message lines included), `-vv` debug,
 /// `-vvv` trace; `RUST_LOG` or `TOOLSHELF_LOG` replace the filter entirely.
 pub fn init_logging(default: &str) {
+    // rmcp logs transport failures at error level, quoting the server's URL; toolshelf reports
+    // them itself (with the URL redacted), so the library's own lines wait for -v.
+    let quiet = format!("{default},rmcp=off");
     let level = match verbosity() {
-        0 => default,
+        0 => quiet.as_str(),
         1 => "info",
         2 => "debug",
         _ => "trace",
