@@ -90,12 +90,42 @@ fn valid_name(name: &str) -> bool {
 /// name (with `__` refused, only a built-in's, which are no secret) or the bare name of a tool
 /// the session can see; a hidden tool's bare name is not reported taken, so that `tool_define`
 /// cannot tell hidden tools from absent ones.
+///
+/// A tool the model defined in the session is its own: its name reads as taken here (see
+/// [`check_redefinition`] to replace it), and the refusal says so.
 pub fn check(
     params: &Map<String, Value>,
     catalog: &Catalog,
     exposure: &crate::policy::Exposure,
     compiled: &crate::compile::Compiled,
     defined: usize,
+) -> Result<Authored, String> {
+    checked(params, catalog, exposure, compiled, defined, false)
+}
+
+/// [`check`], where a definition of a name the model already gave a tool in this session
+/// (`authored`) replaces that tool: it is checked like any definition but for the name, and
+/// does not count against `max_tools` again. Returns the tool and the position in `authored`
+/// of the one it replaces.
+pub fn check_redefinition(
+    params: &Map<String, Value>,
+    catalog: &Catalog,
+    exposure: &crate::policy::Exposure,
+    compiled: &crate::compile::Compiled,
+    authored: &[Authored],
+) -> Result<(Authored, Option<usize>), String> {
+    let tool = checked(params, catalog, exposure, compiled, authored.len(), true)?;
+    let replaces = authored.iter().position(|t| t.name() == tool.name());
+    Ok((tool, replaces))
+}
+
+fn checked(
+    params: &Map<String, Value>,
+    catalog: &Catalog,
+    exposure: &crate::policy::Exposure,
+    compiled: &crate::compile::Compiled,
+    defined: usize,
+    redefinable: bool,
 ) -> Result<Authored, String> {
     let limits = &compiled.config().authoring;
     let args: DefineArgs = serde_json::from_value(Value::Object(params.clone()))
@@ -112,18 +142,29 @@ pub fn check(
         ));
     }
     let visible = |i: usize| exposure.decisions[i].state != crate::policy::State::Hidden;
-    let taken = match catalog.resolve(name) {
+    let resolved = catalog.resolve(name);
+    // The tool of that name the model defined in this session.
+    let own = match resolved {
+        Resolution::Exact(i) => catalog.tools()[i].origin == crate::catalog::Origin::Model,
+        _ => false,
+    };
+    let taken = match resolved {
         Resolution::Exact(_) => true,
         Resolution::Bare(i) => visible(i),
         Resolution::Ambiguous(all) => all.into_iter().any(visible),
         Resolution::NotFound => false,
     };
-    if taken || crate::name::META_TOOLS.contains(&name) {
+    if own && !redefinable {
+        return Err(format!(
+            "tool_define: {name:?} is the tool you defined in this session, and it cannot be redefined here; define the new version under a new name (such as \"{name}_v2\")"
+        ));
+    }
+    if (taken && !own) || crate::name::META_TOOLS.contains(&name) {
         return Err(format!(
             "tool_define: a tool named {name:?} exists already; choose another name"
         ));
     }
-    if defined >= limits.max_tools {
+    if !own && defined >= limits.max_tools {
         return Err(format!(
             "tool_define: this session has defined {defined} tools, the most [authoring] max_tools allows"
         ));
@@ -160,8 +201,20 @@ pub fn check(
         "input_schema": args.schema,
         "origin": "model",
     });
-    // Read like any catalog item, so a schema the catalog would refuse is refused here.
-    ToolSpec::from_value(item.clone(), "tool_define", "params").map_err(|e| e.to_string())?;
+    if let Some(t) = args.schema.get("type").filter(|t| *t != "object") {
+        return Err(format!(
+            "tool_define: the schema of {name:?} must describe an object (\"type\": \"object\", the params as its \"properties\"), not \"type\": {t}"
+        ));
+    }
+    // Read like any catalog item, so a schema the catalog would refuse is refused here (in
+    // the model's words: it wrote `schema`).
+    ToolSpec::from_value(item.clone(), "tool_define", "params")
+        .map_err(|e| e.to_string().replace("\"input_schema\"", "\"schema\""))?;
+    if let Some(r) = remote_ref(&item["input_schema"]) {
+        return Err(format!(
+            "tool_define: the schema of {name:?} refers to {r:?}: remote $refs are not allowed; a $ref may only point inside the schema (\"#/$defs/...\")"
+        ));
+    }
     if let Some(p) = crate::invoke::schema_problem(&args.schema) {
         return Err(format!(
             "tool_define: the schema of {name:?} is not a valid JSON Schema ({p}); fix it and define the tool again"
@@ -184,6 +237,18 @@ pub fn check(
         item,
         script: args.script,
     })
+}
+
+/// The first `$ref` in `schema` that points outside it.
+fn remote_ref(schema: &Value) -> Option<&str> {
+    match schema {
+        Value::Object(m) => m.iter().find_map(|(k, v)| match (k.as_str(), v) {
+            ("$ref", Value::String(r)) if !r.starts_with('#') => Some(r.as_str()),
+            _ => remote_ref(v),
+        }),
+        Value::Array(a) => a.iter().find_map(remote_ref),
+        _ => None,
+    }
 }
 
 /// A defined tool as a script-tool file: a header saying where it came from and how to promote
@@ -282,6 +347,54 @@ mod tests {
             Value::Object(m) => m,
             _ => unreachable!(),
         }
+    }
+
+    #[test]
+    fn a_tool_the_model_defined_is_redefined_in_place_or_refused_as_its_own() {
+        let compiled = compiled("");
+        let ok = "def run(params):\n    return 1\n";
+        let empty = Catalog::from_value(&json!([]), "c").expect("catalog");
+        let first = check(
+            &params("echo", "x", ok),
+            &empty,
+            &compiled.expose(&empty),
+            &compiled,
+            0,
+        )
+        .expect("defines");
+        let catalog =
+            Catalog::from_value(&json!({"builtin": [first.item.clone()]}), "c").expect("catalog");
+        let exposure = compiled.expose(&catalog);
+        let e = check(&params("echo", "y", ok), &catalog, &exposure, &compiled, 1)
+            .expect_err("not redefinable");
+        assert!(
+            e.contains("is the tool you defined in this session") && e.contains("echo_v2"),
+            "{e}"
+        );
+        // Replaced in place, even at max_tools (2 here, both used).
+        let two = [first.clone(), first];
+        let (tool, replaces) = check_redefinition(
+            &params("echo", "y", ok),
+            &catalog,
+            &exposure,
+            &compiled,
+            &two,
+        )
+        .expect("redefines");
+        assert_eq!(
+            (tool.item["description"].as_str(), replaces),
+            (Some("y"), Some(0))
+        );
+        // A new name still counts.
+        let e = check_redefinition(
+            &params("other", "y", ok),
+            &catalog,
+            &exposure,
+            &compiled,
+            &two,
+        )
+        .expect_err("max_tools");
+        assert!(e.contains("max_tools"), "{e}");
     }
 
     #[test]
@@ -411,6 +524,23 @@ mod tests {
         bad.insert("schema".into(), json!({"type": "string"}));
         let e = check(&bad, &catalog, &exposure, &compiled, 0).expect_err("schema");
         assert!(e.contains("must describe an object"), "{e}");
+        // Refusals name what the model wrote: `schema`, and a remote $ref as such.
+        bad.insert("schema".into(), json!({"type": "array"}));
+        let e = check(&bad, &catalog, &exposure, &compiled, 0).expect_err("array");
+        assert!(
+            e.contains("the schema of \"a\" must describe an object")
+                && !e.contains("input_schema"),
+            "{e}"
+        );
+        bad.insert(
+            "schema".into(),
+            json!({"type": "object", "properties": {"n": {"$ref": "https://example.com/s.json"}}}),
+        );
+        let e = check(&bad, &catalog, &exposure, &compiled, 0).expect_err("remote ref");
+        assert!(
+            e.contains("remote $refs are not allowed") && !e.contains("resolve-http"),
+            "{e}"
+        );
         bad.insert(
             "schema".into(),
             json!({"type": "object", "properties": {"n": {"type": "strin"}}}),

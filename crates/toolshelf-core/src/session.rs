@@ -129,6 +129,12 @@ impl SessionState {
         }
     }
 
+    /// Drops `name`'s activation: the tool behind the name changed, and the model must be shown
+    /// it again before it is called.
+    pub fn deactivate(&mut self, name: &str) {
+        self.active.remove(name);
+    }
+
     /// Records a call of `name` now: an active tool's activation is refreshed.
     pub fn record_call(&mut self, name: &str) {
         self.called.insert(name.to_owned(), self.turn);
@@ -322,6 +328,15 @@ mod tests {
         assert_eq!(x.activity("a", 10), Activity::Active { last_used: 2 });
         assert_eq!(x.activity("c", 10), Activity::Active { last_used: 3 });
         assert_eq!(x.last_called("a"), Some(2));
+    }
+
+    #[test]
+    fn deactivating_a_tool_leaves_the_others() {
+        let mut s = SessionState::default();
+        s.next_turn();
+        s.activate(["a", "b"]);
+        s.deactivate("a");
+        assert_eq!(s.active_names(5), ["b"]);
     }
 
     #[test]

@@ -235,6 +235,32 @@ pub async fn prepare(
     // The key of each client entry's injected blocks, computed once for both.
     let links = chains(&conv);
     let chain_end = links.last().cloned().unwrap_or_default();
+    // Model-written tools whose names the client's tools take now. With authoring off they are
+    // not on the shelf, but an activation of the model's tool must still not pass to the
+    // client's.
+    let shadowed: std::collections::BTreeSet<String> = if proxy.authoring() {
+        shelf.shadowed.iter().cloned().collect()
+    } else {
+        session
+            .authored
+            .iter()
+            .map(|t| t.name().to_owned())
+            .filter(|n| names.contains(n))
+            .collect()
+    };
+    shadow_notices(&mut session, shadowed, &mut notices);
+    if !session.lost.is_empty() {
+        // The conversation as the upstream will see it holds the definitions its model made.
+        let seen = rewrite(
+            dialect,
+            &session,
+            &shelf,
+            &frozen_names,
+            conv.clone(),
+            &links,
+        );
+        lost_notices(dialect, &mut session, &seen, &mut notices);
+    }
     let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, &links, notices);
     let mut out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
     if dialect.api() == Api::OpenAiResponses
@@ -293,6 +319,86 @@ pub async fn prepare(
         forced,
         chain_end,
     })))
+}
+
+/// Tells the model when a client tool starts or stops hiding a tool it wrote (the name now
+/// means another tool), and drops that name's activation: the tool behind it must be loaded
+/// before `defer_execute` runs it.
+fn shadow_notices(
+    session: &mut ProxySession,
+    now: std::collections::BTreeSet<String>,
+    notices: &mut Vec<String>,
+) {
+    if now == session.shadowed {
+        return;
+    }
+    for name in now.difference(&session.shadowed) {
+        session.state.deactivate(name);
+        notices.push(format!(
+            "[toolshelf: the client now sends a tool named {name:?}, which replaces the tool {name:?} you wrote with tool_define. It is another tool: load it with tool_search before calling it.]"
+        ));
+    }
+    for name in session.shadowed.difference(&now) {
+        if !session.authored.iter().any(|t| t.name() == name) {
+            continue;
+        }
+        session.state.deactivate(name);
+        notices.push(format!(
+            "[toolshelf: the client no longer sends its tool {name:?}: {name:?} is again the tool you wrote with tool_define. Load it with tool_search before calling it.]"
+        ));
+    }
+    session.shadowed = now;
+}
+
+/// Tells the conversation whose model made a definition that a merge with another
+/// conversation of the session did not keep (found by that definition in `conv`, the
+/// conversation as the upstream sees it), once.
+fn lost_notices(
+    dialect: Dialect,
+    session: &mut ProxySession,
+    conv: &[Value],
+    notices: &mut Vec<String>,
+) {
+    for e in conv {
+        for c in dialect.calls(e) {
+            let params = match c.name.as_str() {
+                DEFER_EXECUTE
+                    if c.input.get("tool_name").and_then(Value::as_str)
+                        == Some(authoring::TOOL_DEFINE) =>
+                {
+                    c.input.get("params").and_then(Value::as_object)
+                }
+                authoring::TOOL_DEFINE => Some(&c.input),
+                _ => None,
+            };
+            let Some(p) = params else { continue };
+            let text = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or_default();
+            let print = crate::session::definition_print(
+                text("name").trim(),
+                text("description"),
+                p.get("schema").unwrap_or(&Value::Null),
+                text("script"),
+            );
+            let Some(k) = session.lost.iter().position(|l| l.print == print) else {
+                continue;
+            };
+            let lost = session.lost.remove(k);
+            let now = session
+                .authored
+                .iter()
+                .find(|t| t.name() == lost.name)
+                .map(|t| {
+                    format!(
+                        " {:?} is now: {} Its params: {}.",
+                        lost.name,
+                        t.item["description"].as_str().unwrap_or_default(),
+                        t.item["input_schema"]
+                    )
+                })
+                .unwrap_or_default();
+            notices.push(format!("[toolshelf: {}.{now}]", lost.why));
+        }
+    }
 }
 
 /// Renders the templates of tools that arrived after the session's list froze (a client that
@@ -1009,9 +1115,14 @@ impl Turn {
                     c.input.clone(),
                     false,
                 ),
-                // Not a client tool of ours: a tool passed along as sent meets the rules and
-                // hooks; any other name is the client's to judge.
-                None => return self.pass_along(proxy, &shelf, c.clone(), false).await,
+                None => {
+                    if let Some(text) = self.authored_off(proxy, &c.name) {
+                        return Err(answer(text, true));
+                    }
+                    // Not a client tool of ours: a tool passed along as sent meets the rules
+                    // and hooks; any other name is the client's to judge.
+                    return self.pass_along(proxy, &shelf, c.clone(), false).await;
+                }
             }
         };
         if let Some(allowed) = &self.prepared.forced
@@ -1083,7 +1194,21 @@ impl Turn {
                 self.prepared.session.state.record_call(&name);
                 if let Some(own) = shelf.own(i) {
                     crate::metrics::ran();
-                    let (text, is_error) = self.run_own(proxy, &shelf, i, own, params).await;
+                    let tool = &shelf.catalog.tools()[i];
+                    let mut event = HookEvent::new(HookEventKind::PostCall, &self.prepared.key);
+                    event.tool = Some(tool.name.clone());
+                    event.server = tool.original_server.clone();
+                    event.original_tool = Some(tool.original_name.clone());
+                    event.via_defer_execute = Some(via_defer);
+                    event.params = Some(params.clone());
+                    let outcome = self.run_own(proxy, &shelf, i, own, params).await;
+                    let (text, is_error) = crate::results::after_call(
+                        proxy.compiled.hooks(),
+                        &shelf.catalog.tools()[i],
+                        event,
+                        outcome,
+                    )
+                    .await;
                     return Err(answer(text, is_error));
                 }
                 crate::metrics::forwarded();
@@ -1095,6 +1220,11 @@ impl Turn {
                 })
             }
             Err(refusal) => {
+                if refusal.kind() == RefusalKind::Unknown
+                    && let Some(text) = self.authored_off(proxy, &target)
+                {
+                    return Err(answer(text, true));
+                }
                 self.count_refusal(&target, refusal.kind());
                 if let Some(i) = refusal.loads() {
                     let name = shelf.catalog.tools()[i].name.clone();
@@ -1123,8 +1253,29 @@ impl Turn {
         );
     }
 
+    /// The refusal of a call of `name`, a tool the session's model wrote, when this proxy does
+    /// not run model-written tools (it is in no catalog here); counted.
+    fn authored_off(&mut self, proxy: &Proxy, name: &str) -> Option<String> {
+        if proxy.authoring()
+            || !self
+                .prepared
+                .session
+                .authored
+                .iter()
+                .any(|t| t.name() == name)
+        {
+            return None;
+        }
+        let kind = RefusalKind::NotRunnable;
+        self.count_refusal(name, kind);
+        crate::metrics::refused(kind.as_str());
+        Some(format!(
+            "{name:?} is a tool the model wrote in this session, but model-written tools are turned off on this proxy ([authoring] enabled = false): it cannot be searched or run here."
+        ))
+    }
+
     /// Runs one of the proxy's own tools, which passed the same stages as a client tool: the
-    /// text the model reads and whether it reports a failure.
+    /// text the model reads and whether it reports a failure, or why it could not be run.
     async fn run_own(
         &mut self,
         proxy: &Proxy,
@@ -1132,9 +1283,9 @@ impl Turn {
         i: usize,
         own: Own,
         params: Map<String, Value>,
-    ) -> (String, bool) {
+    ) -> Result<(String, bool), String> {
         let Some(scripts) = proxy.scripts() else {
-            return ("this proxy runs no scripts".into(), true);
+            return Err("this proxy runs no scripts".into());
         };
         let tool = &shelf.catalog.tools()[i];
         let ran = match own {
@@ -1156,15 +1307,17 @@ impl Turn {
                             .run_authored(item, Value::Object(params))
                             .await
                     }
-                    None => Err(format!("{:?} is not a tool of this session", tool.name)),
+                    None => return Err(format!("{:?} is not a tool of this session", tool.name)),
                 }
             }
-            Own::Define => return self.define(proxy, shelf, &params),
+            Own::Define => return Ok(self.define(proxy, shelf, &params)),
         };
-        match ran {
+        // A script that failed or was stopped is a result reporting the error, as the
+        // gateway's scripts server answers it.
+        Ok(match ran {
             Ok(v) => (toolshelf_runtime::scripts::result_text(&v), false),
             Err(e) => (e, true),
-        }
+        })
     }
 
     /// `tool_define`: checks the definition, keeps it in the session and rebuilds this request's
@@ -1178,18 +1331,23 @@ impl Turn {
     ) -> (String, bool) {
         let session = &mut self.prepared.session;
         let limits = &proxy.compiled.config().authoring;
-        let tool = match authoring::check(
+        let (tool, replaces) = match authoring::check_redefinition(
             params,
             &shelf.catalog,
             &shelf.exposure,
             &proxy.compiled,
-            session.authored.len(),
+            &session.authored,
         ) {
-            Ok(tool) => tool,
+            Ok(found) => found,
             Err(e) => return (e, true),
         };
         let name = tool.name().to_owned();
-        session.authored.push(tool);
+        // A definition of a name the model gave a tool before replaces that tool in place.
+        let before = session.authored.clone();
+        match replaces {
+            Some(k) => session.authored[k] = tool.clone(),
+            None => session.authored.push(tool.clone()),
+        }
         match proxy.shelf(
             self.prepared.dialect,
             &self.prepared.client_tools,
@@ -1197,18 +1355,20 @@ impl Turn {
         ) {
             Ok(next) => self.prepared.shelf = next,
             Err(e) => {
-                session.authored.pop();
+                session.authored = before;
                 return (format!("tool_define: {e}"), true);
             }
         }
-        if let Some(tool) = session.authored.last() {
-            toolshelf_runtime::scripts::keep_authored(limits, &self.prepared.key, tool);
-        }
+        toolshelf_runtime::scripts::keep_authored(limits, &self.prepared.key, &tool);
         // The model wrote the schema: the tool is loaded.
         session.state.activate([name.as_str()]);
         self.activated.push(name.clone());
-        tracing::info!(session = %self.prepared.key, tool = %name, "model-authored tool defined");
-        (authoring::defined_text(&name), false)
+        tracing::info!(session = %self.prepared.key, tool = %name, redefined = replaces.is_some(), "model-authored tool defined");
+        let mut text = authoring::defined_text(&name);
+        if replaces.is_some() {
+            text.insert_str(0, &format!("Replaced your earlier tool {name:?}. "));
+        }
+        (text, false)
     }
 
     /// The stages a call passes before the client sees it.

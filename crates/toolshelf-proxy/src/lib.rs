@@ -15,6 +15,7 @@ pub mod error;
 pub mod exchange;
 pub mod metrics;
 pub mod redis_store;
+pub mod results;
 pub mod server;
 pub mod session;
 pub mod shelf;
@@ -105,6 +106,12 @@ impl Proxy {
                 url: "(client)".into(),
                 message: e.to_string(),
             })?;
+        let audit = &compiled.config().audit;
+        if audit.enabled && (audit.path.is_some() || !audit.required) {
+            tracing::warn!(
+                "[audit] is configured, but the proxy writes no audit log: calls it runs itself (script tools, model-written tools) and the calls it hands to the client are not recorded"
+            );
+        }
         Ok(Self {
             compiled,
             shelves: Shelves::default(),
@@ -131,17 +138,26 @@ impl Proxy {
         self.scripts.as_deref()
     }
 
-    /// The shelf of a tools array in a session whose model wrote `authored` tools.
+    /// Whether this proxy offers `tool_define` and runs the tools models wrote. When it does
+    /// not, a session's model-written tools stay in its record (a replica that does may serve
+    /// its next request) but are left out of every catalog here.
+    pub fn authoring(&self) -> bool {
+        self.scripts.is_some() && self.compiled.config().authoring.enabled
+    }
+
+    /// The shelf of a tools array in a session whose model wrote `authored` tools (left out
+    /// when [`Self::authoring`] is off).
     pub fn shelf(
         &self,
         dialect: Dialect,
         tools: &[serde_json::Value],
         authored: &[toolshelf_core::authoring::Authored],
     ) -> std::result::Result<Arc<Shelf>, String> {
+        let on = self.authoring();
         let own = OwnTools {
             scripts: &self.script_items,
-            define: self.scripts.is_some() && self.compiled.config().authoring.enabled,
-            authored,
+            define: on,
+            authored: if on { authored } else { &[] },
         };
         self.shelves
             .get(dialect, tools, own, &self.compiled, self.enrich.as_ref())
@@ -150,6 +166,12 @@ impl Proxy {
     /// The catalog of the most recent request with tools, for the dashboard.
     pub fn latest_shelf(&self) -> Option<Arc<Shelf>> {
         self.shelves.latest()
+    }
+
+    /// The most recent catalog without model-written tools: its index is the one a session's
+    /// frozen list holds (a session's own tools are searched, never listed there).
+    pub fn latest_index(&self) -> Option<Arc<Shelf>> {
+        self.shelves.latest_without_authored()
     }
 
     fn ttl(&self) -> Duration {
@@ -225,7 +247,7 @@ impl Proxy {
                 return;
             }
             let other_figures = other.figures.clone();
-            session.merge_from(other, &base);
+            session.merge_from(other, &base, self.compiled.config().authoring.max_tools);
             // The merged figures are the other's plus this request's additions: measured from
             // the other's, the next merge adds those again, and only those.
             base = other_figures;

@@ -20,11 +20,12 @@
 //! `previous_response_id` follows that id to its session; an id the proxy cannot place names a
 //! session of its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use toolshelf_core::authoring::Authored;
 use toolshelf_core::session::SessionState;
 
 use crate::api::{Call, Dialect, ProxyResult, Tokens, text_of};
@@ -140,6 +141,44 @@ pub struct ProxySession {
     /// The [`crate::shelf::Shelf::names_digest`] of the tools `described` covers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub described_on: Option<String>,
+    /// Names of model-written tools a client tool of the same name hides, as the model was
+    /// last told.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub shadowed: BTreeSet<String>,
+    /// Definitions a merge with another writer's session did not keep, until the conversation
+    /// that made them is told.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<Lost>,
+    /// The model-written tools as loaded, which a merge compares both writers' with.
+    #[serde(skip)]
+    pub loaded_authored: Vec<Authored>,
+}
+
+/// A model-written tool's definition that a merge did not keep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lost {
+    /// Its name.
+    pub name: String,
+    /// [`definition_print`] of the definition.
+    pub print: String,
+    /// Why, as the model reads it.
+    pub why: String,
+}
+
+/// A digest of a tool definition: its name, description, schema and script.
+pub fn definition_print(name: &str, description: &str, schema: &Value, script: &str) -> String {
+    digest(&[name, description, &schema.to_string(), script])
+}
+
+/// [`definition_print`] of a model-written tool.
+pub fn authored_print(t: &Authored) -> String {
+    let item = &t.item;
+    definition_print(
+        t.name(),
+        item["description"].as_str().unwrap_or_default(),
+        &item["input_schema"],
+        &t.script,
+    )
 }
 
 impl Default for ProxySession {
@@ -155,6 +194,9 @@ impl Default for ProxySession {
             described: BTreeMap::new(),
             values: None,
             described_on: None,
+            shadowed: BTreeSet::new(),
+            lost: Vec::new(),
+            loaded_authored: Vec::new(),
         }
     }
 }
@@ -163,7 +205,10 @@ impl ProxySession {
     /// Reads a stored session; `None` (logged) for another layout or a damaged value.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         match serde_json::from_slice::<Self>(bytes) {
-            Ok(s) if s.layout == LAYOUT => Some(s),
+            Ok(mut s) if s.layout == LAYOUT => {
+                s.loaded_authored = s.authored.clone();
+                Some(s)
+            }
             Ok(s) => {
                 tracing::warn!(
                     "ignoring a stored session of layout {} (this build reads {LAYOUT})",
@@ -186,26 +231,83 @@ impl ProxySession {
     /// Adds what another writer recorded meanwhile: its recorded rounds, injected blocks,
     /// activations, calls, figures (`base` being the figures this writer loaded), the tools its
     /// model defined and the descriptions it rendered. The rest (the frozen surface, the last
-    /// prefix) stays this session's; so does this session's own tool where both defined one
-    /// name.
-    pub fn merge_from(&mut self, other: ProxySession, base: &Figures) {
+    /// prefix) stays this session's.
+    ///
+    /// Model-written tools: the stored session's stay as they are; this writer's new or changed
+    /// ones are added while the session holds fewer than `max_tools`, and a name both writers
+    /// changed keeps the stored definition (the first stored wins). Each definition of this
+    /// writer's not kept is remembered in [`Self::lost`], for its conversation to be told.
+    pub fn merge_from(&mut self, other: ProxySession, base: &Figures, max_tools: usize) {
         // This writer's figures are the loaded ones plus what its request added; the other's
         // already hold its own additions.
         let mut figures = other.figures.clone();
         figures.add_since(&self.figures, base);
         self.figures = figures;
         self.state.absorb(&other.state);
+        // A name this writer saw a client tool take: the other writer's activation of it, made
+        // without knowing, was of the model's tool, not of the client's.
+        for name in self.shadowed.difference(&other.shadowed) {
+            self.state.deactivate(name);
+        }
+        self.shadowed.extend(other.shadowed.iter().cloned());
         for (k, v) in other.recorded {
             self.recorded.entry(k).or_insert(v);
         }
         for (k, v) in other.injected {
             self.injected.entry(k).or_insert(v);
         }
-        for tool in other.authored {
-            if !self.authored.iter().any(|t| t.name() == tool.name()) {
-                self.authored.push(tool);
+        let stored = other.authored.clone();
+        let mine = std::mem::replace(&mut self.authored, other.authored);
+        for tool in mine {
+            let loaded = self
+                .loaded_authored
+                .iter()
+                .find(|t| t.name() == tool.name());
+            let changed = loaded != Some(&tool);
+            let why = match self.authored.iter().position(|t| t.name() == tool.name()) {
+                Some(k) if self.authored[k] == tool => None,
+                // Only the other writer changed it, or both did: the stored one stays.
+                Some(_) if !changed => None,
+                // Only this writer changed it.
+                Some(k) if loaded == Some(&self.authored[k]) => {
+                    self.authored[k] = tool.clone();
+                    None
+                }
+                Some(_) => Some(format!(
+                    "your definition of {:?} was replaced by another conversation's definition of it in this session",
+                    tool.name()
+                )),
+                // This writer's alone: changed from what it loaded, or new.
+                None if self.authored.len() < max_tools => {
+                    self.authored.push(tool.clone());
+                    None
+                }
+                None => Some(format!(
+                    "your tool {:?} was not kept: this session reached [authoring] max_tools ({max_tools}) with tools another conversation of it defined",
+                    tool.name()
+                )),
+            };
+            if let Some(why) = why {
+                let print = authored_print(&tool);
+                if !self.lost.iter().any(|l| l.print == print) {
+                    self.lost.push(Lost {
+                        name: tool.name().to_owned(),
+                        print,
+                        why,
+                    });
+                }
             }
         }
+        // A further merge compares with what this one started from.
+        self.loaded_authored = stored;
+        for l in other.lost {
+            if !self.lost.iter().any(|m| m.print == l.print) {
+                self.lost.push(l);
+            }
+        }
+        // A conversation that never comes back leaves its entry: at most one per tool the
+        // session may hold.
+        self.lost.truncate(max_tools);
         for (k, v) in other.described {
             self.described.entry(k).or_insert(v);
         }
@@ -448,7 +550,7 @@ mod tests {
                 blocks: vec!["theirs".into()],
             },
         );
-        mine.merge_from(theirs, &base);
+        mine.merge_from(theirs, &base, 8);
         assert_eq!(mine.figures.requests, 8, "5 loaded, 1 mine, 2 theirs");
         assert_eq!(mine.figures.rounds, 5);
         assert_eq!(
@@ -458,19 +560,34 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_merge_keeps_the_tools_both_writers_models_defined_and_this_ones_on_a_clash() {
-        let tool = |name: &str, script: &str| toolshelf_core::authoring::Authored {
+    fn tool(name: &str, script: &str) -> Authored {
+        Authored {
             item: json!({"name": name, "description": "d", "input_schema": {"type": "object"}}),
             script: script.into(),
-        };
-        let mut mine = ProxySession {
-            authored: vec![tool("mine", "a"), tool("both", "mine")],
+        }
+    }
+
+    /// A session as loaded from the store, holding `authored`.
+    fn loaded(authored: Vec<Authored>) -> ProxySession {
+        let s = ProxySession {
+            authored,
             ..ProxySession::default()
         };
+        ProxySession::from_bytes(&s.to_bytes()).expect("reads back")
+    }
+
+    #[test]
+    fn a_merge_keeps_the_tools_both_writers_models_defined_and_the_stored_one_on_a_clash() {
+        let mut mine = loaded(vec![tool("old", "o")]);
+        mine.authored
+            .extend([tool("mine", "a"), tool("both", "mine")]);
         mine.described.insert("Read".into(), "mine".into());
         let mut theirs = ProxySession {
-            authored: vec![tool("theirs", "b"), tool("both", "theirs")],
+            authored: vec![
+                tool("old", "o"),
+                tool("theirs", "b"),
+                tool("both", "theirs"),
+            ],
             values: Some(toolshelf_core::template::SessionValues {
                 client: Some("c".into()),
                 ..Default::default()
@@ -479,13 +596,72 @@ mod tests {
         };
         theirs.described.insert("Read".into(), "theirs".into());
         theirs.described.insert("Grep".into(), "theirs".into());
-        mine.merge_from(theirs, &Figures::default());
+        mine.merge_from(theirs, &Figures::default(), 8);
         let names: Vec<&str> = mine.authored.iter().map(|t| t.name()).collect();
-        assert_eq!(names, ["mine", "both", "theirs"]);
-        assert_eq!(mine.authored[1].script, "mine");
+        assert_eq!(names, ["old", "theirs", "both", "mine"]);
+        assert_eq!(mine.authored[2].script, "theirs", "the first stored wins");
+        assert_eq!(mine.lost.len(), 1, "{:?}", mine.lost);
+        assert_eq!(mine.lost[0].name, "both");
+        assert_eq!(mine.lost[0].print, authored_print(&tool("both", "mine")));
+        assert!(
+            mine.lost[0]
+                .why
+                .contains("replaced by another conversation")
+        );
         assert_eq!(mine.described["Read"], "mine");
         assert_eq!(mine.described["Grep"], "theirs");
         assert_eq!(mine.values.and_then(|v| v.client).as_deref(), Some("c"));
+    }
+
+    #[test]
+    fn a_merge_does_not_bring_back_the_activation_of_a_name_a_client_tool_took() {
+        let mut base = ProxySession::default();
+        base.state.next_turn();
+        base.state.activate(["X", "Y"]);
+        // This writer saw the client's tool take the name X; the other did not.
+        let mut mine = base.clone();
+        mine.shadowed.insert("X".into());
+        mine.state.deactivate("X");
+        let mut theirs = base;
+        theirs.state.next_turn();
+        theirs.state.record_call("X");
+        mine.merge_from(theirs, &Figures::default(), 8);
+        assert_eq!(mine.state.active_names(5), ["Y"]);
+        assert!(mine.shadowed.contains("X"));
+    }
+
+    #[test]
+    fn a_merge_stays_within_max_tools_and_keeps_a_redefinition_only_one_writer_made() {
+        let mut mine = loaded(vec![tool("echo", "v1")]);
+        mine.authored[0] = tool("echo", "v2");
+        mine.authored.push(tool("whisper", "w"));
+        let theirs = ProxySession {
+            authored: vec![tool("echo", "v1"), tool("shout", "s")],
+            ..ProxySession::default()
+        };
+        mine.merge_from(theirs, &Figures::default(), 2);
+        let kept: Vec<(&str, &str)> = mine
+            .authored
+            .iter()
+            .map(|t| (t.name(), t.script.as_str()))
+            .collect();
+        assert_eq!(kept, [("echo", "v2"), ("shout", "s")]);
+        assert_eq!(mine.lost.len(), 1, "{:?}", mine.lost);
+        assert_eq!(mine.lost[0].name, "whisper");
+        assert!(
+            mine.lost[0].why.contains("max_tools (2)"),
+            "{:?}",
+            mine.lost
+        );
+        // The other writer redefined a tool this one left alone: theirs stands, unreported.
+        let mut mine = loaded(vec![tool("echo", "v1")]);
+        let theirs = ProxySession {
+            authored: vec![tool("echo", "v3")],
+            ..ProxySession::default()
+        };
+        mine.merge_from(theirs, &Figures::default(), 2);
+        assert_eq!(mine.authored, [tool("echo", "v3")]);
+        assert!(mine.lost.is_empty());
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! Tools the proxy runs itself join every catalog: the configuration's script tools (the group
 //! `scripts`, as in the gateway), `tool_define` when the model may write tools, and the tools
 //! the model wrote in the session (built-ins of origin `model`). A client tool of the same name
-//! wins; the proxy's own is left out of that catalog.
+//! wins; the proxy's own is left out of that catalog, and a model-written tool so hidden is
+//! listed in [`Shelf::shadowed`], for the session to tell the model.
 //!
 //! Building one is the expensive part of a request (parsing every schema, the search index, the
 //! token counts), and a client sends the same array on every request: shelves are cached by a
@@ -69,6 +70,10 @@ pub struct Shelf {
     /// tools whose input schema is not valid JSON Schema (their calls through `defer_execute` are
     /// refused; a resident tool's schema is the provider's to judge). [`Shelves`] logs each once.
     pub warnings: Vec<String>,
+    /// Names of the session's model-written tools that a client tool of the same name hides.
+    pub shadowed: Vec<String>,
+    /// How many model-written tools the catalog holds.
+    pub authored: usize,
     /// The parts `upstream_tools` is assembled from, to assemble a session's own list when
     /// description templates apply: provider tools, resident client tools (catalog index,
     /// definition as sent), whether the client marked its tools for the prompt cache.
@@ -193,6 +198,7 @@ impl Shelf {
             .map_err(|e| e.to_string())?;
         }
         let mut own_by_name: HashMap<String, Own> = HashMap::new();
+        let mut shadowed = Vec::new();
         let define = own_tools
             .define
             .then(toolshelf_core::authoring::tool_define_item);
@@ -214,7 +220,13 @@ impl Shelf {
                 None => tool.to_owned(),
             };
             if raw_by_name.contains_key(&name) {
-                tracing::warn!("the client's tool {name:?} hides the proxy's tool of that name");
+                if kind == Own::Authored {
+                    shadowed.push(name);
+                } else {
+                    tracing::warn!(
+                        "the client's tool {name:?} hides the proxy's tool of that name"
+                    );
+                }
                 continue;
             }
             let at = format!("proxy tool {name:?}");
@@ -319,7 +331,10 @@ impl Shelf {
             toolshelf_core::tokens::count(&Value::Array(upstream_tools.clone()).to_string());
         let names: Vec<&str> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
         let names_digest = crate::session::digest(&names);
+        let authored = own.iter().filter(|k| **k == Some(Own::Authored)).count();
         Ok(Self {
+            shadowed,
+            authored,
             catalog,
             exposure,
             surface,
@@ -544,6 +559,17 @@ impl Shelves {
     pub fn latest(&self) -> Option<Arc<Shelf>> {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         cache.last().map(|(_, _, s)| s.clone())
+    }
+
+    /// The most recently used shelf without model-written tools, else the most recent one.
+    pub fn latest_without_authored(&self) -> Option<Arc<Shelf>> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .iter()
+            .rev()
+            .find(|(_, _, s)| s.authored == 0)
+            .or(cache.last())
+            .map(|(_, _, s)| s.clone())
     }
 
     /// The shelf of `tools` with `own` tools, built on first use.

@@ -63,11 +63,22 @@ fn page(app: &AppState, path: &str, query: Option<&str>) -> Response {
             ),
             None => CatalogPage::empty(Chrome::proxy(), "No request with tools seen yet."),
         }),
-        "/ui/index" => html(&IndexPage::of(
-            Chrome::proxy(),
-            source,
-            shelf.as_deref().map(|s| &s.surface),
-        )),
+        "/ui/index" => {
+            // A session's model-written tools are searched, never listed in its frozen index.
+            let index = app.proxy.latest_index();
+            let source = match index.as_deref() {
+                Some(s) if s.authored > 0 => format!(
+                    "the tools of the most recent request, with {} tools its session's model wrote, which a session's frozen index never lists",
+                    s.authored
+                ),
+                _ => source,
+            };
+            html(&IndexPage::of(
+                Chrome::proxy(),
+                source,
+                index.as_deref().map(|s| &s.surface),
+            ))
+        }
         "/ui/search" => html(&SearchPage {
             chrome: Chrome::proxy(),
             hits: askama::Template::render(&Hits::of(&q, found, None)).unwrap_or_default(),

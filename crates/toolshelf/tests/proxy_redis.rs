@@ -1151,3 +1151,91 @@ fn sessions_spoiled_in_redis_cost_no_other_conversation_and_are_written_over() {
         assert_eq!(warned, 1, "{key}: one warning\n{}", a.log());
     }
 }
+
+#[test]
+fn two_conversations_defining_one_name_at_once_keep_one_definition_and_the_other_is_told() {
+    let s = Scratch::new("redis-define-race");
+    let redis = Redis::start(&s, false);
+    let define = |description: &str| {
+        json!({"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "tool_define", "params": {
+            "name": "shout", "description": description,
+            "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "script": "def run(params):\n    return 1\n"}}}]})
+    };
+    // Both conversations load the session before either writes it (see the race above), and
+    // each defines `shout` its own way.
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}], "await_main": 2},
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}], "await_main": 2},
+        define("Shout ONE."),
+        define("Shout TWO."),
+        {"text": "Defined one."},
+        {"text": "Defined two."},
+        {"text": "Next x."},
+        {"text": "Next y."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = format!(
+        "{}[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\n",
+        store_config(&redis, "def:")
+    );
+    let (sa, sb) = (
+        Scratch::new("redis-define-a"),
+        Scratch::new("redis-define-b"),
+    );
+    let a = ProxyProc::start(&sa, &upstream.url(), &config, &[]);
+    let b = ProxyProc::start(&sb, &upstream.url(), &config, &[]);
+    let mut headers = HEADERS.to_vec();
+    headers.push(("x-toolshelf-session", "shared"));
+    let names = ["conversation x", "conversation y"];
+    let mut convs: Vec<Vec<Value>> = names
+        .iter()
+        .map(|n| vec![json!({"role": "user", "content": n})])
+        .collect();
+    let racing: Vec<_> = [&a, &b]
+        .iter()
+        .zip(&convs)
+        .map(|(p, conv)| {
+            let (url, body, h) = (
+                format!("{}/v1/messages", p.url),
+                request(conv),
+                headers.clone(),
+            );
+            std::thread::spawn(move || post(&url, &body, &h))
+        })
+        .collect();
+    for (t, conv) in racing.into_iter().zip(&mut convs) {
+        let (status, answer) = t.join().expect("client thread");
+        assert_eq!(status, 200, "{answer}");
+        take(conv, &answer);
+    }
+    for (conv, p) in convs.iter_mut().zip([&b, &a]) {
+        conv.push(json!({"role": "user", "content": "next"}));
+        turn(p, conv, &headers);
+    }
+    let turns = upstream.played(8);
+    let told: Vec<&Value> = turns[6..]
+        .iter()
+        .filter(|t| {
+            t["body"]["messages"]
+                .to_string()
+                .contains("replaced by another conversation")
+        })
+        .collect();
+    assert_eq!(
+        told.len(),
+        1,
+        "exactly the losing conversation is told: {turns:#?}"
+    );
+    let text = told[0]["body"]["messages"].to_string();
+    let (mine, theirs) = if text.contains("\"description\":\"Shout ONE.\"") {
+        ("ONE", "TWO")
+    } else {
+        ("TWO", "ONE")
+    };
+    assert!(
+        text.contains(&format!("is now: Shout {theirs}."))
+            && !text.contains(&format!("is now: Shout {mine}.")),
+        "{text}"
+    );
+}

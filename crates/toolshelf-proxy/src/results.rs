@@ -1,0 +1,166 @@
+//! The result hooks on calls the proxy runs itself (script tools, model-written tools,
+//! `tool_define`), as the gateway runs them on every call: `post_call` on a result (a failed
+//! script is a result that reports an error, as the gateway's scripts server answers it),
+//! `call_failed` when the proxy could not run the tool at all.
+
+use serde_json::{Value, json};
+use toolshelf_core::Tool;
+use toolshelf_core::config::OnError;
+use toolshelf_core::hook::{Hook, HookEvent, HookEventKind};
+use toolshelf_runtime::hooks;
+
+/// A result as the model reads it: its text and whether it reports a failure.
+pub type Text = (String, bool);
+
+/// The result as hooks see it: an MCP `CallToolResult` of one text block.
+pub fn call_result((text, is_error): &Text) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": is_error})
+}
+
+/// A hook's replacement result, read as a `CallToolResult`: its text blocks joined (any other
+/// block as its JSON) and its `isError`; the reason when it is not one.
+pub fn read_result(v: &Value) -> Result<Text, String> {
+    let o = v.as_object().ok_or("it is not an object")?;
+    let blocks = o
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or("it has no \"content\" array")?;
+    let mut parts = Vec::new();
+    for (k, b) in blocks.iter().enumerate() {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => match b.get("text").and_then(Value::as_str) {
+                Some(t) => parts.push(t.to_owned()),
+                None => return Err(format!("content[{k}] is a text block without \"text\"")),
+            },
+            Some(_) => parts.push(b.to_string()),
+            None => return Err(format!("content[{k}] has no \"type\"")),
+        }
+    }
+    let is_error = match o.get("isError") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("its \"isError\" is not a boolean".into()),
+    };
+    Ok((parts.join("\n"), is_error))
+}
+
+/// Runs the hooks of `event` (`post_call` or `call_failed`, its params set) that apply to `tool`
+/// on `outcome` (`Ok` the result, `Err` why the tool could not be run): the text the model reads.
+pub async fn after_call(
+    all: &toolshelf_core::hook::Hooks,
+    tool: &Tool,
+    mut event: HookEvent,
+    outcome: Result<Text, String>,
+) -> Text {
+    let name = &tool.name;
+    match outcome {
+        Ok(result) => {
+            let post = all.of(HookEventKind::PostCall);
+            if !post.iter().any(|h| h.applies_to(Some(tool))) {
+                return result;
+            }
+            event.event = HookEventKind::PostCall;
+            event.result = Some(call_result(&result));
+            let (denied, replaced, guidance) = post_call(post, tool, event).await;
+            let result = match (denied, replaced) {
+                (Some(reason), _) => (
+                    format!("{name} ran, but a post_call hook withheld its result: {reason}"),
+                    true,
+                ),
+                (None, Some(r)) => r,
+                (None, None) => result,
+            };
+            with_guidance(result, guidance)
+        }
+        Err(text) => {
+            let failed = all.of(HookEventKind::CallFailed);
+            if !failed.iter().any(|h| h.applies_to(Some(tool))) {
+                return (text, true);
+            }
+            event.event = HookEventKind::CallFailed;
+            event.error = Some(text.clone());
+            let verdict = hooks::run(failed, Some(tool), event).await;
+            with_guidance((text, true), verdict.guidance)
+        }
+    }
+}
+
+fn with_guidance((mut text, is_error): Text, guidance: Vec<String>) -> Text {
+    for g in guidance {
+        text.push_str("\n\n");
+        text.push_str(&g);
+    }
+    (text, is_error)
+}
+
+/// Runs `post_call` hooks one at a time, so that a `result` that is not a `CallToolResult` is a
+/// failure of the hook that answered it and its `on_error` decides (`deny` withholds the result;
+/// `allow` goes on with the result as it was before that hook). Returns the deny reason, the
+/// replacement and the guidance.
+async fn post_call(
+    hooks: &[Hook],
+    tool: &Tool,
+    mut event: HookEvent,
+) -> (Option<String>, Option<Text>, Vec<String>) {
+    let mut guidance = Vec::new();
+    let mut replaced = None;
+    for hook in hooks.iter().filter(|h| h.applies_to(Some(tool))) {
+        let one = hooks::run(std::slice::from_ref(hook), Some(tool), event.clone()).await;
+        if let Some(reason) = one.denied {
+            guidance.extend(one.guidance);
+            return (Some(reason), replaced, guidance);
+        }
+        if let Some(value) = one.result {
+            match read_result(&value) {
+                Ok(r) => {
+                    event.result = Some(value);
+                    replaced = Some(r);
+                }
+                Err(e) => {
+                    let failure = format!(
+                        "hook {} failed: its \"result\" is not an MCP CallToolResult: {e}",
+                        hook.label
+                    );
+                    tracing::warn!("{failure}");
+                    if hook.command.on_error == OnError::Deny {
+                        return (
+                            Some(format!("{failure} (on_error = \"deny\")")),
+                            replaced,
+                            guidance,
+                        );
+                    }
+                    continue;
+                }
+            }
+        }
+        guidance.extend(one.guidance);
+    }
+    (None, replaced, guidance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replacement_reads_as_text_only_when_it_is_a_call_result() {
+        assert_eq!(
+            read_result(&call_result(&("a".into(), true))),
+            Ok(("a".into(), true))
+        );
+        assert_eq!(
+            read_result(&json!({"content": [{"type": "text", "text": "x"},
+                                            {"type": "text", "text": "y"}]})),
+            Ok(("x\ny".into(), false))
+        );
+        for bad in [
+            json!("text"),
+            json!({"text": "x"}),
+            json!({"content": [{"text": "x"}]}),
+            json!({"content": [{"type": "text"}]}),
+            json!({"content": [], "isError": "yes"}),
+        ] {
+            assert!(read_result(&bad).is_err(), "{bad}");
+        }
+    }
+}

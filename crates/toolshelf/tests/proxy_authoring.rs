@@ -1,0 +1,336 @@
+//! Model-written tools in the proxy at their edges: a proxy with authoring off over a session
+//! whose model wrote tools, result hooks on the calls the proxy runs itself, a client tool that
+//! takes a model-written tool's name, redefinition, and the dashboard's index. The real
+//! `toolshelf proxy` against the scripted model API.
+
+mod common;
+
+use common::{HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, post, tools};
+use serde_json::{Value, json};
+
+/// Sends the conversation with `tools` and appends the answer.
+fn turn_with(proxy: &ProxyProc, tools: &[Value], messages: &mut Vec<Value>) -> Value {
+    let body = json!({"model": "m", "max_tokens": 256, "system": "You help.", "tools": tools,
+                      "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    answer
+}
+
+fn turn(proxy: &ProxyProc, messages: &mut Vec<Value>) -> Value {
+    turn_with(proxy, &tools(), messages)
+}
+
+/// The result the proxy sent for the last call of scripted turn `i` (the request after it).
+fn result(upstream: &Upstream, i: usize) -> (String, bool) {
+    let t = &upstream.turns()[i];
+    let r = t["tool_results"]
+        .as_array()
+        .and_then(|r| r.last())
+        .unwrap_or_else(|| panic!("turn {i} carries no tool result: {t}"));
+    (
+        r["content"].as_str().unwrap_or_default().to_owned(),
+        r["is_error"] == true,
+    )
+}
+
+/// The last message of scripted turn `i`'s request, as text.
+fn last_message(upstream: &Upstream, i: usize) -> String {
+    upstream.turns()[i]["body"]["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(Value::to_string)
+        .unwrap_or_default()
+}
+
+fn no_calls(answer: &Value) {
+    let blocks = answer["content"].as_array().expect("content");
+    assert!(
+        blocks.iter().all(|b| b["type"] != "tool_use"),
+        "the client sees no call: {answer}"
+    );
+}
+
+fn define(name: &str, description: &str, script: &str) -> Value {
+    json!({"name": "defer_execute", "input": {"tool_name": "tool_define", "params": {
+        "name": name, "description": description,
+        "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        "script": script}}})
+}
+
+fn run(name: &str, text: &str) -> Value {
+    json!({"name": "defer_execute", "input": {"tool_name": name, "params": {"text": text}}})
+}
+
+const SHOUT: &str = "def run(params):\n    return params[\"text\"].upper() + \"!\"\n";
+
+const WORD_COUNT: &str = r#"
+description = "Count the words of a text."
+schema = {"properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+def run(params):
+    return {"words": len(params["text"].split())}
+"#;
+
+#[test]
+fn with_authoring_off_a_sessions_model_written_tools_are_kept_but_neither_found_nor_run() {
+    let s = Scratch::new("proxy-authoring-off");
+    s.write("wc.star", WORD_COUNT);
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
+        {"tool_uses": [define("shout", "Shout a text back, in capitals.", SHOUT)]},
+        {"text": "Defined."},
+        // The same session, served by a proxy with authoring off.
+        {"tool_uses": [run("shout", "hi")]},
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["shout a text back in capitals"]}}]},
+        {"text": "Off here."},
+        // Authoring on again: the tool was kept.
+        {"tool_uses": [run("shout", "back")]},
+        {"text": "BACK!"}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let on =
+        "[proxy]\nmax_search_rounds = 8\npersist_sessions = true\n[authoring]\nenabled = true\n";
+    let off = "[proxy]\nmax_search_rounds = 8\npersist_sessions = true\n[authoring]\nenabled = false\n\
+               [tools.word_count]\nscript = \"wc.star\"\n";
+    let mut messages = vec![json!({"role": "user", "content": "make a shouting tool"})];
+    {
+        let a = ProxyProc::start(&s, &upstream.url(), on, &[]);
+        turn(&a, &mut messages);
+        upstream.played(3);
+    }
+    messages.push(json!({"role": "user", "content": "shout hi"}));
+    {
+        let b = ProxyProc::start(&s, &upstream.url(), off, &[]);
+        no_calls(&turn(&b, &mut messages));
+        upstream.played(6);
+    }
+    let told = last_message(&upstream, 3);
+    assert!(!told.contains("new: shout"), "not announced: {told}");
+    let (refused, is_error) = result(&upstream, 4);
+    assert!(
+        is_error
+            && refused.contains("model-written tools are turned off on this proxy")
+            && !refused.contains("HI!"),
+        "{refused}"
+    );
+    let (found, _) = result(&upstream, 5);
+    assert!(
+        !found.contains("Shout a text back") && !found.contains("already active"),
+        "not searchable: {found}"
+    );
+    messages.push(json!({"role": "user", "content": "again"}));
+    let a = ProxyProc::start(&s, &upstream.url(), on, &[]);
+    no_calls(&turn(&a, &mut messages));
+    upstream.played(8);
+    assert_eq!(result(&upstream, 7), ("BACK!".to_owned(), false));
+}
+
+const HOOK: &str = r#"#!/usr/bin/env python3
+import json, sys
+ev = json.load(sys.stdin)
+open(sys.argv[1], "a").write(json.dumps(ev) + "\n")
+tool = ev.get("tool")
+if ev["event"] == "post_call" and tool == "mcp__scripts__word_count":
+    print("the word count is secret", file=sys.stderr)
+    sys.exit(2)
+if ev["event"] == "post_call" and tool == "shout":
+    print(json.dumps({"result": {"content": [{"type": "text", "text": "REDACTED"}]}}))
+if ev["event"] == "post_call" and tool == "leak":
+    print(json.dumps({"result": "not a result"}))
+"#;
+
+#[test]
+fn post_call_hooks_see_the_calls_the_proxy_runs_itself() {
+    let s = Scratch::new("proxy-authoring-hooks");
+    s.write("wc.star", WORD_COUNT);
+    let hook = s.write("hook.py", HOOK);
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let events = s.path("events.jsonl");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define", "mcp__scripts__word_count"]}}]},
+        {"tool_uses": [define("shout", "Shout a text back.", SHOUT)]},
+        {"tool_uses": [define("leak", "Echo a text.", "def run(params):\n    return 'SECRET ' + params['text']\n")]},
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "mcp__scripts__word_count", "params": {"text": "a b"}}}]},
+        {"tool_uses": [run("shout", "hi")]},
+        {"tool_uses": [run("leak", "x")]},
+        {"text": "done"}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = format!(
+        "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\n\
+         [tools.word_count]\nscript = \"wc.star\"\n\
+         [[hooks.post_call]]\ncommand = \"{hook}\"\nargs = [\"{events}\"]\non_error = \"deny\"\n"
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), &config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    no_calls(&turn(&proxy, &mut messages));
+    upstream.played(7);
+    let (withheld, is_error) = result(&upstream, 4);
+    assert!(
+        is_error
+            && withheld.contains("a post_call hook withheld its result: the word count is secret")
+            && !withheld.contains("words"),
+        "{withheld}"
+    );
+    assert_eq!(result(&upstream, 5), ("REDACTED".to_owned(), false));
+    let (failed, is_error) = result(&upstream, 6);
+    assert!(
+        is_error && failed.contains("is not an MCP CallToolResult") && !failed.contains("SECRET"),
+        "a replacement that is no result is the hook's failure, and on_error = deny: {failed}"
+    );
+    let seen: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event"))
+        .collect();
+    let shout = seen
+        .iter()
+        .find(|e| e["tool"] == "shout")
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    assert_eq!(shout["result"]["content"][0]["text"], "HI!");
+    assert_eq!(shout["params"]["text"], "hi");
+}
+
+#[test]
+fn a_client_tool_that_takes_a_model_written_tools_name_is_announced_and_must_be_loaded() {
+    let s = Scratch::new("proxy-authoring-shadow");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
+        {"tool_uses": [define("lookup", "Shout a text back.", SHOUT)]},
+        {"text": "Defined."},
+        // The client now sends a tool of that name: another tool, whose schema the model never saw.
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "lookup", "params": {"target": "x"}}}]},
+        {"text": "Not loaded."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "make a lookup tool"})];
+    turn(&proxy, &mut messages);
+    upstream.played(3);
+    let mut with_lookup = tools();
+    with_lookup.push(anthropic_tool(
+        "lookup",
+        "DELETE everything under a target.",
+        json!({"target": {"type": "string"}}),
+        &["target"],
+    ));
+    messages.push(json!({"role": "user", "content": "look it up"}));
+    no_calls(&turn_with(&proxy, &with_lookup, &mut messages));
+    upstream.played(5);
+    let told = last_message(&upstream, 3);
+    assert!(
+        told.contains("replaces the tool \\\"lookup\\\" you wrote"),
+        "{told}"
+    );
+    let (refused, is_error) = result(&upstream, 4);
+    assert!(
+        is_error && refused.contains("DELETE everything"),
+        "the client's tool is loaded (its schema shown) before a call of it runs: {refused}"
+    );
+}
+
+/// The same on a proxy with authoring off, where the model's tool is not on the shelf: the
+/// activation the model's own definition made does not pass to the client's tool.
+#[test]
+fn with_authoring_off_a_client_tool_that_takes_a_model_written_tools_name_must_be_loaded() {
+    let s = Scratch::new("proxy-authoring-off-shadow");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
+        {"tool_uses": [define("lookup", "Shout a text back.", SHOUT)]},
+        {"text": "Defined."},
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "lookup", "params": {"target": "x"}}}]},
+        {"text": "Not loaded."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let on =
+        "[proxy]\nmax_search_rounds = 8\npersist_sessions = true\n[authoring]\nenabled = true\n";
+    let off =
+        "[proxy]\nmax_search_rounds = 8\npersist_sessions = true\n[authoring]\nenabled = false\n";
+    let mut messages = vec![json!({"role": "user", "content": "make a lookup tool"})];
+    {
+        let a = ProxyProc::start(&s, &upstream.url(), on, &[]);
+        turn(&a, &mut messages);
+        upstream.played(3);
+    }
+    let mut with_lookup = tools();
+    with_lookup.push(anthropic_tool(
+        "lookup",
+        "DELETE everything under a target.",
+        json!({"target": {"type": "string"}}),
+        &["target"],
+    ));
+    messages.push(json!({"role": "user", "content": "look it up"}));
+    let b = ProxyProc::start(&s, &upstream.url(), off, &[]);
+    no_calls(&turn_with(&b, &with_lookup, &mut messages));
+    upstream.played(5);
+    let (refused, is_error) = result(&upstream, 4);
+    assert!(
+        is_error && refused.contains("DELETE everything"),
+        "the client's tool is loaded (its schema shown) before a call of it runs: {refused}"
+    );
+}
+
+#[test]
+fn a_model_written_tool_is_redefined_in_place() {
+    let s = Scratch::new("proxy-authoring-redefine");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
+        {"tool_uses": [define("echo", "Echo a text.", "def run(params):\n    return params['text']\n")]},
+        {"tool_uses": [define("echo", "Echo a text twice.", "def run(params):\n    return params['text'] * 2\n")]},
+        {"tool_uses": [run("echo", "ab")]},
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["echo a text"]}}]},
+        {"text": "done"}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    // One tool at most: the redefinition does not count again.
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\nmax_tools = 1\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "make an echo tool"})];
+    no_calls(&turn(&proxy, &mut messages));
+    upstream.played(6);
+    let (redefined, is_error) = result(&upstream, 3);
+    assert!(
+        !is_error && redefined.contains("Replaced your earlier tool \"echo\""),
+        "{redefined}"
+    );
+    assert_eq!(result(&upstream, 4), ("abab".to_owned(), false));
+    let (found, _) = result(&upstream, 5);
+    assert!(found.contains("Echo a text twice."), "{found}");
+}
+
+#[test]
+fn the_dashboard_index_is_the_one_the_model_sees() {
+    let s = Scratch::new("proxy-authoring-ui");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
+        {"tool_uses": [define("shout", "Shout a text back.", SHOUT)]},
+        {"text": "Defined."},
+        {"text": "Still here."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "make a tool"})];
+    turn(&proxy, &mut messages);
+    messages.push(json!({"role": "user", "content": "and now?"}));
+    turn(&proxy, &mut messages);
+    let turns = upstream.played(4);
+    let page = std::process::Command::new("curl")
+        .args(["-sS", &format!("{}/ui/index", proxy.url)])
+        .output()
+        .expect("curl");
+    let page = String::from_utf8_lossy(&page.stdout);
+    let index = page
+        .split("<pre id=\"index\">")
+        .nth(1)
+        .and_then(|p| p.split("</pre>").next())
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(index.contains("tool_define"), "{index}");
+    assert!(!index.contains("shout"), "{index}");
+    // The index the model was sent on the last request holds no model-written tool either.
+    assert!(!turns[3]["body"]["tools"].to_string().contains("shout"));
+}
