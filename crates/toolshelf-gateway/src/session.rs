@@ -27,7 +27,6 @@ use serde_json::{Map, Value, json};
 use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord, capped_params};
 use toolshelf_core::authoring;
 use toolshelf_core::catalog::Origin;
-use toolshelf_core::config::OnError;
 use toolshelf_core::hook::{Hook, HookEvent, HookEventKind};
 use toolshelf_core::invoke::{
     self, AskRefusal, Authorization, CallFailure, Refusal, RefusalKind, Via, echo,
@@ -278,51 +277,17 @@ fn report_hook_failures(hub: &Hub, id: &str, verdict: &HookVerdict, tool: Option
     }
 }
 
-/// Runs the hooks that may replace a result (`post_call`, `post_search`), one at a time, so that a
-/// `result` that is not an MCP `CallToolResult` is a failure of the hook that answered it: its
-/// `on_error` decides, as for any hook failure (`deny` withholds the result; `allow` goes on with
-/// the result as it was before that hook, which is what the next hook sees). Returns the hooks'
-/// verdict and the replacement result, if any.
+/// Runs the hooks that may replace a result (`post_call`, `post_search`); a replacement must be
+/// an MCP `CallToolResult`.
 async fn run_result_hooks(
     hooks: &[Hook],
     tool: Option<&toolshelf_core::Tool>,
-    mut event: HookEvent,
+    event: HookEvent,
 ) -> (HookVerdict, Option<CallToolResult>) {
-    let mut verdict = HookVerdict::default();
-    let mut replaced = None;
-    for hook in hooks.iter().filter(|h| h.applies_to(tool)) {
-        let one = hooks::run(std::slice::from_ref(hook), tool, event.clone()).await;
-        verdict.failures.extend(one.failures);
-        if let Some(reason) = one.denied {
-            verdict.guidance.extend(one.guidance);
-            verdict.denied = Some(reason);
-            break;
-        }
-        if let Some(value) = one.result {
-            match serde_json::from_value::<CallToolResult>(value.clone()) {
-                Ok(r) => {
-                    event.result = Some(value);
-                    replaced = Some(r);
-                }
-                Err(e) => {
-                    let failure = format!(
-                        "hook {} failed: its \"result\" is not an MCP CallToolResult: {e}",
-                        hook.label
-                    );
-                    tracing::warn!("{failure}");
-                    verdict.failures.push(failure.clone());
-                    if hook.command.on_error == OnError::Deny {
-                        verdict.denied = Some(format!("{failure} (on_error = \"deny\")"));
-                        break;
-                    }
-                    // A hook that failed says nothing else either.
-                    continue;
-                }
-            }
-        }
-        verdict.guidance.extend(one.guidance);
-    }
-    (verdict, replaced)
+    hooks::run_replacing(hooks, tool, event, |v| {
+        serde_json::from_value::<CallToolResult>(v.clone()).map_err(|e| e.to_string())
+    })
+    .await
 }
 
 /// What the admission stages let through: the tool, its server, the params to send and the

@@ -5,7 +5,6 @@
 
 use serde_json::{Value, json};
 use toolshelf_core::Tool;
-use toolshelf_core::config::OnError;
 use toolshelf_core::hook::{Hook, HookEvent, HookEventKind};
 use toolshelf_runtime::hooks;
 
@@ -93,49 +92,15 @@ fn with_guidance((mut text, is_error): Text, guidance: Vec<String>) -> Text {
     (text, is_error)
 }
 
-/// Runs `post_call` hooks one at a time, so that a `result` that is not a `CallToolResult` is a
-/// failure of the hook that answered it and its `on_error` decides (`deny` withholds the result;
-/// `allow` goes on with the result as it was before that hook). Returns the deny reason, the
-/// replacement and the guidance.
+/// Runs `post_call` hooks (see [`hooks::run_replacing`]): the deny reason, the replacement and
+/// the guidance.
 async fn post_call(
     hooks: &[Hook],
     tool: &Tool,
-    mut event: HookEvent,
+    event: HookEvent,
 ) -> (Option<String>, Option<Text>, Vec<String>) {
-    let mut guidance = Vec::new();
-    let mut replaced = None;
-    for hook in hooks.iter().filter(|h| h.applies_to(Some(tool))) {
-        let one = hooks::run(std::slice::from_ref(hook), Some(tool), event.clone()).await;
-        if let Some(reason) = one.denied {
-            guidance.extend(one.guidance);
-            return (Some(reason), replaced, guidance);
-        }
-        if let Some(value) = one.result {
-            match read_result(&value) {
-                Ok(r) => {
-                    event.result = Some(value);
-                    replaced = Some(r);
-                }
-                Err(e) => {
-                    let failure = format!(
-                        "hook {} failed: its \"result\" is not an MCP CallToolResult: {e}",
-                        hook.label
-                    );
-                    tracing::warn!("{failure}");
-                    if hook.command.on_error == OnError::Deny {
-                        return (
-                            Some(format!("{failure} (on_error = \"deny\")")),
-                            replaced,
-                            guidance,
-                        );
-                    }
-                    continue;
-                }
-            }
-        }
-        guidance.extend(one.guidance);
-    }
-    (None, replaced, guidance)
+    let (verdict, replaced) = hooks::run_replacing(hooks, Some(tool), event, read_result).await;
+    (verdict.denied, replaced, verdict.guidance)
 }
 
 #[cfg(test)]

@@ -62,6 +62,54 @@ pub async fn run(hooks: &[Hook], tool: Option<&Tool>, mut event: HookEvent) -> H
     verdict
 }
 
+/// Runs the hooks that may replace a result (`post_call`, `post_search`) one at a time, so that a
+/// `result` that `read` refuses is a failure of the hook that answered it: its `on_error`
+/// decides, as for any hook failure (`deny` withholds the result; `allow` goes on with the
+/// result as it was before that hook, which is what the next hook sees). Returns the hooks'
+/// verdict (its `result` unset) and the replacement as `read` gives it.
+pub async fn run_replacing<T>(
+    hooks: &[Hook],
+    tool: Option<&Tool>,
+    mut event: HookEvent,
+    read: impl Fn(&Value) -> Result<T, String>,
+) -> (HookVerdict, Option<T>) {
+    let mut verdict = HookVerdict::default();
+    let mut replaced = None;
+    for hook in hooks.iter().filter(|h| h.applies_to(tool)) {
+        let one = run(std::slice::from_ref(hook), tool, event.clone()).await;
+        verdict.failures.extend(one.failures);
+        if let Some(reason) = one.denied {
+            verdict.guidance.extend(one.guidance);
+            verdict.denied = Some(reason);
+            break;
+        }
+        if let Some(value) = one.result {
+            match read(&value) {
+                Ok(r) => {
+                    event.result = Some(value);
+                    replaced = Some(r);
+                }
+                Err(e) => {
+                    let failure = format!(
+                        "hook {} failed: its \"result\" is not an MCP CallToolResult: {e}",
+                        hook.label
+                    );
+                    tracing::warn!("{failure}");
+                    verdict.failures.push(failure.clone());
+                    if hook.command.on_error == OnError::Deny {
+                        verdict.denied = Some(format!("{failure} (on_error = \"deny\")"));
+                        break;
+                    }
+                    // A hook that failed says nothing else either.
+                    continue;
+                }
+            }
+        }
+        verdict.guidance.extend(one.guidance);
+    }
+    (verdict, replaced)
+}
+
 /// The most a hook may write to stdout: its answer, which may carry a rewritten result. A hook
 /// that writes more has failed.
 pub const MAX_STDOUT: usize = 16 << 20;
