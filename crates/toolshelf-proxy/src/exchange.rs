@@ -745,6 +745,32 @@ fn recorded_turn<'a>(
     }
 }
 
+/// A cache mark the client put on the last block of a turn moves to the last block of the turn
+/// put back in its place (Anthropic): the client's breakpoint stays at the end of that turn.
+fn carry_cache_mark(dialect: Dialect, group: &[Value], last: &mut [Value]) {
+    if dialect.api() != Api::Anthropic {
+        return;
+    }
+    let last_block = |e: &Value| -> Option<Value> {
+        e.get("content")?
+            .as_array()?
+            .last()?
+            .get("cache_control")
+            .cloned()
+    };
+    let Some(mark) = group.last().and_then(last_block) else {
+        return;
+    };
+    if let Some(Value::Object(block)) = last
+        .last_mut()
+        .and_then(|e| e.get_mut("content"))
+        .and_then(Value::as_array_mut)
+        .and_then(|blocks| blocks.last_mut())
+    {
+        block.insert("cache_control".into(), mark);
+    }
+}
+
 /// The upstream conversation for the client's `conv`.
 fn rewrite(
     dialect: Dialect,
@@ -774,7 +800,9 @@ fn rewrite(
             match recorded_turn(dialect, session, group, link_before(links, i)) {
                 Some(rec) => {
                     out.extend(rec.prelude.iter().cloned());
-                    out.extend(rec.last.iter().cloned());
+                    let mut last = rec.last.clone();
+                    carry_cache_mark(dialect, group, &mut last);
+                    out.extend(last);
                     pending = rec.pending.clone();
                 }
                 None => {

@@ -146,6 +146,42 @@ fn a_session_kept_in_files_survives_a_restart_of_the_proxy() {
     );
 }
 
+/// A cache mark the client puts at the end of an assistant turn stays at the end of the turn
+/// the proxy puts back in its place (which holds the upstream's own calls, not the client's).
+#[test]
+fn a_cache_mark_on_a_recorded_turn_stays_at_its_end() {
+    let s = Scratch::new("proxy-cache-mark");
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    turn(&proxy, &tools(), &mut messages);
+    let assistant = messages[1]["content"]
+        .as_array_mut()
+        .and_then(|blocks| blocks.last_mut())
+        .expect("the assistant turn has a block");
+    assistant["cache_control"] = json!({"type": "ephemeral"});
+    turn(&proxy, &tools(), &mut messages);
+    upstream.played(3);
+    let sent = upstream.turns()[2]["body"]["messages"].clone();
+    let put_back = sent
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .find(|m| m.to_string().contains("notes.txt"))
+        .unwrap_or_else(|| panic!("the recorded turn is put back: {sent}"));
+    let last = put_back["content"]
+        .as_array()
+        .and_then(|b| b.last())
+        .expect("a block");
+    assert_eq!(last["type"], "tool_use", "{put_back}");
+    assert_eq!(
+        last["cache_control"],
+        json!({"type": "ephemeral"}),
+        "{put_back}"
+    );
+}
+
 #[test]
 fn a_request_that_cannot_be_rewritten_fails_closed_under_rules_and_open_without() {
     let s = Scratch::new("proxy-fail");
