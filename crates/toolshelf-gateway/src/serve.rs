@@ -394,6 +394,15 @@ async fn unparsable(response: Response, body: &[u8]) -> Response {
             -32700,
             format!("Parse error: {e}"),
         ),
+        // MCP dropped JSON-RPC batching: an array is a batch this server does not take.
+        Ok(Value::Array(_)) => jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "Invalid Request: a JSON-RPC batch (an array of messages) is not supported; MCP over \
+streamable HTTP takes one message per request"
+                .into(),
+        ),
         Ok(v) => jsonrpc_error(
             StatusCode::BAD_REQUEST,
             id_of(&v),

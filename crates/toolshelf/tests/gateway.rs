@@ -1658,6 +1658,23 @@ async fn http_listener_checks_requests_and_caps_sessions() {
             .starts_with("Invalid Request: "),
         "{e}"
     );
+    let batch = raw_http(
+        &url,
+        "POST",
+        &[],
+        br#"[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]"#,
+    )
+    .await;
+    assert_eq!(batch.status, 400, "{batch:?}");
+    let e = batch.json();
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("a JSON-RPC batch (an array of messages) is not supported"),
+        "{e}"
+    );
     // rmcp's own answers, in its order, are kept.
     let media = raw_http(&url, "POST", &[("Content-Type", "text/plain")], broken).await;
     assert_eq!(media.status, 415, "{media:?}");
