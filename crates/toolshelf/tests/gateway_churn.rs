@@ -1,18 +1,20 @@
 //! End-to-end tests of a gateway session while its servers' tools change under it: names the
 //! session holds keep meaning the same tool, pinned tools stay callable, tools that went away are
 //! refused as such, and the change notice reaches the model once. The real `toolshelf serve`
-//! binary in front of `fixtures/churn_server.py`, whose tool list is a file the test rewrites.
+//! binary in front of `fixtures/named_server.py` reading its tool list from a file the test
+//! rewrites.
 
 mod common;
 
 use common::*;
 use serde_json::{Value, json};
 
-/// A `[servers.NAME]` section running `fixtures/churn_server.py` on the tool file `file`.
+/// A `[servers.NAME]` section running `fixtures/named_server.py` on the tool file `file`.
 fn churn_server(name: &str, file: &str, extra: &str) -> String {
     format!(
-        "[servers.{name:?}]\ncommand = \"python3\"\nargs = [{:?}, {name:?}, {file:?}]\nrestart_delay_secs = 1\n{extra}\n",
-        fixture("churn_server.py")
+        "[servers.{name:?}]\ncommand = \"python3\"\nargs = [{:?}, {name:?}, {:?}]\nrestart_delay_secs = 1\n{extra}\n",
+        fixture("named_server.py"),
+        format!("@{file}")
     )
 }
 

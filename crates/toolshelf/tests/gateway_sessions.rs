@@ -19,6 +19,16 @@ fn test_server() -> String {
     )
 }
 
+/// Writes the configuration of the test server, `s`'s files and `hooks` (see [`hook`]),
+/// returning its path.
+fn gateway_config(s: &Scratch, hooks: &[String]) -> String {
+    let mut text = test_server() + &files_sections(s);
+    for h in hooks {
+        text.push_str(h);
+    }
+    s.write("toolshelf.toml", &text)
+}
+
 /// A hook running `script` with `sh -c`, with more of its section in `extra`.
 fn hook(event: &str, script: &str, extra: &str) -> String {
     format!("[[hooks.{event}]]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n{extra}")
@@ -82,18 +92,13 @@ fn calls_of(s: &Scratch, tool: &str) -> Vec<Value> {
 async fn calls_the_client_cancels_are_abandoned() {
     let s = Scratch::new("cancel");
     let post = s.path("post_call.log");
-    let config = s.write(
-        "toolshelf.toml",
-        &[
-            test_server(),
-            files_sections(&s),
-            hook(
-                "post_call",
-                &format!("cat >> {post:?}; echo >> {post:?}"),
-                "tools = \"^mcp__test__sleep$\"\n",
-            ),
-        ]
-        .concat(),
+    let config = gateway_config(
+        &s,
+        &[hook(
+            "post_call",
+            &format!("cat >> {post:?}; echo >> {post:?}"),
+            "tools = \"^mcp__test__sleep$\"\n",
+        )],
     );
     let client = stdio_client(&config, TestClient::default()).await;
     let call = start_sleep(&client, 30).await;
@@ -167,10 +172,7 @@ async fn calls_the_client_cancels_are_abandoned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_leaves_the_change_notice_for_the_next_result() {
     let s = Scratch::new("cancel-notice");
-    let config = s.write(
-        "toolshelf.toml",
-        &[test_server(), files_sections(&s)].concat(),
-    );
+    let config = gateway_config(&s, &[]);
     let (_gateway, url) = http_gateway(&config);
     let watched = http_client(&url, TestClient::default()).await;
     let other = http_client(&url, TestClient::default()).await;
@@ -209,10 +211,7 @@ async fn a_cancelled_call_leaves_the_change_notice_for_the_next_result() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_an_http_session_abandons_its_calls() {
     let s = Scratch::new("cancel-http");
-    let config = s.write(
-        "toolshelf.toml",
-        &format!("{}{}", test_server(), files_sections(&s)),
-    );
+    let config = gateway_config(&s, &[]);
     let (mut gateway, url) = http_gateway(&config);
     let leaving = http_client(&url, TestClient::default()).await;
     let observer = http_client(&url, TestClient::default()).await;
@@ -244,11 +243,9 @@ async fn the_first_calls_wait_for_session_start_hooks() {
     let s = Scratch::new("start-first");
     let log = s.path("order.log");
     let mark = |what: &str| format!("cat > /dev/null; echo {what} >> {log:?}");
-    let config = s.write(
-        "toolshelf.toml",
+    let config = gateway_config(
+        &s,
         &[
-            test_server(),
-            files_sections(&s),
             hook(
                 "session_start",
                 &format!("sleep 5; {}", mark("session_start")),
@@ -256,8 +253,7 @@ async fn the_first_calls_wait_for_session_start_hooks() {
             ),
             hook("pre_call", &mark("pre_call"), ""),
             hook("post_search", &mark("post_search"), ""),
-        ]
-        .concat(),
+        ],
     );
     let client = stdio_client(&config, TestClient::default()).await;
     let (called, searched) = tokio::join!(
@@ -280,11 +276,9 @@ async fn the_first_calls_wait_for_session_start_hooks() {
 async fn a_malformed_replacement_result_is_a_hook_failure() {
     let s = Scratch::new("bad-result");
     let bad = r#"cat > /dev/null; echo '{"result": {"content": "not a list"}}'"#;
-    let config = s.write(
-        "toolshelf.toml",
+    let config = gateway_config(
+        &s,
         &[
-            test_server(),
-            files_sections(&s),
             hook(
                 "post_call",
                 bad,
@@ -296,8 +290,7 @@ async fn a_malformed_replacement_result_is_a_hook_failure() {
                 "tools = \"^mcp__test__ping$\"\non_error = \"allow\"\n",
             ),
             hook("post_search", bad, "on_error = \"deny\"\n"),
-        ]
-        .concat(),
+        ],
     );
     let client = stdio_client(&config, TestClient::default()).await;
     let failure = |i: usize, event: &str| {
@@ -349,18 +342,13 @@ async fn stopping_the_http_server_ends_every_session() {
     // Each session_end hook writes a file of its own: the two run at once.
     let ended = s.path("ended");
     std::fs::create_dir_all(&ended).expect("a directory for the hooks");
-    let config = s.write(
-        "toolshelf.toml",
-        &[
-            test_server(),
-            files_sections(&s),
-            hook(
-                "session_end",
-                &format!("cat > \"$(mktemp -p {ended:?} end.XXXXXX)\""),
-                "",
-            ),
-        ]
-        .concat(),
+    let config = gateway_config(
+        &s,
+        &[hook(
+            "session_end",
+            &format!("cat > \"$(mktemp -p {ended:?} end.XXXXXX)\""),
+            "",
+        )],
     );
     let (mut gateway, url) = http_gateway(&config);
     let busy = http_client(&url, TestClient::default()).await;
@@ -474,11 +462,9 @@ async fn a_session_closed_right_after_its_handshake_ends_after_its_start() {
     let s = Scratch::new("start-then-end");
     let log = s.path("order.log");
     let released = s.path("released");
-    let config = s.write(
-        "toolshelf.toml",
+    let config = gateway_config(
+        &s,
         &[
-            test_server(),
-            files_sections(&s),
             hook(
                 "session_start",
                 &format!(
@@ -491,8 +477,7 @@ async fn a_session_closed_right_after_its_handshake_ends_after_its_start() {
                 &format!("cat > /dev/null; touch {released:?}; echo end >> {log:?}"),
                 "",
             ),
-        ]
-        .concat(),
+        ],
     );
     stdio_then_eof(&config, &handshake());
     let audit = s.audit();
@@ -570,18 +555,13 @@ async fn a_cancelled_call_does_not_keep_its_tool_loaded() {
 async fn a_second_signal_stops_the_http_server_at_once() {
     let s = Scratch::new("http-stop-twice");
     let ending = s.path("ending");
-    let config = s.write(
-        "toolshelf.toml",
-        &[
-            test_server(),
-            files_sections(&s),
-            hook(
-                "session_end",
-                &format!("cat > /dev/null; touch {ending:?}; exec sleep 300"),
-                "timeout_secs = 300\n",
-            ),
-        ]
-        .concat(),
+    let config = gateway_config(
+        &s,
+        &[hook(
+            "session_end",
+            &format!("cat > /dev/null; touch {ending:?}; exec sleep 300"),
+            "timeout_secs = 300\n",
+        )],
     );
     let (mut gateway, url) = http_gateway(&config);
     let client = http_client(&url, TestClient::default()).await;

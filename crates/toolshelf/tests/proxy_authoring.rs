@@ -5,34 +5,11 @@
 
 mod common;
 
-use common::{HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, post, tools};
+use common::{ProxyProc, Scratch, Upstream, anthropic_tool, messages_turn, tools};
 use serde_json::{Value, json};
 
-/// Sends the conversation with `tools` and appends the answer.
-fn turn_with(proxy: &ProxyProc, tools: &[Value], messages: &mut Vec<Value>) -> Value {
-    let body = json!({"model": "m", "max_tokens": 256, "system": "You help.", "tools": tools,
-                      "messages": messages});
-    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
-    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
-    messages.push(json!({"role": "assistant", "content": answer["content"]}));
-    answer
-}
-
 fn turn(proxy: &ProxyProc, messages: &mut Vec<Value>) -> Value {
-    turn_with(proxy, &tools(), messages)
-}
-
-/// The result the proxy sent for the last call of scripted turn `i` (the request after it).
-fn result(upstream: &Upstream, i: usize) -> (String, bool) {
-    let t = &upstream.turns()[i];
-    let r = t["tool_results"]
-        .as_array()
-        .and_then(|r| r.last())
-        .unwrap_or_else(|| panic!("turn {i} carries no tool result: {t}"));
-    (
-        r["content"].as_str().unwrap_or_default().to_owned(),
-        r["is_error"] == true,
-    )
+    messages_turn(proxy, &tools(), messages)
 }
 
 /// The last message of scripted turn `i`'s request, as text.
@@ -108,14 +85,14 @@ fn with_authoring_off_a_sessions_model_written_tools_are_kept_but_neither_found_
     }
     let told = last_message(&upstream, 3);
     assert!(!told.contains("new: shout"), "not announced: {told}");
-    let (refused, is_error) = result(&upstream, 4);
+    let (refused, is_error) = upstream.last_result(4);
     assert!(
         is_error
             && refused.contains("model-written tools are turned off on this proxy")
             && !refused.contains("HI!"),
         "{refused}"
     );
-    let (found, _) = result(&upstream, 5);
+    let (found, _) = upstream.last_result(5);
     assert!(
         !found.contains("Shout a text back") && !found.contains("already active"),
         "not searchable: {found}"
@@ -124,7 +101,7 @@ fn with_authoring_off_a_sessions_model_written_tools_are_kept_but_neither_found_
     let a = ProxyProc::start(&s, &upstream.url(), on, &[]);
     no_calls(&turn(&a, &mut messages));
     upstream.played(8);
-    assert_eq!(result(&upstream, 7), ("BACK!".to_owned(), false));
+    assert_eq!(upstream.last_result(7), ("BACK!".to_owned(), false));
 }
 
 const HOOK: &str = r#"#!/usr/bin/env python3
@@ -168,15 +145,15 @@ fn post_call_hooks_see_the_calls_the_proxy_runs_itself() {
     let mut messages = vec![json!({"role": "user", "content": "go"})];
     no_calls(&turn(&proxy, &mut messages));
     upstream.played(7);
-    let (withheld, is_error) = result(&upstream, 4);
+    let (withheld, is_error) = upstream.last_result(4);
     assert!(
         is_error
             && withheld.contains("a post_call hook withheld its result: the word count is secret")
             && !withheld.contains("words"),
         "{withheld}"
     );
-    assert_eq!(result(&upstream, 5), ("REDACTED".to_owned(), false));
-    let (failed, is_error) = result(&upstream, 6);
+    assert_eq!(upstream.last_result(5), ("REDACTED".to_owned(), false));
+    let (failed, is_error) = upstream.last_result(6);
     assert!(
         is_error && failed.contains("is not an MCP CallToolResult") && !failed.contains("SECRET"),
         "a replacement that is no result is the hook's failure, and on_error = deny: {failed}"
@@ -194,23 +171,20 @@ fn post_call_hooks_see_the_calls_the_proxy_runs_itself() {
     assert_eq!(shout["params"]["text"], "hi");
 }
 
-#[test]
-fn a_client_tool_that_takes_a_model_written_tools_name_is_announced_and_must_be_loaded() {
-    let s = Scratch::new("proxy-authoring-shadow");
-    let script = json!({"steps": [
+/// The model defines `lookup`; then (the client now sends a tool of that name: another tool,
+/// whose schema the model never saw) it calls `lookup`.
+fn lookup_script() -> Value {
+    json!({"steps": [
         {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
         {"tool_uses": [define("lookup", "Shout a text back.", SHOUT)]},
         {"text": "Defined."},
-        // The client now sends a tool of that name: another tool, whose schema the model never saw.
         {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "lookup", "params": {"target": "x"}}}]},
         {"text": "Not loaded."}
-    ]});
-    let upstream = Upstream::start(&s, &script);
-    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\n";
-    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
-    let mut messages = vec![json!({"role": "user", "content": "make a lookup tool"})];
-    turn(&proxy, &mut messages);
-    upstream.played(3);
+    ]})
+}
+
+/// The client's tools with a `lookup` of its own.
+fn tools_with_client_lookup() -> Vec<Value> {
     let mut with_lookup = tools();
     with_lookup.push(anthropic_tool(
         "lookup",
@@ -218,19 +192,37 @@ fn a_client_tool_that_takes_a_model_written_tools_name_is_announced_and_must_be_
         json!({"target": {"type": "string"}}),
         &["target"],
     ));
+    with_lookup
+}
+
+/// The call of `lookup` (scripted turn 3) was refused with the client's tool's schema.
+fn assert_client_lookup_loaded_first(upstream: &Upstream) {
+    let (refused, is_error) = upstream.last_result(4);
+    assert!(
+        is_error && refused.contains("DELETE everything"),
+        "the client's tool is loaded (its schema shown) before a call of it runs: {refused}"
+    );
+}
+
+#[test]
+fn a_client_tool_that_takes_a_model_written_tools_name_is_announced_and_must_be_loaded() {
+    let s = Scratch::new("proxy-authoring-shadow");
+    let upstream = Upstream::start(&s, &lookup_script());
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "make a lookup tool"})];
+    turn(&proxy, &mut messages);
+    upstream.played(3);
+    let with_lookup = tools_with_client_lookup();
     messages.push(json!({"role": "user", "content": "look it up"}));
-    no_calls(&turn_with(&proxy, &with_lookup, &mut messages));
+    no_calls(&messages_turn(&proxy, &with_lookup, &mut messages));
     upstream.played(5);
     let told = last_message(&upstream, 3);
     assert!(
         told.contains("replaces the tool \\\"lookup\\\" you wrote"),
         "{told}"
     );
-    let (refused, is_error) = result(&upstream, 4);
-    assert!(
-        is_error && refused.contains("DELETE everything"),
-        "the client's tool is loaded (its schema shown) before a call of it runs: {refused}"
-    );
+    assert_client_lookup_loaded_first(&upstream);
 }
 
 /// The same on a proxy with authoring off, where the model's tool is not on the shelf: the
@@ -238,14 +230,7 @@ fn a_client_tool_that_takes_a_model_written_tools_name_is_announced_and_must_be_
 #[test]
 fn with_authoring_off_a_client_tool_that_takes_a_model_written_tools_name_must_be_loaded() {
     let s = Scratch::new("proxy-authoring-off-shadow");
-    let script = json!({"steps": [
-        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
-        {"tool_uses": [define("lookup", "Shout a text back.", SHOUT)]},
-        {"text": "Defined."},
-        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "lookup", "params": {"target": "x"}}}]},
-        {"text": "Not loaded."}
-    ]});
-    let upstream = Upstream::start(&s, &script);
+    let upstream = Upstream::start(&s, &lookup_script());
     let on =
         "[proxy]\nmax_search_rounds = 8\npersist_sessions = true\n[authoring]\nenabled = true\n";
     let off =
@@ -256,22 +241,12 @@ fn with_authoring_off_a_client_tool_that_takes_a_model_written_tools_name_must_b
         turn(&a, &mut messages);
         upstream.played(3);
     }
-    let mut with_lookup = tools();
-    with_lookup.push(anthropic_tool(
-        "lookup",
-        "DELETE everything under a target.",
-        json!({"target": {"type": "string"}}),
-        &["target"],
-    ));
+    let with_lookup = tools_with_client_lookup();
     messages.push(json!({"role": "user", "content": "look it up"}));
     let b = ProxyProc::start(&s, &upstream.url(), off, &[]);
-    no_calls(&turn_with(&b, &with_lookup, &mut messages));
+    no_calls(&messages_turn(&b, &with_lookup, &mut messages));
     upstream.played(5);
-    let (refused, is_error) = result(&upstream, 4);
-    assert!(
-        is_error && refused.contains("DELETE everything"),
-        "the client's tool is loaded (its schema shown) before a call of it runs: {refused}"
-    );
+    assert_client_lookup_loaded_first(&upstream);
 }
 
 #[test]
@@ -292,13 +267,13 @@ fn a_model_written_tool_is_redefined_in_place() {
     let mut messages = vec![json!({"role": "user", "content": "make an echo tool"})];
     no_calls(&turn(&proxy, &mut messages));
     upstream.played(6);
-    let (redefined, is_error) = result(&upstream, 3);
+    let (redefined, is_error) = upstream.last_result(3);
     assert!(
         !is_error && redefined.contains("Replaced your earlier tool \"echo\""),
         "{redefined}"
     );
-    assert_eq!(result(&upstream, 4), ("abab".to_owned(), false));
-    let (found, _) = result(&upstream, 5);
+    assert_eq!(upstream.last_result(4), ("abab".to_owned(), false));
+    let (found, _) = upstream.last_result(5);
     assert!(found.contains("Echo a text twice."), "{found}");
 }
 

@@ -845,6 +845,44 @@ fn until_stored(proxy: &ProxyProc, redis: &Redis, prefix: &str, name: &str) {
     }
 }
 
+/// The first messages of the two conversations [`race`] sends.
+const RACERS: [&str; 2] = ["conversation x", "conversation y"];
+
+/// The headers of requests in the session `shared`.
+fn shared() -> Vec<(&'static str, &'static str)> {
+    let mut headers = HEADERS.to_vec();
+    headers.push(("x-toolshelf-session", "shared"));
+    headers
+}
+
+/// Two conversations of the session `shared` ([`RACERS`]) sent at once, one through each
+/// replica: the conversations with their answers.
+fn race(a: &ProxyProc, b: &ProxyProc) -> Vec<Vec<Value>> {
+    let headers = shared();
+    let mut convs: Vec<Vec<Value>> = RACERS
+        .iter()
+        .map(|n| vec![json!({"role": "user", "content": n})])
+        .collect();
+    let racing: Vec<_> = [a, b]
+        .iter()
+        .zip(&convs)
+        .map(|(p, conv)| {
+            let (url, body, h) = (
+                format!("{}/v1/messages", p.url),
+                request(conv),
+                headers.clone(),
+            );
+            std::thread::spawn(move || post(&url, &body, &h))
+        })
+        .collect();
+    for (t, conv) in racing.into_iter().zip(&mut convs) {
+        let (status, answer) = t.join().expect("client thread");
+        assert_eq!(status, 200, "{answer}");
+        take(conv, &answer);
+    }
+    convs
+}
+
 fn store_warnings(p: &ProxyProc) -> usize {
     p.log()
         .lines()
@@ -1003,30 +1041,8 @@ fn two_replicas_racing_on_one_session_lose_neither_recorded_rounds_nor_activatio
     let upstream = Upstream::start(&s, &script);
     let (_sa, a) = replica("redis-race-a", &upstream, &redis, "race:");
     let (_sb, b) = replica("redis-race-b", &upstream, &redis, "race:");
-    let mut headers = HEADERS.to_vec();
-    headers.push(("x-toolshelf-session", "shared"));
-    let names = ["conversation x", "conversation y"];
-    let mut convs: Vec<Vec<Value>> = names
-        .iter()
-        .map(|n| vec![json!({"role": "user", "content": n})])
-        .collect();
-    let racing: Vec<_> = [&a, &b]
-        .iter()
-        .zip(&convs)
-        .map(|(p, conv)| {
-            let (url, body, h) = (
-                format!("{}/v1/messages", p.url),
-                request(conv),
-                headers.clone(),
-            );
-            std::thread::spawn(move || post(&url, &body, &h))
-        })
-        .collect();
-    for (t, conv) in racing.into_iter().zip(&mut convs) {
-        let (status, answer) = t.join().expect("client thread");
-        assert_eq!(status, 200, "{answer}");
-        take(conv, &answer);
-    }
+    let (names, headers) = (RACERS, shared());
+    let mut convs = race(&a, &b);
     let conflicts = |p: &ProxyProc| totals(p)["store_conflicts"].as_u64().unwrap_or(0);
     assert_eq!(
         conflicts(&a) + conflicts(&b),
@@ -1185,30 +1201,8 @@ fn two_conversations_defining_one_name_at_once_keep_one_definition_and_the_other
     );
     let a = ProxyProc::start(&sa, &upstream.url(), &config, &[]);
     let b = ProxyProc::start(&sb, &upstream.url(), &config, &[]);
-    let mut headers = HEADERS.to_vec();
-    headers.push(("x-toolshelf-session", "shared"));
-    let names = ["conversation x", "conversation y"];
-    let mut convs: Vec<Vec<Value>> = names
-        .iter()
-        .map(|n| vec![json!({"role": "user", "content": n})])
-        .collect();
-    let racing: Vec<_> = [&a, &b]
-        .iter()
-        .zip(&convs)
-        .map(|(p, conv)| {
-            let (url, body, h) = (
-                format!("{}/v1/messages", p.url),
-                request(conv),
-                headers.clone(),
-            );
-            std::thread::spawn(move || post(&url, &body, &h))
-        })
-        .collect();
-    for (t, conv) in racing.into_iter().zip(&mut convs) {
-        let (status, answer) = t.join().expect("client thread");
-        assert_eq!(status, 200, "{answer}");
-        take(conv, &answer);
-    }
+    let headers = shared();
+    let mut convs = race(&a, &b);
     for (conv, p) in convs.iter_mut().zip([&b, &a]) {
         conv.push(json!({"role": "user", "content": "next"}));
         turn(p, conv, &headers);

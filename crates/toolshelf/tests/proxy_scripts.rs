@@ -4,30 +4,11 @@
 
 mod common;
 
-use common::{HEADERS, ProxyProc, Scratch, Upstream, post, tools};
+use common::{ProxyProc, Scratch, Upstream, messages_turn, tools};
 use serde_json::{Value, json};
 
-/// Sends the conversation to the proxy's Anthropic endpoint and appends the answer.
 fn turn(proxy: &ProxyProc, messages: &mut Vec<Value>) -> Value {
-    let body = json!({"model": "m", "max_tokens": 256, "system": "You help.", "tools": tools(),
-                      "messages": messages});
-    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
-    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
-    messages.push(json!({"role": "assistant", "content": answer["content"]}));
-    answer
-}
-
-/// The result the proxy sent for the last call of scripted turn `i` (the request after it).
-fn result(upstream: &Upstream, i: usize) -> (String, bool) {
-    let t = &upstream.turns()[i];
-    let r = t["tool_results"]
-        .as_array()
-        .and_then(|r| r.last())
-        .unwrap_or_else(|| panic!("turn {i} carries no tool result: {t}"));
-    (
-        r["content"].as_str().unwrap_or_default().to_owned(),
-        r["is_error"] == true,
-    )
+    messages_turn(proxy, &tools(), messages)
 }
 
 /// Every scripted request continues the previous one: same tool list, earlier messages kept.
@@ -122,28 +103,28 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
     assert!(a.to_string().contains("Three words."), "{a}");
     let turns = upstream.played(8);
     // The search found the script tool with its rendered description.
-    let (found, _) = result(&upstream, 1);
+    let (found, _) = upstream.last_result(1);
     assert!(found.contains("mcp__scripts__word_count"), "{found}");
     assert!(
         found.contains("Count the words of a text, for docs ."),
         "{found}"
     );
-    assert_eq!(result(&upstream, 2), ("{\"words\":3}".to_owned(), false));
-    let (missing, is_error) = result(&upstream, 3);
+    assert_eq!(upstream.last_result(2), ("{\"words\":3}".to_owned(), false));
+    let (missing, is_error) = upstream.last_result(3);
     assert!(is_error && missing.contains("text"), "{missing}");
-    let (spun, is_error) = result(&upstream, 5);
+    let (spun, is_error) = upstream.last_result(5);
     assert!(
         is_error
             && spun.contains("mcp__scripts__spin")
             && spun.contains("CPU-step limit of 100000"),
         "the limit and the tool are named: {spun}"
     );
-    let (denied, is_error) = result(&upstream, 6);
+    let (denied, is_error) = upstream.last_result(6);
     assert!(
         is_error && denied.contains("mcp__scripts__erase"),
         "{denied}"
     );
-    let (asked, is_error) = result(&upstream, 7);
+    let (asked, is_error) = upstream.last_result(7);
     assert!(
         is_error
             && asked.starts_with("mcp__scripts__careful was not run: it needs the user's approval")
@@ -209,15 +190,15 @@ fn a_tool_the_model_defines_runs_in_its_session_only_and_leaves_the_prefix_alone
         index.contains("tool_define"),
         "tool_define is in the index from the start"
     );
-    let (defined, is_error) = result(&upstream, 2);
+    let (defined, is_error) = upstream.last_result(2);
     assert!(!is_error && defined.contains("Defined shout"), "{defined}");
-    let (found, _) = result(&upstream, 3);
+    let (found, _) = upstream.last_result(3);
     assert!(
         found.contains("shout") && found.contains("Shout a text back"),
         "{found}"
     );
-    assert_eq!(result(&upstream, 4), ("HI!".to_owned(), false));
-    let (over, is_error) = result(&upstream, 5);
+    assert_eq!(upstream.last_result(4), ("HI!".to_owned(), false));
+    let (over, is_error) = upstream.last_result(5);
     assert!(is_error && over.contains("[authoring] max_tools"), "{over}");
     // The same conversation, next request: the tool is announced once and still runs.
     messages.push(json!({"role": "user", "content": "again"}));
@@ -230,13 +211,13 @@ fn a_tool_the_model_defines_runs_in_its_session_only_and_leaves_the_prefix_alone
         .map(Value::to_string)
         .unwrap_or_default();
     assert!(announced.contains("shout"), "{announced}");
-    assert_eq!(result(&upstream, 7), ("AGAIN!".to_owned(), false));
+    assert_eq!(upstream.last_result(7), ("AGAIN!".to_owned(), false));
     assert_prefix_kept(&upstream);
     // Another conversation does not have it.
     let mut other = vec![json!({"role": "user", "content": "shout no"})];
     turn(&proxy, &mut other);
     upstream.played(10);
-    let (refused, is_error) = result(&upstream, 9);
+    let (refused, is_error) = upstream.last_result(9);
     assert!(is_error && refused.contains("shout"), "{refused}");
     assert!(!refused.contains("NO!"), "{refused}");
 }

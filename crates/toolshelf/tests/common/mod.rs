@@ -486,6 +486,20 @@ impl Upstream {
             .collect()
     }
 
+    /// The result the proxy sent for the last call of scripted turn `i` (in the request after
+    /// it): its text and whether it reports an error.
+    pub fn last_result(&self, i: usize) -> (String, bool) {
+        let t = &self.turns()[i];
+        let r = t["tool_results"]
+            .as_array()
+            .and_then(|r| r.last())
+            .unwrap_or_else(|| panic!("turn {i} carries no tool result: {t}"));
+        (
+            r["content"].as_str().unwrap_or_default().to_owned(),
+            r["is_error"] == true,
+        )
+    }
+
     /// The requests that played the script, in order (one per step).
     pub fn turns(&self) -> Vec<Value> {
         self.records()
@@ -676,6 +690,17 @@ print(data.decode())
 }
 
 /// An Anthropic tool definition with an object schema.
+/// Sends the conversation with `tools` to the proxy's Anthropic endpoint and appends the
+/// answer as the assistant's message.
+pub fn messages_turn(proxy: &ProxyProc, tools: &[Value], messages: &mut Vec<Value>) -> Value {
+    let body = json!({"model": "m", "max_tokens": 256, "system": "You help.", "tools": tools,
+                      "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    answer
+}
+
 pub fn anthropic_tool(name: &str, description: &str, props: Value, required: &[&str]) -> Value {
     json!({"name": name, "description": description,
            "input_schema": {"type": "object", "properties": props, "required": required}})
