@@ -271,6 +271,37 @@ impl SessionState {
     }
 }
 
+/// The longest input schema a schema notice carries whole; a longer one is pointed at.
+pub const SCHEMA_NOTICE_MAX_CHARS: usize = 2_000;
+
+/// The notice for a tool of the session's frozen list whose input schema changed since the list
+/// was made: the list keeps the old schema (its bytes cannot change), so the notice carries the
+/// new one, or, when that is longer than [`SCHEMA_NOTICE_MAX_CHARS`], says where to read it.
+/// `shown` is the name the list shows, `canonical` the name `tool_search` takes.
+pub fn schema_notice(
+    shown: &str,
+    canonical: &str,
+    schema: &serde_json::Map<String, serde_json::Value>,
+    hint: NoticeHint,
+) -> String {
+    let text = serde_json::to_string(schema).unwrap_or_default();
+    let tail = if text.chars().count() <= SCHEMA_NOTICE_MAX_CHARS {
+        format!("Its input schema now: {text}")
+    } else {
+        match hint {
+            NoticeHint::ToolSearch => {
+                format!("Call tool_search with {{\"tool_names\": [{canonical:?}]}} to read them.")
+            }
+            NoticeHint::FixedList => {
+                "A call whose params do not fit them is refused with the new schema.".to_owned()
+            }
+        }
+    };
+    format!(
+        "[toolshelf: the parameters of {shown} changed; this session's tool list still shows the old ones. {tail}]"
+    )
+}
+
 /// What a session can do about a change of tools, as its notice ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoticeHint {
@@ -377,6 +408,35 @@ mod tests {
             "{n}"
         );
         assert!(!n.contains("Use tool_search"), "{n}");
+    }
+
+    #[test]
+    fn a_schema_notice_carries_the_new_schema_or_says_where_to_read_it() {
+        let small: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"type":"object","properties":{"y":{"type":"integer"}},"required":["y"]}"#,
+        )
+        .expect("schema");
+        assert_eq!(
+            schema_notice("a__alpha", "mcp__a__alpha", &small, NoticeHint::ToolSearch),
+            r#"[toolshelf: the parameters of a__alpha changed; this session's tool list still shows the old ones. Its input schema now: {"type":"object","properties":{"y":{"type":"integer"}},"required":["y"]}]"#
+        );
+        let mut big = small.clone();
+        big.insert(
+            "description".into(),
+            "x".repeat(SCHEMA_NOTICE_MAX_CHARS).into(),
+        );
+        let n = schema_notice("a__alpha", "mcp__a__alpha", &big, NoticeHint::ToolSearch);
+        assert!(
+            n.ends_with(
+                r#"Call tool_search with {"tool_names": ["mcp__a__alpha"]} to read them.]"#
+            ),
+            "{n}"
+        );
+        let n = schema_notice("a__alpha", "mcp__a__alpha", &big, NoticeHint::FixedList);
+        assert!(
+            !n.contains("tool_search") && n.ends_with("refused with the new schema.]"),
+            "{n}"
+        );
     }
 
     #[test]

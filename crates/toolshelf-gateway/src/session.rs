@@ -35,7 +35,7 @@ use toolshelf_core::meta::DeferExecuteArgs;
 use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use toolshelf_core::reminder;
 use toolshelf_core::search::SearchRequest;
-use toolshelf_core::session::{FrozenSurface, NoticeHint, SessionState};
+use toolshelf_core::session::{FrozenSurface, NoticeHint, SessionState, schema_notice};
 
 use crate::audit::Audit;
 use crate::downstream::Downstream;
@@ -69,12 +69,14 @@ struct Local {
     searchable: bool,
 }
 
-/// A tool of the frozen list: the name it is listed by, and the tool that name was given to.
+/// A tool of the frozen list: the name it is listed by, the tool that name was given to, and
+/// the input schema the model last saw for it (the list's, until a notice tells a new one).
 #[derive(Debug, Clone)]
 struct Pinned {
     listed: String,
     server: Option<String>,
     original: String,
+    schema: Map<String, Value>,
 }
 
 /// How long a request waits for `notifications/initialized` before it goes ahead without the
@@ -479,6 +481,7 @@ impl GatewaySession {
                     listed: listed.to_owned(),
                     server: t.original_server.clone(),
                     original: t.original_name.clone(),
+                    schema: t.input_schema.clone(),
                 };
                 (t.name.clone(), pinned)
             })
@@ -1266,6 +1269,25 @@ tool_search, run them with defer_execute.",
         };
         if let Some(notice) = state.change_notice_for(&snap.visible, shown, hint) {
             result.content.push(ContentBlock::text(notice));
+        }
+        // The list keeps a pinned tool's old schema; a new one is told once, with the schema.
+        for (canonical, p) in pinned.iter_mut() {
+            let Some(t) = snap
+                .catalog
+                .position(canonical)
+                .map(|i| &snap.catalog.tools()[i])
+            else {
+                continue;
+            };
+            if t.original_server == p.server
+                && t.original_name == p.original
+                && t.input_schema != p.schema
+            {
+                p.schema = t.input_schema.clone();
+                result.content.push(ContentBlock::text(schema_notice(
+                    &p.listed, canonical, &p.schema, hint,
+                )));
+            }
         }
         // Reminders this call fired reach the model once, on this result (the gateway cannot
         // touch the user's messages, and results always reach the model).

@@ -61,10 +61,26 @@ async fn call_until(client: &Client, name: &str, args: Value, wanted: &str) -> V
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "gave up waiting for {wanted:?} from {name}: {texts:?}"
+            "gave up waiting for {wanted:?} from {name} after {} calls; the last said: {:?}",
+            texts.len(),
+            texts.last()
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// Calls `reload`, then `probe` until a result's text contains `wanted`, and returns that text.
+/// The reload's own result counts: the catalog may change before it is answered, and the notice
+/// then rides on it.
+async fn reload_until(client: &Client, reload: &str, probe: &str, wanted: &str) -> String {
+    let first = ok(&call(client, reload, json!({})).await);
+    if first.contains(wanted) {
+        return first;
+    }
+    call_until(client, probe, json!({}), wanted)
+        .await
+        .pop()
+        .unwrap_or_default()
 }
 
 /// A newcomer whose name needed no rewriting would, by the catalog's collision rule, take the
@@ -170,12 +186,13 @@ async fn pinned_tools_stay_callable_when_auto_defer_flips() {
         )
     }));
     tools_file(&s, "a.json", &grown);
-    ok(&call(&client, "a__reload", json!({})).await);
     // The notice comes on the first result after the catalog changed.
-    wait_for("the change notice", || async {
-        let r = call(&client, "a__ping", json!({})).await;
-        ran(&r) == "ping" && text(&r).contains("the available tools changed")
-    })
+    reload_until(
+        &client,
+        "a__reload",
+        "a__ping",
+        "the available tools changed",
+    )
     .await;
     assert_eq!(ran(&call(&client, "a__ping", json!({})).await), "ping");
     assert_eq!(
@@ -274,11 +291,13 @@ async fn a_notice_says_only_what_a_session_without_tool_search_can_do() {
     let mut grown = base.clone();
     grown.push(tool("newtool", "A new tool.", empty()));
     tools_file(&s, "a.json", &grown);
-    ok(&call(&client, "a__reload", json!({})).await);
-    let notice = call_until(&client, "a__ping", json!({}), "the available tools changed")
-        .await
-        .pop()
-        .unwrap_or_default();
+    let notice = reload_until(
+        &client,
+        "a__reload",
+        "a__ping",
+        "the available tools changed",
+    )
+    .await;
     assert!(
         notice.contains("new: a__newtool") && !notice.contains("tool_search"),
         "{notice}"
@@ -327,5 +346,62 @@ async fn a_rule_warning_lasts_only_while_it_holds() {
         !unmatched(&status(&client).await)
     })
     .await;
+    client.cancel().await.expect("close");
+}
+
+/// A pinned tool whose server changes its parameters keeps its old schema in the frozen list;
+/// the next result tells the new schema, once, naming the tool as the list does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_tools_new_schema_is_told_once() {
+    let s = Scratch::new("churn-schema");
+    let alpha = |schema: Value| tool("alpha", "Alpha tool.", schema);
+    let base = vec![
+        tool("ping", "Answer pong.", empty()),
+        tool("reload", "Reload the tool list.", empty()),
+        alpha(json!({"type": "object", "properties": {"x": {"type": "string"}}})),
+    ];
+    let file = tools_file(&s, "a.json", &base);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[defer]\ndefault = false\n{}{}",
+            files_sections(&s),
+            churn_server("a", &file, "")
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let listed = client.list_all_tools().await.expect("list");
+    let mut changed = base.clone();
+    changed[2] = alpha(json!({
+        "type": "object",
+        "properties": {"y": {"type": "integer"}},
+        "required": ["y"]
+    }));
+    // Keys reordered only: not a change.
+    changed[0] = tool(
+        "ping",
+        "Answer pong.",
+        json!({"properties": {}, "type": "object"}),
+    );
+    tools_file(&s, "a.json", &changed);
+    let notice = reload_until(&client, "a__reload", "a__ping", "the parameters of").await;
+    assert!(
+        notice.contains(
+            r#"[toolshelf: the parameters of a__alpha changed; this session's tool list still shows the old ones. Its input schema now: {"type":"object","properties":{"y":{"type":"integer"}},"required":["y"]}]"#
+        ),
+        "{notice}"
+    );
+    assert!(!notice.contains("a__ping changed"), "{notice}");
+    let next = text(&call(&client, "a__ping", json!({})).await);
+    assert!(!next.contains("the parameters of"), "told once: {next}");
+    assert_eq!(
+        ran(&call(&client, "a__alpha", json!({"y": 1})).await),
+        "alpha"
+    );
+    assert_eq!(
+        client.list_all_tools().await.expect("list"),
+        listed,
+        "the list stays frozen"
+    );
     client.cancel().await.expect("close");
 }
