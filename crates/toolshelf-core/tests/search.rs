@@ -251,6 +251,15 @@ fn plus_terms_must_be_in_the_name() {
         got.iter().any(|n| n.contains("commit")),
         "a phone number does not empty the result: {got:?}"
     );
+    // A `+term` no tool's name has is read as a plain word, with a note, not as a filter that
+    // empties the result.
+    let got = names(&e, &["commit changes, +aug 0.74"], 10);
+    assert!(got.iter().any(|n| n.contains("commit")), "{got:?}");
+    assert_eq!(
+        e.index.notes(&["commit changes, +aug 0.74".to_owned()]),
+        ["no tool's name has \"aug\", so \"+aug\" was read as a plain word."]
+    );
+    assert!(e.index.notes(&["+commit changes".to_owned()]).is_empty());
 }
 
 #[test]

@@ -1261,7 +1261,21 @@ impl SearchIndex {
             .strip_prefix('+')
             .filter(|r| r.chars().next().is_some_and(|c| !c.is_ascii_digit()))
         {
-            q.required.extend(analyze::analyze(req));
+            // A term no tool's name has would empty the result: text pasted into a request
+            // (`+aug 0.74`, a diff's `+line`) is more likely than a filter meant to find nothing.
+            let terms = analyze::analyze(req);
+            if terms
+                .iter()
+                .all(|t| self.name_terms.iter().any(|n| n.binary_search(t).is_ok()))
+            {
+                q.required.extend(terms);
+            } else {
+                q.notes.push(format!(
+                    "no tool's name has {:?}, so {:?} was read as a plain word.",
+                    crate::echo::echo(req),
+                    crate::echo::echo(raw)
+                ));
+            }
             return Taken::Operator(Some(req));
         }
         if let Some(s) = raw.strip_prefix("server:") {
