@@ -222,16 +222,17 @@ impl SessionState {
             parts.push(format!("gone: {}", list(&gone)));
         }
         let last = match hint {
-            NoticeHint::ToolSearch => "Use tool_search to load new ones.",
+            NoticeHint::ToolSearch if appeared.is_empty() => "",
+            NoticeHint::ToolSearch => " Use tool_search to load new ones.",
             NoticeHint::FixedList if appeared.is_empty() => {
-                "This session's tool list stays as it is, so a tool that is gone may still be in it; calling one is refused."
+                " This session's tool list stays as it is, so a tool that is gone may still be in it; calling one is refused."
             }
             NoticeHint::FixedList => {
-                "This session's tool list stays as it is, so new tools are not in it; they can still be called by the names shown here."
+                " This session's tool list stays as it is, so new tools are not in it: a new session lists them, and a client that lets the model call tools its list lacks can call them by the names shown here."
             }
         };
         Some(format!(
-            "[toolshelf: the available tools changed; {}. {last}]",
+            "[toolshelf: the available tools changed; {}.{last}]",
             parts.join("; ")
         ))
     }
@@ -382,6 +383,11 @@ mod tests {
             "[toolshelf: the available tools changed; new: c, d; gone: b. Use tool_search to load new ones.]"
         );
         assert_eq!(s.change_notice(&set(&["a", "c", "d"])), None, "told once");
+        assert_eq!(
+            s.change_notice(&set(&["a", "c"])).as_deref(),
+            Some("[toolshelf: the available tools changed; gone: d.]"),
+            "nothing new to load"
+        );
     }
 
     #[test]
@@ -404,7 +410,9 @@ mod tests {
             )
             .expect("changed");
         assert!(
-            n.contains("new: b__y.") && n.contains("can still be called by the names shown here"),
+            n.contains("new: b__y.")
+                && n.contains("a new session lists them")
+                && n.contains("can call them by the names shown here"),
             "{n}"
         );
         assert!(!n.contains("Use tool_search"), "{n}");
