@@ -10,6 +10,10 @@
 //!   `on_error` decides: `allow` goes on (fail open), `deny` refuses (fail closed). Either way the
 //!   failure is reported in the log and the audit trail.
 //!
+//! A refusal by a failed hook is not a decision, and the model is told so ([`HookDenial`]): that
+//! a policy hook failed, never the failure itself, whose command, exit status and stderr are the
+//! operator's (stderr may hold secrets).
+//!
 //! Running the process is the gateway's job; deciding what its output means is pure, and here.
 
 use serde::{Deserialize, Serialize};
@@ -230,8 +234,45 @@ pub struct HookAnswer {
 pub enum HookOutcome {
     /// Go on, maybe with changes.
     Allow(HookAnswer),
-    /// Refuse, with the reason the model reads.
-    Deny(String),
+    /// Refuse.
+    Deny(HookDenial),
+}
+
+/// Why hooks refused an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookDenial {
+    /// A hook denied it; the reason is the hook's, for the model.
+    Decided(String),
+    /// A hook failed and its `on_error = "deny"` refused the event; the failure report (hook,
+    /// exit status, stderr) is for the log and the audit trail only.
+    Failed(String),
+}
+
+/// What the model reads of a refusal by a hook that failed (see [`HookDenial::reason`]).
+pub const FAILED_CLOSED: &str = "the hook failed, and a failing hook blocks what it checks. This is a malfunction, not a decision; tell the user.";
+
+impl HookDenial {
+    /// What the model reads: a decision's reason, or [`FAILED_CLOSED`].
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::Decided(reason) => reason,
+            Self::Failed(_) => FAILED_CLOSED,
+        }
+    }
+
+    /// The whole story, for the log and the audit trail.
+    pub fn detail(&self) -> &str {
+        match self {
+            Self::Decided(reason) | Self::Failed(reason) => reason,
+        }
+    }
+}
+
+impl From<String> for HookDenial {
+    /// A reason as given: a decision's.
+    fn from(reason: String) -> Self {
+        Self::Decided(reason)
+    }
 }
 
 /// How a hook process ended, as the gateway observed it.
@@ -262,7 +303,9 @@ pub fn interpret(
         let report = format!("hook {label} failed: {why}");
         let outcome = match on_error {
             OnError::Allow => HookOutcome::Allow(HookAnswer::default()),
-            OnError::Deny => HookOutcome::Deny(format!("{report} (on_error = \"deny\")")),
+            OnError::Deny => HookOutcome::Deny(HookDenial::Failed(format!(
+                "{report} (on_error = \"deny\")"
+            ))),
         };
         (outcome, Some(report))
     };
@@ -283,7 +326,7 @@ pub fn interpret(
             } else {
                 bounded(reason)
             };
-            return (HookOutcome::Deny(reason), None);
+            return (HookOutcome::Deny(HookDenial::Decided(reason)), None);
         }
         Some(c) => {
             return failed(format!(
@@ -320,7 +363,7 @@ pub fn interpret(
                 .reason
                 .as_deref()
                 .map_or_else(|| format!("denied by hook {label}"), bounded);
-            (HookOutcome::Deny(reason), None)
+            (HookOutcome::Deny(HookDenial::Decided(reason)), None)
         }
         _ => (HookOutcome::Allow(answer), None),
     }
@@ -369,14 +412,17 @@ mod tests {
             exited(2, "", "no pushing on Fridays\n"),
             OnError::Allow,
         );
-        assert_eq!(o, HookOutcome::Deny("no pushing on Fridays".into()));
+        assert_eq!(
+            o,
+            HookOutcome::Deny(HookDenial::Decided("no pushing on Fridays".into()))
+        );
         let (o, _) = interpret(
             "h",
             pre,
             exited(0, r#"{"decision": "deny", "reason": "r"}"#, ""),
             OnError::Allow,
         );
-        assert_eq!(o, HookOutcome::Deny("r".into()));
+        assert_eq!(o, HookOutcome::Deny(HookDenial::Decided("r".into())));
         let (o, _) = interpret(
             "h",
             pre,
@@ -407,7 +453,7 @@ mod tests {
             ),
         ] {
             let (o, _) = interpret("h", HookEventKind::PreCall, run, OnError::Allow);
-            let HookOutcome::Deny(reason) = o else {
+            let HookOutcome::Deny(HookDenial::Decided(reason)) = o else {
                 panic!("deny")
             };
             assert!(
@@ -427,7 +473,7 @@ mod tests {
             exited(2, "", &just),
             OnError::Allow,
         );
-        assert_eq!(o, HookOutcome::Deny(just));
+        assert_eq!(o, HookOutcome::Deny(HookDenial::Decided(just)));
     }
 
     #[test]
@@ -443,7 +489,9 @@ mod tests {
             assert_eq!(open, HookOutcome::Allow(HookAnswer::default()));
             assert!(report.expect("reported").starts_with("hook h failed: "));
             let (closed, _) = interpret("h", HookEventKind::PreCall, run, OnError::Deny);
-            assert!(matches!(closed, HookOutcome::Deny(r) if r.contains("on_error = \"deny\"")));
+            assert!(
+                matches!(closed, HookOutcome::Deny(HookDenial::Failed(ref r)) if r.contains("on_error = \"deny\""))
+            );
         }
         let (_, report) = interpret(
             "h",
@@ -475,6 +523,33 @@ mod tests {
             OnError::Deny,
         );
         assert!(report.is_none() && matches!(o, HookOutcome::Allow(a) if a.result.is_some()));
+    }
+
+    #[test]
+    fn a_hook_that_fails_closed_tells_the_model_so_and_nothing_of_the_failure() {
+        let (o, report) = interpret(
+            "pre_call[0] \"/tmp/hook_fail.sh\"",
+            HookEventKind::PreCall,
+            exited(1, "", "hook crashed: DB_PASSWORD=hunter2"),
+            OnError::Deny,
+        );
+        let HookOutcome::Deny(denial) = o else {
+            panic!("closed")
+        };
+        assert_eq!(denial.reason(), FAILED_CLOSED);
+        for secret in ["hook_fail.sh", "hunter2", "exit status"] {
+            assert!(!denial.reason().contains(secret), "{}", denial.reason());
+            assert!(denial.detail().contains(secret), "{}", denial.detail());
+            assert!(report.as_deref().is_some_and(|r| r.contains(secret)));
+        }
+        // A hook's own deny keeps its reason.
+        let (o, _) = interpret(
+            "h",
+            HookEventKind::PreCall,
+            exited(2, "", "no"),
+            OnError::Deny,
+        );
+        assert!(matches!(o, HookOutcome::Deny(d) if d.reason() == "no"));
     }
 
     #[test]

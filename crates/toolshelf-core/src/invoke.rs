@@ -5,7 +5,9 @@
 //! next) run the parts that need I/O (asking the user, hook processes, the call itself) between
 //! them. Each stage returns `Ok` or a [`Refusal`]: a typed value from which the text the model
 //! reads ([`Refusal::text`]), the audit record's outcome ([`RefusalKind::as_str`]) and metrics
-//! labels are all derived, so they cannot disagree.
+//! labels are all derived, so they cannot disagree. The text speaks the session's [`Voice`]: a
+//! session whose list has no meta-tools is never sent to them, and tools are named as its list
+//! names them.
 //!
 //! Every refusal says what to do next: an unknown name lists the closest *visible* tools (a
 //! hidden tool gets exactly the same answer as an unknown one, so the model learns nothing about
@@ -21,6 +23,7 @@ use crate::echo::echo_within;
 
 use crate::catalog::{Catalog, Resolution, Tool};
 use crate::config::Action;
+use crate::hook::HookDenial;
 use crate::name::{self, DEFER_EXECUTE, META_TOOLS};
 use crate::permission::Permissions;
 use crate::policy::{Exposure, State};
@@ -28,6 +31,64 @@ use crate::session::Activity;
 
 /// How many closest names an unknown-tool error suggests.
 pub const SUGGESTIONS: usize = 5;
+
+/// How a session's tool list reads, for the text of a refusal: whether the list has the
+/// meta-tools, and what it calls each tool.
+#[derive(Clone, Copy)]
+pub struct Voice<'a> {
+    /// The list has `tool_search` and `defer_execute`.
+    pub searchable: bool,
+    /// The name the list shows for a canonical name.
+    pub listed: &'a dyn Fn(&str) -> String,
+}
+
+impl Default for Voice<'_> {
+    /// Searchable, with canonical names.
+    fn default() -> Self {
+        Self {
+            searchable: true,
+            listed: &str::to_owned,
+        }
+    }
+}
+
+impl std::fmt::Debug for Voice<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Voice")
+            .field("searchable", &self.searchable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Voice<'_> {
+    fn name(&self, canonical: &str) -> String {
+        (self.listed)(canonical)
+    }
+
+    fn names(&self, canonical: &[String]) -> String {
+        canonical
+            .iter()
+            .map(|n| self.name(n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The exact call of `tool` with its required params as placeholders: through
+    /// `defer_execute` (the form `tool_search` shows), or the tool itself by its listed name.
+    fn call_form(&self, tool: &Tool) -> String {
+        let name = self.name(&tool.name);
+        let form = crate::search::schema_text::call_form(&name, &tool.input_schema);
+        if self.searchable {
+            return form;
+        }
+        let params = form
+            .strip_prefix("defer_execute ")
+            .and_then(|call| serde_json::from_str::<Value>(call).ok())
+            .and_then(|mut call| call.get_mut("params").map(Value::take))
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        format!("{name} {params}")
+    }
+}
 
 /// How the call reached toolshelf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -282,12 +343,12 @@ pub enum Refusal {
         /// What happened when asking.
         why: AskRefusal,
     },
-    /// A pre-call hook denied the call.
+    /// A pre-call hook denied the call, or failed with `on_error = "deny"`.
     DeniedByHook {
         /// The tool.
         tool: usize,
-        /// The hook's reason.
-        reason: String,
+        /// The hook's decision or failure.
+        denial: HookDenial,
     },
     /// A pre-call hook rewrote the params into ones the schema rejects.
     InvalidAfterHook {
@@ -354,21 +415,29 @@ impl Refusal {
     /// loaded in the session.
     pub fn loads(&self) -> Option<usize> {
         match self {
-            Self::NotLoaded { tool }
-            | Self::Expired { tool, .. }
-            | Self::Invalid { tool, .. }
-            | Self::InvalidAfterHook { tool, .. } => Some(*tool),
+            Self::NotLoaded { tool } | Self::Expired { tool, .. } | Self::Invalid { tool, .. } => {
+                Some(*tool)
+            }
             _ => None,
         }
     }
 
-    /// What the model reads.
+    /// What the model reads, in the default [`Voice`]: searchable, with canonical names.
     pub fn text(&self, catalog: &Catalog) -> String {
+        self.text_in(catalog, &Voice::default())
+    }
+
+    /// What the model reads in a session that speaks `voice`.
+    pub fn text_in(&self, catalog: &Catalog, voice: &Voice) -> String {
         let tool = |i: &usize| &catalog.tools()[*i];
+        let name = |i: &usize| voice.name(&tool(i).name);
         match self {
             Self::BadArguments { message } => message.clone(),
-            Self::MetaTool { name } => format!(
+            Self::MetaTool { name } if voice.searchable => format!(
                 "{name} is one of toolshelf's own tools: call it directly, not through {DEFER_EXECUTE}."
+            ),
+            Self::MetaTool { name } => format!(
+                "{name} is not available in this session; call the tools your list shows directly."
             ),
             Self::Unknown {
                 requested,
@@ -382,10 +451,15 @@ impl Refusal {
                 let hint = if suggestions.is_empty() {
                     "No similar tool name either.".to_owned()
                 } else {
-                    format!("Closest names: {}.", suggestions.join(", "))
+                    format!("Closest names: {}.", voice.names(suggestions))
+                };
+                let next = if voice.searchable {
+                    "Use tool_search to find tools by keyword"
+                } else {
+                    "Call a tool by a name your tool list shows"
                 };
                 format!(
-                    "No tool named {:?} is available. {hint} Use tool_search to find tools by keyword; names are case-sensitive.",
+                    "No tool named {:?} is available. {hint} {next}; names are case-sensitive.",
                     echo(requested)
                 )
             }
@@ -396,7 +470,7 @@ impl Refusal {
                 "{:?} is ambiguous: {} tools have that name ({}). Give the full name.",
                 echo(requested),
                 candidates.len(),
-                candidates.join(", ")
+                voice.names(candidates)
             ),
             Self::Gone {
                 requested,
@@ -416,59 +490,74 @@ impl Refusal {
             }
             Self::NotRunnable { tool: i } => format!(
                 "{} is not a tool of a server this gateway fronts; toolshelf cannot run it.",
-                tool(i).name
+                name(i)
             ),
             Self::NotLoaded { tool: i } => {
-                let t = tool(i);
+                let again = if voice.searchable {
+                    "It is loaded now; here is its schema. Call it again"
+                } else {
+                    "Here is its schema; call it again"
+                };
                 format!(
                     "{} was not run: its schema had not been loaded in this session, so the params could not be \
-checked. It is loaded now; here is its schema. Call it again with params that match:\n{}\n{}",
-                    t.name,
-                    schema_block(t),
-                    call_form(t)
+checked. {again} with params that match:\n{}\n{}",
+                    name(i),
+                    schema_block_named(tool(i), &name(i)),
+                    voice.call_form(tool(i))
                 )
             }
             Self::Expired {
                 tool: i,
                 idle_turns,
             } => {
-                let t = tool(i);
+                let again = if voice.searchable {
+                    "It is loaded again; here is its schema. Call it again"
+                } else {
+                    "Here is its schema again; call it again"
+                };
                 format!(
-                    "{} was not run: its schema was loaded in this session but the tool has not been used for {idle_turns} turns, so it expired and the params could not be checked against a schema you still have. It is loaded again; here is its schema. Call it again with params that match:\n{}\n{}",
-                    t.name,
-                    schema_block(t),
-                    call_form(t)
+                    "{} was not run: its schema was loaded in this session but the tool has not been used for {idle_turns} turns, so it expired and the params could not be checked against a schema you still have. {again} with params that match:\n{}\n{}",
+                    name(i),
+                    schema_block_named(tool(i), &name(i)),
+                    voice.call_form(tool(i))
                 )
             }
             Self::Invalid {
                 tool: i,
                 violations,
-            } => invalid_params_text(tool(i), violations),
+            } => invalid_params_text(tool(i), &name(i), violations),
             Self::SchemaBroken { tool: i, error } => format!(
                 "{} was not run: its input schema is broken ({}), so its params cannot be checked. \
 This is a fault of the tool's server, not of your call; use another tool or ask the user to fix the server.",
-                tool(i).name,
+                name(i),
                 echo(error)
             ),
             Self::Denied { tool: i, because } => {
-                format!("{} was not run: {because} forbids this call.", tool(i).name)
+                format!("{} was not run: {because} forbids this call.", name(i))
             }
             Self::NotApproved {
                 tool: i,
                 because,
                 why,
             } => {
-                let name = &tool(i).name;
+                let name = name(i);
+                // No allow rule overrides an ask rule (deny > ask > allow): only the default
+                // can be answered with one.
+                let fix = if by_default(because) {
+                    "Ask the user to allow it in the toolshelf configuration ([permissions] allow), \
+or do without it."
+                } else {
+                    "An allow rule cannot override an ask rule: ask the user to remove or narrow \
+that rule in the toolshelf configuration, or do without it."
+                };
                 match why {
                     AskRefusal::Unsupported => format!(
                         "{name} was not run: it needs the user's approval ({because}), and this client cannot \
-ask the user (it does not support MCP elicitation). Ask the user to allow it in the toolshelf \
-configuration ([permissions] allow), or do without it."
+ask the user (it does not support MCP elicitation). {fix}"
                     ),
                     AskRefusal::RunsInside => format!(
                         "{name} was not run: it needs the user's approval ({because}), and toolshelf \
-runs this tool itself, so the client's permission prompt never sees the call. Ask the user to \
-allow it in the toolshelf configuration ([permissions] allow), or do without it."
+runs this tool itself, so the client's permission prompt never sees the call. {fix}"
                     ),
                     AskRefusal::Declined(action) => {
                         format!("{name} was not run: the user did not approve it ({action}).")
@@ -484,22 +573,34 @@ question shows in full. Call it with shorter arguments."
                     ),
                 }
             }
-            Self::DeniedByHook { tool: i, reason } => format!(
+            Self::DeniedByHook {
+                tool: i,
+                denial: HookDenial::Decided(reason),
+            } => format!(
                 "{} was not run: a pre_call hook denied it: {reason}",
-                tool(i).name
+                name(i)
+            ),
+            Self::DeniedByHook {
+                tool: i,
+                denial: HookDenial::Failed(_),
+            } => format!(
+                "{} was not run: a pre_call hook failed, and a failing hook blocks the call. This \
+is a malfunction of the hook, not a decision about your call; tell the user.",
+                name(i)
             ),
             Self::InvalidAfterHook {
                 tool: i,
                 violations,
             } => format!(
-                "{} was not run: a pre_call hook rewrote its params into ones that do not match the schema.\n{}",
-                tool(i).name,
-                invalid_params_text(tool(i), violations)
+                "{} was not run: a pre_call hook rewrote its params into ones its schema rejects \
+({}). This is a fault of the hook, not of your call; tell the user.",
+                name(i),
+                brief(violations)
             ),
             Self::AuditUnavailable { tool: i, error } => format!(
                 "{} was not run: toolshelf must record every call ([audit] required = true) and the audit \
 log cannot be written ({error}). Tell the user; no tool can run until it is fixed.",
-                tool(i).name
+                name(i)
             ),
         }
     }
@@ -521,7 +622,7 @@ log cannot be written ({error}). Tell the user; no tool can run until it is fixe
                     AskRefusal::TooLong(n) => format!("not asked: {n} characters of arguments"),
                 }
             ),
-            Self::DeniedByHook { reason, .. } => echo(reason),
+            Self::DeniedByHook { denial, .. } => echo(denial.detail()),
             Self::SchemaBroken { error, .. } | Self::AuditUnavailable { error, .. } => echo(error),
             _ => echo(&self.text(catalog)),
         }
@@ -658,17 +759,21 @@ pub fn approved(tool: usize, because: &str, answer: Result<(), AskRefusal>) -> R
     })
 }
 
-/// Stage 5: what the pre-call hooks decided. A deny refuses; rewritten params must still fit
-/// the schema. Returns the params to send in place of the call's, if a hook rewrote them: the
-/// caller keeps the call's own, which a refusal's audit records.
+/// Stage 5: what the pre-call hooks decided. A deny (or a hook that failed closed) refuses;
+/// rewritten params must still fit the schema. Returns the params to send in place of the
+/// call's, if a hook rewrote them: the caller keeps the call's own, which a refusal's audit
+/// records. A bare reason is taken for a hook's decision.
 pub fn after_pre_call(
     tool: usize,
     validator: &ParamsValidator,
-    denied: Option<String>,
+    denied: Option<impl Into<HookDenial>>,
     rewritten: Option<Map<String, Value>>,
 ) -> Result<Option<Map<String, Value>>, Refusal> {
-    if let Some(reason) = denied {
-        return Err(Refusal::DeniedByHook { tool, reason });
+    if let Some(denial) = denied {
+        return Err(Refusal::DeniedByHook {
+            tool,
+            denial: denial.into(),
+        });
     }
     match rewritten {
         None => Ok(None),
@@ -865,8 +970,13 @@ pub fn schema_warning(tool: &Tool) -> Option<String> {
 
 /// The tool's definition as attached to refusals: name, description and input schema, compact.
 pub fn schema_block(tool: &Tool) -> String {
+    schema_block_named(tool, &tool.name)
+}
+
+/// [`schema_block`] with the tool named `name`.
+fn schema_block_named(tool: &Tool, name: &str) -> String {
     let mut m = Map::new();
-    m.insert("name".into(), tool.name.clone().into());
+    m.insert("name".into(), name.into());
     m.insert("description".into(), tool.description.clone().into());
     m.insert(
         "inputSchema".into(),
@@ -881,10 +991,39 @@ pub fn call_form(tool: &Tool) -> String {
     crate::search::schema_text::call_form(&tool.name, &tool.input_schema)
 }
 
-fn invalid_params_text(tool: &Tool, violations: &[Violation]) -> String {
+/// Whether `because`, as [`crate::permission::Verdict::because`] words it, is the default's
+/// rather than a rule's.
+fn by_default(because: &str) -> bool {
+    because.starts_with("[permissions] default")
+}
+
+/// How many violations a hook's bad rewrite lists.
+const BRIEF_VIOLATIONS: usize = 3;
+
+/// The first violations on one line, `at /x: ...; at /y: ...`, with a count of the rest.
+fn brief(violations: &[Violation]) -> String {
+    let mut parts: Vec<String> = violations
+        .iter()
+        .take(BRIEF_VIOLATIONS)
+        .map(|v| {
+            let at = if v.pointer.is_empty() {
+                "/"
+            } else {
+                &v.pointer
+            };
+            format!("at {at}: {}", v.message)
+        })
+        .collect();
+    if violations.len() > BRIEF_VIOLATIONS {
+        parts.push(format!("and {} more", violations.len() - BRIEF_VIOLATIONS));
+    }
+    parts.join("; ")
+}
+
+fn invalid_params_text(tool: &Tool, name: &str, violations: &[Violation]) -> String {
     let mut out = format!(
         "{} was not run: its params do not match its schema ({} problem{}):\n",
-        tool.name,
+        name,
         violations.len(),
         if violations.len() == 1 { "" } else { "s" }
     );
@@ -897,7 +1036,7 @@ fn invalid_params_text(tool: &Tool, violations: &[Violation]) -> String {
         out.push_str(&format!("- at {at}: {}\n", v.message));
     }
     out.push_str("Expected schema:\n");
-    out.push_str(&schema_block(tool));
+    out.push_str(&schema_block_named(tool, name));
     out
 }
 
@@ -956,6 +1095,8 @@ mod tests {
         v.as_object().cloned().expect("object")
     }
 
+    const NO_DENIAL: Option<HookDenial> = None;
+
     #[test]
     fn resolves_canonical_and_unambiguous_bare_names() {
         let c = catalog();
@@ -1011,6 +1152,212 @@ mod tests {
         assert!(
             t.contains("Closest names: ") && t.contains("mcp__fs__read_text_file"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn an_ask_rule_is_not_answered_with_an_allow_rule() {
+        let c = catalog();
+        let i = c.position("mcp__fs__read_text_file").expect("tool");
+        let because = |toml: &str| match authorize(&c, compiled(toml).permissions(), i, &Map::new())
+        {
+            Ok(Authorization::Ask { because }) => because,
+            other => panic!("{other:?}"),
+        };
+        let by_rule = because("[permissions]\nask = [\"^mcp__fs__read_text_file$\"]");
+        let by_default = because("[permissions]\ndefault = \"ask\"");
+        for why in [AskRefusal::Unsupported, AskRefusal::RunsInside] {
+            let text = |because: &str| {
+                approved(i, because, Err(why.clone()))
+                    .expect_err("refused")
+                    .text(&c)
+            };
+            let t = text(&by_rule);
+            assert!(
+                t.contains("([permissions] ask[0] \"^mcp__fs__read_text_file$\")")
+                    && t.contains("remove or narrow that rule")
+                    && !t.contains("[permissions] allow"),
+                "{t}"
+            );
+            let t = text(&by_default);
+            assert!(
+                t.contains("([permissions] default = \"ask\")")
+                    && t.contains("allow it in the toolshelf configuration ([permissions] allow)")
+                    && !t.contains("remove or narrow"),
+                "{t}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_rewrite_by_a_hook_is_the_hook_s_fault() {
+        let c = catalog();
+        let i = c.position("mcp__fs__read_text_file").expect("tool");
+        let v = ParamsValidator::new(&c.tools()[i].input_schema);
+        let r = after_pre_call(i, &v, NO_DENIAL, Some(obj(json!({"path": 1, "x": [2]}))))
+            .expect_err("bad rewrite");
+        assert_eq!(r.loads(), None, "the text carries no schema");
+        let t = r.text(&c);
+        assert_eq!(
+            t,
+            "mcp__fs__read_text_file was not run: a pre_call hook rewrote its params into ones its \
+schema rejects (at /path: 1 is not of type \"string\"). This is a fault of the hook, not of your \
+call; tell the user."
+        );
+        let many: Vec<Violation> = (0..5)
+            .map(|n| Violation {
+                pointer: format!("/p{n}"),
+                message: "wrong".into(),
+            })
+            .collect();
+        let t = Refusal::InvalidAfterHook {
+            tool: i,
+            violations: many,
+        }
+        .text(&c);
+        assert!(
+            t.contains("(at /p0: wrong; at /p1: wrong; at /p2: wrong; and 2 more)"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_hook_that_failed_closed_reads_as_a_malfunction_not_a_decision() {
+        let c = catalog();
+        let i = c.position("mcp__fs__read_text_file").expect("tool");
+        let v = ParamsValidator::new(&c.tools()[i].input_schema);
+        let report = "hook pre_call[0] \"/tmp/hook_fail.sh\" failed: exit status 1: hook crashed: \
+DB_PASSWORD=hunter2 (on_error = \"deny\")";
+        let r = after_pre_call(i, &v, Some(HookDenial::Failed(report.into())), None)
+            .expect_err("closed");
+        assert_eq!(r.kind(), RefusalKind::DeniedByHook);
+        assert_eq!(
+            r.text(&c),
+            "mcp__fs__read_text_file was not run: a pre_call hook failed, and a failing hook \
+blocks the call. This is a malfunction of the hook, not a decision about your call; tell the user."
+        );
+        assert_eq!(r.detail(&c), report, "the audit keeps the whole report");
+        let r = after_pre_call(i, &v, Some("not on Fridays".to_owned()), None).expect_err("deny");
+        assert_eq!(
+            r.text(&c),
+            "mcp__fs__read_text_file was not run: a pre_call hook denied it: not on Fridays"
+        );
+    }
+
+    #[test]
+    fn refusals_speak_the_session_s_voice() {
+        let c = catalog();
+        let i = c.position("mcp__fs__read_text_file").expect("tool");
+        let short = |n: &str| n.strip_prefix("mcp__").unwrap_or(n).to_owned();
+        let listed = Voice {
+            searchable: true,
+            listed: &short,
+        };
+        let pinned = Voice {
+            searchable: false,
+            listed: &short,
+        };
+        let all = exposure(&c, "");
+        let unknown = resolve(&c, &all, "fs__read_txt_file").expect_err("unknown");
+        assert_eq!(
+            unknown.text(&c),
+            "No tool named \"fs__read_txt_file\" is available. Closest names: mcp__fs__read_text_file. \
+Use tool_search to find tools by keyword; names are case-sensitive."
+        );
+        assert_eq!(
+            unknown.text_in(&c, &pinned),
+            "No tool named \"fs__read_txt_file\" is available. Closest names: fs__read_text_file. \
+Call a tool by a name your tool list shows; names are case-sensitive."
+        );
+        let not_loaded = Refusal::NotLoaded { tool: i };
+        let t = not_loaded.text_in(&c, &listed);
+        assert!(
+            t.contains("It is loaded now")
+                && t.contains("{\"name\":\"fs__read_text_file\"")
+                && t.ends_with(
+                    "defer_execute {\"tool_name\":\"fs__read_text_file\",\"params\":{\"path\":\"…\"}}"
+                ),
+            "{t}"
+        );
+        let t = not_loaded.text_in(&c, &pinned);
+        assert!(
+            t.ends_with(
+                "Here is its schema; call it again with params that match:\n{\"name\":\"fs__read_text_file\",\
+\"description\":\"read\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"path\":\
+{\"type\":\"string\"}},\"required\":[\"path\"]}}\nfs__read_text_file {\"path\":\"…\"}"
+            ),
+            "{t}"
+        );
+        let ambiguous = resolve(&c, &all, "write_file").expect_err("ambiguous");
+        assert!(
+            ambiguous
+                .text_in(&c, &pinned)
+                .contains("(fs__write_file, git__write_file)"),
+            "{}",
+            ambiguous.text_in(&c, &pinned)
+        );
+        // Every refusal of a tool names it as the list does, and none sends a session without
+        // meta-tools to them.
+        let because = "[permissions] default = \"ask\"".to_owned();
+        let every = [
+            unknown,
+            ambiguous,
+            not_loaded,
+            Refusal::NotRunnable { tool: i },
+            Refusal::Expired {
+                tool: i,
+                idle_turns: 9,
+            },
+            Refusal::Invalid {
+                tool: i,
+                violations: Vec::new(),
+            },
+            Refusal::SchemaBroken {
+                tool: i,
+                error: "e".into(),
+            },
+            Refusal::Denied {
+                tool: i,
+                because: because.clone(),
+            },
+            Refusal::NotApproved {
+                tool: i,
+                because,
+                why: AskRefusal::Unsupported,
+            },
+            Refusal::DeniedByHook {
+                tool: i,
+                denial: HookDenial::Failed("f".into()),
+            },
+            Refusal::InvalidAfterHook {
+                tool: i,
+                violations: Vec::new(),
+            },
+            Refusal::AuditUnavailable {
+                tool: i,
+                error: "e".into(),
+            },
+        ];
+        for r in &every {
+            let t = r.text_in(&c, &pinned);
+            assert!(
+                !t.contains("tool_search") && !t.contains("defer_execute"),
+                "{t}"
+            );
+            if r.tool() == Some(i) {
+                assert!(
+                    t.starts_with("fs__read_text_file ") && !t.contains("mcp__"),
+                    "{t}"
+                );
+                assert_eq!(r.text(&c), r.text_in(&c, &Voice::default()));
+                assert!(r.text(&c).starts_with("mcp__fs__read_text_file "));
+            }
+        }
+        let meta = resolve(&c, &all, "tool_search").expect_err("meta");
+        assert!(meta.text(&c).contains("not through defer_execute"));
+        assert_eq!(
+            meta.text_in(&c, &pinned),
+            "tool_search is not available in this session; call the tools your list shows directly."
         );
     }
 
@@ -1182,17 +1529,17 @@ mod tests {
         assert_eq!(r.kind(), RefusalKind::NotApproved);
         assert!(r.text(&c).contains("cannot ask the user"));
         let v = ParamsValidator::new(&c.tools()[i].input_schema);
-        let r = after_pre_call(i, &v, Some("no".into()), None).expect_err("denied");
+        let r = after_pre_call(i, &v, Some("no".to_owned()), None).expect_err("denied");
         assert_eq!(r.kind(), RefusalKind::DeniedByHook);
-        let r =
-            after_pre_call(i, &v, None, Some(obj(json!({"path": 1})))).expect_err("bad rewrite");
+        let r = after_pre_call(i, &v, NO_DENIAL, Some(obj(json!({"path": 1}))))
+            .expect_err("bad rewrite");
         assert_eq!(r.kind(), RefusalKind::InvalidAfterHook);
         assert_eq!(
-            after_pre_call(i, &v, None, None),
+            after_pre_call(i, &v, NO_DENIAL, None),
             Ok(None),
             "kept as called"
         );
-        let p = after_pre_call(i, &v, None, Some(obj(json!({"path": "/b"}))))
+        let p = after_pre_call(i, &v, NO_DENIAL, Some(obj(json!({"path": "/b"}))))
             .expect("rewritten")
             .expect("a rewrite");
         assert_eq!(p["path"], "/b");

@@ -48,9 +48,10 @@ fn positive_integer(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "integer", "minimum": 1})
 }
 
-/// The example shown with every malformed `defer_execute` call.
-pub const DEFER_EXECUTE_EXAMPLE: &str =
-    "Example: {\"tool_name\": \"mcp__git__git_status\", \"params\": {\"repo_path\": \".\"}}";
+/// The example shown with every malformed `defer_execute` call. Its names are placeholders: a
+/// real tool's name would send the model to a tool its session may not have.
+pub const DEFER_EXECUTE_EXAMPLE: &str = "Example: {\"tool_name\": \"mcp__SERVER__TOOL\", \"params\": {\"PARAM\": \"VALUE\"}}, \
+with a listed tool's name and the params its schema asks for.";
 
 impl DeferExecuteArgs {
     /// Reads `defer_execute`'s arguments; the error text is for the model and shows a correct
@@ -156,13 +157,15 @@ pub fn defer_execute_schema() -> Map<String, Value> {
     schema_of::<DeferExecuteArgs>()
 }
 
-/// Fixed part of `tool_search`'s description; the index follows it.
+/// Fixed part of `tool_search`'s description; the index follows it. It is part of the cached
+/// prompt prefix, so it depends on the configuration only, never on the catalog: its example
+/// name is a placeholder.
 pub fn tool_search_preamble(default_limit: usize) -> String {
     format!(
         "Load tools that are not loaded yet. Their names are listed in <available_deferred_tools> below; \
 their schemas are not, so look a tool up here before running it with defer_execute.\n\
 Give exactly one of tool_names or queries:\n\
-- tool_names: exact names from the list, e.g. [\"mcp__git__git_log\"], returns their full schemas;\n\
+- tool_names: exact names from the list, e.g. [\"mcp__SERVER__TOOL\"], returns their full schemas;\n\
 - queries: short keyword phrases for the task, in both English and Chinese, e.g. [\"read file\", \"读取文件\"]; \
 returns the best matching tools, the top ones with full schemas. A task of several steps gets one phrase per step, e.g. [\"search flights\", \"convert currency\"], and each step gets results of its own. Prefix a word with + to require it in the \
 tool name (\"+commit\"); use server:NAME to search one server.\n\
@@ -244,6 +247,17 @@ mod tests {
         assert!(serde_json::from_value::<SearchArgs>(json!({"other": 1})).is_err());
         assert_eq!(props(defer_execute_schema()), ["tool_name", "params"]);
         assert!(DeferExecuteArgs::parse(&Map::from_iter([("x".into(), json!(1))])).is_err());
+    }
+
+    #[test]
+    fn examples_name_no_tool_a_session_may_lack() {
+        let e = DeferExecuteArgs::parse(&Map::new()).expect_err("no tool_name");
+        for text in [tool_search_preamble(5), e] {
+            assert!(
+                text.contains("\"mcp__SERVER__TOOL\"") && !text.contains("mcp__git"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -171,48 +171,39 @@ fn word_boundary(prev: char, cur: char, next: Option<char>) -> bool {
             && (prev.is_ascii_digit() || cur.is_ascii_digit()))
 }
 
-/// Edit distance between two names, over characters.
-pub fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diag + usize::from(ca != cb));
-            diag = above;
-        }
-    }
-    row[b.len()]
-}
-
-/// Up to `n` of `candidates` closest to `wanted`: names containing it (or contained in it) first,
-/// then by edit distance, ties by name. Compared case-insensitively, also against the part after
-/// the last `__`, so `read_file` finds `mcp__filesystem__read_text_file`.
+/// Up to `n` of `candidates` closest to `wanted`, closest first, ties by name; none that is not
+/// close. Every canonical name starts `mcp__` and shares `__` with every other, so whole names
+/// are never compared: the tool segments are (case-insensitively), and the server segments only
+/// order the tools that are close. A tool segment is close when it is the same, when the words of
+/// one are most of the other's, in order (`read_file` and `read_text_file`), or when a few edits
+/// turn one into the other (`get_current_tim`). A name written as a server alone (`time`) finds
+/// that server's tools. `wanted` may be canonical, bare, or `SERVER__TOOL` as a list may show it.
 pub fn closest<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
     n: usize,
 ) -> Vec<String> {
     let w = wanted.to_lowercase();
-    let mut scored: Vec<(usize, &str)> = candidates
+    let bare = w.strip_prefix(MCP_PREFIX).unwrap_or(&w);
+    // A name with `__` may be `SERVER__TOOL` or a tool whose own name has `__`: both readings.
+    let mut readings = vec![(None, bare)];
+    if let Some((s, t)) = bare
+        .split_once("__")
+        .filter(|(s, t)| !s.is_empty() && !t.is_empty())
+    {
+        readings.push((Some(s), t));
+    }
+    let mut scored: Vec<((u8, usize, usize), &str)> = candidates
         .into_iter()
-        .map(|c| {
+        .filter_map(|c| {
             let lc = c.to_lowercase();
-            let tail = lc.rsplit("__").next().unwrap_or(&lc).to_owned();
-            let score = if lc.contains(&w) {
-                0
-            } else if !tail.is_empty() && w.contains(&tail) {
-                1
-            } else {
-                levenshtein(&w, &lc).min(levenshtein(&w, &tail)) + 2
-            };
-            (score, c)
+            let (server, tool) = split_mcp(&lc).map_or((None, lc.as_str()), |(s, t)| (Some(s), t));
+            readings
+                .iter()
+                .filter_map(|&(ws, wt)| closeness(ws, wt, server, tool))
+                .min()
+                .map(|k| (k, c))
         })
-        .filter(|(d, _)| *d <= (w.chars().count() * 3 / 5).max(3) + 2)
         .collect();
     scored.sort();
     scored
@@ -220,6 +211,63 @@ pub fn closest<'a>(
         .take(n)
         .map(|(_, c)| c.to_owned())
         .collect()
+}
+
+/// How close tool `tool` of `server` is to the wanted `wt` of `ws`, lower is closer: (how it
+/// matched, edits between the tools, edits between the servers); `None` when it is not close.
+fn closeness(
+    ws: Option<&str>,
+    wt: &str,
+    server: Option<&str>,
+    tool: &str,
+) -> Option<(u8, usize, usize)> {
+    let edits = edit_distance(wt, tool);
+    let server_edits = match (ws, server) {
+        (Some(a), Some(b)) => edit_distance(a, b),
+        _ => 0,
+    };
+    let how = if wt == tool {
+        0
+    } else if words_within(wt, tool) || (ws.is_none() && server == Some(wt)) {
+        1
+    } else if edits <= (wt.chars().count().max(tool.chars().count()) / 4).max(1) {
+        2
+    } else {
+        return None;
+    };
+    Some((how, edits, server_edits))
+}
+
+/// Whether the words of the shorter of `a` and `b` are, in order, more than half of the other's
+/// (`read_file` in `read_text_file`; not `fetch` in `fetch_issue`).
+fn words_within(a: &str, b: &str) -> bool {
+    let (a, b) = (split_words(a), split_words(b));
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let mut rest = long.iter();
+    !short.is_empty() && 2 * short.len() > long.len() && short.iter().all(|w| rest.any(|l| l == w))
+}
+
+/// Edits (insertions, deletions, substitutions, and swaps of two neighbours) between two names,
+/// over characters: optimal string alignment, so `gerp` is one edit from `grep`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut before = vec![0; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut row = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        row[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            row[j] = (prev[j] + 1).min(row[j - 1] + 1).min(prev[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(before[j - 2] + 1);
+            }
+        }
+        std::mem::swap(&mut before, &mut prev);
+        std::mem::swap(&mut prev, &mut row);
+    }
+    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -318,11 +366,62 @@ mod tests {
             "Read",
             "Grep",
         ];
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("gerp", "grep"), 1);
         assert_eq!(closest("read_text", names, 3)[0], "mcp__fs__read_text_file");
         assert!(closest("read_file", names, 3).contains(&"mcp__fs__read_text_file".to_owned()));
         assert_eq!(closest("Gerp", names, 1), ["Grep"]);
         assert!(closest("zzzzzzzzzz", names, 3).is_empty());
+    }
+
+    #[test]
+    fn closest_judges_the_tool_not_the_shared_prefix() {
+        let names = [
+            "mcp__memory__create_entities",
+            "mcp__memory__read_graph",
+            "mcp__time__convert_time",
+            "mcp__time__get_current_time",
+            "mcp__fetch__fetch",
+            "mcp__docs__read_doc",
+            "mcp__docs__write_doc",
+            "mcp__notes__add_note",
+        ];
+        // Names that share only `mcp__` and `__` with every tool get no suggestion.
+        for unrelated in [
+            "mcp__github__create_issue",
+            "mcp__mail__send_mail",
+            "mcp__github__fetch_issue",
+        ] {
+            assert_eq!(
+                closest(unrelated, names, 5),
+                [] as [String; 0],
+                "{unrelated}"
+            );
+        }
+        // A typo, the right tool of another server, a list's `SERVER__TOOL`, a server alone.
+        assert_eq!(
+            closest("mcp__time__get_current_tim", names, 5),
+            ["mcp__time__get_current_time"]
+        );
+        assert_eq!(
+            closest("mcp__clock__get_current_time", names, 5),
+            ["mcp__time__get_current_time"]
+        );
+        assert_eq!(
+            closest("time__convert_tme", names, 5),
+            ["mcp__time__convert_time"]
+        );
+        assert_eq!(
+            closest("mcp__time", names, 5),
+            ["mcp__time__convert_time", "mcp__time__get_current_time"]
+        );
+        assert_eq!(closest("read_docs", names, 5), ["mcp__docs__read_doc"]);
+        // The nearer server comes first among the same tool.
+        let twice = ["mcp__gitlab__list_issues", "mcp__jira__list_issues"];
+        assert_eq!(
+            closest("mcp__gitlab_ce__list_issue", twice, 5),
+            ["mcp__gitlab__list_issues", "mcp__jira__list_issues"]
+        );
     }
 
     /// The words of one part as the characters give them, collected first: the reference

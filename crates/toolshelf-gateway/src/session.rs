@@ -79,6 +79,27 @@ struct Pinned {
     schema: Map<String, Value>,
 }
 
+/// The name a session calls canonical `name` by: a pinned tool as its list shows it; with
+/// `direct` (short names and no `tool_search`), any other as a pinned one would be listed; else
+/// the canonical name, which `defer_execute` takes.
+fn shown_name(
+    pinned: &std::collections::BTreeMap<String, Pinned>,
+    direct: bool,
+    snap: &Snapshot,
+    name: &str,
+) -> String {
+    match pinned.get(name) {
+        Some(p) => p.listed.clone(),
+        None if direct => snap
+            .catalog
+            .get(name)
+            .and_then(|t| t.client_name())
+            .unwrap_or(name)
+            .to_owned(),
+        None => name.to_owned(),
+    }
+}
+
 /// How long a request waits for `notifications/initialized` before it goes ahead without the
 /// session's `session_start` hooks having run (see [`GatewaySession::started`]).
 const INITIALIZED_WAIT: Duration = Duration::from_secs(5);
@@ -728,7 +749,7 @@ impl GatewaySession {
             event.params = Some(params.clone());
             let pre = hooks::run(hooks, Some(tool), event).await;
             self.report_hook_failures(&pre, Some(&tool.name));
-            if let Some(rewritten) = invoke::after_pre_call(i, &validator, pre.denied, pre.params)?
+            if let Some(rewritten) = invoke::after_pre_call(i, &validator, pre.denial, pre.params)?
             {
                 *params = rewritten;
             }
@@ -837,7 +858,16 @@ impl GatewaySession {
                 .state
                 .activate([tools[i].name.as_str()]);
         }
-        let mut text = refusal.text(&snap.catalog);
+        let mut text = {
+            let local = self.local.lock().await;
+            let direct = self.short_names() && !local.searchable;
+            let listed = |name: &str| shown_name(&local.pinned, direct, snap, name);
+            let voice = invoke::Voice {
+                searchable: local.searchable,
+                listed: &listed,
+            };
+            refusal.text_in(&snap.catalog, &voice)
+        };
         // A tool of a server that is down is unknown, not absent. (A hidden tool is known, so
         // its server's tools are too, and it reads exactly as before.)
         if matches!(refusal.kind(), RefusalKind::Unknown | RefusalKind::Hidden)
@@ -1011,6 +1041,11 @@ impl GatewaySession {
         if let Err(e) = tokio::task::spawn_blocking(move || hub.enrich_view(&base, &view)).await {
             tracing::warn!("session {}: enriching its own view failed: {e}", self.id);
         }
+    }
+
+    /// Whether pinned tools are listed by their short names.
+    fn short_names(&self) -> bool {
+        self.hub.config().gateway.pinned_names == toolshelf_core::config::PinnedNames::Short
     }
 
     /// Whether the gateway runs `tool` itself: `tool_define` and the tools the model wrote, when
@@ -1242,8 +1277,7 @@ tool_search, run them with defer_execute.",
         }
         let snap = self.snapshot().await;
         let mut local = self.local.lock().await;
-        let short =
-            self.hub.config().gateway.pinned_names == toolshelf_core::config::PinnedNames::Short;
+        let short = self.short_names();
         let Local {
             state,
             pinned,
@@ -1255,18 +1289,7 @@ tool_search, run them with defer_execute.",
         } else {
             (NoticeHint::FixedList, short)
         };
-        // Tools are named as this session calls them: a pinned one as its list shows it, a new
-        // one in a list without tool_search as a pinned one would be.
-        let shown = |name: &str| match pinned.get(name) {
-            Some(p) => p.listed.clone(),
-            None if direct => snap
-                .catalog
-                .get(name)
-                .and_then(|t| t.client_name())
-                .unwrap_or(name)
-                .to_owned(),
-            None => name.to_owned(),
-        };
+        let shown = |name: &str| shown_name(pinned, direct, &snap, name);
         if let Some(notice) = state.change_notice_for(&snap.visible, shown, hint) {
             result.content.push(ContentBlock::text(notice));
         }

@@ -1438,7 +1438,7 @@ impl Turn {
             event.via_defer_execute = Some(via_defer);
             event.params = Some(params.clone());
             let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
-            let rewritten = invoke::after_pre_call(i, &validator, pre.denied, pre.params)?;
+            let rewritten = invoke::after_pre_call(i, &validator, pre.denial, pre.params)?;
             return Ok((i, rewritten.unwrap_or(params)));
         }
         Ok((i, params))
@@ -1500,7 +1500,7 @@ impl Turn {
         event.params = Some(params.clone());
         let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
         let validator = shelf.passed_validator(i);
-        let input = invoke::after_pre_call(i, &validator, pre.denied, pre.params)
+        let input = invoke::after_pre_call(i, &validator, pre.denial, pre.params)
             .map_err(refused)?
             .unwrap_or(params);
         Ok(Call { input, ..c.clone() })

@@ -12,13 +12,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use toolshelf_core::Tool;
 use toolshelf_core::config::{HookCommand, OnError};
-use toolshelf_core::hook::{Hook, HookEvent, HookOutcome, HookRun, interpret};
+use toolshelf_core::hook::{Hook, HookDenial, HookEvent, HookOutcome, HookRun, interpret};
 
 /// What the hooks of one event decided together.
 #[derive(Debug, Default)]
 pub struct HookVerdict {
-    /// The reason of the first hook that denied.
+    /// What the model reads of [`HookVerdict::denial`]: the hook's reason, or that a hook failed
+    /// (never the failure's report).
     pub denied: Option<String>,
+    /// Why the first hook that refused did: its decision, or its failure with `on_error = "deny"`.
+    pub denial: Option<HookDenial>,
     /// Params as rewritten (`pre_call`).
     pub params: Option<Map<String, Value>>,
     /// Result as rewritten (`post_call`).
@@ -27,6 +30,13 @@ pub struct HookVerdict {
     pub guidance: Vec<String>,
     /// Hooks that failed, as reported.
     pub failures: Vec<String>,
+}
+
+impl HookVerdict {
+    fn deny(&mut self, denial: HookDenial) {
+        self.denied = Some(denial.reason().to_owned());
+        self.denial = Some(denial);
+    }
 }
 
 /// Runs the `hooks` that apply to `tool` (the call's target; `None` for events without one)
@@ -42,8 +52,8 @@ pub async fn run(hooks: &[Hook], tool: Option<&Tool>, mut event: HookEvent) -> H
             verdict.failures.push(f);
         }
         match outcome {
-            HookOutcome::Deny(reason) => {
-                verdict.denied = Some(reason);
+            HookOutcome::Deny(denial) => {
+                verdict.deny(denial);
                 return verdict;
             }
             HookOutcome::Allow(answer) => {
@@ -78,9 +88,9 @@ pub async fn run_replacing<T>(
     for hook in hooks.iter().filter(|h| h.applies_to(tool)) {
         let one = run(std::slice::from_ref(hook), tool, event.clone()).await;
         verdict.failures.extend(one.failures);
-        if let Some(reason) = one.denied {
+        if let Some(denial) = one.denial {
             verdict.guidance.extend(one.guidance);
-            verdict.denied = Some(reason);
+            verdict.deny(denial);
             break;
         }
         if let Some(value) = one.result {
@@ -97,7 +107,9 @@ pub async fn run_replacing<T>(
                     tracing::warn!("{failure}");
                     verdict.failures.push(failure.clone());
                     if hook.command.on_error == OnError::Deny {
-                        verdict.denied = Some(format!("{failure} (on_error = \"deny\")"));
+                        verdict.deny(HookDenial::Failed(format!(
+                            "{failure} (on_error = \"deny\")"
+                        )));
                         break;
                     }
                     // A hook that failed says nothing else either.
@@ -277,7 +289,7 @@ async fn collect(child: &mut Child, input: &[u8]) -> Result<HookRun, String> {
 mod tests {
     use super::*;
     use toolshelf_core::config::HooksConfig;
-    use toolshelf_core::hook::{HookEventKind, Hooks};
+    use toolshelf_core::hook::{FAILED_CLOSED, HookEventKind, Hooks};
 
     fn sh(script: &str, on_error: OnError, timeout_secs: u64) -> HookCommand {
         HookCommand {
@@ -342,6 +354,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_hook_that_fails_closed_leaves_its_failure_out_of_what_the_model_reads() {
+        let crash = sh(
+            "cat >/dev/null; echo 'hook crashed: DB_PASSWORD=hunter2' >&2; exit 1",
+            OnError::Deny,
+            10,
+        );
+        let v = run(&compiled(vec![crash]), None, event()).await;
+        assert_eq!(v.denied.as_deref(), Some(FAILED_CLOSED));
+        assert!(v.failures[0].ends_with("exit status 1: hook crashed: DB_PASSWORD=hunter2"));
+        let Some(HookDenial::Failed(report)) = &v.denial else {
+            panic!("failed closed: {v:?}")
+        };
+        assert!(report.contains("hunter2"), "{report}");
+        // A result hook whose replacement is unreadable fails the same way.
+        let bad_result = sh(r#"cat >/dev/null; echo '{"result": 1}'"#, OnError::Deny, 10);
+        let mut post = event();
+        post.event = HookEventKind::PostCall;
+        let (v, replaced) = run_replacing(&compiled(vec![bad_result]), None, post, |_| {
+            Err::<(), _>("not a result".to_owned())
+        })
+        .await;
+        assert!(replaced.is_none());
+        assert_eq!(v.denied.as_deref(), Some(FAILED_CLOSED));
+        assert!(
+            matches!(&v.denial, Some(HookDenial::Failed(r)) if r.contains("not a result")),
+            "{v:?}"
+        );
+        // A deny is a decision, and its reason is the hook's.
+        let deny = sh(
+            "cat >/dev/null; echo 'not today' >&2; exit 2",
+            OnError::Deny,
+            10,
+        );
+        let v = run(&compiled(vec![deny]), None, event()).await;
+        assert_eq!(v.denied.as_deref(), Some("not today"));
+        assert_eq!(v.denial, Some(HookDenial::Decided("not today".into())));
+    }
+
+    #[tokio::test]
     async fn hooks_chain_rewrites_and_stop_at_the_first_deny() {
         let rewrite = sh(
             r#"cat >/dev/null; echo '{"params": {"x": 1}, "guidance": "g1"}'"#,
@@ -377,7 +428,11 @@ mod tests {
             "{v:?}"
         );
         let v = run(&compiled(vec![slow(OnError::Deny)]), None, event()).await;
-        assert!(v.denied.expect("closed").contains("on_error = \"deny\""));
+        assert_eq!(v.denied.as_deref(), Some(FAILED_CLOSED));
+        assert!(
+            matches!(&v.denial, Some(HookDenial::Failed(r)) if r.contains("timed out after 1s") && r.contains("on_error = \"deny\"")),
+            "{v:?}"
+        );
         let missing = HookCommand {
             command: "/nonexistent/hook".into(),
             ..sh("", OnError::Allow, 1)
@@ -392,10 +447,10 @@ mod tests {
         // and dropped past its bound until the timeout stops the hook.
         let flood = sh("cat >/dev/null; exec yes", OnError::Deny, 60);
         let v = run(&compiled(vec![flood]), None, event()).await;
-        let denied = v.denied.expect("closed");
+        let denied = v.denial.expect("closed");
         assert!(
-            denied.contains("wrote more than 16 MiB to stdout"),
-            "{denied}"
+            denied.detail().contains("wrote more than 16 MiB to stdout"),
+            "{denied:?}"
         );
         let chatty = sh("cat >/dev/null; yes >&2", OnError::Deny, 2);
         let v = run(&compiled(vec![chatty]), None, event()).await;
@@ -460,7 +515,12 @@ mod tests {
             event(),
         )
         .await;
-        assert!(v.denied.expect("closed").contains("timed out after 1s"));
+        assert!(
+            v.denial
+                .expect("closed")
+                .detail()
+                .contains("timed out after 1s")
+        );
         let pid: i32 = std::fs::read_to_string(&pid_file)
             .expect("the hook wrote its child's pid")
             .trim()

@@ -993,8 +993,9 @@ async fn hooks_on_every_event() {
             None => assert_eq!(
                 err(&r),
                 format!(
-                    "{tool} was not run: a pre_call hook denied it: {failure} (on_error = \"deny\")"
-                )
+                    "{tool} was not run: a pre_call hook failed, and a failing hook blocks the call. This is a malfunction of the hook, not a decision about your call; tell the user."
+                ),
+                "the model reads that the hook failed, not how ({failure})"
             ),
         }
         let audit = s.audit();

@@ -310,9 +310,10 @@ async fn a_malformed_replacement_result_is_a_hook_failure() {
     assert_eq!(
         withheld,
         format!(
-            "mcp__test__echo ran, but a post_call hook withheld its result: {} (on_error = \"deny\")",
-            failure(0, "post_call")
-        )
+            "mcp__test__echo ran, but a post_call hook withheld its result: {}",
+            toolshelf_core::hook::FAILED_CLOSED
+        ),
+        "the model reads that the hook failed, not how"
     );
     assert_eq!(hook_errors(), [json!(failure(0, "post_call"))]);
 
@@ -326,8 +327,8 @@ async fn a_malformed_replacement_result_is_a_hook_failure() {
     assert_eq!(
         search,
         format!(
-            "The search result was withheld by a hook: {} (on_error = \"deny\")",
-            failure(0, "post_search")
+            "The search result was withheld by a hook: {}",
+            toolshelf_core::hook::FAILED_CLOSED
         )
     );
     assert_eq!(hook_errors()[2], json!(failure(0, "post_search")));

@@ -155,7 +155,9 @@ fn post_call_hooks_see_the_calls_the_proxy_runs_itself() {
     assert_eq!(upstream.last_result(5), ("REDACTED".to_owned(), false));
     let (failed, is_error) = upstream.last_result(6);
     assert!(
-        is_error && failed.contains("is not an MCP CallToolResult") && !failed.contains("SECRET"),
+        is_error
+            && failed.contains(toolshelf_core::hook::FAILED_CLOSED)
+            && !failed.contains("SECRET"),
         "a replacement that is no result is the hook's failure, and on_error = deny: {failed}"
     );
     let seen: Vec<Value> = std::fs::read_to_string(&events)

@@ -45,7 +45,8 @@ pub enum SearchRequest {
 }
 
 /// The example shown with every validation error.
-pub const REQUEST_EXAMPLE: &str = "{\"queries\": [\"read file\", \"读取文件\"]} or {\"tool_names\": [\"mcp__filesystem__read_text_file\"]}";
+pub const REQUEST_EXAMPLE: &str =
+    "{\"queries\": [\"read file\", \"读取文件\"]} or {\"tool_names\": [\"mcp__SERVER__TOOL\"]}";
 
 impl SearchRequest {
     /// Reads the call's arguments (see [`crate::meta::SearchArgs`], whose schema the model is
