@@ -592,8 +592,8 @@ impl Hub {
     }
 
     /// A note for the model on each server whose tools are not known because it is not running
-    /// (failed, or still starting, with nothing cached): a search that finds nothing, or a name
-    /// that resolves to no tool, may be one of its tools. `only` narrows it to the server of one
+    /// (failed, or still starting, with nothing cached): what a search looks for, or a name that
+    /// resolves to no tool, may be one of its tools. `only` narrows it to the server of one
     /// canonical or original name (`mcp__SERVER__tool`). A server the active mode or a deny rule
     /// would hide that name of (without a name, any tool of) is not named: the model must not
     /// learn of what it cannot see. Nor is a server's stderr passed on: it is the operator's
@@ -614,25 +614,58 @@ impl Hub {
             .servers
             .iter()
             .filter(|(name, _)| wanted.as_ref().is_none_or(|(w, _)| w == *name))
-            .filter(|(_, s)| !s.has_tools())
-            .filter_map(|(name, s)| match s.state() {
-                crate::downstream::ServerState::Failed(reason) => Some((name, format!(
-                    "Server {name:?} is not running ({}), so its tools are not known; it is restarted in the background.",
-                    crate::stdio::without_last_words(&reason)
-                ))),
-                crate::downstream::ServerState::Starting => Some((name, format!(
-                    "Server {name:?} is still starting, so its tools are not known yet; try again in a moment."
-                ))),
-                _ => None,
-            })
+            .filter_map(|(name, s)| Some((name, unknown_note(name, s)?)))
             // Judged last: it builds a catalog of one tool and runs the policy on it.
             .filter(|(name, _)| {
-                let tool = wanted.as_ref().map_or(toolshelf_core::policy::PROBE_TOOL, |(_, t)| t.as_str());
+                let tool = wanted
+                    .as_ref()
+                    .map_or(toolshelf_core::policy::PROBE_TOOL, |(_, t)| t.as_str());
                 self.would_show(name, tool)
             })
             .map(|(_, note)| note)
             .collect();
         (!notes.is_empty()).then(|| notes.join("\n"))
+    }
+
+    /// The note a `tool_search` answer carries on servers that are down, one line per server,
+    /// sorted: each server whose tools are not known (as [`Self::unknown_tools_note`] without a
+    /// name; given `names`, those of an exact lookup that found something, only the servers of
+    /// the names that are no tool), and each failed server with known tools of which the answer
+    /// shows one (`shown`, catalog indices), since a call of it fails until the server is back.
+    pub fn search_note(
+        &self,
+        catalog: &Catalog,
+        names: Option<&[String]>,
+        shown: &[usize],
+    ) -> Option<String> {
+        let unknown: Vec<String> = match names {
+            None => self.unknown_tools_note(catalog, None).into_iter().collect(),
+            Some(names) => names
+                .iter()
+                .filter(|n| catalog.position(n).is_none())
+                .filter_map(|n| self.unknown_tools_note(catalog, Some(n)))
+                .collect(),
+        };
+        let mut lines: BTreeSet<String> = unknown
+            .iter()
+            .flat_map(|n| n.lines())
+            .map(str::to_owned)
+            .collect();
+        let tools = catalog.tools();
+        for (name, s) in &self.servers {
+            if let ServerState::Failed(reason) = s.state()
+                && s.has_tools()
+                && shown
+                    .iter()
+                    .any(|&i| tools[i].original_server.as_deref() == Some(name.as_str()))
+            {
+                lines.insert(format!(
+                    "Server {name:?} is not running ({}); it is restarted in the background, and calls of its tools fail until then.",
+                    crate::stdio::without_last_words(&reason)
+                ));
+            }
+        }
+        (!lines.is_empty()).then(|| lines.into_iter().collect::<Vec<_>>().join("\n"))
     }
 
     /// Whether a tool `tool` of server `server` (original names), with nothing else known of
@@ -1018,4 +1051,21 @@ pub fn running_gateways(cache_dir: &std::path::Path, label: &str) -> Vec<StatusF
 pub fn process_alive(pid: u32) -> bool {
     !std::path::Path::new("/proc/self").exists()
         || std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The note on server `name` when its tools are not known because it is not running.
+fn unknown_note(name: &str, s: &Downstream) -> Option<String> {
+    if s.has_tools() {
+        return None;
+    }
+    match s.state() {
+        ServerState::Failed(reason) => Some(format!(
+            "Server {name:?} is not running ({}), so its tools are not known; it is restarted in the background.",
+            crate::stdio::without_last_words(&reason)
+        )),
+        ServerState::Starting => Some(format!(
+            "Server {name:?} is still starting, so its tools are not known yet; try again in a moment."
+        )),
+        _ => None,
+    }
 }

@@ -627,10 +627,19 @@ impl GatewaySession {
                 .collect(),
         );
         let _ = self.hub.audit.append(&r);
-        if outcome.outcome == "no_match"
-            && let Some(note) = self.hub.unknown_tools_note(&snap.catalog, None)
-        {
-            outcome.text = format!("{}\n{note}", outcome.text);
+        // A server that is down is named whatever the search found: its tools may be the ones
+        // wanted. An exact lookup that found something concerns only the names it did not find.
+        if !outcome.is_error {
+            let names = match SearchRequest::from_json(&Value::Object(args.clone())) {
+                Ok(SearchRequest::Names(names)) if outcome.outcome == "ok" => Some(names),
+                _ => None,
+            };
+            if let Some(note) =
+                self.hub
+                    .search_note(&snap.catalog, names.as_deref(), &outcome.loaded)
+            {
+                outcome.text = format!("{}\n{note}", outcome.text);
+            }
         }
         let mut result = if outcome.is_error {
             error_result(outcome.text)
@@ -878,14 +887,15 @@ impl GatewaySession {
         error_result(text)
     }
 
-    /// The one path every call takes.
+    /// The one path every call takes. Returns the result and whether the tool ran: it returned
+    /// a result (one with `isError` too), rather than being refused or failing without one.
     async fn execute(
         &self,
         requested: &str,
         mut params: Map<String, Value>,
         via: Via,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> (CallToolResult, bool) {
         let snap = self.snapshot().await;
         let mut ask = None;
         let admitted = match self
@@ -894,9 +904,10 @@ impl GatewaySession {
         {
             Ok(a) => a,
             Err(refusal) => {
-                return self
+                let refused = self
                     .refuse(&snap, requested, via, &params, &refusal, ask)
                     .await;
+                return (refused, false);
             }
         };
         let Admitted {
@@ -945,6 +956,7 @@ impl GatewaySession {
         let mut event = self.call_event(HookEventKind::PostCall, tool, server.as_deref(), via);
         event.params = Some(params);
         let hooks = self.hub.compiled().hooks();
+        let ran = outcome.is_ok();
         let mut result = match outcome {
             Ok(mut result) => {
                 let post = hooks.of(HookEventKind::PostCall);
@@ -995,7 +1007,7 @@ impl GatewaySession {
         for g in guidance {
             result.content.push(ContentBlock::text(g));
         }
-        result
+        (result, ran)
     }
 
     /// The catalog this session sees: the hub's newest snapshot, with the tools its model wrote
@@ -1117,9 +1129,9 @@ impl GatewaySession {
         CallToolResult::success(vec![ContentBlock::text(authoring::defined_text(&name))])
     }
 
-    /// Evaluates the reminder rules for this call: its target tool and arguments (paths,
-    /// `after_tools`) or, for `tool_search`, its queries (which clear reminders of a category
-    /// searched for). Returns the blocks of the rules that fired.
+    /// Evaluates the reminder rules for this call, one whose tool ran: its target tool and
+    /// arguments (paths, `after_tools`) or, for `tool_search`, its queries (which clear reminders
+    /// of a category searched for). Returns the blocks of the rules that fired.
     fn fired_reminders(
         &self,
         snap: &Snapshot,
@@ -1176,12 +1188,13 @@ impl GatewaySession {
             .collect()
     }
 
-    /// `defer_execute`: its own arguments first, then the target's pipeline.
+    /// `defer_execute`: its own arguments first, then the target's pipeline. Returns the result
+    /// and whether the target ran (see [`Self::execute`]).
     async fn defer_execute(
         &self,
         args: Map<String, Value>,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> (CallToolResult, bool) {
         match DeferExecuteArgs::parse(&args) {
             Ok(call) => {
                 self.execute(&call.tool_name, call.params, Via::DeferExecute, context)
@@ -1194,15 +1207,17 @@ impl GatewaySession {
                     .unwrap_or_default()
                     .to_owned();
                 let snap = self.snapshot().await;
-                self.refuse(
-                    &snap,
-                    &requested,
-                    Via::DeferExecute,
-                    &args,
-                    &Refusal::BadArguments { message },
-                    None,
-                )
-                .await
+                let refused = self
+                    .refuse(
+                        &snap,
+                        &requested,
+                        Via::DeferExecute,
+                        &args,
+                        &Refusal::BadArguments { message },
+                        None,
+                    )
+                    .await;
+                (refused, false)
             }
         }
     }
@@ -1265,8 +1280,9 @@ tool_search, run them with defer_execute.",
         self.local.lock().await.state.next_turn();
         let args = request.arguments.unwrap_or_default();
         let trigger = args.clone();
-        let mut result = match request.name.as_ref() {
-            TOOL_SEARCH => self.search(args).await,
+        // Reminders see searches, and calls whose tool ran: a refused call was not made.
+        let (mut result, ran) = match request.name.as_ref() {
+            TOOL_SEARCH => (self.search(args).await, true),
             DEFER_EXECUTE => self.defer_execute(args, &context).await,
             other => self.execute(other, args, Via::Direct, &context).await,
         };
@@ -1314,8 +1330,10 @@ tool_search, run them with defer_execute.",
         }
         // Reminders this call fired reach the model once, on this result (the gateway cannot
         // touch the user's messages, and results always reach the model).
-        for block in self.fired_reminders(&snap, &mut local.state, &request.name, &trigger) {
-            result.content.push(ContentBlock::text(block));
+        if ran {
+            for block in self.fired_reminders(&snap, &mut local.state, &request.name, &trigger) {
+                result.content.push(ContentBlock::text(block));
+            }
         }
         Ok(result.into())
     }

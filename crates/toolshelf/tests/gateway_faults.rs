@@ -1,0 +1,252 @@
+//! End-to-end tests of what the model is told when something goes wrong around a call: a late,
+//! unreadable answer to a call already abandoned, servers that are down beside what a search
+//! finds, and reminders after calls that were refused. The real `toolshelf serve` binary in
+//! front of fixture servers, driven by rmcp's client over stdio.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// The status of server `name` in the `toolshelf://status` resource.
+async fn server_status(client: &Client, name: &str) -> Value {
+    status(client).await["servers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no status for {name}"))
+}
+
+/// The audit records of calls of `tool`, in order.
+fn calls_of(s: &Scratch, tool: &str) -> Vec<Value> {
+    s.audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "call" && r["tool"] == tool)
+        .collect()
+}
+
+/// An answer that comes after its call was abandoned at the timeout, when the next call is
+/// waiting, fails nobody even when it cannot be read: over the size limit (its id read from the
+/// line's start), or broken JSON without an id. The next call gets its own answer, from the same
+/// process, and the log says what was dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_unreadable_answer_is_blamed_on_no_other_call() {
+    let s = Scratch::new("late-answer");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.late]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = 1\n\
+             [execute]\nrequire_search = false\n{}",
+            fixture("late_server.py"),
+            files_sections(&s)
+        ),
+    );
+    let log = s.0.join("stderr.log");
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &config])
+        .env("TOOLSHELF_LOG", "warn");
+    let client = stdio_client_logged(cmd, &log).await;
+    ok(&exec(&client, "mcp__late__echo", json!({"n": 0})).await);
+    let pid = server_status(&client, "late").await["pid"].clone();
+    assert!(pid.is_u64(), "{pid}");
+
+    for (n, kind) in [(1, "big"), (2, "broken")] {
+        let late = err(&exec(&client, "mcp__late__late", json!({"kind": kind, "mb": 17})).await);
+        assert!(
+            late.starts_with("mcp__late__late did not answer within 1s"),
+            "{late}"
+        );
+        // Its answer comes now, before this call's own.
+        assert_eq!(
+            ok(&exec(&client, "mcp__late__echo", json!({"n": n})).await),
+            format!("{{\"n\":{n}}}"),
+            "after the {kind} answer"
+        );
+    }
+    let cancels = ok(&exec(&client, "mcp__late__cancels", json!({})).await);
+    let cancels: Vec<Value> = serde_json::from_str(&cancels).expect("a JSON list");
+    assert_eq!(
+        cancels.len(),
+        2,
+        "both late calls were abandoned: {cancels:?}"
+    );
+    assert_eq!(
+        server_status(&client, "late").await["pid"],
+        pid,
+        "the server was not restarted"
+    );
+    client.cancel().await.expect("close");
+
+    let outcomes = |tool: &str| -> Vec<Value> {
+        calls_of(&s, tool)
+            .into_iter()
+            .map(|r| r["outcome"].clone())
+            .collect()
+    };
+    assert_eq!(outcomes("mcp__late__echo"), ["ok", "ok", "ok"]);
+    assert_eq!(outcomes("mcp__late__late"), ["timeout", "timeout"]);
+    let logged = std::fs::read_to_string(&log).expect("stderr");
+    assert!(
+        logged.contains(&format!(
+            "server \"late\" sent a reply of 17.0 MiB, over the 16 MiB limit (it answers request {}, which was abandoned); ignored",
+            cancels[0]
+        )) && logged.contains(
+            "sent a reply that is not valid JSON (EOF while parsing a value at line 1 column 11) \
+             (its id cannot be read, and it may answer a request already abandoned); ignored"
+        ),
+        "{logged}"
+    );
+}
+
+/// A search names the servers that are down whatever it finds, not only when it finds nothing:
+/// a server whose tools are not known on every search but an exact lookup that found every name,
+/// and a failed server whose known tools the answer shows. A server the rules hide is never
+/// named, and no server's stderr reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_that_finds_something_names_the_servers_that_are_down() {
+    let s = Scratch::new("down-found");
+    let marker = s.path("boom-fails");
+    let notes = json!([
+        tool(
+            "list_notes",
+            "List every note in the notebook.",
+            json!({"type": "object"})
+        ),
+        tool(
+            "add_note",
+            "Add a note to the notebook.",
+            json!({"type": "object"})
+        ),
+    ]);
+    let boom = json!([
+        tool("crash", "Crash.", json!({"type": "object"})),
+        tool(
+            "mail_notes",
+            "Mail the notes to someone.",
+            json!({"type": "object"})
+        ),
+    ]);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.mail]\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'fatal: missing API_KEY' >&2; exit 3\"]\n\
+             restart_delay_secs = 600\n\
+             [servers.secretdb]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 3\"]\nrestart_delay_secs = 600\n\
+             [permissions]\ndeny = [\"^mcp__secretdb__\"]\n\
+             [execute]\nrequire_search = false\n{}{}{}",
+            named_server("notes", &notes, ""),
+            named_server_failing_while("boom", &boom, Some(&marker), ""),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    wait_for("mail to fail, notes and boom to start", || async {
+        server_status(&client, "mail").await["state"] == "failed"
+            && server_status(&client, "notes").await["state"] == "ready"
+            && server_status(&client, "boom").await["state"] == "ready"
+    })
+    .await;
+    let says = "Server \"mail\" is not running (initialize failed: the server exited with status 3), so its tools are not known; it is restarted in the background.";
+    let found = ok(&search(&client, json!({"queries": ["list notes"]})).await);
+    assert!(
+        found.contains("1. mcp__notes__list_notes") && found.ends_with(&format!("\n{says}")),
+        "{found}"
+    );
+    // An exact lookup is about the names it gives.
+    let exact = ok(&search(&client, json!({"tool_names": ["mcp__notes__list_notes"]})).await);
+    assert!(!exact.contains("mail"), "{exact}");
+    let partly = ok(&search(
+        &client,
+        json!({"tool_names": ["mcp__notes__list_notes", "mcp__mail__send_mail"]}),
+    )
+    .await);
+    assert!(partly.ends_with(&format!("\n{says}")), "{partly}");
+    for seen in [&found, &partly] {
+        assert!(
+            !seen.contains("secretdb") && !seen.contains("API_KEY"),
+            "{seen}"
+        );
+    }
+
+    // boom's tools are known; once it is down, an answer that shows one says so.
+    std::fs::write(&marker, "").expect("make boom fail to restart");
+    err(&exec(&client, "mcp__boom__crash", json!({})).await);
+    wait_for("a search to say that boom is down", || async {
+        let r = ok(&search(&client, json!({"queries": ["mail notes"]})).await);
+        assert!(!r.contains("s3cret"), "{r}");
+        r.contains("mcp__boom__mail_notes")
+            && r.lines().any(|l| {
+                l.starts_with("Server \"boom\" is not running (")
+                && l.contains("exited with status")
+                && l.ends_with(
+                    "); it is restarted in the background, and calls of its tools fail until then.",
+                )
+            })
+    })
+    .await;
+    let notes_only = ok(&search(&client, json!({"tool_names": ["mcp__notes__add_note"]})).await);
+    assert!(!notes_only.contains("boom"), "{notes_only}");
+    client.cancel().await.expect("close");
+}
+
+/// A reminder whose trigger is a call of a tool fires when that tool ran, not when the call was
+/// refused (not loaded yet, denied by a hook): the refusal leaves it for the call that runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reminders_fire_after_calls_that_ran_not_after_refusals() {
+    let s = Scratch::new("reminder-refused");
+    let notes = json!([
+        tool(
+            "add_note",
+            "Add a note to the notebook.",
+            json!({"type": "object"})
+        ),
+        tool(
+            "list_notes",
+            "List every note in the notebook.",
+            json!({"type": "object"})
+        ),
+    ]);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[defer]\ndefault = true\n\
+             [[hooks.pre_call]]\ncommand = \"sh\"\nargs = [\"-c\", \"if grep -q refuse-me; then echo 'not this one' >&2; exit 2; fi\"]\n\
+             tools = \"^mcp__notes__add_note$\"\n\
+             [[reminders]]\nid = \"docs\"\ncategory = \"document tools\"\n\
+             message = \"Notes often go with a document.\"\nsearch_hint = [\"write document\"]\n\
+             after_tools = [\"^mcp__notes__add_note$\"]\n{}",
+            named_server("notes", &notes, ""),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let reminder = "Notes often go with a document.";
+    let not_loaded = err(&exec(&client, "mcp__notes__add_note", json!({"text": "a"})).await);
+    assert!(
+        not_loaded.contains("\"tool_name\":\"mcp__notes__add_note\"")
+            && !not_loaded.contains(reminder),
+        "{not_loaded}"
+    );
+    let denied = err(&exec(
+        &client,
+        "mcp__notes__add_note",
+        json!({"text": "refuse-me"}),
+    )
+    .await);
+    assert!(
+        denied.contains("not this one") && !denied.contains(reminder),
+        "{denied}"
+    );
+    let ran = ok(&exec(&client, "mcp__notes__add_note", json!({"text": "b"})).await);
+    assert!(
+        ran.contains("\"tool\":\"add_note\"") && ran.contains(reminder),
+        "{ran}"
+    );
+    client.cancel().await.expect("close");
+    let outcomes: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["tool"] == "mcp__notes__add_note")
+        .map(|r| r["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, ["not_loaded", "denied_by_hook", "ok"]);
+}
