@@ -307,6 +307,12 @@ async fn a_notice_says_only_what_a_session_without_tool_search_can_do() {
         ran(&call(&client, "a__newtool", json!({})).await),
         "newtool"
     );
+    // A refusal too names tools as the list does, and offers no meta-tool the list lacks.
+    let said = err(&call(&client, "a__pingg", json!({})).await);
+    assert!(
+        said.contains("Closest names: a__ping") && !said.contains("tool_search"),
+        "{said}"
+    );
     client.cancel().await.expect("close");
 }
 
