@@ -293,6 +293,11 @@ impl Bm25Index {
         }
     }
 
+    /// The documents that have `term`, in order.
+    pub fn docs_with(&self, term: u32) -> impl Iterator<Item = u32> + '_ {
+        self.postings[self.range(term)].iter().map(|p| p.doc)
+    }
+
     /// Number of distinct terms; term ids are below it.
     pub fn terms(&self) -> usize {
         self.idf.len()

@@ -479,6 +479,9 @@ struct Groups {
     /// Tool documents of each group, by name: the tools a group brings in on its evidence alone
     /// all score the same, so only the first few by name can be among the best.
     members: Vec<Vec<u32>>,
+    /// The servers a request can name, by the lexical id of the first term of the name: each
+    /// name's term ids and its group (see [`Groups::nameable`]).
+    nameable: rustc_hash::FxHashMap<u32, Vec<(Vec<u32>, u32)>>,
 }
 
 impl Groups {
@@ -543,7 +546,67 @@ impl Groups {
             of_doc,
             names,
             members,
+            nameable: Default::default(),
         })
+    }
+
+    /// The servers a request can name, into [`Self::nameable`]: a server's name (as configured,
+    /// and the words a glued one is cut into) whose terms point at that server more than at
+    /// anything else: most of the tools that carry them all are the server's own. "slack" or
+    /// "google calendar" names a server; "time" or "fetch", which many tools' texts use, does
+    /// not, though a server may be called so.
+    fn find_nameable(&mut self, catalog: &Catalog, lexical: &Bm25Index, server_pieces: &[String]) {
+        for (g, (s, pieces)) in catalog.servers().iter().zip(server_pieces).enumerate() {
+            let g = g as u32;
+            for form in [s.original_name.as_str(), pieces.as_str()] {
+                let mut terms = analyze::analyze(form);
+                terms.sort();
+                terms.dedup();
+                let Some(ids) = terms
+                    .iter()
+                    .map(|t| lexical.term_id(t).filter(|&id| !lexical.is_weak(id)))
+                    .collect::<Option<Vec<u32>>>()
+                else {
+                    continue;
+                };
+                if ids.is_empty() {
+                    continue;
+                }
+                // The tools that carry every term of the name, and how many are the server's.
+                let mut with: Vec<u32> = lexical.docs_with(ids[0]).collect();
+                for &id in &ids[1..] {
+                    with.retain(|&d| lexical.fields(id, d) != 0);
+                }
+                let own = with
+                    .iter()
+                    .filter(|&&d| self.of_doc[d as usize] == g)
+                    .count();
+                if 2 * own <= with.len() {
+                    continue;
+                }
+                let named = self.nameable.entry(ids[0]).or_default();
+                if !named.iter().any(|(i, h)| *h == g && *i == ids) {
+                    named.push((ids, g));
+                }
+            }
+        }
+    }
+
+    /// The groups of the servers query `q` names (see [`Self::nameable`]), in the order the
+    /// query first gives a term of each name. `ids` are `q`'s terms' lexical ids.
+    fn named_in(&self, ids: &[Option<u32>]) -> Vec<u32> {
+        let mut out = Vec::new();
+        for id in ids.iter().flatten() {
+            let Some(named) = self.nameable.get(id) else {
+                continue;
+            };
+            for (name, g) in named {
+                if !out.contains(g) && name.iter().all(|n| ids.contains(&Some(*n))) {
+                    out.push(*g);
+                }
+            }
+        }
+        out
     }
 
     /// Each group's score for the query whose terms in the groups' index are `terms` (see
@@ -926,7 +989,7 @@ impl SearchIndex {
                 .name
                 .cmp(&tools[docs[b as usize]].name)
         });
-        let groups = Groups::build(
+        let mut groups = Groups::build(
             catalog,
             &docs,
             &by_name,
@@ -935,6 +998,9 @@ impl SearchIndex {
             &pieces,
             &server_pieces,
         );
+        if let Some(g) = &mut groups {
+            g.find_nameable(catalog, &lexical.index, &server_pieces);
+        }
         let mut name_rank = vec![0u32; docs.len()];
         for (r, &d) in by_name.iter().enumerate() {
             name_rank[d as usize] = r as u32;
@@ -1538,6 +1604,49 @@ impl SearchIndex {
         (ranked, best)
     }
 
+    /// For each server `q` names (see [`Groups::nameable`]), its group and its best tool by the
+    /// whole query's scores (ties by name), among the tools the query may show and does not name
+    /// exactly.
+    fn named_best(&self, q: &ParsedQuery, exact: &[u32], scratch: &RankScratch) -> Vec<(u32, u32)> {
+        let Some(groups) = &self.groups else {
+            return Vec::new();
+        };
+        if groups.nameable.is_empty() {
+            return Vec::new();
+        }
+        let looked_up: Vec<Option<u32>>;
+        let ids = match self.own_ids(q) {
+            Some(ids) => ids,
+            None => {
+                looked_up = q
+                    .terms
+                    .iter()
+                    .map(|(t, _)| self.lexical.index.term_id(t))
+                    .collect();
+                &looked_up
+            }
+        };
+        let scores = &scratch.query.scores;
+        groups
+            .named_in(ids)
+            .into_iter()
+            .filter_map(|g| {
+                let mut best: Option<(f32, u32)> = None;
+                for &d in &groups.members[g as usize] {
+                    let s = scores[d as usize];
+                    if scratch.allowed[d as usize]
+                        && s > 0.0
+                        && exact.binary_search(&d).is_err()
+                        && best.is_none_or(|b| s > b.0)
+                    {
+                        best = Some((s, d));
+                    }
+                }
+                best.map(|(_, d)| (g, d))
+            })
+            .collect()
+    }
+
     /// The clauses of one long query whose own best tool is missing from the whole query's
     /// first [`CLAUSE_SLOT`] hits: a request such as "track my package. Also convert the price to
     /// yen" names two tasks, and the words of one can outweigh the other's in the bag of words.
@@ -1792,6 +1901,26 @@ impl SearchIndex {
                 ranked.retain(|x| x.1 != *d);
                 let at = (CLAUSE_SLOT + c).min(ranked.len());
                 ranked.insert(at, (*s, *d, Some(c)));
+            }
+            // A server the request names, with no tool among the first hits, gets its best tool
+            // after the clauses': "... and post it in #eng on Slack" asks for Slack as clearly as
+            // a clause of its own would, though the rest of the request's words outweigh it.
+            let mut named_at = CLAUSE_SLOT + clauses.hits.len();
+            for (g, d) in self.named_best(&parsed[0], &exact, scratch) {
+                if named_at >= keep {
+                    break;
+                }
+                let groups = self.groups.as_ref().map(|x| &x.of_doc);
+                let of = |d: u32| groups.is_some_and(|o| o[d as usize] == g);
+                let shown = exact.iter().any(|&d| of(d))
+                    || ranked.iter().take(NAMED_WINDOW).any(|x| of(x.1));
+                if shown {
+                    continue;
+                }
+                ranked.retain(|x| x.1 != d);
+                let at = named_at.min(ranked.len());
+                ranked.insert(at, (scratch.query.scores[d as usize], d, None));
+                named_at += 1;
             }
             ranked.truncate(keep);
             hits.extend(ranked.into_iter().map(|(score, d, clause)| {
@@ -2063,6 +2192,10 @@ fn next_part(total: &mut usize, out: &mut String) -> bool {
 /// Where the first clause's own best tool goes among one query's hits (0-based): after the whole
 /// query's two best, which keep their places. Set before measuring; 1 and 3 measured the same.
 const CLAUSE_SLOT: usize = 2;
+
+/// How many of a query's first hits a server it names must have a tool among, or its best tool
+/// is brought forward: the default limit, what a model sees of a search unless it asks for more.
+const NAMED_WINDOW: usize = 5;
 
 /// Terms a clause needs to be ranked on its own: fewer is a fragment ("thanks", "in Paris").
 const MIN_CLAUSE_TERMS: usize = 3;
@@ -2849,6 +2982,74 @@ mod tests {
                 .starts_with("for \"I want the Judge Extra"),
             "{}",
             hits[CLAUSE_SLOT].reason
+        );
+    }
+
+    /// Servers of many calendar tools, a chat server, and a server called by a word many tools'
+    /// texts use.
+    fn named_servers() -> serde_json::Value {
+        let calendar: Vec<serde_json::Value> = [
+            ("list-events", "List the events of a calendar"),
+            ("list-calendars", "List every calendar"),
+            ("create-event", "Create a calendar event"),
+            ("update-event", "Update a calendar event"),
+            ("delete-event", "Delete a calendar event"),
+            ("get-freebusy", "Free and busy times of calendar events"),
+        ]
+        .iter()
+        .map(|(n, d)| serde_json::json!({"name": n, "description": d}))
+        .collect();
+        serde_json::json!({"servers": [
+            {"name": "calendar", "description": "Calendar events", "tools": calendar},
+            {"name": "slack", "description": "Workspace chat",
+             "tools": [{"name": "post_message", "description": "Post a message to a channel"},
+                       {"name": "add_reaction", "description": "Add an emoji reaction"}]},
+            {"name": "time", "description": "Clocks",
+             "tools": [{"name": "now", "description": "The current time in a zone"}]},
+            {"name": "notes", "description": "Notebook",
+             "tools": [{"name": "add", "description": "Add a note with the time"},
+                       {"name": "find", "description": "Find notes by time"}]}
+        ]})
+    }
+
+    #[test]
+    fn a_server_is_nameable_when_its_name_points_at_it() {
+        let (c, index) = indexed(&named_servers());
+        let groups = index.groups.as_ref().expect("groups");
+        let mut nameable: Vec<&str> = groups
+            .nameable
+            .values()
+            .flatten()
+            .map(|&(_, g)| c.servers()[g as usize].name.as_str())
+            .collect();
+        nameable.sort_unstable();
+        // "time" is in more of the notes' tools than of its own server's.
+        assert_eq!(nameable, ["calendar", "notes", "slack"]);
+    }
+
+    #[test]
+    fn a_server_the_request_names_is_among_the_first_hits() {
+        let (_, index) = indexed(&named_servers());
+        let query = "List the calendar events of tomorrow and the free and busy times, and put \
+                     that calendar list for the standup channel on Slack";
+        let hits = index.rank(&[query.to_owned()], 5);
+        let names: Vec<&str> = hits.iter().map(|h| &*h.name).collect();
+        let slot = names
+            .iter()
+            .position(|n| n.starts_with("mcp__slack__"))
+            .unwrap_or_else(|| panic!("no Slack tool: {names:?}"));
+        assert!(
+            slot >= CLAUSE_SLOT,
+            "the whole query's best keep their places: {names:?}"
+        );
+        assert_eq!(names[slot], "mcp__slack__post_message", "{names:?}");
+        // Named by a word many tools use, a server is not brought forward.
+        let query = "List the calendar events of tomorrow and the free and busy times at the time \
+                     of each, and the calendar list";
+        let hits = index.rank(&[query.to_owned()], 5);
+        assert!(
+            hits.iter().all(|h| !h.name.starts_with("mcp__time__")),
+            "{hits:?}"
         );
     }
 
