@@ -16,14 +16,6 @@ async fn server_status(client: &Client, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no status for {name}"))
 }
 
-/// The audit records of calls of `tool`, in order.
-fn calls_of(s: &Scratch, tool: &str) -> Vec<Value> {
-    s.audit()
-        .into_iter()
-        .filter(|r| r["kind"] == "call" && r["tool"] == tool)
-        .collect()
-}
-
 /// An answer that comes after its call was abandoned at the timeout, when the next call is
 /// waiting, fails nobody even when it cannot be read: over the size limit (its id read from the
 /// line's start), or broken JSON without an id. The next call gets its own answer, from the same
@@ -77,7 +69,7 @@ async fn a_late_unreadable_answer_is_blamed_on_no_other_call() {
     client.cancel().await.expect("close");
 
     let outcomes = |tool: &str| -> Vec<Value> {
-        calls_of(&s, tool)
+        s.calls_of(tool)
             .into_iter()
             .map(|r| r["outcome"].clone())
             .collect()

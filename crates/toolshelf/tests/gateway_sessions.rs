@@ -77,14 +77,6 @@ async fn nth_sleep(client: &Client, n: usize) -> Value {
     }
 }
 
-/// The audit records of calls of `tool`.
-fn calls_of(s: &Scratch, tool: &str) -> Vec<Value> {
-    s.audit()
-        .into_iter()
-        .filter(|r| r["kind"] == "call" && r["tool"] == tool)
-        .collect()
-}
-
 /// A call the client cancels is abandoned: the server is sent `notifications/cancelled`, no
 /// `post_call` hook sees a result, and the audit says `cancelled`. A call still running when the
 /// client disconnects is abandoned too, and recorded before the session's end.
@@ -113,10 +105,10 @@ async fn calls_the_client_cancels_are_abandoned() {
     })
     .await;
     wait_for("the call's audit record", || async {
-        !calls_of(&s, "mcp__test__sleep").is_empty()
+        !s.calls_of("mcp__test__sleep").is_empty()
     })
     .await;
-    let record = &calls_of(&s, "mcp__test__sleep")[0];
+    let record = &s.calls_of("mcp__test__sleep")[0];
     assert_eq!(
         (&record["outcome"], &record["detail"]),
         (
@@ -190,7 +182,7 @@ async fn a_cancelled_call_leaves_the_change_notice_for_the_next_result() {
         .await
         .expect("cancel");
     wait_for("the cancelled call's audit record", || async {
-        !calls_of(&s, "mcp__test__sleep").is_empty()
+        !s.calls_of("mcp__test__sleep").is_empty()
     })
     .await;
     wait_for("the cancellation to reach the server", || async {
@@ -226,10 +218,10 @@ async fn deleting_an_http_session_abandons_its_calls() {
     })
     .await;
     wait_for("the call's audit record", || async {
-        !calls_of(&s, "mcp__test__sleep").is_empty()
+        !s.calls_of("mcp__test__sleep").is_empty()
     })
     .await;
-    let record = &calls_of(&s, "mcp__test__sleep")[0];
+    let record = &s.calls_of("mcp__test__sleep")[0];
     assert_eq!(record["outcome"], "cancelled", "{record}");
     observer.cancel().await.expect("close");
     gateway.kill().expect("stop gateway");
@@ -539,7 +531,7 @@ async fn a_cancelled_call_does_not_keep_its_tool_loaded() {
         .await
         .expect("cancel");
     wait_for("the cancelled call's audit record", || async {
-        !calls_of(&s, "mcp__test__sleep").is_empty()
+        !s.calls_of("mcp__test__sleep").is_empty()
     })
     .await;
     // Turn 4: last used at turn 1 (its search), so expired.

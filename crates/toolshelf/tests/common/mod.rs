@@ -66,6 +66,14 @@ impl Scratch {
     pub fn audit(&self) -> Vec<Value> {
         self.audit_at("audit.jsonl")
     }
+
+    /// The audit records of calls of `tool`, in order.
+    pub fn calls_of(&self, tool: &str) -> Vec<Value> {
+        self.audit()
+            .into_iter()
+            .filter(|r| r["kind"] == "call" && r["tool"] == tool)
+            .collect()
+    }
 }
 
 impl Drop for Scratch {
