@@ -479,9 +479,11 @@ struct Groups {
     /// Tool documents of each group, by name: the tools a group brings in on its evidence alone
     /// all score the same, so only the first few by name can be among the best.
     members: Vec<Vec<u32>>,
-    /// The servers a request can name, by the lexical id of the first term of the name: each
-    /// name's term ids and its group (see [`Groups::nameable`]).
+    /// The servers a request can name, by the lexical id of each term of the name: each name's
+    /// term ids and its group (see [`Groups::find_nameable`]).
     nameable: rustc_hash::FxHashMap<u32, Vec<(Vec<u32>, u32)>>,
+    /// The terms of each nameable server's names, by group (empty for the others).
+    name_words: Vec<Vec<String>>,
 }
 
 impl Groups {
@@ -545,8 +547,9 @@ impl Groups {
             },
             of_doc,
             names,
-            members,
             nameable: Default::default(),
+            name_words: vec![Vec::new(); members.len()],
+            members,
         })
     }
 
@@ -559,16 +562,28 @@ impl Groups {
         for (g, (s, pieces)) in catalog.servers().iter().zip(server_pieces).enumerate() {
             let g = g as u32;
             for form in [s.original_name.as_str(), pieces.as_str()] {
+                // One or two Latin letters ("x", "go") are words of prose more often than names.
+                if form.is_ascii() && form.chars().filter(char::is_ascii_alphanumeric).count() < 3 {
+                    continue;
+                }
                 let mut terms = analyze::analyze(form);
                 terms.sort();
                 terms.dedup();
-                let Some(ids) = terms
+                // Chinese character bigrams are the weak form of words the name has whole.
+                let Some(mut ids) = terms
                     .iter()
-                    .map(|t| lexical.term_id(t).filter(|&id| !lexical.is_weak(id)))
-                    .collect::<Option<Vec<u32>>>()
+                    .map(|t| {
+                        lexical
+                            .term_id(t)
+                            .map(|id| (!lexical.is_weak(id)).then_some(id))
+                    })
+                    .collect::<Option<Vec<Option<u32>>>>()
+                    .map(|ids| ids.into_iter().flatten().collect::<Vec<u32>>())
                 else {
                     continue;
                 };
+                ids.sort_unstable();
+                ids.dedup();
                 if ids.is_empty() {
                     continue;
                 }
@@ -584,24 +599,48 @@ impl Groups {
                 if 2 * own <= with.len() {
                     continue;
                 }
-                let named = self.nameable.entry(ids[0]).or_default();
-                if !named.iter().any(|(i, h)| *h == g && *i == ids) {
-                    named.push((ids, g));
+                let words = &mut self.name_words[g as usize];
+                words.extend(
+                    terms
+                        .iter()
+                        .filter(|t| lexical.term_id(t).is_some_and(|id| !lexical.is_weak(id)))
+                        .cloned(),
+                );
+                words.sort();
+                words.dedup();
+                for &id in &ids {
+                    let named = self.nameable.entry(id).or_default();
+                    if !named.iter().any(|(i, h)| *h == g && *i == ids) {
+                        named.push((ids.clone(), g));
+                    }
                 }
             }
         }
     }
 
     /// The groups of the servers query `q` names (see [`Self::nameable`]), in the order the
-    /// query first gives a term of each name. `ids` are `q`'s terms' lexical ids.
-    fn named_in(&self, ids: &[Option<u32>]) -> Vec<u32> {
+    /// query first gives a term of each name. `ids` are `q`'s terms' lexical ids; `text` is the
+    /// query's text. A query that uses capitals must write one of a name's words as a name
+    /// (not starting lower-case), which tells "on Linear" from "a linear regression"; one
+    /// without capitals says nothing by its case.
+    fn named_in(&self, ids: &[Option<u32>], text: &str) -> Vec<u32> {
         let mut out = Vec::new();
+        let mut capitalised: Option<Vec<String>> = None;
         for id in ids.iter().flatten() {
             let Some(named) = self.nameable.get(id) else {
                 continue;
             };
             for (name, g) in named {
-                if !out.contains(g) && name.iter().all(|n| ids.contains(&Some(*n))) {
+                if out.contains(g) || !name.iter().all(|n| ids.contains(&Some(*n))) {
+                    continue;
+                }
+                let written = capitalised.get_or_insert_with(|| capitalised_terms(text));
+                let cased = text.chars().any(char::is_uppercase);
+                if !cased
+                    || self.name_words[*g as usize]
+                        .iter()
+                        .any(|w| written.contains(w))
+                {
                     out.push(*g);
                 }
             }
@@ -1605,9 +1644,15 @@ impl SearchIndex {
     }
 
     /// For each server `q` names (see [`Groups::nameable`]), its group and its best tool by the
-    /// whole query's scores (ties by name), among the tools the query may show and does not name
-    /// exactly.
-    fn named_best(&self, q: &ParsedQuery, exact: &[u32], scratch: &RankScratch) -> Vec<(u32, u32)> {
+    /// whole query's scores (ties by name), among the tools the query may show, does not name
+    /// exactly, and scores at least `floor` (the relative floor every hit keeps).
+    fn named_best(
+        &self,
+        q: &ParsedQuery,
+        exact: &[u32],
+        floor: f32,
+        scratch: &RankScratch,
+    ) -> Vec<(u32, u32)> {
         let Some(groups) = &self.groups else {
             return Vec::new();
         };
@@ -1628,7 +1673,7 @@ impl SearchIndex {
         };
         let scores = &scratch.query.scores;
         groups
-            .named_in(ids)
+            .named_in(ids, &q.text)
             .into_iter()
             .filter_map(|g| {
                 let mut best: Option<(f32, u32)> = None;
@@ -1636,6 +1681,7 @@ impl SearchIndex {
                     let s = scores[d as usize];
                     if scratch.allowed[d as usize]
                         && s > 0.0
+                        && s >= floor
                         && exact.binary_search(&d).is_err()
                         && best.is_none_or(|b| s > b.0)
                     {
@@ -1906,25 +1952,36 @@ impl SearchIndex {
             // after the clauses': "... and post it in #eng on Slack" asks for Slack as clearly as
             // a clause of its own would, though the rest of the request's words outweigh it.
             let mut named_at = CLAUSE_SLOT + clauses.hits.len();
-            for (g, d) in self.named_best(&parsed[0], &exact, scratch) {
+            let mut named = Vec::new();
+            let floor = best * self.params.min_relative_score;
+            for (g, d) in self.named_best(&parsed[0], &exact, floor, scratch) {
                 if named_at >= keep {
                     break;
                 }
                 let groups = self.groups.as_ref().map(|x| &x.of_doc);
                 let of = |d: u32| groups.is_some_and(|o| o[d as usize] == g);
                 let shown = exact.iter().any(|&d| of(d))
-                    || ranked.iter().take(NAMED_WINDOW).any(|x| of(x.1));
+                    || ranked.iter().take(NAMED_WINDOW.min(keep)).any(|x| of(x.1));
                 if shown {
                     continue;
                 }
                 ranked.retain(|x| x.1 != d);
                 let at = named_at.min(ranked.len());
                 ranked.insert(at, (scratch.query.scores[d as usize], d, None));
+                named.push(d);
                 named_at += 1;
             }
             ranked.truncate(keep);
             hits.extend(ranked.into_iter().map(|(score, d, clause)| {
                 let reason = match clause {
+                    None if named.contains(&d) => format!(
+                        "the request names server {}: {}",
+                        self.labels[d as usize]
+                            .original_server
+                            .as_deref()
+                            .unwrap_or_default(),
+                        self.reason(d, &all)
+                    ),
                     None => self.reason(d, &all),
                     Some(c) => {
                         let (text, q) = &clauses.parsed[c];
@@ -2192,6 +2249,21 @@ fn next_part(total: &mut usize, out: &mut String) -> bool {
 /// Where the first clause's own best tool goes among one query's hits (0-based): after the whole
 /// query's two best, which keep their places. Set before measuring; 1 and 3 measured the same.
 const CLAUSE_SLOT: usize = 2;
+
+/// The terms of the words `text` writes as names would be: their first letter not lower-case.
+fn capitalised_terms(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in text.split_whitespace() {
+        if word
+            .chars()
+            .find(|c| c.is_alphabetic())
+            .is_some_and(|c| !c.is_lowercase())
+        {
+            analyze::analyze_into(word, &mut out);
+        }
+    }
+    out
+}
 
 /// How many of a query's first hits a server it names must have a tool among, or its best tool
 /// is brought forward: the default limit, what a model sees of a search unless it asks for more.
@@ -3008,7 +3080,11 @@ mod tests {
              "tools": [{"name": "now", "description": "The current time in a zone"}]},
             {"name": "notes", "description": "Notebook",
              "tools": [{"name": "add", "description": "Add a note with the time"},
-                       {"name": "find", "description": "Find notes by time"}]}
+                       {"name": "find", "description": "Find notes by time"}]},
+            {"name": "x", "description": "Posts on X",
+             "tools": [{"name": "post", "description": "Post on x"}]},
+            {"name": "飞书", "description": "飞书 消息",
+             "tools": [{"name": "send", "description": "发送飞书消息"}]}
         ]})
     }
 
@@ -3020,11 +3096,13 @@ mod tests {
             .nameable
             .values()
             .flatten()
-            .map(|&(_, g)| c.servers()[g as usize].name.as_str())
+            .map(|&(_, g)| c.servers()[g as usize].original_name.as_str())
             .collect();
         nameable.sort_unstable();
-        // "time" is in more of the notes' tools than of its own server's.
-        assert_eq!(nameable, ["calendar", "notes", "slack"]);
+        nameable.dedup();
+        // "time" is in more of the notes' tools than of its own server's; "x" is too short to
+        // be told from a word; a Chinese name counts by its words.
+        assert_eq!(nameable, ["calendar", "notes", "slack", "飞书"]);
     }
 
     #[test]
@@ -3043,6 +3121,28 @@ mod tests {
             "the whole query's best keep their places: {names:?}"
         );
         assert_eq!(names[slot], "mcp__slack__post_message", "{names:?}");
+        assert!(
+            hits[slot]
+                .reason
+                .starts_with("the request names server slack: "),
+            "{}",
+            hits[slot].reason
+        );
+        // Case tells a name from a word only in a request that uses capitals.
+        let slack = |query: &str| {
+            index
+                .rank(&[query.to_owned()], 5)
+                .iter()
+                .any(|h| h.name.starts_with("mcp__slack__"))
+        };
+        assert!(!slack(
+            "List the calendar events of tomorrow and the free and busy times, and put that \
+             calendar list for the standup with some slack in the times"
+        ));
+        assert!(slack(
+            "list the calendar events of tomorrow and the free and busy times, and put that \
+             calendar list for the standup channel on slack"
+        ));
         // Named by a word many tools use, a server is not brought forward.
         let query = "List the calendar events of tomorrow and the free and busy times at the time \
                      of each, and the calendar list";
