@@ -595,7 +595,7 @@ is a malfunction of the hook, not a decision about your call; tell the user.",
                 "{} was not run: a pre_call hook rewrote its params into ones its schema rejects \
 ({}). This is a fault of the hook, not of your call; tell the user.",
                 name(i),
-                brief(violations)
+                places(violations)
             ),
             Self::AuditUnavailable { tool: i, error } => format!(
                 "{} was not run: toolshelf must record every call ([audit] required = true) and the audit \
@@ -623,6 +623,8 @@ log cannot be written ({error}). Tell the user; no tool can run until it is fixe
                 }
             ),
             Self::DeniedByHook { denial, .. } => echo(denial.detail()),
+            // The values a hook wrote are the operator's to read, not the model's.
+            Self::InvalidAfterHook { violations, .. } => echo(&brief(violations)),
             Self::SchemaBroken { error, .. } | Self::AuditUnavailable { error, .. } => echo(error),
             _ => echo(&self.text(catalog)),
         }
@@ -1001,6 +1003,31 @@ fn by_default(because: &str) -> bool {
 const BRIEF_VIOLATIONS: usize = 3;
 
 /// The first violations on one line, `at /x: ...; at /y: ...`, with a count of the rest.
+/// Where `violations` are, without what they say: a message can quote the value, and the value
+/// a pre_call hook wrote may be one the model must not read (a token of the wrong type).
+fn places(violations: &[Violation]) -> String {
+    let mut at: Vec<&str> = violations
+        .iter()
+        .take(BRIEF_VIOLATIONS)
+        .map(|v| {
+            if v.pointer.is_empty() {
+                "/"
+            } else {
+                v.pointer.as_str()
+            }
+        })
+        .collect();
+    at.dedup();
+    let mut s = format!("at {}", at.join(", "));
+    if violations.len() > BRIEF_VIOLATIONS {
+        s.push_str(&format!(
+            " and {} more",
+            violations.len() - BRIEF_VIOLATIONS
+        ));
+    }
+    s
+}
+
 fn brief(violations: &[Violation]) -> String {
     let mut parts: Vec<String> = violations
         .iter()
@@ -1194,15 +1221,19 @@ mod tests {
         let c = catalog();
         let i = c.position("mcp__fs__read_text_file").expect("tool");
         let v = ParamsValidator::new(&c.tools()[i].input_schema);
-        let r = after_pre_call(i, &v, NO_DENIAL, Some(obj(json!({"path": 1, "x": [2]}))))
+        let r = after_pre_call(i, &v, NO_DENIAL, Some(obj(json!({"path": 4242, "x": [2]}))))
             .expect_err("bad rewrite");
         assert_eq!(r.loads(), None, "the text carries no schema");
         let t = r.text(&c);
         assert_eq!(
             t,
             "mcp__fs__read_text_file was not run: a pre_call hook rewrote its params into ones its \
-schema rejects (at /path: 1 is not of type \"string\"). This is a fault of the hook, not of your \
-call; tell the user."
+schema rejects (at /path). This is a fault of the hook, not of your call; tell the user."
+        );
+        assert!(
+            r.detail(&c).contains("4242 is not of type"),
+            "the audit keeps what was wrong: {}",
+            r.detail(&c)
         );
         let many: Vec<Violation> = (0..5)
             .map(|n| Violation {
@@ -1215,10 +1246,7 @@ call; tell the user."
             violations: many,
         }
         .text(&c);
-        assert!(
-            t.contains("(at /p0: wrong; at /p1: wrong; at /p2: wrong; and 2 more)"),
-            "{t}"
-        );
+        assert!(t.contains("(at /p0, /p1, /p2 and 2 more)"), "{t}");
     }
 
     #[test]
