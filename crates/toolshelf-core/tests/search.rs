@@ -763,3 +763,47 @@ fn a_servers_description_and_sibling_tools_count_for_its_tools() {
         "the tool's own text alone favours the cinema: {without:?}"
     );
 }
+
+/// `named` counts the hits the text names, however each is shown: with its schema, on one line,
+/// after "Also matching", or as the one name of an answer over budget.
+#[test]
+fn a_response_says_how_many_hits_its_text_names() {
+    let tools: Vec<Value> = [
+        "list_notes",
+        "add_note",
+        "archive_notes",
+        "mail_notes",
+        "tag_notes",
+    ]
+    .iter()
+    .map(|t| json!({"name": t, "description": format!("{t} of the notebook.")}))
+    .collect();
+    let catalog = Catalog::from_json_str(
+        &json!({"servers": [{"name": "notes", "tools": tools}]}).to_string(),
+        "catalog.json",
+    )
+    .expect("catalog");
+    let visible: Vec<usize> = (0..catalog.tools().len()).collect();
+    let index = SearchIndex::build(&catalog, &visible);
+    let request = SearchRequest::Queries {
+        queries: vec!["notes".into()],
+        limit: Some(2),
+    };
+    for budget in [16_000, 200, 60] {
+        let config = toolshelf_core::config::SearchConfig {
+            full_schemas: 1,
+            response_budget_chars: budget,
+            ..Default::default()
+        };
+        let r = toolshelf_core::search::render::search(&index, &catalog, &request, &config);
+        let in_text: Vec<&str> = r
+            .hits
+            .iter()
+            .filter(|h| r.text.contains(&*h.name))
+            .map(|h| &*h.name)
+            .collect();
+        let named: Vec<&str> = r.hits[..r.named].iter().map(|h| &*h.name).collect();
+        assert!(!named.is_empty(), "{}", r.text);
+        assert_eq!(named, in_text, "budget {budget}: {}", r.text);
+    }
+}

@@ -631,7 +631,8 @@ impl Hub {
     /// sorted: each server whose tools are not known (as [`Self::unknown_tools_note`] without a
     /// name; given `names`, those of an exact lookup that found something, only the servers of
     /// the names that are no tool), and each failed server with known tools of which the answer
-    /// shows one (`shown`, catalog indices), since a call of it fails until the server is back.
+    /// names one (`shown`, catalog indices: with a schema, on one line or after "Also matching"),
+    /// since a call of it fails until the server is back.
     pub fn search_note(
         &self,
         catalog: &Catalog,

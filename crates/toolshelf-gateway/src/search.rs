@@ -21,6 +21,8 @@ pub struct SearchOutcome {
     pub text: String,
     /// Catalog indices (in the snapshot) whose full schema is in the text.
     pub loaded: Vec<usize>,
+    /// Catalog indices of every tool the text names, however shown.
+    pub shown: Vec<usize>,
     /// Whether the call failed: malformed, or the engine broke (a search that found nothing is
     /// an answer, not an error).
     pub is_error: bool,
@@ -58,6 +60,7 @@ fn answer(
         Err(text) => SearchOutcome {
             text,
             loaded: Vec::new(),
+            shown: Vec::new(),
             is_error: true,
             outcome: "invalid",
         },
@@ -82,6 +85,7 @@ fn answer(
                         Outcome::Found => "ok",
                         Outcome::NoMatch => "no_match",
                     },
+                    shown: r.hits[..r.named].iter().map(|h| h.index).collect(),
                     text: r.text,
                     loaded: r.loaded,
                     is_error: false,
@@ -93,6 +97,7 @@ fn answer(
                         text: SearchResponse::engine_failure(&format!("internal error ({why})"))
                             .text,
                         loaded: Vec::new(),
+                        shown: Vec::new(),
                         is_error: true,
                         outcome: "engine_failure",
                     }

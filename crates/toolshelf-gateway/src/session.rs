@@ -636,7 +636,7 @@ impl GatewaySession {
             };
             if let Some(note) =
                 self.hub
-                    .search_note(&snap.catalog, names.as_deref(), &outcome.loaded)
+                    .search_note(&snap.catalog, names.as_deref(), &outcome.shown)
             {
                 outcome.text = format!("{}\n{note}", outcome.text);
             }

@@ -14,6 +14,12 @@
 //! every pending call fails now instead of at its timeout, and the reason is kept in the
 //! connection's [`Fault`] for the server's failed state.
 //!
+//! An abandoned request may still be answered for as long again as it had been waiting when it
+//! was abandoned: at a call timeout, one call timeout (the transport is not told the timeout; the
+//! wait it saw is it). Then it is forgotten: a server need not answer a cancelled request (the
+//! MCP specification says it should not), and one remembered for good would keep a line without
+//! an id from failing anybody for the rest of the connection.
+//!
 //! A line that does not even start like a JSON object is stray output (a banner, a log line) and
 //! is skipped with a warning, as before: it answers nothing, and treating it as a broken reply
 //! would fail an `initialize` that a chatty server otherwise completes.
@@ -21,9 +27,10 @@
 //! `receive` is cancel-safe (rmcp polls it inside a `select!`): the partial line and the state of
 //! an oversized line live in the struct, and bytes are consumed only once copied.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use rmcp::RoleClient;
 use rmcp::model::{
@@ -213,10 +220,11 @@ pub struct ChildTransport {
     max_line: usize,
     line: Vec<u8>,
     oversized: Option<Oversized>,
-    pending: HashSet<RequestId>,
-    /// Requests abandoned (cancelled) before their answer came, newest last: a late answer
-    /// to one of them answers nobody.
-    abandoned: std::collections::VecDeque<RequestId>,
+    /// Requests waiting for their answer, and when each was sent.
+    pending: HashMap<RequestId, Instant>,
+    /// Requests abandoned (cancelled) before their answer came, newest last, each with when it
+    /// is forgotten: until then a late answer to it answers nobody.
+    abandoned: VecDeque<(RequestId, Instant)>,
     fault: Fault,
 }
 
@@ -304,8 +312,8 @@ impl ChildTransport {
             max_line,
             line: Vec::new(),
             oversized: None,
-            pending: HashSet::new(),
-            abandoned: std::collections::VecDeque::new(),
+            pending: HashMap::new(),
+            abandoned: VecDeque::new(),
             fault,
         })
     }
@@ -449,7 +457,7 @@ impl ChildTransport {
     /// readable id, the only request that may be waiting for it.
     fn owner(&mut self, bad: &BadReply) -> Owner {
         if let Some(id) = bad.id.clone().or_else(|| message_id(&bad.head, &bad.tail)) {
-            if self.pending.contains(&id) {
+            if self.pending.contains_key(&id) {
                 return Owner::Call(id);
             }
             let was = if self.forget_abandoned(&id) {
@@ -459,6 +467,8 @@ impl ChildTransport {
             };
             return Owner::Nobody(format!("it answers request {id}, which {was}"));
         }
+        let now = Instant::now();
+        self.abandoned.retain(|(_, until)| *until > now);
         if !self.abandoned.is_empty() {
             return Owner::Nobody(
                 "its id cannot be read, and it may answer a request already abandoned".into(),
@@ -466,24 +476,26 @@ impl ChildTransport {
         }
         match self.pending.len() {
             0 => Owner::Nobody("no request is pending".into()),
-            1 => Owner::Call(self.pending.iter().next().cloned().expect("one pending")),
+            1 => Owner::Call(self.pending.keys().next().cloned().expect("one pending")),
             _ => Owner::Unknown("several requests are pending"),
         }
     }
 
-    /// Notes that `id` was abandoned while pending: its answer may still come.
+    /// Notes that `id` was abandoned while pending: its answer may still come, for as long again
+    /// as it had been waiting.
     fn abandon(&mut self, id: &RequestId) {
-        if self.pending.remove(id) {
+        if let Some(sent) = self.pending.remove(id) {
             if self.abandoned.len() == ABANDONED_KEPT {
                 self.abandoned.pop_front();
             }
-            self.abandoned.push_back(id.clone());
+            let now = Instant::now();
+            self.abandoned.push_back((id.clone(), now + (now - sent)));
         }
     }
 
     /// Forgets the abandoned request `id` once its answer came; whether it was one.
     fn forget_abandoned(&mut self, id: &RequestId) -> bool {
-        let at = self.abandoned.iter().position(|a| a == id);
+        let at = self.abandoned.iter().position(|(a, _)| a == id);
         at.and_then(|at| self.abandoned.remove(at)).is_some()
     }
 
@@ -757,7 +769,7 @@ impl Transport<RoleClient> for ChildTransport {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         match &item {
             JsonRpcMessage::Request(r) => {
-                self.pending.insert(r.id.clone());
+                self.pending.insert(r.id.clone(), Instant::now());
             }
             JsonRpcMessage::Notification(n) => {
                 if let ClientNotification::CancelledNotification(c) = &n.notification
@@ -805,7 +817,7 @@ impl Transport<RoleClient> for ChildTransport {
                             _ => None,
                         };
                         if let Some(id) = answered.cloned()
-                            && !self.pending.remove(&id)
+                            && self.pending.remove(&id).is_none()
                         {
                             self.forget_abandoned(&id);
                         }
@@ -1021,12 +1033,14 @@ mod tests {
             ],
             fault.clone(),
         );
-        // 1 and 2 are abandoned, 3 waits: 1's oversized answer, a broken line without an id
-        // (while 2 may still be answered) and 2's broken answer fail nobody, 3 least of all.
-        t.send(request(1)).await.expect("send");
-        t.send(cancel(1)).await.expect("send");
-        t.send(request(2)).await.expect("send");
-        t.send(cancel(2)).await.expect("send");
+        // 1 and 2 are abandoned after waiting a minute, 3 waits: 1's oversized answer, a broken
+        // line without an id (while 2 may still be answered) and 2's broken answer fail nobody,
+        // 3 least of all.
+        for id in [1, 2] {
+            t.send(request(id)).await.expect("send");
+            t.pending.insert(RequestId::Number(id), a_minute_ago());
+            t.send(cancel(id)).await.expect("send");
+        }
         t.send(request(3)).await.expect("send");
         match t.receive().await {
             Some(JsonRpcMessage::Response(r)) => assert_eq!(r.id, RequestId::Number(3)),
@@ -1034,6 +1048,29 @@ mod tests {
         }
         assert!(t.abandoned.is_empty(), "both late answers came");
         assert!(t.pending.is_empty());
+        assert!(fault.reason().is_none());
+    }
+
+    fn a_minute_ago() -> Instant {
+        Instant::now()
+            .checked_sub(std::time::Duration::from_secs(60))
+            .expect("a minute ago")
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_request_is_forgotten_after_as_long_again_as_it_waited() {
+        let fault = Fault::default();
+        let mut t = child(&[r#"{"broken"#], fault.clone());
+        // 1 is abandoned as soon as it is sent, so it is forgotten at once: the broken line
+        // without an id goes to 2, the only request waiting.
+        t.send(request(1)).await.expect("send");
+        t.send(cancel(1)).await.expect("send");
+        assert_eq!(t.abandoned.len(), 1);
+        t.send(request(2)).await.expect("send");
+        let (id, message) = error_of(&mut t).await;
+        assert_eq!(id, RequestId::Number(2));
+        assert!(message.contains("not valid JSON"), "{message}");
+        assert!(t.abandoned.is_empty() && t.pending.is_empty());
         assert!(fault.reason().is_none());
     }
 

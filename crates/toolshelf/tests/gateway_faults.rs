@@ -16,6 +16,25 @@ async fn server_status(client: &Client, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no status for {name}"))
 }
 
+/// A gateway in front of `late_server.py` as server `late`, with a call timeout of 1s, and the
+/// file its stderr goes to.
+async fn late_gateway(s: &Scratch) -> (Client, std::path::PathBuf) {
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.late]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = 1\n\
+             [execute]\nrequire_search = false\n{}",
+            fixture("late_server.py"),
+            files_sections(s)
+        ),
+    );
+    let log = s.0.join("stderr.log");
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &config])
+        .env("TOOLSHELF_LOG", "warn");
+    (stdio_client_logged(cmd, &log).await, log)
+}
+
 /// An answer that comes after its call was abandoned at the timeout, when the next call is
 /// waiting, fails nobody even when it cannot be read: over the size limit (its id read from the
 /// line's start), or broken JSON without an id. The next call gets its own answer, from the same
@@ -23,20 +42,7 @@ async fn server_status(client: &Client, name: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_unreadable_answer_is_blamed_on_no_other_call() {
     let s = Scratch::new("late-answer");
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "[servers.late]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = 1\n\
-             [execute]\nrequire_search = false\n{}",
-            fixture("late_server.py"),
-            files_sections(&s)
-        ),
-    );
-    let log = s.0.join("stderr.log");
-    let mut cmd = tokio::process::Command::new(TOOLSHELF);
-    cmd.args(["serve", "--config", &config])
-        .env("TOOLSHELF_LOG", "warn");
-    let client = stdio_client_logged(cmd, &log).await;
+    let (client, log) = late_gateway(&s).await;
     ok(&exec(&client, "mcp__late__echo", json!({"n": 0})).await);
     let pid = server_status(&client, "late").await["pid"].clone();
     assert!(pid.is_u64(), "{pid}");
@@ -85,6 +91,50 @@ async fn a_late_unreadable_answer_is_blamed_on_no_other_call() {
             "sent a reply that is not valid JSON (EOF while parsing a value at line 1 column 11) \
              (its id cannot be read, and it may answer a request already abandoned); ignored"
         ),
+        "{logged}"
+    );
+}
+
+/// A call abandoned at its timeout is forgotten one call timeout later, though the server never
+/// answers it (the MCP specification says it should not): a reply without a readable id then
+/// fails the only call waiting at once, with what was wrong, instead of leaving it to time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_call_that_is_never_answered_is_forgotten() {
+    let s = Scratch::new("never-answered");
+    let (client, log) = late_gateway(&s).await;
+    let hung = err(&exec(&client, "mcp__late__hang", json!({})).await);
+    assert!(
+        hung.starts_with("mcp__late__hang did not answer within 1s"),
+        "{hung}"
+    );
+    // The server saw the cancellation; wait until it is longer ago than the call had waited.
+    wait_for("the abandoned call to be forgotten", || async {
+        let since = ok(&exec(&client, "mcp__late__since_cancel", json!({})).await);
+        serde_json::from_str::<Value>(&since)
+            .ok()
+            .and_then(|v| v.as_f64())
+            .is_some_and(|secs| secs > 2.0)
+    })
+    .await;
+    let broken = err(&exec(&client, "mcp__late__broken", json!({})).await);
+    assert!(
+        broken.starts_with(
+            "mcp__late__broken failed: server \"late\" sent a reply that is not valid JSON ("
+        ) && broken.ends_with("; the call was abandoned"),
+        "{broken}"
+    );
+    client.cancel().await.expect("close");
+    let outcome = |tool: &str| -> Vec<Value> {
+        s.calls_of(tool)
+            .into_iter()
+            .map(|r| r["outcome"].clone())
+            .collect()
+    };
+    assert_eq!(outcome("mcp__late__hang"), ["timeout"]);
+    assert_eq!(outcome("mcp__late__broken"), ["error"], "not a timeout");
+    let logged = std::fs::read_to_string(&log).expect("stderr");
+    assert!(
+        !logged.contains("it may answer a request already abandoned"),
         "{logged}"
     );
 }
@@ -177,6 +227,80 @@ async fn a_search_that_finds_something_names_the_servers_that_are_down() {
     .await;
     let notes_only = ok(&search(&client, json!({"tool_names": ["mcp__notes__add_note"]})).await);
     assert!(!notes_only.contains("boom"), "{notes_only}");
+    client.cancel().await.expect("close");
+}
+
+/// The note on a failed server comes with any answer that names one of its tools, not only with
+/// one that shows its schema: a tool on one line, or named after "Also matching".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_that_names_a_tool_of_a_failed_server_says_it_is_down() {
+    let s = Scratch::new("down-named");
+    let notes = json!([
+        tool(
+            "list_notes",
+            "List every note in the notebook.",
+            json!({"type": "object"})
+        ),
+        tool(
+            "add_note",
+            "Add a note to the notebook.",
+            json!({"type": "object"})
+        ),
+    ]);
+    let boom = json!([
+        tool("crash", "Crash.", json!({"type": "object"})),
+        tool(
+            "archive_notes",
+            "Archive old notes.",
+            json!({"type": "object"})
+        ),
+    ]);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[servers.boom]\ncommand = \"python3\"\nargs = {}\nrestart_delay_secs = 600\n\
+             [search]\nfull_schemas = 1\n[execute]\nrequire_search = false\n{}",
+            named_server("notes", &notes, ""),
+            Value::from(vec![
+                fixture("named_server.py"),
+                "boom".into(),
+                boom.to_string()
+            ]),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    err(&exec(&client, "mcp__boom__crash", json!({})).await);
+    wait_for("boom to fail", || async {
+        server_status(&client, "boom").await["state"] == "failed"
+    })
+    .await;
+    let down = |text: &str| {
+        text.lines().any(|l| {
+            l.starts_with("Server \"boom\" is not running (the server exited with status 1")
+                && l.ends_with(
+                    "); it is restarted in the background, and calls of its tools fail until then.",
+                )
+        })
+    };
+    let also = ok(&search(&client, json!({"queries": ["list notes"], "limit": 1})).await);
+    assert!(
+        also.lines()
+            .any(|l| l.starts_with("Also matching") && l.contains("mcp__boom__archive_notes"))
+            && down(&also),
+        "{also}"
+    );
+    let line = ok(&search(&client, json!({"queries": ["list notes"], "limit": 3})).await);
+    assert!(
+        line.lines()
+            .any(|l| l.starts_with("2. mcp__boom__archive_notes: ")
+                || l.starts_with("3. mcp__boom__archive_notes: "))
+            && down(&line),
+        "{line}"
+    );
+    // A search that names none of its tools says nothing of it.
+    let none = ok(&search(&client, json!({"tool_names": ["mcp__notes__add_note"]})).await);
+    assert!(!none.contains("boom"), "{none}");
     client.cancel().await.expect("close");
 }
 

@@ -43,6 +43,10 @@ pub struct SearchResponse {
     /// only counted.
     #[serde(skip)]
     pub listed: usize,
+    /// How many of the first `hits` `text` names at all: with a schema, on a line, or after
+    /// "Also matching". The rest are only counted.
+    #[serde(skip)]
+    pub named: usize,
     /// Names asked for by `tool_names` that name no visible tool, in the order given.
     #[serde(skip)]
     pub unresolved: Vec<String>,
@@ -61,6 +65,7 @@ Try again, or look a tool up by its exact name from <available_deferred_tools> w
             loaded: Vec::new(),
             outcome: Outcome::NoMatch,
             listed: 0,
+            named: 0,
             unresolved: Vec::new(),
         }
     }
@@ -269,6 +274,7 @@ fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchRespon
         loaded: Vec::new(),
         outcome: Outcome::NoMatch,
         listed: 0,
+        named: 0,
         unresolved: Vec::new(),
     }
 }
@@ -461,6 +467,7 @@ fn layout(
     });
     SearchResponse {
         listed: limit.min(kept),
+        named: kept,
         hits,
         text,
         loaded,
