@@ -2251,16 +2251,18 @@ fn next_part(total: &mut usize, out: &mut String) -> bool {
 const CLAUSE_SLOT: usize = 2;
 
 /// The terms of the words `text` writes as names would be: their first letter not lower-case.
+/// A sentence's first word is capitalised whatever it is, so there only a capital inside the
+/// word (`GitHub`) says it is a name.
 fn capitalised_terms(text: &str) -> Vec<String> {
     let mut out = Vec::new();
+    let mut opens = true;
     for word in text.split_whitespace() {
-        if word
-            .chars()
-            .find(|c| c.is_alphabetic())
-            .is_some_and(|c| !c.is_lowercase())
-        {
+        let mut letters = word.chars().filter(|c| c.is_alphabetic());
+        let capital = letters.next().is_some_and(|c| !c.is_lowercase());
+        if capital && (!opens || letters.any(char::is_uppercase)) {
             analyze::analyze_into(word, &mut out);
         }
+        opens = word.ends_with(['.', '!', '?', ':']);
     }
     out
 }
@@ -3142,6 +3144,11 @@ mod tests {
         assert!(slack(
             "list the calendar events of tomorrow and the free and busy times, and put that \
              calendar list for the standup channel on slack"
+        ));
+        // A sentence's first word is capitalised whatever it is.
+        assert!(!slack(
+            "List the calendar events of tomorrow and the free and busy times, and the calendar \
+             list. Slack in the times is fine"
         ));
         // Named by a word many tools use, a server is not brought forward.
         let query = "List the calendar events of tomorrow and the free and busy times at the time \
