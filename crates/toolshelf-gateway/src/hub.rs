@@ -601,7 +601,10 @@ impl Hub {
     pub fn unknown_tools_note(&self, catalog: &Catalog, only: Option<&str>) -> Option<String> {
         let wanted = match only {
             Some(requested) => {
-                let (segment, tool) = toolshelf_core::name::split_mcp(requested)?;
+                // Canonical (`mcp__mail__send`), or as a list of short names shows it
+                // (`mail__send`).
+                let (segment, tool) = toolshelf_core::name::split_mcp(requested)
+                    .or_else(|| requested.split_once("__"))?;
                 let server = catalog
                     .servers()
                     .iter()

@@ -1397,6 +1397,9 @@ async fn the_model_is_told_which_servers_are_down() {
         unknown.starts_with("No tool named \"mcp__quits__send_mail\"") && unknown.contains(says),
         "{unknown}"
     );
+    // Called as a list of short names would show it, too.
+    let short = err(&call(&client, "quits__send_mail", json!({})).await);
+    assert!(short.contains(says), "{short}");
     let other = err(&exec(&client, "mcp__test__no_such_tool", json!({})).await);
     assert!(!other.contains("quits"), "{other}");
     let none = text(&search(&client, json!({"queries": ["xylophone quasar"]})).await);
@@ -1410,7 +1413,8 @@ async fn the_model_is_told_which_servers_are_down() {
         hidden.replace("mcp__secretdb__query", "NAME"),
         absent.replace("mcp__secretdc__query", "NAME")
     );
-    for seen in [&hidden, &none, &unknown] {
+    let hidden_short = err(&call(&client, "secretdb__query", json!({})).await);
+    for seen in [&hidden, &none, &unknown, &hidden_short] {
         assert!(
             !seen.contains("Server \"secretdb\"")
                 && !seen.contains("hunter2")
