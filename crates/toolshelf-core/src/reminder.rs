@@ -200,9 +200,15 @@ impl Reminders {
 
     /// The text of rule `i`'s block as the model reads it.
     pub fn block(&self, i: usize) -> String {
+        self.block_in(i, true)
+    }
+
+    /// [`Self::block`] for a session that has `tool_search` when `searchable`; one without it is
+    /// not pointed at it (its tools are all in its list).
+    pub fn block_in(&self, i: usize, searchable: bool) -> String {
         let c = &self.rules[i].config;
         let mut text = format!("<system-reminder>\n{}", c.message.trim());
-        if !c.search_hint.is_empty() {
+        if searchable && !c.search_hint.is_empty() {
             let queries = serde_json::to_string(&c.search_hint).unwrap_or_default();
             text.push_str(&format!(
                 "\nTo find these tools: tool_search {{\"queries\": {queries}}}"
@@ -778,6 +784,11 @@ mod tests {
         assert_eq!(
             r.block(0),
             "<system-reminder>\nSchema changes usually go with the migration checks; a colleague would run them first.\nTo find these tools: tool_search {\"queries\": [\"migration check\",\"数据库迁移\"]}\n</system-reminder>"
+        );
+        // A session without tool_search is not pointed at it.
+        assert_eq!(
+            r.block_in(0, false),
+            "<system-reminder>\nSchema changes usually go with the migration checks; a colleague would run them first.\n</system-reminder>"
         );
         let c = catalog();
         assert!(r.check_against(&c, |_| Vec::new()).is_empty());

@@ -1131,13 +1131,15 @@ impl GatewaySession {
 
     /// Evaluates the reminder rules for this call, one whose tool ran: its target tool and
     /// arguments (paths, `after_tools`) or, for `tool_search`, its queries (which clear reminders
-    /// of a category searched for). Returns the blocks of the rules that fired.
+    /// of a category searched for). Returns the blocks of the rules that fired, pointing at
+    /// `tool_search` only in a session that has it (`searchable`).
     fn fired_reminders(
         &self,
         snap: &Snapshot,
         state: &mut SessionState,
         called: &str,
         args: &Map<String, Value>,
+        searchable: bool,
     ) -> Vec<String> {
         let reminders = self.hub.compiled().reminders();
         if reminders.is_empty() {
@@ -1184,7 +1186,7 @@ impl GatewaySession {
         evaluation
             .fired
             .iter()
-            .map(|&i| reminders.block(i))
+            .map(|&i| reminders.block_in(i, searchable))
             .collect()
     }
 
@@ -1242,8 +1244,8 @@ impl ServerHandler for GatewaySession {
         .with_server_info(Implementation::new("toolshelf", env!("CARGO_PKG_VERSION")))
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
         .with_instructions(
-            "toolshelf fronts many MCP servers. Tools not in the list are deferred: find them with \
-tool_search, run them with defer_execute.",
+            "toolshelf fronts many MCP servers. When the tool list has tool_search, the tools not in \
+it are deferred: find them with tool_search, run them with defer_execute.",
         )
     }
 
@@ -1331,7 +1333,10 @@ tool_search, run them with defer_execute.",
         // Reminders this call fired reach the model once, on this result (the gateway cannot
         // touch the user's messages, and results always reach the model).
         if ran {
-            for block in self.fired_reminders(&snap, &mut local.state, &request.name, &trigger) {
+            let searchable = local.searchable;
+            for block in
+                self.fired_reminders(&snap, &mut local.state, &request.name, &trigger, searchable)
+            {
                 result.content.push(ContentBlock::text(block));
             }
         }
