@@ -1193,6 +1193,17 @@ mod tests {
         }
     }
 
+    /// Reading `text` as mcp.json fails with a message naming the file and holding `expected`.
+    fn assert_mcp_json_error(text: &str, expected: &str) {
+        let e = Config::servers_from_mcp_json(text, "mcp.json")
+            .expect_err(text)
+            .to_string();
+        assert!(
+            e.starts_with("mcp.json: ") && e.contains(expected),
+            "{e:?} lacks {expected:?}"
+        );
+    }
+
     #[test]
     fn mcp_json_servers_are_read() {
         let (servers, warnings) = Config::servers_from_mcp_json(
@@ -1230,13 +1241,7 @@ mod tests {
                 "mcpServers.a.args",
             ),
         ] {
-            let e = Config::servers_from_mcp_json(text, "mcp.json")
-                .expect_err(text)
-                .to_string();
-            assert!(
-                e.starts_with("mcp.json: ") && e.contains(expected),
-                "{e:?} lacks {expected:?}"
-            );
+            assert_mcp_json_error(text, expected);
         }
     }
 
@@ -1279,13 +1284,7 @@ mod tests {
                 "mcpServers.su: \"type\": \"stdio\" runs a command, but the entry sets url",
             ),
         ] {
-            let e = Config::servers_from_mcp_json(text, "mcp.json")
-                .expect_err(text)
-                .to_string();
-            assert!(
-                e.starts_with("mcp.json: ") && e.contains(expected),
-                "{e:?} lacks {expected:?}"
-            );
+            assert_mcp_json_error(text, expected);
         }
         let (servers, warnings) = Config::servers_from_mcp_json(
             r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse", "disabled": true},

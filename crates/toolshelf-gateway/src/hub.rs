@@ -599,22 +599,33 @@ impl Hub {
     /// learn of what it cannot see. Nor is a server's stderr passed on: it is the operator's
     /// to read (status, the log), and may hold what the model should not.
     pub fn unknown_tools_note(&self, catalog: &Catalog, only: Option<&str>) -> Option<String> {
+        let notes = self.unknown_tools_notes(catalog, only);
+        (!notes.is_empty()).then(|| notes.join("\n"))
+    }
+
+    /// The lines of [`Self::unknown_tools_note`], one per server, by server name.
+    fn unknown_tools_notes(&self, catalog: &Catalog, only: Option<&str>) -> Vec<String> {
         let wanted = match only {
             Some(requested) => {
                 // Canonical (`mcp__mail__send`), or as a list of short names shows it
                 // (`mail__send`).
-                let (segment, tool) = toolshelf_core::name::split_mcp(requested)
-                    .or_else(|| requested.split_once("__"))?;
-                let server = catalog
+                let Some((segment, tool)) = toolshelf_core::name::split_mcp(requested)
+                    .or_else(|| requested.split_once("__"))
+                else {
+                    return Vec::new();
+                };
+                let Some(server) = catalog
                     .servers()
                     .iter()
-                    .find(|s| s.name == segment || s.original_name == segment)?;
+                    .find(|s| s.name == segment || s.original_name == segment)
+                else {
+                    return Vec::new();
+                };
                 Some((server.original_name.clone(), tool.to_owned()))
             }
             None => None,
         };
-        let notes: Vec<String> = self
-            .servers
+        self.servers
             .iter()
             .filter(|(name, _)| wanted.as_ref().is_none_or(|(w, _)| w == *name))
             .filter_map(|(name, s)| Some((name, unknown_note(name, s)?)))
@@ -626,8 +637,7 @@ impl Hub {
                 self.would_show(name, tool)
             })
             .map(|(_, note)| note)
-            .collect();
-        (!notes.is_empty()).then(|| notes.join("\n"))
+            .collect()
     }
 
     /// The note a `tool_search` answer carries on servers that are down, one line per server,
@@ -642,19 +652,17 @@ impl Hub {
         names: Option<&[String]>,
         shown: &[usize],
     ) -> Option<String> {
-        let unknown: Vec<String> = match names {
-            None => self.unknown_tools_note(catalog, None).into_iter().collect(),
+        let mut lines: BTreeSet<String> = match names {
+            None => self
+                .unknown_tools_notes(catalog, None)
+                .into_iter()
+                .collect(),
             Some(names) => names
                 .iter()
                 .filter(|n| catalog.position(n).is_none())
-                .filter_map(|n| self.unknown_tools_note(catalog, Some(n)))
+                .flat_map(|n| self.unknown_tools_notes(catalog, Some(n)))
                 .collect(),
         };
-        let mut lines: BTreeSet<String> = unknown
-            .iter()
-            .flat_map(|n| n.lines())
-            .map(str::to_owned)
-            .collect();
         let tools = catalog.tools();
         for (name, s) in &self.servers {
             if let ServerState::Failed(reason) = s.state()

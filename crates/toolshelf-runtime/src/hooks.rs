@@ -521,11 +521,7 @@ mod tests {
                 .detail()
                 .contains("timed out after 1s")
         );
-        let pid: i32 = std::fs::read_to_string(&pid_file)
-            .expect("the hook wrote its child's pid")
-            .trim()
-            .parse()
-            .expect("a pid");
+        let pid = child_pid(&pid_file);
         // The grandchild was killed with the group; reaped by init, it is gone soon after.
         let _ = std::fs::remove_dir_all(&dir);
         assert!(gone(pid), "the hook's child {pid} outlived it");
@@ -558,13 +554,19 @@ mod tests {
         .await;
         assert!(wrote.is_ok(), "the hook wrote its child's pid");
         drop(pending);
-        let pid: i32 = std::fs::read_to_string(&pid_file)
-            .expect("pid")
-            .trim()
-            .parse()
-            .expect("a pid");
+        let pid = child_pid(&pid_file);
         let _ = std::fs::remove_dir_all(&dir);
         assert!(gone(pid), "the hook's child {pid} outlived its caller");
+    }
+
+    /// The pid a hook's script wrote to `file` for the child it started.
+    #[cfg(unix)]
+    fn child_pid(file: &std::path::Path) -> i32 {
+        std::fs::read_to_string(file)
+            .expect("the hook wrote its child's pid")
+            .trim()
+            .parse()
+            .expect("a pid")
     }
 
     /// Whether process `pid` is gone (or a zombie) within five seconds.

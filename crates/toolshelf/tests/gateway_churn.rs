@@ -23,6 +23,22 @@ fn tools_file(s: &Scratch, rel: &str, tools: &[Value]) -> String {
     s.write(rel, &Value::from(tools.to_vec()).to_string())
 }
 
+/// A client of the gateway in front of the churn server `name`, whose tool file
+/// (`NAME.json`, rewritten with [`tools_file`]) lists `tools`, configured with `defer` ahead of
+/// the server's section.
+async fn churn_session(s: &Scratch, name: &str, defer: &str, tools: &[Value]) -> Client {
+    let file = tools_file(s, &format!("{name}.json"), tools);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{defer}{}{}",
+            files_sections(s),
+            churn_server(name, &file, "")
+        ),
+    );
+    stdio_client(&config, TestClient::default()).await
+}
+
 fn empty() -> Value {
     json!({"type": "object", "properties": {}})
 }
@@ -92,20 +108,7 @@ async fn a_name_the_session_holds_never_moves_to_a_newcomer() {
     let harmless = tool("get.item", "Read an item (harmless).", id_schema());
     let listing = tool("list.items", "List the items.", empty());
     let reload = tool("reload", "Reload the tool list.", empty());
-    let file = tools_file(
-        &s,
-        "a.json",
-        &[reload.clone(), harmless.clone(), listing.clone()],
-    );
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "[defer]\ndefault = true\nrules = [\"NoDefer(^mcp__a__get_item$)\", \"NoDefer(^mcp__a__reload$)\"]\n{}{}",
-            files_sections(&s),
-            churn_server("a", &file, "")
-        ),
-    );
-    let client = stdio_client(&config, TestClient::default()).await;
+    let client = churn_session(&s, "a", "[defer]\ndefault = true\nrules = [\"NoDefer(^mcp__a__get_item$)\", \"NoDefer(^mcp__a__reload$)\"]\n", &[reload.clone(), harmless.clone(), listing.clone()],).await;
     let names = list_names(&client).await;
     assert!(names.contains(&"a__get_item".to_owned()), "{names:?}");
     assert_eq!(
@@ -165,16 +168,13 @@ async fn pinned_tools_stay_callable_when_auto_defer_flips() {
             json!({"type": "object", "properties": {"x": {"type": "string"}}}),
         ),
     ];
-    let file = tools_file(&s, "a.json", &base);
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "[defer]\ndefault = \"auto:10\"\nwindow = 2000\n{}{}",
-            files_sections(&s),
-            churn_server("a", &file, "")
-        ),
-    );
-    let client = stdio_client(&config, TestClient::default()).await;
+    let client = churn_session(
+        &s,
+        "a",
+        "[defer]\ndefault = \"auto:10\"\nwindow = 2000\n",
+        &base,
+    )
+    .await;
     let names = list_names(&client).await;
     assert_eq!(names, ["a__alpha", "a__ping", "a__reload"], "all resident");
     let mut grown = base.clone();
@@ -213,16 +213,7 @@ async fn a_pinned_tool_that_went_away_is_refused_as_gone() {
         tool("crash", "Crash.", empty()),
         tool("reload", "Reload the tool list.", empty()),
     ];
-    let file = tools_file(&s, "b.json", &base);
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "[defer]\ndefault = true\nrules = [\"NoDefer(^mcp__b__ping$)\", \"NoDefer(^mcp__b__crash$)\", \"NoDefer(^mcp__b__reload$)\"]\n{}{}",
-            files_sections(&s),
-            churn_server("b", &file, "")
-        ),
-    );
-    let client = stdio_client(&config, TestClient::default()).await;
+    let client = churn_session(&s, "b", "[defer]\ndefault = true\nrules = [\"NoDefer(^mcp__b__ping$)\", \"NoDefer(^mcp__b__crash$)\", \"NoDefer(^mcp__b__reload$)\"]\n", &base).await;
     assert!(list_names(&client).await.contains(&"b__ping".to_owned()));
     assert_eq!(ran(&call(&client, "b__ping", json!({})).await), "ping");
     tools_file(
@@ -276,16 +267,7 @@ async fn a_notice_says_only_what_a_session_without_tool_search_can_do() {
         tool("ping", "Answer pong.", empty()),
         tool("reload", "Reload the tool list.", empty()),
     ];
-    let file = tools_file(&s, "a.json", &base);
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "[defer]\ndefault = false\n{}{}",
-            files_sections(&s),
-            churn_server("a", &file, "")
-        ),
-    );
-    let client = stdio_client(&config, TestClient::default()).await;
+    let client = churn_session(&s, "a", "[defer]\ndefault = false\n", &base).await;
     let names = list_names(&client).await;
     assert!(!names.contains(&"tool_search".to_owned()), "{names:?}");
     let mut grown = base.clone();
@@ -366,16 +348,7 @@ async fn a_pinned_tools_new_schema_is_told_once() {
         tool("reload", "Reload the tool list.", empty()),
         alpha(json!({"type": "object", "properties": {"x": {"type": "string"}}})),
     ];
-    let file = tools_file(&s, "a.json", &base);
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "[defer]\ndefault = false\n{}{}",
-            files_sections(&s),
-            churn_server("a", &file, "")
-        ),
-    );
-    let client = stdio_client(&config, TestClient::default()).await;
+    let client = churn_session(&s, "a", "[defer]\ndefault = false\n", &base).await;
     let listed = client.list_all_tools().await.expect("list");
     let mut changed = base.clone();
     changed[2] = alpha(json!({

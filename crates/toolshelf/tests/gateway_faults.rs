@@ -139,15 +139,9 @@ async fn an_abandoned_call_that_is_never_answered_is_forgotten() {
     );
 }
 
-/// A search names the servers that are down whatever it finds, not only when it finds nothing:
-/// a server whose tools are not known on every search but an exact lookup that found every name,
-/// and a failed server whose known tools the answer shows. A server the rules hide is never
-/// named, and no server's stderr reaches the model.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_search_that_finds_something_names_the_servers_that_are_down() {
-    let s = Scratch::new("down-found");
-    let marker = s.path("boom-fails");
-    let notes = json!([
+/// The tools of a notebook server: listing and adding notes.
+fn notebook() -> Value {
+    json!([
         tool(
             "list_notes",
             "List every note in the notebook.",
@@ -158,7 +152,18 @@ async fn a_search_that_finds_something_names_the_servers_that_are_down() {
             "Add a note to the notebook.",
             json!({"type": "object"})
         ),
-    ]);
+    ])
+}
+
+/// A search names the servers that are down whatever it finds, not only when it finds nothing:
+/// a server whose tools are not known on every search but an exact lookup that found every name,
+/// and a failed server whose known tools the answer shows. A server the rules hide is never
+/// named, and no server's stderr reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_that_finds_something_names_the_servers_that_are_down() {
+    let s = Scratch::new("down-found");
+    let marker = s.path("boom-fails");
+    let notes = notebook();
     let boom = json!([
         tool("crash", "Crash.", json!({"type": "object"})),
         tool(
@@ -235,18 +240,7 @@ async fn a_search_that_finds_something_names_the_servers_that_are_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_search_that_names_a_tool_of_a_failed_server_says_it_is_down() {
     let s = Scratch::new("down-named");
-    let notes = json!([
-        tool(
-            "list_notes",
-            "List every note in the notebook.",
-            json!({"type": "object"})
-        ),
-        tool(
-            "add_note",
-            "Add a note to the notebook.",
-            json!({"type": "object"})
-        ),
-    ]);
+    let notes = notebook();
     let boom = json!([
         tool("crash", "Crash.", json!({"type": "object"})),
         tool(

@@ -625,7 +625,9 @@ impl Groups {
     /// without capitals says nothing by its case.
     fn named_in(&self, ids: &[Option<u32>], text: &str) -> Vec<u32> {
         let mut out = Vec::new();
-        let mut capitalised: Option<Vec<String>> = None;
+        // Read once, when a name is found: the terms written as names, or `None` for a query
+        // without capitals.
+        let mut written: Option<Option<Vec<String>>> = None;
         for id in ids.iter().flatten() {
             let Some(named) = self.nameable.get(id) else {
                 continue;
@@ -634,13 +636,16 @@ impl Groups {
                 if out.contains(g) || !name.iter().all(|n| ids.contains(&Some(*n))) {
                     continue;
                 }
-                let written = capitalised.get_or_insert_with(|| capitalised_terms(text));
-                let cased = text.chars().any(char::is_uppercase);
-                if !cased
-                    || self.name_words[*g as usize]
+                let written = written.get_or_insert_with(|| {
+                    text.chars()
+                        .any(char::is_uppercase)
+                        .then(|| capitalised_terms(text))
+                });
+                if written.as_ref().is_none_or(|written| {
+                    self.name_words[*g as usize]
                         .iter()
                         .any(|w| written.contains(w))
-                {
+                }) {
                     out.push(*g);
                 }
             }
