@@ -229,3 +229,25 @@ fn a_tools_section_that_names_no_tool_is_reported() {
     let v: Value = s.definition(&c, read, Format::Mcp);
     assert_eq!(v["description"], "z");
 }
+
+#[test]
+fn two_sections_naming_one_tool_apply_the_exact_name_and_warn() {
+    let c = catalog("'x'");
+    // The bare name sorts first, so name order alone would pick it.
+    let cc = compiled(
+        "[tools.git_log]\ndescription_template = \"'bare'\"\n\
+         [tools.\"mcp__git__git_log\"]\ndescription_template = \"'canonical'\"",
+        None,
+    );
+    assert_eq!(
+        cc.unmatched(&c),
+        [
+            "[tools.\"git_log\"] also names \"mcp__git__git_log\" as [tools.\"mcp__git__git_log\"] does; the description_template of [tools.\"mcp__git__git_log\"] applies"
+        ]
+    );
+    let s = cc
+        .session_surface(&c, &cc.expose(&c), &SessionValues::default())
+        .expect("renders");
+    let log = c.position("mcp__git__git_log").expect("git_log");
+    assert_eq!(s.description(&c, log), "canonical");
+}

@@ -117,15 +117,32 @@ impl Templates {
     }
 
     /// Catalog index → the configuration's template, for each `[tools.NAME]` that resolves to
-    /// one tool.
+    /// one tool. When several sections name one tool (`[tools.git_log]` and
+    /// `[tools."mcp__git__git_log"]`), the one naming it exactly applies, else the first by name;
+    /// [`Self::unmatched`] warns of the others.
     fn overlays(&self, catalog: &Catalog) -> BTreeMap<usize, &str> {
-        self.tools
-            .iter()
-            .filter_map(|(name, src)| match catalog.resolve(name) {
-                Resolution::Exact(i) | Resolution::Bare(i) => Some((i, src.as_str())),
-                _ => None,
-            })
+        self.claims(catalog)
+            .into_iter()
+            .map(|(i, keys)| (i, self.tools[keys[0]].as_str()))
             .collect()
+    }
+
+    /// Catalog index → the `[tools.NAME]` keys that resolve to that tool alone, the one that
+    /// applies first: exact names before bare ones, each kind in name order.
+    fn claims(&self, catalog: &Catalog) -> BTreeMap<usize, Vec<&str>> {
+        let mut exact: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        let mut bare: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for name in self.tools.keys() {
+            match catalog.resolve(name) {
+                Resolution::Exact(i) => exact.entry(i).or_default().push(name),
+                Resolution::Bare(i) => bare.entry(i).or_default().push(name),
+                Resolution::Ambiguous(_) | Resolution::NotFound => {}
+            }
+        }
+        for (i, names) in bare {
+            exact.entry(i).or_default().extend(names);
+        }
+        exact
     }
 
     fn server_source<'a>(&'a self, server: &'a Server) -> Option<&'a str> {
@@ -150,7 +167,8 @@ impl Templates {
 
     /// `[tools.NAME]` sections with a template that name no single tool of `catalog`.
     pub fn unmatched(&self, catalog: &Catalog) -> Vec<String> {
-        self.tools
+        let mut out: Vec<String> = self
+            .tools
             .keys()
             .filter_map(|name| match catalog.resolve(name) {
                 Resolution::Exact(_) | Resolution::Bare(_) => None,
@@ -161,7 +179,22 @@ impl Templates {
                     "[tools.{name:?}] matches no tool; its description_template is not used"
                 )),
             })
-            .collect()
+            .collect();
+        for (i, keys) in self.claims(catalog) {
+            if let [applied, ignored @ ..] = keys.as_slice()
+                && !ignored.is_empty()
+            {
+                let ignored: Vec<String> =
+                    ignored.iter().map(|k| format!("[tools.{k:?}]")).collect();
+                out.push(format!(
+                    "{} {} {:?} as [tools.{applied:?}] does; the description_template of [tools.{applied:?}] applies",
+                    ignored.join(", "),
+                    if ignored.len() == 1 { "also names" } else { "also name" },
+                    catalog.tools()[i].name,
+                ));
+            }
+        }
+        out
     }
 
     /// Renders the template of every visible tool and of every group that is not wholly hidden,
