@@ -97,9 +97,13 @@ pub fn pointer_line(servers: usize, tools: usize) -> String {
     } else {
         ("servers", "are")
     };
-    let t = if tools == 1 { "tool" } else { "tools" };
+    let (t, them) = if tools == 1 {
+        ("tool", "it")
+    } else {
+        ("tools", "them")
+    };
     format!(
-        "[other {servers} MCP {s} with {tools} {t} {verb} not listed here. Use tool_search to discover and invoke them.]"
+        "[other {servers} MCP {s} with {tools} {t} {verb} not listed here. tool_search finds {them}, defer_execute runs {them}.]"
     )
 }
 
@@ -257,6 +261,20 @@ mod tests {
     }
 
     #[test]
+    fn the_pointer_line_names_the_tool_that_finds_and_the_tool_that_runs() {
+        // The index is only ever sent inside tool_search's description, beside defer_execute
+        // (`meta::definitions`).
+        assert_eq!(
+            pointer_line(1, 1),
+            "[other 1 MCP server with 1 tool is not listed here. tool_search finds it, defer_execute runs it.]"
+        );
+        assert_eq!(
+            pointer_line(3, 20),
+            "[other 3 MCP servers with 20 tools are not listed here. tool_search finds them, defer_execute runs them.]"
+        );
+    }
+
+    #[test]
     fn renders_the_documented_layout() {
         let idx = DeferredIndex::render(&sample(), 20_000, 160);
         assert_eq!(
@@ -279,7 +297,7 @@ mod tests {
         assert!(
             short
                 .text
-                .contains("Use tool_search to discover and invoke them.]")
+                .contains(". tool_search finds them, defer_execute runs them.]")
         );
     }
 

@@ -108,7 +108,8 @@ pub enum AskRefusal {
     /// The tool runs inside toolshelf (a script tool, `tool_define`, a model-authored tool in
     /// the proxy), so the client's own permission prompt never sees the call.
     RunsInside,
-    /// The user said no, or dismissed the question (the client's word for it).
+    /// The user said no, or dismissed the question: what they did, as it completes "the user
+    /// ..." (`declined`, `cancelled the prompt`).
     Declined(String),
     /// Asking failed.
     Failed(String),
@@ -559,9 +560,10 @@ ask the user (it does not support MCP elicitation). {fix}"
                         "{name} was not run: it needs the user's approval ({because}), and toolshelf \
 runs this tool itself, so the client's permission prompt never sees the call. {fix}"
                     ),
-                    AskRefusal::Declined(action) => {
-                        format!("{name} was not run: the user did not approve it ({action}).")
-                    }
+                    AskRefusal::Declined(action) => format!(
+                        "{name} was not run: the user did not approve it (the user {action}). Do \
+not call it again unless the user asks; go on without it, or ask the user how to proceed."
+                    ),
                     AskRefusal::Failed(e) => format!(
                         "{name} was not run: asking the user for approval failed: {}",
                         echo(e)
@@ -617,7 +619,7 @@ log cannot be written ({error}). Tell the user; no tool can run until it is fixe
                     AskRefusal::RunsInside => {
                         "not asked: the tool runs inside toolshelf, unseen by the client".to_owned()
                     }
-                    AskRefusal::Declined(a) => format!("the user answered {a}"),
+                    AskRefusal::Declined(a) => format!("the user {a}"),
                     AskRefusal::Failed(e) => format!("asking failed: {}", echo(e)),
                     AskRefusal::TooLong(n) => format!("not asked: {n} characters of arguments"),
                 }
@@ -819,9 +821,10 @@ impl CallFailure {
         match self {
             Self::Unavailable(s) => format!("{name} was not run: {s}"),
             Self::Timeout(n) => format!(
-                "{name} did not answer within {n}s (the call timeout) and was abandoned. \
-The server is still running and other calls go on; if this tool is slow by nature, raise its \
-call_timeout_secs."
+                "{name} did not answer within {n}s (the call timeout) and was abandoned; the \
+server is still running and other calls go on. If the tool may have been busy, retry once; \
+otherwise try a smaller request (less data, a narrower query), or tell the user: the operator can \
+raise call_timeout_secs for this tool's server in the toolshelf configuration."
             ),
             Self::Crashed(s) | Self::Protocol(s) => format!("{name} failed: {s}"),
             Self::Cancelled(why) => format!("{name} was abandoned: {why}"),
@@ -1387,6 +1390,46 @@ Call a tool by a name your tool list shows; names are case-sensitive."
             meta.text_in(&c, &pinned),
             "tool_search is not available in this session; call the tools your list shows directly."
         );
+    }
+
+    #[test]
+    fn a_timeout_says_what_the_model_can_do_and_what_only_the_operator_can() {
+        let t = CallFailure::Timeout(30).text("mcp__fetch__fetch");
+        assert_eq!(
+            t,
+            "mcp__fetch__fetch did not answer within 30s (the call timeout) and was abandoned; the \
+server is still running and other calls go on. If the tool may have been busy, retry once; \
+otherwise try a smaller request (less data, a narrower query), or tell the user: the operator can \
+raise call_timeout_secs for this tool's server in the toolshelf configuration."
+        );
+    }
+
+    #[test]
+    fn a_user_who_did_not_approve_is_reported_in_words() {
+        let c = catalog();
+        let i = c.position("mcp__fs__read_text_file").expect("tool");
+        for (did, says) in [
+            ("declined", "(the user declined)"),
+            ("cancelled the prompt", "(the user cancelled the prompt)"),
+        ] {
+            let r = approved(
+                i,
+                "[permissions] ask[0]",
+                Err(AskRefusal::Declined(did.into())),
+            )
+            .expect_err("refused");
+            assert_eq!(
+                r.text(&c),
+                format!(
+                    "mcp__fs__read_text_file was not run: the user did not approve it {says}. Do \
+not call it again unless the user asks; go on without it, or ask the user how to proceed."
+                )
+            );
+            assert_eq!(
+                r.detail(&c),
+                format!("[permissions] ask[0]; the user {did}")
+            );
+        }
     }
 
     #[test]

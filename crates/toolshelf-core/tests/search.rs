@@ -194,7 +194,11 @@ fn unknown_names_fall_back_to_search_and_say_so() {
     assert_eq!(r.unresolved, ["git_history"]);
     let r = run(&e, json!({"tool_names": ["zzqx"]}));
     assert_eq!(r.outcome, Outcome::NoMatch);
-    assert!(r.text.contains("No deferred tool matches"), "{}", r.text);
+    assert!(
+        r.text.starts_with("No tool matches the names \"zzqx\"."),
+        "{}",
+        r.text
+    );
     assert_eq!(r.unresolved, ["zzqx"]);
     let r = run(&e, json!({"tool_names": ["Write", "zzqx", "git_log"]}));
     assert_eq!(r.unresolved, ["zzqx"]);
@@ -805,5 +809,204 @@ fn a_response_says_how_many_hits_its_text_names() {
         let named: Vec<&str> = r.hits[..r.named].iter().map(|h| &*h.name).collect();
         assert!(!named.is_empty(), "{}", r.text);
         assert_eq!(named, in_text, "budget {budget}: {}", r.text);
+    }
+}
+
+/// The example's resident tools (pinned: in the model's list with their schemas), by catalog
+/// index, each with the name `listed` gives it.
+fn pinned_of(
+    e: &Env,
+    listed: impl Fn(&str) -> String,
+) -> std::collections::BTreeMap<usize, String> {
+    let config = Config::from_toml_str(CONFIG, "toolshelf.toml").expect("config");
+    let compiled = Compiled::new(config, "toolshelf.toml", None).expect("compiles");
+    let surface = compiled.surface(&e.catalog, &compiled.expose(&e.catalog));
+    surface
+        .resident
+        .iter()
+        .map(|&i| (i, listed(&e.catalog.tools()[i].name)))
+        .collect()
+}
+
+fn run_for(
+    e: &Env,
+    args: Value,
+    pinned: &std::collections::BTreeMap<usize, String>,
+) -> toolshelf_core::search::render::SearchResponse {
+    use toolshelf_core::search::render::{SessionView, search_for};
+    let request = SearchRequest::from_json(&args).expect("valid request");
+    let view = SessionView {
+        active: &|_| false,
+        pinned: &|i| pinned.get(&i).cloned(),
+        described: &Default::default(),
+    };
+    search_for(&e.index, &e.catalog, &request, &e.config, &view)
+}
+
+#[test]
+fn a_pinned_hit_keeps_its_rank_and_says_to_call_it_directly() {
+    let e = env(None);
+    let pinned = pinned_of(&e, |n| format!("listed_{n}"));
+    assert!(pinned.values().any(|n| n == "listed_Bash"), "{pinned:?}");
+    let args = json!({"queries": ["run a shell command"], "limit": 3});
+    let plain = run(&e, args.clone());
+    let r = run_for(&e, args, &pinned);
+    assert_eq!(r.hits, plain.hits, "the same ranking");
+    assert_eq!(&*r.hits[0].name, "Bash", "{}", r.text);
+    assert!(
+        r.text.contains(
+            "\n1. listed_Bash (already in your tool list with its schema: call it directly)\n"
+        ),
+        "{}",
+        r.text
+    );
+    for (i, h) in r.hits.iter().enumerate() {
+        let is_pinned = pinned.contains_key(&h.index);
+        if is_pinned {
+            // Named as the list names it, with no schema and no call form.
+            assert!(
+                !r.text.contains(&format!("\"tool_name\":\"{}\"", h.name))
+                    && !r.text.contains(&format!("{}. {}\n", i + 1, h.name)),
+                "{}: {}",
+                h.name,
+                r.text
+            );
+            assert!(!r.loaded.contains(&h.index), "{} is not loaded", h.name);
+        }
+    }
+    // Every schema place goes to a deferred hit: three within the limit of three, one pinned.
+    let full = r.text.matches("   call: defer_execute ").count();
+    let deferred_listed = r.hits[..r.listed]
+        .iter()
+        .filter(|h| !pinned.contains_key(&h.index))
+        .count();
+    assert_eq!(full, deferred_listed.min(3), "{}", r.text);
+    assert_eq!(r.loaded.len(), full);
+    // Pinned hits past the limit are named apart, without the hint to fetch their schemas.
+    let (_, also) = r
+        .text
+        .split_once("Also matching (pass names as tool_names to get their schemas): ")
+        .expect("names-only line");
+    let (deferred_names, pinned_names) = also
+        .split_once("\nAlso matching, already in your tool list (call them directly): ")
+        .expect("pinned names line");
+    assert!(!deferred_names.contains("listed_"), "{}", r.text);
+    assert!(pinned_names.contains("listed_Edit"), "{}", r.text);
+    // Within any budget, as every response.
+    for budget in [60, 200, 400, 800] {
+        let e = Env {
+            config: SearchConfig {
+                response_budget_chars: budget,
+                ..e.config.clone()
+            },
+            ..env(None)
+        };
+        let r = run_for(&e, json!({"queries": ["run a shell command"]}), &pinned);
+        assert!(r.text.chars().count() <= budget, "{budget}: {}", r.text);
+        assert!(r.text.contains("listed_Bash"), "{budget}: {}", r.text);
+    }
+}
+
+#[test]
+fn a_response_of_pinned_hits_only_reads_right() {
+    let e = env(None);
+    let pinned = pinned_of(&e, str::to_owned);
+    let r = run_for(&e, json!({"tool_names": ["Bash", "Read"]}), &pinned);
+    assert_eq!(
+        r.text,
+        "1. Bash (already in your tool list with its schema: call it directly)\n\
+         2. Read (already in your tool list with its schema: call it directly)"
+    );
+    assert!(r.loaded.is_empty());
+    assert_eq!(r.outcome, Outcome::Found);
+    let r = run_for(&e, json!({"queries": ["server:time"]}), &pinned);
+    assert!(
+        r.text.ends_with(
+            "(by name):\n\n1. mcp__time__convert_time (already in your tool list with its schema: call it directly)\n\
+             2. mcp__time__get_current_time (already in your tool list with its schema: call it directly)"
+        ),
+        "{}",
+        r.text
+    );
+    assert!(r.loaded.is_empty());
+    // The no-match text speaks of every tool: the search covers pinned tools too.
+    let r = run_for(&e, json!({"queries": ["xylophone"]}), &pinned);
+    assert!(
+        r.text.starts_with("No tool matches \"xylophone\"."),
+        "{}",
+        r.text
+    );
+}
+
+#[test]
+fn a_tool_whose_schema_is_broken_is_found_but_not_offered_for_a_call() {
+    use toolshelf_core::search::render::{SessionView, search_for};
+    let c = Catalog::from_value(
+        &json!({"servers": [{"name": "s", "tools": [
+            {"name": "fetch_page", "description": "Fetch a web page by URL",
+             "inputSchema": {"type": "object", "properties": {"url": {"type": "string", "pattern": "(["}}, "required": ["url"]}},
+            {"name": "fetch_feed", "description": "Fetch an RSS feed by URL",
+             "inputSchema": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}}
+        ]}]}),
+        "c",
+    )
+    .expect("catalog");
+    let all: Vec<usize> = (0..c.tools().len()).collect();
+    let e = Env {
+        index: SearchIndex::build(&c, &all),
+        catalog: c,
+        config: SearchConfig::default(),
+    };
+    let page = e.catalog.get("mcp__s__fetch_page").expect("tool");
+    let problem = toolshelf_core::invoke::schema_problem(&page.input_schema).expect("broken");
+    for args in [
+        json!({"queries": ["fetch web page"]}),
+        json!({"tool_names": ["mcp__s__fetch_page", "mcp__s__fetch_feed"]}),
+    ] {
+        let r = run(&e, args.clone());
+        assert_eq!(&*r.hits[0].name, "mcp__s__fetch_page", "{}", r.text);
+        assert!(
+            r.text
+                .contains("1. mcp__s__fetch_page\n   Fetch a web page by URL\n   why: ")
+                && r.text.contains(&format!(
+                "   cannot be called: its input schema is not valid JSON Schema ({problem}), so \
+                 defer_execute refuses every call to it until its server fixes the schema. Use \
+                 another tool, or tell the user.\n\n2. mcp__s__fetch_feed"
+            )),
+            "{args}: {}",
+            r.text
+        );
+        assert!(
+            !r.text.contains("\"tool_name\":\"mcp__s__fetch_page\""),
+            "{}",
+            r.text
+        );
+        assert!(
+            r.text
+                .contains("call: defer_execute {\"tool_name\":\"mcp__s__fetch_feed\""),
+            "{}",
+            r.text
+        );
+        let page_i = r.hits[0].index;
+        assert_eq!(r.broken, [page_i]);
+        assert!(
+            r.loaded.contains(&page_i),
+            "a call gets its own refusal at once"
+        );
+        // A tool that cannot be called is not marked as ready to call.
+        let request = SearchRequest::from_json(&args).expect("request");
+        let view = SessionView {
+            active: &|_| true,
+            ..SessionView::none()
+        };
+        let marked = search_for(&e.index, &e.catalog, &request, &e.config, &view);
+        assert!(
+            marked
+                .text
+                .contains("\n2. mcp__s__fetch_feed (already active)\n")
+                && !marked.text.contains("fetch_page (already active)"),
+            "{}",
+            marked.text
+        );
     }
 }

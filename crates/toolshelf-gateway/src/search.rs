@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 use toolshelf_core::config::SearchConfig;
 use toolshelf_core::search::SearchRequest;
-use toolshelf_core::search::render::{Outcome, SearchResponse, search_in_session};
+use toolshelf_core::search::render::{Outcome, SearchResponse, SessionView, search_for};
 
 use crate::hub::Snapshot;
 
@@ -30,20 +30,36 @@ pub struct SearchOutcome {
     pub outcome: &'static str,
 }
 
-/// Answers one `tool_search` call over the visible tools of `snapshot`; `active` names the
-/// tools whose schema the session holds (marked in the text). `before` runs inside the engine's
-/// fault boundary, first (the failpoint of the tests). `described` holds the session's rendered
-/// description templates by canonical name, shown in place of the catalog's.
+/// What the session's tool list gives the model, by canonical name.
+#[derive(Clone, Copy)]
+pub struct Held<'a> {
+    /// Whether the session holds the tool's schema from an earlier search (marked in the text).
+    pub active: &'a dyn Fn(&str) -> bool,
+    /// The name the session's frozen list gives the tool, when the list carries it (a pinned
+    /// tool): its hit says to call it directly, under that name.
+    pub pinned: &'a dyn Fn(&str) -> Option<String>,
+    /// The session's rendered description templates, shown in place of the catalog's.
+    pub described: &'a BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Held<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held").finish_non_exhaustive()
+    }
+}
+
+/// Answers one `tool_search` call over the visible tools of `snapshot`, for a session whose list
+/// and loaded schemas `held` describes. `before` runs inside the engine's fault boundary, first
+/// (the failpoint of the tests).
 pub fn tool_search(
     snapshot: &Snapshot,
     config: &SearchConfig,
     args: &Map<String, Value>,
-    active: &dyn Fn(&str) -> bool,
-    described: &BTreeMap<String, String>,
+    held: &Held,
     before: impl FnOnce(),
 ) -> SearchOutcome {
     let started = std::time::Instant::now();
-    let outcome = answer(snapshot, config, args, active, described, before);
+    let outcome = answer(snapshot, config, args, held, before);
     crate::metrics::searched(started.elapsed());
     outcome
 }
@@ -52,8 +68,7 @@ fn answer(
     snapshot: &Snapshot,
     config: &SearchConfig,
     args: &Map<String, Value>,
-    active: &dyn Fn(&str) -> bool,
-    described: &BTreeMap<String, String>,
+    held: &Held,
     before: impl FnOnce(),
 ) -> SearchOutcome {
     match SearchRequest::from_json(&Value::Object(args.clone())) {
@@ -70,13 +85,17 @@ fn answer(
             let run = std::panic::AssertUnwindSafe(|| {
                 before();
                 let tools = snapshot.catalog.tools();
-                search_in_session(
+                let view = SessionView {
+                    active: &|i| (held.active)(&tools[i].name),
+                    pinned: &|i| (held.pinned)(&tools[i].name),
+                    described: held.described,
+                };
+                search_for(
                     snapshot.search_index(),
                     &snapshot.catalog,
                     &request,
                     config,
-                    &|i| active(&tools[i].name),
-                    described,
+                    &view,
                 )
             });
             match std::panic::catch_unwind(run) {

@@ -41,7 +41,7 @@ use crate::audit::Audit;
 use crate::downstream::Downstream;
 use crate::hooks::{self, HookVerdict};
 use crate::hub::{Hub, Snapshot};
-use crate::search::tool_search;
+use crate::search::{Held, tool_search};
 
 /// URI of the server-status resource.
 pub const STATUS_URI: &str = "toolshelf://status";
@@ -97,6 +97,19 @@ fn shown_name(
             .unwrap_or(name)
             .to_owned(),
         None => name.to_owned(),
+    }
+}
+
+/// What the user did with an approval question they did not accept, as it completes "the user
+/// ...".
+fn refused_as(action: &ElicitationAction) -> String {
+    match action {
+        ElicitationAction::Decline => "declined".into(),
+        ElicitationAction::Cancel => "cancelled the prompt".into(),
+        other => format!(
+            "answered {}",
+            serde_json::to_string(other).unwrap_or_else(|_| "without accepting".into())
+        ),
     }
 }
 
@@ -598,14 +611,26 @@ impl GatewaySession {
         let snap = self.snapshot().await;
         let ttl = self.hub.config().session.activation_ttl_calls;
         let described = self.described(&snap).await;
-        let held = self.local.lock().await.state.active_names(ttl);
+        let (held, pinned) = {
+            let local = self.local.lock().await;
+            let pinned: std::collections::BTreeMap<String, String> = local
+                .pinned
+                .iter()
+                .map(|(canonical, p)| (canonical.clone(), p.listed.clone()))
+                .collect();
+            (local.state.active_names(ttl), pinned)
+        };
         let active = |name: &str| held.binary_search_by(|h| h.as_str().cmp(name)).is_ok();
+        let listed = |name: &str| pinned.get(name).cloned();
         let mut outcome = tool_search(
             &snap,
             &self.hub.config().search,
             &args,
-            &active,
-            &described,
+            &Held {
+                active: &active,
+                pinned: &listed,
+                described: &described,
+            },
             || failpoint("search"),
         );
         self.hub
@@ -699,7 +724,7 @@ impl GatewaySession {
         };
         match context.peer.create_elicitation(request).await {
             Ok(answer) if answer.action == ElicitationAction::Accept => Ok(()),
-            Ok(answer) => Err(AskRefusal::Declined(format!("{:?}", answer.action))),
+            Ok(answer) => Err(AskRefusal::Declined(refused_as(&answer.action))),
             Err(e) => Err(AskRefusal::Failed(e.to_string())),
         }
     }

@@ -156,11 +156,34 @@ async fn a_schema_that_does_not_compile_refuses_the_call() {
     );
     let cfg = s.write("toolshelf.toml", &config);
     let client = stdio_client(&cfg, TestClient::default()).await;
-    ok(&search(
+    let found = ok(&search(
         &client,
         json!({"tool_names": ["mcp__s__bad_pattern", "mcp__s__remote_ref"]}),
     )
     .await);
+    // The search says what the call would: not callable, and why; no call form to copy.
+    assert!(
+        !found.contains("call: defer_execute") && !found.contains("parameters:"),
+        "{found}"
+    );
+    for (name, says) in [
+        ("mcp__s__bad_pattern", "regex"),
+        ("mcp__s__remote_ref", "resolve-http"),
+    ] {
+        let hit = found
+            .split("\n\n")
+            .find(|h| h.contains(&format!(". {name}\n")))
+            .unwrap_or_else(|| panic!("no hit for {name}: {found}"));
+        assert!(
+            hit.contains("   cannot be called: its input schema is not valid JSON Schema (")
+                && hit.contains(says)
+                && hit.ends_with(
+                    "so defer_execute refuses every call to it until its server fixes the schema. \
+                     Use another tool, or tell the user."
+                ),
+            "{hit}"
+        );
+    }
     for (name, says) in [
         ("mcp__s__bad_pattern", "regex"),
         ("mcp__s__remote_ref", "resolve-http"),
@@ -348,6 +371,12 @@ async fn the_audit_records_how_each_call_came_and_what_the_user_said() {
     ok(&exec(&client, "deferred", json!({})).await);
     let e = err(&exec(&client, "mcp__s__asked", json!({})).await);
     assert!(e.contains("the user did not approve it"), "{e}");
+    assert!(
+        e.starts_with(
+            "mcp__s__asked was not run: the user did not approve it (the user declined)."
+        ),
+        "{e}"
+    );
     // A name of a megabyte comes back, and goes to the log, in a few hundred bytes.
     let huge = "x".repeat(1_000_000);
     let e = err(&exec(&client, &huge, json!({"content": "y".repeat(200_000)})).await);
@@ -385,7 +414,7 @@ async fn the_audit_records_how_each_call_came_and_what_the_user_said() {
         asked["detail"]
             .as_str()
             .expect("detail")
-            .contains("the user answered"),
+            .ends_with("; the user declined"),
         "{asked}"
     );
     let unknown = audit
@@ -1063,4 +1092,141 @@ async fn pinned_tools_keep_their_meta_and_the_naming_and_marking_switch() {
         }
         client.cancel().await.expect("close");
     }
+}
+
+/// A search names a tool the session's list carries as the list does, keeps its rank, and
+/// offers no schema or call form for it: the model calls it directly. It loads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_names_a_pinned_tool_as_the_list_does_and_offers_no_call_form() {
+    let s = Scratch::new("pinned-search");
+    let tools = json!([
+        tool("pinned_clock", "read the wall clock time", empty()),
+        tool("clock_alarm", "set an alarm on the wall clock", empty())
+    ]);
+    for (extra, listed) in [
+        ("", "s__pinned_clock"),
+        (
+            "[gateway]\npinned_names = \"canonical\"\n",
+            "mcp__s__pinned_clock",
+        ),
+    ] {
+        let config = format!(
+            "{}{}[defer]\nrules = [\"NoDefer(^mcp__s__pinned_clock$)\"]\n{extra}",
+            named_server("s", &tools, ""),
+            files_sections(&s)
+        );
+        let cfg = s.write("toolshelf.toml", &config);
+        let client = stdio_client(&cfg, TestClient::default()).await;
+        assert!(list_names(&client).await.contains(&listed.to_owned()));
+        let line =
+            format!("{listed} (already in your tool list with its schema: call it directly)");
+        let found = ok(&search(&client, json!({"queries": ["wall clock time"]})).await);
+        assert!(found.contains(&format!("\n\n1. {line}\n")), "{found}");
+        assert!(
+            found.contains("2. mcp__s__clock_alarm\n")
+                && found.contains("call: defer_execute {\"tool_name\":\"mcp__s__clock_alarm\""),
+            "the schema's place goes to the deferred tool: {found}"
+        );
+        assert!(
+            !found.contains("\"tool_name\":\"mcp__s__pinned_clock\""),
+            "{found}"
+        );
+        // A response of the pinned tool alone.
+        let named = ok(&search(&client, json!({"tool_names": ["mcp__s__pinned_clock"]})).await);
+        assert_eq!(named, format!("1. {line}"));
+        client.cancel().await.expect("close");
+        let searches: Vec<Value> = s
+            .audit()
+            .into_iter()
+            .filter(|r| r["kind"] == "search")
+            .collect();
+        let loaded: Vec<String> = searches
+            .iter()
+            .rev()
+            .take(2)
+            .flat_map(|r| r["loaded"].as_array().cloned().unwrap_or_default())
+            .map(|h| h["name"].to_string())
+            .collect();
+        assert!(
+            !loaded.iter().any(|t| t.contains("pinned_clock")),
+            "a pinned tool is not loaded by a search: {searches:?}"
+        );
+    }
+}
+
+/// A client that supports elicitation and dismisses every question.
+#[derive(Debug, Clone, Default)]
+struct Dismissing;
+
+impl rmcp::ClientHandler for Dismissing {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_elicitation()
+                .build(),
+            rmcp::model::Implementation::new("toolshelf-e2e", "0"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        Ok(rmcp::model::ElicitResult::new(
+            rmcp::model::ElicitationAction::Cancel,
+        ))
+    }
+}
+
+/// A user who dismisses the approval question is reported as having cancelled it, in words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dismissed_approval_question_reads_as_cancelled() {
+    use rmcp::ServiceExt;
+    let s = Scratch::new("dismissed");
+    let config = format!(
+        "{}{}[execute]\nrequire_search = false\n[permissions]\nask = [\"^mcp__s__asked$\"]\n",
+        named_server(
+            "s",
+            &json!([tool("asked", "a tool that needs approval", empty())]),
+            ""
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &cfg])
+        .env("TOOLSHELF_LOG", "warn");
+    let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn toolshelf serve");
+    let client = Dismissing.serve(transport).await.expect("initialize");
+    let Value::Object(args) = json!({"tool_name": "mcp__s__asked", "params": {}}) else {
+        unreachable!()
+    };
+    let r = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("defer_execute").with_arguments(args))
+        .await
+        .expect("tools/call");
+    assert_eq!(r.is_error, Some(true));
+    let e = text(&r);
+    assert!(
+        e.starts_with(
+            "mcp__s__asked was not run: the user did not approve it (the user cancelled the prompt)."
+        ),
+        "{e}"
+    );
+    client.cancel().await.expect("close");
+    let refused = s
+        .audit()
+        .into_iter()
+        .find(|r| r["outcome"] == "not_approved")
+        .expect("refusal");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("; the user cancelled the prompt")),
+        "{refused}"
+    );
 }

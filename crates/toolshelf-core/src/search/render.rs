@@ -5,7 +5,13 @@
 //! line; hits past the limit are names only. When the budget runs short the response degrades in
 //! steps, cutting descriptions before anything else and never cutting a name: a truncated schema
 //! the model can re-request is better than a truncated name it cannot use.
+//!
+//! Two kinds of hit keep their rank but show no call form. A tool the session's list already
+//! carries with its schema (pinned) is one line under the name the list gives it: call it
+//! directly. A tool whose input schema is not valid JSON Schema says it cannot be called and why,
+//! since `defer_execute` refuses every call to it (see [`crate::invoke::schema_problem`]).
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -15,6 +21,7 @@ use super::{Hit, SearchIndex, SearchRequest, effective_limit};
 use crate::catalog::{Catalog, Resolution};
 use crate::config::SearchConfig;
 use crate::index::{chars, cut};
+use crate::name::DEFER_EXECUTE;
 
 /// How the search went, for callers that log or act on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -33,9 +40,15 @@ pub struct SearchResponse {
     pub hits: Vec<Hit>,
     /// The text for the model.
     pub text: String,
-    /// Catalog indices of tools whose full schema is in `text` (they count as loaded).
+    /// Catalog indices of tools whose full schema is in `text`, or whose hit in its place says
+    /// they cannot be called (see `broken`): they count as loaded, so a call of one gets its own
+    /// answer at once. Pinned tools are never in it: the session's list carries their schema.
     #[serde(skip)]
     pub loaded: Vec<usize>,
+    /// Catalog indices, among `loaded`, of tools whose input schema is not valid JSON Schema:
+    /// their hit says they cannot be called, in place of a parameter list and call form.
+    #[serde(skip)]
+    pub broken: Vec<usize>,
     /// Found or not.
     pub outcome: Outcome,
     /// How many of the first `hits` get a line or a schema in `text`: those within the response's
@@ -63,6 +76,7 @@ impl SearchResponse {
 Try again, or look a tool up by its exact name from <available_deferred_tools> with tool_names."
             ),
             loaded: Vec::new(),
+            broken: Vec::new(),
             outcome: Outcome::NoMatch,
             listed: 0,
             named: 0,
@@ -71,10 +85,47 @@ Try again, or look a tool up by its exact name from <available_deferred_tools> w
     }
 }
 
+/// What a session's tool list already gives the model, for [`search_for`].
+#[derive(Clone, Copy)]
+pub struct SessionView<'a> {
+    /// Whether the session holds tool `i`'s schema from an earlier search: its hit still gets the
+    /// full schema (the client may have compacted its history away), marked `(already active)`.
+    pub active: &'a dyn Fn(usize) -> bool,
+    /// The name tool `i` has in the session's tool list when the list carries it with its schema
+    /// (a pinned tool): its hit says so under that name, with no schema and no call form.
+    pub pinned: &'a dyn Fn(usize) -> Option<String>,
+    /// The session's rendered description templates by canonical name: a hit shows its session's
+    /// description, as the tool list does, not the catalog's.
+    pub described: &'a BTreeMap<String, String>,
+}
+
+static NO_DESCRIPTIONS: BTreeMap<String, String> = BTreeMap::new();
+
+impl SessionView<'_> {
+    /// No session: nothing active, nothing pinned, the catalog's descriptions.
+    pub fn none() -> SessionView<'static> {
+        SessionView {
+            active: &|_| false,
+            pinned: &|_| None,
+            described: &NO_DESCRIPTIONS,
+        }
+    }
+}
+
+impl std::fmt::Debug for SessionView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionView")
+            .field("described", &self.described.len())
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Full,
     Line,
+    /// In the session's tool list already: one line, under the list's name.
+    Pinned,
     NameOnly,
 }
 
@@ -141,21 +192,11 @@ pub fn search(
     request: &SearchRequest,
     config: &SearchConfig,
 ) -> SearchResponse {
-    search_in_session(
-        index,
-        catalog,
-        request,
-        config,
-        &|_| false,
-        &BTreeMap::new(),
-    )
+    search_for(index, catalog, request, config, &SessionView::none())
 }
 
-/// [`search`] in a session: a tool whose schema the session already holds (`active(i)`) still
-/// gets its full schema (the client may have compacted its history away), marked
-/// `(already active)` so the model knows it may call it at once. `described` holds the session's
-/// rendered description templates by canonical name: a hit shows its session's description, as
-/// the tool list does, not the catalog's.
+/// [`search_for`] with `active` and `described` and no pinned tools: every hit is shown as a
+/// deferred tool. [`search_for`] also names the tools the session's list carries.
 pub fn search_in_session(
     index: &SearchIndex,
     catalog: &Catalog,
@@ -163,6 +204,22 @@ pub fn search_in_session(
     config: &SearchConfig,
     active: &dyn Fn(usize) -> bool,
     described: &BTreeMap<String, String>,
+) -> SearchResponse {
+    let view = SessionView {
+        active,
+        pinned: &|_| None,
+        described,
+    };
+    search_for(index, catalog, request, config, &view)
+}
+
+/// [`search`] in a session whose tool list and loaded schemas `view` describes.
+pub fn search_for(
+    index: &SearchIndex,
+    catalog: &Catalog,
+    request: &SearchRequest,
+    config: &SearchConfig,
+    view: &SessionView,
 ) -> SearchResponse {
     // The marks lengthen the text after layout: when that crosses the budget, lay out again
     // within a budget smaller by the overflow.
@@ -172,8 +229,8 @@ pub fn search_in_session(
             response_budget_chars: budget,
             ..config.clone()
         };
-        let mut response = search_within(index, catalog, request, &within, described);
-        mark_active(&mut response, catalog, active);
+        let mut response = search_within(index, catalog, request, &within, view);
+        mark_active(&mut response, catalog, view.active);
         let over = chars(&response.text).saturating_sub(config.response_budget_chars);
         if over == 0 || budget <= over {
             return response;
@@ -187,10 +244,10 @@ fn search_within(
     catalog: &Catalog,
     request: &SearchRequest,
     config: &SearchConfig,
-    described: &BTreeMap<String, String>,
+    view: &SessionView,
 ) -> SearchResponse {
     match request {
-        SearchRequest::Names(names) => exact(index, catalog, names, config, described),
+        SearchRequest::Names(names) => exact(index, catalog, names, config, view),
         SearchRequest::Queries { queries, limit } => {
             // Each query is a step of a task and gets a hit of its own: a limit below their
             // number would leave the last steps only named after "Also matching".
@@ -216,7 +273,7 @@ fn search_within(
             header.push_str(&format!("Tools matching {quoted} ({order}):"));
             layout(
                 catalog,
-                described,
+                view,
                 header,
                 hits,
                 limit,
@@ -228,13 +285,13 @@ fn search_within(
 }
 
 /// Marks the full hits of active tools in the text: their header line `N. NAME` gains
-/// ` (already active)`.
+/// ` (already active)`. A tool that cannot be called is not marked.
 fn mark_active(response: &mut SearchResponse, catalog: &Catalog, active: &dyn Fn(usize) -> bool) {
     let tools = catalog.tools();
     let marked: Vec<&str> = response
         .loaded
         .iter()
-        .filter(|&&i| active(i))
+        .filter(|&&i| active(i) && !response.broken.contains(&i))
         .map(|&i| tools[i].name.as_str())
         .collect();
     if marked.is_empty() {
@@ -264,14 +321,16 @@ fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchRespon
         text.push_str(n);
         text.push('\n');
     }
+    // The index holds every tool the session can see, pinned ones too.
     text.push_str(&format!(
-        "No deferred tool matches {what}. Try other or fewer words, give keywords in both English and Chinese \
+        "No tool matches {what}. Try other or fewer words, give keywords in both English and Chinese \
 (e.g. [\"send email\", \"发送邮件\"]), or look a tool up by its exact name from <available_deferred_tools> with tool_names."
     ));
     SearchResponse {
         hits: Vec::new(),
         text: fit_plain(text, config.response_budget_chars),
         loaded: Vec::new(),
+        broken: Vec::new(),
         outcome: Outcome::NoMatch,
         listed: 0,
         named: 0,
@@ -284,8 +343,9 @@ fn exact(
     catalog: &Catalog,
     names: &[String],
     config: &SearchConfig,
-    described: &BTreeMap<String, String>,
+    view: &SessionView,
 ) -> SearchResponse {
+    let shown = |h: &Hit| (view.pinned)(h.index).unwrap_or_else(|| h.name.to_string());
     let mut hits: Vec<Hit> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     let mut missing: Vec<&String> = Vec::new();
@@ -337,11 +397,7 @@ fn exact(
             notes.push(format!(
                 "No tool is named {}; a search for it found: {}.",
                 quote(name),
-                found
-                    .iter()
-                    .map(|h| &*h.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                found.iter().map(shown).collect::<Vec<_>>().join(", ")
             ));
         }
         for h in found {
@@ -364,15 +420,20 @@ fn exact(
     } else {
         notes.join("\n")
     };
-    // Named tools all get full schemas; fallback hits follow the fuzzy layout after them.
-    let full = hits.len() + config.full_schemas.min(fallback.len());
+    // Named tools all get full schemas (pinned ones need none); fallback hits follow the fuzzy
+    // layout after them.
+    let named = hits
+        .iter()
+        .filter(|h| (view.pinned)(h.index).is_none())
+        .count();
+    let full = named + config.full_schemas.min(fallback.len());
     let limit = hits.len() + config.default_limit.min(fallback.len());
     hits.extend(fallback);
     SearchResponse {
         unresolved,
         ..layout(
             catalog,
-            described,
+            view,
             header,
             hits,
             limit,
@@ -402,15 +463,24 @@ fn push_unique(hits: &mut Vec<Hit>, hit: Hit) {
     }
 }
 
-fn kinds(n: usize, limit: usize, full: usize) -> Vec<Kind> {
-    (0..n)
-        .map(|i| {
-            if i < full.min(limit) {
-                Kind::Full
-            } else if i < limit {
-                Kind::Line
-            } else {
+/// How each hit is shown: the first `full` hits within `limit` that are not pinned carry their
+/// schema (a pinned hit takes no schema's place), the other hits within it a line, the rest a
+/// name.
+fn kinds(pinned: &[Option<String>], limit: usize, full: usize) -> Vec<Kind> {
+    let mut schemas = 0;
+    pinned
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if i >= limit {
                 Kind::NameOnly
+            } else if p.is_some() {
+                Kind::Pinned
+            } else if schemas < full {
+                schemas += 1;
+                Kind::Full
+            } else {
+                Kind::Line
             }
         })
         .collect()
@@ -418,27 +488,28 @@ fn kinds(n: usize, limit: usize, full: usize) -> Vec<Kind> {
 
 fn layout(
     catalog: &Catalog,
-    described: &BTreeMap<String, String>,
+    view: &SessionView,
     header: String,
     hits: Vec<Hit>,
     limit: usize,
     full: usize,
     budget: usize,
 ) -> SearchResponse {
-    let kinds = kinds(hits.len(), limit, full);
+    let pinned: Vec<Option<String>> = hits.iter().map(|h| (view.pinned)(h.index)).collect();
+    let page = Page {
+        catalog,
+        described: view.described,
+        header,
+        kinds: kinds(&pinned, limit, full),
+        pinned,
+        problems: hits.iter().map(|_| OnceCell::new()).collect(),
+        hits: &hits,
+    };
     // The most detailed level at which the first `kept` hits fit, if any.
     let attempt = |kept: usize| {
         LEVELS.iter().find_map(|&level| {
-            let (text, loaded) = render(
-                catalog,
-                described,
-                &header,
-                &hits[..kept],
-                &kinds,
-                level,
-                hits.len() - kept,
-            );
-            (chars(&text) <= budget).then_some((text, loaded))
+            let rendered = page.render(kept, level);
+            (chars(&rendered.0) <= budget).then_some(rendered)
         })
     };
     // Keeping fewer names never makes the text longer, so the largest number of names that fits
@@ -460,10 +531,10 @@ fn layout(
             best
         }
     };
-    let (kept, (text, loaded)) = fitted.unwrap_or_else(|| {
+    let (kept, (text, loaded, broken)) = fitted.unwrap_or_else(|| {
         // Not even one name and the header fit: the budget is smaller than any useful answer.
-        let text = format!("{} (response budget too small for more)", hits[0].name);
-        (1, (fit_plain(text, budget), Vec::new()))
+        let text = format!("{} (response budget too small for more)", page.name(0));
+        (1, (fit_plain(text, budget), Vec::new(), Vec::new()))
     });
     SearchResponse {
         listed: limit.min(kept),
@@ -471,6 +542,7 @@ fn layout(
         hits,
         text,
         loaded,
+        broken,
         outcome: Outcome::Found,
         unresolved: Vec::new(),
     }
@@ -485,91 +557,153 @@ fn fit_plain(text: String, budget: usize) -> String {
     }
 }
 
-fn render(
-    catalog: &Catalog,
-    described: &BTreeMap<String, String>,
-    header: &str,
-    hits: &[Hit],
-    kinds: &[Kind],
-    level: Level,
-    omitted: usize,
-) -> (String, Vec<usize>) {
-    let tools = catalog.tools();
-    let mut out = String::new();
-    let mut loaded = Vec::new();
-    if !header.is_empty() {
-        out.push_str(header);
-        out.push_str("\n\n");
+/// One response's hits and how each is shown, rendered at any level.
+struct Page<'a> {
+    catalog: &'a Catalog,
+    described: &'a BTreeMap<String, String>,
+    header: String,
+    hits: &'a [Hit],
+    kinds: Vec<Kind>,
+    /// The session list's name of each pinned hit.
+    pinned: Vec<Option<String>>,
+    /// Why each hit's input schema is not valid JSON Schema, found when first shown in full.
+    problems: Vec<OnceCell<Option<String>>>,
+}
+
+impl Page<'_> {
+    /// Hit `i`'s name as the session calls it.
+    fn name(&self, i: usize) -> &str {
+        self.pinned[i]
+            .as_deref()
+            .unwrap_or(&self.catalog.tools()[self.hits[i].index].name)
     }
-    let mut names_only: Vec<&str> = Vec::new();
-    let mut schemas_dropped = false;
-    for (i, hit) in hits.iter().enumerate() {
-        let t = &tools[hit.index];
-        let description = described.get(&t.name).unwrap_or(&t.description);
-        let kind = match kinds[i] {
-            Kind::Full if !level.schemas => {
-                schemas_dropped = true;
-                Kind::Line
-            }
-            k => k,
-        };
-        match kind {
-            Kind::Full => {
-                out.push_str(&format!("{}. {}\n", i + 1, t.name));
-                let desc = cut(description, level.full_desc);
-                if !desc.is_empty() && level.full_desc > 0 {
-                    out.push_str(&format!("   {desc}\n"));
-                }
-                if level.reasons {
-                    out.push_str(&format!("   why: {}\n", hit.reason));
-                }
-                let params = render_params(&t.input_schema, level.param, 5);
-                if params.is_empty() {
-                    out.push_str("   parameters: none\n");
-                } else {
-                    out.push_str("   parameters:\n");
-                    out.push_str(&params);
-                }
-                out.push_str(&format!(
-                    "   call: {}\n\n",
-                    call_form(&t.name, &t.input_schema)
-                ));
-                loaded.push(hit.index);
-            }
-            Kind::Line => {
-                out.push_str(&format!("{}. {}", i + 1, t.name));
-                let desc = cut(description, level.line_desc);
-                if level.line_desc > 0 && !desc.is_empty() {
-                    out.push_str(&format!(": {desc}"));
-                }
-                if level.reasons {
-                    out.push_str(&format!(" (why: {})", hit.reason));
-                }
-                out.push('\n');
-            }
-            Kind::NameOnly => names_only.push(&t.name),
+
+    fn problem(&self, i: usize) -> Option<&str> {
+        self.problems[i]
+            .get_or_init(|| {
+                crate::invoke::schema_problem(
+                    &self.catalog.tools()[self.hits[i].index].input_schema,
+                )
+            })
+            .as_deref()
+    }
+
+    /// The text with the first `kept` hits at `level`, the tools it loads and those of them
+    /// that cannot be called.
+    fn render(&self, kept: usize, level: Level) -> (String, Vec<usize>, Vec<usize>) {
+        let tools = self.catalog.tools();
+        let mut out = String::new();
+        let mut loaded = Vec::new();
+        let mut broken = Vec::new();
+        if !self.header.is_empty() {
+            out.push_str(&self.header);
+            out.push_str("\n\n");
         }
-    }
-    if !names_only.is_empty() {
-        if !out.ends_with("\n\n") && !out.is_empty() {
+        let mut names_only: Vec<&str> = Vec::new();
+        let mut pinned_only: Vec<&str> = Vec::new();
+        let mut schemas_dropped = false;
+        for (i, hit) in self.hits[..kept].iter().enumerate() {
+            let t = &tools[hit.index];
+            let description = self.described.get(&t.name).unwrap_or(&t.description);
+            let kind = match self.kinds[i] {
+                Kind::Full if !level.schemas => {
+                    schemas_dropped = true;
+                    Kind::Line
+                }
+                k => k,
+            };
+            match kind {
+                Kind::Full => {
+                    // A schema block stands apart from the lines before it.
+                    if !out.is_empty() && !out.ends_with("\n\n") {
+                        out.push('\n');
+                    }
+                    out.push_str(&format!("{}. {}\n", i + 1, t.name));
+                    let desc = cut(description, level.full_desc);
+                    if !desc.is_empty() && level.full_desc > 0 {
+                        out.push_str(&format!("   {desc}\n"));
+                    }
+                    if level.reasons {
+                        out.push_str(&format!("   why: {}\n", hit.reason));
+                    }
+                    match self.problem(i) {
+                        Some(problem) => {
+                            out.push_str(&format!(
+                                "   cannot be called: its input schema is not valid JSON Schema ({}), so \
+{DEFER_EXECUTE} refuses every call to it until its server fixes the schema. Use another tool, or \
+tell the user.\n\n",
+                                cut(problem, 160)
+                            ));
+                            broken.push(hit.index);
+                        }
+                        None => {
+                            let params = render_params(&t.input_schema, level.param, 5);
+                            if params.is_empty() {
+                                out.push_str("   parameters: none\n");
+                            } else {
+                                out.push_str("   parameters:\n");
+                                out.push_str(&params);
+                            }
+                            out.push_str(&format!(
+                                "   call: {}\n\n",
+                                call_form(&t.name, &t.input_schema)
+                            ));
+                        }
+                    }
+                    loaded.push(hit.index);
+                }
+                Kind::Line => {
+                    out.push_str(&format!("{}. {}", i + 1, t.name));
+                    let desc = cut(description, level.line_desc);
+                    if level.line_desc > 0 && !desc.is_empty() {
+                        out.push_str(&format!(": {desc}"));
+                    }
+                    if level.reasons {
+                        out.push_str(&format!(" (why: {})", hit.reason));
+                    }
+                    out.push('\n');
+                }
+                Kind::Pinned => {
+                    out.push_str(&format!(
+                        "{}. {} (already in your tool list with its schema: call it directly)\n",
+                        i + 1,
+                        self.name(i)
+                    ));
+                }
+                Kind::NameOnly if self.pinned[i].is_some() => pinned_only.push(self.name(i)),
+                Kind::NameOnly => names_only.push(&t.name),
+            }
+        }
+        if (!names_only.is_empty() || !pinned_only.is_empty())
+            && !out.ends_with("\n\n")
+            && !out.is_empty()
+        {
             out.push('\n');
         }
-        out.push_str("Also matching (pass names as tool_names to get their schemas): ");
-        out.push_str(&names_only.join(", "));
-        out.push('\n');
+        if !names_only.is_empty() {
+            out.push_str("Also matching (pass names as tool_names to get their schemas): ");
+            out.push_str(&names_only.join(", "));
+            out.push('\n');
+        }
+        if !pinned_only.is_empty() {
+            out.push_str("Also matching, already in your tool list (call them directly): ");
+            out.push_str(&pinned_only.join(", "));
+            out.push('\n');
+        }
+        if schemas_dropped {
+            out.push_str(
+                "(schemas left out to fit the response; pass fewer names as tool_names to get them)\n",
+            );
+        }
+        let omitted = self.hits.len() - kept;
+        if omitted > 0 {
+            out.push_str(&format!(
+                "(+{omitted} more matches left out to fit the response)\n"
+            ));
+        }
+        while out.ends_with('\n') {
+            out.pop();
+        }
+        (out, loaded, broken)
     }
-    if schemas_dropped {
-        out.push_str(
-            "(schemas left out to fit the response; pass fewer names as tool_names to get them)\n",
-        );
-    }
-    if omitted > 0 {
-        out.push_str(&format!(
-            "(+{omitted} more matches left out to fit the response)\n"
-        ));
-    }
-    while out.ends_with('\n') {
-        out.pop();
-    }
-    (out, loaded)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
-use toolshelf_core::search::render::{quote_list, search_in_session};
+use toolshelf_core::search::render::{SessionView, quote_list, search_for};
 use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
 
 use super::{errln, outln, print_json};
@@ -141,15 +141,27 @@ pub fn run(args: Args) -> Result<bool> {
         _ => bail!("give --query or --name, not both"),
     }
     let request = SearchRequest::from_json(&request).map_err(anyhow::Error::msg)?;
-    // Hits show the descriptions this session's templates render, as tool_search's do.
+    // Hits show the descriptions this session's templates render, as tool_search's do, and
+    // resident tools as already in the list `render` shows.
     let described = loaded.surface.descriptions().tools_by_name(&loaded.catalog);
-    let response = search_in_session(
+    let tools = loaded.catalog.tools();
+    let resident = &loaded.surface.resident;
+    let view = SessionView {
+        active: &|_| false,
+        pinned: &|i| {
+            resident
+                .binary_search(&i)
+                .is_ok()
+                .then(|| tools[i].name.clone())
+        },
+        described: &described,
+    };
+    let response = search_for(
         &index,
         &loaded.catalog,
         &request,
         &loaded.config().search,
-        &|_| false,
-        &described,
+        &view,
     );
     if args.json {
         let (listed, also) = response.hits.split_at(response.listed);
