@@ -35,7 +35,7 @@ use crate::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use crate::policy::{Exposure, State};
 use crate::reminder::{Call, Note, TurnInput};
 use crate::request::{Api, Item, ToolCall, ToolResult, assemble, canonical_json};
-use crate::search::render::search_in_session;
+use crate::search::render::{SessionView, search_for};
 use crate::search::{SearchIndex, SearchRequest};
 use crate::session::{Activity, FrozenSurface, SessionState};
 
@@ -625,13 +625,22 @@ impl<'a> Replay<'a> {
                     let ttl = self.compiled.config().session.activation_ttl_turns;
                     let held = self.state.active_names(ttl);
                     let tools = self.catalog.tools();
-                    let response = search_in_session(
+                    // A resident tool is in the session's list with its schema, under its
+                    // canonical name.
+                    let decisions = &self.exposure.decisions;
+                    let view = SessionView {
+                        active: &|i| held.binary_search(&tools[i].name).is_ok(),
+                        pinned: &|i| {
+                            (decisions[i].state == State::Resident).then(|| tools[i].name.clone())
+                        },
+                        described: &self.described,
+                    };
+                    let response = search_for(
                         &self.index,
                         &self.catalog,
                         &request,
                         &self.compiled.config().search,
-                        &|i| held.binary_search(&tools[i].name).is_ok(),
-                        &self.described,
+                        &view,
                     );
                     let names: Vec<String> = response
                         .loaded

@@ -229,3 +229,46 @@ fn assembled_bodies_are_pinned() {
         );
     }
 }
+
+#[test]
+fn a_search_hit_on_a_resident_tool_says_to_call_it_directly() {
+    let compiled = Compiled::new(
+        Config::from_toml_str(CONFIG, "toolshelf.toml").expect("config"),
+        "toolshelf.toml",
+        None,
+    )
+    .expect("compiles");
+    let catalog = Catalog::from_json_str(CATALOG, "catalog.json").expect("catalog");
+    let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
+    let mut r = Replay::new(&compiled, catalog, Api::Anthropic, "Be brief.", &build);
+    // mcp__git__git_status is resident in the example configuration.
+    let reports = r
+        .run(&[
+            user("what is the state of my working tree?"),
+            call(
+                "tool_search",
+                json!({"tool_names": ["mcp__git__git_status", "mcp__git__git_log"]}),
+            ),
+        ])
+        .expect("replays");
+    let body = &reports.last().expect("a request").body;
+    assert!(
+        body.contains(
+            "mcp__git__git_status (already in your tool list with its schema: call it directly)"
+        ),
+        "{body}"
+    );
+    assert!(
+        !body.contains("defer_execute {\\\"tool_name\\\":\\\"mcp__git__git_status\\\""),
+        "{body}"
+    );
+    // The deferred one still gets its call form.
+    assert!(
+        body.contains("defer_execute {\\\"tool_name\\\":\\\"mcp__git__git_log\\\""),
+        "{body}"
+    );
+    assert_eq!(
+        reports.last().expect("a request").activated,
+        ["mcp__git__git_log"]
+    );
+}
