@@ -13,6 +13,15 @@
 //! A round that holds a call the client must run ends the loop even when it also holds calls
 //! the proxy answered: those answers are recorded and open the next request's entries, where
 //! the format wants the results of the previous assistant turn.
+//!
+//! A call counts as made (the tool's activation is refreshed, `unless_used` sees it, its
+//! `after_tools` reminders fire) only when its tool ran. A call the proxy refuses never counts.
+//! One the proxy runs itself counts when it ran (a script that failed still ran), and the
+//! reminders it fires go on its result, which the model reads in the next round. One handed to
+//! the client counts in the next request, when its result comes back there and is not flagged as
+//! an error (Anthropic's `is_error`, set by clients on a call their user declined or their hook
+//! blocked, and on a tool that failed; the OpenAI formats have no such flag): its reminders are
+//! injected after the client's last entry, with the other reminders of that turn.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -103,14 +112,30 @@ fn conversation_mut(dialect: Dialect, body: &mut Map<String, Value>) -> Vec<Valu
     }
 }
 
+/// What a request's headers say of its conversation and client.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ids<'a> {
+    /// The `x-toolshelf-session` header: the session's name.
+    pub session: Option<&'a str>,
+    /// Claude Code's session header ([`crate::HARNESS_SESSION_HEADER`]), part of the key of a
+    /// session the first header does not name (see [`crate::session::harness_id`]).
+    pub harness: Option<&'a str>,
+    /// The `User-Agent`.
+    pub client: Option<&'a str>,
+}
+
 /// Reads the request and its session and builds the first upstream body.
 pub async fn prepare(
     proxy: &Proxy,
     dialect: Dialect,
     mut body: Map<String, Value>,
-    session_header: Option<&str>,
-    client: Option<&str>,
+    ids: Ids<'_>,
 ) -> Result<Plan, String> {
+    let Ids {
+        session: session_header,
+        harness,
+        client,
+    } = ids;
     if dialect.tools(&body).is_empty() {
         return Ok(Plan::Pass(PassReason::NoTools));
     }
@@ -154,7 +179,10 @@ pub async fn prepare(
             let loaded = proxy.load_session(&key).await;
             (key, loaded)
         }
-        _ => find_by_root(proxy, dialect, &body, &names).await,
+        _ => {
+            let harness = crate::session::harness_id(dialect, harness, &body);
+            find_by_root(proxy, dialect, &body, &names, harness.as_deref()).await
+        }
     };
     let Loaded {
         mut session,
@@ -164,6 +192,16 @@ pub async fn prepare(
     let base_figures = session.figures.clone();
     let shelf = proxy.shelf(dialect, tools, &session.authored)?;
     let api_name = dialect.api().name();
+    // The calls the client ran since the previous request were made in that request's turn.
+    let ran = ran_by_client(
+        dialect,
+        &session,
+        &shelf,
+        crate::api::conversation(dialect, &body),
+    );
+    for (i, _) in &ran {
+        session.state.record_call(&shelf.catalog.tools()[*i].name);
+    }
     let ttl = proxy.compiled.config().session.activation_ttl_turns;
     let before = session.state.active_names(ttl);
     let state = &mut session.state;
@@ -261,7 +299,16 @@ pub async fn prepare(
         );
         lost_notices(dialect, &mut session, &seen, &mut notices);
     }
-    let fired = remember_injection(proxy, dialect, &mut session, &shelf, &conv, &links, notices);
+    let fired = remember_injection(
+        proxy,
+        dialect,
+        &mut session,
+        &shelf,
+        &conv,
+        &links,
+        &ran,
+        notices,
+    );
     let mut out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
     if dialect.api() == Api::OpenAiResponses
         && let Some(Value::String(prev)) = body.get("previous_response_id")
@@ -439,15 +486,17 @@ fn session_values(proxy: &Proxy, client: Option<&str>) -> toolshelf_core::templa
     }
 }
 
-/// The session of a request without a session header: by the hash of its root. The root names
-/// the client's tools, so a client whose tools changed mid-conversation hashes anew: a second
-/// key without the tools, written when a session starts, finds the session it continues. A
-/// Responses request chained by id has no root of its own: the id leads to its session.
+/// The session of a request without a session header: by the hash of its root, with the id its
+/// harness gives the conversation (`harness`) when it sends one. The root names the client's
+/// tools, so a client whose tools changed mid-conversation hashes anew: a second key without the
+/// tools, written when a session starts, finds the session it continues. A Responses request
+/// chained by id has no root of its own: the id leads to its session.
 async fn find_by_root(
     proxy: &Proxy,
     dialect: Dialect,
     body: &Map<String, Value>,
     names: &[String],
+    harness: Option<&str>,
 ) -> (String, Loaded) {
     // Whether any read on the way failed: then a missing session may only be unread.
     let mut failed = false;
@@ -477,8 +526,8 @@ async fn find_by_root(
         loaded.failed |= failed;
         return (key, loaded);
     }
-    let key = format!("r:{}", root_key(dialect, body, names));
-    let alias = format!("a:{}", root_key(dialect, body, &[]));
+    let key = format!("r:{}", root_key(dialect, body, names, harness));
+    let alias = format!("a:{}", root_key(dialect, body, &[], harness));
     let mut loaded = proxy.load_session(&key).await;
     if loaded.version.is_some() {
         return (key, loaded);
@@ -625,8 +674,10 @@ pub fn response_alias(id: &str) -> String {
 }
 
 /// Reminders and the tool-set notice for this request, recorded after its last client entry
-/// (a resent request reuses what was recorded, so its bytes do not change). Returns the ids of
-/// the reminder rules that fired.
+/// (a resent request reuses what was recorded, so its bytes do not change). `ran` are the calls
+/// the client ran since the previous request ([`ran_by_client`]). Returns the ids of the
+/// reminder rules that fired.
+#[allow(clippy::too_many_arguments)]
 fn remember_injection(
     proxy: &Proxy,
     dialect: Dialect,
@@ -634,6 +685,7 @@ fn remember_injection(
     shelf: &Shelf,
     conv: &[Value],
     links: &[String],
+    ran: &[(usize, Map<String, Value>)],
     notices: Vec<String>,
 ) -> Vec<String> {
     let mut fired = Vec::new();
@@ -651,16 +703,9 @@ fn remember_injection(
     let reminders = proxy.compiled.reminders();
     if !reminders.is_empty() {
         let user_text = dialect.latest_user_text(conv);
-        let (calls, searches) = last_turn_calls(dialect, session, conv, links);
+        let searches = last_turn_searches(dialect, session, conv, links);
         let tools = shelf.catalog.tools();
-        let resolved: Vec<(usize, Map<String, Value>)> = calls
-            .iter()
-            .filter_map(|c| {
-                let i = shelf.by_client_name(&c.name)?;
-                Some((i, c.input.clone()))
-            })
-            .collect();
-        let reminder_calls: Vec<ReminderCall<'_>> = resolved
+        let reminder_calls: Vec<ReminderCall<'_>> = ran
             .iter()
             .map(|(i, p)| ReminderCall {
                 tool: &tools[*i],
@@ -686,17 +731,9 @@ fn remember_injection(
     fired
 }
 
-/// The calls of the conversation's last assistant turn (as the client ran them) and the
-/// queries of the searches the proxy answered in it.
-fn last_turn_calls(
-    dialect: Dialect,
-    session: &ProxySession,
-    conv: &[Value],
-    links: &[String],
-) -> (Vec<Call>, Vec<String>) {
-    let Some(end) = conv.iter().rposition(|e| dialect.is_assistant(e)) else {
-        return (Vec::new(), Vec::new());
-    };
+/// Where the conversation's last assistant turn lies: its first and last entries.
+fn last_turn(dialect: Dialect, conv: &[Value]) -> Option<(usize, usize)> {
+    let end = conv.iter().rposition(|e| dialect.is_assistant(e))?;
     let mut start = end;
     while dialect.api() == Api::OpenAiResponses
         && start > 0
@@ -704,8 +741,96 @@ fn last_turn_calls(
     {
         start -= 1;
     }
+    Some((start, end))
+}
+
+/// The calls of the catalog's tools the client ran since the previous request (catalog index
+/// and params): those of the conversation's last assistant turn whose results follow it. A
+/// Responses request chained by `previous_response_id` does not resend that turn: its calls are
+/// read from the turn's record, found by a result's call id. The proxy cannot see what the
+/// client did with a call it handed over, only the result: one flagged as an error (Anthropic's
+/// `is_error`, which clients set on a call their user declined or their hook blocked, and on a
+/// tool that failed) does not count; the OpenAI formats have no such flag, and every result
+/// counts.
+fn ran_by_client(
+    dialect: Dialect,
+    session: &ProxySession,
+    shelf: &Shelf,
+    conv: &[Value],
+) -> Vec<(usize, Map<String, Value>)> {
+    let (calls, after): (Vec<Handed>, &[Value]) = match last_turn(dialect, conv) {
+        Some((start, end)) => (
+            conv[start..=end]
+                .iter()
+                .flat_map(|e| dialect.calls(e))
+                .filter_map(|c| Some((c.id, shelf.by_client_name(&c.name)?, c.input)))
+                .collect(),
+            &conv[end + 1..],
+        ),
+        None => (chained_calls(dialect, session, shelf, conv), conv),
+    };
+    if calls.is_empty() {
+        return Vec::new();
+    }
+    let answered: HashSet<String> = after.iter().flat_map(|e| dialect.result_ids(e)).collect();
+    let failed: HashSet<String> = after
+        .iter()
+        .flat_map(|e| dialect.error_result_ids(e))
+        .collect();
+    calls
+        .into_iter()
+        .filter(|(id, _, _)| answered.contains(id) && !failed.contains(id))
+        .map(|(_, i, params)| (i, params))
+        .collect()
+}
+
+/// A call handed to the client: its id, its tool's catalog index and its params.
+type Handed = (String, usize, Map<String, Value>);
+
+/// The calls the client was handed in the turn a chained Responses request's results answer
+/// (id, catalog index, params), from the turn's record, which its first call's id keys: the
+/// calls of its last round the proxy did not answer itself.
+fn chained_calls(
+    dialect: Dialect,
+    session: &ProxySession,
+    shelf: &Shelf,
+    conv: &[Value],
+) -> Vec<Handed> {
+    let Some(rec) = conv
+        .iter()
+        .flat_map(|e| dialect.result_ids(e))
+        .find_map(|id| session.recorded.get(&format!("call:{id}")))
+    else {
+        return Vec::new();
+    };
+    let answered: HashSet<&str> = rec.pending.iter().map(|r| r.id.as_str()).collect();
+    rec.last
+        .iter()
+        .flat_map(|e| dialect.calls(e))
+        .filter(|c| !answered.contains(c.id.as_str()))
+        .filter_map(|c| {
+            if c.name == DEFER_EXECUTE {
+                let args = DeferExecuteArgs::parse(&c.input).ok()?;
+                let i = invoke::resolve(&shelf.catalog, &shelf.exposure, &args.tool_name).ok()?;
+                Some((c.id, i, args.params))
+            } else {
+                Some((c.id, shelf.by_client_name(&c.name)?, c.input))
+            }
+        })
+        .collect()
+}
+
+/// The queries of the searches the proxy answered in the conversation's last assistant turn.
+fn last_turn_searches(
+    dialect: Dialect,
+    session: &ProxySession,
+    conv: &[Value],
+    links: &[String],
+) -> Vec<String> {
+    let Some((start, end)) = last_turn(dialect, conv) else {
+        return Vec::new();
+    };
     let group = &conv[start..=end];
-    let calls: Vec<Call> = group.iter().flat_map(|e| dialect.calls(e)).collect();
     let mut searches = Vec::new();
     if let Some(rec) = recorded_turn(dialect, session, group, link_before(links, start)) {
         for e in rec.prelude.iter().chain(&rec.last) {
@@ -721,7 +846,7 @@ fn last_turn_calls(
             }
         }
     }
-    (calls, searches)
+    searches
 }
 
 /// The record of the client's assistant turn `group` (its entries, after the [`chains`] link
@@ -1218,10 +1343,7 @@ impl Turn {
         }
         match self.admit(proxy, &shelf, &target, params, via_defer).await {
             Ok((i, params)) => {
-                let name = shelf.catalog.tools()[i].name.clone();
-                self.prepared.session.state.record_call(&name);
                 if let Some(own) = shelf.own(i) {
-                    crate::metrics::ran();
                     let tool = &shelf.catalog.tools()[i];
                     let mut event = HookEvent::new(HookEventKind::PostCall, &self.prepared.key);
                     event.tool = Some(tool.name.clone());
@@ -1229,16 +1351,27 @@ impl Turn {
                     event.original_tool = Some(tool.original_name.clone());
                     event.via_defer_execute = Some(via_defer);
                     event.params = Some(params.clone());
-                    let outcome = self.run_own(proxy, &shelf, i, own, params).await;
-                    let (text, is_error) = crate::results::after_call(
-                        proxy.compiled.hooks(),
-                        &shelf.catalog.tools()[i],
-                        event,
-                        outcome,
-                    )
-                    .await;
+                    let outcome = self.run_own(proxy, &shelf, i, own, params.clone()).await;
+                    // A tool that could not be run at all was not called; one that ran and
+                    // reported an error was.
+                    let ran = outcome.is_ok();
+                    if ran {
+                        crate::metrics::ran();
+                        self.prepared.session.state.record_call(&tool.name);
+                    }
+                    let (mut text, is_error) =
+                        crate::results::after_call(proxy.compiled.hooks(), tool, event, outcome)
+                            .await;
+                    if ran {
+                        for block in self.fired_by(proxy, &shelf, i, &params) {
+                            text.push_str("\n\n");
+                            text.push_str(&block);
+                        }
+                    }
                     return Err(answer(text, is_error));
                 }
+                // The client runs it, or declines to: it counts as called when its result comes
+                // back (see `ran_by_client`).
                 crate::metrics::forwarded();
                 Ok(Call {
                     id: c.id.clone(),
@@ -1267,6 +1400,38 @@ impl Turn {
                 Err(answer(refusal.text(&shelf.catalog), true))
             }
         }
+    }
+
+    /// The blocks of the reminder rules that a call of catalog tool `i` with `params`, which the
+    /// proxy ran, fires; they go on its result, which the model reads in the next round (or,
+    /// when the rounds ran out, in the next request). Its rules count as fired in this request.
+    fn fired_by(
+        &mut self,
+        proxy: &Proxy,
+        shelf: &Shelf,
+        i: usize,
+        params: &Map<String, Value>,
+    ) -> Vec<String> {
+        let reminders = proxy.compiled.reminders();
+        if reminders.is_empty() {
+            return Vec::new();
+        }
+        let calls = [ReminderCall {
+            tool: &shelf.catalog.tools()[i],
+            params,
+        }];
+        let input = TurnInput {
+            user_text: None,
+            calls: &calls,
+            searches: &[],
+        };
+        let eval = reminders.evaluate(&mut self.prepared.session.state, &input);
+        self.prepared.fired.extend(
+            eval.fired
+                .iter()
+                .map(|&r| reminders.rules()[r].config.id.clone()),
+        );
+        eval.fired.iter().map(|&r| reminders.block(r)).collect()
     }
 
     /// Counts a refused call of `tool` in the request and the session, and logs it.
@@ -1643,6 +1808,79 @@ mod tests {
             json!({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "t1", "content": "data"}]}),
         ]
+    }
+
+    #[test]
+    fn a_handed_call_counts_as_run_when_its_result_is_back_and_not_flagged() {
+        let d = Dialect(Api::Anthropic);
+        let shelf = shelf(d);
+        let session = ProxySession::default();
+        let names = |shelf: &Shelf, ran: Vec<(usize, Map<String, Value>)>| -> Vec<String> {
+            ran.iter()
+                .map(|(i, p)| {
+                    format!(
+                        "{} {}",
+                        shelf.catalog.tools()[*i].name,
+                        Value::Object(p.clone())
+                    )
+                })
+                .collect()
+        };
+        let mut conv = conversation();
+        assert_eq!(
+            names(&shelf, ran_by_client(d, &session, &shelf, &conv)),
+            ["mcp__fs__read_file {\"path\":\"x\"}"]
+        );
+        // Declined by the client's user (or blocked by its hook): flagged, so not made.
+        conv[2]["content"][0]["is_error"] = json!(true);
+        assert!(ran_by_client(d, &session, &shelf, &conv).is_empty());
+        // Without its result (the request that handed it over, resent): not yet.
+        assert!(ran_by_client(d, &session, &shelf, &conv[..2]).is_empty());
+        // A chained Responses request: the calls come from the turn's record, less the ones the
+        // proxy answered itself.
+        let r = Dialect(Api::OpenAiResponses);
+        let compiled =
+            toolshelf_core::Compiled::new(Config::default(), "test", None).expect("compiles");
+        let tools: Vec<Value> = [("Read", "file_path"), ("mcp__fs__read_file", "path")]
+            .iter()
+            .map(|(name, param)| {
+                json!({"type": "function", "name": name, "description": "Read a file.",
+                       "parameters": {"type": "object", "properties": {*param: {"type": "string"}}}})
+            })
+            .collect();
+        let shelf = Shelf::build(r, &tools, Default::default(), &compiled, None).expect("builds");
+        let mut session = ProxySession::default();
+        session.recorded.insert(
+            "call:c1".into(),
+            Recorded {
+                prelude: Vec::new(),
+                last: vec![
+                    json!({"type": "function_call", "call_id": "c1", "name": "defer_execute",
+                           "arguments": "{\"tool_name\":\"mcp__fs__read_file\",\"params\":{\"path\":\"y\"}}"}),
+                    json!({"type": "function_call", "call_id": "c2", "name": "Read",
+                           "arguments": "{\"file_path\":\"z\"}"}),
+                    json!({"type": "function_call", "call_id": "s1", "name": "tool_search",
+                           "arguments": "{\"queries\":[\"x\"]}"}),
+                ],
+                pending: vec![ProxyResult {
+                    id: "s1".into(),
+                    text: "hits".into(),
+                    is_error: false,
+                }],
+                shown: None,
+            },
+        );
+        let chained = [
+            json!({"type": "function_call_output", "call_id": "c1", "output": "y data"}),
+            json!({"type": "function_call_output", "call_id": "c2", "output": "z data"}),
+        ];
+        assert_eq!(
+            names(&shelf, ran_by_client(r, &session, &shelf, &chained)),
+            [
+                "mcp__fs__read_file {\"path\":\"y\"}",
+                "Read {\"file_path\":\"z\"}"
+            ]
+        );
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub use error::{ProxyError, Result};
 /// The header that names a session explicitly.
 pub const SESSION_HEADER: &str = "x-toolshelf-session";
 
+/// The header in which Claude Code sends its session's id with every model request: it tells
+/// apart conversations that open alike (see [`session::harness_id`]).
+pub const HARNESS_SESSION_HEADER: &str = "x-claude-code-session-id";
+
 /// Something that adds rankers to a search index (the embedding ranker): the gateway's.
 pub use toolshelf_runtime::enrich::Enricher;
 pub use toolshelf_runtime::scripts::ScriptTools;

@@ -27,7 +27,7 @@ use toolshelf_core::request::Api;
 use crate::api::{Dialect, Streamer, Tokens};
 use crate::exchange::{Next, PassReason, Plan, Prefix, Turn, prepare};
 use crate::sse::Reader;
-use crate::{Proxy, ProxyError, SESSION_HEADER};
+use crate::{HARNESS_SESSION_HEADER, Proxy, ProxyError, SESSION_HEADER};
 
 /// Per-session figures kept for the status page (the most recent sessions).
 #[derive(Debug, Clone, Serialize)]
@@ -369,11 +369,21 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let harness = parts
+        .headers
+        .get(HARNESS_SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let client = parts
         .headers
         .get(axum::http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
-    match prepare(proxy, dialect, body, session.as_deref(), client).await {
+    let ids = crate::exchange::Ids {
+        session: session.as_deref(),
+        harness: harness.as_deref(),
+        client,
+    };
+    match prepare(proxy, dialect, body, ids).await {
         Ok(Plan::Pass(reason)) => {
             proxy.count(|t| t.passed += 1);
             if reason == PassReason::ProviderDeferral {

@@ -11,14 +11,27 @@
 //!
 //! ## Which conversation a request belongs to
 //! An `x-toolshelf-session` header names it. Without one, the key is a hash of the
-//! conversation's root: the API, the system prompt, the set of client tool names and the first
-//! user message. Limits of that rule: two conversations that open with the same system prompt,
-//! tools and first message share a session (their recorded rounds are told apart by call ids, so
-//! they do not mix, but activations are shared); and a client that rewrites its first message or
-//! system prompt mid-conversation starts a new session (the model then sees its `defer_execute`
-//! calls without the searches before them, and can search again). A Responses request chained by
-//! `previous_response_id` follows that id to its session; an id the proxy cannot place names a
-//! session of its own.
+//! conversation's root: the API, the system prompt, the set of client tool names, the first user
+//! message and, when the harness sends one, the id it gives its conversation ([`harness_id`]:
+//! Claude Code's `x-claude-code-session-id` header; in the OpenAI formats the body's
+//! `prompt_cache_key`, which Codex and other agents set to their conversation's id). A Responses
+//! request chained by `previous_response_id` follows that id to its session; an id the proxy
+//! cannot place names a session of its own.
+//!
+//! Limits of that rule. Two conversations that open with the same system prompt, tools and first
+//! message and carry no harness id (or the same one: a harness's subagents share its session
+//! id) share a session. Their recorded rounds and injected blocks are told apart by call ids and
+//! places in the conversation, so they do not mix, but the session state is one: activations
+//! (a tool one conversation searched for runs in the other), the tool set the model was told of
+//! (a change notice is injected into whichever conversation sends the next request, and never
+//! into the other), the reminder rules' marks (a rule that fired in one waits out its cooldown in
+//! the other) and the tools the model wrote. The ids that name a user rather than a conversation
+//! are not read: Anthropic's `metadata.user_id` (Claude Code's also carries, in its remote mode,
+//! a key that changes every turn, which would start a new session every turn), OpenAI's `user`
+//! and `safety_identifier`. A client that rewrites its first message or system prompt
+//! mid-conversation, or whose harness id changes (Claude Code resumed with `--fork-session`),
+//! starts a new session (the model then sees its `defer_execute` calls without the searches
+//! before them, and can search again).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use toolshelf_core::authoring::Authored;
+use toolshelf_core::request::Api;
 use toolshelf_core::session::SessionState;
 
 use crate::api::{Call, Dialect, ProxyResult, Tokens, text_of};
@@ -410,11 +424,40 @@ pub fn fingerprint(entry: &Value) -> String {
         .collect()
 }
 
-/// The session key of a request without an `x-toolshelf-session` header.
+/// The id a harness sends of its own accord for the conversation a request belongs to: the
+/// value of Claude Code's session header (`header`, [`crate::HARNESS_SESSION_HEADER`]), else, in
+/// the OpenAI formats, the body's `prompt_cache_key` (a key the client keeps for the
+/// provider's prompt cache, which agents set to their conversation's id). Blank values are none.
+pub fn harness_id(
+    dialect: Dialect,
+    header: Option<&str>,
+    body: &serde_json::Map<String, Value>,
+) -> Option<String> {
+    let cache_key = match dialect.api() {
+        Api::Anthropic => None,
+        Api::OpenAiChat | Api::OpenAiResponses => {
+            body.get("prompt_cache_key").and_then(Value::as_str)
+        }
+    };
+    header
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("header:{h}"))
+        .or_else(|| {
+            cache_key
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(|k| format!("prompt_cache_key:{k}"))
+        })
+}
+
+/// The session key of a request without an `x-toolshelf-session` header; `harness` is its
+/// [`harness_id`] (without one the key is the root's alone).
 pub fn root_key(
     dialect: Dialect,
     body: &serde_json::Map<String, Value>,
     tool_names: &[String],
+    harness: Option<&str>,
 ) -> String {
     let mut names = tool_names.to_vec();
     names.sort();
@@ -425,12 +468,11 @@ pub fn root_key(
         .and_then(|e| e.get("content"))
         .map(text_of)
         .unwrap_or_default();
-    digest(&[
-        dialect.api().name(),
-        &dialect.system_text(body),
-        &names.join("\n"),
-        &first_user,
-    ])
+    let system = dialect.system_text(body);
+    let names = names.join("\n");
+    let mut parts = vec![dialect.api().name(), &system, &names, &first_user];
+    parts.extend(harness);
+    digest(&parts)
 }
 
 /// The key of an assistant turn (its entries, request form): its first call's id, else
@@ -812,9 +854,41 @@ mod tests {
         let two = body(json!([{"role": "user", "content": "hi"},
                               {"role": "assistant", "content": "yo"},
                               {"role": "user", "content": "more"}]));
-        let k1 = root_key(d, &one, &["b".into(), "a".into()]);
-        assert_eq!(k1, root_key(d, &two, &["a".into(), "b".into()]));
-        assert_ne!(k1, root_key(d, &one, &["a".into()]));
+        let k1 = root_key(d, &one, &["b".into(), "a".into()], None);
+        assert_eq!(k1, root_key(d, &two, &["a".into(), "b".into()], None));
+        assert_ne!(k1, root_key(d, &one, &["a".into()], None));
+        // A harness's conversation id tells apart conversations that open alike.
+        let mine = root_key(d, &one, &["a".into(), "b".into()], Some("header:1"));
+        assert_eq!(
+            mine,
+            root_key(d, &two, &["a".into(), "b".into()], Some("header:1"))
+        );
+        assert_ne!(mine, k1);
+        assert_ne!(
+            mine,
+            root_key(d, &one, &["a".into(), "b".into()], Some("header:2"))
+        );
+    }
+
+    #[test]
+    fn a_harness_id_is_its_session_header_else_an_openai_prompt_cache_key() {
+        let body = |v: Value| v.as_object().cloned().expect("object");
+        let keyed = body(json!({"prompt_cache_key": "conv-7", "messages": []}));
+        let chat = Dialect(Api::OpenAiChat);
+        assert_eq!(
+            harness_id(chat, None, &keyed).as_deref(),
+            Some("prompt_cache_key:conv-7")
+        );
+        assert_eq!(
+            harness_id(Dialect(Api::OpenAiResponses), Some(" s-1 "), &keyed).as_deref(),
+            Some("header:s-1")
+        );
+        // Anthropic has no prompt_cache_key; metadata.user_id names a user, not a conversation.
+        let anthropic = Dialect(Api::Anthropic);
+        let user = body(json!({"metadata": {"user_id": "u"}, "prompt_cache_key": "k"}));
+        assert_eq!(harness_id(anthropic, None, &user), None);
+        assert_eq!(harness_id(anthropic, Some("  "), &user), None);
+        assert_eq!(harness_id(chat, None, &body(json!({"user": "u"}))), None);
     }
 
     #[test]

@@ -221,3 +221,63 @@ fn a_tool_the_model_defines_runs_in_its_session_only_and_leaves_the_prefix_alone
     assert!(is_error && refused.contains("shout"), "{refused}");
     assert!(!refused.contains("NO!"), "{refused}");
 }
+
+/// A reminder whose `after_tools` names a tool the proxy runs itself fires when the proxy ran it:
+/// on that call's result, which the model reads in the next round, and after the client's next
+/// entry while it is shown. A refused call (invalid params, a deny rule) fires nothing and leaves
+/// the rule's cooldown for the call that then runs.
+#[test]
+fn a_tool_the_proxy_runs_fires_its_after_tools_reminder_and_a_refused_call_does_not() {
+    let s = Scratch::new("proxy-script-reminder");
+    s.write("wc.star", WORD_COUNT);
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search",
+                        "input": {"tool_names": ["mcp__scripts__word_count", "mcp__scripts__erase"]}}]},
+        // A required parameter missing.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__word_count", "params": {}}}]},
+        // Denied by a permission rule.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__erase", "params": {"text": "x"}}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__word_count", "params": {"text": "one two"}}}]},
+        {"text": "Two words."},
+        {"text": "Still two."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[proxy]\nmax_search_rounds = 8\n\
+                  [template.vars]\nteam = \"docs\"\n\
+                  [permissions]\ndeny = [\"mcp__scripts__erase(*)\"]\n\
+                  [tools.word_count]\nscript = \"wc.star\"\n\
+                  [tools.erase]\nscript = \"wc.star\"\n\
+                  [[reminders]]\nid = \"charts\"\ncategory = \"word charts\"\n\
+                  message = \"Counted words chart well; a colleague would draw them.\"\n\
+                  after_tools = [\"^mcp__scripts__\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "how many words in 'one two'?"})];
+    let a = turn(&proxy, &mut messages);
+    no_calls(&a);
+    upstream.played(5);
+    let reminder = "<system-reminder>\nCounted words chart well; a colleague would draw them.\n</system-reminder>";
+    for (step, what) in [(2, "invalid params"), (3, "a deny rule")] {
+        let (refused, is_error) = upstream.last_result(step);
+        assert!(
+            is_error && !refused.contains("system-reminder"),
+            "a call refused for {what} fires nothing: {refused}"
+        );
+    }
+    let (ran, is_error) = upstream.last_result(4);
+    assert!(!is_error, "{ran}");
+    assert_eq!(ran, format!("{{\"words\":2}}\n\n{reminder}"));
+    // Shown for its ttl_turns (2): after the client's next entry too.
+    messages.push(json!({"role": "user", "content": "thanks"}));
+    turn(&proxy, &mut messages);
+    let turns = upstream.played(6);
+    let last = turns[5]["body"]["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(Value::to_string)
+        .unwrap_or_default();
+    assert!(last.contains("Counted words chart well"), "{last}");
+    assert_prefix_kept(&upstream);
+}

@@ -328,3 +328,194 @@ fn max_search_rounds_bounds_the_upstream_rounds_of_a_request() {
     assert!(answer.to_string().contains("Here."), "{answer}");
     upstream.played(4);
 }
+
+const STATUS_REMINDER: &str = "[[reminders]]\nid = \"history\"\ncategory = \"git history\"\n\
+                               message = \"A status often leads to the history; a colleague would look there next.\"\n\
+                               after_tools = [\"git_status\"]\n";
+
+/// A call the client was handed counts as made once its result comes back, and not when the
+/// result is flagged as an error (its user declined it, its hook blocked it): a declined call
+/// fires no `after_tools` reminder, and leaves the rule's cooldown for the call that then runs.
+#[test]
+fn a_call_the_client_declined_fires_no_reminder_and_the_call_that_ran_does() {
+    let s = Scratch::new("proxy-declined");
+    let status = json!({"tool_uses": [{"name": "defer_execute",
+        "input": {"tool_name": "mcp__git__git_status", "params": {"repo_path": "."}}}]});
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__git__git_status"]}}]},
+        status,
+        status,
+        {"text": "Clean."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), STATUS_REMINDER, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "is the tree clean?"})];
+    let result = |messages: &mut Vec<Value>, content: &str, is_error: bool| {
+        let answer = send(&proxy, &tools(), messages);
+        let uses = tool_uses(&answer);
+        assert_eq!(uses.len(), 1, "{answer}");
+        assert_eq!(uses[0]["name"], "mcp__git__git_status");
+        messages.push(json!({"role": "assistant", "content": answer["content"]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result",
+            "tool_use_id": uses[0]["id"], "content": content, "is_error": is_error}]}));
+    };
+    result(
+        &mut messages,
+        "The user doesn't want to proceed with this tool use.",
+        true,
+    );
+    result(&mut messages, "nothing to commit", false);
+    send(&proxy, &tools(), &messages);
+    let turns = upstream.played(4);
+    let sent = |i: usize| turns[i]["body"]["messages"].to_string();
+    assert!(
+        !sent(2).contains("system-reminder"),
+        "the declined call fired nothing: {}",
+        sent(2)
+    );
+    let last = turns[3]["body"]["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(Value::to_string)
+        .unwrap_or_default();
+    assert!(
+        last.contains("<system-reminder>\\nA status often leads to the history"),
+        "the call that ran fired the reminder: {last}"
+    );
+}
+
+/// A Responses client that chains by `previous_response_id` does not resend the turn whose calls
+/// it ran: the calls are read from that turn's record, and fire their `after_tools` reminders.
+#[test]
+fn a_call_the_client_ran_in_a_chained_responses_conversation_fires_its_reminder() {
+    let s = Scratch::new("proxy-chained-reminder");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__git__git_status"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+            "input": {"tool_name": "mcp__git__git_status", "params": {"repo_path": "."}}}]},
+        {"text": "Clean."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), STATUS_REMINDER, &[]);
+    let first = respond(&proxy, json!({"input": "is the tree clean?"}));
+    let calls = function_calls(&first);
+    assert_eq!(calls.len(), 1, "{first}");
+    assert_eq!(calls[0]["name"], "mcp__git__git_status");
+    respond(
+        &proxy,
+        json!({"previous_response_id": first["id"], "input": [
+            {"type": "function_call_output", "call_id": calls[0]["call_id"], "output": "nothing to commit"}]}),
+    );
+    let turns = upstream.played(3);
+    let input = turns[2]["body"]["input"].to_string();
+    assert!(
+        input.contains("A status often leads to the history"),
+        "{input}"
+    );
+}
+
+/// Two conversations that open alike, A and B, each send two requests; the second ones carry a
+/// tool the first ones did not. `send(conversation, messages, tools)` sends one request as
+/// conversation `0` (A) or `1` (B) and returns the answer's text. Returns the upstream bodies of
+/// the two second requests.
+fn two_conversations_gain_a_tool(
+    s: &Scratch,
+    config: &str,
+    send: impl Fn(&ProxyProc, usize, &[Value], &[Value]) -> String,
+    assistant: impl Fn(&str) -> Value,
+) -> (Value, Value) {
+    let script = json!({"steps": [
+        {"text": "A one."}, {"text": "B one."}, {"text": "A two."}, {"text": "B two."}
+    ]});
+    let upstream = Upstream::start(s, &script);
+    let proxy = ProxyProc::start(s, &upstream.url(), config, &[]);
+    let opening = vec![json!({"role": "user", "content": "hello"})];
+    let mut more = tools();
+    more.push(common::anthropic_tool(
+        "mcp__fs__list_dir",
+        "List the entries of a directory.",
+        json!({"path": {"type": "string"}}),
+        &["path"],
+    ));
+    let mut convs = Vec::new();
+    for c in 0..2 {
+        let text = send(&proxy, c, &opening, &tools());
+        let mut messages = opening.clone();
+        messages.push(assistant(&text));
+        messages.push(json!({"role": "user", "content": "and now?"}));
+        convs.push(messages);
+    }
+    for (c, messages) in convs.iter().enumerate() {
+        send(&proxy, c, messages, &more);
+    }
+    let turns = upstream.played(4);
+    (turns[2]["body"].clone(), turns[3]["body"].clone())
+}
+
+/// Conversations that open alike but carry different ids of their harness's own (Claude Code's
+/// `x-claude-code-session-id`, an OpenAI `prompt_cache_key`) keep their own sessions: a tool that
+/// appears is announced to each. Without an id they share one, and the notice goes to the first
+/// only (the limit the README states).
+#[test]
+fn conversations_that_open_alike_keep_their_own_notices_by_their_harness_id() {
+    let announced = |body: &Value, key: &str| body[key].to_string().contains("mcp__fs__list_dir");
+    let anthropic = |header: Option<&'static str>| {
+        move |proxy: &ProxyProc, c: usize, messages: &[Value], tools: &[Value]| {
+            let body = json!({"model": "m", "max_tokens": 256, "system": "You help.",
+                              "tools": tools, "messages": messages});
+            let id = format!("{}-{c}", header.unwrap_or_default());
+            let mut headers = HEADERS.to_vec();
+            if header.is_some() {
+                headers.push(("x-claude-code-session-id", id.as_str()));
+            }
+            let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+            assert_eq!(status, 200, "{answer}");
+            answer["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    let assistant = |text: &str| json!({"role": "assistant", "content": text});
+
+    let s = Scratch::new("proxy-harness-header");
+    let (a, b) = two_conversations_gain_a_tool(&s, "", anthropic(Some("cc")), assistant);
+    assert!(announced(&a, "messages"), "A is told: {a}");
+    assert!(announced(&b, "messages"), "B is told too: {b}");
+
+    let s = Scratch::new("proxy-harness-none");
+    let (a, b) = two_conversations_gain_a_tool(&s, "", anthropic(None), assistant);
+    assert!(announced(&a, "messages"), "A is told: {a}");
+    assert!(
+        !announced(&b, "messages"),
+        "without an id B shares A's session, which was told: {b}"
+    );
+
+    let s = Scratch::new("proxy-harness-cache-key");
+    let chat = |proxy: &ProxyProc, c: usize, messages: &[Value], tools: &[Value]| {
+        let tools: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {"name": t["name"],
+                "description": t["description"], "parameters": t["input_schema"]}})
+            })
+            .collect();
+        let mut all = vec![json!({"role": "system", "content": "You help."})];
+        all.extend(messages.iter().cloned());
+        let body = json!({"model": "m", "messages": all, "tools": tools,
+                          "prompt_cache_key": format!("conversation-{c}")});
+        let (status, answer) = post(
+            &format!("{}/v1/chat/completions", proxy.url),
+            &body,
+            &BEARER,
+        );
+        assert_eq!(status, 200, "{answer}");
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (a, b) = two_conversations_gain_a_tool(&s, "", chat, assistant);
+    assert!(announced(&a, "messages"), "A is told: {a}");
+    assert!(announced(&b, "messages"), "B is told too: {b}");
+}

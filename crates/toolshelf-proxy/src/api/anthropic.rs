@@ -70,6 +70,25 @@ pub fn result_ids(entry: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The ids of the `tool_result` blocks of a message marked `is_error`.
+pub fn error_result_ids(entry: &Value) -> Vec<String> {
+    let Some(Value::Array(blocks)) = entry.get("content") else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter(|b| {
+            b.get("type").and_then(Value::as_str) == Some("tool_result")
+                && b.get("is_error").and_then(Value::as_bool) == Some(true)
+        })
+        .filter_map(|b| {
+            b.get("tool_use_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
 /// `tool_result` blocks.
 pub fn result_blocks(results: &[ProxyResult]) -> Vec<Value> {
     results

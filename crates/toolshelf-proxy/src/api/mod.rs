@@ -344,6 +344,16 @@ impl Dialect {
         }
     }
 
+    /// The ids of the tool results in an entry that the client flagged as errors (Anthropic's
+    /// `is_error`: a call its user declined, its hook blocked or that failed). The OpenAI formats
+    /// have no such flag: none.
+    pub fn error_result_ids(self, entry: &Value) -> Vec<String> {
+        match self.0 {
+            Api::Anthropic => anthropic::error_result_ids(entry),
+            Api::OpenAiChat | Api::OpenAiResponses => Vec::new(),
+        }
+    }
+
     /// The conversation entries carrying `results` (and, after them, `injected` text blocks).
     pub fn result_entries(self, results: &[ProxyResult], injected: &[String]) -> Vec<Value> {
         match self.0 {
