@@ -37,7 +37,7 @@ use toolshelf_core::policy::State;
 use toolshelf_core::reminder::{Call as ReminderCall, TurnInput};
 use toolshelf_core::request::Api;
 use toolshelf_core::search::SearchRequest;
-use toolshelf_core::search::render::search_in_session;
+use toolshelf_core::search::render::{SessionView, search_for};
 use toolshelf_core::session::FrozenSurface;
 
 use crate::api::{Call, ClientTurn, Dialect, Part, ProxyResult, Round, add_usage};
@@ -1687,16 +1687,28 @@ impl Turn {
         let tools = shelf.catalog.tools();
         let described = &self.prepared.session.described;
         let run = std::panic::AssertUnwindSafe(|| {
-            search_in_session(
+            // A resident tool is in the upstream list with its schema, under the client's name.
+            let view = SessionView {
+                active: &|i| {
+                    held.binary_search_by(|h| h.as_str().cmp(&tools[i].name))
+                        .is_ok()
+                },
+                pinned: &|i| {
+                    shelf
+                        .surface
+                        .resident
+                        .binary_search(&i)
+                        .is_ok()
+                        .then(|| shelf.client_name(i).to_owned())
+                },
+                described,
+            };
+            search_for(
                 &shelf.search,
                 &shelf.catalog,
                 &request,
                 &config.search,
-                &|i| {
-                    held.binary_search_by(|h| h.as_str().cmp(&tools[i].name))
-                        .is_ok()
-                },
-                described,
+                &view,
             )
         });
         match std::panic::catch_unwind(run) {

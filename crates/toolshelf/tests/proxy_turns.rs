@@ -519,3 +519,40 @@ fn conversations_that_open_alike_keep_their_own_notices_by_their_harness_id() {
     assert!(announced(&a, "messages"), "A is told: {a}");
     assert!(announced(&b, "messages"), "B is told too: {b}");
 }
+
+/// A search hit on a client tool the proxy keeps in the upstream list says to call it directly,
+/// under the client's name, with no `defer_execute` form; a deferred hit keeps its call form.
+#[test]
+fn a_search_hit_on_a_resident_client_tool_says_to_call_it_directly() {
+    let s = Scratch::new("proxy-pinned-hit");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["Read", "mcp__fs__read_file"]}}]},
+        {"text": "Fine."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[defer]\nrules = [\"NoDefer(^Read$)\"]\n",
+        &[],
+    );
+    send(
+        &proxy,
+        &tools(),
+        &[json!({"role": "user", "content": "read a.txt"})],
+    );
+    let turns = upstream.played(2);
+    let result = turns[1]["body"]["messages"].to_string();
+    assert!(
+        result.contains("Read (already in your tool list with its schema: call it directly)"),
+        "{result}"
+    );
+    assert!(
+        !result.contains("defer_execute {\\\"tool_name\\\":\\\"Read\\\""),
+        "{result}"
+    );
+    assert!(
+        result.contains("defer_execute {\\\"tool_name\\\":\\\"mcp__fs__read_file\\\""),
+        "{result}"
+    );
+}
