@@ -40,7 +40,7 @@ use toolshelf_core::http::{redact_url, scrub};
 use toolshelf_core::invoke::CallFailure;
 
 use crate::hub::{Events, HubEvent};
-use crate::stdio::{ChildTransport, Fault, is_unreadable_reply, without_last_words};
+use crate::stdio::{CallTimeout, ChildTransport, Fault, is_unreadable_reply, without_last_words};
 
 /// Consecutive failures after which background restarts stop (a call can still start it).
 const MAX_BACKGROUND_RETRIES: u32 = 5;
@@ -131,6 +131,9 @@ pub struct Downstream {
     /// Whether failed and crashed servers are restarted in the background.
     restarts: bool,
     refresh: Mutex<Refresh>,
+    /// The timeout its calls are made with, for its stdio transports: how long the late answer of
+    /// an abandoned call may still come.
+    call_timeout: CallTimeout,
 }
 
 /// The re-listing after `notifications/tools/list_changed`.
@@ -152,6 +155,10 @@ impl Downstream {
         restarts: bool,
     ) -> Self {
         let configured = config.description.clone();
+        let call_timeout = CallTimeout::default();
+        if let Some(secs) = config.call_timeout_secs {
+            call_timeout.set(Duration::from_secs(secs));
+        }
         let (state, description, tools) = match (config.enabled, cached) {
             (false, _) => (ServerState::Disabled, configured.unwrap_or_default(), None),
             (true, Some((desc, tools))) => {
@@ -180,6 +187,7 @@ impl Downstream {
             events,
             restarts,
             refresh: Mutex::default(),
+            call_timeout,
         }
     }
 
@@ -379,8 +387,9 @@ impl Downstream {
                     }
                     cmd.current_dir(cwd);
                 }
-                let process =
-                    ChildTransport::spawn(&self.name, cmd, fault.clone()).map_err(|e| {
+                let timeout = self.call_timeout.clone();
+                let process = ChildTransport::spawn(&self.name, cmd, fault.clone(), timeout)
+                    .map_err(|e| {
                         // `command = "python3 server.py"` names a program with a space in it.
                         let hint = match program.split_once(' ') {
                             Some((first, rest))
@@ -594,6 +603,8 @@ command = {first:?}, args = {:?}",
             }
         };
         let fault = self.lock().fault.clone();
+        // Its transport learns the timeout here: a server without its own has the gateway's.
+        self.call_timeout.set(Duration::from_secs(timeout_secs));
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         // Dropping the request future (at the timeout, or cancelled) sends the server
         // `notifications/cancelled` for it.

@@ -30,13 +30,17 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use rmcp::model::{ClientNotification, JsonRpcMessage, JsonRpcNotification};
+use rmcp::model::{
+    CallToolRequestParams, ClientNotification, JsonRpcMessage, JsonRpcNotification,
+    ReadResourceRequestParams,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServiceExt};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use toolshelf_core::http::Listener;
 
@@ -107,6 +111,103 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for UntilEof<T> {
 
     fn close(&mut self) -> impl Future<Output = std::result::Result<(), Self::Error>> + Send {
         self.inner.close()
+    }
+}
+
+/// Why `params` are not those of `method`, for a method the gateway serves (`None` for another
+/// method, or params the MCP library reads): the first field that is missing or of the wrong
+/// type, else the library's error with the field it is about. rmcp hands a request whose params
+/// it cannot read as its method's to the session as a custom request, which it would answer
+/// -32601 (method not found); the session answers it -32602 (invalid params) with this.
+pub(crate) fn invalid_params(method: &str, params: Option<&Value>) -> Option<String> {
+    // (field, whether required, the type it must be, what it holds)
+    type Fields = &'static [(&'static str, bool, &'static str, &'static str)];
+    let (fields, read): (Fields, fn(&Value) -> Option<serde_json::Error>) = match method {
+        "tools/call" => (
+            &[
+                ("name", true, "string", "the tool's name"),
+                ("arguments", false, "object", "the tool's parameters"),
+            ],
+            |p| CallToolRequestParams::deserialize(p).err(),
+        ),
+        "resources/read" => (&[("uri", true, "string", "the resource's URI")], |p| {
+            ReadResourceRequestParams::deserialize(p).err()
+        }),
+        _ => return None,
+    };
+    let needs = || {
+        fields
+            .iter()
+            .filter(|(_, required, _, _)| *required)
+            .map(|(field, _, kind, holds)| format!("{field:?} ({holds}, {})", a(kind)))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    let (given, object) = match params.filter(|p| !p.is_null()) {
+        None => {
+            return Some(format!(
+                "Invalid params: {method} has no params; it takes an object with {}",
+                needs()
+            ));
+        }
+        Some(given @ Value::Object(object)) => (given, object),
+        Some(other) => {
+            return Some(format!(
+                "Invalid params: the params of {method} must be an object with {}, not {}",
+                needs(),
+                a(json_type(other))
+            ));
+        }
+    };
+    for (field, required, kind, holds) in fields {
+        match object.get(*field).filter(|v| !v.is_null()) {
+            None if *required => {
+                return Some(format!(
+                    "Invalid params: {method} has no {field:?} ({holds}, {})",
+                    a(kind)
+                ));
+            }
+            Some(v) if json_type(v) != *kind => {
+                return Some(format!(
+                    "Invalid params: {field:?} of {method} must be {} ({holds}), not {}",
+                    a(kind),
+                    a(json_type(v))
+                ));
+            }
+            _ => {}
+        }
+    }
+    let error = read(given)?;
+    // The field without which they are read (the library's error does not name it).
+    let culprit = object.keys().find(|field| {
+        let mut rest = object.clone();
+        rest.remove(*field);
+        read(&Value::Object(rest)).is_none()
+    });
+    Some(match culprit {
+        Some(field) => format!("Invalid params: {field:?} of {method} cannot be read: {error}"),
+        None => format!("Invalid params of {method}: {error}"),
+    })
+}
+
+/// The JSON type of `v`: `string`, `object`, ...
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `kind` with its article: `a string`, `an object`.
+fn a(kind: &str) -> String {
+    match kind {
+        "null" => "null".into(),
+        k if k.starts_with(['a', 'e', 'i', 'o', 'u']) => format!("an {k}"),
+        k => format!("a {k}"),
     }
 }
 
@@ -478,4 +579,39 @@ fn signals() -> tokio::sync::watch::Receiver<u32> {
         std::future::pending::<()>().await
     });
     counted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_that_cannot_be_read_are_named() {
+        let says = |method: &str, params: Value| invalid_params(method, Some(&params));
+        assert_eq!(
+            says("resources/read", json!({"uri": 5})).as_deref(),
+            Some(
+                "Invalid params: \"uri\" of resources/read must be a string (the resource's URI), not a number"
+            )
+        );
+        assert_eq!(
+            says("tools/call", json!("x")).as_deref(),
+            Some(
+                "Invalid params: the params of tools/call must be an object with \"name\" (the tool's name, a string), not a string"
+            )
+        );
+        // A field the checks do not know is found by leaving it out.
+        assert_eq!(
+            says("tools/call", json!({"name": "t", "requestState": 5})).as_deref(),
+            Some(
+                "Invalid params: \"requestState\" of tools/call cannot be read: invalid type: number, expected a string"
+            )
+        );
+        // Params that can be read, and methods the gateway does not serve, are not judged here.
+        assert_eq!(
+            says("tools/call", json!({"name": "t", "arguments": null})),
+            None
+        );
+        assert_eq!(says("prompts/get", json!({})), None);
+    }
 }

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, Implementation, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, ElicitRequestParams, ElicitationAction, ErrorCode, Implementation,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -1259,6 +1260,22 @@ fn client_name(context: &RequestContext<RoleServer>) -> Option<String> {
 }
 
 impl ServerHandler for GatewaySession {
+    /// A request rmcp could not read as the method it names (a `tools/call` whose `arguments` is
+    /// not an object, or without a string `name`) arrives here: -32602 naming the field, not
+    /// rmcp's -32601 (method not found), for a method the gateway serves.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(
+            match crate::serve::invalid_params(&request.method, request.params.as_ref()) {
+                Some(why) => ErrorData::invalid_params(why, None),
+                None => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None),
+            },
+        )
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()

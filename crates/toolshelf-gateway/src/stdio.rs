@@ -14,11 +14,13 @@
 //! every pending call fails now instead of at its timeout, and the reason is kept in the
 //! connection's [`Fault`] for the server's failed state.
 //!
-//! An abandoned request may still be answered for as long again as it had been waiting when it
-//! was abandoned: at a call timeout, one call timeout (the transport is not told the timeout; the
-//! wait it saw is it). Then it is forgotten: a server need not answer a cancelled request (the
-//! MCP specification says it should not), and one remembered for good would keep a line without
-//! an id from failing anybody for the rest of the connection.
+//! An abandoned request may still be answered for one call timeout after it was abandoned (the
+//! server's, as its owner sets it in [`CallTimeout`]), or as long again as it had been waiting
+//! when that is longer (a `tools/list` abandoned at the start-up timeout): a call the client
+//! cancels after a moment leaves the server working on it as long as a call may take. Then it is
+//! forgotten: a server need not answer a cancelled request (the MCP specification says it should
+//! not), and one remembered for good would keep a line without an id from failing anybody for
+//! the rest of the connection.
 //!
 //! A line that does not even start like a JSON object is stray output (a banner, a log line) and
 //! is skipped with a warning, as before: it answers nothing, and treating it as a broken reply
@@ -29,8 +31,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rmcp::RoleClient;
 use rmcp::model::{
@@ -63,6 +66,24 @@ const STDERR_LINE_CHARS: usize = 300;
 const STDERR_RECENT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long a failure waits for the rest of a dead server's stderr and its exit status.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The call timeout of a server's calls, shared by its owner (which knows it when it calls) with
+/// its transports: how long an abandoned request may still be answered. Zero until set.
+#[derive(Debug, Clone, Default)]
+pub struct CallTimeout(Arc<AtomicU64>);
+
+impl CallTimeout {
+    /// Sets the timeout the server's calls are made with.
+    pub fn set(&self, timeout: Duration) {
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.0.store(millis, Ordering::Relaxed);
+    }
+
+    /// The timeout last set.
+    pub fn get(&self) -> Duration {
+        Duration::from_millis(self.0.load(Ordering::Relaxed))
+    }
+}
 
 /// What is known about why a connection ended: the transport's own reason, the process's exit
 /// status and the last lines it wrote on stderr. Shared with the connection's owner, which
@@ -225,6 +246,7 @@ pub struct ChildTransport {
     /// Requests abandoned (cancelled) before their answer came, newest last, each with when it
     /// is forgotten: until then a late answer to it answers nobody.
     abandoned: VecDeque<(RequestId, Instant)>,
+    call_timeout: CallTimeout,
     fault: Fault,
 }
 
@@ -287,14 +309,22 @@ impl ChildTransport {
         server: &str,
         mut command: tokio::process::Command,
         fault: Fault,
+        call_timeout: CallTimeout,
     ) -> std::io::Result<Self> {
-        Self::spawn_with_limit(server, command_ready(&mut command), fault, MAX_LINE)
+        Self::spawn_with_limit(
+            server,
+            command_ready(&mut command),
+            fault,
+            call_timeout,
+            MAX_LINE,
+        )
     }
 
     fn spawn_with_limit(
         server: &str,
         command: &mut tokio::process::Command,
         fault: Fault,
+        call_timeout: CallTimeout,
         max_line: usize,
     ) -> std::io::Result<Self> {
         let mut child = command.spawn()?;
@@ -314,6 +344,7 @@ impl ChildTransport {
             oversized: None,
             pending: HashMap::new(),
             abandoned: VecDeque::new(),
+            call_timeout,
             fault,
         })
     }
@@ -481,15 +512,16 @@ impl ChildTransport {
         }
     }
 
-    /// Notes that `id` was abandoned while pending: its answer may still come, for as long again
-    /// as it had been waiting.
+    /// Notes that `id` was abandoned while pending: its answer may still come, for one call
+    /// timeout, or as long again as it had been waiting when that is longer.
     fn abandon(&mut self, id: &RequestId) {
         if let Some(sent) = self.pending.remove(id) {
             if self.abandoned.len() == ABANDONED_KEPT {
                 self.abandoned.pop_front();
             }
             let now = Instant::now();
-            self.abandoned.push_back((id.clone(), now + (now - sent)));
+            let expected = (now - sent).max(self.call_timeout.get());
+            self.abandoned.push_back((id.clone(), now + expected));
         }
     }
 
@@ -938,6 +970,15 @@ mod tests {
     /// sent first) with a line limit of 1,000 bytes, then reads one more line before it exits:
     /// a test's request beyond its lines must not meet a closed pipe.
     fn child(lines: &[&str], fault: Fault) -> ChildTransport {
+        child_with_timeout(lines, fault, CallTimeout::default())
+    }
+
+    /// [`child`], its calls made with `call_timeout`.
+    fn child_with_timeout(
+        lines: &[&str],
+        fault: Fault,
+        call_timeout: CallTimeout,
+    ) -> ChildTransport {
         let mut script = lines
             .iter()
             .map(|l| format!("read _\nprintf '%s\\n' '{l}'\n"))
@@ -945,7 +986,7 @@ mod tests {
         script.push_str("read _\n");
         let mut cmd = tokio::process::Command::new("sh");
         cmd.args(["-c", &script]);
-        ChildTransport::spawn_with_limit("t", command_ready(&mut cmd), fault, 1000)
+        ChildTransport::spawn_with_limit("t", command_ready(&mut cmd), fault, call_timeout, 1000)
             .expect("spawn sh")
     }
 
@@ -1071,6 +1112,29 @@ mod tests {
         assert_eq!(id, RequestId::Number(2));
         assert!(message.contains("not valid JSON"), "{message}");
         assert!(t.abandoned.is_empty() && t.pending.is_empty());
+        assert!(fault.reason().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_request_is_expected_for_one_call_timeout() {
+        let fault = Fault::default();
+        let timeout = CallTimeout::default();
+        timeout.set(Duration::from_secs(60));
+        let mut t = child_with_timeout(
+            &[r#"{"broken"#, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#],
+            fault.clone(),
+            timeout,
+        );
+        // 1 is cancelled as soon as it is sent, yet its answer may come for a minute: the broken
+        // line without an id may be it, and fails nobody; 2 gets its own answer.
+        t.send(request(1)).await.expect("send");
+        t.send(cancel(1)).await.expect("send");
+        t.send(request(2)).await.expect("send");
+        match t.receive().await {
+            Some(JsonRpcMessage::Response(r)) => assert_eq!(r.id, RequestId::Number(2)),
+            other => panic!("expected 2's own answer, got {other:?}"),
+        }
+        assert_eq!(t.abandoned.len(), 1, "1 is still expected");
         assert!(fault.reason().is_none());
     }
 

@@ -1,7 +1,9 @@
 //! End-to-end tests of what the model is told when something goes wrong around a call: a late,
-//! unreadable answer to a call already abandoned, servers that are down beside what a search
-//! finds, and reminders after calls that were refused. The real `toolshelf serve` binary in
-//! front of fixture servers, driven by rmcp's client over stdio.
+//! unreadable answer to a call already abandoned (at its timeout, or cancelled), servers that are
+//! down beside what a search finds, and reminders after calls that were refused; what a client
+//! is told of a call whose params cannot be read; and a stop with many HTTP sessions open. The
+//! real `toolshelf serve` binary in front of fixture servers, driven by rmcp's client over stdio
+//! and HTTP, or by hand.
 
 mod common;
 
@@ -16,13 +18,13 @@ async fn server_status(client: &Client, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no status for {name}"))
 }
 
-/// A gateway in front of `late_server.py` as server `late`, with a call timeout of 1s, and the
-/// file its stderr goes to.
-async fn late_gateway(s: &Scratch) -> (Client, std::path::PathBuf) {
+/// A gateway in front of `late_server.py` as server `late`, with a call timeout of `timeout`
+/// seconds, and the file its stderr goes to.
+async fn late_gateway(s: &Scratch, timeout: u64) -> (Client, std::path::PathBuf) {
     let config = s.write(
         "toolshelf.toml",
         &format!(
-            "[servers.late]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = 1\n\
+            "[servers.late]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = {timeout}\n\
              [execute]\nrequire_search = false\n{}",
             fixture("late_server.py"),
             files_sections(s)
@@ -42,7 +44,7 @@ async fn late_gateway(s: &Scratch) -> (Client, std::path::PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_unreadable_answer_is_blamed_on_no_other_call() {
     let s = Scratch::new("late-answer");
-    let (client, log) = late_gateway(&s).await;
+    let (client, log) = late_gateway(&s, 1).await;
     ok(&exec(&client, "mcp__late__echo", json!({"n": 0})).await);
     let pid = server_status(&client, "late").await["pid"].clone();
     assert!(pid.is_u64(), "{pid}");
@@ -101,10 +103,20 @@ async fn a_late_unreadable_answer_is_blamed_on_no_other_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_call_that_is_never_answered_is_forgotten() {
     let s = Scratch::new("never-answered");
-    let (client, log) = late_gateway(&s).await;
+    let (client, log) = late_gateway(&s, 1).await;
     let hung = err(&exec(&client, "mcp__late__hang", json!({})).await);
     assert!(
         hung.starts_with("mcp__late__hang did not answer within 1s"),
+        "{hung}"
+    );
+    // What the model can do, and what only the operator can.
+    assert!(
+        hung.contains(
+            "If the tool may have been busy, retry once; otherwise try a smaller request"
+        ) && hung.ends_with(
+            "or tell the user: the operator can raise call_timeout_secs for this tool's \
+                 server in the toolshelf configuration."
+        ),
         "{hung}"
     );
     // The server saw the cancellation; wait until it is longer ago than the call had waited.
@@ -135,6 +147,79 @@ async fn an_abandoned_call_that_is_never_answered_is_forgotten() {
     let logged = std::fs::read_to_string(&log).expect("stderr");
     assert!(
         !logged.contains("it may answer a request already abandoned"),
+        "{logged}"
+    );
+}
+
+/// A call the client cancels is still expected to be answered for one call timeout, not only for
+/// as long again as it had waited: an unreadable answer without an id that comes seconds after
+/// the cancellation is dropped as maybe the cancelled call's, and the call waiting then gets its
+/// own answer, from the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_unreadable_answer_to_a_cancelled_call_is_blamed_on_no_other_call() {
+    let s = Scratch::new("cancelled-late");
+    let (client, log) = late_gateway(&s, 600).await;
+    ok(&exec(&client, "mcp__late__echo", json!({"n": 0})).await);
+    let pid = server_status(&client, "late").await["pid"].clone();
+    let sent = std::time::Instant::now();
+    let late = start_call(
+        &client,
+        "defer_execute",
+        json!({"tool_name": "mcp__late__late", "params": {"kind": "broken"}}),
+    )
+    .await;
+    let probe = |tool: &'static str| {
+        let client = &client;
+        async move { ok(&exec(client, tool, json!({})).await) }
+    };
+    wait_for("the server to hold the late call", || async {
+        probe("mcp__late__held").await != "null"
+    })
+    .await;
+    late.cancel(Some("the test cancels it".into()))
+        .await
+        .expect("cancel");
+    wait_for("the cancellation to reach the server", || async {
+        probe("mcp__late__cancels").await != "[]"
+    })
+    .await;
+    // The call waited at most this long before it was cancelled: wait longer than that after
+    // the cancellation.
+    let waited = sent.elapsed().as_secs_f64();
+    wait_for(
+        "the cancellation to be longer ago than the call had waited",
+        || async {
+            let since: Value = serde_json::from_str(&probe("mcp__late__since_cancel").await)
+                .expect("a JSON number");
+            since.as_f64().is_some_and(|secs| secs > waited + 1.0)
+        },
+    )
+    .await;
+    // The broken line comes first, then this call's answer.
+    assert_eq!(
+        ok(&exec(&client, "mcp__late__echo", json!({"n": 1})).await),
+        "{\"n\":1}"
+    );
+    assert_eq!(
+        server_status(&client, "late").await["pid"],
+        pid,
+        "the server was not restarted"
+    );
+    client.cancel().await.expect("close");
+    let outcomes = |tool: &str| -> Vec<Value> {
+        s.calls_of(tool)
+            .into_iter()
+            .map(|r| r["outcome"].clone())
+            .collect()
+    };
+    assert_eq!(outcomes("mcp__late__echo"), ["ok", "ok"]);
+    assert_eq!(outcomes("mcp__late__late"), ["cancelled"]);
+    let logged = std::fs::read_to_string(&log).expect("stderr");
+    assert!(
+        logged.contains(
+            "sent a reply that is not valid JSON (EOF while parsing a value at line 1 column 11) \
+             (its id cannot be read, and it may answer a request already abandoned); ignored"
+        ),
         "{logged}"
     );
 }
@@ -359,4 +444,144 @@ async fn reminders_fire_after_calls_that_ran_not_after_refusals() {
         .map(|r| r["outcome"].clone())
         .collect();
     assert_eq!(outcomes, ["not_loaded", "denied_by_hook", "ok"]);
+}
+
+/// A `tools/call` whose params cannot be read as a call's (`arguments` not an object, `name`
+/// missing or not a string, no params at all) is answered -32602 (invalid params) naming the
+/// field, not -32601 (method not found), over stdio and over HTTP; a good call still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_params_that_cannot_be_read_is_told_which_field_is_wrong() {
+    let s = Scratch::new("bad-params");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}",
+            named_server("notes", &notebook(), ""),
+            files_sections(&s)
+        ),
+    );
+    let cases = [
+        (
+            Some(json!({"name": "tool_search", "arguments": "list notes"})),
+            "Invalid params: \"arguments\" of tools/call must be an object (the tool's parameters), not a string",
+        ),
+        (
+            Some(json!({"name": "tool_search", "arguments": ["list notes"]})),
+            "Invalid params: \"arguments\" of tools/call must be an object (the tool's parameters), not an array",
+        ),
+        (
+            Some(json!({"arguments": {"queries": ["list notes"]}})),
+            "Invalid params: tools/call has no \"name\" (the tool's name, a string)",
+        ),
+        (
+            Some(json!({"name": 7, "arguments": {}})),
+            "Invalid params: \"name\" of tools/call must be a string (the tool's name), not a number",
+        ),
+        (
+            None,
+            "Invalid params: tools/call has no params; it takes an object with \"name\" (the tool's name, a string)",
+        ),
+    ];
+    let request = |id: usize, params: &Option<Value>| {
+        let mut r = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call"});
+        if let Some(p) = params {
+            r["params"] = p.clone();
+        }
+        r
+    };
+    let good = json!({"name": "tool_search", "arguments": {"queries": ["list notes"]}});
+    let found = |answer: &Value| {
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("mcp__notes__list_notes"))
+    };
+
+    let mut raw = RawStdio::start(&config);
+    for (id, (params, says)) in cases.iter().enumerate() {
+        raw.send(&request(id, params));
+        let answer = raw.answer(&json!(id));
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        assert_eq!(answer["error"]["message"], *says, "{answer}");
+    }
+    raw.send(&request(99, &Some(good.clone())));
+    let answer = raw.answer(&json!(99));
+    assert!(found(&answer), "{answer}");
+    drop(raw);
+
+    let (_gateway, url) = http_gateway(&config);
+    let session = open_raw_session(&url).await;
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    for (id, (params, says)) in cases.iter().enumerate() {
+        let body = request(id, params).to_string();
+        let r = raw_http(&url, "POST", &headers, body.as_bytes()).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            sse_messages(&r.body),
+            [json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": says}})],
+            "{r:?}"
+        );
+    }
+    let body = request(99, &Some(good)).to_string();
+    let r = raw_http(&url, "POST", &headers, body.as_bytes()).await;
+    let answers = sse_messages(&r.body);
+    assert!(answers.len() == 1 && found(&answers[0]), "{r:?}");
+}
+
+/// SIGTERM stops `serve --http` with more sessions open than it ends at once (16): every one of
+/// them is ended (its end recorded, its `session_end` hook run) and the gateway exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_http_server_ends_more_sessions_than_it_ends_at_once() {
+    const SESSIONS: usize = 20;
+    let s = Scratch::new("http-stop-many");
+    let ended = s.path("ended");
+    std::fs::create_dir_all(&ended).expect("a directory for the hooks");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[[hooks.session_end]]\ncommand = \"sh\"\nargs = [\"-c\", {:?}]\n",
+            named_server("notes", &notebook(), ""),
+            files_sections(&s),
+            format!("cat > \"$(mktemp -p {ended:?} end.XXXXXX)\"")
+        ),
+    );
+    let (mut gateway, url) = http_gateway(&config);
+    let mut clients = Vec::new();
+    for _ in 0..SESSIONS {
+        let client = http_client(&url, TestClient::default()).await;
+        ok(&search(&client, json!({"queries": ["list notes"]})).await);
+        clients.push(client);
+    }
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &gateway.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success());
+    // A guard against a hang, not a measure of speed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while gateway.try_wait().expect("poll the gateway").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway did not exit on SIGTERM with {SESSIONS} sessions open"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let audit = s.audit();
+    let sessions = |outcome: &str| -> std::collections::BTreeSet<String> {
+        audit
+            .iter()
+            .filter(|r| r["kind"] == "session" && r["outcome"] == outcome)
+            .map(|r| r["session"].to_string())
+            .collect()
+    };
+    assert_eq!(sessions("start").len(), SESSIONS, "{audit:#?}");
+    assert_eq!(sessions("end"), sessions("start"), "{audit:#?}");
+    let hooks = std::fs::read_dir(&ended)
+        .expect("the hooks' directory")
+        .count();
+    assert_eq!(hooks, SESSIONS, "a session_end hook per session");
+    // The clients stayed connected until the gateway was gone.
+    drop(clients);
 }

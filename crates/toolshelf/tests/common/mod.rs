@@ -452,6 +452,136 @@ pub async fn raw_http(
 
 pub const RAW_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":41,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
 
+/// Opens an HTTP session by hand (initialize, then initialized) and returns its id.
+pub async fn open_raw_session(url: &str) -> String {
+    let init = raw_http(url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
+    assert_eq!(init.status, 200, "{init:?}");
+    let id = init
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    let done = raw_http(
+        url,
+        "POST",
+        &[
+            ("Mcp-Session-Id", &id),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(done.status, 202, "{done:?}");
+    id
+}
+
+/// The JSON-RPC messages of an event stream's `data:` lines (the empty priming one left out).
+pub fn sse_messages(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("not JSON ({e}): {d}")))
+        .collect()
+}
+
+/// `toolshelf serve --config CONFIG` over stdio, spoken to line by line: for what a client
+/// library would not send. Its handshake is done; it is killed when dropped.
+pub struct RawStdio {
+    gateway: Reaped,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RawStdio {
+    pub fn start(config: &str) -> Self {
+        let mut child = std::process::Command::new(TOOLSHELF)
+            .args(["serve", "--config", config])
+            .env("TOOLSHELF_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn toolshelf serve");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut raw = Self {
+            gateway: Reaped(child),
+            stdin,
+            lines,
+        };
+        let init: Value = serde_json::from_str(RAW_INITIALIZE).expect("JSON");
+        raw.send(&init);
+        raw.answer(&init["id"]);
+        raw.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        raw
+    }
+
+    /// Writes `message` as one line.
+    pub fn send(&mut self, message: &Value) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{message}").expect("write a message");
+        stdin.flush().expect("flush");
+    }
+
+    /// The answer to request `id`, read past whatever comes before it; fails after 60 s.
+    pub fn answer(&mut self, id: &Value) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no answer to request {id}: {e}"));
+            let message: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if &message["id"] == id {
+                return message;
+            }
+        }
+    }
+}
+
+impl Drop for RawStdio {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && matches!(self.gateway.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Sends `tools/call` of `name` with `args` and returns its handle, without waiting for the
+/// answer: to cancel it, or await it later.
+pub async fn start_call(
+    client: &Client,
+    name: &str,
+    args: Value,
+) -> rmcp::service::RequestHandle<RoleClient> {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    let call = rmcp::model::CallToolRequest::new(
+        CallToolRequestParams::new(name.to_owned()).with_arguments(args),
+    );
+    client
+        .peer()
+        .send_cancellable_request(
+            rmcp::model::ClientRequest::CallToolRequest(call),
+            rmcp::service::PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("send the call")
+}
+
 /// `fixtures/scripted_upstream.py` on 127.0.0.1, killed (and reaped) on drop.
 pub struct Upstream {
     pub child: std::process::Child,
