@@ -953,7 +953,7 @@ impl Catalog {
     pub fn from_json_str(text: &str, source_name: &str) -> Result<Self> {
         let value = crate::json::parse(text).map_err(|e| Error::CatalogJson {
             source_name: source_name.to_owned(),
-            message: e.to_string(),
+            message: crate::json::in_words(&e, text, false),
         })?;
         Self::from_owned(value, source_name)
     }

@@ -332,6 +332,12 @@ fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> 
             "[modes.{name}] must set `tools = [PATTERN, ...]` and/or `read_only = true`"
         )));
     }
+    // A mode admits only the tools its patterns match: with none, it would hide every tool.
+    if tools.as_ref().is_some_and(Vec::is_empty) {
+        return Err(err(format!(
+            "[modes.{name}] tools = [] admits no tool, so the mode would hide every tool: list the patterns of the tools it admits (tools = [\"^mcp__git__\"]), or leave tools out and set read_only = true"
+        )));
+    }
     Ok(Mode {
         name: name.to_owned(),
         tools,
@@ -420,6 +426,14 @@ mod tests {
             ),
             ("[modes.m]\ndescription = \"x\"", "[modes.m] must set"),
             ("[modes.m]\ntools = [\"\"]", "[modes.m] tools[0]"),
+            (
+                "[modes.m]\ntools = []",
+                "[modes.m] tools = [] admits no tool, so the mode would hide every tool",
+            ),
+            (
+                "[modes.m]\ntools = []\nread_only = true",
+                "[modes.m] tools = [] admits no tool",
+            ),
             ("[search]\ndefault_limit = 0", "[search] needs"),
             ("[search]\nresponse_budget_chars = 10", "at least 200"),
             ("[defer]\nwindow = 0", "[defer] window"),

@@ -760,9 +760,18 @@ impl Config {
     /// Parses TOML text; `source_name` labels errors. Only the shape is checked here; see
     /// [`crate::compile::Compiled::new`] for everything else.
     pub fn from_toml_str(text: &str, source_name: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| Error::Config {
-            source_name: source_name.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
+        toml::from_str(text).map_err(|e| {
+            // The parser's report (line, column, the line itself) with its last word, serde's
+            // message, said in plain words.
+            let mut report = e.to_string();
+            let message = e.message();
+            if let Some(at) = report.rfind(message).filter(|_| !message.is_empty()) {
+                report.replace_range(at..at + message.len(), &serde_in_words(message));
+            }
+            Error::Config {
+                source_name: source_name.to_owned(),
+                message: report.trim_end().to_owned(),
+            }
         })
     }
 
@@ -777,7 +786,12 @@ impl Config {
             source_name: source_name.to_owned(),
             message,
         };
-        let value = crate::json::parse(text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let value = crate::json::parse(text).map_err(|e| {
+            err(format!(
+                "not valid JSON: {}",
+                crate::json::in_words(&e, text, false)
+            ))
+        })?;
         let servers = value
             .get("mcpServers")
             .and_then(serde_json::Value::as_object)
@@ -1033,6 +1047,82 @@ pub fn expand(
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// A serde message about a configuration value in plain words: what the file should have there
+/// and what it has, without Rust's type names (`u64`, `a sequence`, `struct`) or serde's terms
+/// (`variant`, `field`).
+fn serde_in_words(message: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some((found, expected)) = message
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.rsplit_once(", expected "))
+        {
+            return format!(
+                "expected {}, found {}",
+                expected_in_words(expected),
+                found_in_words(found)
+            );
+        }
+    }
+    [
+        ("unknown variant", "unknown value"),
+        ("unknown field", "unknown key"),
+        ("missing field", "missing key"),
+        ("duplicate field", "duplicate key"),
+    ]
+    .iter()
+    .find_map(|(serde, plain)| {
+        message
+            .strip_prefix(serde)
+            .map(|rest| format!("{plain}{rest}"))
+    })
+    .unwrap_or_else(|| message.to_owned())
+}
+
+/// What serde says a value should be, as a TOML file has it.
+fn expected_in_words(expected: &str) -> String {
+    match expected {
+        "u64" | "usize" | "u128" => "a whole number of at least 0",
+        "u32" => "a whole number from 0 to 4294967295",
+        "u16" => "a whole number from 0 to 65535",
+        "u8" => "a whole number from 0 to 255",
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number",
+        "f32" | "f64" => "a number",
+        "a sequence" => "a list [...]",
+        "a map" => "a table",
+        "a boolean" => "true or false",
+        "a borrowed string" => "a string",
+        other if other.starts_with("struct ") => "a table",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// What serde says a value is, as a TOML file has it: `string "x"` is the string "x",
+/// ``integer `-5` `` is -5, `sequence` a list.
+fn found_in_words(found: &str) -> String {
+    let literal = |kind: &str| {
+        found
+            .strip_prefix(kind)
+            .map(|v| v.trim_matches('`').to_owned())
+    };
+    if let Some(s) = found.strip_prefix("string ") {
+        return format!("the string {s}");
+    }
+    if let Some(v) = literal("integer ")
+        .or_else(|| literal("floating point "))
+        .or_else(|| literal("boolean "))
+    {
+        return v;
+    }
+    match found {
+        "sequence" => "a list",
+        "map" => "a table",
+        "unit value" => "nothing",
+        other => other,
+    }
+    .to_owned()
 }
 
 #[cfg(test)]
@@ -1368,6 +1458,51 @@ mod tests {
             expand("${P", &env)
                 .expect_err("unclosed")
                 .contains("unclosed")
+        );
+    }
+
+    #[test]
+    fn wrong_values_are_said_in_plain_words() {
+        for (toml, says) in [
+            (
+                "[session]\nactivation_ttl_turns = \"x\"",
+                "expected a whole number of at least 0, found the string \"x\"",
+            ),
+            (
+                "[defer]\nwindow = -5",
+                "expected a whole number of at least 0, found -5",
+            ),
+            (
+                "[defer]\nrules = \"NoDefer(x)\"",
+                "expected a list [...], found the string \"NoDefer(x)\"",
+            ),
+            (
+                "[defer]\nwindow = 1.5",
+                "expected a whole number of at least 0, found 1.5",
+            ),
+            ("[modes]\nx = 3", "expected a table, found 3"),
+            (
+                "[defer]\ndefualt = true",
+                "unknown key `defualt`, expected one of `default`",
+            ),
+        ] {
+            let e = Config::from_toml_str(toml, "t.toml")
+                .expect_err(toml)
+                .to_string();
+            assert!(
+                e.starts_with("t.toml: ") && e.contains(says),
+                "{toml:?}: {e}"
+            );
+            for jargon in ["u64", "sequence", "variant", "field", "struct"] {
+                assert!(!e.contains(jargon), "{toml:?}: {e}");
+            }
+        }
+        let e = Config::from_toml_str("[permissions]\ndefault = \"maybe\"", "t.toml")
+            .expect_err("bad default")
+            .to_string();
+        assert!(
+            e.contains("unknown value `maybe`, expected one of `allow`, `ask`, `deny`"),
+            "{e}"
         );
     }
 }

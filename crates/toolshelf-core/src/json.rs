@@ -34,6 +34,58 @@ pub fn duplicate_on_one_line(e: &serde_json::Error) -> Option<String> {
     Some(format!("{message} (column {})", e.column()))
 }
 
+/// A [`parse`] error of `text` in plain words, with where it is: ` at line L column C`, or for a
+/// text of one line (a line of a JSON-lines file, whose "line 1" is not the file's) ` (column
+/// C)`. The parser's terms (`EOF`, `ident`, `trailing characters`) become what is wrong with the
+/// text; a duplicate key keeps its own message.
+pub fn in_words(e: &serde_json::Error, text: &str, one_line: bool) -> String {
+    let full = e.to_string();
+    let place = format!(" at line {} column {}", e.line(), e.column());
+    let message = full.strip_suffix(&place).unwrap_or(&full);
+    let message = if e.is_data() {
+        message.to_owned()
+    } else if text.trim().is_empty() {
+        return "it is empty (no JSON value)".to_owned();
+    } else {
+        syntax_in_words(message)
+    };
+    if one_line {
+        format!("{message} (column {})", e.column())
+    } else {
+        format!("{message}{place}")
+    }
+}
+
+/// serde_json's syntax message in plain words.
+fn syntax_in_words(message: &str) -> String {
+    let cut_short = |inside: &str| format!("the text ends inside {inside} (is it cut short?)");
+    match message {
+        "EOF while parsing a list" => cut_short("an array"),
+        "EOF while parsing an object" => cut_short("an object"),
+        "EOF while parsing a string" => cut_short("a string"),
+        "EOF while parsing a value" => {
+            "the text ends where a value should be (is it cut short?)".to_owned()
+        }
+        "expected ident" => {
+            "a bare word that is not true, false or null (a string needs double quotes)".to_owned()
+        }
+        "expected value" => "expected a value: a string in double quotes, a number, true, false, \
+null, an array or an object"
+            .to_owned(),
+        "trailing characters" => "more text after the end of the JSON value".to_owned(),
+        "trailing comma" => {
+            "a comma before a closing bracket, which JSON does not allow".to_owned()
+        }
+        "key must be a string" => "an object key must be a string in double quotes".to_owned(),
+        "control character (\\u0000-\\u001F) found while parsing a string" => {
+            "a raw control character (a line break or tab) inside a string: write it as \\n or \\t"
+                .to_owned()
+        }
+        "recursion limit exceeded" => "nested more than 128 levels deep".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
 /// Where a value sits in the document.
 #[derive(Debug)]
 enum Path<'a> {
@@ -175,6 +227,38 @@ mod tests {
         assert!(e.contains(r#"duplicate key "name" in [0]"#), "{e}");
         let e = parse(r#"{"a": 1, "a": 1}"#).expect_err("dup").to_string();
         assert!(e.contains("in the top level"), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors_are_said_in_plain_words() {
+        let words =
+            |text: &str, one_line: bool| in_words(&parse(text).expect_err(text), text, one_line);
+        assert_eq!(words("", false), "it is empty (no JSON value)");
+        assert_eq!(words(" \n ", false), "it is empty (no JSON value)");
+        assert_eq!(
+            words("not json", true),
+            "a bare word that is not true, false or null (a string needs double quotes) (column 2)"
+        );
+        assert_eq!(
+            words("[1,\n 2", false),
+            "the text ends inside an array (is it cut short?) at line 2 column 2"
+        );
+        assert_eq!(
+            words("{} x", false),
+            "more text after the end of the JSON value at line 1 column 4"
+        );
+        assert_eq!(
+            words(r#"{"a": 1, "a": 2}"#, true),
+            r#"duplicate key "a" in the top level: a key may appear once per object (column 12)"#
+        );
+        for text in [
+            "", "nul", "[1,", "{\"a\"", "{} x", "[1,]", "{1: 2}", "\"a\nb\"",
+        ] {
+            let w = words(text, false);
+            for jargon in ["EOF", "ident", "trailing characters"] {
+                assert!(!w.contains(jargon), "{text:?}: {w}");
+            }
+        }
     }
 
     #[test]

@@ -1010,3 +1010,27 @@ fn a_tool_whose_schema_is_broken_is_found_but_not_offered_for_a_call() {
         );
     }
 }
+
+#[test]
+fn the_models_words_are_quoted_plainly_without_escapes() {
+    let e = env(None);
+    let r = run(
+        &e,
+        json!({"queries": ["read \"quoted\" file", "C:\\Users\\me"]}),
+    );
+    assert!(
+        r.text
+            .contains("\"read \"quoted\" file\", \"C:\\Users\\me\""),
+        "{}",
+        r.text
+    );
+    // A control character cannot break the line or hide: it shows as U+FFFD.
+    let r = run(&e, json!({"queries": ["read\u{1b}[2Jfile"]}));
+    assert!(r.text.contains("\"read\u{fffd}[2Jfile\""), "{}", r.text);
+    let r = run(&e, json!({"tool_names": ["no \"such\" tool"]}));
+    assert!(
+        r.text.contains("No tool is named \"no \"such\" tool\""),
+        "{}",
+        r.text
+    );
+}

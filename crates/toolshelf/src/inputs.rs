@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use toolshelf_core::template::SessionValues;
 use toolshelf_core::{Catalog, Compiled, Config, Exposure, Surface};
 
@@ -48,10 +48,46 @@ pub struct Loaded {
     pub surface: Surface,
 }
 
-/// A file's text, without the byte-order mark some editors write first.
-fn read(path: &PathBuf, what: &str) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {what} {}", path.display()))?;
+/// Why a file could not be read, in plain words: no OS error numbers.
+pub fn io_problem(e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::NotFound => "there is no such file".to_owned(),
+        ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        ErrorKind::IsADirectory => "it is a directory, not a file".to_owned(),
+        _ => {
+            let text = e.to_string();
+            match text.rfind(" (os error ") {
+                Some(at) if text.ends_with(')') => text[..at].to_owned(),
+                _ => text,
+            }
+        }
+    }
+}
+
+/// The error for a file of `what` that is not UTF-8 at byte `offset`, on line `line`.
+fn not_utf8(shown: &str, line: usize, offset: usize, what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{shown}:{line}: not valid UTF-8 (byte {offset} of the file); the {what} must be UTF-8 text"
+    )
+}
+
+/// A file's text, without the byte-order mark some editors write first. `what` names the file
+/// in errors (`catalog`, `config`): a file that cannot be read, a directory, and bytes that are
+/// not UTF-8 (with their line and byte offset) are each said in plain words.
+pub fn read_text(path: &std::path::Path, what: &str) -> Result<String> {
+    let shown = path.display();
+    let bytes = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {what} {shown}: {}", io_problem(&e)))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..valid]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
+        not_utf8(&shown.to_string(), line, valid, what)
+    })?;
     Ok(match text.strip_prefix('\u{feff}') {
         Some(rest) => rest.to_owned(),
         None => text,
@@ -59,16 +95,17 @@ fn read(path: &PathBuf, what: &str) -> Result<String> {
 }
 
 /// The non-blank lines of a JSON-lines file (`what` names it in errors), each with its number
-/// from 1, read one at a time: a leading byte-order mark is skipped, and a line that cannot be
-/// read (not UTF-8) is an error naming the file and the line. A directory, or a file that fails
+/// from 1, read one at a time: a leading byte-order mark is skipped, and a line that is not UTF-8
+/// is an error naming the file, the line and the byte offset. A directory, or a file that fails
 /// to read for any other reason, is an error naming the file alone: no line is at fault.
 pub fn lines_of(
     path: &std::path::Path,
     what: &str,
 ) -> Result<impl Iterator<Item = Result<(usize, String)>>> {
     use std::io::BufRead as _;
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read {what} {}", path.display()))?;
+    let file = std::fs::File::open(path).map_err(|e| {
+        anyhow::anyhow!("cannot read {what} {}: {}", path.display(), io_problem(&e))
+    })?;
     // Opening a directory succeeds; reading it fails, at what would be its first line.
     if file.metadata().is_ok_and(|m| m.is_dir()) {
         anyhow::bail!(
@@ -78,27 +115,55 @@ pub fn lines_of(
     }
     let shown = path.display().to_string();
     let what = what.to_owned();
-    Ok(std::io::BufReader::new(file)
-        .lines()
-        .enumerate()
-        .filter_map(move |(n, line)| {
-            let line = match line {
-                Ok(l) => l,
-                // Not UTF-8: the line's own bytes are at fault.
-                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+    let mut reader = std::io::BufReader::new(file);
+    let mut n = 0usize;
+    // Byte offset of the next line's start in the file.
+    let mut offset = 0usize;
+    let mut failed = false;
+    Ok(std::iter::from_fn(move || {
+        loop {
+            if failed {
+                return None;
+            }
+            let mut raw = Vec::new();
+            match reader.read_until(b'\n', &mut raw) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => {
+                    failed = true;
                     return Some(Err(anyhow::anyhow!(
-                        "{shown}:{}: cannot read the line: {e}",
-                        n + 1
+                        "cannot read {what} {shown}: {}",
+                        io_problem(&e)
                     )));
                 }
-                Err(e) => return Some(Err(anyhow::anyhow!("cannot read {what} {shown}: {e}"))),
+            }
+            n += 1;
+            let start = offset;
+            offset += raw.len();
+            if raw.last() == Some(&b'\n') {
+                raw.pop();
+                if raw.last() == Some(&b'\r') {
+                    raw.pop();
+                }
+            }
+            let line = match String::from_utf8(raw) {
+                Ok(l) => l,
+                Err(e) => {
+                    // Not UTF-8: the line's own bytes are at fault.
+                    failed = true;
+                    let valid = e.utf8_error().valid_up_to();
+                    return Some(Err(not_utf8(&shown, n, start + valid, &what)));
+                }
             };
             let line = match (n, line.strip_prefix('\u{feff}')) {
-                (0, Some(rest)) => rest.to_owned(),
+                (1, Some(rest)) => rest.to_owned(),
                 _ => line,
             };
-            (!line.trim().is_empty()).then_some(Ok((n + 1, line)))
-        }))
+            if !line.trim().is_empty() {
+                return Some(Ok((n, line)));
+            }
+        }
+    }))
 }
 
 /// One line of a JSON-lines file, read as strictly as a catalog
@@ -106,16 +171,18 @@ pub fn lines_of(
 /// keeping its last value. `at` is the line's place (`FILE:LINE`); `not` says what text that is
 /// not JSON fails to be (`"not valid JSON"`), ahead of the parser's own message.
 pub fn json_line(line: &str, at: &str, not: &str) -> Result<serde_json::Value> {
-    toolshelf_core::json::parse(line).map_err(|e| line_error(e, at, not))
+    toolshelf_core::json::parse(line).map_err(|e| line_error(&e, line, at, not))
 }
 
-/// The error of a strict parse of one line at `at`. A duplicate key is named with the column it
-/// is at (the parser's "line 1" would be the line's own, not the file's); a syntax error keeps
-/// the parser's wording after `at: not`.
-fn line_error(e: serde_json::Error, at: &str, not: &str) -> anyhow::Error {
-    match toolshelf_core::json::duplicate_on_one_line(&e) {
-        Some(message) => anyhow::anyhow!("{at}: {message}"),
-        None => anyhow::Error::new(e).context(format!("{at}: {not}")),
+/// The error of a strict parse of `line` at `at`, with the column it is at (the parser's "line
+/// 1" would be the line's own, not the file's): a duplicate key as itself, a syntax error in
+/// plain words after `at: not`.
+fn line_error(e: &serde_json::Error, line: &str, at: &str, not: &str) -> anyhow::Error {
+    let words = toolshelf_core::json::in_words(e, line, true);
+    if e.is_data() {
+        anyhow::anyhow!("{at}: {words}")
+    } else {
+        anyhow::anyhow!("{at}: {not}: {words}")
     }
 }
 
@@ -156,11 +223,13 @@ theirs run `toolshelf catalog --config {0} > c.json`, then give --catalog c.json
     /// kind cut to [`WARNINGS_SHOWN`] lines unless `-v` was given.
     pub fn load(&self) -> Result<Loaded> {
         let catalog = match &self.catalog {
-            Some(p) => Catalog::from_json_str(&read(p, "catalog")?, &p.display().to_string())?,
+            Some(p) => Catalog::from_json_str(&read_text(p, "catalog")?, &p.display().to_string())?,
             None => Catalog::from_json_str(EXAMPLE_CATALOG, "examples/catalog.json (bundled)")?,
         };
         let config = match (&self.config, &self.catalog) {
-            (Some(p), _) => Config::from_toml_str(&read(p, "config")?, &p.display().to_string())?,
+            (Some(p), _) => {
+                Config::from_toml_str(&read_text(p, "config")?, &p.display().to_string())?
+            }
             (None, None) => {
                 Config::from_toml_str(EXAMPLE_CONFIG, "examples/toolshelf.toml (bundled)")?
             }
@@ -229,9 +298,9 @@ impl Loaded {
             }
             if !idx.dropped.is_empty() {
                 errln!(
-                    "toolshelf: note: {} server group(s) with {} tools did not fit the index budget of {} characters and are searchable only: {}",
-                    idx.dropped.len(),
-                    idx.dropped_tools,
+                    "toolshelf: note: {} with {} did not fit the index budget of {} characters, so they are searchable only: {}",
+                    crate::commands::count(idx.dropped.len(), "server group", "server groups"),
+                    crate::commands::count(idx.dropped_tools, "tool", "tools"),
                     idx.budget,
                     idx.dropped.join(", ")
                 );

@@ -118,15 +118,24 @@ fn exit(result: anyhow::Result<()>, failure: ExitCode) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`| head`): nothing left to say to anyone.
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            ExitCode::SUCCESS
-        }
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("toolshelf: error: {e:#}");
             failure
         }
     }
+}
+
+/// Whether `e` is a write to a closed stdout, however it was wrapped: an I/O error, or a JSON
+/// serializer's that wrote to the pipe.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
+    })
 }

@@ -953,7 +953,9 @@ fn inputs_with_a_byte_order_mark_read_like_any_other() {
     let latin = latin.display().to_string();
     let e = fails(&["eval", "--catalog", &plain, "--queries", &latin]);
     assert!(
-        e.contains(&format!("{latin}:2: cannot read the line")),
+        e.contains(&format!(
+            "{latin}:2: not valid UTF-8 (byte 47 of the file); the queries must be UTF-8 text"
+        )),
         "{e}"
     );
     let d = dir.display().to_string();
@@ -1195,10 +1197,7 @@ fn check_template_reports_each_refused_access_with_its_line() {
     );
     // The render stops at the stub (mode is not review, so turn.number is not reached), which is
     // already listed.
-    assert!(
-        lines[3].ends_with("bad.star: 3 refused access(es)"),
-        "{text}"
-    );
+    assert!(lines[3].ends_with("bad.star: 3 refused accesses"), "{text}");
 
     let out = run(&[
         "check-template",
@@ -1699,6 +1698,409 @@ fn a_refused_template_access_is_a_finding_and_a_broken_template_an_error() {
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(code), "{command} {name}: {err}");
             assert!(err.contains(says), "{command} {name}: {err}");
+        }
+    }
+}
+
+/// `(status, stderr)` of a run.
+fn status_and_err(args: &[&str]) -> (Option<i32>, String) {
+    let out = run(args);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// An option that only one mode of a command reads is refused in the other, not ignored.
+#[test]
+fn an_option_the_command_would_ignore_is_refused() {
+    for (args, says) in [
+        (
+            vec!["ledger", "--system", "foo"],
+            "--system needs --transcript",
+        ),
+        (
+            vec!["ledger", "--ranker", "bm25"],
+            "--ranker needs --transcript",
+        ),
+        (
+            vec![
+                "ledger", "--system", "foo", "--ranker", "semantic", "--json",
+            ],
+            "--system needs --transcript",
+        ),
+        (
+            vec!["render", "--index-only", "--format", "openai"],
+            "--format applies to the tool definitions",
+        ),
+    ] {
+        let (code, err) = status_and_err(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // With what they belong to, they work.
+    let transcript = example("transcript.jsonl");
+    let v: Value = serde_json::from_str(&ok(&[
+        "ledger",
+        "--transcript",
+        &transcript,
+        "--system",
+        "Be brief.",
+        "--ranker",
+        "bm25",
+        "--json",
+    ]))
+    .expect("json");
+    assert!(v["requests"].as_u64() > Some(0), "{v}");
+    assert!(ok(&["render", "--index-only"]).contains("<available_deferred_tools>"));
+    assert!(ok(&["render", "--format", "openai"]).contains("\"function\""));
+}
+
+#[test]
+fn check_template_vars_refuse_a_key_given_twice() {
+    let template = temp_file("dup-vars.star", "part(pkg.description)");
+    let (code, err) = status_and_err(&[
+        "check-template",
+        &template,
+        "--vars",
+        r#"{"pkg": {"team": "t"}, "pkg": {}}"#,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(r#"duplicate key "pkg" in the top level"#),
+        "{err}"
+    );
+    let vars = temp_file("dup-vars.json", r#"{"pkg": {"team": "a", "team": "b"}}"#);
+    let (code, err) = status_and_err(&["check-template", &template, "--vars", &vars]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(r#"duplicate key "team" in pkg"#), "{err}");
+    let (code, err) = status_and_err(&[
+        "check-template",
+        &template,
+        "--pkg",
+        r#"x={"a": 1, "a": 2}"#,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(r#"--pkg "x={"a": 1, "a": 2}": duplicate key "a""#),
+        "{err}"
+    );
+    // A value that is not JSON is still a string.
+    assert!(ok(&["check-template", &template, "--pkg", "x={not json"]).contains("ok"));
+}
+
+/// The text a person or the model reads quotes words as they are: no JSON escapes, no `null`.
+#[test]
+fn readable_text_quotes_without_escapes() {
+    let text = ok(&["search", "--ranker", "bm25", "-q", r#"read "quoted" file"#]);
+    assert!(
+        text.starts_with(r#"Tools matching "read "quoted" file" (best first):"#),
+        "{text}"
+    );
+    let text = ok(&["search", "--ranker", "bm25", "-q", r"read C:\Users\me"]);
+    assert!(text.contains(r#""read C:\Users\me""#), "{text}");
+    // --json keeps JSON's own escaping.
+    let v: Value = serde_json::from_str(&ok(&[
+        "search",
+        "--ranker",
+        "bm25",
+        "-q",
+        r#"read "quoted" file"#,
+        "--json",
+    ]))
+    .expect("json");
+    assert!(
+        v["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with(r#"Tools matching "read "quoted" file""#)),
+        "{v}"
+    );
+
+    let queries = temp_file(
+        "eval-readable.jsonl",
+        "{\"query\": \"file\", \"gold\": [\"git_add\"]}\n{\"query\": \"xylophone \\\"quasar\\\"\", \"gold\": [\"Read\"]}\n",
+    );
+    let text = ok(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--queries",
+        &queries,
+        "--misses",
+        "2",
+    ]);
+    assert!(
+        text.contains("\n  gold mcp__git__git_add at rank ")
+            && text.contains(": \"file\" in description")
+            && text.contains("miss: \"xylophone \"quasar\"\" (recall@10 0.0)")
+            && text.contains("\n  gold Read not ranked: not among the first 1,000 hits"),
+        "{text}"
+    );
+    assert!(!text.contains("null") && !text.contains("\\\""), "{text}");
+
+    let log = temp_file(
+        "choice.jsonl",
+        concat!(
+            r#"{"model": "m", "tool_choice": {"type": "auto"}, "messages": [{"role": "user", "content": "say \"hi\""}]}"#,
+            "\n",
+            r#"{"model": "m", "tool_choice": {"type": "any"}, "messages": [{"role": "user", "content": "say \"hi\""}]}"#,
+            "\n",
+        ),
+    );
+    let out = run(&["prefix-check", &log]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    // The later excerpt sits under the earlier, so the first difference is in one column.
+    assert_eq!(
+        text,
+        concat!(
+            "1→2 tool_choice differs at byte 10: earlier {\"type\":\"auto\"}\n",
+            "                                    later   {\"type\":\"any\"}\n",
+            "2 requests, 1 pair: 1 broken\n",
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_mode_that_admits_no_tool_is_refused() {
+    let config = temp_file("mode-none.toml", "[modes.x]\ntools = []\n");
+    for args in [
+        vec!["ledger", "--config", &config, "--mode", "x"],
+        vec!["render", "--config", &config],
+    ] {
+        let (code, err) = status_and_err(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("[modes.x] tools = [] admits no tool, so the mode would hide every tool"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_a_search_batch_quietly() {
+    let path = temp_file(
+        "long-batch.jsonl",
+        &"{\"query\": \"read a file\"}\n".repeat(3000),
+    );
+    let mut child = bin()
+        .args(["search", "--ranker", "bm25", "--batch", &path])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run toolshelf");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut stdout, &mut first).expect("a first byte");
+    drop(stdout);
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
+#[test]
+fn help_describes_batch_output_and_gold_names_as_they_are() {
+    let help = ok(&["search", "--help"]);
+    assert!(help.contains(r#"{"line", "hits": [...]}"#), "{help}");
+    let help = ok(&["eval", "--help"]);
+    assert!(
+        help.contains("canonical, bare,")
+            && help.contains("original, or")
+            && help.contains("mcp__<original server>__<original tool>"),
+        "{help}"
+    );
+}
+
+#[test]
+fn check_template_reads_a_template_with_a_byte_order_mark() {
+    let plain = temp_file("plain.star", "part(pkg.description)");
+    let bom = temp_file("bom.star", "\u{feff}part(pkg.description)");
+    let rendered = ok(&["check-template", &plain]);
+    assert_eq!(
+        ok(&["check-template", &bom]),
+        rendered.replace("plain.star", "bom.star")
+    );
+}
+
+#[test]
+fn counts_and_refusals_read_as_words() {
+    let queries = temp_file(
+        "one-query.jsonl",
+        "{\"query\": \"commit my changes\", \"gold\": [\"git_commit\"]}\n",
+    );
+    let text = ok(&["eval", "--ranker", "bm25", "--queries", &queries]);
+    assert!(text.starts_with("1 query over 60 tools"), "{text}");
+    assert!(text.contains("        1 query    recall@1"), "{text}");
+    let template = temp_file("one-finding.star", "part(pkg.description, turn.number)");
+    let out = run(&["check-template", &template]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.ends_with("one-finding.star: 1 refused access\n"),
+        "{text}"
+    );
+    let transcript = temp_file(
+        "refusals.jsonl",
+        concat!(
+            "{\"user\": \"hi\"}\n",
+            "{\"call\": {\"name\": \"no_such_tool\", \"input\": {}}}\n",
+            "{\"call\": {\"name\": \"defer_execute\", \"input\": {\"tool_name\": \"mcp__memory__create_entities\", \"params\": {}}}}\n",
+        ),
+    );
+    let text = ok(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--explain",
+        "--transcript",
+        &transcript,
+    ]);
+    assert!(
+        text.contains("refused: no_such_tool: unknown name (no visible tool has it)")
+            && text.contains("mcp__memory__create_entities: not loaded (its schema was not shown yet: search for it first)"),
+        "{text}"
+    );
+    // --json keeps the codes.
+    let text = ok(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--explain",
+        "--json",
+        "--transcript",
+        &transcript,
+    ]);
+    assert!(text.contains("\"no_such_tool: unknown\""), "{text}");
+    assert!(
+        text.contains("\"mcp__memory__create_entities: not_loaded\""),
+        "{text}"
+    );
+}
+
+/// A server that fails is reported once, in the table or the error, not again as a log line.
+#[test]
+fn status_and_catalog_report_a_failed_server_without_raw_log_lines() {
+    let config = temp_file(
+        "failing-server.toml",
+        "[servers.bad]\ncommand = \"/nonexistent/prog\"\n[cache]\nenabled = false\n",
+    );
+    let out = run(&["status", "--config", &config]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("bad     failed"), "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("WARN"), "{err}");
+    assert!(err.contains("server(s) failed: bad"), "{err}");
+    let out = run(&["catalog", "--config", &config]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("WARN"), "{err}");
+    assert!(
+        err.contains(
+            "1 server did not start, the catalog above lacks its tools:\n  bad: cannot run"
+        ),
+        "{err}"
+    );
+    // -v still shows the log.
+    let err =
+        String::from_utf8_lossy(&run(&["status", "-v", "--config", &config]).stderr).into_owned();
+    assert!(err.contains("WARN"), "{err}");
+}
+
+#[test]
+fn text_that_is_not_utf8_is_named_with_its_line_and_byte() {
+    let dir = std::env::temp_dir().join(format!("toolshelf-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).expect("write");
+        path.display().to_string()
+    };
+    let catalog = write(
+        "latin.json",
+        b"[{\"name\": \"Read\",\n \"description\": \"caf\xe9\"}]",
+    );
+    let config = write("latin.toml", b"[defer]\nwindow = 1000 # caf\xe9\n");
+    let template = write("latin.star", b"part('caf\xe9')");
+    let queries = write(
+        "latin-q.jsonl",
+        b"{\"query\": \"caf\xe9\", \"gold\": [\"Read\"]}\n",
+    );
+    for (args, says) in [
+        (
+            vec!["render", "--catalog", &catalog],
+            format!(
+                "{catalog}:2: not valid UTF-8 (byte 38 of the file); the catalog must be UTF-8 text"
+            ),
+        ),
+        (
+            vec!["render", "--config", &config],
+            format!(
+                "{config}:2: not valid UTF-8 (byte 27 of the file); the config must be UTF-8 text"
+            ),
+        ),
+        (
+            vec!["check-template", &template],
+            format!(
+                "{template}:1: not valid UTF-8 (byte 9 of the file); the template must be UTF-8 text"
+            ),
+        ),
+        (
+            vec!["eval", "--queries", &queries],
+            format!(
+                "{queries}:1: not valid UTF-8 (byte 14 of the file); the queries must be UTF-8 text"
+            ),
+        ),
+    ] {
+        let (code, err) = status_and_err(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(&says), "{args:?}: {err}");
+        assert!(!err.contains("stream"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bad_values_and_files_are_said_in_plain_words() {
+    let window = temp_file("window-neg.toml", "[defer]\nwindow = -5\n");
+    let rules = temp_file("rules-str.toml", "[defer]\nrules = \"NoDefer(x)\"\n");
+    let ttl = temp_file("ttl-str.toml", "[session]\nactivation_ttl_turns = \"x\"\n");
+    let empty = temp_file("empty-catalog.json", "");
+    let dir = std::env::temp_dir().join(format!("toolshelf-cli-catdir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = dir.display().to_string();
+    let words = temp_file("words.jsonl", "not json\n");
+    for (args, says) in [
+        (
+            vec!["render", "--config", &window],
+            "expected a whole number of at least 0, found -5".to_owned(),
+        ),
+        (
+            vec!["render", "--config", &rules],
+            "expected a list [...], found the string \"NoDefer(x)\"".to_owned(),
+        ),
+        (
+            vec!["render", "--config", &ttl],
+            "expected a whole number of at least 0, found the string \"x\"".to_owned(),
+        ),
+        (
+            vec!["render", "--catalog", &empty],
+            format!("{empty}: not valid JSON: it is empty (no JSON value)"),
+        ),
+        (
+            vec!["render", "--catalog", &dir],
+            format!("cannot read catalog {dir}: it is a directory, not a file"),
+        ),
+        (
+            vec!["eval", "--queries", &words],
+            format!("{words}:1: not valid JSON: a bare word that is not true, false or null"),
+        ),
+    ] {
+        let (code, err) = status_and_err(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(&says), "{args:?}: {err}");
+        for jargon in ["u64", "sequence", "EOF", "os error", "ident"] {
+            assert!(!err.contains(jargon), "{args:?}: {err}");
         }
     }
 }

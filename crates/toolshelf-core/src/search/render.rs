@@ -445,7 +445,26 @@ fn exact(
 
 /// `"text"`, cut: the model's own words are echoed back, but never at length.
 fn quote(text: &str) -> String {
-    format!("{:?}", cut(text, 80))
+    plain_quote(&cut(text, 80))
+}
+
+/// `text` between plain double quotes, as it is: no escapes, so `read "x"` reads `"read "x""`
+/// and `C:\Users` keeps one backslash. A line break or tab becomes a space and any other control
+/// character (or a bidirectional override, which would reorder the line around it) becomes
+/// U+FFFD, so the quote stays on its line and shows what it holds.
+pub fn plain_quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        out.push(match c {
+            '\n' | '\r' | '\t' | '\u{0b}' | '\u{0c}' | '\u{85}' | '\u{2028}' | '\u{2029}' => ' ',
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '\u{fffd}',
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        });
+    }
+    out.push('"');
+    out
 }
 
 /// The first few items, quoted and cut, and how many more there were.

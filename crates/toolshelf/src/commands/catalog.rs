@@ -20,7 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    init_logging("warn");
+    init_logging(super::serve::ONE_SHOT_LOG);
     let settings = args.source.one_shot()?;
     let (catalog, statuses) = runtime()?.block_on(async move {
         let hub = Hub::start(settings)?;
@@ -36,9 +36,10 @@ pub fn run(args: Args) -> Result<()> {
         .map(|s| format!("{}: {}", s.name, s.reason.as_deref().unwrap_or("failed")))
         .collect();
     if !failed.is_empty() {
+        let servers = super::count(failed.len(), "server", "servers");
+        let their = if failed.len() == 1 { "its" } else { "their" };
         return Err(super::Finding(format!(
-            "{} server(s) did not start, the catalog above lacks their tools:\n  {}",
-            failed.len(),
+            "{servers} did not start, the catalog above lacks {their} tools:\n  {}",
             failed.join("\n  ")
         ))
         .into());

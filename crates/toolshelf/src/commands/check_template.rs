@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use toolshelf_core::Config;
+use toolshelf_core::search::render::plain_quote;
 use toolshelf_core::template::{self, SessionValues};
 
 use super::{outln, print_json};
@@ -72,15 +73,13 @@ fn string_of(v: Option<&Value>, key: &str) -> Result<Option<String>> {
 
 /// Runs the check; `Ok(false)` when anything was found or the render failed.
 pub fn run(args: Args) -> Result<bool> {
-    let source = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read template {}", args.file.display()))?;
+    let source = crate::inputs::read_text(&args.file, "template")?;
     let owner = args.file.display().to_string();
     let mut pkg = sample_pkg();
     // As a session would have it: [template] workspace, else the directory toolshelf runs in.
     let mut configured = None;
     if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config {}", path.display()))?;
+        let text = crate::inputs::read_text(path, "config")?;
         let config = Config::from_toml_str(&text, &path.display().to_string())?;
         // The values the gateway would refuse are refused here too.
         toolshelf_core::template::Templates::new(&config)
@@ -106,15 +105,25 @@ pub fn run(args: Args) -> Result<bool> {
         let text = if vars.trim_start().starts_with('{') {
             vars.clone()
         } else {
-            std::fs::read_to_string(vars).with_context(|| format!("cannot read --vars {vars}"))?
+            crate::inputs::read_text(std::path::Path::new(vars), "--vars file")?
         };
-        let v: Value = serde_json::from_str(&text).context("--vars is not valid JSON")?;
+        // As strict as a catalog: an object that gives a key twice is refused, not read as its
+        // last value.
+        let v: Value = toolshelf_core::json::parse(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "--vars is not valid JSON: {}",
+                toolshelf_core::json::in_words(&e, &text, false)
+            )
+        })?;
         let Value::Object(top) = v else {
             bail!("--vars must be a JSON object {{\"pkg\": {{...}}, \"session\": {{...}}}}");
         };
         for key in top.keys() {
             if key != "pkg" && key != "session" {
-                bail!("--vars: unknown key {key:?} (expected \"pkg\" and \"session\")");
+                bail!(
+                    "--vars: unknown key {} (expected \"pkg\" and \"session\")",
+                    plain_quote(key)
+                );
             }
         }
         match top.get("pkg") {
@@ -143,12 +152,24 @@ pub fn run(args: Args) -> Result<bool> {
     }
     for p in &args.pkg {
         let Some((name, value)) = p.split_once('=') else {
-            bail!("--pkg {p:?}: expected NAME=VALUE");
+            bail!("--pkg {}: expected NAME=VALUE", plain_quote(p));
         };
         if name.trim().is_empty() {
-            bail!("--pkg {p:?}: the NAME before `=` is empty; expected NAME=VALUE");
+            bail!(
+                "--pkg {}: the NAME before `=` is empty; expected NAME=VALUE",
+                plain_quote(p)
+            );
         }
-        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
+        // Text that is not JSON is a string; JSON that gives a key twice is refused.
+        let value = match toolshelf_core::json::parse(value) {
+            Ok(v) => v,
+            Err(e) if e.is_data() => bail!(
+                "--pkg {}: {}",
+                plain_quote(p),
+                toolshelf_core::json::in_words(&e, value, true)
+            ),
+            Err(_) => Value::String(value.to_owned()),
+        };
         pkg.insert(name.to_owned(), value);
     }
     if args.mode.is_some() {
@@ -186,15 +207,18 @@ pub fn run(args: Args) -> Result<bool> {
                 outln!("{owner}: ok; renders to:");
             } else {
                 outln!(
-                    "{owner}: {} refused access(es); with these sample values it renders to:",
-                    findings.len()
+                    "{owner}: {}; with these sample values it renders to:",
+                    super::count(findings.len(), "refused access", "refused accesses")
                 );
             }
             outln!("{text}");
         }
         // A failure already listed as a finding is not said twice.
         Err(e) if findings.iter().any(|f| f.message == e.to_string()) => {
-            outln!("{owner}: {} refused access(es)", findings.len());
+            outln!(
+                "{owner}: {}",
+                super::count(findings.len(), "refused access", "refused accesses")
+            );
         }
         Err(e) => outln!("{e}"),
     }

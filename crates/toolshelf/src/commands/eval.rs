@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use toolshelf_core::search::SearchIndex;
+use toolshelf_core::search::render::plain_quote;
 use toolshelf_core::{Resolution, State};
 
 use super::{errln, outln, print_json};
@@ -17,7 +18,8 @@ use crate::inputs::Source;
 pub struct Args {
     #[command(flatten)]
     source: Source,
-    /// JSON lines: {"query": "...", "gold": ["tool", ...]} (gold names bare or canonical).
+    /// JSON lines: {"query": "...", "gold": ["tool", ...]}. A gold name may be canonical, bare,
+    /// original, or mcp__<original server>__<original tool>.
     #[arg(long, value_name = "FILE.jsonl")]
     queries: PathBuf,
     /// Print one JSON object.
@@ -149,7 +151,8 @@ fn load_cases(
                 match resolution {
                     // Hidden by the mode or a deny rule: no search can find it.
                     Resolution::Exact(i) | Resolution::Bare(i) => errln!(
-                        "toolshelf: warning: {at}: gold {g:?} ({}) is hidden by the active mode or a deny rule, so no search can find it (counted as a miss)",
+                        "toolshelf: warning: {at}: gold {} ({}) is hidden by the active mode or a deny rule, so no search can find it (counted as a miss)",
+                        plain_quote(g),
                         loaded.catalog.tools()[i].name
                     ),
                     // Which of them the set means cannot be told: scoring one would be a guess.
@@ -159,12 +162,14 @@ fn load_cases(
                             .map(|&i| loaded.catalog.tools()[i].name.as_str())
                             .collect();
                         errln!(
-                            "toolshelf: warning: {at}: gold {g:?} names several tools ({}); give the canonical name (counted as a miss)",
+                            "toolshelf: warning: {at}: gold {} names several tools ({}); give the canonical name (counted as a miss)",
+                            plain_quote(g),
                             names.join(", ")
                         );
                     }
                     Resolution::NotFound => errln!(
-                        "toolshelf: warning: {at}: gold {g:?} is not in the catalog (counted as a miss)"
+                        "toolshelf: warning: {at}: gold {} is not in the catalog (counted as a miss)",
+                        plain_quote(g)
                     ),
                 }
             }
@@ -326,9 +331,9 @@ pub fn run(args: Args) -> Result<()> {
         return print_json(&result);
     }
     outln!(
-        "{} queries over {} tools ({})",
-        cases.len(),
-        index.len(),
+        "{} over {} ({})",
+        super::count(cases.len(), "query", "queries"),
+        super::count(index.len(), "tool", "tools"),
         args.queries.display()
     );
     outln!(
@@ -349,8 +354,9 @@ pub fn run(args: Args) -> Result<()> {
         for (k, b) in m {
             let q = b.queries.max(1) as f64;
             outln!(
-                "  {k:<11} {:>6} queries  recall@1 {:.3}  @5 {:.3}  @10 {:.3}",
+                "  {k:<11} {:>6} {:<7}  recall@1 {:.3}  @5 {:.3}  @10 {:.3}",
                 b.queries,
+                if b.queries == 1 { "query" } else { "queries" },
                 b.recall[0] / q,
                 b.recall[2] / q,
                 b.recall[3] / q
@@ -358,23 +364,36 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     for m in &misses {
-        outln!("miss: {} (recall@10 {})", m["query"], m["recall10"]);
-        for g in m["gold"].as_array().into_iter().flatten() {
-            outln!(
-                "  gold {} at rank {}: {}",
-                g["name"],
-                g["rank"],
-                g["reason"]
-            );
-        }
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
         outln!(
-            "  first instead: {} ({})",
-            m["first"]["name"],
-            m["first"]["reason"]
+            "miss: {} (recall@10 {})",
+            plain_quote(&text(&m["query"])),
+            m["recall10"]
         );
+        for g in m["gold"].as_array().into_iter().flatten() {
+            match g["rank"].as_u64() {
+                Some(rank) => outln!(
+                    "  gold {} at rank {rank}: {}",
+                    text(&g["name"]),
+                    text(&g["reason"])
+                ),
+                None => outln!("  gold {} not ranked: {NOT_RANKED}", text(&g["name"])),
+            }
+        }
+        match m["first"].as_object() {
+            Some(first) => outln!(
+                "  first instead: {} ({})",
+                text(&first["name"]),
+                text(&first["reason"])
+            ),
+            None => outln!("  first instead: nothing (no tool shares a word with the query)"),
+        }
     }
     Ok(())
 }
+
+/// Why a gold tool has no rank: [`miss`] looks no further than this.
+const NOT_RANKED: &str = "not among the first 1,000 hits (or no shared word)";
 
 /// One miss, explained: every gold tool's rank (within the first 1,000) and reason, and what
 /// ranked first.
@@ -386,7 +405,7 @@ fn miss(index: &SearchIndex, loaded: &crate::inputs::Loaded, case: &Case, recall
         .iter()
         .map(|&g| match hits.iter().position(|h| h.index == g) {
             Some(r) => json!({"name": tools[g].name, "rank": r + 1, "reason": hits[r].reason}),
-            None => json!({"name": tools[g].name, "rank": null, "reason": "not among the first 1,000 hits (or no shared word)"}),
+            None => json!({"name": tools[g].name, "rank": null, "reason": NOT_RANKED}),
         })
         .collect();
     json!({

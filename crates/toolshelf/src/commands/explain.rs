@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use serde_json::json;
+use toolshelf_core::search::render::plain_quote;
 use toolshelf_core::{Error, Resolution, name};
 
 use super::{outln, print_json};
@@ -31,8 +32,8 @@ pub fn run(args: Args) -> Result<()> {
         Resolution::Ambiguous(c) => {
             let names: Vec<&str> = c.iter().map(|&i| tools[i].name.as_str()).collect();
             return Err(super::Finding(format!(
-                "{:?} names several tools; give one of: {}",
-                args.name,
+                "{} names several tools; give one of: {}",
+                plain_quote(&args.name),
                 names.join(", ")
             ))
             .into());
@@ -79,14 +80,14 @@ pub fn run(args: Args) -> Result<()> {
     match &t.original_server {
         Some(orig) => {
             outln!(
-                "  original:  tool {:?} of server {:?}",
-                t.original_name,
-                orig
+                "  original:  tool {} of server {}",
+                plain_quote(&t.original_name),
+                plain_quote(orig)
             );
         }
         None => outln!(
-            "  original:  {:?} ({})",
-            t.original_name,
+            "  original:  {} ({})",
+            plain_quote(&t.original_name),
             serde_json::to_value(t.origin)?.as_str().unwrap_or("")
         ),
     }

@@ -26,13 +26,14 @@ pub struct Args {
     /// the all-resident surface would have cost.
     #[arg(long, value_name = "FILE.jsonl")]
     transcript: Option<std::path::PathBuf>,
-    /// With --transcript: the fixed instruction of every request.
-    #[arg(long, value_name = "TEXT", default_value = "You are a helpful agent.")]
-    system: String,
-    /// With --transcript: the ranker of the replayed tool_search (hybrid, as the gateway and
-    /// the proxy search).
-    #[arg(long, value_enum, default_value_t)]
-    ranker: super::search::Ranker,
+    /// With --transcript only: the fixed instruction of every request (default: "You are a
+    /// helpful agent.").
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+    /// With --transcript only: the ranker of the replayed tool_search (default: hybrid, as the
+    /// gateway and the proxy search).
+    #[arg(long, value_enum)]
+    ranker: Option<super::search::Ranker>,
 }
 
 fn thousands(n: i64) -> String {
@@ -54,6 +55,25 @@ fn pct(x: f64) -> String {
 pub fn run(args: Args) -> Result<()> {
     if let Some(transcript) = &args.transcript {
         return session(&args, transcript);
+    }
+    // The one-turn account replays nothing: an option of the replay would be silently ignored.
+    for (given, option, sets) in [
+        (
+            args.system.is_some(),
+            "--system",
+            "the instruction of each replayed request",
+        ),
+        (
+            args.ranker.is_some(),
+            "--ranker",
+            "the ranker of the replayed tool_search",
+        ),
+    ] {
+        if given {
+            anyhow::bail!(
+                "{option} needs --transcript: it sets {sets}, and without a transcript ledger accounts one turn and replays nothing; give --transcript FILE.jsonl, or leave {option} out"
+            );
+        }
     }
     let l = args.source.load()?;
     if let Some(note) = args.source.example_catalog_note(l.config()) {
@@ -193,8 +213,11 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
             Api::OpenAiChat => super::ApiArg::Openai,
             Api::OpenAiResponses => super::ApiArg::OpenaiResponses,
         },
-        system: args.system.clone(),
-        ranker: args.ranker,
+        system: args
+            .system
+            .clone()
+            .unwrap_or_else(|| super::replay::DEFAULT_SYSTEM.to_owned()),
+        ranker: args.ranker.unwrap_or_default(),
         explain: false,
         json: false,
     };
@@ -266,11 +289,11 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
         }));
     }
     outln!(
-        "toolshelf ledger: {} replayed over {} ({} format), {} requests",
+        "toolshelf ledger: {} replayed over {} ({} format), {}",
         transcript.display(),
         l.catalog.source_name(),
         api.name(),
-        turns.len()
+        super::count(turns.len(), "request", "requests")
     );
     outln!();
     outln!(

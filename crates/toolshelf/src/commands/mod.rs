@@ -99,6 +99,11 @@ impl From<ApiArg> for toolshelf_core::request::Api {
     }
 }
 
+/// `n` with the noun in the number it needs: `1 pair`, `2 pairs`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Prints a JSON value, pretty, with a trailing newline.
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?);

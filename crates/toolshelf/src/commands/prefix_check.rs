@@ -242,22 +242,6 @@ pub fn run(args: Args) -> Result<bool> {
             outln!("{}→{} ok", p.from, p.to);
             continue;
         };
-        let verb = if b.section == "tools" {
-            "differ"
-        } else {
-            "differs"
-        };
-        let mut line = if b.later.is_empty() {
-            format!(
-                "{}→{} {} is missing from the later request",
-                p.from, p.to, b.section
-            )
-        } else {
-            format!(
-                "{}→{} {} {verb} at byte {}: {:?} vs {:?}",
-                p.from, p.to, b.section, b.offset, b.earlier, b.later
-            )
-        };
         let reported = match b.section.as_str() {
             "model" | "tool_choice" | "thinking" => "settings",
             "system" => "system",
@@ -274,14 +258,39 @@ pub fn run(args: Args) -> Result<bool> {
         .filter(|&(bad, name)| bad && name != reported)
         .map(|(_, name)| name)
         .collect();
-        if !also.is_empty() {
-            line.push_str(&format!(" (also broken: {})", also.join(", ")));
+        let also = if also.is_empty() {
+            String::new()
+        } else {
+            format!(" (also broken: {})", also.join(", "))
+        };
+        if b.later.is_empty() {
+            outln!(
+                "{}→{} {} is missing from the later request{also}",
+                p.from,
+                p.to,
+                b.section
+            );
+            continue;
         }
-        outln!("{line}");
+        let verb = if b.section == "tools" {
+            "differ"
+        } else {
+            "differs"
+        };
+        // Each excerpt as it is (canonical JSON, so one line), the later under the earlier: the
+        // bytes before the offset are the same in both, so the first difference is in one column.
+        let head = format!(
+            "{}→{} {} {verb} at byte {}{also}: ",
+            p.from, p.to, b.section, b.offset
+        );
+        let indent = head.chars().count();
+        outln!("{head}earlier {}", b.earlier);
+        outln!("{:indent$}later   {}", "", b.later);
     }
     outln!(
-        "{requests} requests, {} pairs: {}",
-        pairs.len(),
+        "{}, {}: {}",
+        super::count(requests, "request", "requests"),
+        super::count(pairs.len(), "pair", "pairs"),
         if broken == 0 {
             "every request keeps the previous one's prefix".to_owned()
         } else {

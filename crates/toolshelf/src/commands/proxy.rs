@@ -49,8 +49,7 @@ pub fn run(args: Args) -> Result<()> {
     super::serve::init_logging("warn,toolshelf::proxy=info,toolshelf_proxy=info");
     let (mut config, label) = match &args.config {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read config {}", p.display()))?;
+            let text = crate::inputs::read_text(p, "config")?;
             let name = p.display().to_string();
             (Config::from_toml_str(&text, &name)?, name)
         }

@@ -7,13 +7,17 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
+use toolshelf_core::invoke::RefusalKind;
 use toolshelf_core::replay::{Replay, Transcript, TurnReport, explain_line, parse_transcript};
 use toolshelf_core::search::SearchIndex;
 
 use super::search::{Ranker, attach_ranker};
 use super::{ApiArg, errln, outln};
 use crate::inputs::{Loaded, Source};
+
+/// The fixed instruction of a replayed request when none is given.
+pub const DEFAULT_SYSTEM: &str = "You are a helpful agent.";
 
 /// Arguments of `replay`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +33,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t)]
     pub format: ApiArg,
     /// The fixed instruction (`system`, the first system message, or `instructions`).
-    #[arg(long, value_name = "TEXT", default_value = "You are a helpful agent.")]
+    #[arg(long, value_name = "TEXT", default_value = DEFAULT_SYSTEM)]
     pub system: String,
     /// Ranker for tool_search (hybrid, as the gateway and the proxy search).
     #[arg(long, value_enum, default_value_t)]
@@ -47,20 +51,7 @@ pub struct Args {
 /// Reads a transcript file; invalid UTF-8 is named by its line, and so is an object that gives a
 /// key twice (`{"user": "a", "user": "b"}`), which [`parse_transcript`] refuses.
 pub fn read_transcript(path: &Path) -> Result<Transcript> {
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read transcript {}", path.display()))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        let valid = e.utf8_error().valid_up_to();
-        let line = e.as_bytes()[..valid]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1;
-        anyhow::anyhow!(
-            "{}:{line}: not valid UTF-8 (byte {valid} of the file); a transcript is UTF-8 text",
-            path.display()
-        )
-    })?;
+    let text = crate::inputs::read_text(path, "transcript")?;
     parse_transcript(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
 }
 
@@ -145,9 +136,95 @@ pub fn run(args: Args) -> Result<()> {
     replay(&args, &loaded, &transcript, !args.explain, &mut |_, r| {
         match (args.explain, args.json) {
             (false, _) => outln!("{}", r.body),
-            (true, false) => outln!("{}", explain_line(&r)),
+            (true, false) => outln!("{}", explain_line(&in_words(r))),
             (true, true) => outln!("{}", serde_json::to_string(&r)?),
         }
         Ok(())
     })
+}
+
+/// `report` with each refused call's kind in words (`Read: invalid arguments`) instead of its
+/// code (`Read: invalid`), for the text of `--explain`; `--json` keeps the codes, as the audit
+/// log has them.
+fn in_words(mut report: TurnReport) -> TurnReport {
+    for entry in &mut report.refused {
+        if let Some((name, code)) = entry.rsplit_once(": ")
+            && let Some(kind) = REFUSAL_KINDS.iter().find(|k| k.as_str() == code)
+        {
+            *entry = format!("{name}: {}", refusal_words(*kind));
+        }
+    }
+    report
+}
+
+/// Every kind of refusal, for reading a code back.
+const REFUSAL_KINDS: [RefusalKind; 16] = [
+    RefusalKind::BadArguments,
+    RefusalKind::MetaTool,
+    RefusalKind::Unknown,
+    RefusalKind::Hidden,
+    RefusalKind::Ambiguous,
+    RefusalKind::Gone,
+    RefusalKind::NotRunnable,
+    RefusalKind::NotLoaded,
+    RefusalKind::Expired,
+    RefusalKind::Invalid,
+    RefusalKind::SchemaBroken,
+    RefusalKind::Denied,
+    RefusalKind::NotApproved,
+    RefusalKind::DeniedByHook,
+    RefusalKind::InvalidAfterHook,
+    RefusalKind::AuditUnavailable,
+];
+
+/// A refusal's kind in words.
+fn refusal_words(kind: RefusalKind) -> &'static str {
+    match kind {
+        RefusalKind::BadArguments => "malformed defer_execute arguments",
+        RefusalKind::MetaTool => "a meta-tool, which defer_execute does not run",
+        RefusalKind::Unknown => "unknown name (no visible tool has it)",
+        RefusalKind::Hidden => "hidden from this session",
+        RefusalKind::Ambiguous => "ambiguous name (several tools have it)",
+        RefusalKind::Gone => "gone (its server no longer offers it)",
+        RefusalKind::NotRunnable => "not runnable here",
+        RefusalKind::NotLoaded => "not loaded (its schema was not shown yet: search for it first)",
+        RefusalKind::Expired => "activation expired (search for it again)",
+        RefusalKind::Invalid => "invalid arguments (they do not fit its schema)",
+        RefusalKind::SchemaBroken => "its schema does not compile",
+        RefusalKind::Denied => "denied by a permission rule",
+        RefusalKind::NotApproved => "not approved",
+        RefusalKind::DeniedByHook => "denied by a pre-call hook",
+        RefusalKind::InvalidAfterHook => "invalid arguments after a hook rewrote them",
+        RefusalKind::AuditUnavailable => "the audit log cannot be written",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_code_reads_in_words() {
+        for kind in REFUSAL_KINDS {
+            let report = TurnReport {
+                turn: 1,
+                body: String::new(),
+                bytes: Default::default(),
+                reminders: Vec::new(),
+                activated: Vec::new(),
+                expired: Vec::new(),
+                refused: vec![format!("mcp__a__b: {}", kind.as_str())],
+                injected: Vec::new(),
+            };
+            let line = explain_line(&in_words(report));
+            assert!(
+                line.contains(&format!("refused: mcp__a__b: {}", refusal_words(kind))),
+                "{line}"
+            );
+            assert_ne!(refusal_words(kind), kind.as_str());
+        }
+        let codes: std::collections::BTreeSet<&str> =
+            REFUSAL_KINDS.iter().map(|k| k.as_str()).collect();
+        assert_eq!(codes.len(), REFUSAL_KINDS.len(), "each kind once");
+    }
 }

@@ -24,8 +24,10 @@ pub struct Args {
     /// suggestions the model would get, and the command then exits with status 1.
     #[arg(long, short = 'n', value_name = "NAME")]
     name: Vec<String>,
-    /// JSON lines file of requests, {"query": "..."} or {"queries": [...]}; one JSON result
-    /// line each, {"hits": [...]}, with or without --json.
+    /// JSON lines file of requests, {"query": "..."} or {"queries": [...]} (other keys, such as
+    /// an eval set's "gold", are ignored); one JSON line each, {"line", "hits": [...]}, `line`
+    /// being the input line it answers, with or without --json. Every line is checked before
+    /// any is answered.
     #[arg(long, value_name = "FILE.jsonl")]
     batch: Option<PathBuf>,
     /// Maximum number of fuzzy hits, at least 1 (capped at [search] max_limit, except in

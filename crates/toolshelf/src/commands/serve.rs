@@ -50,8 +50,7 @@ impl GatewaySource {
         let mut labels = Vec::new();
         let mut config = match &self.config {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read config {}", p.display()))?;
+                let text = crate::inputs::read_text(p, "config")?;
                 // A copy of the bundled example is the bundled example: `status --config
                 // examples/gateway.toml` finds the gateway `serve` started without one.
                 labels.push(if text == EXAMPLE_GATEWAY_CONFIG {
@@ -68,8 +67,7 @@ impl GatewaySource {
             None => Config::default(),
         };
         if let Some(p) = &self.mcp_config {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read MCP config {}", p.display()))?;
+            let text = crate::inputs::read_text(p, "MCP config")?;
             let name = p.display().to_string();
             let (servers, warnings) = Config::servers_from_mcp_json(&text, &name)?;
             for w in warnings {
@@ -193,8 +191,7 @@ pub struct ScriptsServerArgs {
 /// Serves a configuration's script tools over stdio.
 pub fn run_scripts_server(args: ScriptsServerArgs) -> Result<()> {
     init_logging("warn");
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("cannot read config {}", args.config.display()))?;
+    let text = crate::inputs::read_text(&args.config, "config")?;
     let config = Config::from_toml_str(&text, &args.config.display().to_string())?;
     let dir = args.config.parent().unwrap_or(Path::new("/")).to_owned();
     let sources = toolshelf_gateway::scripts::sources(&config, &dir)?;
@@ -290,6 +287,11 @@ pub fn init_logging(default: &str) {
         .with_ansi(false)
         .try_init();
 }
+
+/// The log filter of the one-shot gateway commands (`status`, `catalog`) without `-v`: warnings,
+/// except a server's state changes (failed to start, connection closed), which their table or
+/// error already gives with the reason; a second, raw line for each would only repeat it.
+pub const ONE_SHOT_LOG: &str = "warn,toolshelf_gateway::downstream=error";
 
 /// A Tokio runtime for the gateway commands.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {

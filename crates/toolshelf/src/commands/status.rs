@@ -32,7 +32,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    init_logging("warn");
+    init_logging(super::serve::ONE_SHOT_LOG);
     let mut settings = args.source.one_shot()?;
     let running = if settings.config.cache.enabled {
         running_gateways(&cache_dir(&settings.config)?, &settings.label)
