@@ -873,11 +873,19 @@ fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), S
             continue;
         }
         if results > calls {
-            return Err(format!(
-                "{}: a result with no call before it to answer ({calls} call(s) from {} are followed by {results} results)",
-                at(i + calls + calls),
-                at(i)
-            ));
+            let first = at(i + calls + calls);
+            return Err(match (calls, results) {
+                (0, _) => format!("{first}: a result with no call before it to answer"),
+                (c, r) => format!(
+                    "{first}: a result with no call before it to answer (from {}, {} followed by {r} results)",
+                    at(i),
+                    if c == 1 {
+                        "1 call is".to_owned()
+                    } else {
+                        format!("{c} calls are")
+                    },
+                ),
+            });
         }
         i += calls + results;
     }

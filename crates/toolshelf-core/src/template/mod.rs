@@ -195,7 +195,12 @@ impl fmt::Display for TemplateErrorKind {
             Self::Limit(m) => write!(f, "stopped: {m}"),
             Self::NotText(ty) => write!(
                 f,
-                "its value is a {ty}, not text: end with a string expression or assign `description = ...`"
+                "its value is {} {ty}, not text: end with a string expression or assign `description = ...`",
+                if ty.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                }
             ),
             Self::NoValue => write!(
                 f,

@@ -371,3 +371,17 @@ fn a_script_schema_with_nan_is_refused_not_turned_into_null() {
     let e = script_definition(source, "s", &pkg(), &session()).expect_err("NaN");
     assert!(e.to_string().contains("NaN or infinite"), "{e}");
 }
+
+#[test]
+fn a_value_that_is_not_text_is_named_with_its_article() {
+    let e = run("1").expect_err("an int is not text");
+    assert!(
+        e.to_string().contains("its value is an int, not text"),
+        "{e}"
+    );
+    let e = run("[1]").expect_err("a list is not text");
+    assert!(
+        e.to_string().contains("its value is a list, not text"),
+        "{e}"
+    );
+}
