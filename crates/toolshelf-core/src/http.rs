@@ -1,10 +1,11 @@
-//! What the HTTP listener (`serve --http`, `[http]`) accepts: origins, hosts, how many sessions,
-//! and how long an idle one lives.
+//! What the HTTP listeners (`serve --http` and `proxy`, `[http]`) accept: origins, hosts, how
+//! many sessions, and how long an idle one lives.
 //!
-//! Parsing and matching live here, with no I/O, so the configuration check and the gateway's
-//! request guard read `allowed_origins` and `allowed_hosts` the same way. Loopback origins and
-//! hosts are always accepted (the listener is for local clients; the lists only add to that),
-//! which is what the MCP transport's defence against DNS rebinding asks for.
+//! Parsing and matching live here, with no I/O, so the configuration check, the gateway's request
+//! guard and the proxy's read `allowed_origins` and `allowed_hosts` the same way
+//! ([`Listener::check`]). Loopback origins and hosts are always accepted (the listener is for
+//! local clients; the lists only add to that), which is what the MCP transport's defence against
+//! DNS rebinding asks for. Sessions and idle time are the gateway's only.
 //!
 //! `session_idle_secs` is tied to the timeouts because a session's idle timer runs on while a
 //! tool call is silent: a session closed as idle in the middle of a call loses its answer. So the
@@ -52,6 +53,44 @@ struct AllowedHost {
     port: Port,
 }
 
+/// Why the listener's header checks refuse a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// More than one header of this name (`Host` or `Origin`): a server reading only the first
+    /// would judge another value than the one a later reader uses.
+    Repeated(&'static str),
+    /// An `Origin` that is neither loopback nor in `allowed_origins`.
+    Origin(String),
+    /// A `Host` that is neither loopback nor in `allowed_hosts`.
+    Host(String),
+}
+
+impl Refusal {
+    /// The HTTP status of the refusal: 400 for a repeated header, else 403.
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::Repeated(_) => 400,
+            Refusal::Origin(_) | Refusal::Host(_) => 403,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Repeated(name) => write!(f, "more than one {name} header"),
+            Refusal::Origin(origin) => write!(
+                f,
+                "Origin {origin:?} is not allowed; toolshelf accepts loopback origins and those in [http] allowed_origins"
+            ),
+            Refusal::Host(host) => write!(
+                f,
+                "Host {host:?} is not allowed; toolshelf accepts loopback hosts and those in [http] allowed_hosts"
+            ),
+        }
+    }
+}
+
 /// The listener's checks, compiled from `[http]`.
 #[derive(Debug, Clone)]
 pub struct Listener {
@@ -75,11 +114,6 @@ fn default_port(scheme: &str) -> Option<u16> {
 pub fn is_loopback(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost") || host == "127.0.0.1" || host == "::1"
-}
-
-/// Whether a `Host` header (`host[:port]`, `[v6]:port`) names a loopback host.
-pub fn is_loopback_authority(header: &str) -> bool {
-    split_authority(header).is_some_and(|(host, _)| is_loopback(&host))
 }
 
 /// Splits `host[:port]` (`[v6]:port` for IPv6); the port stays text (`*` is allowed in lists).
@@ -347,6 +381,29 @@ impl Listener {
                 .any(|a| a.host == host && a.port.matches(port))
     }
 
+    /// Whether a request with these `Host` and `Origin` header values (every value of each, as
+    /// received; none when absent) may be served. Repeated headers are refused first, then the
+    /// origin, then the host.
+    pub fn check(&self, hosts: &[String], origins: &[String]) -> Result<(), Refusal> {
+        if hosts.len() > 1 {
+            return Err(Refusal::Repeated("Host"));
+        }
+        if origins.len() > 1 {
+            return Err(Refusal::Repeated("Origin"));
+        }
+        if let Some(origin) = origins.first()
+            && !self.origin_allowed(origin)
+        {
+            return Err(Refusal::Origin(origin.clone()));
+        }
+        if let Some(host) = hosts.first()
+            && !self.host_allowed(host)
+        {
+            return Err(Refusal::Host(host.clone()));
+        }
+        Ok(())
+    }
+
     /// Every accepted origin in rmcp's `allowed_origins` syntax (ports explicit), loopback ones
     /// included, for rmcp's own check behind this one.
     pub fn rmcp_origins(&self) -> Vec<String> {
@@ -478,6 +535,38 @@ mod tests {
         for bad in ["evil.example", "box:9", "box", "gw.internal:x", "::1", ""] {
             assert!(!l.host_allowed(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_request_is_checked_for_repeats_then_origin_then_host() {
+        let l = listener("[http]\nallowed_hosts = [\"gw.internal\"]").expect("valid");
+        let v = |xs: &[&str]| xs.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert_eq!(l.check(&v(&["gw.internal:9"]), &v(&[])), Ok(()));
+        assert_eq!(l.check(&v(&[]), &v(&["http://localhost:3000"])), Ok(()));
+        let refused = l
+            .check(
+                &v(&["evil.example:8849"]),
+                &v(&["http://evil.example:8849"]),
+            )
+            .expect_err("foreign");
+        assert_eq!(refused.status(), 403);
+        assert_eq!(
+            refused.to_string(),
+            "Origin \"http://evil.example:8849\" is not allowed; toolshelf accepts loopback origins and those in [http] allowed_origins"
+        );
+        assert_eq!(
+            l.check(&v(&["evil.example:8849"]), &v(&[]))
+                .expect_err("foreign host")
+                .to_string(),
+            "Host \"evil.example:8849\" is not allowed; toolshelf accepts loopback hosts and those in [http] allowed_hosts"
+        );
+        let twice = l
+            .check(&v(&["localhost", "localhost"]), &v(&[]))
+            .expect_err("twice");
+        assert_eq!(
+            (twice.status(), twice.to_string()),
+            (400, "more than one Host header".to_owned())
+        );
     }
 
     #[test]

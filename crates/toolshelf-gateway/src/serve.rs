@@ -1,5 +1,5 @@
 //! Serving sessions: one over stdio, or many over streamable HTTP at `/mcp` (with `GET /metrics`
-//! beside it for Prometheus).
+//! beside it for Prometheus, behind `[ui] token` off loopback, as the dashboard at `/ui`).
 //!
 //! Over HTTP every client session gets its own [`GatewaySession`] (rmcp calls the factory once
 //! per session), so frozen lists and loaded tools never leak between clients while the servers
@@ -325,7 +325,9 @@ pub async fn serve_http(
         .merge(pages)
         .route(
             "/metrics",
-            axum::routing::get(move || metrics(scraped.clone())),
+            axum::routing::get(move |request: Request| {
+                metrics(scraped.clone(), local.ip().is_loopback(), request)
+            }),
         )
         .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
@@ -359,8 +361,16 @@ pub async fn serve_http(
 }
 
 /// `GET /metrics`: the Prometheus text, server states as of now; 404 when this process records
-/// no metrics.
-async fn metrics(hub: Arc<Hub>) -> Response {
+/// no metrics. It names servers and their states, so on a listener that is not loopback, with
+/// `[ui] token` set, it needs the token as the dashboard does.
+async fn metrics(hub: Arc<Hub>, loopback: bool, request: Request) -> Response {
+    if let Some(token) = hub.config().ui.token.as_deref().filter(|t| !t.is_empty())
+        && !loopback
+        && let Err(refused) =
+            toolshelf_dashboard::require_token(token, request.headers(), request.uri().query())
+    {
+        return *refused;
+    }
     crate::metrics::servers(&hub.statuses());
     match toolshelf_runtime::metrics::render() {
         Some(text) => {
@@ -391,34 +401,20 @@ struct Guard {
 /// The checks in front of rmcp (see the module documentation).
 async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
-    for (name, h) in [("Host", header::HOST), ("Origin", header::ORIGIN)] {
-        if headers.get_all(&h).iter().nth(1).is_some() {
-            return plain(
-                StatusCode::BAD_REQUEST,
-                format!("Bad Request: more than one {name} header"),
-            );
-        }
-    }
-    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
-    if let Some(origin) = headers.get(header::ORIGIN).map(text)
-        && !g.checks.origin_allowed(&origin)
+    let values = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect::<Vec<_>>()
+    };
+    if let Err(refused) = g
+        .checks
+        .check(&values(header::HOST), &values(header::ORIGIN))
     {
-        return plain(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Forbidden: Origin {origin:?} is not allowed; toolshelf accepts loopback origins and those in [http] allowed_origins"
-            ),
-        );
-    }
-    if let Some(host) = headers.get(header::HOST).map(text)
-        && !g.checks.host_allowed(&host)
-    {
-        return plain(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Forbidden: Host {host:?} is not allowed; toolshelf accepts loopback hosts and those in [http] allowed_hosts"
-            ),
-        );
+        let status = StatusCode::from_u16(refused.status()).unwrap_or(StatusCode::FORBIDDEN);
+        let reason = status.canonical_reason().unwrap_or("Refused");
+        return plain(status, format!("{reason}: {refused}"));
     }
     if request.method() != Method::POST {
         return next.run(request).await;

@@ -9,6 +9,15 @@
 //! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
 //! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
 //! `openai_upstream`; the path and query are appended to the upstream URL as they are.
+//!
+//! Every request, to any path, first meets the listener's `Host` and `Origin` checks, the
+//! gateway's ([`Listener::check`]): loopback values and those `[http] allowed_hosts` and
+//! `allowed_origins` list. A web page that reaches the port by DNS rebinding (its own name for
+//! the address) could otherwise drive the model with its own key and have the proxy run script
+//! tools and model-written tools for it. A refused API request gets the error in its API's shape.
+//!
+//! An upstream URL may carry `user:password@` (sent as basic authentication): everything that
+//! shows the URL (the status, the dashboard, logs, error bodies) shows it as `…@` ([`shown_url`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -22,6 +31,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use toolshelf_core::config::OnRewriteFailure;
+use toolshelf_core::http::{Listener, Refusal, redact_url, scrub};
 use toolshelf_core::request::Api;
 
 use crate::api::{Dialect, Streamer, Tokens};
@@ -55,6 +65,8 @@ pub struct AppState {
     /// What each recent request did, for the dashboard.
     pub events: crate::ui::Events,
     loopback: std::sync::atomic::AtomicBool,
+    /// The `Host` and `Origin` checks of `[http]`.
+    checks: Listener,
 }
 
 /// How many sessions the status page lists.
@@ -63,7 +75,13 @@ const RECENT: usize = 50;
 impl AppState {
     /// Shared state over `proxy`.
     pub fn new(proxy: Proxy) -> Arc<Self> {
+        // The configuration was compiled, which checks `[http]`; the fallback (loopback only)
+        // is never taken.
+        let checks = Listener::new(proxy.compiled.config())
+            .or_else(|_| Listener::new(&toolshelf_core::Config::default()))
+            .expect("the default [http] is valid");
         Arc::new(Self {
+            checks,
             proxy,
             recent: Mutex::new(BTreeMap::new()),
             seq: std::sync::atomic::AtomicU64::new(0),
@@ -126,7 +144,10 @@ impl AppState {
         let p = &self.proxy.compiled.config().proxy;
         json!({
             "uptime_secs": self.started.elapsed().as_secs(),
-            "upstreams": {"anthropic": p.anthropic_upstream, "openai": p.openai_upstream},
+            "upstreams": {
+                "anthropic": shown_url(&p.anthropic_upstream),
+                "openai": shown_url(&p.openai_upstream),
+            },
             "store_entries": self.proxy.store.len(),
             "session_bytes": {"mean": mean, "max": bytes.iter().max().copied().unwrap_or(0)},
             "totals": totals,
@@ -157,17 +178,79 @@ pub fn dialect_of(method: &Method, path: &str) -> Option<Dialect> {
     }
 }
 
+/// Whether a request goes to the Anthropic upstream (else to the OpenAI one).
+fn goes_to_anthropic(headers: &HeaderMap, path_and_query: &str) -> bool {
+    path_and_query.starts_with("/v1/messages")
+        || path_and_query.starts_with("/v1/complete")
+        || headers.contains_key("anthropic-version")
+}
+
 fn upstream_url(proxy: &Proxy, headers: &HeaderMap, path_and_query: &str) -> String {
     let p = &proxy.compiled.config().proxy;
-    let anthropic = path_and_query.starts_with("/v1/messages")
-        || path_and_query.starts_with("/v1/complete")
-        || headers.contains_key("anthropic-version");
-    let base = if anthropic {
+    let base = if goes_to_anthropic(headers, path_and_query) {
         &p.anthropic_upstream
     } else {
         &p.openai_upstream
     };
     format!("{}{}", base.trim_end_matches('/'), path_and_query)
+}
+
+/// `url` as the status, the dashboard, logs and error bodies show it: a `user:password@` becomes
+/// `…@` ([`redact_url`] of the scheme and authority); the path and query stay as they are.
+pub fn shown_url(url: &str) -> String {
+    let (origin, rest) = url.split_at(origin_end(url));
+    format!("{}{rest}", redact_url(origin))
+}
+
+/// Where `url`'s scheme and authority end.
+fn origin_end(url: &str) -> usize {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i)
+}
+
+/// A failure to reach `url` or to read its answer, with the URL's userinfo hidden in both parts.
+fn upstream_error(url: &str, message: &str) -> ProxyError {
+    ProxyError::Upstream {
+        url: shown_url(url),
+        message: scrub(message, Some(&url[..origin_end(url)]), &[]),
+    }
+}
+
+/// `url` did not answer within `secs`.
+fn timeout_error(url: &str, secs: u64) -> ProxyError {
+    ProxyError::Timeout {
+        url: shown_url(url),
+        secs,
+    }
+}
+
+/// The answer to a request the listener's `Host` and `Origin` checks refuse: plain text for the
+/// proxy's own pages, and for the API the error body of the API the path or headers name.
+fn refusal(own: bool, parts: &axum::http::request::Parts, why: &Refusal) -> Response {
+    let status = StatusCode::from_u16(why.status()).unwrap_or(StatusCode::FORBIDDEN);
+    if own {
+        let reason = status.canonical_reason().unwrap_or("Refused");
+        return (status, format!("{reason}: {why}")).into_response();
+    }
+    let path = parts.uri.path();
+    let dialect =
+        dialect_of(&parts.method, path).unwrap_or(if goes_to_anthropic(&parts.headers, path) {
+            Dialect(Api::Anthropic)
+        } else {
+            Dialect(Api::OpenAiChat)
+        });
+    let kind = match why {
+        Refusal::Repeated(_) => "invalid_request_error",
+        Refusal::Origin(_) | Refusal::Host(_) => "permission_error",
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        dialect.error_body(kind, &why.to_string()).to_string(),
+    )
+        .into_response()
 }
 
 /// Headers that describe one hop, not the message.
@@ -227,11 +310,10 @@ fn error_response(dialect: Option<Dialect>, e: &ProxyError) -> Response {
 /// The proxy's own endpoints besides the dashboard: never forwarded upstream.
 const OPS_PATHS: &[&str] = &["/toolshelf/status", "/metrics"];
 
-/// Why a request for one of the proxy's own pages is not served, if it is not: a method other
-/// than GET (such a request was forwarded upstream as an API call); on a loopback listener, a
-/// `Host` that is not loopback (a page of another site reaching it by DNS rebinding); and for
-/// the status and metrics, which name sessions and tools, no `[ui] token` where the dashboard
-/// needs one.
+/// Why a request for one of the proxy's own pages is not served, if it is not (past the `Host`
+/// and `Origin` checks every request meets): a method other than GET (such a request was
+/// forwarded upstream as an API call); and for the status and metrics, which name sessions and
+/// tools, no `[ui] token` where the dashboard needs one.
 fn own_page_refusal(app: &AppState, parts: &axum::http::request::Parts) -> Option<Response> {
     if parts.method != Method::GET {
         return Some(
@@ -239,19 +321,6 @@ fn own_page_refusal(app: &AppState, parts: &axum::http::request::Parts) -> Optio
                 StatusCode::METHOD_NOT_ALLOWED,
                 [(header::ALLOW, "GET")],
                 format!("{} is read with GET only", parts.uri.path()),
-            )
-                .into_response(),
-        );
-    }
-    let host = parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok());
-    if app.loopback() && host.is_some_and(|h| !toolshelf_core::http::is_loopback_authority(h)) {
-        return Some(
-            (
-                StatusCode::FORBIDDEN,
-                "a proxy on a loopback address serves its own pages to a loopback Host only",
             )
                 .into_response(),
         );
@@ -275,7 +344,21 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
     let path = parts.uri.path();
     let own = path == "/ui" || path.starts_with("/ui/") || OPS_PATHS.contains(&path);
+    let values = |name| {
+        parts
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect::<Vec<_>>()
+    };
+    let checked = app
+        .checks
+        .check(&values(header::HOST), &values(header::ORIGIN));
     if own {
+        if let Err(why) = &checked {
+            return refusal(true, &parts, why);
+        }
         if let Some(refused) = own_page_refusal(&app, &parts) {
             return refused;
         }
@@ -293,6 +376,11 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     }
     let proxy = &app.proxy;
     proxy.count(|t| t.requests += 1);
+    if let Err(why) = &checked {
+        proxy.count(|t| t.errors += 1);
+        tracing::warn!(target: "toolshelf::proxy", "refused {} {path}: {why}", parts.method);
+        return refusal(false, &parts, why);
+    }
     let url = upstream_url(proxy, &parts.headers, &path_and_query);
     let Some(dialect) = dialect_of(&parts.method, parts.uri.path()) else {
         proxy.count(|t| t.passed += 1);
@@ -491,7 +579,11 @@ async fn pass(
         Ok(resp) => {
             let status = resp.status();
             if status.is_success() {
-                tracing::info!(target: "toolshelf::proxy", "passed through {url}: {status}");
+                tracing::info!(
+                    target: "toolshelf::proxy",
+                    "passed through {}: {status}",
+                    shown_url(url)
+                );
             } else {
                 proxy.count(|t| t.errors += 1);
                 tracing::warn!(
@@ -508,10 +600,7 @@ async fn pass(
         }
         Err(e) => {
             proxy.count(|t| t.errors += 1);
-            let e = ProxyError::Upstream {
-                url: url.to_owned(),
-                message: toolshelf_runtime::with_causes(&e),
-            };
+            let e = upstream_error(url, &toolshelf_runtime::with_causes(&e));
             tracing::warn!(target: "toolshelf::proxy", "passing a request through failed: {e}");
             error_response(None, &e)
         }
@@ -536,14 +625,8 @@ async fn send(
         .headers(headers)
         .body(serde_json::to_vec(body).unwrap_or_default());
     match tokio::time::timeout(Duration::from_secs(secs), req.send()).await {
-        Err(_) => Err(ProxyError::Timeout {
-            url: url.to_owned(),
-            secs,
-        }),
-        Ok(Err(e)) => Err(ProxyError::Upstream {
-            url: url.to_owned(),
-            message: toolshelf_runtime::with_causes(&e),
-        }),
+        Err(_) => Err(timeout_error(url, secs)),
+        Ok(Err(e)) => Err(upstream_error(url, &toolshelf_runtime::with_causes(&e))),
         Ok(Ok(r)) => Ok(r),
     }
 }
@@ -558,10 +641,7 @@ async fn error_body(
     let secs = proxy.compiled.config().proxy.upstream_timeout_secs;
     match tokio::time::timeout(Duration::from_secs(secs), resp.bytes()).await {
         Ok(body) => Ok(body.unwrap_or_default()),
-        Err(_) => Err(ProxyError::Timeout {
-            url: url.to_owned(),
-            secs,
-        }),
+        Err(_) => Err(timeout_error(url, secs)),
     }
 }
 
@@ -607,10 +687,7 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
             first_headers = Some(response_headers(resp.headers(), true));
         }
         let Ok(bytes) = tokio::time::timeout_at(deadline, resp.bytes()).await else {
-            let e = ProxyError::Timeout {
-                url: url.to_owned(),
-                secs,
-            };
+            let e = timeout_error(url, secs);
             book_unfinished(proxy, &turn, Some(&e.to_string()));
             return error_response(Some(dialect), &e);
         };
@@ -621,10 +698,7 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         let round = match parsed {
             Ok(r) => r,
             Err(message) => {
-                let e = ProxyError::Upstream {
-                    url: url.to_owned(),
-                    message,
-                };
+                let e = upstream_error(url, &message);
                 book_unfinished(proxy, &turn, Some(&e.to_string()));
                 return error_response(Some(dialect), &e);
             }
@@ -799,7 +873,7 @@ fn log_failure(dialect: Dialect, turn: Option<&Turn>, why: &str) {
 
 /// Why an upstream's error response failed a request.
 fn upstream_status(url: &str, status: reqwest::StatusCode) -> String {
-    format!("upstream {url} answered {status}")
+    format!("upstream {} answered {status}", shown_url(url))
 }
 
 /// A session key as shown: header values in full, hashes cut.
@@ -1036,4 +1110,34 @@ fn upstream_kind(status: reqwest::StatusCode) -> String {
         _ => "api_error",
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_url_is_shown_without_its_userinfo() {
+        for (url, shown) in [
+            (
+                "http://proxyuser:sk-SECRET123@127.0.0.1:9/v1/messages?beta=true",
+                "http://…@127.0.0.1:9/v1/messages?beta=true",
+            ),
+            ("https://u:p@api.example.com", "https://…@api.example.com"),
+            (
+                "http://127.0.0.1:9/v1/chat/completions",
+                "http://127.0.0.1:9/v1/chat/completions",
+            ),
+        ] {
+            assert_eq!(shown_url(url), shown);
+        }
+        let url = "http://proxyuser:sk-SECRET123@127.0.0.1:9/v1/messages";
+        let e = upstream_error(url, &format!("error sending request for url ({url})"));
+        assert_eq!(
+            e.to_string(),
+            "upstream http://…@127.0.0.1:9/v1/messages: error sending request for url (http://…@127.0.0.1:9/v1/messages)"
+        );
+        assert!(!timeout_error(url, 5).to_string().contains("SECRET"));
+        assert!(!upstream_status(url, reqwest::StatusCode::BAD_GATEWAY).contains("SECRET"));
+    }
 }

@@ -144,8 +144,8 @@ fn overview(app: &AppState) -> Overview {
     let p = &app.proxy.compiled.config().proxy;
     Overview {
         chrome: Chrome::proxy(),
-        anthropic: p.anthropic_upstream.clone(),
-        openai: p.openai_upstream.clone(),
+        anthropic: crate::server::shown_url(&p.anthropic_upstream),
+        openai: crate::server::shown_url(&p.openai_upstream),
         uptime: status["uptime_secs"].as_u64().unwrap_or(0),
         totals,
         chart: token_chart(&events),

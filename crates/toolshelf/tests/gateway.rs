@@ -1842,3 +1842,56 @@ async fn the_http_gateway_serves_its_dashboard() {
     assert_eq!(get_page(&format!("{base}/ui/nothing")).0, 404);
     client.cancel().await.expect("close");
 }
+
+/// `GET url` with `headers` by curl: (status, body).
+fn curl_get(url: &str, headers: &[&str]) -> (u16, String) {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sS", "-w", "\n%{http_code}"]);
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd.arg(url).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (status.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// On a listener that is not loopback, with `[ui] token` set, `/metrics` (which names servers and
+/// their states) needs the token, as `/ui` does and as the proxy's does; `/mcp` does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_dashboard_token_off_loopback() {
+    let s = Scratch::new("gateway-metrics-token");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[ui]\ntoken = \"sesame\"\n[http]\nallowed_hosts = [\"gw.internal\"]\n",
+            test_server_section(5),
+            files_sections(&s)
+        ),
+    );
+    let (_gateway, url) = http_gateway_on(&config, "0.0.0.0:0");
+    let port = url
+        .trim_end_matches("/mcp")
+        .rsplit(':')
+        .next()
+        .expect("port")
+        .to_owned();
+    let base = format!("http://127.0.0.1:{port}");
+    let host = "Host: gw.internal";
+    for page in ["metrics", "ui"] {
+        let (status, body) = curl_get(&format!("{base}/{page}"), &[host]);
+        assert_eq!(status, 401, "{page}: {body}");
+        let (status, body) = curl_get(
+            &format!("{base}/{page}"),
+            &[host, "Authorization: Bearer sesame"],
+        );
+        assert_eq!(status, 200, "{page}: {body}");
+    }
+    let (status, body) = curl_get(&format!("{base}/metrics?token=sesame"), &[host]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("toolshelf_gateway_server"), "{body}");
+    // The token guards the pages, not MCP: a session needs no token.
+    let client = http_client(&format!("{base}/mcp"), TestClient::default()).await;
+    assert!(!list_names(&client).await.is_empty());
+    client.cancel().await.expect("close");
+}

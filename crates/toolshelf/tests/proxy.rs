@@ -819,7 +819,9 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     let local = ProxyProc::start(&s, &upstream.url(), "", &[]);
     assert_eq!(get_status(&format!("{}/ui", local.url), &[]), 200);
     drop(local);
-    let open = ProxyProc::start(&s, &upstream.url(), "", &["--listen", "0.0.0.0:0"]);
+    // Its URL's Host, 0.0.0.0, is not loopback: it is listed.
+    let listed = "[http]\nallowed_hosts = [\"0.0.0.0\"]\n";
+    let open = ProxyProc::start(&s, &upstream.url(), listed, &["--listen", "0.0.0.0:0"]);
     assert_eq!(
         get_status(&format!("{}/ui", open.url), &[]),
         403,
@@ -829,7 +831,7 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     let guarded = ProxyProc::start(
         &s,
         &upstream.url(),
-        "[ui]\ntoken = \"sesame\"\n",
+        &format!("{listed}[ui]\ntoken = \"sesame\"\n"),
         &["--listen", "0.0.0.0:0"],
     );
     let ui = format!("{}/ui", guarded.url);
@@ -877,9 +879,9 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     let passed = status["totals"]["passed"].clone();
     drop(guarded);
 
-    // The proxy's own pages are read with GET only, never forwarded upstream as API calls; on a
-    // loopback listener, only for a loopback Host (a page of another site reaching the port by
-    // DNS rebinding is refused).
+    // The proxy's own pages are read with GET only, never forwarded upstream as API calls, and
+    // only for a loopback Host (a page of another site reaching the port by DNS rebinding is
+    // refused).
     let local = ProxyProc::start(&s, &upstream.url(), "", &[]);
     for (method, page) in [
         ("POST", "ui/catalog"),
@@ -1121,4 +1123,190 @@ fn a_tool_the_client_adds_mid_conversation_is_found_with_its_template_rendered_f
     );
     assert_eq!(turns[0]["body"]["tools"], turns[1]["body"]["tools"]);
     assert_prefix_kept(&upstream);
+}
+
+/// Every route, the API's included, meets the listener's Host and Origin checks: a page of
+/// another site that reaches the port by DNS rebinding (its Host and Origin are its own name)
+/// cannot drive the model, which would run script tools in the proxy. Loopback values pass, and
+/// so do those `[http]` lists; a refused API request gets its API's error shape.
+#[test]
+fn api_routes_accept_only_loopback_and_listed_hosts_and_origins() {
+    let s = Scratch::new("proxy-hosts");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let port = proxy.url.rsplit(':').next().expect("port").to_owned();
+    let foreign = format!("evil.example:{port}");
+    let origin = format!("http://{foreign}");
+    let title = json!({"model": "m", "max_tokens": 8,
+                       "messages": [{"role": "user", "content": "title?"}]});
+    let rewritten = json!({"model": "m", "max_tokens": 8, "tools": tools(),
+                           "messages": [{"role": "user", "content": "hi"}]});
+    fn with<'a>(extra: &[(&'static str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut h: Vec<(&str, &str)> = HEADERS.to_vec();
+        h.extend(extra.iter().copied());
+        h
+    }
+    let says_host = format!(
+        "Host \"{foreign}\" is not allowed; toolshelf accepts loopback hosts and those in [http] allowed_hosts"
+    );
+    let (status, body) = post(
+        &format!("{}/v1/messages", proxy.url),
+        &rewritten,
+        &with(&[("host", &foreign)]),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body,
+        json!({"type": "error", "error": {"type": "permission_error", "message": says_host}})
+    );
+    let (status, body) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        &[
+            ("authorization", "Bearer k"),
+            ("host", &foreign),
+            ("origin", &origin),
+        ],
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "permission_error", "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        format!(
+            "Origin \"{origin}\" is not allowed; toolshelf accepts loopback origins and those in [http] allowed_origins"
+        )
+    );
+    // A foreign origin alone, and a route passed through, are refused alike.
+    let (status, body) = post(
+        &format!("{}/v1/responses", proxy.url),
+        &json!({"model": "m", "input": "hi"}),
+        &[("origin", "https://evil.example")],
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["type"], "permission_error", "{body}");
+    assert_eq!(
+        get_status(&format!("{}/v1/models", proxy.url), &[("host", &foreign)]),
+        403
+    );
+    assert!(
+        upstream.records().is_empty(),
+        "nothing refused went upstream: {:?}",
+        upstream.records()
+    );
+    assert!(
+        proxy
+            .log()
+            .contains(&format!("refused POST /v1/messages: {says_host}")),
+        "{}",
+        proxy.log()
+    );
+    // Loopback names and origins pass.
+    for extra in [
+        [
+            ("host", format!("localhost:{port}")),
+            ("origin", "http://localhost:5173".to_owned()),
+        ],
+        [
+            ("host", format!("[::1]:{port}")),
+            ("origin", "https://127.0.0.1".to_owned()),
+        ],
+    ] {
+        let extra: Vec<(&'static str, &str)> =
+            extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (status, body) = post(&format!("{}/v1/messages", proxy.url), &title, &with(&extra));
+        assert_eq!(status, 200, "{extra:?}: {body}");
+    }
+    drop(proxy);
+
+    // Listed hosts and origins pass too.
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[http]\nallowed_hosts = [\"evil.example\"]\nallowed_origins = [\"https://app.example.com\"]\n",
+        &[],
+    );
+    let port = proxy.url.rsplit(':').next().expect("port").to_owned();
+    let listed = format!("evil.example:{port}");
+    let (status, body) = post(
+        &format!("{}/v1/messages", proxy.url),
+        &title,
+        &with(&[("host", &listed), ("origin", "https://app.example.com")]),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["content"][0]["text"], "OK");
+    let (status, body) = post(
+        &format!("{}/v1/messages", proxy.url),
+        &title,
+        &with(&[("host", &listed), ("origin", "https://other.example.com")]),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        get_status(
+            &format!("{}/toolshelf/status", proxy.url),
+            &[("host", &listed)]
+        ),
+        200
+    );
+}
+
+/// A `user:password@` in an upstream URL (sent as basic authentication) is shown as `…@`: in the
+/// start-up line, the status, the dashboard, the log and the errors clients receive.
+#[test]
+fn an_upstream_password_is_never_shown() {
+    let s = Scratch::new("proxy-userinfo");
+    let port = closed_port();
+    let secret = "sk-UPSTREAMSECRET123";
+    let proxy = ProxyProc::start(
+        &s,
+        &format!("http://proxyuser:{secret}@127.0.0.1:{port}"),
+        "",
+        &[],
+    );
+    let shown = format!("http://…@127.0.0.1:{port}");
+    let rewritten = json!({"model": "m", "max_tokens": 8, "tools": tools(),
+                           "messages": [{"role": "user", "content": "hi"}]});
+    let (status, body) = post(&format!("{}/v1/messages", proxy.url), &rewritten, &HEADERS);
+    assert_eq!(status, 502, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!("upstream {shown}/v1/messages: ")),
+        "{body}"
+    );
+    let (status, body) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        &[("authorization", "Bearer k")],
+    );
+    assert_eq!(status, 502, "{body}");
+    let passed = json!({"model": "m", "max_tokens": 8,
+                        "messages": [{"role": "user", "content": "title?"}]});
+    let (status, passed) = post(&format!("{}/v1/messages", proxy.url), &passed, &HEADERS);
+    assert_eq!(status, 502, "{passed}");
+    let status_doc = proxy.status();
+    assert_eq!(status_doc["upstreams"]["anthropic"], shown.as_str());
+    let ui = Command::new("curl")
+        .args(["-sS", &format!("{}/ui", proxy.url)])
+        .output()
+        .expect("curl");
+    let ui = String::from_utf8_lossy(&ui.stdout).into_owned();
+    assert!(ui.contains(&format!("127.0.0.1:{port}")), "{ui}");
+    let log = proxy.log();
+    assert!(
+        log.contains(&format!("(anthropic → {shown}, openai → {shown})")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("failed: upstream {shown}/v1/messages")),
+        "{log}"
+    );
+    for (what, text) in [
+        ("the first error", message.to_owned()),
+        ("the second error", body.to_string()),
+        ("the passed-through error", passed.to_string()),
+        ("the status", status_doc.to_string()),
+        ("the dashboard", ui),
+        ("the log", log),
+    ] {
+        assert!(!text.contains(secret), "{what}: {text}");
+    }
 }

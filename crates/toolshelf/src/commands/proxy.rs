@@ -105,7 +105,8 @@ pub fn run(args: Args) -> Result<()> {
         let p = &proxy.compiled.config().proxy;
         errln!(
             "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {}); dashboard at http://{bound}/ui",
-            p.anthropic_upstream, p.openai_upstream
+            toolshelf_proxy::server::shown_url(&p.anthropic_upstream),
+            toolshelf_proxy::server::shown_url(&p.openai_upstream)
         );
         let state = AppState::new(proxy);
         state.set_loopback(bound.ip().is_loopback());

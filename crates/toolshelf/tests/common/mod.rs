@@ -238,8 +238,14 @@ impl Drop for Reaped {
 
 /// `toolshelf serve --http 127.0.0.1:0`; returns the child and the URL it serves.
 pub fn http_gateway(config: &str) -> (Reaped, String) {
+    http_gateway_on(config, "127.0.0.1:0")
+}
+
+/// `toolshelf serve --http ADDR`; returns the child and the URL it serves (with the address
+/// `addr` names, `0.0.0.0` included).
+pub fn http_gateway_on(config: &str, addr: &str) -> (Reaped, String) {
     let mut child = std::process::Command::new(TOOLSHELF)
-        .args(["serve", "--config", config, "--http", "127.0.0.1:0"])
+        .args(["serve", "--config", config, "--http", addr])
         .env("TOOLSHELF_LOG", "warn")
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
