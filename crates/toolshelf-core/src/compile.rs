@@ -150,9 +150,10 @@ impl Compiled {
             || sc.max_memory_mb == 0
             || sc.max_call_depth == 0
             || sc.timeout_secs == 0
+            || sc.max_concurrent == 0
         {
             return Err(err(
-                "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth and timeout_secs must be at least 1".into(),
+                "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth, timeout_secs and max_concurrent must be at least 1".into(),
             ));
         }
         let a = &config.authoring;
@@ -461,6 +462,10 @@ mod tests {
             ),
             ("[store]\nkey_prefix = \"\"", "[store] key_prefix"),
             ("[store]\ntimeout_ms = 0", "[store] key_prefix"),
+            (
+                "[scripts]\nmax_concurrent = 0",
+                "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth, timeout_secs and max_concurrent must be at least 1",
+            ),
         ] {
             let e = compile(toml, None).expect_err(toml).to_string();
             assert!(!e.contains("secret"), "a password is never echoed: {e}");

@@ -157,8 +157,13 @@ pub struct ScriptsConfig {
     /// `timeout_secs`: wall-clock time one run may take, HTTP included.
     pub timeout_secs: u64,
     /// `max_result_bytes`: the largest result one run may return (as JSON); a larger one is an
-    /// error, since the proxy sends a hidden round's results again on every later request.
+    /// error, since the proxy sends a hidden round's results again on every later request. An
+    /// error's text is cut to this size.
     pub max_result_bytes: usize,
+    /// `max_concurrent`: runner processes one process (the proxy, the gateway's scripts server,
+    /// the gateway for model-written tools) runs at once; a call beyond them waits for one to
+    /// finish, within its `timeout_secs`.
+    pub max_concurrent: usize,
 }
 
 impl Default for ScriptsConfig {
@@ -171,6 +176,7 @@ impl Default for ScriptsConfig {
             max_call_depth: 200,
             timeout_secs: 30,
             max_result_bytes: 256 * 1024,
+            max_concurrent: 4,
         }
     }
 }

@@ -8,7 +8,10 @@
 //! headers={})`, `http.post(url, body="", headers={})`, each returning `{"status", "headers",
 //! "body"}`). `uuid`, `fs`, `exec` and `env` stay stubs. `http` reaches only the hosts of
 //! `[scripts] allow_hosts`: any other URL is refused before a connection is made, redirects are
-//! not followed, and a response body is cut at [`MAX_BODY_BYTES`].
+//! not followed, and a response body is cut at [`MAX_BODY_BYTES`]. A script's `headers` may not
+//! set `Host` (which would reach a virtual host the allow-list never named) or a header that
+//! frames or carries the request ([`RESERVED_HEADERS`], `Proxy-*`): the request is refused
+//! naming the header.
 //!
 //! A run is meant to happen in a process of its own (see `toolshelf`'s runner): the Starlark
 //! limits (steps, heap, call depth) stop a script with an error naming the limit, and the
@@ -31,6 +34,26 @@ use toolshelf_core::template::{self, Limits, SessionValues};
 
 /// The most bytes of a response body a script receives.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Headers the HTTP client sets and a script may not (compared without case), besides every
+/// `Proxy-*` header: `Host` comes from the URL the allow-list checked, the others frame or carry
+/// the request.
+pub const RESERVED_HEADERS: [&str; 8] = [
+    "host",
+    "connection",
+    "content-length",
+    "transfer-encoding",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Whether a script may set the header `name`.
+fn settable(name: &str) -> bool {
+    let lower = name.trim().to_ascii_lowercase();
+    !(RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("proxy-"))
+}
 
 /// What the runner is asked to do with a script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +248,12 @@ fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyho
         reqwest::Url::parse(url).map_err(|e| anyhow::anyhow!("http.{method}: {url:?}: {e}"))?;
     allowed_by(&parsed, &policy.allow, &policy.setting)
         .map_err(|e| anyhow::anyhow!("http.{method}: {e}"))?;
+    let headers = headers_of(headers)?;
+    if let Some((name, _)) = headers.iter().find(|(k, _)| !settable(k)) {
+        return Err(anyhow::anyhow!(
+            "http.{method}: a script cannot set the header {name:?}: the HTTP client sets Host (from the URL), Connection, Content-Length, Transfer-Encoding, Keep-Alive, TE, Trailer, Upgrade and Proxy-* itself; leave it out"
+        ));
+    }
     let client = reqwest::blocking::Client::builder()
         .timeout(policy.timeout)
         .redirect(reqwest::redirect::Policy::none())
@@ -235,7 +264,7 @@ fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyho
         None => client.get(parsed),
         Some(b) => client.post(parsed).body(b.to_owned()),
     };
-    for (k, v) in headers_of(headers)? {
+    for (k, v) in headers {
         req = req.header(k, v);
     }
     let resp = req
@@ -489,6 +518,40 @@ mod tests {
             assert!(e.starts_with("script tool \"t\": script"), "{e}");
             eprintln!("{e}");
         }
+    }
+
+    #[test]
+    fn a_script_cannot_set_host_or_hop_by_hop_headers() {
+        for name in [
+            "Host",
+            "host",
+            "Connection",
+            "Transfer-Encoding",
+            "content-length",
+            "Proxy-Authorization",
+            "TE",
+            "Upgrade",
+        ] {
+            let source = format!(
+                "def run(params):\n    return http.get('http://127.0.0.1:9/', headers={{'Accept': 'x', {name:?}: 'admin.internal'}})\n"
+            );
+            let RunResponse::Error(e) = run(&req(&source)) else {
+                panic!("{name}: sent")
+            };
+            assert!(
+                e.contains(&format!(
+                    "http.get: a script cannot set the header {name:?}: the HTTP client sets Host"
+                )) && e.contains("leave it out"),
+                "{name}: {e}"
+            );
+        }
+        // Other headers are the script's; the request is made (and here finds no server).
+        let RunResponse::Error(e) = run(&req(
+            "def run(params):\n    return http.post('http://127.0.0.1:9/', body='x', headers={'Authorization': 'Bearer t', 'X-Host': 'y'})\n",
+        )) else {
+            panic!("no server listens on port 9")
+        };
+        assert!(!e.contains("cannot set the header"), "{e}");
     }
 
     #[test]

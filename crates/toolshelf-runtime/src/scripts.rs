@@ -10,7 +10,10 @@
 //! runner (`toolshelf __script-run`) started under an address-space limit (`[scripts]
 //! max_memory_mb`) and killed past `[scripts] timeout_secs`. Neither an allocation Starlark
 //! cannot stop (it folds constants such as `"a" * 2000000000` while compiling) nor a hung host
-//! reaches the caller: the call fails with an error naming the limit.
+//! reaches the caller: the call fails with an error naming the limit. At most `[scripts]
+//! max_concurrent` runners of one [`Runner`] (and its clones) run at once: a call beyond them
+//! waits for one to end, and the wait counts against its `timeout_secs`. A failure's text is cut
+//! to `[scripts] max_result_bytes`, as a result is refused past it ([`cut_error`]).
 //!
 //! A script's `description` is rendered once, when its tools are defined, with `session.mode`
 //! and `session.client` unset (the tools serve every session); it is the catalog's description.
@@ -18,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -131,6 +135,9 @@ pub struct Runner {
     authored_hosts: Vec<String>,
     session: SessionValues,
     vars: BTreeMap<String, Value>,
+    /// One permit per runner process that may run at once (`[scripts] max_concurrent`),
+    /// shared by the clones.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Runner {
@@ -148,6 +155,12 @@ impl Runner {
                 workspace: crate::files::workspace(config.template.workspace.as_deref()),
             },
             vars: config.template.vars.clone(),
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .scripts
+                    .max_concurrent
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
         }
     }
 
@@ -198,7 +211,8 @@ impl Runner {
         .await
     }
 
-    /// [`Self::exec`] with the hosts the run may reach, and the setting they come from.
+    /// [`Self::exec`] with the hosts the run may reach, and the setting they come from: waits
+    /// for a free slot, then runs; the wait and the run share `timeout_secs`.
     async fn exec_with(
         &self,
         job: Job,
@@ -206,9 +220,38 @@ impl Runner {
         source: &str,
         pkg: BTreeMap<String, Value>,
         params: Value,
-        (allow_hosts, allow_hosts_setting): (&[String], &str),
+        hosts: (&[String], &str),
     ) -> Result<Value, String> {
         let l = &self.limits;
+        let limit = Duration::from_secs(l.timeout_secs);
+        let started = tokio::time::Instant::now();
+        let Ok(Ok(_slot)) = tokio::time::timeout(limit, self.slots.acquire()).await else {
+            return Err(format!(
+                "{owner}: not run: every runner slot ([scripts] max_concurrent = {}) stayed busy with other calls for the whole time limit of {} s ([scripts] timeout_secs); try again when fewer calls are running",
+                l.max_concurrent, l.timeout_secs
+            ));
+        };
+        let waited = started.elapsed();
+        self.run_one(job, owner, source, pkg, params, hosts, waited)
+            .await
+            .map_err(|e| cut_error(e, l.max_result_bytes))
+    }
+
+    /// Runs one job in a runner process, `waited` having passed already of its time limit.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_one(
+        &self,
+        job: Job,
+        owner: &str,
+        source: &str,
+        pkg: BTreeMap<String, Value>,
+        params: Value,
+        (allow_hosts, allow_hosts_setting): (&[String], &str),
+        waited: Duration,
+    ) -> Result<Value, String> {
+        let l = &self.limits;
+        let left = Duration::from_secs(l.timeout_secs).saturating_sub(waited);
+        let left_secs = left.as_secs_f64().ceil().max(1.0) as u64;
         let request = RunRequest {
             job,
             owner: owner.to_owned(),
@@ -221,8 +264,8 @@ impl Runner {
             max_call_depth: l.max_call_depth,
             allow_hosts: allow_hosts.to_vec(),
             allow_hosts_setting: allow_hosts_setting.to_owned(),
-            http_timeout_secs: l.timeout_secs,
-            timeout_secs: l.timeout_secs,
+            http_timeout_secs: left_secs,
+            timeout_secs: left_secs,
         };
         let input = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         // The address-space limit is set by the shell the runner is started from, so the
@@ -251,14 +294,22 @@ impl Runner {
                 .await
                 .map_err(|e| format!("{owner}: cannot hand the call to the runner: {e}"))?;
         }
-        let limit = Duration::from_secs(l.timeout_secs);
-        let out = match tokio::time::timeout(limit, child.wait_with_output()).await {
+        let out = match tokio::time::timeout(left, child.wait_with_output()).await {
             Ok(Ok(out)) => out,
             Ok(Err(e)) => return Err(format!("{owner}: the runner failed: {e}")),
             // Dropping the child kills it.
             Err(_) => {
+                let queued = if waited.as_secs() > 0 {
+                    format!(
+                        ", {} s of it waiting for a free runner ([scripts] max_concurrent is {})",
+                        waited.as_secs(),
+                        l.max_concurrent
+                    )
+                } else {
+                    String::new()
+                };
                 return Err(format!(
-                    "{owner}: stopped: the time limit of {} s ([scripts] timeout_secs) was reached",
+                    "{owner}: stopped: the time limit of {} s ([scripts] timeout_secs) was reached{queued}",
                     l.timeout_secs
                 ));
             }
@@ -440,6 +491,28 @@ impl ScriptTools {
     }
 }
 
+/// `text`, a failure's, cut to at most `limit` bytes (`[scripts] max_result_bytes`) at a
+/// character boundary, ending with a note that says it was cut and how long it was: a failure
+/// can quote a whole value (`fail("E" * 5000000)`, a `KeyError` quoting its key), and the model
+/// reads it as it reads a result. The note is kept whole when `limit` is shorter than it.
+pub fn cut_error(text: String, limit: usize) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    let note = format!(
+        " [cut: the error is {} bytes, more than [scripts] max_result_bytes ({limit}) allows]",
+        text.len()
+    );
+    let mut keep = limit.saturating_sub(note.len());
+    while !text.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let mut out = text;
+    out.truncate(keep);
+    out.push_str(&note);
+    out
+}
+
 /// A tool's value as the text of its result: a string as it is, anything else as JSON.
 pub fn result_text(value: &Value) -> String {
     match value {
@@ -497,4 +570,154 @@ fn write_authored(
     crate::files::write_atomic(&path, text.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(Some(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt as _;
+
+    /// A stand-in for the runner in a directory of its own: it reads the request, then waits
+    /// until the file `release` there exists and answers `{"ok": "done"}`.
+    fn fake_runner(test: &str) -> (PathBuf, PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("toolshelf-runner-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let release = dir.join("release");
+        let runner = dir.join("runner.sh");
+        std::fs::write(
+            &runner,
+            format!(
+                "#!/bin/sh\ncat >/dev/null\nwhile [ ! -e '{}' ]; do sleep 0.02; done\necho '{{\"ok\": \"done\"}}'\n",
+                release.display()
+            ),
+        )
+        .expect("write the runner");
+        std::fs::set_permissions(&runner, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        (runner, release)
+    }
+
+    /// The processes running `runner` now.
+    fn live(runner: &Path) -> usize {
+        let needle = runner.display().to_string();
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .filter(|e| {
+                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmdline).contains(&needle)
+            })
+            .count()
+    }
+
+    fn runner_of(path: &Path, scripts: &str) -> Runner {
+        let config =
+            Config::from_toml_str(&format!("[scripts]\n{scripts}"), "t.toml").expect("config");
+        Runner::new(path.to_owned(), &config)
+    }
+
+    async fn call(runner: Runner) -> Result<Value, String> {
+        runner
+            .exec(
+                Job::Run,
+                "script tool \"t\"",
+                "",
+                BTreeMap::new(),
+                Value::Null,
+            )
+            .await
+    }
+
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..1000 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{what}: not reached");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_beyond_max_concurrent_waits_for_a_runner_to_end() {
+        let (path, release) = fake_runner("queue");
+        let runner = runner_of(&path, "max_concurrent = 2\ntimeout_secs = 120");
+        let first = tokio::spawn(call(runner.clone()));
+        let second = tokio::spawn(call(runner.clone()));
+        until("two runners", || live(&path) == 2).await;
+        // The third call, polled once, is waiting for a slot, with no process of its own.
+        let mut third = Box::pin(call(runner.clone()));
+        assert!(
+            (&mut third).now_or_never().is_none(),
+            "the third call waits"
+        );
+        assert_eq!(live(&path), 2, "no third runner was started");
+        std::fs::write(&release, "").expect("release");
+        for answer in [
+            first.await.expect("first"),
+            second.await.expect("second"),
+            third.await,
+        ] {
+            assert_eq!(answer, Ok(json!("done")));
+        }
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_finds_no_free_runner_in_its_time_says_so() {
+        let (path, _) = fake_runner("busy");
+        let runner = runner_of(&path, "max_concurrent = 1\ntimeout_secs = 1");
+        // The one slot is taken for longer than the call may wait.
+        let _busy = runner.slots.acquire().await.expect("slot");
+        let e = call(runner.clone()).await.expect_err("no runner came free");
+        assert_eq!(
+            e,
+            "script tool \"t\": not run: every runner slot ([scripts] max_concurrent = 1) stayed busy with other calls for the whole time limit of 1 s ([scripts] timeout_secs); try again when fewer calls are running"
+        );
+        assert_eq!(live(&path), 0, "nothing ran");
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_time_limit_counts_the_wait_for_a_runner_and_says_so() {
+        let (path, release) = fake_runner("wait-then-run");
+        let runner = runner_of(&path, "max_concurrent = 1\ntimeout_secs = 4");
+        let busy = runner.slots.clone().acquire_owned().await.expect("slot");
+        let waiting = tokio::spawn(call(runner.clone()));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        drop(busy);
+        // The run never ends: it is stopped when the call's time, wait included, is up.
+        let e = waiting.await.expect("call").expect_err("stopped");
+        assert!(
+            e.starts_with("script tool \"t\": stopped: the time limit of 4 s ([scripts] timeout_secs) was reached, ")
+                && e.ends_with(" s of it waiting for a free runner ([scripts] max_concurrent is 1)"),
+            "{e}"
+        );
+        std::fs::write(&release, "").expect("release");
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    #[test]
+    fn a_long_error_is_cut_saying_how_long_it_was() {
+        assert_eq!(cut_error("short".into(), 100), "short");
+        let cut = cut_error(format!("tool: failed: {}", "é".repeat(5000)), 200);
+        assert!(cut.len() <= 200, "{}", cut.len());
+        assert!(
+            cut.starts_with("tool: failed: éé")
+                && cut.ends_with(
+                    " [cut: the error is 10014 bytes, more than [scripts] max_result_bytes (200) allows]"
+                ),
+            "{cut}"
+        );
+        // Shorter than the note: the note alone.
+        assert!(cut_error("x".repeat(50), 10).starts_with(" [cut: the error is 50 bytes"));
+    }
 }

@@ -311,3 +311,70 @@ fn the_dashboard_index_is_the_one_the_model_sees() {
     // The index the model was sent on the last request holds no model-written tool either.
     assert!(!turns[3]["body"]["tools"].to_string().contains("shout"));
 }
+
+/// A script of 15,336 bytes (under the default `[authoring] max_script_bytes`) that nests 15,000
+/// unary minuses deep on one statement continued over 100 lines by `\` and CRLF.
+fn continued_with_crlf() -> String {
+    format!(
+        "def run(params):\n    return 1\nx = {}1\n",
+        format!("{}\\\r\n", "-".repeat(150)).repeat(100)
+    )
+}
+
+const FAILS_LONG: &str = r#"
+description = "Fails with a long message."
+schema = {}
+
+def run(params):
+    fail("E" * 5000000)
+"#;
+
+#[test]
+fn a_deep_definition_is_refused_and_long_errors_are_cut_in_the_proxy() {
+    let s = Scratch::new("proxy-authoring-deep");
+    s.write("fails.star", FAILS_LONG);
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define", "mcp__scripts__fails"]}}]},
+        {"tool_uses": [define("deep", "Nests deep.", &continued_with_crlf())]},
+        {"tool_uses": [define("boom", "Fails long.", "def run(params):\n    fail('M' * 5000000)\n")]},
+        {"tool_uses": [run("boom", "x")]},
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "mcp__scripts__fails", "params": {}}}]},
+        {"text": "done"}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\n\
+                  [scripts]\nmax_result_bytes = 1000\n[tools.fails]\nscript = \"fails.star\"\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "make tools"})];
+    no_calls(&turn(&proxy, &mut messages));
+    upstream.played(6);
+    let (refused, is_error) = upstream.last_result(2);
+    assert!(
+        is_error
+            && refused.contains(
+                "tool_define \"deep\": script line 4: does not parse: it nests more than 200 levels deep"
+            ),
+        "{refused}"
+    );
+    for (i, starts) in [
+        (
+            4,
+            "model-authored tool \"boom\": script line 2: failed: fail: MMMM",
+        ),
+        (
+            5,
+            "script tool \"mcp__scripts__fails\" (fails.star): script line 6: failed: fail: EEEE",
+        ),
+    ] {
+        let (e, is_error) = upstream.last_result(i);
+        assert!(
+            is_error
+                && e.len() <= 1000
+                && e.starts_with(starts)
+                && e.ends_with(" bytes, more than [scripts] max_result_bytes (1000) allows]"),
+            "{} bytes: {}",
+            e.len(),
+            &e[..e.len().min(300)]
+        );
+    }
+}

@@ -649,3 +649,144 @@ async fn a_tool_the_model_defines_in_the_gateway_is_its_sessions_alone() {
     );
     client.cancel().await.expect("close");
 }
+
+/// A script of 15,336 bytes (under the default `[authoring] max_script_bytes`) that nests 15,000
+/// unary minuses deep on one statement continued over 100 lines by `\` and CRLF.
+fn continued_with_crlf() -> String {
+    format!(
+        "def run(params):\n    return 1\nx = {}1\n",
+        format!("{}\\\r\n", "-".repeat(150)).repeat(100)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_nested_past_the_bound_is_refused_and_the_gateway_goes_on() {
+    let s = Scratch::new("gateway-authoring-deep");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[authoring]\nenabled = true\nkeep_dir = \"\"\n{}",
+            named_server(
+                "notes",
+                &json!([tool("add_note", "Add a note.", json!({"type": "object"}))]),
+                ""
+            ),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["tool_define"]})).await);
+    let deep = continued_with_crlf();
+    assert_eq!(deep.len(), 15_336);
+    for (name, script, says) in [
+        (
+            "deep",
+            deep.as_str(),
+            "tool_define \"deep\": script line 4: does not parse: it nests more than 200 levels deep",
+        ),
+        (
+            "chain",
+            &format!(
+                "def run(params):\n    return {}\"\"\n",
+                "\"\"or".repeat(4000)
+            ),
+            "tool_define \"chain\": script line 2: does not parse: it nests more than 200 levels deep",
+        ),
+        (
+            "lambdas",
+            &format!(
+                "def run(params):\n    return 1\nx = {}1\n",
+                "lambda a,b:".repeat(1450)
+            ),
+            "tool_define \"lambdas\": script line 3: does not parse: it nests more than 200 levels deep",
+        ),
+        (
+            "formatted",
+            &format!(
+                "def run(params):\n    return f\"{{{}1}}\"\n",
+                "-".repeat(15000)
+            ),
+            "tool_define \"formatted\": script line 2: does not parse: f-strings (f\"...\") are not supported; build the text with + or %",
+        ),
+    ] {
+        let e = err(&exec(&client, "tool_define", definition(name, script)).await);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    // The gateway is still there: the same session defines a tool and runs it.
+    let shout = "def run(params):\r\n    return params[\"text\"].upper() + \\\r\n        \"!\"\r\n";
+    ok(&exec(&client, "tool_define", definition("shout", shout)).await);
+    assert_eq!(
+        ok(&exec(&client, "shout", json!({"text": "hi"})).await),
+        "HI!"
+    );
+    client.cancel().await.expect("close");
+}
+
+const FAILS_LONG: &str = r#"
+description = "Fails with a long message."
+schema = {}
+
+def run(params):
+    fail("E" * 5000000)
+"#;
+
+const MISSES_A_LONG_KEY: &str = r#"
+description = "Looks up a long key that is not there."
+schema = {}
+
+def run(params):
+    return {}["K" * 5000000]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_longer_than_max_result_bytes_is_cut() {
+    let s = Scratch::new("scripts-long-error");
+    s.write("fails.star", FAILS_LONG);
+    s.write("misses.star", MISSES_A_LONG_KEY);
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[tools.fails]\nscript = \"fails.star\"\n[tools.misses]\nscript = \"misses.star\"\n\
+             [scripts]\nmax_result_bytes = 1000\n[authoring]\nenabled = true\nkeep_dir = \"\"\n{}",
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(
+        &client,
+        json!({"tool_names": ["tool_define", "mcp__scripts__fails", "mcp__scripts__misses"]}),
+    )
+    .await);
+    let boom = "def run(params):\n    fail(\"M\" * 5000000)\n";
+    ok(&exec(&client, "tool_define", definition("boom", boom)).await);
+    for (tool, params, starts) in [
+        (
+            "mcp__scripts__fails",
+            json!({}),
+            "script tool \"mcp__scripts__fails\" (fails.star): script line 6: failed: fail: EEEE",
+        ),
+        (
+            "mcp__scripts__misses",
+            json!({}),
+            "script tool \"mcp__scripts__misses\" (misses.star): script line 6: failed: Key `\"KKKK",
+        ),
+        (
+            "boom",
+            json!({"text": "x"}),
+            "model-authored tool \"boom\": script line 2: failed: fail: MMMM",
+        ),
+    ] {
+        let e = err(&exec(&client, tool, params).await);
+        assert!(
+            e.len() <= 1000
+                && e.starts_with(starts)
+                && e.ends_with(" bytes, more than [scripts] max_result_bytes (1000) allows]")
+                && e.contains(" [cut: the error is 5000"),
+            "{tool}: {} bytes: {}…{}",
+            e.len(),
+            &e[..e.len().min(200)],
+            &e[e.len().saturating_sub(200)..]
+        );
+    }
+    client.cancel().await.expect("close");
+}

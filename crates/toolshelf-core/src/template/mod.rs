@@ -50,7 +50,12 @@
 //!   disappears.
 //!
 //! A render is bounded ([`MAX_TICKS`] function calls and loop iterations, [`MAX_HEAP_BYTES`] of
-//! heap, [`MAX_CALL_DEPTH`] nested calls); past any it fails naming the limit.
+//! heap, [`MAX_CALL_DEPTH`] nested calls); past any it fails naming the limit. Before Starlark
+//! parses a source, a source nesting deeper than 200 levels, or holding an f-string, is refused
+//! (`nesting`); and [`check_syntax`], [`defines_function`], [`render`] and [`findings`] parse on
+//! a thread of their own whose stack holds the deepest nesting a source of its size can have
+//! (`stack_for`), so that what the count misses in a source (a model's `tool_define` script
+//! included) is an error, not a stack overflow that aborts the process.
 //!
 //! Script tools use the same language: a script file is evaluated in this environment for its
 //! definition ([`script_definition`]: `description`, `schema`, `def run(params)`), and run by
@@ -281,22 +286,83 @@ fn line_of(e: &starlark::Error) -> Option<usize> {
 fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
     // Refused before Starlark sees it: its parser recurses per level, and a stack overflow
     // aborts the process.
-    if let Some(line) = nesting::too_deep(source, nesting::MAX_DEPTH) {
-        return Err(TemplateError {
-            owner: owner.to_owned(),
-            what: "description template",
-            line: Some(line),
-            kind: TemplateErrorKind::Syntax(format!(
-                "it nests more than {} levels deep (brackets, operators and blocks within one another); split it into smaller expressions or functions",
-                nesting::MAX_DEPTH
-            )),
-        });
+    let refused = |line: usize, message: String| TemplateError {
+        owner: owner.to_owned(),
+        what: "description template",
+        line: Some(line),
+        kind: TemplateErrorKind::Syntax(message),
+    };
+    match nesting::check(source, nesting::MAX_DEPTH) {
+        Ok(()) => {}
+        Err(nesting::Refusal::TooDeep(line)) => {
+            return Err(refused(
+                line,
+                format!(
+                    "it nests more than {} levels deep (brackets, operators and blocks within one another); split it into smaller expressions or functions",
+                    nesting::MAX_DEPTH
+                ),
+            ));
+        }
+        Err(nesting::Refusal::FString(line)) => {
+            return Err(refused(
+                line,
+                "f-strings (f\"...\") are not supported; build the text with + or %, as in \"%s: %d\" % (name, count)".to_owned(),
+            ));
+        }
     }
     AstModule::parse(FILE, source.to_owned(), &dialect()).map_err(|e| TemplateError {
         owner: owner.to_owned(),
         what: "description template",
         line: line_of(&e),
         kind: TemplateErrorKind::Syntax(e.without_diagnostic().to_string()),
+    })
+}
+
+/// The stack a thread needs to parse, evaluate and drop a source of `len` bytes however it
+/// nests: each byte can open a level, and a level costs Starlark's parser and compiler up to
+/// about 2.3 KiB of stack (25 KiB unoptimised), measured. At most 1 GiB (reserved address space;
+/// only the pages a parse touches are used), which covers sources up to 256 KiB (32 KiB
+/// unoptimised); a larger one relies on the nesting bound alone.
+fn stack_for(len: usize) -> usize {
+    const BASE: usize = if cfg!(debug_assertions) {
+        16 << 20
+    } else {
+        2 << 20
+    };
+    const PER_BYTE: usize = if cfg!(debug_assertions) {
+        32 << 10
+    } else {
+        4 << 10
+    };
+    const MOST: usize = 1 << 30;
+    BASE.saturating_add(len.saturating_mul(PER_BYTE)).min(MOST)
+}
+
+/// Runs `job`, which parses `source` (and may evaluate it), on a thread of its own with the
+/// stack [`stack_for`] its size: the nesting bound refuses deep sources before they are parsed,
+/// and this makes a source that gets past it an error, not a stack overflow that aborts the
+/// process (a gateway's every session, a proxy's every conversation).
+fn on_deep_stack<T: Send>(
+    source: &str,
+    owner: &str,
+    job: impl FnOnce() -> Result<T, TemplateError> + Send,
+) -> Result<T, TemplateError> {
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("starlark-parse".into())
+            .stack_size(stack_for(source.len()))
+            .spawn_scoped(scope, job)
+            .map_err(|e| TemplateError {
+                owner: owner.to_owned(),
+                what: "description template",
+                line: None,
+                kind: TemplateErrorKind::Failed(format!(
+                    "cannot start a thread to read it ({e}); try again"
+                )),
+            })?;
+        thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }
 
@@ -388,15 +454,20 @@ fn bound_names(ast: &AstModule) -> std::collections::BTreeSet<String> {
     out
 }
 
-/// Checks that `source` parses; `owner` names it in the error.
+/// Checks that `source` parses; `owner` names it in the error. The source is read on a thread
+/// of its own, so a source of any nesting is an error at worst.
 pub fn check_syntax(source: &str, owner: &str) -> Result<(), TemplateError> {
-    parse(source, owner).map(drop)
+    on_deep_stack(source, owner, || parse(source, owner).map(drop))
 }
 
 /// Whether `source` parses and defines a function `name` at its top level (not in a comment, a
 /// string or another function) that takes `arguments` positional arguments (a `*args`
 /// parameter takes any number).
 pub fn defines_function(source: &str, name: &str, arguments: usize) -> bool {
+    on_deep_stack(source, "", || Ok(defines(source, name, arguments))).unwrap_or(false)
+}
+
+fn defines(source: &str, name: &str, arguments: usize) -> bool {
     use starlark::syntax::ast::Stmt;
     let Ok(ast) = parse(source, "") else {
         return false;
@@ -427,25 +498,28 @@ fn takes(d: &starlark::syntax::ast::DefP<starlark::syntax::ast::AstNoPayload>, n
     required <= n && n <= required + optional
 }
 
-/// Renders `source` for `owner` with the package values `pkg` and the session's values.
+/// Renders `source` for `owner` with the package values `pkg` and the session's values, on a
+/// thread of its own (see [`check_syntax`]).
 pub fn render(
     source: &str,
     owner: &str,
     pkg: &BTreeMap<String, Json>,
     session: &SessionValues,
 ) -> Result<String, TemplateError> {
-    match evaluate(
-        source,
-        owner,
-        globals(),
-        pkg,
-        session,
-        Limits::TEMPLATE,
-        Job::Describe,
-    )? {
-        Output::Text(t) => Ok(t),
-        _ => unreachable!("a description job gives text"),
-    }
+    on_deep_stack(source, owner, || {
+        match evaluate(
+            source,
+            owner,
+            globals(),
+            pkg,
+            session,
+            Limits::TEMPLATE,
+            Job::Describe,
+        )? {
+            Output::Text(t) => Ok(t),
+            _ => unreachable!("a description job gives text"),
+        }
+    })
 }
 
 /// Bounds on one evaluation.
@@ -506,7 +580,8 @@ pub struct ScriptDefinition {
 /// Reads a script tool's definition: the file is evaluated in the template environment (so its
 /// top level is as pure as a description template) and must set `description` (text), `schema`
 /// (a dict, a JSON Schema of an object) and `run` (a function of one argument, called only when
-/// the tool runs, in the environment [`run_script`] is given).
+/// the tool runs, in the environment [`run_script`] is given). It runs on the calling thread,
+/// as [`run_script`] does: a runner process of its own is the caller.
 pub fn script_definition(
     source: &str,
     owner: &str,
@@ -792,6 +867,15 @@ pub struct Finding {
 /// render stops at the first; this finds them all, including those on paths the sample values do
 /// not take.
 pub fn findings(
+    source: &str,
+    owner: &str,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+) -> Result<Vec<Finding>, TemplateError> {
+    on_deep_stack(source, owner, || findings_in(source, owner, pkg, session))
+}
+
+fn findings_in(
     source: &str,
     owner: &str,
     pkg: &BTreeMap<String, Json>,

@@ -7,13 +7,22 @@
 //! gateway session, every proxy conversation. The depth is bounded here, on the text, where no
 //! recursion is needed. The bound is conservative: within an element of a bracket or a statement,
 //! every operator and every keyword that can open an expression counts as one level, and so does
-//! each enclosing bracket; an indented block counts two, a `lambda` or `def` eight (what they cost
-//! the compiler's stack, measured); siblings separated by commas do not add up. Real templates
-//! and tools stay far below [`MAX_DEPTH`].
+//! each enclosing bracket; an indented block counts two, and so does each `elif` of a chain (the
+//! parser nests the rest of the chain under it); a `lambda` or `def` counts eight (what they cost
+//! the compiler's stack, measured); siblings separated by commas do not add up, but the commas
+//! between a `lambda`'s parameters or a `for`'s targets separate no siblings. Real templates and
+//! tools stay far below [`MAX_DEPTH`].
+//!
+//! The text is split as Starlark's lexer splits it: lines joined by `\` before the line break
+//! (LF or CRLF) are one statement, in a string too; `\r` is skipped in indentation; a string
+//! starts at a quote or at `r`, `b`, `br`, `rb` right before one (no other word is a prefix); a
+//! number is read whole (`0b1or` is a number and `or`). An f-string is refused here: its `{...}`
+//! parts are code the parser reads (even where the dialect then refuses f-strings), inside text
+//! this bound skips.
 
 /// The deepest nesting a source may have: Python refuses more than 200 nested brackets; this
 /// counts operators too, and must leave the parse, the evaluation and the drop room on a 2 MiB
-/// worker thread's stack.
+/// thread's stack.
 pub const MAX_DEPTH: usize = 200;
 
 /// Keywords that nest an expression or a statement below them.
@@ -21,49 +30,213 @@ const NESTING_WORDS: &[&str] = &[
     "and", "or", "not", "if", "else", "elif", "for", "in", "is", "while",
 ];
 
+/// The words Starlark's lexer reads with a quote right after them as the start of a string.
+const STRING_PREFIXES: &[&str] = &["r", "b", "br", "rb"];
+
+/// The words that start an f-string with a quote right after them.
+const FSTRING_PREFIXES: &[&str] = &["f", "fr"];
+
 /// The levels an indented block counts for: a statement within statements costs the compiler
-/// about twice an expression's stack.
+/// about twice an expression's stack. An `elif` counts as much.
 const BLOCK_WEIGHT: usize = 2;
 
 /// The levels a `lambda` or a `def` counts for.
 const LAMBDA_WEIGHT: usize = 8;
 
-/// The 1-based line where `source` first nests deeper than `limit`, if it does.
-pub fn too_deep(source: &str, limit: usize) -> Option<usize> {
+/// Why a source is refused before it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// It nests deeper than the limit, first on this line (from 1).
+    TooDeep(usize),
+    /// It holds an f-string, starting on this line (from 1).
+    FString(usize),
+}
+
+/// A construct open in an element whose head holds commas that separate no siblings: a
+/// `lambda`'s parameters (up to its `:`), a `for`'s targets (up to its `in`).
+#[derive(Debug)]
+struct Open {
+    /// The element's count before the construct.
+    base: usize,
+    /// What the construct counts for.
+    weight: usize,
+    /// Whether its head is still being read.
+    in_head: bool,
+    /// `lambda` (its head ends at `:`) or `for` (at `in`).
+    lambda: bool,
+}
+
+/// One element of a bracket (or of the statement): what it counts, and its open constructs.
+#[derive(Debug, Default)]
+struct Element {
+    count: usize,
+    open: Vec<Open>,
+}
+
+/// An indented block (or the top level): its indentation, and the `elif`s of the chain its
+/// current statement is in.
+#[derive(Debug)]
+struct Block {
+    width: usize,
+    elifs: usize,
+}
+
+/// The nesting being read, with its total kept as it changes.
+struct Depth {
+    elements: Vec<Element>,
+    blocks: Vec<Block>,
+    /// `elements.len()` plus every element's count.
+    expression: usize,
+    /// The blocks' and the `elif`s' levels.
+    statement: usize,
+}
+
+impl Depth {
+    fn new() -> Self {
+        Self {
+            elements: vec![Element::default()],
+            blocks: vec![Block { width: 0, elifs: 0 }],
+            expression: 1,
+            statement: 0,
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.expression + self.statement
+    }
+
+    fn top(&mut self) -> &mut Element {
+        let last = self.elements.len() - 1;
+        &mut self.elements[last]
+    }
+
+    fn add(&mut self, n: usize) {
+        self.top().count += n;
+        self.expression += n;
+    }
+
+    /// Sets the current element's count to `n`.
+    fn set(&mut self, n: usize) {
+        let top = self.top();
+        let old = std::mem::replace(&mut top.count, n);
+        self.expression = self.expression - old + n;
+    }
+
+    fn open_bracket(&mut self) {
+        self.add(1);
+        self.elements.push(Element::default());
+        self.expression += 1;
+    }
+
+    fn close_bracket(&mut self) {
+        if self.elements.len() > 1 {
+            let e = self.elements.pop().unwrap_or_default();
+            self.expression -= 1 + e.count;
+        }
+    }
+
+    /// A statement ends: its element starts afresh.
+    fn end_statement(&mut self) {
+        self.set(0);
+        self.top().open.clear();
+    }
+
+    /// A comma: what is open in the element ends, but for a construct still in its head.
+    fn comma(&mut self) {
+        let top = self.top();
+        while top.open.last().is_some_and(|o| !o.in_head) {
+            top.open.pop();
+        }
+        let n = top.open.last().map_or(0, |o| o.base + o.weight);
+        self.set(n);
+    }
+
+    /// `lambda` (its head ends at `:`) or `for` (at `in`).
+    fn open(&mut self, weight: usize, lambda: bool) {
+        let base = self.top().count;
+        self.top().open.push(Open {
+            base,
+            weight,
+            in_head: true,
+            lambda,
+        });
+        self.add(weight);
+    }
+
+    /// The `:` of a lambda or the `in` of a for ends the innermost head of that kind.
+    fn end_head(&mut self, lambda: bool) {
+        if let Some(o) = self.top().open.last_mut()
+            && o.in_head
+            && o.lambda == lambda
+        {
+            o.in_head = false;
+        }
+    }
+
+    /// A statement starts at indentation `width`, with `word`.
+    fn statement_start(&mut self, width: usize, word: &str) {
+        while self.blocks.len() > 1 && self.blocks.last().is_some_and(|b| b.width > width) {
+            let b = self.blocks.pop().unwrap_or(Block { width: 0, elifs: 0 });
+            self.statement -= BLOCK_WEIGHT * (1 + b.elifs);
+        }
+        if self.blocks.last().is_some_and(|b| b.width < width) {
+            self.blocks.push(Block { width, elifs: 0 });
+            self.statement += BLOCK_WEIGHT;
+        }
+        let Some(b) = self.blocks.last_mut() else {
+            return;
+        };
+        match word {
+            // The parser reads an `elif` as a statement nested in the `if` before it.
+            "elif" => {
+                b.elifs += 1;
+                self.statement += BLOCK_WEIGHT;
+            }
+            "else" => {}
+            _ => {
+                self.statement -= BLOCK_WEIGHT * b.elifs;
+                b.elifs = 0;
+            }
+        }
+    }
+}
+
+/// Checks that `source` nests at most `limit` levels deep and holds no f-string; the first
+/// problem, with its line (from 1), if not.
+pub fn check(source: &str, limit: usize) -> Result<(), Refusal> {
     let bytes = source.as_bytes();
     let mut line = 1;
-    // Operators counted in the current element of each open bracket; [0] is the statement's.
-    let mut levels: Vec<usize> = vec![0];
-    // Widths of the enclosing indented blocks.
-    let mut indents: Vec<usize> = Vec::new();
+    let mut depth = Depth::new();
     let mut at_line_start = true;
     let mut i = 0;
     while i < bytes.len() {
-        let c = bytes[i];
-        if at_line_start && levels.len() == 1 {
-            let width = bytes[i..]
-                .iter()
-                .take_while(|&&b| b == b' ' || b == b'\t')
-                .count();
-            let rest = bytes.get(i + width).copied();
+        if at_line_start && depth.elements.len() == 1 {
+            // Indentation as the lexer reads it: spaces count, `\r` is skipped (a tab is an
+            // error there).
+            let mut j = i;
+            let mut width = 0;
+            while let Some(&b) = bytes.get(j) {
+                match b {
+                    b' ' => width += 1,
+                    b'\t' => width += 8,
+                    b'\r' => {}
+                    _ => break,
+                }
+                j += 1;
+            }
             // Blank and comment lines do not open or close blocks.
-            if !matches!(rest, None | Some(b'\n' | b'\r' | b'#')) {
-                while indents.last().is_some_and(|&w| w >= width) {
-                    indents.pop();
-                }
-                if width > 0 {
-                    indents.push(width);
-                }
+            if !matches!(bytes.get(j), None | Some(b'\n' | b'#')) {
+                depth.statement_start(width, word_at(source, j));
             }
             at_line_start = false;
-            i += width;
+            i = j;
             continue;
         }
-        match c {
+        match bytes[i] {
             b'\n' => {
                 line += 1;
-                if levels.len() == 1 {
-                    levels[0] = 0;
+                if depth.elements.len() == 1 {
+                    depth.end_statement();
                     at_line_start = true;
                 }
                 i += 1;
@@ -74,10 +247,13 @@ pub fn too_deep(source: &str, limit: usize) -> Option<usize> {
                 }
             }
             b'\\' => {
-                // A line continued: the statement goes on.
+                // A line continued (LF or CRLF): the statement goes on.
                 if bytes.get(i + 1) == Some(&b'\n') {
                     line += 1;
                     i += 2;
+                } else if bytes.get(i + 1..i + 3) == Some(b"\r\n") {
+                    line += 1;
+                    i += 3;
                 } else {
                     i += 1;
                 }
@@ -88,60 +264,132 @@ pub fn too_deep(source: &str, limit: usize) -> Option<usize> {
                 i = end;
             }
             b'(' | b'[' | b'{' => {
-                *levels.last_mut().unwrap_or(&mut 0) += 1;
-                levels.push(0);
+                depth.open_bracket();
                 i += 1;
             }
             b')' | b']' | b'}' => {
-                if levels.len() > 1 {
-                    levels.pop();
-                }
+                depth.close_bracket();
                 i += 1;
             }
-            b',' | b';' => {
-                if let Some(l) = levels.last_mut() {
-                    *l = 0;
-                }
+            b',' => {
+                depth.comma();
                 i += 1;
             }
+            b';' => {
+                depth.end_statement();
+                i += 1;
+            }
+            b':' => {
+                depth.end_head(true);
+                i += 1;
+            }
+            b'0'..=b'9' => i = number_end(bytes, i),
             b'+' | b'-' | b'*' | b'/' | b'%' | b'&' | b'|' | b'^' | b'~' | b'<' | b'>' | b'='
             | b'!' | b'.' | b'@' => {
                 // A run of operator characters (`**`, `<=`, `//=`) is one operator.
                 while i < bytes.len() && b"+-*/%&|^~<>=!.@".contains(&bytes[i]) {
                     // Each unary sign nests on its own: `- - -1`, `--1`.
                     if matches!(bytes[i], b'-' | b'+' | b'~') {
-                        *levels.last_mut().unwrap_or(&mut 0) += 1;
+                        depth.add(1);
                     }
                     i += 1;
                 }
-                *levels.last_mut().unwrap_or(&mut 0) += 1;
+                depth.add(1);
             }
             c if c == b'_' || c.is_ascii_alphabetic() => {
-                let start = i;
-                while i < bytes.len() && (bytes[i] == b'_' || bytes[i].is_ascii_alphanumeric()) {
-                    i += 1;
+                let word = word_at(source, i);
+                i += word.len();
+                let quoted = matches!(bytes.get(i), Some(b'"' | b'\''));
+                if quoted && FSTRING_PREFIXES.contains(&word) {
+                    return Err(Refusal::FString(line));
                 }
-                let word = &source[start..i];
-                // A string prefix (`r"…"`, `b'…'`) is read with its string.
-                if matches!(bytes.get(i), Some(b'"' | b'\'')) && word.len() <= 2 {
+                if quoted && STRING_PREFIXES.contains(&word) {
+                    // A raw or bytes literal, read with its string.
                     let (end, lines) = skip_string(bytes, i);
                     line += lines;
                     i = end;
-                } else if NESTING_WORDS.contains(&word) {
-                    *levels.last_mut().unwrap_or(&mut 0) += 1;
-                } else if word == "lambda" || word == "def" {
+                } else if word == "lambda" {
                     // A function within a function costs the compiler far more stack per level.
-                    *levels.last_mut().unwrap_or(&mut 0) += LAMBDA_WEIGHT;
+                    depth.open(LAMBDA_WEIGHT, true);
+                } else if word == "def" {
+                    depth.add(LAMBDA_WEIGHT);
+                } else if word == "for" {
+                    depth.open(1, false);
+                } else if word == "in" {
+                    depth.add(1);
+                    depth.end_head(false);
+                } else if NESTING_WORDS.contains(&word) {
+                    depth.add(1);
                 }
             }
             _ => i += 1,
         }
-        let depth = BLOCK_WEIGHT * indents.len() + levels.len() + levels.iter().sum::<usize>();
-        if depth > limit {
-            return Some(line);
+        if depth.total() > limit {
+            return Err(Refusal::TooDeep(line));
         }
     }
-    None
+    Ok(())
+}
+
+/// The identifier or keyword starting at `i` (empty when none does).
+fn word_at(source: &str, i: usize) -> &str {
+    let bytes = source.as_bytes();
+    let mut end = i;
+    if bytes
+        .get(i)
+        .is_some_and(|&b| b == b'_' || b.is_ascii_alphabetic())
+    {
+        while end < bytes.len() && (bytes[end] == b'_' || bytes[end].is_ascii_alphanumeric()) {
+            end += 1;
+        }
+    }
+    &source[i..end]
+}
+
+/// The end of the number starting at `start` (a digit), read as Starlark's lexer reads one: the
+/// longest of an integer (`0x1f`, `0b1`, `0o7`, `12`) and a float (`1.`, `1.5e-3`, `1e5`).
+fn number_end(bytes: &[u8], start: usize) -> usize {
+    let run = |from: usize, ok: fn(u8) -> bool| {
+        let mut i = from;
+        while i < bytes.len() && ok(bytes[i]) {
+            i += 1;
+        }
+        i
+    };
+    let digits = run(start, |b| b.is_ascii_digit());
+    // `[eE][-+]?[0-9]+` at `i`, if there.
+    let exponent = |i: usize| {
+        if !matches!(bytes.get(i), Some(b'e' | b'E')) {
+            return None;
+        }
+        let sign = usize::from(matches!(bytes.get(i + 1), Some(b'+' | b'-')));
+        let end = run(i + 1 + sign, |b| b.is_ascii_digit());
+        (end > i + 1 + sign).then_some(end)
+    };
+    let mut end = digits;
+    if bytes[start] == b'0' {
+        let radix: Option<fn(u8) -> bool> = match bytes.get(start + 1) {
+            Some(b'x' | b'X') => Some(|b: u8| b.is_ascii_hexdigit()),
+            Some(b'b' | b'B') => Some(|b: u8| b == b'0' || b == b'1'),
+            Some(b'o' | b'O') => Some(|b: u8| (b'0'..=b'7').contains(&b)),
+            _ => None,
+        };
+        // `0x` with no digit after it is the number `0`.
+        if let Some(r) = radix
+            .map(|ok| run(start + 2, ok))
+            .filter(|&r| r > start + 2)
+        {
+            end = end.max(r);
+        }
+    }
+    if bytes.get(digits) == Some(&b'.') {
+        let fraction = run(digits + 1, |b| b.is_ascii_digit());
+        end = end.max(exponent(fraction).unwrap_or(fraction));
+    }
+    if let Some(e) = exponent(digits) {
+        end = end.max(e);
+    }
+    end
 }
 
 /// The end of the string literal opening at `start`, and how many line breaks it holds. An
@@ -154,8 +402,12 @@ fn skip_string(bytes: &[u8], start: usize) -> (usize, usize) {
     while i < bytes.len() {
         match bytes[i] {
             b'\\' => {
+                // An escaped character, or a line continued (LF or CRLF) within the string.
                 if bytes.get(i + 1) == Some(&b'\n') {
                     lines += 1;
+                } else if bytes.get(i + 1..i + 3) == Some(b"\r\n") {
+                    lines += 1;
+                    i += 1;
                 }
                 i += 2;
                 continue;
@@ -186,7 +438,7 @@ mod tests {
     use super::*;
 
     fn depth_ok(source: &str) -> bool {
-        too_deep(source, MAX_DEPTH).is_none()
+        check(source, MAX_DEPTH).is_ok()
     }
 
     #[test]
@@ -209,17 +461,35 @@ mod tests {
             .map(|i| format!("x{i} = a + b - c * d\n"))
             .collect();
         let strings = format!(
-            "s = \"{}\" + '''{}'''\n",
+            "s = \"{}\" + '''{}''' + r\"{}\" + b'{}'\n",
             "((((+-".repeat(500),
-            "[[[\n".repeat(500)
+            "[[[\n".repeat(500),
+            "-or-".repeat(500),
+            "not ".repeat(500),
+        );
+        let lambdas = format!("fs = [{}]\n", vec!["lambda a, b=1: a + b"; 100].join(", "));
+        let elifs = format!(
+            "def run(params):\n    if x == 0:\n        return 0\n{}    else:\n        return -1\n",
+            (1..40)
+                .map(|i| format!("    elif x == {i}:\n        return {i}\n"))
+                .collect::<String>()
+        );
+        let numbers = format!(
+            "x = [{}]\n",
+            vec!["0x1f, 1e5, 1.5e-3, 0b101"; 500].join(", ")
         );
         for source in [
             long_list.as_str(),
             &long_dict,
             &many_lines,
             &strings,
+            &lambdas,
+            &elifs,
+            &numbers,
             "def describe():\n    if pkg.name:\n        return \"%s (%d)\" % (pkg.name, len(pkg.tools))\n    return \"\"\n",
             "# ((((((((((((((((((\nx = 1\n",
+            "for a, b in [(1, 2)]:\n    x = [y for y, z in {}.items() if z]\n",
+            "def run(params):\r\n    return 1\r\n",
         ] {
             assert!(depth_ok(source), "{}", &source[..source.len().min(80)]);
         }
@@ -242,9 +512,96 @@ mod tests {
                 + "pass\n",
         ];
         for source in &cases {
-            let line = too_deep(source, MAX_DEPTH);
-            assert!(line.is_some(), "{}", &source[..source.len().min(80)]);
+            let refused = check(source, MAX_DEPTH);
+            assert!(
+                matches!(refused, Err(Refusal::TooDeep(_))),
+                "{}",
+                &source[..source.len().min(80)]
+            );
         }
-        assert_eq!(too_deep(&cases[0], MAX_DEPTH), Some(2));
+        assert_eq!(check(&cases[0], MAX_DEPTH), Err(Refusal::TooDeep(2)));
+    }
+
+    /// Forms the lexer reads as one statement, one token or one chain, which a reading that
+    /// stops at every `\n`, takes any short word before a quote for a prefix or lets a comma end
+    /// a lambda's parameters would see as shallow.
+    #[test]
+    fn what_the_lexer_joins_counts_as_one() {
+        let cases = [
+            // Lines continued by `\` and CRLF are one line.
+            format!(
+                "def run(params):\r\n    return 1\r\nx = {}1\r\n",
+                vec!["-".repeat(150); 100].join("\\\r\n")
+            ),
+            // A string continued by `\` and CRLF does not end at the line break.
+            format!("x = \"a\\\r\n\" + {}1\n", "-".repeat(300)),
+            // `or` before a quote is a keyword, not a string prefix.
+            format!("x = {}\"\"\n", "\"\"or".repeat(4000)),
+            // A lambda's parameters separate no siblings.
+            format!("x = {}1\n", "lambda a,b:".repeat(1450)),
+            format!("x = {}1\n", "lambda a=1,b=(2,3):".repeat(30)),
+            // A number is read whole: `0b1or` is `0b1` and `or`.
+            format!("x = {}0\n", "0b1or ".repeat(300)),
+            format!("x = {}0\n", "1e5or ".repeat(300)),
+            // An `elif` chain nests each `elif` in the one before.
+            format!("if 1:0\n{}", "elif 1:0\n".repeat(150)),
+            // `\r` in indentation is skipped, so these blocks nest.
+            (0..120)
+                .map(|i| format!("\r{}if 1:\n", " ".repeat(i)))
+                .collect::<String>()
+                + "\r"
+                + &" ".repeat(120)
+                + "pass\n",
+        ];
+        for source in &cases {
+            assert!(
+                matches!(check(source, MAX_DEPTH), Err(Refusal::TooDeep(_))),
+                "{:?}",
+                &source[..source.len().min(80)]
+            );
+        }
+        assert_eq!(
+            check(&cases[0], MAX_DEPTH),
+            Err(Refusal::TooDeep(4)),
+            "the physical line where the continued statement gets too deep"
+        );
+    }
+
+    #[test]
+    fn an_f_string_is_refused_with_its_line() {
+        for (source, line) in [
+            (format!("x = 1\ny = f\"{{{}1}}\"\n", "-".repeat(16000)), 2),
+            ("x = fr'{a}'\n".to_owned(), 1),
+            ("s = '''\n'''\nt = f'x'\n".to_owned(), 3),
+        ] {
+            assert_eq!(check(&source, MAX_DEPTH), Err(Refusal::FString(line)));
+        }
+        for source in [
+            "x = 'f' + \"f\"\n",
+            "x = elf'a'\n",
+            "x = r'f\"'\n",
+            "# f'x'\n",
+        ] {
+            assert!(depth_ok(source), "{source}");
+        }
+    }
+
+    #[test]
+    fn numbers_are_read_as_the_lexer_reads_them() {
+        for (text, end) in [
+            ("0x1for", 4),
+            ("0b1or", 3),
+            ("0b12", 3),
+            ("0o17x", 4),
+            ("0x", 1),
+            ("12or", 2),
+            ("1.or", 2),
+            ("1.5e-3or", 6),
+            ("1e5or", 3),
+            ("1eor", 1),
+            ("1.e5", 4),
+        ] {
+            assert_eq!(number_end(text.as_bytes(), 0), end, "{text}");
+        }
     }
 }

@@ -298,6 +298,25 @@ fn nesting_is_bounded_before_it_can_overflow_a_stack() {
                 s
             }),
         ),
+        (
+            "an elif chain",
+            Box::new(|n| {
+                let mut s = "def f(x):\n    if x == 0:\n        return 0\n".to_owned();
+                for i in 1..=n {
+                    s.push_str(&format!("    elif x == {i}:\n        return {i}\n"));
+                }
+                s.push_str("str(f(-1))");
+                s
+            }),
+        ),
+        (
+            "lambdas with parameters",
+            Box::new(|n| format!("f = {}1\nstr(f)", "lambda a, b: ".repeat(n))),
+        ),
+        (
+            "an or chain of strings",
+            Box::new(|n| format!("str({}\"\")", "\"\"or".repeat(n))),
+        ),
     ];
     // Release builds run in 2 MiB Tokio workers and are checked with half that; a debug
     // build's frames are several times larger.
@@ -308,13 +327,26 @@ fn nesting_is_bounded_before_it_can_overflow_a_stack() {
     };
     for (what, make) in &shapes {
         let deepest = (1..2 * nesting::MAX_DEPTH)
-            .take_while(|&n| nesting::too_deep(&make(n), nesting::MAX_DEPTH).is_none())
+            .take_while(|&n| nesting::check(&make(n), nesting::MAX_DEPTH).is_ok())
             .last()
             .unwrap_or_else(|| panic!("{what}: one level passes"));
         let within = make(deepest);
+        // On this small thread itself, not on the large one `render` starts.
         let result = std::thread::Builder::new()
             .stack_size(stack)
-            .spawn(move || run(&within).map_err(|e| e.to_string()))
+            .spawn(move || {
+                evaluate(
+                    &within,
+                    "tool \"t\"",
+                    globals(),
+                    &pkg(),
+                    &session(),
+                    Limits::TEMPLATE,
+                    Job::Describe,
+                )
+                .map(drop)
+                .map_err(|e| e.to_string())
+            })
             .expect("spawn")
             .join()
             .expect("no overflow");
@@ -330,6 +362,48 @@ fn nesting_is_bounded_before_it_can_overflow_a_stack() {
         assert!(
             e.to_string().contains("nests more than 200 levels deep"),
             "{what}: {e}"
+        );
+    }
+}
+
+/// A source past the nesting bound is parsed and run on the thread `render` and `check_syntax`
+/// use without overflowing: its stack holds the deepest nesting a source of that size can have,
+/// so a form the bound misses costs an error at most, not the process.
+#[test]
+fn the_parse_thread_holds_sources_past_the_nesting_bound() {
+    let n = 4 << 10;
+    for (source, gives) in [
+        (format!("x = {}1\nstr(x)", "-".repeat(n)), "1"),
+        (
+            format!("str({}1{})", "(".repeat(n / 2), ")".repeat(n / 2)),
+            "1",
+        ),
+        (
+            format!("x = {}", "[".repeat(n)),
+            "error: Parse error: unexpected new line",
+        ),
+        (format!("if 1:0\n{}'x'", "elif 1:0\n".repeat(n / 9)), "x"),
+    ] {
+        // Past the bound, straight to Starlark: parsed, run and dropped.
+        let outcome = on_deep_stack(&source, "t", || {
+            let evaluated = Module::with_temp_heap(|module| {
+                let ast = AstModule::parse(FILE, source.clone(), &dialect())?;
+                Evaluator::new(&module)
+                    .eval_module(ast, globals())
+                    .map(|v| v.to_str())
+            });
+            Ok(evaluated.unwrap_or_else(|e| e.to_string()))
+        })
+        .expect("runs");
+        assert!(
+            outcome.starts_with(gives),
+            "{}",
+            &outcome[..outcome.len().min(100)]
+        );
+        assert!(
+            check_syntax(&source, "t").is_err(),
+            "the bound refuses it before the parse: {}",
+            &source[..40]
         );
     }
 }
