@@ -1546,28 +1546,6 @@ async fn list_change_floods_are_coalesced() {
     client.cancel().await.expect("close");
 }
 
-/// Opens a session by hand (initialize, then initialized) and returns its id.
-async fn raw_session(url: &str) -> String {
-    let init = raw_http(url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
-    assert_eq!(init.status, 200, "{init:?}");
-    let id = init
-        .header("mcp-session-id")
-        .expect("a session id")
-        .to_owned();
-    let done = raw_http(
-        url,
-        "POST",
-        &[
-            ("Mcp-Session-Id", &id),
-            ("MCP-Protocol-Version", "2025-06-18"),
-        ],
-        br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    )
-    .await;
-    assert_eq!(done.status, 202, "{done:?}");
-    id
-}
-
 async fn http_sessions(client: &Client) -> u64 {
     status(client).await["http_sessions"]
         .as_u64()
@@ -1695,8 +1673,8 @@ async fn http_listener_checks_requests_and_caps_sessions() {
 
     // Three sessions at most: the observer and two by hand; a fourth is refused until one ends.
     let observer = http_client(&url, TestClient::default()).await;
-    let first = raw_session(&url).await;
-    raw_session(&url).await;
+    let first = open_raw_session(&url).await;
+    open_raw_session(&url).await;
     assert_eq!(http_sessions(&observer).await, 3);
     let refused = raw_http(&url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
     assert_eq!(refused.status, 503, "{refused:?}");
@@ -1720,7 +1698,7 @@ async fn http_listener_checks_requests_and_caps_sessions() {
     )
     .await;
     assert!(ended.status < 300, "{ended:?}");
-    raw_session(&url).await;
+    open_raw_session(&url).await;
     assert_eq!(http_sessions(&observer).await, 3);
     observer.cancel().await.expect("close");
     gateway.kill().expect("stop gateway");
@@ -1744,7 +1722,7 @@ async fn http_sessions_left_idle_are_closed() {
     let (mut gateway, url) = http_gateway(&config);
     let mut abandoned = std::collections::BTreeSet::new();
     for _ in 0..50 {
-        abandoned.insert(raw_session(&url).await);
+        abandoned.insert(open_raw_session(&url).await);
     }
     assert_eq!(abandoned.len(), 50);
     let observer = http_client(&url, TestClient::default()).await;
