@@ -460,7 +460,12 @@ impl ChildTransport {
                         "server {server:?} sent a reply nested deeper than the 128 levels toolshelf reads"
                     )
                 } else {
-                    format!("server {server:?} sent a reply that is not valid JSON ({e})")
+                    // The line starts with `{` (checked above), so it is never empty; the text
+                    // only decides that.
+                    format!(
+                        "server {server:?} sent a reply that is not valid JSON: {}",
+                        toolshelf_core::json::in_words(&e, "{", true)
+                    )
                 };
                 Err(BadReply {
                     reason,
@@ -1024,7 +1029,7 @@ mod tests {
         let (id, message) = error_of(&mut t).await;
         assert_eq!(id, RequestId::Number(1));
         assert!(
-            message.starts_with("server \"t\" sent a reply that is not valid JSON (")
+            message.starts_with("server \"t\" sent a reply that is not valid JSON: ")
                 && message.ends_with("; the call was abandoned"),
             "{message}"
         );

@@ -1156,7 +1156,7 @@ async fn unreadable_downstream_replies_fail_at_once() {
     .await);
     assert!(
         truncated.starts_with(
-            "mcp__test__bad_reply failed: server \"test\" sent a reply that is not valid JSON ("
+            "mcp__test__bad_reply failed: server \"test\" sent a reply that is not valid JSON: "
         ) && truncated.ends_with("; the call was abandoned"),
         "{truncated}"
     );
@@ -1207,7 +1207,7 @@ async fn unreadable_downstream_replies_fail_at_once() {
     let hung = err(&hang.await.expect("hang task"));
     for text in [&noid, &hung] {
         assert!(
-            text.contains("server \"test\" sent a reply that is not valid JSON (")
+            text.contains("server \"test\" sent a reply that is not valid JSON: ")
                 && text.contains("could not be matched to one of the 2 pending requests")
                 && !text.contains("did not answer within"),
             "{text}"
