@@ -91,14 +91,24 @@ fn transcript() -> Vec<Event> {
     e
 }
 
-fn replay(api: Api) -> (Vec<TurnReport>, u32) {
-    let compiled = Compiled::new(
+/// The example configuration, compiled for `mode`.
+fn compiled(mode: Option<&str>) -> Compiled {
+    Compiled::new(
         Config::from_toml_str(CONFIG, "toolshelf.toml").expect("config"),
         "toolshelf.toml",
-        None,
+        mode,
     )
-    .expect("compiles");
-    let catalog = Catalog::from_json_str(CATALOG, "catalog.json").expect("catalog");
+    .expect("compiles")
+}
+
+/// The example catalog.
+fn catalog() -> Catalog {
+    Catalog::from_json_str(CATALOG, "catalog.json").expect("catalog")
+}
+
+fn replay(api: Api) -> (Vec<TurnReport>, u32) {
+    let compiled = compiled(None);
+    let catalog = catalog();
     let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
     let mut r = Replay::new(
         &compiled,
@@ -199,13 +209,8 @@ fn the_same_transcript_gives_the_same_bytes() {
 
 #[test]
 fn assembled_bodies_are_pinned() {
-    let compiled = Compiled::new(
-        Config::from_toml_str(CONFIG, "toolshelf.toml").expect("config"),
-        "toolshelf.toml",
-        Some("review"),
-    )
-    .expect("compiles");
-    let catalog = Catalog::from_json_str(CATALOG, "catalog.json").expect("catalog");
+    let compiled = compiled(Some("review"));
+    let catalog = catalog();
     let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
     for (label, api) in Api::ALL {
         let mut r = Replay::new(&compiled, catalog.clone(), api, "Be brief.", &build);
@@ -232,13 +237,8 @@ fn assembled_bodies_are_pinned() {
 
 #[test]
 fn a_search_hit_on_a_resident_tool_says_to_call_it_directly() {
-    let compiled = Compiled::new(
-        Config::from_toml_str(CONFIG, "toolshelf.toml").expect("config"),
-        "toolshelf.toml",
-        None,
-    )
-    .expect("compiles");
-    let catalog = Catalog::from_json_str(CATALOG, "catalog.json").expect("catalog");
+    let compiled = compiled(None);
+    let catalog = catalog();
     let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
     let mut r = Replay::new(&compiled, catalog, Api::Anthropic, "Be brief.", &build);
     // mcp__git__git_status is resident in the example configuration.

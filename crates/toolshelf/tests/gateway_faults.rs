@@ -76,14 +76,8 @@ async fn a_late_unreadable_answer_is_blamed_on_no_other_call() {
     );
     client.cancel().await.expect("close");
 
-    let outcomes = |tool: &str| -> Vec<Value> {
-        s.calls_of(tool)
-            .into_iter()
-            .map(|r| r["outcome"].clone())
-            .collect()
-    };
-    assert_eq!(outcomes("mcp__late__echo"), ["ok", "ok", "ok"]);
-    assert_eq!(outcomes("mcp__late__late"), ["timeout", "timeout"]);
+    assert_eq!(s.outcomes_of("mcp__late__echo"), ["ok", "ok", "ok"]);
+    assert_eq!(s.outcomes_of("mcp__late__late"), ["timeout", "timeout"]);
     let logged = std::fs::read_to_string(&log).expect("stderr");
     assert!(
         logged.contains(&format!(
@@ -136,14 +130,12 @@ async fn an_abandoned_call_that_is_never_answered_is_forgotten() {
         "{broken}"
     );
     client.cancel().await.expect("close");
-    let outcome = |tool: &str| -> Vec<Value> {
-        s.calls_of(tool)
-            .into_iter()
-            .map(|r| r["outcome"].clone())
-            .collect()
-    };
-    assert_eq!(outcome("mcp__late__hang"), ["timeout"]);
-    assert_eq!(outcome("mcp__late__broken"), ["error"], "not a timeout");
+    assert_eq!(s.outcomes_of("mcp__late__hang"), ["timeout"]);
+    assert_eq!(
+        s.outcomes_of("mcp__late__broken"),
+        ["error"],
+        "not a timeout"
+    );
     let logged = std::fs::read_to_string(&log).expect("stderr");
     assert!(
         !logged.contains("it may answer a request already abandoned"),
@@ -206,14 +198,8 @@ async fn a_late_unreadable_answer_to_a_cancelled_call_is_blamed_on_no_other_call
         "the server was not restarted"
     );
     client.cancel().await.expect("close");
-    let outcomes = |tool: &str| -> Vec<Value> {
-        s.calls_of(tool)
-            .into_iter()
-            .map(|r| r["outcome"].clone())
-            .collect()
-    };
-    assert_eq!(outcomes("mcp__late__echo"), ["ok", "ok"]);
-    assert_eq!(outcomes("mcp__late__late"), ["cancelled"]);
+    assert_eq!(s.outcomes_of("mcp__late__echo"), ["ok", "ok"]);
+    assert_eq!(s.outcomes_of("mcp__late__late"), ["cancelled"]);
     let logged = std::fs::read_to_string(&log).expect("stderr");
     assert!(
         logged.contains(

@@ -74,6 +74,14 @@ impl Scratch {
             .filter(|r| r["kind"] == "call" && r["tool"] == tool)
             .collect()
     }
+
+    /// The outcome of each call of `tool`, in order.
+    pub fn outcomes_of(&self, tool: &str) -> Vec<Value> {
+        self.calls_of(tool)
+            .into_iter()
+            .map(|r| r["outcome"].clone())
+            .collect()
+    }
 }
 
 impl Drop for Scratch {
