@@ -1991,7 +1991,7 @@ fn status_and_catalog_report_a_failed_server_without_raw_log_lines() {
     assert!(text.contains("bad     failed"), "{text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("WARN"), "{err}");
-    assert!(err.contains("server(s) failed: bad"), "{err}");
+    assert!(err.contains("1 server failed: bad"), "{err}");
     let out = run(&["catalog", "--config", &config]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -1260,7 +1260,7 @@ fn a_server_that_cannot_start_says_why_in_plain_words() {
         "a health check sees the failures"
     );
     assert!(
-        stderr.contains("toolshelf: error: 3 server(s) failed: down, nowhere, quits"),
+        stderr.contains("toolshelf: error: 3 servers failed: down, nowhere, quits"),
         "{stderr}"
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");

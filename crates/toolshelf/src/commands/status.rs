@@ -182,8 +182,8 @@ fn healthy<'a>(servers: impl IntoIterator<Item = &'a ServerStatus>) -> Result<()
     }
     let names: Vec<&str> = failed.into_iter().collect();
     Err(super::Finding(format!(
-        "{} server(s) failed: {}",
-        names.len(),
+        "{} failed: {}",
+        super::count(names.len(), "server", "servers"),
         names.join(", ")
     ))
     .into())
