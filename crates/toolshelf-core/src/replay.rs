@@ -34,7 +34,7 @@ use crate::meta::DeferExecuteArgs;
 use crate::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use crate::policy::{Exposure, State};
 use crate::reminder::{Call, Note, TurnInput};
-use crate::request::{Api, Item, ToolCall, ToolResult, assemble, canonical_json};
+use crate::request::{Api, ConversationSize, Item, ToolCall, ToolResult, assemble, canonical_json};
 use crate::search::render::{SessionView, search_for};
 use crate::search::{SearchIndex, SearchRequest};
 use crate::session::{Activity, FrozenSurface, SessionState};
@@ -199,6 +199,10 @@ pub struct Replay<'a> {
     state: SessionState,
     tools: Vec<Value>,
     items: Vec<Item>,
+    /// The size of the conversation `items` assemble to, kept as they are added.
+    conversation: ConversationSize,
+    /// The length of OpenAI Chat's opening system message (0 in the other APIs).
+    system_message: usize,
     context: Vec<String>,
     calls_made: u64,
     /// Tools the model defined with `tool_define` in this session.
@@ -329,6 +333,7 @@ impl<'a> Replay<'a> {
             Ok(Value::Array(t)) => t,
             _ => Vec::new(),
         };
+        let (conversation, system_message) = ConversationSize::opening(api, system);
         Self {
             compiled,
             api,
@@ -340,6 +345,8 @@ impl<'a> Replay<'a> {
             state,
             tools,
             items: Vec::new(),
+            conversation,
+            system_message,
             context: Vec::new(),
             calls_made: 0,
             defined: 0,
@@ -399,7 +406,7 @@ impl<'a> Replay<'a> {
                         ..TurnInput::default()
                     };
                     let (injected, notes) = self.injected(&input);
-                    self.items.push(Item::User {
+                    self.push(Item::User {
                         text: text.clone(),
                         injected: injected.clone(),
                     });
@@ -459,13 +466,13 @@ impl<'a> Replay<'a> {
                     }
                     if done.is_empty() {
                         // Text alone ends the model's turn; the next request starts with the user.
-                        self.items.push(Item::Assistant {
+                        self.push(Item::Assistant {
                             text,
                             calls: Vec::new(),
                         });
                         continue;
                     }
-                    self.items.push(Item::Assistant {
+                    self.push(Item::Assistant {
                         text,
                         calls: done.iter().map(|d| d.call.clone()).collect(),
                     });
@@ -492,7 +499,7 @@ impl<'a> Replay<'a> {
                         &mut self.context,
                         &input,
                     );
-                    self.items.push(Item::Results {
+                    self.push(Item::Results {
                         results: done.into_iter().map(|d| d.result).collect(),
                         injected: injected.clone(),
                     });
@@ -542,45 +549,54 @@ impl<'a> Replay<'a> {
         )
     }
 
+    /// Adds an item to the conversation.
+    fn push(&mut self, item: Item) {
+        self.conversation.add(self.api, &item);
+        self.items.push(item);
+    }
+
     fn report(&self, reminders: Vec<Note>, turn: Turn, injected: Vec<String>) -> TurnReport {
-        let body = assemble(
-            self.api,
-            &self.system,
-            &self.tools,
-            &self.items,
-            &Map::new(),
-        );
-        let size = |key: &str| body.get(key).map_or(0, |v| canonical_json(v).len());
-        let bytes = match self.api {
-            Api::Anthropic => Parts {
-                system: size("system"),
-                tools: size("tools"),
-                messages: size("messages"),
-            },
-            Api::OpenAiChat => {
-                let messages = body.get("messages").and_then(Value::as_array);
-                let system = messages
-                    .and_then(|m| m.first())
-                    .map_or(0, |m| canonical_json(m).len());
-                Parts {
-                    system,
-                    tools: size("tools"),
-                    messages: size("messages").saturating_sub(system),
-                }
+        // The sizes come from the parts themselves and the conversation's running size, so a
+        // report without its body costs nothing that grows with the conversation.
+        let text = |t: &str| {
+            if t.is_empty() {
+                0
+            } else {
+                canonical_json(&Value::String(t.to_owned())).len()
             }
-            Api::OpenAiResponses => Parts {
-                system: size("instructions"),
-                tools: size("tools"),
-                messages: size("input"),
+        };
+        let tools = if self.tools.is_empty() {
+            0
+        } else {
+            self.tools
+                .iter()
+                .map(|t| canonical_json(t).len())
+                .sum::<usize>()
+                + self.tools.len()
+                + 1
+        };
+        let bytes = Parts {
+            system: match self.api {
+                Api::OpenAiChat => self.system_message,
+                Api::Anthropic | Api::OpenAiResponses => text(&self.system),
             },
+            tools,
+            messages: self.conversation.bytes() - self.system_message,
+        };
+        let body = if self.bodies {
+            canonical_json(&assemble(
+                self.api,
+                &self.system,
+                &self.tools,
+                &self.items,
+                &Map::new(),
+            ))
+        } else {
+            String::new()
         };
         TurnReport {
             turn: self.state.turn(),
-            body: if self.bodies {
-                canonical_json(&body)
-            } else {
-                String::new()
-            },
+            body,
             bytes,
             reminders,
             activated: turn.activated,

@@ -199,6 +199,54 @@ pub fn assemble(
     Value::Object(body)
 }
 
+/// The size of the conversation array [`assemble`] writes for a growing list of items, kept as
+/// items are added, so that a caller that needs only sizes (a replay's report of every turn) does
+/// not assemble and serialise the whole conversation again on every turn.
+///
+/// Each item maps to its own messages whatever comes before or after it (see the module
+/// documentation), so the array's canonical length is the sum of its messages' lengths plus the
+/// brackets and commas around them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConversationSize {
+    messages: usize,
+    bytes: usize,
+}
+
+impl ConversationSize {
+    /// Counts the messages `item` adds to the conversation in `api`.
+    pub fn add(&mut self, api: Api, item: &Item) {
+        let mut out = Vec::new();
+        push_item(api, item, &mut out);
+        self.add_messages(&out);
+    }
+
+    /// A conversation holding only what [`assemble`] writes before the items: OpenAI Chat's
+    /// system message, for a non-empty `system`. Returns it with that message's own length.
+    pub fn opening(api: Api, system: &str) -> (Self, usize) {
+        let mut size = Self::default();
+        if api != Api::OpenAiChat || system.is_empty() {
+            return (size, 0);
+        }
+        let message = json!({"role": "system", "content": system});
+        size.add_messages(std::slice::from_ref(&message));
+        let len = size.bytes;
+        (size, len)
+    }
+
+    fn add_messages(&mut self, messages: &[Value]) {
+        for m in messages {
+            self.messages += 1;
+            self.bytes += canonical_json(m).len();
+        }
+    }
+
+    /// The length of `canonical_json` of the conversation array.
+    pub fn bytes(&self) -> usize {
+        // `[` and `]`, and a comma between each two messages.
+        2 + self.bytes + self.messages.saturating_sub(1)
+    }
+}
+
 /// Top-level keys [`assemble`] writes itself, in any API; settings cannot replace them.
 const ASSEMBLED: [&str; 5] = ["system", "tools", "messages", "input", "instructions"];
 

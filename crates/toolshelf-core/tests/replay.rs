@@ -272,3 +272,47 @@ fn a_search_hit_on_a_resident_tool_says_to_call_it_directly() {
         ["mcp__git__git_log"]
     );
 }
+
+/// A report's sizes are those of its body's parts, with and without the body: they are kept as
+/// the conversation grows rather than measured on the assembled body, which would cost a whole
+/// serialisation of the conversation on every turn.
+#[test]
+fn reported_sizes_are_the_sizes_of_the_body_parts() {
+    let compiled = compiled(None);
+    let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
+    for system in ["You are a careful coding agent.", ""] {
+        for (label, api) in Api::ALL {
+            let run = |bodies: bool| {
+                let mut r = Replay::new(&compiled, catalog(), api, system, &build);
+                r.set_bodies(bodies);
+                r.run(&transcript()).expect("replays")
+            };
+            let with = run(true);
+            let without = run(false);
+            assert_eq!(with.len(), without.len());
+            for (w, o) in with.iter().zip(&without) {
+                assert_eq!(w.bytes, o.bytes, "{label}, turn {}", w.turn);
+                let body: Value = serde_json::from_str(&w.body).expect("json");
+                let size = |key: &str| body.get(key).map_or(0, |v| canonical_json(v).len());
+                let (system_len, tools_len, messages_len) = match api {
+                    Api::Anthropic => (size("system"), size("tools"), size("messages")),
+                    Api::OpenAiResponses => (size("instructions"), size("tools"), size("input")),
+                    Api::OpenAiChat => {
+                        let first = body["messages"]
+                            .as_array()
+                            .and_then(|m| m.first())
+                            .filter(|m| m["role"] == "system")
+                            .map_or(0, |m| canonical_json(m).len());
+                        (first, size("tools"), size("messages") - first)
+                    }
+                };
+                assert_eq!(
+                    (w.bytes.system, w.bytes.tools, w.bytes.messages),
+                    (system_len, tools_len, messages_len),
+                    "{label}, system {system:?}, turn {}",
+                    w.turn
+                );
+            }
+        }
+    }
+}
