@@ -77,6 +77,17 @@ impl Api {
         }
     }
 
+    /// The top-level settings besides the prompt that decide which prompt cache a request can
+    /// use at all: each model has its own cache, and on Anthropic a change of `tool_choice` or
+    /// `thinking` invalidates the cached messages. A request that changes one of them breaks
+    /// its prefix, whatever its bytes.
+    pub fn cache_settings(self) -> &'static [&'static str] {
+        match self {
+            Api::Anthropic => &["model", "tool_choice", "thinking"],
+            Api::OpenAiChat | Api::OpenAiResponses => &["model"],
+        }
+    }
+
     /// Which API a request body is for, or `None` when it has no `messages` or `input`.
     ///
     /// The rule, first match wins:

@@ -973,8 +973,13 @@ fn rewrite(
 /// Fingerprints of an upstream body.
 pub fn prefix_print(dialect: Dialect, body: &Map<String, Value>) -> PrefixPrint {
     let key = dialect.api().conversation_key();
-    let head: Vec<String> = ["system", "instructions", "tools"]
+    // What `toolshelf prefix-check` compares before the conversation: the settings that choose
+    // the cache, then the fixed parts.
+    let head: Vec<String> = dialect
+        .api()
+        .cache_settings()
         .iter()
+        .chain(&["system", "instructions", "tools"])
         .filter_map(|k| body.get(*k).map(|v| format!("{k}={v}")))
         .collect();
     let entries = match body.get(key) {

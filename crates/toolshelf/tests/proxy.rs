@@ -1310,3 +1310,41 @@ fn an_upstream_password_is_never_shown() {
         assert!(!text.contains(secret), "{what}: {text}");
     }
 }
+
+/// The live prefix check compares what `toolshelf prefix-check` compares: a request that changes
+/// the model, or on Anthropic `tool_choice` or `thinking`, cannot use the previous request's
+/// cache, whatever its messages.
+#[test]
+fn a_change_of_model_or_cache_setting_breaks_the_prefix() {
+    let s = Scratch::new("proxy-prefix-settings");
+    let steps: Vec<Value> = (0..5)
+        .map(|k| json!({"text": format!("answer {k}")}))
+        .collect();
+    let upstream = Upstream::start(&s, &json!({ "steps": steps }));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let url = format!("{}/v1/messages", proxy.url);
+    let mut messages = vec![json!({"role": "user", "content": "hello"})];
+    let mut breaks = Vec::new();
+    for (model, extra) in [
+        ("m", json!({})),
+        ("m", json!({})),
+        ("other-model", json!({})),
+        ("other-model", json!({"tool_choice": {"type": "any"}})),
+        (
+            "other-model",
+            json!({"tool_choice": {"type": "any"}, "thinking": {"type": "enabled", "budget_tokens": 1024}}),
+        ),
+    ] {
+        let mut body = json!({"model": model, "max_tokens": 64, "system": "You help.",
+                              "tools": tools(), "messages": messages});
+        for (k, v) in extra.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        let (status, answer) = post(&url, &body, &HEADERS);
+        assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+        messages.push(json!({"role": "assistant", "content": answer["content"]}));
+        messages.push(json!({"role": "user", "content": "go on"}));
+        breaks.push(proxy.status()["totals"]["prefix_breaks"].clone());
+    }
+    assert_eq!(breaks, [0, 0, 1, 2, 3], "{}", proxy.log());
+}

@@ -66,11 +66,9 @@ struct Canon {
 
 impl Canon {
     fn new(sections: Sections, body: &Value) -> Self {
-        let fields: &[&'static str] = match sections.api {
-            Api::Anthropic => &["model", "tool_choice", "thinking"],
-            Api::OpenAiChat | Api::OpenAiResponses => &["model"],
-        };
-        let settings = fields
+        let settings = sections
+            .api
+            .cache_settings()
             .iter()
             .map(|&f| (f, canonical_json(body.get(f).unwrap_or(&Value::Null))))
             .collect();
