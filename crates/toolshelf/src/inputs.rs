@@ -94,28 +94,42 @@ pub fn read_text(path: &std::path::Path, what: &str) -> Result<String> {
     })
 }
 
+/// How messages name an input path: `stdin` for `-`, else the path.
+pub fn shown(path: &std::path::Path) -> String {
+    if path.as_os_str() == "-" {
+        "stdin".into()
+    } else {
+        path.display().to_string()
+    }
+}
+
 /// The non-blank lines of a JSON-lines file (`what` names it in errors), each with its number
 /// from 1, read one at a time: a leading byte-order mark is skipped, and a line that is not UTF-8
 /// is an error naming the file, the line and the byte offset. A directory, or a file that fails
-/// to read for any other reason, is an error naming the file alone: no line is at fault.
+/// to read for any other reason, is an error naming the file alone: no line is at fault. The path
+/// `-` reads standard input, named `stdin` in messages.
 pub fn lines_of(
     path: &std::path::Path,
     what: &str,
 ) -> Result<impl Iterator<Item = Result<(usize, String)>>> {
     use std::io::BufRead as _;
-    let file = std::fs::File::open(path).map_err(|e| {
-        anyhow::anyhow!("cannot read {what} {}: {}", path.display(), io_problem(&e))
-    })?;
-    // Opening a directory succeeds; reading it fails, at what would be its first line.
-    if file.metadata().is_ok_and(|m| m.is_dir()) {
-        anyhow::bail!(
-            "cannot read {what} {}: it is a directory, not a JSON-lines file",
-            path.display()
-        );
-    }
-    let shown = path.display().to_string();
+    let shown = shown(path);
+    let mut reader: Box<dyn std::io::BufRead> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let file = std::fs::File::open(path).map_err(|e| {
+            anyhow::anyhow!("cannot read {what} {}: {}", path.display(), io_problem(&e))
+        })?;
+        // Opening a directory succeeds; reading it fails, at what would be its first line.
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            anyhow::bail!(
+                "cannot read {what} {}: it is a directory, not a JSON-lines file",
+                path.display()
+            );
+        }
+        Box::new(std::io::BufReader::new(file))
+    };
     let what = what.to_owned();
-    let mut reader = std::io::BufReader::new(file);
     let mut n = 0usize;
     // Byte offset of the next line's start in the file.
     let mut offset = 0usize;

@@ -532,3 +532,36 @@ fn a_body_that_gives_a_key_twice_is_refused() {
     );
     assert!(out.stdout.is_empty(), "no verdict on a body read two ways");
 }
+
+/// `-` reads the log from standard input, so a replay pipes straight into the check; an error
+/// names the input `stdin` with its line.
+#[test]
+fn a_log_piped_on_stdin_is_checked() {
+    use std::io::Write as _;
+    let pipe = |input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolshelf"))
+            .args(["prefix-check", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run toolshelf");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write");
+        child.wait_with_output().expect("output")
+    };
+    let replayed = run(&["replay", "--transcript", "../../examples/transcript.jsonl"]);
+    assert!(replayed.status.success());
+    let out = pipe(&String::from_utf8_lossy(&replayed.stdout));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("1→2 ok"), "{text}");
+    let out = pipe("{\"messages\": []}\nnot json\n");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stdin:2"), "{err}");
+}

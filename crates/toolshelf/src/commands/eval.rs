@@ -19,7 +19,7 @@ pub struct Args {
     #[command(flatten)]
     source: Source,
     /// JSON lines: {"query": "...", "gold": ["tool", ...]}. A gold name may be canonical, bare,
-    /// original, or mcp__<original server>__<original tool>.
+    /// original, or mcp__<original server>__<original tool>. `-` reads standard input.
     #[arg(long, value_name = "FILE.jsonl")]
     queries: PathBuf,
     /// Print one JSON object.
@@ -107,7 +107,7 @@ fn load_cases(
     let visible = |i: usize| loaded.exposure.decisions[i].state != State::Hidden;
     for line in crate::inputs::lines_of(path, "queries")? {
         let (n, line) = line?;
-        let at = format!("{}:{n}", path.display());
+        let at = format!("{}:{n}", crate::inputs::shown(path));
         let v = crate::inputs::json_line(&line, &at, "not valid JSON")?;
         let (Some(query), Some(gold)) = (v["query"].as_str(), v["gold"].as_array()) else {
             bail!("{at}: expected {{\"query\": \"...\", \"gold\": [...]}}");

@@ -36,7 +36,7 @@ use super::{ApiArg, outln, print_json};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// JSON lines file of request bodies, one per line, in the order they were sent; blank lines
-    /// are skipped.
+    /// are skipped. `-` reads standard input (`toolshelf replay ... | toolshelf prefix-check -`).
     #[arg(value_name = "FILE.jsonl")]
     file: PathBuf,
     /// Read every body as this API. Default: detected per body, first match wins: `input` or
@@ -200,7 +200,7 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
     let mut pairs = Vec::new();
     for line in crate::inputs::lines_of(path, "log")? {
         let (n, line) = line?;
-        let at = || format!("{}:{n}", path.display());
+        let at = || format!("{}:{n}", crate::inputs::shown(path));
         let body = crate::inputs::json_line(&line, &at(), "not a valid JSON request body")?;
         if !body.is_object() {
             bail!("{}: a request body must be a JSON object", at());
@@ -219,7 +219,11 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
         }
         previous = Some(current);
     }
-    anyhow::ensure!(requests > 0, "{} holds no request bodies", path.display());
+    anyhow::ensure!(
+        requests > 0,
+        "{} holds no request bodies",
+        crate::inputs::shown(path)
+    );
     Ok((requests, pairs))
 }
 

@@ -27,7 +27,7 @@ pub struct Args {
     /// JSON lines file of requests, {"query": "..."} or {"queries": [...]} (other keys, such as
     /// an eval set's "gold", are ignored); one JSON line each, {"line", "hits": [...]}, `line`
     /// being the input line it answers, with or without --json. Every line is checked before
-    /// any is answered.
+    /// any is answered. `-` reads standard input.
     #[arg(long, value_name = "FILE.jsonl")]
     batch: Option<PathBuf>,
     /// Maximum number of fuzzy hits, at least 1 (capped at [search] max_limit, except in
@@ -198,7 +198,7 @@ fn batch(
     let mut requests: Vec<(usize, Vec<String>)> = Vec::new();
     for line in crate::inputs::lines_of(path, "batch file")? {
         let (n, line) = line?;
-        let at = || format!("{}:{n}", path.display());
+        let at = || format!("{}:{n}", crate::inputs::shown(path));
         let v = crate::inputs::json_line(&line, &at(), "not valid JSON")?;
         let queries: Vec<String> = match (v.get("query"), v.get("queries")) {
             (Some(Value::String(q)), None) => vec![q.clone()],
