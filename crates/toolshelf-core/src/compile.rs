@@ -296,6 +296,7 @@ impl Compiled {
             }
         }
         out.extend(self.templates.unmatched(catalog));
+        out.extend(self.reminders.unmatched(catalog));
         for hook in self.hooks.all() {
             if let Some(p) = &hook.tools
                 && !any_name(p)

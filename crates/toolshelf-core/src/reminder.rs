@@ -108,6 +108,31 @@ fn strong_terms(text: &str) -> Vec<String> {
 }
 
 impl Reminders {
+    /// A warning for each `after_tools` or `unless_used` pattern that matches no tool of
+    /// `catalog` (by canonical name or alias): most likely a typo, and a rule whose `unless_used`
+    /// matches nothing is never kept quiet by a call.
+    pub fn unmatched(&self, catalog: &Catalog) -> Vec<String> {
+        let tools = catalog.tools();
+        let mut out = Vec::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            for (key, patterns) in [
+                ("after_tools", &r.after_tools),
+                ("unless_used", &r.unless_used),
+            ] {
+                for p in patterns {
+                    if !tools.iter().any(|t| names_match(p, t)) {
+                        out.push(format!(
+                            "[[reminders]] {i} {:?} {key} pattern {:?} matches no tool",
+                            r.config.id,
+                            p.as_str()
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Compiles `[[reminders]]`; the error names the rule and the key.
     pub fn new(configs: &[ReminderConfig], max_chars: usize) -> Result<Self, String> {
         let mut rules = Vec::new();
@@ -806,5 +831,25 @@ mod tests {
         // Plain words count only when marked as names.
         assert!(!names_parameter("keep the message short", "message"));
         assert!(names_parameter("set message: hi", "message"));
+    }
+
+    #[test]
+    fn tool_patterns_that_match_no_tool_are_warned_about() {
+        let c = catalog();
+        let r = Reminders::new(
+            &[rule(json!({
+                "after_tools": ["^mcp__db__check_migrations$", "^mcp__nope__nothing$"],
+                "unless_used": ["^mcp__db__", "^mcp__nope2__"]
+            }))],
+            400,
+        )
+        .expect("rules");
+        assert_eq!(
+            r.unmatched(&c),
+            [
+                "[[reminders]] 0 \"migrations\" after_tools pattern \"^mcp__nope__nothing$\" matches no tool",
+                "[[reminders]] 0 \"migrations\" unless_used pattern \"^mcp__nope2__\" matches no tool",
+            ]
+        );
     }
 }
