@@ -565,3 +565,33 @@ fn a_log_piped_on_stdin_is_checked() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("stdin:2"), "{err}");
 }
+
+/// A log whose API changes between two bodies says so, rather than reporting the first part
+/// that happens to differ.
+#[test]
+fn a_change_of_api_is_named_as_the_break() {
+    let anthropic =
+        json!({"model": "m", "system": "S", "messages": [{"role": "user", "content": "hi"}]});
+    let chat = json!({"model": "m", "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]});
+    let (code, v) = check_lines("mixed.jsonl", &[anthropic.clone(), chat.clone()]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["pairs"][0]["break"]["section"], "api", "{v}");
+    assert_eq!(v["pairs"][0]["break"]["earlier"], "anthropic", "{v}");
+    assert_eq!(v["pairs"][0]["break"]["later"], "openai", "{v}");
+    let path = temp_file(
+        "mixed-text.jsonl",
+        &format!(
+            "{}\n{}\n",
+            canonical_json(&anthropic),
+            canonical_json(&chat)
+        ),
+    );
+    let out = run(&["prefix-check", &path]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "1→2 the API changes (anthropic → openai): a request to another API shares no cache"
+        ),
+        "{text}"
+    );
+}

@@ -14,10 +14,11 @@
 //!
 //! The settings that decide which cache a request can use at all are compared too: `model` (each
 //! model has its own cache) and, for Anthropic, `tool_choice` and `thinking` (a change to either
-//! invalidates the cached messages). Other fields (`max_tokens`, `temperature`, `stream`) do not
+//! invalidates the cached messages), and so is the API itself: a body of another API than the one
+//! before it (detected, as only a log mixing APIs has) shares no cache with it. Other fields (`max_tokens`, `temperature`, `stream`) do not
 //! enter the cached prefix and are not compared.
 //!
-//! A break is reported where it starts: the section (`model`, `system`, `tools`, `tool_choice`,
+//! A break is reported where it starts: the section (`api`, `model`, `system`, `tools`, `tool_choice`,
 //! `thinking`, `messages[k]` or `input[k]`, k being the element's index in the body), the first differing byte in that
 //! section's canonical JSON, and a short excerpt of both sides there. A message missing from the
 //! later request is a break at byte 0 with an empty later excerpt. Any break makes the exit
@@ -62,10 +63,25 @@ struct Canon {
     /// The growing part, one string per element.
     elements: Vec<String>,
     sections: Sections,
+    /// The API the body is for beyond doubt (see [`certain_api`]); `None` under `--api`.
+    certain: Option<Api>,
+}
+
+/// The API `body` is for beyond doubt: what [`Api::detect`] says, unless only its last rule
+/// decided (plain user and assistant messages, no system part, which Chat and Anthropic share).
+fn certain_api(body: &Value) -> Option<Api> {
+    let o = body.as_object()?;
+    if o.contains_key("input") || o.contains_key("instructions") {
+        return Some(Api::OpenAiResponses);
+    }
+    if o.contains_key("system") {
+        return Some(Api::Anthropic);
+    }
+    Api::detect(body).filter(|&api| api == Api::OpenAiChat)
 }
 
 impl Canon {
-    fn new(sections: Sections, body: &Value) -> Self {
+    fn new(sections: Sections, body: &Value, forced: bool) -> Self {
         let settings = sections
             .api
             .cache_settings()
@@ -78,6 +94,7 @@ impl Canon {
             tools: canonical_json(&sections.tools),
             elements: sections.conversation.iter().map(canonical_json).collect(),
             sections,
+            certain: if forced { None } else { certain_api(body) },
         }
     }
 }
@@ -105,7 +122,7 @@ struct Pair {
     system: bool,
     tools: bool,
     messages_prefix: bool,
-    /// The first break, in the order model, system, tools, other settings, messages.
+    /// The first break, in the order API, model, system, tools, other settings, messages.
     #[serde(rename = "break", skip_serializing_if = "Option::is_none")]
     first_break: Option<Break>,
 }
@@ -162,6 +179,16 @@ fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
         };
         differs(name.to_owned(), &value(a), &value(b))
     };
+    // A request of another API goes to another endpoint, so it shares no cache with the last.
+    let api = match (a.certain, b.certain) {
+        (Some(x), Some(y)) if x != y => Some(Break {
+            section: "api".into(),
+            offset: 0,
+            earlier: x.name().into(),
+            later: y.name().into(),
+        }),
+        _ => None,
+    };
     let model = setting("model");
     // Only Anthropic says these invalidate its cache; a body read otherwise has none of them.
     let both_anthropic = a.sections.api == Api::Anthropic && b.sections.api == Api::Anthropic;
@@ -185,11 +212,11 @@ fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
     Pair {
         from,
         to: from + 1,
-        settings: model.is_none() && others.is_none(),
+        settings: api.is_none() && model.is_none() && others.is_none(),
         system: system.is_none(),
         tools: tools.is_none(),
         messages_prefix: messages.is_none(),
-        first_break: model.or(system).or(tools).or(others).or(messages),
+        first_break: api.or(model).or(system).or(tools).or(others).or(messages),
     }
 }
 
@@ -205,6 +232,7 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
         if !body.is_object() {
             bail!("{}: a request body must be a JSON object", at());
         }
+        let forced = api.is_some();
         let Some(api) = api.or_else(|| Api::detect(&body)) else {
             bail!(
                 "{}: cannot tell the API: the body has no `messages` or `input` array (use --api)",
@@ -212,7 +240,7 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
             );
         };
         let sections = Sections::of(api, &body).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
-        let current = Canon::new(sections, &body);
+        let current = Canon::new(sections, &body, forced);
         requests += 1;
         if let Some(prev) = &previous {
             pairs.push(compare(requests - 1, prev, &current));
@@ -245,7 +273,7 @@ pub fn run(args: Args) -> Result<bool> {
             continue;
         };
         let reported = match b.section.as_str() {
-            "model" | "tool_choice" | "thinking" => "settings",
+            "api" | "model" | "tool_choice" | "thinking" => "settings",
             "system" => "system",
             "tools" => "tools",
             _ => "messages",
@@ -265,6 +293,16 @@ pub fn run(args: Args) -> Result<bool> {
         } else {
             format!(" (also broken: {})", also.join(", "))
         };
+        if b.section == "api" {
+            outln!(
+                "{}→{} the API changes ({} → {}): a request to another API shares no cache{also}",
+                p.from,
+                p.to,
+                b.earlier,
+                b.later
+            );
+            continue;
+        }
         if b.later.is_empty() {
             outln!(
                 "{}→{} {} is missing from the later request{also}",
