@@ -192,20 +192,31 @@ pub async fn prepare(
     let base_figures = session.figures.clone();
     let shelf = proxy.shelf(dialect, tools, &session.authored)?;
     let api_name = dialect.api().name();
+    // A request that ends at the entry the last one ended at is that request again (a retry,
+    // a regenerated answer): the same turn, whose calls were counted already.
+    let entry = last_entry_key(dialect, &body);
+    let again = entry.is_some() && session.last_entry == entry;
+    session.last_entry = entry;
     // The calls the client ran since the previous request were made in that request's turn.
-    let ran = ran_by_client(
-        dialect,
-        &session,
-        &shelf,
-        crate::api::conversation(dialect, &body),
-    );
+    let ran = if again {
+        Vec::new()
+    } else {
+        ran_by_client(
+            dialect,
+            &session,
+            &shelf,
+            crate::api::conversation(dialect, &body),
+        )
+    };
     for (i, _) in &ran {
         session.state.record_call(&shelf.catalog.tools()[*i].name);
     }
     let ttl = proxy.compiled.config().session.activation_ttl_turns;
     let before = session.state.active_names(ttl);
     let state = &mut session.state;
-    state.next_turn();
+    if !again {
+        state.next_turn();
+    }
     let still = state.active_names(ttl);
     let expired: Vec<String> = before.into_iter().filter(|n| !still.contains(n)).collect();
     // The list is rendered (description templates included) only when this session has none
@@ -968,6 +979,19 @@ fn rewrite(
         i = end;
     }
     out
+}
+
+/// The [`chains`] key of the client's last entry, with a Responses chain's
+/// `previous_response_id` (a chained request holds only its new entries); `None` for an empty
+/// conversation.
+fn last_entry_key(dialect: Dialect, body: &Map<String, Value>) -> Option<String> {
+    let last = chains(crate::api::conversation(dialect, body)).pop()?;
+    Some(
+        match body.get("previous_response_id").and_then(Value::as_str) {
+            Some(previous) => digest(&[previous, &last]),
+            None => last,
+        },
+    )
 }
 
 /// Fingerprints of an upstream body.

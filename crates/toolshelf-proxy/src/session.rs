@@ -139,6 +139,11 @@ pub struct ProxySession {
     pub injected: BTreeMap<String, Injected>,
     /// The last upstream request's fingerprints.
     pub last_prefix: Option<PrefixPrint>,
+    /// The [`chains`] key of the client's last entry in the last request (with a Responses
+    /// chain's `previous_response_id`): a request ending at the same entry is the same request
+    /// again (a retry, a regenerated answer), which is no new turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_entry: Option<String>,
     /// Figures.
     pub figures: Figures,
     /// Tools the model wrote with `tool_define`, in the order written.
@@ -203,6 +208,7 @@ impl Default for ProxySession {
             recorded: BTreeMap::new(),
             injected: BTreeMap::new(),
             last_prefix: None,
+            last_entry: None,
             figures: Figures::default(),
             authored: Vec::new(),
             described: BTreeMap::new(),

@@ -556,3 +556,58 @@ fn a_search_hit_on_a_resident_client_tool_says_to_call_it_directly() {
         "{result}"
     );
 }
+
+/// A request sent again as it was (a client's retry, a regenerated answer) is the same turn:
+/// it neither ages the session's activations nor counts as a turn in the log, so a tool found
+/// just before stays active through the retries.
+#[test]
+fn a_request_sent_again_is_the_same_turn() {
+    let s = Scratch::new("proxy-resend");
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [
+            {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__fs__read_file"]}}]},
+            {"text": "Found it."},
+            {"text": "Reading."},
+            {"text": "Reading now."},
+            {"tool_uses": [{"name": "defer_execute",
+                            "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "x"}}}]},
+            {"text": "It had expired."}
+        ]}),
+    );
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[session]\nactivation_ttl_turns = 1\n",
+        &[],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "find the file reader"})];
+    let answer = send(&proxy, &tools(), &messages);
+    answered(&mut messages, &answer);
+    messages.push(json!({"role": "user", "content": "now read x"}));
+    // The same request three times; the third answer is the call.
+    for _ in 0..2 {
+        send(&proxy, &tools(), &messages);
+    }
+    let answer = send(&proxy, &tools(), &messages);
+    let names: Vec<Value> = tool_uses(&answer)
+        .iter()
+        .map(|b| b["name"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        [json!("mcp__fs__read_file")],
+        "{answer}\n{}",
+        proxy.log()
+    );
+    let log = proxy.log();
+    assert_eq!(proxy_log_turns(&log), ["1", "2", "2", "2"], "{log}");
+}
+
+/// The `turn=` of each request line of the proxy's log, in order.
+fn proxy_log_turns(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter_map(|l| l.split(" turn=").nth(1))
+        .filter_map(|rest| rest.split(' ').next())
+        .collect()
+}
