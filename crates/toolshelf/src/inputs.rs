@@ -300,13 +300,26 @@ impl Loaded {
         self.compiled.config()
     }
 
-    /// Warns on stderr when the index is over budget (built-in names alone) or dropped groups.
+    /// Warns on stderr when the index is over budget (the built-in names alone, or they and the
+    /// line that stands for the dropped groups) or dropped groups.
     pub fn warn_index(&self) {
         if let Some(idx) = &self.surface.index {
             if idx.over_budget {
+                let total = idx.text.chars().count();
+                let why = if idx.builtin_chars > idx.budget {
+                    format!(
+                        "the tags and the built-in names alone take {} characters, and built-in names are never dropped",
+                        idx.builtin_chars
+                    )
+                } else {
+                    format!(
+                        "the tags and the built-in names take {} characters; the line that stands for the dropped server groups, which is always kept, takes the other {}",
+                        idx.builtin_chars,
+                        total - idx.builtin_chars
+                    )
+                };
                 errln!(
-                    "toolshelf: warning: the deferred index is {} characters, over its budget of {} ([defer] index_budget_chars): built-in names are never dropped",
-                    idx.text.chars().count(),
+                    "toolshelf: warning: the deferred index is {total} characters, over its budget of {} ([defer] index_budget_chars): {why}",
                     idx.budget
                 );
             }

@@ -2104,3 +2104,149 @@ fn bad_values_and_files_are_said_in_plain_words() {
         }
     }
 }
+
+#[test]
+fn search_names_only_the_servers_the_model_can_see() {
+    // In the bundled example's `files` mode only the filesystem server's tools are visible.
+    let out = ok(&["search", "-q", "server:nosuch commit", "--mode", "files"]);
+    assert!(
+        out.contains("(\"nosuch\" is unknown; servers: filesystem)"),
+        "{out}"
+    );
+    for (q, server) in [
+        ("server:git commit", "git"),
+        ("mcp__memory__ read", "memory"),
+    ] {
+        let out = ok(&["search", "-q", q, "--mode", "files"]);
+        assert!(
+            out.contains(&format!("({server:?} is unknown;")),
+            "{q}: {out}"
+        );
+    }
+    // A server whose only tool a deny rule hides is an unknown server too.
+    let catalog = temp_file(
+        "hidden-server.json",
+        r#"{"servers": [
+            {"name": "git", "description": "git", "tools": [{"name": "git_log", "description": "log"}]},
+            {"name": "time", "tools": [{"name": "now", "description": "the time now"}]}
+        ]}"#,
+    );
+    let cfg = temp_file(
+        "hidden-server.toml",
+        "[permissions]\ndeny = [\"^mcp__time__now$\"]\n",
+    );
+    let search = |q: &str| ok(&["search", "-q", q, "--catalog", &catalog, "--config", &cfg]);
+    let out = search("server:nosuch now");
+    assert!(
+        out.contains("(\"nosuch\" is unknown; servers: git)"),
+        "{out}"
+    );
+    let out = search("server:time");
+    assert!(
+        out.contains("\"server:time\" names no server (\"time\" is unknown; servers: git)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn servers_differing_only_in_case_are_searched_apart() {
+    let catalog = temp_file(
+        "case-servers.json",
+        r#"{"servers":[{"name":"Git","description":"upper","tools":[{"name":"log_upper"}]},{"name":"git","description":"lower","tools":[{"name":"log_lower"}]}]}"#,
+    );
+    let names = |q: &str| -> Vec<String> {
+        let v: Value =
+            serde_json::from_str(&ok(&["search", "-q", q, "--json", "--catalog", &catalog]))
+                .expect("json");
+        v["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .map(|h| h["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    assert_eq!(names("server:Git"), ["mcp__Git__log_upper"]);
+    assert_eq!(names("mcp__Git__ log"), ["mcp__Git__log_upper"]);
+    assert_eq!(names("server:git"), ["mcp__git__log_lower"]);
+}
+
+#[test]
+fn the_index_stays_within_budget_and_the_warning_blames_what_does_not_fit() {
+    // A group with no tools is dropped alone: "1 MCP server with 0 tools … them" is longer
+    // than the line for both groups ("2 MCP servers with 1 tool … it").
+    let catalog = temp_file(
+        "plural.json",
+        &serde_json::json!({"builtin": [{"name": "Read"}], "servers": [
+            {"name": "a_starting", "description": "x".repeat(150), "tools": []},
+            {"name": "b", "description": "bee", "tools": [{"name": "t"}]}
+        ]})
+        .to_string(),
+    );
+    let fits = temp_file("plural.toml", "[defer]\nindex_budget_chars = 175\n");
+    let out = run(&[
+        "render",
+        "--index-only",
+        "--catalog",
+        &catalog,
+        "--config",
+        &fits,
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("over its budget"), "{err}");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let block = &text[text.find("<available_deferred_tools>\n").expect("index")..];
+    assert!(block.trim_end().chars().count() <= 175, "{block}");
+    let v: Value = serde_json::from_str(&ok(&[
+        "ledger",
+        "--json",
+        "--catalog",
+        &catalog,
+        "--config",
+        &fits,
+    ]))
+    .expect("json");
+    assert_eq!(v["index_over_budget"], false, "{v}");
+    // The built-in names fit 100 characters, the line for the dropped groups does not.
+    let tight = temp_file("plural-tight.toml", "[defer]\nindex_budget_chars = 100\n");
+    let out = run(&[
+        "render",
+        "--index-only",
+        "--catalog",
+        &catalog,
+        "--config",
+        &tight,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("over its budget of 100"), "{err}");
+    assert!(!err.contains("built-in names are never dropped"), "{err}");
+    assert!(
+        err.contains("the tags and the built-in names take 59 characters; the line that stands for the dropped server groups, which is always kept, takes the other"),
+        "{err}"
+    );
+    // Past the budget with the built-in names alone, they are blamed.
+    let tiny = temp_file("plural-tiny.toml", "[defer]\nindex_budget_chars = 50\n");
+    let out = run(&[
+        "render",
+        "--index-only",
+        "--catalog",
+        &catalog,
+        "--config",
+        &tiny,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "the tags and the built-in names alone take 59 characters, and built-in names are never dropped"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_server_description_characters_gives_headers_of_the_name_alone() {
+    let cfg = temp_file("desc0.toml", "[defer]\nserver_description_chars = 0\n");
+    let index = ok(&["render", "--index-only", "--config", &cfg]);
+    assert!(index.contains("\nmcp__git\n"), "{index}");
+    assert!(!index.contains('…'), "{index}");
+}

@@ -468,14 +468,19 @@ pub fn server_group_of(catalog: &Catalog, docs: &[usize]) -> Vec<u32> {
 /// Server groups as documents: the coarse stage of the ranking. A tool's own text often says
 /// little (`get-tickets`, `latest`, `all`), while its server's description and its sibling tools
 /// say what it is for ("12306 train tickets", "package tracking"), so each group is scored as a
-/// document and that evidence is added to its tools' scores.
+/// document and that evidence is added to its tools' scores. Only the servers with a searchable
+/// tool are groups: the search over the visible tools is the search of a catalog that has only
+/// them, and a server whose tools are all hidden adds nothing, its description included.
 #[derive(Debug, Clone)]
 struct Groups {
     index: Lexical,
-    /// Group of each tool document (`u32::MAX`: a built-in, in no group).
+    /// Group of each tool document (`u32::MAX`: a tool whose server the catalog does not list,
+    /// in no group).
     of_doc: Vec<u32>,
-    /// Canonical server name of each group.
+    /// Canonical server name of each group (empty for the built-in tools' group).
     names: Vec<String>,
+    /// The place in `catalog.servers()` of each server group.
+    servers: Vec<usize>,
     /// Tool documents of each group, by name: the tools a group brings in on its evidence alone
     /// all score the same, so only the first few by name can be among the best.
     members: Vec<Vec<u32>>,
@@ -488,25 +493,49 @@ struct Groups {
 
 impl Groups {
     /// Groups of the tools at `docs` (catalog indices); `by_name` is the documents in name order,
-    /// `of_doc` each one's group ([`server_group_of`]), `pieces` the words of each one's glued
-    /// names and `server_pieces` those of each server's name (see [`compound`]).
+    /// `of_doc` each one's group as [`server_group_of`] gives it (numbered here anew, over the
+    /// servers with a tool at `docs`), `pieces` the words of each one's glued names and
+    /// `server_pieces` those of each server's name (see [`compound`]). `None` when fewer than two
+    /// servers have a tool at `docs`.
     fn build(
         catalog: &Catalog,
         docs: &[usize],
         by_name: &[u32],
         params: &RankParams,
-        of_doc: Vec<u32>,
+        mut of_doc: Vec<u32>,
         pieces: &[String],
         server_pieces: &[String],
     ) -> Option<Self> {
-        let servers = catalog.servers();
+        let all_servers = catalog.servers();
+        // The servers with a searchable tool, in catalog order, and each one's group.
+        let builtin_of_catalog = all_servers.len() as u32;
+        let mut group_of = vec![u32::MAX; all_servers.len()];
+        for &g in &of_doc {
+            if g < builtin_of_catalog {
+                group_of[g as usize] = 0;
+            }
+        }
+        let servers: Vec<usize> = (0..all_servers.len())
+            .filter(|&s| group_of[s] == 0)
+            .collect();
         if servers.len() < 2 || params.group_weight <= 0.0 {
             return None;
+        }
+        for (g, &s) in servers.iter().enumerate() {
+            group_of[s] = g as u32;
+        }
+        let builtin = servers.len() as u32;
+        for g in &mut of_doc {
+            *g = match *g {
+                u32::MAX => u32::MAX,
+                g if g == builtin_of_catalog => builtin,
+                g => group_of[g as usize],
+            };
         }
         let tools = catalog.tools();
         let mut fields: Vec<DocFields> = servers
             .iter()
-            .zip(server_pieces)
+            .map(|&s| (&all_servers[s], &server_pieces[s]))
             .map(|(s, pieces)| {
                 let mut f: DocFields = Default::default();
                 analyze::analyze_into(&s.name, &mut f[Field::Name as usize]);
@@ -518,8 +547,10 @@ impl Groups {
             .collect();
         // Built-in tools form one more group, so that in a mixed catalog they are weighed on the
         // same footing as the servers' tools.
-        let builtin = servers.len() as u32;
-        let mut names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
+        let mut names: Vec<String> = servers
+            .iter()
+            .map(|&s| all_servers[s].name.clone())
+            .collect();
         if of_doc.contains(&builtin) {
             fields.push(Default::default());
             names.push(String::new());
@@ -547,6 +578,7 @@ impl Groups {
             },
             of_doc,
             names,
+            servers,
             nameable: Default::default(),
             name_words: vec![Vec::new(); members.len()],
             members,
@@ -559,7 +591,11 @@ impl Groups {
     /// "google calendar" names a server; "time" or "fetch", which many tools' texts use, does
     /// not, though a server may be called so.
     fn find_nameable(&mut self, catalog: &Catalog, lexical: &Bm25Index, server_pieces: &[String]) {
-        for (g, (s, pieces)) in catalog.servers().iter().zip(server_pieces).enumerate() {
+        for g in 0..self.servers.len() {
+            let (s, pieces) = (
+                &catalog.servers()[self.servers[g]],
+                &server_pieces[self.servers[g]],
+            );
             let g = g as u32;
             for form in [s.original_name.as_str(), pieces.as_str()] {
                 // One or two Latin letters ("x", "go") are words of prose more often than names.
@@ -715,11 +751,14 @@ pub struct SearchIndex {
     by_name: Vec<u32>,
     /// Exact names (canonical, bare, original) to documents.
     names: rustc_hash::FxHashMap<String, Vec<u32>>,
-    /// Server names (canonical and original, lower-cased) to canonical names.
-    server_names: BTreeMap<String, String>,
+    /// The names (canonical and as configured) of the servers with a searchable tool, by their
+    /// lower-cased form: each name as written and its server's canonical name. A server none of
+    /// whose tools can be searched (a mode or a rule hides them all, or it has none) is not here:
+    /// to a query it is no server at all.
+    server_names: BTreeMap<String, Vec<(String, String)>>,
     lexical: Lexical,
     /// Server groups as documents of their own (description, tool names and descriptions), and
-    /// each tool document's group; `None` for a catalog with fewer than two groups.
+    /// each tool document's group; `None` when fewer than two servers have a searchable tool.
     groups: Option<Groups>,
     extra: Vec<(Box<dyn Retriever>, f32)>,
     lexical_weight: f32,
@@ -1018,10 +1057,22 @@ impl SearchIndex {
                 }
             }
         }
-        let mut server_names = BTreeMap::new();
-        for s in catalog.servers() {
-            server_names.insert(s.name.to_lowercase(), s.name.clone());
-            server_names.insert(s.original_name.to_lowercase(), s.name.clone());
+        let searchable: std::collections::BTreeSet<(&str, &str)> = docs
+            .iter()
+            .filter_map(|&i| {
+                let t = &tools[i];
+                let server = t.server.as_deref()?;
+                Some((server, t.original_server.as_deref().unwrap_or(server)))
+            })
+            .collect();
+        let mut server_names: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for (canon, original) in searchable {
+            for form in [canon, original] {
+                let named = server_names.entry(form.to_lowercase()).or_default();
+                if !named.iter().any(|(f, c)| f == form && c == canon) {
+                    named.push((form.to_owned(), canon.to_owned()));
+                }
+            }
         }
         let lexical = Lexical {
             index: Bm25Index::build(&fields, params.bm25.clone()),
@@ -1390,14 +1441,8 @@ impl SearchIndex {
             return Taken::Operator(Some(req));
         }
         if let Some(s) = raw.strip_prefix("server:") {
-            let key = s
-                .trim_start_matches("mcp__")
-                .trim_end_matches('_')
-                .to_lowercase();
-            match self.server_names.get(&key) {
-                Some(canon) => q.restrict_to(canon),
-                None => q.notes.push(self.unknown_server_note(raw, s)),
-            }
+            let name = s.trim_start_matches("mcp__").trim_end_matches('_');
+            self.filter_servers(q, raw, name, s);
             return Taken::Operator(None);
         }
         let word = raw.trim_matches(name_trim);
@@ -1413,17 +1458,67 @@ impl SearchIndex {
         }
         if let Some(rest) = word.strip_prefix("mcp__") {
             let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
-            match self.server_names.get(&server.to_lowercase()) {
-                Some(canon) => q.restrict_to(canon),
-                None => q.notes.push(self.unknown_server_note(word, server)),
-            }
+            self.filter_servers(q, word, server, server);
             return Taken::Operator((!tail.is_empty()).then_some(tail));
         }
         Taken::Plain
     }
 
+    /// Restricts `q` to the servers `name` names (see [`Self::servers_named`]), or notes that it
+    /// names none; `token` is the query's word and `written` the server as it gives it, for the
+    /// note.
+    fn filter_servers(&self, q: &mut ParsedQuery, token: &str, name: &str, written: &str) {
+        let named = self.servers_named(name);
+        match named.as_slice() {
+            [] => q.notes.push(self.unknown_server_note(token, written)),
+            [one] => q.restrict_to(one),
+            [init @ .., last] => {
+                for s in &named {
+                    q.restrict_to(s);
+                }
+                let all = if named.len() == 2 {
+                    "both".to_owned()
+                } else {
+                    format!("all {}", named.len())
+                };
+                q.notes.push(format!(
+                    "{:?} names no server exactly ({:?} matches {} and {last} when case is ignored), so {all} were searched; write the name as listed to search one.",
+                    crate::echo::echo(token),
+                    crate::echo::echo(written),
+                    init.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// The canonical names of the searchable servers `name` names, sorted: the server whose
+    /// canonical name it is exactly; else those whose configured name it is exactly; else, case
+    /// ignored, every server it names (several only for names that differ in case alone).
+    fn servers_named(&self, name: &str) -> Vec<&str> {
+        let Some(named) = self.server_names.get(&name.to_lowercase()) else {
+            return Vec::new();
+        };
+        if let Some((_, canon)) = named.iter().find(|(f, c)| f == name && c == name) {
+            return vec![canon.as_str()];
+        }
+        let exact = named.iter().any(|(f, _)| f == name);
+        let mut out: Vec<&str> = named
+            .iter()
+            .filter(|(f, _)| !exact || f == name)
+            .map(|(_, c)| c.as_str())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     fn unknown_server_note(&self, token: &str, server: &str) -> String {
-        let mut known: Vec<&str> = self.server_names.values().map(String::as_str).collect();
+        let mut known: Vec<&str> = self
+            .server_names
+            .values()
+            .flatten()
+            .map(|(_, canon)| canon.as_str())
+            .collect();
         known.sort_unstable();
         known.dedup();
         let listed = if known.is_empty() {
@@ -3103,7 +3198,11 @@ mod tests {
             .nameable
             .values()
             .flatten()
-            .map(|&(_, g)| c.servers()[g as usize].original_name.as_str())
+            .map(|&(_, g)| {
+                c.servers()[groups.servers[g as usize]]
+                    .original_name
+                    .as_str()
+            })
             .collect();
         nameable.sort_unstable();
         nameable.dedup();
@@ -3380,5 +3479,160 @@ mod tests {
         assert!(is_identifier("getWeather") && is_identifier("prüfÄnderung"));
         assert!(!is_identifier("Übersicht") && !is_identifier("读取文件"));
         assert!(is_identifier("文件2") && is_identifier("état-civil"));
+    }
+
+    /// A server none of whose tools can be searched (a mode or a deny rule hides them all, or it
+    /// has none) is no server to the query: `server:` and `mcp__S__` treat it as unknown, and the
+    /// note that lists the servers does not name it.
+    #[test]
+    fn a_server_with_no_searchable_tool_is_an_unknown_server() {
+        let tools = serde_json::json!({"servers": [
+            mail_server(),
+            {"name": "Secret Vault", "description": "Hidden",
+             "tools": [{"name": "open", "description": "Open the vault"}]},
+            {"name": "empty", "description": "No tools yet", "tools": []}
+        ]});
+        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        let visible: Vec<usize> = (0..c.tools().len())
+            .filter(|&i| c.tools()[i].server.as_deref() == Some("mail"))
+            .collect();
+        let index = SearchIndex::build(&c, &visible);
+        let unknown = index.notes(&["server:nosuch send".to_owned()]);
+        assert_eq!(
+            unknown,
+            [
+                "\"server:nosuch\" names no server (\"nosuch\" is unknown; servers: mail), so it was ignored and every server was searched."
+            ]
+        );
+        for (q, token, server) in [
+            (
+                "server:Secret_Vault open",
+                "server:Secret_Vault",
+                "Secret_Vault",
+            ),
+            (
+                "server:secret_vault open",
+                "server:secret_vault",
+                "secret_vault",
+            ),
+            ("server:Secret Vault", "server:Secret", "Secret"),
+            (
+                "mcp__Secret_Vault__open",
+                "mcp__Secret_Vault__open",
+                "Secret_Vault",
+            ),
+            ("server:empty send", "server:empty", "empty"),
+            ("mcp__empty__ send", "mcp__empty__", "empty"),
+        ] {
+            assert_eq!(
+                index.notes(&[q.to_owned()]),
+                [format!(
+                    "{token:?} names no server ({server:?} is unknown; servers: mail), so it was ignored and every server was searched."
+                )],
+                "{q}"
+            );
+        }
+        // Ignored, as an unknown server is: every (visible) server is searched.
+        let hits = index.rank(&["server:empty send".to_owned()], 3);
+        assert_eq!(hits[0].name.as_ref(), "mcp__mail__send", "{hits:?}");
+        // With no server searchable at all, the note says there are none.
+        let none = SearchIndex::build(&c, &[]);
+        assert!(
+            none.notes(&["server:mail".to_owned()])[0].contains("there are no servers"),
+            "{:?}",
+            none.notes(&["server:mail".to_owned()])
+        );
+    }
+
+    /// Servers whose names differ only in case are searched apart: a name written exactly as a
+    /// server's wins; one that matches several servers only when case is ignored searches them
+    /// all and says so.
+    #[test]
+    fn servers_differing_in_case_are_searched_apart() {
+        let tools = serde_json::json!({"servers": [
+            {"name": "Git", "description": "upper", "tools": [{"name": "log_upper"}]},
+            {"name": "git", "description": "lower", "tools": [{"name": "log_lower"}]},
+            mail_server()
+        ]});
+        let (_, index) = indexed(&tools);
+        let names = |q: &str| -> Vec<String> {
+            index
+                .rank(&[q.to_owned()], 5)
+                .iter()
+                .map(|h| h.name.to_string())
+                .collect()
+        };
+        assert_eq!(names("server:Git"), ["mcp__Git__log_upper"]);
+        assert_eq!(names("server:git"), ["mcp__git__log_lower"]);
+        assert_eq!(names("mcp__Git__ log"), ["mcp__Git__log_upper"]);
+        assert_eq!(names("mcp__git__ log"), ["mcp__git__log_lower"]);
+        assert_eq!(names("server:mcp__Git__"), ["mcp__Git__log_upper"]);
+        assert!(index.notes(&["server:Git".to_owned()]).is_empty());
+        // Case-blind, the one server that matches is taken without a note.
+        let mail = names("server:MAIL send");
+        assert_eq!(mail[0], "mcp__mail__send");
+        assert!(
+            mail.iter().all(|n| n.starts_with("mcp__mail__")),
+            "{mail:?}"
+        );
+        assert!(index.notes(&["server:MAIL".to_owned()]).is_empty());
+        // Case-blind and ambiguous: both, and a note that says how to pick one.
+        assert_eq!(
+            names("server:GIT"),
+            ["mcp__Git__log_upper", "mcp__git__log_lower"]
+        );
+        assert_eq!(
+            index.notes(&["server:GIT".to_owned()]),
+            [
+                "\"server:GIT\" names no server exactly (\"GIT\" matches Git and git when case is ignored), so both were searched; write the name as listed to search one."
+            ]
+        );
+        assert_eq!(
+            names("mcp__GIT__ log"),
+            ["mcp__Git__log_upper", "mcp__git__log_lower"]
+        );
+    }
+
+    /// The search over the visible tools is the search of a catalog that has only them: a
+    /// server whose tools are all hidden, or that has none, moves no score and no reason, its
+    /// description included.
+    #[test]
+    fn a_server_with_no_searchable_tool_moves_no_score() {
+        let notes = serde_json::json!({"name": "notes", "description": "Notebook",
+            "tools": [{"name": "write", "description": "Write a note"},
+                      {"name": "read", "description": "Read a note"}]});
+        let shown = serde_json::json!({"servers": [mail_server(), notes.clone()]});
+        let all = serde_json::json!({"servers": [
+            mail_server(),
+            notes,
+            {"name": "vault", "description": "Send email message drafts and notes, secret",
+             "tools": [{"name": "open", "description": "Open the secret vault of email"}]},
+            {"name": "starting", "description": "email notes email notes", "tools": []}
+        ]});
+        let (_, alone) = indexed(&shown);
+        let c = Catalog::from_json_str(&all.to_string(), "test").expect("catalog");
+        let visible: Vec<usize> = (0..c.tools().len())
+            .filter(|&i| c.tools()[i].server.as_deref() != Some("vault"))
+            .collect();
+        let hidden = SearchIndex::build(&c, &visible);
+        let seen = |hits: Vec<Hit>| -> Vec<(String, f64, String)> {
+            hits.into_iter()
+                .map(|h| (h.name.to_string(), h.score, h.reason))
+                .collect()
+        };
+        for q in [
+            "send an email",
+            "write a note",
+            "save a draft of the message",
+            "secret vault",
+            "email notes",
+            "Send an email message, then write a note about it",
+        ] {
+            assert_eq!(
+                seen(hidden.rank(&[q.to_owned()], 5)),
+                seen(alone.rank(&[q.to_owned()], 5)),
+                "{q}"
+            );
+        }
     }
 }
