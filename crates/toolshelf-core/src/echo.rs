@@ -30,7 +30,7 @@ pub fn echo_within(text: &str, max: usize) -> String {
 pub fn for_log(text: &str, max: usize) -> String {
     let mut out = String::with_capacity(text.len().min(max * 4));
     for c in text.chars() {
-        if (c.is_control() && c != '\t') || is_invisible(c) {
+        if (c.is_control() && c != '\t') || crate::index::is_ignorable(c) {
             out.push_str(&c.escape_unicode().to_string());
         } else {
             out.push(c);
@@ -49,14 +49,6 @@ pub fn panic_text(payload: &(dyn std::any::Any + Send), otherwise: &str) -> Stri
         .unwrap_or_else(|| otherwise.to_owned())
 }
 
-/// Format characters that show nothing but can reorder or hide text.
-pub(crate) fn is_invisible(c: char) -> bool {
-    matches!(c as u32,
-        0x00AD | 0x034F | 0x061C | 0x115F | 0x1160 | 0x17B4 | 0x17B5 | 0x180E
-        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
-        | 0xFEFF | 0xFFA0 | 0xE0000..=0xE0FFF)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +59,11 @@ mod tests {
         assert_eq!(
             for_log("a\n2026 WARN forged\r\u{1b}[31mred\u{202e}x", 100),
             "a\\u{a}2026 WARN forged\\u{d}\\u{1b}[31mred\\u{202e}x"
+        );
+        // Every invisible character the index drops is shown by its code in a log line too.
+        assert_eq!(
+            for_log("a\u{180b}b\u{1d173}c\u{0600}d", 100),
+            "a\\u{180b}b\\u{1d173}c\\u{600}d"
         );
         let long = for_log(&"x".repeat(100_000), 50);
         assert!(long.starts_with(&"x".repeat(50)) && long.ends_with("(100000 characters)"));

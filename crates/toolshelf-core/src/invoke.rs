@@ -172,7 +172,7 @@ fn shown_text(s: &str) -> String {
             } else {
                 out.push_str(&run);
             }
-        } else if crate::echo::is_invisible(c) {
+        } else if crate::index::is_ignorable(c) {
             out.push_str(&format!("⟨U+{:04X}⟩", c as u32));
         } else {
             out.push(c);
