@@ -48,7 +48,8 @@ pub struct Tool {
     /// The server's name as configured (or as the catalog gave it); `None` for built-ins.
     pub original_server: Option<String>,
     /// Other names that mean this tool to a rule, sorted: the canonical name it would have had
-    /// without a collision (of its own name or of its server's) or the length limit, and
+    /// without a collision (of its own name or of its server's) or the length limit (with its
+    /// server's segment in full, too, when a long server name was cut), and
     /// `mcp__<original server>__<original tool>` (a built-in's original name). Deny and ask rules and hooks match any of them, so a
     /// rewritten name never lets a call slip past a rule written for it.
     pub aliases: Vec<String>,
@@ -167,19 +168,36 @@ pub struct ToolSpec {
     pub description_template: Option<String>,
 }
 
-/// Keys a tool item may have that a misspelling could be meant for.
+/// Keys a tool item may have that a misspelling could be meant for: every key the loader reads
+/// (here, and `description_template` in catalog files).
 const TOOL_KEYS: &[&str] = &[
     "name",
+    "title",
     "description",
     "input_schema",
     "inputSchema",
     "parameters",
+    "outputSchema",
+    "annotations",
+    "_meta",
     "defer_loading",
     "tags",
     "category",
     "server",
     "origin",
     "function",
+    "type",
+    "description_template",
+];
+
+/// The MCP annotations, of which the loader reads `readOnlyHint` and `destructiveHint` and passes
+/// every one through.
+const ANNOTATION_KEYS: &[&str] = &[
+    "title",
+    "readOnlyHint",
+    "destructiveHint",
+    "idempotentHint",
+    "openWorldHint",
 ];
 
 /// Keys of a server in the grouped form.
@@ -187,7 +205,7 @@ const SERVER_KEYS: &[&str] = &["name", "description", "description_template", "t
 
 /// The known key `key` is a slip for: the same but for case, or one edit away from a known key
 /// of five or more characters (two from one of eight or more). A key that is known, or far from
-/// every known key (`annotations`, `title`, `_meta`), is no slip.
+/// every known key (`icons`, `execution`, `cache_control`), is no slip.
 fn near_miss(key: &str, known: &[&'static str]) -> Option<&'static str> {
     if known.contains(&key) {
         return None;
@@ -245,10 +263,13 @@ impl ToolSpec {
                 )));
             }
         };
-        // OpenAI chat shape nests the definition under "function". `obj` keeps the outer keys
-        // (`defer_loading`, `server`, ... may sit beside "function"); `def` is the definition.
-        let nested = obj.get("type").and_then(Value::as_str) == Some("function")
-            && obj.contains_key("function");
+        // OpenAI chat shape nests the definition under "function" (`"type": "function"`, or no
+        // type at all). `obj` keeps the outer keys (`defer_loading`, `server`, ... may sit beside
+        // "function"); `def` is the definition.
+        let nested = matches!(
+            obj.get("type").map(Value::as_str),
+            None | Some(Some("function"))
+        ) && obj.contains_key("function");
         let mut def = if nested {
             match obj.remove("function") {
                 Some(Value::Object(f)) => f,
@@ -262,6 +283,25 @@ impl ToolSpec {
                 return Err(err(format!(
                     "unknown key {key:?}; did you mean {meant:?}? (a misspelt key would lose what it holds)"
                 )));
+            }
+        }
+        // A key beside "function" is read as if inside it, so none is lost; one given in both
+        // places with two values is refused, naming both, rather than one of them being dropped.
+        for (key, outer) in std::mem::take(&mut obj) {
+            if key == "type" {
+                obj.insert(key, outer);
+                continue;
+            }
+            match def.get(&key) {
+                Some(inner) if *inner != outer => {
+                    return Err(err(format!(
+                        "{key:?} is {outer} beside \"function\" but {inner} inside it; give it once"
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    def.insert(key, outer);
+                }
             }
         }
         let name = match def.get("name") {
@@ -383,6 +423,14 @@ impl ToolSpec {
         let annotations = match field("annotations") {
             None => Annotations::default(),
             Some(Value::Object(a)) => {
+                if let Some((key, meant)) = a
+                    .keys()
+                    .find_map(|k| Some((k, near_miss(k, ANNOTATION_KEYS)?)))
+                {
+                    return Err(named(format!(
+                        "unknown key {key:?} in \"annotations\"; did you mean {meant:?}? (a misspelt hint would be lost)"
+                    )));
+                }
                 let hint = |k: &str| -> Result<Option<bool>> {
                     match a.get(k) {
                         None | Some(Value::Null) => Ok(None),
@@ -424,9 +472,26 @@ impl ToolSpec {
                 )));
             }
         };
-        let title = field("title").and_then(Value::as_str).map(str::to_owned);
-        let output_schema = field("outputSchema").and_then(Value::as_object).cloned();
-        let meta = field("_meta").and_then(Value::as_object).cloned();
+        let title = match field("title") {
+            None => None,
+            Some(Value::String(t)) => Some(t.clone()),
+            Some(other) => {
+                return Err(named(format!(
+                    "\"title\" must be a string, found {}",
+                    kind_of(other)
+                )));
+            }
+        };
+        let object = |key: &str, what: &str| match field(key) {
+            None => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m.clone())),
+            Some(other) => Err(named(format!(
+                "{key:?} must be {what}, found {}",
+                kind_of(other)
+            ))),
+        };
+        let output_schema = object("outputSchema", "a JSON Schema object")?;
+        let meta = object("_meta", "an object")?;
         Ok(Self {
             name,
             description,
@@ -643,6 +708,7 @@ impl CatalogBuilder {
             |_| false,
             |i| kept.servers.get(&server_originals[i]).map(String::as_str),
             HashSet::new(),
+            (name::MAX_SERVER_LEN, name::server_with_suffix),
             |i, wanted, fixed| {
                 warnings.push(format!(
                     "server {:?} would be named {wanted:?} like another server; named {fixed:?} instead",
@@ -730,6 +796,7 @@ impl CatalogBuilder {
             reserved,
             kept_tool,
             name::META_TOOLS.iter().map(|m| (*m).to_owned()).collect(),
+            (name::MAX_NAME_LEN, name::with_suffix),
             |i, w, fixed| {
                 let c = &candidates[i];
                 let of = c
@@ -771,8 +838,13 @@ impl CatalogBuilder {
             let mut aliases = vec![wanted];
             match (&original_server, c.server) {
                 (Some(os), Some(s)) => {
-                    // Also the name before the server itself lost a contest for its segment.
+                    // Also the name before the server itself lost a contest for its segment,
+                    // and the one with the segment in full when a long server name was cut.
                     aliases.push(name::mcp_name(&wanted_servers[s], &c.segment));
+                    aliases.push(name::mcp_name(
+                        &name::server_segment_in_full(os),
+                        &c.segment,
+                    ));
                     aliases.push(name::mcp_name(os, &c.spec.name));
                 }
                 _ => aliases.push(c.spec.name.clone()),
@@ -820,6 +892,8 @@ impl CatalogBuilder {
 /// [`CatalogBuilder::build`] for the rule. `key(i)` is unique per candidate and seeds its hash
 /// suffix; `kept(i)` is the name an earlier catalog gave it; `taken` holds names no candidate may
 /// have; `renamed(i, wanted, final)` is told of every candidate that lost its wanted name.
+/// A name longer than `limit` (and every name that loses a contest) becomes `suffixed(name, key)`.
+#[allow(clippy::too_many_arguments)]
 fn assign<'k, 'p>(
     wanted: &[String],
     exact: impl Fn(usize) -> bool,
@@ -827,6 +901,7 @@ fn assign<'k, 'p>(
     reserved: impl Fn(usize) -> bool,
     kept: impl Fn(usize) -> Option<&'p str>,
     mut taken: HashSet<String>,
+    (limit, suffixed): (usize, fn(&str, &str) -> String),
     mut renamed: impl FnMut(usize, &str, &str),
 ) -> Vec<String> {
     let mut out = vec![String::new(); wanted.len()];
@@ -864,7 +939,7 @@ fn assign<'k, 'p>(
         if !out[i].is_empty() {
             continue;
         }
-        if owns(i) && w.len() <= name::MAX_NAME_LEN && !taken.contains(w) {
+        if owns(i) && w.len() <= limit && !taken.contains(w) {
             taken.insert(w.clone());
             out[i] = w.clone();
         } else {
@@ -873,15 +948,15 @@ fn assign<'k, 'p>(
     }
     for i in later {
         let owner = owns(i);
-        let mut fixed = if owner {
-            name::fit(wanted[i].clone(), key(i))
+        let mut fixed = if owner && wanted[i].len() <= limit {
+            wanted[i].clone()
         } else {
-            name::with_suffix(&wanted[i], key(i))
+            suffixed(&wanted[i], key(i))
         };
         let mut attempt = 0u32;
         while taken.contains(&fixed) {
             attempt += 1;
-            fixed = name::with_suffix(&wanted[i], &format!("{}\u{0}{attempt}", key(i)));
+            fixed = suffixed(&wanted[i], &format!("{}\u{0}{attempt}", key(i)));
         }
         if !owner || attempt > 0 {
             renamed(i, &wanted[i], &fixed);
@@ -1137,11 +1212,60 @@ fn add_list(
                 });
             }
         };
+        if let Some(message) = typed_tool(&item) {
+            let location = match item.get("name").and_then(Value::as_str) {
+                Some(name) => format!("{location} {name:?}"),
+                None => location,
+            };
+            return Err(Error::CatalogItem {
+                source_name: source.to_owned(),
+                location,
+                message,
+            });
+        }
         let mut spec = ToolSpec::from_value(item, source, &location)?;
         spec.description_template = template;
+        if let (Some(group), Some(own)) = (server, spec.server.as_deref())
+            && group != own
+        {
+            return Err(Error::CatalogItem {
+                source_name: source.to_owned(),
+                location: format!("{location} {:?}", spec.name),
+                message: format!(
+                    "\"server\" is {own:?}, but the tool is listed under server {group:?}; list it under one server"
+                ),
+            });
+        }
         b.add_tool(server, spec, &location)?;
     }
     Ok(())
+}
+
+/// Why a catalog file cannot hold `item`, when its `"type"` says it is no tool a catalog
+/// describes: a provider's own tool (an Anthropic server tool such as `web_search_20250305`, a
+/// tool of the provider's schema such as `bash_20250124`, an OpenAI hosted tool), which the proxy
+/// passes along as sent and never defers, or a schema's `"type": "object"` written on the tool.
+/// Function tools (`"function"`) and Anthropic's `"custom"` are catalog tools.
+fn typed_tool(item: &Value) -> Option<String> {
+    let ty = item.get("type")?;
+    match ty.as_str() {
+        Some("function" | "custom") => None,
+        Some("object") => Some(
+            "\"type\": \"object\" belongs in the tool's input schema (\"input_schema\", \"inputSchema\" \
+             or \"parameters\"), not on the tool"
+                .to_owned(),
+        ),
+        Some(t) => Some(format!(
+            "\"type\": {t:?} makes this a provider's tool (a server tool such as web_search, or one of \
+             the provider's own schema such as bash or text_editor), not one a catalog describes: \
+             its definition is the provider's, and the proxy passes it along as sent and never \
+             defers it; leave it out of the catalog"
+        )),
+        None => Some(format!(
+            "\"type\" must be a string (\"function\" or \"custom\"), found {}",
+            kind_of(ty)
+        )),
+    }
 }
 
 fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str) -> Result<()> {
@@ -1816,5 +1940,204 @@ mod tests {
         builtins.sort();
         mcp.sort();
         assert_eq!(got, [builtins, mcp].concat(), "each part sorted");
+    }
+
+    /// A server name too long to leave room for its tools is cut, with a hash, so every canonical
+    /// name is `mcp__SERVER__` and (part of) the tool's own name, and the index's header (the
+    /// server's segment) is the head of every name of its tools.
+    #[test]
+    fn a_long_server_name_is_cut_so_every_tool_keeps_its_name_under_it() {
+        let server = "Google Cloud Platform BigQuery Data Warehouse Admin";
+        let long_tool = "list_every_table_of_every_dataset_in_the_whole_project";
+        let c = load(
+            json!({"servers": [{"name": server, "description": "bq", "tools": [
+                {"name": "run_query"}, {"name": "list_datasets"}, {"name": long_tool}
+            ]}]}),
+        )
+        .expect("catalog");
+        let s = &c.servers()[0];
+        let under = format!("{}__", s.prefix());
+        for t in c.tools() {
+            assert!(name::is_valid(&t.name), "{}", t.name);
+            assert_eq!(
+                name::split_mcp(&t.name),
+                Some((s.name.as_str(), t.bare.as_str())),
+                "{} under {under}",
+                t.name
+            );
+            assert_eq!(t.server.as_deref(), Some(s.name.as_str()));
+        }
+        assert!(
+            c.get(&format!("{under}run_query")).is_some()
+                && c.get(&format!("{under}list_datasets")).is_some(),
+            "{:?}",
+            names(&c)
+        );
+        let long = c
+            .tools()
+            .iter()
+            .find(|t| t.original_name == long_tool)
+            .expect("long tool");
+        assert!(long.bare.starts_with("list_every_table"), "{}", long.name);
+        assert!(
+            s.name.starts_with("Google_Cloud_Platform") && s.name.len() <= 32,
+            "{}",
+            s.name
+        );
+        assert!(
+            !s.name.contains("__") && !s.name.ends_with('_'),
+            "{}",
+            s.name
+        );
+        // Stable, and a rule written for the segment in full still names the tool for deny and ask.
+        let again = load(json!({"servers": [{"name": server, "tools": [{"name": "run_query"}]}]}))
+            .expect("catalog");
+        assert_eq!(again.servers()[0].name, s.name);
+        let run = c.get(&format!("{under}run_query")).expect("run_query");
+        assert!(
+            run.aliases.contains(
+                &"mcp__Google_Cloud_Platform_BigQuery_Data_Warehouse_Admin__run_query".to_owned()
+            ),
+            "{:?}",
+            run.aliases
+        );
+        // A server segment of up to 32 characters is kept whole, as before.
+        let fits = "a".repeat(32);
+        let c = load(json!({"servers": [{"name": fits.clone(), "tools": [{"name": "t"}]}]}))
+            .expect("catalog");
+        assert_eq!(names(&c), [format!("mcp__{fits}__t").as_str()]);
+    }
+
+    /// Every key the loader reads is known, so a key one or two letters off it is refused
+    /// instead of losing what it holds; so is a slip of a hint inside `annotations`.
+    #[test]
+    fn slips_of_every_key_the_loader_reads_are_refused() {
+        for (catalog, says) in [
+            (
+                json!([{"name": "a", "annotation": {"readOnlyHint": true}}]),
+                "[0]: unknown key \"annotation\"; did you mean \"annotations\"?",
+            ),
+            (
+                json!([{"name": "a", "Title": "A"}]),
+                "did you mean \"title\"?",
+            ),
+            (
+                json!([{"name": "a", "output_schema": {"type": "object"}}]),
+                "did you mean \"outputSchema\"?",
+            ),
+            (
+                json!([{"name": "a", "meta": {}}]),
+                "did you mean \"_meta\"?",
+            ),
+            (
+                json!([{"name": "a", "description_templates": "x"}]),
+                "did you mean \"description_template\"?",
+            ),
+            (
+                json!([{"name": "a", "Type": "function"}]),
+                "did you mean \"type\"?",
+            ),
+            (
+                json!([{"name": "a", "annotations": {"readOnlyhint": true}}]),
+                "[0] \"a\": unknown key \"readOnlyhint\" in \"annotations\"; did you mean \"readOnlyHint\"?",
+            ),
+            (
+                json!([{"name": "a", "title": 3}]),
+                "[0] \"a\": \"title\" must be a string, found a number",
+            ),
+            (
+                json!([{"name": "a", "outputSchema": "x"}]),
+                "\"outputSchema\" must be a JSON Schema object, found a string",
+            ),
+        ] {
+            let e = load(catalog.clone()).expect_err(says).to_string();
+            assert!(e.contains(says), "{catalog}: {e}");
+        }
+        let c = load(
+            json!([{"name": "a", "title": "A", "annotations": {"readOnlyHint": true,
+            "idempotentHint": true, "openWorldHint": false, "title": "A"}, "_meta": {"k": 1},
+            "outputSchema": {"type": "object"}, "description_template": "x",
+            "icons": [], "execution": {}, "cache_control": {}, "strict": true}]),
+        )
+        .expect("known keys and keys far from them");
+        let a = c.get("a").expect("a");
+        assert!(a.is_read_only() && a.title.as_deref() == Some("A") && a.meta.is_some());
+    }
+
+    #[test]
+    fn a_tool_listed_under_one_server_that_names_another_is_refused() {
+        let e = load(json!({"builtin": [], "servers": [{"name": "s", "tools": [{"name": "a", "server": "other"}]}]}))
+            .expect_err("two servers")
+            .to_string();
+        assert!(
+            e.contains("servers[0] \"s\" tools[0] \"a\": \"server\" is \"other\", but the tool is listed under server \"s\""),
+            "{e}"
+        );
+        // Naming the server it is listed under is no conflict.
+        let c = load(json!({"servers": [{"name": "s", "tools": [{"name": "a", "server": "s"}]}]}))
+            .expect("same server");
+        assert_eq!(names(&c), ["mcp__s__a"]);
+    }
+
+    #[test]
+    fn a_key_beside_function_is_read_and_one_that_differs_from_inside_is_refused() {
+        let e = load(json!([{"type": "function", "function": {"name": "b"}, "name": "c"}]))
+            .expect_err("two names")
+            .to_string();
+        assert!(
+            e.contains("[0]: \"name\" is \"c\" beside \"function\" but \"b\" inside it"),
+            "{e}"
+        );
+        let e = load(json!([{"type": "function", "function": {"name": "b", "defer_loading": false}, "defer_loading": true}]))
+            .expect_err("two values")
+            .to_string();
+        assert!(e.contains("\"defer_loading\" is true beside"), "{e}");
+        // The same value twice, or a key only beside it, is read.
+        let c = load(json!([
+            {"type": "function", "function": {"name": "b"}, "name": "b", "description": "outer"},
+            {"function": {"name": "d", "parameters": {"type": "object"}}}
+        ]))
+        .expect("catalog");
+        assert_eq!(names(&c), ["b", "d"]);
+        assert_eq!(c.get("b").expect("b").description, "outer");
+    }
+
+    /// A provider's own tool (a server tool, or one of the provider's schema) is no tool a
+    /// catalog describes: it is refused, naming it and what it is, rather than loaded as a tool
+    /// with an empty schema that loses its type and settings.
+    #[test]
+    fn provider_tools_are_refused_naming_what_they_are() {
+        for (catalog, says) in [
+            (
+                json!([{"type": "bash_20250124", "name": "bash"}]),
+                "[0] \"bash\": \"type\": \"bash_20250124\" makes this a provider's tool",
+            ),
+            (
+                json!([{"name": "r"}, {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]),
+                "[1] \"web_search\": \"type\": \"web_search_20250305\" makes this a provider's tool",
+            ),
+            (
+                json!({"tools": [{"type": "web_search_preview"}]}),
+                "tools[0]: \"type\": \"web_search_preview\" makes this a provider's tool",
+            ),
+            (
+                json!([{"name": "x", "type": "object", "properties": {}}]),
+                "[0] \"x\": \"type\": \"object\" belongs in the tool's input schema",
+            ),
+        ] {
+            let e = load(catalog.clone()).expect_err(says).to_string();
+            assert!(
+                e.contains(says)
+                    && (says.contains("object")
+                        || e.contains("passes it along as sent and never defers it")),
+                "{catalog}: {e}"
+            );
+        }
+        let c = load(json!([
+            {"type": "custom", "name": "a", "input_schema": {"type": "object"}},
+            {"type": "function", "name": "b", "parameters": {"type": "object"}}
+        ]))
+        .expect("custom and function tools");
+        assert_eq!(names(&c), ["a", "b"]);
     }
 }

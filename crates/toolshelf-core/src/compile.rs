@@ -269,18 +269,28 @@ impl Compiled {
                 .any(|t| p.matches(&t.name) || t.aliases.iter().any(|a| p.matches(a)))
         };
         let canonical = |p: &Pattern| tools.iter().any(|t| p.matches(&t.name));
+        // A pattern written with `[...]` as if it were a character class.
+        let brackets = |p: &Pattern| {
+            p.literal_brackets_note()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        };
         let mut out = Vec::new();
         for r in self.policy.rules() {
             if !canonical(r.pattern()) {
-                out.push(format!("[defer] rule {r} matches no tool"));
+                out.push(format!(
+                    "[defer] rule {r} matches no tool{}",
+                    brackets(r.pattern())
+                ));
             }
         }
         for (name, mode) in &self.modes {
             for p in mode.tools.iter().flatten() {
                 if !canonical(p) {
                     out.push(format!(
-                        "[modes.{name}] tools pattern {:?} matches no tool",
-                        p.as_str()
+                        "[modes.{name}] tools pattern {:?} matches no tool{}",
+                        p.as_str(),
+                        brackets(p)
                     ));
                 }
             }
@@ -288,9 +298,9 @@ impl Compiled {
         for r in self.permissions.rules() {
             if !tools.iter().any(|t| r.names(t)) {
                 let hint = if any_name(&r.pattern) {
-                    " by its canonical name (allow rules match canonical names only; see `toolshelf explain`)"
+                    " by its canonical name (allow rules match canonical names only; see `toolshelf explain`)".to_owned()
                 } else {
-                    ""
+                    brackets(&r.pattern)
                 };
                 out.push(format!("[permissions] {} matches no tool{hint}", r.label));
             }

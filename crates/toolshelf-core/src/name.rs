@@ -72,10 +72,37 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     hash
 }
 
-/// The canonical segment of a server's name: [`sanitize`]d, runs of `_` folded into one and `_`
-/// trimmed from both ends, so the segment can never contain the `__` separator or blur into it.
-/// A name with no ASCII letter or digit left becomes `server_<hash>`.
+/// Longest server segment. `mcp__`, the segment and `__` then take at most 39 of a name's 64
+/// characters, so at least 25 are left for the tool: a tool name that does not fit there keeps
+/// its first 16 or more characters before its hash suffix ([`fit`]), and never loses all of them.
+pub const MAX_SERVER_LEN: usize = 32;
+
+/// The canonical segment of a server's name: [`server_segment_in_full`], cut to
+/// [`MAX_SERVER_LEN`] when longer: its head, without a trailing `_`, then `_` and [`short_hash`]
+/// of `raw` (`Google_Cloud_Platform_BigQuery_Data_Warehouse_Admin` becomes
+/// `Google_Cloud_Platform_B_<hash>`). Segments that fit are never changed.
 pub fn server_segment(raw: &str) -> String {
+    let full = server_segment_in_full(raw);
+    if full.len() <= MAX_SERVER_LEN {
+        return full;
+    }
+    server_with_suffix(&full, raw)
+}
+
+/// `segment` (a server segment) with `_` and [`short_hash`] of `key` appended, its head cut so
+/// that the whole fits [`MAX_SERVER_LEN`]; a `_` left at the end of the head is dropped, so the
+/// result never contains `__`. Used for long server names and to break server collisions.
+pub fn server_with_suffix(segment: &str, key: &str) -> String {
+    let suffix = format!("_{}", short_hash(key));
+    // Server segments are ASCII, so byte slicing is safe.
+    let keep = segment.len().min(MAX_SERVER_LEN - suffix.len());
+    format!("{}{suffix}", segment[..keep].trim_end_matches('_'))
+}
+
+/// The segment of a server's name before any cut: [`sanitize`]d, runs of `_` folded into one and
+/// `_` trimmed from both ends, so the segment can never contain the `__` separator or blur into
+/// it. A name with no ASCII letter or digit left becomes `server_<hash>`.
+pub fn server_segment_in_full(raw: &str) -> String {
     let sanitized = sanitize(raw);
     let mut out = String::with_capacity(sanitized.len());
     for c in sanitized.chars() {
@@ -324,6 +351,46 @@ mod tests {
                 "{raw:?} -> {s:?}"
             );
         }
+    }
+
+    #[test]
+    fn long_server_segments_are_cut_to_leave_room_for_the_tool() {
+        let fits = "s".repeat(MAX_SERVER_LEN);
+        assert_eq!(server_segment(&fits), fits, "a segment that fits is kept");
+        // The head of this one ends with `_` where it is cut: the `_` goes, so no `__` appears.
+        for raw in [
+            "Google Cloud Platform BigQuery Data Warehouse Admin",
+            "abcdefghijklmnopqrstuv wxyz and more words after it",
+            &"x".repeat(200),
+        ] {
+            let s = server_segment(raw);
+            assert!(s.len() <= MAX_SERVER_LEN, "{s}");
+            assert!(!s.contains("__") && !s.ends_with('_'), "{raw:?} -> {s:?}");
+            assert!(s.ends_with(&short_hash(raw)), "{s}");
+            assert_eq!(s, server_segment(raw), "stable");
+            let long_tool = fit(mcp_name(&s, &"t".repeat(60)), "k");
+            assert_eq!(
+                split_mcp(&long_tool).map(|(server, _)| server),
+                Some(s.as_str())
+            );
+            assert!(
+                long_tool.contains(&format!("{s}__{}", "t".repeat(16))),
+                "{long_tool}"
+            );
+        }
+        assert_eq!(
+            server_segment("abcdefghijklmnopqrstuv wxyz and more words after it"),
+            format!(
+                "abcdefghijklmnopqrstuv_{}",
+                short_hash("abcdefghijklmnopqrstuv wxyz and more words after it")
+            )
+        );
+        assert_eq!(
+            server_segment_in_full("Google Cloud Platform BigQuery Data Warehouse Admin"),
+            "Google_Cloud_Platform_BigQuery_Data_Warehouse_Admin"
+        );
+        // A short segment's collision suffix is the same as any name's.
+        assert_eq!(server_with_suffix("x_y", "x.y"), with_suffix("x_y", "x.y"));
     }
 
     #[test]

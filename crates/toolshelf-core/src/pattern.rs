@@ -63,6 +63,78 @@ impl Pattern {
             _ => wildcard(&self.glob, &name.chars().collect::<Vec<_>>(), '*', '?'),
         }
     }
+
+    /// Whether the pattern matches some name that starts with `prefix` and goes on (by at least
+    /// one character): `^mcp__db__query$` and `query` do for `mcp__db__`, `^mcp__web__` does not.
+    /// Any character may follow, so this says yes for a pattern no real name could meet.
+    pub fn matches_some_name_after(&self, prefix: &str) -> bool {
+        // A glob position left with anything to match matches some non-empty rest.
+        self.positions_after(prefix)
+            .iter()
+            .enumerate()
+            .any(|(g, &live)| live && g < self.glob.len())
+    }
+
+    /// Whether the pattern matches every name that starts with `prefix` and goes on (by at least
+    /// one character), whatever follows: `^mcp__db__`, `db` and `^mcp__*__` do for `mcp__db__`;
+    /// `_tool$` and `^mcp__db__q` do not. The test is a safe one: it says yes only when one way
+    /// through the pattern takes every rest (nothing but `*` and at most one `?` left after the
+    /// prefix, with a `*` among them).
+    pub fn matches_every_name_after(&self, prefix: &str) -> bool {
+        self.positions_after(prefix)
+            .iter()
+            .enumerate()
+            .any(|(g, &live)| {
+                let rest = &self.glob[g.min(self.glob.len())..];
+                live && rest.iter().all(|&c| c == '*' || c == '?')
+                    && rest.contains(&'*')
+                    && rest.iter().filter(|&&c| c == '?').count() <= 1
+            })
+    }
+
+    /// The glob positions (0 to its length) that matching `prefix` can end at.
+    fn positions_after(&self, prefix: &str) -> Vec<bool> {
+        let glob = &self.glob;
+        // A `*` may match nothing: a position before one reaches the position after it too.
+        let close = |live: &mut Vec<bool>| {
+            for g in 0..glob.len() {
+                if live[g] && glob[g] == '*' {
+                    live[g + 1] = true;
+                }
+            }
+        };
+        let mut live = vec![false; glob.len() + 1];
+        live[0] = true;
+        close(&mut live);
+        for c in prefix.chars() {
+            let mut next = vec![false; glob.len() + 1];
+            for g in 0..glob.len() {
+                if !live[g] {
+                    continue;
+                }
+                match glob[g] {
+                    '*' => next[g] = true,
+                    '?' => next[g + 1] = true,
+                    literal if literal == c => next[g + 1] = true,
+                    _ => {}
+                }
+            }
+            close(&mut next);
+            live = next;
+        }
+        live
+    }
+
+    /// A note for a pattern that matches no tool and holds `[...]`: brackets are no character
+    /// class here but literal characters, which no canonical name has.
+    pub fn literal_brackets_note(&self) -> Option<&'static str> {
+        let open = self.source.find('[')?;
+        self.source[open..].contains(']').then_some(
+            "brackets are literal characters in a pattern, not a character class: a pattern \
+             knows only `*` for any run of characters, `?` for one, `^` and `$`; write one \
+             pattern per alternative",
+        )
+    }
 }
 
 impl fmt::Display for Pattern {
@@ -179,6 +251,50 @@ mod tests {
         assert!(!m("^Gre?$", "Gre"));
         assert!(m("a*b*c", "xxaYYbZZcxx"));
         assert!(!m("^a*b*c$", "aYYbZZcx"));
+    }
+
+    #[test]
+    fn some_and_every_name_after_a_prefix() {
+        let p = |s: &str| Pattern::new(s).expect("valid pattern");
+        let db = "mcp__db__";
+        for (pattern, some, every) in [
+            ("^mcp__db__", true, true),
+            ("db", true, true),
+            ("^mcp__*__", true, true),
+            ("^mcp__db__?*", true, true),
+            ("^mcp__db__*?", true, true),
+            ("*", true, true),
+            ("^mcp__db__??*", true, false),
+            ("^mcp__db__?", true, true),
+            ("^mcp__db__?$", true, false),
+            ("^mcp__db__query$", true, false),
+            ("query", true, false),
+            ("_tool$", true, false),
+            ("^mcp__db__*_admin", true, false),
+            ("^mcp__db__$", false, false),
+            ("^mcp__web__", false, false),
+            ("^Read$", false, false),
+            ("^mcp__d$", false, false),
+        ] {
+            assert_eq!(
+                p(pattern).matches_some_name_after(db),
+                some,
+                "{pattern} some"
+            );
+            assert_eq!(
+                p(pattern).matches_every_name_after(db),
+                every,
+                "{pattern} every"
+            );
+        }
+    }
+
+    #[test]
+    fn brackets_get_a_note() {
+        let note = |s: &str| Pattern::new(s).expect("valid").literal_brackets_note();
+        assert!(note("^mcp__git__git_[lc]*").is_some_and(|n| n.contains("not a character class")));
+        assert_eq!(note("^mcp__git__git_l*"), None);
+        assert_eq!(note("a]b["), None);
     }
 
     #[test]

@@ -151,9 +151,16 @@ impl PermissionRule {
         let (pattern, inner) = match t.split_once('(') {
             Some((p, rest)) => {
                 let inner = rest.strip_suffix(')').ok_or_else(|| {
+                    // Closing it is the likely fix, unless it is a regex group.
+                    let closed = if !rest.contains(')') && regex_alternation(p, rest).is_none() {
+                        format!(" (did you mean {:?}?)", format!("{t})"))
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "{label}: the first \"(\" opens the argument glob, which must close the rule with \")\"; \
-a tool-name pattern cannot use regex groups here (write one rule per alternative, or a character class)"
+                        "{label}: the first \"(\" opens the argument glob, which must close the rule with \")\"{closed}; \
+a tool-name pattern cannot use regex groups here, nor character classes: it knows only * (any run of \
+characters), ? (one character), ^ (the start) and $ (the end), so write one rule per alternative"
                     )
                 })?;
                 (p, Some(inner))
@@ -289,6 +296,34 @@ impl Permissions {
             .rules
             .iter()
             .any(|r| r.action != Action::Deny && r.names(tool));
+        (self.default == Action::Deny && !named).then(|| "default = \"deny\"".to_owned())
+    }
+
+    /// What forbids every call of every tool a server could list, whatever the tool is called:
+    /// [`Self::forbids_every_call`] for a server whose tools are not known. `canonical` is the
+    /// prefix of the server's canonical names (`mcp__db__`); `others` are the prefixes of the
+    /// other names deny and ask rules see (the server's name in full, as given). It is a deny rule
+    /// without arguments that matches every name after one of the prefixes (`^mcp__db__`, not
+    /// `_tool$` or `^mcp__db__query$`), or `default = "deny"` when no allow rule could match a
+    /// canonical name of the server and no ask rule any of its names.
+    pub fn forbids_every_call_of_server(
+        &self,
+        canonical: &str,
+        others: &[String],
+    ) -> Option<String> {
+        let prefixes = || std::iter::once(canonical).chain(others.iter().map(String::as_str));
+        if let Some(rule) = self.rules.iter().find(|r| {
+            r.action == Action::Deny
+                && r.args.is_none()
+                && prefixes().any(|p| r.pattern.matches_every_name_after(p))
+        }) {
+            return Some(rule.label.clone());
+        }
+        let named = self.rules.iter().any(|r| match r.action {
+            Action::Deny => false,
+            Action::Allow => r.pattern.matches_some_name_after(canonical),
+            Action::Ask => prefixes().any(|p| r.pattern.matches_some_name_after(p)),
+        });
         (self.default == Action::Deny && !named).then(|| "default = \"deny\"".to_owned())
     }
 }
@@ -558,5 +593,55 @@ mod tests {
             .to_string();
             assert!(e.contains("deny[0]") && e.contains(expected), "{e}");
         }
+    }
+
+    /// The advice on a rule that does not parse names only what patterns have: no character
+    /// class, which they do not support.
+    #[test]
+    fn advice_on_a_bad_rule_names_only_what_patterns_support() {
+        let refused = |rule: &str| {
+            Permissions::new(
+                &PermissionsConfig {
+                    deny: vec![rule.into()],
+                    ..Default::default()
+                },
+                "t.toml",
+            )
+            .expect_err(rule)
+            .to_string()
+        };
+        let e = refused("Bash(rm -rf *");
+        assert!(
+            !e.contains("or a character class")
+                && e.contains("did you mean \"Bash(rm -rf *)\"?")
+                && e.contains(
+                    "nor character classes: it knows only * (any run of characters), ? (one character), ^ (the start) and $ (the end)"
+                ),
+            "{e}"
+        );
+        // Closing a regex group would not help, so it is not offered.
+        let e = refused("^mcp__git__git_(reset|checkout");
+        assert!(!e.contains("did you mean"), "{e}");
+    }
+
+    #[test]
+    fn server_wide_judgement_sees_every_name_a_rule_sees() {
+        let prefix = "mcp__db__";
+        let others = ["mcp__Data Base__".to_owned()];
+        let p = perms(&[], &[], &["^mcp__Data Base__"], Action::Allow);
+        assert_eq!(
+            p.forbids_every_call_of_server(prefix, &others).as_deref(),
+            Some("deny[0] \"^mcp__Data Base__\"")
+        );
+        // Allow rules see canonical names only; ask rules every name.
+        let p = perms(&["^mcp__Data Base__x$"], &[], &[], Action::Deny);
+        assert_eq!(
+            p.forbids_every_call_of_server(prefix, &others).as_deref(),
+            Some("default = \"deny\"")
+        );
+        let p = perms(&[], &["^mcp__Data Base__x$"], &[], Action::Deny);
+        assert_eq!(p.forbids_every_call_of_server(prefix, &others), None);
+        let p = perms(&[], &[], &["^mcp__db__x"], Action::Allow);
+        assert_eq!(p.forbids_every_call_of_server(prefix, &others), None);
     }
 }

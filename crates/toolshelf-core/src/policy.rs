@@ -158,8 +158,10 @@ pub struct Policy {
     mode: Option<Mode>,
 }
 
-/// The tool name a server with no known tools is judged by (see [`Policy::would_hide`]).
-pub const PROBE_TOOL: &str = "tool";
+/// The tool name to give [`Policy::would_hide`] for a server with no known tools: the empty
+/// name, which no tool has, asks for the server to be judged as a whole
+/// ([`Policy::hides_server`]), not by a made-up tool.
+pub const PROBE_TOOL: &str = "";
 
 /// The policy applied to a catalog: one decision per tool, in catalog order.
 #[derive(Debug, Clone)]
@@ -171,8 +173,8 @@ pub struct Exposure {
     /// Policy warnings (e.g. a `NoDefer` matching a model-authored tool).
     pub warnings: Vec<String>,
     /// Canonical names of the servers with no tools (not listed yet, or failed) that the rules
-    /// or the mode would hide a tool of: they get no group in the index, so the model does not
-    /// learn of them.
+    /// or the mode would hide every tool of, whatever it is called ([`Policy::hides_server`]):
+    /// they get no group in the index, so the model does not learn of them.
     pub hidden_servers: std::collections::BTreeSet<String>,
 }
 
@@ -334,9 +336,14 @@ impl Policy {
 
     /// Whether a tool `tool` of server `server` (original names), with nothing else known of it
     /// (no annotations, no schema), would be hidden: a rule written for the whole server
-    /// (`^mcp__db__`) or a read-only mode hides it; a rule for another tool does not. This is how
-    /// a server whose tools are not known (starting, failed) is judged.
+    /// (`^mcp__db__`), a rule for that tool, or a read-only mode hides it; a rule for another
+    /// tool does not. With `tool` [`PROBE_TOOL`] (empty), no tool is named, and the server is
+    /// judged as a whole: see [`Self::hides_server`]. This is how a server whose tools are not
+    /// known (starting, failed) is judged.
     pub fn would_hide(&self, server: &str, tool: &str, permissions: &Permissions) -> bool {
+        if tool == PROBE_TOOL {
+            return self.hides_server(&crate::name::server_segment(server), server, permissions);
+        }
         let probe = serde_json::json!({"servers": [{"name": server, "tools": [{"name": tool}]}]});
         Catalog::from_value(&probe, "probe").map_or(true, |c| {
             self.decide_explicit(&c.tools()[0], permissions, &mut Vec::new())
@@ -345,7 +352,51 @@ impl Policy {
         })
     }
 
-    /// The servers of `catalog` with no tools whose tool [`Self::would_hide`].
+    /// Whether every tool server `original` (canonical segment `segment`) could list would be
+    /// hidden, whatever the tool is called, judged without making up a tool:
+    /// - a mode that lists tools hides the server when none of its patterns could match a name
+    ///   beginning `mcp__<segment>__` (`^mcp__web__` and `^Read$` cannot for `db`;
+    ///   `^mcp__db__query$` and `query` can);
+    /// - a read-only mode hides it, as it hides a tool with no `readOnlyHint` (fails closed:
+    ///   nothing is known of the tools' hints);
+    /// - a `[permissions]` deny rule without arguments hides it when it matches every name
+    ///   beginning `mcp__<segment>__`, or beginning with the server's name in full or as given
+    ///   (`^mcp__db__`, `db`, `^mcp__*__`; not `_tool$` or `^mcp__db__query$`), and
+    ///   `default = "deny"` when no allow or ask rule could name a tool of it
+    ///   ([`Permissions::forbids_every_call_of_server`]).
+    ///
+    /// Anything else (a rule that names some tools of the server, or none) leaves the server in
+    /// the index: a server is hidden only when no tool of it could be shown.
+    pub fn hides_server(&self, segment: &str, original: &str, permissions: &Permissions) -> bool {
+        use crate::name::{MCP_PREFIX, server_segment, server_segment_in_full};
+        let canonical = format!("{MCP_PREFIX}{segment}__");
+        if let Some(mode) = &self.mode {
+            if mode.tools.as_ref().is_some_and(|patterns| {
+                !patterns
+                    .iter()
+                    .any(|p| p.matches_some_name_after(&canonical))
+            }) {
+                return true;
+            }
+            if mode.read_only {
+                return true;
+            }
+        }
+        let others: Vec<String> = [
+            server_segment(original),
+            server_segment_in_full(original),
+            original.to_owned(),
+        ]
+        .into_iter()
+        .filter(|s| s != segment)
+        .map(|s| format!("{MCP_PREFIX}{s}__"))
+        .collect();
+        permissions
+            .forbids_every_call_of_server(&canonical, &others)
+            .is_some()
+    }
+
+    /// The servers of `catalog` with no tools that [`Self::hides_server`].
     fn hidden_empty_servers(
         &self,
         catalog: &Catalog,
@@ -360,7 +411,7 @@ impl Policy {
             .servers()
             .iter()
             .filter(|s| !with_tools.contains(s.name.as_str()))
-            .filter(|s| self.would_hide(&s.original_name, PROBE_TOOL, permissions))
+            .filter(|s| self.hides_server(&s.name, &s.original_name, permissions))
             .map(|s| s.name.clone())
             .collect()
     }
@@ -634,6 +685,88 @@ mod tests {
             .expect_err("unknown")
             .to_string();
         assert!(e.contains("bogus") && e.contains("ask"), "{e}");
+    }
+
+    /// A server with no tools yet is judged as a whole, not by a made-up tool: it is hidden only
+    /// by what would hide every tool it could list, whatever the tool is called.
+    #[test]
+    fn a_server_without_tools_is_hidden_only_when_no_tool_of_it_could_show() {
+        let c = Catalog::from_value(
+            &json!({"builtin": [{"name": "Read"}], "servers": [
+                {"name": "db", "description": "database", "tools": []},
+                {"name": "web", "description": "w", "tools": []},
+                {"name": "Big Data", "tools": []}
+            ]}),
+            "test",
+        )
+        .expect("catalog");
+        let hidden = |config: &str, mode: Option<&str>| -> Vec<String> {
+            let e = compiled(config, mode).expect("compiles").expose(&c);
+            e.hidden_servers.into_iter().collect()
+        };
+        let none: Vec<String> = Vec::new();
+        let deny = |rules: &str| format!("[permissions]\ndeny = [{rules}]");
+        // Rules that name some tools, or none, of a server leave it shown.
+        for rules in [
+            "\"_tool$\"",
+            "\"^mcp__db__query$\"",
+            "\"^mcp__db__q\"",
+            "\"^mcp__db__(x)\"",
+            "\"^mcp__db__*_admin\"",
+        ] {
+            assert_eq!(hidden(&deny(rules), None), none, "{rules}");
+        }
+        // Rules that match every name of a server hide it.
+        assert_eq!(hidden(&deny("\"^mcp__db__\""), None), ["db"]);
+        assert_eq!(hidden(&deny("\"db\""), None), ["db"]);
+        assert_eq!(hidden(&deny("\"^mcp__db__?*\""), None), ["db"]);
+        assert_eq!(
+            hidden(&deny("\"^mcp__*__\""), None),
+            ["Big_Data", "db", "web"]
+        );
+        assert_eq!(
+            hidden(&deny("\"^mcp__Big Data__\""), None),
+            ["Big_Data"],
+            "by the server's name as given"
+        );
+        // A mode hides a server none of its patterns could match a tool of.
+        let mode = |tools: &str| format!("[modes.m]\ntools = [{tools}]");
+        assert_eq!(
+            hidden(&mode("\"^mcp__db__query$\", \"^mcp__web__\""), Some("m")),
+            ["Big_Data"]
+        );
+        assert_eq!(
+            hidden(&mode("\"query\""), Some("m")),
+            none,
+            "any server may have a query tool"
+        );
+        assert_eq!(
+            hidden(&mode("\"^Read$\""), Some("m")),
+            ["Big_Data", "db", "web"]
+        );
+        // A read-only mode fails closed: nothing is known of the tools' hints.
+        assert_eq!(
+            hidden("[modes.ask]\nread_only = true", Some("ask")),
+            ["Big_Data", "db", "web"]
+        );
+        // With default = "deny", a server is shown when an allow or ask rule could name a tool.
+        assert_eq!(
+            hidden(
+                "[permissions]\ndefault = \"deny\"\nallow = [\"^mcp__db__query$\", \"^Read$\"]\nask = [\"^mcp__web__*(x=1)\"]",
+                None
+            ),
+            ["Big_Data"]
+        );
+        // The gateway's judgement of a server whose tools are not known agrees.
+        let p = compiled(&deny("\"_tool$\""), None).expect("compiles");
+        assert!(!p.policy().would_hide("db", PROBE_TOOL, p.permissions()));
+        let p = compiled(&deny("\"^mcp__db__\""), None).expect("compiles");
+        assert!(p.policy().would_hide("db", PROBE_TOOL, p.permissions()));
+        assert!(!p.policy().would_hide("web", PROBE_TOOL, p.permissions()));
+        // Naming a tool still judges that tool.
+        let p = compiled(&deny("\"^mcp__db__query$\""), None).expect("compiles");
+        assert!(p.policy().would_hide("db", "query", p.permissions()));
+        assert!(!p.policy().would_hide("db", "other", p.permissions()));
     }
 
     #[test]

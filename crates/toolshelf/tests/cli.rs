@@ -2250,3 +2250,149 @@ fn no_server_description_characters_gives_headers_of_the_name_alone() {
     assert!(index.contains("\nmcp__git\n"), "{index}");
     assert!(!index.contains('…'), "{index}");
 }
+
+/// A server name too long to leave room for its tools: the index's group header and the tools'
+/// names agree on the server, so a rule or a mode written as the index shows it applies.
+#[test]
+fn rules_written_as_the_index_shows_a_long_server_apply() {
+    let catalog = temp_file(
+        "long-server.json",
+        r#"{"servers": [{"name": "Google Cloud Platform BigQuery Data Warehouse Admin", "description": "bq", "tools": [
+            {"name": "run_query"}, {"name": "list_datasets", "annotations": {"readOnlyHint": true}}]}]}"#,
+    );
+    let plain = temp_file("long-server-plain.toml", "");
+    let index = ok(&[
+        "render",
+        "--index-only",
+        "--catalog",
+        &catalog,
+        "--config",
+        &plain,
+    ]);
+    let header = index
+        .lines()
+        .find_map(|l| l.strip_suffix(": bq"))
+        .expect("the server's group header")
+        .to_owned();
+    let config = temp_file(
+        "long-server.toml",
+        &format!(
+            "[defer]\nrules = [\"NoDefer(^{header}__list_datasets$)\"]\n[modes.bq]\ntools = [\"^{header}__\"]\n"
+        ),
+    );
+    let out = run(&[
+        "render",
+        "--index-only",
+        "--catalog",
+        &catalog,
+        "--config",
+        &config,
+        "--mode",
+        "bq",
+    ]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && !err.contains("matches no tool"),
+        "{err}"
+    );
+    assert!(
+        text.contains(&format!("{header}: bq\n  run_query\n")),
+        "{header}: {text}"
+    );
+    let explain = |tool: &str| -> Value {
+        serde_json::from_str(&ok(&[
+            "explain",
+            tool,
+            "--catalog",
+            &catalog,
+            "--config",
+            &config,
+            "--mode",
+            "bq",
+            "--json",
+        ]))
+        .expect("json")
+    };
+    let list = explain("list_datasets");
+    assert_eq!(list["tool"], format!("{header}__list_datasets"), "{list:#}");
+    assert_eq!(list["final"], "resident", "{list:#}");
+    let run_query = explain("run_query");
+    assert_eq!(run_query["tool"], format!("{header}__run_query"));
+    assert_eq!(run_query["mode"]["admits"], true, "{run_query:#}");
+}
+
+/// A server with no tools yet is judged as a whole: a rule or a mode that could leave a tool of
+/// it visible keeps its group in the index.
+#[test]
+fn a_server_without_tools_keeps_its_group_unless_every_tool_of_it_would_be_hidden() {
+    let catalog = temp_file(
+        "empty-servers.json",
+        r#"{"builtin": [{"name": "Read"}], "servers": [{"name": "db", "description": "database", "tools": []}, {"name": "web", "description": "w", "tools": []}]}"#,
+    );
+    let index = |config: &str, mode: &[&str]| {
+        let path = temp_file("empty-servers.toml", config);
+        let mut args = vec![
+            "render",
+            "--index-only",
+            "--catalog",
+            &catalog,
+            "--config",
+            &path,
+        ];
+        args.extend(mode);
+        ok(&args)
+    };
+    let text = index("[permissions]\ndeny = [\"_tool$\"]\n", &[]);
+    assert!(
+        text.contains("mcp__db: database") && text.contains("mcp__web: w"),
+        "{text}"
+    );
+    let text = index(
+        "[modes.m]\ntools = [\"^mcp__db__query$\", \"^mcp__web__\"]\n",
+        &["--mode", "m"],
+    );
+    assert!(
+        text.contains("mcp__db: database") && text.contains("mcp__web: w"),
+        "{text}"
+    );
+    let text = index("[permissions]\ndeny = [\"^mcp__db__\"]\n", &[]);
+    assert!(
+        !text.contains("mcp__db") && text.contains("mcp__web: w"),
+        "{text}"
+    );
+}
+
+/// A catalog key one or two letters off a key the loader reads is refused, not dropped.
+#[test]
+fn a_slip_of_annotations_is_refused_not_dropped() {
+    let catalog = temp_file(
+        "annotation-slip.json",
+        r#"[{"name":"a","annotation":{"readOnlyHint":true}}]"#,
+    );
+    let e = fails(&["render", "--index-only", "--catalog", &catalog]);
+    assert!(
+        e.contains("[0]: unknown key \"annotation\"; did you mean \"annotations\"?"),
+        "{e}"
+    );
+}
+
+/// A pattern written with brackets as a character class matches no tool, and the warning says
+/// why.
+#[test]
+fn a_pattern_with_brackets_is_told_they_are_literal() {
+    let cfg = temp_file(
+        "brackets.toml",
+        "[permissions]\ndeny = [\"^mcp__git__git_[lc]*\"]\n[defer]\nrules = [\"Defer(^mcp__git__git_[lc])\"]\n",
+    );
+    let out = run(&["explain", "mcp__git__git_log", "--config", &cfg]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for rule in [
+        "[defer] rule Defer(^mcp__git__git_[lc]) matches no tool (brackets are literal",
+        "[permissions] deny[0] \"^mcp__git__git_[lc]*\" matches no tool (brackets are literal",
+    ] {
+        assert!(err.contains(rule), "{err}");
+    }
+}
