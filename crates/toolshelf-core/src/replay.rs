@@ -6,20 +6,35 @@
 //! "..."}` (environment context for the next request) and `{"tools_changed": {"add": [...],
 //! "remove": [...]}}` (the tool set changed). Replaying it runs one session: a request is
 //! assembled whenever the model would be asked to continue (after a user message, and after the
-//! results of its calls), each one turn. Calls are carried out against the catalog as the session
-//! would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that resolves,
-//! checks activation, validates and authorizes but runs nothing. A recorded result replaces the
-//! computed one in the request, its error flag and all, but the call still has its effect on the
-//! session (a search still activates what it found).
+//! results of its calls), and each is reported. Calls are carried out against the catalog as the
+//! session would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that
+//! resolves, checks activation, validates and authorizes but runs nothing. A recorded result
+//! replaces the computed one in the request, its error flag and all, but the call still has its
+//! effect on the session (a search still activates what it found).
+//!
+//! Turns are counted as the proxy counts them: a turn is one request of the client (the harness),
+//! which starts with a user message or with the results of calls the client ran. The proxy
+//! answers some calls itself within that request and asks the model again (one more upstream
+//! round): `tool_search`, a call it refuses (a malformed or refused `defer_execute`; a direct call
+//! of a name no tool has goes to the client), `tool_define` and a tool the model wrote. A model
+//! request after a round made only of such calls is reported with the same turn, and nothing is
+//! evaluated or injected for it but the environment context the transcript puts there; a round
+//! with a call the client runs (a deferred tool through `defer_execute`, a pinned one) ends the
+//! client request, and the request that carries its results starts the next turn. So does the
+//! round after `[proxy] max_search_rounds` requests of one turn, where the proxy gives up and
+//! answers the client. The reminders a tool the proxy runs fires (`after_tools`, a path in its
+//! arguments) go on that call's result, as the proxy puts them; the queries of a turn's
+//! searches reach the reminders of the next turn.
 //!
 //! A result answers the call right before it. Calls in a row followed by as many results are one
-//! turn of parallel calls, paired in order; a call with no result right after it takes a turn of
-//! its own, with a computed result. More results than calls in a row leave one answering
-//! nothing, which is an error that names its line.
+//! round of parallel calls, paired in order; a call with no result right after it takes a round
+//! of its own, with a computed result. More results than calls in a row leave one answering
+//! nothing, which is an error that names its line, and so is a call before the first user
+//! message (a conversation opens with the user).
 //!
-//! Injected blocks go into the request's new item in a fixed order: reminders (rule order), the
-//! tool-set change notice, environment context. Earlier items keep the blocks they were given,
-//! so each request's messages are a byte prefix of the next one's.
+//! Injected blocks go into the new item of a turn's first request in a fixed order: reminders
+//! (rule order), the tool-set change notice, environment context. Earlier items keep the blocks
+//! they were given, so each request's messages are a byte prefix of the next one's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -151,10 +166,11 @@ impl Event {
     }
 }
 
-/// What happened in one turn, for `replay --explain`.
+/// What happened in one model request, for `replay --explain`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TurnReport {
-    /// The turn (request) number, from 1.
+    /// The turn, from 1: the client request the model request belongs to (the rounds in which
+    /// the proxy answers the model's calls itself share the turn of their request).
     pub turn: u64,
     /// The request body, canonical JSON.
     #[serde(skip)]
@@ -167,6 +183,9 @@ pub struct TurnReport {
     pub activated: Vec<String>,
     /// Calls refused because the tool's activation had expired.
     pub expired: Vec<String>,
+    /// For each tool of `expired`, the turns since its last use: more than
+    /// `[session] activation_ttl_turns`.
+    pub unused_turns: Vec<u64>,
     /// Calls the session refused (the dry run's verdict), as `name: kind`.
     pub refused: Vec<String>,
     /// The blocks injected into this request's new item.
@@ -213,6 +232,13 @@ pub struct Replay<'a> {
     bodies: bool,
     /// Changes of the tool set so far.
     generation: u64,
+    /// Model requests of the current turn so far (the proxy's upstream rounds of one client
+    /// request).
+    rounds: u32,
+    /// The queries of the current turn's searches, which the next turn's reminders see.
+    searches: Vec<String>,
+    /// Tools the model wrote with `tool_define`, which the proxy runs itself.
+    authored: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Replay<'_> {
@@ -230,21 +256,51 @@ fn visible(catalog: &Catalog, exposure: &Exposure) -> Vec<usize> {
         .collect()
 }
 
-/// What one model turn's calls did to the session, for its report.
+/// What one round of the model's calls did to the session, for its report.
 #[derive(Default)]
 struct Turn {
     activated: Vec<String>,
     expired: Vec<String>,
+    unused_turns: Vec<u64>,
     refused: Vec<String>,
+    /// Reminder events of the calls of tools the proxy runs itself.
+    notes: Vec<Note>,
 }
 
 /// A computed (or recorded) call with its effect on the session.
 struct Done {
     call: ToolCall,
     result: ToolResult,
-    /// Catalog index and params of the tool the call reached, for reminder triggers.
-    target: Option<(usize, Map<String, Value>)>,
+    /// Name and params of the client's tool the call reached, for the next turn's reminder
+    /// triggers.
+    target: Option<(String, Map<String, Value>)>,
     query: Vec<String>,
+    /// Whether the client runs the call (the proxy hands it over and the client request ends),
+    /// rather than the proxy answering it within the request.
+    client: bool,
+}
+
+/// What the call pipeline made of a call that is not `tool_search`.
+struct Outcome {
+    /// The text the model reads.
+    text: String,
+    is_error: bool,
+    /// Whether the client runs it.
+    client: bool,
+    /// A tool the proxy runs itself that ran (name and params): its reminders go on its result.
+    ran_inside: Option<(String, Map<String, Value>)>,
+}
+
+impl Outcome {
+    /// An answer the proxy gives itself, with nothing run.
+    fn answered(text: String, is_error: bool) -> Self {
+        Self {
+            text,
+            is_error,
+            client: false,
+            ran_inside: None,
+        }
+    }
 }
 
 impl<'a> Replay<'a> {
@@ -353,6 +409,9 @@ impl<'a> Replay<'a> {
             described,
             bodies: true,
             generation: 0,
+            rounds: 0,
+            searches: Vec::new(),
+            authored: BTreeSet::new(),
         }
     }
 
@@ -400,10 +459,14 @@ impl<'a> Replay<'a> {
         while i < events.len() {
             match &events[i] {
                 Event::User(text) => {
-                    self.state.next_turn();
+                    self.next_turn();
+                    // The queries of the previous turn's searches, which the proxy reads from
+                    // the turn it recorded.
+                    let searches = std::mem::take(&mut self.searches);
                     let input = TurnInput {
                         user_text: Some(text),
-                        ..TurnInput::default()
+                        calls: &[],
+                        searches: &searches,
                     };
                     let (injected, notes) = self.injected(&input);
                     self.push(Item::User {
@@ -435,9 +498,9 @@ impl<'a> Replay<'a> {
                         text = Some(t.clone());
                         i += 1;
                     }
-                    // Calls followed by as many results are one turn of parallel calls, the results
-                    // in call order. Otherwise the first call is a turn of its own, its result
-                    // computed (the model saw it before making the next call).
+                    // Calls followed by as many results are one round of parallel calls, the
+                    // results in call order. Otherwise the first call is a round of its own, its
+                    // result computed (the model saw it before making the next call).
                     let (calls, results) = calls_and_results(events, i);
                     let group: Vec<(&Event, Option<(&Value, bool)>)> =
                         if calls > 0 && results == calls {
@@ -476,34 +539,55 @@ impl<'a> Replay<'a> {
                         text,
                         calls: done.iter().map(|d| d.call.clone()).collect(),
                     });
-                    self.state.next_turn();
-                    let calls: Vec<Call<'_>> = done
-                        .iter()
-                        .filter_map(|d| d.target.as_ref())
-                        .map(|(t, params)| Call {
-                            tool: &self.catalog.tools()[*t],
-                            params,
-                        })
-                        .collect();
-                    let searches: Vec<String> = done.iter().flat_map(|d| d.query.clone()).collect();
-                    let input = TurnInput {
-                        user_text: None,
-                        calls: &calls,
-                        searches: &searches,
+                    self.searches
+                        .extend(done.iter().flat_map(|d| d.query.iter().cloned()));
+                    // The proxy asks the model again within the client's request while the round
+                    // holds only calls it answered, for at most `max_search_rounds` rounds.
+                    let max = self.compiled.config().proxy.max_search_rounds;
+                    let (injected, notes) = if done.iter().any(|d| d.client) || self.rounds >= max {
+                        // The client's next request, with the results: a new turn.
+                        self.next_turn();
+                        let searches = std::mem::take(&mut self.searches);
+                        let targets: Vec<(usize, &Map<String, Value>)> = done
+                            .iter()
+                            .filter_map(|d| d.target.as_ref())
+                            .filter_map(|(name, params)| {
+                                Some((self.catalog.position(name)?, params))
+                            })
+                            .collect();
+                        let calls: Vec<Call<'_>> = targets
+                            .iter()
+                            .map(|&(t, params)| Call {
+                                tool: &self.catalog.tools()[t],
+                                params,
+                            })
+                            .collect();
+                        let input = TurnInput {
+                            user_text: None,
+                            calls: &calls,
+                            searches: &searches,
+                        };
+                        inject(
+                            self.compiled,
+                            &mut self.state,
+                            &self.catalog,
+                            &self.exposure,
+                            &mut self.context,
+                            &input,
+                        )
+                    } else {
+                        // One more round of the same request: the turn's blocks were injected
+                        // with its first request; only context the transcript put here comes.
+                        self.rounds += 1;
+                        (std::mem::take(&mut self.context), Vec::new())
                     };
-                    let (injected, notes) = inject(
-                        self.compiled,
-                        &mut self.state,
-                        &self.catalog,
-                        &self.exposure,
-                        &mut self.context,
-                        &input,
-                    );
+                    let mut notes_all = std::mem::take(&mut turn.notes);
+                    notes_all.extend(notes);
                     self.push(Item::Results {
                         results: done.into_iter().map(|d| d.result).collect(),
                         injected: injected.clone(),
                     });
-                    let report = self.report(notes, turn, injected);
+                    let report = self.report(notes_all, turn, injected);
                     on_report(self, report)?;
                 }
             }
@@ -514,6 +598,12 @@ impl<'a> Replay<'a> {
     /// Whether an event leads to a model request (a user message, or a call).
     fn asks_the_model(e: &Event) -> bool {
         matches!(e, Event::User(_) | Event::Call { .. })
+    }
+
+    /// Starts the next turn: a new request of the client.
+    fn next_turn(&mut self) {
+        self.state.next_turn();
+        self.rounds = 1;
     }
 
     /// Whether reports carry their request bodies (the default). Without them a turn costs the
@@ -601,6 +691,7 @@ impl<'a> Replay<'a> {
             reminders,
             activated: turn.activated,
             expired: turn.expired,
+            unused_turns: turn.unused_turns,
             refused: turn.refused,
             injected,
         }
@@ -608,6 +699,8 @@ impl<'a> Replay<'a> {
 
     fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
         self.catalog = changed_catalog(&self.catalog, add, remove)?;
+        let catalog = &self.catalog;
+        self.authored.retain(|n| catalog.position(n).is_some());
         self.exposure = self.compiled.expose(&self.catalog);
         self.index = (self.build_index)(&self.catalog, &visible(&self.catalog, &self.exposure));
         self.generation += 1;
@@ -631,9 +724,14 @@ impl<'a> Replay<'a> {
         };
         let mut query = Vec::new();
         let mut target = None;
-        let (content, is_error) = match name {
+        let Outcome {
+            text: content,
+            is_error,
+            client,
+            ran_inside,
+        } = match name {
             TOOL_SEARCH => match SearchRequest::from_json(&Value::Object(input.clone())) {
-                Err(text) => (text, true),
+                Err(text) => Outcome::answered(text, true),
                 Ok(request) => {
                     if let SearchRequest::Queries { queries, .. } = &request {
                         query = queries.clone();
@@ -665,11 +763,11 @@ impl<'a> Replay<'a> {
                         .collect();
                     self.state.activate(names.iter().map(String::as_str));
                     turn.activated.extend(names);
-                    (response.text, false)
+                    Outcome::answered(response.text, false)
                 }
             },
             DEFER_EXECUTE => match DeferExecuteArgs::parse(input) {
-                Err(message) => (message, true),
+                Err(message) => Outcome::answered(message, true),
                 Ok(args) => self.dry_run(
                     &args.tool_name,
                     args.params,
@@ -680,10 +778,16 @@ impl<'a> Replay<'a> {
             },
             other => self.dry_run(other, input.clone(), Via::Direct, turn, &mut target),
         };
-        let (content, is_error) = match recorded {
+        let (mut content, is_error) = match recorded {
             Some((recorded, failed)) => (recorded_text(recorded), failed),
             None => (content, is_error),
         };
+        if let Some((tool, params)) = ran_inside {
+            for block in self.fired_by(&tool, &params, turn) {
+                content.push_str("\n\n");
+                content.push_str(&block);
+            }
+        }
         Done {
             call,
             result: ToolResult {
@@ -693,7 +797,40 @@ impl<'a> Replay<'a> {
             },
             target,
             query,
+            client,
         }
+    }
+
+    /// The blocks of the reminder rules that a call of `tool` with `params`, which the proxy ran
+    /// itself, fires: the proxy puts them on its result, which the model reads in the next round.
+    /// Evaluated in the current turn with that call alone; the events go to the round's report
+    /// (a rule still showing is reported by its turn's first request, not again here).
+    fn fired_by(
+        &mut self,
+        tool: &str,
+        params: &Map<String, Value>,
+        turn: &mut Turn,
+    ) -> Vec<String> {
+        let reminders = self.compiled.reminders();
+        let Some(i) = self.catalog.position(tool) else {
+            return Vec::new();
+        };
+        if reminders.is_empty() {
+            return Vec::new();
+        }
+        let calls = [Call {
+            tool: &self.catalog.tools()[i],
+            params,
+        }];
+        let input = TurnInput {
+            user_text: None,
+            calls: &calls,
+            searches: &[],
+        };
+        let eval = reminders.evaluate(&mut self.state, &input);
+        turn.notes
+            .extend(eval.notes.into_iter().filter(|n| n.event != "showing"));
+        eval.fired.iter().map(|&r| reminders.block(r)).collect()
     }
 
     /// Carries out a `tool_define` call that passed the pipeline: the new tool joins the session's
@@ -715,20 +852,22 @@ impl<'a> Replay<'a> {
         }
         self.defined += 1;
         let name = item["name"].as_str().unwrap_or_default().to_owned();
+        self.authored.insert(name.clone());
         self.state.activate([name.as_str()]);
         turn.activated.push(name.clone());
         (authoring::defined_text(&name), false)
     }
 
-    /// The call pipeline up to the point where the call would go out.
+    /// The call pipeline up to the point where the call would go out: to the client, or to the
+    /// proxy's own runner for `tool_define` and a tool the model wrote.
     fn dry_run(
         &mut self,
         requested: &str,
         params: Map<String, Value>,
         via: Via,
         turn: &mut Turn,
-        target: &mut Option<(usize, Map<String, Value>)>,
-    ) -> (String, bool) {
+        target: &mut Option<(String, Map<String, Value>)>,
+    ) -> Outcome {
         let ttl = self.compiled.config().session.activation_ttl_turns;
         let require_search = self.compiled.config().execute.require_search;
         let outcome = (|| -> Result<(usize, Option<String>), Refusal> {
@@ -756,12 +895,22 @@ impl<'a> Replay<'a> {
                     && self.catalog.tools()[i].name == authoring::TOOL_DEFINE =>
             {
                 self.state.record_call(authoring::TOOL_DEFINE);
-                self.define(&params, turn)
+                let (text, is_error) = self.define(&params, turn);
+                Outcome {
+                    text,
+                    is_error,
+                    client: false,
+                    ran_inside: Some((authoring::TOOL_DEFINE.to_owned(), params)),
+                }
             }
             Ok((i, ask)) => {
                 let name = self.catalog.tools()[i].name.clone();
                 self.state.record_call(&name);
-                *target = Some((i, params.clone()));
+                // The proxy runs the tools the model wrote; the client runs the rest.
+                let inside = self.authored.contains(&name);
+                if !inside {
+                    *target = Some((name.clone(), params.clone()));
+                }
                 let asked = ask
                     .map(|because| format!(" after asking the user ({because})"))
                     .unwrap_or_default();
@@ -769,26 +918,39 @@ impl<'a> Replay<'a> {
                     Via::DeferExecute => "through defer_execute",
                     Via::Direct => "directly",
                 };
-                (
-                    format!(
-                        "[dry run] {name} would run {via}{asked} with {}",
-                        canonical_json(&Value::Object(params))
-                    ),
-                    false,
-                )
+                let text = format!(
+                    "[dry run] {name} would run {via}{asked} with {}",
+                    canonical_json(&Value::Object(params.clone()))
+                );
+                Outcome {
+                    text,
+                    is_error: false,
+                    client: !inside,
+                    ran_inside: inside.then_some((name, params)),
+                }
             }
             Err(refusal) => {
                 turn.refused
                     .push(format!("{requested}: {}", refusal.kind().as_str()));
                 if let Some(i) = refusal.loads() {
                     let name = self.catalog.tools()[i].name.clone();
-                    if matches!(refusal, Refusal::Expired { .. }) {
+                    if let Refusal::Expired { idle_turns, .. } = refusal {
                         turn.expired.push(name.clone());
+                        turn.unused_turns.push(idle_turns);
                     }
                     self.state.activate([name.as_str()]);
                     turn.activated.push(name);
                 }
-                (refusal.text(&self.catalog), true)
+                // The proxy answers a refusal itself, except a direct call of a name no tool has,
+                // which goes to the client as it came.
+                let client =
+                    matches!(via, Via::Direct) && refusal.kind() == invoke::RefusalKind::Unknown;
+                Outcome {
+                    text: refusal.text(&self.catalog),
+                    is_error: true,
+                    client,
+                    ran_inside: None,
+                }
             }
         }
     }
@@ -813,8 +975,6 @@ fn calls_and_results(events: &[Event], i: usize) -> (usize, usize) {
     (calls, results)
 }
 
-/// Checks a transcript's shape before anything is replayed, so that a malformed file yields an
-/// error and no partial output: calls and results pair up, no context trails the last request.
 /// `catalog` after a `tools_changed` event; a removal of a name it lacks is an error.
 fn changed_catalog(catalog: &Catalog, add: &[Value], remove: &[String]) -> Result<Catalog, String> {
     if let Some(name) = remove.iter().find(|n| catalog.position(n).is_none()) {
@@ -873,11 +1033,22 @@ impl Replay<'_> {
     }
 }
 
+/// Checks a transcript's shape before anything is replayed, so that a malformed file yields an
+/// error and no partial output: a user message comes before the first call, calls and results
+/// pair up, no context trails the last request.
 fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), String> {
     let last_request = events.iter().rposition(Replay::asks_the_model);
+    let mut user_seen = false;
     let mut i = 0;
     while i < events.len() {
         let (calls, results) = calls_and_results(events, i);
+        if calls > 0 && !user_seen {
+            return Err(format!(
+                "{}: a call before the first user message: the first request would open with the model's call, and a conversation opens with the user (put a {{\"user\": ...}} line before it)",
+                at(i)
+            ));
+        }
+        user_seen |= matches!(events[i], Event::User(_));
         if calls + results == 0 {
             if matches!(events[i], Event::Context(_)) && last_request.is_none_or(|l| l < i) {
                 return Err(format!(
@@ -949,7 +1120,17 @@ pub fn explain_line(report: &TurnReport) -> String {
         parts.push(format!("activated: {}", report.activated.join(", ")));
     }
     if !report.expired.is_empty() {
-        parts.push(format!("expired: {}", report.expired.join(", ")));
+        let expired: Vec<String> = report
+            .expired
+            .iter()
+            .enumerate()
+            .map(|(k, name)| match report.unused_turns.get(k) {
+                Some(1) => format!("{name} (unused for 1 turn)"),
+                Some(n) => format!("{name} (unused for {n} turns)"),
+                None => name.clone(),
+            })
+            .collect();
+        parts.push(format!("expired: {}", expired.join(", ")));
     }
     if !report.refused.is_empty() {
         parts.push(format!("refused: {}", report.refused.join(", ")));

@@ -316,3 +316,356 @@ fn reported_sizes_are_the_sizes_of_the_body_parts() {
         }
     }
 }
+
+/// A configuration from its text, compiled with no mode.
+fn compiled_from(text: &str) -> Compiled {
+    Compiled::new(
+        Config::from_toml_str(text, "toolshelf.toml").expect("config"),
+        "toolshelf.toml",
+        None,
+    )
+    .expect("compiles")
+}
+
+/// The example configuration with `[session] activation_ttl_turns = ttl` and `extra` appended.
+fn config_with(ttl: u64, extra: &str) -> Compiled {
+    assert!(CONFIG.contains("\nactivation_ttl_turns = 6\n"));
+    let text = CONFIG.replace(
+        "activation_ttl_turns = 6",
+        &format!("activation_ttl_turns = {ttl}"),
+    );
+    compiled_from(&format!("{text}\n{extra}"))
+}
+
+/// The reports of replaying `events` over the example catalog (Anthropic format, BM25).
+fn run_with(compiled: &Compiled, events: &[Event]) -> Vec<TurnReport> {
+    let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
+    let mut r = Replay::new(compiled, catalog(), Api::Anthropic, "Be brief.", &build);
+    r.run(events).expect("replays")
+}
+
+fn turns(reports: &[TurnReport]) -> Vec<u64> {
+    reports.iter().map(|r| r.turn).collect()
+}
+
+const GIT_LOG: &str = "mcp__git__git_log";
+
+/// A `tool_search` by exact name.
+fn load(name: &str) -> Event {
+    call("tool_search", json!({"tool_names": [name]}))
+}
+
+/// The proxy answers `tool_search` inside the client's request (see the proxy's `prepare`, which
+/// advances the turn once per client request, and its loop): a tool searched for in one user
+/// turn and called in the next was unused for 1 turn, and with `activation_ttl_turns = 1` it
+/// runs. Each model request is still reported, the search's round with its request's turn.
+#[test]
+fn a_search_the_proxy_answers_in_the_request_costs_no_turn() {
+    let compiled = config_with(1, "");
+    let events = [
+        user("show me the log"),
+        load(GIT_LOG),
+        Event::Assistant("I have loaded git_log. Which repo?".into()),
+        user("/home/me/shop"),
+        exec(GIT_LOG, json!({"repo_path": "/home/me/shop"})),
+        Event::Assistant("done".into()),
+    ];
+    let reports = run_with(&compiled, &events);
+    let last = reports.last().expect("a request");
+    assert!(
+        last.refused.is_empty() && last.expired.is_empty(),
+        "turn {}: refused {:?}, expired {:?}",
+        last.turn,
+        last.refused,
+        last.expired
+    );
+    // The proxy's turns: request 1 (user), its second upstream round (after the search),
+    // request 2 (user), request 3 (the client's result of the call).
+    assert_eq!(turns(&reports), [1, 1, 2, 3]);
+    assert!(
+        last.body
+            .contains("[dry run] mcp__git__git_log would run through defer_execute"),
+        "{}",
+        last.body
+    );
+}
+
+/// One user turn more between the search and the call: with `activation_ttl_turns = 1` the tool
+/// was unused for 2 turns, more than 1, so it expired; the refusal the model reads and --explain
+/// both say 2 turns (README: "One unused for more than `activation_ttl_turns` turns expires").
+#[test]
+fn an_expired_activation_says_how_long_it_was_unused() {
+    let compiled = config_with(1, "");
+    let reports = run_with(
+        &compiled,
+        &[
+            user("show me the log"),
+            load(GIT_LOG),
+            Event::Assistant("I have loaded git_log. Which repo?".into()),
+            user("hold on"),
+            Event::Assistant("ok".into()),
+            user("/home/me/shop"),
+            exec(GIT_LOG, json!({"repo_path": "/home/me/shop"})),
+        ],
+    );
+    let last = reports.last().expect("a request");
+    assert_eq!(last.expired, [GIT_LOG]);
+    let line = toolshelf_core::replay::explain_line(last);
+    assert!(
+        line.contains("expired: mcp__git__git_log (unused for 2 turns)"),
+        "{line}"
+    );
+    assert!(
+        last.body.contains("has not been used for 2 turns"),
+        "{}",
+        last.body
+    );
+    // The proxy answers the refusal within the request: the model reads it in turn 3.
+    assert_eq!(turns(&reports), [1, 1, 2, 3, 3]);
+}
+
+/// The default `activation_ttl_turns = 6`: a tool searched for in turn 1 and unused since runs in
+/// turn 7 (unused for 6 turns) and is refused in turn 8 (unused for 7, more than 6).
+#[test]
+fn an_activation_lasts_activation_ttl_turns_client_requests() {
+    let compiled = compiled(None);
+    for (chatter, expires) in [(5, false), (6, true)] {
+        let mut events = vec![
+            user("show me the log"),
+            load(GIT_LOG),
+            Event::Assistant("loaded. which repo?".into()),
+        ];
+        for k in 0..chatter {
+            events.push(user(&format!("chatter {k}")));
+            events.push(Event::Assistant("ok".into()));
+        }
+        events.push(user("/home/me/shop"));
+        events.push(exec(GIT_LOG, json!({"repo_path": "/home/me/shop"})));
+        let reports = run_with(&compiled, &events);
+        let at = reports.len() - 1;
+        let last = &reports[at];
+        assert_eq!(
+            last.expired.len(),
+            usize::from(expires),
+            "{chatter} chatter turns: refused {:?}",
+            last.refused
+        );
+        // The call is made in the request of the last user turn: turn 2 + chatter.
+        assert_eq!(reports[at - 1].turn, 2 + chatter, "{chatter}");
+        if expires {
+            assert!(
+                last.body.contains("has not been used for 7 turns"),
+                "{}",
+                last.body
+            );
+        }
+    }
+}
+
+/// A round in which the model only searched stays in the turn of its client request: no
+/// per-turn reminder is evaluated and nothing is injected (no reminder still showing, no
+/// tool-set change notice); those come with the next client request.
+#[test]
+fn a_search_only_round_keeps_the_turn_and_injects_nothing() {
+    let compiled = compiled(None);
+    let reports = run_with(
+        &compiled,
+        &[
+            // The memory reminder fires in turn 1 and shows through turn 2.
+            user("please remember that we deploy on fridays"),
+            Event::ToolsChanged {
+                add: vec![
+                    json!({"name": "deploy", "description": "Deploy the service to staging", "server": "ops"}),
+                ],
+                remove: vec![],
+            },
+            search("git log history"),
+            call("Read", json!({"file_path": "/repo/DEPLOY.md"})),
+            Event::Result {
+                content: json!("fridays"),
+                is_error: false,
+            },
+        ],
+    );
+    assert!(
+        reports[0]
+            .reminders
+            .iter()
+            .any(|n| n.id == "memory" && n.event == "fired")
+    );
+    let round = &reports[1];
+    assert!(round.injected.is_empty(), "{:?}", round.injected);
+    assert!(round.reminders.is_empty(), "{:?}", round.reminders);
+    assert_eq!(turns(&reports), [1, 1, 2]);
+    assert_eq!(round.activated.len(), 3, "the search still activates");
+    let next = &reports[2];
+    assert!(
+        next.reminders
+            .iter()
+            .any(|n| n.id == "memory" && n.event == "showing"),
+        "{:?}",
+        next.reminders
+    );
+    assert!(
+        next.injected
+            .iter()
+            .any(|b| b.contains("Decisions worth keeping"))
+            && next
+                .injected
+                .iter()
+                .any(|b| b.contains("new: mcp__ops__deploy")),
+        "{:?}",
+        next.injected
+    );
+}
+
+/// A call the proxy refuses is answered inside the request (the loop continues with the refusal
+/// and the schema it attaches): only a call the client runs ends the request.
+#[test]
+fn a_refused_call_is_answered_inside_the_request() {
+    let compiled = compiled(None);
+    let reports = run_with(
+        &compiled,
+        &[
+            user("show me the log"),
+            exec(GIT_LOG, json!({"repo_path": "/r"})),
+            exec(GIT_LOG, json!({"repo_path": "/r"})),
+            Event::Result {
+                content: json!("commit abc"),
+                is_error: false,
+            },
+        ],
+    );
+    assert_eq!(turns(&reports), [1, 1, 2]);
+    assert_eq!(reports[1].refused, ["mcp__git__git_log: not_loaded"]);
+}
+
+/// A call of a tool the proxy runs itself (`tool_define`, a tool the model wrote) is answered
+/// inside the request too, and the reminders it fires go on its result, as the proxy puts them,
+/// not into the next request's blocks.
+#[test]
+fn tools_the_proxy_runs_are_answered_inside_the_request() {
+    let compiled = config_with(
+        6,
+        r#"
+[[reminders]]
+id = "counted"
+category = "word counting"
+message = "Counted words are worth a note."
+after_tools = ["^word_count$"]
+ttl_turns = 1
+
+[authoring]
+enabled = true
+"#,
+    );
+    let define = call(
+        "defer_execute",
+        json!({"tool_name": "tool_define", "params": {
+            "name": "word_count",
+            "description": "Counts the words of a text.",
+            "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "script": "def run(params):\n    return len(params['text'].split())\n"
+        }}),
+    );
+    let reports = run_with(
+        &compiled,
+        &[
+            user("count the words in my notes"),
+            load("tool_define"),
+            define,
+            exec("word_count", json!({"text": "a b c"})),
+            call("Read", json!({"file_path": "/notes"})),
+        ],
+    );
+    let ran = &reports[3];
+    assert!(ran.injected.is_empty(), "{:?}", ran.injected);
+    assert!(
+        ran.reminders
+            .iter()
+            .any(|n| n.id == "counted" && n.event == "fired"),
+        "{:?}",
+        ran.reminders
+    );
+    // The block is on the tool's result, the last message of the request.
+    let body: Value = serde_json::from_str(&ran.body).expect("json");
+    let result = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message")
+        .to_string();
+    assert!(
+        result.contains("[dry run] word_count would run")
+            && result.contains("Counted words are worth a note."),
+        "{result}"
+    );
+    assert_eq!(turns(&reports), [1, 1, 1, 1, 2]);
+    // It fired in turn 1 and shows for 1 turn: the next request does not bring it again.
+    let next = &reports[4];
+    assert!(
+        !next.injected.iter().any(|b| b.contains("Counted words")),
+        "{:?}",
+        next.injected
+    );
+    assert!(
+        !next
+            .reminders
+            .iter()
+            .any(|n| n.id == "counted" && n.event == "fired"),
+        "{:?}",
+        next.reminders
+    );
+}
+
+/// `[proxy] max_search_rounds`: after that many upstream rounds of one client request the proxy
+/// returns to the client, so the next round is a new turn.
+#[test]
+fn the_rounds_of_a_request_end_at_max_search_rounds() {
+    let searches = |n: usize| {
+        let mut e = vec![user("find the git tools")];
+        e.extend((0..n).map(|k| search(&format!("git tool {k}"))));
+        e
+    };
+    assert_eq!(
+        turns(&run_with(&compiled(None), &searches(5))),
+        [1, 1, 1, 1, 2, 2]
+    );
+    let two = config_with(6, "[proxy]\nmax_search_rounds = 2\n");
+    assert_eq!(turns(&run_with(&two, &searches(4))), [1, 1, 2, 2, 3]);
+    let one = config_with(6, "[proxy]\nmax_search_rounds = 1\n");
+    assert_eq!(turns(&run_with(&one, &searches(2))), [1, 2, 3]);
+}
+
+/// A conversation opens with the user: a call before any user message would make a first
+/// request that opens with the model's call, which the APIs refuse.
+#[test]
+fn a_call_before_the_first_user_message_is_an_error() {
+    let compiled = compiled(None);
+    let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
+    for (events, at) in [
+        (vec![call("Read", json!({"file_path": "/a"}))], "event 1"),
+        (
+            vec![
+                Event::Context("cwd: /repo".into()),
+                Event::Assistant("Let me look.".into()),
+                call("Read", json!({"file_path": "/a"})),
+                user("hi"),
+            ],
+            "event 3",
+        ),
+    ] {
+        let mut r = Replay::new(&compiled, catalog(), Api::Anthropic, "Be brief.", &build);
+        let e = match r.run(&events) {
+            Ok(reports) => panic!(
+                "{at}: replayed, {} request(s), the first opening with {}",
+                reports.len(),
+                &reports[0].body[..60]
+            ),
+            Err(e) => e,
+        };
+        assert!(
+            e.starts_with(&format!("{at}: a call before the first user message")),
+            "{e}"
+        );
+    }
+}

@@ -427,15 +427,81 @@ fn a_transcript_with_no_user_turn_is_refused() {
             assert!(out.stdout.is_empty(), "{args:?}: no output");
         }
     }
-    // A call alone is a turn: its result goes to the model.
-    let call = temp(
-        "call-only.jsonl",
-        "{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/x\"}}}\n",
+}
+
+/// A conversation opens with the user: a call before the first user message would make a first
+/// request that opens with the model's call (for Anthropic an assistant `tool_use`, which the API
+/// refuses). It is an error naming the file and line, before anything is printed.
+#[test]
+fn a_call_before_the_first_user_message_is_refused() {
+    for (name, text, line) in [
+        (
+            "call-only.jsonl",
+            "{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/x\"}}}\n",
+            1,
+        ),
+        (
+            "call-then-user.jsonl",
+            "{\"context\": \"cwd: /r\"}\n{\"assistant\": \"Let me look.\"}\n\n{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/x\"}}}\n{\"result\": {\"content\": \"x\"}}\n{\"user\": \"hi\"}\n",
+            4,
+        ),
+    ] {
+        let path = temp(name, text);
+        for args in [
+            vec!["replay", "--ranker", "bm25", "--transcript", &path],
+            vec!["ledger", "--ranker", "bm25", "--transcript", &path],
+        ] {
+            let out = run(&args);
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let e = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                e.contains(&format!(
+                    "{path}:{line}: a call before the first user message"
+                )),
+                "{args:?}: {e}"
+            );
+            assert!(out.stdout.is_empty(), "{args:?}: no output");
+        }
+    }
+}
+
+/// The reviewer's case: with `activation_ttl_turns = 1`, a tool searched for in one user turn and
+/// called in the next runs, as in the proxy, which answers the search inside the first user
+/// turn's request. `--explain` gives the search's round that request's turn.
+#[test]
+fn explain_counts_turns_as_the_proxy_does() {
+    let config = std::fs::read_to_string(example("toolshelf.toml"))
+        .expect("example config")
+        .replace("activation_ttl_turns = 6", "activation_ttl_turns = 1");
+    let config = temp("ttl1.toml", &config);
+    let transcript = temp(
+        "ttl1.jsonl",
+        concat!(
+            "{\"user\": \"show me the log\"}\n",
+            "{\"call\": {\"name\": \"tool_search\", \"input\": {\"tool_names\": [\"mcp__git__git_log\"]}}}\n",
+            "{\"assistant\": \"I have loaded git_log. Which repo?\"}\n",
+            "{\"user\": \"/home/me/shop\"}\n",
+            "{\"call\": {\"name\": \"defer_execute\", \"input\": {\"tool_name\": \"mcp__git__git_log\", \"params\": {\"repo_path\": \"/home/me/shop\"}}}}\n",
+            "{\"assistant\": \"done\"}\n",
+        ),
     );
-    assert_eq!(
-        ok(&["replay", "--ranker", "bm25", "--transcript", &call])
-            .lines()
-            .count(),
-        1
-    );
+    let text = ok(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--config",
+        &config,
+        "--catalog",
+        &example("catalog.json"),
+        "--transcript",
+        &transcript,
+        "--explain",
+    ]);
+    assert!(!text.contains("refused"), "{text}");
+    let turns: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("turn "))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(turns, ["1", "1", "2", "3"], "{text}");
 }

@@ -181,6 +181,9 @@ pub fn run(args: Args) -> Result<()> {
 /// One request of a replayed session, in o200k_base tokens.
 #[derive(Debug, Clone, serde::Serialize)]
 struct TurnCost {
+    /// The model request's number, from 1.
+    request: usize,
+    /// Its turn: the client request it belongs to (see `replay`).
     turn: u64,
     system: usize,
     tools: usize,
@@ -266,6 +269,7 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
         };
         let messages_total: usize = message_tokens.iter().sum();
         turns.push(TurnCost {
+            request: turns.len() + 1,
             turn: r.turn,
             system,
             tools,
@@ -297,7 +301,8 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     );
     outln!();
     outln!(
-        "{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+        "{:>7}{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+        "request",
         "turn",
         "tools",
         "messages",
@@ -307,7 +312,8 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     );
     for t in &turns {
         outln!(
-            "{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+            "{:>7}{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+            t.request,
             t.turn,
             thousands(t.tools as i64),
             thousands(t.messages as i64),

@@ -1,5 +1,6 @@
 //! `toolshelf replay`: run a recorded (or hand-written) conversation through a session and print
-//! the request body of every model turn, or with `--explain` what the session did in each.
+//! the request body of every model request, or with `--explain` what the session did in each
+//! (turns counted as the proxy counts them: see `toolshelf_core::replay`).
 //!
 //! This is how reminder rules are tuned on one's own session logs: replay, read which rules fired
 //! or were held back and why, edit the rules, replay again. `prefix-check` then confirms the
@@ -38,8 +39,9 @@ pub struct Args {
     /// Ranker for tool_search (hybrid, as the gateway and the proxy search).
     #[arg(long, value_enum, default_value_t)]
     pub ranker: Ranker,
-    /// Print, per turn, which reminders fired or were held back and why, which tools were
-    /// activated, expired or refused, and the bytes of each part, instead of the bodies.
+    /// Print, per model request (with its turn), which reminders fired or were held back and
+    /// why, which tools were activated, expired or refused, and the bytes of each part, instead
+    /// of the bodies.
     #[arg(long)]
     pub explain: bool,
     /// With --explain: one JSON object per turn. (Without --explain the output is the request
@@ -213,6 +215,7 @@ mod tests {
                 reminders: Vec::new(),
                 activated: Vec::new(),
                 expired: Vec::new(),
+                unused_turns: Vec::new(),
                 refused: vec![format!("mcp__a__b: {}", kind.as_str())],
                 injected: Vec::new(),
             };
