@@ -537,7 +537,8 @@ pub enum PinnedNames {
 #[serde(deny_unknown_fields, default)]
 pub struct SessionConfig {
     /// `activation_ttl_turns`: a tool whose schema the model received and that goes unused for
-    /// more than this many model requests expires (its next call is refused with the schema).
+    /// more than this many turns (requests of the client, whose rounds the proxy answers itself
+    /// belong to them) expires (its next call is refused with the schema).
     pub activation_ttl_turns: u64,
     /// `activation_ttl_calls`: the same for the gateway, which sees no model requests and counts
     /// each `tools/call` of the session as a turn (a model request often makes several).
