@@ -9,8 +9,14 @@
 //! list survives a crash: the tools stay searchable while the server restarts.
 //!
 //! Stdio servers run behind [`ChildTransport`] rather than rmcp's child-process transport, so a
-//! reply that cannot be read (too long, not JSON, not JSON-RPC) fails its call at once with the
-//! reason instead of at the call timeout.
+//! reply that cannot be read (too long, broken JSON, not JSON-RPC) fails its call at once with
+//! the reason instead of at the call timeout.
+//!
+//! HTTP servers run behind [`HttpConnection`], which ends the connection when the server cannot
+//! be reached or no longer knows the session (it restarted): rmcp's HTTP client would go on
+//! failing every call, or leave calls waiting for an answer that names no request, and its
+//! connection would never close. Once it is closed the watcher sees it and the server is
+//! restarted (connected again) with backoff like a stdio server that exited.
 //!
 //! Tools are listed raw (`tools/list` as a custom request, the result as JSON) rather than through
 //! rmcp's typed `list_tools`: one malformed tool makes the typed result fail for the whole server,
@@ -18,20 +24,26 @@
 //!
 //! `notifications/tools/list_changed` is coalesced per server: rmcp hands over each notification
 //! on its own task, and a server may send thousands in a burst, so at most one re-list runs and a
-//! notice arriving meanwhile schedules exactly one more, which sees every change before it.
+//! notice arriving meanwhile schedules exactly one more, which sees every change before it. Each
+//! `tools/list` (the start's own and every re-list) takes a number when it is sent, and its
+//! answer replaces the known tools only when no list sent later was answered first: a change
+//! announced while the start's own list is on its way is not undone by that older list.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    ClientRequest, CustomRequest, Implementation, JsonObject, ServerResult,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, CustomRequest, ErrorData,
+    Implementation, JsonObject, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RunningServiceCancellationToken, ServiceError,
 };
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
@@ -42,9 +54,9 @@ use toolshelf_core::invoke::CallFailure;
 use crate::hub::{Events, HubEvent};
 use crate::stdio::{CallTimeout, ChildTransport, Fault, is_unreadable_reply, without_last_words};
 
-/// Consecutive failures after which background restarts stop (a call can still start it).
-const MAX_BACKGROUND_RETRIES: u32 = 5;
-/// Longest delay between two restart attempts.
+/// Longest delay between two restart attempts: a server that keeps failing is tried again this
+/// often, for as long as the gateway runs (the model is told that it is restarted in the
+/// background, and a server whose tools are not known has no other way back).
 const MAX_DELAY: Duration = Duration::from_secs(60);
 /// Pages of `tools/list` read before a server's cursor is taken to be endless.
 const MAX_LIST_PAGES: usize = 100;
@@ -106,8 +118,10 @@ struct Inner {
     retry_at: Option<Instant>,
     /// Bumped per connection, so a stale watcher cannot mark a newer connection failed.
     generation: u64,
-    /// Why the stdio transport ended the current connection, if it did.
+    /// Why the transport ended the current connection, if it did.
     fault: Option<Fault>,
+    /// The number of the `tools/list` whose answer `tools` holds (see [`Downstream::list_seq`]).
+    listed: u64,
 }
 
 impl std::fmt::Debug for Inner {
@@ -134,6 +148,9 @@ pub struct Downstream {
     /// The timeout its calls are made with, for its stdio transports: how long the late answer of
     /// an abandoned call may still come.
     call_timeout: CallTimeout,
+    /// Numbers the `tools/list` requests, over every connection: an answer replaces the known
+    /// tools only when its number is above that of the list they came from.
+    list_seq: AtomicU64,
 }
 
 /// The re-listing after `notifications/tools/list_changed`.
@@ -182,12 +199,14 @@ impl Downstream {
                 retry_at: None,
                 generation: 0,
                 fault: None,
+                listed: 0,
             }),
             start_lock: tokio::sync::Mutex::new(()),
             events,
             restarts,
             refresh: Mutex::default(),
             call_timeout,
+            list_seq: AtomicU64::new(0),
         }
     }
 
@@ -339,20 +358,21 @@ impl Downstream {
         }
     }
 
-    /// Retries in the background after `failures` consecutive failures.
+    /// Retries in the background after `failures` consecutive failures, with the delay doubling
+    /// up to [`MAX_DELAY`], and then at that interval for good.
     fn schedule_retry(self: &Arc<Self>, failures: u32) {
         if !self.restarts {
             return;
         }
-        if failures > MAX_BACKGROUND_RETRIES {
-            tracing::warn!(
-                server = %self.name,
-                "giving up background restarts after {failures} failures; a call will try again"
-            );
-            return;
-        }
         let me = Arc::downgrade(self);
         let delay = self.delay(failures);
+        if delay == MAX_DELAY && self.delay(failures.saturating_sub(1)) < MAX_DELAY {
+            tracing::warn!(
+                server = %self.name,
+                "{failures} failures in a row; trying again every {}s from now on",
+                MAX_DELAY.as_secs()
+            );
+        }
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let Some(me) = me.upgrade() else { return };
@@ -430,9 +450,14 @@ command = {first:?}, args = {:?}",
                     value.set_sensitive(true);
                     headers.insert(header, value);
                 }
-                let transport = StreamableHttpClientTransport::from_config(
-                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                        .custom_headers(headers),
+                let transport = HttpConnection::new(
+                    &self.name,
+                    &url,
+                    StreamableHttpClientTransport::from_config(
+                        StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                            .custom_headers(headers),
+                    ),
+                    fault.clone(),
                 );
                 let service = match handler.serve(transport).await {
                     Ok(service) => service,
@@ -453,6 +478,7 @@ command = {first:?}, args = {:?}",
         };
         let peer = service.peer().clone();
         let startup = Duration::from_secs(self.config.startup_timeout_secs);
+        let seq = self.list_seq.fetch_add(1, Ordering::SeqCst) + 1;
         let (tools, skipped) = match list_tools(&self.name, &peer, startup).await {
             Ok(listed) => listed,
             Err(e) if service.is_closed() => return Err(fault.explain(e).await),
@@ -471,8 +497,13 @@ command = {first:?}, args = {:?}",
             i.stop = Some(service.cancellation_token());
             i.pid = pid;
             i.fault = Some(fault.clone());
-            i.tools = Some(tools);
-            i.skipped = skipped;
+            // A re-list sent after this one (a change announced during the start) was answered
+            // first: its tools are the newer.
+            if seq > i.listed {
+                i.listed = seq;
+                i.tools = Some(tools);
+                i.skipped = skipped;
+            }
             i.failures = 0;
             i.retry_at = None;
             if self.config.description.is_none() {
@@ -509,8 +540,11 @@ command = {first:?}, args = {:?}",
             i.fault = None;
             i.state = ServerState::Failed(why.clone());
             i.peer = None;
-            i.stop = None;
             i.pid = None;
+            // Closed already when the watcher calls; the service is ended in any case.
+            if let Some(stop) = i.stop.take() {
+                stop.cancel();
+            }
             i.failures
         };
         tracing::warn!(server = %self.name, "connection closed: {why}; restarting with backoff");
@@ -548,12 +582,19 @@ command = {first:?}, args = {:?}",
         });
     }
 
-    /// Re-lists tools, within the start-up timeout.
+    /// Re-lists tools, within the start-up timeout. Its answer is dropped when a list sent after
+    /// it (over this connection or a newer one) was answered first.
     async fn refresh(self: &Arc<Self>, peer: Peer<RoleClient>) {
         let startup = Duration::from_secs(self.config.startup_timeout_secs);
+        let seq = self.list_seq.fetch_add(1, Ordering::SeqCst) + 1;
         match list_tools(&self.name, &peer, startup).await {
             Ok((tools, skipped)) => {
                 let mut i = self.lock();
+                if seq < i.listed {
+                    tracing::debug!(server = %self.name, "dropping a tool list older than the one known");
+                    return;
+                }
+                i.listed = seq;
                 i.tools = Some(tools);
                 i.skipped = skipped;
                 drop(i);
@@ -632,8 +673,15 @@ command = {first:?}, args = {:?}",
                 e.code.0, e.message
             )))),
             Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
+                let what = match &e {
+                    ServiceError::TransportSend(d) => format!(
+                        "sending the call failed: {}",
+                        toolshelf_runtime::with_causes(&*d.error)
+                    ),
+                    _ => "the connection closed".to_owned(),
+                };
                 let fallback = self.scrub(&format!(
-                    "server {:?} closed the connection during the call ({e})",
+                    "server {:?} closed the connection during the call ({what})",
                     self.name
                 ));
                 let why = match fault {
@@ -670,18 +718,24 @@ command = {first:?}, args = {:?}",
         scrub(&out, Some(raw), &[])
     }
 
-    /// Closes the connection (the child process is killed when its transport drops).
+    /// Closes the connection and kills a stdio server's process group now, the server and
+    /// whatever it started (it would be killed when its transport drops, but the process may
+    /// exit before that; [`crate::stdio::kill_all_groups`] stops those of the connections still
+    /// starting or closing).
     pub fn stop(&self) {
-        let token = {
+        let (token, pid) = {
             let mut i = self.lock();
             i.generation += 1;
             i.peer = None;
-            i.pid = None;
             i.fault = None;
-            i.stop.take()
+            (i.stop.take(), i.pid.take())
         };
         if let Some(t) = token {
             t.cancel();
+        }
+        #[cfg(unix)]
+        if let Some(pid) = pid {
+            crate::stdio::kill_group(pid);
         }
     }
 }
@@ -722,6 +776,161 @@ async fn unreachable(url: &str) -> Option<String> {
         Ok(Ok(_)) => None,
         Ok(Err(e)) => Some(format!("cannot connect to {address}: {e}")),
         Err(_) => Some(format!("cannot connect to {address}: no answer within 5s")),
+    }
+}
+
+/// The connection to an HTTP server, over rmcp's streamable HTTP client: it ends (its stream
+/// closes, so the connection's watcher restarts the server) when the server cannot be reached,
+/// or answers in a way that shows it no longer knows the session, which is how a server that
+/// restarted answers. rmcp re-initializes by itself only after a 404; after a 400, or once the
+/// server is gone, it would fail every call or leave them waiting, with the connection open.
+/// Why it ended is kept in the connection's [`Fault`], in words.
+struct HttpConnection<T> {
+    inner: T,
+    server: String,
+    url: String,
+    fault: Fault,
+    /// Requests sent and not answered (nor cancelled, nor failed to send) yet.
+    pending: Arc<Mutex<HashSet<RequestId>>>,
+    /// Set by a send that failed in a way that ends the connection.
+    lost: Arc<tokio::sync::Notify>,
+}
+
+impl<T> HttpConnection<T> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn new(server: &str, url: &str, inner: T, fault: Fault) -> Self {
+        Self {
+            inner,
+            server: server.to_owned(),
+            url: url.to_owned(),
+            fault,
+            pending: Arc::default(),
+            lost: Arc::default(),
+        }
+    }
+
+    /// Why `error`, an answer of the server, ends the connection, if it does: an error naming
+    /// no request while requests wait (over HTTP each answer belongs to the request it came
+    /// with, so that request would wait for its timeout), or one saying that the session is
+    /// not found.
+    fn ends_connection(&self, error: &ErrorData, id: Option<&RequestId>) -> Option<String> {
+        let server = &self.server;
+        let waiting = !self.pending().is_empty();
+        let told = format!("error {}: {}", error.code.0, error.message);
+        let session = error.message.to_lowercase().contains("session");
+        match id {
+            None if waiting => Some(format!(
+                "server {server:?} answered with an error that names no request ({told}){}; the \
+connection was closed",
+                if session {
+                    ", as a server that no longer knows the session does (after a restart)"
+                } else {
+                    ", so the calls waiting would never be answered"
+                }
+            )),
+            Some(_) if session && matches!(error.code.0, -32001 | -32000) => Some(format!(
+                "server {server:?} no longer knows the session of this connection (it answered \
+{told}), as after a restart; the connection was closed"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Why sending to the HTTP server at `url` failed, in words, when that ends the connection: it
+/// cannot be reached, or the request failed short of an answer. An answer the server gave (a
+/// rate limit, a refusal of access, an error status) leaves the connection as it is.
+async fn lost_connection(server: &str, url: &str, error: &str) -> Option<String> {
+    if error.contains("HTTP 429") || refused_access(error).is_some() {
+        return None;
+    }
+    let why = match unreachable(url).await {
+        Some(why) => why,
+        None => error.to_owned(),
+    };
+    Some(format!(
+        "cannot reach server {server:?} at {}: {why}",
+        redact_url(url)
+    ))
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for HttpConnection<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let mut request = None;
+        match &item {
+            JsonRpcMessage::Request(r) => {
+                self.pending().insert(r.id.clone());
+                request = Some(r.id.clone());
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    self.pending().remove(id);
+                }
+            }
+            _ => {}
+        }
+        let sent = self.inner.send(item);
+        let (server, url) = (self.server.clone(), self.url.clone());
+        let (fault, lost) = (self.fault.clone(), self.lost.clone());
+        let pending = self.pending.clone();
+        async move {
+            let result = sent.await;
+            if let Err(e) = &result {
+                // Its caller has the error: no answer is waited for.
+                if let Some(id) = &request {
+                    pending.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+                }
+                let error = toolshelf_runtime::with_causes(e);
+                if let Some(why) = lost_connection(&server, &url, &error).await {
+                    tracing::warn!(server = %server, "{why}; the connection was closed");
+                    fault.record(why);
+                    lost.notify_one();
+                }
+            }
+            result
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        let message = tokio::select! {
+            biased;
+            () = self.lost.notified() => return None,
+            message = self.inner.receive() => message?,
+        };
+        let ends = match &message {
+            JsonRpcMessage::Response(r) => {
+                self.pending().remove(&r.id);
+                None
+            }
+            JsonRpcMessage::Error(e) => {
+                let ends = self.ends_connection(&e.error, e.id.as_ref());
+                if let Some(id) = &e.id {
+                    self.pending().remove(id);
+                }
+                ends
+            }
+            _ => None,
+        };
+        if let Some(why) = ends {
+            tracing::warn!(server = %self.server, "{why}");
+            self.fault.record(why);
+            return None;
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 

@@ -973,11 +973,13 @@ impl Hub {
         serde_json::json!({"builtin": [], "servers": servers})
     }
 
-    /// Stops every server.
+    /// Stops every server, and kills the process group of every stdio server of this process
+    /// still starting or closing: the gateway is about to exit.
     pub fn shutdown(&self) {
         for s in self.servers.values() {
             s.stop();
         }
+        crate::stdio::kill_all_groups();
         if let Some(path) = &self.status_path {
             let _ = std::fs::remove_file(path);
         }

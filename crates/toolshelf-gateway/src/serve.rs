@@ -56,6 +56,10 @@ const ENDING_AT_ONCE: usize = 16;
 
 /// Serves one session over stdin/stdout until the client closes it, then ends the session
 /// (audit, `session_end` hooks) before returning, so the process does not exit under them.
+/// Ctrl-C or SIGTERM ends it the same way (its calls are abandoned; a second signal skips what
+/// of the end is not done yet). The read of stdin, which the client may still hold open, is
+/// left blocked: the caller shuts its runtime down without waiting for it
+/// (`Runtime::shutdown_background`).
 pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
     let session = GatewaySession::new(hub);
     let end = session.end();
@@ -71,8 +75,22 @@ pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
             transport: "stdio",
             message: e.to_string(),
         })?;
-    let _ = running.waiting().await;
-    end.run().await;
+    let stop = running.cancellation_token();
+    let mut signals = signals();
+    tokio::select! {
+        _ = running.waiting() => {}
+        _ = signals.changed() => {
+            tracing::info!("stopping on a signal: ending the session");
+            end.abandon_calls();
+            stop.cancel();
+        }
+    }
+    tokio::select! {
+        () = end.run() => {}
+        _ = signals.wait_for(|n| *n > 1) => {
+            tracing::warn!("a second signal: stopping now; the session's end is skipped");
+        }
+    }
     Ok(())
 }
 

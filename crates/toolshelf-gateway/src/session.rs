@@ -1271,7 +1271,11 @@ impl ServerHandler for GatewaySession {
         Err(
             match crate::serve::invalid_params(&request.method, request.params.as_ref()) {
                 Some(why) => ErrorData::invalid_params(why, None),
-                None => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None),
+                None => ErrorData::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("Method not found: {}", request.method),
+                    None,
+                ),
             },
         )
     }
@@ -1419,7 +1423,10 @@ it are deferred: find them with tool_search, run them with defer_execute.",
             status["http_sessions"] = sessions.sessions.read().await.len().into();
         }
         let text = serde_json::to_string_pretty(&status).unwrap_or_default();
-        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, STATUS_URI)]).into())
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(text, STATUS_URI).with_mime_type("application/json"),
+        ])
+        .into())
     }
 
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {

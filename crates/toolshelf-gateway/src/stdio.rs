@@ -110,7 +110,8 @@ impl Fault {
         self.state().reason.clone()
     }
 
-    fn record(&self, reason: String) {
+    /// Keeps `reason` as why the connection ended.
+    pub fn record(&self, reason: String) {
         self.state().reason = Some(reason);
     }
 
@@ -333,6 +334,7 @@ impl ChildTransport {
         let stdout = child.stdout.take().ok_or_else(missing)?;
         let stderr = child.stderr.take().ok_or_else(missing)?;
         forward_stderr(server, stderr, fault.clone());
+        groups().extend(child.id());
         Ok(Self {
             server: server.to_owned(),
             pid: child.id(),
@@ -548,13 +550,42 @@ impl ChildTransport {
     }
 }
 
-/// Pipes the child's stdio and kills the child with its transport.
+/// Pipes the child's stdio and kills the child with its transport. On unix the child leads a
+/// process group of its own, so that what it starts (the server behind an `npx`, `uvx` or
+/// `sh -c` wrapper) is stopped with it: see [`kill_group`].
 fn command_ready(command: &mut tokio::process::Command) -> &mut tokio::process::Command {
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    command
+}
+
+/// The process groups of the servers whose transport is not dropped yet: starting, connected,
+/// or closing (waiting up to [`EXIT_WAIT`] for the server to exit).
+static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Kills the process group of every server of this process whose transport is not dropped yet,
+/// wherever it is (starting, connected, closing): for a gateway about to exit, which will not
+/// wait for their transports to close.
+pub fn kill_all_groups() {
+    #[cfg(unix)]
+    for pgid in std::mem::take(&mut *groups()) {
+        kill_group(pgid);
+    }
+}
+
+/// Kills every process left in the process group `pgid` (a server's, see [`command_ready`]).
+#[cfg(unix)]
+pub(crate) fn kill_group(pgid: u32) {
+    toolshelf_runtime::kill_process_group(pgid);
 }
 
 /// Copies a server's stderr to ours line by line, each line marked with the server's name (many
@@ -793,6 +824,13 @@ impl Drop for ChildTransport {
         // exit status is taken here, if it is there to take.
         if let Ok(Some(status)) = self.child.try_wait() {
             self.fault.exited(status);
+        }
+        // What the server started goes with it (the server itself is killed as the child drops,
+        // unless it has exited already).
+        if let Some(pid) = self.pid {
+            groups().retain(|g| *g != pid);
+            #[cfg(unix)]
+            kill_group(pid);
         }
     }
 }

@@ -209,10 +209,8 @@ struct Group(Option<u32>);
 
 impl Drop for Group {
     fn drop(&mut self) {
-        #[cfg(unix)]
-        if let Some(id) = self.0.and_then(|id| i32::try_from(id).ok()) {
-            use nix::sys::signal::{Signal, killpg};
-            let _ = killpg(nix::unistd::Pid::from_raw(id), Signal::SIGKILL);
+        if let Some(id) = self.0 {
+            crate::kill_process_group(id);
         }
     }
 }

@@ -14,6 +14,19 @@ pub mod metrics;
 pub mod script;
 pub mod scripts;
 
+/// Kills every process left in process group `pgid` (SIGKILL; unix only, a no-op elsewhere): the
+/// group a hook or a server was started in, so that what it started goes with it. A group whose
+/// processes have all exited already is nothing to kill.
+pub fn kill_process_group(pgid: u32) {
+    #[cfg(unix)]
+    if let Ok(id) = i32::try_from(pgid) {
+        use nix::sys::signal::{Signal, killpg};
+        let _ = killpg(nix::unistd::Pid::from_raw(id), Signal::SIGKILL);
+    }
+    #[cfg(not(unix))]
+    let _ = pgid;
+}
+
 /// An error with the errors that caused it, as `a: b: c`, each said once. HTTP clients say what
 /// failed at the top (`error sending request for url (...)`) and why (`Connection refused`)
 /// only at the bottom of the chain.

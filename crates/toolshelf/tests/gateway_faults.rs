@@ -1,9 +1,11 @@
 //! End-to-end tests of what the model is told when something goes wrong around a call: a late,
 //! unreadable answer to a call already abandoned (at its timeout, or cancelled), servers that are
 //! down beside what a search finds, and reminders after calls that were refused; what a client
-//! is told of a call whose params cannot be read; and a stop with many HTTP sessions open. The
-//! real `toolshelf serve` binary in front of fixture servers, driven by rmcp's client over stdio
-//! and HTTP, or by hand.
+//! is told of a call whose params cannot be read; a stop with many HTTP sessions open; HTTP
+//! servers that go down or forget the session, a server that fails many times, a tool list that
+//! changes during start-up, servers' own child processes at exit and on SIGTERM, and the status
+//! resource's type. The real `toolshelf serve` binary in front of fixture servers, driven by
+//! rmcp's client over stdio and HTTP, or by hand.
 
 mod common;
 
@@ -570,4 +572,417 @@ async fn stopping_the_http_server_ends_more_sessions_than_it_ends_at_once() {
     assert_eq!(hooks, SESSIONS, "a session_end hook per session");
     // The clients stayed connected until the gateway was gone.
     drop(clients);
+}
+
+/// A streamable HTTP MCP server with sessions, on 127.0.0.1 at the port given: one tool, `echo`.
+/// A request naming a session it does not know (one from before it restarted) is answered 400
+/// with a JSON-RPC error: with the request's id and -32001 "Session not found" (`400-id`), or
+/// without an id (`400-bare`, as the reference "everything" server answers).
+const SESSION_HTTP_SERVER: &str = r#"
+import json, sys, uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+PORT, LOST = int(sys.argv[1]), sys.argv[2]
+sessions = set()
+TOOLS = [{"name": "echo", "description": "Echo the text back.",
+          "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def reply(self, code, obj=None, sid=None):
+        body = b"" if obj is None else json.dumps(obj).encode()
+        self.send_response(code)
+        if obj is not None: self.send_header("Content-Type", "application/json")
+        if sid: self.send_header("Mcp-Session-Id", sid)
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self): self.reply(405)
+    def do_DELETE(self): self.reply(200)
+    def do_POST(self):
+        m = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        sid, method, mid = self.headers.get("Mcp-Session-Id"), m.get("method"), m.get("id")
+        if method == "initialize":
+            sid = uuid.uuid4().hex; sessions.add(sid)
+            return self.reply(200, {"jsonrpc": "2.0", "id": mid, "result": {
+                "protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                "serverInfo": {"name": "web", "version": "0"}}}, sid)
+        if sid not in sessions:
+            if LOST == "400-id":
+                return self.reply(400, {"jsonrpc": "2.0", "id": mid,
+                                        "error": {"code": -32001, "message": "Session not found"}})
+            return self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "Bad Request: No valid session ID provided"}})
+        if mid is None: return self.reply(202)
+        if method == "tools/list":
+            return self.reply(200, {"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
+        if method == "tools/call":
+            text = "echo " + str((m["params"].get("arguments") or {}).get("text"))
+            return self.reply(200, {"jsonrpc": "2.0", "id": mid,
+                                    "result": {"content": [{"type": "text", "text": text}]}})
+        if method == "ping": return self.reply(200, {"jsonrpc": "2.0", "id": mid, "result": {}})
+        self.reply(200, {"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no"}})
+server = ThreadingHTTPServer(("127.0.0.1", PORT), H)
+print("ready", flush=True)
+server.serve_forever()
+"#;
+
+/// [`SESSION_HTTP_SERVER`] on `port`, answering an unknown session as `lost` says; returns once
+/// it listens.
+fn session_http_server(s: &Scratch, port: u16, lost: &str) -> Reaped {
+    let script = s.write("session_http_server.py", SESSION_HTTP_SERVER);
+    let mut child = std::process::Command::new("python3")
+        .args([script.as_str(), &port.to_string(), lost])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the HTTP server");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read its first line");
+    assert_eq!(line.trim(), "ready", "the HTTP server did not start");
+    Reaped(child)
+}
+
+/// A gateway in front of an HTTP server `web` at `port`.
+async fn http_server_gateway(s: &Scratch, port: u16) -> Client {
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrestart_delay_secs = 1\n\
+             call_timeout_secs = 5\n[execute]\nrequire_search = false\n{}",
+            files_sections(s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    wait_for("web to be ready", || async {
+        server_status(&client, "web").await["state"] == "ready"
+    })
+    .await;
+    client
+}
+
+/// An HTTP server that goes down is marked failed at the first call that cannot reach it (told
+/// in words, naming the server, without the library's type names) and is reconnected once it is
+/// back; the first server answers a stale session without an id, which names no call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_that_goes_down_is_reconnected_when_it_is_back() {
+    let s = Scratch::new("http-down");
+    let port = closed_port();
+    let server = session_http_server(&s, port, "400-bare");
+    let client = http_server_gateway(&s, port).await;
+    assert_eq!(
+        ok(&exec(&client, "mcp__web__echo", json!({"text": "one"})).await),
+        "echo one"
+    );
+    drop(server);
+    let down = err(&exec(&client, "mcp__web__echo", json!({"text": "two"})).await);
+    assert!(
+        down.contains("server \"web\"")
+            && down.contains("cannot connect to 127.0.0.1:")
+            && !down.contains("rmcp::")
+            && !down.contains("reqwest"),
+        "{down}"
+    );
+    wait_for("web to be marked failed", || async {
+        server_status(&client, "web").await["state"] == "failed"
+    })
+    .await;
+    let _server = session_http_server(&s, port, "400-bare");
+    wait_for("calls of web to work again", || async {
+        exec(&client, "mcp__web__echo", json!({"text": "three"}))
+            .await
+            .is_error
+            != Some(true)
+    })
+    .await;
+    assert_eq!(server_status(&client, "web").await["state"], "ready");
+    client.cancel().await.expect("close");
+}
+
+/// An HTTP server that restarts between two calls no longer knows the gateway's session: its
+/// answer (400, with the call's id and -32001 "Session not found", or with no id at all) fails
+/// the call at once and has the gateway connect again, so later calls work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_that_lost_the_session_is_reconnected() {
+    for lost in ["400-id", "400-bare"] {
+        let s = Scratch::new(&format!("http-session-{lost}"));
+        let port = closed_port();
+        let server = session_http_server(&s, port, lost);
+        let client = http_server_gateway(&s, port).await;
+        assert_eq!(
+            ok(&exec(&client, "mcp__web__echo", json!({"text": "one"})).await),
+            "echo one"
+        );
+        drop(server);
+        let _server = session_http_server(&s, port, lost);
+        let first = exec(&client, "mcp__web__echo", json!({"text": "two"})).await;
+        if first.is_error == Some(true) {
+            let says = text(&first);
+            assert!(
+                says.contains("server \"web\"") && !says.contains("rmcp::"),
+                "{lost}: {says}"
+            );
+        }
+        wait_for(&format!("calls of web to work again ({lost})"), || async {
+            exec(&client, "mcp__web__echo", json!({"text": "three"}))
+                .await
+                .is_error
+                != Some(true)
+        })
+        .await;
+        client.cancel().await.expect("close");
+    }
+}
+
+/// A server whose tools are not known and whose start keeps failing is still restarted in the
+/// background after many failures, as the model is told, so it comes back once it can start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_failed_many_times_is_still_restarted() {
+    let s = Scratch::new("many-failures");
+    let marker = s.path("quits-fails");
+    std::fs::write(&marker, "").expect("make quits fail");
+    let tools = json!([tool(
+        "echo",
+        "Echo the arguments.",
+        json!({"type": "object"})
+    )]);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[execute]\nrequire_search = false\n{}",
+            named_server_failing_while("quits", &tools, Some(&marker), ""),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    wait_for("quits to fail six times", || async {
+        server_status(&client, "quits").await["failures_total"]
+            .as_u64()
+            .is_some_and(|n| n >= 6)
+    })
+    .await;
+    let note = text(&exec(&client, "mcp__quits__echo", json!({})).await);
+    assert!(
+        note.contains("Server \"quits\" is not running")
+            && note.contains("it is restarted in the background"),
+        "{note}"
+    );
+    std::fs::remove_file(&marker).expect("let quits start");
+    wait_for("quits to be back", || async {
+        server_status(&client, "quits").await["state"] == "ready"
+    })
+    .await;
+    let called = ok(&exec(&client, "mcp__quits__echo", json!({})).await);
+    assert!(called.contains("\"server\":\"quits\""), "{called}");
+    client.cancel().await.expect("close");
+}
+
+/// A stdio MCP server whose first `tools/list` is answered only after its second (the re-list
+/// after the `notifications/tools/list_changed` it sends right after start-up, for a tool it
+/// registered late): the older list must not replace the newer.
+const LATE_CHANGE_SERVER: &str = r#"
+import json, sys, threading, time
+lock = threading.Lock()
+second_answered = threading.Event()
+lists = [0]
+tools = [{"name": "echo", "description": "Echo.", "inputSchema": {"type": "object"}}]
+def send(m):
+    with lock:
+        sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+def handle(m):
+    mid, method, p = m.get("id"), m.get("method"), m.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion"),
+              "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "lc", "version": "0"}}})
+    elif method == "notifications/initialized":
+        time.sleep(0.2)
+        tools.append({"name": "late", "description": "Registered late.", "inputSchema": {"type": "object"}})
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    elif method == "tools/list":
+        with lock:
+            lists[0] += 1; n = lists[0]; snapshot = list(tools)
+        if n == 1:
+            second_answered.wait(20); time.sleep(0.5)
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": snapshot}})
+        if n == 2: second_answered.set()
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "called"}]}})
+    elif mid is not None:
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+for line in sys.stdin:
+    if line.strip():
+        threading.Thread(target=handle, args=(json.loads(line),), daemon=True).start()
+"#;
+
+/// A tool list that changes while the server starts is not lost: the list asked for after
+/// `notifications/tools/list_changed` wins over the start's own, older list, which was answered
+/// after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_list_changed_during_start_up_is_kept() {
+    let s = Scratch::new("late-change");
+    let script = s.write("late_change.py", LATE_CHANGE_SERVER);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.lc]\ncommand = \"python3\"\nargs = [{script:?}]\n\
+             [execute]\nrequire_search = false\n{}",
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    // Runs once the start is done, its own list written.
+    wait_for("lc to answer a call", || async {
+        exec(&client, "mcp__lc__echo", json!({})).await.is_error != Some(true)
+    })
+    .await;
+    wait_for("the late tool to be known", || async {
+        ok(&search(&client, json!({"tool_names": ["mcp__lc__late"]})).await)
+            .starts_with("1. mcp__lc__late\n")
+    })
+    .await;
+    assert_eq!(
+        ok(&exec(&client, "mcp__lc__late", json!({})).await),
+        "called"
+    );
+    client.cancel().await.expect("close");
+}
+
+/// A server run through a wrapper (`sh -c`) whose own child lives on: the config, and the file
+/// the background process's pid is written to.
+fn wrapped_server(s: &Scratch) -> (String, String) {
+    let pidfile = s.path("sleeper.pid");
+    let script = format!(
+        "sleep 1000 & echo $! > {pidfile:?}; exec python3 {:?} notes {:?}",
+        fixture("named_server.py"),
+        notebook().to_string()
+    );
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.notes]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n\
+             [execute]\nrequire_search = false\n{}",
+            files_sections(s)
+        ),
+    );
+    (config, pidfile)
+}
+
+/// Whether process `pid` is gone (or a zombie waiting to be reaped).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// Kills process `pid`, if the test failed and left it.
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &self.0])
+            .status();
+    }
+}
+
+/// The processes a stdio server started itself are stopped with it when the gateway exits: the
+/// whole process group, not only the process the gateway started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_server_started_is_stopped_when_the_gateway_exits() {
+    let s = Scratch::new("group-exit");
+    let (config, pidfile) = wrapped_server(&s);
+    let client = stdio_client(&config, TestClient::default()).await;
+    ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
+    let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
+    let sleeper = KillOnDrop(sleeper.trim().to_owned());
+    assert!(!gone(&sleeper.0), "the background process runs");
+    client.cancel().await.expect("close");
+    wait_for("the server's own child to be stopped", || async {
+        gone(&sleeper.0)
+    })
+    .await;
+}
+
+/// SIGTERM to a stdio gateway ends its session (recorded) and stops its servers' process groups
+/// before it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_a_stdio_gateway_stops_its_servers_and_ends_the_session() {
+    use rmcp::ServiceExt;
+    let s = Scratch::new("group-sigterm");
+    let (config, pidfile) = wrapped_server(&s);
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &config])
+        .env("TOOLSHELF_LOG", "warn");
+    let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn toolshelf serve");
+    let gateway = transport.id().expect("the gateway's pid");
+    let client = TestClient::default()
+        .serve(transport)
+        .await
+        .expect("initialize toolshelf");
+    ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
+    let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
+    let sleeper = KillOnDrop(sleeper.trim().to_owned());
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &gateway.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success());
+    wait_for("the gateway to exit", || async {
+        gone(&gateway.to_string())
+    })
+    .await;
+    wait_for("the server's own child to be stopped", || async {
+        gone(&sleeper.0)
+    })
+    .await;
+    let ended = s
+        .audit()
+        .iter()
+        .any(|r| r["kind"] == "session" && r["outcome"] == "end");
+    assert!(ended, "{:#?}", s.audit());
+    drop(client);
+}
+
+/// `toolshelf://status` is JSON, as its listing says; an unknown method is named in its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_resource_is_json_and_an_unknown_method_is_named() {
+    let s = Scratch::new("status-mime");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}",
+            named_server("notes", &notebook(), ""),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    let listed = client.list_all_resources().await.expect("resources/list");
+    assert_eq!(listed[0].mime_type.as_deref(), Some("application/json"));
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "toolshelf://status",
+        ))
+        .await
+        .expect("read toolshelf://status");
+    let rmcp::model::ResourceContents::TextResourceContents { mime_type, .. } = &read.contents[0]
+    else {
+        panic!("status is text")
+    };
+    assert_eq!(mime_type.as_deref(), Some("application/json"));
+    client.cancel().await.expect("close");
+
+    let mut raw = RawStdio::start(&config);
+    raw.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "foo/bar"}));
+    let answer = raw.answer(&json!(5));
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
+    assert_eq!(
+        answer["error"]["message"], "Method not found: foo/bar",
+        "{answer}"
+    );
 }

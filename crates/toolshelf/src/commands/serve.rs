@@ -306,7 +306,8 @@ pub fn run(args: Args) -> Result<()> {
     // tools changing); the MCP library's line per message only with -v.
     init_logging("warn,toolshelf_gateway=info");
     let settings = args.source.serving()?;
-    runtime()?.block_on(async move {
+    let runtime = runtime()?;
+    let served = runtime.block_on(async move {
         let hub: Arc<Hub> = Hub::start(settings)?;
         let served = match &args.http {
             Some(addr) => {
@@ -320,7 +321,11 @@ pub fn run(args: Args) -> Result<()> {
         };
         hub.shutdown();
         served.map_err(anyhow::Error::from)
-    })
+    });
+    // A stdio session ended by a signal leaves its read of stdin blocked (the client may still
+    // hold it open), which a runtime dropped in the usual way would wait for.
+    runtime.shutdown_background();
+    served
 }
 
 /// The embedding ranker, when this binary has it. Tool vectors are kept in `vectors.bin` in the
