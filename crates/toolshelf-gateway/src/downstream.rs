@@ -22,6 +22,12 @@
 //! rmcp's typed `list_tools`: one malformed tool makes the typed result fail for the whole server,
 //! while here that tool is skipped with a warning and the others load.
 //!
+//! A call made for a client that asked for progress (`_meta.progressToken`) gets a token of the
+//! gateway's own, unique in the process, in place of the one rmcp's client gives every request
+//! (rmcp cannot be told which to use, so [`ProgressRelay`], beneath rmcp, puts it on the request
+//! as it is sent); the server's `notifications/progress` with that token are handed, in the order
+//! they came and each before the call's answer, to that call's [`ProgressSink`] while it runs.
+//!
 //! `notifications/tools/list_changed` is coalesced per server: rmcp hands over each notification
 //! on its own task, and a server may send thousands in a burst, so at most one re-list runs and a
 //! notice arriving meanwhile schedules exactly one more, which sees every change before it. Each
@@ -29,15 +35,17 @@
 //! answer replaces the known tools only when no list sent later was answered first: a change
 //! announced while the start's own list is on its way is not undone by that older list.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, CustomRequest, ErrorData,
-    Implementation, JsonObject, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, CustomRequest, ErrorData, GetMeta,
+    Implementation, JsonObject, JsonRpcMessage, NumberOrString, ProgressNotificationParam,
+    ProgressToken, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerNotification,
+    ServerResult,
 };
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RunningServiceCancellationToken, ServiceError,
@@ -60,6 +68,13 @@ use crate::stdio::{CallTimeout, ChildTransport, Fault, is_unreadable_reply, with
 const MAX_DELAY: Duration = Duration::from_secs(60);
 /// Pages of `tools/list` read before a server's cursor is taken to be endless.
 const MAX_LIST_PAGES: usize = 100;
+/// The `_meta` key that carries a call's relay token from [`Downstream::call`] down to
+/// [`ProgressRelay`], which takes it off and sends it as the call's `progressToken`.
+const RELAY_META: &str = "io.toolshelf/relayProgressToken";
+
+/// Where a call's progress goes while it runs: the server's `notifications/progress` for it, as
+/// the server sent them (the token is the gateway's; the caller puts back its client's).
+pub type ProgressSink = tokio::sync::mpsc::Sender<ProgressNotificationParam>;
 
 /// Where a server is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +166,58 @@ pub struct Downstream {
     /// Numbers the `tools/list` requests, over every connection: an answer replaces the known
     /// tools only when its number is above that of the list they came from.
     list_seq: AtomicU64,
+    /// The calls running whose progress is relayed, shared with every connection's transport.
+    relays: Arc<Relays>,
+}
+
+/// The calls whose progress is relayed, by the token the server was sent: unique in the process,
+/// so no call ever gets another's progress, whichever session or connection either belongs to.
+#[derive(Debug, Default)]
+struct Relays(Mutex<HashMap<ProgressToken, ProgressSink>>);
+
+impl Relays {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, ProgressSink>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers `sink` under a new token, until the returned guard drops.
+    fn open(self: &Arc<Self>, sink: ProgressSink) -> Relay {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let token = ProgressToken(NumberOrString::String(format!("toolshelf-{n}").into()));
+        self.lock().insert(token.clone(), sink);
+        Relay {
+            relays: self.clone(),
+            token,
+        }
+    }
+
+    /// Hands `progress` to the call it is for, if that call is still running and relayed. A
+    /// caller that does not keep up loses progress rather than holding up the connection.
+    fn relay(&self, progress: &ProgressNotificationParam) {
+        let relays = self.lock();
+        let Some(sink) = relays.get(&progress.progress_token) else {
+            return;
+        };
+        if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) =
+            sink.try_send(progress.clone())
+        {
+            tracing::debug!(token = ?progress.progress_token, "a progress notification was dropped: its client is behind");
+        }
+    }
+}
+
+/// One relayed call's registration: its progress stops being relayed when this drops (the call
+/// answered, failed, timed out or was abandoned).
+struct Relay {
+    relays: Arc<Relays>,
+    token: ProgressToken,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.relays.lock().remove(&self.token);
+    }
 }
 
 /// The re-listing after `notifications/tools/list_changed`.
@@ -207,6 +274,7 @@ impl Downstream {
             refresh: Mutex::default(),
             call_timeout,
             list_seq: AtomicU64::new(0),
+            relays: Arc::default(),
         }
     }
 
@@ -427,6 +495,7 @@ command = {first:?}, args = {:?}",
                         format!("cannot run {program:?}: {e}{hint}")
                     })?;
                 let pid = process.pid();
+                let process = ProgressRelay::new(process, self.relays.clone());
                 let service = match handler.serve(process).await {
                     Ok(service) => service,
                     Err(e) => return Err(format!("initialize failed: {}", fault.explain(e).await)),
@@ -459,6 +528,7 @@ command = {first:?}, args = {:?}",
                     ),
                     fault.clone(),
                 );
+                let transport = ProgressRelay::new(transport, self.relays.clone());
                 let service = match handler.serve(transport).await {
                     Ok(service) => service,
                     Err(e) => {
@@ -612,12 +682,17 @@ command = {first:?}, args = {:?}",
     /// Calls `tool` (the server's own name for it) with a timeout. When `cancelled` completes
     /// first (with the reason), the call is abandoned: the server is sent
     /// `notifications/cancelled`, as at the timeout, and whatever it answers later is dropped.
+    ///
+    /// With a `progress` sink, the call asks the server for progress and the server's progress
+    /// notifications for it go to the sink, in order, each before this returns, until it returns
+    /// (the sink is dropped then). The timeout is the same either way: progress does not extend it.
     pub async fn call(
         self: &Arc<Self>,
         tool: &str,
         arguments: JsonObject,
         timeout_secs: u64,
         cancelled: impl Future<Output = String>,
+        progress: Option<ProgressSink>,
     ) -> Result<CallToolResult, CallFailure> {
         let mut cancelled = std::pin::pin!(cancelled);
         // What the model reads of a failure leaves out the server's stderr (see
@@ -646,7 +721,18 @@ command = {first:?}, args = {:?}",
         let fault = self.lock().fault.clone();
         // Its transport learns the timeout here: a server without its own has the gateway's.
         self.call_timeout.set(Duration::from_secs(timeout_secs));
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        // Registered until this returns: a late notification finds no call to go to.
+        let _relay = progress.map(|sink| {
+            let relay = self.relays.open(sink);
+            let mut meta = RequestMetaObject::new();
+            meta.0.0.insert(
+                RELAY_META.to_owned(),
+                serde_json::to_value(&relay.token).unwrap_or_default(),
+            );
+            params.meta = Some(meta);
+            relay
+        });
         // Dropping the request future (at the timeout, or cancelled) sends the server
         // `notifications/cancelled` for it.
         let call = tokio::time::timeout(
@@ -925,6 +1011,65 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for HttpConnection<T> {
             tracing::warn!(server = %self.server, "{why}");
             self.fault.record(why);
             return None;
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// A connection's transport, beneath rmcp, that relays progress (see [`Relays`]): a `tools/call`
+/// carrying a relay token in `_meta` (put there by [`Downstream::call`]) is sent with it as its
+/// `progressToken`, in place of rmcp's own, and the relay token is taken off; each
+/// `notifications/progress` received is handed to its call's sink before rmcp sees it, so it
+/// reaches the sink before the call's answer, which comes after it. rmcp still gets every message.
+struct ProgressRelay<T> {
+    inner: T,
+    relays: Arc<Relays>,
+}
+
+impl<T> ProgressRelay<T> {
+    fn new(inner: T, relays: Arc<Relays>) -> Self {
+        Self { inner, relays }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for ProgressRelay<T> {
+    type Error = T::Error;
+
+    // Errors name the transport: the one beneath.
+    fn name() -> std::borrow::Cow<'static, str> {
+        T::name()
+    }
+
+    fn send(
+        &mut self,
+        mut item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(r) = &mut item
+            && let ClientRequest::CallToolRequest(call) = &mut r.request
+            && let Some(meta) = call.params.meta.as_mut()
+            && let Some(relayed) = meta.0.0.remove(RELAY_META)
+        {
+            if meta.0.0.is_empty() {
+                call.params.meta = None;
+            }
+            match serde_json::from_value::<ProgressToken>(relayed) {
+                Ok(token) => r.request.get_meta_mut().set_progress_token(token),
+                Err(e) => tracing::warn!("a relay token that cannot be read: {e}"),
+            }
+        }
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(n) = &message
+            && let ServerNotification::ProgressNotification(p) = &n.notification
+        {
+            self.relays.relay(&p.params);
         }
         Some(message)
     }

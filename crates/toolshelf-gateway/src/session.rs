@@ -10,6 +10,10 @@
 //! record are both derived from it here, in one place. Refusals are tool results with
 //! `isError: true` and a text that says how to recover; protocol errors are kept for requests
 //! that cannot be routed at all, or that come once their session is closing (see [`SessionEnd`]).
+//!
+//! A call whose request carries `_meta.progressToken` (a `defer_execute` request's token is its
+//! target's) has the server's progress relayed to its client as `notifications/progress` with
+//! that token, each before the call's result and none after it (see [`relay_progress`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,13 +21,13 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ElicitRequestParams, ElicitationAction, ErrorCode, Implementation,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig, Tool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::{ErrorData, RoleServer, ServerHandler};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord, capped_params};
 use toolshelf_core::authoring;
@@ -39,7 +43,7 @@ use toolshelf_core::search::SearchRequest;
 use toolshelf_core::session::{FrozenSurface, NoticeHint, SessionState, schema_notice};
 
 use crate::audit::Audit;
-use crate::downstream::Downstream;
+use crate::downstream::{Downstream, ProgressSink};
 use crate::hooks::{self, HookVerdict};
 use crate::hub::{Hub, Snapshot};
 use crate::search::{Held, tool_search};
@@ -117,6 +121,39 @@ fn refused_as(action: &ElicitationAction) -> String {
 /// How long a request waits for `notifications/initialized` before it goes ahead without the
 /// session's `session_start` hooks having run (see [`GatewaySession::started`]).
 const INITIALIZED_WAIT: Duration = Duration::from_secs(5);
+
+/// Progress notifications of one call that may wait to be sent to its client.
+const PROGRESS_BACKLOG: usize = 64;
+
+/// Sends `client` each progress notification that comes in `progress`, with its `token` (the
+/// client's own) in place of the gateway's, until the call's sink is dropped (its call returned)
+/// and every notification that came before is sent: the caller awaits this before the result
+/// goes out, so the client gets them all before it and none after. A notification that cannot be
+/// sent (the client is gone) ends the relay, and so does `abandoned` (the call's result reaches
+/// nobody); the call goes on either way.
+async fn relay_progress(
+    client: &Peer<RoleServer>,
+    token: ProgressToken,
+    mut progress: tokio::sync::mpsc::Receiver<ProgressNotificationParam>,
+    abandoned: impl Future<Output = String>,
+) {
+    let relay = async {
+        while let Some(p) = progress.recv().await {
+            let mut relayed = ProgressNotificationParam::new(token.clone(), p.progress);
+            relayed.total = p.total;
+            relayed.message = p.message;
+            if let Err(e) = client.notify_progress(relayed).await {
+                tracing::debug!("a progress notification could not be sent to the client: {e}");
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = abandoned => {}
+        () = relay => {}
+    }
+}
 
 /// Where a session's `session_start` hooks are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -952,14 +989,31 @@ impl GatewaySession {
                     .config()
                     .call_timeout_secs
                     .unwrap_or(self.hub.config().execute.call_timeout_secs);
-                server
-                    .call(
-                        &tool.original_name,
-                        params.clone(),
-                        timeout,
-                        self.abandoned(context),
-                    )
-                    .await
+                // The client's progress token, if it asked for progress: the server's progress
+                // is relayed to it under that token while the call runs.
+                let (sink, relay): (Option<ProgressSink>, _) =
+                    match context.meta.get_progress_token() {
+                        Some(token) => {
+                            let (sink, progress) = tokio::sync::mpsc::channel(PROGRESS_BACKLOG);
+                            (Some(sink), Some((token, progress)))
+                        }
+                        None => (None, None),
+                    };
+                let call = server.call(
+                    &tool.original_name,
+                    params.clone(),
+                    timeout,
+                    self.abandoned(context),
+                    sink,
+                );
+                match relay {
+                    None => call.await,
+                    Some((token, progress)) => {
+                        let relay =
+                            relay_progress(&context.peer, token, progress, self.abandoned(context));
+                        tokio::join!(call, relay).0
+                    }
+                }
             }
             None => tokio::select! {
                 biased;

@@ -986,3 +986,191 @@ async fn the_status_resource_is_json_and_an_unknown_method_is_named() {
         "{answer}"
     );
 }
+
+/// Path of the installed `mcp-server-everything`; panics with the fix when it is missing.
+fn everything_server() -> String {
+    let p = common::harness::home_cache("TOOLSHELF_MCP_PREFIX", "toolshelf-mcp")
+        .join("npm/node_modules/.bin/mcp-server-everything");
+    assert!(
+        p.exists(),
+        "{} is not installed: run `bash scripts/install-mcp-servers.sh` (or `bash scripts/test`, which runs it) first",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+/// `tools/call` of `defer_execute` running the long-running tool of `server` (an everything
+/// server: four steps, each followed by a progress notification when the call has a token), with
+/// `meta` as the request's `_meta`.
+fn long_running_call(id: u64, server: &str, meta: Option<Value>) -> Value {
+    let mut params = json!({
+        "name": "defer_execute",
+        "arguments": {
+            "tool_name": format!("mcp__{server}__trigger-long-running-operation"),
+            "params": {"duration": 1, "steps": 4},
+        },
+    });
+    if let Some(meta) = meta {
+        params["_meta"] = meta;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+/// Checks that `messages` are the four progress notifications of the long-running tool with
+/// the client's `token`, then the call's answer (request `id`, the tool's own result), and
+/// nothing else.
+fn assert_progress_then_result(messages: &[Value], token: &str, id: u64) {
+    let (answer, progress) = messages.split_last().expect("messages");
+    let text = answer["result"]["content"][0]["text"].as_str();
+    assert!(
+        answer["id"] == id
+            && text.is_some_and(|t| t.starts_with("Long running operation completed")),
+        "the call's result comes last: {messages:#?}"
+    );
+    // Numbers as numbers: the gateway may write 1 as 1.0.
+    let seen: Vec<(String, Value, Option<f64>, Option<f64>)> = progress
+        .iter()
+        .map(|m| {
+            let p = &m["params"];
+            (
+                m["method"].as_str().unwrap_or_default().to_owned(),
+                p["progressToken"].clone(),
+                p["progress"].as_f64(),
+                p["total"].as_f64(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, Value, Option<f64>, Option<f64>)> = (1..=4)
+        .map(|i| {
+            (
+                "notifications/progress".to_owned(),
+                json!(token),
+                Some(f64::from(i)),
+                Some(4.0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen, expected,
+        "the server's progress, with the client's own token, before the result: {messages:#?}"
+    );
+}
+
+/// The messages a stdio gateway writes up to and including the answer to request `id`.
+fn stdio_messages_until(lines: &std::sync::mpsc::Receiver<String>, id: u64) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut messages = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no answer to request {id} ({e}); got {messages:#?}"));
+        let message: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let done = message["id"] == id;
+        messages.push(message);
+        if done {
+            return messages;
+        }
+    }
+}
+
+/// A client that calls a tool with `_meta.progressToken`, through `defer_execute`, is sent the
+/// server's `notifications/progress` for that call with its own token (what clients that extend
+/// their request timeout on progress wait for), each before the call's result and none after it,
+/// over stdio and over HTTP; a call without a token gets none, and two sessions calling at once
+/// each get only their own call's progress. The real everything server's long-running tool, run
+/// over stdio and over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_of_a_call_reaches_its_client_with_the_clients_token() {
+    use std::io::{BufRead, Write};
+    let s = Scratch::new("progress");
+    let port = closed_port();
+    let _everything_http = Reaped(
+        std::process::Command::new(everything_server())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the everything server over HTTP"),
+    );
+    wait_for("the everything server to listen", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.everything]\ncommand = {:?}\nargs = [\"stdio\"]\n\
+             [servers.everything_http]\nurl = \"http://127.0.0.1:{port}/mcp\"\n\
+             [execute]\nrequire_search = false\n{}",
+            everything_server(),
+            files_sections(&s)
+        ),
+    );
+
+    // Over stdio, by hand: every line the gateway writes is seen, in order.
+    let mut child = std::process::Command::new(TOOLSHELF)
+        .args(["serve", "--config", &config])
+        .env("TOOLSHELF_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn toolshelf serve");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let _gateway = Reaped(child);
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut send = |message: &Value| {
+        writeln!(stdin, "{message}").expect("write a message");
+        stdin.flush().expect("flush");
+    };
+    send(&serde_json::from_str::<Value>(RAW_INITIALIZE).expect("JSON"));
+    stdio_messages_until(&lines, 41);
+    send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(&long_running_call(
+        1,
+        "everything",
+        Some(json!({"progressToken": "tok-1"})),
+    ));
+    assert_progress_then_result(&stdio_messages_until(&lines, 1), "tok-1", 1);
+    // Without a token: no progress, and nothing left over from the call before.
+    send(&long_running_call(2, "everything", None));
+    let untokened = stdio_messages_until(&lines, 2);
+    assert_eq!(untokened.len(), 1, "only the result: {untokened:#?}");
+
+    // Over HTTP, two sessions at once (one calling each server): each call's event stream has
+    // its own progress.
+    let (_http, url) = http_gateway(&config);
+    let (a, b) = tokio::join!(open_raw_session(&url), open_raw_session(&url));
+    let post = |session: String, id: u64, server: &'static str, token: &'static str| {
+        let url = url.clone();
+        async move {
+            let headers = [
+                ("Mcp-Session-Id", session.as_str()),
+                ("MCP-Protocol-Version", "2025-06-18"),
+            ];
+            let meta = json!({"progressToken": token});
+            let body = long_running_call(id, server, Some(meta)).to_string();
+            let r = raw_http(&url, "POST", &headers, body.as_bytes()).await;
+            assert_eq!(r.status, 200, "{r:?}");
+            sse_messages(&r.body)
+        }
+    };
+    let (in_a, in_b) = tokio::join!(
+        post(a, 7, "everything", "tok-a"),
+        post(b, 8, "everything_http", "tok-b")
+    );
+    assert_progress_then_result(&in_a, "tok-a", 7);
+    assert_progress_then_result(&in_b, "tok-b", 8);
+}
