@@ -906,7 +906,7 @@ impl<T> HttpConnection<T> {
         let server = &self.server;
         let waiting = !self.pending().is_empty();
         let told = format!("error {}: {}", error.code.0, error.message);
-        let session = error.message.to_lowercase().contains("session");
+        let session = names_lost_session(&error.message);
         match id {
             None if waiting => Some(format!(
                 "server {server:?} answered with an error that names no request ({told}){}; the \
@@ -930,7 +930,7 @@ connection was closed",
 /// cannot be reached, or the request failed short of an answer. An answer the server gave (a
 /// rate limit, a refusal of access, an error status) leaves the connection as it is.
 async fn lost_connection(server: &str, url: &str, error: &str) -> Option<String> {
-    if error.contains("HTTP 429") || refused_access(error).is_some() {
+    if http_status(error).is_some() || refused_access(error).is_some() {
         return None;
     }
     let why = match unreachable(url).await {
@@ -941,6 +941,37 @@ async fn lost_connection(server: &str, url: &str, error: &str) -> Option<String>
         "cannot reach server {server:?} at {}: {why}",
         redact_url(url)
     ))
+}
+
+/// The HTTP status the server answered with, as the MCP library writes it into an error
+/// (`HTTP 500`, `HTTP 429: …`): an answer, so the server is there.
+fn http_status(error: &str) -> Option<u16> {
+    error.match_indices("HTTP ").find_map(|(at, _)| {
+        let digits = error.get(at + 5..at + 8)?;
+        let after = error[at + 8..].chars().next();
+        (digits.bytes().all(|b| b.is_ascii_digit()) && !after.is_some_and(|c| c.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    })
+}
+
+/// Whether an error's message says the server no longer knows the connection's session (`Session
+/// not found`, `No valid session ID provided`), as a server does after a restart; a tool's own
+/// error that merely speaks of a session (`No browser session is open`) does not.
+fn names_lost_session(message: &str) -> bool {
+    let m = message.to_lowercase();
+    [
+        "session not found",
+        "no valid session",
+        "invalid session",
+        "unknown session",
+        "session id",
+        "session expired",
+        "session has expired",
+        "session does not exist",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for HttpConnection<T> {
@@ -1177,6 +1208,37 @@ impl ClientHandler for DownstreamClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_statuses_are_read_from_the_librarys_errors() {
+        assert_eq!(http_status("Transport send error: HTTP 500"), Some(500));
+        assert_eq!(
+            http_status("unexpected server response: HTTP 429: slow down"),
+            Some(429)
+        );
+        assert_eq!(
+            http_status("error sending request: Connection refused"),
+            None
+        );
+        assert_eq!(http_status("HTTP 5000 things"), None);
+        assert_eq!(http_status("HTTP 50"), None);
+    }
+
+    #[test]
+    fn only_a_lost_session_reads_as_one() {
+        for lost in [
+            "Session not found",
+            "Bad Request: No valid session ID provided",
+        ] {
+            assert!(names_lost_session(lost), "{lost}");
+        }
+        for other in [
+            "No browser session is open; call browser_open first",
+            "timeout",
+        ] {
+            assert!(!names_lost_session(other), "{other}");
+        }
+    }
 
     #[test]
     fn refusals_read_in_plain_words() {

@@ -122,8 +122,9 @@ fn refused_as(action: &ElicitationAction) -> String {
 /// session's `session_start` hooks having run (see [`GatewaySession::started`]).
 const INITIALIZED_WAIT: Duration = Duration::from_secs(5);
 
-/// Progress notifications of one call that may wait to be sent to its client.
-const PROGRESS_BACKLOG: usize = 64;
+/// Progress notifications of one call that may wait to be sent to its client: a burst of a few
+/// hundred (one a step of a long loop) all reach it; past this, newer ones are dropped.
+const PROGRESS_BACKLOG: usize = 1024;
 
 /// Sends `client` each progress notification that comes in `progress`, with its `token` (the
 /// client's own) in place of the gateway's, until the call's sink is dropped (its call returned)

@@ -574,7 +574,9 @@ async fn stopping_the_http_server_ends_more_sessions_than_it_ends_at_once() {
     drop(clients);
 }
 
-/// A streamable HTTP MCP server with sessions, on 127.0.0.1 at the port given: one tool, `echo`.
+/// A streamable HTTP MCP server with sessions, on 127.0.0.1 at the port given: one tool, `echo`,
+/// which answers HTTP 500 for the text `fail500` and a tool's own error about a session for
+/// `tool-session-error`.
 /// A request naming a session it does not know (one from before it restarted) is answered 400
 /// with a JSON-RPC error: with the request's id and -32001 "Session not found" (`400-id`), or
 /// without an id (`400-bare`, as the reference "everything" server answers).
@@ -613,7 +615,15 @@ class H(BaseHTTPRequestHandler):
         if method == "tools/list":
             return self.reply(200, {"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
         if method == "tools/call":
-            text = "echo " + str((m["params"].get("arguments") or {}).get("text"))
+            said = (m["params"].get("arguments") or {}).get("text")
+            if said == "fail500":
+                body = b"Internal Server Error"
+                self.send_response(500); self.send_header("Content-Length", str(len(body)))
+                self.end_headers(); return self.wfile.write(body)
+            if said == "tool-session-error":
+                return self.reply(200, {"jsonrpc": "2.0", "id": mid, "error": {
+                    "code": -32000, "message": "No browser session is open; call browser_open first"}})
+            text = "echo " + str(said)
             return self.reply(200, {"jsonrpc": "2.0", "id": mid,
                                     "result": {"content": [{"type": "text", "text": text}]}})
         if method == "ping": return self.reply(200, {"jsonrpc": "2.0", "id": mid, "result": {}})
@@ -732,6 +742,30 @@ async fn an_http_server_that_lost_the_session_is_reconnected() {
         .await;
         client.cancel().await.expect("close");
     }
+}
+
+/// An HTTP server that answers one call with an error status, or with a tool's own error that
+/// speaks of a session, is still there: the call fails, the connection stays, and the next call
+/// goes through at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_answering_an_error_keeps_its_connection() {
+    let s = Scratch::new("http-error-answers");
+    let port = closed_port();
+    let _server = session_http_server(&s, port, "400-id");
+    let client = http_server_gateway(&s, port).await;
+    for bad in ["fail500", "tool-session-error"] {
+        let failed = exec(&client, "mcp__web__echo", json!({"text": bad})).await;
+        assert_eq!(failed.is_error, Some(true), "{bad}: {}", text(&failed));
+        let next = exec(&client, "mcp__web__echo", json!({"text": "next"})).await;
+        assert_eq!(ok(&next), "echo next", "{bad}");
+    }
+    let status = server_status(&client, "web").await;
+    assert_eq!(
+        (status["state"].as_str(), status["failures_total"].as_u64()),
+        (Some("ready"), Some(0)),
+        "{status}"
+    );
+    client.cancel().await.expect("close");
 }
 
 /// A server whose tools are not known and whose start keeps failing is still restarted in the
