@@ -597,6 +597,8 @@ pub struct CatalogBuilder {
     servers: BTreeMap<String, Group>,
     declared: BTreeSet<String>,
     kept: Assignments,
+    /// Items left out of the catalog, each with why: warnings of the catalog built.
+    left_out: Vec<String>,
 }
 
 /// The canonical names an earlier catalog gave: servers by original name, tools by (original
@@ -692,7 +694,7 @@ impl CatalogBuilder {
     /// (an incumbent), and a newcomer that wants an incumbent's name loses the contest: a name
     /// a session was shown never moves to another tool while its own tool is there.
     pub fn build(self) -> Catalog {
-        let mut warnings = Vec::new();
+        let mut warnings = self.left_out;
 
         let (server_originals, groups): (Vec<String>, Vec<Group>) =
             self.servers.into_iter().unzip();
@@ -1212,21 +1214,33 @@ fn add_list(
                 });
             }
         };
-        if let Some(message) = typed_tool(&item) {
+        if let Some(typed) = typed_tool(&item) {
             let location = match item.get("name").and_then(Value::as_str) {
                 Some(name) => format!("{location} {name:?}"),
                 None => location,
             };
-            return Err(Error::CatalogItem {
-                source_name: source.to_owned(),
-                location,
-                message,
-            });
+            match typed {
+                // A client's tool list as sent holds them beside its own tools.
+                Typed::Provider(why) => {
+                    b.left_out
+                        .push(format!("{source}: {location}: left out: {why}"));
+                    continue;
+                }
+                Typed::Wrong(message) => {
+                    return Err(Error::CatalogItem {
+                        source_name: source.to_owned(),
+                        location,
+                        message,
+                    });
+                }
+            }
         }
         let mut spec = ToolSpec::from_value(item, source, &location)?;
         spec.description_template = template;
+        // The same server written another way (`GitHub` and `github`, `my.server` and
+        // `my_server`) is no conflict: both name the one group.
         if let (Some(group), Some(own)) = (server, spec.server.as_deref())
-            && group != own
+            && !name::server_segment(group).eq_ignore_ascii_case(&name::server_segment(own))
         {
             return Err(Error::CatalogItem {
                 source_name: source.to_owned(),
@@ -1241,30 +1255,37 @@ fn add_list(
     Ok(())
 }
 
-/// Why a catalog file cannot hold `item`, when its `"type"` says it is no tool a catalog
-/// describes: a provider's own tool (an Anthropic server tool such as `web_search_20250305`, a
-/// tool of the provider's schema such as `bash_20250124`, an OpenAI hosted tool), which the proxy
-/// passes along as sent and never defers, or a schema's `"type": "object"` written on the tool.
-/// Function tools (`"function"`) and Anthropic's `"custom"` are catalog tools.
-fn typed_tool(item: &Value) -> Option<String> {
+/// What an item's `"type"` says, when it says it is no tool a catalog describes.
+enum Typed {
+    /// A provider's own tool (an Anthropic server tool such as `web_search_20250305`, a tool of
+    /// the provider's schema such as `bash_20250124`, an OpenAI hosted tool), which the proxy
+    /// passes along as sent and never defers: left out of the catalog, with why.
+    Provider(String),
+    /// A `"type"` no tool has (`"object"`, a schema's, written on the tool; not a string).
+    Wrong(String),
+}
+
+/// What `item`'s `"type"` makes it, when that is no catalog tool. Function tools (`"function"`)
+/// and Anthropic's `"custom"` are catalog tools.
+fn typed_tool(item: &Value) -> Option<Typed> {
     let ty = item.get("type")?;
     match ty.as_str() {
         Some("function" | "custom") => None,
-        Some("object") => Some(
+        Some("object") => Some(Typed::Wrong(
             "\"type\": \"object\" belongs in the tool's input schema (\"input_schema\", \"inputSchema\" \
              or \"parameters\"), not on the tool"
                 .to_owned(),
-        ),
-        Some(t) => Some(format!(
+        )),
+        Some(t) => Some(Typed::Provider(format!(
             "\"type\": {t:?} makes this a provider's tool (a server tool such as web_search, or one of \
              the provider's own schema such as bash or text_editor), not one a catalog describes: \
              its definition is the provider's, and the proxy passes it along as sent and never \
-             defers it; leave it out of the catalog"
-        )),
-        None => Some(format!(
+             defers it"
+        ))),
+        None => Some(Typed::Wrong(format!(
             "\"type\" must be a string (\"function\" or \"custom\"), found {}",
             kind_of(ty)
-        )),
+        ))),
     }
 }
 
@@ -2073,10 +2094,14 @@ mod tests {
             e.contains("servers[0] \"s\" tools[0] \"a\": \"server\" is \"other\", but the tool is listed under server \"s\""),
             "{e}"
         );
-        // Naming the server it is listed under is no conflict.
-        let c = load(json!({"servers": [{"name": "s", "tools": [{"name": "a", "server": "s"}]}]}))
-            .expect("same server");
-        assert_eq!(names(&c), ["mcp__s__a"]);
+        // Naming the server it is listed under is no conflict, however it is written.
+        for own in ["s.x", "S.X", "s_x", "S_x"] {
+            let c = load(
+                json!({"servers": [{"name": "s.x", "tools": [{"name": "a", "server": own}]}]}),
+            )
+            .expect(own);
+            assert_eq!(names(&c), ["mcp__s_x__a"], "{own}");
+        }
     }
 
     #[test]
@@ -2106,33 +2131,38 @@ mod tests {
     /// catalog describes: it is refused, naming it and what it is, rather than loaded as a tool
     /// with an empty schema that loses its type and settings.
     #[test]
-    fn provider_tools_are_refused_naming_what_they_are() {
-        for (catalog, says) in [
+    fn provider_tools_are_left_out_naming_what_they_are() {
+        for (catalog, says, kept) in [
             (
                 json!([{"type": "bash_20250124", "name": "bash"}]),
-                "[0] \"bash\": \"type\": \"bash_20250124\" makes this a provider's tool",
+                "[0] \"bash\": left out: \"type\": \"bash_20250124\" makes this a provider's tool",
+                0,
             ),
             (
                 json!([{"name": "r"}, {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]),
-                "[1] \"web_search\": \"type\": \"web_search_20250305\" makes this a provider's tool",
+                "[1] \"web_search\": left out: \"type\": \"web_search_20250305\" makes this a provider's tool",
+                1,
             ),
             (
-                json!({"tools": [{"type": "web_search_preview"}]}),
-                "tools[0]: \"type\": \"web_search_preview\" makes this a provider's tool",
-            ),
-            (
-                json!([{"name": "x", "type": "object", "properties": {}}]),
-                "[0] \"x\": \"type\": \"object\" belongs in the tool's input schema",
+                json!({"tools": [{"type": "web_search_preview"}, {"name": "r"}]}),
+                "tools[0]: left out: \"type\": \"web_search_preview\" makes this a provider's tool",
+                1,
             ),
         ] {
-            let e = load(catalog.clone()).expect_err(says).to_string();
+            let c = load(catalog.clone()).expect(says);
+            assert_eq!(c.tools().len(), kept, "{catalog}");
             assert!(
-                e.contains(says)
-                    && (says.contains("object")
-                        || e.contains("passes it along as sent and never defers it")),
-                "{catalog}: {e}"
+                c.warnings().iter().any(|w| w.contains(says)
+                    && w.contains("passes it along as sent and never defers it")),
+                "{catalog}: {:?}",
+                c.warnings()
             );
         }
+        let says = "[0] \"x\": \"type\": \"object\" belongs in the tool's input schema";
+        let e = load(json!([{"name": "x", "type": "object", "properties": {}}]))
+            .expect_err(says)
+            .to_string();
+        assert!(e.contains(says), "{e}");
         let c = load(json!([
             {"type": "custom", "name": "a", "input_schema": {"type": "object"}},
             {"type": "function", "name": "b", "parameters": {"type": "object"}}
