@@ -155,6 +155,8 @@ fn bad_transcripts_and_rules_are_named() {
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("names the parameter \"repo_path\""), "{e}");
+    // Like every other configuration error, it names the file.
+    assert!(e.contains("rules.toml: [[reminders]] \"git\""), "{e}");
 }
 
 /// The last request body of a replay of `lines`.

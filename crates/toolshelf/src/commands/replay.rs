@@ -97,7 +97,9 @@ pub fn replay(
         .reminders()
         .check_against(&loaded.catalog, hits);
     if !problems.is_empty() {
-        bail!("{}", problems.join("\n"));
+        let source = loaded.compiled.source_name();
+        let named: Vec<String> = problems.iter().map(|p| format!("{source}: {p}")).collect();
+        bail!("{}", named.join("\n"));
     }
     // The session's description templates, rendered when the inputs were loaded.
     let mut session = Replay::with_descriptions(
