@@ -882,9 +882,18 @@ impl<'a> Replay<'a> {
             )?;
             let validator = invoke::ParamsValidator::new(&self.catalog.tools()[i].input_schema);
             invoke::validate(i, &validator, &params)?;
+            // A tool the proxy runs itself never reaches the client, whose prompt would ask:
+            // under an `ask` rule the proxy refuses it.
+            let inside = (self.compiled.config().authoring.enabled
+                && name == authoring::TOOL_DEFINE)
+                || self.authored.contains(name);
             let ask =
                 match invoke::authorize(&self.catalog, self.compiled.permissions(), i, &params)? {
                     Authorization::Allowed => None,
+                    Authorization::Ask { because } if inside => {
+                        invoke::approved(i, &because, Err(invoke::AskRefusal::RunsInside))?;
+                        None
+                    }
                     Authorization::Ask { because } => Some(because),
                 };
             Ok((i, ask))

@@ -669,3 +669,58 @@ fn a_call_before_the_first_user_message_is_an_error() {
         );
     }
 }
+
+/// A tool the proxy runs itself never reaches the client, whose permission prompt an `ask` rule
+/// leaves the call to: the proxy refuses it, and so does the replay's dry run, inside the
+/// request, while a client's tool under the same rule would run after asking.
+#[test]
+fn an_ask_rule_refuses_a_tool_the_proxy_runs_itself() {
+    let compiled = config_with(
+        6,
+        r#"
+[authoring]
+enabled = true
+
+[permissions]
+ask = ["^word_count$", "^mcp__git__git_log$"]
+"#,
+    );
+    let define = call(
+        "defer_execute",
+        json!({"tool_name": "tool_define", "params": {
+            "name": "word_count",
+            "description": "Counts the words of a text.",
+            "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "script": "def run(params):\n    return len(params['text'].split())\n"
+        }}),
+    );
+    let reports = run_with(
+        &compiled,
+        &[
+            user("count the words, then show the log"),
+            load("tool_define"),
+            define,
+            exec("word_count", json!({"text": "a b c"})),
+            load(GIT_LOG),
+            exec(GIT_LOG, json!({"repo_path": "/repo"})),
+        ],
+    );
+    let refused = &reports[3];
+    assert!(
+        refused.refused.iter().any(|r| r.starts_with("word_count:")),
+        "{:?}",
+        refused.refused
+    );
+    assert!(
+        !refused.body.contains("[dry run] word_count would run"),
+        "{}",
+        refused.body
+    );
+    let asked = &reports.last().expect("a request").body;
+    assert!(
+        asked.contains(
+            "[dry run] mcp__git__git_log would run through defer_execute after asking the user"
+        ),
+        "{asked}"
+    );
+}
