@@ -192,9 +192,11 @@ pub async fn prepare(
     let base_figures = session.figures.clone();
     let shelf = proxy.shelf(dialect, tools, &session.authored)?;
     let api_name = dialect.api().name();
+    // The key of each client entry: the retry check here and the injected blocks below.
+    let links = chains(crate::api::conversation(dialect, &body));
     // A request that ends at the entry the last one ended at is that request again (a retry,
     // a regenerated answer): the same turn, whose calls were counted already.
-    let entry = last_entry_key(dialect, &body);
+    let entry = last_entry_key(&body, &links);
     let again = entry.is_some() && session.last_entry == entry;
     session.last_entry = entry;
     // The calls the client ran since the previous request were made in that request's turn.
@@ -281,8 +283,6 @@ pub async fn prepare(
         notices.push(forced_notice(&shelf, allowed));
     }
     let conv = conversation_mut(dialect, &mut body);
-    // The key of each client entry's injected blocks, computed once for both.
-    let links = chains(&conv);
     let chain_end = links.last().cloned().unwrap_or_default();
     // Model-written tools whose names the client's tools take now. With authoring off they are
     // not on the shelf, but an activation of the model's tool must still not pass to the
@@ -981,15 +981,15 @@ fn rewrite(
     out
 }
 
-/// The [`chains`] key of the client's last entry, with a Responses chain's
-/// `previous_response_id` (a chained request holds only its new entries); `None` for an empty
-/// conversation.
-fn last_entry_key(dialect: Dialect, body: &Map<String, Value>) -> Option<String> {
-    let last = chains(crate::api::conversation(dialect, body)).pop()?;
+/// The key of the client's last entry (the last of its [`chains`] `links`), with a Responses
+/// chain's `previous_response_id` (a chained request holds only its new entries); `None` for an
+/// empty conversation.
+fn last_entry_key(body: &Map<String, Value>, links: &[String]) -> Option<String> {
+    let last = links.last()?;
     Some(
         match body.get("previous_response_id").and_then(Value::as_str) {
-            Some(previous) => digest(&[previous, &last]),
-            None => last,
+            Some(previous) => digest(&[previous, last]),
+            None => last.clone(),
         },
     )
 }
