@@ -804,24 +804,19 @@ command = {first:?}, args = {:?}",
         scrub(&out, Some(raw), &[])
     }
 
-    /// Closes the connection and kills a stdio server's process group now, the server and
-    /// whatever it started (it would be killed when its transport drops, but the process may
-    /// exit before that; [`crate::stdio::kill_all_groups`] stops those of the connections still
-    /// starting or closing).
+    /// Closes the connection (the gateway's shutdown then kills every stdio server's process
+    /// group, [`crate::stdio::kill_all_groups`]).
     pub fn stop(&self) {
-        let (token, pid) = {
+        let token = {
             let mut i = self.lock();
             i.generation += 1;
             i.peer = None;
             i.fault = None;
-            (i.stop.take(), i.pid.take())
+            i.pid = None;
+            i.stop.take()
         };
         if let Some(t) = token {
             t.cancel();
-        }
-        #[cfg(unix)]
-        if let Some(pid) = pid {
-            crate::stdio::kill_group(pid);
         }
     }
 }

@@ -552,7 +552,7 @@ impl ChildTransport {
 
 /// Pipes the child's stdio and kills the child with its transport. On unix the child leads a
 /// process group of its own, so that what it starts (the server behind an `npx`, `uvx` or
-/// `sh -c` wrapper) is stopped with it: see [`kill_group`].
+/// `sh -c` wrapper) is stopped with it: see [`kill_all_groups`].
 fn command_ready(command: &mut tokio::process::Command) -> &mut tokio::process::Command {
     command
         .stdin(Stdio::piped())
@@ -576,16 +576,9 @@ fn groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
 /// wherever it is (starting, connected, closing): for a gateway about to exit, which will not
 /// wait for their transports to close.
 pub fn kill_all_groups() {
-    #[cfg(unix)]
     for pgid in std::mem::take(&mut *groups()) {
-        kill_group(pgid);
+        toolshelf_runtime::kill_process_group(pgid);
     }
-}
-
-/// Kills every process left in the process group `pgid` (a server's, see [`command_ready`]).
-#[cfg(unix)]
-pub(crate) fn kill_group(pgid: u32) {
-    toolshelf_runtime::kill_process_group(pgid);
 }
 
 /// Copies a server's stderr to ours line by line, each line marked with the server's name (many
@@ -829,8 +822,7 @@ impl Drop for ChildTransport {
         // unless it has exited already).
         if let Some(pid) = self.pid {
             groups().retain(|g| *g != pid);
-            #[cfg(unix)]
-            kill_group(pid);
+            toolshelf_runtime::kill_process_group(pid);
         }
     }
 }
