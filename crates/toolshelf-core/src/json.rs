@@ -21,19 +21,6 @@ pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
     Ok(value)
 }
 
-/// The message of a [`parse`] error in a text of one line (a line of a JSON-lines file): a
-/// duplicate key with the column it is at, since the parser's "line 1" is the line's own, not
-/// the file's. `None` for a syntax error, whose own wording the caller keeps.
-pub fn duplicate_on_one_line(e: &serde_json::Error) -> Option<String> {
-    if !e.is_data() {
-        return None;
-    }
-    let text = e.to_string();
-    let place = format!(" at line {} column {}", e.line(), e.column());
-    let message = text.strip_suffix(&place).unwrap_or(&text);
-    Some(format!("{message} (column {})", e.column()))
-}
-
 /// A [`parse`] error of `text` in plain words, with where it is: ` at line L column C`, or for a
 /// text of one line (a line of a JSON-lines file, whose "line 1" is not the file's) ` (column
 /// C)`. The parser's terms (`EOF`, `ident`, `trailing characters`) become what is wrong with the

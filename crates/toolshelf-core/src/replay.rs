@@ -93,7 +93,12 @@ impl Event {
     /// refused, not read as its last value); the error says what a line may be.
     pub fn parse(line: &str) -> Result<Self, String> {
         let v: Value = crate::json::parse(line).map_err(|e| {
-            crate::json::duplicate_on_one_line(&e).unwrap_or_else(|| format!("not valid JSON: {e}"))
+            let words = crate::json::in_words(&e, line, true);
+            if e.is_data() {
+                words
+            } else {
+                format!("not valid JSON: {words}")
+            }
         })?;
         let obj = v.as_object().filter(|o| o.len() == 1).ok_or_else(|| {
             "expected an object with one key: user, assistant, call, result, context or tools_changed"

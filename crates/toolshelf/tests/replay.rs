@@ -376,6 +376,13 @@ fn a_transcript_line_that_gives_a_key_twice_is_refused() {
             "{\"shout\": \"x\"}\n{\"user\": \"a\", \"user\": \"b\"}\n",
             "dup-after.jsonl:1: unknown event \"shout\"",
         ),
+        // A syntax error is told in words, at the column of the line it is on.
+        (
+            "bare-word.jsonl",
+            "{\"user\": \"hi\"}\n{\"user\": hello}\n",
+            "bare-word.jsonl:2: not valid JSON: expected a value: a string in double quotes, \
+a number, true, false, null, an array or an object (column 10)",
+        ),
     ] {
         let path = temp(name, text);
         for args in [
