@@ -15,7 +15,7 @@
 //! attaches the expected schema, so one round trip fixes it. Whatever the caller sent is echoed
 //! only in part ([`echo`]): a megabyte of tool name must not come back whole.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use crate::echo::echo;
@@ -182,7 +182,8 @@ fn shown_text(s: &str) -> String {
 }
 
 /// The kind of a refusal: one short label per stage outcome, for the audit log and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Serde reads and writes the label, so a log's codes read back without a hand-kept list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RefusalKind {
     /// `defer_execute`'s own arguments are malformed.
@@ -239,6 +240,33 @@ impl RefusalKind {
             Self::DeniedByHook => "denied_by_hook",
             Self::InvalidAfterHook => "invalid_after_hook",
             Self::AuditUnavailable => "audit_unavailable",
+        }
+    }
+
+    /// The kind read back from its label, if it is one.
+    pub fn from_label(label: &str) -> Option<Self> {
+        serde_json::from_value(Value::from(label)).ok()
+    }
+
+    /// The kind in words, for a person reading a report.
+    pub fn in_words(self) -> &'static str {
+        match self {
+            Self::BadArguments => "malformed defer_execute arguments",
+            Self::MetaTool => "a meta-tool, which defer_execute does not run",
+            Self::Unknown => "unknown name (no visible tool has it)",
+            Self::Hidden => "hidden from this session",
+            Self::Ambiguous => "ambiguous name (several tools have it)",
+            Self::Gone => "gone (its server no longer offers it)",
+            Self::NotRunnable => "not runnable here",
+            Self::NotLoaded => "not loaded (its schema was not shown yet: search for it first)",
+            Self::Expired => "activation expired (search for it again)",
+            Self::Invalid => "invalid arguments (they do not fit its schema)",
+            Self::SchemaBroken => "its schema does not compile",
+            Self::Denied => "denied by a permission rule",
+            Self::NotApproved => "not approved",
+            Self::DeniedByHook => "denied by a pre-call hook",
+            Self::InvalidAfterHook => "invalid arguments after a hook rewrote them",
+            Self::AuditUnavailable => "the audit log cannot be written",
         }
     }
 }
@@ -1076,6 +1104,35 @@ mod tests {
     use crate::compile::Compiled;
     use crate::config::Config;
     use serde_json::json;
+
+    #[test]
+    fn refusal_labels_read_back_as_their_kinds() {
+        use RefusalKind::*;
+        for kind in [
+            BadArguments,
+            MetaTool,
+            Unknown,
+            Hidden,
+            Ambiguous,
+            Gone,
+            NotRunnable,
+            NotLoaded,
+            Expired,
+            Invalid,
+            SchemaBroken,
+            Denied,
+            NotApproved,
+            DeniedByHook,
+            InvalidAfterHook,
+            AuditUnavailable,
+        ] {
+            assert_eq!(RefusalKind::from_label(kind.as_str()), Some(kind));
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
+            assert_ne!(kind.in_words(), kind.as_str());
+        }
+        assert_eq!(RefusalKind::from_label("Unknown"), None);
+        assert_eq!(RefusalKind::from_label("unknown: x"), None);
+    }
 
     fn catalog() -> Catalog {
         Catalog::from_value(
