@@ -99,13 +99,25 @@ impl Api {
     ///    user and assistant messages, no system part) they split into the same sections, so
     ///    the choice does not change a comparison.
     pub fn detect(body: &Value) -> Option<Api> {
+        Self::detected(body).map(|(api, _)| api)
+    }
+
+    /// The API `body` is for beyond doubt: what [`Api::detect`] says, unless only its last rule
+    /// decided (plain user and assistant messages, no system part, which Chat and Anthropic
+    /// share).
+    pub fn detect_certain(body: &Value) -> Option<Api> {
+        Self::detected(body).and_then(|(api, certain)| certain.then_some(api))
+    }
+
+    /// [`Api::detect`]'s answer, and whether a rule before the last one gave it.
+    fn detected(body: &Value) -> Option<(Api, bool)> {
         let body = body.as_object()?;
         if body.contains_key("input") || body.contains_key("instructions") {
-            return Some(Api::OpenAiResponses);
+            return Some((Api::OpenAiResponses, true));
         }
         let messages = body.get("messages")?.as_array()?;
         if body.contains_key("system") {
-            return Some(Api::Anthropic);
+            return Some((Api::Anthropic, true));
         }
         let chat_message = messages.iter().any(|m| {
             matches!(
@@ -118,9 +130,9 @@ impl Api {
             .and_then(Value::as_array)
             .is_some_and(|ts| ts.iter().any(|t| t.get("function").is_some()));
         Some(if chat_message || chat_tool {
-            Api::OpenAiChat
+            (Api::OpenAiChat, true)
         } else {
-            Api::Anthropic
+            (Api::Anthropic, false)
         })
     }
 }
@@ -1018,6 +1030,22 @@ mod tests {
             d(json!({"messages": [{"role": "user", "content": "q"}]})),
             Some(Api::Anthropic)
         );
+        // Only the last rule's answer is a guess.
+        let c = |v: Value| Api::detect_certain(&v);
+        assert_eq!(
+            c(json!({"messages": [{"role": "user", "content": "q"}]})),
+            None
+        );
+        assert_eq!(
+            c(json!({"system": "s", "messages": []})),
+            Some(Api::Anthropic)
+        );
+        assert_eq!(
+            c(json!({"messages": [{"role": "system", "content": "s"}]})),
+            Some(Api::OpenAiChat)
+        );
+        assert_eq!(c(json!({"input": "q"})), Some(Api::OpenAiResponses));
+        assert_eq!(c(json!({"model": "m"})), None);
         assert_eq!(d(json!({"model": "m"})), None);
         assert_eq!(d(json!({"messages": "x"})), None);
         assert_eq!(d(json!([1])), None);

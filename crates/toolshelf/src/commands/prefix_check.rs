@@ -63,21 +63,8 @@ struct Canon {
     /// The growing part, one string per element.
     elements: Vec<String>,
     sections: Sections,
-    /// The API the body is for beyond doubt (see [`certain_api`]); `None` under `--api`.
+    /// The API the body is for beyond doubt ([`Api::detect_certain`]); `None` under `--api`.
     certain: Option<Api>,
-}
-
-/// The API `body` is for beyond doubt: what [`Api::detect`] says, unless only its last rule
-/// decided (plain user and assistant messages, no system part, which Chat and Anthropic share).
-fn certain_api(body: &Value) -> Option<Api> {
-    let o = body.as_object()?;
-    if o.contains_key("input") || o.contains_key("instructions") {
-        return Some(Api::OpenAiResponses);
-    }
-    if o.contains_key("system") {
-        return Some(Api::Anthropic);
-    }
-    Api::detect(body).filter(|&api| api == Api::OpenAiChat)
 }
 
 impl Canon {
@@ -94,7 +81,11 @@ impl Canon {
             tools: canonical_json(&sections.tools),
             elements: sections.conversation.iter().map(canonical_json).collect(),
             sections,
-            certain: if forced { None } else { certain_api(body) },
+            certain: if forced {
+                None
+            } else {
+                Api::detect_certain(body)
+            },
         }
     }
 }
