@@ -218,7 +218,7 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// "deny[0] \"^mcp__x__\"" or "the default (deny)", for messages and the audit log.
+    /// `deny[0] "^mcp__x__"` or `the default (deny)`, for messages and the audit log.
     pub fn because(&self) -> String {
         match &self.rule {
             Some(r) => format!("[permissions] {r}"),

@@ -9,7 +9,7 @@
 //! Shape: [`Embedder`] wraps the model (loaded once, lazily: about half a second); [`Semantic`]
 //! holds one int8 row per tool, built at index time, and scores a query with exact dot products
 //! over contiguous rows. Plain text (ASCII, and Chinese with full-width punctuation) is
-//! tokenised and pooled here ([`unigram`], [`pool`]), giving the same vector as model2vec bit for
+//! tokenised and pooled here (`unigram`, `pool`), giving the same vector as model2vec bit for
 //! bit at a fraction of the cost; other text goes through model2vec and the `tokenizers` crate.
 //! Vectors are quantised to int8 with fixed rounding, so scores are equal across runs and
 //! machines. The core fuses it with BM25F through the [`Retriever`] seam.
@@ -300,7 +300,7 @@ impl Embedder {
             .unwrap_or_else(|| self.model.encode_single(text))
     }
 
-    /// Whether plain ASCII text takes this crate's own tokeniser (see [`unigram`]).
+    /// Whether plain ASCII text takes this crate's own tokeniser (see `unigram`).
     pub fn has_ascii_path(&self) -> bool {
         self.ascii.is_some()
     }
@@ -884,7 +884,7 @@ pub struct Semantic {
     /// Cosine a tool needs to be a hit on meaning alone, sharing no word with the query.
     pub min_cosine_alone: f32,
     /// Whether a tool's similarity moves toward its server group's (at most half way, as on the
-    /// lexical side a tool gains half its group's score; see [`Groups::share`]), or is its own
+    /// lexical side a tool gains half its group's score; see `Groups::share`), or is its own
     /// only.
     pub group_blend: bool,
     /// Server groups; `None` for a catalog with fewer than two servers.

@@ -12,7 +12,7 @@
 //! reply that cannot be read (too long, broken JSON, not JSON-RPC) fails its call at once with
 //! the reason instead of at the call timeout.
 //!
-//! HTTP servers run behind [`HttpConnection`], which ends the connection when the server cannot
+//! HTTP servers run behind `HttpConnection`, which ends the connection when the server cannot
 //! be reached or no longer knows the session (it restarted): rmcp's HTTP client would go on
 //! failing every call, or leave calls waiting for an answer that names no request, and its
 //! connection would never close. Once it is closed the watcher sees it and the server is
@@ -24,7 +24,7 @@
 //!
 //! A call made for a client that asked for progress (`_meta.progressToken`) gets a token of the
 //! gateway's own, unique in the process, in place of the one rmcp's client gives every request
-//! (rmcp cannot be told which to use, so [`ProgressRelay`], beneath rmcp, puts it on the request
+//! (rmcp cannot be told which to use, so `ProgressRelay`, beneath rmcp, puts it on the request
 //! as it is sent); the server's `notifications/progress` with that token are handed, in the order
 //! they came and each before the call's answer, to that call's [`ProgressSink`] while it runs.
 //!

@@ -18,7 +18,7 @@
 //! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
 //! runs during a silent tool call, which is why that setting must outlast the longest call. On
 //! Ctrl-C or SIGTERM every session still open is ended the same way before the server returns,
-//! [`ENDING_AT_ONCE`] at a time; a second Ctrl-C or SIGTERM returns at once, skipping the ends
+//! `ENDING_AT_ONCE` at a time; a second Ctrl-C or SIGTERM returns at once, skipping the ends
 //! not yet done.
 
 use std::net::SocketAddr;

@@ -13,7 +13,7 @@
 //!
 //! A call whose request carries `_meta.progressToken` (a `defer_execute` request's token is its
 //! target's) has the server's progress relayed to its client as `notifications/progress` with
-//! that token, each before the call's result and none after it (see [`relay_progress`]).
+//! that token, each before the call's result and none after it (see `relay_progress`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -202,7 +202,7 @@ pub struct GatewaySession {
 /// out), or neither. The handler of `notifications/initialized` runs on a task of its own, so the
 /// end may come before it: if the transport announced the notification (stdio, see
 /// [`Self::announce_start`]), the end waits for that handler to record the start, up to
-/// [`INITIALIZED_WAIT`]; otherwise, or past that wait, the end records nothing and the handler,
+/// `INITIALIZED_WAIT`; otherwise, or past that wait, the end records nothing and the handler,
 /// when it runs, records no start either. (An HTTP session's end runs when the session is
 /// dropped, after every task of it, so only the server shutting down can come first.)
 ///

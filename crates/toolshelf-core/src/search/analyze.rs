@@ -256,7 +256,7 @@ impl Memo {
         self.found.clear();
     }
 
-    /// Forgets every run once the memo holds more than [`MEMO_TERMS`] terms, so that one kept
+    /// Forgets every run once the memo holds more than `MEMO_TERMS` terms, so that one kept
     /// across requests stays small. Ids given out before are void after it.
     pub fn bound(&mut self) {
         if self.seq.len() > MEMO_TERMS {
