@@ -1127,7 +1127,10 @@ mod tests {
             AuditUnavailable,
         ] {
             assert_eq!(RefusalKind::from_label(kind.as_str()), Some(kind));
-            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
+            assert_eq!(
+                serde_json::to_value(kind).expect("label"),
+                json!(kind.as_str())
+            );
             assert_ne!(kind.in_words(), kind.as_str());
         }
         assert_eq!(RefusalKind::from_label("Unknown"), None);
