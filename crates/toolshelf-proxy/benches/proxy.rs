@@ -266,7 +266,7 @@ fn main() {
                 let mut b = body.clone();
                 b["messages"] = Value::Array(msgs.clone());
                 b["metadata"] = json!({"search": true});
-                let r: Value = client
+                let reply = client
                     .post(&proxy_url)
                     .header("x-toolshelf-session", format!("s{s}"))
                     .header("content-type", "application/json")
@@ -274,9 +274,10 @@ fn main() {
                     .send()
                     .await
                     .expect("send")
-                    .json()
+                    .bytes()
                     .await
-                    .expect("json");
+                    .expect("reply");
+                let r: Value = serde_json::from_slice(&reply).expect("json");
                 msgs.push(json!({"role": "assistant", "content": r["content"]}));
                 msgs.push(json!({"role": "user", "content": format!("next {t}")}));
             }
