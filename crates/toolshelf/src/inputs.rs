@@ -220,17 +220,23 @@ fn print_warnings(warnings: &[String], all: bool) {
 }
 
 impl Source {
-    /// With a `--config` that fronts servers but no `--catalog`, the catalog is the bundled
-    /// example's, not the gateway's: what to run for the gateway's own.
-    pub fn example_catalog_note(&self, config: &Config) -> Option<String> {
+    /// With a `--config` that fronts servers or defines script tools but no `--catalog`, the
+    /// catalog is the bundled example's, not the gateway's: what to run for the gateway's own.
+    fn example_catalog_note(&self, config: &Config) -> Option<String> {
         let path = self.config.as_ref().filter(|_| self.catalog.is_none())?;
-        (!config.servers.is_empty()).then(|| {
-            format!(
-                "the tools are the bundled example catalog's, not those of the servers of {0}; for \
-theirs run `toolshelf catalog --config {0} > c.json`, then give --catalog c.json",
-                path.display()
-            )
-        })
+        let servers = !config.servers.is_empty();
+        let scripts = config.tools.values().any(|t| t.script.is_some());
+        let whose = match (servers, scripts) {
+            (true, true) => "the servers and script tools",
+            (true, false) => "the servers",
+            (false, true) => "the script tools",
+            (false, false) => return None,
+        };
+        Some(format!(
+            "the tools are the bundled example catalog's, not {whose} of {0}; for theirs run \
+`toolshelf catalog --config {0} > c.json`, then give --catalog c.json",
+            path.display()
+        ))
     }
 
     /// Loads and decides everything; prints catalog, policy and schema warnings to stderr, each
@@ -256,6 +262,9 @@ theirs run `toolshelf catalog --config {0} > c.json`, then give --catalog c.json
         };
         // One exposure decision for every command, the same the gateway makes.
         let compiled = Compiled::new(config, &config_name, self.mode.as_deref())?;
+        if let Some(note) = self.example_catalog_note(compiled.config()) {
+            errln!("toolshelf: note: {note}");
+        }
         let exposure = compiled.expose(&catalog);
         let session = SessionValues {
             mode: self.mode.clone(),

@@ -210,6 +210,26 @@ fn a_gateway_config_without_a_catalog_says_whose_tools_it_reads() {
             && e.contains("toolshelf: note: the tools are the bundled example catalog's"),
         "{e}"
     );
+    // Script tools are the gateway's too, and every catalog command says so.
+    let scripts = temp_file(
+        "scripts-no-catalog.toml",
+        "[tools.lookup]\nscript = \"lookup.star\"\n",
+    );
+    for args in [
+        vec!["render", "--config", &scripts],
+        vec!["search", "--config", &scripts, "-q", "lookup"],
+        vec!["explain", "--config", &scripts, "mcp__scripts__lookup"],
+    ] {
+        let out = run(&args);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.contains(&format!(
+                "toolshelf: note: the tools are the bundled example catalog's, not the script \
+tools of {scripts}; for theirs run `toolshelf catalog --config {scripts} > c.json`"
+            )),
+            "{args:?}: {e}"
+        );
+    }
 }
 
 #[test]

@@ -43,12 +43,7 @@ pub fn run(args: Args) -> Result<()> {
                 name: args.name.clone(),
                 suggestions: name::closest(&args.name, tools.iter().map(|t| t.name.as_str()), 5),
             };
-            let note = args
-                .source
-                .example_catalog_note(l.config())
-                .map(|n| format!(" ({n})"))
-                .unwrap_or_default();
-            return Err(super::Finding(format!("{unknown}{note}")).into());
+            return Err(super::Finding(unknown.to_string()).into());
         }
     };
     let (t, d) = (&tools[i], &l.exposure.decisions[i]);

@@ -76,9 +76,6 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let l = args.source.load()?;
-    if let Some(note) = args.source.example_catalog_note(l.config()) {
-        errln!("toolshelf: note: {note}");
-    }
     l.warn_index();
     let window = args.window.unwrap_or(l.config().defer.window);
     anyhow::ensure!(window > 0, "--window must be a positive number of tokens");
