@@ -526,12 +526,48 @@ fn search_batch_writes_one_line_per_request() {
         "x",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    let blank = temp_file("blank.jsonl", "{\"queries\": [\" \", \"\"]}\n");
-    let err = fails(&["search", "--batch", &blank, "--json"]);
-    assert!(
-        err.contains("blank.jsonl:1: no query has any words"),
-        "{err}"
+    // A blank query is refused as `-q` refuses it, even beside others.
+    for (text, expected) in [
+        (
+            "{\"queries\": [\" \", \"\"]}\n",
+            "blank.jsonl:1: queries[0] is blank",
+        ),
+        (
+            "{\"queries\": [\"read\", \" \"]}\n",
+            "blank.jsonl:1: queries[1] is blank",
+        ),
+        (
+            "{\"query\": \"\\t\"}\n",
+            "blank.jsonl:1: the query is blank",
+        ),
+    ] {
+        let blank = temp_file("blank.jsonl", text);
+        let err = fails(&["search", "--batch", &blank, "--json"]);
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+    // Each query of a line gets a hit of its own, past --limit, as with -q (and tool_search).
+    let queries = ["commit changes", "read file", "create entities"];
+    let several = temp_file(
+        "several.jsonl",
+        &format!("{}\n", serde_json::json!({ "queries": queries })),
     );
+    let line: Value =
+        serde_json::from_str(ok(&["search", "--batch", &several, "--limit", "2"]).trim())
+            .expect("json line");
+    let names = |hits: &Value| -> Vec<String> {
+        hits.as_array()
+            .expect("hits")
+            .iter()
+            .map(|h| h["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    let mut args = vec!["search", "--limit", "2", "--json"];
+    for q in queries {
+        args.extend(["-q", q]);
+    }
+    let direct: Value = serde_json::from_str(&ok(&args)).expect("json");
+    assert_eq!(names(&line["hits"]).len(), 3, "{line}");
+    assert_eq!(names(&line["hits"]), names(&direct["hits"]));
 }
 
 #[test]

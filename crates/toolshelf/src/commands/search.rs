@@ -218,8 +218,11 @@ fn batch(
                 at()
             ),
         };
-        if queries.iter().all(|q| q.trim().is_empty()) {
-            bail!("{}: no query has any words to search for", at());
+        if let Some(i) = queries.iter().position(|q| q.trim().is_empty()) {
+            match queries.len() {
+                1 => bail!("{}: the query is blank", at()),
+                _ => bail!("{}: queries[{i}] is blank", at()),
+            }
         }
         requests.push((n, queries));
     }
@@ -230,8 +233,10 @@ fn batch(
     );
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
+    let max_limit = loaded.config().search.max_limit;
     for (line, queries) in requests {
-        let hits = index.rank(&queries, limit);
+        // One hit per query at least, as `tool_search` gives.
+        let hits = index.rank(&queries, limit.max(queries.len().min(max_limit)));
         serde_json::to_writer(&mut out, &json!({"line": line, "hits": hits}))?;
         out.write_all(b"\n")?;
     }
