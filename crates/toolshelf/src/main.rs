@@ -93,7 +93,11 @@ fn main() -> ExitCode {
         // A refused access is a finding, as a broken prefix is.
         Command::CheckTemplate(a) => return finding(commands::check_template::run(a)),
     };
-    // Status 1 for what a command found, 2 for what kept it from running.
+    exit_status(result)
+}
+
+/// Status 1 for what a command found ([`commands::Finding`]), 2 for what kept it from running.
+fn exit_status(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Err(e) if e.downcast_ref::<commands::Finding>().is_some() => {
             errln!("toolshelf: error: {e:#}");
@@ -109,7 +113,7 @@ fn finding(result: anyhow::Result<bool>) -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
-        Err(e) => exit(Err(e), ExitCode::from(2)),
+        Err(e) => exit_status(Err(e)),
     }
 }
 

@@ -1752,11 +1752,19 @@ fn a_refused_template_access_is_a_finding_and_a_broken_template_an_error() {
             name,
             &format!("[tools.Read]\ndescription_template = {template:?}\n"),
         );
-        for command in ["render", "ledger"] {
-            let out = run(&[command, "--config", &config]);
+        for command in [
+            vec!["render"],
+            vec!["ledger"],
+            vec!["explain", "Read"],
+            vec!["search", "-q", "read"],
+            vec!["search", "-n", "Read"],
+        ] {
+            let mut args = command.clone();
+            args.extend(["--config", &config]);
+            let out = run(&args);
             let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(code), "{command} {name}: {err}");
-            assert!(err.contains(says), "{command} {name}: {err}");
+            assert_eq!(out.status.code(), Some(code), "{command:?} {name}: {err}");
+            assert!(err.contains(says), "{command:?} {name}: {err}");
         }
     }
 }
