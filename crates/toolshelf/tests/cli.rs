@@ -185,6 +185,23 @@ fn explain_unknown_tool_suggests_close_names() {
     assert!(
         e.contains("no tool named \"git_comit\"") && e.contains("mcp__git__git_commit"),
         "{e}"
+    ); // With --json, a script gets JSON on stdout for the finding too.
+    let out = run(&["explain", "git_comit", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+    assert_eq!(v["name"], "git_comit");
+    assert_eq!(v["error"], "unknown");
+    assert_eq!(v["suggestions"][0], "mcp__git__git_commit", "{v}");
+    let catalog = temp_file(
+        "two-reads.json",
+        r#"{"servers": [{"name": "s1", "tools": [{"name": "read"}]}, {"name": "s2", "tools": [{"name": "read"}]}]}"#,
+    );
+    let out = run(&["explain", "--catalog", &catalog, "read", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+    assert_eq!(
+        v,
+        serde_json::json!({"name": "read", "error": "ambiguous", "candidates": ["mcp__s1__read", "mcp__s2__read"]})
     );
 }
 

@@ -15,7 +15,9 @@ pub struct Args {
     source: Source,
     /// Tool name: canonical (mcp__server__tool), or bare when unambiguous.
     name: String,
-    /// Print the decision as JSON.
+    /// Print the decision as JSON; a name no tool has (exit status 1) prints {"name", "error":
+    /// "unknown", "suggestions"}, one several tools have {"name", "error": "ambiguous",
+    /// "candidates"}.
     #[arg(long)]
     json: bool,
 }
@@ -31,6 +33,9 @@ pub fn run(args: Args) -> Result<()> {
         Resolution::Exact(i) | Resolution::Bare(i) => i,
         Resolution::Ambiguous(c) => {
             let names: Vec<&str> = c.iter().map(|&i| tools[i].name.as_str()).collect();
+            if args.json {
+                print_json(&json!({"name": args.name, "error": "ambiguous", "candidates": names}))?;
+            }
             return Err(super::Finding(format!(
                 "{} names several tools; give one of: {}",
                 plain_quote(&args.name),
@@ -39,9 +44,15 @@ pub fn run(args: Args) -> Result<()> {
             .into());
         }
         Resolution::NotFound => {
+            let suggestions = name::closest(&args.name, tools.iter().map(|t| t.name.as_str()), 5);
+            if args.json {
+                print_json(
+                    &json!({"name": args.name, "error": "unknown", "suggestions": suggestions}),
+                )?;
+            }
             let unknown = Error::UnknownTool {
                 name: args.name.clone(),
-                suggestions: name::closest(&args.name, tools.iter().map(|t| t.name.as_str()), 5),
+                suggestions,
             };
             return Err(super::Finding(unknown.to_string()).into());
         }
