@@ -151,6 +151,12 @@ fn ledger_json_has_the_documented_fields() {
         table.contains("saved per turn") && table.contains("all resident"),
         "{table}"
     );
+    // Any window a u64 holds is printed as given.
+    let wide = ok(&["ledger", "--window", "18446744073709551615"]);
+    assert!(
+        wide.contains("window 18,446,744,073,709,551,615 tokens"),
+        "{wide}"
+    );
 }
 
 #[test]

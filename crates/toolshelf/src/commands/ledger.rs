@@ -36,7 +36,7 @@ pub struct Args {
     ranker: Option<super::search::Ranker>,
 }
 
-fn thousands(n: i64) -> String {
+fn thousands(n: i128) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -96,7 +96,7 @@ pub fn run(args: Args) -> Result<()> {
         "toolshelf ledger: {} ({} format, window {} tokens)",
         l.catalog.source_name(),
         g.format,
-        thousands(window as i64)
+        thousands(window as i128)
     );
     outln!(
         "tools: {} total, {} deferred, {} resident, {} hidden",
@@ -116,8 +116,8 @@ pub fn run(args: Args) -> Result<()> {
     let row = |label: &str, chars: i64, tokens: i64, share: Option<f64>| -> Result<()> {
         outln!(
             "{label:<24}{:>10}{:>10}{:>10}",
-            thousands(chars),
-            thousands(tokens),
+            thousands(chars.into()),
+            thousands(tokens.into()),
             share.map(pct).unwrap_or_default()
         );
         Ok(())
@@ -146,7 +146,7 @@ pub fn run(args: Args) -> Result<()> {
         outln!(
             "largest deferred: {} ({} chars, {} of deferred)",
             big.name,
-            thousands(big.chars as i64),
+            thousands(big.chars as i128),
             pct(big.share_of_deferred)
         );
     }
@@ -154,8 +154,8 @@ pub fn run(args: Args) -> Result<()> {
         outln!(
             "largest resident: {} ({} chars, {} tokens, {} of the window)",
             big.name,
-            thousands(big.chars as i64),
-            thousands(big.tokens as i64),
+            thousands(big.chars as i128),
+            thousands(big.tokens as i128),
             pct(big.window_share)
         );
     }
@@ -312,11 +312,11 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
             "{:>7}{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
             t.request,
             t.turn,
-            thousands(t.tools as i64),
-            thousands(t.messages as i64),
-            thousands(t.total as i64),
-            thousands(t.cached as i64),
-            thousands(t.all_resident as i64)
+            thousands(t.tools as i128),
+            thousands(t.messages as i128),
+            thousands(t.total as i128),
+            thousands(t.cached as i128),
+            thousands(t.all_resident as i128)
         );
     }
     outln!();
@@ -324,11 +324,11 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     let difference = all_resident as i64 - total as i64;
     outln!(
         "session: {} input tokens, {} of them ({}) served by a prefix cache; all resident: {} ({} {})",
-        thousands(total as i64),
-        thousands(cached as i64),
+        thousands(total as i128),
+        thousands(cached as i128),
         pct(share(cached, total)),
-        thousands(all_resident as i64),
-        thousands(difference.abs()),
+        thousands(all_resident as i128),
+        thousands(difference.abs().into()),
         if difference < 0 { "fewer" } else { "more" }
     );
     Ok(())
