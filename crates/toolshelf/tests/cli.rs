@@ -21,6 +21,25 @@ fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run toolshelf")
 }
 
+/// A run with `input` on standard input.
+fn run_with_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = bin()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run toolshelf");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait")
+}
+
 fn ok(args: &[&str]) -> String {
     let out = run(args);
     assert!(
@@ -2484,5 +2503,41 @@ fn a_pattern_with_brackets_is_told_they_are_literal() {
         "[permissions] deny[0] \"^mcp__git__git_[lc]*\" matches no tool (brackets are literal",
     ] {
         assert!(err.contains(rule), "{err}");
+    }
+}
+
+/// `-` reads standard input for eval's queries and search's batch, and messages call it `stdin`.
+#[test]
+fn queries_and_batches_read_from_stdin_are_named_stdin() {
+    let line = "{\"query\": \"commit changes\", \"gold\": [\"git_commit\"]}\n";
+    let out = run_with_stdin(&["eval", "--queries", "-"], line);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with("1 query over ") && text.contains(" (stdin)"),
+        "{text}"
+    );
+    let out = run_with_stdin(&["search", "--batch", "-"], line);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one json line");
+    assert_eq!(v["line"], 1);
+    assert_eq!(v["hits"][0]["name"], "mcp__git__git_commit", "{v}");
+    for (args, says) in [
+        (
+            vec!["eval", "--queries", "-"],
+            "toolshelf: error: stdin: no queries",
+        ),
+        (
+            vec!["search", "--batch", "-"],
+            "toolshelf: error: stdin holds no requests",
+        ),
+    ] {
+        let out = run_with_stdin(&args, "\n");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
     }
 }

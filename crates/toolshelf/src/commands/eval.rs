@@ -211,7 +211,11 @@ fn round4(x: f64) -> f64 {
 pub fn run(args: Args) -> Result<()> {
     let loaded = args.source.load()?;
     let (cases, unknown_gold) = load_cases(&args.queries, &loaded)?;
-    anyhow::ensure!(!cases.is_empty(), "{}: no queries", args.queries.display());
+    anyhow::ensure!(
+        !cases.is_empty(),
+        "{}: no queries",
+        crate::inputs::shown(&args.queries)
+    );
     if unknown_gold > UNKNOWN_GOLD_SHOWN {
         errln!(
             "toolshelf: warning: {unknown_gold} gold names in all are not in the catalog, name several tools or are hidden (counted as misses); the first {UNKNOWN_GOLD_SHOWN} are named above"
@@ -334,7 +338,7 @@ pub fn run(args: Args) -> Result<()> {
         "{} over {} ({})",
         super::count(cases.len(), "query", "queries"),
         super::count(index.len(), "tool", "tools"),
-        args.queries.display()
+        crate::inputs::shown(&args.queries)
     );
     outln!(
         "recall@1 {:.3}  @3 {:.3}  @5 {:.3}  @10 {:.3}",

@@ -229,7 +229,7 @@ fn batch(
     anyhow::ensure!(
         !requests.is_empty(),
         "{} holds no requests (one JSON object a line: {{\"query\": ...}} or {{\"queries\": [...]}})",
-        path.display()
+        crate::inputs::shown(path)
     );
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
