@@ -4,11 +4,18 @@
 //! status and stdout, so a two-line shell script is a valid hook:
 //! - exit 0 with empty stdout: allow, change nothing;
 //! - exit 0 with a JSON [`HookAnswer`] on stdout: allow or deny, rewrite params (`pre_call`) or
-//!   the result (`post_call`, `post_search`), add guidance the model reads;
+//!   the result (`post_call`, `post_search`), add guidance the model reads. A leading UTF-8 BOM
+//!   is skipped, and `decision` is read without regard to case, `block` (Claude Code's word)
+//!   meaning `deny`;
 //! - exit 2: deny, with stderr as the reason the model sees;
 //! - anything else (another status, a timeout, unreadable stdout): the hook failed, and its
 //!   `on_error` decides: `allow` goes on (fail open), `deny` refuses (fail closed). Either way the
 //!   failure is reported in the log and the audit trail.
+//!
+//! An answer that is not valid but says deny (its JSON object, or one of its lines, has a
+//! `decision` that reads as deny) denies whatever `on_error` is, with its `reason`: a hook that
+//! means to refuse is never taken to allow because of how it wrote its answer. What is wrong
+//! with the answer is still reported, as for a failure.
 //!
 //! A refusal by a failed hook is not a decision, and the model is told so ([`HookDenial`]): that
 //! a policy hook failed, never the failure itself, whose command, exit status and stderr are the
@@ -203,8 +210,9 @@ impl HookEvent {
     }
 }
 
-/// `allow` or `deny`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `allow` or `deny`, read without regard to case; `block` (what Claude Code's hooks answer)
+/// is `deny`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HookDecision {
     /// Go on.
@@ -213,11 +221,38 @@ pub enum HookDecision {
     Deny,
 }
 
+impl HookDecision {
+    /// The decision `word` names, if any: `allow`, `deny` or `block`, in any case, white space
+    /// around it ignored.
+    pub fn parse(word: &str) -> Option<Self> {
+        let word = word.trim();
+        if word.eq_ignore_ascii_case("allow") {
+            Some(Self::Allow)
+        } else if word.eq_ignore_ascii_case("deny") || word.eq_ignore_ascii_case("block") {
+            Some(Self::Deny)
+        } else {
+            None
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HookDecision {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = String::deserialize(deserializer)?;
+        Self::parse(&word).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "decision {:?} is not \"allow\", \"deny\" or \"block\"",
+                crate::echo::echo(&word)
+            ))
+        })
+    }
+}
+
 /// What a hook may print on stdout (exit 0). Every field is optional.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HookAnswer {
-    /// `"allow"` (default) or `"deny"`.
+    /// `"allow"` (default) or `"deny"` (`"block"` too), in any case.
     pub decision: Option<HookDecision>,
     /// Why; the model reads it when the call is denied.
     pub reason: Option<String>,
@@ -336,15 +371,30 @@ pub fn interpret(
         }
         None => return failed("killed by a signal".into()),
     }
-    if stdout.trim().is_empty() {
+    let text = stdout.trim().trim_start_matches('\u{feff}').trim_start();
+    if text.is_empty() {
         return (HookOutcome::Allow(HookAnswer::default()), None);
     }
-    let answer: HookAnswer = match serde_json::from_str(stdout.trim()) {
+    let denied = |reason: Option<&str>| {
+        let reason = reason.map_or_else(|| format!("denied by hook {label}"), bounded);
+        HookOutcome::Deny(HookDenial::Decided(reason))
+    };
+    // What is wrong with the answer; one that says deny still denies, reported.
+    let invalid = |why: String| match deny_in(text) {
+        Some(reason) => (
+            denied(reason.as_deref()),
+            Some(format!(
+                "hook {label} gave an answer that is not valid: {why}; it says deny, so it denies"
+            )),
+        ),
+        None => failed(why),
+    };
+    let answer: HookAnswer = match serde_json::from_str(text) {
         Ok(a) => a,
-        Err(e) => return failed(format!("stdout is not a valid answer: {e}")),
+        Err(e) => return invalid(format!("stdout is not a valid answer: {e}")),
     };
     if answer.params.is_some() && event != HookEventKind::PreCall {
-        return failed(format!(
+        return invalid(format!(
             "\"params\" can only be rewritten by pre_call hooks, not {}",
             event.as_str()
         ));
@@ -352,21 +402,36 @@ pub fn interpret(
     if answer.result.is_some()
         && !matches!(event, HookEventKind::PostCall | HookEventKind::PostSearch)
     {
-        return failed(format!(
+        return invalid(format!(
             "\"result\" can only be rewritten by post_call and post_search hooks, not {}",
             event.as_str()
         ));
     }
     match answer.decision {
-        Some(HookDecision::Deny) => {
-            let reason = answer
-                .reason
-                .as_deref()
-                .map_or_else(|| format!("denied by hook {label}"), bounded);
-            (HookOutcome::Deny(HookDenial::Decided(reason)), None)
-        }
+        Some(HookDecision::Deny) => (denied(answer.reason.as_deref()), None),
         _ => (HookOutcome::Allow(answer), None),
     }
+}
+
+/// Whether an answer that is not valid says deny: its first JSON value, or a line of it that is
+/// a JSON object, has a `decision` that reads as deny ([`HookDecision::parse`]). Returns the
+/// `reason` it gives, if a string.
+fn deny_in(text: &str) -> Option<Option<String>> {
+    let says_deny = |v: &Value| {
+        let o = v.as_object()?;
+        let decision = o.get("decision")?.as_str()?;
+        (HookDecision::parse(decision) == Some(HookDecision::Deny))
+            .then(|| o.get("reason").and_then(Value::as_str).map(str::to_owned))
+    };
+    let first = serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok);
+    first.as_ref().and_then(says_deny).or_else(|| {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+            .find_map(|v| says_deny(&v))
+    })
 }
 
 /// The most characters of a deny reason the model reads.
@@ -523,6 +588,132 @@ mod tests {
             OnError::Deny,
         );
         assert!(report.is_none() && matches!(o, HookOutcome::Allow(a) if a.result.is_some()));
+    }
+
+    #[test]
+    fn an_answer_that_says_deny_denies_however_it_is_written() {
+        let deny = r#"{"decision": "deny", "reason": "no writes"}"#;
+        // Valid answers: a BOM, the decision in another case, Claude Code's "block".
+        for stdout in [
+            format!("\u{feff}{deny}"),
+            r#"{"decision": "Deny", "reason": "no writes"}"#.to_owned(),
+            r#"{"decision": "DENY", "reason": "no writes"}"#.to_owned(),
+            r#"{"decision": "block", "reason": "no writes"}"#.to_owned(),
+        ] {
+            let (o, report) = interpret(
+                "pre_call[0] \"h\"",
+                HookEventKind::PreCall,
+                exited(0, &stdout, ""),
+                OnError::Allow,
+            );
+            assert_eq!(
+                (o, report),
+                (
+                    HookOutcome::Deny(HookDenial::Decided("no writes".into())),
+                    None
+                ),
+                "{stdout}"
+            );
+        }
+        // Answers that are not valid but say deny: they deny, and what is wrong is reported.
+        for (event, stdout, wrong) in [
+            (
+                HookEventKind::PreCall,
+                r#"{"decision": "deny", "reason": "no writes", "message": "policy 7"}"#.to_owned(),
+                "unknown field `message`",
+            ),
+            (
+                HookEventKind::PreCall,
+                format!("{deny}\n{{\"note\": 1}}"),
+                "trailing characters",
+            ),
+            (
+                HookEventKind::PreCall,
+                format!("checking the call...\n{deny}\n"),
+                "expected value",
+            ),
+            (
+                HookEventKind::PreCall,
+                r#"{"decision": "Block", "reason": "no writes", "continue": false}"#.to_owned(),
+                "unknown field `continue`",
+            ),
+            (
+                HookEventKind::PostSearch,
+                r#"{"decision": "deny", "reason": "no writes", "params": {}}"#.to_owned(),
+                "only be rewritten by pre_call",
+            ),
+        ] {
+            let (o, report) = interpret(
+                "pre_call[0] \"h\"",
+                event,
+                exited(0, &stdout, ""),
+                OnError::Allow,
+            );
+            assert_eq!(
+                o,
+                HookOutcome::Deny(HookDenial::Decided("no writes".into())),
+                "{stdout}"
+            );
+            let report = report.expect("reported");
+            assert!(
+                report.starts_with("hook pre_call[0] \"h\" gave an answer that is not valid: ")
+                    && report.contains(wrong)
+                    && report.ends_with("it says deny, so it denies"),
+                "{report}"
+            );
+        }
+        // Without a reason, the hook is named.
+        let (o, _) = interpret(
+            "h",
+            HookEventKind::PreCall,
+            exited(0, r#"{"decision": "deny", "why": "x"}"#, ""),
+            OnError::Allow,
+        );
+        assert_eq!(
+            o,
+            HookOutcome::Deny(HookDenial::Decided("denied by hook h".into()))
+        );
+        // An answer that is not valid and does not say deny is a failure, as before.
+        for stdout in [
+            r#"{"decision": "allow", "message": "x"}"#,
+            r#"{"decision": "denied", "reason": "no"}"#,
+            r#"{"verdict": "deny"}"#,
+            "deny",
+        ] {
+            let run = exited(0, stdout, "");
+            let (open, report) =
+                interpret("h", HookEventKind::PreCall, run.clone(), OnError::Allow);
+            assert_eq!(open, HookOutcome::Allow(HookAnswer::default()), "{stdout}");
+            assert!(report.expect("reported").starts_with("hook h failed: "));
+            let (closed, _) = interpret("h", HookEventKind::PreCall, run, OnError::Deny);
+            assert!(
+                matches!(closed, HookOutcome::Deny(HookDenial::Failed(_))),
+                "{stdout}"
+            );
+        }
+        // An unknown decision is named.
+        let (_, report) = interpret(
+            "h",
+            HookEventKind::PreCall,
+            exited(0, r#"{"decision": "maybe"}"#, ""),
+            OnError::Allow,
+        );
+        assert!(
+            report
+                .expect("reported")
+                .contains(r#"decision "maybe" is not "allow", "deny" or "block""#)
+        );
+        // A BOM alone is an empty answer.
+        let (o, report) = interpret(
+            "h",
+            HookEventKind::PreCall,
+            exited(0, "\u{feff}\n", ""),
+            OnError::Deny,
+        );
+        assert_eq!(
+            (o, report),
+            (HookOutcome::Allow(HookAnswer::default()), None)
+        );
     }
 
     #[test]
