@@ -178,7 +178,7 @@ fn configuration_templates_are_checked_when_compiled() {
     for (toml, says) in [
         (
             "[tools.x]\ndescription_template = \"part(\"",
-            "[tools.\"x\"]: description template line 1: does not parse",
+            "[tools.\"x\"]: description template line 1, column 6: does not parse",
         ),
         (
             "[template.vars]\nname = 1",

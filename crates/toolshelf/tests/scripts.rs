@@ -708,6 +708,11 @@ async fn a_definition_nested_past_the_bound_is_refused_and_the_gateway_goes_on()
             ),
             "tool_define \"formatted\": script line 2: does not parse: f-strings (f\"...\") are not supported; build the text with + or %",
         ),
+        (
+            "twice",
+            "def run(params):\n    return dict(kind=\"a\" kind=\"b\")\n",
+            "tool_define \"twice\": script line 2, column 26: does not parse: ",
+        ),
     ] {
         let e = err(&exec(&client, "tool_define", definition(name, script)).await);
         assert!(e.contains(says), "{name}: {e}");

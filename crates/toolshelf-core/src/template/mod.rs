@@ -55,7 +55,10 @@
 //! (`nesting`); and [`check_syntax`], [`defines_function`], [`render`] and [`findings`] parse on
 //! a thread of their own whose stack holds the deepest nesting a source of its size can have
 //! (`stack_for`), so that what the count misses in a source (a model's `tool_define` script
-//! included) is an error, not a stack overflow that aborts the process.
+//! included) is an error, not a stack overflow that aborts the process. A source that Starlark
+//! cannot parse is an error naming the line and the column (from 1, in characters) where its
+//! parser stopped (`line 1, column 12: does not parse: ...`); a refusal by the nesting count
+//! names the line.
 //!
 //! Script tools use the same language: a script file is evaluated in this environment for its
 //! definition ([`script_definition`]: `description`, `schema`, `def run(params)`), and run by
@@ -224,7 +227,10 @@ pub struct TemplateError {
     /// `description template`, or `script` for a script tool's definition or run.
     pub what: &'static str,
     /// The line (from 1), when known.
-    pub line: Option<usize>,
+    pub line: Option<u32>,
+    /// The column (from 1, in characters) within [`TemplateError::line`], when known: where
+    /// Starlark's parser stopped, for a source that does not parse.
+    pub column: Option<u32>,
     /// What went wrong.
     pub kind: TemplateErrorKind,
 }
@@ -234,6 +240,9 @@ impl fmt::Display for TemplateError {
         write!(f, "{}: {}", self.owner, self.what)?;
         if let Some(l) = self.line {
             write!(f, " line {l}")?;
+            if let Some(c) = self.column {
+                write!(f, ", column {c}")?;
+            }
         }
         write!(f, ": {}", self.kind)
     }
@@ -270,9 +279,15 @@ fn globals() -> &'static Globals {
     GLOBALS.get_or_init(|| environment(|_| {}))
 }
 
-fn line_of(e: &starlark::Error) -> Option<usize> {
+/// A line or column (from 1) as [`TemplateError`] holds it. Sources are under 4 GiB, so it
+/// fits; `u32`, as Starlark's own positions are, keeps the error small.
+fn position(n: usize) -> Option<u32> {
+    u32::try_from(n).ok()
+}
+
+fn line_of(e: &starlark::Error) -> Option<u32> {
     if let Some(span) = e.span() {
-        return Some(span.resolve_span().begin.line + 1);
+        return position(span.resolve_span().begin.line + 1);
     }
     e.call_stack()
         .clone()
@@ -280,7 +295,7 @@ fn line_of(e: &starlark::Error) -> Option<usize> {
         .iter()
         .rev()
         .find_map(|f| f.location.as_ref())
-        .map(|s| s.resolve_span().begin.line + 1)
+        .and_then(|s| position(s.resolve_span().begin.line + 1))
 }
 
 fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
@@ -289,7 +304,8 @@ fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
     let refused = |line: usize, message: String| TemplateError {
         owner: owner.to_owned(),
         what: "description template",
-        line: Some(line),
+        line: position(line),
+        column: None,
         kind: TemplateErrorKind::Syntax(message),
     };
     match nesting::check(source, nesting::MAX_DEPTH) {
@@ -310,11 +326,15 @@ fn parse(source: &str, owner: &str) -> Result<AstModule, TemplateError> {
             ));
         }
     }
-    AstModule::parse(FILE, source.to_owned(), &dialect()).map_err(|e| TemplateError {
-        owner: owner.to_owned(),
-        what: "description template",
-        line: line_of(&e),
-        kind: TemplateErrorKind::Syntax(e.without_diagnostic().to_string()),
+    AstModule::parse(FILE, source.to_owned(), &dialect()).map_err(|e| {
+        let at = e.span().map(|span| span.resolve_span().begin);
+        TemplateError {
+            owner: owner.to_owned(),
+            what: "description template",
+            line: at.and_then(|p| position(p.line + 1)),
+            column: at.and_then(|p| position(p.column + 1)),
+            kind: TemplateErrorKind::Syntax(e.without_diagnostic().to_string()),
+        }
     })
 }
 
@@ -356,6 +376,7 @@ fn on_deep_stack<T: Send>(
                 owner: owner.to_owned(),
                 what: "description template",
                 line: None,
+                column: None,
                 kind: TemplateErrorKind::Failed(format!(
                     "cannot start a thread to read it ({e}); try again"
                 )),
@@ -730,10 +751,11 @@ fn evaluate(
         Job::Define | Job::Run(_) => "script",
     };
     let ast = parse(source, owner).map_err(|e| TemplateError { what, ..e })?;
-    let err = |line: Option<usize>, kind: TemplateErrorKind| TemplateError {
+    let err = |line: Option<u32>, kind: TemplateErrorKind| TemplateError {
         owner: owner.to_owned(),
         what,
         line,
+        column: None,
         kind,
     };
     FAULT.with(|f| f.borrow_mut().take());
@@ -929,7 +951,8 @@ fn findings_in(
             let message = TemplateError {
                 owner: owner.to_owned(),
                 what: "description template",
-                line: Some(line),
+                line: position(line),
+                column: None,
                 kind: k,
             }
             .to_string();

@@ -459,3 +459,39 @@ fn a_value_that_is_not_text_is_named_with_its_article() {
         "{e}"
     );
 }
+
+/// A source that does not parse is reported with the line and the column (from 1, in
+/// characters) where Starlark's parser stopped, whichever way it is read.
+#[test]
+fn a_parse_error_names_its_line_and_column() {
+    let source = "description = join([part(\"Repository:\", pkg.tool), tag(\"workspace\", session.workspace, kind=\"a\" kind=\"b\")])\n";
+    let column = source.find(" kind=\"b\"").expect("the second kind") + 2;
+    let says =
+        format!("tool \"t\": description template line 1, column {column}: does not parse: ");
+    let e = run(source).expect_err("does not parse");
+    assert_eq!((e.line, e.column), (Some(1), u32::try_from(column).ok()));
+    assert!(e.to_string().starts_with(&says), "{e}");
+    assert!(e.to_string().contains("'kind'"), "{e}");
+    let e = check_syntax(source, "tool \"t\"").expect_err("does not parse");
+    assert!(e.to_string().starts_with(&says), "{e}");
+    // Counted in characters (the string before it has 5 more bytes), on the line the parser
+    // stopped on.
+    let e = check_syntax("x = 1\ny = 'Größe → ü' 'a' z\n", "f.star").expect_err("does not parse");
+    assert!(
+        e.to_string()
+            .starts_with("f.star: description template line 2, column 17: does not parse: "),
+        "{e}"
+    );
+    // A script tool's definition and run say `script`.
+    let script = "description = 'x'\nschema = {}\ndef run(params):\n    return dict(a=1 b=2)\n";
+    let e = script_definition(script, "script tool \"s\"", &pkg(), &session())
+        .expect_err("does not parse");
+    assert!(
+        e.to_string()
+            .starts_with("script tool \"s\": script line 4, column 21: does not parse: "),
+        "{e}"
+    );
+    // Errors found when running have a line only.
+    let e = run("x = 1\npkg.teem").expect_err("unknown");
+    assert_eq!((e.line, e.column), (Some(2), None));
+}
