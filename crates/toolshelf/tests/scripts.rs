@@ -727,6 +727,61 @@ async fn a_definition_nested_past_the_bound_is_refused_and_the_gateway_goes_on()
     client.cancel().await.expect("close");
 }
 
+/// A `tool_define` call's audit record keeps the whole definition however its script is padded:
+/// with `keep_dir = ""` it is the only record of what the tool runs. The same params sent to a
+/// server's tool are shortened as any params.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_is_audited_whole() {
+    let s = Scratch::new("gateway-authoring-audit");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[authoring]\nenabled = true\nkeep_dir = \"\"\n{}",
+            named_server(
+                "notes",
+                &json!([tool("add_note", "Add a note.", json!({"type": "object"}))]),
+                ""
+            ),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(
+        &client,
+        json!({"tool_names": ["tool_define", "mcp__notes__add_note"]}),
+    )
+    .await);
+    let script = format!(
+        "# {}\ndef run(params):\n    return params[\"text\"].upper() + \"!\"\n",
+        "padding ".repeat(520)
+    );
+    let params = definition("shout", &script);
+    assert!(params.to_string().len() > 4096);
+    ok(&exec(&client, "tool_define", params.clone()).await);
+    assert_eq!(
+        ok(&exec(&client, "shout", json!({"text": "hi"})).await),
+        "HI!"
+    );
+    exec(&client, "mcp__notes__add_note", params.clone()).await;
+    client.cancel().await.expect("close");
+
+    let defined = s.calls_of("tool_define");
+    assert_eq!(defined.len(), 1, "{defined:?}");
+    assert_eq!(defined[0]["params"], params);
+    let noted = s.calls_of("mcp__notes__add_note");
+    assert_eq!(noted.len(), 1, "{noted:?}");
+    assert_eq!(
+        noted[0]["params"]["_truncated_bytes"],
+        json!(params.to_string().len()),
+        "{noted:?}"
+    );
+    let cut = noted[0]["params"]["script"].as_str().unwrap_or_default();
+    assert!(
+        cut.ends_with(" characters)") && !cut.contains("upper"),
+        "{cut}"
+    );
+}
+
 const FAILS_LONG: &str = r#"
 description = "Fails with a long message."
 schema = {}
