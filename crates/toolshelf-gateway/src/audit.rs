@@ -10,10 +10,14 @@
 //! a fresh handle; a record that still cannot be written is counted as dropped and the failure is
 //! logged once, when it starts, not per record.
 //!
-//! With `[audit] required = true` (the default) no call runs while the log is failing:
-//! [`Audit::ready`] is a stage of the call pipeline, and it first tries to write a `recovered`
-//! record, so the log resumes by itself as soon as the disk has room again, saying how many
-//! records were lost.
+//! With `[audit] required = true` (the default) no call runs while the log cannot be written:
+//! [`Audit::ready`] is a stage of the call pipeline. While writes succeed it opens the path for
+//! appending again, so that a log that became unwritable since its last record (its directory
+//! removed and a file put in its place, a read-only remount, its permissions taken) refuses the
+//! very call whose record would be lost; a full disk, which only a write finds, fails the record
+//! of the call that found it and refuses the calls after it. While writes fail it tries to write
+//! a `recovered` record, so the log resumes by itself as soon as it can be written again, saying
+//! how many records were lost.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -187,8 +191,11 @@ impl Audit {
     }
 
     /// Whether a call may run as far as the audit log is concerned: always when the log is not
-    /// required; otherwise only when it can be written. A failing log is retried here, by
-    /// writing a `recovered` record that says how many records were lost.
+    /// required; otherwise only when it can be written. A log whose writes succeed is opened for
+    /// appending again (the fresh handle is the one the call's record is written with), so that
+    /// one that became unwritable since its last record refuses this call rather than losing its
+    /// record. A failing log is retried here, by writing a `recovered` record that says how many
+    /// records were lost.
     pub fn ready(&self) -> std::result::Result<(), String> {
         let Some(w) = &self.writer else {
             return Ok(());
@@ -197,9 +204,23 @@ impl Audit {
             return Ok(());
         }
         let lost = {
-            let state = w.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
             if state.failing.is_none() {
-                return Ok(());
+                return match open_append(&w.path) {
+                    Ok(file) => {
+                        state.file = Some(file);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let why = e.to_string();
+                        tracing::error!(
+                            "cannot open the audit log {} for writing: {why}; calls are refused until it can be written ([audit] required = true)",
+                            w.path.display()
+                        );
+                        state.failing = Some(why.clone());
+                        Err(format!("{}: {why}", w.path.display()))
+                    }
+                };
             }
             state.lost
         };
@@ -321,6 +342,47 @@ mod tests {
             .expect_err("full");
         optional.ready().expect("not required: calls go on");
         assert_eq!(optional.status().expect("status").dropped, 1);
+    }
+
+    #[test]
+    fn a_log_that_became_unwritable_refuses_the_next_call_before_it_runs() {
+        let dir = scratch("unwritable");
+        let path = dir.join("logs/audit.jsonl");
+        let audit = Audit::open(&path, true, "test").expect("open");
+        audit.ready().expect("writable");
+        audit
+            .append(&Audit::record(AuditKind::Search))
+            .expect("first");
+        // A file where the log's directory was: the path cannot be opened any more, though no
+        // write has failed yet.
+        std::fs::remove_dir_all(dir.join("logs")).expect("rm");
+        std::fs::write(dir.join("logs"), "").expect("a file in the way");
+        let refused = audit.ready().expect_err("refused before the call runs");
+        assert!(
+            refused.contains("logs/audit.jsonl") && refused.contains("is a file"),
+            "{refused}"
+        );
+        let s = audit.status().expect("status");
+        assert_eq!(s.dropped, 0, "no record was lost");
+        assert!(s.error.is_some());
+        // Once the path can be written again, calls go on, after a record saying none was lost.
+        std::fs::remove_file(dir.join("logs")).expect("clear the way");
+        audit.ready().expect("recovered");
+        let got = lines(&path);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0]["outcome"], "recovered");
+        assert!(
+            got[0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("0 records were lost")),
+            "{got:?}"
+        );
+        // Not required: calls go on whatever the log's state.
+        let optional = Audit::open(&dir.join("other/audit.jsonl"), false, "test").expect("open");
+        std::fs::remove_dir_all(dir.join("other")).expect("rm");
+        std::fs::write(dir.join("other"), "").expect("a file in the way");
+        optional.ready().expect("not required");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use rmcp::service::{ElicitationMode, NotificationContext, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
-use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord, capped_params};
+use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord};
 use toolshelf_core::authoring;
 use toolshelf_core::catalog::Origin;
 use toolshelf_core::hook::{Hook, HookEvent, HookEventKind};
@@ -681,7 +681,7 @@ impl GatewaySession {
             .map(|&i| snap.catalog.tools()[i].name.clone())
             .collect();
         let mut r = self.record(AuditKind::Search);
-        r.params = Some(capped_params(&args));
+        r.set_params(&args);
         r.outcome = Some(outcome.outcome.into());
         r.loaded = Some(
             outcome
@@ -739,12 +739,14 @@ impl GatewaySession {
         result
     }
 
-    /// Asks the user through MCP elicitation.
+    /// Asks the user through MCP elicitation. `script`: the tool is one the model wrote in this
+    /// session, which runs this script; the question says so and shows it.
     async fn ask(
         &self,
         context: &RequestContext<RoleServer>,
         tool: &str,
         params: &Map<String, Value>,
+        script: Option<&str>,
     ) -> Result<(), AskRefusal> {
         if !context
             .peer
@@ -755,7 +757,10 @@ impl GatewaySession {
         }
         let schema = serde_json::from_value(json!({"type": "object", "properties": {}}))
             .map_err(|e| AskRefusal::Failed(format!("cannot build the approval request: {e}")))?;
-        let message = invoke::approval_question(tool, params)?;
+        let message = match script {
+            Some(script) => invoke::authored_approval_question(tool, params, script)?,
+            None => invoke::approval_question(tool, params)?,
+        };
         let request = ElicitRequestParams::FormElicitationParams {
             meta: None,
             message,
@@ -772,7 +777,7 @@ impl GatewaySession {
     /// may rewrite them); `ask` records the outcome of asking the user, if a rule asked.
     async fn admit(
         &self,
-        snap: &Snapshot,
+        snap: &Arc<Snapshot>,
         requested: &str,
         params: &mut Map<String, Value>,
         via: Via,
@@ -805,13 +810,36 @@ impl GatewaySession {
                 local.state.turn(),
             )?;
         }
-        let validator = snap.validator(i);
-        invoke::validate(i, &validator, params)?;
+        // The schema may be the model's own (`tool_define`), as costly to compile and to check
+        // against as it chose: both run off the async workers.
+        let (given, checked) = {
+            let (view, given) = (snap.clone(), std::mem::take(params));
+            toolshelf_runtime::off_workers(move || {
+                let validator = view.validator(i);
+                let checked = invoke::validate(i, &validator, &given).map(|()| validator);
+                (given, checked)
+            })
+            .await
+        };
+        *params = given;
+        let validator = checked?;
         let permissions = self.hub.compiled().permissions();
         if let Authorization::Ask { because } =
             invoke::authorize(&snap.catalog, permissions, i, params)?
         {
-            let answer = self.ask(context, &tool.name, params).await;
+            let script = if tool.origin == Origin::Model {
+                let local = self.local.lock().await;
+                local
+                    .authored
+                    .iter()
+                    .find(|t| t.name() == tool.original_name)
+                    .map(|t| t.script.clone())
+            } else {
+                None
+            };
+            let answer = self
+                .ask(context, &tool.name, params, script.as_deref())
+                .await;
             *ask = Some(ask_label(&answer));
             invoke::approved(i, &because, answer)?;
         }
@@ -822,8 +850,11 @@ impl GatewaySession {
             event.params = Some(params.clone());
             let pre = hooks::run(hooks, Some(tool), event).await;
             self.report_hook_failures(&pre, Some(&tool.name));
-            if let Some(rewritten) = invoke::after_pre_call(i, &validator, pre.denial, pre.params)?
-            {
+            let (denial, rewritten) = (pre.denial, pre.params);
+            let after = toolshelf_runtime::off_workers(move || {
+                invoke::after_pre_call(i, &validator, denial, rewritten)
+            });
+            if let Some(rewritten) = after.await? {
                 *params = rewritten;
             }
             guidance = pre.guidance;
@@ -919,7 +950,7 @@ impl GatewaySession {
                 .tool()
                 .and_then(|i| tools[i].original_server.clone()),
         };
-        r.params = Some(capped_params(params));
+        r.set_params(params);
         r.outcome = Some(refusal.kind().as_str().into());
         r.detail = Some(refusal.detail(&snap.catalog));
         r.ask = ask.map(str::to_owned);
@@ -1031,7 +1062,7 @@ impl GatewaySession {
         record.via = Some(via);
         record.tool = Some(name.to_owned());
         record.server = server.as_ref().map(|s| s.name().to_owned());
-        record.params = Some(capped_params(&params));
+        record.set_params(&params);
         record.duration_ms = Some(started.elapsed().as_millis() as u64);
         record.ask = ask.map(str::to_owned);
         let mut event = self.call_event(HookEventKind::PostCall, tool, server.as_deref(), via);
@@ -1107,7 +1138,14 @@ impl GatewaySession {
             self.enrich(base, &view).await;
             return view;
         }
-        match base.with_authored(&local.authored, self.hub.compiled()) {
+        // The view compiles and checks every schema, the model's own among them: off the async
+        // workers.
+        let (hub, built_on, authored) = (self.hub.clone(), base.clone(), local.authored.clone());
+        let view = toolshelf_runtime::off_workers(move || {
+            built_on.with_authored(&authored, hub.compiled())
+        })
+        .await;
+        match view {
             Ok(view) => {
                 let view = Arc::new(view);
                 local.overlay = Some((base.clone(), view.clone()));
@@ -1152,7 +1190,7 @@ impl GatewaySession {
     /// Runs `tool_define` or a tool the model wrote, in a runner process.
     async fn run_own(
         &self,
-        snap: &Snapshot,
+        snap: &Arc<Snapshot>,
         i: usize,
         params: &Map<String, Value>,
     ) -> CallToolResult {
@@ -1187,16 +1225,27 @@ impl GatewaySession {
 
     /// `tool_define`: checks the definition and keeps it in this session, whose catalog then
     /// holds it (searchable at once, announced on the next result). The frozen list is untouched.
-    async fn define(&self, snap: &Snapshot, params: &Map<String, Value>) -> CallToolResult {
+    async fn define(&self, snap: &Arc<Snapshot>, params: &Map<String, Value>) -> CallToolResult {
         let limits = &self.hub.config().authoring;
         let mut local = self.local.lock().await;
-        let tool = match authoring::check(
-            params,
-            &snap.catalog,
-            &snap.exposure,
-            self.hub.compiled(),
+        // Checking compiles the schema the model wrote, which costs what the model chose: off
+        // the async workers.
+        let (hub, view, given, defined) = (
+            self.hub.clone(),
+            snap.clone(),
+            params.clone(),
             local.authored.len(),
-        ) {
+        );
+        let checked = toolshelf_runtime::off_workers(move || {
+            authoring::check(
+                &given,
+                &view.catalog,
+                &view.exposure,
+                hub.compiled(),
+                defined,
+            )
+        });
+        let tool = match checked.await {
             Ok(tool) => tool,
             Err(e) => return error_result(e),
         };

@@ -190,7 +190,7 @@ pub async fn prepare(
         failed: store_failed,
     } = loaded;
     let base_figures = session.figures.clone();
-    let shelf = proxy.shelf(dialect, tools, &session.authored)?;
+    let shelf = proxy.shelf(dialect, tools, &session.authored).await?;
     let api_name = dialect.api().name();
     // The key of each client entry: the retry check here and the injected blocks below.
     let links = chains(crate::api::conversation(dialect, &body));
@@ -1501,7 +1501,7 @@ impl Turn {
     async fn run_own(
         &mut self,
         proxy: &Proxy,
-        shelf: &Shelf,
+        shelf: &Arc<Shelf>,
         i: usize,
         own: Own,
         params: Map<String, Value>,
@@ -1532,7 +1532,7 @@ impl Turn {
                     None => return Err(format!("{:?} is not a tool of this session", tool.name)),
                 }
             }
-            Own::Define => return Ok(self.define(proxy, shelf, &params)),
+            Own::Define => return Ok(self.define(proxy, shelf, params).await),
         };
         // A script that failed or was stopped is a result reporting the error, as the
         // gateway's scripts server answers it.
@@ -1545,21 +1545,31 @@ impl Turn {
     /// `tool_define`: checks the definition, keeps it in the session and rebuilds this request's
     /// catalog with it, so the tool is searchable and callable in the next round. The frozen
     /// tool list is not touched; the next request's change notice announces the tool.
-    fn define(
+    async fn define(
         &mut self,
         proxy: &Proxy,
-        shelf: &Shelf,
-        params: &Map<String, Value>,
+        shelf: &Arc<Shelf>,
+        params: Map<String, Value>,
     ) -> (String, bool) {
         let session = &mut self.prepared.session;
         let limits = &proxy.compiled.config().authoring;
-        let (tool, replaces) = match authoring::check_redefinition(
-            params,
-            &shelf.catalog,
-            &shelf.exposure,
-            &proxy.compiled,
-            &session.authored,
-        ) {
+        // Checking compiles the schema the model wrote, which costs what the model chose: off
+        // the async workers (and so does the catalog rebuilt with it, see `Proxy::shelf`).
+        let (view, compiled, authored) = (
+            shelf.clone(),
+            proxy.compiled.clone(),
+            session.authored.clone(),
+        );
+        let checked = toolshelf_runtime::off_workers(move || {
+            authoring::check_redefinition(
+                &params,
+                &view.catalog,
+                &view.exposure,
+                &compiled,
+                &authored,
+            )
+        });
+        let (tool, replaces) = match checked.await {
             Ok(found) => found,
             Err(e) => return (e, true),
         };
@@ -1570,11 +1580,14 @@ impl Turn {
             Some(k) => session.authored[k] = tool.clone(),
             None => session.authored.push(tool.clone()),
         }
-        match proxy.shelf(
-            self.prepared.dialect,
-            &self.prepared.client_tools,
-            &session.authored,
-        ) {
+        match proxy
+            .shelf(
+                self.prepared.dialect,
+                &self.prepared.client_tools,
+                &session.authored,
+            )
+            .await
+        {
             Ok(next) => self.prepared.shelf = next,
             Err(e) => {
                 session.authored = before;
@@ -1597,7 +1610,7 @@ impl Turn {
     async fn admit(
         &self,
         proxy: &Proxy,
-        shelf: &Shelf,
+        shelf: &Arc<Shelf>,
         requested: &str,
         params: Map<String, Value>,
         via_defer: bool,
@@ -1615,8 +1628,16 @@ impl Turn {
                 state.turn(),
             )?;
         }
-        let validator = shelf.validator(i);
-        invoke::validate(i, &validator, &params)?;
+        // The schema may be the model's own (`tool_define`), as costly to compile and to check
+        // against as it chose: both run off the async workers.
+        let view = shelf.clone();
+        let (params, checked) = toolshelf_runtime::off_workers(move || {
+            let validator = view.validator(i);
+            let checked = invoke::validate(i, &validator, &params).map(|()| validator);
+            (params, checked)
+        })
+        .await;
+        let validator = checked?;
         // An `ask` rule is the client's to ask: its own permission prompt sees the real call. A
         // tool the proxy runs itself never reaches the client, so nobody could be asked: refused.
         let verdict = invoke::authorize(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
@@ -1632,7 +1653,11 @@ impl Turn {
             event.via_defer_execute = Some(via_defer);
             event.params = Some(params.clone());
             let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
-            let rewritten = invoke::after_pre_call(i, &validator, pre.denial, pre.params)?;
+            let (denial, rewritten) = (pre.denial, pre.params);
+            let rewritten = toolshelf_runtime::off_workers(move || {
+                invoke::after_pre_call(i, &validator, denial, rewritten)
+            })
+            .await?;
             return Ok((i, rewritten.unwrap_or(params)));
         }
         Ok((i, params))
@@ -1643,7 +1668,7 @@ impl Turn {
     async fn pass_along(
         &mut self,
         proxy: &Proxy,
-        shelf: &Shelf,
+        shelf: &Arc<Shelf>,
         c: Call,
         via_defer: bool,
     ) -> Result<Call, ProxyResult> {
@@ -1670,7 +1695,7 @@ impl Turn {
     async fn admit_passed(
         &self,
         proxy: &Proxy,
-        shelf: &Shelf,
+        shelf: &Arc<Shelf>,
         c: &Call,
         via_defer: bool,
     ) -> Result<Call, (RefusalKind, String)> {
@@ -1693,10 +1718,13 @@ impl Turn {
         event.via_defer_execute = Some(via_defer);
         event.params = Some(params.clone());
         let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
-        let validator = shelf.passed_validator(i);
-        let input = invoke::after_pre_call(i, &validator, pre.denial, pre.params)
-            .map_err(refused)?
-            .unwrap_or(params);
+        let (view, denial, rewritten) = (shelf.clone(), pre.denial, pre.params);
+        let input = toolshelf_runtime::off_workers(move || {
+            invoke::after_pre_call(i, &view.passed_validator(i), denial, rewritten)
+        })
+        .await
+        .map_err(refused)?
+        .unwrap_or(params);
         Ok(Call { input, ..c.clone() })
     }
 

@@ -150,21 +150,35 @@ impl Proxy {
     }
 
     /// The shelf of a tools array in a session whose model wrote `authored` tools (left out
-    /// when [`Self::authoring`] is off).
-    pub fn shelf(
+    /// when [`Self::authoring`] is off). One not built yet is built on the blocking pool: it
+    /// compiles and checks every schema, the model's own among them, which cost what their
+    /// authors chose, and embeds the tools for the search.
+    pub async fn shelf(
         &self,
         dialect: Dialect,
         tools: &[serde_json::Value],
         authored: &[toolshelf_core::authoring::Authored],
     ) -> std::result::Result<Arc<Shelf>, String> {
         let on = self.authoring();
-        let own = OwnTools {
-            scripts: &self.script_items,
-            define: on,
-            authored: if on { authored } else { &[] },
-        };
-        self.shelves
-            .get(dialect, tools, own, &self.compiled, self.enrich.as_ref())
+        let authored = if on { authored } else { &[] };
+        let key = Shelves::key(tools, authored);
+        if let Some(shelf) = self.shelves.cached(key, dialect) {
+            return Ok(shelf);
+        }
+        let (tools, scripts, authored) =
+            (tools.to_vec(), self.script_items.clone(), authored.to_vec());
+        let (compiled, enrich) = (self.compiled.clone(), self.enrich.clone());
+        let built = tokio::task::spawn_blocking(move || {
+            let own = OwnTools {
+                scripts: &scripts,
+                define: on,
+                authored: &authored,
+            };
+            Shelf::build(dialect, &tools, own, &compiled, enrich.as_ref())
+        })
+        .await
+        .map_err(|e| format!("building the request's catalog failed: {e}"))??;
+        Ok(self.shelves.keep(key, dialect, built))
     }
 
     /// The catalog of the most recent request with tools, for the dashboard.

@@ -14,7 +14,8 @@
 //!
 //! Building one is the expensive part of a request (parsing every schema, the search index, the
 //! token counts), and a client sends the same array on every request: shelves are cached by a
-//! hash of the array's bytes.
+//! hash of the array's bytes, and one not cached is built on the blocking pool (see
+//! `Proxy::shelf`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -572,31 +573,31 @@ impl Shelves {
             .map(|(_, _, s)| s.clone())
     }
 
-    /// The shelf of `tools` with `own` tools, built on first use.
-    pub fn get(
-        &self,
-        dialect: Dialect,
-        tools: &[Value],
-        own: OwnTools<'_>,
-        compiled: &Compiled,
-        enrich: Option<&toolshelf_runtime::enrich::Enricher>,
-    ) -> Result<Arc<Shelf>, String> {
-        // Script tools and `tool_define` are the same for every request; the model's tools are
-        // the session's.
-        let key = hash_tools(tools.iter().chain(own.authored.iter().map(|t| &t.item)));
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(pos) = cache
-                .iter()
-                .position(|(k, d, _)| *k == key && *d == dialect)
-            {
-                let hit = cache.remove(pos);
-                let shelf = hit.2.clone();
-                cache.push(hit);
-                return Ok(shelf);
-            }
+    /// The key of the shelf of `tools` with the model's `authored` tools (script tools and
+    /// `tool_define` are the same for every request; the model's tools are the session's).
+    pub fn key(tools: &[Value], authored: &[toolshelf_core::authoring::Authored]) -> u64 {
+        hash_tools(tools.iter().chain(authored.iter().map(|t| &t.item)))
+    }
+
+    /// The shelf of `key` (see [`Self::key`]) in `dialect`, if it was built.
+    pub fn cached(&self, key: u64, dialect: Dialect) -> Option<Arc<Shelf>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let pos = cache
+            .iter()
+            .position(|(k, d, _)| *k == key && *d == dialect)?;
+        let hit = cache.remove(pos);
+        let shelf = hit.2.clone();
+        cache.push(hit);
+        Some(shelf)
+    }
+
+    /// Keeps `shelf`, just built, as the shelf of `key` in `dialect`, logging the warnings not
+    /// logged before. Returns the shelf kept: one another request built meanwhile, if any.
+    pub fn keep(&self, key: u64, dialect: Dialect, shelf: Shelf) -> Arc<Shelf> {
+        if let Some(built) = self.cached(key, dialect) {
+            return built;
         }
-        let shelf = Arc::new(Shelf::build(dialect, tools, own, compiled, enrich)?);
+        let shelf = Arc::new(shelf);
         {
             let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
             for w in &shelf.warnings {
@@ -614,7 +615,7 @@ impl Shelves {
             cache.remove(0);
         }
         cache.push((key, dialect, shelf.clone()));
-        Ok(shelf)
+        shelf
     }
 }
 

@@ -27,6 +27,20 @@ pub fn kill_process_group(pgid: u32) {
     let _ = pgid;
 }
 
+/// Runs `work` on the blocking pool and waits for it. For CPU work whose cost the caller does
+/// not bound (checking params against a schema the model wrote, compiling such a schema): on a
+/// runtime worker it would hold that worker, and every request waiting on it. A panic in `work`
+/// goes on here, as if it had run inline.
+pub async fn off_workers<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("work on the blocking pool did not run: {e}"),
+        },
+    }
+}
+
 /// An error with the errors that caused it, as `a: b: c`, each said once. HTTP clients say what
 /// failed at the top (`error sending request for url (...)`) and why (`Connection refused`)
 /// only at the bottom of the chain.

@@ -1,7 +1,7 @@
 //! End-to-end tests of the gateway's rules and records: names that collide, permission rules that
 //! must hold on every name of a tool, schemas that do not compile, the audit log's fidelity and
 //! its failure, the files the gateway keeps (status per process, a private default directory),
-//! and tools that arrive after the session froze its list. Real `toolshelf` binary, real rmcp
+//! tools that arrive after the session froze its list, and the approval of a model-written tool. Real `toolshelf` binary, real rmcp
 //! client, and `fixtures/named_server.py` as downstream servers with tools chosen per test.
 
 mod common;
@@ -469,6 +469,88 @@ async fn calls_are_refused_while_a_required_audit_log_cannot_be_written() {
         );
         client.cancel().await.expect("close");
     }
+}
+
+/// A required log that became unwritable since its last record (its directory replaced by a
+/// file) refuses the very next call, which would otherwise run and lose its record; once the
+/// path can be written again, calls run and are recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_log_that_became_unwritable_refuses_the_next_call() {
+    let s = Scratch::new("unwritable");
+    let config = format!(
+        "{}[audit]\npath = {:?}\nrequired = true\n[cache]\npath = {:?}\n",
+        named_server("s", &json!([tool("t", "a tool", empty())]), ""),
+        s.path("logs/audit.jsonl"),
+        s.path("cache"),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__s__t"]})).await);
+    std::fs::remove_dir_all(s.path("logs")).expect("remove the log's directory");
+    std::fs::write(s.path("logs"), "").expect("a file in its place");
+    let e = err(&exec(&client, "mcp__s__t", json!({})).await);
+    assert!(
+        e.starts_with("mcp__s__t was not run: toolshelf must record every call")
+            && e.contains(&format!("{} is a file", s.path("logs"))),
+        "{e}"
+    );
+    std::fs::remove_file(s.path("logs")).expect("clear the way");
+    assert!(ok(&exec(&client, "mcp__s__t", json!({})).await).contains("\"server\":\"s\""));
+    client.cancel().await.expect("close");
+    let audit = s.audit_at("logs/audit.jsonl");
+    let outcomes: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap_or_default(),
+                r["outcome"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes[..2],
+        [("audit", "recovered"), ("call", "ok")],
+        "{audit:?}"
+    );
+}
+
+/// Approving a call of a tool the model wrote in the session: the question says the model wrote
+/// it and shows its script, after its arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approving_a_model_written_tool_shows_its_script() {
+    let s = Scratch::new("ask-authored");
+    let config = format!(
+        "{}{}[authoring]\nenabled = true\nkeep_dir = \"\"\n[permissions]\ndefault = \"ask\"\nallow = [\"^tool_define$\"]\n",
+        named_server("s", &json!([tool("t", "a tool", empty())]), ""),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::answering(true)).await;
+    ok(&search(&client, json!({"tool_names": ["tool_define"]})).await);
+    let script = "def run(params):\n    return 'up: ' + params['service']\n";
+    ok(&exec(
+        &client,
+        "tool_define",
+        json!({"name": "check_status", "description": "Check a service's status.",
+               "schema": {"type": "object", "properties": {"service": {"type": "string"}}},
+               "script": script}),
+    )
+    .await);
+    assert_eq!(
+        ok(&exec(&client, "check_status", json!({"service": "web"})).await),
+        "up: web"
+    );
+    let asked = client.service().asked.lock().expect("asked").clone();
+    assert_eq!(
+        asked,
+        [
+            "Allow the agent to run check_status with these arguments? check_status is not a \
+configured tool: the model wrote it in this session (tool_define), and its whole script (2 lines, \
+55 characters) is shown after the arguments.\n{\n  \"service\": \"web\"\n}\nScript of \
+check_status, as the model wrote it:\ndef run(params):\n    return 'up: ' + params['service']"
+        ]
+    );
+    client.cancel().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

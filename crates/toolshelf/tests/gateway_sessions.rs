@@ -1,7 +1,8 @@
 //! End-to-end tests of a gateway session's life: calls the client cancels or leaves behind,
 //! `session_start` hooks before the first call, hooks whose replacement result is not a result,
-//! and the end of every HTTP session when the server is stopped. The real `toolshelf serve`
-//! binary in front of `fixtures/test_server.py`, driven by rmcp's client over stdio and HTTP.
+//! the end of every HTTP session when the server is stopped, and a call slow to check that holds
+//! no other session. The real `toolshelf serve` binary in front of `fixtures/test_server.py`,
+//! driven by rmcp's client over stdio and HTTP.
 
 mod common;
 
@@ -584,4 +585,115 @@ async fn a_second_signal_stops_the_http_server_at_once() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     drop(client);
+}
+
+/// `toolshelf serve --config CONFIG --http 127.0.0.1:0` on a runtime of one async worker: work a
+/// request does on the worker instead of the blocking pool holds every other session's requests.
+/// Returns the child and the URL it serves.
+fn one_worker_http_gateway(config: &str) -> (Reaped, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(TOOLSHELF)
+        .args(["serve", "--config", config, "--http", "127.0.0.1:0"])
+        .env("TOOLSHELF_LOG", "warn")
+        .env("TOKIO_WORKER_THREADS", "1")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn toolshelf serve --http");
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("toolshelf exited before serving")
+            .expect("stderr line");
+        eprintln!("{line}");
+        if let Some(rest) = line.strip_prefix("toolshelf: serving MCP at ") {
+            break rest.trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
+    (Reaped(child), url)
+}
+
+/// The CPU time process `pid` has used so far, in clock ticks (user and system).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The fields after the command (in parentheses, which may hold spaces): utime and stime are
+    // the 12th and 13th of them.
+    let after = stat.rsplit_once(')').expect("a stat line").1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// A model-written tool whose schema costs minutes of CPU to check a call against (a
+/// backtracking pattern on each of thousands of properties): while one session's call of it is
+/// being checked, another session opens, lists and searches. The check runs off the async
+/// workers, so even a gateway with a single one serves the other session meanwhile.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_check_of_one_sessions_call_holds_no_other_session() {
+    let s = Scratch::new("slow-check");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[authoring]\nenabled = true\nkeep_dir = \"\"\n",
+            test_server(),
+            files_sections(&s)
+        ),
+    );
+    let (gateway, url) = one_worker_http_gateway(&config);
+    let slow = http_client(&url, TestClient::default()).await;
+    ok(&search(&slow, json!({"tool_names": ["tool_define"]})).await);
+    const PROPERTIES: usize = 3000;
+    let properties: serde_json::Map<String, Value> = (0..PROPERTIES)
+        .map(|i| {
+            let pattern = json!({"type": "string", "pattern": "^(?:(a|a)*(?=b)c|a*)$"});
+            (format!("p{i}"), pattern)
+        })
+        .collect();
+    let defined = ok(&exec(
+        &slow,
+        "tool_define",
+        json!({"name": "slow", "description": "Takes many strings of a.",
+               "schema": {"type": "object", "properties": properties},
+               "script": "def run(params):\n    return 'ran'\n"}),
+    )
+    .await);
+    assert!(defined.contains("Defined slow"), "{defined}");
+    let params: serde_json::Map<String, Value> = (0..PROPERTIES)
+        .map(|i| (format!("p{i}"), Value::from("a".repeat(17))))
+        .collect();
+    let before = cpu_ticks(gateway.id());
+    let call = start_call(
+        &slow,
+        "defer_execute",
+        json!({"tool_name": "slow", "params": params}),
+    )
+    .await;
+    let checking = tokio::spawn(call.await_response());
+    // Seconds of CPU since the call went out: the gateway is working on it. (Linux counts
+    // /proc's times in USER_HZ, 100 a second.)
+    let ticks_per_second = 100;
+    wait_for("the gateway to work on the slow call", || async {
+        cpu_ticks(gateway.id()) >= before + 3 * ticks_per_second
+    })
+    .await;
+    let other = async {
+        let other = http_client(&url, TestClient::default()).await;
+        let names = list_names(&other).await;
+        let found = ok(&search(&other, json!({"tool_names": ["mcp__test__echo"]})).await);
+        other.cancel().await.expect("close");
+        (names, found)
+    };
+    let (names, found) = tokio::time::timeout(std::time::Duration::from_secs(60), other)
+        .await
+        .expect("another session is served while the slow call is being checked");
+    assert!(names.contains(&"tool_search".to_owned()), "{names:?}");
+    assert!(found.contains("mcp__test__echo"), "{found}");
+    assert!(
+        !checking.is_finished(),
+        "the slow call was still being checked"
+    );
+    checking.abort();
+    drop(gateway);
 }

@@ -1,11 +1,14 @@
 //! Model-written tools in the proxy at their edges: a proxy with authoring off over a session
 //! whose model wrote tools, result hooks on the calls the proxy runs itself, a client tool that
-//! takes a model-written tool's name, redefinition, and the dashboard's index. The real
-//! `toolshelf proxy` against the scripted model API.
+//! takes a model-written tool's name, redefinition, the dashboard's index, and a call slow to check
+//! that holds no other request. The real `toolshelf proxy` against the scripted model API.
 
 mod common;
 
-use common::{ProxyProc, Scratch, Upstream, anthropic_tool, messages_turn, tools};
+use common::{
+    HEADERS, ProxyProc, Reaped, Scratch, TOOLSHELF, Upstream, anthropic_tool, messages_turn, post,
+    tools,
+};
 use serde_json::{Value, json};
 
 fn turn(proxy: &ProxyProc, messages: &mut Vec<Value>) -> Value {
@@ -377,4 +380,130 @@ fn a_deep_definition_is_refused_and_long_errors_are_cut_in_the_proxy() {
             &e[..e.len().min(300)]
         );
     }
+}
+
+/// `toolshelf proxy` with `config` in front of `upstream`, on a runtime of one async worker: work
+/// a request does on the worker instead of the blocking pool holds every other request. Returns
+/// the child and its URL.
+fn one_worker_proxy(s: &Scratch, upstream: &str, config: &str) -> (Reaped, String) {
+    let config = s.write("proxy.toml", config);
+    let stderr = s.path("proxy.stderr");
+    let child = std::process::Command::new(TOOLSHELF)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config", &config])
+        .args([
+            "--anthropic-upstream",
+            upstream,
+            "--openai-upstream",
+            upstream,
+        ])
+        .env("XDG_CACHE_HOME", s.path("cache"))
+        .env("TOKIO_WORKER_THREADS", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+        .spawn()
+        .expect("spawn toolshelf proxy");
+    let mut child = Reaped(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some((line, _)) = log
+            .split("proxy listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split_once('\n'))
+        {
+            let url = line
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            return (child, url);
+        }
+        let exited = child.try_wait().expect("poll the proxy");
+        assert!(
+            exited.is_none() && std::time::Instant::now() < deadline,
+            "the proxy did not start ({exited:?}); stderr:\n{log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The CPU time process `pid` has used so far, in clock ticks (user and system).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The fields after the command (in parentheses, which may hold spaces): utime and stime are
+    // the 12th and 13th of them.
+    let after = stat.rsplit_once(')').expect("a stat line").1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// A model-written tool whose schema costs minutes of CPU to check a call against (a
+/// backtracking pattern on each of thousands of properties): while the proxy checks a call of
+/// it, another request goes through. The check runs off the async workers, so even a proxy with
+/// a single one serves the other request meanwhile.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_slow_check_of_one_call_holds_no_other_request() {
+    let s = Scratch::new("proxy-slow-check");
+    const PROPERTIES: usize = 3000;
+    let properties: serde_json::Map<String, Value> = (0..PROPERTIES)
+        .map(|i| {
+            let pattern = json!({"type": "string", "pattern": "^(?:(a|a)*(?=b)c|a*)$"});
+            (format!("p{i}"), pattern)
+        })
+        .collect();
+    let params: serde_json::Map<String, Value> = (0..PROPERTIES)
+        .map(|i| (format!("p{i}"), Value::from("a".repeat(17))))
+        .collect();
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "tool_define", "params": {
+            "name": "slow", "description": "Takes many strings of a.",
+            "schema": {"type": "object", "properties": properties},
+            "script": "def run(params):\n    return 'ran'\n"}}}]},
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "slow", "params": params}}]},
+        {"text": "done"}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\nkeep_dir = \"\"\n";
+    let (proxy, url) = one_worker_proxy(&s, &upstream.url(), config);
+    let messages = format!("{url}/v1/messages");
+    let slow = {
+        let (messages, tools) = (messages.clone(), tools());
+        std::thread::spawn(move || {
+            let body = json!({"model": "m", "max_tokens": 256, "tools": tools,
+                              "messages": [{"role": "user", "content": "make a slow tool"}]});
+            post(&messages, &body, &HEADERS)
+        })
+    };
+    // The model's call of the tool is at the proxy, and the proxy has spent seconds of CPU on it
+    // since. (Linux counts /proc's times in USER_HZ, 100 a second.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !upstream.answers().iter().any(|a| a["step"] == 2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the model's call of slow was never sent"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let before = cpu_ticks(proxy.id());
+    while cpu_ticks(proxy.id()) < before + 300 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy did not work on the slow call"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Another conversation (without tools, passed through as sent) is answered meanwhile.
+    let other = json!({"model": "m", "max_tokens": 16,
+                       "messages": [{"role": "user", "content": "hello"}]});
+    let (status, answer) = post(&messages, &other, &HEADERS);
+    assert_eq!(
+        status, 200,
+        "another request is answered while the slow call is being checked: {answer}"
+    );
+    assert!(!slow.is_finished(), "the slow call was still being checked");
+    drop(proxy);
+    let _ = slow.join();
 }
