@@ -587,44 +587,6 @@ async fn a_second_signal_stops_the_http_server_at_once() {
     drop(client);
 }
 
-/// `toolshelf serve --config CONFIG --http 127.0.0.1:0` on a runtime of one async worker: work a
-/// request does on the worker instead of the blocking pool holds every other session's requests.
-/// Returns the child and the URL it serves.
-fn one_worker_http_gateway(config: &str) -> (Reaped, String) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(TOOLSHELF)
-        .args(["serve", "--config", config, "--http", "127.0.0.1:0"])
-        .env("TOOLSHELF_LOG", "warn")
-        .env("TOKIO_WORKER_THREADS", "1")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn toolshelf serve --http");
-    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("toolshelf exited before serving")
-            .expect("stderr line");
-        eprintln!("{line}");
-        if let Some(rest) = line.strip_prefix("toolshelf: serving MCP at ") {
-            break rest.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
-    (Reaped(child), url)
-}
-
-/// The CPU time process `pid` has used so far, in clock ticks (user and system).
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // The fields after the command (in parentheses, which may hold spaces): utime and stime are
-    // the 12th and 13th of them.
-    let after = stat.rsplit_once(')').expect("a stat line").1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
-
 /// A model-written tool whose schema costs minutes of CPU to check a call against (a
 /// backtracking pattern on each of thousands of properties): while one session's call of it is
 /// being checked, another session opens, lists and searches. The check runs off the async
@@ -641,7 +603,10 @@ async fn a_slow_check_of_one_sessions_call_holds_no_other_session() {
             files_sections(&s)
         ),
     );
-    let (gateway, url) = one_worker_http_gateway(&config);
+    // One async worker: work a request did on it instead of the blocking pool would hold every
+    // other session's requests.
+    let (gateway, url) =
+        common::http_gateway_with(&config, "127.0.0.1:0", &[("TOKIO_WORKER_THREADS", "1")]);
     let slow = http_client(&url, TestClient::default()).await;
     ok(&search(&slow, json!({"tool_names": ["tool_define"]})).await);
     const PROPERTIES: usize = 3000;
@@ -663,7 +628,7 @@ async fn a_slow_check_of_one_sessions_call_holds_no_other_session() {
     let params: serde_json::Map<String, Value> = (0..PROPERTIES)
         .map(|i| (format!("p{i}"), Value::from("a".repeat(17))))
         .collect();
-    let before = cpu_ticks(gateway.id());
+    let before = common::cpu_ticks(gateway.id());
     let call = start_call(
         &slow,
         "defer_execute",
@@ -675,7 +640,7 @@ async fn a_slow_check_of_one_sessions_call_holds_no_other_session() {
     // /proc's times in USER_HZ, 100 a second.)
     let ticks_per_second = 100;
     wait_for("the gateway to work on the slow call", || async {
-        cpu_ticks(gateway.id()) >= before + 3 * ticks_per_second
+        common::cpu_ticks(gateway.id()) >= before + 3 * ticks_per_second
     })
     .await;
     let other = async {

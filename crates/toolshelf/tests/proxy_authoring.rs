@@ -428,16 +428,6 @@ fn one_worker_proxy(s: &Scratch, upstream: &str, config: &str) -> (Reaped, Strin
     }
 }
 
-/// The CPU time process `pid` has used so far, in clock ticks (user and system).
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // The fields after the command (in parentheses, which may hold spaces): utime and stime are
-    // the 12th and 13th of them.
-    let after = stat.rsplit_once(')').expect("a stat line").1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
-
 /// A model-written tool whose schema costs minutes of CPU to check a call against (a
 /// backtracking pattern on each of thousands of properties): while the proxy checks a call of
 /// it, another request goes through. The check runs off the async workers, so even a proxy with
@@ -487,8 +477,8 @@ fn a_slow_check_of_one_call_holds_no_other_request() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let before = cpu_ticks(proxy.id());
-    while cpu_ticks(proxy.id()) < before + 300 {
+    let before = common::cpu_ticks(proxy.id());
+    while common::cpu_ticks(proxy.id()) < before + 300 {
         assert!(
             std::time::Instant::now() < deadline,
             "the proxy did not work on the slow call"

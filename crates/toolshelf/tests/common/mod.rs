@@ -252,9 +252,15 @@ pub fn http_gateway(config: &str) -> (Reaped, String) {
 /// `toolshelf serve --http ADDR`; returns the child and the URL it serves (with the address
 /// `addr` names, `0.0.0.0` included).
 pub fn http_gateway_on(config: &str, addr: &str) -> (Reaped, String) {
+    http_gateway_with(config, addr, &[])
+}
+
+/// [`http_gateway_on`] with `env` set for the gateway (`TOKIO_WORKER_THREADS`, say).
+pub fn http_gateway_with(config: &str, addr: &str, env: &[(&str, &str)]) -> (Reaped, String) {
     let mut child = std::process::Command::new(TOOLSHELF)
         .args(["serve", "--config", config, "--http", addr])
         .env("TOOLSHELF_LOG", "warn")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -891,3 +897,13 @@ pub const HEADERS: [(&str, &str); 2] = [
     ("x-api-key", "test-key"),
     ("anthropic-version", "2023-06-01"),
 ];
+
+/// The CPU time process `pid` has used so far, in clock ticks (user and system).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The fields after the command (in parentheses, which may hold spaces): utime and stime are
+    // the 12th and 13th of them.
+    let after = stat.rsplit_once(')').expect("a stat line").1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
