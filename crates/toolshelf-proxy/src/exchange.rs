@@ -83,6 +83,9 @@ pub struct Prepared {
     /// The [`chains`] link of the client's conversation as sent: where the client's copy of
     /// this request's answer will sit, which keys the rounds recorded for a turn without calls.
     pub chain_end: String,
+    /// The client tool names of the session's frozen upstream list: the tools the model sees
+    /// with their schemas.
+    pub frozen_names: HashSet<String>,
 }
 
 /// Why a request goes upstream as sent.
@@ -376,6 +379,7 @@ pub async fn prepare(
         fired,
         forced,
         chain_end,
+        frozen_names,
     })))
 }
 
@@ -935,8 +939,18 @@ fn rewrite(
             let group = &conv[i..end];
             match recorded_turn(dialect, session, group, link_before(links, i)) {
                 Some(rec) => {
-                    out.extend(rec.prelude.iter().cloned());
+                    let mut prelude = rec.prelude.clone();
                     let mut last = rec.last.clone();
+                    if dialect.api() == Api::Anthropic {
+                        // A turn recorded with a call the model never finished holds it with
+                        // `{}` as its input; one recorded before that holds its text, which
+                        // the API refuses.
+                        prelude
+                            .iter_mut()
+                            .chain(&mut last)
+                            .for_each(crate::api::anthropic::object_inputs);
+                    }
+                    out.extend(prelude);
                     carry_cache_mark(dialect, group, &mut last);
                     out.extend(last);
                     pending = rec.pending.clone();
@@ -1118,7 +1132,11 @@ impl Turn {
     }
 
     /// Takes one upstream round: answers what the proxy answers and says what comes next.
-    pub async fn round(&mut self, proxy: &Proxy, round: Round) -> Next {
+    ///
+    /// A round that ended early (the output limit, see [`ended_early`]) is the request's last:
+    /// the client gets it as the model left it, with its stop reason, as it would without the
+    /// proxy, and what the proxy answered in it opens the next request.
+    pub async fn round(&mut self, proxy: &Proxy, mut round: Round) -> Next {
         self.rounds += 1;
         if self.client.envelope.is_empty() {
             self.client.envelope = round.envelope.clone();
@@ -1130,24 +1148,39 @@ impl Turn {
                 None => self.client.usage = Some(u.clone()),
             }
         }
+        let dialect = self.prepared.dialect;
+        let early = ended_early(dialect, round.stop.as_deref());
+        // The output limit cuts off the call being written: the round's last part, when it is a
+        // call.
+        let cut = match round.parts.last() {
+            Some(Part::Call(c)) if early => Some(c.id.clone()),
+            _ => None,
+        };
+        let stop = round.stop.clone().unwrap_or_default();
         let mut answered: Vec<ProxyResult> = Vec::new();
         let mut client_calls: Vec<Call> = Vec::new();
         for part in &round.parts {
-            match part {
-                Part::Raw(v) => self.client.parts.push(Part::Raw(v.clone())),
-                Part::Call(c) => match self.call(proxy, c).await {
-                    Ok(call) => {
-                        self.client.parts.push(Part::Call(call.clone()));
-                        client_calls.push(call);
-                    }
-                    Err(result) => answered.push(result),
-                },
+            let decided = match part {
+                Part::Raw(v) => {
+                    self.client.parts.push(Part::Raw(v.clone()));
+                    continue;
+                }
+                Part::Call(c) if cut.as_ref() == Some(&c.id) => {
+                    self.cut_call(proxy, c, &stop, &mut round.entries).await
+                }
+                Part::Call(c) => self.call(proxy, c).await,
+            };
+            match decided {
+                Ok(call) => {
+                    self.client.parts.push(Part::Call(call.clone()));
+                    client_calls.push(call);
+                }
+                Err(result) => answered.push(result),
             }
         }
         let max = proxy.compiled.config().proxy.max_search_rounds;
-        let dialect = self.prepared.dialect;
         // At most `max` upstream rounds: the last one's answers wait for the next request.
-        if client_calls.is_empty() && !answered.is_empty() && self.rounds < max {
+        if !early && client_calls.is_empty() && !answered.is_empty() && self.rounds < max {
             let results = dialect.result_entries(&answered, &[]);
             let conv = self
                 .prepared
@@ -1164,7 +1197,9 @@ impl Turn {
         }
         self.client.stop =
             stop_for_client(dialect, round.stop.as_deref(), !client_calls.is_empty());
-        if !answered.is_empty() && client_calls.is_empty() && !self.has_text() {
+        // The rounds ran out with calls only the proxy answers: the client is told, after
+        // whatever the model wrote.
+        if !early && !answered.is_empty() && client_calls.is_empty() {
             let note = limit_note(dialect, max);
             self.note = Some(raw_text(&note));
             self.client.parts.push(Part::Raw(note));
@@ -1212,11 +1247,9 @@ impl Turn {
         Next::Done(client_calls)
     }
 
-    fn has_text(&self) -> bool {
-        self.client.parts.iter().any(|p| matches!(p, Part::Raw(_)))
-    }
-
-    /// The [`turn_print`] of the turn the client receives.
+    /// The [`turn_print`] of the turn the client receives, its calls as the client's copy will
+    /// read: in the OpenAI formats a call the model left unfinished carries the text it wrote,
+    /// which reads back as no arguments.
     fn shown_print(&self) -> String {
         let dialect = self.prepared.dialect;
         let mut text = String::new();
@@ -1224,6 +1257,12 @@ impl Turn {
         for p in &self.client.parts {
             match p {
                 Part::Raw(v) => text.push_str(&dialect.part_text(v)),
+                Part::Call(c) if c.raw_input.is_some() && dialect.api() != Api::Anthropic => {
+                    calls.push(Call {
+                        input: Map::new(),
+                        ..c.clone()
+                    });
+                }
                 Part::Call(c) => calls.push(c.clone()),
             }
         }
@@ -1244,6 +1283,63 @@ impl Turn {
             }
         }
         text_key(&self.prepared.chain_end, &text)
+    }
+
+    /// Decides the call a round that ended early (`stop`) cut off. One the client cannot run (a
+    /// meta-tool, a tool the proxy runs itself) is not run: its result, in the next request,
+    /// tells the model so, and the log says it was dropped. Any other is decided as a whole call
+    /// would be, on its arguments as far as the model wrote them ([`arguments_so_far`]), which
+    /// the client gets (in the OpenAI formats, the text as the model wrote it, unless a hook
+    /// rewrote the params). In an Anthropic turn (`entries`) the call carries those arguments
+    /// too: the API wants an object there.
+    async fn cut_call(
+        &mut self,
+        proxy: &Proxy,
+        c: &Call,
+        stop: &str,
+        entries: &mut [Value],
+    ) -> Result<Call, ProxyResult> {
+        let dialect = self.prepared.dialect;
+        let input = match &c.raw_input {
+            Some(raw) => arguments_so_far(raw),
+            None => c.input.clone(),
+        };
+        if dialect.api() == Api::Anthropic && c.raw_input.is_some() {
+            for e in entries.iter_mut() {
+                dialect.rewrite_call(e, &c.id, &c.name, &input);
+            }
+        }
+        let shelf = self.prepared.shelf.clone();
+        let runs_here = c.name == TOOL_SEARCH
+            || c.name == DEFER_EXECUTE
+            || shelf
+                .by_client_name(&c.name)
+                .is_some_and(|i| shelf.own(i).is_some());
+        if runs_here {
+            let tool = toolshelf_core::echo::for_log(&c.name, toolshelf_core::echo::ECHO_CHARS);
+            tracing::info!(
+                session = %self.prepared.key,
+                tool = %tool,
+                stop = %stop,
+                "a call cut off before it was complete was dropped: not run, not handed to the client"
+            );
+            return Err(ProxyResult {
+                id: c.id.clone(),
+                text: format!(
+                    "{tool} was not run: the response ended ({stop}) before this call was complete."
+                ),
+                is_error: true,
+            });
+        }
+        let so_far = Call {
+            input: input.clone(),
+            ..c.clone()
+        };
+        let mut call = self.call(proxy, &so_far).await?;
+        if call.input == input {
+            call.raw_input.clone_from(&c.raw_input);
+        }
+        Ok(call)
     }
 
     /// Decides one call: `Ok` with the call the client runs, or `Err` with the proxy's answer.
@@ -1298,6 +1394,19 @@ impl Turn {
                     false,
                 ),
                 None => {
+                    if self.prepared.frozen_names.contains(&c.name) {
+                        // In the model's list, which cannot change, but no longer the client's.
+                        let kind = RefusalKind::Gone;
+                        self.count_refusal(&c.name, kind);
+                        crate::metrics::refused(kind.as_str());
+                        return Err(answer(
+                            format!(
+                                "{} was not run: the client no longer offers this tool. It stays in your tool list only because that list cannot change during a session; it works again if the client offers it again.",
+                                toolshelf_core::echo::echo(&c.name)
+                            ),
+                            true,
+                        ));
+                    }
                     if let Some(text) = self.authored_off(proxy, &c.name) {
                         return Err(answer(text, true));
                     }
@@ -1370,7 +1479,17 @@ impl Turn {
                 true,
             ));
         }
-        match self.admit(proxy, &shelf, &target, params, via_defer).await {
+        // A resident client tool called directly: the model has its schema, and the provider
+        // and the client judge the call against it.
+        let resident = !via_defer
+            && self.prepared.frozen_names.contains(&c.name)
+            && shelf
+                .by_client_name(&c.name)
+                .is_some_and(|i| shelf.own(i).is_none());
+        match self
+            .admit(proxy, &shelf, &target, params, via_defer, resident)
+            .await
+        {
             Ok((i, params)) => {
                 if let Some(own) = shelf.own(i) {
                     let tool = &shelf.catalog.tools()[i];
@@ -1606,7 +1725,10 @@ impl Turn {
         (text, false)
     }
 
-    /// The stages a call passes before the client sees it.
+    /// The stages a call passes before the client sees it. The call of a `resident` client
+    /// tool (one the model calls from its list, with the schema the provider has) is not
+    /// checked against that schema: the provider and the client judge it. The permission rules
+    /// and `pre_call` hooks apply to every call.
     async fn admit(
         &self,
         proxy: &Proxy,
@@ -1614,12 +1736,13 @@ impl Turn {
         requested: &str,
         params: Map<String, Value>,
         via_defer: bool,
+        resident: bool,
     ) -> Result<(usize, Map<String, Value>), Refusal> {
         let i = invoke::resolve(&shelf.catalog, &shelf.exposure, requested)?;
         let tool = &shelf.catalog.tools()[i];
         let config = proxy.compiled.config();
         let state = &self.prepared.session.state;
-        if via_defer || shelf.state(i) == State::Deferred {
+        if !resident && (via_defer || shelf.state(i) == State::Deferred) {
             invoke::require_loaded(
                 &shelf.exposure,
                 i,
@@ -1633,7 +1756,11 @@ impl Turn {
         let view = shelf.clone();
         let (params, checked) = toolshelf_runtime::off_workers(move || {
             let validator = view.validator(i);
-            let checked = invoke::validate(i, &validator, &params).map(|()| validator);
+            let checked = if resident {
+                Ok(validator)
+            } else {
+                invoke::validate(i, &validator, &params).map(|()| validator)
+            };
             (params, checked)
         })
         .await;
@@ -1823,6 +1950,96 @@ fn stop_for_client(dialect: Dialect, upstream: Option<&str>, client_calls: bool)
         }
         .to_owned(),
     )
+}
+
+/// Whether a round ended before the model finished its answer: the output limit (Anthropic
+/// `max_tokens`, or the context window filled; Chat `length`; a Responses response
+/// `incomplete`). Its last call may be cut off mid-way.
+fn ended_early(dialect: Dialect, stop: Option<&str>) -> bool {
+    let Some(stop) = stop else {
+        return false;
+    };
+    match dialect.api() {
+        Api::Anthropic => matches!(stop, "max_tokens" | "model_context_window_exceeded"),
+        Api::OpenAiChat => stop == "length",
+        Api::OpenAiResponses => stop == "incomplete",
+    }
+}
+
+/// The arguments a model's call stood for as far as it wrote them: JSON text cut off mid-way is
+/// closed where it stops (an unfinished string value ends there, open arrays and objects are
+/// closed), and a key, number or literal left unfinished is dropped with what it started. `{}`
+/// when no object can be made of it.
+fn arguments_so_far(raw: &str) -> Map<String, Value> {
+    let object = |text: &str| match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    let closers = |stack: &[(u8, bool)]| -> String {
+        stack.iter().rev().map(|&(c, _)| char::from(c)).collect()
+    };
+    let bytes = raw.as_bytes();
+    // Open containers: their closer, and for an object whether a key comes next.
+    let mut stack: Vec<(u8, bool)> = Vec::new();
+    let (mut in_string, mut escaped, mut key) = (false, false, false);
+    // The last place where the text read so far, closed, is whole JSON.
+    let mut safe: Option<(usize, String)> = None;
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                match stack.last_mut() {
+                    Some((b'}', next_key)) if key => *next_key = false,
+                    _ => safe = Some((i + 1, closers(&stack))),
+                }
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                key = matches!(stack.last(), Some((b'}', true)));
+            }
+            b'{' | b'[' => {
+                stack.push((if b == b'{' { b'}' } else { b']' }, b == b'{'));
+                safe = Some((i + 1, closers(&stack)));
+            }
+            b'}' | b']' => {
+                stack.pop();
+                safe = Some((i + 1, closers(&stack)));
+            }
+            b',' => {
+                safe = Some((i, closers(&stack)));
+                if let Some((b'}', next_key)) = stack.last_mut() {
+                    *next_key = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let whole = closers(&stack);
+    if in_string && !key {
+        // An unfinished string value ends where it stops; an escape it was in the middle of
+        // goes.
+        let mut end = raw.len();
+        for _ in 0..12 {
+            if let Some(m) = object(&format!("{}\"{whole}", &raw[..end])) {
+                return m;
+            }
+            end = match raw[..end].char_indices().next_back() {
+                Some((k, _)) => k,
+                None => break,
+            };
+        }
+    } else if !in_string && let Some(m) = object(&format!("{raw}{whole}")) {
+        return m;
+    }
+    safe.and_then(|(end, closing)| object(&format!("{}{closing}", &raw[..end])))
+        .unwrap_or_default()
 }
 
 /// The text a client sees when the model spent every search round without answering.
@@ -2019,6 +2236,31 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_call_without_an_object_input_goes_back_with_one() {
+        let d = Dialect(Api::Anthropic);
+        let shelf = shelf(d);
+        let mut session = ProxySession::default();
+        let last = |input: Value| {
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "id": "t1", "name": "mcp__fs__read_file", "input": input}]})
+        };
+        session.recorded.insert(
+            "call:t1".into(),
+            Recorded {
+                prelude: Vec::new(),
+                last: vec![last(json!("{\"path\": \"x"))],
+                pending: Vec::new(),
+                shown: None,
+            },
+        );
+        let conv = conversation();
+        let links = chains(&conv);
+        let out = rewrite(d, &session, &shelf, &frozen(&shelf, d), conv, &links);
+        assert_eq!(out[1], last(json!({})), "{out:#?}");
+    }
+
+    #[test]
     fn injected_blocks_follow_only_the_entry_they_were_recorded_after() {
         let d = Dialect(Api::OpenAiChat);
         let shelf = shelf(d);
@@ -2134,6 +2376,48 @@ mod tests {
             None
         );
         assert_eq!(c, json!("auto"));
+    }
+
+    #[test]
+    fn arguments_cut_off_read_as_far_as_they_got() {
+        let so_far = |raw: &str| Value::Object(arguments_so_far(raw));
+        assert_eq!(so_far(r#"{"path": "/etc/ho"#), json!({"path": "/etc/ho"}));
+        assert_eq!(
+            so_far(r#"{"a": 1, "b": [1, 2"#),
+            json!({"a": 1, "b": [1, 2]})
+        );
+        assert_eq!(so_far(r#"{"a": {"b": true"#), json!({"a": {"b": true}}));
+        assert_eq!(so_far(r#"{"a": 12"#), json!({"a": 12}));
+        // What was left unfinished goes with what it started.
+        assert_eq!(so_far(r#"{"a": "x", "b"#), json!({"a": "x"}));
+        assert_eq!(so_far(r#"{"a": "x", "b""#), json!({"a": "x"}));
+        assert_eq!(so_far(r#"{"a": "x", "b": "#), json!({"a": "x"}));
+        assert_eq!(so_far(r#"{"a": "x", "b": tr"#), json!({"a": "x"}));
+        assert_eq!(so_far(r#"{"a": 1, "b": {"c"#), json!({"a": 1, "b": {}}));
+        assert_eq!(so_far(r#"{"a": "x","#), json!({"a": "x"}));
+        // An escape it stopped in the middle of.
+        assert_eq!(so_far(r#"{"a": "x\"#), json!({"a": "x"}));
+        assert_eq!(so_far(r#"{"a": "x\u00"#), json!({"a": "x"}));
+        assert_eq!(so_far(r#"{"a": "x\"y"#), json!({"a": "x\"y"}));
+        assert_eq!(so_far(r#"{"a": "héllo wö"#), json!({"a": "héllo wö"}));
+        // Nothing an object can be made of.
+        for raw in ["", "{", "[1, 2", "\"text", "not json"] {
+            assert_eq!(so_far(raw), json!({}), "{raw}");
+        }
+        assert_eq!(so_far(r#"{"a": 1}"#), json!({"a": 1}), "a whole object");
+    }
+
+    #[test]
+    fn a_round_ends_early_at_each_apis_output_limit() {
+        let early = |api, stop| ended_early(Dialect(api), Some(stop));
+        assert!(early(Api::Anthropic, "max_tokens"));
+        assert!(early(Api::Anthropic, "model_context_window_exceeded"));
+        assert!(!early(Api::Anthropic, "tool_use"));
+        assert!(early(Api::OpenAiChat, "length"));
+        assert!(!early(Api::OpenAiChat, "tool_calls"));
+        assert!(early(Api::OpenAiResponses, "incomplete"));
+        assert!(!early(Api::OpenAiResponses, "tool_calls"));
+        assert!(!ended_early(Dialect(Api::Anthropic), None));
     }
 
     #[test]

@@ -38,6 +38,24 @@ fn call_of(block: &Value) -> Option<Call> {
     })
 }
 
+/// Gives every `tool_use` block of an assistant message an object as its `input`, as the API
+/// requires of a turn sent to it: a call whose input the model never completed (a stream the
+/// output limit cut off mid-JSON) or that is not an object carries `{}`. What it did write
+/// stays in the [`Call`] read from the block before ([`Call::raw_input`]).
+pub fn object_inputs(entry: &mut Value) {
+    let Some(Value::Array(blocks)) = entry.get_mut("content") else {
+        return;
+    };
+    for b in blocks {
+        if b.get("type").and_then(Value::as_str) == Some("tool_use")
+            && let Some(obj) = b.as_object_mut()
+            && !obj.get("input").is_some_and(Value::is_object)
+        {
+            obj.insert("input".into(), json!({}));
+        }
+    }
+}
+
 /// Renames the `tool_use` block `id`.
 pub fn rewrite_call(entry: &mut Value, id: &str, name: &str, input: &Map<String, Value>) {
     let Some(Value::Array(blocks)) = entry.get_mut("content") else {
@@ -170,8 +188,10 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
         .iter()
         .map(|b| call_of(b).map_or_else(|| Part::Raw(b.clone()), Part::Call))
         .collect();
+    let mut entry = json!({"role": "assistant", "content": content});
+    object_inputs(&mut entry);
     Ok(Round {
-        entries: vec![json!({"role": "assistant", "content": content})],
+        entries: vec![entry],
         parts,
         stop,
         usage,
@@ -245,26 +265,38 @@ pub struct Stream {
 }
 
 impl Stream {
-    fn close(&mut self, index: u64) -> Option<Value> {
+    /// Ends block `index`: the round's entry gets it, and its part is returned. A call whose
+    /// JSON is not an object (cut off by the output limit, or malformed) goes into the entry
+    /// with `{}` as its input, which is what the upstream accepts back, and into its part with
+    /// the text the model wrote as [`Call::raw_input`].
+    fn close(&mut self, index: u64) -> Option<Part> {
         let mut o = self.open.remove(&index)?;
+        let mut raw = None;
         if !o.json.is_empty() || o.block.get("type").and_then(Value::as_str) == Some("tool_use") {
-            let (input, raw) = parse_arguments(&o.json);
+            let (input, unparsed) = parse_arguments(&o.json);
             if let Some(obj) = o.block.as_object_mut() {
-                match raw {
+                match unparsed {
                     None if o.json.is_empty() => {
                         obj.entry("input").or_insert_with(|| json!({}));
                     }
                     None => {
                         obj.insert("input".into(), Value::Object(input));
                     }
-                    Some(_) => {
-                        obj.insert("input".into(), Value::String(o.json.clone()));
+                    Some(text) => {
+                        obj.insert("input".into(), json!({}));
+                        raw = Some(text);
                     }
                 }
             }
         }
         self.round.entries_push(o.block.clone());
-        Some(o.block)
+        Some(match call_of(&o.block) {
+            Some(call) => Part::Call(Call {
+                raw_input: raw.or(call.raw_input),
+                ..call
+            }),
+            None => Part::Raw(o.block),
+        })
     }
 }
 
@@ -381,13 +413,11 @@ impl Streamer for Stream {
             "content_block_stop" => {
                 let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
                 let client = self.open.get(&index).and_then(|o| o.client);
-                if let Some(block) = self.close(index) {
+                if let Some(part) = self.close(index) {
                     if let Some(i) = client {
                         write_json(out, Some(&name), &with_index(data.clone(), i));
                     }
-                    self.round
-                        .parts
-                        .push(call_of(&block).map_or_else(|| Part::Raw(block), Part::Call));
+                    self.round.parts.push(part);
                 }
             }
             "message_delta" => {
@@ -416,10 +446,8 @@ impl Streamer for Stream {
                 // Blocks never stopped are closed as they are.
                 let left: Vec<u64> = self.open.keys().copied().collect();
                 for i in left {
-                    if let Some(block) = self.close(i) {
-                        self.round
-                            .parts
-                            .push(call_of(&block).map_or_else(|| Part::Raw(block), Part::Call));
+                    if let Some(part) = self.close(i) {
+                        self.round.parts.push(part);
                     }
                 }
                 self.done = true;
@@ -594,6 +622,43 @@ mod tests {
             .collect();
         assert_eq!(second[0]["type"], "content_block_start");
         assert_eq!(second[0]["index"], 1);
+    }
+
+    #[test]
+    fn a_call_cut_off_mid_json_goes_back_with_an_object_and_keeps_its_text() {
+        let cut = ROUND.replace("\\\"x\\\"}", "\\\"x").replace(
+            r#""stop_reason":"tool_use""#,
+            r#""stop_reason":"max_tokens""#,
+        );
+        assert_ne!(cut, ROUND);
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        for e in events(&cut) {
+            s.event(&e, &mut out).expect("event");
+        }
+        let round = s.take_round();
+        assert_eq!(round.stop.as_deref(), Some("max_tokens"));
+        assert_eq!(
+            round.entries[0]["content"][1],
+            json!({"type": "tool_use", "id": "t1", "name": "tool_search", "input": {}}),
+            "the upstream takes an object back"
+        );
+        let Some(Part::Call(call)) = round.parts.last() else {
+            panic!("a call: {:?}", round.parts);
+        };
+        assert_eq!(call.raw_input.as_deref(), Some(r#"{"query":"x"#));
+
+        // A response that is not streamed: any input that is not an object is sent back as `{}`.
+        let parsed = parse_response(json!({"id": "msg_1", "content": [
+            {"type": "tool_use", "id": "t1", "name": "Read", "input": "{\"a"}],
+            "stop_reason": "max_tokens"}))
+        .expect("parses");
+        assert_eq!(parsed.entries[0]["content"][0]["input"], json!({}));
+        assert!(
+            matches!(&parsed.parts[0], Part::Call(c) if c.raw_input.is_some()),
+            "{:?}",
+            parsed.parts
+        );
     }
 
     #[test]

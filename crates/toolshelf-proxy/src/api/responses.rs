@@ -111,10 +111,17 @@ fn stop_of(response: &Map<String, Value>, has_calls: bool) -> String {
     }
 }
 
+/// A `function_call` item for the client. Arguments that are not a JSON object (unfinished, as
+/// in a response the output limit cut off) go as the model wrote them, in an item marked
+/// `incomplete`, as the API gives such a call.
 fn call_item(c: &Call, item_id: Option<&str>) -> Value {
     let id = item_id.map_or_else(|| format!("fc_{}", c.id), str::to_owned);
+    let (arguments, status) = match &c.raw_input {
+        Some(raw) => (raw.clone(), "incomplete"),
+        None => (Value::Object(c.input.clone()).to_string(), "completed"),
+    };
     json!({"type": "function_call", "id": id, "call_id": c.id, "name": c.name,
-           "arguments": Value::Object(c.input.clone()).to_string(), "status": "completed"})
+           "arguments": arguments, "status": status})
 }
 
 fn output_of(parts: &[Part]) -> Vec<Value> {

@@ -1,0 +1,608 @@
+//! End-to-end tests of the rounds `toolshelf proxy` runs within one request: a round the output
+//! limit cut off, calls of resident tools, the note when the rounds run out, and calls of a tool
+//! the client stopped sending. The upstream is `fixtures/loop_upstream.py`, which ends answers at
+//! the output limit as each API does and checks every request as the providers check it.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{HEADERS, ProxyProc, Scratch, anthropic_tool, fixture, post, tools};
+use serde_json::{Value, json};
+
+const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
+
+/// `fixtures/loop_upstream.py` playing `steps`, killed (and reaped) on drop.
+struct LoopUpstream {
+    child: std::process::Child,
+    port: u16,
+    log: String,
+}
+
+impl LoopUpstream {
+    fn start(s: &Scratch, steps: &Value) -> Self {
+        use std::io::{BufRead, BufReader};
+        let script = s.write("loop-script.json", &steps.to_string());
+        let log = s.path("loop-upstream.jsonl");
+        let mut child = std::process::Command::new("python3")
+            .args([fixture("loop_upstream.py"), script, log.clone()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn loop_upstream.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the upstream's port");
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the upstream printed {line:?}, not its port"));
+        Self { child, port, log }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn records(&self, kind: &str) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    }
+
+    /// The requests the upstream answered from its script, in order.
+    fn played(&self) -> Vec<Value> {
+        self.records("request")
+            .into_iter()
+            .filter(|r| r["step"].is_u64())
+            .collect()
+    }
+
+    /// Why the upstream refused requests, as a provider would have.
+    fn refused(&self) -> Vec<Value> {
+        self.records("refused")
+    }
+
+    /// The ids of the calls scripted step `step` made.
+    fn call_ids(&self, step: u64) -> Vec<String> {
+        self.records("response")
+            .iter()
+            .find(|r| r["step"] == step)
+            .and_then(|r| r["ids"].as_array())
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for LoopUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The JSON events of an SSE body (`[DONE]` left out).
+fn events(body: &Value) -> Vec<Value> {
+    let text = body
+        .as_str()
+        .unwrap_or_else(|| panic!("not an event stream: {body}"));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("not JSON ({e}): {d}")))
+        .collect()
+}
+
+/// The Anthropic message a client assembles from a stream: its content blocks (a call's input
+/// read from its JSON pieces), its stop reason, and any error event.
+fn anthropic_stream(body: &Value) -> Value {
+    let mut content: Vec<Value> = Vec::new();
+    let mut json_text: Vec<String> = Vec::new();
+    let mut stop = Value::Null;
+    let mut error = Value::Null;
+    for e in events(body) {
+        match e["type"].as_str().unwrap_or_default() {
+            "content_block_start" => {
+                content.push(e["content_block"].clone());
+                json_text.push(String::new());
+            }
+            "content_block_delta" => {
+                let i = e["index"].as_u64().expect("an index") as usize;
+                match e["delta"]["type"].as_str() {
+                    Some("text_delta") => {
+                        let t = format!(
+                            "{}{}",
+                            content[i]["text"].as_str().unwrap_or_default(),
+                            e["delta"]["text"].as_str().unwrap_or_default()
+                        );
+                        content[i]["text"] = t.into();
+                    }
+                    Some("input_json_delta") => {
+                        json_text[i].push_str(e["delta"]["partial_json"].as_str().unwrap_or(""))
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => stop = e["delta"]["stop_reason"].clone(),
+            "error" => error = e.clone(),
+            _ => {}
+        }
+    }
+    for (block, text) in content.iter_mut().zip(&json_text) {
+        if block["type"] == "tool_use" && !text.is_empty() {
+            block["input"] = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("a call's input that is not JSON ({e}): {text}"));
+        }
+    }
+    json!({"content": content, "stop_reason": stop, "error": error})
+}
+
+/// One Anthropic request; the answer as the client reads it (a stream assembled).
+fn anthropic(proxy: &ProxyProc, tools: &[Value], messages: &[Value], stream: bool) -> Value {
+    let body = json!({"model": "m", "max_tokens": 64, "system": "You help.", "tools": tools,
+                      "messages": messages, "stream": stream});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    if stream {
+        anthropic_stream(&answer)
+    } else {
+        answer
+    }
+}
+
+fn uses(answer: &Value) -> Vec<Value> {
+    answer["content"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|b| b["type"] == "tool_use")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn text_of(answer: &Value) -> String {
+    answer["content"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// The test tools in the Chat Completions shape.
+fn chat_tools() -> Vec<Value> {
+    tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "function": {"name": t["name"],
+                   "description": t["description"], "parameters": t["input_schema"]}})
+        })
+        .collect()
+}
+
+/// The test tools in the Responses shape.
+fn responses_tools() -> Vec<Value> {
+    tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "name": t["name"], "description": t["description"],
+                   "parameters": t["input_schema"]})
+        })
+        .collect()
+}
+
+/// One Chat Completions request; the message, the finish reason and the calls as the client
+/// reads them (a stream assembled).
+fn chat(proxy: &ProxyProc, messages: &[Value], stream: bool) -> Value {
+    let body = json!({"model": "m", "messages": messages, "tools": chat_tools(),
+                      "stream": stream});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &BEARER,
+    );
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    if !stream {
+        let choice = &answer["choices"][0];
+        return json!({"text": choice["message"]["content"].as_str().unwrap_or_default(),
+                      "tool_calls": choice["message"]["tool_calls"].clone(),
+                      "finish_reason": choice["finish_reason"]});
+    }
+    let mut text = String::new();
+    let mut calls: Vec<Value> = Vec::new();
+    let mut finish = Value::Null;
+    for e in events(&answer) {
+        assert!(e.get("error").is_none(), "an error event: {e}");
+        let Some(choice) = e["choices"].as_array().and_then(|c| c.first()) else {
+            continue;
+        };
+        text.push_str(choice["delta"]["content"].as_str().unwrap_or_default());
+        for tc in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = tc["index"].as_u64().expect("an index") as usize;
+            if calls.len() <= i {
+                calls.push(tc.clone());
+            } else {
+                let more = tc["function"]["arguments"].as_str().unwrap_or_default();
+                let args = format!(
+                    "{}{more}",
+                    calls[i]["function"]["arguments"]
+                        .as_str()
+                        .unwrap_or_default()
+                );
+                calls[i]["function"]["arguments"] = args.into();
+            }
+        }
+        if !choice["finish_reason"].is_null() {
+            finish = choice["finish_reason"].clone();
+        }
+    }
+    json!({"text": text, "tool_calls": calls, "finish_reason": finish})
+}
+
+/// One Responses request; the response as the client reads it (a stream's last event's).
+fn responses(proxy: &ProxyProc, input: &[Value], stream: bool) -> Value {
+    let body = json!({"model": "m", "input": input, "tools": responses_tools(),
+                      "instructions": "You help.", "stream": stream});
+    let (status, answer) = post(&format!("{}/v1/responses", proxy.url), &body, &BEARER);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    if !stream {
+        return answer;
+    }
+    let last = events(&answer).pop().expect("events");
+    assert!(
+        matches!(
+            last["type"].as_str(),
+            Some("response.completed" | "response.incomplete")
+        ),
+        "{answer}"
+    );
+    last["response"].clone()
+}
+
+const READ_RESIDENT: &str = "[defer]\nrules = [\"NoDefer(^Read$)\"]\n";
+
+/// A round the output limit cut off in the middle of a `tool_search` or `defer_execute` call
+/// ends the request: the client gets the answer as the model left it, stopped by the limit, with
+/// no call it cannot run, and the proxy starts no other round. The cut call is not run; the
+/// model reads so in the next request, which the provider accepts.
+#[test]
+fn a_meta_call_the_output_limit_cut_off_is_left_out_and_ends_the_request() {
+    let s = Scratch::new("proxy-loop-cut-meta");
+    let status_call = json!({"name": "defer_execute", "input": {
+        "tool_name": "mcp__git__git_status", "params": {"repo_path": "/a/long/path/to/a/repository"}}});
+    let steps = json!([
+        {"calls": [{"name": "tool_search", "input": {"tool_names": ["mcp__git__git_status"]}}]},
+        {"text": "Checking.", "calls": [status_call], "cut": 50},
+        {"text": "Where was I?"},
+        // The same, not streamed: the provider gives what it parsed of the cut call.
+        {"text": "Checking.", "calls": [status_call], "cut": 50,
+         "cut_input": {"tool_name": "mcp__git__git_status"}},
+        {"text": "Where was I?"},
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let mut messages = vec![json!({"role": "user", "content": "is the tree clean?"})];
+    let answer = anthropic(&proxy, &tools(), &messages, true);
+    assert_eq!(answer["error"], Value::Null, "{answer}");
+    assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
+    assert!(uses(&answer).is_empty(), "{answer}");
+    assert_eq!(text_of(&answer), "Checking.");
+    assert_eq!(upstream.played().len(), 2, "no round after the cut one");
+    let cut = upstream.call_ids(1);
+    let log = proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("defer_execute") && l.contains("cut off")),
+        "the log says what was dropped:\n{log}"
+    );
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": "go on"}));
+    let next = anthropic(&proxy, &tools(), &messages, true);
+    assert_eq!(text_of(&next), "Where was I?", "{next}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    let sent = &upstream.played()[2]["body"]["messages"];
+    let results: Vec<&Value> = sent
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result" && b["tool_use_id"] == cut[0].as_str())
+        .collect();
+    assert_eq!(results.len(), 1, "{sent}");
+    assert_eq!(results[0]["is_error"], true);
+    assert!(
+        results[0].to_string().contains("was not run"),
+        "{}",
+        results[0]
+    );
+
+    messages.push(json!({"role": "assistant", "content": next["content"]}));
+    messages.push(json!({"role": "user", "content": "check again"}));
+    let answer = anthropic(&proxy, &tools(), &messages, false);
+    assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
+    assert!(uses(&answer).is_empty(), "{answer}");
+    assert_eq!(upstream.played().len(), 4, "no round after the cut one");
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": "go on"}));
+    let next = anthropic(&proxy, &tools(), &messages, false);
+    assert_eq!(text_of(&next), "Where was I?", "{next}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}
+
+/// A call of a tool the client runs, cut off by the output limit, reaches the client as far as
+/// the model wrote it, with the limit as the stop reason, in every format; the proxy starts no
+/// other round, and the turn put back in the next request is one the provider accepts.
+#[test]
+fn a_client_call_the_output_limit_cut_off_reaches_the_client_as_far_as_it_got() {
+    let s = Scratch::new("proxy-loop-cut-client");
+    let read = json!({"name": "Read", "input": {"file_path": "/etc/hosts and more"}});
+    let steps = json!([
+        {"calls": [{"name": "tool_search", "input": {"queries": ["git status"]}}]},
+        {"text": "Reading.", "calls": [read], "cut": 22},
+        {"text": "Done."},
+        {"text": "Reading.", "calls": [read], "cut": 22},
+        {"text": "Done."},
+        {"text": "Reading.", "calls": [read], "cut": 22},
+        {"text": "Done."},
+        {"text": "Reading.", "calls": [read], "cut": 22},
+        {"text": "Done."},
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let proxy = ProxyProc::start(&s, &upstream.url(), READ_RESIDENT, &[]);
+
+    let mut messages = vec![json!({"role": "user", "content": "read the hosts file"})];
+    let answer = anthropic(&proxy, &tools(), &messages, true);
+    assert_eq!(answer["error"], Value::Null, "{answer}");
+    assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
+    let calls = uses(&answer);
+    assert_eq!(calls.len(), 1, "{answer}");
+    assert_eq!(calls[0]["name"], "Read");
+    assert_eq!(
+        calls[0]["input"],
+        json!({"file_path": "/etc/ho"}),
+        "{answer}"
+    );
+    assert_eq!(upstream.played().len(), 2, "no round after the cut one");
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": [{"type": "tool_result",
+        "tool_use_id": calls[0]["id"], "content": "no such file", "is_error": true}]}));
+    let next = anthropic(&proxy, &tools(), &messages, true);
+    assert_eq!(text_of(&next), "Done.", "{next}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    // The turn was put back with its search round, the cut call with what the client got.
+    let sent = &upstream.played()[2]["body"]["messages"];
+    let put_back: Vec<&Value> = sent
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_use")
+        .collect();
+    assert_eq!(put_back.len(), 2, "{sent}");
+    assert_eq!(put_back[0]["name"], "tool_search");
+    assert_eq!(put_back[1]["input"], json!({"file_path": "/etc/ho"}));
+
+    let chat_start = upstream.played().len();
+    let mut messages = vec![json!({"role": "user", "content": "read the hosts file"})];
+    let answer = chat(&proxy, &messages, true);
+    assert_eq!(answer["finish_reason"], "length", "{answer}");
+    let calls = answer["tool_calls"].as_array().cloned().unwrap_or_default();
+    assert_eq!(calls.len(), 1, "{answer}");
+    assert_eq!(calls[0]["function"]["name"], "Read");
+    assert_eq!(upstream.played().len(), chat_start + 1, "no round after");
+    messages.push(json!({"role": "assistant", "content": "Reading.", "tool_calls": calls}));
+    messages
+        .push(json!({"role": "tool", "tool_call_id": calls[0]["id"], "content": "no such file"}));
+    let next = chat(&proxy, &messages, true);
+    assert_eq!(next["text"], "Done.", "{next}");
+
+    for stream in [false, true] {
+        let responses_start = upstream.played().len();
+        let user = json!({"role": "user", "content": format!("read the hosts file ({stream})")});
+        let mut input = vec![user];
+        let answer = responses(&proxy, &input, stream);
+        assert_eq!(answer["status"], "incomplete", "{answer}");
+        assert_eq!(
+            answer["incomplete_details"]["reason"], "max_output_tokens",
+            "{answer}"
+        );
+        let output = answer["output"].as_array().cloned().unwrap_or_default();
+        let calls: Vec<&Value> = output
+            .iter()
+            .filter(|i| i["type"] == "function_call")
+            .collect();
+        assert_eq!(calls.len(), 1, "{answer}");
+        assert_eq!(
+            calls[0]["arguments"], "{\"file_path\": \"/etc/ho",
+            "the arguments as the model wrote them: {answer}"
+        );
+        assert_eq!(calls[0]["status"], "incomplete", "{answer}");
+        assert_eq!(
+            upstream.played().len(),
+            responses_start + 1,
+            "no round after"
+        );
+        input.extend(output.iter().cloned());
+        input.push(
+            json!({"type": "function_call_output", "call_id": calls[0]["call_id"],
+                          "output": "no such file"}),
+        );
+        let next = responses(&proxy, &input, stream);
+        assert_eq!(next["status"], "completed", "{next}");
+    }
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}
+
+/// The proxy does not check a call of a resident client tool against the tool's schema: the
+/// provider and the client judge it, and a schema the proxy cannot compile does not make the
+/// tool uncallable. The permission rules and `pre_call` hooks apply to it all the same.
+#[test]
+fn a_resident_tool_is_called_as_sent_under_the_rules_and_hooks() {
+    let s = Scratch::new("proxy-loop-resident");
+    let steps = json!([
+        {"calls": [{"name": "Read", "input": {"file_path": "a.txt"}},
+                   {"name": "Grep", "input": {"path": "src"}}]},
+        {"calls": [{"name": "Grep", "input": {"pattern": "secret key"}},
+                   {"name": "Read", "input": {"file_path": "refuse-me"}},
+                   {"name": "Read", "input": {"file_path": "b.txt"}}]},
+        {"text": "Done."},
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[defer]\nrules = [\"NoDefer(^Read$)\", \"NoDefer(^Grep$)\"]\n\
+                  [permissions]\ndeny = [\"^Grep(pattern=secret*)\"]\n\
+                  [[hooks.pre_call]]\ncommand = \"sh\"\n\
+                  args = [\"-c\", \"if grep -q refuse-me; then echo 'not this one' >&2; exit 2; fi\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut list = tools();
+    // A dangling `$ref`: the proxy cannot compile this schema.
+    list[0]["input_schema"]["properties"]["file_path"] = json!({"$ref": "#/$defs/missing"});
+    list.push(anthropic_tool(
+        "Grep",
+        "Search file contents.",
+        json!({"pattern": {"type": "string"}, "path": {"type": "string"}}),
+        &["pattern"],
+    ));
+    let mut messages = vec![json!({"role": "user", "content": "look"})];
+    let answer = anthropic(&proxy, &list, &messages, false);
+    let calls = uses(&answer);
+    let names: Vec<&Value> = calls.iter().map(|c| &c["name"]).collect();
+    assert_eq!(names, [&json!("Read"), &json!("Grep")], "{answer}");
+    assert_eq!(calls[1]["input"], json!({"path": "src"}));
+    assert_eq!(upstream.played().len(), 1);
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(
+        json!({"role": "user", "content": calls.iter().map(|c| json!({
+        "type": "tool_result", "tool_use_id": c["id"], "content": "ok"})).collect::<Vec<_>>()}),
+    );
+    let answer = anthropic(&proxy, &list, &messages, false);
+    let calls = uses(&answer);
+    assert_eq!(calls.len(), 1, "{answer}");
+    assert_eq!(calls[0]["input"], json!({"file_path": "b.txt"}));
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": [{
+        "type": "tool_result", "tool_use_id": calls[0]["id"], "content": "ok"}]}));
+    let answer = anthropic(&proxy, &list, &messages, false);
+    assert_eq!(text_of(&answer), "Done.");
+    let played = upstream.played();
+    let refused = upstream.call_ids(1);
+    let sent = played[2]["body"]["messages"].to_string();
+    let result_of = |id: &str| {
+        played[2]["body"]["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .find(|b| b["tool_use_id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no result for {id}: {sent}"))
+    };
+    let denied = result_of(&refused[0]);
+    assert_eq!(denied["is_error"], true);
+    assert!(denied.to_string().contains("deny[0]"), "{denied}");
+    let hooked = result_of(&refused[1]);
+    assert_eq!(hooked["is_error"], true);
+    assert!(hooked.to_string().contains("not this one"), "{hooked}");
+}
+
+/// When the last round a request may take still holds only calls the proxy answers, the client
+/// gets the text so far and a note that the rounds ran out, in every format, streamed or not.
+#[test]
+fn the_rounds_running_out_is_told_after_the_models_text() {
+    let s = Scratch::new("proxy-loop-limit-note");
+    let round = json!({"text": "hmm a", "calls": [
+        {"name": "tool_search", "input": {"queries": ["something"]}}]});
+    let steps = Value::Array(vec![round; 12]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 2\n", &[]);
+    let note = "all 2 tool_search rounds";
+    for stream in [false, true] {
+        let user = json!({"role": "user", "content": format!("find something ({stream})")});
+        let answer = anthropic(&proxy, &tools(), std::slice::from_ref(&user), stream);
+        let text = text_of(&answer);
+        assert!(text.starts_with("hmm a") && text.contains(note), "{answer}");
+        assert_eq!(answer["stop_reason"], "end_turn", "{answer}");
+        let answer = chat(&proxy, std::slice::from_ref(&user), stream);
+        let text = answer["text"].as_str().unwrap_or_default();
+        assert!(text.starts_with("hmm a") && text.contains(note), "{answer}");
+        let answer = responses(&proxy, std::slice::from_ref(&user), stream);
+        let text = answer["output"].to_string();
+        assert!(text.contains("hmm a") && text.contains(note), "{answer}");
+    }
+    assert_eq!(upstream.played().len(), 12, "two rounds a request");
+}
+
+/// A resident tool the client stopped sending stays in the frozen list the model sees, but a
+/// call of it is refused to the model as gone, not handed to a client that no longer offers it.
+/// A name the proxy never saw still goes to the client, which answers it as it would without
+/// the proxy.
+#[test]
+fn a_call_of_a_resident_tool_the_client_stopped_sending_is_refused_as_gone() {
+    let s = Scratch::new("proxy-loop-gone");
+    let steps = json!([
+        {"text": "Hello."},
+        {"calls": [{"name": "Read", "input": {"file_path": "a.txt"}}]},
+        {"text": "Read is gone."},
+        {"calls": [{"name": "Frobnicate", "input": {}}]},
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let proxy = ProxyProc::start(&s, &upstream.url(), READ_RESIDENT, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "hi"})];
+    let answer = anthropic(&proxy, &tools(), &messages, false);
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": "read a.txt"}));
+    let fewer: Vec<Value> = tools()
+        .into_iter()
+        .filter(|t| t["name"] != "Read")
+        .collect();
+    let answer = anthropic(&proxy, &fewer, &messages, false);
+    assert!(uses(&answer).is_empty(), "{answer}");
+    assert_eq!(text_of(&answer), "Read is gone.");
+    let played = upstream.played();
+    assert_eq!(played.len(), 3);
+    let frozen: Vec<&Value> = played[1]["body"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| &t["name"])
+        .collect();
+    assert!(frozen.contains(&&json!("Read")), "{frozen:?}");
+    let last = played[2]["body"]["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .expect("a message");
+    let result = &last["content"][0];
+    assert_eq!(result["tool_use_id"], upstream.call_ids(1)[0].as_str());
+    assert_eq!(result["is_error"], true);
+    assert!(result.to_string().contains("no longer offers"), "{result}");
+    let log = proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("call refused") && l.contains("outcome=\"gone\"")),
+        "{log}"
+    );
+    messages.push(json!({"role": "assistant", "content": answer["content"]}));
+    messages.push(json!({"role": "user", "content": "frobnicate"}));
+    let answer = anthropic(&proxy, &fewer, &messages, false);
+    let calls = uses(&answer);
+    assert_eq!(calls.len(), 1, "{answer}");
+    assert_eq!(calls[0]["name"], "Frobnicate");
+}
