@@ -85,11 +85,14 @@ impl Compiled {
                 .check()
                 .map_err(|e| err(format!("[servers.{name}] {e}")))?;
         }
-        if config.session.activation_ttl_turns == 0 || config.session.activation_ttl_calls == 0 {
-            return Err(err(
-                "[session] activation_ttl_turns and activation_ttl_calls must be at least 1".into(),
-            ));
-        }
+        at_least_one(
+            "session",
+            &[
+                ("activation_ttl_turns", config.session.activation_ttl_turns),
+                ("activation_ttl_calls", config.session.activation_ttl_calls),
+            ],
+        )
+        .map_err(err)?;
         if config.execute.call_timeout_secs == 0 {
             return Err(err("[execute] call_timeout_secs must be at least 1".into()));
         }
@@ -103,12 +106,15 @@ impl Compiled {
                 return Err(err(format!("[proxy] {key} {problem} (got {url:?})")));
             }
         }
-        if p.session_ttl_secs == 0 || p.max_sessions == 0 || p.upstream_timeout_secs == 0 {
-            return Err(err(
-                "[proxy] session_ttl_secs, max_sessions and upstream_timeout_secs must be at least 1"
-                    .into(),
-            ));
-        }
+        at_least_one(
+            "proxy",
+            &[
+                ("session_ttl_secs", p.session_ttl_secs),
+                ("max_sessions", p.max_sessions as u64),
+                ("upstream_timeout_secs", p.upstream_timeout_secs),
+            ],
+        )
+        .map_err(err)?;
         if p.max_search_rounds == 0 {
             return Err(err(
                 "[proxy] max_search_rounds must be at least 1: it bounds the upstream rounds of a request, and every request takes one"
@@ -134,35 +140,41 @@ impl Compiled {
                  TLS, rediss://, is not built in)"
             )));
         }
-        if st.key_prefix.is_empty() || st.timeout_ms == 0 {
+        if st.key_prefix.is_empty() {
             return Err(err(
-                "[store] key_prefix must not be empty and timeout_ms must be at least 1".into(),
+                "[store] key_prefix must not be empty (got \"\"): every session key starts with it"
+                    .into(),
             ));
         }
+        at_least_one("store", &[("timeout_ms", st.timeout_ms)]).map_err(err)?;
         let permissions = Permissions::new(&config.permissions, source_name)?;
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let reminders =
             Reminders::new(&config.reminders, config.session.reminder_max_chars).map_err(err)?;
         let templates = Templates::new(&config).map_err(err)?;
         let sc = &config.scripts;
-        if sc.max_steps == 0
-            || sc.max_heap_mb == 0
-            || sc.max_memory_mb == 0
-            || sc.max_call_depth == 0
-            || sc.timeout_secs == 0
-            || sc.max_concurrent == 0
-        {
-            return Err(err(
-                "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth, timeout_secs and max_concurrent must be at least 1".into(),
-            ));
-        }
+        at_least_one(
+            "scripts",
+            &[
+                ("max_steps", sc.max_steps),
+                ("max_heap_mb", sc.max_heap_mb),
+                ("max_memory_mb", sc.max_memory_mb),
+                ("max_call_depth", sc.max_call_depth as u64),
+                ("timeout_secs", sc.timeout_secs),
+                ("max_concurrent", sc.max_concurrent as u64),
+            ],
+        )
+        .map_err(err)?;
         let a = &config.authoring;
-        if a.max_tools == 0 || a.max_description_chars == 0 || a.max_script_bytes == 0 {
-            return Err(err(
-                "[authoring] max_tools, max_description_chars and max_script_bytes must be at least 1"
-                    .into(),
-            ));
-        }
+        at_least_one(
+            "authoring",
+            &[
+                ("max_tools", a.max_tools as u64),
+                ("max_description_chars", a.max_description_chars as u64),
+                ("max_script_bytes", a.max_script_bytes as u64),
+            ],
+        )
+        .map_err(err)?;
         for (name, t) in &config.tools {
             if name.trim().is_empty() {
                 return Err(err("[tools.\"\"]: a tool's name is empty".into()));
@@ -358,6 +370,15 @@ fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> 
     })
 }
 
+/// Each of `keys` (name and value) in `[section]` must be at least 1: the first that is 0, as
+/// `[section] key must be at least 1 (got 0)`.
+fn at_least_one(section: &str, keys: &[(&str, u64)]) -> std::result::Result<(), String> {
+    match keys.iter().find(|(_, v)| *v == 0) {
+        Some((key, v)) => Err(format!("[{section}] {key} must be at least 1 (got {v})")),
+        None => Ok(()),
+    }
+}
+
 /// Why `url` cannot be a provider upstream of the proxy, if it cannot: it must be an `http://`
 /// or `https://` URL, and since the client's path (`/v1/messages`) is appended to it as it is,
 /// it must not end in `/v1` itself, as an SDK's base URL does, nor have a query or fragment.
@@ -471,11 +492,42 @@ mod tests {
                 "[proxy]\nmax_search_rounds = 0",
                 "[proxy] max_search_rounds must be at least 1",
             ),
-            ("[store]\nkey_prefix = \"\"", "[store] key_prefix"),
-            ("[store]\ntimeout_ms = 0", "[store] key_prefix"),
+            (
+                "[store]\nkey_prefix = \"\"",
+                "[store] key_prefix must not be empty (got \"\")",
+            ),
+            // Each key at fault is named alone, with its value.
+            (
+                "[store]\ntimeout_ms = 0",
+                "[store] timeout_ms must be at least 1 (got 0)",
+            ),
             (
                 "[scripts]\nmax_concurrent = 0",
-                "[scripts] max_steps, max_heap_mb, max_memory_mb, max_call_depth, timeout_secs and max_concurrent must be at least 1",
+                "[scripts] max_concurrent must be at least 1 (got 0)",
+            ),
+            (
+                "[scripts]\nmax_steps = 0",
+                "[scripts] max_steps must be at least 1 (got 0)",
+            ),
+            (
+                "[proxy]\nsession_ttl_secs = 0",
+                "[proxy] session_ttl_secs must be at least 1 (got 0)",
+            ),
+            (
+                "[proxy]\nmax_sessions = 0",
+                "[proxy] max_sessions must be at least 1 (got 0)",
+            ),
+            (
+                "[proxy]\nupstream_timeout_secs = 0",
+                "[proxy] upstream_timeout_secs must be at least 1 (got 0)",
+            ),
+            (
+                "[session]\nactivation_ttl_calls = 0",
+                "[session] activation_ttl_calls must be at least 1 (got 0)",
+            ),
+            (
+                "[authoring]\nmax_script_bytes = 0",
+                "[authoring] max_script_bytes must be at least 1 (got 0)",
             ),
         ] {
             let e = compile(toml, None).expect_err(toml).to_string();

@@ -7,6 +7,10 @@
 //! refusals by reason, the duration and outcome of each search, and the rounds the proxy
 //! answered itself per request.
 //!
+//! Every counter is registered at 0 when the recorder is installed ([`register`]), the labelled
+//! ones with each value of their label, so a scrape of a proxy that has served nothing yet
+//! already lists them all.
+//!
 //! [`Proxy::count`]: crate::Proxy::count
 
 use std::time::Duration;
@@ -46,11 +50,100 @@ pub const SEARCH_SECONDS: &str = "toolshelf_proxy_search_duration_seconds";
 /// Rounds the proxy answered itself, per finished request.
 pub const SEARCH_ROUNDS: &str = "toolshelf_proxy_search_rounds";
 
-/// Installs the process's recorder and describes the proxy's metrics.
+/// Installs the process's recorder, describes the proxy's metrics and registers its counters
+/// at 0 ([`register`]).
 pub fn install() -> Result<(), String> {
     toolshelf_runtime::metrics::install()?;
     describe();
+    register();
     Ok(())
+}
+
+/// The labels each labelled counter is registered with at start: every value it can take.
+const LABELS: &[(&str, &str, &[&str])] = &[
+    (
+        TOKENS,
+        "kind",
+        &["input", "output", "cache_read", "cache_creation"],
+    ),
+    (CALLS, "outcome", &["forwarded", "refused", "ran"]),
+    (
+        SEARCHES,
+        "outcome",
+        &["ok", "no_match", "invalid", "engine_failure"],
+    ),
+];
+
+/// Every refusal reason, for [`REFUSED`]'s labels.
+fn refusal_reasons() -> Vec<&'static str> {
+    use toolshelf_core::invoke::RefusalKind as K;
+    let all = [
+        K::BadArguments,
+        K::MetaTool,
+        K::Unknown,
+        K::Hidden,
+        K::Ambiguous,
+        K::Gone,
+        K::NotRunnable,
+        K::NotLoaded,
+        K::Expired,
+        K::Invalid,
+        K::SchemaBroken,
+        K::Denied,
+        K::NotApproved,
+        K::DeniedByHook,
+        K::InvalidAfterHook,
+        K::AuditUnavailable,
+    ];
+    // A kind added to the enum stops this match compiling until it is listed above too.
+    for k in all {
+        match k {
+            K::BadArguments
+            | K::MetaTool
+            | K::Unknown
+            | K::Hidden
+            | K::Ambiguous
+            | K::Gone
+            | K::NotRunnable
+            | K::NotLoaded
+            | K::Expired
+            | K::Invalid
+            | K::SchemaBroken
+            | K::Denied
+            | K::NotApproved
+            | K::DeniedByHook
+            | K::InvalidAfterHook
+            | K::AuditUnavailable => {}
+        }
+    }
+    all.into_iter().map(K::as_str).collect()
+}
+
+/// Registers every counter at 0, so that each has a sample from the first scrape (a series that
+/// appears only when it first moves has no start for `rate` and `increase` to measure from):
+/// the unlabelled ones, and the labelled ones with each value their label takes.
+pub fn register() {
+    for name in [
+        REQUESTS,
+        REWRITTEN,
+        PASSED,
+        ERRORS,
+        ROUNDS,
+        TOKENS_SAVED,
+        PREFIX_BREAKS,
+        STORE_ERRORS,
+        STORE_CONFLICTS,
+    ] {
+        counter!(name).increment(0);
+    }
+    for (name, label, values) in LABELS {
+        for value in *values {
+            counter!(*name, *label => *value).increment(0);
+        }
+    }
+    for reason in refusal_reasons() {
+        counter!(REFUSED, "reason" => reason).increment(0);
+    }
 }
 
 /// The `# HELP` lines.
@@ -209,7 +302,38 @@ mod tests {
         }
         assert!(
             !text.contains("toolshelf_proxy_request_errors_total "),
-            "nothing moved, nothing written: {text}"
+            "nothing moved or registered, nothing written: {text}"
         );
+    }
+
+    #[test]
+    fn every_counter_is_registered_at_zero() {
+        let r = toolshelf_runtime::metrics::recorder();
+        let handle = r.handle();
+        metrics::with_local_recorder(&r, || {
+            describe();
+            register();
+            forwarded();
+        });
+        let text = handle.render();
+        let mut lines = vec![
+            "toolshelf_proxy_requests_total 0".to_owned(),
+            "toolshelf_proxy_request_errors_total 0".to_owned(),
+            "toolshelf_proxy_store_conflicts_total 0".to_owned(),
+            "toolshelf_proxy_upstream_tokens_total{kind=\"cache_creation\"} 0".to_owned(),
+            "toolshelf_proxy_calls_total{outcome=\"ran\"} 0".to_owned(),
+            "toolshelf_proxy_calls_total{outcome=\"forwarded\"} 1".to_owned(),
+            "toolshelf_proxy_searches_total{outcome=\"engine_failure\"} 0".to_owned(),
+        ];
+        lines.extend(
+            refusal_reasons()
+                .iter()
+                .map(|r| format!("toolshelf_proxy_refused_calls_total{{reason=\"{r}\"}} 0")),
+        );
+        for line in lines {
+            assert!(text.contains(&line), "{line} not in:\n{text}");
+        }
+        assert_eq!(refusal_reasons().len(), 16);
+        assert!(refusal_reasons().contains(&"not_loaded"));
     }
 }

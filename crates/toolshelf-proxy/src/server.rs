@@ -4,7 +4,9 @@
 //! rewrites; `GET /toolshelf/status` answers with the figures, and `GET /metrics` with them and
 //! more for Prometheus; everything else (`/v1/models`, `count_tokens`, files, batches, any
 //! method) passes through byte for byte, streamed both ways, headers included. Credentials
-//! travel in headers the proxy forwards and never reads, logs or stores.
+//! travel in headers the proxy forwards and never reads, logs or stores. The proxy's own paths
+//! (`/ui…`, `/toolshelf…`, `/metrics…`, with or without a trailing slash) are never forwarded:
+//! one it has no page at gets a 404 of its own ([`OwnPage`]).
 //!
 //! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
 //! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
@@ -19,7 +21,7 @@
 //! An upstream URL may carry `user:password@` (sent as basic authentication): everything that
 //! shows the URL (the status, the dashboard, logs, error bodies) shows it as `…@` ([`shown_url`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,6 +69,28 @@ pub struct AppState {
     loopback: std::sync::atomic::AtomicBool,
     /// The `Host` and `Origin` checks of `[http]`.
     checks: Listener,
+    /// Per session key, the lock a finished request holds while it writes the session and
+    /// records its summary ([`AppState::writing`]); gone when no request holds or awaits it.
+    writes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A request's turn to write one session ([`AppState::writing`]), given up on drop.
+struct Writing<'a> {
+    app: &'a AppState,
+    key: &'a str,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut writes = self.app.writes.lock().unwrap_or_else(|p| p.into_inner());
+        self.guard = None;
+        // Held by the map and by this turn only: no request awaits it.
+        if Arc::strong_count(&self.lock) == 2 {
+            writes.remove(self.key);
+        }
+    }
 }
 
 /// How many sessions the status page lists.
@@ -88,7 +112,27 @@ impl AppState {
             started: Instant::now(),
             events: crate::ui::Events::default(),
             loopback: std::sync::atomic::AtomicBool::new(true),
+            writes: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Waits for the turn to write the session under `key`: requests of one session write it,
+    /// and record what they wrote, one at a time.
+    async fn writing<'a>(&'a self, key: &'a str) -> Writing<'a> {
+        let lock = self
+            .writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_owned())
+            .or_default()
+            .clone();
+        let guard = lock.clone().lock_owned().await;
+        Writing {
+            app: self,
+            key,
+            lock,
+            guard: Some(guard),
+        }
     }
 
     /// Records whether the listener is on a loopback address (the dashboard needs a token
@@ -307,14 +351,44 @@ fn error_response(dialect: Option<Dialect>, e: &ProxyError) -> Response {
         .into_response()
 }
 
-/// The proxy's own endpoints besides the dashboard: never forwarded upstream.
-const OPS_PATHS: &[&str] = &["/toolshelf/status", "/metrics"];
+/// A path of the proxy's own: the dashboard (`/ui`, `/ui/…`), the status and anything else
+/// under `/toolshelf`, and the metrics (`/metrics`, `/metrics/…`). Such a request is answered
+/// here, a page the proxy does not have with 404, and never forwarded upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnPage {
+    Dashboard,
+    Status,
+    Metrics,
+    Missing,
+}
+
+impl OwnPage {
+    /// The page `path` names, trailing slashes aside; `None` for a path that is not the proxy's.
+    fn of(path: &str) -> Option<Self> {
+        let under = |root: &str| {
+            path.strip_prefix(root)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        let page = match path.trim_end_matches('/') {
+            _ if under("/ui") => Self::Dashboard,
+            "/toolshelf/status" => Self::Status,
+            "/metrics" => Self::Metrics,
+            _ if under("/toolshelf") || under("/metrics") => Self::Missing,
+            _ => return None,
+        };
+        Some(page)
+    }
+}
 
 /// Why a request for one of the proxy's own pages is not served, if it is not (past the `Host`
 /// and `Origin` checks every request meets): a method other than GET (such a request was
-/// forwarded upstream as an API call); and for the status and metrics, which name sessions and
-/// tools, no `[ui] token` where the dashboard needs one.
-fn own_page_refusal(app: &AppState, parts: &axum::http::request::Parts) -> Option<Response> {
+/// forwarded upstream as an API call); and for the paths besides the dashboard's (the status and
+/// metrics name sessions and tools), no `[ui] token` where the dashboard needs one.
+fn own_page_refusal(
+    app: &AppState,
+    page: OwnPage,
+    parts: &axum::http::request::Parts,
+) -> Option<Response> {
     if parts.method != Method::GET {
         return Some(
             (
@@ -327,7 +401,7 @@ fn own_page_refusal(app: &AppState, parts: &axum::http::request::Parts) -> Optio
     }
     let token = app.proxy.compiled.config().ui.token.as_deref();
     match token.filter(|t| !t.is_empty()) {
-        Some(token) if OPS_PATHS.contains(&parts.uri.path()) && !app.loopback() => {
+        Some(token) if page != OwnPage::Dashboard && !app.loopback() => {
             toolshelf_dashboard::require_token(token, &parts.headers, parts.uri.query())
                 .err()
                 .map(|r| *r)
@@ -343,7 +417,7 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         .path_and_query()
         .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
     let path = parts.uri.path();
-    let own = path == "/ui" || path.starts_with("/ui/") || OPS_PATHS.contains(&path);
+    let own = OwnPage::of(path);
     let values = |name| {
         parts
             .headers
@@ -355,24 +429,33 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     let checked = app
         .checks
         .check(&values(header::HOST), &values(header::ORIGIN));
-    if own {
+    if let Some(page) = own {
         if let Err(why) = &checked {
             return refusal(true, &parts, why);
         }
-        if let Some(refused) = own_page_refusal(&app, &parts) {
+        if let Some(refused) = own_page_refusal(&app, page, &parts) {
             return refused;
         }
-        if let Some(page) = crate::ui::handle(&app, path, parts.uri.query(), &parts.headers) {
-            return page;
-        }
-        if path == "/toolshelf/status" {
-            return (
+        return match page {
+            OwnPage::Dashboard => crate::ui::handle(&app, path, parts.uri.query(), &parts.headers)
+                .unwrap_or_else(|| {
+                    (StatusCode::NOT_FOUND, "no such dashboard page").into_response()
+                }),
+            OwnPage::Status => (
                 [(header::CONTENT_TYPE, "application/json")],
                 app.status().to_string(),
             )
-                .into_response();
-        }
-        return metrics_response();
+                .into_response(),
+            OwnPage::Metrics => metrics_response(),
+            OwnPage::Missing => (
+                StatusCode::NOT_FOUND,
+                format!(
+                    "{} is no page of the toolshelf proxy (it has /toolshelf/status, /metrics and /ui); it is not forwarded upstream\n",
+                    crate::short(path)
+                ),
+            )
+                .into_response(),
+        };
     }
     let proxy = &app.proxy;
     proxy.count(|t| t.requests += 1);
@@ -452,16 +535,28 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     // The Responses API echoes the request's tools in its response: the client's, not the
     // upstream's (see `ClientTurn::tools`).
     let client_tools = body.get("tools").cloned();
-    let session = parts
+    // What the proxy cannot serve when it rewrites (a request it passes through goes as sent).
+    let unsupported = dialect.unsupported(&body);
+    // A session id is text: any UTF-8, not only the visible ASCII `to_str` admits. One that is
+    // no UTF-8 is refused rather than dropped, which would merge the conversation into whatever
+    // session its opening hashes to.
+    let session = match parts
         .headers
         .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .map(|v| utf8(v.as_bytes()))
+    {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            return refuse(ProxyError::BadRequest(format!(
+                "the {SESSION_HEADER} header is not UTF-8 text ({e}); send the session's name as UTF-8"
+            )));
+        }
+    };
     let harness = parts
         .headers
         .get(HARNESS_SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .and_then(|v| utf8(v.as_bytes()).ok());
     let client = parts
         .headers
         .get(axum::http::header::USER_AGENT)
@@ -478,6 +573,11 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
                 tracing::info!("passing through a request that uses the provider's own deferral");
             }
             pass_bytes(proxy, &url, &parts.headers, bytes).await
+        }
+        Ok(Plan::Rewrite(_)) if let Some((param, why)) = unsupported => {
+            proxy.count(|t| t.errors += 1);
+            log_failure(dialect, None, &why);
+            field_refusal(dialect, param, &why)
         }
         Ok(Plan::Rewrite(prepared)) => {
             proxy.count(|t| t.rewritten += 1);
@@ -516,6 +616,28 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             }
         }
     }
+}
+
+/// A header value as UTF-8 text.
+fn utf8(bytes: &[u8]) -> Result<String, std::str::Utf8Error> {
+    std::str::from_utf8(bytes).map(str::to_owned)
+}
+
+/// A 400 for a request the proxy cannot serve as it asks, naming the field at fault (`param`,
+/// in the OpenAI formats' error body).
+fn field_refusal(dialect: Dialect, param: &str, why: &str) -> Response {
+    let mut body = dialect.error_body("invalid_request_error", why);
+    if let Some(e) = body.get_mut("error").and_then(Value::as_object_mut)
+        && e.contains_key("param")
+    {
+        e.insert("param".into(), param.into());
+    }
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// `GET /metrics`: the Prometheus text, or 404 when this process records no metrics.
@@ -795,16 +917,8 @@ async fn finish(app: &AppState, turn: Turn) {
         resident_tokens: actual + saved,
         search_us,
     });
-    let ttl = proxy.compiled.config().session.activation_ttl_turns;
     let stored = prepared.session.to_bytes();
-    let bytes = stored.len();
-    app.remember(SessionSummary {
-        key: short_key(&prepared.key),
-        turn: turn_no,
-        figures: prepared.session.figures.clone(),
-        bytes,
-        active: prepared.session.state.active_names(ttl),
-    });
+    let summary = summarize(app, &prepared.key, &prepared.session, stored.len());
     if prepared.dialect.api() == Api::OpenAiResponses
         && let Some(id) = client.envelope.get("id").and_then(Value::as_str)
     {
@@ -818,6 +932,15 @@ async fn finish(app: &AppState, turn: Turn) {
             proxy.store_failed(&e);
         }
     }
+    // The session's figures as stored go to the status page: this request's, or, when its write
+    // met another's, the merge of both, read back. One request of a session at a time writes
+    // and records, so the summary left is the one of the last write.
+    let _writing = app.writing(&prepared.key).await;
+    let conflicts = proxy
+        .totals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .store_conflicts;
     proxy
         .save_session(
             &prepared.key,
@@ -827,6 +950,42 @@ async fn finish(app: &AppState, turn: Turn) {
             &prepared.base_figures,
         )
         .await;
+    let merged = proxy
+        .totals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .store_conflicts
+        != conflicts;
+    let summary = if merged {
+        let loaded = proxy.load_session(&prepared.key).await;
+        match loaded.version {
+            Some(_) if !loaded.failed => {
+                let bytes = loaded.session.to_bytes().len();
+                summarize(app, &prepared.key, &loaded.session, bytes)
+            }
+            _ => summary,
+        }
+    } else {
+        summary
+    };
+    app.remember(summary);
+}
+
+/// What the status page shows of the session under `key`.
+fn summarize(
+    app: &AppState,
+    key: &str,
+    session: &crate::session::ProxySession,
+    bytes: usize,
+) -> SessionSummary {
+    let ttl = app.proxy.compiled.config().session.activation_ttl_turns;
+    SessionSummary {
+        key: short_key(key),
+        turn: session.state.turn(),
+        figures: session.figures.clone(),
+        bytes,
+        active: session.state.active_names(ttl),
+    }
 }
 
 /// Books a request that ended without its answer: the rounds the upstream served, the searches
@@ -876,13 +1035,27 @@ fn upstream_status(url: &str, status: reqwest::StatusCode) -> String {
     format!("upstream {} answered {status}", shown_url(url))
 }
 
-/// A session key as shown: header values in full, hashes cut.
+/// A session key as shown (the log, the status, the dashboard): hashes cut to 12 digits, other
+/// keys (a header's value) in full up to [`SHOWN_KEY`] characters; a longer one is cut, with a
+/// digest of the whole key after it so that two keys that start alike stay apart. Control and
+/// invisible format characters are written as escapes, so that a key cannot forge or reorder a
+/// log line.
 fn short_key(key: &str) -> String {
-    match key.strip_prefix("r:") {
-        Some(h) => format!("r:{}", &h[..h.len().min(12)]),
-        None => key.to_owned(),
+    if let Some(h) = key.strip_prefix("r:") {
+        return format!("r:{}", &h[..h.len().min(12)]);
     }
+    // Each character escaped takes at most 10: nothing is cut here.
+    let shown = |s: &str| toolshelf_core::echo::for_log(s, SHOWN_KEY * 10);
+    if key.chars().count() <= SHOWN_KEY {
+        return shown(key);
+    }
+    let head: String = key.chars().take(SHOWN_KEY - 16).collect();
+    let digest = crate::session::digest(&[key]);
+    format!("{}…{}", shown(&head), &digest[..12])
 }
+
+/// The longest session key shown in full.
+const SHOWN_KEY: usize = 64;
 
 type Chunk = Result<Bytes, std::io::Error>;
 
@@ -1115,6 +1288,56 @@ fn upstream_kind(status: reqwest::StatusCode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_proxys_own_paths_are_known_with_or_without_a_trailing_slash() {
+        for (path, page) in [
+            ("/toolshelf/status", Some(OwnPage::Status)),
+            ("/toolshelf/status/", Some(OwnPage::Status)),
+            ("/metrics", Some(OwnPage::Metrics)),
+            ("/metrics//", Some(OwnPage::Metrics)),
+            ("/ui", Some(OwnPage::Dashboard)),
+            ("/ui/", Some(OwnPage::Dashboard)),
+            ("/ui/sessions/a/timeline", Some(OwnPage::Dashboard)),
+            ("/toolshelf", Some(OwnPage::Missing)),
+            ("/toolshelf/", Some(OwnPage::Missing)),
+            ("/toolshelf/status/x", Some(OwnPage::Missing)),
+            ("/metrics/x", Some(OwnPage::Missing)),
+            ("/v1/models", None),
+            ("/uix", None),
+            ("/metricsx", None),
+            ("/toolshelfx/status", None),
+            ("/", None),
+        ] {
+            assert_eq!(OwnPage::of(path), page, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_long_session_key_is_shown_cut_and_apart_from_its_likes() {
+        let long = format!("h:{}", "a".repeat(6000));
+        let other = format!("{long}b");
+        let shown = short_key(&long);
+        assert!(
+            shown.chars().count() <= SHOWN_KEY,
+            "{} characters",
+            shown.chars().count()
+        );
+        assert!(shown.starts_with("h:aaaa"), "{shown}");
+        assert_eq!(shown, short_key(&long));
+        assert_ne!(shown, short_key(&other));
+        assert_eq!(short_key("h:sess with spaces"), "h:sess with spaces");
+        assert_eq!(short_key("h:ünïcödé"), "h:ünïcödé");
+        assert_eq!(
+            short_key("h:a\u{202e}b"),
+            "h:a\\u{202e}b",
+            "a bidirectional mark cannot reorder a log line"
+        );
+        assert_eq!(
+            short_key(&format!("r:{}", "0".repeat(32))),
+            "r:000000000000"
+        );
+    }
 
     #[test]
     fn an_upstream_url_is_shown_without_its_userinfo() {

@@ -157,7 +157,11 @@ fn decode(bytes: &[u8]) -> Option<Versioned> {
     })
 }
 
-/// Keys become file names: only `[A-Za-z0-9_-]` is kept, the rest hex-escaped.
+/// Keys become file names: only `[A-Za-z0-9_-]` is kept, the rest hex-escaped (`.2f`). A name
+/// that would be longer than [`MAX_FILE_NAME`] bytes (file systems allow 255) is cut, at an
+/// escape's start, and given `~` and a digest of the whole key: `~` is in no escaped name, so a
+/// cut name never equals another key's whole one, and the digest keeps two keys that start
+/// alike apart.
 fn file_name(key: &str) -> String {
     let mut s = String::with_capacity(key.len() + 5);
     for b in key.bytes() {
@@ -167,9 +171,25 @@ fn file_name(key: &str) -> String {
             s.push_str(&format!(".{b:02x}"));
         }
     }
+    if s.len() + ".json".len() > MAX_FILE_NAME {
+        let mut cut = CUT_FILE_NAME;
+        // Not inside an escape: `.` and its two hex digits stay together.
+        if let Some(dot) = s[cut.saturating_sub(2)..cut].find('.') {
+            cut = cut - 2 + dot;
+        }
+        s.truncate(cut);
+        s.push('~');
+        s.push_str(&crate::session::digest(&[key]));
+    }
     s.push_str(".json");
     s
 }
+
+/// The longest session file name, in bytes.
+const MAX_FILE_NAME: usize = 200;
+
+/// How much of a key's escaped form a cut file name keeps (then `~`, 32 digest digits, `.json`).
+const CUT_FILE_NAME: usize = 120;
 
 impl MemoryStore {
     /// A store of at most `max` sessions; with `dir`, each is also written to a file there.
@@ -403,6 +423,47 @@ mod tests {
             assert!(s.get("b").await.expect("ok").is_some());
             assert_eq!(s.len(), 2);
         });
+    }
+
+    /// A session header may be thousands of characters, each escaped one three: its file name
+    /// stays within what a file system takes, and is still one per key.
+    #[test]
+    fn a_long_key_gets_a_bounded_file_name_of_its_own() {
+        let long = format!("h:{}", "a/".repeat(3000));
+        let other = format!("{long}b");
+        for key in [&long, &other] {
+            let name = file_name(key);
+            assert!(
+                name.len() <= MAX_FILE_NAME,
+                "{} bytes: {}…",
+                name.len(),
+                &name[..80]
+            );
+            assert_eq!(name, file_name(key), "the same key, the same file");
+            assert!(name.ends_with(".json") && name.contains('~'), "{name}");
+            // Cut between escapes, never inside one.
+            let head = name.split('~').next().unwrap_or_default();
+            assert!(
+                head.split('.').skip(1).all(|e| e.len() >= 2),
+                "an escape was cut: {head}"
+            );
+        }
+        assert_ne!(file_name(&long), file_name(&other));
+        assert_eq!(
+            file_name("h:sess/1"),
+            "h.3asess.2f1.json",
+            "short keys as before"
+        );
+        let dir = std::env::temp_dir().join(format!("toolshelf-long-{}", std::process::id()));
+        run(async {
+            let s = MemoryStore::new(10, Some(dir.clone()));
+            s.put(&long, b"state".to_vec(), TTL).await.expect("put");
+            let again = MemoryStore::new(10, Some(dir.clone()));
+            let v = again.get(&long).await.expect("ok").expect("from the file");
+            assert_eq!(v.value, b"state".to_vec());
+            assert_eq!(again.get(&other).await, Ok(None));
+        });
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

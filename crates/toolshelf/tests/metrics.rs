@@ -96,7 +96,7 @@ impl Scrape {
         })
     }
 
-    /// [`Self::get`], 0 when absent (a counter that never moved is not written).
+    /// [`Self::get`], 0 when absent (the gateway writes a counter once it moves).
     fn n(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.get(name, labels).unwrap_or(0.0)
     }
@@ -171,7 +171,8 @@ fn the_proxy_metrics_parse_and_count_a_scripted_conversation() {
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
     let metrics = format!("{}/metrics", proxy.url);
     let before = Scrape::of(&metrics);
-    assert_eq!(before.get("toolshelf_proxy_requests_total", &[]), None);
+    // Every counter is written from the start, at 0.
+    assert_eq!(before.get("toolshelf_proxy_requests_total", &[]), Some(0.0));
 
     let url = format!("{}/v1/messages", proxy.url);
     let mut messages = vec![json!({"role": "user", "content": "write a"})];

@@ -858,8 +858,14 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
         ),
         401
     );
-    // The status and the metrics name sessions and tools: behind the same token here.
-    for page in ["toolshelf/status", "metrics"] {
+    // The status and the metrics name sessions and tools: behind the same token here, with or
+    // without a trailing slash.
+    for page in [
+        "toolshelf/status",
+        "metrics",
+        "toolshelf/status/",
+        "metrics/",
+    ] {
         let url = format!("{}/{page}", guarded.url);
         assert_eq!(get_status(&url, &[]), 401, "{page}");
         assert_eq!(
@@ -888,6 +894,8 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
         ("HEAD", "ui"),
         ("DELETE", "toolshelf/status"),
         ("PUT", "metrics"),
+        ("POST", "toolshelf/status/"),
+        ("POST", "metrics/"),
     ] {
         assert_eq!(
             http(method, &format!("{}/{page}", local.url), &[]).0,
@@ -1347,4 +1355,287 @@ fn a_change_of_model_or_cache_setting_breaks_the_prefix() {
         breaks.push(proxy.status()["totals"]["prefix_breaks"].clone());
     }
     assert_eq!(breaks, [0, 0, 1, 2, 3], "{}", proxy.log());
+}
+
+/// The test tools in the Chat Completions shape.
+fn chat_tools() -> Vec<Value> {
+    tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "function": {"name": t["name"],
+                   "description": t["description"], "parameters": t["input_schema"]}})
+        })
+        .collect()
+}
+
+const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
+
+/// `GET url`; returns the status and the body.
+fn get(url: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-w", "\n%{http_code}", url])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').expect("a status line");
+    (status.trim().parse().expect("a status"), body.to_owned())
+}
+
+/// A request for several choices cannot be served by one conversation's tool rounds: it is
+/// refused, naming `n`, streamed or not, and nothing goes upstream. One without tools, which
+/// the proxy passes along as sent, still goes.
+#[test]
+fn a_chat_request_for_several_choices_is_refused_naming_n() {
+    let s = Scratch::new("proxy-chat-n");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "one"}]}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let url = format!("{}/v1/chat/completions", proxy.url);
+    for stream in [false, true] {
+        let body = json!({"model": "m", "n": 2, "stream": stream, "tools": chat_tools(),
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let (status, answer) = post(&url, &body, &BEARER);
+        assert_eq!(status, 400, "stream {stream}: {answer}");
+        assert_eq!(answer["error"]["param"], "n", "{answer}");
+        assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("\"n\": 2 asks for 2 choices") && message.contains("one choice"),
+            "{message}"
+        );
+    }
+    assert!(
+        upstream.records().is_empty(),
+        "nothing went upstream: {:?}",
+        upstream.records()
+    );
+    assert_eq!(proxy.status()["totals"]["errors"], 2);
+    let body = json!({"model": "m", "n": 2, "messages": [{"role": "user", "content": "title?"}]});
+    let (status, answer) = post(&url, &body, &BEARER);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(upstream.records()[0]["body"]["n"], 2);
+    let body = json!({"model": "m", "n": 1, "tools": chat_tools(),
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (status, answer) = post(&url, &body, &BEARER);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["message"]["content"], "one");
+}
+
+/// Some OpenAI-compatible servers stream tool call pieces without an `index`: two calls of one
+/// round stay two calls, each answered.
+#[test]
+fn streamed_chat_calls_without_an_index_stay_apart() {
+    let s = Scratch::new("proxy-chat-no-index");
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [
+            {"no_index": true, "tool_uses": [
+                {"name": "tool_search", "input": {"queries": ["read file"]}},
+                {"name": "tool_search", "input": {"queries": ["git status"]}}]},
+            {"no_index": true, "text": "Found both."}
+        ]}),
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let body = json!({"model": "m", "stream": true, "tools": chat_tools(),
+                      "messages": [{"role": "user", "content": "find them"}]});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &BEARER,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let sse = answer.as_str().unwrap_or_default();
+    assert!(sse.contains("Found both."), "{sse}\n{}", proxy.log());
+    assert!(
+        !sse.contains("tool_calls"),
+        "no call reaches the client: {sse}"
+    );
+    let turns = upstream.played(2);
+    let ids: Vec<Value> = upstream.answers()[0]["tool_uses"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .map(|u| u["id"].clone())
+        .collect();
+    let answered: Vec<Value> = turns[1]["tool_results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["id"].clone())
+        .collect();
+    assert_eq!(answered, ids, "each search answered under its own id");
+}
+
+/// Two requests of one session in flight at once: the second write merges the first's, and the
+/// status shows the merged figures, not those of one request.
+#[test]
+fn the_status_shows_a_shared_session_as_stored_after_a_merge() {
+    let s = Scratch::new("proxy-merged-figures");
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [{"text": "A", "await_main": 2}, {"text": "B", "await_main": 2}]}),
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let url = format!("{}/v1/messages", proxy.url);
+    std::thread::scope(|scope| {
+        for k in 0..2 {
+            let url = &url;
+            scope.spawn(move || {
+                let mut headers = HEADERS.to_vec();
+                headers.push(("x-toolshelf-session", "shared"));
+                let body = json!({"model": "m", "max_tokens": 64, "tools": tools(),
+                                  "messages": [{"role": "user", "content": format!("conversation {k}")}]});
+                let (status, answer) = post(url, &body, &headers);
+                assert_eq!(status, 200, "{answer}");
+            });
+        }
+    });
+    let status = proxy.status();
+    assert_eq!(status["totals"]["store_conflicts"], 1, "{status}");
+    let session = status["recent_sessions"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["key"] == "h:shared"))
+        .unwrap_or_else(|| panic!("the session is listed: {status}"));
+    assert_eq!(session["figures"]["requests"], 2, "{session}");
+    assert_eq!(session["figures"]["rounds"], 2, "{session}");
+}
+
+/// Every counter has a sample from the first scrape, before anything moved it.
+#[test]
+fn every_counter_has_a_sample_from_the_start() {
+    let s = Scratch::new("proxy-metrics-zero");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let (status, text) = get(&format!("{}/metrics", proxy.url));
+    assert_eq!(status, 200, "{text}");
+    for sample in [
+        "toolshelf_proxy_requests_total 0",
+        "toolshelf_proxy_requests_rewritten_total 0",
+        "toolshelf_proxy_requests_passed_total 0",
+        "toolshelf_proxy_request_errors_total 0",
+        "toolshelf_proxy_upstream_rounds_total 0",
+        "toolshelf_proxy_tool_tokens_saved_total 0",
+        "toolshelf_proxy_prefix_breaks_total 0",
+        "toolshelf_proxy_store_errors_total 0",
+        "toolshelf_proxy_store_conflicts_total 0",
+        "toolshelf_proxy_upstream_tokens_total{kind=\"input\"} 0",
+        "toolshelf_proxy_upstream_tokens_total{kind=\"cache_creation\"} 0",
+        "toolshelf_proxy_calls_total{outcome=\"forwarded\"} 0",
+        "toolshelf_proxy_calls_total{outcome=\"refused\"} 0",
+        "toolshelf_proxy_calls_total{outcome=\"ran\"} 0",
+        "toolshelf_proxy_refused_calls_total{reason=\"not_loaded\"} 0",
+        "toolshelf_proxy_refused_calls_total{reason=\"denied\"} 0",
+        "toolshelf_proxy_searches_total{outcome=\"ok\"} 0",
+        "toolshelf_proxy_searches_total{outcome=\"no_match\"} 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == sample),
+            "{sample} not in:\n{text}"
+        );
+    }
+}
+
+/// The proxy's own paths are answered by the proxy with or without a trailing slash, and one it
+/// does not have is a 404 of its own: none is forwarded upstream with the client's headers.
+#[test]
+fn the_proxys_own_paths_are_never_forwarded() {
+    let s = Scratch::new("proxy-own-paths");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let (status, body) = get(&format!("{}/toolshelf/status/", proxy.url));
+    assert_eq!(status, 200, "{body}");
+    let parsed: Value = serde_json::from_str(&body).expect("status JSON");
+    assert!(parsed["totals"].is_object(), "{body}");
+    let (status, body) = get(&format!("{}/metrics/", proxy.url));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("# TYPE toolshelf_proxy_requests_total counter"),
+        "{body}"
+    );
+    for path in [
+        "/toolshelf",
+        "/toolshelf/",
+        "/toolshelf/nothing",
+        "/metrics/x",
+    ] {
+        let (status, body) = get(&format!("{}{path}", proxy.url));
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.contains("not forwarded upstream"), "{path}: {body}");
+    }
+    assert!(
+        upstream.records().is_empty(),
+        "nothing was forwarded: {:?}",
+        upstream.records()
+    );
+    assert_eq!(proxy.status()["totals"]["passed"], 0);
+}
+
+/// A session header may be long (its file name stays within what a file system takes, and the
+/// log shows it cut) or any UTF-8 text (it names the session as it is); one that is not UTF-8 is
+/// refused rather than ignored.
+#[test]
+fn any_session_name_names_its_session() {
+    let s = Scratch::new("proxy-session-names");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[proxy]\npersist_sessions = true\n",
+        &[],
+    );
+    let url = format!("{}/v1/messages", proxy.url);
+    let send = |name: &str| {
+        let mut headers = HEADERS.to_vec();
+        headers.push(("x-toolshelf-session", name));
+        let body = json!({"model": "m", "max_tokens": 64, "tools": tools(),
+                          "messages": [{"role": "user", "content": "hi"}]});
+        post(&url, &body, &headers)
+    };
+    let long = "a/".repeat(3000);
+    for _ in 0..2 {
+        let (status, answer) = send(&long);
+        assert_eq!(status, 200, "{answer}");
+    }
+    // urllib sends a header's characters as Latin-1 bytes: these are the UTF-8 of "ünïcödé".
+    let utf8: String = "ünïcödé".bytes().map(char::from).collect();
+    let (status, answer) = send(&utf8);
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = send("\u{ff}bad");
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("x-toolshelf-session header is not UTF-8"),
+        "{message}"
+    );
+
+    let log = proxy.log();
+    assert!(!log.contains("cannot write session file"), "{log}");
+    assert!(
+        log.lines().all(|l| l.len() < 1000),
+        "a long key is cut in the log:\n{log}"
+    );
+    let status = proxy.status();
+    let keys: Vec<&str> = status["recent_sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|s| s["key"].as_str())
+        .collect();
+    assert!(keys.contains(&"h:ünïcödé"), "{keys:?}");
+    let long_shown = keys
+        .iter()
+        .find(|k| k.starts_with("h:a/a/"))
+        .unwrap_or_else(|| panic!("{keys:?}"));
+    assert!(long_shown.chars().count() <= 64, "{long_shown}");
+    let requests = status["recent_sessions"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["key"] == *long_shown))
+        .map(|s| s["figures"]["requests"].clone());
+    assert_eq!(requests, Some(json!(2)), "one session, two requests");
+    let dir = std::path::Path::new(&s.path("cache")).join("toolshelf/proxy-sessions");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().all(|n| n.len() <= 200), "{names:?}");
 }

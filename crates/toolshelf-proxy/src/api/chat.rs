@@ -6,8 +6,13 @@
 //! `tool_calls` pieces by `index`, then a chunk with `finish_reason`, an optional usage chunk
 //! (`stream_options.include_usage`) and `data: [DONE]`. The client's stream carries every round's
 //! content under the first round's id, its tool calls renumbered from 0 and written whole, and
-//! one finish, usage and `[DONE]` at the end. Only choice 0 is read (the proxy does not support
-//! `n > 1`).
+//! one finish, usage and `[DONE]` at the end. A request the proxy rewrites asks for one choice:
+//! one with `n` above 1 is refused ([`unsupported`]), since the proxy runs one conversation's
+//! tool rounds per request, not one per choice.
+//!
+//! Tool call pieces in a stream carry the call's `index`; some OpenAI-compatible servers send
+//! none. A piece without an index that brings an `id` other than the last call's starts a call of
+//! its own, and one without either continues the last call.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +20,24 @@ use serde_json::{Map, Value, json};
 
 use super::{Call, ClientTurn, Part, ProxyResult, Round, Streamer, parse_arguments};
 use crate::sse::{Event, write, write_json};
+
+/// Why a request the proxy would rewrite cannot be served, and the field that says so: a request
+/// for several choices (`n` above 1). Each choice would be a conversation of its own, with its
+/// own tool rounds, which one request cannot carry back.
+pub fn unsupported(body: &Map<String, Value>) -> Option<(&'static str, String)> {
+    let n = body.get("n")?;
+    if n.as_f64().is_none_or(|n| n <= 1.0) {
+        return None;
+    }
+    Some((
+        "n",
+        format!(
+            "\"n\": {n} asks for {n} choices; toolshelf rewrites a request with tools for one \
+             choice only (it answers tool_search and runs the tool rounds of one conversation per \
+             request): leave \"n\" out or set it to 1, and send one request per choice"
+        ),
+    ))
+}
 
 fn call_of(tc: &Value) -> Option<Call> {
     let f = tc.get("function")?;
@@ -215,7 +238,11 @@ pub struct Stream {
     text: String,
     /// Whether an earlier round streamed text: this round's first text starts on a new paragraph.
     earlier_text: bool,
+    /// The round's calls by index (a piece without one gets the next free key, see
+    /// [`Self::add_piece`]).
     calls: BTreeMap<u64, Pending>,
+    /// The key of the call the last piece went to.
+    last_call: Option<u64>,
     round: Round,
     done: bool,
     /// The error chunk the upstream sent, for [`Streamer::error`].
@@ -233,9 +260,40 @@ impl Stream {
             text: String::new(),
             earlier_text: false,
             calls: BTreeMap::new(),
+            last_call: None,
             round: Round::default(),
             done: false,
             upstream_error: None,
+        }
+    }
+
+    /// Adds one `tool_calls` piece to its call: the one its `index` names; without an index, a
+    /// new call when it brings an id other than the last call's, else the last call.
+    fn add_piece(&mut self, tc: &Value) {
+        let id = tc
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|i| !i.is_empty());
+        let key = match tc.get("index").and_then(Value::as_u64) {
+            Some(i) => i,
+            None => match self.last_call {
+                Some(k) if id.is_none_or(|id| self.calls.get(&k).is_some_and(|p| p.id == id)) => k,
+                _ => self.calls.keys().next_back().map_or(0, |k| k + 1),
+            },
+        };
+        self.last_call = Some(key);
+        let p = self.calls.entry(key).or_default();
+        // An id comes whole; a server that repeats it on every piece names the same call.
+        if let Some(id) = id
+            && p.id != id
+        {
+            p.id.push_str(id);
+        }
+        if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
+            p.name.push_str(n);
+        }
+        if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
+            p.arguments.push_str(a);
         }
     }
 
@@ -294,17 +352,7 @@ impl Streamer for Stream {
             };
             if let Some(Value::Array(tcs)) = delta.get("tool_calls") {
                 for tc in tcs {
-                    let i = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
-                    let p = self.calls.entry(i).or_default();
-                    if let Some(id) = tc.get("id").and_then(Value::as_str) {
-                        p.id.push_str(id);
-                    }
-                    if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
-                        p.name.push_str(n);
-                    }
-                    if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
-                        p.arguments.push_str(a);
-                    }
+                    self.add_piece(tc);
                 }
             }
             // Everything else in the delta streams on: content, refusal, reasoning.
@@ -341,6 +389,7 @@ impl Streamer for Stream {
 
     fn take_round(&mut self) -> Round {
         self.done = false;
+        self.last_call = None;
         let calls: Vec<Call> = std::mem::take(&mut self.calls)
             .into_values()
             .map(|p| {
@@ -477,6 +526,105 @@ mod tests {
         assert_eq!(streamed, "Let me look.\n\nReading now.");
         let (text, _) = split(&parts);
         assert_eq!(text, "Let me look.\n\nReading now.");
+    }
+
+    /// Some OpenAI-compatible servers send tool call pieces without an `index`: a piece with an id
+    /// other than the last call's starts a call, one without an id continues the last call.
+    #[test]
+    fn tool_call_pieces_without_an_index_are_told_apart_by_their_ids() {
+        let chunk = |delta: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
+            )
+        };
+        let piece = |id: Option<&str>, name: Option<&str>, arguments: &str| {
+            let mut tc = json!({"type": "function", "function": {"arguments": arguments}});
+            if let Some(id) = id {
+                tc["id"] = id.into();
+            }
+            if let Some(name) = name {
+                tc["function"]["name"] = name.into();
+            }
+            chunk(json!({"tool_calls": [tc]}))
+        };
+        let text = [
+            chunk(json!({"role": "assistant", "content": ""})),
+            piece(Some("call_a"), Some("tool_search"), "{\"queries\":"),
+            piece(None, None, "[\"weather\"]}"),
+            // A server that repeats the id on every piece names the same call.
+            piece(Some("call_b"), Some("tool_search"), ""),
+            piece(Some("call_b"), None, "{\"queries\":[\"widgets\"]}"),
+            // Two whole calls in one piece each.
+            piece(Some("call_c"), Some("Read"), "{\"file_path\":\"a\"}"),
+            piece(Some("call_d"), Some("Read"), "{\"file_path\":\"b\"}"),
+            format!(
+                "data: {}\n\ndata: [DONE]\n\n",
+                json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            ),
+        ]
+        .concat();
+        let mut s = Stream::new(false);
+        let mut out = Vec::new();
+        for e in Reader::default().feed(text.as_bytes()) {
+            s.event(&e, &mut out).expect("event");
+        }
+        let r = s.take_round();
+        let calls: Vec<(String, String, Value)> = r
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Call(c) => {
+                    Some((c.id.clone(), c.name.clone(), Value::Object(c.input.clone())))
+                }
+                Part::Raw(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                (
+                    "call_a".to_owned(),
+                    "tool_search".to_owned(),
+                    json!({"queries": ["weather"]})
+                ),
+                (
+                    "call_b".to_owned(),
+                    "tool_search".to_owned(),
+                    json!({"queries": ["widgets"]})
+                ),
+                (
+                    "call_c".to_owned(),
+                    "Read".to_owned(),
+                    json!({"file_path": "a"})
+                ),
+                (
+                    "call_d".to_owned(),
+                    "Read".to_owned(),
+                    json!({"file_path": "b"})
+                ),
+            ]
+        );
+        assert_eq!(r.entries[0]["tool_calls"].as_array().map(Vec::len), Some(4));
+    }
+
+    #[test]
+    fn a_request_for_several_choices_is_refused_naming_n() {
+        let body = |n: Value| {
+            let Value::Object(m) = json!({"model": "m", "n": n, "messages": []}) else {
+                unreachable!()
+            };
+            m
+        };
+        let (param, why) = unsupported(&body(json!(2))).expect("n = 2 is refused");
+        assert_eq!(param, "n");
+        assert!(why.starts_with("\"n\": 2 asks for 2 choices"), "{why}");
+        for fine in [json!(1), json!(null), json!("2")] {
+            assert_eq!(unsupported(&body(fine.clone())), None, "{fine}");
+        }
+        assert_eq!(unsupported(&Map::new()), None);
     }
 
     #[test]

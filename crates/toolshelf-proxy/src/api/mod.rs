@@ -156,6 +156,15 @@ impl Dialect {
         self.0
     }
 
+    /// Why a request the proxy would rewrite cannot be served, with the request field at fault
+    /// (Chat Completions' `n` above 1, see [`chat::unsupported`]); `None` when it can.
+    pub fn unsupported(self, body: &Map<String, Value>) -> Option<(&'static str, String)> {
+        match self.0 {
+            Api::OpenAiChat => chat::unsupported(body),
+            _ => None,
+        }
+    }
+
     /// The client's tool definitions.
     pub fn tools(self, body: &Map<String, Value>) -> &[Value] {
         match body.get("tools") {
