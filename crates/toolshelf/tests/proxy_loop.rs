@@ -533,6 +533,7 @@ fn the_rounds_running_out_is_told_after_the_models_text() {
     let upstream = LoopUpstream::start(&s, &steps);
     let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 2\n", &[]);
     let note = "all 2 tool_search rounds";
+    let mut chat_texts = Vec::new();
     for stream in [false, true] {
         let user = json!({"role": "user", "content": format!("find something ({stream})")});
         let answer = anthropic(&proxy, &tools(), std::slice::from_ref(&user), stream);
@@ -542,11 +543,15 @@ fn the_rounds_running_out_is_told_after_the_models_text() {
         let answer = chat(&proxy, std::slice::from_ref(&user), stream);
         let text = answer["text"].as_str().unwrap_or_default();
         assert!(text.starts_with("hmm a") && text.contains(note), "{answer}");
+        chat_texts.push(text.to_owned());
         let answer = responses(&proxy, std::slice::from_ref(&user), stream);
         let text = answer["output"].to_string();
         assert!(text.contains("hmm a") && text.contains(note), "{answer}");
     }
     assert_eq!(upstream.played().len(), 12, "two rounds a request");
+    // Streamed or not, a Chat answer reads the same: the note apart from the text before it.
+    assert_eq!(chat_texts[0], chat_texts[1]);
+    assert!(chat_texts[0].contains("hmm a\n\n["), "{}", chat_texts[0]);
 }
 
 /// A resident tool the client stopped sending stays in the frozen list the model sees, but a

@@ -415,6 +415,13 @@ impl Streamer for Stream {
     }
 
     fn write_text(&mut self, text: &str, out: &mut Vec<u8>) {
+        // Apart from the rounds' text before it, as in the answer that is not streamed.
+        let text = if self.earlier_text {
+            format!("{ROUND_SEPARATOR}{text}")
+        } else {
+            text.to_owned()
+        };
+        self.earlier_text |= !text.is_empty();
         let mut delta = json!({"content": text});
         if !self.role_sent {
             self.role_sent = true;
