@@ -802,8 +802,10 @@ async fn a_server_that_failed_many_times_is_still_restarted() {
         "{note}"
     );
     std::fs::remove_file(&marker).expect("let quits start");
+    // Back: ready, with its tools listed (the list comes after the start).
     wait_for("quits to be back", || async {
-        server_status(&client, "quits").await["state"] == "ready"
+        let status = server_status(&client, "quits").await;
+        status["state"] == "ready" && status["tools"].as_u64().is_some_and(|n| n >= 1)
     })
     .await;
     let called = ok(&exec(&client, "mcp__quits__echo", json!({})).await);
