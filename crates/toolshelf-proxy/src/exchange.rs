@@ -1133,7 +1133,7 @@ impl Turn {
 
     /// Takes one upstream round: answers what the proxy answers and says what comes next.
     ///
-    /// A round that ended early (the output limit, see [`ended_early`]) is the request's last:
+    /// A round that ended early (the output limit, see `ended_early`) is the request's last:
     /// the client gets it as the model left it, with its stop reason, as it would without the
     /// proxy, and what the proxy answered in it opens the next request.
     pub async fn round(&mut self, proxy: &Proxy, mut round: Round) -> Next {

@@ -6,7 +6,7 @@
 //! method) passes through byte for byte, streamed both ways, headers included. Credentials
 //! travel in headers the proxy forwards and never reads, logs or stores. The proxy's own paths
 //! (`/ui…`, `/toolshelf…`, `/metrics…`, with or without a trailing slash) are never forwarded:
-//! one it has no page at gets a 404 of its own ([`OwnPage`]).
+//! one it has no page at gets a 404 of its own (`OwnPage`).
 //!
 //! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
 //! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
