@@ -195,7 +195,7 @@ fn configuration_templates_are_checked_when_compiled() {
         ),
         (
             "[scripts]\nmax_steps = 0",
-            "[scripts] max_steps, max_heap_mb",
+            "[scripts] max_steps must be at least 1 (got 0)",
         ),
     ] {
         let e = Compiled::new(
