@@ -7,7 +7,10 @@ mod common;
 
 use std::process::Command;
 
-use common::{HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, closed_port, post, tools};
+use common::{
+    HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, chat_tools, closed_port, post,
+    responses_tools, tools,
+};
 use serde_json::{Value, json};
 
 /// A client turn against the proxy's Anthropic endpoint: sends the conversation, appends the
@@ -55,17 +58,6 @@ fn last_result(turn: &Value) -> Value {
         .and_then(|r| r.last())
         .cloned()
         .expect("a result")
-}
-
-/// The test tools in the Responses API's shape.
-fn responses_tools() -> Vec<Value> {
-    tools()
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "name": t["name"], "description": t["description"],
-                   "parameters": t["input_schema"]})
-        })
-        .collect()
 }
 
 /// Each scripted request's conversation starts with the previous one's, entry for entry, and
@@ -1355,17 +1347,6 @@ fn a_change_of_model_or_cache_setting_breaks_the_prefix() {
         breaks.push(proxy.status()["totals"]["prefix_breaks"].clone());
     }
     assert_eq!(breaks, [0, 0, 1, 2, 3], "{}", proxy.log());
-}
-
-/// The test tools in the Chat Completions shape.
-fn chat_tools() -> Vec<Value> {
-    tools()
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "function": {"name": t["name"],
-                   "description": t["description"], "parameters": t["input_schema"]}})
-        })
-        .collect()
 }
 
 const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];

@@ -5,52 +5,29 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use common::{HEADERS, ProxyProc, Scratch, anthropic_tool, fixture, post, tools};
+use common::{
+    HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, chat_tools, post, responses_tools, tools,
+};
 use serde_json::{Value, json};
 
 const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
 
 /// `fixtures/loop_upstream.py` playing `steps`, killed (and reaped) on drop.
-struct LoopUpstream {
-    child: std::process::Child,
-    port: u16,
-    log: String,
-}
+struct LoopUpstream(Upstream);
 
 impl LoopUpstream {
     fn start(s: &Scratch, steps: &Value) -> Self {
-        use std::io::{BufRead, BufReader};
-        let script = s.write("loop-script.json", &steps.to_string());
-        let log = s.path("loop-upstream.jsonl");
-        let mut child = std::process::Command::new("python3")
-            .args([fixture("loop_upstream.py"), script, log.clone()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn loop_upstream.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read the upstream's port");
-        let port = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("the upstream printed {line:?}, not its port"));
-        Self { child, port, log }
+        Self(Upstream::start_fixture(s, "loop_upstream.py", steps))
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.0.url()
     }
 
     fn records(&self, kind: &str) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        self.0
+            .records()
+            .into_iter()
             .filter(|r| r["kind"] == kind)
             .collect()
     }
@@ -81,13 +58,6 @@ impl LoopUpstream {
                     .collect()
             })
             .unwrap_or_default()
-    }
-}
-
-impl Drop for LoopUpstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -178,28 +148,6 @@ fn text_of(answer: &Value) -> String {
         .as_array()
         .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect())
         .unwrap_or_default()
-}
-
-/// The test tools in the Chat Completions shape.
-fn chat_tools() -> Vec<Value> {
-    tools()
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "function": {"name": t["name"],
-                   "description": t["description"], "parameters": t["input_schema"]}})
-        })
-        .collect()
-}
-
-/// The test tools in the Responses shape.
-fn responses_tools() -> Vec<Value> {
-    tools()
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "name": t["name"], "description": t["description"],
-                   "parameters": t["input_schema"]})
-        })
-        .collect()
 }
 
 /// One Chat Completions request; the message, the finish reason and the calls as the client

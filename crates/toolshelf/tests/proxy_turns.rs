@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{HEADERS, ProxyProc, Scratch, Upstream, post, tools};
+use common::{HEADERS, ProxyProc, Scratch, Upstream, post, responses_tools, tools};
 use serde_json::{Value, json};
 
 const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
@@ -41,17 +41,6 @@ fn tool_uses(answer: &Value) -> Vec<Value> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// The test tools in the Responses API's shape.
-fn responses_tools() -> Vec<Value> {
-    tools()
-        .into_iter()
-        .map(|t| {
-            json!({"type": "function", "name": t["name"], "description": t["description"],
-                   "parameters": t["input_schema"]})
-        })
-        .collect()
 }
 
 /// One Responses request; returns the answer.

@@ -611,16 +611,22 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start(s: &Scratch, script: &Value) -> Self {
+        Self::start_fixture(s, "scripted_upstream.py", script)
+    }
+
+    /// The upstream fixture `name` (one that takes a script and a log path and prints its port)
+    /// playing `script`.
+    pub fn start_fixture(s: &Scratch, name: &str, script: &Value) -> Self {
         use std::io::{BufRead, BufReader};
         let script_path = s.write("script.json", &script.to_string());
         let log = s.path("upstream.jsonl");
         let mut child = std::process::Command::new("python3")
-            .args([fixture("scripted_upstream.py"), script_path, log.clone()])
+            .args([fixture(name), script_path, log.clone()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn scripted_upstream.py");
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
@@ -862,6 +868,28 @@ pub fn messages_turn(proxy: &ProxyProc, tools: &[Value], messages: &mut Vec<Valu
 pub fn anthropic_tool(name: &str, description: &str, props: Value, required: &[&str]) -> Value {
     json!({"name": name, "description": description,
            "input_schema": {"type": "object", "properties": props, "required": required}})
+}
+
+/// [`tools`] in the Chat Completions shape.
+pub fn chat_tools() -> Vec<Value> {
+    tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "function": {"name": t["name"],
+                   "description": t["description"], "parameters": t["input_schema"]}})
+        })
+        .collect()
+}
+
+/// [`tools`] in the Responses API's shape.
+pub fn responses_tools() -> Vec<Value> {
+    tools()
+        .into_iter()
+        .map(|t| {
+            json!({"type": "function", "name": t["name"], "description": t["description"],
+                   "parameters": t["input_schema"]})
+        })
+        .collect()
 }
 
 pub fn tools() -> Vec<Value> {
