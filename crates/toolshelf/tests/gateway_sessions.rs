@@ -609,25 +609,9 @@ async fn a_slow_check_of_one_sessions_call_holds_no_other_session() {
         common::http_gateway_with(&config, "127.0.0.1:0", &[("TOKIO_WORKER_THREADS", "1")]);
     let slow = http_client(&url, TestClient::default()).await;
     ok(&search(&slow, json!({"tool_names": ["tool_define"]})).await);
-    const PROPERTIES: usize = 3000;
-    let properties: serde_json::Map<String, Value> = (0..PROPERTIES)
-        .map(|i| {
-            let pattern = json!({"type": "string", "pattern": "^(?:(a|a)*(?=b)c|a*)$"});
-            (format!("p{i}"), pattern)
-        })
-        .collect();
-    let defined = ok(&exec(
-        &slow,
-        "tool_define",
-        json!({"name": "slow", "description": "Takes many strings of a.",
-               "schema": {"type": "object", "properties": properties},
-               "script": "def run(params):\n    return 'ran'\n"}),
-    )
-    .await);
+    let (definition, params) = common::slow_definition();
+    let defined = ok(&exec(&slow, "tool_define", definition).await);
     assert!(defined.contains("Defined slow"), "{defined}");
-    let params: serde_json::Map<String, Value> = (0..PROPERTIES)
-        .map(|i| (format!("p{i}"), Value::from("a".repeat(17))))
-        .collect();
     let before = common::cpu_ticks(gateway.id());
     let call = start_call(
         &slow,

@@ -436,22 +436,10 @@ fn one_worker_proxy(s: &Scratch, upstream: &str, config: &str) -> (Reaped, Strin
 #[test]
 fn a_slow_check_of_one_call_holds_no_other_request() {
     let s = Scratch::new("proxy-slow-check");
-    const PROPERTIES: usize = 3000;
-    let properties: serde_json::Map<String, Value> = (0..PROPERTIES)
-        .map(|i| {
-            let pattern = json!({"type": "string", "pattern": "^(?:(a|a)*(?=b)c|a*)$"});
-            (format!("p{i}"), pattern)
-        })
-        .collect();
-    let params: serde_json::Map<String, Value> = (0..PROPERTIES)
-        .map(|i| (format!("p{i}"), Value::from("a".repeat(17))))
-        .collect();
+    let (definition, params) = common::slow_definition();
     let script = json!({"steps": [
         {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define"]}}]},
-        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "tool_define", "params": {
-            "name": "slow", "description": "Takes many strings of a.",
-            "schema": {"type": "object", "properties": properties},
-            "script": "def run(params):\n    return 'ran'\n"}}}]},
+        {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "tool_define", "params": definition}}]},
         {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "slow", "params": params}}]},
         {"text": "done"}
     ]});

@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, chat_tools, post, responses_tools, tools,
+    HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, chat_tools, post, responses_tools,
+    tool_uses, tools,
 };
 use serde_json::{Value, json};
 
@@ -131,18 +132,6 @@ fn anthropic(proxy: &ProxyProc, tools: &[Value], messages: &[Value], stream: boo
     }
 }
 
-fn uses(answer: &Value) -> Vec<Value> {
-    answer["content"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter(|b| b["type"] == "tool_use")
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn text_of(answer: &Value) -> String {
     answer["content"]
         .as_array()
@@ -248,7 +237,7 @@ fn a_meta_call_the_output_limit_cut_off_is_left_out_and_ends_the_request() {
     let answer = anthropic(&proxy, &tools(), &messages, true);
     assert_eq!(answer["error"], Value::Null, "{answer}");
     assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
-    assert!(uses(&answer).is_empty(), "{answer}");
+    assert!(tool_uses(&answer).is_empty(), "{answer}");
     assert_eq!(text_of(&answer), "Checking.");
     assert_eq!(upstream.played().len(), 2, "no round after the cut one");
     let cut = upstream.call_ids(1);
@@ -284,7 +273,7 @@ fn a_meta_call_the_output_limit_cut_off_is_left_out_and_ends_the_request() {
     messages.push(json!({"role": "user", "content": "check again"}));
     let answer = anthropic(&proxy, &tools(), &messages, false);
     assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
-    assert!(uses(&answer).is_empty(), "{answer}");
+    assert!(tool_uses(&answer).is_empty(), "{answer}");
     assert_eq!(upstream.played().len(), 4, "no round after the cut one");
     messages.push(json!({"role": "assistant", "content": answer["content"]}));
     messages.push(json!({"role": "user", "content": "go on"}));
@@ -318,7 +307,7 @@ fn a_client_call_the_output_limit_cut_off_reaches_the_client_as_far_as_it_got() 
     let answer = anthropic(&proxy, &tools(), &messages, true);
     assert_eq!(answer["error"], Value::Null, "{answer}");
     assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
-    let calls = uses(&answer);
+    let calls = tool_uses(&answer);
     assert_eq!(calls.len(), 1, "{answer}");
     assert_eq!(calls[0]["name"], "Read");
     assert_eq!(
@@ -429,7 +418,7 @@ fn a_resident_tool_is_called_as_sent_under_the_rules_and_hooks() {
     ));
     let mut messages = vec![json!({"role": "user", "content": "look"})];
     let answer = anthropic(&proxy, &list, &messages, false);
-    let calls = uses(&answer);
+    let calls = tool_uses(&answer);
     let names: Vec<&Value> = calls.iter().map(|c| &c["name"]).collect();
     assert_eq!(names, [&json!("Read"), &json!("Grep")], "{answer}");
     assert_eq!(calls[1]["input"], json!({"path": "src"}));
@@ -440,7 +429,7 @@ fn a_resident_tool_is_called_as_sent_under_the_rules_and_hooks() {
         "type": "tool_result", "tool_use_id": c["id"], "content": "ok"})).collect::<Vec<_>>()}),
     );
     let answer = anthropic(&proxy, &list, &messages, false);
-    let calls = uses(&answer);
+    let calls = tool_uses(&answer);
     assert_eq!(calls.len(), 1, "{answer}");
     assert_eq!(calls[0]["input"], json!({"file_path": "b.txt"}));
     messages.push(json!({"role": "assistant", "content": answer["content"]}));
@@ -526,7 +515,7 @@ fn a_call_of_a_resident_tool_the_client_stopped_sending_is_refused_as_gone() {
         .filter(|t| t["name"] != "Read")
         .collect();
     let answer = anthropic(&proxy, &fewer, &messages, false);
-    assert!(uses(&answer).is_empty(), "{answer}");
+    assert!(tool_uses(&answer).is_empty(), "{answer}");
     assert_eq!(text_of(&answer), "Read is gone.");
     let played = upstream.played();
     assert_eq!(played.len(), 3);
@@ -555,7 +544,7 @@ fn a_call_of_a_resident_tool_the_client_stopped_sending_is_refused_as_gone() {
     messages.push(json!({"role": "assistant", "content": answer["content"]}));
     messages.push(json!({"role": "user", "content": "frobnicate"}));
     let answer = anthropic(&proxy, &fewer, &messages, false);
-    let calls = uses(&answer);
+    let calls = tool_uses(&answer);
     assert_eq!(calls.len(), 1, "{answer}");
     assert_eq!(calls[0]["name"], "Frobnicate");
 }

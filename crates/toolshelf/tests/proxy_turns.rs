@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{HEADERS, ProxyProc, Scratch, Upstream, post, responses_tools, tools};
+use common::{HEADERS, ProxyProc, Scratch, Upstream, post, responses_tools, tool_uses, tools};
 use serde_json::{Value, json};
 
 const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
@@ -29,18 +29,6 @@ fn answered(messages: &mut Vec<Value>, answer: &Value) {
     if !results.is_empty() {
         messages.push(json!({"role": "user", "content": results}));
     }
-}
-
-fn tool_uses(answer: &Value) -> Vec<Value> {
-    answer["content"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter(|b| b["type"] == "tool_use")
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// One Responses request; returns the answer.

@@ -935,3 +935,36 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     let fields: Vec<&str> = after.split_whitespace().collect();
     fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
 }
+
+/// A `tool_define` definition (`slow`) whose schema costs minutes of CPU to check a call
+/// against (a backtracking pattern on each of thousands of properties), and params for one
+/// such call.
+pub fn slow_definition() -> (Value, Value) {
+    const PROPERTIES: usize = 3000;
+    let properties: serde_json::Map<String, Value> = (0..PROPERTIES)
+        .map(|i| {
+            let pattern = json!({"type": "string", "pattern": "^(?:(a|a)*(?=b)c|a*)$"});
+            (format!("p{i}"), pattern)
+        })
+        .collect();
+    let params: serde_json::Map<String, Value> = (0..PROPERTIES)
+        .map(|i| (format!("p{i}"), Value::from("a".repeat(17))))
+        .collect();
+    let definition = json!({"name": "slow", "description": "Takes many strings of a.",
+                            "schema": {"type": "object", "properties": properties},
+                            "script": "def run(params):\n    return 'ran'\n"});
+    (definition, Value::Object(params))
+}
+
+/// The `tool_use` blocks of an Anthropic answer.
+pub fn tool_uses(answer: &Value) -> Vec<Value> {
+    answer["content"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|b| b["type"] == "tool_use")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
