@@ -357,6 +357,28 @@ pub enum RefusalKind {
 }
 
 impl RefusalKind {
+    /// Every kind, in declaration order (for metrics that register each label up front). A new
+    /// kind goes here too: [`Self::as_str`] and [`Self::in_words`] stop compiling until it has
+    /// its label and words.
+    pub const ALL: [RefusalKind; 16] = [
+        Self::BadArguments,
+        Self::MetaTool,
+        Self::Unknown,
+        Self::Hidden,
+        Self::Ambiguous,
+        Self::Gone,
+        Self::NotRunnable,
+        Self::NotLoaded,
+        Self::Expired,
+        Self::Invalid,
+        Self::SchemaBroken,
+        Self::Denied,
+        Self::NotApproved,
+        Self::DeniedByHook,
+        Self::InvalidAfterHook,
+        Self::AuditUnavailable,
+    ];
+
     /// The label, as in the audit log's `outcome`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -1243,25 +1265,7 @@ mod tests {
 
     #[test]
     fn refusal_labels_read_back_as_their_kinds() {
-        use RefusalKind::*;
-        for kind in [
-            BadArguments,
-            MetaTool,
-            Unknown,
-            Hidden,
-            Ambiguous,
-            Gone,
-            NotRunnable,
-            NotLoaded,
-            Expired,
-            Invalid,
-            SchemaBroken,
-            Denied,
-            NotApproved,
-            DeniedByHook,
-            InvalidAfterHook,
-            AuditUnavailable,
-        ] {
+        for kind in RefusalKind::ALL {
             assert_eq!(RefusalKind::from_label(kind.as_str()), Some(kind));
             assert_eq!(
                 serde_json::to_value(kind).expect("label"),

@@ -76,47 +76,10 @@ const LABELS: &[(&str, &str, &[&str])] = &[
 
 /// Every refusal reason, for [`REFUSED`]'s labels.
 fn refusal_reasons() -> Vec<&'static str> {
-    use toolshelf_core::invoke::RefusalKind as K;
-    let all = [
-        K::BadArguments,
-        K::MetaTool,
-        K::Unknown,
-        K::Hidden,
-        K::Ambiguous,
-        K::Gone,
-        K::NotRunnable,
-        K::NotLoaded,
-        K::Expired,
-        K::Invalid,
-        K::SchemaBroken,
-        K::Denied,
-        K::NotApproved,
-        K::DeniedByHook,
-        K::InvalidAfterHook,
-        K::AuditUnavailable,
-    ];
-    // A kind added to the enum stops this match compiling until it is listed above too.
-    for k in all {
-        match k {
-            K::BadArguments
-            | K::MetaTool
-            | K::Unknown
-            | K::Hidden
-            | K::Ambiguous
-            | K::Gone
-            | K::NotRunnable
-            | K::NotLoaded
-            | K::Expired
-            | K::Invalid
-            | K::SchemaBroken
-            | K::Denied
-            | K::NotApproved
-            | K::DeniedByHook
-            | K::InvalidAfterHook
-            | K::AuditUnavailable => {}
-        }
-    }
-    all.into_iter().map(K::as_str).collect()
+    toolshelf_core::invoke::RefusalKind::ALL
+        .into_iter()
+        .map(|k| k.as_str())
+        .collect()
 }
 
 /// Registers every counter at 0, so that each has a sample from the first scrape (a series that
