@@ -6,7 +6,10 @@
 //! - exit 0 with a JSON [`HookAnswer`] on stdout: allow or deny, rewrite params (`pre_call`) or
 //!   the result (`post_call`, `post_search`), add guidance the model reads. A leading UTF-8 BOM
 //!   is skipped, and `decision` is read without regard to case, `block` (Claude Code's word)
-//!   meaning `deny`;
+//!   meaning `deny` and `approve` meaning `allow`. Claude Code's own answer shape is read too,
+//!   so its hook scripts serve unchanged: `hookSpecificOutput.permissionDecision` (`ask`
+//!   refuses, since a hook's answer cannot put a question to the user), its reason,
+//!   `updatedInput` and `additionalContext`, and `continue: false` (refuses, with `stopReason`);
 //! - exit 2: deny, with stderr as the reason the model sees;
 //! - anything else (another status, a timeout, unreadable stdout): the hook failed, and its
 //!   `on_error` decides: `allow` goes on (fail open), `deny` refuses (fail closed). Either way the
@@ -210,8 +213,8 @@ impl HookEvent {
     }
 }
 
-/// `allow` or `deny`, read without regard to case; `block` (what Claude Code's hooks answer)
-/// is `deny`.
+/// `allow` or `deny`, read without regard to case; `block` and `approve` (what Claude Code's
+/// hooks answer) are `deny` and `allow`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HookDecision {
@@ -222,11 +225,11 @@ pub enum HookDecision {
 }
 
 impl HookDecision {
-    /// The decision `word` names, if any: `allow`, `deny` or `block`, in any case, white space
-    /// around it ignored.
+    /// The decision `word` names, if any: `allow`, `approve`, `deny` or `block`, in any case,
+    /// white space around it ignored.
     pub fn parse(word: &str) -> Option<Self> {
         let word = word.trim();
-        if word.eq_ignore_ascii_case("allow") {
+        if word.eq_ignore_ascii_case("allow") || word.eq_ignore_ascii_case("approve") {
             Some(Self::Allow)
         } else if word.eq_ignore_ascii_case("deny") || word.eq_ignore_ascii_case("block") {
             Some(Self::Deny)
@@ -241,16 +244,16 @@ impl<'de> Deserialize<'de> for HookDecision {
         let word = String::deserialize(deserializer)?;
         Self::parse(&word).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "decision {:?} is not \"allow\", \"deny\" or \"block\"",
+                "decision {:?} is not \"allow\", \"deny\", \"block\" or \"approve\"",
                 crate::echo::echo(&word)
             ))
         })
     }
 }
 
-/// What a hook may print on stdout (exit 0). Every field is optional.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// What a hook's answer means, once read from either shape it may take on stdout (exit 0):
+/// toolshelf's own or Claude Code's ([`AnswerWire`]). Every field is optional.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct HookAnswer {
     /// `"allow"` (default) or `"deny"` (`"block"` too), in any case.
     pub decision: Option<HookDecision>,
@@ -262,6 +265,135 @@ pub struct HookAnswer {
     pub result: Option<Value>,
     /// Text appended to what the model reads.
     pub guidance: Option<String>,
+}
+
+/// A hook's stdout as written: toolshelf's keys beside Claude Code's, so one of its hook
+/// scripts serves unchanged. Unknown keys are refused, so a misspelt key is not silently
+/// ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerWire {
+    decision: Option<HookDecision>,
+    reason: Option<String>,
+    params: Option<Map<String, Value>>,
+    result: Option<Value>,
+    guidance: Option<String>,
+    #[serde(rename = "hookSpecificOutput")]
+    specific: Option<ClaudeSpecific>,
+    /// `false` stops Claude Code's agent; here it refuses what the hook checks.
+    #[serde(rename = "continue")]
+    go_on: Option<bool>,
+    #[serde(rename = "stopReason")]
+    stop_reason: Option<String>,
+    /// Claude Code's display switches, accepted and unused: they speak to its own user interface.
+    #[serde(rename = "suppressOutput")]
+    _suppress_output: Option<bool>,
+    #[serde(rename = "systemMessage")]
+    _system_message: Option<String>,
+}
+
+/// Claude Code's `hookSpecificOutput`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ClaudeSpecific {
+    #[serde(rename = "hookEventName")]
+    _hook_event_name: Option<String>,
+    permission_decision: Option<PermissionDecision>,
+    permission_decision_reason: Option<String>,
+    updated_input: Option<Map<String, Value>>,
+    additional_context: Option<String>,
+}
+
+/// Claude Code's `permissionDecision`, read without regard to case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PermissionDecision {
+    Allow,
+    Deny,
+    /// Ask the user: a hook's answer has no way to, so it refuses.
+    Ask,
+}
+
+impl PermissionDecision {
+    fn parse(word: &str) -> Option<Self> {
+        let word = word.trim();
+        [
+            ("allow", Self::Allow),
+            ("deny", Self::Deny),
+            ("ask", Self::Ask),
+        ]
+        .into_iter()
+        .find_map(|(w, d)| word.eq_ignore_ascii_case(w).then_some(d))
+    }
+}
+
+impl<'de> Deserialize<'de> for PermissionDecision {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = String::deserialize(deserializer)?;
+        Self::parse(&word).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "permissionDecision {:?} is not \"allow\", \"deny\" or \"ask\"",
+                crate::echo::echo(&word)
+            ))
+        })
+    }
+}
+
+impl AnswerWire {
+    /// The answer this means. A refusal in any of the keys that can say one refuses; its reason
+    /// is the first given of `permissionDecisionReason`, `reason` and `stopReason`.
+    fn into_answer(self, label: &str) -> Result<HookAnswer, String> {
+        let specific = self.specific.unwrap_or(ClaudeSpecific {
+            _hook_event_name: None,
+            permission_decision: None,
+            permission_decision_reason: None,
+            updated_input: None,
+            additional_context: None,
+        });
+        let refuses = self.decision == Some(HookDecision::Deny)
+            || matches!(
+                specific.permission_decision,
+                Some(PermissionDecision::Deny | PermissionDecision::Ask)
+            )
+            || self.go_on == Some(false);
+        let asks = specific.permission_decision == Some(PermissionDecision::Ask);
+        let reason = specific
+            .permission_decision_reason
+            .or(self.reason)
+            .or(self.stop_reason)
+            .or_else(|| {
+                asks.then(|| {
+                    format!(
+                        "hook {label} asks for the user's confirmation, which a hook cannot get"
+                    )
+                })
+            });
+        let decision = if refuses {
+            Some(HookDecision::Deny)
+        } else {
+            self.decision
+                .or(specific.permission_decision.map(|_| HookDecision::Allow))
+        };
+        let params = match (self.params, specific.updated_input) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "it gives both \"params\" and \"hookSpecificOutput.updatedInput\"; give one"
+                        .to_owned(),
+                );
+            }
+            (p, u) => p.or(u),
+        };
+        let guidance = match (self.guidance, specific.additional_context) {
+            (Some(g), Some(c)) => Some(format!("{g}\n\n{c}")),
+            (g, c) => g.or(c),
+        };
+        Ok(HookAnswer {
+            decision,
+            reason,
+            params,
+            result: self.result,
+            guidance,
+        })
+    }
 }
 
 /// What one hook run means.
@@ -389,8 +521,11 @@ pub fn interpret(
         ),
         None => failed(why),
     };
-    let answer: HookAnswer = match serde_json::from_str(text) {
-        Ok(a) => a,
+    let answer = match serde_json::from_str::<AnswerWire>(text) {
+        Ok(a) => match a.into_answer(label) {
+            Ok(a) => a,
+            Err(why) => return invalid(format!("stdout is not a valid answer: {why}")),
+        },
         Err(e) => return invalid(format!("stdout is not a valid answer: {e}")),
     };
     if answer.params.is_some() && event != HookEventKind::PreCall {
@@ -414,14 +549,31 @@ pub fn interpret(
 }
 
 /// Whether an answer that is not valid says deny: its first JSON value, or a line of it that is
-/// a JSON object, has a `decision` that reads as deny ([`HookDecision::parse`]). Returns the
-/// `reason` it gives, if a string.
+/// a JSON object, has a `decision` that reads as deny ([`HookDecision::parse`]), a
+/// `hookSpecificOutput.permissionDecision` that reads as deny or ask, or `continue: false`.
+/// Returns the reason it gives, if a string (as [`AnswerWire::into_answer`] picks it).
 fn deny_in(text: &str) -> Option<Option<String>> {
+    fn word(v: Option<&Value>) -> Option<&str> {
+        v.and_then(Value::as_str)
+    }
     let says_deny = |v: &Value| {
         let o = v.as_object()?;
-        let decision = o.get("decision")?.as_str()?;
-        (HookDecision::parse(decision) == Some(HookDecision::Deny))
-            .then(|| o.get("reason").and_then(Value::as_str).map(str::to_owned))
+        let specific = o.get("hookSpecificOutput").and_then(Value::as_object);
+        let refuses = word(o.get("decision"))
+            .is_some_and(|d| HookDecision::parse(d) == Some(HookDecision::Deny))
+            || word(specific.and_then(|s| s.get("permissionDecision"))).is_some_and(|d| {
+                matches!(
+                    PermissionDecision::parse(d),
+                    Some(PermissionDecision::Deny | PermissionDecision::Ask)
+                )
+            })
+            || o.get("continue") == Some(&Value::Bool(false));
+        refuses.then(|| {
+            word(specific.and_then(|s| s.get("permissionDecisionReason")))
+                .or_else(|| word(o.get("reason")))
+                .or_else(|| word(o.get("stopReason")))
+                .map(str::to_owned)
+        })
     };
     let first = serde_json::Deserializer::from_str(text)
         .into_iter::<Value>()
@@ -634,8 +786,8 @@ mod tests {
             ),
             (
                 HookEventKind::PreCall,
-                r#"{"decision": "Block", "reason": "no writes", "continue": false}"#.to_owned(),
-                "unknown field `continue`",
+                r#"{"decision": "Block", "reason": "no writes", "stop": true}"#.to_owned(),
+                "unknown field `stop`",
             ),
             (
                 HookEventKind::PostSearch,
@@ -701,7 +853,7 @@ mod tests {
         assert!(
             report
                 .expect("reported")
-                .contains(r#"decision "maybe" is not "allow", "deny" or "block""#)
+                .contains(r#"decision "maybe" is not "allow", "deny", "block" or "approve""#)
         );
         // A BOM alone is an empty answer.
         let (o, report) = interpret(
@@ -714,6 +866,99 @@ mod tests {
             (o, report),
             (HookOutcome::Allow(HookAnswer::default()), None)
         );
+    }
+
+    #[test]
+    fn claude_code_answers_are_read_as_it_means_them() {
+        let pre = |stdout: &str| {
+            interpret(
+                "pre_call[0] \"h\"",
+                HookEventKind::PreCall,
+                exited(0, stdout, ""),
+                OnError::Allow,
+            )
+        };
+        let decided = |reason: &str| HookOutcome::Deny(HookDenial::Decided(reason.into()));
+        // Refusals: permissionDecision deny or ask (in any case), continue false.
+        for (stdout, reason) in [
+            (
+                r#"{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "no writes"}}"#,
+                "no writes",
+            ),
+            (
+                r#"{"hookSpecificOutput": {"permissionDecision": "Deny"}, "reason": "no writes"}"#,
+                "no writes",
+            ),
+            (
+                r#"{"hookSpecificOutput": {"permissionDecision": "ask", "permissionDecisionReason": "confirm the push"}}"#,
+                "confirm the push",
+            ),
+            (
+                r#"{"hookSpecificOutput": {"permissionDecision": "ask"}}"#,
+                "hook pre_call[0] \"h\" asks for the user's confirmation, which a hook cannot get",
+            ),
+            (
+                r#"{"continue": false, "stopReason": "out of budget", "suppressOutput": true}"#,
+                "out of budget",
+            ),
+            // A refusal in any key refuses, whatever another says.
+            (
+                r#"{"decision": "approve", "hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": "no"}}"#,
+                "no",
+            ),
+            (
+                r#"{"decision": "allow", "continue": false, "systemMessage": "stopped"}"#,
+                "denied by hook pre_call[0] \"h\"",
+            ),
+        ] {
+            assert_eq!(pre(stdout), (decided(reason), None), "{stdout}");
+        }
+        // Allowing answers, with Claude Code's rewrite and context.
+        let (o, report) = pre(
+            r#"{"decision": "approve", "hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow", "updatedInput": {"path": "/tmp/x"}, "additionalContext": "checked"}, "guidance": "be brief"}"#,
+        );
+        assert_eq!(report, None);
+        let HookOutcome::Allow(answer) = o else {
+            panic!("allowed: {o:?}")
+        };
+        assert_eq!(answer.decision, Some(HookDecision::Allow));
+        assert_eq!(
+            answer.params.map(Value::Object),
+            Some(json!({"path": "/tmp/x"}))
+        );
+        assert_eq!(answer.guidance.as_deref(), Some("be brief\n\nchecked"));
+        // Invalid answers: an unknown decision or key inside hookSpecificOutput, two rewrites.
+        // Each is a failure unless it says deny.
+        for (stdout, wrong) in [
+            (
+                r#"{"hookSpecificOutput": {"permissionDecision": "defer"}}"#,
+                r#"permissionDecision "defer" is not "allow", "deny" or "ask""#,
+            ),
+            (
+                r#"{"hookSpecificOutput": {"permissionDecision": "allow", "updatedinput": {}}}"#,
+                "unknown field `updatedinput`",
+            ),
+            (
+                r#"{"params": {}, "hookSpecificOutput": {"updatedInput": {}}}"#,
+                r#"gives both "params" and "hookSpecificOutput.updatedInput""#,
+            ),
+        ] {
+            let (o, report) = pre(stdout);
+            assert_eq!(o, HookOutcome::Allow(HookAnswer::default()), "{stdout}");
+            let report = report.expect("reported");
+            assert!(report.contains(wrong), "{report}");
+        }
+        let (o, report) = pre(
+            r#"{"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": "no writes", "extra": 1}}"#,
+        );
+        assert_eq!(o, decided("no writes"));
+        assert!(
+            report
+                .expect("reported")
+                .ends_with("it says deny, so it denies")
+        );
+        let (o, _) = pre(r#"{"continue": false, "stopReason": "halt", "note": 1}"#);
+        assert_eq!(o, decided("halt"));
     }
 
     #[test]
