@@ -349,7 +349,7 @@ impl Downstream {
     /// Tells the hub that state (and maybe tools) changed. A hub that is gone has no one left
     /// to tell.
     fn changed(&self, tools: bool) {
-        let _ = self.events.send(HubEvent::Changed {
+        self.events.send(HubEvent::Changed {
             server: self.name.clone(),
             tools,
         });

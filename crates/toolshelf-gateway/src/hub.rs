@@ -263,8 +263,25 @@ pub enum HubEvent {
     Settled,
 }
 
-/// The sending side of the hub's event channel, as servers hold it.
-pub type Events = mpsc::UnboundedSender<HubEvent>;
+/// The sending side of the hub's event channel, as servers hold it. It counts the tool changes
+/// it announces, so that a caller can tell whether the snapshot is behind them
+/// ([`Hub::caught_up`]).
+#[derive(Debug, Clone)]
+pub struct Events {
+    tx: mpsc::UnboundedSender<HubEvent>,
+    announced: Arc<AtomicU64>,
+}
+
+impl Events {
+    /// Hands `event` to the hub (a no-op once the hub is gone).
+    pub fn send(&self, event: HubEvent) {
+        if matches!(event, HubEvent::Changed { tools: true, .. }) {
+            // Counted before it is sent: the hub never counts more rebuilt than announced.
+            self.announced.fetch_add(1, Ordering::SeqCst);
+        }
+        let _ = self.tx.send(event);
+    }
+}
 
 /// [`client_list`] as rmcp tools; a definition MCP cannot express is logged and left out.
 pub fn mcp_tools(
@@ -350,6 +367,10 @@ pub struct Hub {
     runner: Option<toolshelf_runtime::scripts::Runner>,
     /// Recent `tool_search` latencies, for the dashboard.
     pub search_latencies: toolshelf_dashboard::Latencies,
+    /// Tool changes servers have announced ([`Events`]).
+    announced: Arc<AtomicU64>,
+    /// Tool changes the snapshot holds: the announced ones the hub has rebuilt after.
+    rebuilt: tokio::sync::watch::Sender<u64>,
 }
 
 /// Merges `[servers]` of the configuration with the servers of an `mcp.json`; a name in both is
@@ -431,7 +452,12 @@ impl Hub {
             .filter(|_| status_file)
             .map(|dir| status_path(dir, &label, std::process::id()));
         let (settled, _) = tokio::sync::watch::channel(false);
-        let (events, mut inbox) = mpsc::unbounded_channel();
+        let (tx, mut inbox) = mpsc::unbounded_channel();
+        let announced = Arc::new(AtomicU64::new(0));
+        let events = Events {
+            tx,
+            announced: announced.clone(),
+        };
         let servers = config
             .servers
             .iter()
@@ -473,6 +499,8 @@ impl Hub {
             enrichment: enrich.and_then(Enrichment::start),
             runner,
             search_latencies: toolshelf_dashboard::Latencies::default(),
+            announced,
+            rebuilt: tokio::sync::watch::channel(0).0,
         });
         hub.rebuild();
         hub.write_status();
@@ -503,7 +531,7 @@ impl Hub {
                 });
             }
             while tasks.join_next().await.is_some() {}
-            let _ = events.send(HubEvent::Settled);
+            events.send(HubEvent::Settled);
         });
         Ok(hub)
     }
@@ -513,11 +541,13 @@ impl Hub {
     async fn handle(self: &Arc<Self>, batch: Vec<HubEvent>) {
         let mut changed: Vec<String> = Vec::new();
         let mut tools = false;
+        let mut tool_changes = 0;
         let mut settled = false;
         for e in batch {
             match e {
                 HubEvent::Changed { server, tools: t } => {
                     tools |= t;
+                    tool_changes += u64::from(t);
                     if !changed.contains(&server) {
                         changed.push(server);
                     }
@@ -532,6 +562,7 @@ impl Hub {
                 hub.save_cache();
             })
             .await;
+            self.rebuilt.send_modify(|n| *n += tool_changes);
         }
         // Once every server has listed its tools (or failed), a rule that names none of them is
         // most likely a typo. Checked again whenever the catalog changes after that, so that a
@@ -710,6 +741,19 @@ impl Hub {
     pub async fn settled(&self) {
         let mut rx = self.settled.subscribe();
         let _ = rx.wait_for(|done| *done).await;
+    }
+
+    /// Waits, up to `limit`, until the snapshot holds every tool change servers had announced
+    /// when it was called. Returns whether one was pending, so that a name that resolved to no
+    /// tool is worth looking up again.
+    pub async fn caught_up(&self, limit: std::time::Duration) -> bool {
+        let announced = self.announced.load(Ordering::SeqCst);
+        let mut rebuilt = self.rebuilt.subscribe();
+        if *rebuilt.borrow() >= announced {
+            return false;
+        }
+        let _ = tokio::time::timeout(limit, rebuilt.wait_for(|n| *n >= announced)).await;
+        true
     }
 
     /// The newest snapshot.

@@ -125,6 +125,9 @@ const INITIALIZED_WAIT: Duration = Duration::from_secs(5);
 /// Progress notifications of one call that may wait to be sent to its client: a burst of a few
 /// hundred (one a step of a long loop) all reach it; past this, newer ones are dropped.
 const PROGRESS_BACKLOG: usize = 1024;
+/// How long a call of a name no tool has waits for the snapshot to hold tool changes servers
+/// announced before it (a rebuild takes milliseconds; this bounds a hub that is stuck).
+const CATCH_UP: Duration = Duration::from_secs(10);
 
 /// Sends `client` each progress notification that comes in `progress`, with its `token` (the
 /// client's own) in place of the gateway's, until the call's sink is dropped (its call returned)
@@ -991,12 +994,23 @@ impl GatewaySession {
         via: Via,
         context: &RequestContext<RoleServer>,
     ) -> (CallToolResult, bool) {
-        let snap = self.snapshot().await;
+        let mut snap = self.snapshot().await;
         let mut ask = None;
-        let admitted = match self
+        let mut admitted = self
             .admit(&snap, requested, &mut params, via, context, &mut ask)
-            .await
+            .await;
+        // A name no tool has may be one a server has just listed, before the hub's snapshot
+        // holds it (a server that came back): once the snapshot catches up, look again.
+        if let Err(refusal) = &admitted
+            && refusal.kind() == RefusalKind::Unknown
+            && self.hub.caught_up(CATCH_UP).await
         {
+            snap = self.snapshot().await;
+            admitted = self
+                .admit(&snap, requested, &mut params, via, context, &mut ask)
+                .await;
+        }
+        let admitted = match admitted {
             Ok(a) => a,
             Err(refusal) => {
                 let refused = self

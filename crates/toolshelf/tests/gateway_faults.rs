@@ -813,6 +813,61 @@ async fn a_server_that_failed_many_times_is_still_restarted() {
     client.cancel().await.expect("close");
 }
 
+/// A call of a tool whose server has just come back does not beat the catalog to it: the server
+/// reads as ready before the gateway has rebuilt its catalog with the tools it listed (a
+/// rebuild that takes a while here, next to a server of 20,000 tools), and the call waits for
+/// that rebuild rather than being told no tool has the name.
+#[tokio::test]
+async fn a_call_as_its_server_comes_back_waits_for_the_catalog_to_hold_its_tools() {
+    let s = Scratch::new("back-before-rebuild");
+    let marker = s.path("quits-fails");
+    std::fs::write(&marker, "").expect("make quits fail");
+    let many: Vec<Value> = (0..20_000)
+        .map(|i| {
+            tool(
+                &format!("lookup_record_{i}"),
+                &format!("Look up record {i} of the archive by its key, with its history."),
+                json!({"type": "object", "properties": {"key": {"type": "string"}}}),
+            )
+        })
+        .collect();
+    let big = s.write("big.json", &Value::from(many).to_string());
+    let echo = json!([tool(
+        "echo",
+        "Echo the arguments.",
+        json!({"type": "object"})
+    )]);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[execute]\nrequire_search = false\n{}",
+            format_args!(
+                "[servers.big]\ncommand = \"python3\"\nargs = [{:?}, \"big\", {:?}]\n",
+                fixture("named_server.py"),
+                format!("@{big}")
+            ),
+            named_server_failing_while("quits", &echo, Some(&marker), ""),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    wait_for("big to be listed and quits to fail", || async {
+        server_status(&client, "big").await["tools"].as_u64() == Some(20_000)
+            && server_status(&client, "quits").await["failures_total"]
+                .as_u64()
+                .is_some_and(|n| n >= 1)
+    })
+    .await;
+    std::fs::remove_file(&marker).expect("let quits start");
+    wait_for("quits to be ready", || async {
+        server_status(&client, "quits").await["state"] == "ready"
+    })
+    .await;
+    let called = text(&exec(&client, "mcp__quits__echo", json!({})).await);
+    assert!(called.contains("\"server\":\"quits\""), "{called}");
+    client.cancel().await.expect("close");
+}
+
 /// A stdio MCP server whose first `tools/list` is answered only after its second (the re-list
 /// after the `notifications/tools/list_changed` it sends right after start-up, for a tool it
 /// registered late): the older list must not replace the newer.
