@@ -244,22 +244,29 @@ impl MemoryStore {
         }
     }
 
+    /// Makes room in `map` for `key` when it is new and the store is full: expired sessions
+    /// go first, then the least recently used. Every insertion goes through here, so the store
+    /// never holds more than `max`.
+    fn make_room(&self, map: &mut HashMap<String, Entry>, key: &str, now: Instant) {
+        if map.len() < self.max || map.contains_key(key) {
+            return;
+        }
+        map.retain(|_, e| e.expires > now);
+        if map.len() >= self.max
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+    }
+
     fn write(&self, key: &str, version: u64, value: Vec<u8>, ttl: Duration) {
         self.save(key, version, &value);
         let used = self.tick();
         let mut map = self.lock();
-        if map.len() >= self.max && !map.contains_key(key) {
-            let now = Instant::now();
-            map.retain(|_, e| e.expires > now);
-            if map.len() >= self.max
-                && let Some(oldest) = map
-                    .iter()
-                    .min_by_key(|(_, e)| e.used)
-                    .map(|(k, _)| k.clone())
-            {
-                map.remove(&oldest);
-            }
-        }
+        self.make_room(&mut map, key, Instant::now());
         map.insert(
             key.to_owned(),
             Entry {
@@ -333,6 +340,7 @@ impl SessionStore for MemoryStore {
                     return Ok(Cas::Conflict);
                 }
                 let version = expected.unwrap_or(0) + 1;
+                self.make_room(&mut map, key, now);
                 map.insert(
                     key.to_owned(),
                     Entry {
@@ -345,10 +353,6 @@ impl SessionStore for MemoryStore {
                 version
             };
             self.save(key, version, &value);
-            if self.lock().len() > self.max {
-                // Evict through the common path.
-                self.write(key, version, value, ttl);
-            }
             Ok(Cas::Written(version))
         })
     }
@@ -361,8 +365,11 @@ impl SessionStore for MemoryStore {
         })
     }
 
+    /// Sessions held and not expired (an expired one is dropped when its key is read, or to
+    /// make room).
     fn len(&self) -> usize {
-        self.lock().len()
+        let now = Instant::now();
+        self.lock().values().filter(|e| e.expires > now).count()
     }
 }
 
@@ -422,6 +429,38 @@ mod tests {
             );
             assert!(s.get("b").await.expect("ok").is_some());
             assert_eq!(s.len(), 2);
+        });
+    }
+
+    /// Sessions are written by compare-and-set: past `max` the least recently used goes, an
+    /// expired one first, and one that expired is not counted.
+    #[test]
+    fn compare_and_set_keeps_the_store_within_max() {
+        run(async {
+            let s = MemoryStore::new(2, None);
+            for key in ["a", "b", "c", "d", "e"] {
+                let cas = s.compare_and_set(key, None, b"1".to_vec(), TTL).await;
+                assert_eq!(cas, Ok(Cas::Written(1)), "{key}");
+                assert!(s.lock().len() <= 2, "{key}: {} held", s.lock().len());
+            }
+            assert_eq!(s.len(), 2);
+            assert!(
+                s.get("c").await.expect("ok").is_none(),
+                "least recently used goes"
+            );
+            assert!(s.get("e").await.expect("ok").is_some());
+            // An expired session makes room before a live one goes, and is not counted.
+            let s = MemoryStore::new(2, None);
+            let cas = s.compare_and_set("old", None, b"1".to_vec(), Duration::ZERO);
+            assert_eq!(cas.await, Ok(Cas::Written(1)));
+            assert_eq!(s.len(), 0);
+            let cas = s.compare_and_set("live", None, b"1".to_vec(), TTL).await;
+            assert_eq!(cas, Ok(Cas::Written(1)));
+            let cas = s.compare_and_set("new", None, b"1".to_vec(), TTL).await;
+            assert_eq!(cas, Ok(Cas::Written(1)));
+            assert!(s.get("live").await.expect("ok").is_some());
+            assert!(s.get("new").await.expect("ok").is_some());
+            assert_eq!((s.len(), s.lock().len()), (2, 2));
         });
     }
 
