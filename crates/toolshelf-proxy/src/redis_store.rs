@@ -37,7 +37,9 @@ use crate::store::{Cas, SessionStore, StoreFuture, Versioned};
 /// session is a hash with a version as these scripts write it (see [`version`], which `get`
 /// applies to what it reads) and the bytes; anything else under the key (another type, a hash
 /// with another `v` or without `d`) counts as no session and is written over. A hash that lost
-/// its bytes keeps its version for the next one, so that versions never go back.
+/// its bytes keeps its version for the next one, so that versions never go back, except past
+/// the largest one [`version`] reads: the write after that is version 1 again, so that the session
+/// is not lost (a writer that read the old version conflicts, as with any other).
 const STATE: &str = r"
 local function state(key)
   local kind = redis.call('TYPE', key).ok
@@ -58,6 +60,7 @@ local have, after, clear = state(KEYS[1])
 if have ~= ARGV[1] then return -1 end
 if clear then redis.call('DEL', KEYS[1]) end
 local v = after + 1
+if v > 999999999999999 then v = 1 end
 redis.call('HSET', KEYS[1], 'v', string.format('%d', v), 'd', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return v
@@ -69,6 +72,7 @@ const PUT: &str = r"
 local _, after, clear = state(KEYS[1])
 if clear then redis.call('DEL', KEYS[1]) end
 local v = after + 1
+if v > 999999999999999 then v = 1 end
 redis.call('HSET', KEYS[1], 'v', string.format('%d', v), 'd', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return v

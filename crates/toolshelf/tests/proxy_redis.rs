@@ -551,6 +551,40 @@ fn a_session_that_lost_its_bytes_is_written_again_and_its_version_goes_on() {
     assert!(pttl > 50_000 && pttl <= 60_000, "PTTL {pttl}");
 }
 
+/// A session at the largest version the store reads is written over at version 1, not lost to
+/// a version it could not read back.
+#[test]
+fn a_session_past_the_largest_version_goes_on_at_version_one() {
+    let s = Scratch::new("redis-top-version");
+    let redis = Redis::start(&s, false);
+    let rt = runtime();
+    let st = rt
+        .block_on(async { RedisStore::new(&redis.url(), "t:", Duration::from_secs(5)) })
+        .expect("store");
+    rt.block_on(async {
+        for (key, write) in [("cas", true), ("put", false)] {
+            let full = format!("t:{key}");
+            redis.cli(&["HSET", &full, "v", "999999999999999", "d", "a"]);
+            let v = st
+                .get(key)
+                .await
+                .expect("ok")
+                .expect("read at the largest version");
+            assert_eq!(v.version, 999_999_999_999_999);
+            let written = if write {
+                let cas = st.compare_and_set(key, Some(v.version), b"b".to_vec(), TTL);
+                assert_eq!(cas.await, Ok(Cas::Written(1)));
+                1
+            } else {
+                st.put(key, b"b".to_vec(), TTL).await.expect("put")
+            };
+            assert_eq!(written, 1, "{key}");
+            let v = st.get(key).await.expect("ok").expect("still a session");
+            assert_eq!((v.version, v.value), (1, b"b".to_vec()), "{key}");
+        }
+    });
+}
+
 /// Reads `key` until the store answers (a reconnection may take a few tries); fails after 30 s.
 async fn until_answered(st: &RedisStore, key: &str) -> Option<toolshelf_proxy::store::Versioned> {
     let deadline = Instant::now() + Duration::from_secs(30);
