@@ -219,8 +219,15 @@ impl Proxy {
         }
         let (session, version, failed) = match got {
             Ok(Some(v)) => match ProxySession::from_bytes(&v.value) {
-                Some(s) => (s, Some(v.version), false),
-                None => (ProxySession::default(), Some(v.version), false),
+                Ok(s) => (s, Some(v.version), false),
+                Err(why) => {
+                    tracing::warn!(
+                        "session store: ignoring the stored session {}: {why}; the request goes \
+                         on as its first, and its write replaces it",
+                        shown_key(key)
+                    );
+                    (ProxySession::default(), Some(v.version), false)
+                }
             },
             Ok(None) => (ProxySession::default(), None, false),
             Err(e) => {
@@ -292,6 +299,28 @@ pub struct Loaded {
 
 /// How many times a session update is merged into a newer stored one before it is given up.
 const MERGES: usize = 16;
+
+/// A session key as shown (the log, the status, the dashboard): hashes cut to 12 digits, other
+/// keys (a header's value) in full up to [`SHOWN_KEY`] characters; a longer one is cut, with a
+/// digest of the whole key after it so that two keys that start alike stay apart. Control and
+/// invisible format characters are written as escapes, so that a key cannot forge or reorder a
+/// log line.
+pub fn shown_key(key: &str) -> String {
+    if let Some(h) = key.strip_prefix("r:") {
+        return format!("r:{}", &h[..h.len().min(12)]);
+    }
+    // Each character escaped takes at most 10: nothing is cut here.
+    let shown = |s: &str| toolshelf_core::echo::for_log(s, SHOWN_KEY * 10);
+    if key.chars().count() <= SHOWN_KEY {
+        return shown(key);
+    }
+    let head: String = key.chars().take(SHOWN_KEY - 16).collect();
+    let digest = crate::session::digest(&[key]);
+    format!("{}…{}", shown(&head), &digest[..12])
+}
+
+/// The longest session key shown in full.
+const SHOWN_KEY: usize = 64;
 
 /// At most 200 characters of `s`, for messages.
 pub fn short(s: &str) -> String {

@@ -203,8 +203,19 @@ impl RedisStore {
         format!("{}{key}", self.prefix)
     }
 
+    /// The Redis key of a session key as messages show it: the session key as the proxy shows
+    /// it everywhere (a long one cut, with a digest), after the prefix.
+    fn shown(&self, key: &str) -> String {
+        format!(
+            "{}{}",
+            toolshelf_core::echo::for_log(&self.prefix, 200),
+            crate::shown_key(key)
+        )
+    }
+
     /// Runs `op` on the connection within the timeout; errors become messages naming the
-    /// server, and `key` (the Redis key the operation is about) when the server answered. A
+    /// server, and the Redis key of `key` (the session the operation is about) when the server
+    /// answered. A
     /// command sent on a connection that had died (a restarted server, an idle connection
     /// dropped on the way) is sent once more: the manager is reconnecting, and the second try
     /// waits for it. After a failure to connect or to answer in time the server is left alone
@@ -237,7 +248,7 @@ impl RedisStore {
             // The server is there: only this operation failed.
             Ok(Err(e)) => {
                 return Err(match key {
-                    Some(k) => format!("Redis at {}, key {}: {e}", self.addr, crate::short(k)),
+                    Some(k) => format!("Redis at {}, key {}: {e}", self.addr, self.shown(k)),
                     None => format!("Redis at {}: {e}", self.addr),
                 });
             }
@@ -380,7 +391,7 @@ impl SessionStore for RedisStore {
             let k = self.key(key);
             let k = k.as_str();
             let read: Option<Fields> = self
-                .bounded(Some(k), |mut c| async move {
+                .bounded(Some(key), |mut c| async move {
                     let fields = redis::cmd("HMGET")
                         .arg(k)
                         .arg("v")
@@ -409,7 +420,7 @@ impl SessionStore for RedisStore {
             tracing::warn!(
                 "session store: Redis key {} holds no session ({unusable}); read as missing, \
                  the next write replaces it",
-                crate::short(k)
+                self.shown(key)
             );
             Ok(None)
         })
@@ -427,7 +438,7 @@ impl SessionStore for RedisStore {
             let expected = expected.map(|v| v.to_string()).unwrap_or_default();
             let (k, expected, value) = (k.as_str(), expected.as_str(), value.as_slice());
             let written: i64 = self
-                .bounded(Some(k), |mut c| async move {
+                .bounded(Some(key), |mut c| async move {
                     self.cas
                         .key(k)
                         .arg(expected)
@@ -448,7 +459,7 @@ impl SessionStore for RedisStore {
         Box::pin(async move {
             let k = self.key(key);
             let (k, value) = (k.as_str(), value.as_slice());
-            self.bounded(Some(k), |mut c| async move {
+            self.bounded(Some(key), |mut c| async move {
                 self.put
                     .key(k)
                     .arg(value)

@@ -177,8 +177,7 @@ impl AppState {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        let sessions: Vec<&SessionSummary> = recent.values().map(|(_, s)| s).collect();
+        let sessions = self.sessions();
         let bytes: Vec<usize> = sessions.iter().map(|s| s.bytes).collect();
         let mean = if bytes.is_empty() {
             0
@@ -884,7 +883,7 @@ async fn finish(app: &AppState, turn: Turn) {
         target: "toolshelf::proxy",
         "{} session={} turn={} rounds={} searches={} refused={} input={} cache_read={} cache_creation={} output={} tool_tokens_saved={} prefix={}",
         prepared.dialect.api().name(),
-        short_key(&prepared.key),
+        crate::shown_key(&prepared.key),
         turn_no,
         rounds,
         searches,
@@ -898,7 +897,7 @@ async fn finish(app: &AppState, turn: Turn) {
     );
     let actual = tokens.input + tokens.cache_read + tokens.cache_creation;
     app.events.push(crate::ui::TurnEvent {
-        session: short_key(&prepared.key),
+        session: crate::shown_key(&prepared.key),
         turn: turn_no,
         rounds,
         searched: if proxy.compiled.config().ui.show_arguments {
@@ -980,7 +979,7 @@ fn summarize(
 ) -> SessionSummary {
     let ttl = app.proxy.compiled.config().session.activation_ttl_turns;
     SessionSummary {
-        key: short_key(key),
+        key: crate::shown_key(key),
         turn: session.state.turn(),
         figures: session.figures.clone(),
         bytes,
@@ -1021,7 +1020,7 @@ fn log_failure(dialect: Dialect, turn: Option<&Turn>, why: &str) {
             target: "toolshelf::proxy",
             "{} session={} turn={} failed: {why}",
             dialect.api().name(),
-            short_key(&turn.prepared.key),
+            crate::shown_key(&turn.prepared.key),
             turn.prepared.session.state.turn(),
         ),
         None => {
@@ -1034,28 +1033,6 @@ fn log_failure(dialect: Dialect, turn: Option<&Turn>, why: &str) {
 fn upstream_status(url: &str, status: reqwest::StatusCode) -> String {
     format!("upstream {} answered {status}", shown_url(url))
 }
-
-/// A session key as shown (the log, the status, the dashboard): hashes cut to 12 digits, other
-/// keys (a header's value) in full up to [`SHOWN_KEY`] characters; a longer one is cut, with a
-/// digest of the whole key after it so that two keys that start alike stay apart. Control and
-/// invisible format characters are written as escapes, so that a key cannot forge or reorder a
-/// log line.
-fn short_key(key: &str) -> String {
-    if let Some(h) = key.strip_prefix("r:") {
-        return format!("r:{}", &h[..h.len().min(12)]);
-    }
-    // Each character escaped takes at most 10: nothing is cut here.
-    let shown = |s: &str| toolshelf_core::echo::for_log(s, SHOWN_KEY * 10);
-    if key.chars().count() <= SHOWN_KEY {
-        return shown(key);
-    }
-    let head: String = key.chars().take(SHOWN_KEY - 16).collect();
-    let digest = crate::session::digest(&[key]);
-    format!("{}…{}", shown(&head), &digest[..12])
-}
-
-/// The longest session key shown in full.
-const SHOWN_KEY: usize = 64;
 
 type Chunk = Result<Bytes, std::io::Error>;
 
@@ -1317,24 +1294,24 @@ mod tests {
     fn a_long_session_key_is_shown_cut_and_apart_from_its_likes() {
         let long = format!("h:{}", "a".repeat(6000));
         let other = format!("{long}b");
-        let shown = short_key(&long);
+        let shown = crate::shown_key(&long);
         assert!(
-            shown.chars().count() <= SHOWN_KEY,
+            shown.chars().count() <= crate::SHOWN_KEY,
             "{} characters",
             shown.chars().count()
         );
         assert!(shown.starts_with("h:aaaa"), "{shown}");
-        assert_eq!(shown, short_key(&long));
-        assert_ne!(shown, short_key(&other));
-        assert_eq!(short_key("h:sess with spaces"), "h:sess with spaces");
-        assert_eq!(short_key("h:ünïcödé"), "h:ünïcödé");
+        assert_eq!(shown, crate::shown_key(&long));
+        assert_ne!(shown, crate::shown_key(&other));
+        assert_eq!(crate::shown_key("h:sess with spaces"), "h:sess with spaces");
+        assert_eq!(crate::shown_key("h:ünïcödé"), "h:ünïcödé");
         assert_eq!(
-            short_key("h:a\u{202e}b"),
+            crate::shown_key("h:a\u{202e}b"),
             "h:a\\u{202e}b",
             "a bidirectional mark cannot reorder a log line"
         );
         assert_eq!(
-            short_key(&format!("r:{}", "0".repeat(32))),
+            crate::shown_key(&format!("r:{}", "0".repeat(32))),
             "r:000000000000"
         );
     }

@@ -222,24 +222,18 @@ impl Default for ProxySession {
 }
 
 impl ProxySession {
-    /// Reads a stored session; `None` (logged) for another layout or a damaged value.
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+    /// Reads a stored session; why not, for another layout or a damaged value.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
         match serde_json::from_slice::<Self>(bytes) {
             Ok(mut s) if s.layout == LAYOUT => {
                 s.loaded_authored = s.authored.clone();
-                Some(s)
+                Ok(s)
             }
-            Ok(s) => {
-                tracing::warn!(
-                    "ignoring a stored session of layout {} (this build reads {LAYOUT})",
-                    s.layout
-                );
-                None
-            }
-            Err(e) => {
-                tracing::warn!("ignoring a damaged stored session: {e}");
-                None
-            }
+            Ok(s) => Err(format!(
+                "it has layout {}, and this build reads {LAYOUT}",
+                s.layout
+            )),
+            Err(e) => Err(format!("it is damaged ({e})")),
         }
     }
 

@@ -1607,6 +1607,7 @@ fn any_session_name_names_its_session() {
         .find(|k| k.starts_with("h:a/a/"))
         .unwrap_or_else(|| panic!("{keys:?}"));
     assert!(long_shown.chars().count() <= 64, "{long_shown}");
+    assert_eq!(keys, ["h:ünïcödé", long_shown], "the most recent first");
     let requests = status["recent_sessions"]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["key"] == *long_shown))

@@ -784,6 +784,29 @@ fn two_replicas_share_one_conversation_with_requests_alternating_between_them() 
     assert_eq!(redis.cli(&["HGET", session, "v"]), "4");
 }
 
+/// A session whose bytes are not a session (damaged, or of another layout) costs its
+/// conversation that one request's session, and the warning names its key.
+#[test]
+fn a_damaged_session_is_named_in_the_warning_and_written_over() {
+    let s = Scratch::new("redis-damaged");
+    let redis = Redis::start(&s, false);
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let (_sp, p) = replica("redis-damaged-p", &upstream, &redis, "dm:");
+    redis.cli(&["HSET", "dm:h:spoilt-session", "v", "3", "d", "not json"]);
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    let headers = [("x-toolshelf-session", "spoilt-session")];
+    assert_eq!(
+        calls(&turn(&p, &mut messages, &headers)),
+        read_call("notes.txt")
+    );
+    let log = p.log();
+    assert!(
+        log.contains("ignoring the stored session h:spoilt-session: it is damaged ("),
+        "{log}"
+    );
+    assert_eq!(redis.cli(&["HGET", "dm:h:spoilt-session", "v"]), "4");
+}
+
 #[test]
 fn a_replica_killed_in_the_middle_of_a_request_leaves_the_conversation_to_the_other() {
     let s = Scratch::new("redis-kill");
