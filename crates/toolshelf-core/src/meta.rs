@@ -20,15 +20,15 @@ use crate::wire::{Format, definition_from_parts};
 #[serde(deny_unknown_fields)]
 pub struct SearchArgs {
     /// Exact tool names from <available_deferred_tools>. Give this or queries, not both.
-    #[serde(default, deserialize_with = "string_or_list")]
+    #[serde(default, deserialize_with = "tool_names_list")]
     #[schemars(with = "Vec<String>")]
     pub tool_names: Option<Vec<String>>,
     /// Keyword phrases for the task in English and Chinese, one per step. Give this or tool_names, not both.
-    #[serde(default, deserialize_with = "string_or_list")]
+    #[serde(default, deserialize_with = "queries_list")]
     #[schemars(with = "Vec<String>")]
     pub queries: Option<Vec<String>>,
     /// Maximum number of fuzzy results.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "positive_limit")]
     #[schemars(schema_with = "positive_integer")]
     pub limit: Option<u64>,
 }
@@ -38,6 +38,7 @@ pub struct SearchArgs {
 #[serde(deny_unknown_fields)]
 pub struct DeferExecuteArgs {
     /// Name of the tool to run, as listed in <available_deferred_tools>.
+    #[serde(deserialize_with = "tool_name_string")]
     pub tool_name: String,
     /// Arguments for the tool, matching its schema (omit for a tool without parameters).
     #[serde(default, deserialize_with = "object_or_json_string")]
@@ -69,23 +70,70 @@ impl DeferExecuteArgs {
     }
 }
 
-/// A list of strings, or one string standing for a list of one.
-fn string_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
+// A field's own deserializer says what is wrong with it by name: serde's messages for a value of
+// the wrong type ("invalid type: string, expected u64") name no field, and the model must know
+// which of its arguments to fix.
+
+/// `tool_names`: see [`string_or_list`].
+fn tool_names_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    string_or_list(d, "tool_names", "[\"mcp__SERVER__TOOL\"]")
+}
+
+/// `queries`: see [`string_or_list`].
+fn queries_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    string_or_list(d, "queries", "[\"read file\"]")
+}
+
+/// A list of strings, or one string standing for a list of one; the error names `field`.
+fn string_or_list<'de, D: Deserializer<'de>>(
+    d: D,
+    field: &str,
+    example: &str,
+) -> Result<Option<Vec<String>>, D::Error> {
+    let wrong = |found: &str| {
+        serde::de::Error::custom(format_args!(
+            "{field} must be a list of strings, e.g. {example}, found {found}"
+        ))
+    };
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(vec![s])),
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                other => Err(wrong(&format!(
+                    "{} in the list",
+                    crate::catalog::kind_of(&other)
+                ))),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some),
+        other => Err(wrong(crate::catalog::kind_of(&other))),
     }
-    Ok(
-        match Option::<OneOrMany>::deserialize(d).map_err(|_| {
-            serde::de::Error::custom("expected a list of strings, e.g. [\"read file\"]")
-        })? {
-            None => None,
-            Some(OneOrMany::One(s)) => Some(vec![s]),
-            Some(OneOrMany::Many(v)) => Some(v),
-        },
-    )
+}
+
+/// `limit`: a positive integer; anything else is named with the value found.
+fn positive_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::Number(n) if n.as_u64().is_some_and(|n| n > 0) => Ok(n.as_u64()),
+        other => Err(serde::de::Error::custom(format_args!(
+            "limit must be a positive integer, found {}",
+            crate::echo::echo(&other.to_string())
+        ))),
+    }
+}
+
+/// `tool_name`: a string.
+fn tool_name_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(s),
+        other => Err(serde::de::Error::custom(format_args!(
+            "tool_name must be a string, found {}",
+            crate::catalog::kind_of(&other)
+        ))),
+    }
 }
 
 /// A JSON object; also a string that holds one (some models send params that way); null or
@@ -261,6 +309,56 @@ mod tests {
     }
 
     #[test]
+    fn tool_search_argument_errors_name_the_argument() {
+        use crate::search::SearchRequest;
+        for (args, says) in [
+            (
+                json!({"queries": ["x"], "limit": -1}),
+                "limit must be a positive integer, found -1",
+            ),
+            (
+                json!({"queries": ["x"], "limit": 2.5}),
+                "limit must be a positive integer, found 2.5",
+            ),
+            (
+                json!({"queries": ["x"], "limit": "3"}),
+                "limit must be a positive integer, found \"3\"",
+            ),
+            (
+                json!({"queries": ["x"], "limit": 0}),
+                "limit must be a positive integer, found 0",
+            ),
+            (
+                json!({"tool_names": 5}),
+                "tool_names must be a list of strings, e.g. [\"mcp__SERVER__TOOL\"], found a number",
+            ),
+            (
+                json!({"queries": ["a", 1]}),
+                "queries must be a list of strings, e.g. [\"read file\"], found a number in the list",
+            ),
+            (
+                json!({"queries": {"a": 1}}),
+                "queries must be a list of strings",
+            ),
+        ] {
+            let e = SearchRequest::from_json(&args).expect_err("refused");
+            assert!(
+                e.starts_with(&format!("Invalid tool_search call: {says}")),
+                "{args}: {e}"
+            );
+        }
+        assert_eq!(
+            SearchRequest::from_json(
+                &json!({"queries": "read file", "limit": 3, "tool_names": null})
+            ),
+            Ok(SearchRequest::Queries {
+                queries: vec!["read file".into()],
+                limit: Some(3)
+            })
+        );
+    }
+
+    #[test]
     fn defer_execute_arguments_parse_with_readable_errors() {
         let parse = |v: Value| DeferExecuteArgs::parse(v.as_object().expect("object"));
         let ok = parse(json!({"tool_name": " git_log ", "params": {"a": 1}})).expect("ok");
@@ -287,7 +385,14 @@ mod tests {
         for (bad, says) in [
             (json!({}), "missing field `tool_name`"),
             (json!({"tool_name": ""}), "tool_name is empty"),
-            (json!({"tool_name": 3}), "invalid type"),
+            (
+                json!({"tool_name": 3}),
+                "tool_name must be a string, found a number",
+            ),
+            (
+                json!({"tool_name": ["x"]}),
+                "tool_name must be a string, found an array",
+            ),
             (json!({"tool_name": "x", "params": [1]}), "found an array"),
             (
                 json!({"tool_name": "x", "params": "nope"}),

@@ -78,11 +78,10 @@ impl SearchRequest {
         };
         let given = |v: &Option<Vec<String>>| v.is_some();
         let had = (given(&parsed.tool_names), given(&parsed.queries));
-        let limit = match parsed.limit {
-            None => None,
-            Some(0) => return fail("limit must be a positive integer, found 0".into()),
-            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-        };
+        // Positive: the parse refuses 0.
+        let limit = parsed
+            .limit
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         match (clean(parsed.tool_names), clean(parsed.queries)) {
             (Some(_), Some(_)) => fail("both tool_names and queries were given".into()),
             (Some(names), None) => Ok(Self::Names(names)),
