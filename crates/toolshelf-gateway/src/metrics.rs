@@ -43,7 +43,7 @@ pub fn describe() {
     describe_counter!(
         CALLS,
         Unit::Count,
-        "Calls by outcome: ok, tool_error, the failure (timeout, server_unavailable, ...), or refused."
+        "Calls by outcome: ok, tool_error, the failure (unavailable, timeout, crashed, error, cancelled), or refused."
     );
     describe_counter!(
         REFUSED,
