@@ -1118,12 +1118,65 @@ pub fn schema_problem(schema: &Map<String, Value>) -> Option<String> {
     } else {
         jsonschema::meta::validate(&value).err()?
     };
+    let message = error.to_string();
     let at = error.instance_path().to_string();
-    let at = if at.is_empty() { "/".to_owned() } else { at };
+    let at = if !at.is_empty() {
+        at
+    } else {
+        // A reference that cannot be resolved is reported at no place in the schema: it is
+        // found by its target, which the message quotes.
+        unresolved_ref(&value, &message).unwrap_or_else(|| "/".to_owned())
+    };
     Some(format!(
         "at {at}: {}",
-        echo_within(&error.to_string(), VIOLATION_CHARS)
+        echo_within(&message, VIOLATION_CHARS)
     ))
+}
+
+/// The JSON pointer of the first `$ref` in `value` (in document order) that `message` is about: one
+/// whose target the message quotes (its fragment for a local reference, which must then not
+/// resolve in the schema; its whole value for any other).
+fn unresolved_ref(value: &Value, message: &str) -> Option<String> {
+    fn walk(root: &Value, v: &Value, message: &str, at: &mut String) -> Option<String> {
+        let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(target)) = m.get("$ref") {
+                    let about = match target.strip_prefix('#') {
+                        Some(fragment) => {
+                            !fragment.is_empty()
+                                && message.contains(fragment)
+                                && root.pointer(fragment).is_none()
+                        }
+                        None => message.contains(target.as_str()),
+                    };
+                    if about {
+                        return Some(format!("{at}/$ref"));
+                    }
+                }
+                for (k, child) in m {
+                    let len = at.len();
+                    at.push('/');
+                    at.push_str(&escape(k));
+                    let found = walk(root, child, message, at);
+                    at.truncate(len);
+                    if found.is_some() {
+                        return found;
+                    }
+                }
+                None
+            }
+            Value::Array(items) => items.iter().enumerate().find_map(|(i, child)| {
+                let len = at.len();
+                at.push_str(&format!("/{i}"));
+                let found = walk(root, child, message, at);
+                at.truncate(len);
+                found
+            }),
+            _ => None,
+        }
+    }
+    walk(value, value, message, &mut String::new())
 }
 
 /// Whether a schema has, at any depth, a key that only a compile checks: `$ref`, `$schema` and
@@ -1862,6 +1915,7 @@ not call it again unless the user asks; go on without it, or ask the user how to
                 {"name": "fine", "inputSchema": {"type": "object", "properties": {"p": {"type": "string"}}, "required": ["p"]}},
                 {"name": "bad_regex", "inputSchema": {"type": "object", "properties": {"p": {"type": "string", "pattern": "(["}}}},
                 {"name": "dangling", "inputSchema": {"type": "object", "properties": {"p": {"$ref": "#/$defs/gone"}}}},
+                {"name": "deep_ref", "inputSchema": {"type": "object", "$defs": {"s": {"type": "string"}}, "properties": {"ok": {"$ref": "#/$defs/s"}, "list": {"type": "array", "prefixItems": [{"$ref": "#/$defs/s"}, {"$ref": "#/$defs/a~1b"}]}}}},
                 {"name": "draft", "inputSchema": {"$schema": "https://example.invalid/my-draft", "type": "object"}},
                 {"name": "good_ref", "inputSchema": {"type": "object", "$defs": {"s": {"type": "string", "pattern": "^a+$"}}, "properties": {"p": {"$ref": "#/$defs/s"}}}},
                 {"name": "bare"}
@@ -1875,7 +1929,8 @@ not call it again unless the user asks; go on without it, or ask the user how to
             [
                 "tool \"mcp__s__alpha\": its input schema is not a valid JSON Schema (at /properties/p/type: 42 is not valid under any of the schemas listed in the 'anyOf' keyword); it is listed as given, but every call to it will be refused until the schema is fixed",
                 "tool \"mcp__s__bad_regex\": its input schema is not a valid JSON Schema (at /properties/p/pattern: \"([\" is not a \"regex\"); it is listed as given, but every call to it will be refused until the schema is fixed",
-                "tool \"mcp__s__dangling\": its input schema is not a valid JSON Schema (at /: Pointer '/$defs/gone' does not exist); it is listed as given, but every call to it will be refused until the schema is fixed",
+                "tool \"mcp__s__dangling\": its input schema is not a valid JSON Schema (at /properties/p/$ref: Pointer '/$defs/gone' does not exist); it is listed as given, but every call to it will be refused until the schema is fixed",
+                "tool \"mcp__s__deep_ref\": its input schema is not a valid JSON Schema (at /properties/list/prefixItems/1/$ref: Pointer '/$defs/a~1b' does not exist); it is listed as given, but every call to it will be refused until the schema is fixed",
                 "tool \"mcp__s__draft\": its input schema is not a valid JSON Schema (at /: Unknown meta-schema: 'https://example.invalid/my-draft'. Custom meta-schemas must be registered in the registry before use); it is listed as given, but every call to it will be refused until the schema is fixed",
                 "tool \"mcp__s__zeta\": its input schema is not a valid JSON Schema (at /required: \"p\" is not of type \"array\"); it is listed as given, but every call to it will be refused until the schema is fixed",
             ]
