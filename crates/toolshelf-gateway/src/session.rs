@@ -10,6 +10,9 @@
 //! record are both derived from it here, in one place. Refusals are tool results with
 //! `isError: true` and a text that says how to recover; protocol errors are kept for requests
 //! that cannot be routed at all, or that come once their session is closing (see [`SessionEnd`]).
+//! A call abandoned (cancelled by its client, or its session ending) stops at once at whatever
+//! stage it waits on: the user's answer (the question is withdrawn), a pre-call hook (killed with
+//! its group), the downstream call (the server is told).
 //!
 //! A call whose request carries `_meta.progressToken` (a `defer_execute` request's token is its
 //! target's) has the server's progress relayed to its client as `notifications/progress` with
@@ -19,13 +22,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, ElicitRequestParams, ElicitationAction, ErrorCode, Implementation,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ClientResult, ContentBlock, CustomRequest, CustomResult, ElicitRequest, ElicitRequestParams,
+    ElicitationAction, ErrorCode, Implementation, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, ServerRequest, Tool,
 };
-use rmcp::service::{ElicitationMode, NotificationContext, RequestContext};
+use rmcp::service::{ElicitationMode, NotificationContext, PeerRequestOptions, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
@@ -376,6 +380,23 @@ struct Admitted {
     server: Option<Arc<Downstream>>,
     guidance: Vec<String>,
 }
+
+/// Why a call did not go out: a stage refused it, or it was abandoned while it waited for the
+/// user's answer or a `pre_call` hook (why), which then stopped: the question is withdrawn, the
+/// hook killed.
+enum Stop {
+    Refused(Refusal),
+    Abandoned { admitted: Admitted, why: String },
+}
+
+impl From<Refusal> for Stop {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
+    }
+}
+
+/// The audit log's `ask` of a call abandoned before the user answered.
+const UNANSWERED: &str = "unanswered";
 
 /// A label of an ask's outcome for the audit log.
 fn ask_label(answer: &Result<(), AskRefusal>) -> &'static str {
@@ -743,37 +764,80 @@ impl GatewaySession {
     }
 
     /// Asks the user through MCP elicitation. `script`: the tool is one the model wrote in this
-    /// session, which runs this script; the question says so and shows it.
+    /// session, which runs this script; the question says so and shows it. `Err(why)`: the call
+    /// was abandoned before the user answered, and the question is withdrawn (the client is sent
+    /// `notifications/cancelled` for it), since an answer would approve nothing.
     async fn ask(
         &self,
         context: &RequestContext<RoleServer>,
         tool: &str,
         params: &Map<String, Value>,
         script: Option<&str>,
-    ) -> Result<(), AskRefusal> {
+    ) -> Result<Result<(), AskRefusal>, String> {
         if !context
             .peer
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Form)
         {
-            return Err(AskRefusal::Unsupported);
+            return Ok(Err(AskRefusal::Unsupported));
         }
-        let schema = serde_json::from_value(json!({"type": "object", "properties": {}}))
-            .map_err(|e| AskRefusal::Failed(format!("cannot build the approval request: {e}")))?;
-        let message = match script {
-            Some(script) => invoke::authored_approval_question(tool, params, script)?,
-            None => invoke::approval_question(tool, params)?,
+        let question = || {
+            let schema = serde_json::from_value(json!({"type": "object", "properties": {}}))
+                .map_err(|e| {
+                    AskRefusal::Failed(format!("cannot build the approval request: {e}"))
+                })?;
+            let message = match script {
+                Some(script) => invoke::authored_approval_question(tool, params, script)?,
+                None => invoke::approval_question(tool, params)?,
+            };
+            Ok(ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message,
+                requested_schema: schema,
+            })
         };
-        let request = ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message,
-            requested_schema: schema,
+        let request = match question() {
+            Ok(request) => ServerRequest::ElicitRequest(ElicitRequest::new(request)),
+            Err(refusal) => return Ok(Err(refusal)),
         };
-        match context.peer.create_elicitation(request).await {
-            Ok(answer) if answer.action == ElicitationAction::Accept => Ok(()),
-            Ok(answer) => Err(AskRefusal::Declined(refused_as(&answer.action))),
+        let open = context
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await;
+        let open = match open {
+            Ok(open) => open,
+            Err(e) => return Ok(Err(AskRefusal::Failed(e.to_string()))),
+        };
+        let id = open.id.clone();
+        let answer = tokio::select! {
+            biased;
+            why = self.abandoned(context) => {
+                // Sent on its own: the call waits on no client's transport once abandoned.
+                let (peer, reason) = (context.peer.clone(), why.clone());
+                tokio::spawn(async move {
+                    let withdrawn = CancelledNotificationParam::new(Some(id), Some(reason));
+                    if let Err(e) = peer.notify_cancelled(withdrawn).await {
+                        tracing::debug!("an approval question could not be withdrawn: {e}");
+                    }
+                });
+                return Err(why);
+            }
+            answer = open.await_response() => answer,
+        };
+        Ok(match answer {
+            Ok(ClientResult::ElicitResult(answer))
+                if answer.action == ElicitationAction::Accept =>
+            {
+                Ok(())
+            }
+            Ok(ClientResult::ElicitResult(answer)) => {
+                Err(AskRefusal::Declined(refused_as(&answer.action)))
+            }
+            Ok(_) => Err(AskRefusal::Failed(
+                "the client answered the question with something other than an answer".into(),
+            )),
             Err(e) => Err(AskRefusal::Failed(e.to_string())),
-        }
+        })
     }
 
     /// The stages before the call goes out. `params` ends as the params to send (pre-call hooks
@@ -786,7 +850,7 @@ impl GatewaySession {
         via: Via,
         context: &RequestContext<RoleServer>,
         ask: &mut Option<&'static str>,
-    ) -> Result<Admitted, Refusal> {
+    ) -> Result<Admitted, Stop> {
         let (i, pinned) = match self.pinned_target(snap, requested).await? {
             Some(i) => (i, true),
             None => (
@@ -798,7 +862,7 @@ impl GatewaySession {
         let server = match self.hub.server_of(tool) {
             Some(s) => Some(s.clone()),
             None if self.runs_itself(tool) => None,
-            None => return Err(Refusal::NotRunnable { tool: i }),
+            None => return Err(Refusal::NotRunnable { tool: i }.into()),
         };
         // A tool the frozen list carries with its schema is loaded for the whole session,
         // whatever the current exposure says of it.
@@ -843,6 +907,18 @@ impl GatewaySession {
             let answer = self
                 .ask(context, &tool.name, params, script.as_deref())
                 .await;
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(why) => {
+                    *ask = Some(UNANSWERED);
+                    let admitted = Admitted {
+                        index: i,
+                        server,
+                        guidance: Vec::new(),
+                    };
+                    return Err(Stop::Abandoned { admitted, why });
+                }
+            };
             *ask = Some(ask_label(&answer));
             invoke::approved(i, &because, answer)?;
         }
@@ -851,7 +927,19 @@ impl GatewaySession {
         if hooks.iter().any(|h| h.applies_to(Some(tool))) {
             let mut event = self.call_event(HookEventKind::PreCall, tool, server.as_deref(), via);
             event.params = Some(params.clone());
-            let pre = hooks::run(hooks, Some(tool), event).await;
+            // Dropped when the call is abandoned, which kills the hook with its group.
+            let pre = tokio::select! {
+                biased;
+                why = self.abandoned(context) => {
+                    let admitted = Admitted {
+                        index: i,
+                        server,
+                        guidance: Vec::new(),
+                    };
+                    return Err(Stop::Abandoned { admitted, why });
+                }
+                pre = hooks::run(hooks, Some(tool), event) => pre,
+            };
             self.report_hook_failures(&pre, Some(&tool.name));
             let (denial, rewritten) = (pre.denial, pre.params);
             let after = toolshelf_runtime::off_workers(move || {
@@ -1001,7 +1089,7 @@ impl GatewaySession {
             .await;
         // A name no tool has may be one a server has just listed, before the hub's snapshot
         // holds it (a server that came back): once the snapshot catches up, look again.
-        if let Err(refusal) = &admitted
+        if let Err(Stop::Refused(refusal)) = &admitted
             && refusal.kind() == RefusalKind::Unknown
             && self.hub.caught_up(CATCH_UP).await
         {
@@ -1010,9 +1098,10 @@ impl GatewaySession {
                 .admit(&snap, requested, &mut params, via, context, &mut ask)
                 .await;
         }
-        let admitted = match admitted {
-            Ok(a) => a,
-            Err(refusal) => {
+        let (admitted, abandoned) = match admitted {
+            Ok(a) => (a, None),
+            Err(Stop::Abandoned { admitted, why }) => (admitted, Some(why)),
+            Err(Stop::Refused(refusal)) => {
                 let refused = self
                     .refuse(&snap, requested, via, &params, &refusal, ask)
                     .await;
@@ -1029,8 +1118,9 @@ impl GatewaySession {
         let started = Instant::now();
         // A call the client cancels is abandoned (the server is told), and no hook sees it: its
         // result would reach nobody.
-        let outcome = match &server {
-            Some(server) => {
+        let outcome = match (&server, abandoned) {
+            (_, Some(why)) => Err(CallFailure::Cancelled(why)),
+            (Some(server), None) => {
                 let timeout = server
                     .config()
                     .call_timeout_secs
@@ -1061,7 +1151,7 @@ impl GatewaySession {
                     }
                 }
             }
-            None => tokio::select! {
+            (None, None) => tokio::select! {
                 biased;
                 why = self.abandoned(context) => Err(CallFailure::Cancelled(why)),
                 result = self.run_own(&snap, index, &params) => Ok(result),
@@ -1071,6 +1161,13 @@ impl GatewaySession {
         if !matches!(outcome, Err(CallFailure::Cancelled(_))) {
             self.local.lock().await.state.record_call(name);
         }
+        // The model reads of the tool by the name its list shows, as in a refusal; the audit log
+        // and the hooks by its canonical name.
+        let shown = {
+            let local = self.local.lock().await;
+            let direct = self.short_names() && !local.searchable;
+            shown_name(&local.pinned, direct, &snap, name)
+        };
         let mut record = self.record(AuditKind::Call);
         record.requested = Some(echo(requested));
         record.via = Some(via);
@@ -1092,7 +1189,7 @@ impl GatewaySession {
                     self.report_hook_failures(&post, Some(name));
                     if let Some(reason) = post.denied {
                         result = error_result(format!(
-                            "{name} ran, but a post_call hook withheld its result: {reason}"
+                            "{shown} ran, but a post_call hook withheld its result: {reason}"
                         ));
                     } else if let Some(r) = rewritten {
                         result = r;
@@ -1124,7 +1221,7 @@ impl GatewaySession {
                     self.report_hook_failures(&failed, Some(name));
                     guidance.extend(failed.guidance);
                 }
-                error_result(text)
+                error_result(failure.text(&shown))
             }
         };
         if let Err(e) = self.hub.audit.append(&record) {

@@ -1,8 +1,10 @@
 //! End-to-end tests of the gateway's rules and records: names that collide, permission rules that
 //! must hold on every name of a tool, schemas that do not compile, the audit log's fidelity and
 //! its failure, the files the gateway keeps (status per process, a private default directory),
-//! tools that arrive after the session froze its list, and the approval of a model-written tool. Real `toolshelf` binary, real rmcp
-//! client, and `fixtures/named_server.py` as downstream servers with tools chosen per test.
+//! tools that arrive after the session froze its list, the approval of a model-written tool,
+//! calls abandoned while the user is asked or a `pre_call` hook runs, and the name a failed call
+//! gives its tool. Real `toolshelf` binary, real rmcp client, and `fixtures/named_server.py` (or
+//! `test_server.py`) as downstream servers with tools chosen per test.
 
 mod common;
 
@@ -1310,5 +1312,346 @@ async fn a_dismissed_approval_question_reads_as_cancelled() {
             .as_str()
             .is_some_and(|d| d.ends_with("; the user cancelled the prompt")),
         "{refused}"
+    );
+}
+
+/// A `[[hooks.EVENT]]` section running `script` with `sh -c`, with more of it in `extra`.
+fn sh_hook(event: &str, script: &str, extra: &str) -> String {
+    format!("[[hooks.{event}]]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n{extra}")
+}
+
+/// Polls `check` every 100 ms until it holds, failing after `secs` seconds with `what`: for what
+/// must happen long before something the test holds back would let it (a hook's minute-long
+/// sleep, a question never answered).
+async fn within<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not happen within {secs}s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether process `pid` is gone (a zombie counts: it runs nothing).
+fn gone(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+}
+
+/// A `pre_call` hook whose call is abandoned, by the client's cancellation or by the session's
+/// end, is killed with what it started, and the call is audited `cancelled` at once: the session's
+/// next call, and its end, wait for no hook. (The hook would sleep for a minute.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_call_kills_its_pre_call_hook_at_once() {
+    let s = Scratch::new("abandoned-hook");
+    let pids = s.path("hook.pids");
+    let config = format!(
+        "{}{}[execute]\nrequire_search = false\n{}",
+        named_server(
+            "s",
+            &json!([
+                tool("slow", "a tool whose hook is slow", empty()),
+                tool("quick", "a tool without a hook", empty())
+            ]),
+            ""
+        ),
+        files_sections(&s),
+        sh_hook(
+            "pre_call",
+            &format!("cat > /dev/null; sleep 60 & echo \"$$ $!\" >> {pids:?}; wait"),
+            "tools = \"^mcp__s__slow$\"\ntimeout_secs = 120\n",
+        ),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    // The hook's shell and its sleep, once `n` hooks have started.
+    let started = |n: usize| {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        (text.ends_with('\n') && lines.len() >= n).then(|| {
+            lines[n - 1]
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+    };
+    let slow = json!({"tool_name": "mcp__s__slow", "params": {}});
+    let client = stdio_client(&cfg, TestClient::default()).await;
+
+    let call = start_call(&client, "defer_execute", slow.clone()).await;
+    wait_for("the pre_call hook to start", || async {
+        started(1).is_some()
+    })
+    .await;
+    call.cancel(Some("the test cancels it".into()))
+        .await
+        .expect("cancel");
+    within(20, "the cancelled call's audit record", || async {
+        !s.calls_of("mcp__s__slow").is_empty()
+    })
+    .await;
+    let next = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        exec(&client, "mcp__s__quick", json!({})),
+    )
+    .await
+    .expect("the next call is answered while the hook would still sleep");
+    assert!(ok(&next).contains("\"tool\":\"quick\""));
+    let record = &s.calls_of("mcp__s__slow")[0];
+    assert_eq!(
+        (&record["outcome"], &record["detail"]),
+        (
+            &json!("cancelled"),
+            &json!("mcp__s__slow was abandoned: the client cancelled the call")
+        ),
+        "{record}"
+    );
+    for pid in started(1).expect("pids") {
+        within(
+            20,
+            &format!("the end of the hook's process {pid}"),
+            || async { gone(&pid) },
+        )
+        .await;
+    }
+
+    // The client leaves while a hook runs.
+    let _left = start_call(&client, "defer_execute", slow).await;
+    wait_for("the second pre_call hook to start", || async {
+        started(2).is_some()
+    })
+    .await;
+    client.cancel().await.expect("close");
+    within(20, "the session's end", || async {
+        s.audit()
+            .iter()
+            .any(|r| r["kind"] == "session" && r["outcome"] == "end")
+    })
+    .await;
+    let audit = s.audit();
+    let left = audit
+        .iter()
+        .position(|r| {
+            r["tool"] == "mcp__s__slow"
+                && r["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.ends_with("its session ended"))
+        })
+        .unwrap_or_else(|| panic!("the call left running is audited: {audit:#?}"));
+    let end = audit
+        .iter()
+        .position(|r| r["kind"] == "session" && r["outcome"] == "end")
+        .expect("end");
+    assert!(
+        left < end,
+        "the call is recorded before the end: {audit:#?}"
+    );
+    assert_eq!(audit[left]["outcome"], "cancelled");
+    for pid in started(2).expect("pids") {
+        within(
+            20,
+            &format!("the end of the hook's process {pid}"),
+            || async { gone(&pid) },
+        )
+        .await;
+    }
+}
+
+/// A client that supports elicitation and never answers: each question stays open until the
+/// server withdraws it (`notifications/cancelled`) or the client closes, which it counts.
+#[derive(Debug, Clone, Default)]
+struct Unanswering {
+    asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    withdrawn: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl rmcp::ClientHandler for Unanswering {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_elicitation()
+                .build(),
+            rmcp::model::Implementation::new("toolshelf-e2e", "0"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use std::sync::atomic::Ordering;
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        context.ct.cancelled().await;
+        self.withdrawn.fetch_add(1, Ordering::SeqCst);
+        // Nor is it answered then (as the client closes, an answer could still go out).
+        std::future::pending().await
+    }
+}
+
+/// A call cancelled while it waits for the user's approval is abandoned at once: the question is
+/// withdrawn, the call audited `cancelled` with no answer, and the session goes on. A call still
+/// waiting when the session ends is recorded before the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_abandoned_while_the_user_is_asked_withdraws_the_question() {
+    use rmcp::ServiceExt;
+    use std::sync::atomic::Ordering;
+    let s = Scratch::new("abandoned-ask");
+    let config = format!(
+        "{}{}[execute]\nrequire_search = false\n[permissions]\nask = [\"^mcp__s__asked$\"]\n",
+        named_server(
+            "s",
+            &json!([
+                tool("asked", "a tool that needs approval", empty()),
+                tool("free", "a tool that does not", empty())
+            ]),
+            ""
+        ),
+        files_sections(&s),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &cfg])
+        .env("TOOLSHELF_LOG", "warn");
+    let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn toolshelf serve");
+    let user = Unanswering::default();
+    let client = user.clone().serve(transport).await.expect("initialize");
+    let asked = json!({"tool_name": "mcp__s__asked", "params": {}});
+    let call = rmcp::model::CallToolRequest::new(
+        rmcp::model::CallToolRequestParams::new("defer_execute")
+            .with_arguments(asked.as_object().expect("an object").clone()),
+    );
+    let send = || {
+        client.peer().send_cancellable_request(
+            rmcp::model::ClientRequest::CallToolRequest(call.clone()),
+            rmcp::service::PeerRequestOptions::no_options(),
+        )
+    };
+
+    let pending = send().await.expect("send the call");
+    wait_for("the question", || async {
+        user.asked.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    pending
+        .cancel(Some("the test cancels it".into()))
+        .await
+        .expect("cancel");
+    within(20, "the cancelled call's audit record", || async {
+        !s.calls_of("mcp__s__asked").is_empty()
+    })
+    .await;
+    within(20, "the question's withdrawal", || async {
+        user.withdrawn.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let record = &s.calls_of("mcp__s__asked")[0];
+    assert_eq!(
+        (&record["outcome"], &record["ask"], &record["detail"]),
+        (
+            &json!("cancelled"),
+            &json!("unanswered"),
+            &json!("mcp__s__asked was abandoned: the client cancelled the call")
+        ),
+        "{record}"
+    );
+    let Value::Object(args) = json!({"tool_name": "mcp__s__free", "params": {}}) else {
+        unreachable!()
+    };
+    let next = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("defer_execute").with_arguments(args))
+        .await
+        .expect("tools/call");
+    assert!(text(&next).contains("\"tool\":\"free\""), "{next:?}");
+
+    // The client leaves while a question is open.
+    let _left = send().await.expect("send the call");
+    wait_for("the second question", || async {
+        user.asked.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    client.cancel().await.expect("close");
+    within(20, "the session's end", || async {
+        s.audit()
+            .iter()
+            .any(|r| r["kind"] == "session" && r["outcome"] == "end")
+    })
+    .await;
+    let audit = s.audit();
+    let left = audit
+        .iter()
+        .position(|r| {
+            r["tool"] == "mcp__s__asked"
+                && r["detail"] == "mcp__s__asked was abandoned: its session ended"
+        })
+        .unwrap_or_else(|| panic!("the call left waiting is audited: {audit:#?}"));
+    let end = audit
+        .iter()
+        .position(|r| r["kind"] == "session" && r["outcome"] == "end")
+        .expect("end");
+    assert!(
+        left < end,
+        "the call is recorded before the end: {audit:#?}"
+    );
+    assert_eq!(
+        (&audit[left]["outcome"], &audit[left]["ask"]),
+        (&json!("cancelled"), &json!("unanswered"))
+    );
+    assert_eq!(
+        s.outcomes_of("mcp__s__asked"),
+        ["cancelled", "cancelled"],
+        "no question was approved"
+    );
+}
+
+/// A call that fails names its tool to the model as the session's list shows it, as a refusal
+/// does (`test__hang`, not `mcp__test__hang`); the audit log keeps the canonical name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_names_the_tool_as_the_list_does() {
+    let s = Scratch::new("failure-names");
+    let config = format!(
+        "[servers.test]\ncommand = \"python3\"\nargs = [{:?}]\ncall_timeout_secs = 1\n{}\
+         [defer]\nrules = [\"NoDefer(^mcp__test__hang$)\", \"NoDefer(^mcp__test__fail$)\", \
+         \"NoDefer(^mcp__test__echo$)\"]\n{}",
+        fixture("test_server.py"),
+        files_sections(&s),
+        sh_hook(
+            "post_call",
+            "cat > /dev/null; echo 'not for the model' >&2; exit 2",
+            "tools = \"^mcp__test__echo$\"\n",
+        ),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    let listed = list_names(&client).await;
+    for name in ["test__hang", "test__fail", "test__echo"] {
+        assert!(listed.contains(&name.to_owned()), "{listed:?}");
+    }
+    let hung = err(&call(&client, "test__hang", json!({})).await);
+    assert!(
+        hung.starts_with("test__hang did not answer within 1s"),
+        "{hung}"
+    );
+    let failed = err(&call(&client, "test__fail", json!({})).await);
+    assert!(failed.starts_with("test__fail failed: "), "{failed}");
+    let withheld = err(&call(&client, "test__echo", json!({"message": "hi"})).await);
+    assert!(
+        withheld.starts_with("test__echo ran, but a post_call hook withheld its result: "),
+        "{withheld}"
+    );
+    client.cancel().await.expect("close");
+    let hang = &s.calls_of("mcp__test__hang")[0];
+    assert!(
+        hang["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("mcp__test__hang did not answer within 1s")),
+        "{hang}"
     );
 }
