@@ -287,12 +287,23 @@ impl Compiled {
                 .map(|n| format!(" ({n})"))
                 .unwrap_or_default()
         };
+        // What a pattern that matches only another name of a tool (the server's own spelling of
+        // it) is told: `what` match canonical names only.
+        let hint = |p: &Pattern, what: &str| {
+            if any_name(p) {
+                format!(
+                    " by its canonical name ({what} match canonical names only; see `toolshelf explain`)"
+                )
+            } else {
+                brackets(p)
+            }
+        };
         let mut out = Vec::new();
         for r in self.policy.rules() {
             if !canonical(r.pattern()) {
                 out.push(format!(
                     "[defer] rule {r} matches no tool{}",
-                    brackets(r.pattern())
+                    hint(r.pattern(), "[defer] rules")
                 ));
             }
         }
@@ -302,18 +313,16 @@ impl Compiled {
                     out.push(format!(
                         "[modes.{name}] tools pattern {:?} matches no tool{}",
                         p.as_str(),
-                        brackets(p)
+                        hint(p, "mode tools patterns")
                     ));
                 }
             }
         }
         for r in self.permissions.rules() {
             if !tools.iter().any(|t| r.names(t)) {
-                let hint = if any_name(&r.pattern) {
-                    " by its canonical name (allow rules match canonical names only; see `toolshelf explain`)".to_owned()
-                } else {
-                    brackets(&r.pattern)
-                };
+                // A deny or ask rule matches every name of a tool: only an allow rule gets here
+                // with a name it matches.
+                let hint = hint(&r.pattern, "allow rules");
                 out.push(format!("[permissions] {} matches no tool{hint}", r.label));
             }
         }
@@ -557,8 +566,8 @@ mod tests {
         )
         .expect("catalog");
         let compiled = compile(
-            "[defer]\nrules = [\"Defer(Read)\", \"NoDefer(Raed)\"]\n\
-             [modes.m]\ntools = [\"^Read$\", \"^Write$\"]\n\
+            "[defer]\nrules = [\"Defer(Read)\", \"NoDefer(Raed)\", \"NoDefer(^mcp__a.b__)\"]\n\
+             [modes.m]\ntools = [\"^Read$\", \"^Write$\", \"^mcp__a.b__t$\"]\n\
              [permissions]\ndeny = [\"^mcp__a.b__t$\", \"^mcp__nope__\"]\nallow = [\"^mcp__a.b__t$\"]\n\
              [[hooks.pre_call]]\ncommand = \"x\"\ntools = \"zzz\"",
             None,
@@ -569,7 +578,9 @@ mod tests {
             got,
             [
                 "[defer] rule NoDefer(Raed) matches no tool",
+                "[defer] rule NoDefer(^mcp__a.b__) matches no tool by its canonical name ([defer] rules match canonical names only; see `toolshelf explain`)",
                 "[modes.m] tools pattern \"^Write$\" matches no tool",
+                "[modes.m] tools pattern \"^mcp__a.b__t$\" matches no tool by its canonical name (mode tools patterns match canonical names only; see `toolshelf explain`)",
                 "[permissions] deny[1] \"^mcp__nope__\" matches no tool",
                 "[permissions] allow[0] \"^mcp__a.b__t$\" matches no tool by its canonical name (allow rules match canonical names only; see `toolshelf explain`)",
                 "[hooks] pre_call[0] \"x\" tools pattern \"zzz\" matches no tool",
