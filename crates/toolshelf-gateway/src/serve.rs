@@ -12,7 +12,11 @@
 //! body that is not JSON-RPC with a JSON-RPC error (parse error or invalid request, HTTP 400)
 //! instead of rmcp's plain-text 415. For that it buffers the body, up to the 4 MiB rmcp allows,
 //! and still lets rmcp answer first, so rmcp's order of checks (406, 415, 413) holds; only its
-//! parse-failure and too-large answers are rewritten.
+//! parse-failure and too-large answers are rewritten. A request whose params are not an object,
+//! which rmcp cannot read at all, is a JSON-RPC request all the same: it is answered -32602
+//! (invalid params) with its id, as over stdio (see [`screen_requests`]). rmcp answers the
+//! `DELETE` of any session id 202; the guard makes that of a session rmcp does not have 404, as
+//! for any other request of it.
 //!
 //! A session without traffic for `[http] session_idle_secs` is closed, which drops its
 //! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
@@ -42,6 +46,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServiceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use toolshelf_core::http::Listener;
 
 use crate::error::{GatewayError, Result};
@@ -56,34 +61,44 @@ const ENDING_AT_ONCE: usize = 16;
 
 /// Serves one session over stdin/stdout until the client closes it, then ends the session
 /// (audit, `session_end` hooks) before returning, so the process does not exit under them.
-/// Ctrl-C or SIGTERM ends it the same way (its calls are abandoned; a second signal skips what
-/// of the end is not done yet). The read of stdin, which the client may still hold open, is
+/// Ctrl-C or SIGTERM ([`signals`], counted from before the servers started) ends it the same way
+/// (its calls are abandoned; a second signal skips what of the end is not done yet), also before
+/// or during the client's handshake, when there is nothing to end: the caller then stops the
+/// servers as after any session. The read of stdin, which the client may still hold open, is
 /// left blocked: the caller shuts its runtime down without waiting for it
 /// (`Runtime::shutdown_background`).
-pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
+pub async fn serve_stdio(hub: Arc<Hub>, mut signals: Signals) -> Result<()> {
     let session = GatewaySession::new(hub);
     let end = session.end();
-    let (stdin, stdout) = rmcp::transport::stdio();
+    let (screened, to_rmcp) = tokio::io::duplex(64 * 1024);
+    let (refuse, refusals) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(screen_requests(tokio::io::stdin(), screened, refuse));
     let transport = UntilEof {
-        inner: AsyncRwTransport::new_server(stdin, stdout),
+        inner: AsyncRwTransport::new_server(to_rmcp, tokio::io::stdout()),
+        refusals,
         end: end.clone(),
     };
-    let running = session
-        .serve(transport)
-        .await
-        .map_err(|e| GatewayError::Serve {
-            transport: "stdio",
-            message: e.to_string(),
-        })?;
-    let stop = running.cancellation_token();
-    let mut signals = signals();
-    tokio::select! {
-        _ = running.waiting() => {}
-        _ = signals.changed() => {
-            tracing::info!("stopping on a signal: ending the session");
-            end.abandon_calls();
-            stop.cancel();
+    let handshake = tokio::select! {
+        served = session.serve(transport) => Some(served),
+        Ok(()) = signals.changed() => None,
+    };
+    match handshake {
+        Some(served) => {
+            let running = served.map_err(|e| GatewayError::Serve {
+                transport: "stdio",
+                message: e.to_string(),
+            })?;
+            let stop = running.cancellation_token();
+            tokio::select! {
+                _ = running.waiting() => {}
+                _ = signals.changed() => {
+                    tracing::info!("stopping on a signal: ending the session");
+                    end.abandon_calls();
+                    stop.cancel();
+                }
+            }
         }
+        None => tracing::info!("stopping on a signal before the client's handshake was done"),
     }
     tokio::select! {
         () = end.run() => {}
@@ -98,9 +113,11 @@ pub async fn serve_stdio(hub: Arc<Hub>) -> Result<()> {
 /// gone, and rmcp would let them run on for seconds (to send answers nobody reads) before
 /// cancelling them, by which time the client may have killed the process. It also announces
 /// `notifications/initialized` to the session's end before rmcp hands it to its handler, so an
-/// end that comes right after it waits for the start (see [`SessionEnd`]).
+/// end that comes right after it waits for the start (see [`SessionEnd`]), and sends the
+/// refusals of [`screen_requests`].
 struct UntilEof<T> {
     inner: T,
+    refusals: tokio::sync::mpsc::Receiver<TxJsonRpcMessage<RoleServer>>,
     end: Arc<SessionEnd>,
 }
 
@@ -115,7 +132,17 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for UntilEof<T> {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
-        let message = self.inner.receive().await;
+        // rmcp polls this in a `select!` and may drop it at any await: both waits below lose
+        // nothing when dropped, and a refusal is sent by a task of its own.
+        let message = loop {
+            tokio::select! {
+                biased;
+                Some(refusal) = self.refusals.recv() => {
+                    tokio::spawn(self.inner.send(refusal));
+                }
+                message = self.inner.receive() => break message,
+            }
+        };
         match &message {
             None => self.end.abandon_calls(),
             Some(JsonRpcMessage::Notification(JsonRpcNotification {
@@ -130,6 +157,113 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for UntilEof<T> {
     fn close(&mut self) -> impl Future<Output = std::result::Result<(), Self::Error>> + Send {
         self.inner.close()
     }
+}
+
+/// Copies the client's messages from `input` to `output` (where rmcp reads them) line by line,
+/// except a request whose params are not an object: rmcp cannot read it at all, and would answer
+/// -32600 without its id, which leaves the client waiting. Such a request is answered -32602
+/// through `refusals` instead, with its id (see [`unreadable_params`]). A line longer than rmcp
+/// takes is passed on as it comes, for rmcp to drop; `output` ends when `input` does.
+async fn screen_requests(
+    input: impl AsyncRead + Unpin,
+    mut output: impl AsyncWrite + Unpin,
+    refusals: tokio::sync::mpsc::Sender<TxJsonRpcMessage<RoleServer>>,
+) {
+    const LONGEST: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+    let mut input = BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut input)
+            .take(LONGEST as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!("cannot read stdin: {e}");
+                break;
+            }
+        }
+        if line.ends_with(b"\n")
+            && let Some((id, why)) = unreadable_params(&line)
+        {
+            let refusal = TxJsonRpcMessage::<RoleServer>::error(
+                rmcp::ErrorData::invalid_params(why, None),
+                Some(id),
+            );
+            if refusals.send(refusal).await.is_err() {
+                break;
+            }
+            continue;
+        }
+        if output.write_all(&line).await.is_err() {
+            break;
+        }
+        if !line.ends_with(b"\n") && line.len() > LONGEST {
+            // The rest of the line, as it comes.
+            loop {
+                let rest = match input.fill_buf().await {
+                    Ok([]) | Err(_) => return,
+                    Ok(rest) => rest,
+                };
+                let (n, ends) = match rest.iter().position(|b| *b == b'\n') {
+                    Some(i) => (i + 1, true),
+                    None => (rest.len(), false),
+                };
+                if output.write_all(&rest[..n]).await.is_err() {
+                    return;
+                }
+                input.consume(n);
+                if ends {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// For a JSON-RPC 2.0 request (`body`, one message) whose params are there but not an object
+/// (JSON-RPC allows an array; MCP's methods take an object, and rmcp cannot read the message at
+/// all): its id and the -32602 message naming the params. `None` for any other message.
+fn unreadable_params(body: &[u8]) -> Option<(rmcp::model::RequestId, String)> {
+    /// The parts of a message this looks at; params unread, as their text.
+    #[derive(Deserialize)]
+    struct Probe<'a> {
+        jsonrpc: Option<String>,
+        id: Option<Value>,
+        method: Option<String>,
+        #[serde(borrow)]
+        params: Option<&'a serde_json::value::RawValue>,
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let probe: Probe = serde_json::from_slice(body).ok()?;
+    let (Some(method), Some(params), Some(id), None, None) = (
+        probe.method,
+        probe.params,
+        probe.id,
+        probe.result,
+        probe.error,
+    ) else {
+        return None;
+    };
+    // An object or null is rmcp's to read; only what is neither is read here.
+    let text = params.get().trim_start();
+    if probe.jsonrpc.as_deref() != Some("2.0") || text.starts_with('{') || text == "null" {
+        return None;
+    }
+    let params: Value = serde_json::from_str(params.get()).ok()?;
+    let id = serde_json::from_value(id).ok()?;
+    let why = invalid_params(&method, Some(&params)).unwrap_or_else(|| {
+        format!(
+            "Invalid params: the params of {method} must be an object, not {}",
+            a(json_type(&params))
+        )
+    });
+    Some((id, why))
 }
 
 /// Why `params` are not those of `method`, for a method the gateway serves (`None` for another
@@ -283,11 +417,13 @@ impl OpenSessions {
     }
 }
 
-/// Serves streamable HTTP at `http://ADDR/mcp` until Ctrl-C or SIGTERM; `on_bound` learns the
-/// bound address (useful with port 0).
+/// Serves streamable HTTP at `http://ADDR/mcp` until Ctrl-C or SIGTERM (counted by `signals`,
+/// so one that came before stops it at once); `on_bound` learns the bound address (useful with
+/// port 0).
 pub async fn serve_http(
     hub: Arc<Hub>,
     addr: &str,
+    signals: Signals,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<()> {
     let err = |message: String| GatewayError::Serve {
@@ -349,7 +485,6 @@ pub async fn serve_http(
         )
         .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
-    let signals = signals();
     let mut first = signals.clone();
     let closing = open.clone();
     let served = axum::serve(listener, router).with_graceful_shutdown(async move {
@@ -434,6 +569,25 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
         let reason = status.canonical_reason().unwrap_or("Refused");
         return plain(status, format!("{reason}: {refused}"));
     }
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if request.method() == Method::DELETE {
+        // rmcp answers 202 to the DELETE of any session id, known or not; POST and GET of an
+        // unknown one get 404, as the MCP specification has it for every request.
+        let unknown = match &session {
+            Some(id) => !g.knows(id).await,
+            None => false,
+        };
+        let response = next.run(request).await;
+        return if unknown && response.status() == StatusCode::ACCEPTED {
+            session_not_found()
+        } else {
+            response
+        };
+    }
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -476,7 +630,9 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
     };
     let response = next.run(request).await;
     match (response.status(), &bytes) {
-        (StatusCode::UNSUPPORTED_MEDIA_TYPE, Some(bytes)) => unparsable(response, bytes).await,
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, Some(bytes)) => {
+            unparsable(&g, session.as_deref(), initialize, response, bytes).await
+        }
         (StatusCode::PAYLOAD_TOO_LARGE, _) => jsonrpc_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             Value::Null,
@@ -490,9 +646,31 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
     }
 }
 
+impl Guard {
+    /// Whether rmcp has an open session of this id.
+    async fn knows(&self, session: &str) -> bool {
+        self.sessions.sessions.read().await.contains_key(session)
+    }
+}
+
+/// rmcp's answer to a request of a session it does not have.
+fn session_not_found() -> Response {
+    plain(StatusCode::NOT_FOUND, "Not Found: Session not found".into())
+}
+
 /// rmcp's 415 for a body it could not read as a message becomes a JSON-RPC parse error (not
-/// JSON) or invalid request (JSON, but not JSON-RPC); any other 415 is passed on.
-async fn unparsable(response: Response, body: &[u8]) -> Response {
+/// JSON) or invalid request (JSON, but not JSON-RPC); any other 415 is passed on. A request
+/// whose params are not an object is a JSON-RPC request all the same (see
+/// [`unreadable_params`]): it gets what rmcp answers a request of session `session` before
+/// reading it (404 for a session it does not have, 400 without one, but for an `initialize`),
+/// else -32602 (invalid params) with its id and, as rmcp sends that error, HTTP 200.
+async fn unparsable(
+    g: &Guard,
+    session: Option<&str>,
+    initialize: bool,
+    response: Response,
+    body: &[u8],
+) -> Response {
     const RMCP_PREFIX: &str = "fail to deserialize request body";
     let (parts, answer) = response.into_parts();
     let answer = axum::body::to_bytes(answer, 64 * 1024)
@@ -502,6 +680,21 @@ async fn unparsable(response: Response, body: &[u8]) -> Response {
     let Some(why) = answer.strip_prefix(RMCP_PREFIX) else {
         return Response::from_parts(parts, Body::from(answer));
     };
+    if let Some((id, params)) = unreadable_params(body) {
+        return match session {
+            Some(session) if !g.knows(session).await => session_not_found(),
+            None if !initialize => plain(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: Session ID is required".into(),
+            ),
+            _ => jsonrpc_error(
+                StatusCode::OK,
+                serde_json::to_value(id).unwrap_or_default(),
+                -32602,
+                params,
+            ),
+        };
+    }
     match serde_json::from_slice::<Value>(body) {
         Err(e) => jsonrpc_error(
             StatusCode::BAD_REQUEST,
@@ -560,18 +753,24 @@ fn jsonrpc_error(status: StatusCode, id: Value, code: i64, message: String) -> R
     r
 }
 
-/// How many times Ctrl-C or SIGTERM came since this was called. (The count never closes: a
-/// server that cannot listen for signals runs until it is killed.)
-fn signals() -> tokio::sync::watch::Receiver<u32> {
+/// How many times Ctrl-C or SIGTERM came since [`signals`] was called.
+pub type Signals = tokio::sync::watch::Receiver<u32>;
+
+/// Counts Ctrl-C and SIGTERM from now on: they no longer kill the process, which must watch the
+/// count and stop on its own (the servers' process groups with it). Call it before starting
+/// servers, inside the runtime. (The count never closes: a process that cannot listen for
+/// signals runs until it is killed.)
+pub fn signals() -> Signals {
     let (count, counted) = tokio::sync::watch::channel(0);
-    tokio::spawn(async move {
-        // The listeners are made once, so that no signal falls between two of them.
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::interrupt())
-                .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
-            {
+    // The listeners are made here, before this returns, so that no signal falls between two of
+    // them or before them.
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listening = signal(SignalKind::interrupt())
+            .and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+        tokio::spawn(async move {
+            match listening {
                 Ok((mut int, mut term)) => loop {
                     let got = tokio::select! {
                         got = int.recv() => got,
@@ -584,8 +783,12 @@ fn signals() -> tokio::sync::watch::Receiver<u32> {
                 },
                 Err(e) => tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}"),
             }
-        }
-        #[cfg(not(unix))]
+            let _count = count;
+            std::future::pending::<()>().await
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
             count.send_modify(|n| *n += 1);
         }
@@ -627,5 +830,44 @@ mod tests {
             None
         );
         assert_eq!(says("prompts/get", json!({})), None);
+    }
+
+    #[test]
+    fn only_requests_whose_params_are_not_an_object_are_screened() {
+        let screened = |message: Value| unreadable_params(message.to_string().as_bytes());
+        assert_eq!(
+            screened(json!({"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": [1]})),
+            Some((
+                rmcp::model::RequestId::String("a".into()),
+                "Invalid params: the params of tools/call must be an object with \"name\" (the tool's name, a string), not an array".into()
+            ))
+        );
+        assert_eq!(
+            screened(json!({"jsonrpc": "2.0", "id": 3, "method": "ping", "params": 5}))
+                .map(|(_, why)| why)
+                .as_deref(),
+            Some("Invalid params: the params of ping must be an object, not a number")
+        );
+        for rmcp_answers in [
+            // Params an object or null, or none: rmcp reads these.
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": null}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+            // Not a request: a notification, a response, no JSON-RPC 2.0, an id rmcp cannot
+            // take.
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": [1]}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "x", "params": [1], "result": {}}),
+            json!({"jsonrpc": "1.0", "id": 1, "method": "ping", "params": [1]}),
+            json!({"id": 1, "method": "ping", "params": [1]}),
+            json!({"jsonrpc": "2.0", "id": null, "method": "ping", "params": [1]}),
+            json!({"jsonrpc": "2.0", "id": [1], "method": "ping", "params": [1]}),
+            json!([{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}]),
+        ] {
+            assert_eq!(screened(rmcp_answers.clone()), None, "{rmcp_answers}");
+        }
+        assert_eq!(
+            unreadable_params(b"{\"jsonrpc\": \"2.0\", \"id\": 1,"),
+            None
+        );
     }
 }

@@ -1006,6 +1006,41 @@ fn exit_status_tells_a_finding_from_an_error() {
     }
 }
 
+/// With `[cache] enabled = false` no gateway writes a status file, so `status` cannot tell
+/// whether one runs: it says that it found no status file (and why), not that no gateway runs,
+/// and probes the servers itself as without a gateway.
+#[test]
+fn status_without_the_cache_does_not_say_that_no_gateway_runs() {
+    let server = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/test_server.py");
+    let config = temp_file(
+        "no-cache.toml",
+        &format!(
+            "[servers.test]\ncommand = \"python3\"\nargs = [{:?}]\n[cache]\nenabled = false\n",
+            server.display().to_string()
+        ),
+    );
+    let out = run(&["status", "--config", &config]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().next(),
+        Some(
+            "no status file to read: with [cache] enabled = false a running gateway writes none; started each server to check it"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("test ") && l.contains("ready")),
+        "{stdout}"
+    );
+}
+
 /// A byte-order mark (Windows editors write one) is skipped in every input, and a line that
 /// cannot be read is named by file and line.
 #[test]

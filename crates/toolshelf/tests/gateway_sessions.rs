@@ -1,8 +1,9 @@
 //! End-to-end tests of a gateway session's life: calls the client cancels or leaves behind,
 //! `session_start` hooks before the first call, hooks whose replacement result is not a result,
-//! the end of every HTTP session when the server is stopped, and a call slow to check that holds
-//! no other session. The real `toolshelf serve` binary in front of `fixtures/test_server.py`,
-//! driven by rmcp's client over stdio and HTTP.
+//! the end of every HTTP session when the server is stopped, a call slow to check that holds no
+//! other session, a signal before the handshake, requests whose params are not an object, and
+//! the deletion of a session the server does not have. The real `toolshelf serve` binary in
+//! front of `fixtures/test_server.py`, driven by rmcp's client over stdio and HTTP.
 
 mod common;
 
@@ -645,4 +646,245 @@ async fn a_slow_check_of_one_sessions_call_holds_no_other_session() {
     );
     checking.abort();
     drop(gateway);
+}
+
+/// Whether process `pid` is gone: no such process, or one that has exited and waits to be
+/// reaped (a container's first process may never reap what is passed to it).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+/// Kills process `pid` when dropped, so that a failed test leaves nothing running.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !process_gone(self.0) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .status();
+        }
+    }
+}
+
+/// SIGTERM before any client's `initialize` (the servers are started at start-up) stops the
+/// stdio gateway as one after the handshake does: it exits with status 0, and what a server's
+/// wrapper started (here a `sleep` beside the server, in its process group) is gone with it.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_before_the_handshake_stops_the_servers_and_what_they_started() {
+    let s = Scratch::new("term-before-init");
+    let pid_file = s.path("sleep.pid");
+    let script = format!(
+        "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > \"$0\"; exec python3 {:?}",
+        fixture("test_server.py")
+    );
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[servers.wrapped]\ncommand = \"sh\"\nargs = {}\n{}",
+            json!(["-c", script, pid_file]),
+            files_sections(&s)
+        ),
+    );
+    let mut gateway = Reaped(
+        std::process::Command::new(TOOLSHELF)
+            .args(["serve", "--config", &config])
+            .env("TOOLSHELF_LOG", "warn")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn toolshelf serve"),
+    );
+    // The server is ready (its status file says so): started, with its process group known.
+    let status_file = format!("-{}.json", gateway.id());
+    let cache = s.path("cache");
+    wait_for("the server to be ready", || async {
+        std::fs::read_dir(&cache)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|f| {
+                let name = f.file_name().to_string_lossy().into_owned();
+                name.starts_with("status-")
+                    && name.ends_with(&status_file)
+                    && std::fs::read_to_string(f.path())
+                        .ok()
+                        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                        .is_some_and(|v| v["servers"][0]["state"] == "ready")
+            })
+    })
+    .await;
+    let sleep: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the wrapper wrote its child's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let _sleep = KillOnDrop(sleep);
+    assert!(!process_gone(sleep), "the wrapper's child runs");
+
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &gateway.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let exited = loop {
+        if let Some(exited) = gateway.try_wait().expect("poll the gateway") {
+            break exited;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway did not exit on SIGTERM"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(
+        exited.success(),
+        "the gateway stops cleanly on SIGTERM before the handshake: {exited:?}"
+    );
+    wait_for("the wrapper's child to be gone", || async {
+        process_gone(sleep)
+    })
+    .await;
+}
+
+/// A request whose params are not an object (JSON-RPC allows an array; MCP's methods take an
+/// object, and the MCP library cannot read such a message at all) is answered -32602 (invalid
+/// params) with its id, naming the params, over stdio: before, it was answered -32600 without
+/// an id, and the client waited for its answer forever. The session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_params_are_not_an_object_is_answered_with_its_id_over_stdio() {
+    let s = Scratch::new("params-array-stdio");
+    let config = gateway_config(&s, &[]);
+    let mut raw = RawStdio::start(&config);
+    for (id, method, params, says) in params_not_an_object() {
+        raw.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let answer = raw.answer(&id);
+        assert_eq!(
+            answer,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": says}})
+        );
+    }
+    raw.send(&json!({"jsonrpc": "2.0", "id": 99, "method": "ping"}));
+    assert_eq!(raw.answer(&json!(99))["result"], json!({}));
+}
+
+/// Requests with params that are not an object, and what they are answered.
+fn params_not_an_object() -> [(Value, &'static str, Value, &'static str); 4] {
+    [
+        (
+            json!(8),
+            "tools/call",
+            json!([1]),
+            "Invalid params: the params of tools/call must be an object with \"name\" (the tool's name, a string), not an array",
+        ),
+        (
+            json!("nine"),
+            "tools/call",
+            json!("x"),
+            "Invalid params: the params of tools/call must be an object with \"name\" (the tool's name, a string), not a string",
+        ),
+        (
+            json!(10),
+            "resources/read",
+            json!(["toolshelf://status"]),
+            "Invalid params: the params of resources/read must be an object with \"uri\" (the resource's URI, a string), not an array",
+        ),
+        (
+            json!(11),
+            "tools/list",
+            json!([]),
+            "Invalid params: the params of tools/list must be an object, not an array",
+        ),
+    ]
+}
+
+/// Over HTTP the same requests get the same -32602 with their id, as a JSON body with status
+/// 200 (as the gateway's other invalid-params answers), not a 400 saying the body is not
+/// JSON-RPC; one of a session the server does not have gets 404 as any other request of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_params_are_not_an_object_is_answered_with_its_id_over_http() {
+    let s = Scratch::new("params-array-http");
+    let config = gateway_config(&s, &[]);
+    let (_gateway, url) = http_gateway(&config);
+    let session = open_raw_session(&url).await;
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    for (id, method, params, says) in params_not_an_object() {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let r = raw_http(&url, "POST", &headers, body.to_string().as_bytes()).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            r.json(),
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": says}}),
+            "{r:?}"
+        );
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": [1]});
+    let r = raw_http(
+        &url,
+        "POST",
+        &[
+            ("Mcp-Session-Id", "no-such-session"),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (404, "Not Found: Session not found")
+    );
+    // The session goes on.
+    let body = json!({"jsonrpc": "2.0", "id": 13, "method": "ping"});
+    let r = raw_http(&url, "POST", &headers, body.to_string().as_bytes()).await;
+    assert_eq!(
+        sse_messages(&r.body),
+        [json!({"jsonrpc": "2.0", "id": 13, "result": {}})]
+    );
+}
+
+/// `DELETE /mcp` of a session the server does not have (never opened, or deleted already) is
+/// answered 404, as a POST or GET of it is (the MCP specification's answer for a session that
+/// has ended), not 202; deleting an open session is still 202.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_session_the_server_does_not_have_is_not_found() {
+    let s = Scratch::new("delete-unknown");
+    let config = gateway_config(&s, &[]);
+    let (_gateway, url) = http_gateway(&config);
+    let delete = |id: String| {
+        let url = url.clone();
+        async move {
+            raw_http(
+                &url,
+                "DELETE",
+                &[
+                    ("Mcp-Session-Id", &id),
+                    ("MCP-Protocol-Version", "2025-06-18"),
+                ],
+                b"",
+            )
+            .await
+        }
+    };
+    let never = delete("never-opened".into()).await;
+    assert_eq!(
+        (never.status, never.body.as_str()),
+        (404, "Not Found: Session not found")
+    );
+    let session = open_raw_session(&url).await;
+    assert_eq!(delete(session.clone()).await.status, 202);
+    let again = delete(session).await;
+    assert_eq!(
+        (again.status, again.body.as_str()),
+        (404, "Not Found: Session not found")
+    );
 }

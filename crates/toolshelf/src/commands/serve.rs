@@ -308,16 +308,20 @@ pub fn run(args: Args) -> Result<()> {
     let settings = args.source.serving()?;
     let runtime = runtime()?;
     let served = runtime.block_on(async move {
+        // Listened for before any server starts: from here on Ctrl-C and SIGTERM stop the
+        // gateway through `hub.shutdown()`, which takes the servers' process groups with it,
+        // whenever they come (before the client's handshake too).
+        let signals = toolshelf_gateway::serve::signals();
         let hub: Arc<Hub> = Hub::start(settings)?;
         let served = match &args.http {
             Some(addr) => {
                 toolshelf_gateway::metrics::install().map_err(anyhow::Error::msg)?;
-                toolshelf_gateway::serve::serve_http(hub.clone(), addr, |bound| {
+                toolshelf_gateway::serve::serve_http(hub.clone(), addr, signals, |bound| {
                     errln!("toolshelf: serving MCP at http://{bound}/mcp");
                 })
                 .await
             }
-            None => toolshelf_gateway::serve::serve_stdio(hub.clone()).await,
+            None => toolshelf_gateway::serve::serve_stdio(hub.clone(), signals).await,
         };
         hub.shutdown();
         served.map_err(anyhow::Error::from)

@@ -3,11 +3,12 @@
 //! Each running gateway keeps a status file of its own next to its cache (named with its process
 //! id); the files of live processes are the answer, one block per gateway. Otherwise there is no
 //! gateway to ask, so the command starts every server itself (with the start-up timeouts) and
-//! reports what it saw, saying which of the two it did. Tool counts are the tools a session can
-//! see: tools the mode or a deny rule hides are not counted. A running gateway's warnings (skipped
-//! tools, renames, invalid schemas, rules that match no tool) follow its table, since the client
-//! that started it usually hides its log. The exit status is 1 when any server has failed, so a
-//! health check can go by it.
+//! reports what it saw, saying which of the two it did (with `[cache] enabled = false` no
+//! gateway writes a status file, so it says that it found none, not that none runs). Tool counts
+//! are the tools a session can see: tools the mode or a deny rule hides are not counted. A
+//! running gateway's warnings (skipped tools, renames, invalid schemas, rules that match no tool)
+//! follow its table, since the client that started it usually hides its log. The exit status is
+//! 1 when any server has failed, so a health check can go by it.
 
 use std::collections::BTreeSet;
 
@@ -108,6 +109,12 @@ pub fn run(args: Args) -> Result<()> {
         }
         return healthy(running.iter().flat_map(|g| &g.servers));
     }
+    // Without the cache no gateway writes a status file: one may run all the same.
+    let unseen = if settings.config.cache.enabled {
+        "no gateway running for this configuration"
+    } else {
+        "no status file to read: with [cache] enabled = false a running gateway writes none"
+    };
     settings.config.cache.enabled = false;
     let (servers, warnings) = runtime()?.block_on(async move {
         let hub = toolshelf_gateway::Hub::start(settings)?;
@@ -122,7 +129,7 @@ pub fn run(args: Args) -> Result<()> {
         )?;
     } else {
         // The probe's own log has printed the warnings on stderr already.
-        outln!("no gateway running for this configuration; started each server to check it");
+        outln!("{unseen}; started each server to check it");
         print_table(&servers)?;
     }
     healthy(&servers)
