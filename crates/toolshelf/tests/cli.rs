@@ -582,6 +582,10 @@ fn search_batch_writes_one_line_per_request() {
             "{\"query\": \"\\t\"}\n",
             "blank.jsonl:1: the query is blank",
         ),
+        (
+            "{\"queries\": [\"read\"]}\n{\"queries\": []}\n",
+            "blank.jsonl:2: queries is empty",
+        ),
     ] {
         let blank = temp_file("blank.jsonl", text);
         let err = fails(&["search", "--batch", &blank, "--json"]);

@@ -218,6 +218,11 @@ fn batch(
                 at()
             ),
         };
+        anyhow::ensure!(
+            !queries.is_empty(),
+            "{}: queries is empty: give at least one string of words to search for",
+            at()
+        );
         if let Some(i) = queries.iter().position(|q| q.trim().is_empty()) {
             match queries.len() {
                 1 => bail!("{}: the query is blank", at()),
