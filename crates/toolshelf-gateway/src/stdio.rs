@@ -328,13 +328,24 @@ impl ChildTransport {
         call_timeout: CallTimeout,
         max_line: usize,
     ) -> std::io::Result<Self> {
-        let mut child = command.spawn()?;
+        // Started and registered under the lock, so that `kill_all_groups` finds every group
+        // that was started before it, and none starts after it.
+        let mut child = {
+            let mut groups = groups();
+            if groups.closed {
+                return Err(std::io::Error::other(
+                    "the gateway is stopping: no server is started",
+                ));
+            }
+            let child = command.spawn()?;
+            groups.live.extend(child.id());
+            child
+        };
         let missing = || std::io::Error::other("the child's stdio was not piped");
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;
         let stderr = child.stderr.take().ok_or_else(missing)?;
         forward_stderr(server, stderr, fault.clone());
-        groups().extend(child.id());
         Ok(Self {
             server: server.to_owned(),
             pid: child.id(),
@@ -564,19 +575,34 @@ fn command_ready(command: &mut tokio::process::Command) -> &mut tokio::process::
     command
 }
 
-/// The process groups of the servers whose transport is not dropped yet: starting, connected,
-/// or closing (waiting up to [`EXIT_WAIT`] for the server to exit).
-static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// The process groups of the servers whose transport is not dropped yet (`live`): starting,
+/// connected, or closing (waiting up to [`EXIT_WAIT`] for the server to exit); and whether the
+/// gateway is stopping (`closed`), after which no server is started.
+struct Groups {
+    live: Vec<u32>,
+    closed: bool,
+}
 
-fn groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
+static GROUPS: Mutex<Groups> = Mutex::new(Groups {
+    live: Vec::new(),
+    closed: false,
+});
+
+fn groups() -> std::sync::MutexGuard<'static, Groups> {
     GROUPS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Kills the process group of every server of this process whose transport is not dropped yet,
-/// wherever it is (starting, connected, closing): for a gateway about to exit, which will not
-/// wait for their transports to close.
+/// wherever it is (starting, connected, closing), and refuses every later start: for a gateway
+/// about to exit, which will not wait for their transports to close, and whose servers may still
+/// be starting (a signal that comes during start-up).
 pub fn kill_all_groups() {
-    for pgid in std::mem::take(&mut *groups()) {
+    let live = {
+        let mut groups = groups();
+        groups.closed = true;
+        std::mem::take(&mut groups.live)
+    };
+    for pgid in live {
         toolshelf_runtime::kill_process_group(pgid);
     }
 }
@@ -821,7 +847,7 @@ impl Drop for ChildTransport {
         // What the server started goes with it (the server itself is killed as the child drops,
         // unless it has exited already).
         if let Some(pid) = self.pid {
-            groups().retain(|g| *g != pid);
+            groups().live.retain(|g| *g != pid);
             toolshelf_runtime::kill_process_group(pid);
         }
     }
