@@ -68,6 +68,9 @@ pub struct Tool {
     pub output_schema: Option<Map<String, Value>>,
     /// MCP `_meta`, passed through to MCP clients.
     pub meta: Option<Map<String, Value>>,
+    /// Declared `strict` (OpenAI's, and Anthropic's, strict schema adherence), written into the
+    /// definitions of the formats that have it.
+    pub strict: Option<bool>,
     /// Declared `defer_loading`: `Some(true)`, `Some(false)`, or absent.
     pub defer_loading: Option<bool>,
     /// Free-form tags, searchable.
@@ -153,6 +156,8 @@ pub struct ToolSpec {
     pub output_schema: Option<Map<String, Value>>,
     /// MCP `_meta`.
     pub meta: Option<Map<String, Value>>,
+    /// Declared `strict`.
+    pub strict: Option<bool>,
     /// Declared `defer_loading`.
     pub defer_loading: Option<bool>,
     /// Tags.
@@ -166,6 +171,9 @@ pub struct ToolSpec {
     /// `"description_template"`: read from catalog files only (see [`Catalog::from_owned`]), never
     /// from a live server's or a client's tool list.
     pub description_template: Option<String>,
+    /// Keys of the item that no supported shape defines (`"schema"`, `"params"`), sorted: not
+    /// read, so what they hold is lost. A catalog file's loader warns of them.
+    pub ignored_keys: Vec<String>,
 }
 
 /// Keys a tool item may have that a misspelling could be meant for: every key the loader reads
@@ -181,6 +189,7 @@ const TOOL_KEYS: &[&str] = &[
     "annotations",
     "_meta",
     "defer_loading",
+    "strict",
     "tags",
     "category",
     "server",
@@ -188,6 +197,19 @@ const TOOL_KEYS: &[&str] = &[
     "function",
     "type",
     "description_template",
+];
+
+/// Keys the supported shapes define that the loader does not read, being for a client's display
+/// or for one request to the provider rather than about what the tool is: MCP `icons` and
+/// `execution`, Anthropic `cache_control`, `eager_input_streaming`, `allowed_callers` and
+/// `input_examples`. They are left out without a warning.
+const UNREAD_KEYS: &[&str] = &[
+    "icons",
+    "execution",
+    "cache_control",
+    "eager_input_streaming",
+    "allowed_callers",
+    "input_examples",
 ];
 
 /// The MCP annotations, of which the loader reads `readOnlyHint` and `destructiveHint` and passes
@@ -285,6 +307,14 @@ impl ToolSpec {
                 )));
             }
         }
+        let mut ignored_keys: Vec<String> = def
+            .keys()
+            .chain(obj.keys())
+            .filter(|k| !TOOL_KEYS.contains(&k.as_str()) && !UNREAD_KEYS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        ignored_keys.sort();
+        ignored_keys.dedup();
         // A key beside "function" is read as if inside it, so none is lost; one given in both
         // places with two values is refused, naming both, rather than one of them being dropped.
         for (key, outer) in std::mem::take(&mut obj) {
@@ -492,6 +522,15 @@ impl ToolSpec {
         };
         let output_schema = object("outputSchema", "a JSON Schema object")?;
         let meta = object("_meta", "an object")?;
+        let strict = match field("strict") {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(other) => {
+                return Err(named(format!(
+                    "\"strict\" must be true or false, found {other}"
+                )));
+            }
+        };
         Ok(Self {
             name,
             description,
@@ -499,54 +538,83 @@ impl ToolSpec {
             title,
             output_schema,
             meta,
+            strict,
             defer_loading,
             tags,
             annotations,
             model_authored,
             server,
             description_template: None,
+            ignored_keys,
         })
     }
 }
 
-/// Reads `"type": "dict"` as `"object"` and `"float"` as `"number"`, at every depth: benchmark
-/// catalogs use Python type names, and providers reject them.
+/// Reads `"type": "dict"` as `"object"` and `"float"` as `"number"` in every schema of `schema`
+/// (itself and its subschemas at any depth): benchmark catalogs use Python type names, and
+/// providers reject them. Only schema positions are rewritten: the recursion follows the
+/// keywords whose values are schemas (`properties`, `items`, `anyOf`, `$defs`, ...), never data
+/// (`default`, `const`, `enum`, `examples`, `example`) nor keywords it does not know, so a
+/// default of `{"type": "float"}` stays as given.
 pub fn normalize_schema(schema: &mut Map<String, Value>) {
     for (key, value) in schema.iter_mut() {
-        match value {
-            Value::String(t) if key == "type" => {
-                if let Some(fixed) = fix_type(t) {
-                    *t = fixed.to_owned();
-                }
-            }
-            Value::Array(items) if key == "type" => {
-                for item in items.iter_mut() {
-                    if let Value::String(t) = item
-                        && let Some(fixed) = fix_type(t)
-                    {
-                        *t = fixed.to_owned();
+        match (key.as_str(), value) {
+            ("type", Value::String(t)) => fix_type(t),
+            ("type", Value::Array(types)) => {
+                for t in types {
+                    if let Value::String(t) = t {
+                        fix_type(t);
                     }
                 }
             }
-            Value::Object(inner) => normalize_schema(inner),
-            Value::Array(items) => {
-                for item in items {
-                    if let Value::Object(inner) = item {
-                        normalize_schema(inner);
-                    }
-                }
-            }
+            // A schema, or a list of schemas (`items` was either before draft 2020-12).
+            (
+                "items"
+                | "additionalItems"
+                | "additionalProperties"
+                | "unevaluatedItems"
+                | "unevaluatedProperties"
+                | "contains"
+                | "propertyNames"
+                | "not"
+                | "if"
+                | "then"
+                | "else"
+                | "contentSchema"
+                | "allOf"
+                | "anyOf"
+                | "oneOf"
+                | "prefixItems",
+                value,
+            ) => match value {
+                Value::Object(sub) => normalize_schema(sub),
+                Value::Array(subs) => subs.iter_mut().for_each(normalize_value),
+                _ => {}
+            },
+            // Names to schemas (`dependencies` maps a name to a schema or to a list of names).
+            (
+                "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas"
+                | "dependencies",
+                Value::Object(subs),
+            ) => subs.values_mut().for_each(normalize_value),
             _ => {}
         }
     }
 }
 
-fn fix_type(t: &str) -> Option<&'static str> {
-    match t {
-        "dict" => Some("object"),
-        "float" => Some("number"),
-        _ => None,
+fn normalize_value(value: &mut Value) {
+    if let Value::Object(schema) = value {
+        normalize_schema(schema);
     }
+}
+
+fn fix_type(t: &mut String) {
+    let fixed = match t.as_str() {
+        "dict" => "object",
+        "float" => "number",
+        _ => return,
+    };
+    *t = fixed.to_owned();
 }
 
 pub(crate) fn kind_of(v: &Value) -> &'static str {
@@ -597,7 +665,8 @@ pub struct CatalogBuilder {
     servers: BTreeMap<String, Group>,
     declared: BTreeSet<String>,
     kept: Assignments,
-    /// Items left out of the catalog, each with why: warnings of the catalog built.
+    /// What loading left out (provider tools, keys no supported shape has), each with why:
+    /// warnings of the catalog built.
     left_out: Vec<String>,
 }
 
@@ -680,6 +749,78 @@ impl CatalogBuilder {
                 location: format!("{location} {name:?}"),
                 message,
             })
+    }
+
+    /// Lets tools whose own `"server"` field writes a server another way (the same but for case
+    /// and for the characters a server's segment rewrites: `GitHub` and `github`, `my.s` and
+    /// `my_s`) join one group, as a catalog file means: a group that only such fields made (no
+    /// server declared it) joins the declared server written that way, or else the other such
+    /// groups, all under the spelling that needs no rewriting (the first in byte order if
+    /// several do, or if none does). Declared servers stay apart however they are written, and a
+    /// field that writes two of them is refused, as is a tool name that two joined groups share.
+    fn join_spellings(&mut self) -> Result<()> {
+        let mut by_segment: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for original in self.servers.keys() {
+            by_segment
+                .entry(name::server_segment(original).to_ascii_lowercase())
+                .or_default()
+                .push(original.clone());
+        }
+        for spellings in by_segment.into_values() {
+            if spellings.len() < 2 {
+                continue;
+            }
+            let (declared, fields): (Vec<String>, Vec<String>) = spellings
+                .into_iter()
+                .partition(|s| self.declared.contains(s));
+            let Some(first) = fields.first() else {
+                continue;
+            };
+            let into = match declared.as_slice() {
+                [one] => one.clone(),
+                [] => fields
+                    .iter()
+                    .min_by_key(|s| (name::server_segment(s) != **s, s.as_str()))
+                    .cloned()
+                    .unwrap_or_else(|| first.clone()),
+                several => {
+                    let location = self.servers[first]
+                        .tools
+                        .first()
+                        .map(|(location, spec)| format!("{location} {:?}", spec.name))
+                        .unwrap_or_else(|| "server".to_owned());
+                    return Err(Error::CatalogItem {
+                        source_name: self.source_name.clone(),
+                        location,
+                        message: format!(
+                            "\"server\" is {first:?}, which writes each of the servers {}; name one of them as it is declared",
+                            several
+                                .iter()
+                                .map(|s| format!("{s:?}"))
+                                .collect::<Vec<_>>()
+                                .join(" and ")
+                        ),
+                    });
+                }
+            };
+            for from in fields.iter().filter(|s| **s != into) {
+                let Some(group) = self.servers.remove(from) else {
+                    continue;
+                };
+                let target = self.servers.entry(into.clone()).or_default();
+                for (location, spec) in group.tools {
+                    let named = format!("{location} {:?}", spec.name);
+                    target
+                        .push(&location, spec)
+                        .map_err(|message| Error::CatalogItem {
+                            source_name: self.source_name.clone(),
+                            location: named,
+                            message,
+                        })?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Assigns canonical names, resolves collisions deterministically and sorts.
@@ -866,6 +1007,7 @@ impl CatalogBuilder {
                 title: c.spec.title,
                 output_schema: c.spec.output_schema,
                 meta: c.spec.meta,
+                strict: c.spec.strict,
                 defer_loading: c.spec.defer_loading,
                 tags: c.spec.tags,
                 annotations: c.spec.annotations,
@@ -1096,6 +1238,18 @@ impl Catalog {
                             .into(),
                     ));
                 }
+                let mut ignored: Vec<String> = obj
+                    .keys()
+                    .filter(|k| !matches!(k.as_str(), "tools" | "nextCursor" | "_meta"))
+                    .cloned()
+                    .collect();
+                if !ignored.is_empty() {
+                    ignored.sort();
+                    b.left_out.push(format!(
+                        "{source_name}: {} (a tools/list result has \"tools\", \"nextCursor\" and \"_meta\")",
+                        unread(&ignored)
+                    ));
+                }
                 match obj.remove("tools").unwrap_or(Value::Null) {
                     Value::Array(items) => add_list(&mut b, items, None, source_name, "tools")?,
                     other => {
@@ -1121,6 +1275,7 @@ impl Catalog {
                 )));
             }
         }
+        b.join_spellings()?;
         Ok(b.build())
     }
 
@@ -1139,7 +1294,7 @@ impl Catalog {
         &self.servers
     }
 
-    /// Warnings from naming (collisions).
+    /// Warnings from loading (items and keys left out) and naming (collisions).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
@@ -1237,6 +1392,17 @@ fn add_list(
         }
         let mut spec = ToolSpec::from_value(item, source, &location)?;
         spec.description_template = template;
+        if !spec.ignored_keys.is_empty() {
+            let mut why = unread(&spec.ignored_keys);
+            if spec.input_schema.is_none() {
+                why.push_str(
+                    "; the tool is loaded taking no parameters (an input schema goes in \
+                     \"input_schema\", \"inputSchema\" or \"parameters\")",
+                );
+            }
+            b.left_out
+                .push(format!("{source}: {location} {:?}: {why}", spec.name));
+        }
         // The same server written another way (`GitHub` and `github`, `my.server` and
         // `my_server`) is no conflict: both name the one group.
         if let (Some(group), Some(own)) = (server, spec.server.as_deref())
@@ -1255,6 +1421,20 @@ fn add_list(
     Ok(())
 }
 
+/// The warning for `keys`, which no supported shape defines: what they hold is lost.
+fn unread(keys: &[String]) -> String {
+    let listed = keys
+        .iter()
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if keys.len() == 1 {
+        format!("unknown key {listed} is not read, and what it holds is left out")
+    } else {
+        format!("unknown keys {listed} are not read, and what they hold is left out")
+    }
+}
+
 /// What an item's `"type"` says, when it says it is no tool a catalog describes.
 enum Typed {
     /// A provider's own tool (an Anthropic server tool such as `web_search_20250305`, a tool of
@@ -1266,10 +1446,20 @@ enum Typed {
 }
 
 /// What `item`'s `"type"` makes it, when that is no catalog tool. Function tools (`"function"`)
-/// and Anthropic's `"custom"` are catalog tools.
+/// and Anthropic's `"custom"` (an ordinary client tool, which has an `input_schema`) are catalog
+/// tools; OpenAI's `"custom"` (freeform text input, perhaps constrained by a `format`, and no
+/// input schema) is not.
 fn typed_tool(item: &Value) -> Option<Typed> {
     let ty = item.get("type")?;
     match ty.as_str() {
+        Some("custom") if is_openai_custom(item) => Some(Typed::Provider(
+            "\"type\": \"custom\" with a \"format\" or without an input schema makes this an OpenAI \
+             custom tool (freeform text input, constrained by its \"format\" if it has one), not one \
+             a catalog describes: \
+             it has no parameters to show or check, its calls are of their own kind, and the proxy \
+             passes it along as sent and never defers it"
+                .to_owned(),
+        )),
         Some("function" | "custom") => None,
         Some("object") => Some(Typed::Wrong(
             "\"type\": \"object\" belongs in the tool's input schema (\"input_schema\", \"inputSchema\" \
@@ -1287,6 +1477,18 @@ fn typed_tool(item: &Value) -> Option<Typed> {
             kind_of(ty)
         ))),
     }
+}
+
+/// Whether a `"type": "custom"` item is OpenAI's freeform tool: it has a `"format"` (Responses)
+/// or a `"custom"` object (Chat Completions), or no input schema at all, which Anthropic's
+/// `custom` tools always have.
+fn is_openai_custom(item: &Value) -> bool {
+    let has = |k: &str| item.get(k).is_some_and(|v| !v.is_null());
+    has("format")
+        || has("custom")
+        || !["input_schema", "inputSchema", "parameters"]
+            .into_iter()
+            .any(has)
 }
 
 fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str) -> Result<()> {
@@ -1327,6 +1529,25 @@ fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str
         None => return Err(err(location, "missing \"name\"".into())),
     };
     let named = format!("{location} {name:?}");
+    let mut ignored: Vec<String> = obj
+        .keys()
+        .filter(|k| !SERVER_KEYS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    if !ignored.is_empty() {
+        ignored.sort();
+        let mut why = format!(
+            "{} (a server has \"name\", \"description\", \"description_template\" and \"tools\")",
+            unread(&ignored)
+        );
+        if ignored.iter().any(|k| k == "defer_loading") {
+            why.push_str(&format!(
+                "; \"defer_loading\" goes on each tool, or a [defer] rule such as \"NoDefer(^mcp__{}__)\" keeps a server's tools resident",
+                name::server_segment(&name)
+            ));
+        }
+        b.left_out.push(format!("{source}: {named}: {why}"));
+    }
     let description = match obj.get("description") {
         None | Some(Value::Null) => "",
         Some(Value::String(s)) => s.as_str(),
@@ -1410,6 +1631,9 @@ fn rebuild_from(
         item["name"] = Value::String(t.original_name.clone());
         if let Some(d) = t.defer_loading {
             item["defer_loading"] = Value::Bool(d);
+        }
+        if let Some(strict) = t.strict {
+            item["strict"] = Value::Bool(strict);
         }
         if t.origin == Origin::Model {
             item["origin"] = Value::String("model".into());
@@ -2169,5 +2393,283 @@ mod tests {
         ]))
         .expect("custom and function tools");
         assert_eq!(names(&c), ["a", "b"]);
+    }
+
+    /// Python type names are read as JSON Schema's only where a schema says its type: in the
+    /// tool's schema and every subschema, never in data (`default`, `const`, `enum`, `examples`,
+    /// `example`), which reaches the model as given.
+    #[test]
+    fn python_type_names_are_rewritten_in_schemas_only_never_in_data() {
+        let c = load(json!([{"name": "convert", "parameters": {"type": "dict", "properties": {
+            "target": {"type": "dict", "description": "type descriptor",
+                "properties": {"type": {"type": "string", "enum": ["int", "float", "dict"]}},
+                "default": {"type": "float"},
+                "examples": [{"type": "dict"}, {"type": "str"}],
+                "example": {"type": "dict"},
+                "const": {"type": "float"}},
+            "list": {"type": "array", "items": {"type": "float"}, "default": [{"type": "dict"}]},
+            "tuple": {"type": "array", "items": [{"type": "float"}], "prefixItems": [{"type": "dict"}]},
+            "either": {"anyOf": [{"type": ["float", "null"]}, {"$ref": "#/$defs/d"}],
+                "not": {"type": "dict"}, "if": {"type": "float"}, "then": {"type": "dict"},
+                "else": {"type": "float"}, "enum": [{"type": "dict"}]},
+            "map": {"type": "dict", "additionalProperties": {"type": "float"},
+                "patternProperties": {"^x": {"type": "dict"}}, "propertyNames": {"type": "string"},
+                "dependentSchemas": {"a": {"type": "dict"}}, "dependencies": {"b": ["a"], "c": {"type": "dict"}}}
+        }, "$defs": {"d": {"type": "float", "default": {"type": "float"}}},
+           "definitions": {"e": {"type": "dict"}}, "x-data": {"type": "dict"}}}]))
+        .expect("catalog");
+        let s = Value::Object(c.get("convert").expect("tool").input_schema.clone());
+        let at = |p: &str| {
+            s.pointer(p)
+                .cloned()
+                .unwrap_or_else(|| panic!("{p} in {s}"))
+        };
+        // Schemas.
+        for (p, ty) in [
+            ("/type", json!("object")),
+            ("/properties/target/type", json!("object")),
+            ("/properties/list/items/type", json!("number")),
+            ("/properties/tuple/items/0/type", json!("number")),
+            ("/properties/tuple/prefixItems/0/type", json!("object")),
+            ("/properties/either/anyOf/0/type", json!(["number", "null"])),
+            ("/properties/either/not/type", json!("object")),
+            ("/properties/either/if/type", json!("number")),
+            ("/properties/either/then/type", json!("object")),
+            ("/properties/either/else/type", json!("number")),
+            ("/properties/map/type", json!("object")),
+            ("/properties/map/additionalProperties/type", json!("number")),
+            ("/properties/map/patternProperties/^x/type", json!("object")),
+            ("/properties/map/dependentSchemas/a/type", json!("object")),
+            ("/properties/map/dependencies/c/type", json!("object")),
+            ("/$defs/d/type", json!("number")),
+            ("/definitions/e/type", json!("object")),
+        ] {
+            assert_eq!(at(p), ty, "{p}");
+        }
+        // Data, and keywords that are no schema's, as given.
+        for (p, given) in [
+            ("/properties/target/properties/type/type", json!("string")),
+            (
+                "/properties/target/properties/type/enum",
+                json!(["int", "float", "dict"]),
+            ),
+            ("/properties/target/default", json!({"type": "float"})),
+            (
+                "/properties/target/examples",
+                json!([{"type": "dict"}, {"type": "str"}]),
+            ),
+            ("/properties/target/example", json!({"type": "dict"})),
+            ("/properties/target/const", json!({"type": "float"})),
+            ("/properties/list/default", json!([{"type": "dict"}])),
+            ("/properties/either/enum", json!([{"type": "dict"}])),
+            ("/properties/map/dependencies/b", json!(["a"])),
+            ("/$defs/d/default", json!({"type": "float"})),
+            ("/x-data", json!({"type": "dict"})),
+        ] {
+            assert_eq!(at(p), given, "{p}");
+        }
+    }
+
+    /// OpenAI's `custom` tool (freeform text, perhaps a grammar) has no parameters a catalog could
+    /// show or check, and the proxy never defers it: a catalog file leaves it out with a warning,
+    /// as it does a provider's tools, instead of loading a parameterless function that drops its
+    /// `format`. Anthropic's `custom` (with an `input_schema`) is an ordinary tool.
+    #[test]
+    fn an_openai_custom_tool_is_left_out_with_a_warning_and_an_anthropic_one_is_loaded() {
+        let c = load(json!([
+            {"type": "custom", "name": "apply_patch_grammar", "description": "Apply a patch",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+            {"type": "custom", "name": "code_exec", "description": "Run code"},
+            {"type": "custom", "name": "anthropic", "input_schema": {"type": "object"}},
+            {"type": "function", "name": "f", "parameters": {"type": "object"}}
+        ]))
+        .expect("catalog");
+        assert_eq!(names(&c), ["anthropic", "f"]);
+        // Chat Completions' form nests it under "custom".
+        let chat = load(json!([
+            {"type": "custom", "custom": {"name": "chat_custom", "format": {"type": "text"}}}
+        ]))
+        .expect("chat");
+        assert!(chat.tools().is_empty());
+        let warnings = [c.warnings(), chat.warnings()].concat();
+        for says in [
+            "cat.json: [0] \"apply_patch_grammar\": left out: \"type\": \"custom\" with a \"format\" or without an input schema makes this an OpenAI custom tool",
+            "cat.json: [1] \"code_exec\": left out: \"type\": \"custom\"",
+            "cat.json: [0]: left out: \"type\": \"custom\"",
+        ] {
+            assert!(
+                warnings.iter().any(|w| w.starts_with(says)
+                    && w.ends_with("passes it along as sent and never defers it")),
+                "{says}: {warnings:?}"
+            );
+        }
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+    }
+
+    /// A key no supported shape has is not read: the catalog warns of it, naming the tool (or
+    /// server) and the key, instead of losing what it holds in silence.
+    #[test]
+    fn unknown_keys_are_warned_of_naming_the_tool_or_server_and_the_key() {
+        let c = load(json!({"servers": [{"name": "weather", "desc": "Forecasts", "defer_loading": false, "tools": [
+            {"name": "forecast", "description": "Forecast", "schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+            {"name": "alerts", "params": {"type": "object"}, "zzz": 1},
+            {"name": "fine", "inputSchema": {"type": "object"}, "extra": true}
+        ]}]}))
+        .expect("loads");
+        let w = c.warnings();
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert!(
+            w[0].starts_with("cat.json: servers[0] \"weather\": unknown keys \"defer_loading\", \"desc\" are not read")
+                && w[0].contains("a server has \"name\", \"description\"")
+                && w[0].contains("\"defer_loading\" goes on each tool, or a [defer] rule such as \"NoDefer(^mcp__weather__)\""),
+            "{w:?}"
+        );
+        assert!(
+            w[1].starts_with("cat.json: servers[0] \"weather\" tools[0] \"forecast\": unknown key \"schema\" is not read, and what it holds is left out; the tool is loaded taking no parameters"),
+            "{w:?}"
+        );
+        assert!(
+            w[2].starts_with(
+                "cat.json: servers[0] \"weather\" tools[1] \"alerts\": unknown keys \"params\", \"zzz\" are not read"
+            ),
+            "{w:?}"
+        );
+        assert_eq!(
+            w[3],
+            "cat.json: servers[0] \"weather\" tools[2] \"fine\": unknown key \"extra\" is not read, and what it holds is left out"
+        );
+        let c = load(json!({"tools": [{"name": "t"}], "_meta": {}, "nextCursor": null, "more": 1}))
+            .expect("tools/list");
+        assert_eq!(
+            c.warnings(),
+            [
+                "cat.json: unknown key \"more\" is not read, and what it holds is left out (a tools/list result has \"tools\", \"nextCursor\" and \"_meta\")"
+            ]
+        );
+    }
+
+    /// The keys every supported shape may carry are no unknown keys: MCP's tools/list items,
+    /// Anthropic's tools, OpenAI's function tools in both APIs, and toolshelf's own.
+    #[test]
+    fn the_keys_of_every_supported_shape_are_not_warned_of() {
+        let c = load(json!({"tools": [
+            {"name": "mcp", "title": "M", "description": "d", "inputSchema": {"type": "object"},
+             "outputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true, "title": "M"},
+             "_meta": {"k": 1}, "icons": [{"src": "https://x/i.png"}], "execution": {"taskSupport": "optional"}},
+            {"type": "custom", "name": "anthropic", "description": "d", "input_schema": {"type": "object"},
+             "cache_control": {"type": "ephemeral"}, "defer_loading": true, "strict": true,
+             "input_examples": [{}], "allowed_callers": ["direct"], "eager_input_streaming": true},
+            {"type": "function", "function": {"name": "chat", "description": "d",
+             "parameters": {"type": "object"}, "strict": false}, "defer_loading": false},
+            {"type": "function", "name": "responses", "description": "d", "parameters": {"type": "object"},
+             "strict": true, "defer_loading": true},
+            {"name": "ours", "tags": ["x"], "category": "y", "server": "s", "origin": "mcp",
+             "description_template": "x"}
+        ]}))
+        .expect("catalog");
+        assert_eq!(c.tools().len(), 5);
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let c = load(json!({"servers": [{"name": "s", "description": "d", "description_template": "x", "tools": []}]}))
+            .expect("grouped");
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    }
+
+    /// `strict` is read and written into the definitions of the formats that have it (OpenAI's
+    /// two and Anthropic's), not MCP's; it survives a rebuild. Not a boolean is refused.
+    #[test]
+    fn strict_is_carried_to_the_formats_that_have_it() {
+        use crate::wire::{Format, definition};
+        let c = load(json!([
+            {"type": "function", "function": {"name": "w", "parameters": {"type": "object"}, "strict": true}},
+            {"name": "plain"}
+        ]))
+        .expect("catalog");
+        let w = c.get("w").expect("w");
+        assert_eq!(definition(w, Format::OpenAi)["function"]["strict"], true);
+        assert_eq!(definition(w, Format::OpenAiResponses)["strict"], true);
+        assert_eq!(definition(w, Format::Anthropic)["strict"], true);
+        assert!(definition(w, Format::Mcp).get("strict").is_none());
+        let plain = c.get("plain").expect("plain");
+        for (_, f) in Format::ALL {
+            let d = definition(plain, f);
+            assert!(
+                d.get("strict").is_none() && d.pointer("/function/strict").is_none(),
+                "{d}"
+            );
+        }
+        let again = rebuilt(&c, &[], &[], "session").expect("rebuilt");
+        let w = again.get("w").expect("w");
+        assert_eq!(definition(w, Format::OpenAiResponses)["strict"], true);
+        let e = load(json!([{"name": "a", "strict": "yes"}]))
+            .expect_err("not a boolean")
+            .to_string();
+        assert!(
+            e.contains("[0] \"a\": \"strict\" must be true or false"),
+            "{e}"
+        );
+    }
+
+    /// Tools whose own `"server"` field writes one server two ways (`GitHub` and `github`, `my.s`
+    /// and `my_s`) are one group, as a tool listed under a server may name it either way: under
+    /// the declared server if there is one, else under the spelling that needs no rewriting.
+    #[test]
+    fn one_server_written_two_ways_in_the_flat_form_is_one_group() {
+        let flat = [
+            json!({"name": "y", "server": "GitHub"}),
+            json!({"name": "z", "server": "github"}),
+            json!({"name": "w", "server": "my.s"}),
+            json!({"name": "v", "server": "my_s"}),
+        ];
+        let c = load(Value::Array(flat.to_vec())).expect("flat");
+        assert_eq!(
+            names(&c),
+            [
+                "mcp__GitHub__y",
+                "mcp__GitHub__z",
+                "mcp__my_s__v",
+                "mcp__my_s__w"
+            ]
+        );
+        assert_eq!(c.servers().len(), 2);
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let mut reversed = flat.to_vec();
+        reversed.reverse();
+        assert_eq!(
+            names(&load(Value::Array(reversed)).expect("reversed")),
+            names(&c)
+        );
+        // Spellings that all need rewriting: one group still, named by the first.
+        let c = load(json!([{"name": "a", "server": "my:s"}, {"name": "b", "server": "my.s"}]))
+            .expect("rewritten");
+        assert_eq!(names(&c), ["mcp__my_s__a", "mcp__my_s__b"]);
+        assert_eq!(c.servers()[0].original_name, "my.s");
+        // A declared server takes the tools that name it another way.
+        let c = load(json!({
+            "builtin": [{"name": "late", "server": "Docs"}],
+            "servers": [{"name": "docs", "description": "Docs", "tools": [{"name": "read"}]}]
+        }))
+        .expect("grouped");
+        assert_eq!(names(&c), ["mcp__docs__late", "mcp__docs__read"]);
+        assert_eq!(c.servers().len(), 1);
+        // One tool name twice in the joined group is the duplicate it is.
+        let e = load(json!([{"name": "t", "server": "GitHub"}, {"name": "t", "server": "github"}]))
+            .expect_err("duplicate")
+            .to_string();
+        assert!(e.contains("\"t\": duplicate tool name"), "{e}");
+        // Declared servers stay apart however they are written; a field that writes two of
+        // them is refused.
+        let c = load(json!({"servers": [{"name": "x.y", "tools": [{"name": "t"}]}, {"name": "x_y", "tools": [{"name": "t"}]}]}))
+            .expect("two declared");
+        assert_eq!(c.servers().len(), 2);
+        let e = load(json!({
+            "builtin": [{"name": "u", "server": "X_Y"}],
+            "servers": [{"name": "x.y"}, {"name": "x_y"}]
+        }))
+        .expect_err("ambiguous")
+        .to_string();
+        assert!(
+            e.contains("builtin[0] \"u\": \"server\" is \"X_Y\", which writes each of the servers \"x.y\" and \"x_y\""),
+            "{e}"
+        );
     }
 }

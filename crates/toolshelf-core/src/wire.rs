@@ -11,12 +11,13 @@ use crate::catalog::Tool;
 /// Wire formats of tool definitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
-    /// Anthropic Messages: `{name, description, input_schema}`.
+    /// Anthropic Messages: `{name, description, input_schema, strict?}`.
     #[default]
     Anthropic,
-    /// OpenAI Chat Completions: `{type: "function", function: {name, description, parameters}}`.
+    /// OpenAI Chat Completions:
+    /// `{type: "function", function: {name, description, parameters, strict?}}`.
     OpenAi,
-    /// OpenAI Responses: `{type: "function", name, description, parameters}`.
+    /// OpenAI Responses: `{type: "function", name, description, parameters, strict?}`.
     OpenAiResponses,
     /// MCP `tools/list`: `{name, title?, description, inputSchema, outputSchema?, annotations?}`.
     Mcp,
@@ -62,7 +63,18 @@ pub fn definition(tool: &Tool, format: Format) -> Value {
 /// session's rendering of its description template).
 pub fn definition_described(tool: &Tool, description: &str, format: Format) -> Value {
     if format != Format::Mcp {
-        return definition_from_parts(&tool.name, description, &tool.input_schema, format);
+        let mut def = definition_from_parts(&tool.name, description, &tool.input_schema, format);
+        // A declared `strict` is the provider's to act on; MCP has none.
+        if let Some(strict) = tool.strict {
+            let at = match format {
+                Format::OpenAi => def.get_mut("function"),
+                _ => Some(&mut def),
+            };
+            if let Some(Value::Object(m)) = at {
+                m.insert("strict".into(), strict.into());
+            }
+        }
+        return def;
     }
     let mut m = Map::new();
     m.insert("name".into(), tool.name.clone().into());
