@@ -514,14 +514,18 @@ pub fn require_token(
     headers: &HeaderMap,
     query: Option<&str>,
 ) -> Result<(), Box<Response>> {
+    // The scheme is read without regard to case, and the spaces after it skipped (RFC 7235).
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, given)| given.trim_matches(' '));
     let in_query = query.and_then(|q| param(q, "token"));
-    if bearer == Some(token)
-        || in_query.as_deref() == Some(token)
-        || cookie(headers, TOKEN_COOKIE).as_deref() == Some(token)
+    let is_token = |given: Option<&str>| given.is_some_and(|g| same_bytes(g, token));
+    if is_token(bearer)
+        || is_token(in_query.as_deref())
+        || is_token(cookie(headers, TOKEN_COOKIE).as_deref())
     {
         Ok(())
     } else {
@@ -534,6 +538,16 @@ pub fn require_token(
                 .into_response(),
         ))
     }
+}
+
+/// Whether `a` and `b` are the same, in a time that depends on their lengths only: a token's
+/// comparison tells nothing of how much of it a guess got right.
+fn same_bytes(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
 }
 
 /// The cookie a `?token=` visit sets, so the pages, links and live updates that follow (which a
@@ -678,6 +692,37 @@ fn html_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::AUTHORIZATION,
+                header::HeaderValue::from_str(value).expect("value"),
+            );
+            require_token("sesame", &headers, None).is_ok()
+        };
+        for ok in [
+            "Bearer sesame",
+            "bearer sesame",
+            "BEARER sesame",
+            "Bearer  sesame",
+        ] {
+            assert!(with(ok), "{ok}");
+        }
+        for refused in [
+            "Bearer sesame2",
+            "Basic sesame",
+            "Bearersesame",
+            "Bearer",
+            "sesame",
+        ] {
+            assert!(!with(refused), "{refused}");
+        }
+        assert!(require_token("sesame", &HeaderMap::new(), Some("token=sesame")).is_ok());
+        assert!(require_token("sesame", &HeaderMap::new(), Some("token=sesam")).is_err());
+    }
 
     #[test]
     fn query_parameters_are_decoded() {
