@@ -274,6 +274,13 @@ pub fn scrub(text: &str, url: Option<&str>, secrets: &[String]) -> String {
         if let Some((userinfo, _)) = authority.rsplit_once('@') {
             needles.push(userinfo.to_owned());
             needles.extend(userinfo.split_once(':').map(|(_, pw)| pw.to_owned()));
+            // Sent as `Authorization: Basic BASE64(user:password)`, percent-escapes decoded, which
+            // a server may quote back.
+            let decoded = percent_decoded(userinfo);
+            needles.push(base64(&decoded));
+            if decoded != userinfo.as_bytes() {
+                needles.push(base64(userinfo.as_bytes()));
+            }
         }
         if let Some((_, query)) = url.split_once('?') {
             let query = query.split('#').next().unwrap_or_default();
@@ -300,6 +307,51 @@ pub fn scrub(text: &str, url: Option<&str>, secrets: &[String]) -> String {
     needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
     for needle in needles {
         out = out.replace(&needle, "…");
+    }
+    out
+}
+
+/// `text` with its `%XX` escapes decoded (a `%` not followed by two hex digits is kept).
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (
+            bytes[i],
+            bytes.get(i + 1).and_then(|&b| hex(b)),
+            bytes.get(i + 2).and_then(|&b| hex(b)),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Standard base64, padded: the form HTTP Basic credentials take.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
     }
     out
 }
@@ -473,6 +525,28 @@ mod tests {
         assert!(
             out.contains("initialize at http://…@127.0.0.1:9/mcp?… failed"),
             "{out}"
+        );
+        // Userinfo is sent as Basic credentials, which a server may quote back: hidden too,
+        // percent-escapes decoded as they are sent.
+        let url = "http://alice:hunter2pass@127.0.0.1:9/mcp";
+        let out = scrub(
+            "rejected: auth=[Basic YWxpY2U6aHVudGVyMnBhc3M=]",
+            Some(url),
+            &[],
+        );
+        assert_eq!(out, "rejected: auth=[Basic …]");
+        let url = "http://a%40b:p%3Ass@127.0.0.1:9/mcp";
+        let out = scrub("auth Basic YUBiOnA6c3M= sent", Some(url), &[]);
+        assert_eq!(out, "auth Basic … sent");
+        assert_eq!(
+            [
+                base64(b""),
+                base64(b"f"),
+                base64(b"fo"),
+                base64(b"foo"),
+                base64(b"foob")
+            ],
+            ["", "Zg==", "Zm8=", "Zm9v", "Zm9vYg=="]
         );
         // A short query value is not a token: the words it spells stay.
         let url = "https://h.example/mcp?transport=http";
