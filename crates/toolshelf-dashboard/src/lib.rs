@@ -9,7 +9,7 @@
 //! address they need `[ui] token`, as `Authorization: Bearer …` or `?token=…`, and without a
 //! configured token they are not served there at all.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
 use askama::Template;
@@ -64,7 +64,9 @@ impl Chrome {
 /// What one proxy request did, for the timeline and the charts.
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnEvent {
-    /// The session, as shown (hash keys cut).
+    /// The session's id: what tells it apart from every other (its page is named by it).
+    pub id: String,
+    /// The session, as shown (hash keys cut): for reading, not for telling sessions apart.
     pub session: String,
     /// Its turn.
     pub turn: u64,
@@ -101,31 +103,86 @@ impl TurnEvent {
     }
 }
 
-/// Events kept: the most recent requests of every session.
+/// Sessions whose requests are kept: the most recently seen.
+pub const SESSIONS: usize = 50;
+
+/// Requests kept in all, over [`SESSIONS`] sessions.
 pub const EVENTS: usize = 2000;
 
-/// A ring of recent events.
+/// The most recent requests of each of the [`SESSIONS`] sessions seen most recently, at most
+/// [`EVENTS`] in all. Past that, the session with the most requests kept loses its oldest: a busy
+/// session cannot push a quiet one's out, and each keeps at least its last
+/// `EVENTS / SESSIONS`. A session beyond the [`SESSIONS`] most recently seen loses all of its.
 #[derive(Debug, Default)]
-pub struct Events(std::sync::Mutex<VecDeque<TurnEvent>>);
+pub struct Events(std::sync::Mutex<Kept>);
+
+/// What [`Events`] holds.
+#[derive(Debug, Default)]
+struct Kept {
+    /// Events pushed so far: each event's number, and each session's last.
+    pushed: u64,
+    /// Events held.
+    held: usize,
+    /// By session id: when it was last seen, and its events with their numbers, oldest first.
+    sessions: HashMap<String, (u64, VecDeque<(u64, TurnEvent)>)>,
+}
 
 impl Events {
-    /// Adds one, dropping the oldest past [`EVENTS`].
+    /// Adds one, dropping what is past the bounds.
     pub fn push(&self, e: TurnEvent) {
-        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() >= EVENTS {
-            q.pop_front();
+        let mut k = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        k.pushed += 1;
+        let n = k.pushed;
+        let (last, events) = k.sessions.entry(e.id.clone()).or_default();
+        *last = n;
+        events.push_back((n, e));
+        k.held += 1;
+        if k.sessions.len() > SESSIONS
+            && let Some(stale) = k
+                .sessions
+                .iter()
+                .min_by_key(|(_, (last, _))| *last)
+                .map(|(id, _)| id.clone())
+            && let Some((_, gone)) = k.sessions.remove(&stale)
+        {
+            k.held -= gone.len();
         }
-        q.push_back(e);
+        while k.held > EVENTS {
+            // The longest timeline; of two as long, the one whose oldest event is older.
+            let Some(events) = k
+                .sessions
+                .values_mut()
+                .map(|(_, events)| events)
+                .max_by_key(|events| {
+                    (
+                        events.len(),
+                        std::cmp::Reverse(events.front().map_or(0, |e| e.0)),
+                    )
+                })
+            else {
+                break;
+            };
+            events.pop_front();
+            k.held -= 1;
+        }
     }
 
     /// A copy of all, oldest first.
     pub fn all(&self) -> Vec<TurnEvent> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+        let k = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<&(u64, TurnEvent)> =
+            k.sessions.values().flat_map(|(_, events)| events).collect();
+        all.sort_by_key(|e| e.0);
+        all.into_iter().map(|(_, e)| e.clone()).collect()
+    }
+
+    /// A copy of the session `id`'s, oldest first.
+    pub fn of(&self, id: &str) -> Vec<TurnEvent> {
+        let k = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        k.sessions
+            .get(id)
+            .map(|(_, events)| events.iter().map(|(_, e)| e.clone()).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -175,6 +232,8 @@ pub fn latency_summary(mut latencies: Vec<u64>) -> String {
 /// A session as the overview lists it.
 #[derive(Debug, Clone)]
 pub struct SessionRow {
+    /// The session's id, which its page is named by.
+    pub id: String,
     /// The key, as shown.
     pub key: String,
     /// Its turn.
@@ -187,8 +246,8 @@ pub struct SessionRow {
     pub refused: u64,
     /// Prefix breaks.
     pub prefix_breaks: u64,
-    /// Tool tokens saved.
-    pub tokens_saved: u64,
+    /// Tool tokens saved (negative where deferral cost more than it saved).
+    pub tokens_saved: i64,
     /// Stored bytes.
     pub bytes: usize,
     /// Active tools, joined.
@@ -395,8 +454,10 @@ impl Hits {
 pub struct SessionPage {
     /// The frame.
     pub chrome: Chrome,
-    /// The session key.
+    /// The session key, as shown.
     pub key: String,
+    /// The session's id, which the page is named by.
+    pub id: String,
     /// The timeline fragment.
     pub timeline: String,
 }
@@ -407,6 +468,18 @@ pub struct SessionPage {
 pub struct Timeline {
     /// The session's events, oldest first.
     pub events: Vec<TurnEvent>,
+}
+
+impl Timeline {
+    /// What the timeline keeps, for a session it holds nothing of.
+    pub fn kept(&self) -> String {
+        format!(
+            "No request of this session is among those the dashboard keeps: the last requests of \
+             the {SESSIONS} sessions seen most recently, {EVENTS} in all, at least the last {} of \
+             each.",
+            EVENTS / SESSIONS
+        )
+    }
 }
 
 /// One server row.
@@ -732,9 +805,75 @@ mod tests {
         assert_eq!(param("a=1", "q"), None);
     }
 
+    fn event(id: &str, turn: u64) -> TurnEvent {
+        TurnEvent {
+            id: id.into(),
+            session: format!("h:{id}"),
+            turn,
+            rounds: 1,
+            searched: String::new(),
+            activated: Vec::new(),
+            expired: Vec::new(),
+            fired: Vec::new(),
+            refused: 0,
+            prefix: "kept",
+            actual_tokens: 100,
+            resident_tokens: 400,
+            search_us: Vec::new(),
+        }
+    }
+
+    /// A busy session does not push a quiet one's requests out; each keeps its last ones.
+    #[test]
+    fn a_busy_session_leaves_a_quiet_ones_timeline() {
+        let events = Events::default();
+        events.push(event("quiet", 1));
+        for turn in 1..=(EVENTS as u64 + 1) {
+            events.push(event("busy", turn));
+        }
+        let quiet = events.of("quiet");
+        assert_eq!(quiet.len(), 1, "the quiet session keeps its request");
+        let busy = events.of("busy");
+        assert_eq!(busy.len(), EVENTS - 1, "at most {EVENTS} in all");
+        assert_eq!(busy.last().map(|e| e.turn), Some(EVENTS as u64 + 1));
+        assert_eq!(busy.first().map(|e| e.turn), Some(3), "the oldest went");
+        let all = events.all();
+        assert_eq!(all.len(), EVENTS);
+        assert_eq!(all[0].id, "quiet", "oldest first: {:?}", all[0]);
+        // Past SESSIONS sessions, the one seen least recently goes whole.
+        for n in 1..SESSIONS {
+            events.push(event(&format!("s{n}"), 1));
+        }
+        assert!(events.of("quiet").is_empty(), "seen least recently");
+        // The quiet one's place made room for one new request; the other new ones took the
+        // busy one's oldest.
+        assert_eq!(events.of("busy").len(), EVENTS - (SESSIONS - 1));
+        // Each of many busy sessions keeps its share.
+        let events = Events::default();
+        for turn in 1..=200 {
+            for n in 0..SESSIONS {
+                events.push(event(&format!("s{n}"), turn));
+            }
+        }
+        for n in 0..SESSIONS {
+            assert_eq!(events.of(&format!("s{n}")).len(), EVENTS / SESSIONS, "s{n}");
+        }
+    }
+
+    #[test]
+    fn a_timeline_with_nothing_kept_says_what_is_kept() {
+        let text = Timeline { events: Vec::new() }.render().expect("renders");
+        assert!(
+            text.contains("No request of this session is among those the dashboard keeps"),
+            "{text}"
+        );
+        assert!(!text.contains("seen since the proxy started"), "{text}");
+    }
+
     #[test]
     fn the_chart_draws_both_bars_per_request_and_escapes_names() {
         let e = TurnEvent {
+            id: "0".repeat(32),
             session: "<s>".into(),
             turn: 1,
             rounds: 1,

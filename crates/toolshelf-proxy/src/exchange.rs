@@ -1052,7 +1052,8 @@ pub struct Turn {
     pub note: Option<String>,
     /// How long each search of this request took, in microseconds.
     pub search_us: Vec<u64>,
-    /// Tools activated in this request (their schema was shown).
+    /// Tools activated in this request (their schema was shown), each once, in the order first
+    /// activated.
     pub activated: Vec<String>,
     /// The queries searched for in this request.
     pub queries: Vec<String>,
@@ -1107,6 +1108,14 @@ impl Turn {
             search_us: Vec::new(),
             activated: Vec::new(),
             queries: Vec::new(),
+        }
+    }
+
+    /// Records `name` as activated in this request, once: a tool two searches of one request
+    /// show (or a search shows and a refusal shows again) is one activation.
+    fn note_activated(&mut self, name: &str) {
+        if !self.activated.iter().any(|a| a == name) {
+            self.activated.push(name.to_owned());
         }
     }
 
@@ -1430,7 +1439,7 @@ impl Turn {
                 for &i in &allowed {
                     let tool = &shelf.catalog.tools()[i];
                     self.prepared.session.state.activate([tool.name.as_str()]);
-                    self.activated.push(tool.name.clone());
+                    self.note_activated(&tool.name);
                 }
                 let (names, definitions) = allowed_text(&shelf, &allowed);
                 return Err(answer(
@@ -1538,7 +1547,7 @@ impl Turn {
                 if let Some(i) = refusal.loads() {
                     let name = shelf.catalog.tools()[i].name.clone();
                     self.prepared.session.state.activate([name.as_str()]);
-                    self.activated.push(name);
+                    self.note_activated(&name);
                 }
                 if !via_defer && refusal.kind() == RefusalKind::Unknown {
                     crate::metrics::forwarded();
@@ -1716,7 +1725,7 @@ impl Turn {
         toolshelf_runtime::scripts::keep_authored(limits, &self.prepared.key, &tool);
         // The model wrote the schema: the tool is loaded.
         session.state.activate([name.as_str()]);
-        self.activated.push(name.clone());
+        self.note_activated(&name);
         tracing::info!(session = %self.prepared.key, tool = %name, redefined = replaces.is_some(), "model-authored tool defined");
         let mut text = authoring::defined_text(&name);
         if replaces.is_some() {
@@ -1903,7 +1912,9 @@ impl Turn {
                 };
                 crate::metrics::searched(outcome, started.elapsed());
                 let names: Vec<&str> = r.loaded.iter().map(|&i| tools[i].name.as_str()).collect();
-                self.activated.extend(names.iter().map(|n| (*n).to_owned()));
+                for name in &names {
+                    self.note_activated(name);
+                }
                 self.prepared.session.state.activate(names);
                 (r.text, false)
             }

@@ -304,19 +304,37 @@ const MERGES: usize = 16;
 /// keys (a header's value) in full up to [`SHOWN_KEY`] characters; a longer one is cut, with a
 /// digest of the whole key after it so that two keys that start alike stay apart. Control and
 /// invisible format characters are written as escapes, so that a key cannot forge or reorder a
-/// log line.
+/// log line; a backslash is written `\\` and `…` is written `\u{2026}`, so that no key spells
+/// another's escapes or another's cut form (`…` only ever marks a cut).
+///
+/// This is for reading only: what names a session where it must be told apart from every other
+/// (the status's list, the dashboard's links and timelines) is [`session_id`].
 pub fn shown_key(key: &str) -> String {
     if let Some(h) = key.strip_prefix("r:") {
         return format!("r:{}", &h[..h.len().min(12)]);
     }
     // Each character escaped takes at most 10: nothing is cut here.
-    let shown = |s: &str| toolshelf_core::echo::for_log(s, SHOWN_KEY * 10);
+    let shown = |s: &str| {
+        let escaped = s.replace('\\', "\\\\").replace(CUT, "\\u{2026}");
+        toolshelf_core::echo::for_log(&escaped, SHOWN_KEY * 10)
+    };
     if key.chars().count() <= SHOWN_KEY {
         return shown(key);
     }
     let head: String = key.chars().take(SHOWN_KEY - 16).collect();
     let digest = crate::session::digest(&[key]);
-    format!("{}…{}", shown(&head), &digest[..12])
+    format!("{}{CUT}{}", shown(&head), &digest[..12])
+}
+
+/// What marks a key shown cut.
+const CUT: char = '…';
+
+/// The id of the session under `key`: 32 hex digits of its digest, the same for the same key
+/// whatever process computes it. The status lists sessions with it and the dashboard links a
+/// session's page with it (`/ui/sessions/ID`): two keys that are shown alike (or a key of any
+/// length) still have an id of their own, of bounded length.
+pub fn session_id(key: &str) -> String {
+    crate::session::digest(&[key])
 }
 
 /// The longest session key shown in full.

@@ -5,8 +5,9 @@
 //! more for Prometheus; everything else (`/v1/models`, `count_tokens`, files, batches, any
 //! method) passes through byte for byte, streamed both ways, headers included. Credentials
 //! travel in headers the proxy forwards and never reads, logs or stores. The proxy's own paths
-//! (`/ui…`, `/toolshelf…`, `/metrics…`, with or without a trailing slash) are never forwarded:
-//! one it has no page at gets a 404 of its own (`OwnPage`).
+//! (`/ui…`, `/toolshelf…`, `/metrics…`, with or without a trailing slash, and the
+//! `/favicon.ico` a browser asks for) are never forwarded: one it has no page at gets a 404 of
+//! its own (`OwnPage`).
 //!
 //! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
 //! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
@@ -44,7 +45,10 @@ use crate::{HARNESS_SESSION_HEADER, Proxy, ProxyError, SESSION_HEADER};
 /// Per-session figures kept for the status page (the most recent sessions).
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionSummary {
-    /// The session key (a hash, or the header's value).
+    /// The session's id ([`crate::session_id`]): what tells it apart from every other, and what
+    /// its dashboard page is named by.
+    pub id: String,
+    /// The session key as shown ([`crate::shown_key`]: a hash cut, or the header's value).
     pub key: String,
     /// Its turn.
     pub turn: u64,
@@ -61,7 +65,12 @@ pub struct SessionSummary {
 pub struct AppState {
     /// The proxy.
     pub proxy: Proxy,
+    /// The recent sessions by id, with when each was last recorded.
     recent: Mutex<BTreeMap<String, (u64, SessionSummary)>>,
+    /// Tool-list tokens saved since start, signed: a request whose deferred list costs more
+    /// than the client's own list counts what it cost as a negative saving. The totals'
+    /// `tokens_saved`, which the Prometheus counter mirrors, sums the savings only.
+    tokens_saved: std::sync::atomic::AtomicI64,
     seq: std::sync::atomic::AtomicU64,
     started: Instant,
     /// What each recent request did, for the dashboard.
@@ -93,8 +102,8 @@ impl Drop for Writing<'_> {
     }
 }
 
-/// How many sessions the status page lists.
-const RECENT: usize = 50;
+/// How many sessions the status page lists: as many as the dashboard keeps timelines of.
+const RECENT: usize = toolshelf_dashboard::SESSIONS;
 
 impl AppState {
     /// Shared state over `proxy`.
@@ -108,6 +117,7 @@ impl AppState {
             checks,
             proxy,
             recent: Mutex::new(BTreeMap::new()),
+            tokens_saved: std::sync::atomic::AtomicI64::new(0),
             seq: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             events: crate::ui::Events::default(),
@@ -158,7 +168,7 @@ impl AppState {
     fn remember(&self, s: SessionSummary) {
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        recent.insert(s.key.clone(), (n, s));
+        recent.insert(s.id.clone(), (n, s));
         if recent.len() > RECENT
             && let Some(oldest) = recent
                 .iter()
@@ -185,6 +195,12 @@ impl AppState {
             bytes.iter().sum::<usize>() / bytes.len()
         };
         let p = &self.proxy.compiled.config().proxy;
+        let mut totals = serde_json::to_value(totals).unwrap_or_default();
+        // Signed: what deferral cost where it cost more than it saved counts against it.
+        totals["tokens_saved"] = self
+            .tokens_saved
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .into();
         json!({
             "uptime_secs": self.started.elapsed().as_secs(),
             "upstreams": {
@@ -351,13 +367,17 @@ fn error_response(dialect: Option<Dialect>, e: &ProxyError) -> Response {
 }
 
 /// A path of the proxy's own: the dashboard (`/ui`, `/ui/…`), the status and anything else
-/// under `/toolshelf`, and the metrics (`/metrics`, `/metrics/…`). Such a request is answered
-/// here, a page the proxy does not have with 404, and never forwarded upstream.
+/// under `/toolshelf`, the metrics (`/metrics`, `/metrics/…`) and `/favicon.ico`, which a
+/// browser asks for when it shows the dashboard (no model API has it). Such a request is
+/// answered here, a page the proxy does not have with 404, and never forwarded upstream: the
+/// dashboard only reads, and a browser's request must not reach the upstream with its
+/// credentials, nor count as a client's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OwnPage {
     Dashboard,
     Status,
     Metrics,
+    Icon,
     Missing,
 }
 
@@ -372,6 +392,7 @@ impl OwnPage {
             _ if under("/ui") => Self::Dashboard,
             "/toolshelf/status" => Self::Status,
             "/metrics" => Self::Metrics,
+            "/favicon.ico" => Self::Icon,
             _ if under("/toolshelf") || under("/metrics") => Self::Missing,
             _ => return None,
         };
@@ -400,7 +421,8 @@ fn own_page_refusal(
     }
     let token = app.proxy.compiled.config().ui.token.as_deref();
     match token.filter(|t| !t.is_empty()) {
-        Some(token) if page != OwnPage::Dashboard && !app.loopback() => {
+        // The dashboard admits its own requests; the icon is nothing but "no icon".
+        Some(token) if !matches!(page, OwnPage::Dashboard | OwnPage::Icon) && !app.loopback() => {
             toolshelf_dashboard::require_token(token, &parts.headers, parts.uri.query())
                 .err()
                 .map(|r| *r)
@@ -446,6 +468,13 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             )
                 .into_response(),
             OwnPage::Metrics => metrics_response(),
+            // No icon, for a day: the pages name none (`data:,`), and a browser that asks
+            // anyway is not asked again soon.
+            OwnPage::Icon => (
+                StatusCode::NO_CONTENT,
+                [(header::CACHE_CONTROL, "max-age=86400")],
+            )
+                .into_response(),
             OwnPage::Missing => (
                 StatusCode::NOT_FOUND,
                 format!(
@@ -855,9 +884,15 @@ async fn finish(app: &AppState, turn: Turn) {
         ..
     } = turn;
     let tokens = client.usage.as_ref().map(Tokens::of).unwrap_or_default();
-    let saved = (prepared.shelf.all_resident_tokens as u64)
-        .saturating_sub(prepared.shelf.upstream_tokens as u64)
-        * u64::from(rounds);
+    // Signed: a deferred list (the resident tools, `tool_search` with its index,
+    // `defer_execute`) can cost more than a client's short list of its own.
+    let saved = (prepared.shelf.all_resident_tokens as i64 - prepared.shelf.upstream_tokens as i64)
+        * i64::from(rounds);
+    // The session's figure and the totals' (which the Prometheus counter mirrors, and a counter
+    // cannot go down) sum the savings; the signed sum is `AppState::tokens_saved`.
+    let gained = u64::try_from(saved).unwrap_or(0);
+    app.tokens_saved
+        .fetch_add(saved, std::sync::atomic::Ordering::Relaxed);
     let f = &mut prepared.session.figures;
     f.requests += 1;
     f.rounds += u64::from(rounds);
@@ -865,7 +900,7 @@ async fn finish(app: &AppState, turn: Turn) {
     f.tokens.output += tokens.output;
     f.tokens.cache_read += tokens.cache_read;
     f.tokens.cache_creation += tokens.cache_creation;
-    f.tokens_saved += saved;
+    f.tokens_saved += gained;
     crate::metrics::finished(rounds);
     proxy.count(|t| {
         t.rounds += u64::from(rounds);
@@ -876,7 +911,7 @@ async fn finish(app: &AppState, turn: Turn) {
         t.tokens.output += tokens.output;
         t.tokens.cache_read += tokens.cache_read;
         t.tokens.cache_creation += tokens.cache_creation;
-        t.tokens_saved += saved;
+        t.tokens_saved += gained;
     });
     let turn_no = prepared.session.state.turn();
     tracing::info!(
@@ -897,11 +932,18 @@ async fn finish(app: &AppState, turn: Turn) {
     );
     let actual = tokens.input + tokens.cache_read + tokens.cache_creation;
     app.events.push(crate::ui::TurnEvent {
+        id: crate::session_id(&prepared.key),
         session: crate::shown_key(&prepared.key),
         turn: turn_no,
         rounds,
+        // A model's query is escaped as a session key is: a bidirectional mark or a control
+        // character cannot reorder or forge what the timeline shows.
         searched: if proxy.compiled.config().ui.show_arguments {
-            queries.join(" · ")
+            queries
+                .iter()
+                .map(|q| toolshelf_core::echo::for_log(q, QUERY_SHOWN))
+                .collect::<Vec<_>>()
+                .join(" · ")
         } else if searches > 0 {
             format!("{searches} search(es)")
         } else {
@@ -913,7 +955,7 @@ async fn finish(app: &AppState, turn: Turn) {
         refused,
         prefix: prefix.as_str(),
         actual_tokens: actual,
-        resident_tokens: actual + saved,
+        resident_tokens: u64::try_from(actual as i64 + saved).unwrap_or(0),
         search_us,
     });
     let stored = prepared.session.to_bytes();
@@ -979,6 +1021,7 @@ fn summarize(
 ) -> SessionSummary {
     let ttl = app.proxy.compiled.config().session.activation_ttl_turns;
     SessionSummary {
+        id: crate::session_id(key),
         key: crate::shown_key(key),
         turn: session.state.turn(),
         figures: session.figures.clone(),
@@ -986,6 +1029,9 @@ fn summarize(
         active: session.state.active_names(ttl),
     }
 }
+
+/// The longest query the timeline shows (with `[ui] show_arguments`), in characters.
+const QUERY_SHOWN: usize = 200;
 
 /// Books a request that ended without its answer: the rounds the upstream served, the searches
 /// and refusals the proxy answered and their tokens count all the same. `failure` says why it
@@ -1280,6 +1326,7 @@ mod tests {
             ("/toolshelf/", Some(OwnPage::Missing)),
             ("/toolshelf/status/x", Some(OwnPage::Missing)),
             ("/metrics/x", Some(OwnPage::Missing)),
+            ("/favicon.ico", Some(OwnPage::Icon)),
             ("/v1/models", None),
             ("/uix", None),
             ("/metricsx", None),
@@ -1314,6 +1361,31 @@ mod tests {
             crate::shown_key(&format!("r:{}", "0".repeat(32))),
             "r:000000000000"
         );
+    }
+
+    /// Keys that were shown alike: a key holding U+202E and one holding the text of its escape;
+    /// a long key and a short one spelling its cut form. Shown apart, and with ids apart.
+    #[test]
+    fn keys_shown_alike_before_are_shown_and_named_apart() {
+        let long = format!("h:{}", "Q".repeat(5000));
+        // A key of 61 characters that spells the long one's cut form.
+        let spelling = crate::shown_key(&long);
+        assert_eq!(spelling.chars().count(), 61, "{spelling}");
+        let pairs = [
+            // A real U+202E, and the text of its escape.
+            ("h:\u{202e}RTL".to_owned(), r"h:\u{202e}RTL".to_owned()),
+            (long.clone(), spelling),
+        ];
+        for (a, b) in &pairs {
+            assert_ne!(crate::shown_key(a), crate::shown_key(b), "{a:?} {b:?}");
+            assert_ne!(crate::session_id(a), crate::session_id(b), "{a:?} {b:?}");
+        }
+        assert_eq!(crate::shown_key("h:\u{202e}RTL"), r"h:\u{202e}RTL");
+        assert_eq!(crate::shown_key(r"h:\u{202e}RTL"), r"h:\\u{202e}RTL");
+        assert_eq!(crate::shown_key("h:a…b"), r"h:a\u{2026}b");
+        let id = crate::session_id(&long);
+        assert_eq!(id.len(), 32);
+        assert_eq!(id, crate::session_id(&long), "the same key, the same id");
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! The overview shows the status totals, a chart of tokens per request (actual against all
 //! resident), search latency and the recent sessions; the catalog, index and search playground
-//! show the most recent request's tools; a session page shows what each of its requests did,
-//! updated by htmx every second. Tool arguments (the queries a model searched for) are shown only
-//! with `[ui] show_arguments = true`.
+//! show the most recent request's tools; a session page (`/ui/sessions/ID`, by the session's
+//! [`crate::session_id`]: two keys shown alike are still two pages) shows what each of its
+//! requests did, updated by htmx every second. Tool arguments (the queries a model searched
+//! for) are shown only with `[ui] show_arguments = true`, escaped as session keys are.
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -88,26 +89,35 @@ fn page(app: &AppState, path: &str, query: Option<&str>) -> Response {
         "/ui/assets/htmx.min.js" => htmx(),
         p => match p.strip_prefix("/ui/sessions/") {
             Some(rest) => {
-                let (key, fragment) = match rest.strip_suffix("/timeline") {
-                    Some(k) => (k, true),
+                let (id, fragment) = match rest.strip_suffix("/timeline") {
+                    Some(id) => (id, true),
                     None => (rest, false),
                 };
-                // Links write the key percent-encoded: it may hold `/`, `?`, `#` or spaces.
-                let key = toolshelf_dashboard::decode_path(key);
+                if !is_session_id(id) {
+                    return (
+                        StatusCode::NOT_FOUND,
+                        "a session page is named by the session's id (32 hex digits), as the overview links it",
+                    )
+                        .into_response();
+                }
                 let timeline = Timeline {
-                    events: app
-                        .events
-                        .all()
-                        .into_iter()
-                        .filter(|e| e.session == key)
-                        .collect(),
+                    events: app.events.of(id),
                 };
                 if fragment {
                     html(&timeline)
                 } else {
+                    // The key as shown: from the status's list, else from a kept request.
+                    let key = app
+                        .sessions()
+                        .into_iter()
+                        .find(|s| s.id == id)
+                        .map(|s| s.key)
+                        .or_else(|| timeline.events.last().map(|e| e.session.clone()))
+                        .unwrap_or_else(|| "(not seen lately)".to_owned());
                     html(&SessionPage {
                         chrome: Chrome::proxy(),
-                        key: key.to_owned(),
+                        key,
+                        id: id.to_owned(),
                         timeline: askama::Template::render(&timeline).unwrap_or_default(),
                     })
                 }
@@ -117,10 +127,15 @@ fn page(app: &AppState, path: &str, query: Option<&str>) -> Response {
     }
 }
 
+/// Whether `id` is a session id as [`crate::session_id`] writes it.
+fn is_session_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 fn overview(app: &AppState) -> Overview {
     let status = app.status();
     let t = &status["totals"];
-    let n = |k: &str| t[k].as_u64().unwrap_or(0).to_string();
+    let n = |k: &str| t[k].as_i64().unwrap_or(0).to_string();
     let totals = vec![
         ("requests", n("requests")),
         ("rewritten", n("rewritten")),
@@ -154,13 +169,14 @@ fn overview(app: &AppState) -> Overview {
             .sessions()
             .into_iter()
             .map(|s| SessionRow {
+                id: s.id,
                 key: s.key,
                 turn: s.turn,
                 requests: s.figures.requests,
                 searches: s.figures.searches,
                 refused: s.figures.refused,
                 prefix_breaks: s.figures.prefix_breaks,
-                tokens_saved: s.figures.tokens_saved,
+                tokens_saved: i64::try_from(s.figures.tokens_saved).unwrap_or(i64::MAX),
                 bytes: s.bytes,
                 active: s.active.join(", "),
             })
