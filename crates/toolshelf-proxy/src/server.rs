@@ -888,8 +888,8 @@ async fn finish(app: &AppState, turn: Turn) {
     // `defer_execute`) can cost more than a client's short list of its own.
     let saved = (prepared.shelf.all_resident_tokens as i64 - prepared.shelf.upstream_tokens as i64)
         * i64::from(rounds);
-    // The session's figure and the totals' (which the Prometheus counter mirrors, and a counter
-    // cannot go down) sum the savings; the signed sum is `AppState::tokens_saved`.
+    // The totals' figure (which the Prometheus counter mirrors, and a counter cannot go down)
+    // sums the savings; the signed sums are the session's and `AppState::tokens_saved`.
     let gained = u64::try_from(saved).unwrap_or(0);
     app.tokens_saved
         .fetch_add(saved, std::sync::atomic::Ordering::Relaxed);
@@ -900,7 +900,7 @@ async fn finish(app: &AppState, turn: Turn) {
     f.tokens.output += tokens.output;
     f.tokens.cache_read += tokens.cache_read;
     f.tokens.cache_creation += tokens.cache_creation;
-    f.tokens_saved += gained;
+    f.tokens_saved += saved;
     crate::metrics::finished(rounds);
     proxy.count(|t| {
         t.rounds += u64::from(rounds);

@@ -84,8 +84,9 @@ pub struct Figures {
     pub prefix_breaks: u64,
     /// Upstream token figures, summed.
     pub tokens: Tokens,
-    /// Tool-list tokens saved against sending every tool, summed over rounds.
-    pub tokens_saved: u64,
+    /// Tool-list tokens saved against sending every tool, summed over rounds: negative when the
+    /// deferred list cost more than the client's own.
+    pub tokens_saved: i64,
 }
 
 impl Figures {
@@ -97,7 +98,7 @@ impl Figures {
         self.searches += d(now.searches, base.searches);
         self.refused += d(now.refused, base.refused);
         self.prefix_breaks += d(now.prefix_breaks, base.prefix_breaks);
-        self.tokens_saved += d(now.tokens_saved, base.tokens_saved);
+        self.tokens_saved += now.tokens_saved - base.tokens_saved;
         let (t, n, b) = (&mut self.tokens, &now.tokens, &base.tokens);
         t.input += d(n.input, b.input);
         t.output += d(n.output, b.output);

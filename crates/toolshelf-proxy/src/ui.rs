@@ -176,7 +176,7 @@ fn overview(app: &AppState) -> Overview {
                 searches: s.figures.searches,
                 refused: s.figures.refused,
                 prefix_breaks: s.figures.prefix_breaks,
-                tokens_saved: i64::try_from(s.figures.tokens_saved).unwrap_or(i64::MAX),
+                tokens_saved: s.figures.tokens_saved,
                 bytes: s.bytes,
                 active: s.active.join(", "),
             })

@@ -337,6 +337,12 @@ fn a_deferral_that_costs_more_than_it_saves_is_shown_as_a_negative_saving() {
     let status = proxy.status();
     let saved = status["totals"]["tokens_saved"].as_i64().expect("a number");
     assert!(saved < 0, "{status}");
+    // The session's own figure is the same signed sum.
+    assert_eq!(
+        status["recent_sessions"][0]["figures"]["tokens_saved"].as_i64(),
+        Some(saved),
+        "{status}"
+    );
     assert!(
         proxy.log().contains(&format!("tool_tokens_saved={saved} ")),
         "{}",
