@@ -737,7 +737,8 @@ impl Default for RankParams {
 pub struct SearchIndex {
     /// Catalog index of each document.
     docs: Vec<usize>,
-    /// Name-field terms of each document, sorted, for `+term`.
+    /// Name-field terms of each document and the terms of its canonical name, sorted, for
+    /// `+term`.
     name_terms: Vec<Vec<String>>,
     /// The words each document's glued names are cut into (see [`compound`]), space-separated;
     /// mostly empty.
@@ -1008,6 +1009,76 @@ fn name_trim(c: char) -> bool {
     )
 }
 
+/// Punctuation that separates an identifier inside a query's word from what is written around it
+/// (`get_time(zone='UTC')`, `tool=read_file`, `read_file,write_file`, `name:read_file`).
+const NAME_PUNCTUATION: &[char] = &['(', '=', ',', ';', ':'];
+
+/// A server's name with case and the separators `_ - . space` folded away: `brave_search`,
+/// `Brave-Search` and `brave.search` are all `bravesearch`.
+fn fold_server(name: &str) -> String {
+    name.chars()
+        .filter(|&c| !is_server_separator(c))
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The separators of the words of a server's name.
+fn is_server_separator(c: char) -> bool {
+    matches!(c, '_' | '-' | '.' | ' ')
+}
+
+/// Whether `folded` (a `server:` value, folded) begins server name `form` folded, or is one or
+/// more of its whole words in a row: `brave` and `search` both point at `brave-search`.
+fn begins_or_is_words_of(folded: &str, form: &str) -> bool {
+    if fold_server(form).starts_with(folded) {
+        return true;
+    }
+    let words: Vec<String> = form
+        .split(is_server_separator)
+        .filter(|w| !w.is_empty())
+        .map(fold_server)
+        .collect();
+    (0..words.len()).any(|i| {
+        let mut run = String::new();
+        words[i..].iter().any(|w| {
+            run.push_str(w);
+            run == folded
+        })
+    })
+}
+
+/// The servers a value matches when case (`separators`: and separators) are ignored, sorted:
+/// one, several, or none.
+fn several(mut out: Vec<&str>, separators: bool) -> ServersNamed<'_> {
+    out.sort_unstable();
+    out.dedup();
+    match out.as_slice() {
+        [] => ServersNamed::Unknown,
+        [one] => ServersNamed::One(one),
+        _ => ServersNamed::Several {
+            servers: out,
+            separators,
+        },
+    }
+}
+
+/// How a `server:` value named servers (see [`SearchIndex::servers_named`]).
+#[derive(Debug, PartialEq, Eq)]
+enum ServersNamed<'a> {
+    /// Written as one server's name, or matching only it when case or separators are ignored,
+    /// or beginning (or being words of) only its name.
+    One(&'a str),
+    /// Matching several servers' names when case is ignored (`separators`: and separators).
+    Several {
+        servers: Vec<&'a str>,
+        separators: bool,
+    },
+    /// Beginning (or being words of) several servers' names: none is picked.
+    Ambiguous(Vec<&'a str>),
+    /// No server.
+    Unknown,
+}
+
 impl SearchIndex {
     /// Indexes the tools of `catalog` at `visible` (catalog indices; hidden tools are simply not
     /// given, so they can never be found).
@@ -1037,10 +1108,15 @@ impl SearchIndex {
             .map(|&g| server_pieces.get(g as usize).map_or("", String::as_str))
             .collect();
         let fields = analyze_all(catalog, &docs, &pieces, &doc_server_pieces);
+        // `+term` is matched against the name the model sees, server segment included
+        // (`+github` for `mcp__github__search_code`): the name field's terms and the canonical
+        // name's.
         let name_terms = fields
             .iter()
-            .map(|f| {
+            .zip(&docs)
+            .map(|(f, &i)| {
                 let mut t = f[Field::Name as usize].clone();
+                analyze::analyze_into(&tools[i].name, &mut t);
                 t.sort();
                 t.dedup();
                 t
@@ -1441,77 +1517,177 @@ impl SearchIndex {
         }
         if let Some(s) = raw.strip_prefix("server:") {
             let name = s.trim_start_matches("mcp__").trim_end_matches('_');
-            self.filter_servers(q, raw, name, s);
-            return Taken::Operator(None);
+            // A value that names no server is read as a plain word, as a `+term` no name has is.
+            let named = self.filter_servers(q, raw, name, s);
+            return Taken::Operator((!named && !name.is_empty()).then_some(name));
         }
         let word = raw.trim_matches(name_trim);
-        // Most words of a request are plain words that can name no tool here: skip the lookup.
-        let exact = if whole_query || looks_like_a_name(word) {
-            self.exact(word)
-        } else {
-            &[]
-        };
-        if !exact.is_empty() && (whole_query || names_a_tool(word, exact.len())) {
-            q.exact.extend_from_slice(exact);
+        if self.take_names(word, whole_query, q) {
             return Taken::Operator(Some(word));
         }
         if let Some(rest) = word.strip_prefix("mcp__") {
             let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
-            self.filter_servers(q, word, server, server);
-            return Taken::Operator((!tail.is_empty()).then_some(tail));
+            // An unknown server's name is read as a word, with the tool's.
+            let kept = if self.filter_servers(q, word, server, server) {
+                tail
+            } else {
+                rest
+            };
+            return Taken::Operator((!kept.is_empty()).then_some(kept));
         }
         Taken::Plain
     }
 
-    /// Restricts `q` to the servers `name` names (see [`Self::servers_named`]), or notes that it
-    /// names none; `token` is the query's word and `written` the server as it gives it, for the
-    /// note.
-    fn filter_servers(&self, q: &mut ParsedQuery, token: &str, name: &str, written: &str) {
-        let named = self.servers_named(name);
-        match named.as_slice() {
-            [] => q.notes.push(self.unknown_server_note(token, written)),
-            [one] => q.restrict_to(one),
-            [init @ .., last] => {
-                for s in &named {
+    /// Adds to `q` the tools `word` (a query's word, trimmed of [`name_trim`]) names exactly, and
+    /// says whether it names any: the word itself, else the word without a sentence-final `.`
+    /// (`use read_file.`), else each identifier of a call or list written in it
+    /// (`get_time(zone='UTC')`, `tool=read_file`, `read_file,write_file`), which must name one
+    /// tool (see [`names_a_tool`]). `whole_query`: the word is all the query holds.
+    fn take_names(&self, word: &str, whole_query: bool, q: &mut ParsedQuery) -> bool {
+        let mut take = |name: &str, whole: bool| {
+            // Most words of a request are plain words that can name no tool here: skip the
+            // lookup.
+            let exact = if whole || looks_like_a_name(name) {
+                self.exact(name)
+            } else {
+                &[]
+            };
+            let named = !exact.is_empty() && (whole || names_a_tool(name, exact.len()));
+            if named {
+                q.exact.extend_from_slice(exact);
+            }
+            named
+        };
+        if take(word, whole_query) {
+            return true;
+        }
+        // A word ends at whitespace, so a `.` that ends it ends a sentence.
+        let stopped = word.trim_end_matches('.').trim_matches(name_trim);
+        if stopped.len() < word.len() && !stopped.is_empty() && take(stopped, whole_query) {
+            return true;
+        }
+        if !stopped.contains(NAME_PUNCTUATION) {
+            return false;
+        }
+        let mut any = false;
+        for piece in stopped.split(NAME_PUNCTUATION) {
+            let piece = piece.trim_matches(name_trim);
+            any |= !piece.is_empty() && take(piece, false);
+        }
+        any
+    }
+
+    /// Restricts `q` to the servers `name` names (see [`Self::servers_named`]) and says whether
+    /// it names any, or notes that it names none; `token` is the query's word and `written` the
+    /// server as it gives it, for the note. A value that names no server is left to the caller to
+    /// read as a plain word, which the note says (an empty one is ignored).
+    fn filter_servers(&self, q: &mut ParsedQuery, token: &str, name: &str, written: &str) -> bool {
+        let (token, written) = (crate::echo::echo(token), crate::echo::echo(written));
+        let read = if name.is_empty() {
+            "it was ignored".to_owned()
+        } else {
+            format!("{:?} was read as a plain word", crate::echo::echo(name))
+        };
+        match self.servers_named(name) {
+            ServersNamed::One(one) => {
+                q.restrict_to(one);
+                true
+            }
+            ServersNamed::Several {
+                servers,
+                separators,
+            } => {
+                for s in &servers {
                     q.restrict_to(s);
                 }
-                let all = if named.len() == 2 {
+                let all = if servers.len() == 2 {
                     "both".to_owned()
                 } else {
-                    format!("all {}", named.len())
+                    format!("all {}", servers.len())
+                };
+                let ignored = if separators {
+                    "case and the separators _ - . are"
+                } else {
+                    "case is"
                 };
                 q.notes.push(format!(
-                    "{:?} names no server exactly ({:?} matches {} and {last} when case is ignored), so {all} were searched; write the name as listed to search one.",
-                    crate::echo::echo(token),
-                    crate::echo::echo(written),
-                    init.join(", ")
+                    "{token:?} names no server exactly ({written:?} matches {} when {ignored} ignored), so {all} were searched; write the name as listed to search one.",
+                    join_and(&servers.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
                 ));
+                true
+            }
+            ServersNamed::Ambiguous(servers) => {
+                let shown: Vec<String> = servers.iter().take(8).map(|s| (*s).to_owned()).collect();
+                let could = if servers.len() > shown.len() {
+                    format!(
+                        "{}, and {} more",
+                        shown.join(", "),
+                        servers.len() - shown.len()
+                    )
+                } else {
+                    join_last(&shown, "or")
+                };
+                q.notes.push(format!(
+                    "{token:?} names no server ({written:?} could be {could}; write more of the name), so {read}."
+                ));
+                false
+            }
+            ServersNamed::Unknown => {
+                q.notes.push(format!(
+                    "{token:?} names no server ({written:?} is unknown; {}), so {read}.",
+                    self.server_list()
+                ));
+                false
             }
         }
     }
 
-    /// The canonical names of the searchable servers `name` names, sorted: the server whose
-    /// canonical name it is exactly; else those whose configured name it is exactly; else, case
-    /// ignored, every server it names (several only for names that differ in case alone).
-    fn servers_named(&self, name: &str) -> Vec<&str> {
-        let Some(named) = self.server_names.get(&name.to_lowercase()) else {
-            return Vec::new();
-        };
-        if let Some((_, canon)) = named.iter().find(|(f, c)| f == name && c == name) {
-            return vec![canon.as_str()];
+    /// The searchable servers `name` names, by canonical name, sorted: the server whose canonical
+    /// name it is exactly; else those whose configured name it is exactly; else, case ignored,
+    /// every server it names (several only for names that differ in case alone); else the same
+    /// with the separators `_ - . space` ignored too; else the one server whose name, so folded,
+    /// it begins or whose whole words it is (`brave` for `brave-search`), several being
+    /// [`ServersNamed::Ambiguous`].
+    fn servers_named(&self, name: &str) -> ServersNamed<'_> {
+        if let Some(named) = self.server_names.get(&name.to_lowercase()) {
+            if let Some((_, canon)) = named.iter().find(|(f, c)| f == name && c == name) {
+                return ServersNamed::One(canon.as_str());
+            }
+            let exact = named.iter().any(|(f, _)| f == name);
+            let out: Vec<&str> = named
+                .iter()
+                .filter(|(f, _)| !exact || f == name)
+                .map(|(_, c)| c.as_str())
+                .collect();
+            return several(out, false);
         }
-        let exact = named.iter().any(|(f, _)| f == name);
-        let mut out: Vec<&str> = named
-            .iter()
-            .filter(|(f, _)| !exact || f == name)
+        let folded = fold_server(name);
+        if folded.is_empty() {
+            return ServersNamed::Unknown;
+        }
+        let forms = || self.server_names.values().flatten();
+        let same: Vec<&str> = forms()
+            .filter(|(f, _)| fold_server(f) == folded)
             .map(|(_, c)| c.as_str())
             .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
+        if !same.is_empty() {
+            return several(same, true);
+        }
+        let mut begun: Vec<&str> = forms()
+            .filter(|(f, _)| begins_or_is_words_of(&folded, f))
+            .map(|(_, c)| c.as_str())
+            .collect();
+        begun.sort_unstable();
+        begun.dedup();
+        match begun.as_slice() {
+            [] => ServersNamed::Unknown,
+            [one] => ServersNamed::One(one),
+            _ => ServersNamed::Ambiguous(begun),
+        }
     }
 
-    fn unknown_server_note(&self, token: &str, server: &str) -> String {
+    /// "servers: a, b, c" (the first eight, then how many more), or "there are no servers".
+    fn server_list(&self) -> String {
         let mut known: Vec<&str> = self
             .server_names
             .values()
@@ -1520,7 +1696,7 @@ impl SearchIndex {
             .collect();
         known.sort_unstable();
         known.dedup();
-        let listed = if known.is_empty() {
+        if known.is_empty() {
             "there are no servers".to_owned()
         } else if known.len() <= 8 {
             format!("servers: {}", known.join(", "))
@@ -1530,12 +1706,7 @@ impl SearchIndex {
                 known[..8].join(", "),
                 known.len() - 8
             )
-        };
-        format!(
-            "{:?} names no server ({:?} is unknown; {listed}), so it was ignored and every server was searched.",
-            crate::echo::echo(token),
-            crate::echo::echo(server)
-        )
+        }
     }
 
     /// What parsing `queries` ignored and why, once per distinct note (the operators only: no
@@ -1981,6 +2152,8 @@ impl SearchIndex {
         // Each intent's best `limit` (exact names are taken out below), and the best score.
         let mut lists: Vec<Vec<(f32, u32)>> = Vec::with_capacity(queries.len());
         let mut best = 0f32;
+        // Each intent that names only servers: the tools it may show of each, by name.
+        let mut listings: Vec<Option<Vec<Vec<u32>>>> = Vec::with_capacity(queries.len());
         scratch.memo.bound();
         for text in queries {
             // A single query's clauses are parsed from its words.
@@ -1994,12 +2167,21 @@ impl SearchIndex {
             let (list, b) = self.top(&scratch.query.scores, &scratch.query.touched, limit);
             best = best.max(b);
             lists.push(list);
+            listings.push(
+                (q.terms.is_empty() && !q.servers.is_empty())
+                    .then(|| self.server_tools(&q.servers, &scratch.allowed)),
+            );
             parsed.push(q);
         }
         exact.sort_unstable();
         exact.dedup();
         let keep = limit.saturating_sub(exact.len());
-        for list in &mut lists {
+        for (list, listing) in lists.iter_mut().zip(&listings) {
+            // Only `server:NAME` (or `mcp__S__`): the model is browsing those servers, so the
+            // intent gets their tools rather than nothing.
+            if let Some(servers) = listing {
+                *list = in_turn(servers, &exact, keep);
+            }
             list.retain(|(_, d)| exact.binary_search(d).is_err());
             list.truncate(keep);
         }
@@ -2012,24 +2194,20 @@ impl SearchIndex {
             .take(limit)
             .map(|(score, d)| self.hit(d, score, "exact name in the query".to_owned()))
             .collect();
-        if lists.len() == 1 && parsed[0].terms.is_empty() && !parsed[0].servers.is_empty() {
-            // Only `server:NAME` (or `mcp__S__`): the model is browsing that server, so it gets
-            // the server's tools by name rather than nothing.
-            let mut listed: Vec<u32> = (0..self.docs.len() as u32)
-                .filter(|&d| scratch.allowed[d as usize] && exact.binary_search(&d).is_err())
-                .collect();
-            listed.sort_by(|&a, &b| name_of(a).cmp(name_of(b)));
-            hits.extend(listed.into_iter().take(keep).map(|d| {
-                let server = self.labels[d as usize]
-                    .server
-                    .as_deref()
-                    .unwrap_or_default();
-                self.hit(
-                    d,
-                    0.0,
-                    format!("a tool of server {server} (the query names only servers)"),
-                )
-            }));
+        let listed = |d: u32| {
+            let server = self.labels[d as usize]
+                .server
+                .as_deref()
+                .unwrap_or_default();
+            format!("a tool of server {server} (the query names only servers)")
+        };
+        if lists.len() == 1 && listings[0].is_some() {
+            hits.extend(
+                lists
+                    .swap_remove(0)
+                    .into_iter()
+                    .map(|(score, d)| self.hit(d, score, listed(d))),
+            );
         } else if lists.len() == 1 {
             let all: Vec<&ParsedQuery> = parsed.iter().collect();
             let whole = lists.swap_remove(0);
@@ -2095,17 +2273,46 @@ impl SearchIndex {
             }));
         } else {
             for (score, d, intents) in merge_intents(&lists, name_of).into_iter().take(keep) {
-                let answered: Vec<&ParsedQuery> = intents.iter().map(|&i| &parsed[i]).collect();
+                // A listing's tool matched no word of it: its reason is the listing's, unless an
+                // intent of words found it too.
+                let answered: Vec<&ParsedQuery> = intents
+                    .iter()
+                    .filter(|&&i| listings[i].is_none())
+                    .map(|&i| &parsed[i])
+                    .collect();
                 let labels: Vec<String> = intents
                     .iter()
                     .map(|&i| format!("\"{}\"", crate::index::cut(&queries[i], INTENT_LABEL_CHARS)))
                     .collect();
-                let reason = format!("for {}: {}", join_and(&labels), self.reason(d, &answered));
+                let why = if answered.is_empty() {
+                    listed(d)
+                } else {
+                    self.reason(d, &answered)
+                };
+                let reason = format!("for {}: {why}", join_and(&labels));
                 hits.push(self.hit(d, score, reason));
             }
         }
         hits.truncate(limit);
         hits
+    }
+
+    /// The documents `allowed` shows of each of `servers` (canonical names), each server's by
+    /// name, in the order of `servers`.
+    fn server_tools(&self, servers: &[String], allowed: &[bool]) -> Vec<Vec<u32>> {
+        let mut out: Vec<Vec<u32>> = vec![Vec::new(); servers.len()];
+        for &d in &self.by_name {
+            let Some(server) = self.labels[d as usize].server.as_deref() else {
+                continue;
+            };
+            if !allowed[d as usize] {
+                continue;
+            }
+            if let Some(i) = servers.iter().position(|s| s == server) {
+                out[i].push(d);
+            }
+        }
+        out
     }
 
     fn hit(&self, d: u32, score: f32, reason: String) -> Hit {
@@ -2555,15 +2762,51 @@ fn restrict_like(q: &mut ParsedQuery, request: &ParsedQuery) {
     }
 }
 
+/// The first `keep` of the tools of several servers (each server's in order), none of `exact`
+/// (sorted), taken from each server in turn: its first tool, the next server's first, ..., then
+/// each one's second. Scored 0: a listing is not ranked.
+fn in_turn(servers: &[Vec<u32>], exact: &[u32], keep: usize) -> Vec<(f32, u32)> {
+    let mut out: Vec<(f32, u32)> = Vec::new();
+    let mut left: Vec<_> = servers
+        .iter()
+        .map(|tools| {
+            tools
+                .iter()
+                .copied()
+                .filter(|d| exact.binary_search(d).is_err())
+        })
+        .collect();
+    while out.len() < keep {
+        let before = out.len();
+        for tools in &mut left {
+            if out.len() == keep {
+                break;
+            }
+            if let Some(d) = tools.next() {
+                out.push((0.0, d));
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out
+}
+
 /// Longest query text quoted in a hit's reason to name the intent it answers, in characters.
 const INTENT_LABEL_CHARS: usize = 40;
 
 /// `a`, `a and b`, `a, b and c`.
 fn join_and(items: &[String]) -> String {
+    join_last(items, "and")
+}
+
+/// `a`, `a WORD b`, `a, b WORD c`.
+fn join_last(items: &[String], word: &str) -> String {
     match items {
         [] => String::new(),
         [one] => one.clone(),
-        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+        [init @ .., last] => format!("{} {word} {last}", init.join(", ")),
     }
 }
 
@@ -3308,8 +3551,8 @@ mod tests {
 
     #[test]
     fn a_clause_with_a_filter_of_its_own_is_ranked_under_it() {
-        // "server:notes." names no server, so the request is not filtered; its clause ends
-        // before the full stop, so `server:notes` filters the clause to the notes server.
+        // "server:notes;" names no server, so the request is not filtered; its clause ends
+        // before the semicolon, so `server:notes` filters the clause to the notes server.
         let tools = serde_json::json!({"servers": [
             mail_server(),
             {"name": "translator", "description": "Translation",
@@ -3328,8 +3571,15 @@ mod tests {
                        Then translate the document into another language";
         assert_eq!(ask(request), "mcp__translator__translate_document");
         assert_eq!(
-            ask(&format!("{request} server:notes.")),
+            ask(&format!("{request} server:notes;")),
             "mcp__notes__write"
+        );
+        // A full stop is folded away with the separators: "server:notes." names the notes
+        // server, and filters the whole request.
+        let hits = index.rank(&[format!("{request} server:notes.")], 5);
+        assert_eq!(
+            hits.iter().map(|h| &*h.name).collect::<Vec<_>>(),
+            ["mcp__notes__write"]
         );
     }
 
@@ -3500,7 +3750,7 @@ mod tests {
         assert_eq!(
             unknown,
             [
-                "\"server:nosuch\" names no server (\"nosuch\" is unknown; servers: mail), so it was ignored and every server was searched."
+                "\"server:nosuch\" names no server (\"nosuch\" is unknown; servers: mail), so \"nosuch\" was read as a plain word."
             ]
         );
         for (q, token, server) in [
@@ -3526,12 +3776,12 @@ mod tests {
             assert_eq!(
                 index.notes(&[q.to_owned()]),
                 [format!(
-                    "{token:?} names no server ({server:?} is unknown; servers: mail), so it was ignored and every server was searched."
+                    "{token:?} names no server ({server:?} is unknown; servers: mail), so {server:?} was read as a plain word."
                 )],
                 "{q}"
             );
         }
-        // Ignored, as an unknown server is: every (visible) server is searched.
+        // Read as a word, as an unknown server is: every (visible) server is searched.
         let hits = index.rank(&["server:empty send".to_owned()], 3);
         assert_eq!(hits[0].name.as_ref(), "mcp__mail__send", "{hits:?}");
         // With no server searchable at all, the note says there are none.
@@ -3633,5 +3883,226 @@ mod tests {
                 "{q}"
             );
         }
+    }
+
+    // Query handling: server listings among intents, folded server names, names next to
+    // punctuation, `+term` on canonical names.
+
+    /// Servers of several tools each, whose names need folding to be written as a model would.
+    fn listed_servers() -> serde_json::Value {
+        serde_json::json!({"servers": [
+            {"name": "git", "description": "Version control",
+             "tools": [{"name": "add", "description": "Stage files"},
+                       {"name": "commit", "description": "Record staged changes"},
+                       {"name": "log", "description": "Show the history"},
+                       {"name": "status", "description": "Show the working tree state"}]},
+            {"name": "time", "description": "Clocks",
+             "tools": [{"name": "now", "description": "The current time in a zone"},
+                       {"name": "convert", "description": "Convert a time between zones"}]},
+            {"name": "brave-search", "description": "Web search",
+             "tools": [{"name": "web_search", "description": "Search the web"},
+                       {"name": "local_search", "description": "Search for places nearby"}]},
+            {"name": "sequential-thinking", "description": "Reasoning",
+             "tools": [{"name": "sequentialthinking", "description": "Think step by step"}]},
+            {"name": "github", "description": "Hosting",
+             "tools": [{"name": "search_code", "description": "Search code in repositories"},
+                       {"name": "create_issue", "description": "Open an issue"}]},
+            mail_server()
+        ]})
+    }
+
+    fn names_of(hits: &[Hit]) -> Vec<&str> {
+        hits.iter().map(|h| &*h.name).collect()
+    }
+
+    /// A query of servers alone among several queries lists its servers' tools as it does alone,
+    /// merged with the other intents round-robin: no intent vanishes.
+    #[test]
+    fn a_server_listing_among_several_queries_is_an_intent_of_its_own() {
+        let (_, index) = indexed(&listed_servers());
+        let qs = |q: &[&str]| -> Vec<String> { q.iter().map(|s| (*s).to_owned()).collect() };
+        let hits = index.rank(&qs(&["server:git", "server:time"]), 4);
+        assert_eq!(
+            names_of(&hits),
+            [
+                "mcp__git__add",
+                "mcp__time__convert",
+                "mcp__git__commit",
+                "mcp__time__now"
+            ]
+        );
+        assert_eq!(
+            hits[0].reason,
+            "for \"server:git\": a tool of server git (the query names only servers)"
+        );
+        assert_eq!(
+            hits[1].reason,
+            "for \"server:time\": a tool of server time (the query names only servers)"
+        );
+        // With a query of words: each intent's first in the first round.
+        let hits = index.rank(&qs(&["server:git", "current time"]), 4);
+        let names = names_of(&hits);
+        assert_eq!(names[..2], ["mcp__git__add", "mcp__time__now"], "{hits:?}");
+        assert!(
+            names.iter().filter(|n| n.starts_with("mcp__git__")).count() >= 2,
+            "{hits:?}"
+        );
+        assert!(
+            hits[1].reason.starts_with("for \"current time\": "),
+            "{hits:?}"
+        );
+        // A listing intent and one that names a tool exactly keep both.
+        let hits = index.rank(&qs(&["server:time", "mcp__git__log"]), 2);
+        assert_eq!(names_of(&hits), ["mcp__git__log", "mcp__time__convert"]);
+    }
+
+    /// A listing of several servers takes their tools in turn, each server's by name, in the order
+    /// the query names them: a limit no longer cuts it to the first server's.
+    #[test]
+    fn a_listing_of_several_servers_takes_each_in_turn() {
+        let (_, index) = indexed(&listed_servers());
+        let hits = index.rank(&["server:git server:time".to_owned()], 5);
+        assert_eq!(
+            names_of(&hits),
+            [
+                "mcp__git__add",
+                "mcp__time__convert",
+                "mcp__git__commit",
+                "mcp__time__now",
+                "mcp__git__log"
+            ]
+        );
+        assert!(hits.iter().all(|h| h.score == 0.0), "{hits:?}");
+        let hits = index.rank(&["server:time mcp__git__".to_owned()], 3);
+        assert_eq!(
+            names_of(&hits),
+            ["mcp__time__convert", "mcp__git__add", "mcp__time__now"]
+        );
+        // One server runs out, the other goes on.
+        let hits = index.rank(&["server:time server:git".to_owned()], 10);
+        assert_eq!(
+            names_of(&hits),
+            [
+                "mcp__time__convert",
+                "mcp__git__add",
+                "mcp__time__now",
+                "mcp__git__commit",
+                "mcp__git__log",
+                "mcp__git__status"
+            ]
+        );
+    }
+
+    /// `server:` values are matched with case and the separators `_ - .` folded, and a value that
+    /// begins (or is a word of) one server's name alone picks it.
+    #[test]
+    fn server_values_are_folded_and_may_be_a_prefix_or_a_word() {
+        let (_, index) = indexed(&listed_servers());
+        let servers = |q: &str| -> Vec<String> {
+            let mut s: Vec<String> = index
+                .rank(&[q.to_owned()], 10)
+                .iter()
+                .filter_map(|h| h.server.as_deref().map(str::to_owned))
+                .collect();
+            s.dedup();
+            s
+        };
+        for (q, server) in [
+            ("server:sequential_thinking", "sequential-thinking"),
+            ("server:Sequential.Thinking", "sequential-thinking"),
+            ("server:sequentialthinking", "sequential-thinking"),
+            ("server:brave_search", "brave-search"),
+            ("server:BRAVE-SEARCH", "brave-search"),
+            ("server:brave", "brave-search"),
+            ("server:thinking", "sequential-thinking"),
+            ("server:brave. places", "brave-search"),
+            ("mcp__brave_search__ places", "brave-search"),
+            ("server:gith", "github"),
+        ] {
+            assert_eq!(servers(q), [server], "{q}");
+            assert!(index.notes(&[q.to_owned()]).is_empty(), "{q}");
+        }
+        // Exact names still win: `git` is a server, though it begins `github`.
+        assert_eq!(servers("server:git"), ["git"]);
+        // A value that begins several servers' names picks none, and says which it could be.
+        assert_eq!(
+            index.notes(&["server:gi code".to_owned()]),
+            [
+                "\"server:gi\" names no server (\"gi\" could be git or github; write more of the name), so \"gi\" was read as a plain word."
+            ]
+        );
+    }
+
+    /// A `server:` value that names no server is read as a plain word, as a `+term` no name has
+    /// is, and the note says so.
+    #[test]
+    fn a_server_value_that_names_no_server_is_a_plain_word() {
+        let (_, index) = indexed(&listed_servers());
+        let hits = index.rank(&["server:repositories".to_owned()], 3);
+        assert_eq!(
+            names_of(&hits)[..1],
+            ["mcp__github__search_code"],
+            "{hits:?}"
+        );
+        assert_eq!(
+            index.notes(&["server:repositories".to_owned()]),
+            [
+                "\"server:repositories\" names no server (\"repositories\" is unknown; servers: brave-search, git, github, mail, sequential-thinking, time), so \"repositories\" was read as a plain word."
+            ]
+        );
+        let hits = index.rank(&["mcp__repositories__search".to_owned()], 1);
+        assert_eq!(names_of(&hits), ["mcp__github__search_code"], "{hits:?}");
+    }
+
+    /// A sentence-final `.` and `( = , ; :` next to a name leave it a name.
+    #[test]
+    fn a_name_next_to_a_full_stop_or_in_a_call_is_found_exactly() {
+        for q in [
+            "please use email_text_send.",
+            "please use email_text_send. Then stop",
+            "email_text_send.",
+            "email_text_send...",
+            "\"email_text_send\".",
+            "email_text_send(to='a@b.c', body='hi')",
+            "email_text_send(to='a@b.c')",
+            "call tool=email_text_send now",
+            "tools:email_text_send,file_read",
+            "run email_text_send; done",
+        ] {
+            let hits = ranked(&[q], 3);
+            assert_eq!(
+                (&*hits[0].name, hits[0].reason.as_str()),
+                ("email_text_send", "exact name in the query"),
+                "{q}: {hits:?}"
+            );
+        }
+        let hits = ranked(&["tools:email_text_send,file_read"], 3);
+        assert_eq!(hits[1].reason, "exact name in the query", "{hits:?}");
+        // A dot inside a word is no full stop.
+        let hits = ranked(&["please use email_text_send.x for this"], 3);
+        assert!(
+            hits.iter().all(|h| h.reason != "exact name in the query"),
+            "{hits:?}"
+        );
+    }
+
+    /// `+term` is matched against the name the model sees, server segment included.
+    #[test]
+    fn a_plus_term_matches_the_server_part_of_a_canonical_name() {
+        let (_, index) = indexed(&listed_servers());
+        let q = "+search +github".to_owned();
+        assert!(
+            index.notes(std::slice::from_ref(&q)).is_empty(),
+            "{:?}",
+            index.notes(std::slice::from_ref(&q))
+        );
+        assert_eq!(names_of(&index.rank(&[q], 5)), ["mcp__github__search_code"]);
+        let hits = index.rank(&["+brave search".to_owned()], 5);
+        assert!(!hits.is_empty());
+        assert!(
+            hits.iter()
+                .all(|h| h.name.starts_with("mcp__brave-search__")),
+            "{hits:?}"
+        );
     }
 }

@@ -249,14 +249,22 @@ fn search_within(
     match request {
         SearchRequest::Names(names) => exact(index, catalog, names, config, view),
         SearchRequest::Queries { queries, limit } => {
+            let requested = *limit;
             // Each query is a step of a task and gets a hit of its own: a limit below their
             // number would leave the last steps only named after "Also matching".
-            let limit = effective_limit(*limit, config).max(queries.len().min(config.max_limit));
+            let limit = effective_limit(requested, config).max(queries.len().min(config.max_limit));
             let hits = index.rank(queries, limit + config.max_limit);
             let quoted = quote_list(queries);
-            let notes = index.notes(queries);
+            let mut notes = index.notes(queries);
             if hits.is_empty() {
                 return no_match(&quoted, &notes, config);
+            }
+            // A limit the model asked for and did not get is said, not cut silently.
+            if let Some(asked) = requested.filter(|&n| n > config.max_limit) {
+                notes.push(format!(
+                    "the limit {asked} was capped at {}, the most one search returns.",
+                    config.max_limit
+                ));
             }
             let mut header = String::new();
             for n in &notes {
@@ -264,9 +272,12 @@ fn search_within(
                 header.push_str(n);
                 header.push('\n');
             }
-            // A query of server filters alone lists the servers' tools by name, unranked.
+            // A query of server filters alone lists the servers' tools by name, unranked, and
+            // several servers' in turn.
             let order = if hits.iter().any(|h| h.score > 0.0) {
                 "best first"
+            } else if hits.iter().any(|h| h.server != hits[0].server) {
+                "each server's by name, in turn"
             } else {
                 "by name"
             };
@@ -724,5 +735,69 @@ tell the user.\n\n",
             out.pop();
         }
         (out, loaded, broken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Twelve tools that all match "file", over the default maximum of ten.
+    fn files() -> (Catalog, SearchIndex) {
+        let tools: Vec<serde_json::Value> = (0..12)
+            .map(|i| serde_json::json!({"name": format!("file_tool_{i:02}"), "description": "Work on a file"}))
+            .collect();
+        let catalog = Catalog::from_json_str(&serde_json::Value::from(tools).to_string(), "test")
+            .expect("catalog");
+        let all: Vec<usize> = (0..catalog.tools().len()).collect();
+        let index = SearchIndex::build(&catalog, &all);
+        (catalog, index)
+    }
+
+    fn text(index: &SearchIndex, catalog: &Catalog, args: serde_json::Value) -> String {
+        let request = SearchRequest::from_json(&args).expect("request");
+        search(index, catalog, &request, &SearchConfig::default()).text
+    }
+
+    /// A limit above the maximum is capped, and the text says so on one note line; a limit
+    /// within it adds no note.
+    #[test]
+    fn a_limit_above_the_maximum_is_capped_with_a_note() {
+        let (catalog, index) = files();
+        let max = SearchConfig::default().max_limit;
+        let capped = text(
+            &index,
+            &catalog,
+            serde_json::json!({"queries": ["file"], "limit": 100}),
+        );
+        let notes: Vec<&str> = capped.lines().filter(|l| l.starts_with("Note: ")).collect();
+        assert_eq!(
+            notes,
+            [format!(
+                "Note: the limit 100 was capped at {max}, the most one search returns."
+            )],
+            "{capped}"
+        );
+        let numbered = capped
+            .lines()
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .count();
+        assert_eq!(numbered, max, "{capped}");
+        for args in [
+            serde_json::json!({"queries": ["file"], "limit": max}),
+            serde_json::json!({"queries": ["file"]}),
+        ] {
+            let t = text(&index, &catalog, args.clone());
+            assert!(!t.contains("Note: "), "{args}: {t}");
+        }
+        // The same request, the same text.
+        assert_eq!(
+            capped,
+            text(
+                &index,
+                &catalog,
+                serde_json::json!({"queries": ["file"], "limit": 100})
+            )
+        );
     }
 }
