@@ -133,9 +133,11 @@ impl Server {
 pub enum Resolution {
     /// The canonical name of one tool.
     Exact(usize),
-    /// A bare or original name that only one tool has.
+    /// A bare or original name that only one tool has; or, when no tool has the name, the one
+    /// tool that has it once case and separators are folded away ([`name::fold`]).
     Bare(usize),
-    /// A bare name shared by several tools (indices in catalog order).
+    /// A bare name shared by several tools, or, when no tool has the name, a name several tools
+    /// have once case and separators are folded away ([`name::fold`]); indices in catalog order.
     Ambiguous(Vec<usize>),
     /// No tool has that name.
     NotFound,
@@ -1139,6 +1141,9 @@ pub struct Catalog {
     /// (hash of a bare, original or alias name, tool index), sorted: a lookup hashes the name
     /// and checks the few tools under that hash.
     by_short: Vec<(u64, u32)>,
+    /// (hash of the [`name::fold`] of a canonical, bare, original or alias name, tool index),
+    /// sorted: the same for names that match no tool as they are written.
+    by_fold: Vec<(u64, u32)>,
 }
 
 impl Catalog {
@@ -1158,6 +1163,17 @@ impl Catalog {
         }
         by_short.sort_unstable();
         by_short.dedup();
+        let mut by_fold: Vec<(u64, u32)> = Vec::with_capacity(tools.len() * 4);
+        for (i, t) in tools.iter().enumerate() {
+            for n in std::iter::once(t.name.as_str()).chain(t.short_names()) {
+                let folded = name::fold(n);
+                if !folded.is_empty() {
+                    by_fold.push((name::fnv1a64(folded.as_bytes()), i as u32));
+                }
+            }
+        }
+        by_fold.sort_unstable();
+        by_fold.dedup();
         Self {
             source_name,
             servers,
@@ -1165,6 +1181,7 @@ impl Catalog {
             warnings,
             by_name,
             by_short,
+            by_fold,
         }
     }
 
@@ -1321,8 +1338,28 @@ impl Catalog {
     }
 
     /// Resolves a name: canonical first, else bare, original or alias (see [`Tool::aliases`]),
-    /// which is ambiguous when several tools have it.
+    /// which is ambiguous when several tools have it; else, when no tool has the name as written,
+    /// the name with case and the separators `_ - .` and spaces folded away ([`Self::folded`]):
+    /// `GIT-LOG` or `gitlog` is `mcp__git__git_log` when no other tool folds to `gitlog`, and
+    /// ambiguous when several do. The result depends on the set of tools only, never on the order
+    /// a catalog file lists them in.
     pub fn resolve(&self, name: &str) -> Resolution {
+        match self.resolve_exact(name) {
+            Resolution::NotFound => {}
+            found => return found,
+        }
+        let hits = self.folded(name);
+        match hits.len() {
+            0 => Resolution::NotFound,
+            1 => Resolution::Bare(hits[0]),
+            _ => Resolution::Ambiguous(hits),
+        }
+    }
+
+    /// [`Self::resolve`] without folding: the name exactly as some tool has it, canonical, bare,
+    /// original or alias. For a caller that must let another exact name win over a folded one
+    /// (a tool outside the catalog with exactly this name, say).
+    pub fn resolve_exact(&self, name: &str) -> Resolution {
         if let Some(i) = self.position(name) {
             return Resolution::Exact(i);
         }
@@ -1339,6 +1376,29 @@ impl Catalog {
             1 => Resolution::Bare(hits[0]),
             _ => Resolution::Ambiguous(hits),
         }
+    }
+
+    /// Every tool with a name (canonical, bare, original or alias) whose [`name::fold`] is that
+    /// of `name`, in catalog order; none for a name that folds to nothing (`_`, `--`).
+    pub fn folded(&self, name: &str) -> Vec<usize> {
+        let wanted = name::fold(name);
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let hash = name::fnv1a64(wanted.as_bytes());
+        let from = self.by_fold.partition_point(|&(h, _)| h < hash);
+        // One hash's entries are sorted by tool index, so the hits are in catalog order.
+        self.by_fold[from..]
+            .iter()
+            .take_while(|&&(h, _)| h == hash)
+            .map(|&(_, i)| i as usize)
+            .filter(|&i| {
+                let t = &self.tools[i];
+                std::iter::once(t.name.as_str())
+                    .chain(t.short_names())
+                    .any(|n| name::folded_chars(n).eq(wanted.chars()))
+            })
+            .collect()
     }
 }
 
@@ -2154,6 +2214,88 @@ mod tests {
         assert_eq!(c.resolve("only.b"), Resolution::Bare(1));
         assert_eq!(c.resolve("only_b"), Resolution::Bare(1));
         assert_eq!(c.resolve("nothing"), Resolution::NotFound);
+    }
+
+    #[test]
+    fn names_resolve_with_case_and_separators_folded_when_one_tool_fits() {
+        let builtin = json!([{"name": "WebFetch"}, {"name": "Read"}, {"name": "-"}]);
+        let servers = json!([
+            {"name": "git", "tools": [{"name": "git_log"}, {"name": "git_status"}]},
+            {"name": "notion", "tools": [{"name": "notion-search"}]},
+            {"name": "slack", "tools": [{"name": "post_message"}]},
+            {"name": "fs", "tools": [{"name": "write_file"}]},
+            {"name": "docs", "tools": [{"name": "writeFile"}]}
+        ]);
+        let c = load(json!({"builtin": builtin, "servers": servers})).expect("catalog");
+        let canonical = |r: Resolution| match r {
+            Resolution::Exact(i) | Resolution::Bare(i) => c.tools()[i].name.clone(),
+            other => format!("{other:?}"),
+        };
+        for (written, tool) in [
+            ("GIT_LOG", "mcp__git__git_log"),
+            ("git-log", "mcp__git__git_log"),
+            ("gitlog", "mcp__git__git_log"),
+            ("Git Log", "mcp__git__git_log"),
+            ("MCP__GIT__GIT-LOG", "mcp__git__git_log"),
+            ("git.git_log", "mcp__git__git_log"),
+            ("notion_search", "mcp__notion__notion-search"),
+            ("post-message", "mcp__slack__post_message"),
+            ("web_fetch", "WebFetch"),
+            ("READ", "Read"),
+        ] {
+            assert_eq!(canonical(c.resolve(written)), tool, "{written}");
+            assert_eq!(c.resolve_exact(written), Resolution::NotFound, "{written}");
+            assert_eq!(
+                c.resolve(written),
+                Resolution::Bare(c.position(tool).expect("tool"))
+            );
+        }
+        // Several tools fold alike: every one is a candidate, in catalog order; a name some tool
+        // has as written still resolves to it alone.
+        let (fs, docs) = (
+            c.position("mcp__fs__write_file").expect("fs"),
+            c.position("mcp__docs__writeFile").expect("docs"),
+        );
+        assert!(docs < fs);
+        assert_eq!(
+            c.resolve("WRITE-FILE"),
+            Resolution::Ambiguous(vec![docs, fs])
+        );
+        assert_eq!(c.folded("write file"), [docs, fs]);
+        assert_eq!(c.resolve("write_file"), Resolution::Bare(fs));
+        assert_eq!(c.resolve("writeFile"), Resolution::Bare(docs));
+        // A name that folds to nothing names nothing, even beside a tool named `-` (canonical
+        // `tool_<hash>`, which its original name `-` resolves to as written).
+        assert!(canonical(c.resolve("-")).starts_with("tool_"));
+        for nothing in ["_", "--", " . ", ""] {
+            assert_eq!(c.resolve(nothing), Resolution::NotFound, "{nothing:?}");
+        }
+        assert_eq!(c.resolve("git_lag"), Resolution::NotFound);
+        // The answer depends on the tools, not on the order the file lists them in.
+        let mut b = builtin.as_array().expect("a").clone();
+        b.reverse();
+        let mut s = servers.as_array().expect("s").clone();
+        s.reverse();
+        let r = load(json!({"builtin": b, "servers": s})).expect("catalog");
+        for written in [
+            "GIT_LOG",
+            "WRITE-FILE",
+            "post-message",
+            "web_fetch",
+            "-",
+            "_",
+        ] {
+            let names = |c: &Catalog, r: Resolution| match r {
+                Resolution::Exact(i) | Resolution::Bare(i) => vec![c.tools()[i].name.clone()],
+                Resolution::Ambiguous(v) => v.iter().map(|&i| c.tools()[i].name.clone()).collect(),
+                Resolution::NotFound => Vec::new(),
+            };
+            assert_eq!(
+                names(&c, c.resolve(written)),
+                names(&r, r.resolve(written)),
+                "{written}"
+            );
+        }
     }
 
     #[test]

@@ -646,7 +646,7 @@ impl Refusal {
                     "Call a tool by a name your tool list shows"
                 };
                 format!(
-                    "No tool named {:?} is available. {hint} {next}; names are case-sensitive.",
+                    "No tool named {:?} is available. {hint} {next}.",
                     echo(requested)
                 )
             }
@@ -654,9 +654,18 @@ impl Refusal {
                 requested,
                 candidates,
             } => format!(
-                "{:?} is ambiguous: {} tools have that name ({}). Give the full name.",
+                "{:?} is ambiguous: {} tools have that name{} ({}). Give the full name.",
                 echo(requested),
                 candidates.len(),
+                // Folded candidates (`GIT-LOG`) have it only once case and separators are
+                // set aside.
+                if candidates.iter().any(|c| catalog.get(c).is_some_and(
+                    |t| t.name == *requested || t.short_names().any(|n| n == requested)
+                )) {
+                    ""
+                } else {
+                    " once case and the separators _ - . are ignored"
+                },
                 voice.names(candidates)
             ),
             Self::Gone {
@@ -820,7 +829,9 @@ log cannot be written ({error}). Tell the user; no tool can run until it is fixe
 }
 
 /// Stage 1: resolves `requested` (canonical, or bare/original when unambiguous among visible
-/// tools) to a catalog index.
+/// tools, else the same with case and separators folded away: [`Catalog::resolve`]) to a catalog
+/// index. A name that only hidden tools have as written is folded among the visible tools, as if
+/// the hidden ones were not there: a hidden tool must not change the answer.
 pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Result<usize, Refusal> {
     let visible = |i: usize| exposure.decisions[i].state != State::Hidden;
     if META_TOOLS.contains(&requested) {
@@ -833,7 +844,14 @@ pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Resul
         Resolution::Ambiguous(v) => v,
         Resolution::NotFound => Vec::new(),
     };
-    let shown: Vec<usize> = candidates.iter().copied().filter(|&i| visible(i)).collect();
+    let mut shown: Vec<usize> = candidates.iter().copied().filter(|&i| visible(i)).collect();
+    if shown.is_empty() && !candidates.is_empty() {
+        shown = catalog
+            .folded(requested)
+            .into_iter()
+            .filter(|&i| visible(i))
+            .collect();
+    }
     match shown.as_slice() {
         [i] => Ok(*i),
         [] => {
@@ -1535,6 +1553,90 @@ long to show whole: only its start is shown"
     }
 
     #[test]
+    fn case_and_separators_fold_to_one_visible_tool_and_its_rules_still_apply() {
+        let c = catalog();
+        let all = exposure(&c, "");
+        let log = c.position("mcp__git__git_log").expect("log");
+        for written in [
+            "GIT-LOG",
+            "git-log",
+            "gitlog",
+            "GIT_LOG",
+            "Mcp__Git__Git_Log",
+        ] {
+            assert_eq!(resolve(&c, &all, written).expect(written), log, "{written}");
+        }
+        // A deny rule on the canonical name refuses the folded name too, as it refuses that
+        // name: the tool is hidden, and the answer is the one an unknown name gets.
+        let deny = exposure(&c, "[permissions]\ndeny = [\"^mcp__git__git_log$\"]");
+        let folded = resolve(&c, &deny, "GIT-LOG").expect_err("denied");
+        let canonical = resolve(&c, &deny, "mcp__git__git_log").expect_err("denied");
+        assert_eq!(folded.kind(), RefusalKind::Hidden);
+        assert_eq!(folded.tool(), Some(log));
+        assert_eq!(folded.detail(&c), canonical.detail(&c));
+        assert_eq!(
+            folded.text(&c).replace("GIT-LOG", "mcp__git__git_log"),
+            canonical.text(&c)
+        );
+        // A deny rule on arguments: the permission check runs on the tool the name folded to.
+        let rules = compiled("[permissions]\ndeny = [\"^mcp__git__git_log$(*secret*)\"]");
+        let i = resolve(&c, &rules.expose(&c), "GIT-LOG").expect("visible");
+        let r = authorize(&c, rules.permissions(), i, &obj(json!({"p": "secret"})))
+            .expect_err("denied");
+        assert_eq!(r.kind(), RefusalKind::Denied);
+        assert_eq!(r.tool(), Some(log));
+        // Several visible tools fold alike: a refusal listing them, saying how they match.
+        let e = resolve(&c, &all, "WRITE-FILE").expect_err("ambiguous");
+        assert_eq!(e.kind(), RefusalKind::Ambiguous);
+        assert_eq!(
+            e.text(&c),
+            "\"WRITE-FILE\" is ambiguous: 2 tools have that name once case and the separators _ - . \
+are ignored (mcp__fs__write_file, mcp__git__write_file). Give the full name."
+        );
+        let e = resolve(&c, &all, "write_file").expect_err("ambiguous");
+        assert!(
+            e.text(&c)
+                .contains("2 tools have that name (mcp__fs__write_file"),
+            "{}",
+            e.text(&c)
+        );
+        // Hiding one of them leaves one: it is the answer.
+        let hide = exposure(&c, "[permissions]\ndeny = [\"^mcp__fs__write_file$\"]");
+        assert_eq!(
+            resolve(&c, &hide, "WRITE-FILE").expect("one left"),
+            c.position("mcp__git__write_file").expect("x")
+        );
+    }
+
+    #[test]
+    fn a_hidden_tool_with_the_name_as_written_does_not_hide_a_folded_one() {
+        let c = Catalog::from_value(
+            &json!({"builtin": [{"name": "GitLog"}], "servers": [
+                {"name": "git", "tools": [{"name": "git_log"}]}
+            ]}),
+            "c",
+        )
+        .expect("catalog");
+        let (builtin, server) = (
+            c.position("GitLog").expect("b"),
+            c.position("mcp__git__git_log").expect("s"),
+        );
+        let all = exposure(&c, "");
+        assert_eq!(resolve(&c, &all, "git_log").expect("as written"), server);
+        let e = resolve(&c, &all, "GIT-LOG").expect_err("two fold alike");
+        assert_eq!(e.kind(), RefusalKind::Ambiguous);
+        // With the server's tool hidden, `git_log` gets the answer it would get were that tool
+        // not in the catalog at all: the one visible tool it folds to.
+        let hide = exposure(&c, "[permissions]\ndeny = [\"^mcp__git__\"]");
+        assert_eq!(resolve(&c, &hide, "git_log").expect("folded"), builtin);
+        assert_eq!(resolve(&c, &hide, "GIT-LOG").expect("folded"), builtin);
+        let both = exposure(&c, "[permissions]\ndeny = [\"^mcp__git__\", \"^GitLog$\"]");
+        let e = resolve(&c, &both, "git_log").expect_err("hidden");
+        assert_eq!(e.kind(), RefusalKind::Hidden);
+        assert_eq!(e.tool(), Some(server));
+    }
+
+    #[test]
     fn hidden_and_unknown_names_get_the_same_answer() {
         let c = catalog();
         let e = exposure(&c, "[permissions]\ndeny = [\"^mcp__git__git_log$\"]");
@@ -1671,12 +1773,12 @@ blocks the call. This is a malfunction of the hook, not a decision about your ca
         assert_eq!(
             unknown.text(&c),
             "No tool named \"fs__read_txt_file\" is available. Closest names: mcp__fs__read_text_file. \
-Use tool_search to find tools by keyword; names are case-sensitive."
+Use tool_search to find tools by keyword."
         );
         assert_eq!(
             unknown.text_in(&c, &pinned),
             "No tool named \"fs__read_txt_file\" is available. Closest names: fs__read_text_file. \
-Call a tool by a name your tool list shows; names are case-sensitive."
+Call a tool by a name your tool list shows."
         );
         let not_loaded = Refusal::NotLoaded { tool: i };
         let t = not_loaded.text_in(&c, &listed);

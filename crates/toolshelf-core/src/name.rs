@@ -198,13 +198,51 @@ fn word_boundary(prev: char, cur: char, next: Option<char>) -> bool {
             && (prev.is_ascii_digit() || cur.is_ascii_digit()))
 }
 
-/// Up to `n` of `candidates` closest to `wanted`, closest first, ties by name; none that is not
-/// close. Every canonical name starts `mcp__` and shares `__` with every other, so whole names
-/// are never compared: the tool segments are (case-insensitively), and the server segments only
-/// order the tools that are close. A tool segment is close when it is the same, when the words of
-/// one are most of the other's, in order (`read_file` and `read_text_file`), or when a few edits
-/// turn one into the other (`get_current_tim`). A name written as a server alone (`time`) finds
-/// that server's tools. `wanted` may be canonical, bare, or `SERVER__TOOL` as a list may show it.
+/// Whether [`fold`] drops `c`: the separators `_ - .` and white space.
+fn folds_away(c: char) -> bool {
+    matches!(c, '_' | '-' | '.') || c.is_whitespace()
+}
+
+/// `name` as a name without an exact match is compared: lower-cased, with the separators
+/// `_ - .` and white space taken out. `GIT_LOG`, `git-log`, `Git Log` and `gitlog` all fold to
+/// `gitlog`, and `mcp__git__git_log` to `mcpgitgitlog`.
+pub fn fold(name: &str) -> String {
+    folded_chars(name).collect()
+}
+
+/// The characters of [`fold`]`(name)`, one by one, so two names compare without collecting
+/// either.
+pub fn folded_chars(name: &str) -> impl Iterator<Item = char> + '_ {
+    name.chars()
+        .filter(|&c| !folds_away(c))
+        .flat_map(char::to_lowercase)
+}
+
+/// The most edits at which a folded name of `len` characters still counts as a typo of another:
+/// 2 (a swap and a slip, or two slips, which a one-edit limit misses on short names: `fecht` for
+/// `fetch`), or a fifth of the name when that is more, so a long name gets one more for every
+/// five characters (`puppeteer_screenshoot`, 20 folded characters, allows 4).
+pub fn typo_edits(len: usize) -> usize {
+    (len / 5).max(2)
+}
+
+/// Up to `n` of `candidates` closest to `wanted`, closest first (in the order given below); none
+/// that is not close. Every canonical name starts `mcp__` and shares `__` with every other, so whole names
+/// are never compared: the tool segments are, and the server segments only order the tools that
+/// are close. Tool segments are compared in three tiers, each after the one before:
+///
+/// 1. typos: at most [`typo_edits`] edits (insertions, deletions, substitutions and swaps of two
+///    neighbours) between the [`fold`]ed segments (`git_stauts`, `GIT-STATSU`, `crate_issue`),
+///    fewest edits first;
+/// 2. the words of one are most of the other's, in order (`read_file` and `read_text_file`), or
+///    the name is a server's alone (`time` finds that server's tools);
+/// 3. a quarter of the longer segment's characters edited, case aside (`get_current_tim`).
+///
+/// Within a tier, fewer edits come first, then the nearer server, then the segment made of more
+/// of the same letters ([`bag_distance`]: `fecht` is `fetch` mixed up, not `echo`, though each is
+/// two edits away), then the name.
+///
+/// `wanted` may be canonical, bare, or `SERVER__TOOL` as a list may show it.
 pub fn closest<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
@@ -220,14 +258,17 @@ pub fn closest<'a>(
     {
         readings.push((Some(s), t));
     }
-    let mut scored: Vec<((u8, usize, usize), &str)> = candidates
+    let readings: Vec<(Option<&str>, &str, String)> =
+        readings.into_iter().map(|(s, t)| (s, t, fold(t))).collect();
+    let mut scored: Vec<(Closeness, &str)> = candidates
         .into_iter()
         .filter_map(|c| {
             let lc = c.to_lowercase();
             let (server, tool) = split_mcp(&lc).map_or((None, lc.as_str()), |(s, t)| (Some(s), t));
+            let folded = fold(tool);
             readings
                 .iter()
-                .filter_map(|&(ws, wt)| closeness(ws, wt, server, tool))
+                .filter_map(|(ws, wt, wf)| closeness(*ws, wt, wf, server, tool, &folded))
                 .min()
                 .map(|k| (k, c))
         })
@@ -240,29 +281,61 @@ pub fn closest<'a>(
         .collect()
 }
 
-/// How close tool `tool` of `server` is to the wanted `wt` of `ws`, lower is closer: (how it
-/// matched, edits between the tools, edits between the servers); `None` when it is not close.
+/// How close a tool is to the wanted name, lower is closer: (tier, edits between the tools, edits
+/// between the servers, letters not in common); see [`closest`].
+type Closeness = (u8, usize, usize, usize);
+
+/// How close tool `tool` (folded: `folded`) of `server` is to the wanted `wt` (folded: `wf`) of
+/// `ws`, lower is closer: (tier, edits between the tools, edits between the servers, letters not
+/// in common); `None` when it is not close. See [`closest`] for the tiers.
 fn closeness(
     ws: Option<&str>,
     wt: &str,
+    wf: &str,
     server: Option<&str>,
     tool: &str,
-) -> Option<(u8, usize, usize)> {
-    let edits = edit_distance(wt, tool);
+    folded: &str,
+) -> Option<Closeness> {
     let server_edits = match (ws, server) {
         (Some(a), Some(b)) => edit_distance(a, b),
         _ => 0,
     };
-    let how = if wt == tool {
-        0
-    } else if words_within(wt, tool) || (ws.is_none() && server == Some(wt)) {
+    let (wlen, flen) = (wf.chars().count(), folded.chars().count());
+    let typos = edit_distance(wf, folded);
+    // Not a typo when every character had to change (`ab` and `cd`).
+    if wlen > 0 && typos <= typo_edits(wlen) && typos < wlen.max(flen) {
+        return Some((0, typos, server_edits, bag_distance(wf, folded)));
+    }
+    let edits = edit_distance(wt, tool);
+    let tier = if words_within(wt, tool) || (ws.is_none() && server == Some(wt)) {
         1
     } else if edits <= (wt.chars().count().max(tool.chars().count()) / 4).max(1) {
         2
     } else {
         return None;
     };
-    Some((how, edits, server_edits))
+    Some((tier, edits, server_edits, bag_distance(wf, folded)))
+}
+
+/// How many characters of one of `a` and `b` the other lacks, counting repeats, the larger of
+/// the two counts: 0 for names made of the same letters in another order.
+fn bag_distance(a: &str, b: &str) -> usize {
+    let mut counts: std::collections::HashMap<char, isize> = std::collections::HashMap::new();
+    for c in a.chars() {
+        *counts.entry(c).or_default() += 1;
+    }
+    for c in b.chars() {
+        *counts.entry(c).or_default() -= 1;
+    }
+    let (mut only_a, mut only_b) = (0, 0);
+    for n in counts.into_values() {
+        if n > 0 {
+            only_a += n.unsigned_abs();
+        } else {
+            only_b += n.unsigned_abs();
+        }
+    }
+    only_a.max(only_b)
 }
 
 /// Whether the words of the shorter of `a` and `b` are, in order, more than half of the other's
@@ -489,6 +562,91 @@ mod tests {
             closest("mcp__gitlab_ce__list_issue", twice, 5),
             ["mcp__gitlab__list_issues", "mcp__jira__list_issues"]
         );
+    }
+
+    #[test]
+    fn folding_drops_case_and_separators() {
+        for written in [
+            "GIT_LOG", "git-log", "gitlog", "Git Log", "git.log", "GitLog",
+        ] {
+            assert_eq!(fold(written), "gitlog", "{written}");
+        }
+        assert_eq!(fold("mcp__git__git_log"), "mcpgitgitlog");
+        assert_eq!(fold("notion-search"), fold("notion_search"));
+        assert_eq!(fold("_-. \t"), "");
+        assert_eq!(fold("ÉcoleNormale"), "écolenormale");
+        assert!(folded_chars("Post-Message").eq(fold("post_message").chars()));
+        assert_eq!(typo_edits(4), 2);
+        assert_eq!(typo_edits(20), 4);
+    }
+
+    #[test]
+    fn closest_puts_typos_first_fewest_edits_first() {
+        let git = [
+            "mcp__git__git_add",
+            "mcp__git__git_branch",
+            "mcp__git__git_checkout",
+            "mcp__git__git_commit",
+            "mcp__git__git_diff",
+            "mcp__git__git_log",
+            "mcp__git__git_show",
+            "mcp__git__git_status",
+        ];
+        assert_eq!(closest("git_stauts", git, 5)[0], "mcp__git__git_status");
+        assert_eq!(closest("GIT-STATSU", git, 5)[0], "mcp__git__git_status");
+        // A typo comes before a tool whose words merely contain the name's.
+        let issues = ["mcp__gh__create_issue", "mcp__gh__create_issues_batch"];
+        assert_eq!(
+            closest("create_issues", issues, 5),
+            ["mcp__gh__create_issue", "mcp__gh__create_issues_batch"]
+        );
+        assert_eq!(
+            closest("crate_issue", issues, 5)[0],
+            "mcp__gh__create_issue"
+        );
+        // Two edits still count on a short name: one slip and one swap.
+        let fetch = ["WebFetch", "mcp__fetch__fetch", "Read"];
+        assert_eq!(closest("fecht", fetch, 5), ["mcp__fetch__fetch"]);
+        // Equally many edits: the same letters mixed up come before other letters.
+        assert_eq!(bag_distance("fecht", "fetch"), 0);
+        assert_eq!(bag_distance("fecht", "echo"), 2);
+        assert_eq!(
+            closest("fecht", ["mcp__everything__echo", "mcp__fetch__fetch"], 5),
+            ["mcp__fetch__fetch", "mcp__everything__echo"]
+        );
+        // The typo nearest by edits is first, whatever the words or the order given.
+        let puppeteer = [
+            "mcp__puppeteer__puppeteer_click",
+            "mcp__puppeteer__puppeteer_evaluate",
+            "mcp__puppeteer__puppeteer_fill",
+            "mcp__puppeteer__puppeteer_hover",
+            "mcp__puppeteer__puppeteer_navigate",
+            "mcp__puppeteer__puppeteer_screenshot",
+            "mcp__puppeteer__puppeteer_select",
+        ];
+        let mut reversed = puppeteer;
+        reversed.reverse();
+        for list in [puppeteer, reversed] {
+            assert_eq!(
+                closest("puppeteer_screenshoot", list, 5)[0],
+                "mcp__puppeteer__puppeteer_screenshot"
+            );
+        }
+        // Equally close typos are ordered by name.
+        assert_eq!(
+            closest("git_lag", ["mcp__b__git_log", "mcp__a__git_log"], 5),
+            ["mcp__a__git_log", "mcp__b__git_log"]
+        );
+        assert_eq!(
+            closest(
+                "notion-serach",
+                ["mcp__notion__notion-search", "mcp__notion__notion-fetch"],
+                5
+            )[0],
+            "mcp__notion__notion-search"
+        );
+        // Replacing every character is no typo.
+        assert!(closest("ab", ["cd", "xy"], 5).is_empty());
     }
 
     /// The words of one part as the characters give them, collected first: the reference

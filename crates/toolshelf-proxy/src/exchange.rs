@@ -1459,7 +1459,7 @@ impl Turn {
         // one the client runs from ordinary calls is handed over like a direct call; any other
         // is the model's to call directly.
         if via_defer
-            && matches!(shelf.catalog.resolve(&target), Resolution::NotFound)
+            && matches!(shelf.catalog.resolve_exact(&target), Resolution::NotFound)
             && let Some(kind) = shelf.passed_kind(&target)
         {
             let what = match kind {

@@ -231,6 +231,82 @@ fn explain_unknown_tool_suggests_close_names() {
 }
 
 #[test]
+fn names_resolve_with_case_and_separators_folded_away() {
+    for written in ["GIT_LOG", "git-log", "gitlog", "Git Log"] {
+        let v: Value = serde_json::from_str(&ok(&["search", "-n", written, "--json"]))
+            .unwrap_or_else(|e| panic!("{written}: {e}"));
+        assert_eq!(v["hits"][0]["name"], "mcp__git__git_log", "{written}: {v}");
+        assert_eq!(v["unresolved"], serde_json::json!([]), "{written}");
+        let v: Value = serde_json::from_str(&ok(&["explain", written, "--json"])).expect("json");
+        assert_eq!(v["tool"], "mcp__git__git_log", "{written}");
+    }
+    let text = ok(&["search", "-n", "GIT_LOG"]);
+    assert!(
+        text.starts_with("1. mcp__git__git_log\n") && !text.contains("No tool is named"),
+        "{text}"
+    );
+    let catalog = temp_file(
+        "folded-names.json",
+        r#"{"servers": [
+            {"name": "notion", "tools": [{"name": "notion-search"}, {"name": "notion-fetch"}]},
+            {"name": "slack", "tools": [{"name": "post_message"}, {"name": "list_channels"}]},
+            {"name": "a", "tools": [{"name": "read_file"}]},
+            {"name": "b", "tools": [{"name": "readFile"}]}
+        ]}"#,
+    );
+    for (written, tool) in [
+        ("notion_search", "mcp__notion__notion-search"),
+        ("post-message", "mcp__slack__post_message"),
+        ("SLACK.POST_MESSAGE", "mcp__slack__post_message"),
+    ] {
+        let v: Value = serde_json::from_str(&ok(&[
+            "search",
+            "--catalog",
+            &catalog,
+            "-n",
+            written,
+            "--json",
+        ]))
+        .expect("json");
+        assert_eq!(v["hits"][0]["name"], tool, "{written}: {v}");
+        assert_eq!(v["unresolved"], serde_json::json!([]), "{written}");
+        let v: Value =
+            serde_json::from_str(&ok(&["explain", "--catalog", &catalog, written, "--json"]))
+                .expect("json");
+        assert_eq!(v["tool"], tool, "{written}");
+    }
+    // Two tools fold alike: no guess, both are named.
+    let out = run(&["explain", "--catalog", &catalog, "READ-FILE", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+    assert_eq!(
+        v,
+        serde_json::json!({"name": "READ-FILE", "error": "ambiguous", "candidates": ["mcp__a__read_file", "mcp__b__readFile"]})
+    );
+}
+
+#[test]
+fn explain_suggests_typos_first() {
+    for (written, first) in [
+        ("git_stauts", "mcp__git__git_status"),
+        ("fecht", "mcp__fetch__fetch"),
+        ("GIT-STATSU", "mcp__git__git_status"),
+        ("create_entitis", "mcp__memory__create_entities"),
+    ] {
+        let out = run(&["explain", written, "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{written}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+        assert_eq!(v["suggestions"][0], first, "{written}: {v}");
+        // `search -n` (and so `tool_names`) lists the same likely typo first.
+        let out = run(&["search", "-n", written, "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{written}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+        assert_eq!(v["hits"][0]["name"], first, "{written}: {v}");
+        assert_eq!(v["unresolved"], serde_json::json!([written]), "{written}");
+    }
+}
+
+#[test]
 fn a_gateway_config_without_a_catalog_says_whose_tools_it_reads() {
     let config = temp_file(
         "gateway-no-catalog.toml",

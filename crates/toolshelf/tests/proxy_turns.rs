@@ -588,3 +588,30 @@ fn proxy_log_turns(log: &str) -> Vec<&str> {
         .filter_map(|rest| rest.split(' ').next())
         .collect()
 }
+
+/// Scratch: `defer_execute` of `bash` (passed along) beside a client tool `Bash`.
+#[test]
+fn scratch_defer_execute_of_bash_beside_a_client_bash() {
+    let s = Scratch::new("proxy-defer-fold");
+    let script = json!({"steps": [
+        {"tool_uses": [
+            {"name": "defer_execute", "input": {"tool_name": "bash", "params": {"command": "ls"}}}]},
+        {"text": "Done."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let mut list = tools();
+    list.push(common::anthropic_tool(
+        "Bash",
+        "Run a shell command.",
+        json!({"command": {"type": "string"}}),
+        &["command"],
+    ));
+    list.push(json!({"type": "bash_20250124", "name": "bash"}));
+    let messages = vec![json!({"role": "user", "content": "look around"})];
+    let answer = send(&proxy, &list, &messages);
+    eprintln!("ANSWER {answer}");
+    let uses = tool_uses(&answer);
+    assert_eq!(uses.len(), 1, "{answer}");
+    assert_eq!(uses[0]["name"], "bash", "{answer}");
+}

@@ -2334,6 +2334,11 @@ impl SearchIndex {
         self.hit(d, 0.0, "exact name".into())
     }
 
+    /// Hit for document `d`, whose name is close to a name asked for that no tool has.
+    pub fn close_hit(&self, d: u32) -> Hit {
+        self.hit(d, 0.0, "close to the name asked for".into())
+    }
+
     /// "read" in name, description; "文件" in description ...
     ///
     /// A match in the server's name or description is shared by every tool of that server, so it

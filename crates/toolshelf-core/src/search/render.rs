@@ -363,18 +363,37 @@ fn exact(
     for name in names {
         let docs = index.exact(name);
         if docs.is_empty() {
-            // A name that differs only in case or separators still resolves when unambiguous.
-            match catalog.resolve(name) {
-                Resolution::Exact(i) | Resolution::Bare(i)
-                    if index.catalog_indices().binary_search(&i).is_ok() =>
-                {
-                    let d = index
-                        .catalog_indices()
-                        .binary_search(&i)
-                        .unwrap_or_default() as u32;
-                    push_unique(&mut hits, index.named_hit(d));
-                }
-                _ => missing.push(name),
+            // An alias, or a name that differs only in case or separators (`GIT-LOG`), among the
+            // visible tools: a hidden tool with the name as written changes nothing.
+            let doc = |i: usize| {
+                index
+                    .catalog_indices()
+                    .binary_search(&i)
+                    .ok()
+                    .map(|d| d as u32)
+            };
+            let mut found: Vec<u32> = match catalog.resolve(name) {
+                Resolution::Exact(i) | Resolution::Bare(i) => vec![i],
+                Resolution::Ambiguous(v) => v,
+                Resolution::NotFound => Vec::new(),
+            }
+            .into_iter()
+            .filter_map(doc)
+            .collect();
+            if found.is_empty() {
+                found = catalog.folded(name).into_iter().filter_map(doc).collect();
+            }
+            if found.is_empty() {
+                missing.push(name);
+            } else if found.len() > 1 {
+                notes.push(format!(
+                    "{} names {} tools once case and the separators _ - . are ignored; all are shown.",
+                    quote(name),
+                    found.len()
+                ));
+            }
+            for d in found {
+                push_unique(&mut hits, index.named_hit(d));
             }
             continue;
         }
@@ -398,7 +417,25 @@ fn exact(
         ));
     }
     for name in missing.iter().take(5) {
-        let found = index.rank(std::slice::from_ref(*name), config.default_limit);
+        // Likely typos first (`git_stauts`), closest first, then what a search for the name finds.
+        let mut found: Vec<Hit> = if name.len() <= 4 * crate::name::MAX_NAME_LEN {
+            let visible = index
+                .catalog_indices()
+                .iter()
+                .map(|&i| catalog.tools()[i].name.as_str());
+            crate::name::closest(name, visible, config.default_limit)
+                .iter()
+                .filter_map(|n| catalog.position(n))
+                .filter_map(|i| index.catalog_indices().binary_search(&i).ok())
+                .map(|d| index.close_hit(d as u32))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for h in index.rank(std::slice::from_ref(*name), config.default_limit) {
+            push_unique(&mut found, h);
+        }
+        found.truncate(config.default_limit);
         if found.is_empty() {
             notes.push(format!(
                 "No tool is named {}, and a search for it found nothing.",
