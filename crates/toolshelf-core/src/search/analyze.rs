@@ -2,9 +2,7 @@
 //!
 //! Tool text mixes identifiers (`getHTTPResponse_v2`), English prose and Chinese prose, often in
 //! one description. Latin runs are split at separators and camelCase, lower-cased, stripped of
-//! stop words and stemmed (Snowball English), so "files" finds "file" and "Listing" finds "list";
-//! a camelCase word is its own term too (`GitHub` is `git`, `hub` and `github`), as a request
-//! may write it whole and lower-case.
+//! stop words and stemmed (Snowball English), so "files" finds "file" and "Listing" finds "list".
 //! Chinese runs are segmented with jieba (search mode, which also emits the shorter words inside
 //! long ones) and, because a query's word boundaries often differ from a description's, also
 //! indexed as overlapping character bigrams under a separate `~` prefix, so they score as a weak,
@@ -176,25 +174,11 @@ fn latin_run(slice: &str, separated: bool, spaced: &mut String, run: &mut impl F
 fn analyze_run(kind: Run, text: &str, emit: &mut dyn FnMut(Cow<'_, str>, &str)) {
     match kind {
         Run::Latin => {
-            for part in text.split(|c: char| !c.is_alphanumeric()) {
-                let words = split_words(part);
-                for w in &words {
-                    if w.is_empty() || is_stop(w) {
-                        continue;
-                    }
-                    emit(stem(w), w);
+            for w in split_words(text) {
+                if w.is_empty() || is_stop(&w) {
+                    continue;
                 }
-                // A word of two capitalised pieces (`GitHub`, `YouTube`, `OpenAI`) is mostly one
-                // name, and also the word itself: `github` in a request is the `GitHub` of a
-                // description, and its pieces (`git`, `hub`) alone would match other tools' `git`
-                // and `hub` as well. A longer camelCase run is an identifier
-                // (`getFileInfo`), whose words are what it says.
-                if words.len() == 2 && part.chars().all(char::is_alphabetic) {
-                    let whole = part.to_lowercase();
-                    if !is_stop(&whole) {
-                        emit(stem(&whole), &whole);
-                    }
-                }
+                emit(stem(&w), &w);
             }
         }
         Run::Cjk => {
@@ -511,20 +495,6 @@ mod tests {
             analyze("git-log/branch.list"),
             ["git", "log", "branch", "list"]
         );
-    }
-
-    #[test]
-    fn a_word_of_two_capitalised_pieces_is_also_itself() {
-        assert_eq!(
-            analyze("Open a GitHub page"),
-            ["open", "git", "hub", "github", "page"]
-        );
-        assert_eq!(analyze("OpenAI models"), ["open", "ai", "openai", "model"]);
-        // As a request writes it, lower-case, it is the same term.
-        assert_eq!(analyze("github"), ["github"]);
-        // An identifier of more pieces, or with digits, is its words.
-        assert_eq!(analyze("getFileInfo"), ["get", "file", "info"]);
-        assert_eq!(analyze("utf8Decode"), ["utf", "8", "decod"]);
     }
 
     #[test]
