@@ -252,7 +252,7 @@ impl<'de> Deserialize<'de> for HookDecision {
 }
 
 /// What a hook's answer means, once read from either shape it may take on stdout (exit 0):
-/// toolshelf's own or Claude Code's ([`AnswerWire`]). Every field is optional.
+/// toolshelf's own or Claude Code's (`AnswerWire`). Every field is optional.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HookAnswer {
     /// `"allow"` (default) or `"deny"` (`"block"` too), in any case.

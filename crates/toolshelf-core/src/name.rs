@@ -239,7 +239,7 @@ pub fn typo_edits(len: usize) -> usize {
 /// 3. a quarter of the longer segment's characters edited, case aside (`get_current_tim`).
 ///
 /// Within a tier, fewer edits come first, then the nearer server, then the segment made of more
-/// of the same letters ([`bag_distance`]: `fecht` is `fetch` mixed up, not `echo`, though each is
+/// of the same letters (`bag_distance`: `fecht` is `fetch` mixed up, not `echo`, though each is
 /// two edits away), then the name.
 ///
 /// `wanted` may be canonical, bare, or `SERVER__TOOL` as a list may show it.

@@ -14,7 +14,7 @@
 //! and still lets rmcp answer first, so rmcp's order of checks (406, 415, 413) holds; only its
 //! parse-failure and too-large answers are rewritten. A request whose params are not an object,
 //! which rmcp cannot read at all, is a JSON-RPC request all the same: it is answered -32602
-//! (invalid params) with its id, as over stdio (see [`screen_requests`]). rmcp answers the
+//! (invalid params) with its id, as over stdio (see `screen_requests`). rmcp answers the
 //! `DELETE` of any session id 202; the guard makes that of a session rmcp does not have 404, as
 //! for any other request of it.
 //!

@@ -301,7 +301,7 @@ pub struct Loaded {
 const MERGES: usize = 16;
 
 /// A session key as shown (the log, the status, the dashboard): hashes cut to 12 digits, other
-/// keys (a header's value) in full up to [`SHOWN_KEY`] characters; a longer one is cut, with a
+/// keys (a header's value) in full up to `SHOWN_KEY` characters; a longer one is cut, with a
 /// digest of the whole key after it so that two keys that start alike stay apart. Control and
 /// invisible format characters are written as escapes, so that a key cannot forge or reorder a
 /// log line; a backslash is written `\\` and `…` is written `\u{2026}`, so that no key spells
