@@ -1244,12 +1244,7 @@ struct Dismissing;
 
 impl rmcp::ClientHandler for Dismissing {
     fn get_info(&self) -> rmcp::model::ClientConfig {
-        rmcp::model::ClientConfig::new(
-            rmcp::model::ClientCapabilities::builder()
-                .enable_elicitation()
-                .build(),
-            rmcp::model::Implementation::new("toolshelf-e2e", "0"),
-        )
+        client_info(true)
     }
 
     async fn create_elicitation(
@@ -1471,12 +1466,7 @@ struct Unanswering {
 
 impl rmcp::ClientHandler for Unanswering {
     fn get_info(&self) -> rmcp::model::ClientConfig {
-        rmcp::model::ClientConfig::new(
-            rmcp::model::ClientCapabilities::builder()
-                .enable_elicitation()
-                .build(),
-            rmcp::model::Implementation::new("toolshelf-e2e", "0"),
-        )
+        client_info(true)
     }
 
     async fn create_elicitation(

@@ -147,13 +147,19 @@ impl TestClient {
     }
 }
 
+/// What a test client says of itself: its name, and whether it answers elicitations.
+pub fn client_info(elicitation: bool) -> ClientConfig {
+    let caps = if elicitation {
+        ClientCapabilities::builder().enable_elicitation().build()
+    } else {
+        ClientCapabilities::default()
+    };
+    ClientConfig::new(caps, Implementation::new("toolshelf-e2e", "0"))
+}
+
 impl ClientHandler for TestClient {
     fn get_info(&self) -> ClientConfig {
-        let caps = match self.elicitation {
-            Some(_) => ClientCapabilities::builder().enable_elicitation().build(),
-            None => ClientCapabilities::default(),
-        };
-        ClientConfig::new(caps, Implementation::new("toolshelf-e2e", "0"))
+        client_info(self.elicitation.is_some())
     }
 
     async fn create_elicitation(
