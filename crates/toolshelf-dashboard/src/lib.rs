@@ -875,17 +875,8 @@ mod tests {
         let e = TurnEvent {
             id: "0".repeat(32),
             session: "<s>".into(),
-            turn: 1,
-            rounds: 1,
-            searched: String::new(),
-            activated: Vec::new(),
-            expired: Vec::new(),
-            fired: Vec::new(),
-            refused: 0,
             prefix: "first",
-            actual_tokens: 100,
-            resident_tokens: 400,
-            search_us: Vec::new(),
+            ..event("s", 1)
         };
         let svg = token_chart(&[e.clone(), e]);
         assert_eq!(svg.matches("class=\"resident\"").count(), 2);
