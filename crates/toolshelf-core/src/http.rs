@@ -276,7 +276,7 @@ pub fn scrub(text: &str, url: Option<&str>, secrets: &[String]) -> String {
             needles.extend(userinfo.split_once(':').map(|(_, pw)| pw.to_owned()));
             // Sent as `Authorization: Basic BASE64(user:password)`, percent-escapes decoded, which
             // a server may quote back.
-            let decoded = percent_decoded(userinfo);
+            let decoded = percent_decode(userinfo, false);
             needles.push(base64(&decoded));
             if decoded != userinfo.as_bytes() {
                 needles.push(base64(userinfo.as_bytes()));
@@ -311,8 +311,9 @@ pub fn scrub(text: &str, url: Option<&str>, secrets: &[String]) -> String {
     out
 }
 
-/// `text` with its `%XX` escapes decoded (a `%` not followed by two hex digits is kept).
-fn percent_decoded(text: &str) -> Vec<u8> {
+/// `text` with its `%XX` escapes decoded (a `%` not followed by two hex digits is kept), and
+/// with `plus_is_space` a `+` read as a space (a form-encoded query value).
+pub fn percent_decode(text: &str, plus_is_space: bool) -> Vec<u8> {
     let bytes = text.as_bytes();
     let hex = |b: u8| (b as char).to_digit(16);
     let mut out = Vec::with_capacity(bytes.len());
@@ -326,6 +327,10 @@ fn percent_decoded(text: &str) -> Vec<u8> {
             (b'%', Some(hi), Some(lo)) => {
                 out.push((hi * 16 + lo) as u8);
                 i += 3;
+            }
+            (b'+', _, _) if plus_is_space => {
+                out.push(b' ');
+                i += 1;
             }
             (b, _, _) => {
                 out.push(b);

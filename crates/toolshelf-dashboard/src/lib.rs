@@ -689,29 +689,7 @@ fn decode(s: &str) -> String {
 }
 
 fn decode_with(s: &str, plus_is_space: bool) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' if plus_is_space => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&toolshelf_core::http::percent_decode(s, plus_is_space)).into_owned()
 }
 
 /// Bars of tokens per request, all resident (light) behind actual (dark), the last 60 requests.
