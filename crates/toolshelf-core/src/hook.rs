@@ -293,7 +293,7 @@ struct AnswerWire {
 }
 
 /// Claude Code's `hookSpecificOutput`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ClaudeSpecific {
     #[serde(rename = "hookEventName")]
@@ -338,23 +338,27 @@ impl<'de> Deserialize<'de> for PermissionDecision {
     }
 }
 
+/// Whether an answer refuses: a `decision` of deny, a `permissionDecision` of deny or ask
+/// (a hook cannot put the question), or `continue: false`. A refusal in any key refuses.
+fn refuses(
+    decision: Option<HookDecision>,
+    permission: Option<PermissionDecision>,
+    go_on: Option<bool>,
+) -> bool {
+    decision == Some(HookDecision::Deny)
+        || matches!(
+            permission,
+            Some(PermissionDecision::Deny | PermissionDecision::Ask)
+        )
+        || go_on == Some(false)
+}
+
 impl AnswerWire {
     /// The answer this means. A refusal in any of the keys that can say one refuses; its reason
     /// is the first given of `permissionDecisionReason`, `reason` and `stopReason`.
     fn into_answer(self, label: &str) -> Result<HookAnswer, String> {
-        let specific = self.specific.unwrap_or(ClaudeSpecific {
-            _hook_event_name: None,
-            permission_decision: None,
-            permission_decision_reason: None,
-            updated_input: None,
-            additional_context: None,
-        });
-        let refuses = self.decision == Some(HookDecision::Deny)
-            || matches!(
-                specific.permission_decision,
-                Some(PermissionDecision::Deny | PermissionDecision::Ask)
-            )
-            || self.go_on == Some(false);
+        let specific = self.specific.unwrap_or_default();
+        let refuses = refuses(self.decision, specific.permission_decision, self.go_on);
         let asks = specific.permission_decision == Some(PermissionDecision::Ask);
         let reason = specific
             .permission_decision_reason
@@ -559,16 +563,13 @@ fn deny_in(text: &str) -> Option<Option<String>> {
     let says_deny = |v: &Value| {
         let o = v.as_object()?;
         let specific = o.get("hookSpecificOutput").and_then(Value::as_object);
-        let refuses = word(o.get("decision"))
-            .is_some_and(|d| HookDecision::parse(d) == Some(HookDecision::Deny))
-            || word(specific.and_then(|s| s.get("permissionDecision"))).is_some_and(|d| {
-                matches!(
-                    PermissionDecision::parse(d),
-                    Some(PermissionDecision::Deny | PermissionDecision::Ask)
-                )
-            })
-            || o.get("continue") == Some(&Value::Bool(false));
-        refuses.then(|| {
+        refuses(
+            word(o.get("decision")).and_then(HookDecision::parse),
+            word(specific.and_then(|s| s.get("permissionDecision")))
+                .and_then(PermissionDecision::parse),
+            o.get("continue").and_then(Value::as_bool),
+        )
+        .then(|| {
             word(specific.and_then(|s| s.get("permissionDecisionReason")))
                 .or_else(|| word(o.get("reason")))
                 .or_else(|| word(o.get("stopReason")))
