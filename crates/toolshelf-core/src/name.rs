@@ -199,7 +199,7 @@ fn word_boundary(prev: char, cur: char, next: Option<char>) -> bool {
 }
 
 /// Whether [`fold`] drops `c`: the separators `_ - .` and white space.
-fn folds_away(c: char) -> bool {
+pub(crate) fn folds_away(c: char) -> bool {
     matches!(c, '_' | '-' | '.') || c.is_whitespace()
 }
 

@@ -1013,30 +1013,16 @@ fn name_trim(c: char) -> bool {
 /// (`get_time(zone='UTC')`, `tool=read_file`, `read_file,write_file`, `name:read_file`).
 const NAME_PUNCTUATION: &[char] = &['(', '=', ',', ';', ':'];
 
-/// A server's name with case and the separators `_ - . space` folded away: `brave_search`,
-/// `Brave-Search` and `brave.search` are all `bravesearch`.
-fn fold_server(name: &str) -> String {
-    name.chars()
-        .filter(|&c| !is_server_separator(c))
-        .flat_map(char::to_lowercase)
-        .collect()
-}
-
-/// The separators of the words of a server's name.
-fn is_server_separator(c: char) -> bool {
-    matches!(c, '_' | '-' | '.' | ' ')
-}
-
 /// Whether `folded` (a `server:` value, folded) begins server name `form` folded, or is one or
 /// more of its whole words in a row: `brave` and `search` both point at `brave-search`.
 fn begins_or_is_words_of(folded: &str, form: &str) -> bool {
-    if fold_server(form).starts_with(folded) {
+    if crate::name::fold(form).starts_with(folded) {
         return true;
     }
     let words: Vec<String> = form
-        .split(is_server_separator)
+        .split(crate::name::folds_away)
         .filter(|w| !w.is_empty())
-        .map(fold_server)
+        .map(crate::name::fold)
         .collect();
     (0..words.len()).any(|i| {
         let mut run = String::new();
@@ -1661,13 +1647,13 @@ impl SearchIndex {
                 .collect();
             return several(out, false);
         }
-        let folded = fold_server(name);
+        let folded = crate::name::fold(name);
         if folded.is_empty() {
             return ServersNamed::Unknown;
         }
         let forms = || self.server_names.values().flatten();
         let same: Vec<&str> = forms()
-            .filter(|(f, _)| fold_server(f) == folded)
+            .filter(|(f, _)| crate::name::fold(f) == folded)
             .map(|(_, c)| c.as_str())
             .collect();
         if !same.is_empty() {
