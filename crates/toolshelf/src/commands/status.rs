@@ -71,7 +71,7 @@ pub fn run(args: Args) -> Result<()> {
             return healthy(running.iter().flat_map(|g| &g.servers));
         }
         for g in &running {
-            match &g.mode {
+            match g.mode.as_deref().map(cell) {
                 Some(mode) => outln!("gateway running (pid {}, mode {mode})", g.pid),
                 None => outln!("gateway running (pid {})", g.pid),
             }
@@ -79,28 +79,29 @@ pub fn run(args: Args) -> Result<()> {
                 && g.mode.as_ref() != Some(asked)
             {
                 outln!(
-                    "note: it does not run mode {asked}; its tool counts are for {}",
+                    "note: it does not run mode {}; its tool counts are for {}",
+                    cell(asked),
                     g.mode
                         .as_deref()
-                        .map_or("no mode".to_owned(), |m| format!("mode {m}"))
+                        .map_or("no mode".to_owned(), |m| format!("mode {}", cell(m)))
                 );
             }
             let d = drift(g);
             if !d.is_empty() {
                 outln!(
                     "note: the configuration changed after this gateway started ({}); restart it to apply the change",
-                    d.describe()
+                    cell(&d.describe())
                 );
             }
             print_table(&g.servers)?;
             if let Some(a) = &g.audit {
                 outln!(
                     "audit: {} ({} records dropped{})",
-                    a.path,
+                    cell(&a.path),
                     a.dropped,
                     a.error
                         .as_deref()
-                        .map(|e| format!("; failing: {e}"))
+                        .map(|e| format!("; failing: {}", cell(e)))
                         .unwrap_or_default()
                 );
             }
@@ -187,7 +188,7 @@ fn healthy<'a>(servers: impl IntoIterator<Item = &'a ServerStatus>) -> Result<()
     if failed.is_empty() {
         return Ok(());
     }
-    let names: Vec<&str> = failed.into_iter().collect();
+    let names: Vec<String> = failed.into_iter().map(cell).collect();
     Err(super::Finding(format!(
         "{} failed: {}",
         super::count(names.len(), "server", "servers"),
@@ -202,34 +203,104 @@ fn print_warnings(warnings: &[String]) -> Result<()> {
     }
     outln!("warnings ({}):", warnings.len());
     for w in warnings {
-        outln!("  {w}");
+        outln!("  {}", cell(w));
     }
     Ok(())
 }
 
 fn print_table(servers: &[ServerStatus]) -> Result<()> {
-    let width = servers
+    outln!("{}", table(servers));
+    Ok(())
+}
+
+/// The servers as a table, a line each after the heading, without a final newline.
+fn table(servers: &[ServerStatus]) -> String {
+    let rows: Vec<[String; 5]> = servers
         .iter()
-        .map(|s| s.name.len())
+        .map(|s| {
+            [
+                cell(&s.name),
+                cell(&s.state),
+                s.tools.map_or_else(|| "-".into(), |n| n.to_string()),
+                s.pid.map_or_else(|| "-".into(), |n| n.to_string()),
+                cell(s.reason.as_deref().unwrap_or("")),
+            ]
+        })
+        .collect();
+    let width = rows
+        .iter()
+        .map(|r| r[0].chars().count())
         .max()
         .unwrap_or(6)
         .max(6);
-    outln!(
+    let mut out = format!(
         "{:width$}  {:9}  {:>5}  {:>7}  reason",
-        "server",
-        "state",
-        "tools",
-        "pid"
+        "server", "state", "tools", "pid"
     );
-    for s in servers {
-        outln!(
-            "{:width$}  {:9}  {:>5}  {:>7}  {}",
-            s.name,
-            s.state,
-            s.tools.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
-            s.pid.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
-            s.reason.as_deref().unwrap_or("")
-        );
+    for [name, state, tools, pid, reason] in &rows {
+        out.push_str(&format!(
+            "\n{name:width$}  {state:9}  {tools:>5}  {pid:>7}  {reason}"
+        ));
     }
-    Ok(())
+    out
+}
+
+/// `text` fit for one cell of a line on a terminal: control characters (tabs and newlines
+/// among them) and invisible format characters escaped as Rust writes them (`\n`, `\u{1b}`), so
+/// that a name from a generated configuration can neither forge a row nor move the cursor.
+fn cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else if toolshelf_core::index::is_ignorable(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(name: &str, state: &str, reason: Option<&str>) -> ServerStatus {
+        ServerStatus {
+            name: name.into(),
+            state: state.into(),
+            reason: reason.map(Into::into),
+            tools: None,
+            pid: None,
+            transport: "stdio".into(),
+            failures: 0,
+            failures_total: 0,
+        }
+    }
+
+    #[test]
+    fn control_characters_cannot_forge_rows_of_the_table() {
+        let servers = [
+            server(
+                "evil\nforged     ready          9        1  ",
+                "failed",
+                Some("it said \"bye\"\r\u{1b}[2Kgone\u{202e}"),
+            ),
+            server("ok\tname", "ready\n", None),
+        ];
+        let table = table(&servers);
+        assert_eq!(
+            table.lines().collect::<Vec<_>>(),
+            [
+                "server                                        state      tools      pid  reason",
+                "evil\\nforged     ready          9        1    failed         -        -  \
+                 it said \"bye\"\\r\\u{1b}[2Kgone\\u{202e}",
+                "ok\\tname                                      ready\\n        -        -  ",
+            ],
+            "{table}"
+        );
+        // Printable text is left alone: quotes, backslashes, other scripts.
+        assert_eq!(cell(r#"a "b" \ c ü"#), r#"a "b" \ c ü"#);
+    }
 }
