@@ -462,12 +462,21 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
                 .unwrap_or_else(|| {
                     (StatusCode::NOT_FOUND, "no such dashboard page").into_response()
                 }),
+            // Never stored: both name sessions and tools, and may be fetched with the token
+            // in the URL.
             OwnPage::Status => (
-                [(header::CONTENT_TYPE, "application/json")],
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::CACHE_CONTROL, "no-store"),
+                ],
                 app.status().to_string(),
             )
                 .into_response(),
-            OwnPage::Metrics => metrics_response(),
+            OwnPage::Metrics => (
+                [(header::CACHE_CONTROL, "no-store")],
+                metrics_response(),
+            )
+                .into_response(),
             // No icon, for a day: the pages name none (`data:,`), and a browser that asks
             // anyway is not asked again soon.
             OwnPage::Icon => (

@@ -912,6 +912,36 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     assert_eq!(passed, 1, "the /v1/models request only");
 }
 
+/// The status and the metrics, reached with the token in the URL and naming sessions and tools,
+/// are never stored by a browser or a cache on the way.
+#[test]
+fn the_status_and_the_metrics_are_never_stored() {
+    let s = Scratch::new("proxy-status-no-store");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[http]\nallowed_hosts = [\"0.0.0.0\"]\n[ui]\ntoken = \"sesame\"\n",
+        &["--listen", "0.0.0.0:0"],
+    );
+    for page in ["toolshelf/status", "metrics"] {
+        let out = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-D", "-"])
+            .arg(format!("{}/{page}?token=sesame", proxy.url))
+            .output()
+            .expect("curl");
+        let head = String::from_utf8_lossy(&out.stdout);
+        assert!(head.starts_with("HTTP/1.1 200"), "{page}: {head}");
+        let cache: Vec<&str> = head
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(n, _)| n.eq_ignore_ascii_case("cache-control"))
+            .map(|(_, v)| v.trim())
+            .collect();
+        assert_eq!(cache, ["no-store"], "{page}: {head}");
+    }
+}
+
 /// A session key may hold any header text (spaces, `/`, `?`, `#`, a `/timeline` of its own): the
 /// overview links it percent-encoded and the session page finds its turns.
 #[test]
