@@ -519,11 +519,20 @@ command = {first:?}, args = {:?}",
                     value.set_sensitive(true);
                     headers.insert(header, value);
                 }
+                // The HTTP client sends a URL's userinfo as `Authorization: Basic`, and custom
+                // headers go along beside it: a configured `Authorization` (its name matched
+                // in any case, as `HeaderName` is) is the more specific intent, as in curl, and
+                // is the only one sent.
+                let target = if headers.contains_key(&axum::http::header::AUTHORIZATION) {
+                    without_userinfo(&url)
+                } else {
+                    url.clone()
+                };
                 let transport = HttpConnection::new(
                     &self.name,
                     &url,
                     StreamableHttpClientTransport::from_config(
-                        StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        StreamableHttpClientTransportConfig::with_uri(target.as_str())
                             .custom_headers(headers),
                     ),
                     fault.clone(),
@@ -818,6 +827,21 @@ command = {first:?}, args = {:?}",
         if let Some(t) = token {
             t.cancel();
         }
+    }
+}
+
+/// `url` without the `user:password@` of its authority, if it has one.
+fn without_userinfo(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    // The authority ends where a URL parser ends it (`\` too, for http and https).
+    let end = url[start..]
+        .find(['/', '?', '#', '\\'])
+        .map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}{}", &url[..start], &url[start + at + 1..]),
+        None => url.to_owned(),
     }
 }
 
@@ -1203,6 +1227,20 @@ impl ClientHandler for DownstreamClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn userinfo_is_taken_out_of_a_url_and_nothing_else() {
+        for (url, without) in [
+            ("http://u:p@h:1/mcp?a=b@c", "http://h:1/mcp?a=b@c"),
+            ("https://u@h/mcp", "https://h/mcp"),
+            ("http://u:p%40x@h", "http://h"),
+            ("http://h:1/a@b", "http://h:1/a@b"),
+            ("http://h\\u@v", "http://h\\u@v"),
+            ("h/mcp", "h/mcp"),
+        ] {
+            assert_eq!(without_userinfo(url), without, "{url}");
+        }
+    }
 
     #[test]
     fn http_statuses_are_read_from_the_librarys_errors() {

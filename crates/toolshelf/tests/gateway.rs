@@ -1295,6 +1295,134 @@ fn a_server_that_cannot_start_says_why_in_plain_words() {
     );
 }
 
+/// A stateless streamable HTTP MCP server on 127.0.0.1 (port printed on its first line) with no
+/// tools, which records each request's path and every `Authorization` value it came with, a JSON
+/// line each, in the file named by its argument.
+const RECORDING_HTTP_SERVER: &str = r#"
+import json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+RECORD, lock = sys.argv[1], threading.Lock()
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def reply(self, code, obj=None):
+        body = b"" if obj is None else json.dumps(obj).encode()
+        self.send_response(code)
+        if obj is not None: self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def record(self):
+        line = json.dumps({"path": self.path, "authorization": self.headers.get_all("Authorization") or []})
+        with lock, open(RECORD, "a") as f: f.write(line + "\n")
+    def do_GET(self): self.record(); self.reply(405)
+    def do_DELETE(self): self.record(); self.reply(200)
+    def do_POST(self):
+        self.record()
+        m = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if "id" not in m: return self.reply(202)
+        result = {"tools": []} if m.get("method") == "tools/list" else {}
+        if m.get("method") == "initialize":
+            result = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "recording", "version": "0"}}
+        self.reply(200, {"jsonrpc": "2.0", "id": m["id"], "result": result})
+server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// A URL's `user:password@` is sent as basic authentication, unless the server's headers name
+/// `Authorization` (in any case): then that header is the one sent, never both.
+#[test]
+fn a_configured_authorization_header_replaces_the_urls_userinfo() {
+    let s = Scratch::new("userinfo-auth");
+    let script = s.write("recording_http_server.py", RECORDING_HTTP_SERVER);
+    let record = s.path("requests.jsonl");
+    let mut child = std::process::Command::new("python3")
+        .args([script.as_str(), record.as_str()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the HTTP server");
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut port,
+    )
+    .expect("read its port");
+    let _server = Reaped(child);
+    let base = format!("http://user:pa%20ss@127.0.0.1:{}", port.trim());
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[cache]\nenabled = false\n\
+             [servers.both]\nurl = \"{base}/both\"\nheaders = {{ Authorization = \"Bearer tok-both\" }}\n\
+             [servers.lower]\nurl = \"{base}/lower\"\nheaders = {{ aUTHORIZATIOn = \"Bearer tok-lower\" }}\n\
+             [servers.basic]\nurl = \"{base}/basic\"\nheaders = {{ X-Other = \"x\" }}\n"
+        ),
+    );
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config, "--json"])
+        .output()
+        .expect("status");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    for server in v["servers"].as_array().expect("servers") {
+        assert_eq!(server["state"], "ready", "{v}");
+    }
+    let requests: Vec<Value> = std::fs::read_to_string(&record)
+        .expect("requests recorded")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    // `user:pa ss`, percent-decoded, in base64.
+    let basic = "Basic dXNlcjpwYSBzcw==";
+    for (path, sent) in [
+        ("/both", "Bearer tok-both"),
+        ("/lower", "Bearer tok-lower"),
+        ("/basic", basic),
+    ] {
+        let of_path: Vec<&Value> = requests.iter().filter(|r| r["path"] == path).collect();
+        assert!(!of_path.is_empty(), "no request to {path}: {requests:?}");
+        for r in of_path {
+            assert_eq!(r["authorization"], json!([sent]), "{path}: {r}");
+        }
+    }
+}
+
+/// A server name with control characters in it (a generated configuration's) is shown escaped
+/// in the status table and the error naming the failed servers, so that it cannot forge a row;
+/// the JSON keeps it as it is.
+#[test]
+fn the_status_table_shows_control_characters_in_names_escaped() {
+    let s = Scratch::new("status-names");
+    let config = s.write(
+        "toolshelf.toml",
+        "[cache]\nenabled = false\n\
+         [servers.\"evil\\nforged      ready  \\u001b[2K\"]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 3\"]\n",
+    );
+    let name = "evil\nforged      ready  \u{1b}[2K";
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config])
+        .output()
+        .expect("status");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "the note, the heading, one row: {stdout}");
+    assert!(
+        lines[2].starts_with(r"evil\nforged      ready  \u{1b}[2K  failed "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains('\u{1b}'), "{stdout}");
+    assert!(
+        stderr.contains(r"1 server failed: evil\nforged      ready  \u{1b}[2K"),
+        "{stderr}"
+    );
+    let json = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config, "--json"])
+        .output()
+        .expect("status --json");
+    let v: Value = serde_json::from_slice(&json.stdout).expect("status JSON");
+    assert_eq!(v["servers"][0]["name"], name, "{v}");
+}
+
 /// A server's stderr reaches the operator's terminal with control characters escaped (no
 /// cursor moves, no forged lines of another server) and an endless line cut, read only so far.
 #[test]
