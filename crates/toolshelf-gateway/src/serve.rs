@@ -532,6 +532,9 @@ async fn metrics(hub: Arc<Hub>, loopback: bool, request: Request) -> Response {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(toolshelf_runtime::metrics::CONTENT_TYPE),
             );
+            // It may be fetched with the token in its URL.
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             r
         }
         None => plain(

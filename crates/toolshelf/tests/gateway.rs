@@ -1996,6 +1996,14 @@ async fn metrics_need_the_dashboard_token_off_loopback() {
     let (status, body) = curl_get(&format!("{base}/metrics?token=sesame"), &[host]);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("toolshelf_gateway_server"), "{body}");
+    // Fetched with the token in its URL, it is not to be stored.
+    let head = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-D", "-", "-H", host])
+        .arg(format!("{base}/metrics?token=sesame"))
+        .output()
+        .expect("curl");
+    let head = String::from_utf8_lossy(&head.stdout).to_ascii_lowercase();
+    assert!(head.contains("\r\ncache-control: no-store\r\n"), "{head}");
     // The token guards the pages, not MCP: a session needs no token.
     let client = http_client(&format!("{base}/mcp"), TestClient::default()).await;
     assert!(!list_names(&client).await.is_empty());
