@@ -670,6 +670,34 @@ pub struct CatalogBuilder {
     /// What loading left out (provider tools, keys no supported shape has), each with why:
     /// warnings of the catalog built.
     left_out: Vec<String>,
+    /// The named items among them, kept by the catalog built.
+    left_out_tools: Vec<LeftOut>,
+}
+
+/// An item loading left out of the catalog (a provider's tool, an OpenAI custom tool), kept so
+/// that a look-up of its name can say so instead of reporting a name no tool has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The item's `"name"`, as written.
+    pub name: String,
+    /// The server whose list held it, as written.
+    pub server: Option<String>,
+    /// Where it was: `cat.json: tools[3] "web_search"`.
+    pub location: String,
+    /// Why it was left out, as the load warning says.
+    pub why: String,
+}
+
+impl LeftOut {
+    /// The names it would be looked up by: as written and, in a server's list, the canonical
+    /// name it would have had.
+    fn names(&self) -> impl Iterator<Item = String> + '_ {
+        let canonical = self
+            .server
+            .as_deref()
+            .map(|s| name::mcp_name(&name::server_segment(s), &name::tool_segment(&self.name)));
+        std::iter::once(self.name.clone()).chain(canonical)
+    }
 }
 
 /// The canonical names an earlier catalog gave: servers by original name, tools by (original
@@ -838,6 +866,7 @@ impl CatalogBuilder {
     /// a session was shown never moves to another tool while its own tool is there.
     pub fn build(self) -> Catalog {
         let mut warnings = self.left_out;
+        let left_out = self.left_out_tools;
 
         let (server_originals, groups): (Vec<String>, Vec<Group>) =
             self.servers.into_iter().unzip();
@@ -1031,7 +1060,9 @@ impl CatalogBuilder {
             })
             .collect();
         servers.sort_by(|a, b| a.name.cmp(&b.name));
-        Catalog::new(self.source_name, servers, tools, warnings)
+        let mut catalog = Catalog::new(self.source_name, servers, tools, warnings);
+        catalog.left_out = left_out;
+        catalog
     }
 }
 /// Gives each of `wanted` (indexed by candidate) a distinct final name; see
@@ -1144,6 +1175,8 @@ pub struct Catalog {
     /// (hash of the [`name::fold`] of a canonical, bare, original or alias name, tool index),
     /// sorted: the same for names that match no tool as they are written.
     by_fold: Vec<(u64, u32)>,
+    /// The named items loading left out, in file order.
+    left_out: Vec<LeftOut>,
 }
 
 impl Catalog {
@@ -1182,6 +1215,7 @@ impl Catalog {
             by_name,
             by_short,
             by_fold,
+            left_out: Vec::new(),
         }
     }
 
@@ -1316,6 +1350,23 @@ impl Catalog {
         &self.warnings
     }
 
+    /// The item loading left out under `name`: its name as written, the canonical name it would
+    /// have had in its server's list, or either with case and separators folded away as
+    /// [`Self::resolve`] folds them. For a name that resolves to no tool, so that it is not taken
+    /// for a misspelling.
+    pub fn left_out(&self, name: &str) -> Option<&LeftOut> {
+        if let Some(l) = self.left_out.iter().find(|l| l.names().any(|n| n == name)) {
+            return Some(l);
+        }
+        let wanted = name::fold(name);
+        if wanted.is_empty() {
+            return None;
+        }
+        self.left_out
+            .iter()
+            .find(|l| l.names().any(|n| name::fold(&n) == wanted))
+    }
+
     /// The server with canonical name `name`.
     pub fn server(&self, name: &str) -> Option<&Server> {
         self.servers
@@ -1439,6 +1490,16 @@ fn add_list(
                 Typed::Provider(why) => {
                     b.left_out
                         .push(format!("{source}: {location}: left out: {why}"));
+                    if let Some(name) = item.get("name").and_then(Value::as_str) {
+                        b.left_out_tools.push(LeftOut {
+                            name: name.to_owned(),
+                            server: server
+                                .or_else(|| item.get("server").and_then(Value::as_str))
+                                .map(str::to_owned),
+                            location: format!("{source}: {location}"),
+                            why,
+                        });
+                    }
                     continue;
                 }
                 Typed::Wrong(message) => {

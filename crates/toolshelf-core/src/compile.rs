@@ -326,6 +326,10 @@ impl Compiled {
                 out.push(format!("[permissions] {} matches no tool{hint}", r.label));
             }
         }
+        out.extend(
+            self.policy
+                .admits_nothing(catalog, &self.expose(catalog).decisions),
+        );
         out.extend(self.templates.unmatched(catalog));
         out.extend(self.reminders.unmatched(catalog));
         for hook in self.hooks.all() {

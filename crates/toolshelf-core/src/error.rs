@@ -61,6 +61,16 @@ pub enum Error {
         /// Closest visible names.
         suggestions: Vec<String>,
     },
+    /// A name no tool has because loading left its item out of the catalog.
+    #[error("{name:?} was left out when the catalog loaded ({location}): {why}")]
+    LeftOutTool {
+        /// The item's name, as written.
+        name: String,
+        /// Where the item was: `cat.json: [3] "web_search"`.
+        location: String,
+        /// Why it was left out, as the load warning says.
+        why: String,
+    },
 }
 
 fn list_or_none(label: &str, items: &[String]) -> String {

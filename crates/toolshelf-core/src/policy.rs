@@ -334,6 +334,53 @@ impl Policy {
         }
     }
 
+    /// The warning for an active mode that admits none of the catalog's tools (when it has
+    /// some): the model is shown none of them, most often for a typo in a pattern. Part of
+    /// `Compiled::unmatched`, which a gateway reads once its servers have listed their tools.
+    pub(crate) fn admits_nothing(
+        &self,
+        catalog: &Catalog,
+        decisions: &[Decision],
+    ) -> Option<String> {
+        let mode = self.mode.as_ref()?;
+        let tools = catalog.tools();
+        if tools.is_empty() || decisions.iter().any(|d| d.in_mode == Some(true)) {
+            return None;
+        }
+        let all = match tools.len() {
+            1 => "the catalog's one tool".to_owned(),
+            n => format!("all {n} tools of the catalog"),
+        };
+        let read_only = "read_only = true admits only tools with readOnlyHint = true";
+        let why = match &mode.tools {
+            Some(patterns) => {
+                let listed = patterns
+                    .iter()
+                    .map(|p| format!("{:?}", p.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                match tools
+                    .iter()
+                    .filter(|t| patterns.iter().any(|p| p.matches(&t.name)))
+                    .count()
+                {
+                    0 => format!("tools = [{listed}] matches none of them"),
+                    1 => format!(
+                        "tools = [{listed}] matches 1, and {read_only}, which it does not have"
+                    ),
+                    k => format!(
+                        "tools = [{listed}] matches {k}, and {read_only}, which none of them has"
+                    ),
+                }
+            }
+            None => format!("{read_only}, and none has it"),
+        };
+        Some(format!(
+            "[modes.{}] hides {all}, so the model is shown none of them: {why}",
+            mode.name
+        ))
+    }
+
     /// Whether a tool `tool` of server `server` (original names), with nothing else known of it
     /// (no annotations, no schema), would be hidden: a rule written for the whole server
     /// (`^mcp__db__`), a rule for that tool, or a read-only mode hides it; a rule for another
@@ -635,6 +682,62 @@ mod tests {
         assert_eq!(e.decisions[i].state, State::Deferred);
         assert_eq!(e.warnings.len(), 1);
         assert!(e.warnings[0].contains("my_tool"), "{:?}", e.warnings);
+    }
+
+    #[test]
+    fn a_mode_that_hides_every_tool_is_warned_about() {
+        let c = catalog();
+        let hides = |compiled: &Compiled, catalog: &Catalog| -> Vec<String> {
+            compiled
+                .unmatched(catalog)
+                .into_iter()
+                .filter(|w| w.contains(" hides "))
+                .collect()
+        };
+        let warnings =
+            |config: &str, mode: &str| hides(&compiled(config, Some(mode)).expect("compiles"), &c);
+        assert_eq!(
+            warnings("[modes.ask]\ntools = [\"^Raed$\", \"^mcp__gti__\"]", "ask"),
+            [
+                "[modes.ask] hides all 7 tools of the catalog, so the model is shown none of them: tools = [\"^Raed$\", \"^mcp__gti__\"] matches none of them"
+            ]
+        );
+        assert_eq!(
+            warnings(
+                "[modes.w]\ntools = [\"^Write$\", \"^Bash$\"]\nread_only = true",
+                "w"
+            ),
+            [
+                "[modes.w] hides all 7 tools of the catalog, so the model is shown none of them: tools = [\"^Write$\", \"^Bash$\"] matches 2, and read_only = true admits only tools with readOnlyHint = true, which none of them has"
+            ]
+        );
+        let unhinted = Catalog::from_value(&json!([{"name": "Write"}]), "test").expect("catalog");
+        assert_eq!(
+            hides(
+                &compiled("[modes.ro]\nread_only = true", Some("ro")).expect("compiles"),
+                &unhinted
+            ),
+            [
+                "[modes.ro] hides the catalog's one tool, so the model is shown none of them: read_only = true admits only tools with readOnlyHint = true, and none has it"
+            ]
+        );
+        // A mode that admits one tool is silent, as is one over a catalog with no tools.
+        assert_eq!(
+            warnings("[modes.ask]\ntools = [\"^Raed$\", \"^Read$\"]", "ask"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            warnings("[modes.ask]\nread_only = true", "ask"),
+            Vec::<String>::new()
+        );
+        let empty = Catalog::from_value(&json!([]), "test").expect("catalog");
+        assert_eq!(
+            hides(
+                &compiled("[modes.ask]\ntools = [\"^Raed$\"]", Some("ask")).expect("compiles"),
+                &empty
+            ),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

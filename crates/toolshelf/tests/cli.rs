@@ -230,6 +230,60 @@ fn explain_unknown_tool_suggests_close_names() {
     );
 }
 
+/// A name whose item loading left out is explained as left out, with the load warning's reason,
+/// not as a misspelling.
+#[test]
+fn explain_says_a_tool_the_catalog_left_out_was_left_out_and_why() {
+    let catalog = temp_file(
+        "left-out.json",
+        r#"{"builtin": [
+            {"name": "Read", "description": "read", "input_schema": {"type": "object"}},
+            {"type": "custom", "name": "apply_patch", "description": "patch", "format": {"type": "grammar"}}
+        ], "servers": [{"name": "web", "tools": [{"type": "web_search_20250305", "name": "web_search"}]}]}"#,
+    );
+    let (code, err) = status_and_err(&["explain", "--catalog", &catalog, "apply_patch"]);
+    assert_eq!(code, Some(1), "{err}");
+    let warned = format!("warning: {catalog}: builtin[1] \"apply_patch\": left out: ");
+    let why = err
+        .lines()
+        .find_map(|l| l.split_once(&warned))
+        .map(|(_, why)| why)
+        .unwrap_or_else(|| panic!("no load warning: {err}"));
+    assert!(
+        why.starts_with("\"type\": \"custom\" with a \"format\""),
+        "{why}"
+    );
+    assert!(
+        err.contains(&format!(
+            "error: \"apply_patch\" was left out when the catalog loaded ({catalog}: builtin[1] \"apply_patch\"): {why}\n"
+        )) && !err.contains("no tool named"),
+        "{err}"
+    );
+    // As written, as its server's tool would be named, or folded; with --json too.
+    for written in ["web_search", "mcp__web__web_search", "Web-Search"] {
+        let out = run(&["explain", "--catalog", &catalog, written, "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{written}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+        assert_eq!(v["name"], written);
+        assert_eq!(v["error"], "left_out", "{written}: {v}");
+        assert_eq!(
+            v["location"],
+            format!("{catalog}: servers[0] \"web\" tools[0] \"web_search\""),
+            "{v}"
+        );
+        assert!(
+            v["why"]
+                .as_str()
+                .is_some_and(|w| w
+                    .starts_with("\"type\": \"web_search_20250305\" makes this a provider's tool")),
+            "{v}"
+        );
+    }
+    // A name no item had is still unknown.
+    let err = fails(&["explain", "--catalog", &catalog, "apply_pach"]);
+    assert!(err.contains("no tool named \"apply_pach\""), "{err}");
+}
+
 #[test]
 fn names_resolve_with_case_and_separators_folded_away() {
     for written in ["GIT_LOG", "git-log", "gitlog", "Git Log"] {
@@ -1189,6 +1243,55 @@ fn rules_that_match_no_tool_are_warned_about() {
         err.contains("warning: [permissions] deny[0] \"^mcp__git__git_comit$\" matches no tool"),
         "{err}"
     );
+}
+
+/// A mode that admits no tool of the catalog is warned about where it is used, naming what
+/// it admits by; one that admits a tool is not.
+#[test]
+fn a_mode_that_hides_every_tool_is_warned_about() {
+    let cfg = temp_file(
+        "mode-hides-all.toml",
+        "[modes.ask]\ntools = [\"^mcp__gti__\"]\n[modes.ro]\nread_only = true\n",
+    );
+    for args in [
+        vec!["render", "--config", &cfg, "--mode", "ask"],
+        vec!["explain", "Read", "--config", &cfg, "--mode", "ask"],
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let warned: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("toolshelf: warning: [modes.ask] hides all "))
+            .collect();
+        assert_eq!(warned.len(), 1, "{args:?}: {err}");
+        assert!(
+            warned[0].ends_with(
+                "tools of the catalog, so the model is shown none of them: tools = [\"^mcp__gti__\"] matches none of them"
+            ),
+            "{args:?}: {err}"
+        );
+    }
+    let unhinted = temp_file("unhinted.json", r#"[{"name": "Write"}, {"name": "Edit"}]"#);
+    let out = run(&[
+        "render",
+        "--catalog",
+        &unhinted,
+        "--config",
+        &cfg,
+        "--mode",
+        "ro",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: [modes.ro] hides all 2 tools of the catalog, so the model is shown none of them: read_only = true admits only tools with readOnlyHint = true, and none has it"),
+        "{err}"
+    );
+    // The bundled catalog's readers have readOnlyHint = true.
+    let out = run(&["render", "--config", &cfg, "--mode", "ro"]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("hides all"), "{err}");
 }
 
 #[test]

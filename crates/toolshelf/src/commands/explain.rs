@@ -17,7 +17,8 @@ pub struct Args {
     name: String,
     /// Print the decision as JSON; a name no tool has (exit status 1) prints {"name", "error":
     /// "unknown", "suggestions"}, one several tools have {"name", "error": "ambiguous",
-    /// "candidates"}.
+    /// "candidates"}, one of an item the catalog left out at load {"name", "error": "left_out",
+    /// "location", "why"}.
     #[arg(long)]
     json: bool,
 }
@@ -44,6 +45,19 @@ pub fn run(args: Args) -> Result<()> {
             .into());
         }
         Resolution::NotFound => {
+            // Not a misspelling: the name is there, but loading left its item out.
+            if let Some(left) = l.catalog.left_out(&args.name) {
+                if args.json {
+                    print_json(&json!({"name": args.name, "error": "left_out",
+                        "location": left.location, "why": left.why}))?;
+                }
+                let left_out = Error::LeftOutTool {
+                    name: left.name.clone(),
+                    location: left.location.clone(),
+                    why: left.why.clone(),
+                };
+                return Err(super::Finding(left_out.to_string()).into());
+            }
             let suggestions = name::closest(&args.name, tools.iter().map(|t| t.name.as_str()), 5);
             if args.json {
                 print_json(
