@@ -50,6 +50,9 @@ pub fn tool_define_item() -> Value {
     })
 }
 
+/// Why a definition may not say `defer_loading`.
+const ALWAYS_DEFERRED: &str = "a tool you define always goes on the shelf (deferred: tool_search finds it, defer_execute runs it), so there is nothing for it to set";
+
 /// What the model reads once `name` is defined.
 pub fn defined_text(name: &str) -> String {
     format!(
@@ -128,6 +131,12 @@ fn checked(
     redefinable: bool,
 ) -> Result<Authored, String> {
     let limits = &compiled.config().authoring;
+    // Refused by name, with why, rather than as one more unknown field.
+    if params.contains_key("defer_loading") {
+        return Err(format!(
+            "tool_define: \"defer_loading\" is not an argument of tool_define: {ALWAYS_DEFERRED}; define the tool again without it"
+        ));
+    }
     let args: DefineArgs = serde_json::from_value(Value::Object(params.clone()))
         .map_err(|e| format!("Invalid tool_define call: {e}."))?;
     let name = args.name.trim();
@@ -193,6 +202,12 @@ fn checked(
     if !crate::template::defines_function(&args.script, "run", 1) {
         return Err(format!(
             "tool_define: the script of {name:?} must define `def run(params): ...`, a function of one argument"
+        ));
+    }
+    // A schema may hold any keyword, so this one would otherwise be kept and mean nothing.
+    if args.schema.contains_key("defer_loading") {
+        return Err(format!(
+            "tool_define: the schema of {name:?} has \"defer_loading\", which is no schema keyword: {ALWAYS_DEFERRED}; define the tool again without it"
         ));
     }
     let item = json!({
@@ -395,6 +410,28 @@ mod tests {
         )
         .expect_err("max_tools");
         assert!(e.contains("max_tools"), "{e}");
+    }
+
+    #[test]
+    fn defer_loading_is_refused_saying_defined_tools_are_always_deferred() {
+        let catalog = Catalog::from_value(&json!([]), "c").expect("catalog");
+        let compiled = compiled("");
+        let exposure = compiled.expose(&catalog);
+        let ok = "def run(params):\n    return 1\n";
+        let mut beside = params("echo", "x", ok);
+        beside.insert("defer_loading".into(), json!(false));
+        let e = check(&beside, &catalog, &exposure, &compiled, 0).expect_err("beside");
+        insta::assert_snapshot!("defer_loading_beside_the_definition", e);
+        let mut within = params("echo", "x", ok);
+        within.insert(
+            "schema".into(),
+            json!({"type": "object", "properties": {}, "defer_loading": false}),
+        );
+        let e = check(&within, &catalog, &exposure, &compiled, 0).expect_err("in the schema");
+        insta::assert_snapshot!("defer_loading_in_the_schema", e);
+        // Without it, the same definition is taken.
+        within.insert("schema".into(), json!({"type": "object", "properties": {}}));
+        check(&within, &catalog, &exposure, &compiled, 0).expect("defines");
     }
 
     #[test]
