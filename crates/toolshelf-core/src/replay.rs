@@ -16,9 +16,9 @@
 //! which starts with a user message or with the results of calls the client ran. The proxy
 //! answers some calls itself within that request and asks the model again (one more upstream
 //! round): `tool_search`, a call it refuses (a malformed or refused `defer_execute`; a direct call
-//! of a name no tool has goes to the client), `tool_define` and a tool the model wrote. A model
-//! request after a round made only of such calls is reported with the same turn, and nothing is
-//! evaluated or injected for it but the environment context the transcript puts there; a round
+//! of a name no tool has exactly goes to the client), `tool_define` and a tool the model wrote. A
+//! model request after a round made only of such calls is reported with the same turn, and nothing
+//! is evaluated or injected for it but the environment context the transcript puts there; a round
 //! with a call the client runs (a deferred tool through `defer_execute`, a pinned one) ends the
 //! client request, and the request that carries its results starts the next turn. So does the
 //! round after `[proxy] max_search_rounds` requests of one turn, where the proxy gives up and
@@ -42,7 +42,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::authoring;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Resolution};
 use crate::compile::Compiled;
 use crate::invoke::{self, Authorization, Refusal, Via};
 use crate::meta::DeferExecuteArgs;
@@ -876,7 +876,10 @@ impl<'a> Replay<'a> {
         let ttl = self.compiled.config().session.activation_ttl_turns;
         let require_search = self.compiled.config().execute.require_search;
         let outcome = (|| -> Result<(usize, Option<String>), Refusal> {
-            let i = invoke::resolve(&self.catalog, &self.exposure, requested)?;
+            let i = match via {
+                Via::Direct => self.resolve_direct(requested)?,
+                Via::DeferExecute => invoke::resolve(&self.catalog, &self.exposure, requested)?,
+            };
             let name = &self.catalog.tools()[i].name;
             invoke::require_loaded(
                 &self.exposure,
@@ -955,8 +958,8 @@ impl<'a> Replay<'a> {
                     self.state.activate([name.as_str()]);
                     turn.activated.push(name);
                 }
-                // The proxy answers a refusal itself, except a direct call of a name no tool has,
-                // which goes to the client as it came.
+                // The proxy answers a refusal itself, except a direct call of a name no tool has
+                // exactly, which goes to the client as it came.
                 let client =
                     matches!(via, Via::Direct) && refusal.kind() == invoke::RefusalKind::Unknown;
                 Outcome {
@@ -967,6 +970,28 @@ impl<'a> Replay<'a> {
                 }
             }
         }
+    }
+
+    /// A direct call's tool: the proxy matches a direct call only by a name exactly as the
+    /// model's list has it, so a name no tool has exactly is unknown, even one that case and
+    /// separators fold onto a tool (which is then the suggestion). Through `defer_execute` the
+    /// name folds ([`invoke::resolve`]).
+    fn resolve_direct(&self, requested: &str) -> Result<usize, Refusal> {
+        if self.catalog.resolve_exact(requested) != Resolution::NotFound {
+            return invoke::resolve(&self.catalog, &self.exposure, requested);
+        }
+        let suggestions = match invoke::resolve(&self.catalog, &self.exposure, requested) {
+            Ok(i) => vec![self.catalog.tools()[i].name.clone()],
+            Err(Refusal::Unknown { suggestions, .. } | Refusal::Hidden { suggestions, .. }) => {
+                suggestions
+            }
+            Err(Refusal::Ambiguous { candidates, .. }) => candidates,
+            Err(other) => return Err(other),
+        };
+        Err(Refusal::Unknown {
+            requested: requested.to_owned(),
+            suggestions,
+        })
     }
 
     /// The activity of `name` now, for tests and reports.

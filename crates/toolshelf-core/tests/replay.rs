@@ -540,6 +540,55 @@ fn a_refused_call_is_answered_inside_the_request() {
     assert_eq!(reports[1].refused, ["mcp__git__git_log: not_loaded"]);
 }
 
+/// The proxy matches a direct call only by a name exactly as the model's list has it: a case or
+/// separator variant of a resident tool's name is no tool of its own, and goes to the client as it
+/// came (a new turn). Through `defer_execute` the same variant folds onto the tool and runs.
+#[test]
+fn a_direct_call_resolves_by_exact_name_and_defer_execute_folds() {
+    let compiled = compiled(None);
+    let status = "mcp__git__git_status";
+    let params = json!({"repo_path": "/repo"});
+    for variant in ["GIT-STATUS", "Git_Status", "MCP__GIT__GIT.STATUS"] {
+        let reports = run_with(
+            &compiled,
+            &[
+                user("what changed in git?"),
+                call(variant, params.clone()),
+                call(status, params.clone()),
+                exec(variant, params.clone()),
+            ],
+        );
+        assert_eq!(turns(&reports), [1, 2, 3, 4], "{variant}");
+        let direct = &reports[1];
+        assert_eq!(direct.refused, [format!("{variant}: unknown")], "{variant}");
+        assert!(
+            direct
+                .body
+                .contains(&format!("No tool named \\\"{variant}\\\" is available"))
+                && direct.body.contains("Closest names: mcp__git__git_status.")
+                && !direct.body.contains("would run directly"),
+            "{variant}: {}",
+            direct.body
+        );
+        assert!(reports[2].refused.is_empty(), "{:?}", reports[2].refused);
+        assert!(
+            reports[2]
+                .body
+                .contains("[dry run] mcp__git__git_status would run directly"),
+            "{}",
+            reports[2].body
+        );
+        assert!(reports[3].refused.is_empty(), "{:?}", reports[3].refused);
+        assert!(
+            reports[3]
+                .body
+                .contains("[dry run] mcp__git__git_status would run through defer_execute"),
+            "{variant}: {}",
+            reports[3].body
+        );
+    }
+}
+
 /// A call of a tool the proxy runs itself (`tool_define`, a tool the model wrote) is answered
 /// inside the request too, and the reminders it fires go on its result, as the proxy puts them,
 /// not into the next request's blocks.
