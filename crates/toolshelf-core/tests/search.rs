@@ -295,6 +295,72 @@ fn server_filters_narrow_first() {
     );
 }
 
+/// A `server:` value written in prose, with punctuation around it, still names the server:
+/// alone it lists the server's tools, with words it filters them, and no note says otherwise.
+#[test]
+fn a_server_value_with_punctuation_around_it_names_the_server() {
+    let e = env(None);
+    let listed = names(&e, &["server:git"], 50);
+    assert!(
+        listed.len() > 3 && listed.iter().all(|n| n.starts_with("mcp__git__")),
+        "{listed:?}"
+    );
+    let ranked = names(&e, &["server:git log history"], 10);
+    for value in [
+        "server:git,",
+        "server:git.",
+        "server:git;",
+        "(server:git)",
+        "server:\"git\"",
+        "server:\"git\",",
+    ] {
+        assert_eq!(names(&e, &[value], 50), listed, "{value}");
+        assert_eq!(
+            e.index.notes(&[value.to_owned()]),
+            Vec::<String>::new(),
+            "{value}"
+        );
+        let r = run(&e, json!({ "queries": [value] }));
+        assert!(
+            r.text
+                .contains("why: a tool of server git (the query names only servers)"),
+            "{value}: {}",
+            r.text
+        );
+        let query = format!("{value} log history");
+        assert_eq!(names(&e, &[&query], 10), ranked, "{query}");
+    }
+}
+
+/// Only punctuation at the ends of a value is taken for prose: a `.` inside a server's name
+/// stays, so `server:foo.bar` is the server foo.bar, not foo, with or without a full stop after.
+#[test]
+fn a_dot_inside_a_server_value_is_part_of_the_name() {
+    let c = Catalog::from_value(
+        &json!({"servers": [
+            {"name": "foo", "tools": [{"name": "ping", "description": "ping foo"}]},
+            {"name": "foo.bar", "tools": [{"name": "pong", "description": "pong foo.bar"}]}
+        ]}),
+        "t",
+    )
+    .expect("catalog");
+    let all: Vec<usize> = (0..c.tools().len()).collect();
+    let e = Env {
+        index: SearchIndex::build(&c, &all),
+        catalog: c,
+        config: SearchConfig::default(),
+    };
+    let foo_bar = names(&e, &["server:foo.bar"], 5);
+    assert_eq!(foo_bar.len(), 1, "{foo_bar:?}");
+    assert!(foo_bar[0].ends_with("__pong"), "{foo_bar:?}");
+    for q in ["server:foo.bar.", "server:foo.bar,", "(server:foo.bar)"] {
+        assert_eq!(names(&e, &[q], 5), foo_bar, "{q}");
+    }
+    for q in ["server:foo", "server:foo.", "server:foo,"] {
+        assert_eq!(names(&e, &[q], 5), ["mcp__foo__ping"], "{q}");
+    }
+}
+
 #[test]
 fn ignored_parts_of_a_query_are_named_in_the_response() {
     let e = env(None);

@@ -1501,10 +1501,11 @@ impl SearchIndex {
             }
             return Taken::Operator(Some(req));
         }
-        if let Some(s) = raw.strip_prefix("server:") {
-            let name = s.trim_start_matches("mcp__").trim_end_matches('_');
+        if let Some(s) = raw.trim_start_matches(name_trim).strip_prefix("server:") {
+            let written = self.server_value(s);
+            let name = written.trim_start_matches("mcp__").trim_end_matches('_');
             // A value that names no server is read as a plain word, as a `+term` no name has is.
-            let named = self.filter_servers(q, raw, name, s);
+            let named = self.filter_servers(q, raw, name, written);
             return Taken::Operator((!named && !name.is_empty()).then_some(name));
         }
         let word = raw.trim_matches(name_trim);
@@ -1561,6 +1562,17 @@ impl SearchIndex {
             any |= !piece.is_empty() && take(piece, false);
         }
         any
+    }
+
+    /// A `server:` value without the prose around it (`"git"`, `git,`, `git.`, `git)`): the
+    /// value as written when a server is named so, else without the characters at either end
+    /// that cannot begin or end a server's name. A `.` inside stays (`foo.bar`).
+    fn server_value<'v>(&self, value: &'v str) -> &'v str {
+        if self.server_names.contains_key(&value.to_lowercase()) {
+            return value;
+        }
+        let prose = |c: char| !(c.is_alphanumeric() || c == '_' || c == '-');
+        value.trim_start_matches(prose).trim_end_matches(prose)
     }
 
     /// Restricts `q` to the servers `name` names (see [`Self::servers_named`]) and says whether
@@ -3542,8 +3554,9 @@ mod tests {
 
     #[test]
     fn a_clause_with_a_filter_of_its_own_is_ranked_under_it() {
-        // "server:notes;" names no server, so the request is not filtered; its clause ends
-        // before the semicolon, so `server:notes` filters the clause to the notes server.
+        // "server:notes；谢谢" names no server, so the request is not filtered; its clause ends
+        // before the full-width semicolon, so `server:notes` filters the clause to the notes
+        // server.
         let tools = serde_json::json!({"servers": [
             mail_server(),
             {"name": "translator", "description": "Translation",
@@ -3562,16 +3575,19 @@ mod tests {
                        Then translate the document into another language";
         assert_eq!(ask(request), "mcp__translator__translate_document");
         assert_eq!(
-            ask(&format!("{request} server:notes;")),
+            ask(&format!("{request} server:notes；谢谢")),
             "mcp__notes__write"
         );
-        // A full stop is folded away with the separators: "server:notes." names the notes
-        // server, and filters the whole request.
-        let hits = index.rank(&[format!("{request} server:notes.")], 5);
-        assert_eq!(
-            hits.iter().map(|h| &*h.name).collect::<Vec<_>>(),
-            ["mcp__notes__write"]
-        );
+        // Punctuation that ends the value is prose: "server:notes." and "server:notes;" name the
+        // notes server, and filter the whole request.
+        for end in [".", ";"] {
+            let hits = index.rank(&[format!("{request} server:notes{end}")], 5);
+            assert_eq!(
+                hits.iter().map(|h| &*h.name).collect::<Vec<_>>(),
+                ["mcp__notes__write"],
+                "{end}"
+            );
+        }
     }
 
     #[test]
@@ -3804,6 +3820,8 @@ mod tests {
         };
         assert_eq!(names("server:Git"), ["mcp__Git__log_upper"]);
         assert_eq!(names("server:git"), ["mcp__git__log_lower"]);
+        // A full stop after the value is prose, not a separator to fold: still exactly git.
+        assert_eq!(names("server:git."), ["mcp__git__log_lower"]);
         assert_eq!(names("mcp__Git__ log"), ["mcp__Git__log_upper"]);
         assert_eq!(names("mcp__git__ log"), ["mcp__git__log_lower"]);
         assert_eq!(names("server:mcp__Git__"), ["mcp__Git__log_upper"]);
