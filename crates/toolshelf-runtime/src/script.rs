@@ -6,12 +6,13 @@
 //! `time.iso()`, the UTC time as `YYYY-MM-DDTHH:MM:SSZ`), `random` (`random.random()` in
 //! [0, 1), `random.randint(a, b)` with both ends included) and `http` (`http.get(url,
 //! headers={})`, `http.post(url, body="", headers={})`, each returning `{"status", "headers",
-//! "body"}`). `uuid`, `fs`, `exec` and `env` stay stubs. `http` reaches only the hosts of
-//! `[scripts] allow_hosts`: any other URL is refused before a connection is made, redirects are
-//! not followed, and a response body is cut at [`MAX_BODY_BYTES`]. A script's `headers` may not
-//! set `Host` (which would reach a virtual host the allow-list never named) or a header that
-//! frames or carries the request ([`RESERVED_HEADERS`], `Proxy-*`): the request is refused
-//! naming the header.
+//! "body"}`; the response's `headers` are a dict of text, see `response_headers`). `uuid`,
+//! `fs`, `exec` and `env` stay stubs. `http` reaches only the hosts of `[scripts] allow_hosts`:
+//! any other URL is refused before a connection is made, redirects are not followed, and a
+//! response body is cut at [`MAX_BODY_BYTES`]. A script's `headers` may not set `Host` (which
+//! would reach a virtual host the allow-list never named) or a header that frames or carries the
+//! request ([`RESERVED_HEADERS`], `Proxy-*`): the request is refused naming the header, as it is
+//! for a name or value HTTP does not allow (a space in a name, a CR or LF in a value).
 //!
 //! A run is meant to happen in a process of its own (see `toolshelf`'s runner): the Starlark
 //! limits (steps, heap, call depth) stop a script with an error naming the limit, and the
@@ -24,6 +25,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, SET_COOKIE};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 use starlark::environment::{Globals, GlobalsBuilder};
@@ -242,6 +244,58 @@ fn headers_of(v: Value) -> anyhow::Result<Vec<(String, String)>> {
     }
 }
 
+/// `name: value` as the HTTP client takes them, or an error naming the header and what is wrong
+/// with it (never quoting the value, which may be a secret). A value is sent as its UTF-8 bytes.
+fn checked_header(
+    method: &str,
+    name: &str,
+    value: &str,
+) -> anyhow::Result<(HeaderName, HeaderValue)> {
+    let name_ok = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+        anyhow::anyhow!(
+            "http.{method}: header {name:?} is not a valid header name: a name is ASCII letters, digits and !#$%&'*+-.^_`|~ only"
+        )
+    })?;
+    let value_ok = HeaderValue::from_bytes(value.as_bytes()).map_err(|_| {
+        let why = if value.contains(['\r', '\n']) {
+            "a control character (CR/LF): a value is one line".to_owned()
+        } else {
+            let c = value
+                .chars()
+                .find(|c| c.is_ascii_control() && *c != '\t')
+                .unwrap_or_default();
+            format!("a control character (U+{:04X})", u32::from(c))
+        };
+        anyhow::anyhow!("http.{method}: header {name:?} has a value with {why}")
+    })?;
+    Ok((name_ok, value_ok))
+}
+
+/// A response's headers as a script sees them: a dict from lower-case name to text, in the
+/// order the names first arrived. A name sent more than once has its values joined in order
+/// with ", ", as RFC 9110 combines field lines, except `set-cookie`, whose values may hold
+/// commas themselves (`Expires=Wed, 21 Oct ...`) and are joined with "\n" (never part of a
+/// value). A value that is not UTF-8 is read as Latin-1 (ISO-8859-1: each byte the code point of
+/// the same number), as HTTP historically meant.
+fn response_headers(headers: &HeaderMap) -> serde_json::Map<String, Json> {
+    let text = |bytes: &[u8]| match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => bytes.iter().map(|&b| char::from(b)).collect(),
+    };
+    headers
+        .keys()
+        .map(|name| {
+            let sep = if name == SET_COOKIE { "\n" } else { ", " };
+            let values: Vec<String> = headers
+                .get_all(name)
+                .iter()
+                .map(|v| text(v.as_bytes()))
+                .collect();
+            (name.as_str().to_owned(), Json::String(values.join(sep)))
+        })
+        .collect()
+}
+
 fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyhow::Result<Json> {
     let policy = POLICY.with(|p| p.borrow().clone());
     let parsed =
@@ -254,6 +308,10 @@ fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyho
             "http.{method}: a script cannot set the header {name:?}: the HTTP client sets Host (from the URL), Connection, Content-Length, Transfer-Encoding, Keep-Alive, TE, Trailer, Upgrade and Proxy-* itself; leave it out"
         ));
     }
+    let headers = headers
+        .into_iter()
+        .map(|(k, v)| checked_header(method, &k, &v))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let client = reqwest::blocking::Client::builder()
         .timeout(policy.timeout)
         .redirect(reqwest::redirect::Policy::none())
@@ -271,13 +329,7 @@ fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyho
         .send()
         .map_err(|e| anyhow::anyhow!("http.{method} {url}: {e}"))?;
     let status = resp.status().as_u16();
-    let mut hs = serde_json::Map::new();
-    for (k, v) in resp.headers() {
-        hs.insert(
-            k.as_str().to_owned(),
-            Json::String(v.to_str().unwrap_or_default().to_owned()),
-        );
-    }
+    let hs = response_headers(resp.headers());
     let mut bytes = Vec::new();
     resp.take(MAX_BODY_BYTES as u64)
         .read_to_end(&mut bytes)

@@ -850,3 +850,145 @@ async fn an_error_longer_than_max_result_bytes_is_cut() {
     }
     client.cancel().await.expect("close");
 }
+
+/// An HTTP server on 127.0.0.1 that answers every request with `head` (status line and
+/// headers, as raw bytes) and, as the body, the request's own head; returns its port.
+async fn raw_server(head: &'static [u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        // Bounded: the test makes a handful of requests.
+        for _ in 0..32 {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let mut answer = head.to_vec();
+                answer.extend_from_slice(
+                    format!("Content-Length: {}\r\nConnection: close\r\n\r\n", got.len())
+                        .as_bytes(),
+                );
+                answer.extend_from_slice(&got);
+                let _ = sock.write_all(&answer).await;
+            });
+        }
+    });
+    port
+}
+
+const FETCH_HEADERS: &str = r#"
+description = "Fetches a page with the headers given."
+schema = {"properties": {"hdr": {"type": "object"}}}
+
+def run(params):
+    r = http.get(pkg.base + "/h", headers=params.get("hdr"))
+    return {"status": r["status"], "headers": r["headers"], "body": r["body"]}
+"#;
+
+/// A gateway serving `fetch` (FETCH_HEADERS) against a `raw_server(head)`.
+async fn fetch_gateway(s: &Scratch, head: &'static [u8]) -> Client {
+    let port = raw_server(head).await;
+    s.write("fetch.star", FETCH_HEADERS);
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[tools.fetch]\nscript = \"fetch.star\"\n\
+             [scripts]\nallow_hosts = [\"127.0.0.1:{port}\"]\n\
+             [template.vars]\nbase = \"http://127.0.0.1:{port}\"\n{}",
+            files_sections(s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__scripts__fetch"]})).await);
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripts_response_headers_keep_repeated_and_latin_1_values() {
+    let s = Scratch::new("scripts-response-headers");
+    let client = fetch_gateway(
+        &s,
+        b"HTTP/1.1 200 OK\r\n\
+          Set-Cookie: a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT\r\n\
+          X-Latin: caf\xe9\r\n\
+          Vary: Accept\r\n\
+          Set-Cookie: b=2\r\n\
+          X-Utf8: caf\xc3\xa9\r\n\
+          Vary: Cookie\r\n",
+    )
+    .await;
+    let r = ok(&exec(&client, "mcp__scripts__fetch", json!({})).await);
+    let v: Value = serde_json::from_str(&r).expect("JSON result");
+    let headers = v["headers"].as_object().expect("a dict of headers");
+    // Repeated names are joined (Set-Cookie with a newline: its values hold commas), a value
+    // that is not UTF-8 is read as Latin-1, and the names keep the order they first arrived in.
+    assert_eq!(
+        headers.iter().collect::<Vec<_>>(),
+        [
+            (
+                &"set-cookie".to_owned(),
+                &json!("a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT\nb=2")
+            ),
+            (&"x-latin".to_owned(), &json!("caf\u{e9}")),
+            (&"vary".to_owned(), &json!("Accept, Cookie")),
+            (&"x-utf8".to_owned(), &json!("caf\u{e9}")),
+            (&"content-length".to_owned(), &headers["content-length"]),
+            (&"connection".to_owned(), &json!("close")),
+        ],
+        "{r}"
+    );
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_http_does_not_allow_is_refused_naming_it() {
+    let s = Scratch::new("scripts-bad-request-headers");
+    let client = fetch_gateway(&s, b"HTTP/1.1 200 OK\r\n").await;
+    for (hdr, says) in [
+        (
+            json!({"Accept": "x", "Bad Name": "v"}),
+            "script line 6: failed: http.get: header \"Bad Name\" is not a valid header name: a name is ASCII letters, digits and",
+        ),
+        (
+            json!({"X-A": "line\r\nInjected: 1"}),
+            "script line 6: failed: http.get: header \"X-A\" has a value with a control character (CR/LF): a value is one line",
+        ),
+        (
+            json!({"X-B": "a\u{0}b"}),
+            "script line 6: failed: http.get: header \"X-B\" has a value with a control character (U+0000)",
+        ),
+    ] {
+        let e = err(&exec(&client, "mcp__scripts__fetch", json!({"hdr": hdr})).await);
+        assert!(
+            e.starts_with("script tool \"mcp__scripts__fetch\" (fetch.star): ")
+                && e.contains(says)
+                && !e.contains("Injected"),
+            "{hdr}: {e}"
+        );
+    }
+    // A valid header is sent as given, a value beyond ASCII as its UTF-8 bytes.
+    let r = ok(&exec(
+        &client,
+        "mcp__scripts__fetch",
+        json!({"hdr": {"X-Name": "Zo\u{eb}", "X-Tab": "a\tb"}}),
+    )
+    .await);
+    let v: Value = serde_json::from_str(&r).expect("JSON result");
+    let sent = v["body"].as_str().unwrap_or_default().to_ascii_lowercase();
+    assert!(
+        sent.contains("x-name: zo\u{eb}\r\n") && sent.contains("x-tab: a\tb\r\n"),
+        "{r}"
+    );
+    client.cancel().await.expect("close");
+}
