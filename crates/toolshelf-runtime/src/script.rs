@@ -224,22 +224,34 @@ pub fn allowed_by(url: &reqwest::Url, allow: &[String], setting: &str) -> Result
     ))
 }
 
-fn headers_of(v: Value) -> anyhow::Result<Vec<(String, String)>> {
+/// A script's `headers` argument as (name, value) pairs; what is no string is named by its
+/// kind, never quoted (a header may hold a secret).
+fn headers_of(method: &str, v: Value) -> anyhow::Result<Vec<(String, String)>> {
     if v.is_none() {
         return Ok(Vec::new());
     }
+    let kind = |j: &Json| match j {
+        Json::Null => "None",
+        Json::Bool(_) => "a bool",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "a list",
+        Json::Object(_) => "a dict",
+    };
     match v.to_json_value()? {
         Json::Object(m) => m
             .into_iter()
             .map(|(k, v)| match v {
                 Json::String(s) => Ok((k, s)),
                 other => Err(anyhow::anyhow!(
-                    "header {k} must be a string, found {other}"
+                    "http.{method}: header {k:?} must be a string, found {}",
+                    kind(&other)
                 )),
             })
             .collect(),
         other => Err(anyhow::anyhow!(
-            "headers must be a dict of strings, found {other}"
+            "http.{method}: headers must be a dict of strings, found {}",
+            kind(&other)
         )),
     }
 }
@@ -302,7 +314,7 @@ fn request(method: &str, url: &str, body: Option<&str>, headers: Value) -> anyho
         reqwest::Url::parse(url).map_err(|e| anyhow::anyhow!("http.{method}: {url:?}: {e}"))?;
     allowed_by(&parsed, &policy.allow, &policy.setting)
         .map_err(|e| anyhow::anyhow!("http.{method}: {e}"))?;
-    let headers = headers_of(headers)?;
+    let headers = headers_of(method, headers)?;
     if let Some((name, _)) = headers.iter().find(|(k, _)| !settable(k)) {
         return Err(anyhow::anyhow!(
             "http.{method}: a script cannot set the header {name:?}: the HTTP client sets Host (from the URL), Connection, Content-Length, Transfer-Encoding, Keep-Alive, TE, Trailer, Upgrade and Proxy-* itself; leave it out"

@@ -968,6 +968,10 @@ async fn a_header_http_does_not_allow_is_refused_naming_it() {
             json!({"X-B": "a\u{0}b"}),
             "script line 6: failed: http.get: header \"X-B\" has a value with a control character (U+0000)",
         ),
+        (
+            json!({"X-C": 1}),
+            "script line 6: failed: http.get: header \"X-C\" must be a string, found a number",
+        ),
     ] {
         let e = err(&exec(&client, "mcp__scripts__fetch", json!({"hdr": hdr})).await);
         assert!(
