@@ -110,3 +110,86 @@ async fn a_deferred_tools_search_hit_shows_its_sessions_rendering() {
     );
     client.cancel().await.expect("close");
 }
+
+fn toolshelf(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(args)
+        .output()
+        .expect("run toolshelf");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A script tool's helper that `run` calls may use what scripts get; one the top level calls
+/// runs in the template environment and is refused.
+#[test]
+fn check_template_passes_a_script_whose_helper_uses_http() {
+    let s = Scratch::new("templates-helper");
+    let body = "schema = {\"properties\": {\"path\": {\"type\": \"string\"}}}\n\n\
+                def fetch(path):\n    return http.get(\"http://127.0.0.1:9\" + path)\n\n\
+                def run(params):\n    return fetch(params[\"path\"])[\"body\"]\n";
+    let file = s.write(
+        "helper.star",
+        &format!("description = \"Fetches a path.\"\n{body}"),
+    );
+    let (code, out, err) = toolshelf(&["check-template", &file]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.ends_with("helper.star: ok; renders to:\nFetches a path.\n"),
+        "{out}"
+    );
+    let file = s.write(
+        "eager.star",
+        &format!("description = \"Fetches \" + fetch(\"/name\")\n{body}"),
+    );
+    let (code, out, err) = toolshelf(&["check-template", &file]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("eager.star: description template line 5: uses http,"),
+        "{out}"
+    );
+}
+
+/// A stub in a function that never runs does not stand in for the error that stopped a render:
+/// `check-template` and `render` report that error (`render` with exit status 2, not the 1 of a
+/// refused access).
+#[test]
+fn the_error_a_template_stopped_at_is_reported_not_a_stub_it_never_used() {
+    let s = Scratch::new("templates-stale");
+    let unused = "def later():\n    return time.now()\n";
+    let file = s.write("stale.star", &format!("{unused}x = {{}}\nx[\"missing\"]\n"));
+    let (code, out, err) = toolshelf(&["check-template", &file]);
+    assert_eq!(
+        code,
+        Some(1),
+        "the unused stub is still a finding: {out}{err}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].ends_with("stale.star: description template line 2: uses time, which a description template cannot: a description must be the same bytes for the whole session"), "{out}");
+    assert!(
+        lines[1].ends_with(
+            "stale.star: description template line 4: failed: Key `\"missing\"` was not found"
+        ),
+        "{out}"
+    );
+    let catalog = s.write(
+        "catalog.json",
+        r#"{"servers": [{"name": "git", "description": "Git.", "tools": [{"name": "git_log", "description": "Show log."}]}]}"#,
+    );
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[tools.\"mcp__git__git_log\"]\ndescription_template = {:?}\n",
+            format!("{unused}{{}}[\"k\"]\n")
+        ),
+    );
+    let (code, out, err) = toolshelf(&["render", "--catalog", &catalog, "--config", &config]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains("tool \"mcp__git__git_log\": description template line 3: failed: Key `\"k\"` was not found"),
+        "{err}"
+    );
+}

@@ -2,8 +2,9 @@
 //!
 //! Three namespaces (`pkg`, `session`, `turn`), seven error stubs (`time`, `random`, `uuid`, `fs`,
 //! `exec`, `http`, `env`), the `raw` text type and the six pure builtins. A namespace or a stub
-//! that refuses an access records why in [`FAULT`] before returning the error, so the renderer can
-//! say what was read and by whom while Starlark supplies where (the span of the expression).
+//! that refuses an attribute read records why before returning the error, and a stub's call fails
+//! with an error of its own ([`Unavailable`]), so the renderer can say what was read and by whom
+//! ([`refusal`]) while Starlark supplies where (the span of the expression).
 
 // The starlark derives (`ProvidesStaticType`, the value macros) expand to `unsafe impl`s; nothing
 // in this file writes `unsafe` by hand.
@@ -76,20 +77,54 @@ pub enum Fault {
 }
 
 thread_local! {
-    /// The fault of the evaluation running on this thread, if any. Evaluation is synchronous, so
-    /// the renderer clears it before evaluating and takes it when evaluation fails.
-    pub static FAULT: RefCell<Option<Fault>> = const { RefCell::new(None) };
+    /// The attribute read a namespace or a stub refused last on this thread, and why.
+    /// Evaluation is synchronous, so the renderer forgets it before evaluating
+    /// ([`forget_refusals`]) and reads it when evaluation fails ([`refusal`]).
+    static REFUSED: RefCell<Option<(Fault, String)>> = const { RefCell::new(None) };
 }
 
-fn fault(f: Fault) {
-    FAULT.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        // The first fault is the one that stopped the evaluation.
-        if slot.is_none() {
-            *slot = Some(f);
-        }
-    });
+fn refuse(f: Fault, attribute: &str) {
+    REFUSED.with(|cell| *cell.borrow_mut() = Some((f, attribute.to_owned())));
 }
+
+/// Forgets the refused reads recorded on this thread.
+pub fn forget_refusals() {
+    REFUSED.with(|cell| cell.borrow_mut().take());
+}
+
+/// The refusal that stopped an evaluation failing with `e`, if one did: a stub's call (its own
+/// error), or the refused read recorded last when `e` is Starlark's "no attribute" error for that
+/// kind of value and that attribute. A recorded read alone proves nothing: Starlark also reads
+/// attributes of built-in values while compiling, to fold constants (a function's body when its
+/// `def` runs, long before, or without, a call), and a read refused then stops nothing. A read
+/// refused at run time fails at once, so it is the last one recorded. Forgets what was recorded.
+pub fn refusal(e: &starlark::Error) -> Option<Fault> {
+    use starlark::ErrorKind;
+    use starlark::values::ValueError;
+    let recorded = REFUSED.with(|cell| cell.borrow_mut().take());
+    match e.kind() {
+        ErrorKind::Other(e) => e.downcast_ref::<Unavailable>().map(|u| Fault::Stub(u.0)),
+        ErrorKind::Value(e) => {
+            let (ty, attribute) = match e.downcast_ref::<ValueError>()? {
+                ValueError::NoAttr(ty, attribute)
+                | ValueError::NoAttrDidYouMean(ty, attribute, _) => (ty, attribute),
+                _ => return None,
+            };
+            let (fault, read) = recorded?;
+            let owner = match fault {
+                Fault::Stub(_) => <Stub as StarlarkValue>::TYPE,
+                Fault::Turn(_) | Fault::Unknown { .. } => <Namespace as StarlarkValue>::TYPE,
+            };
+            (read == *attribute && ty == owner).then_some(fault)
+        }
+        _ => None,
+    }
+}
+
+/// The error of a call of a stub.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is not available here")]
+pub struct Unavailable(&'static str);
 
 /// `pkg`, `session` or `turn`: a read-only namespace whose attributes are its values.
 #[derive(Debug, ProvidesStaticType, NoSerialize, Allocative, StarlarkPagablePanic)]
@@ -123,17 +158,20 @@ impl fmt::Display for Namespace {
 impl<'v> StarlarkValue<'v> for Namespace {
     fn get_attr(&self, attribute: &str, heap: Heap<'v>) -> Option<Value<'v>> {
         if self.tier == Tier::Turn {
-            fault(Fault::Turn(attribute.to_owned()));
+            refuse(Fault::Turn(attribute.to_owned()), attribute);
             return None;
         }
         match self.values.get(attribute) {
             Some(v) => Some(heap.alloc(v.clone())),
             None => {
-                fault(Fault::Unknown {
-                    tier: self.tier,
-                    name: attribute.to_owned(),
-                    known: self.values.keys().cloned().collect(),
-                });
+                refuse(
+                    Fault::Unknown {
+                        tier: self.tier,
+                        name: attribute.to_owned(),
+                        known: self.values.keys().cloned().collect(),
+                    },
+                    attribute,
+                );
                 None
             }
         }
@@ -173,15 +211,11 @@ impl<'v> StarlarkValue<'v> for Stub {
         _args: &Arguments<'v, '_>,
         _eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
-        fault(Fault::Stub(self.name));
-        Err(starlark::Error::new_other(anyhow::anyhow!(
-            "{} is not available here",
-            self.name
-        )))
+        Err(starlark::Error::new_other(Unavailable(self.name)))
     }
 
-    fn get_attr(&self, _attribute: &str, _heap: Heap<'v>) -> Option<Value<'v>> {
-        fault(Fault::Stub(self.name));
+    fn get_attr(&self, attribute: &str, _heap: Heap<'v>) -> Option<Value<'v>> {
+        refuse(Fault::Stub(self.name), attribute);
         None
     }
 }

@@ -75,13 +75,14 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use serde_json::Value as Json;
+use starlark::codemap::Span;
 use starlark::environment::{Globals, GlobalsBuilder, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::ast::{AstExpr, Expr};
 use starlark::syntax::{AstModule, Dialect, DialectTypes};
 use starlark::values::{Value, ValueLike};
 
-use builtins::{FAULT, Fault, Namespace, Raw};
+use builtins::{Fault, Namespace, Raw};
 pub use builtins::{STUBS, TURN_VALUES, Tier, fold};
 pub use describe::{CATALOG_VALUES, Descriptions, Templates, server_values, tool_values};
 
@@ -489,10 +490,11 @@ pub fn defines_function(source: &str, name: &str, arguments: usize) -> bool {
 }
 
 fn defines(source: &str, name: &str, arguments: usize) -> bool {
+    parse(source, "").is_ok_and(|ast| defines_in(&ast, name, arguments))
+}
+
+fn defines_in(ast: &AstModule, name: &str, arguments: usize) -> bool {
     use starlark::syntax::ast::Stmt;
-    let Ok(ast) = parse(source, "") else {
-        return false;
-    };
     let top = ast.statement();
     let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
         Stmt::Statements(all) => all.iter().collect(),
@@ -758,7 +760,7 @@ fn evaluate(
         column: None,
         kind,
     };
-    FAULT.with(|f| f.borrow_mut().take());
+    builtins::forget_refusals();
     // Starlark panics on some runaway operations between its limit checks (a string doubled
     // past `usize`: "len overflow"); caught here, the error names the template and the rest of
     // the render (the other tools, the session) goes on.
@@ -827,13 +829,12 @@ fn evaluate(
             ))))
         }
     };
-    let fault = FAULT.with(|f| f.borrow_mut().take());
     match outcome {
         Ok(Ok(out)) => Ok(out),
         Ok(Err(kind)) => Err(err(None, kind)),
         Err(e) => {
             let line = line_of(&e);
-            let kind = match fault {
+            let kind = match builtins::refusal(&e) {
                 Some(Fault::Turn(name)) => TemplateErrorKind::Turn(name),
                 Some(Fault::Stub(name)) => TemplateErrorKind::Stub(name.to_owned()),
                 Some(Fault::Unknown { tier, name, known }) => TemplateErrorKind::Unknown {
@@ -909,6 +910,14 @@ fn findings_in(
     // comprehension variable) is its own value, not the stub, wherever it is read: the check is
     // by name, not by scope.
     let bound = bound_names(&ast);
+    // A script tool's file: its functions run with `time`, `random` and `http` made real when
+    // `run` calls them, so reading those in the body of a function the top level never calls is
+    // no refused access.
+    let run_time = if defines_in(&ast, "run", 1) {
+        run_time_bodies(&ast)
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     let mut visit = |e: &AstExpr| {
         let line = ast.file_span(e.span).resolve_span().begin.line + 1;
@@ -935,7 +944,9 @@ fn findings_in(
             },
             Expr::Identifier(id)
                 if STUBS.contains(&id.node.ident.as_str())
-                    && !bound.contains(id.node.ident.as_str()) =>
+                    && !bound.contains(id.node.ident.as_str())
+                    && !(SCRIPT_REAL.contains(&id.node.ident.as_str())
+                        && run_time.iter().any(|body| within(e.span, *body))) =>
             {
                 Some(("stub", TemplateErrorKind::Stub(id.node.ident.clone())))
             }
@@ -969,15 +980,6 @@ fn findings_in(
         e.visit_expr(|c| walk(c, f));
     }
     ast.statement().visit_expr(|e| walk(e, &mut visit));
-    // A script tool's file: its `def run(params)` runs with `time`, `random` and `http` made
-    // real, so reading them there is no refused access.
-    if let Some((first, last)) = run_lines(&ast) {
-        out.retain(|f| {
-            !(f.kind == "stub"
-                && SCRIPT_REAL.contains(&f.access.as_str())
-                && (first..=last).contains(&f.line))
-        });
-    }
     out.sort_by_key(|f| f.line);
     Ok(out)
 }
@@ -985,22 +987,59 @@ fn findings_in(
 /// The stubs a script's `run` gets as real functions.
 const SCRIPT_REAL: [&str; 3] = ["time", "random", "http"];
 
-/// The first and last lines (from 1) of a top-level `def run` taking one argument, if the
-/// source has one: it is then a script tool's file.
-fn run_lines(ast: &AstModule) -> Option<(usize, usize)> {
-    use starlark::syntax::ast::Stmt;
-    let top = ast.statement();
-    let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
-        Stmt::Statements(all) => all.iter().collect(),
-        _ => vec![top],
-    };
-    statements.into_iter().find_map(|s| match &s.node {
-        Stmt::Def(d) if d.name.node.ident == "run" && takes(d, 1) => {
-            let span = ast.file_span(s.span).resolve_span();
-            Some((span.begin.line + 1, span.end.line + 1))
+/// The bodies of the functions in `ast` that the top level does not run: every function defined
+/// outside another one (one nested in it is part of its body) whose name is neither called by the
+/// top level (code outside function bodies, a parameter's default included) nor by a function the
+/// top level runs. Calls are followed by name: a function the top level reaches otherwise (through
+/// an alias, as an argument) is not, and the render still fails on the path it takes.
+fn run_time_bodies(ast: &AstModule) -> Vec<Span> {
+    use starlark::syntax::ast::{AstStmt, DefP, Stmt};
+    type Def = DefP<starlark::syntax::ast::AstNoPayload>;
+    fn defs<'a>(s: &'a AstStmt, out: &mut Vec<&'a Def>) {
+        match &s.node {
+            Stmt::Def(d) => out.push(d),
+            _ => s.visit_stmt(|c| defs(c, out)),
         }
-        _ => None,
-    })
+    }
+    fn calls<'a>(e: &'a AstExpr, out: &mut Vec<(&'a str, Span)>) {
+        if let Expr::Call(callee, _) = &e.node
+            && let Expr::Identifier(id) = &callee.node
+        {
+            out.push((id.node.ident.as_str(), e.span));
+        }
+        e.visit_expr(|c| calls(c, out));
+    }
+    let mut all = Vec::new();
+    defs(ast.statement(), &mut all);
+    let mut called = Vec::new();
+    ast.statement().visit_expr(|e| calls(e, &mut called));
+    let mut pending: Vec<&str> = called
+        .iter()
+        .filter(|(_, at)| !all.iter().any(|d| within(*at, d.body.span)))
+        .map(|(name, _)| *name)
+        .collect();
+    let mut run = std::collections::BTreeSet::new();
+    while let Some(name) = pending.pop() {
+        if run.insert(name) {
+            for d in all.iter().filter(|d| d.name.node.ident == name) {
+                pending.extend(
+                    called
+                        .iter()
+                        .filter(|(_, at)| within(*at, d.body.span))
+                        .map(|(name, _)| *name),
+                );
+            }
+        }
+    }
+    all.into_iter()
+        .filter(|d| !run.contains(d.name.node.ident.as_str()))
+        .map(|d| d.body.span)
+        .collect()
+}
+
+/// Whether `inner` lies within `outer`.
+fn within(inner: Span, outer: Span) -> bool {
+    outer.begin() <= inner.begin() && inner.end() <= outer.end()
 }
 
 #[cfg(test)]

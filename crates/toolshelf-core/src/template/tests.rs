@@ -495,3 +495,133 @@ fn a_parse_error_names_its_line_and_column() {
     let e = run("x = 1\npkg.teem").expect_err("unknown");
     assert_eq!((e.line, e.column), (Some(2), None));
 }
+
+/// Starlark reads attributes of built-in values while compiling a function's body, before it
+/// runs or though it never does: a stub read there is not what stopped a render that fails
+/// for another reason, which is reported as it is.
+#[test]
+fn a_stub_in_a_function_that_never_runs_is_not_the_error() {
+    let unused = "def later():\n    return time.now()\n";
+    for (rest, says) in [
+        (
+            "x = {}\nx[\"missing\"]\n",
+            " line 4: failed: Key `\"missing\"` was not found",
+        ),
+        (
+            "fail(\"real problem\")\n",
+            " line 3: failed: fail: real problem",
+        ),
+        (
+            "\"text\".now\n",
+            " line 3: failed: Object of type `string` has no attribute `now`",
+        ),
+        (
+            "n = 0\nfor i in range(2000000):\n    n += 1\nstr(n)\n",
+            ": stopped: the CPU-step limit",
+        ),
+    ] {
+        let source = format!("{unused}{rest}");
+        let e = run(&source).expect_err("fails");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("tool \"t\": description template{says}")),
+            "{source}: {e}"
+        );
+    }
+    let e = run(&format!("{unused}pkg.teams\n")).expect_err("unknown");
+    assert_eq!(
+        e.to_string(),
+        "tool \"t\": description template line 3: pkg.teams is not a value here (pkg has: description, name, params, team)"
+    );
+    // The access that does run is the one reported, wherever the function's body was read.
+    let e = run(&format!("{unused}a = 1\nrandom.choice\n")).expect_err("random");
+    assert_eq!(
+        (e.kind, e.line),
+        (TemplateErrorKind::Stub("random".into()), Some(4))
+    );
+    let e = run(&format!("{unused}later()\n")).expect_err("time");
+    assert_eq!(
+        (e.kind, e.line),
+        (TemplateErrorKind::Stub("time".into()), Some(2))
+    );
+    // A script's definition and its run likewise.
+    let script = "def run(params):\n    r = http.get(pkg.base)\n    return r\n\ndescription = part(\"Look up on\", pkg.teams)\nschema = {}\n";
+    let e = script_definition(script, "s", &pkg(), &session()).expect_err("unknown");
+    assert!(
+        matches!(&e.kind, TemplateErrorKind::Unknown { name, .. } if name == "teams"),
+        "{e}"
+    );
+    let script = "description = \"d\"\nschema = {}\ndef unused():\n    return uuid.new()\ndef run(params):\n    return params[\"missing\"]\n";
+    let e = run_script(
+        script,
+        "s",
+        globals(),
+        &pkg(),
+        &session(),
+        &json!({}),
+        Limits::TEMPLATE,
+    )
+    .expect_err("no such param");
+    assert!(
+        matches!(&e.kind, TemplateErrorKind::Failed(m) if m.contains("missing")),
+        "{e}"
+    );
+}
+
+/// In a script tool's file every function runs with `time`, `random` and `http` made real when
+/// `run` calls it, so reading them in any function's body is no refused access; unless the top
+/// level calls that function (directly, through another, or in a parameter's default), which
+/// runs it in the template environment.
+#[test]
+fn a_scripts_helpers_may_use_what_scripts_get_unless_the_top_level_calls_them() {
+    let script = |top: &str| {
+        format!(
+            "def stamp():\n    return time.iso()\n\
+             def fetch(path):\n    return http.get(\"http://h\" + path)\n\
+             def label():\n    return \"at \" + stamp()\n\
+             def run(params):\n    return [fetch(params[\"path\"]), label(), random.random()]\n\
+             schema = {{}}\n{top}"
+        )
+    };
+    let lines = |top: &str| -> Vec<(usize, String)> {
+        findings(&script(top), "s", &pkg(), &session())
+            .expect("parses")
+            .into_iter()
+            .map(|f| (f.line, f.access))
+            .collect()
+    };
+    assert_eq!(lines("description = \"Fetches.\"\n"), []);
+    let time = vec![(2, "time".to_owned())];
+    assert_eq!(lines("description = stamp()\n"), time);
+    assert_eq!(
+        lines("if has(pkg, \"x\"):\n    description = label()\n"),
+        time,
+        "through another function, on a path the sample values do not take"
+    );
+    assert_eq!(
+        lines("def head(n=stamp()):\n    return n\ndescription = \"d\"\n"),
+        time,
+        "a default is evaluated by the top level"
+    );
+    assert_eq!(
+        lines("description = str(run({\"path\": \"/\"}))\n"),
+        [
+            (2, "time".to_owned()),
+            (4, "http".to_owned()),
+            (8, "random".to_owned()),
+        ]
+    );
+    // The stubs a script never gets are refused in any function.
+    assert_eq!(
+        lines("def ident():\n    return uuid.new()\ndescription = \"d\"\n"),
+        [(11, "uuid".to_owned())]
+    );
+    // Without `run` it is a template throughout.
+    let template = "def stamp():\n    return time.iso()\ndescription = \"d\"\n";
+    assert_eq!(
+        findings(template, "t", &pkg(), &session())
+            .expect("parses")
+            .len(),
+        1
+    );
+}
