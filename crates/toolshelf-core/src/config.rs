@@ -201,9 +201,157 @@ pub struct ToolConfig {
 pub struct TemplateConfig {
     /// `workspace`: `session.workspace` (default: the directory the edge runs in).
     pub workspace: Option<String>,
-    /// `[template.vars]`: package values every template reads as `pkg.NAME`.
-    #[serde(default)]
+    /// `[template.vars]`: package values every template reads as `pkg.NAME`, as JSON (see
+    /// [`toml_to_json`]).
+    #[serde(default, deserialize_with = "template_vars")]
     pub vars: BTreeMap<String, serde_json::Value>,
+}
+
+fn template_vars<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<BTreeMap<String, serde_json::Value>, D::Error> {
+    json_table(d, "[template.vars]")
+}
+
+/// A TOML table whose values are kept as JSON; `section` heads the key path an error names.
+fn json_table<'de, D: Deserializer<'de>>(
+    d: D,
+    section: &str,
+) -> std::result::Result<BTreeMap<String, serde_json::Value>, D::Error> {
+    struct Table<'a>(&'a str);
+    impl<'de> serde::de::Visitor<'de> for Table<'_> {
+        type Value = BTreeMap<String, serde_json::Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let at = format!("{} {}", self.0, toml_key(&key));
+                let value = map.next_value_seed(JsonSeed(&at))?;
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Table(section))
+}
+
+/// Reads one TOML value as JSON where it stands, so that a refusal points at its line: see
+/// [`toml_to_json`]. The key path is `.0`.
+struct JsonSeed<'a>(&'a str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for JsonSeed<'_> {
+    type Value = serde_json::Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JsonSeed<'_> {
+    type Value = serde_json::Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a TOML value")
+    }
+    fn visit_bool<E>(self, b: bool) -> std::result::Result<Self::Value, E> {
+        Ok(b.into())
+    }
+    fn visit_i64<E>(self, n: i64) -> std::result::Result<Self::Value, E> {
+        Ok(n.into())
+    }
+    fn visit_u64<E>(self, n: u64) -> std::result::Result<Self::Value, E> {
+        Ok(n.into())
+    }
+    fn visit_f64<E: serde::de::Error>(self, f: f64) -> std::result::Result<Self::Value, E> {
+        json_float(f, self.0).map_err(E::custom)
+    }
+    fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
+        Ok(s.into())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) =
+            seq.next_element_seed(JsonSeed(&format!("{}[{}]", self.0, out.len())))?
+        {
+            out.push(v);
+        }
+        Ok(out.into())
+    }
+    /// A table, or a date-time, which the toml crate hands over as a table of its own making:
+    /// read by [`toml::Value`], which tells them apart.
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let value = toml::Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        toml_to_json(value, self.0).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A TOML value as JSON, at any depth. A date, time or date-time becomes its TOML text
+/// (`1979-05-27T07:32:00Z`), since JSON has no such type (read straight into JSON it would be
+/// toml's internal `{"$__toml_private_datetime": ...}`). NaN and the infinities are refused,
+/// naming the key path `at`: JSON has none (read straight into JSON they would be null).
+fn toml_to_json(value: toml::Value, at: &str) -> std::result::Result<serde_json::Value, String> {
+    use serde_json::Value as Json;
+    Ok(match value {
+        toml::Value::String(s) => Json::String(s),
+        toml::Value::Integer(n) => Json::from(n),
+        toml::Value::Float(f) => json_float(f, at)?,
+        toml::Value::Boolean(b) => Json::Bool(b),
+        toml::Value::Datetime(d) => Json::String(d.to_string()),
+        toml::Value::Array(items) => Json::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| toml_to_json(v, &format!("{at}[{i}]")))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
+        toml::Value::Table(table) => Json::Object(
+            table
+                .into_iter()
+                .map(|(k, v)| {
+                    let value = toml_to_json(v, &format!("{at}.{}", toml_key(&k)))?;
+                    Ok((k, value))
+                })
+                .collect::<std::result::Result<_, String>>()?,
+        ),
+    })
+}
+
+/// A TOML float as a JSON number; NaN and the infinities are refused, naming the key path `at`.
+fn json_float(f: f64, at: &str) -> std::result::Result<serde_json::Value, String> {
+    serde_json::Number::from_f64(f)
+        .map(serde_json::Value::Number)
+        .ok_or_else(|| {
+            let written = match f {
+                f if f.is_nan() => "nan",
+                f if f > 0.0 => "inf",
+                _ => "-inf",
+            };
+            format!(
+                "{at}: {written} is not allowed: the value is read as JSON, which has no NaN or infinity; write a string (\"{written}\") or a number instead"
+            )
+        })
+}
+
+/// `key` as a TOML file writes it: bare when it may be, else quoted.
+fn toml_key(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare {
+        key.to_owned()
+    } else {
+        format!("{key:?}")
+    }
 }
 
 /// The global default for tools that do not declare `defer_loading`.
@@ -1466,6 +1614,71 @@ mod tests {
                 .expect_err("unclosed")
                 .contains("unclosed")
         );
+    }
+
+    #[test]
+    fn template_vars_read_dates_as_their_text_at_any_depth() {
+        let c = parse(
+            "[template.vars]\nwhen = 1979-05-27T07:32:00Z\nday = 1979-05-27\nat = 07:32:00\n\
+             local = 1979-05-27T07:32:00.5\nlist = [1979-05-27, { off = 1979-05-27T00:32:00-07:00 }]\n\
+             big = 9223372036854775807\nrate = 1.5\nteam = \"x\"\n\
+             [template.vars.nested]\nd = 2000-01-01\n",
+        )
+        .expect("config");
+        assert_eq!(
+            serde_json::to_value(&c.template.vars).expect("json"),
+            serde_json::json!({
+                "when": "1979-05-27T07:32:00Z",
+                "day": "1979-05-27",
+                "at": "07:32:00",
+                "local": "1979-05-27T07:32:00.5",
+                "list": ["1979-05-27", {"off": "1979-05-27T00:32:00-07:00"}],
+                "big": 9_223_372_036_854_775_807_i64,
+                "rate": 1.5,
+                "team": "x",
+                "nested": {"d": "2000-01-01"},
+            })
+        );
+    }
+
+    #[test]
+    fn template_vars_refuse_nan_and_infinity_naming_the_key() {
+        for (toml, says) in [
+            ("rate = nan", "[template.vars] rate: nan is not allowed"),
+            ("limit = inf", "[template.vars] limit: inf is not allowed"),
+            ("floor = -inf", "[template.vars] floor: -inf is not allowed"),
+            (
+                "rates = [1.0, +inf]",
+                "[template.vars] rates[1]: inf is not allowed",
+            ),
+            (
+                "deep = { \"a b\" = [{ x = -nan }] }",
+                "[template.vars] deep.\"a b\"[0].x: nan is not allowed",
+            ),
+        ] {
+            let text = format!("[template.vars]\nok = 1\n{toml}\n");
+            let e = Config::from_toml_str(&text, "t.toml")
+                .expect_err(toml)
+                .to_string();
+            assert!(
+                e.starts_with("t.toml: ")
+                    && e.contains(says)
+                    && e.contains("JSON, which has no NaN or infinity"),
+                "{toml:?}: {e}"
+            );
+        }
+        // The error points at the value, as the parser's own errors do.
+        let e = Config::from_toml_str("[template.vars]\nrate = nan\n", "t.toml")
+            .expect_err("nan")
+            .to_string();
+        insta::assert_snapshot!("template_vars_nan", e);
+        let e = Config::from_toml_str(
+            "[template.vars.limits]\nlow = 1\nhigh = [[0.5, -inf]]\n",
+            "t.toml",
+        )
+        .expect_err("-inf")
+        .to_string();
+        insta::assert_snapshot!("template_vars_nested_infinity", e);
     }
 
     #[test]
