@@ -163,20 +163,34 @@ fn checked(
         Resolution::Ambiguous(all) => all.into_iter().any(visible),
         Resolution::NotFound => false,
     };
+    let at_limit = (defined >= limits.max_tools).then(|| {
+        let s = if defined == 1 { "" } else { "s" };
+        format!("this session has defined {defined} tool{s}, the most [authoring] max_tools allows")
+    });
     if own && !redefinable {
+        // Here a defined tool stays for the session, so at the limit no new name helps either.
+        if let Some(at_limit) = at_limit {
+            return Err(format!(
+                "tool_define: {name:?} is the tool you defined in this session, and it cannot be redefined here; nor can another tool be defined: {at_limit}, and a defined tool cannot be removed. Use {name:?} as it is (defer_execute runs it) or the tools you have"
+            ));
+        }
         return Err(format!(
             "tool_define: {name:?} is the tool you defined in this session, and it cannot be redefined here; define the new version under a new name (such as \"{name}_v2\")"
         ));
     }
-    if (taken && !own) || crate::name::META_TOOLS.contains(&name) {
+    // Compared as names resolve (case and separators folded), so that no defined tool answers
+    // to a spelling of a meta-tool.
+    let folded = crate::name::fold(name);
+    let meta = crate::name::META_TOOLS
+        .iter()
+        .any(|m| crate::name::fold(m) == folded);
+    if (taken && !own) || meta {
         return Err(format!(
             "tool_define: a tool named {name:?} exists already; choose another name"
         ));
     }
-    if !own && defined >= limits.max_tools {
-        return Err(format!(
-            "tool_define: this session has defined {defined} tools, the most [authoring] max_tools allows"
-        ));
+    if let Some(at_limit) = at_limit.filter(|_| !own) {
+        return Err(format!("tool_define: {at_limit}"));
     }
     let chars = args.description.chars().count();
     if chars > limits.max_description_chars {
@@ -410,6 +424,64 @@ mod tests {
         )
         .expect_err("max_tools");
         assert!(e.contains("max_tools"), "{e}");
+    }
+
+    #[test]
+    fn a_redefinition_at_max_tools_says_no_tool_can_be_defined() {
+        let compiled = compiled("");
+        let ok = "def run(params):\n    return 1\n";
+        let empty = Catalog::from_value(&json!([]), "c").expect("catalog");
+        let first = check(
+            &params("echo", "x", ok),
+            &empty,
+            &compiled.expose(&empty),
+            &compiled,
+            0,
+        )
+        .expect("defines");
+        let catalog = Catalog::from_value(&json!({"builtin": [first.item]}), "c").expect("catalog");
+        let exposure = compiled.expose(&catalog);
+        // max_tools is 2: at 2, a new name would be refused too, so none is suggested.
+        let e = check(&params("echo", "y", ok), &catalog, &exposure, &compiled, 2)
+            .expect_err("at the limit");
+        insta::assert_snapshot!("redefinition_at_max_tools", e);
+        let e = check(&params("echo", "y", ok), &catalog, &exposure, &compiled, 1)
+            .expect_err("below the limit");
+        assert!(e.ends_with("(such as \"echo_v2\")"), "{e}");
+    }
+
+    #[test]
+    fn meta_tool_names_are_taken_in_any_case_and_with_any_separators() {
+        let catalog =
+            Catalog::from_value(&json!({"builtin": [{"name": "Read"}]}), "c").expect("catalog");
+        let compiled = compiled("");
+        let exposure = compiled.expose(&catalog);
+        let ok = "def run(params):\n    return 1\n";
+        for name in [
+            "READ",
+            "tool_search",
+            "Tool_Search",
+            "TOOL-SEARCH",
+            "toolsearch",
+            "defer_execute",
+            "DEFER-EXECUTE",
+            "Defer_Execute",
+        ] {
+            let e =
+                check(&params(name, "x", ok), &catalog, &exposure, &compiled, 0).expect_err(name);
+            assert_eq!(
+                e,
+                format!("tool_define: a tool named {name:?} exists already; choose another name")
+            );
+        }
+        check(
+            &params("tool_search_v2", "x", ok),
+            &catalog,
+            &exposure,
+            &compiled,
+            0,
+        )
+        .expect("another name");
     }
 
     #[test]
