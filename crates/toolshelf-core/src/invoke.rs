@@ -867,6 +867,16 @@ pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Resul
             } else {
                 Vec::new()
             };
+            // A meta-tool spelt as names fold (`TOOL_SEARCH`), once no tool has the name.
+            let folded = name::fold(requested);
+            if let (None, Some(meta)) = (
+                candidates.first(),
+                META_TOOLS.iter().find(|m| name::fold(m) == folded),
+            ) {
+                return Err(Refusal::MetaTool {
+                    name: (*meta).to_owned(),
+                });
+            }
             Err(match candidates.first() {
                 Some(&tool) => Refusal::Hidden {
                     requested: requested.to_owned(),
@@ -1550,6 +1560,16 @@ long to show whole: only its start is shown"
         let e = resolve(&c, &all, "defer_execute").expect_err("meta");
         assert_eq!(e.kind(), RefusalKind::MetaTool);
         assert!(e.text(&c).contains("call it directly"), "{}", e.text(&c));
+        // Spelt as names fold, it is still a meta-tool, named as the model's list has it.
+        for written in ["TOOL_SEARCH", "Tool-Search", "toolsearch", "DEFER-EXECUTE"] {
+            let e = resolve(&c, &all, written).expect_err(written);
+            assert_eq!(e.kind(), RefusalKind::MetaTool, "{written}");
+            let text = e.text(&c);
+            assert!(
+                text.starts_with("tool_search is one of") || text.starts_with("defer_execute is"),
+                "{text}"
+            );
+        }
     }
 
     #[test]
