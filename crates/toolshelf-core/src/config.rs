@@ -202,7 +202,7 @@ pub struct TemplateConfig {
     /// `workspace`: `session.workspace` (default: the directory the edge runs in).
     pub workspace: Option<String>,
     /// `[template.vars]`: package values every template reads as `pkg.NAME`, as JSON (see
-    /// [`toml_to_json`]).
+    /// `toml_to_json`).
     #[serde(default, deserialize_with = "template_vars")]
     pub vars: BTreeMap<String, serde_json::Value>,
 }
