@@ -229,8 +229,9 @@ pub struct Replay<'a> {
     system_message: usize,
     context: Vec<String>,
     calls_made: u64,
-    /// Tools the model defined with `tool_define` in this session.
-    defined: usize,
+    /// Tools the model defined with `tool_define` in this session, a redefinition in the place of
+    /// the tool it replaced, as the proxy keeps them.
+    defined: Vec<authoring::Authored>,
     /// Descriptions rendered from templates, by canonical name: search results show them.
     described: BTreeMap<String, String>,
     /// Whether reports carry their request bodies.
@@ -410,7 +411,7 @@ impl<'a> Replay<'a> {
             system_message,
             context: Vec::new(),
             calls_made: 0,
-            defined: 0,
+            defined: Vec::new(),
             described,
             bodies: true,
             generation: 0,
@@ -840,27 +841,41 @@ impl<'a> Replay<'a> {
 
     /// Carries out a `tool_define` call that passed the pipeline: the new tool joins the session's
     /// catalog (searchable at once, announced by the next change notice) and is active, since the
-    /// model wrote its schema.
+    /// model wrote its schema. A definition of a name the model gave a tool before replaces that
+    /// tool, as in the proxy.
     fn define(&mut self, params: &Map<String, Value>, turn: &mut Turn) -> (String, bool) {
-        let item = match authoring::check(
+        let (tool, replaces) = match authoring::check_redefinition(
             params,
             &self.catalog,
             &self.exposure,
             self.compiled,
-            self.defined,
+            &self.defined,
         ) {
-            Ok(tool) => tool.item,
+            Ok(found) => found,
             Err(e) => return (e, true),
         };
-        if let Err(e) = self.change_tools(std::slice::from_ref(&item), &[]) {
+        let name = tool.name().to_owned();
+        // The replaced tool leaves the catalog, unless the transcript removed it already.
+        let remove: Vec<String> = replaces
+            .filter(|_| self.catalog.position(&name).is_some())
+            .map(|_| name.clone())
+            .into_iter()
+            .collect();
+        if let Err(e) = self.change_tools(std::slice::from_ref(&tool.item), &remove) {
             return (format!("tool_define: {e}"), true);
         }
-        self.defined += 1;
-        let name = item["name"].as_str().unwrap_or_default().to_owned();
+        match replaces {
+            Some(k) => self.defined[k] = tool,
+            None => self.defined.push(tool),
+        }
         self.authored.insert(name.clone());
         self.state.activate([name.as_str()]);
         turn.activated.push(name.clone());
-        (authoring::defined_text(&name), false)
+        let mut text = authoring::defined_text(&name);
+        if replaces.is_some() {
+            text.insert_str(0, &format!("Replaced your earlier tool {name:?}. "));
+        }
+        (text, false)
     }
 
     /// The call pipeline up to the point where the call would go out: to the client, or to the

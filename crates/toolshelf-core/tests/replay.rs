@@ -666,6 +666,54 @@ enabled = true
     );
 }
 
+/// A definition of a name the model defined before replaces that tool, as the proxy does it,
+/// and does not count against `max_tools` again.
+#[test]
+fn a_redefinition_replaces_the_tool_as_in_the_proxy() {
+    let compiled = config_with(6, "[authoring]\nenabled = true\nmax_tools = 1\n");
+    let define = |description: &str| {
+        call(
+            "defer_execute",
+            json!({"tool_name": "tool_define", "params": {
+                "name": "word_count",
+                "description": description,
+                "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                "script": "def run(params):\n    return 1\n"
+            }}),
+        )
+    };
+    let reports = run_with(
+        &compiled,
+        &[
+            user("count the words in my notes"),
+            load("tool_define"),
+            define("Counts the words of a text."),
+            define("Counts the words of a text, hyphenated ones as one."),
+            search("word_count"),
+        ],
+    );
+    let answered = |r: &TurnReport| -> String {
+        let body: Value = serde_json::from_str(&r.body).expect("json");
+        body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .expect("a message")
+            .to_string()
+    };
+    let again = answered(&reports[3]);
+    assert!(
+        again.contains("Replaced your earlier tool \\\"word_count\\\".")
+            && !again.contains("max_tools"),
+        "{again}"
+    );
+    assert!(reports[3].refused.is_empty(), "{:?}", reports[3].refused);
+    let found = answered(&reports[4]);
+    assert!(
+        found.contains("hyphenated ones as one") && !found.contains("a text.\\n"),
+        "{found}"
+    );
+}
+
 /// `[proxy] max_search_rounds`: after that many upstream rounds of one client request the proxy
 /// returns to the client, so the next round is a new turn.
 #[test]
