@@ -1484,6 +1484,67 @@ fn eval_reports_buckets_and_explains_misses() {
     );
 }
 
+/// A miss names what ranked first among the tools that are no gold tool, and lists gold names
+/// no search can find with why.
+#[test]
+fn eval_misses_name_the_best_hit_that_is_no_gold_tool_and_every_gold_name() {
+    let path = temp_file(
+        "eval-first-instead.jsonl",
+        "{\"query\": \"read file\", \"gold\": [\"mcp__filesystem__read_file\", \"mcp__time__convert_time\", \"no_such_tool\"]}\n",
+    );
+    let v: Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--queries",
+        &path,
+        "--json",
+        "--misses",
+        "1",
+    ]))
+    .expect("json");
+    let miss = &v["misses"][0];
+    let gold: Vec<(&str, Option<u64>, &str)> = miss["gold"]
+        .as_array()
+        .expect("gold")
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap_or_default(),
+                g["rank"].as_u64(),
+                g["reason"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(gold.len(), 3, "{miss}");
+    assert_eq!(gold[0].0, "mcp__filesystem__read_file");
+    assert_eq!(gold[0].1, Some(1), "{miss}");
+    assert_eq!(
+        gold[2],
+        ("no_such_tool", None, "not in the catalog"),
+        "{miss}"
+    );
+    let first = miss["first"]["name"].as_str().expect("a first hit");
+    assert!(
+        !gold.iter().any(|(name, ..)| *name == first),
+        "{first} is a gold tool: {miss}"
+    );
+    let text = ok(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--queries",
+        &path,
+        "--misses",
+        "1",
+    ]);
+    assert!(
+        text.contains("  gold no_such_tool not ranked: not in the catalog\n")
+            && text.contains(&format!("  first instead: {first} (")),
+        "{text}"
+    );
+}
+
 #[test]
 fn check_template_reports_each_refused_access_with_its_line() {
     let file = temp_file(

@@ -89,7 +89,16 @@ struct Case {
     gold: Vec<usize>,
     /// Gold names given, including ones not in the catalog (which count as misses).
     gold_total: usize,
+    /// Gold names no search can find, each with why: hidden, several tools', not in the catalog.
+    unscorable: Vec<(String, &'static str)>,
 }
+
+/// Why a gold tool hidden by the active mode or a deny rule has no rank.
+const HIDDEN: &str = "hidden by the active mode or a deny rule, so no search can find it";
+/// Why a gold name several tools have has no rank.
+const SEVERAL: &str = "names several tools; give the canonical name";
+/// Why a gold name the catalog lacks has no rank.
+const ABSENT: &str = "not in the catalog";
 
 /// Gold names not in the catalog that are named one by one; the rest are counted.
 const UNKNOWN_GOLD_SHOWN: usize = 10;
@@ -178,10 +187,22 @@ fn load_cases(
         let unknown_here = hidden_here.len() + missing_here.len();
         ids.sort_unstable();
         ids.dedup();
+        let mut unscorable: Vec<(String, &'static str)> = hidden_here
+            .iter()
+            .map(|&i| (loaded.catalog.tools()[i].name.clone(), HIDDEN))
+            .collect();
+        unscorable.extend(missing_here.iter().map(|&g| {
+            let why = match loaded.catalog.resolve(g) {
+                Resolution::Ambiguous(_) => SEVERAL,
+                _ => ABSENT,
+            };
+            (g.to_owned(), why)
+        }));
         cases.push(Case {
             query: query.to_owned(),
             gold_total: ids.len() + unknown_here,
             gold: ids,
+            unscorable,
         });
     }
     Ok((cases, unknown_gold))
@@ -381,7 +402,11 @@ pub fn run(args: Args) -> Result<()> {
                     text(&g["name"]),
                     text(&g["reason"])
                 ),
-                None => outln!("  gold {} not ranked: {NOT_RANKED}", text(&g["name"])),
+                None => outln!(
+                    "  gold {} not ranked: {}",
+                    text(&g["name"]),
+                    text(&g["reason"])
+                ),
             }
         }
         match m["first"].as_object() {
@@ -390,7 +415,7 @@ pub fn run(args: Args) -> Result<()> {
                 text(&first["name"]),
                 text(&first["reason"])
             ),
-            None => outln!("  first instead: nothing (no tool shares a word with the query)"),
+            None => outln!("  first instead: nothing (no other tool shares a word with the query)"),
         }
     }
     Ok(())
@@ -399,8 +424,8 @@ pub fn run(args: Args) -> Result<()> {
 /// Why a gold tool has no rank: [`miss`] looks no further than this.
 const NOT_RANKED: &str = "not among the first 1,000 hits (or no shared word)";
 
-/// One miss, explained: every gold tool's rank (within the first 1,000) and reason, and what
-/// ranked first.
+/// One miss, explained: every gold tool's rank (within the first 1,000) and reason, gold names no
+/// search can find with why, and the best hit that is no gold tool.
 fn miss(index: &SearchIndex, loaded: &crate::inputs::Loaded, case: &Case, recall10: f64) -> Value {
     let hits = index.rank(std::slice::from_ref(&case.query), 1000);
     let tools = loaded.catalog.tools();
@@ -411,11 +436,19 @@ fn miss(index: &SearchIndex, loaded: &crate::inputs::Loaded, case: &Case, recall
             Some(r) => json!({"name": tools[g].name, "rank": r + 1, "reason": hits[r].reason}),
             None => json!({"name": tools[g].name, "rank": null, "reason": NOT_RANKED}),
         })
+        .chain(
+            case.unscorable
+                .iter()
+                .map(|(name, why)| json!({"name": name, "rank": null, "reason": why})),
+        )
         .collect();
     json!({
         "query": case.query,
         "recall10": round4(recall10),
         "gold": gold,
-        "first": hits.first().map(|h| json!({"name": h.name, "reason": h.reason})),
+        "first": hits
+            .iter()
+            .find(|h| !case.gold.contains(&h.index))
+            .map(|h| json!({"name": h.name, "reason": h.reason})),
     })
 }
