@@ -8,32 +8,46 @@ use serde_json::{Value, json};
 
 /// An HTTP server on 127.0.0.1 that answers every GET with `hello PATH`; returns its port.
 async fn hello_server() -> u16 {
+    serve(|request| {
+        let path = String::from_utf8_lossy(request)
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("/")
+            .to_owned();
+        let body = format!("hello {path}");
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    })
+    .await
+}
+
+/// An HTTP server on 127.0.0.1 that reads each request's head and writes what `answer` makes of
+/// it; returns its port.
+async fn serve(answer: impl Fn(&[u8]) -> Vec<u8> + Copy + Send + 'static) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
     tokio::spawn(async move {
-        // Bounded: the test makes a handful of requests.
+        // Bounded: the tests make a handful of requests.
         for _ in 0..32 {
             let Ok((mut sock, _)) = listener.accept().await else {
                 return;
             };
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let n = sock.read(&mut buf).await.unwrap_or(0);
-                let req = String::from_utf8_lossy(&buf[..n]).to_string();
-                let path = req.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                let body = format!("hello {path}");
-                let _ = sock
-                    .write_all(
-                        format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        )
-                        .as_bytes(),
-                    )
-                    .await;
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = sock.write_all(&answer(&got)).await;
             });
         }
     });
@@ -854,37 +868,19 @@ async fn an_error_longer_than_max_result_bytes_is_cut() {
 /// An HTTP server on 127.0.0.1 that answers every request with `head` (status line and
 /// headers, as raw bytes) and, as the body, the request's own head; returns its port.
 async fn raw_server(head: &'static [u8]) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        // Bounded: the test makes a handful of requests.
-        for _ in 0..32 {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut got = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match sock.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let mut answer = head.to_vec();
-                answer.extend_from_slice(
-                    format!("Content-Length: {}\r\nConnection: close\r\n\r\n", got.len())
-                        .as_bytes(),
-                );
-                answer.extend_from_slice(&got);
-                let _ = sock.write_all(&answer).await;
-            });
-        }
-    });
-    port
+    serve(move |request| {
+        let mut answer = head.to_vec();
+        answer.extend_from_slice(
+            format!(
+                "Content-Length: {}\r\nConnection: close\r\n\r\n",
+                request.len()
+            )
+            .as_bytes(),
+        );
+        answer.extend_from_slice(request);
+        answer
+    })
+    .await
 }
 
 const FETCH_HEADERS: &str = r#"
