@@ -34,6 +34,17 @@ fn env_with(catalog: Catalog, mode: Option<&str>) -> Env {
     }
 }
 
+/// Every tool of the catalog `tools` searchable, with the default search settings.
+fn env_of(tools: Value) -> Env {
+    let catalog = Catalog::from_value(&tools, "t").expect("catalog");
+    let all: Vec<usize> = (0..catalog.tools().len()).collect();
+    Env {
+        index: SearchIndex::build(&catalog, &all),
+        catalog,
+        config: SearchConfig::default(),
+    }
+}
+
 fn env(mode: Option<&str>) -> Env {
     env_with(
         Catalog::from_json_str(CATALOG, "catalog.json").expect("catalog"),
@@ -161,20 +172,10 @@ fn exact_lookup_by_canonical_and_bare_name() {
 
 #[test]
 fn ambiguous_bare_names_return_every_candidate() {
-    let c = Catalog::from_value(
-        &json!({"servers": [
-            {"name": "a", "tools": [{"name": "search", "description": "search a"}]},
-            {"name": "b", "tools": [{"name": "search", "description": "search b"}]}
-        ]}),
-        "t",
-    )
-    .expect("catalog");
-    let all: Vec<usize> = (0..c.tools().len()).collect();
-    let e = Env {
-        index: SearchIndex::build(&c, &all),
-        catalog: c,
-        config: SearchConfig::default(),
-    };
+    let e = env_of(json!({"servers": [
+        {"name": "a", "tools": [{"name": "search", "description": "search a"}]},
+        {"name": "b", "tools": [{"name": "search", "description": "search b"}]}
+    ]}));
     let r = run(&e, json!({"tool_names": ["search"]}));
     assert_eq!(r.hits.len(), 2);
     assert!(r.text.contains("\"search\" names 2 tools"), "{}", r.text);
@@ -336,20 +337,10 @@ fn a_server_value_with_punctuation_around_it_names_the_server() {
 /// stays, so `server:foo.bar` is the server foo.bar, not foo, with or without a full stop after.
 #[test]
 fn a_dot_inside_a_server_value_is_part_of_the_name() {
-    let c = Catalog::from_value(
-        &json!({"servers": [
-            {"name": "foo", "tools": [{"name": "ping", "description": "ping foo"}]},
-            {"name": "foo.bar", "tools": [{"name": "pong", "description": "pong foo.bar"}]}
-        ]}),
-        "t",
-    )
-    .expect("catalog");
-    let all: Vec<usize> = (0..c.tools().len()).collect();
-    let e = Env {
-        index: SearchIndex::build(&c, &all),
-        catalog: c,
-        config: SearchConfig::default(),
-    };
+    let e = env_of(json!({"servers": [
+        {"name": "foo", "tools": [{"name": "ping", "description": "ping foo"}]},
+        {"name": "foo.bar", "tools": [{"name": "pong", "description": "pong foo.bar"}]}
+    ]}));
     let foo_bar = names(&e, &["server:foo.bar"], 5);
     assert_eq!(foo_bar.len(), 1, "{foo_bar:?}");
     assert!(foo_bar[0].ends_with("__pong"), "{foo_bar:?}");
@@ -411,21 +402,11 @@ fn every_hit_says_why() {
 
 #[test]
 fn chinese_and_mixed_queries() {
-    let c = Catalog::from_value(
-        &json!([
-            {"name": "weather_now", "description": "查询城市的实时天气和温度"},
-            {"name": "send_mail", "description": "发送电子邮件给联系人"},
-            {"name": "git_commit", "description": "Record changes to the repository"}
-        ]),
-        "t",
-    )
-    .expect("catalog");
-    let all: Vec<usize> = (0..3).collect();
-    let e = Env {
-        index: SearchIndex::build(&c, &all),
-        catalog: c,
-        config: SearchConfig::default(),
-    };
+    let e = env_of(json!([
+        {"name": "weather_now", "description": "查询城市的实时天气和温度"},
+        {"name": "send_mail", "description": "发送电子邮件给联系人"},
+        {"name": "git_commit", "description": "Record changes to the repository"}
+    ]));
     assert_eq!(names(&e, &["北京今天的天气怎么样"], 1), ["weather_now"]);
     assert_eq!(names(&e, &["给老板发邮件"], 1), ["send_mail"]);
     assert_eq!(names(&e, &["提交 commit"], 1), ["git_commit"]);
