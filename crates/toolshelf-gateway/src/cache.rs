@@ -2,17 +2,17 @@
 //!
 //! The catalog cache is one JSON file per configuration (the embedded default store: no service
 //! to run). It holds each server's last tool list with a fingerprint of the server's launch
-//! settings, so an edited command or URL never serves stale tools. With it, a restarted gateway
-//! has every cached server's tools searchable at once and starts the server only when a call
-//! needs it. Writes go to a temporary file that is renamed over the old one, so a crash mid-write
-//! leaves the previous file intact.
+//! settings as expanded, so an edited command or URL, or a changed `${VAR}` in one, never serves
+//! stale tools. With it, a restarted gateway has every cached server's tools searchable at once
+//! and starts the server only when a call needs it. Writes go to a temporary file that is renamed
+//! over the old one, so a crash mid-write leaves the previous file intact.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolshelf_core::config::ServerConfig;
+use toolshelf_core::config::{ServerConfig, expand};
 use toolshelf_core::name::short_hash;
 pub use toolshelf_runtime::files::{default_cache_dir, expand_path, write_atomic};
 
@@ -26,17 +26,48 @@ pub fn config_key(label: &str) -> String {
 }
 
 /// A fingerprint of what launches a server; tools cached under another fingerprint are ignored.
+/// It covers the settings as the server is started with them, after `${VAR}` and `~/`
+/// expansion, so a changed variable is a changed server; only their hash is kept, never an
+/// expanded value (a secret). A server whose settings do not expand cannot start and has no
+/// fingerprint: `""`, which [`CatalogCache`] neither keeps nor returns.
 pub fn fingerprint(server: &ServerConfig) -> String {
-    let mut settings = format!(
-        "{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}",
-        server.command, server.args, server.env, server.cwd, server.url
-    );
+    fingerprint_with(server, &|k| std::env::var(k).ok())
+}
+
+/// [`fingerprint`] with variables looked up by `lookup`.
+fn fingerprint_with(server: &ServerConfig, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+    launch_settings(server, lookup)
+        .map(|settings| short_hash(&settings))
+        .unwrap_or_default()
+}
+
+/// The launch settings of `server`, expanded, in one string.
+fn launch_settings(
+    server: &ServerConfig,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let x = |text: &String| expand(text, lookup);
+    let command = server.command.as_ref().map(x).transpose()?;
+    let args = server.args.iter().map(x).collect::<Result<Vec<_>, _>>()?;
+    let env = server
+        .env
+        .iter()
+        .map(|(k, v)| Ok((k, x(v)?)))
+        .collect::<Result<BTreeMap<_, _>, String>>()?;
+    let cwd = server.cwd.as_ref().map(x).transpose()?;
+    let url = server.url.as_ref().map(x).transpose()?;
+    let mut settings = format!("{command:?}\u{0}{args:?}\u{0}{env:?}\u{0}{cwd:?}\u{0}{url:?}");
     // Headers (a token can decide which tools a server lists) only when set, so that the
     // fingerprints of servers without them stay as they were.
     if !server.headers.is_empty() {
-        settings.push_str(&format!("\u{0}{:?}", server.headers));
+        let headers = server
+            .headers
+            .iter()
+            .map(|(k, v)| Ok((k, x(v)?)))
+            .collect::<Result<BTreeMap<_, _>, String>>()?;
+        settings.push_str(&format!("\u{0}{headers:?}"));
     }
-    short_hash(&settings)
+    Ok(settings)
 }
 
 /// One server's cached tools.
@@ -86,7 +117,7 @@ impl CatalogCache {
             }
         };
         match serde_json::from_str::<CacheFile>(&text) {
-            Ok(f) if f.version == VERSION => f.servers,
+            Ok(f) if f.version == VERSION => fingerprinted(f.servers),
             Ok(f) => {
                 tracing::warn!(
                     "ignoring the catalog cache {}: layout version {} (this build reads {VERSION})",
@@ -106,11 +137,17 @@ impl CatalogCache {
     pub fn save(&self, servers: BTreeMap<String, CachedServer>) -> std::io::Result<()> {
         let file = CacheFile {
             version: VERSION,
-            servers,
+            servers: fingerprinted(servers),
         };
         let text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)?;
         write_atomic(&self.path, text.as_bytes())
     }
+}
+
+/// The entries of `servers` that have a fingerprint: an empty one matches no server.
+fn fingerprinted(mut servers: BTreeMap<String, CachedServer>) -> BTreeMap<String, CachedServer> {
+    servers.retain(|_, s| !s.fingerprint.is_empty());
+    servers
 }
 
 #[cfg(test)]
@@ -214,5 +251,86 @@ mod tests {
             fingerprint(&http),
             short_hash("None\u{0}[]\u{0}{}\u{0}None\u{0}Some(\"http://h/mcp\")")
         );
+    }
+
+    /// A lookup of the variables `vars`.
+    fn vars(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k| vars.get(k).cloned()
+    }
+
+    #[test]
+    fn fingerprints_follow_the_settings_as_expanded() {
+        let stdio: ServerConfig = toml::from_str(
+            "command = \"${SRV}\"\nargs = [\"--root\", \"${ROOT:-/srv}\"]\n\
+             env = { TOKEN = \"${TOKEN}\" }\ncwd = \"~/work\"",
+        )
+        .expect("stdio");
+        let base = [
+            ("SRV", "/bin/time"),
+            ("TOKEN", "s3cret"),
+            ("HOME", "/home/a"),
+        ];
+        let fp = |pairs: &[(&str, &str)]| fingerprint_with(&stdio, &vars(pairs));
+        let first = fp(&base);
+        assert!(
+            first.len() == 8 && first.bytes().all(|b| b.is_ascii_hexdigit()),
+            "a hash, no expanded value: {first:?}"
+        );
+        assert_eq!(first, fp(&base), "the same variables, the same fingerprint");
+        let with = |k: &'static str, v: &'static str| -> Vec<(&str, &str)> {
+            let mut pairs: Vec<_> = base.iter().copied().filter(|(n, _)| *n != k).collect();
+            pairs.push((k, v));
+            pairs
+        };
+        for (changed, what) in [
+            (with("SRV", "/bin/fetch"), "command"),
+            (with("ROOT", "/data"), "args"),
+            (with("TOKEN", "other"), "env"),
+            (with("HOME", "/home/b"), "cwd"),
+        ] {
+            assert_ne!(first, fp(&changed), "a variable in {what}");
+        }
+        assert_eq!(
+            fp(&[("SRV", "/bin/time"), ("HOME", "/home/a")]),
+            "",
+            "TOKEN unset: the server cannot start and has no fingerprint"
+        );
+
+        let http: ServerConfig = toml::from_str(
+            "url = \"${BASE}/mcp\"\nheaders = { Authorization = \"Bearer ${TOKEN}\" }",
+        )
+        .expect("http");
+        let fp = |pairs: &[(&str, &str)]| fingerprint_with(&http, &vars(pairs));
+        let first = fp(&[("BASE", "http://h"), ("TOKEN", "a")]);
+        assert_ne!(first, fp(&[("BASE", "http://g"), ("TOKEN", "a")]), "url");
+        assert_ne!(
+            first,
+            fp(&[("BASE", "http://h"), ("TOKEN", "b")]),
+            "headers"
+        );
+    }
+
+    #[test]
+    fn entries_without_a_fingerprint_are_neither_kept_nor_read() {
+        let dir =
+            std::env::temp_dir().join(format!("toolshelf-cache-nofp-test-{}", std::process::id()));
+        let cache = CatalogCache::new(&dir, "k");
+        let entry = |fingerprint: &str| CachedServer {
+            fingerprint: fingerprint.into(),
+            description: "d".into(),
+            tools: vec![serde_json::json!({"name": "t"})],
+        };
+        let servers = BTreeMap::from([("a".to_owned(), entry("f")), ("b".to_owned(), entry(""))]);
+        cache.save(servers).expect("save");
+        let text = std::fs::read_to_string(cache.path()).expect("read");
+        assert!(!text.contains("\"b\""), "{text}");
+        let file = serde_json::json!({"version": VERSION, "servers": {"b": entry("")}});
+        std::fs::write(cache.path(), file.to_string()).expect("write");
+        assert!(cache.load().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

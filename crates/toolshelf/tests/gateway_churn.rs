@@ -1,6 +1,7 @@
 //! End-to-end tests of a gateway session while its servers' tools change under it: names the
 //! session holds keep meaning the same tool, pinned tools stay callable, tools that went away are
-//! refused as such, and the change notice reaches the model once. The real `toolshelf serve`
+//! refused as such, and the change notice reaches the model once; a restart under another value of
+//! a variable in a server's settings is not served its cached tools. The real `toolshelf serve`
 //! binary in front of `fixtures/named_server.py` reading its tool list from a file the test
 //! rewrites.
 
@@ -383,4 +384,70 @@ async fn a_pinned_tools_new_schema_is_told_once() {
         "the list stays frozen"
     );
     client.cancel().await.expect("close");
+}
+
+/// The catalog cache goes by a server's settings as launched: a restart with another value of a
+/// variable its `args` use lists the tools of the server that variable now names, not the cached
+/// ones; with the same values the cache serves. No expanded value is kept in the cache file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_variable_in_a_servers_settings_is_not_served_from_the_cache() {
+    let s = Scratch::new("churn-cache-vars");
+    let alpha = tools_file(&s, "alpha.json", &[tool("alpha", "Alpha tool.", empty())]);
+    let beta = tools_file(&s, "beta.json", &[tool("beta", "Beta tool.", empty())]);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[defer]\ndefault = false\n{}[servers.a]\ncommand = \"python3\"\n\
+             args = [{:?}, \"a\", \"${{CHURN_TOOLS}}\"]\nenv = {{ TOKEN = \"${{CHURN_SECRET}}\" }}\n",
+            files_sections(&s),
+            fixture("named_server.py"),
+        ),
+    );
+    let cache_text = || {
+        std::fs::read_dir(s.0.join("cache"))
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("catalog-"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>()
+    };
+    let run = |tools: &str| {
+        let tools = format!("@{tools}");
+        stdio_client_with(&config, TestClient::default(), move |cmd| {
+            cmd.env("CHURN_TOOLS", tools)
+                .env("CHURN_SECRET", "churn-s3cret");
+        })
+    };
+    let state = |status: Value| status["servers"][0]["state"].as_str().map(str::to_owned);
+
+    let first = run(&alpha).await;
+    assert_eq!(list_names(&first).await, ["a__alpha"]);
+    wait_for("the cache to hold alpha", || async {
+        cache_text().contains("Alpha tool.")
+    })
+    .await;
+    first.cancel().await.expect("close");
+
+    let second = run(&beta).await;
+    assert_eq!(
+        list_names(&second).await,
+        ["a__beta"],
+        "not the cached alpha"
+    );
+    wait_for("the cache to hold beta", || async {
+        cache_text().contains("Beta tool.")
+    })
+    .await;
+    second.cancel().await.expect("close");
+
+    let third = run(&beta).await;
+    assert_eq!(list_names(&third).await, ["a__beta"]);
+    assert_eq!(state(status(&third).await).as_deref(), Some("cached"));
+    third.cancel().await.expect("close");
+    let text = cache_text();
+    assert!(
+        !text.contains("churn-s3cret") && !text.contains(&beta),
+        "{text}"
+    );
 }
