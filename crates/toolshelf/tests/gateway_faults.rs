@@ -3,9 +3,10 @@
 //! down beside what a search finds, and reminders after calls that were refused; what a client
 //! is told of a call whose params cannot be read; a stop with many HTTP sessions open; HTTP
 //! servers that go down or forget the session, a server that fails many times, a tool list that
-//! changes during start-up, servers' own child processes at exit and on SIGTERM, and the status
-//! resource's type. The real `toolshelf serve` binary in front of fixture servers, driven by
-//! rmcp's client over stdio and HTTP, or by hand.
+//! changes during start-up, servers' own child processes at exit and on SIGTERM, the status
+//! resource's type, and which file an error about a server in the way of script tools blames.
+//! The real `toolshelf serve` binary in front of fixture servers, driven by rmcp's client over
+//! stdio and HTTP, or by hand.
 
 mod common;
 
@@ -1264,4 +1265,51 @@ async fn progress_of_a_call_reaches_its_client_with_the_clients_token() {
     );
     assert_progress_then_result(&in_a, "tok-a", 7);
     assert_progress_then_result(&in_b, "tok-b", 8);
+}
+
+/// The server `scripts` is taken by a configuration's script tools; the error about a server
+/// already named so blames the file that defines it: the `--mcp-config` file when it came from
+/// there, the configuration for its own `[servers.scripts]`.
+#[test]
+fn a_server_in_the_way_of_script_tools_is_blamed_on_the_file_that_defines_it() {
+    let s = Scratch::new("scripts-taken");
+    s.write(
+        "tools/hello.star",
+        "description = \"Say hello.\"\ndef run(params):\n    return \"hi\"\n",
+    );
+    let tools = "[tools.hello]\nscript = \"tools/hello.star\"\n[cache]\nenabled = false\n";
+    let config = s.write("s.toml", tools);
+    let mcp = s.write(
+        "m.json",
+        &json!({"mcpServers": {"scripts": {"command": "python3"}}}).to_string(),
+    );
+    let own = s.write(
+        "own.toml",
+        &format!("{tools}[servers.scripts]\ncommand = \"python3\"\n"),
+    );
+    let stderr = |args: &[&str]| {
+        let out = std::process::Command::new(TOOLSHELF)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("toolshelf");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for command in ["status", "serve"] {
+        let said = stderr(&[command, "--config", &config, "--mcp-config", &mcp]);
+        assert!(
+            said.contains(&format!(
+                "{mcp}: mcpServers.scripts is taken by script tools ([tools.NAME] script in {config})"
+            )) && !said.contains("[servers.scripts]"),
+            "{command}: {said}"
+        );
+        let said = stderr(&[command, "--config", &own]);
+        assert!(
+            said.contains(&format!(
+                "{own}: [servers.scripts] is taken by script tools"
+            )),
+            "{command}: {said}"
+        );
+    }
 }

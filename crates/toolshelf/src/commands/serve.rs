@@ -66,12 +66,17 @@ impl GatewaySource {
             }
             None => Config::default(),
         };
+        // The --mcp-config file, when it defines a server by the name script tools take.
+        let mut scripts_in_mcp = None;
         if let Some(p) = &self.mcp_config {
             let text = crate::inputs::read_text(p, "MCP config")?;
             let name = p.display().to_string();
             let (servers, warnings) = Config::servers_from_mcp_json(&text, &name)?;
             for w in warnings {
                 errln!("toolshelf: warning: {w}");
+            }
+            if servers.contains_key(toolshelf_core::config::SCRIPTS_SERVER) {
+                scripts_in_mcp = Some(name.clone());
             }
             let config_name = self
                 .config
@@ -82,7 +87,7 @@ impl GatewaySource {
             labels.push(absolute(p));
         }
         if let Some(p) = &self.config {
-            add_script_server(&mut config, p)?;
+            add_script_server(&mut config, p, scripts_in_mcp.as_deref())?;
         }
         if config.servers.is_empty() {
             bail!("{}: no MCP servers configured", labels.join(" + "));
@@ -122,12 +127,19 @@ impl GatewaySource {
 
 /// Serves `[tools.NAME] script` tools as the server `scripts`: reads every script (relative to
 /// the configuration's directory) and adds a server section that runs this binary's scripts
-/// server on the same configuration.
-fn add_script_server(config: &mut Config, path: &Path) -> Result<()> {
+/// server on the same configuration. `scripts_in_mcp` is the `--mcp-config` file when a server
+/// of that name came from it.
+fn add_script_server(config: &mut Config, path: &Path, scripts_in_mcp: Option<&str>) -> Result<()> {
     use toolshelf_core::config::{SCRIPTS_SERVER, ServerConfig};
     use toolshelf_gateway::scripts;
     if !config.tools.values().any(|t| t.script.is_some()) {
         return Ok(());
+    }
+    if let Some(mcp) = scripts_in_mcp {
+        bail!(
+            "{mcp}: mcpServers.{SCRIPTS_SERVER} is taken by script tools ([tools.NAME] script in {}); name that server otherwise",
+            path.display()
+        );
     }
     if config.servers.contains_key(SCRIPTS_SERVER) {
         bail!(
