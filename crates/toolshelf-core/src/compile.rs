@@ -50,6 +50,17 @@ impl Compiled {
             .enumerate()
             .map(|(i, r)| Rule::parse(r).map_err(|m| err(format!("[defer] rules[{i}]: {m}"))))
             .collect::<Result<Vec<_>>>()?;
+        for name in config.modes.keys() {
+            if name.trim().is_empty() {
+                return Err(err(format!("[modes.{name:?}]: a mode's name is empty")));
+            }
+            // `--mode NAME` is matched exactly: a padded name would not be found.
+            if name.trim() != name {
+                return Err(err(format!(
+                    "[modes.{name:?}]: a mode's name has leading or trailing spaces"
+                )));
+            }
+        }
         let modes = config
             .modes
             .keys()
@@ -81,6 +92,10 @@ impl Compiled {
             ));
         }
         for (name, server) in &config.servers {
+            // A server's name heads its tools' names, and a catalog refuses an empty one.
+            if name.trim().is_empty() {
+                return Err(err(format!("[servers.{name:?}]: a server's name is empty")));
+            }
             server
                 .check()
                 .map_err(|e| err(format!("[servers.{name}] {e}")))?;
@@ -161,10 +176,32 @@ impl Compiled {
                 ("max_memory_mb", sc.max_memory_mb),
                 ("max_call_depth", sc.max_call_depth as u64),
                 ("timeout_secs", sc.timeout_secs),
+                ("max_result_bytes", sc.max_result_bytes as u64),
                 ("max_concurrent", sc.max_concurrent as u64),
             ],
         )
         .map_err(err)?;
+        for (setting, hosts) in [
+            ("[scripts] allow_hosts", &sc.allow_hosts),
+            ("[authoring] allow_hosts", &config.authoring.allow_hosts),
+        ] {
+            for (i, host) in hosts.iter().enumerate() {
+                if let Some(problem) = allow_host_problem(host) {
+                    return Err(err(format!("{setting}[{i}]: {host:?} {problem}")));
+                }
+            }
+        }
+        for (key, path) in [
+            ("[cache] path", &config.cache.path),
+            ("[audit] path", &config.audit.path),
+        ] {
+            if path.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return Err(err(format!(
+                    "{key} is empty (got {path:?}): name a path, or leave the key out for the default",
+                    path = path.as_deref().unwrap_or_default()
+                )));
+            }
+        }
         let a = &config.authoring;
         at_least_one(
             "authoring",
@@ -392,6 +429,99 @@ fn at_least_one(section: &str, keys: &[(&str, u64)]) -> std::result::Result<(), 
     }
 }
 
+/// Why `entry` of an `allow_hosts` list (`[scripts]`, `[authoring]`) would match no request, if
+/// it would not: a script's URL is allowed when its host, or `host:port`, equals an entry (case
+/// aside), so an entry is a host name or address with an optional numeric port, written as a
+/// URL writes it (IPv6 in brackets, in its shortest form), nothing else.
+fn allow_host_problem(entry: &str) -> Option<String> {
+    let problem = "is not a host name, optionally with :port";
+    let hint = match url_authority(entry) {
+        Ok(canonical) if canonical == entry.to_ascii_lowercase() => return None,
+        Ok(canonical) => format!("; write {canonical:?}"),
+        Err(hint) => {
+            // What the entry likely meant: its authority, without scheme, path or query.
+            let (scheme, rest) = match entry.trim().split_once("://") {
+                Some((_, rest)) => (true, rest),
+                None => (false, entry.trim()),
+            };
+            let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+            match url_authority(authority) {
+                Ok(canonical) if scheme => format!("; drop the scheme: write {canonical:?}"),
+                Ok(canonical) => format!("; write {canonical:?}"),
+                Err(_) => hint,
+            }
+        }
+    };
+    Some(format!("{problem}{hint}"))
+}
+
+/// `text`, a `host` or `host:port`, as a URL's host (and port) reads: the name in lower case,
+/// an IP address in its canonical form. An error is a hint at what is wrong, or "".
+fn url_authority(text: &str) -> std::result::Result<String, String> {
+    let (host, port) = match text.strip_prefix('[') {
+        Some(v6) => {
+            let (addr, after) = v6.split_once(']').ok_or_else(String::new)?;
+            let addr: std::net::Ipv6Addr = addr.parse().map_err(|_| String::new())?;
+            // A URL writes an IPv4-mapped address in hex (`::ffff:7f00:1`), not as std does.
+            let host = match addr.to_ipv4_mapped() {
+                Some(v4) => {
+                    let [a, b, c, d] = v4.octets();
+                    format!(
+                        "[::ffff:{:x}:{:x}]",
+                        u16::from_be_bytes([a, b]),
+                        u16::from_be_bytes([c, d])
+                    )
+                }
+                None => format!("[{addr}]"),
+            };
+            match after {
+                "" => (host, None),
+                _ => (host, Some(after.strip_prefix(':').ok_or_else(String::new)?)),
+            }
+        }
+        None => {
+            let (name, port) = match text.split_once(':') {
+                Some((name, port)) => (name, Some(port)),
+                None => (text, None),
+            };
+            if name.contains('*') {
+                return Err("; a wildcard matches nothing: list each host".to_owned());
+            }
+            if text.parse::<std::net::Ipv6Addr>().is_ok() {
+                let bracketed = url_authority(&format!("[{text}]"))?;
+                return Err(format!("; an IPv6 address goes in brackets: {bracketed:?}"));
+            }
+            let valid = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            if !valid {
+                return Err(String::new());
+            }
+            // A name whose last label is a number is an IPv4 address to a URL.
+            let last = name.rsplit('.').next().unwrap_or_default();
+            let host = if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
+                name.parse::<std::net::Ipv4Addr>()
+                    .map_err(|_| "; an IPv4 address is four numbers (127.0.0.1)".to_owned())?
+                    .to_string()
+            } else {
+                name.to_ascii_lowercase()
+            };
+            (host, port)
+        }
+    };
+    match port {
+        None => Ok(host),
+        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+            let p: u16 = p
+                .parse()
+                .map_err(|_| "; a port is at most 65535".to_owned())?;
+            Ok(format!("{host}:{p}"))
+        }
+        Some(_) => Err("; a port is a number (leave it out for any port)".to_owned()),
+    }
+}
+
 /// Why `url` cannot be a provider upstream of the proxy, if it cannot: it must be an `http://`
 /// or `https://` URL, and since the client's path (`/v1/messages`) is appended to it as it is,
 /// it must not end in `/v1` itself, as an SDK's base URL does, nor have a query or fragment.
@@ -402,6 +532,18 @@ pub fn upstream_url_problem(url: &str) -> Option<String> {
     let Some(rest) = rest else {
         return Some("must be an http:// or https:// URL".into());
     };
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("must not hold spaces or other whitespace".into());
+    }
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or("", |(addr, _)| addr),
+        None => host_port.split_once(':').map_or(host_port, |(h, _)| h),
+    };
+    if host.is_empty() {
+        return Some("must name a host (http://HOST or https://HOST[:PORT])".into());
+    }
     if rest.contains(['?', '#']) {
         return Some(
             "must not have a query or fragment: the client's path (/v1/messages) is appended \
@@ -552,6 +694,181 @@ mod tests {
         }
         assert!(compile("", None).is_ok());
         assert!(compile("[store]\nurl = \"redis://127.0.0.1:6379/2\"", None).is_ok());
+    }
+
+    /// `toml` fails to compile with a message naming the file and holding `says`.
+    fn assert_refused(toml: &str, says: &str) {
+        let e = compile(toml, None).expect_err(toml).to_string();
+        assert!(
+            e.starts_with("t.toml: ") && e.contains(says),
+            "{toml:?}: {e}"
+        );
+    }
+
+    #[test]
+    fn server_and_mode_names_and_env_keys_are_checked() {
+        for (toml, says) in [
+            (
+                "[servers.\"\"]\ncommand = \"x\"",
+                "[servers.\"\"]: a server's name is empty",
+            ),
+            (
+                "[servers.\" \"]\ncommand = \"x\"",
+                "[servers.\" \"]: a server's name is empty",
+            ),
+            (
+                "[modes.\"\"]\nread_only = true",
+                "[modes.\"\"]: a mode's name is empty",
+            ),
+            (
+                "[modes.ask]\nread_only = true\n[modes.\" ask\"]\nread_only = true",
+                "[modes.\" ask\"]: a mode's name has leading or trailing spaces",
+            ),
+            (
+                "[modes.\"ask \"]\nread_only = true",
+                "[modes.\"ask \"]: a mode's name has leading or trailing spaces",
+            ),
+            (
+                "[servers.s]\ncommand = \"x\"\nenv = { \"\" = \"1\" }",
+                "[servers.s] env: \"\" is not a variable name",
+            ),
+            (
+                "[servers.s]\ncommand = \"x\"\nenv = { \"A=B\" = \"1\" }",
+                "[servers.s] env: \"A=B\" is not a variable name",
+            ),
+        ] {
+            assert_refused(toml, says);
+        }
+        let c = compile(
+            "[servers.s]\ncommand = \"x\"\nenv = { A_1 = \"\", \"lower.dot\" = \"x\" }\n\
+             [modes.\"read only\"]\nread_only = true",
+            Some("read only"),
+        )
+        .expect("plain names");
+        assert_eq!(c.mode(), Some("read only"));
+    }
+
+    #[test]
+    fn scripts_max_result_bytes_must_be_at_least_one() {
+        assert_refused(
+            "[scripts]\nmax_result_bytes = 0",
+            "[scripts] max_result_bytes must be at least 1 (got 0)",
+        );
+        assert!(compile("[scripts]\nmax_result_bytes = 1", None).is_ok());
+    }
+
+    #[test]
+    fn allow_hosts_entries_are_host_names_with_an_optional_port() {
+        for ok in [
+            "dict.internal",
+            "127.0.0.1:8080",
+            "LOCALHOST",
+            "my_host-1.example.com:443",
+            "[::1]",
+            "[::1]:8080",
+            "[2001:db8::1]:443",
+            "[::ffff:7f00:1]",
+            "10.0.0.1:0",
+        ] {
+            for section in ["scripts", "authoring"] {
+                let toml = format!("[{section}]\nallow_hosts = [{ok:?}]");
+                assert!(compile(&toml, None).is_ok(), "{toml}");
+            }
+        }
+        for (entry, says) in [
+            (
+                "http://127.0.0.1:18992",
+                "\"http://127.0.0.1:18992\" is not a host name, optionally with :port; drop the scheme: write \"127.0.0.1:18992\"",
+            ),
+            (
+                "https://api.example.com/v1",
+                "drop the scheme: write \"api.example.com\"",
+            ),
+            (
+                "127.0.0.1/",
+                "\"127.0.0.1/\" is not a host name, optionally with :port; write \"127.0.0.1\"",
+            ),
+            ("", "\"\" is not a host name, optionally with :port"),
+            ("a b", "\"a b\" is not a host name"),
+            (" a", "\" a\" is not a host name"),
+            ("h:", "\"h:\" is not a host name"),
+            ("h:80:80", "\"h:80:80\" is not a host name"),
+            ("h:99999", "a port is at most 65535"),
+            ("h:+80", "a port is a number (leave it out for any port)"),
+            ("h:*", "a port is a number"),
+            ("h:080", "; write \"h:80\""),
+            (
+                "*.example.com",
+                "a wildcard matches nothing: list each host",
+            ),
+            ("::1", "an IPv6 address goes in brackets: \"[::1]\""),
+            ("::FFFF:127.0.0.1", "in brackets: \"[::ffff:7f00:1]\""),
+            ("[0:0::1]:80", "; write \"[::1]:80\""),
+            ("[::ffff:127.0.0.1]", "; write \"[::ffff:7f00:1]\""),
+            ("127.1", "an IPv4 address is four numbers"),
+            ("host.1", "an IPv4 address is four numbers"),
+            ("01.2.3.4", "an IPv4 address is four numbers"),
+            ("[::1", "\"[::1\" is not a host name"),
+            ("[::1]x", "\"[::1]x\" is not a host name"),
+            ("[host]", "\"[host]\" is not a host name"),
+            ("user@h", "\"user@h\" is not a host name"),
+            ("b\u{fc}cher.de", "is not a host name"),
+        ] {
+            for section in ["scripts", "authoring"] {
+                let toml = format!("[{section}]\nallow_hosts = [\"ok.host\", {entry:?}]");
+                assert_refused(&toml, &format!("[{section}] allow_hosts[1]: {entry:?} "));
+                assert_refused(&toml, says);
+            }
+        }
+    }
+
+    #[test]
+    fn an_upstream_names_a_host_and_holds_no_whitespace() {
+        for ok in [
+            "http://[::1]:8080",
+            "http://user@host",
+            "https://host:8443/base",
+        ] {
+            assert_eq!(upstream_url_problem(ok), None, "{ok}");
+        }
+        for (bad, says) in [
+            ("http://", "must name a host"),
+            ("https://", "must name a host"),
+            ("http:///v1/x", "must name a host"),
+            ("http://:8080", "must name a host"),
+            ("http://user@/x", "must name a host"),
+            ("http://[]:80", "must name a host"),
+            ("https://api.openai.com /x", "must not hold spaces"),
+            ("https://api.openai.com\t", "must not hold spaces"),
+            (
+                " https://api.openai.com",
+                "must be an http:// or https:// URL",
+            ),
+        ] {
+            let problem = upstream_url_problem(bad).unwrap_or_default();
+            assert!(problem.contains(says), "{bad:?}: {problem}");
+        }
+        assert_refused(
+            "[proxy]\nanthropic_upstream = \"http://\"",
+            "[proxy] anthropic_upstream must name a host (http://HOST or https://HOST[:PORT]) (got \"http://\")",
+        );
+        assert_refused(
+            "[proxy]\nopenai_upstream = \"https://api.openai.com /x\"",
+            "[proxy] openai_upstream must not hold spaces or other whitespace",
+        );
+    }
+
+    #[test]
+    fn cache_and_audit_paths_are_not_empty() {
+        for key in ["cache", "audit"] {
+            for path in ["", "  "] {
+                assert_refused(
+                    &format!("[{key}]\npath = {path:?}"),
+                    &format!("[{key}] path is empty (got {path:?})"),
+                );
+            }
+            assert!(compile(&format!("[{key}]\npath = \"rel\""), None).is_ok());
+        }
     }
 
     #[test]

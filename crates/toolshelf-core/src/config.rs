@@ -76,6 +76,11 @@ pub struct Config {
     /// `[authoring]`: whether and how much the model may define tools of its own.
     #[serde(default)]
     pub authoring: AuthoringConfig,
+    /// The directory of the file the configuration was read from, which relative paths in it
+    /// are relative to; `None` for one of no file (the bundled example). Set by the reader of
+    /// the file, never by the file.
+    #[serde(skip)]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 /// `[ui]`, read by the dashboard.
@@ -1065,8 +1070,14 @@ impl Config {
                 enabled: !disabled,
                 description_template: None,
             };
-            let problem =
-                kind_problem.or_else(|| server.check().err().map(|e| format!("{at}: {e}")));
+            // A server's name heads its tools' names, and a catalog refuses an empty one.
+            let name_problem = name
+                .trim()
+                .is_empty()
+                .then(|| format!("mcpServers.{name:?}: a server's name is empty"));
+            let problem = name_problem
+                .or(kind_problem)
+                .or_else(|| server.check().err().map(|e| format!("{at}: {e}")));
             match problem {
                 None => {
                     out.insert(name.clone(), server);
@@ -1095,6 +1106,43 @@ const RESERVED_HEADERS: &[&str] = &[
 ];
 
 impl ServerConfig {
+    /// The section of the server `name` with `${VAR}` and `~/` expanded in `command`, `args`,
+    /// `env`, `cwd`, `url` and `headers` values ([`expand`]), as the server is started with it.
+    /// An error names the variable and the key it is used in (`[servers.time] env.API_KEY:
+    /// environment variable KEY is not set`), never the value, which may be a secret.
+    pub fn expanded(
+        &self,
+        name: &str,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> std::result::Result<Self, String> {
+        let section = format!("[servers.{}]", toml_key(name));
+        let at = |key: &str| format!("{section} {key}");
+        let one = |text: &str, key: &str| expand_at(text, &at(key), lookup);
+        let map = |m: &BTreeMap<String, String>, key: &str| {
+            m.iter()
+                .map(|(k, v)| Ok((k.clone(), one(v, &format!("{key}.{}", toml_key(k)))?)))
+                .collect::<std::result::Result<BTreeMap<_, _>, String>>()
+        };
+        Ok(Self {
+            command: self
+                .command
+                .as_deref()
+                .map(|c| one(c, "command"))
+                .transpose()?,
+            args: self
+                .args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| one(a, &format!("args[{i}]")))
+                .collect::<std::result::Result<_, _>>()?,
+            env: map(&self.env, "env")?,
+            cwd: self.cwd.as_deref().map(|c| one(c, "cwd")).transpose()?,
+            url: self.url.as_deref().map(|u| one(u, "url")).transpose()?,
+            headers: map(&self.headers, "headers")?,
+            ..self.clone()
+        })
+    }
+
     /// Checks one server section; the message names the key.
     pub fn check(&self) -> std::result::Result<(), String> {
         match (&self.command, &self.url) {
@@ -1118,6 +1166,15 @@ impl ServerConfig {
             && (!self.args.is_empty() || self.cwd.is_some() || !self.env.is_empty())
         {
             return Err("args, env and cwd apply to command servers only, not to url".into());
+        }
+        // `NAME=VALUE` is how the environment holds a variable: a name with `=` (or none)
+        // cannot be passed on as written.
+        for key in self.env.keys() {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                return Err(format!(
+                    "env: {key:?} is not a variable name (a name is not empty and holds no \"=\")"
+                ));
+            }
         }
         if self.command.is_some() && !self.headers.is_empty() {
             return Err(
@@ -1161,10 +1218,12 @@ impl ServerConfig {
 }
 
 /// Expands `${VAR}`, `${VAR:-default}` and a leading `~/` (with `HOME`) in `text`, looking
-/// variables up with `lookup`; `${env:VAR}` (Cursor's spelling) is `${VAR}`. An unset variable
-/// without a default is an error naming it, so a missing install prefix fails at start-up with
-/// its name instead of as "file not found". A variable set to the empty string is set (`env`
-/// may pass an empty value on); `:-` takes the default for it too, as the shell does.
+/// variables up with `lookup`; `${env:VAR}` (Cursor's spelling) is `${VAR}`. A default may hold
+/// `${...}` of its own (`${A:-${B}}`): a `${` closes at its matching `}`, as in the shell. An
+/// unset variable without a default is an error naming it, so a missing install prefix fails at
+/// start-up with its name instead of as "file not found". A variable set to the empty string is
+/// set (`env` may pass an empty value on); `:-` takes the default for it too, as the shell does.
+/// No error quotes `text`, which may hold a secret: [`expand_at`] names where it is used.
 pub fn expand(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
@@ -1179,10 +1238,9 @@ pub fn expand(
     }
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
-        let body_end = rest[start..]
-            .find('}')
-            .ok_or_else(|| format!("unclosed ${{ in {text:?}"))?;
-        let body = &rest[start + 2..start + body_end];
+        let body_len =
+            closing_brace(&rest[start + 2..]).ok_or("unclosed ${ (each ${ needs its closing })")?;
+        let body = &rest[start + 2..start + 2 + body_len];
         let (name, default) = match body.split_once(":-") {
             Some((n, d)) => (n, Some(d)),
             None => (body, None),
@@ -1193,15 +1251,44 @@ pub fn expand(
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(&expand(d, lookup)?),
             (None, None) => {
-                return Err(format!(
-                    "environment variable {name} is not set (used in {text:?})"
-                ));
+                return Err(format!("environment variable {name} is not set"));
             }
         }
-        rest = &rest[start + body_end + 1..];
+        rest = &rest[start + 2 + body_len + 1..];
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// [`expand`] of the value at `at` (a key path such as `[servers.time] env.API_KEY`), which an
+/// error names in place of the value.
+pub fn expand_at(
+    text: &str,
+    at: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> std::result::Result<String, String> {
+    expand(text, lookup).map_err(|e| format!("{at}: {e}"))
+}
+
+/// Where the `}` closing a `${` ends in `body` (the text after the `${`): the first `}` not
+/// closing a `${` nested in it. POSIX counts only nested expansions, so a bare `{` is text.
+fn closing_brace(body: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'$' if bytes.get(i + 1) == Some(&b'{') => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' if depth == 0 => return Some(i),
+            b'}' => depth -= 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// A serde message about a configuration value in plain words: what the file should have there
@@ -1283,6 +1370,7 @@ fn found_in_words(found: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// Parses and compiles: validation happens in the compile step.
     fn parse(t: &str) -> Result<Config> {
@@ -1614,6 +1702,159 @@ mod tests {
                 .expect_err("unclosed")
                 .contains("unclosed")
         );
+    }
+
+    #[test]
+    fn an_unset_variable_is_named_with_where_it_is_used_never_its_value() {
+        let env = |k: &str| (k == "SET").then(|| "v".to_owned());
+        let secret = "sk-ENVSECRET-";
+        for text in [
+            "sk-ENVSECRET-${LEAK_SUFFIX}",
+            "sk-ENVSECRET-${LEAK_SUFFIX",
+            "sk-ENVSECRET-${SET}${LEAK_SUFFIX:-${LEAK_SUFFIX}}",
+        ] {
+            let e = expand(text, &env).expect_err(text);
+            assert!(!e.contains(secret), "{text}: {e}");
+            let e = expand_at(text, "[servers.time] env.API_KEY", &env).expect_err(text);
+            assert!(
+                e.starts_with("[servers.time] env.API_KEY: ") && !e.contains(secret),
+                "{text}: {e}"
+            );
+        }
+        assert_eq!(
+            expand("sk-ENVSECRET-${LEAK_SUFFIX}", &env).expect_err("unset"),
+            "environment variable LEAK_SUFFIX is not set"
+        );
+        let server = |toml: &str| {
+            Config::from_toml_str(toml, "t.toml")
+                .expect("config")
+                .servers["time"]
+                .clone()
+        };
+        for (toml, at) in [
+            (
+                "command = \"x\"\nenv = { API_KEY = \"sk-ENVSECRET-${LEAK_SUFFIX}\" }",
+                "[servers.time] env.API_KEY",
+            ),
+            (
+                "command = \"x\"\nargs = [\"a\", \"b\", \"--key=sk-ENVSECRET-${LEAK_SUFFIX}\"]",
+                "[servers.time] args[2]",
+            ),
+            (
+                "command = \"${LEAK_SUFFIX}/sk-ENVSECRET-\"",
+                "[servers.time] command",
+            ),
+            (
+                "command = \"x\"\ncwd = \"${LEAK_SUFFIX}\"",
+                "[servers.time] cwd",
+            ),
+            (
+                "url = \"https://h/mcp?key=sk-ENVSECRET-${LEAK_SUFFIX}\"",
+                "[servers.time] url",
+            ),
+            (
+                "url = \"https://h/mcp\"\nheaders = { X-Api-Key = \"sk-ENVSECRET-${LEAK_SUFFIX}\" }",
+                "[servers.time] headers.X-Api-Key",
+            ),
+        ] {
+            let e = server(&format!("[servers.time]\n{toml}"))
+                .expanded("time", &env)
+                .expect_err(toml);
+            assert_eq!(
+                e,
+                format!("{at}: environment variable LEAK_SUFFIX is not set"),
+                "{toml}"
+            );
+        }
+        let e = server("[servers.time]\ncommand = \"x\"\nenv = { \"A B\" = \"${U}\" }")
+            .expanded("time", &env)
+            .expect_err("quoted key");
+        assert!(e.starts_with("[servers.time] env.\"A B\": "), "{e}");
+        let ok = server(
+            "[servers.time]\ncommand = \"${SET}/bin\"\nargs = [\"${SET:-d}\", \"${U:-d}\"]\n\
+             env = { K = \"${SET}\" }\ncwd = \"/${SET}\"\ndescription = \"${U}\"",
+        )
+        .expanded("time", &env)
+        .expect("all set or defaulted");
+        assert_eq!(ok.command.as_deref(), Some("v/bin"));
+        assert_eq!(ok.args, ["v", "d"]);
+        assert_eq!(ok.env["K"], "v");
+        assert_eq!(ok.cwd.as_deref(), Some("/v"));
+        // Only the strings the server is started with are expanded.
+        assert_eq!(ok.description.as_deref(), Some("${U}"));
+    }
+
+    #[test]
+    fn nested_defaults_expand_as_in_the_shell() {
+        let env = |k: &str| match k {
+            "HOME" => Some("/home/u".to_owned()),
+            "P" => Some("/opt/p".to_owned()),
+            "E" => Some(String::new()),
+            _ => None,
+        };
+        for (text, expected) in [
+            ("${Q:-${P}}/bin", "/opt/p/bin"),
+            ("${P:-${Q}}/bin", "/opt/p/bin"),
+            ("${Q:-${R:-${P}/x}}/y", "/opt/p/x/y"),
+            ("${Q:-${R:-~/.cache}}/m", "/home/u/.cache/m"),
+            ("${E:-${P}}", "/opt/p"),
+            ("${env:Q:-${env:P}}", "/opt/p"),
+            ("${Q:-a}${Q:-${P}}", "a/opt/p"),
+            ("${Q:-{x}}", "{x}"),
+            ("${Q:-{x}}}", "{x}}"),
+            ("${Q:-}", ""),
+        ] {
+            assert_eq!(expand(text, &env).as_deref(), Ok(expected), "{text}");
+        }
+        for (text, says) in [
+            ("${Q:-${R}}", "environment variable R is not set"),
+            ("${Q:-${P}", "unclosed ${"),
+            ("${Q:-${P", "unclosed ${"),
+        ] {
+            let e = expand(text, &env).expect_err(text);
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains(text), "{text}: {e}");
+        }
+        let prefix = "${TOOLSHELF_MCP_PREFIX:-${HOME}/.cache/toolshelf-mcp}/venv/bin/x";
+        assert_eq!(
+            expand(prefix, &env).as_deref(),
+            Ok("/home/u/.cache/toolshelf-mcp/venv/bin/x")
+        );
+    }
+
+    #[test]
+    fn mcp_json_refuses_an_empty_server_name() {
+        for name in ["", " "] {
+            let text = json!({"mcpServers": {name: {"command": "x"}}}).to_string();
+            assert_mcp_json_error(
+                &text,
+                &format!("mcpServers.{name:?}: a server's name is empty"),
+            );
+        }
+        // A disabled entry is skipped, not judged.
+        let (servers, warnings) = Config::servers_from_mcp_json(
+            r#"{"mcpServers": {"": {"command": "x", "disabled": true}, "t": {"command": "x"}}}"#,
+            "mcp.json",
+        )
+        .expect("skipped");
+        assert_eq!(servers.keys().collect::<Vec<_>>(), ["t"]);
+        assert!(
+            warnings.len() == 1 && warnings[0].contains("a server's name is empty"),
+            "{warnings:?}"
+        );
+        assert_mcp_json_error(
+            r#"{"mcpServers": {"a": {"command": "x", "env": {"K=V": "1"}}}}"#,
+            "mcpServers.a: env: \"K=V\" is not a variable name",
+        );
+    }
+
+    #[test]
+    fn the_directory_is_never_read_from_the_file() {
+        let e = Config::from_toml_str("dir = \"/x\"", "t.toml")
+            .expect_err("not a key")
+            .to_string();
+        assert!(e.contains("unknown key `dir`"), "{e}");
+        assert_eq!(parse("").expect("empty").dir, None);
     }
 
     #[test]

@@ -105,6 +105,18 @@ pub fn expand_path(raw: &str) -> Result<PathBuf, String> {
     toolshelf_core::config::expand(raw, &|k| std::env::var(k).ok()).map(PathBuf::from)
 }
 
+/// A path of the configuration ([`expand_path`]), such as `[cache] path` or `[audit] path`: a
+/// relative one is relative to `config_dir`, the configuration file's directory, as `[tools.NAME]
+/// script` is, so every process reading the file finds the same path wherever it runs; without a
+/// file (`None`), to the current directory.
+pub fn expand_config_path(raw: &str, config_dir: Option<&Path>) -> Result<PathBuf, String> {
+    let path = expand_path(raw)?;
+    Ok(match config_dir {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    })
+}
+
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
 ///
 /// The temporary name is unique per write (process id, a counter and the clock), and the file is
@@ -139,4 +151,38 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_config_path_is_relative_to_the_configuration() {
+        let dir = Path::new("/etc/toolshelf");
+        for (raw, dir, expected) in [
+            ("rel-cache", Some(dir), "/etc/toolshelf/rel-cache"),
+            (
+                "./a/../audit.jsonl",
+                Some(dir),
+                "/etc/toolshelf/./a/../audit.jsonl",
+            ),
+            ("/var/cache/ts", Some(dir), "/var/cache/ts"),
+            (
+                "${TOOLSHELF_NO_SUCH_VAR:-rel}/x",
+                Some(dir),
+                "/etc/toolshelf/rel/x",
+            ),
+            ("${TOOLSHELF_NO_SUCH_VAR:-/abs}/x", Some(dir), "/abs/x"),
+            ("rel-cache", None, "rel-cache"),
+        ] {
+            assert_eq!(
+                expand_config_path(raw, dir).expect(raw),
+                PathBuf::from(expected),
+                "{raw}"
+            );
+        }
+        let e = expand_config_path("${TOOLSHELF_NO_SUCH_VAR}/x", Some(dir)).expect_err("unset");
+        assert!(e.contains("TOOLSHELF_NO_SUCH_VAR is not set"), "{e}");
+    }
 }

@@ -277,3 +277,54 @@ fn a_command_with_arguments_in_it_points_at_args() {
         "{reason}"
     );
 }
+
+/// A variable that is not set fails its server's start with a message naming the variable and
+/// never quoting the value it is used in (an `env` value or argument often holds a secret around
+/// the variable): not in the status, the status resource, nor the refusal a call reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unset_variable_fails_its_server_without_quoting_the_value() {
+    let s = Scratch::new("unsetvar");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[execute]\nrequire_search = false\n\
+             [servers.envs]\ncommand = \"python3\"\n\
+             env = {{ API_KEY = \"sk-ENVSECRET-${{TS_LEAK_SUFFIX}}\" }}\n\
+             [servers.argv]\ncommand = \"python3\"\n\
+             args = [\"-c\", \"pass\", \"--key=sk-ARGSECRET-${{TS_LEAK_SUFFIX}}\"]\n",
+            files_sections(&s)
+        ),
+    );
+    let (v, stderr) = status_json(&["--config", &config], &[]);
+    for name in ["envs", "argv"] {
+        let reason = server(&v, name)["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("environment variable TS_LEAK_SUFFIX is not set"),
+            "{name}: {reason}"
+        );
+    }
+
+    let log = s.path("serve.log");
+    let client = serve_logged(&["--config", &config], &[], &log).await;
+    wait_for("the servers to fail", || async {
+        server_state(&client, "envs").await == "failed"
+            && server_state(&client, "argv").await == "failed"
+    })
+    .await;
+    let refusal = err(&exec(&client, "mcp__envs__anything", json!({})).await);
+    assert!(refusal.contains("TS_LEAK_SUFFIX is not set"), "{refusal}");
+    let resource = status(&client).await.to_string();
+    client.cancel().await.expect("close");
+    let log = std::fs::read_to_string(&log).expect("log");
+    for (what, text) in [
+        ("status", &v.to_string()),
+        ("status stderr", &stderr),
+        ("the refusal", &refusal),
+        ("the status resource", &resource),
+        ("the log", &log),
+    ] {
+        for secret in ["sk-ENVSECRET", "sk-ARGSECRET"] {
+            assert!(!text.contains(secret), "{what} quotes the value: {text}");
+        }
+    }
+}
