@@ -456,19 +456,15 @@ impl Downstream {
             server: Arc::downgrade(self),
         };
         let env = |k: &str| std::env::var(k).ok();
+        // Expanded once, each error naming the key it is in, never the value (a secret).
+        let config = self.config.expanded(&self.name, &env)?;
         let fault = Fault::default();
-        let (service, pid) = match (&self.config.command, &self.config.url) {
-            (Some(command), _) => {
-                let program = expand(command, &env)?;
-                let mut cmd = tokio::process::Command::new(&program);
-                for a in &self.config.args {
-                    cmd.arg(expand(a, &env)?);
-                }
-                for (k, v) in &self.config.env {
-                    cmd.env(k, expand(v, &env)?);
-                }
-                if let Some(cwd) = &self.config.cwd {
-                    let cwd = expand(cwd, &env)?;
+        let (service, pid) = match (&config.command, &config.url) {
+            (Some(program), _) => {
+                let mut cmd = tokio::process::Command::new(program);
+                cmd.args(&config.args);
+                cmd.envs(&config.env);
+                if let Some(cwd) = &config.cwd {
                     // Spawning in a missing directory fails like a missing program would.
                     if !std::path::Path::new(&cwd).is_dir() {
                         return Err(format!("its cwd {cwd:?} is not a directory"));
@@ -503,19 +499,18 @@ command = {first:?}, args = {:?}",
                 (service, pid)
             }
             (None, Some(url)) => {
-                let url = expand(url, &env)?;
+                let url = url.clone();
                 let mut headers = std::collections::HashMap::new();
-                for (name, value) in &self.config.headers {
+                for (name, value) in &config.headers {
                     let header = axum::http::HeaderName::from_bytes(name.as_bytes())
                         .map_err(|_| format!("headers: {name:?} is not a valid header name"))?;
                     // The message leaves the value out: it is a secret.
-                    let mut value = axum::http::HeaderValue::from_str(&expand(value, &env)?)
-                        .map_err(|_| {
-                            format!(
-                                "headers: the value of {name:?} is not a valid HTTP header value \
+                    let mut value = axum::http::HeaderValue::from_str(value).map_err(|_| {
+                        format!(
+                            "headers: the value of {name:?} is not a valid HTTP header value \
 (after ${{VAR}} expansion)"
-                            )
-                        })?;
+                        )
+                    })?;
                     value.set_sensitive(true);
                     headers.insert(header, value);
                 }

@@ -296,10 +296,16 @@ async fn an_unset_variable_fails_its_server_without_quoting_the_value() {
         ),
     );
     let (v, stderr) = status_json(&["--config", &config], &[]);
-    for name in ["envs", "argv"] {
+    // Named with where it is used instead.
+    for (name, at) in [
+        ("envs", "[servers.envs] env.API_KEY"),
+        ("argv", "[servers.argv] args[2]"),
+    ] {
         let reason = server(&v, name)["reason"].as_str().unwrap_or_default();
         assert!(
-            reason.contains("environment variable TS_LEAK_SUFFIX is not set"),
+            reason.contains(&format!(
+                "{at}: environment variable TS_LEAK_SUFFIX is not set"
+            )),
             "{name}: {reason}"
         );
     }
