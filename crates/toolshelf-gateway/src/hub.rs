@@ -28,11 +28,10 @@ use toolshelf_core::{
 };
 
 use crate::audit::Audit;
-use crate::cache::{
-    CachedServer, CatalogCache, config_key, default_cache_dir, expand_path, fingerprint,
-};
+use crate::cache::{CachedServer, CatalogCache, config_key, default_cache_dir, fingerprint};
 use crate::downstream::{Downstream, ServerState, ServerStatus};
 use crate::error::{GatewayError, Result};
+use toolshelf_runtime::files::expand_config_path;
 
 /// How to build a gateway.
 #[derive(Debug, Clone)]
@@ -425,10 +424,12 @@ impl Hub {
         let audit = match (config.audit.enabled, &config.audit.path) {
             (false, _) => Audit::disabled(),
             (true, Some(p)) => {
-                let path = crate::cache::expand_path(p).map_err(|message| GatewayError::Io {
-                    what: "[audit] path",
-                    path: p.clone(),
-                    cause: std::io::Error::other(message),
+                let path = expand_config_path(p, config.dir.as_deref()).map_err(|message| {
+                    GatewayError::Io {
+                        what: "[audit] path",
+                        path: p.clone(),
+                        cause: std::io::Error::other(message),
+                    }
                 })?;
                 Audit::open(&path, config.audit.required, "[audit] path")?
             }
@@ -1050,15 +1051,17 @@ pub struct StatusFile {
     pub mode: Option<String>,
 }
 
-/// The cache directory of `config`: `[cache] path` (with `~/` expanded), else the user's
-/// cache directory (see [`default_cache_dir`]).
+/// The cache directory of `config`: `[cache] path` (with `~/` expanded; a relative one is the
+/// configuration file's directory's), else the user's cache directory (see [`default_cache_dir`]).
 pub fn cache_dir(config: &Config) -> Result<PathBuf> {
     match &config.cache.path {
-        Some(p) => expand_path(p).map_err(|message| GatewayError::Io {
-            what: "[cache] path",
-            path: p.clone(),
-            cause: std::io::Error::other(message),
-        }),
+        Some(p) => {
+            expand_config_path(p, config.dir.as_deref()).map_err(|message| GatewayError::Io {
+                what: "[cache] path",
+                path: p.clone(),
+                cause: std::io::Error::other(message),
+            })
+        }
         None => default_cache_dir().map_err(|cause| GatewayError::Io {
             what: "the cache directory",
             path: String::new(),

@@ -334,3 +334,38 @@ async fn an_unset_variable_fails_its_server_without_quoting_the_value() {
         }
     }
 }
+
+/// A relative `[cache] path` and `[audit] path` are the configuration file's directory's, as a
+/// script's path is, whatever directory the gateway runs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relative_cache_and_audit_paths_are_the_configurations_directory() {
+    let s = Scratch::new("relpaths");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "[audit]\npath = \"rel-audit.jsonl\"\n[cache]\npath = \"rel-cache\"\n{}",
+            named_server("a", &json!([tool("alpha", "Alpha.", json!({}))]), "")
+        ),
+    );
+    let elsewhere = s.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &config])
+        .current_dir(&elsewhere);
+    let client = stdio_client_logged(cmd, std::path::Path::new(&s.path("serve.log"))).await;
+    wait_for("the server to list its tools", || async {
+        server_state(&client, "a").await == "ready"
+    })
+    .await;
+    client.cancel().await.expect("close");
+    let cached = std::fs::read_dir(s.path("rel-cache"))
+        .map(|d| d.filter_map(|e| e.ok()).count())
+        .unwrap_or(0);
+    assert!(cached > 0, "nothing in the configuration's rel-cache");
+    assert!(std::path::Path::new(&s.path("rel-audit.jsonl")).exists());
+    assert!(
+        !std::path::Path::new(&format!("{elsewhere}/rel-cache")).exists()
+            && !std::path::Path::new(&format!("{elsewhere}/rel-audit.jsonl")).exists(),
+        "written relative to the current directory"
+    );
+}

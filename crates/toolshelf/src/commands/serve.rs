@@ -58,7 +58,12 @@ impl GatewaySource {
                 } else {
                     absolute(p)
                 });
-                Config::from_toml_str(&text, &p.display().to_string())?
+                let mut config = Config::from_toml_str(&text, &p.display().to_string())?;
+                // Relative paths in it ([cache] path, [audit] path) are the file's directory's.
+                config.dir = std::path::absolute(p)
+                    .ok()
+                    .and_then(|p| p.parent().map(Path::to_path_buf));
+                config
             }
             None if self.mcp_config.is_none() => {
                 labels.push(EXAMPLE_GATEWAY_LABEL.to_owned());
