@@ -992,6 +992,9 @@ fn rewrite(
         }
         i = end;
     }
+    // A conversation that ends with a recorded turn (the client continuing it) still gets the
+    // results the proxy owes that turn's calls: every API refuses a call left unanswered.
+    out.extend(dialect.result_entries(&pending, &[]));
     out
 }
 
@@ -1342,6 +1345,7 @@ impl Turn {
         }
         let so_far = Call {
             input: input.clone(),
+            raw_input: None,
             ..c.clone()
         };
         let mut call = self.call(proxy, &so_far).await?;
@@ -1397,6 +1401,21 @@ impl Turn {
             }
         } else {
             match shelf.by_client_name(&c.name) {
+                // Arguments that are not a JSON object (a complete call's; a cut one's come
+                // here parsed as far as written) cannot be judged by the rules and hooks, and
+                // no client could run them as the model meant: the model writes them again.
+                Some(_) if c.raw_input.is_some() => {
+                    self.refused += 1;
+                    crate::metrics::refused(RefusalKind::BadArguments.as_str());
+                    return Err(answer(
+                        format!(
+                            "{} was not run: its arguments are not a JSON object ({}). Call it again with its arguments as one JSON object.",
+                            toolshelf_core::echo::echo(&c.name),
+                            toolshelf_core::echo::echo(c.raw_input.as_deref().unwrap_or_default())
+                        ),
+                        true,
+                    ));
+                }
                 Some(i) => (
                     shelf.catalog.tools()[i].name.clone(),
                     c.input.clone(),

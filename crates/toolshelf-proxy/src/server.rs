@@ -569,9 +569,12 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             toolshelf_core::echo::echo(&v.to_string())
         )));
     }
-    // The Responses API echoes the request's tools in its response: the client's, not the
-    // upstream's (see `ClientTurn::tools`).
-    let client_tools = body.get("tools").cloned();
+    // The Responses API echoes the request's tools and tool choice in its response: the
+    // client's, not the upstream's (see `ClientTurn::echo`).
+    let echo: Map<String, Value> = ["tools", "tool_choice"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_owned(), body.get(k)?.clone())))
+        .collect();
     // What the proxy cannot serve when it rewrites (a request it passes through goes as sent).
     let unsupported = dialect.unsupported(&body);
     // A session id is text: any UTF-8, not only the visible ASCII `to_str` admits. One that is
@@ -619,7 +622,7 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         Ok(Plan::Rewrite(prepared)) => {
             proxy.count(|t| t.rewritten += 1);
             let mut turn = Turn::new(*prepared);
-            turn.client.tools = client_tools;
+            turn.client.echo = echo;
             turn.check_prefix();
             let headers = forward_headers(&parts.headers, true);
             if turn.prepared.stream {
@@ -1217,7 +1220,7 @@ async fn run_stream(
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(64);
     let idle = Duration::from_secs(app.proxy.compiled.config().proxy.upstream_timeout_secs);
     tokio::spawn(async move {
-        let mut streamer = dialect.streamer(turn.prepared.include_usage, turn.client.tools.clone());
+        let mut streamer = dialect.streamer(turn.prepared.include_usage, turn.client.echo.clone());
         let mut resp = first;
         loop {
             let round = match pump(resp, streamer.as_mut(), &tx, idle).await {

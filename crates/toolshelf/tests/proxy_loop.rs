@@ -548,3 +548,161 @@ fn a_call_of_a_resident_tool_the_client_stopped_sending_is_refused_as_gone() {
     assert_eq!(calls.len(), 1, "{answer}");
     assert_eq!(calls[0]["name"], "Frobnicate");
 }
+
+/// A client continuing a recorded turn (the conversation ends with the assistant's message, as
+/// after the output limit or the rounds running out) sends it with the results the proxy owes
+/// that turn's calls right after it, in every format: the provider accepts the request.
+#[test]
+fn a_conversation_ending_with_a_recorded_turn_gets_the_results_it_is_owed() {
+    let s = Scratch::new("proxy-loop-continue");
+    let cut = json!({"text": "Writing.", "cut": 40, "calls": [{"name": "defer_execute", "input": {
+        "tool_name": "mcp__fs__write_file", "params": {"path": "a.txt", "content": "hello world"}}}]});
+    let search = json!({"text": "Searching.", "calls": [
+        {"name": "tool_search", "input": {"queries": ["read file"]}}]});
+    let more = json!({"text": " continued"});
+    let steps = json!([
+        cut, more, search, more, cut, more, search, more, cut, more, search, more
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 1\n", &[]);
+    let user = json!({"role": "user", "content": "write a.txt"});
+    for _ in 0..2 {
+        let answer = anthropic(&proxy, &tools(), std::slice::from_ref(&user), false);
+        let messages = [
+            user.clone(),
+            json!({"role": "assistant", "content": answer["content"]}),
+        ];
+        let next = anthropic(&proxy, &tools(), &messages, false);
+        assert_eq!(text_of(&next), " continued", "{next}");
+    }
+    for _ in 0..2 {
+        let answer = chat(&proxy, std::slice::from_ref(&user), false);
+        let messages = [
+            user.clone(),
+            json!({"role": "assistant", "content": answer["text"]}),
+        ];
+        let next = chat(&proxy, &messages, false);
+        assert_eq!(next["text"], " continued", "{next}");
+    }
+    for _ in 0..2 {
+        let answer = responses(&proxy, std::slice::from_ref(&user), false);
+        let mut input = vec![user.clone()];
+        input.extend(answer["output"].as_array().expect("output").iter().cloned());
+        let next = responses(&proxy, &input, false);
+        assert!(next["output"].to_string().contains(" continued"), "{next}");
+    }
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    assert_eq!(upstream.played().len(), 12);
+    // The owed results come right after the turn put back, and nothing else follows them.
+    for (n, played) in upstream.played().iter().enumerate().skip(1).step_by(2) {
+        let body = &played["body"];
+        let sent = body["messages"]
+            .as_array()
+            .or(body["input"].as_array())
+            .expect("entries");
+        let last = sent.last().expect("an entry").to_string();
+        assert!(
+            last.contains("tool_result")
+                || last.contains("\"role\":\"tool\"")
+                || last.contains("function_call_output"),
+            "request {n} ends with the owed results: {last}"
+        );
+    }
+}
+
+/// A complete call of a resident client tool whose arguments are not a JSON object is answered
+/// by the proxy (Chat, Responses, streamed or not): no rule or hook could judge those arguments,
+/// and the client must never run the tool with empty ones. The model writes them again.
+#[test]
+fn a_resident_call_with_arguments_that_are_not_an_object_is_sent_back_to_the_model() {
+    let s = Scratch::new("proxy-loop-bad-args");
+    let written = [r#"{"file_path": "a.txt"}}"#, "[1, 2]"];
+    let mut steps = Vec::new();
+    for args in written {
+        for _ in 0..4 {
+            steps.push(json!({"text": "Reading.", "calls": [
+                {"name": "Read", "input": {}, "arguments": args}]}));
+            steps.push(json!({"text": "Done."}));
+        }
+    }
+    let upstream = LoopUpstream::start(&s, &Value::Array(steps));
+    let proxy = ProxyProc::start(&s, &upstream.url(), READ_RESIDENT, &[]);
+    let user = json!({"role": "user", "content": "read a.txt"});
+    for _ in written {
+        for stream in [false, true] {
+            let answer = chat(&proxy, std::slice::from_ref(&user), stream);
+            assert!(
+                answer["tool_calls"]
+                    .as_array()
+                    .is_none_or(|calls| calls.is_empty()),
+                "{answer}"
+            );
+            assert!(
+                answer["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .ends_with("Done."),
+                "{answer}"
+            );
+        }
+        for stream in [false, true] {
+            let answer = responses(&proxy, std::slice::from_ref(&user), stream);
+            let output = answer["output"].as_array().cloned().unwrap_or_default();
+            assert!(
+                !output.iter().any(|i| i["type"] == "function_call"),
+                "{answer}"
+            );
+        }
+    }
+    // Each refusal went to the model, in the request after the call.
+    let refusals = upstream
+        .played()
+        .iter()
+        .filter(|r| {
+            r["body"]
+                .to_string()
+                .contains("Read was not run: its arguments are not a JSON object")
+        })
+        .count();
+    assert_eq!(refusals, 8, "{:?}", upstream.played());
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}
+
+/// A Chat client that asks for logprobs gets those of the text it reads, from every round that
+/// wrote some, streamed or not.
+#[test]
+fn a_chat_answer_carries_the_logprobs_of_its_text() {
+    let s = Scratch::new("proxy-loop-logprobs");
+    let search = json!({"text": "Looking.", "calls": [
+        {"name": "tool_search", "input": {"queries": ["read file"]}}]});
+    let done = json!({"text": "Found it."});
+    let upstream = LoopUpstream::start(&s, &json!([search, done, search, done]));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let expected = ["Looki", "ng.", "Found", " it."];
+    for stream in [false, true] {
+        let body = json!({"model": "m", "tools": chat_tools(), "logprobs": true, "stream": stream,
+                          "messages": [{"role": "user", "content": "find it"}]});
+        let (status, answer) = post(
+            &format!("{}/v1/chat/completions", proxy.url),
+            &body,
+            &BEARER,
+        );
+        assert_eq!(status, 200, "{answer}");
+        let lists: Vec<Value> = if stream {
+            events(&answer)
+                .iter()
+                .map(|e| e["choices"][0]["logprobs"].clone())
+                .collect()
+        } else {
+            vec![answer["choices"][0]["logprobs"].clone()]
+        };
+        let tokens: Vec<String> = lists
+            .iter()
+            .filter_map(|lp| lp["content"].as_array())
+            .flatten()
+            .filter_map(|t| t["token"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(tokens, expected, "stream {stream}: {answer}");
+    }
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}

@@ -615,3 +615,45 @@ fn scratch_defer_execute_of_bash_beside_a_client_bash() {
     assert_eq!(uses.len(), 1, "{answer}");
     assert_eq!(uses[0]["name"], "bash", "{answer}");
 }
+
+/// A Responses response object echoes the request's `tools` and `tool_choice` as the client
+/// sent them, streamed or not, though the upstream got the frozen list and a choice of
+/// `defer_execute`.
+#[test]
+fn a_responses_answer_echoes_the_clients_tool_choice() {
+    let s = Scratch::new("proxy-echo-choice");
+    let call = json!({"name": "defer_execute", "input": {
+        "tool_name": "mcp__fs__read_file", "params": {"path": "n.txt"}}});
+    let script = json!({"steps": [{"tool_uses": [call]}, {"tool_uses": [call]}]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let choice = json!({"type": "function", "name": "mcp__fs__read_file"});
+    for stream in [false, true] {
+        let answer = respond(
+            &proxy,
+            json!({"input": "read n.txt", "tool_choice": choice, "stream": stream}),
+        );
+        let response = if stream {
+            let text = answer.as_str().expect("an event stream");
+            let last = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| serde_json::from_str::<Value>(d.trim()).expect("JSON"))
+                .next_back()
+                .expect("events");
+            assert_eq!(last["type"], "response.completed", "{text}");
+            last["response"].clone()
+        } else {
+            answer
+        };
+        assert_eq!(response["tool_choice"], choice, "{response}");
+        assert_eq!(
+            response["tools"],
+            Value::Array(responses_tools()),
+            "{response}"
+        );
+        assert_eq!(function_calls(&response)[0]["name"], "mcp__fs__read_file");
+    }
+    let turns = upstream.played(2);
+    assert_eq!(turns[0]["body"]["tool_choice"]["name"], "defer_execute");
+}

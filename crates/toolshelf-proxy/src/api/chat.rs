@@ -64,6 +64,14 @@ fn call_value(c: &Call) -> Value {
            "function": {"name": c.name, "arguments": Value::Object(c.input.clone()).to_string()}})
 }
 
+/// A call's arguments for the client: text that is not a JSON object (unfinished, or as the
+/// model wrote it) goes as it is.
+fn client_arguments(c: &Call) -> String {
+    c.raw_input
+        .clone()
+        .unwrap_or_else(|| Value::Object(c.input.clone()).to_string())
+}
+
 /// Renames call `id`.
 pub fn rewrite_call(entry: &mut Value, id: &str, name: &str, input: &Map<String, Value>) {
     let Some(Value::Array(tcs)) = entry.get_mut("tool_calls") else {
@@ -141,6 +149,9 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
     if !text.is_empty() {
         parts.push(Part::Raw(json!({"type": "text", "text": text})));
     }
+    if let Some(lp) = choice.get("logprobs").filter(|v| !v.is_null()) {
+        parts.push(Part::Raw(json!({"type": LOGPROBS, "logprobs": lp})));
+    }
     parts.extend(calls.iter().cloned().map(Part::Call));
     // Other fields of the message (refusal, annotations, reasoning) go to the client as given.
     if let Value::Object(mut rest) = message {
@@ -158,6 +169,43 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
     })
 }
 
+/// The type of the part holding a round's `logprobs` (no text of its own).
+const LOGPROBS: &str = "logprobs";
+
+/// The choice's `logprobs` for the client: the rounds' own, their token lists (`content`,
+/// `refusal`) joined in order; null when no round had any.
+fn logprobs(parts: &[Part]) -> Value {
+    let mut joined: Option<Map<String, Value>> = None;
+    for p in parts {
+        let Part::Raw(v) = p else { continue };
+        if v.get("type").and_then(Value::as_str) != Some(LOGPROBS) {
+            continue;
+        }
+        let Some(Value::Object(lp)) = v.get("logprobs") else {
+            continue;
+        };
+        let Some(all) = &mut joined else {
+            joined = Some(lp.clone());
+            continue;
+        };
+        for (k, more) in lp {
+            match all.get_mut(k) {
+                Some(Value::Array(have)) => {
+                    if let Value::Array(more) = more {
+                        have.extend(more.iter().cloned());
+                    }
+                }
+                Some(slot) if slot.is_null() => *slot = more.clone(),
+                Some(_) => {}
+                None => {
+                    all.insert(k.clone(), more.clone());
+                }
+            }
+        }
+    }
+    joined.map_or(Value::Null, Value::Object)
+}
+
 /// The text and calls of a turn's parts. A message has one text, so the texts of successive
 /// rounds are joined with a blank line, as separate blocks would read.
 fn split(parts: &[Part]) -> (String, Vec<Value>) {
@@ -170,7 +218,8 @@ fn split(parts: &[Part]) -> (String, Vec<Value>) {
                     .and_then(Value::as_str)
                     .filter(|t| !t.is_empty()),
             ),
-            Part::Call(c) => calls.push(call_value(c)),
+            Part::Call(c) => calls.push(json!({"id": c.id, "type": "function",
+                "function": {"name": c.name, "arguments": client_arguments(c)}})),
         }
     }
     (texts.join(ROUND_SEPARATOR), calls)
@@ -212,7 +261,8 @@ pub fn client_response(out: &ClientTurn) -> Value {
     }
     body.insert(
         "choices".into(),
-        json!([{"index": 0, "message": message, "logprobs": null, "finish_reason": out.stop}]),
+        json!([{"index": 0, "message": message, "logprobs": logprobs(&out.parts),
+                 "finish_reason": out.stop}]),
     );
     if let Some(u) = &out.usage {
         body.insert("usage".into(), u.clone());
@@ -372,10 +422,16 @@ impl Streamer for Stream {
                     self.role_sent = true;
                 }
             }
+            // The chunk's logprobs go with the text they are of.
+            let logprobs = choice.get("logprobs").cloned().unwrap_or(Value::Null);
+            let tokens = logprobs.as_object().is_some_and(|o| {
+                o.values()
+                    .any(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+            });
             let empty = rest.values().all(|v| v.is_null() || v == "");
-            if !empty {
+            if !empty || tokens {
                 let c = self.chunk(
-                    json!([{"index": 0, "delta": rest, "logprobs": null, "finish_reason": null}]),
+                    json!([{"index": 0, "delta": rest, "logprobs": logprobs, "finish_reason": null}]),
                 );
                 write_json(out, None, &c);
             }
@@ -436,8 +492,7 @@ impl Streamer for Stream {
         let i = self.next_call;
         self.next_call += 1;
         let mut delta = json!({"tool_calls": [{"index": i, "id": call.id, "type": "function",
-            "function": {"name": call.name,
-                         "arguments": Value::Object(call.input.clone()).to_string()}}]});
+            "function": {"name": call.name, "arguments": client_arguments(call)}}]});
         if !self.role_sent {
             self.role_sent = true;
             delta["role"] = "assistant".into();

@@ -422,13 +422,13 @@ impl Dialect {
         }
     }
 
-    /// A streaming translator for one client response. `client_tools` is the `tools` array the
-    /// client sent, for a format whose responses echo it (see [`ClientTurn::tools`]).
-    pub fn streamer(self, include_usage: bool, client_tools: Option<Value>) -> Box<dyn Streamer> {
+    /// A streaming translator for one client response. `echo` holds the request fields the
+    /// client sent that a format's responses echo (see [`ClientTurn::echo`]).
+    pub fn streamer(self, include_usage: bool, echo: Map<String, Value>) -> Box<dyn Streamer> {
         match self.0 {
             Api::Anthropic => Box::new(anthropic::Stream::default()),
             Api::OpenAiChat => Box::new(chat::Stream::new(include_usage)),
-            Api::OpenAiResponses => Box::new(responses::Stream::new(client_tools)),
+            Api::OpenAiResponses => Box::new(responses::Stream::new(echo)),
         }
     }
 
@@ -460,10 +460,10 @@ pub struct ClientTurn {
     /// The last round's envelope: how the answer ended, where the format says more than the
     /// stop reason (a stop sequence, why a response is incomplete or failed).
     pub last: Map<String, Value>,
-    /// The `tools` array the client sent. A Responses response object echoes its request's
-    /// tools; the client's copy must name the client's tools, never the upstream's frozen list
-    /// with the meta-tools.
-    pub tools: Option<Value>,
+    /// The request fields the proxy rewrites that a Responses response object echoes (`tools`,
+    /// `tool_choice`), as the client sent them: the client's copy must name the client's tools,
+    /// never the upstream's frozen list with the meta-tools.
+    pub echo: Map<String, Value>,
 }
 
 /// Translates one upstream SSE stream after another into the single stream the client reads.

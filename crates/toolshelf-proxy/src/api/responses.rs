@@ -141,10 +141,13 @@ fn status_of(stop: Option<&str>) -> &str {
     }
 }
 
-/// Puts the client's own tools where a response object echoes the upstream's.
-fn echo_client_tools(response: &mut Map<String, Value>, client_tools: Option<&Value>) {
-    if let (Some(slot), Some(tools)) = (response.get_mut("tools"), client_tools) {
-        *slot = tools.clone();
+/// Puts the client's own fields (`echo`: its tools, its tool choice) where a response object
+/// echoes the upstream's.
+fn echo_client_fields(response: &mut Map<String, Value>, echo: &Map<String, Value>) {
+    for (k, v) in echo {
+        if let Some(slot) = response.get_mut(k) {
+            *slot = v.clone();
+        }
     }
 }
 
@@ -156,8 +159,8 @@ pub fn client_response(out: &ClientTurn) -> Value {
             "status" => {
                 body.insert(k.clone(), status_of(out.stop.as_deref()).into());
             }
-            "tools" => {
-                body.insert(k.clone(), out.tools.clone().unwrap_or_else(|| v.clone()));
+            _ if out.echo.contains_key(k) => {
+                body.insert(k.clone(), out.echo[k].clone());
             }
             "output" => {}
             "usage" => {
@@ -192,8 +195,8 @@ const ENDING: &[&str] = &["error", "incomplete_details", "completed_at"];
 /// The streaming translator.
 #[derive(Debug, Default)]
 pub struct Stream {
-    /// The client's `tools`, echoed in the response objects it receives.
-    client_tools: Option<Value>,
+    /// The client's `tools` and `tool_choice`, echoed in the response objects it receives.
+    echo: Map<String, Value>,
     /// Rounds finished before this one.
     rounds: u32,
     seq: u64,
@@ -214,10 +217,10 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// A translator for a client that sent `client_tools`.
-    pub fn new(client_tools: Option<Value>) -> Self {
+    /// A translator for a client that sent the fields `echo`.
+    pub fn new(echo: Map<String, Value>) -> Self {
         Self {
-            client_tools,
+            echo,
             ..Self::default()
         }
     }
@@ -247,7 +250,7 @@ impl Streamer for Stream {
         match ty.as_str() {
             "response.created" | "response.in_progress" | "response.queued" => {
                 if let Some(Value::Object(r)) = data.get_mut("response") {
-                    echo_client_tools(r, self.client_tools.as_ref());
+                    echo_client_fields(r, &self.echo);
                     let mut env = r.clone();
                     env.shift_remove("output");
                     if self.round.envelope.is_empty() {
@@ -444,7 +447,7 @@ impl Streamer for Stream {
         // response's last event (Codex reads `response.failed`'s `error.message`) gets this
         // error rather than "stream closed before response.completed".
         let mut r = self.response.clone().unwrap_or_default();
-        echo_client_tools(&mut r, self.client_tools.as_ref());
+        echo_client_fields(&mut r, &self.echo);
         r.insert("status".into(), "failed".into());
         r.insert("output".into(), Value::Array(self.items.clone()));
         r.insert("error".into(), json!({"code": code, "message": said}));
@@ -485,23 +488,34 @@ mod tests {
     }
 
     #[test]
-    fn response_objects_echo_the_clients_tools() {
+    fn response_objects_echo_the_clients_tools_and_tool_choice() {
         let upstream_tools = json!([{"type": "function", "name": "tool_search"},
                                     {"type": "function", "name": "defer_execute"}]);
+        let upstream_choice = json!({"type": "function", "name": "defer_execute"});
         let client_tools = json!([{"type": "function", "name": "mcp__weather__get_forecast"}]);
+        let client_choice = json!({"type": "function", "name": "mcp__weather__get_forecast"});
+        let echo: Map<String, Value> = [
+            ("tools".to_owned(), client_tools.clone()),
+            ("tool_choice".to_owned(), client_choice.clone()),
+        ]
+        .into_iter()
+        .collect();
         let round = parse_response(json!({"id": "resp_1", "status": "completed",
-            "tools": upstream_tools, "output": [], "usage": {"input_tokens": 3}}))
+            "tools": upstream_tools, "tool_choice": upstream_choice, "output": [],
+            "usage": {"input_tokens": 3}}))
         .expect("parses");
         let turn = ClientTurn {
             envelope: round.envelope,
-            tools: Some(client_tools.clone()),
+            echo: echo.clone(),
             ..ClientTurn::default()
         };
-        assert_eq!(client_response(&turn)["tools"], client_tools);
+        let body = client_response(&turn);
+        assert_eq!(body["tools"], client_tools);
+        assert_eq!(body["tool_choice"], client_choice);
 
         let response = |status: &str| {
             json!({"id": "resp_1", "object": "response", "status": status,
-                   "tools": upstream_tools, "output": []})
+                   "tools": upstream_tools, "tool_choice": upstream_choice, "output": []})
         };
         let upstream = [
             json!({"type": "response.created", "sequence_number": 0,
@@ -511,7 +525,7 @@ mod tests {
             json!({"type": "response.completed", "sequence_number": 2,
                    "response": response("completed")}),
         ];
-        let mut s = Stream::new(Some(client_tools.clone()));
+        let mut s = Stream::new(echo);
         let mut out = Vec::new();
         for data in &upstream {
             let event = Event {
@@ -537,6 +551,11 @@ mod tests {
             assert_eq!(
                 v["response"]["tools"], client_tools,
                 "{} must echo the client's tools",
+                v["type"]
+            );
+            assert_eq!(
+                v["response"]["tool_choice"], client_choice,
+                "{} must echo the client's tool_choice",
                 v["type"]
             );
         }
