@@ -180,11 +180,7 @@ fn checked(
     }
     // Compared as names resolve (case and separators folded), so that no defined tool answers
     // to a spelling of a meta-tool.
-    let folded = crate::name::fold(name);
-    let meta = crate::name::META_TOOLS
-        .iter()
-        .any(|m| crate::name::fold(m) == folded);
-    if (taken && !own) || meta {
+    if (taken && !own) || crate::name::meta_tool(name).is_some() {
         return Err(format!(
             "tool_define: a tool named {name:?} exists already; choose another name"
         ));

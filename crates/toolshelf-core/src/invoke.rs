@@ -868,13 +868,9 @@ pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Resul
                 Vec::new()
             };
             // A meta-tool spelt as names fold (`TOOL_SEARCH`), once no tool has the name.
-            let folded = name::fold(requested);
-            if let (None, Some(meta)) = (
-                candidates.first(),
-                META_TOOLS.iter().find(|m| name::fold(m) == folded),
-            ) {
+            if let (None, Some(meta)) = (candidates.first(), name::meta_tool(requested)) {
                 return Err(Refusal::MetaTool {
-                    name: (*meta).to_owned(),
+                    name: meta.to_owned(),
                 });
             }
             Err(match candidates.first() {

@@ -19,6 +19,13 @@ pub const DEFER_EXECUTE: &str = "defer_execute";
 /// Both meta-tool names. A catalog tool with one of these names keeps a distinct name instead.
 pub const META_TOOLS: [&str; 2] = [TOOL_SEARCH, DEFER_EXECUTE];
 
+/// The meta-tool `name` is a spelling of, as names resolve ([`fold`]): `TOOL_SEARCH` is
+/// `tool_search`.
+pub fn meta_tool(name: &str) -> Option<&'static str> {
+    let folded = fold(name);
+    META_TOOLS.into_iter().find(|m| fold(m) == folded)
+}
+
 /// Longest name the providers accept.
 pub const MAX_NAME_LEN: usize = 64;
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolshelf_core::config::{ServerConfig, expand};
+use toolshelf_core::config::ServerConfig;
 use toolshelf_core::name::short_hash;
 pub use toolshelf_runtime::files::{default_cache_dir, expand_path, write_atomic};
 
@@ -41,31 +41,20 @@ fn fingerprint_with(server: &ServerConfig, lookup: &dyn Fn(&str) -> Option<Strin
         .unwrap_or_default()
 }
 
-/// The launch settings of `server`, expanded, in one string.
+/// The launch settings of `server`, expanded ([`ServerConfig::expanded`]), in one string.
 fn launch_settings(
     server: &ServerConfig,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, String> {
-    let x = |text: &String| expand(text, lookup);
-    let command = server.command.as_ref().map(x).transpose()?;
-    let args = server.args.iter().map(x).collect::<Result<Vec<_>, _>>()?;
-    let env = server
-        .env
-        .iter()
-        .map(|(k, v)| Ok((k, x(v)?)))
-        .collect::<Result<BTreeMap<_, _>, String>>()?;
-    let cwd = server.cwd.as_ref().map(x).transpose()?;
-    let url = server.url.as_ref().map(x).transpose()?;
-    let mut settings = format!("{command:?}\u{0}{args:?}\u{0}{env:?}\u{0}{cwd:?}\u{0}{url:?}");
+    let x = server.expanded("", lookup)?;
+    let mut settings = format!(
+        "{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}",
+        x.command, x.args, x.env, x.cwd, x.url
+    );
     // Headers (a token can decide which tools a server lists) only when set, so that the
     // fingerprints of servers without them stay as they were.
-    if !server.headers.is_empty() {
-        let headers = server
-            .headers
-            .iter()
-            .map(|(k, v)| Ok((k, x(v)?)))
-            .collect::<Result<BTreeMap<_, _>, String>>()?;
-        settings.push_str(&format!("\u{0}{headers:?}"));
+    if !x.headers.is_empty() {
+        settings.push_str(&format!("\u{0}{:?}", x.headers));
     }
     Ok(settings)
 }
