@@ -357,11 +357,18 @@ async fn relative_cache_and_audit_paths_are_the_configurations_directory() {
         server_state(&client, "a").await == "ready"
     })
     .await;
+    // The cache is written after the server listed its tools, not before `ready`.
+    let cached = || {
+        std::fs::read_dir(s.path("rel-cache"))
+            .map(|d| d.filter_map(|e| e.ok()).count())
+            .unwrap_or(0)
+    };
+    wait_for(
+        "the catalog cache in the configuration's rel-cache",
+        || async { cached() > 0 },
+    )
+    .await;
     client.cancel().await.expect("close");
-    let cached = std::fs::read_dir(s.path("rel-cache"))
-        .map(|d| d.filter_map(|e| e.ok()).count())
-        .unwrap_or(0);
-    assert!(cached > 0, "nothing in the configuration's rel-cache");
     assert!(std::path::Path::new(&s.path("rel-audit.jsonl")).exists());
     assert!(
         !std::path::Path::new(&format!("{elsewhere}/rel-cache")).exists()
