@@ -1361,7 +1361,12 @@ impl GatewaySession {
             Err(e) => return error_result(e),
         };
         let name = tool.name().to_owned();
-        toolshelf_runtime::scripts::keep_authored(limits, &self.id, &tool);
+        toolshelf_runtime::scripts::keep_authored(
+            limits,
+            self.hub.config().dir.as_deref(),
+            &self.id,
+            &tool,
+        );
         local.authored.push(tool);
         local.overlay = None;
         // The model wrote the schema: the tool is loaded.

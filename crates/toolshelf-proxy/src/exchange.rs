@@ -1741,7 +1741,12 @@ impl Turn {
                 return (format!("tool_define: {e}"), true);
             }
         }
-        toolshelf_runtime::scripts::keep_authored(limits, &self.prepared.key, &tool);
+        toolshelf_runtime::scripts::keep_authored(
+            limits,
+            proxy.compiled.config().dir.as_deref(),
+            &self.prepared.key,
+            &tool,
+        );
         // The model wrote the schema: the tool is loaded.
         session.state.activate([name.as_str()]);
         self.note_activated(&name);

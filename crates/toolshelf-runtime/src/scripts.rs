@@ -521,16 +521,18 @@ pub fn result_text(value: &Value) -> String {
     }
 }
 
-/// Writes a tool the model defined to `[authoring] keep_dir` (default `CACHE/authored`) as
-/// `SESSION/NAME.star`, a script-tool file the operator can review and promote, and logs where
-/// (or why not). Keeping serves the operator: a failure to write does not fail the definition.
+/// Writes a tool the model defined to `[authoring] keep_dir` (default `CACHE/authored`; a relative
+/// one is relative to `config_dir`, the configuration file's directory) as `SESSION/NAME.star`, a
+/// script-tool file the operator can review and promote, and logs where (or why not). Keeping
+/// serves the operator: a failure to write does not fail the definition.
 pub fn keep_authored(
     config: &toolshelf_core::config::AuthoringConfig,
+    config_dir: Option<&Path>,
     session: &str,
     tool: &Authored,
 ) {
     let name = tool.name();
-    match write_authored(config, session, tool) {
+    match write_authored(config, config_dir, session, tool) {
         Ok(Some(path)) => tracing::info!(
             session = %session, tool = %name,
             "model-authored tool kept in {} (promote it with [tools.{name}] script)",
@@ -544,12 +546,13 @@ pub fn keep_authored(
 /// [`keep_authored`]'s write: the path written, `None` when `keep_dir` is `""`.
 fn write_authored(
     config: &toolshelf_core::config::AuthoringConfig,
+    config_dir: Option<&Path>,
     session: &str,
     tool: &Authored,
 ) -> Result<Option<PathBuf>, String> {
     let dir = match config.keep_dir.as_deref() {
         Some("") => return Ok(None),
-        Some(d) => crate::files::expand_path(d)?,
+        Some(d) => crate::files::expand_config_path(d, config_dir)?,
         None => crate::files::default_cache_dir()
             .map_err(|e| format!("no cache directory for [authoring] keep_dir: {e}"))?
             .join("authored"),

@@ -266,8 +266,9 @@ fn a_model_written_tool_is_redefined_in_place() {
         {"text": "done"}
     ]});
     let upstream = Upstream::start(&s, &script);
-    // One tool at most: the redefinition does not count again.
-    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\nmax_tools = 1\n";
+    // One tool at most: the redefinition does not count again. A relative keep_dir is the
+    // configuration file's directory's.
+    let config = "[proxy]\nmax_search_rounds = 8\n[authoring]\nenabled = true\nmax_tools = 1\nkeep_dir = \"kept\"\n";
     let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
     let mut messages = vec![json!({"role": "user", "content": "make an echo tool"})];
     no_calls(&turn(&proxy, &mut messages));
@@ -280,6 +281,14 @@ fn a_model_written_tool_is_redefined_in_place() {
     assert_eq!(upstream.last_result(4), ("abab".to_owned(), false));
     let (found, _) = upstream.last_result(5);
     assert!(found.contains("Echo a text twice."), "{found}");
+    // The kept file is the latest definition.
+    let kept: Vec<std::path::PathBuf> = std::fs::read_dir(s.path("kept"))
+        .expect("keep_dir beside the configuration")
+        .map(|d| d.expect("entry").path().join("echo.star"))
+        .collect();
+    assert_eq!(kept.len(), 1, "one session: {kept:?}");
+    let file = std::fs::read_to_string(&kept[0]).expect("the kept tool");
+    assert!(file.contains("Echo a text twice."), "{file}");
 }
 
 #[test]

@@ -560,14 +560,14 @@ async fn a_tool_the_model_defines_in_the_gateway_is_its_sessions_alone() {
     let cfg = s.write(
         "toolshelf.toml",
         &format!(
-            "{}[authoring]\nenabled = true\nmax_tools = 1\nmax_script_bytes = 200\nkeep_dir = {:?}\n\
+            // A relative keep_dir is the configuration file's directory's.
+            "{}[authoring]\nenabled = true\nmax_tools = 1\nmax_script_bytes = 200\nkeep_dir = \"authored\"\n\
              [scripts]\nallow_hosts = [\"127.0.0.1:9\"]\nmax_result_bytes = 1000\n{}",
             named_server(
                 "notes",
                 &json!([tool("add_note", "Add a note.", json!({"type": "object"}))]),
                 ""
             ),
-            s.path("authored"),
             files_sections(&s)
         ),
     );

@@ -51,7 +51,12 @@ pub fn run(args: Args) -> Result<()> {
         Some(p) => {
             let text = crate::inputs::read_text(p, "config")?;
             let name = p.display().to_string();
-            (Config::from_toml_str(&text, &name)?, name)
+            let mut config = Config::from_toml_str(&text, &name)?;
+            // A relative [authoring] keep_dir is the file's directory's.
+            config.dir = std::path::absolute(p)
+                .ok()
+                .and_then(|p| p.parent().map(PathBuf::from));
+            (config, name)
         }
         None => (Config::default(), "(defaults)".to_owned()),
     };
