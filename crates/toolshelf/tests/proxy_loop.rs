@@ -611,15 +611,16 @@ fn a_conversation_ending_with_a_recorded_turn_gets_the_results_it_is_owed() {
 }
 
 /// A complete call of a resident client tool whose arguments are not a JSON object is answered
-/// by the proxy (Chat, Responses, streamed or not): no rule or hook could judge those arguments,
-/// and the client must never run the tool with empty ones. The model writes them again.
+/// by the proxy (Chat, Responses, streamed or not; an Anthropic stream, the one place that API
+/// can carry such input): no rule or hook could judge those arguments, and the client must
+/// never run the tool with empty ones. The model writes them again.
 #[test]
 fn a_resident_call_with_arguments_that_are_not_an_object_is_sent_back_to_the_model() {
     let s = Scratch::new("proxy-loop-bad-args");
     let written = [r#"{"file_path": "a.txt"}}"#, "[1, 2]"];
     let mut steps = Vec::new();
     for args in written {
-        for _ in 0..4 {
+        for _ in 0..5 {
             steps.push(json!({"text": "Reading.", "calls": [
                 {"name": "Read", "input": {}, "arguments": args}]}));
             steps.push(json!({"text": "Done."}));
@@ -653,6 +654,9 @@ fn a_resident_call_with_arguments_that_are_not_an_object_is_sent_back_to_the_mod
                 "{answer}"
             );
         }
+        let answer = anthropic(&proxy, &tools(), std::slice::from_ref(&user), true);
+        assert!(tool_uses(&answer).is_empty(), "{answer}");
+        assert!(text_of(&answer).ends_with("Done."), "{answer}");
     }
     // Each refusal went to the model, in the request after the call.
     let refusals = upstream
@@ -664,7 +668,7 @@ fn a_resident_call_with_arguments_that_are_not_an_object_is_sent_back_to_the_mod
                 .contains("Read was not run: its arguments are not a JSON object")
         })
         .count();
-    assert_eq!(refusals, 8, "{:?}", upstream.played());
+    assert_eq!(refusals, 10, "{:?}", upstream.played());
     assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
 }
 
