@@ -25,7 +25,10 @@
 //!   and the glob works on path segments: `*` and `?` never cross a `/`, `**` spans any number
 //!   of segments. So `file:path=/etc/**` matches `//etc/passwd` and `/tmp/../etc/passwd`, which
 //!   the textual `path=/etc/*` misses. Normalisation is lexical: symbolic links are not resolved
-//!   (the core does no I/O) and relative paths stay relative.
+//!   (the core does no I/O) and relative paths stay relative. A param that holds a list of paths
+//!   (`paths: ["/a", "/b"]`) is judged path by path, failing closed: a deny or ask rule matches
+//!   when any of them matches, an allow rule only when every one is a path that matches. (The
+//!   list's JSON text is no path, so compared whole it could never match.)
 //!
 //! A deny rule without ARGS denies every call; [`crate::policy`] then hides the tool.
 
@@ -86,11 +89,22 @@ impl ArgGlob {
         Ok(Self { key, glob, kind })
     }
 
-    /// Whether the call's params match.
-    pub fn matches(&self, params: &Map<String, Value>) -> bool {
+    /// Whether the call's params match, for a rule of `action`: a list of paths under
+    /// `file:key=` matches a deny or ask rule when any path does, an allow rule when all do.
+    pub fn matches(&self, params: &Map<String, Value>, action: Action) -> bool {
         match &self.key {
             Some(key) => params.get(key).is_some_and(|v| match v {
                 Value::String(s) => self.matches_text(s),
+                Value::Array(items) if self.kind == GlobKind::Path => {
+                    if action == Action::Allow {
+                        !items.is_empty()
+                            && items
+                                .iter()
+                                .all(|i| i.as_str().is_some_and(|s| self.matches_text(s)))
+                    } else {
+                        items.iter().any(|i| self.any_string(i))
+                    }
+                }
                 other => self.matches_text(&other.to_string()),
             }),
             None => params
@@ -204,7 +218,11 @@ alternative ({}) or a glob ({:?})",
 
     /// Whether the rule applies to this call.
     pub fn matches(&self, tool: &Tool, params: &Map<String, Value>) -> bool {
-        self.names(tool) && self.args.as_ref().is_none_or(|a| a.matches(params))
+        self.names(tool)
+            && self
+                .args
+                .as_ref()
+                .is_none_or(|a| a.matches(params, self.action))
     }
 }
 
@@ -474,6 +492,37 @@ mod tests {
         assert_eq!(normalize_path("/../../x/./y//z/.."), "/x/y");
         assert_eq!(normalize_path("../a/../../b"), "../../b");
         assert_eq!(normalize_path("a/.."), ".");
+    }
+
+    #[test]
+    fn a_list_of_paths_is_judged_path_by_path_failing_closed() {
+        let rules = perms(
+            &["read(file:paths=/tmp/**)"],
+            &["read(file:paths=/home/**)"],
+            &["read(file:paths=**/.ssh/**)"],
+            Action::Deny,
+        );
+        let check = |v: Value| rules.check(&tool("read"), &params(v)).because();
+        let deny = "[permissions] deny[0] \"read(file:paths=**/.ssh/**)\"";
+        let ask = "[permissions] ask[0] \"read(file:paths=/home/**)\"";
+        let allow = "[permissions] allow[0] \"read(file:paths=/tmp/**)\"";
+        let default = "[permissions] default = \"deny\"";
+        assert_eq!(check(json!({"paths": ["/tmp/a", "/home/u/.ssh/id"]})), deny);
+        assert_eq!(
+            check(json!({"paths": [["/h/x/../.ssh/k"]]})),
+            deny,
+            "nested too"
+        );
+        assert_eq!(check(json!({"paths": ["/etc/x", "/home/u/a"]})), ask);
+        assert_eq!(check(json!({"paths": ["/tmp/a", "//tmp/b"]})), allow);
+        for not_all in [
+            json!({"paths": ["/tmp/a", "/etc/passwd"]}),
+            json!({"paths": ["/tmp/a", 1]}),
+            json!({"paths": ["/tmp/a", ["/tmp/b"]]}),
+            json!({"paths": []}),
+        ] {
+            assert_eq!(check(not_all.clone()), default, "{not_all}");
+        }
     }
 
     #[test]
