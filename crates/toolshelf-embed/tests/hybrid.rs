@@ -207,3 +207,62 @@ fn a_tools_server_counts_toward_its_meaning() {
     semantic.score(&q, &allowed, &mut without);
     assert_eq!(with, without);
 }
+
+#[test]
+fn the_order_a_schema_lists_its_params_in_changes_no_ranking() {
+    // A tool with more parameter text than the embedding reads: which params it reads must not
+    // depend on the order the server listed them in, which carries no meaning in JSON.
+    let topics = [
+        "the colour of the invoice header",
+        "the language of the weather report",
+        "the currency to convert prices into",
+        "the timezone of the calendar event",
+        "the font used for the printed label",
+        "the airline of the booked flight",
+    ];
+    let params: Vec<(String, Value)> = (0..60)
+        .map(|i| {
+            let topic = topics[i % topics.len()];
+            (
+                format!("option_{i:02}"),
+                json!({"type": "string", "description": format!("Option {i}: {topic}, spelled out in full words for the service")}),
+            )
+        })
+        .collect();
+    let catalog = |reversed: bool| {
+        let mut props = serde_json::Map::new();
+        let mut ordered = params.clone();
+        if reversed {
+            ordered.reverse();
+        }
+        for (name, schema) in ordered {
+            props.insert(name, schema);
+        }
+        let tools = json!([
+            {"name": "configure", "description": "Configure the service",
+             "inputSchema": {"type": "object", "properties": props, "required": ["option_59"]}},
+            {"name": "send_mail", "description": "Send an email message to a contact"},
+            {"name": "book_flight", "description": "Book a flight with an airline"},
+            {"name": "weather_now", "description": "Get the weather report for a city"}
+        ]);
+        Catalog::from_value(&tools, "t").expect("catalog")
+    };
+    let ranked = |reversed: bool| {
+        let c = catalog(reversed);
+        let idx = hybrid(&c);
+        [
+            "airline flight option",
+            "weather report language",
+            "invoice colour",
+        ]
+        .iter()
+        .map(|q| {
+            idx.rank(&[(*q).to_owned()], 4)
+                .into_iter()
+                .map(|h| format!("{} {:.6} {}", h.name, h.score, h.reason))
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(ranked(false), ranked(true));
+}

@@ -914,6 +914,16 @@ fn param_words(schema: &Value, out: &mut Vec<String>, depth: usize) {
     if depth > 3 {
         return;
     }
+    // Required params first, each part by name: the embedding reads only a text's first
+    // tokens, so the order a server happened to list its params in must not decide which count.
+    let required = |name: &str| {
+        schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.iter().any(|v| v.as_str() == Some(name)))
+    };
+    let mut props: Vec<(&String, &Value)> = props.iter().collect();
+    props.sort_unstable_by_key(|&(name, _)| (!required(name), name));
     for (name, prop) in props {
         out.push(crate::name::split_words(name).join(" "));
         if let Some(d) = prop.get("description").and_then(Value::as_str) {
