@@ -1755,8 +1755,17 @@ impl SearchIndex {
     /// ranked on its own (so one strong query cannot drown the others) and the rankings are
     /// merged round-robin (each intent's best, then each one's second, ...; within a round, tools
     /// several intents found first), so every intent is represented in the top hits; each hit's
-    /// reason names the intents it answers. Returns at most `limit` hits.
+    /// reason names the intents it answers. A query given twice (the same words, spaced
+    /// alike or not) is one intent. Returns at most `limit` hits.
     pub fn rank(&self, queries: &[String], limit: usize) -> Vec<Hit> {
+        let unique: Vec<String>;
+        let queries = match distinct_queries(queries) {
+            Some(distinct) => {
+                unique = distinct;
+                &unique[..]
+            }
+            None => queries,
+        };
         RANK_SCRATCH.with_borrow_mut(|scratch| {
             // The passes leave the scores they used at zero rather than zeroing a whole catalog
             // first. A rank that panicked (in a retriever, say) may have left some behind, and
@@ -2828,6 +2837,26 @@ fn join_last(items: &[String], word: &str) -> String {
 /// placed once, in the round of its best rank. Within a round, tools found by more intents come
 /// first, then the intents in the order given. Returns (summed score, document, intents it
 /// answers) in order; ties break on the name.
+/// `queries` without the repeats of an earlier one (the same words with the same spacing once
+/// runs of whitespace are one space), first occurrences in order; `None` when none repeats.
+fn distinct_queries(queries: &[String]) -> Option<Vec<String>> {
+    if queries.len() < 2 {
+        return None;
+    }
+    let key = |q: &str| q.split_whitespace().collect::<Vec<_>>().join(" ");
+    let keys: Vec<String> = queries.iter().map(|q| key(q)).collect();
+    let first = |i: usize| keys.iter().position(|k| *k == keys[i]) == Some(i);
+    if (0..keys.len()).all(first) {
+        return None;
+    }
+    Some(
+        (0..keys.len())
+            .filter(|&i| first(i))
+            .map(|i| queries[i].clone())
+            .collect(),
+    )
+}
+
 fn merge_intents<'a>(
     lists: &[Vec<(f32, u32)>],
     name_of: impl Fn(u32) -> &'a str,
@@ -2900,6 +2929,26 @@ mod tests {
         let index = SearchIndex::build(&c, &all);
         let q: Vec<String> = queries.iter().map(|s| (*s).to_owned()).collect();
         index.rank(&q, limit)
+    }
+
+    #[test]
+    fn a_query_given_twice_is_one_intent() {
+        let view = |hits: Vec<Hit>| -> Vec<String> {
+            hits.iter()
+                .map(|h| format!("{} {} {}", h.name, h.score, h.reason))
+                .collect()
+        };
+        let once = view(ranked(&["read file"], 5));
+        assert_eq!(view(ranked(&["read file", " read  file "], 5)), once);
+        assert_eq!(
+            view(ranked(&["read file", "weather", "read file"], 5)),
+            view(ranked(&["read file", "weather"], 5))
+        );
+        assert_ne!(
+            view(ranked(&["read file", "weather"], 5)),
+            once,
+            "another query is another intent"
+        );
     }
 
     /// The catalog of `tools` (JSON) and an index of all its tools.
