@@ -1060,6 +1060,21 @@ pub struct Turn {
     pub activated: Vec<String>,
     /// The queries searched for in this request.
     pub queries: Vec<String>,
+    /// Why calls that nothing of their kind could answer (a computer call) were refused in this
+    /// request: told to the client at the end of its answer.
+    dropped: Vec<String>,
+}
+
+/// What becomes of a call of its own kind ([`Part::Own`]).
+#[derive(Debug)]
+enum OwnOutcome {
+    /// The client gets it: the call and its item, as the client receives them.
+    Handed(Call, Value),
+    /// The model is answered.
+    Answered(ProxyResult),
+    /// Refused, and no answer of its kind could say so (a computer call's output is a
+    /// screenshot): why.
+    Dropped(String),
 }
 
 /// How a request's upstream prefix relates to its session's previous request.
@@ -1111,7 +1126,19 @@ impl Turn {
             search_us: Vec::new(),
             activated: Vec::new(),
             queries: Vec::new(),
+            dropped: Vec::new(),
         }
+    }
+
+    /// Adds a note of the proxy's at the end of the client's answer (a stream writes
+    /// [`Self::note`] there).
+    fn add_note(&mut self, note: Value) {
+        let text = raw_text(&note);
+        self.note = Some(match self.note.take() {
+            Some(before) => format!("{before}\n\n{text}"),
+            None => text,
+        });
+        self.client.parts.push(Part::Raw(note));
     }
 
     /// Records `name` as activated in this request, once: a tool two searches of one request
@@ -1177,6 +1204,32 @@ impl Turn {
                     self.client.parts.push(Part::Raw(v.clone()));
                     continue;
                 }
+                Part::Own(c, item) => {
+                    match self.own_call(proxy, c, item).await {
+                        OwnOutcome::Handed(call, item) => {
+                            self.client.parts.push(Part::Own(call.clone(), item));
+                            client_calls.push(call);
+                        }
+                        OwnOutcome::Answered(result) => answered.push(result),
+                        OwnOutcome::Dropped(why) => {
+                            // Nothing of the call's kind can answer it: the model's turn reads
+                            // the refusal in its place, and so does the client's answer.
+                            let text = format!(
+                                "[toolshelf: the model's {} call was refused and not handed to the client: {why}]",
+                                toolshelf_core::echo::echo(&c.name)
+                            );
+                            for e in round.entries.iter_mut() {
+                                if e.get("call_id").and_then(Value::as_str) == Some(c.id.as_str()) {
+                                    *e = json!({"type": "message", "role": "assistant",
+                                        "status": "completed", "content": [
+                                            {"type": "output_text", "text": text, "annotations": []}]});
+                                }
+                            }
+                            self.dropped.push(text);
+                        }
+                    }
+                    continue;
+                }
                 Part::Call(c) if cut.as_ref() == Some(&c.id) => {
                     self.cut_call(proxy, c, &stop, &mut round.entries).await
                 }
@@ -1209,12 +1262,16 @@ impl Turn {
         }
         self.client.stop =
             stop_for_client(dialect, round.stop.as_deref(), !client_calls.is_empty());
+        // Calls refused with no answer of their kind: the client is told at the end of the
+        // answer (where a stream writes it).
+        for (k, text) in std::mem::take(&mut self.dropped).into_iter().enumerate() {
+            let note = note_part(dialect, &format!("msg_toolshelf_refused_{k}"), &text);
+            self.add_note(note);
+        }
         // The rounds ran out with calls only the proxy answers: the client is told, after
         // whatever the model wrote.
         if !early && !answered.is_empty() && client_calls.is_empty() {
-            let note = limit_note(dialect, max);
-            self.note = Some(raw_text(&note));
-            self.client.parts.push(Part::Raw(note));
+            self.add_note(limit_note(dialect, max));
         }
         let key = self.client_key();
         let shown = self.shown_print();
@@ -1275,7 +1332,7 @@ impl Turn {
                         ..c.clone()
                     });
                 }
-                Part::Call(c) => calls.push(c.clone()),
+                Part::Call(c) | Part::Own(c, _) => calls.push(c.clone()),
             }
         }
         turn_print(&text, &calls)
@@ -1284,7 +1341,7 @@ impl Turn {
     /// The key the client's copy of this turn will be found by.
     fn client_key(&self) -> String {
         for p in &self.client.parts {
-            if let Part::Call(c) = p {
+            if let Part::Call(c) | Part::Own(c, _) = p {
                 return format!("call:{}", c.id);
             }
         }
@@ -1341,6 +1398,7 @@ impl Turn {
                     "{tool} was not run: the response ended ({stop}) before this call was complete."
                 ),
                 is_error: true,
+                kind: None,
             });
         }
         let so_far = Call {
@@ -1361,6 +1419,7 @@ impl Turn {
             id: c.id.clone(),
             text,
             is_error,
+            kind: None,
         };
         if c.name == TOOL_SEARCH {
             self.searches += 1;
@@ -1823,6 +1882,95 @@ impl Turn {
         Ok((i, params))
     }
 
+    /// Decides a call of its own kind (`c`, as the rules read it, made by `item`): the permission
+    /// rules and `pre_call` hooks of the client's tool it calls, as for every client tool. The
+    /// tool is a custom tool by its name, a built-in (`local_shell`, `shell`, `apply_patch`,
+    /// `computer`) by the client's tool of that type. One let through reaches the client as the
+    /// model wrote it, or with the params a hook rewrote when they fit its shape (else it is
+    /// refused). One refused is answered by an item of its kind (Responses
+    /// `custom_tool_call_output`, `function_call_output` for `local_shell_call`,
+    /// `shell_call_output`, `apply_patch_call_output` with status `failed`; a Chat `tool`
+    /// message), except a computer call, whose output is a screenshot: it is dropped.
+    async fn own_call(&mut self, proxy: &Proxy, c: &Call, item: &Value) -> OwnOutcome {
+        let dialect = self.prepared.dialect;
+        let shelf = self.prepared.shelf.clone();
+        let responses = dialect.api() == Api::OpenAiResponses;
+        let custom =
+            !responses || item.get("type").and_then(Value::as_str) == Some("custom_tool_call");
+        let tool = if custom {
+            c.name.clone()
+        } else {
+            shelf
+                .own_call_tool(&c.name)
+                .unwrap_or(c.name.as_str())
+                .to_owned()
+        };
+        // The item that answers a refusal; none can for a computer call.
+        let answer_kind: Option<Option<String>> = if responses {
+            crate::api::responses::answer_kind(item).map(|k| Some(k.to_owned()))
+        } else {
+            Some(None)
+        };
+        let refuse = |text: String| match &answer_kind {
+            Some(kind) => OwnOutcome::Answered(ProxyResult {
+                id: c.id.clone(),
+                text,
+                is_error: true,
+                kind: kind.clone(),
+            }),
+            None => OwnOutcome::Dropped(text),
+        };
+        if let Some(raw) = &c.raw_input {
+            let kind = RefusalKind::BadArguments;
+            self.count_refusal(&tool, kind);
+            crate::metrics::refused(kind.as_str());
+            return refuse(format!(
+                "{} was not run: its arguments are not of the shape its calls take ({}).",
+                toolshelf_core::echo::echo(&tool),
+                toolshelf_core::echo::echo(raw)
+            ));
+        }
+        let named = Call {
+            name: tool.clone(),
+            ..c.clone()
+        };
+        let admitted = match self.admit_passed(proxy, &shelf, &named, false).await {
+            Ok(call) => call,
+            Err((kind, text)) => {
+                self.count_refusal(&tool, kind);
+                crate::metrics::refused(kind.as_str());
+                return refuse(text);
+            }
+        };
+        if admitted.input == c.input {
+            crate::metrics::forwarded();
+            return OwnOutcome::Handed(c.clone(), item.clone());
+        }
+        let rewritten = match dialect.api() {
+            Api::OpenAiResponses => crate::api::responses::with_params(item, &admitted.input),
+            _ => crate::api::chat::with_params(item, &admitted.input),
+        };
+        match rewritten {
+            Ok(item) => {
+                crate::metrics::forwarded();
+                let call = Call {
+                    input: admitted.input,
+                    ..c.clone()
+                };
+                OwnOutcome::Handed(call, item)
+            }
+            Err(why) => {
+                let kind = RefusalKind::BadArguments;
+                self.count_refusal(&tool, kind);
+                crate::metrics::refused(kind.as_str());
+                refuse(format!(
+                    "{} was not run: a pre_call hook rewrote its params into a shape its call cannot take: {why}.",
+                    toolshelf_core::echo::echo(&tool)
+                ))
+            }
+        }
+    }
+
     /// A call of a tool that is not the catalog's (`via_defer`: one `defer_execute` names) after
     /// [`Self::admit_passed`]: the call the client gets, or the model's refusal.
     async fn pass_along(
@@ -1844,6 +1992,7 @@ impl Turn {
                     id: c.id,
                     text,
                     is_error: true,
+                    kind: None,
                 })
             }
         }
@@ -1868,6 +2017,9 @@ impl Turn {
         // An `ask` rule is the client's to ask, as for every client tool.
         invoke::authorize(&shelf.passed, proxy.compiled.permissions(), i, &params)
             .map_err(refused)?;
+        // One the active mode hides was not sent upstream: its call is refused as any hidden
+        // tool's is.
+        invoke::resolve(&shelf.passed, &shelf.passed_exposure, &c.name).map_err(refused)?;
         let hooks = proxy.compiled.hooks().of(HookEventKind::PreCall);
         if !hooks.iter().any(|h| h.applies_to(Some(tool))) {
             return Ok(c.clone());
@@ -2083,8 +2235,13 @@ fn limit_note(dialect: Dialect, max: u32) -> Value {
         "[toolshelf: the model used all {max} tool_search rounds of this request without an answer; \
          send another message to let it continue]"
     );
+    note_part(dialect, "msg_toolshelf_limit", &text)
+}
+
+/// A text part of the proxy's own for the client's answer (`id` names a Responses item).
+fn note_part(dialect: Dialect, id: &str, text: &str) -> Value {
     match dialect.api() {
-        Api::OpenAiResponses => json!({"type": "message", "id": "msg_toolshelf_limit",
+        Api::OpenAiResponses => json!({"type": "message", "id": id,
             "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}]}),
         _ => json!({"type": "text", "text": text}),
@@ -2187,6 +2344,7 @@ mod tests {
                     id: "s1".into(),
                     text: "hits".into(),
                     is_error: false,
+                    kind: None,
                 }],
                 shown: None,
             },
@@ -2251,6 +2409,7 @@ mod tests {
                     id: "s2".into(),
                     text: "more hits".into(),
                     is_error: false,
+                    kind: None,
                 }],
                 shown: None,
             },

@@ -64,6 +64,12 @@ pub struct Shelf {
     /// The tools passed along as sent, as a catalog of their names (any object as input): their
     /// calls meet the permission rules and `pre_call` hooks too.
     pub passed: Catalog,
+    /// What the exposure policy (modes, deny rules) decides for each tool of [`Self::passed`]:
+    /// one it hides is not sent upstream, and a call of it is refused like any hidden tool's.
+    pub passed_exposure: Exposure,
+    /// The name and type of every definition passed along as sent (those left out too), in the
+    /// client's order: which tool a call of its own kind (`local_shell_call`) is of.
+    passed_types: Vec<(String, String)>,
     passed_validators: toolshelf_core::invoke::Validators,
     /// Who runs each tool passed along and sent upstream, by name.
     passed_kinds: HashMap<String, Passed>,
@@ -310,7 +316,15 @@ impl Shelf {
             .iter()
             .filter_map(|&i| raw_by_name.remove(&client_names[i]).map(|def| (i, def)))
             .collect();
-        let (provider_tools, passed) = governed(provider_tools, compiled, &mut warnings);
+        let passed_types = provider_tools
+            .iter()
+            .filter_map(|def| {
+                let ty = def.get("type").and_then(Value::as_str).unwrap_or_default();
+                Some((passed_name(def)?, ty.to_owned()))
+            })
+            .collect();
+        let (provider_tools, passed, passed_exposure) =
+            governed(provider_tools, compiled, &mut warnings);
         let passed_kinds = provider_tools
             .iter()
             .filter_map(|def| Some((passed_name(def)?, Passed::of(dialect, def))))
@@ -351,6 +365,8 @@ impl Shelf {
             upstream_tokens,
             warnings,
             passed,
+            passed_exposure,
+            passed_types,
             passed_validators: Default::default(),
             passed_kinds,
             parts,
@@ -434,6 +450,22 @@ impl Shelf {
         self.passed_kinds.get(name)
     }
 
+    /// The name of the tool passed along as sent whose calls are of the kind `base` (`local_shell`
+    /// for a `local_shell_call`, `computer` for a `computer_call`): the first definition of that
+    /// type, or of a type that starts with it and `_` (`computer_use_preview`); `None` when the
+    /// client sent none.
+    pub fn own_call_tool(&self, base: &str) -> Option<&str> {
+        self.passed_types
+            .iter()
+            .find(|(_, ty)| {
+                ty == base
+                    || ty
+                        .strip_prefix(base)
+                        .is_some_and(|rest| rest.starts_with('_'))
+            })
+            .map(|(name, _)| name.as_str())
+    }
+
     /// The validator of tool `i` of [`Self::passed`].
     pub fn passed_validator(&self, i: usize) -> Arc<ParamsValidator> {
         self.passed_validators.get(i, &self.passed.tools()[i])
@@ -450,7 +482,7 @@ fn governed(
     defs: Vec<Value>,
     compiled: &Compiled,
     warnings: &mut Vec<String>,
-) -> (Vec<Value>, Catalog) {
+) -> (Vec<Value>, Catalog, Exposure) {
     let name_of = passed_name;
     let mut b = CatalogBuilder::new("passed-along tools");
     let mut names = BTreeSet::new();
@@ -489,7 +521,7 @@ fn governed(
             false
         })
         .collect();
-    (kept, probe)
+    (kept, probe, exposure)
 }
 
 /// The name a tool passed along as sent is called by (its type when it has none).

@@ -210,7 +210,8 @@ pub fn client_response(out: &ClientTurn) -> Value {
         .parts
         .iter()
         .map(|p| match p {
-            Part::Raw(v) => v.clone(),
+            // Anthropic calls are all tool_use blocks: no call of its own kind comes here.
+            Part::Raw(v) | Part::Own(_, v) => v.clone(),
             Part::Call(c) => call_block(c),
         })
         .collect();
@@ -742,6 +743,7 @@ mod tests {
                 id: "t1".into(),
                 text: "r".into(),
                 is_error: true,
+                kind: None,
             }]),
         );
         assert_eq!(m["content"][0]["type"], "tool_result");

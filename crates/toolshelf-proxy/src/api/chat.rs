@@ -39,7 +39,59 @@ pub fn unsupported(body: &Map<String, Value>) -> Option<(&'static str, String)> 
     ))
 }
 
+/// Whether a tool call is of a custom tool (`{"type": "custom", "custom": {"name", "input"}}`),
+/// whose call carries text, not JSON arguments.
+fn is_custom(tc: &Value) -> bool {
+    tc.get("type").and_then(Value::as_str) == Some("custom")
+        || (tc.get("function").is_none() && tc.get("custom").is_some())
+}
+
+/// The call of a custom tool, as the permission rules and hooks read it: its name, and its text
+/// input as the params `{"input": TEXT}` (input that is not text is kept in `raw_input`).
+pub fn own_call(tc: &Value) -> Option<Call> {
+    if !is_custom(tc) {
+        return None;
+    }
+    let c = tc.get("custom")?;
+    let (input, raw_input) = match c.get("input") {
+        Some(Value::String(text)) => {
+            let mut m = Map::new();
+            m.insert("input".into(), text.clone().into());
+            (m, None)
+        }
+        other => (Map::new(), Some(other.unwrap_or(&Value::Null).to_string())),
+    };
+    Some(Call {
+        id: tc.get("id")?.as_str()?.to_owned(),
+        name: c.get("name")?.as_str()?.to_owned(),
+        input,
+        raw_input,
+    })
+}
+
+/// A custom tool call with `params` (as a `pre_call` hook left them) as its input, or why they
+/// do not fit: a custom tool takes text, `{"input": TEXT}`.
+pub fn with_params(tc: &Value, params: &Map<String, Value>) -> Result<Value, String> {
+    match params.get("input") {
+        Some(Value::String(text)) if params.len() == 1 => {
+            let mut out = tc.clone();
+            out["custom"]["input"] = text.clone().into();
+            Ok(out)
+        }
+        _ => Err("a custom tool's params must be {\"input\": TEXT}".into()),
+    }
+}
+
+/// A custom tool call as the format writes it.
+fn custom_value(c: &Call) -> Value {
+    let input = c.input.get("input").and_then(Value::as_str).unwrap_or("");
+    json!({"id": c.id, "type": "custom", "custom": {"name": c.name, "input": input}})
+}
+
 fn call_of(tc: &Value) -> Option<Call> {
+    if is_custom(tc) {
+        return own_call(tc);
+    }
     let f = tc.get("function")?;
     let args = f.get("arguments").and_then(Value::as_str).unwrap_or("");
     let (input, raw_input) = parse_arguments(args);
@@ -102,7 +154,28 @@ pub fn result_entries(results: &[ProxyResult], injected: &[String]) -> Vec<Value
     out
 }
 
-fn assistant_entry(text: &str, calls: &[Call]) -> Value {
+/// A round's calls as its assistant message carries them.
+fn call_values(parts: &[Part]) -> Vec<Value> {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Call(c) => Some(call_value(c)),
+            Part::Own(c, _) => Some(custom_value(c)),
+            Part::Raw(_) => None,
+        })
+        .collect()
+}
+
+/// A tool call as a part: a custom tool's call is a call of its own kind.
+fn part_of_call(c: Call, tc: Value) -> Part {
+    if is_custom(&tc) {
+        Part::Own(c, tc)
+    } else {
+        Part::Call(c)
+    }
+}
+
+fn assistant_entry(text: &str, calls: &[Value]) -> Value {
     let mut m = Map::new();
     m.insert("role".into(), "assistant".into());
     m.insert(
@@ -114,10 +187,7 @@ fn assistant_entry(text: &str, calls: &[Call]) -> Value {
         },
     );
     if !calls.is_empty() {
-        m.insert(
-            "tool_calls".into(),
-            Value::Array(calls.iter().map(call_value).collect()),
-        );
+        m.insert("tool_calls".into(), Value::Array(calls.to_vec()));
     }
     Value::Object(m)
 }
@@ -144,7 +214,13 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    let calls = calls(&message);
+    let calls: Vec<Part> = match message.get("tool_calls") {
+        Some(Value::Array(tcs)) => tcs
+            .iter()
+            .filter_map(|tc| Some(part_of_call(call_of(tc)?, tc.clone())))
+            .collect(),
+        _ => Vec::new(),
+    };
     let mut parts = Vec::new();
     if !text.is_empty() {
         parts.push(Part::Raw(json!({"type": "text", "text": text})));
@@ -152,7 +228,8 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
     if let Some(lp) = choice.get("logprobs").filter(|v| !v.is_null()) {
         parts.push(Part::Raw(json!({"type": LOGPROBS, "logprobs": lp})));
     }
-    parts.extend(calls.iter().cloned().map(Part::Call));
+    let entry = assistant_entry(&text, &call_values(&calls));
+    parts.extend(calls);
     // Other fields of the message (refusal, annotations, reasoning) go to the client as given.
     if let Value::Object(mut rest) = message {
         for k in ["role", "content", "tool_calls"] {
@@ -161,7 +238,7 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
         envelope.insert("message_extra".into(), Value::Object(rest));
     }
     Ok(Round {
-        entries: vec![assistant_entry(&text, &calls)],
+        entries: vec![entry],
         parts,
         stop,
         usage: envelope.get("usage").cloned(),
@@ -220,6 +297,7 @@ fn split(parts: &[Part]) -> (String, Vec<Value>) {
             ),
             Part::Call(c) => calls.push(json!({"id": c.id, "type": "function",
                 "function": {"name": c.name, "arguments": client_arguments(c)}})),
+            Part::Own(_, tc) => calls.push(tc.clone()),
         }
     }
     (texts.join(ROUND_SEPARATOR), calls)
@@ -274,7 +352,10 @@ pub fn client_response(out: &ClientTurn) -> Value {
 struct Pending {
     id: String,
     name: String,
+    /// The arguments text, or a custom tool's input text.
     arguments: String,
+    /// Whether it is a custom tool's call.
+    custom: bool,
 }
 
 /// The streaming translator.
@@ -293,6 +374,9 @@ pub struct Stream {
     calls: BTreeMap<u64, Pending>,
     /// The key of the call the last piece went to.
     last_call: Option<u64>,
+    /// The custom tool calls of this response, by id: what [`Streamer::write_call`] writes for
+    /// one the proxy lets through.
+    custom: std::collections::HashMap<String, Value>,
     round: Round,
     done: bool,
     /// The error chunk the upstream sent, for [`Streamer::error`].
@@ -311,6 +395,7 @@ impl Stream {
             earlier_text: false,
             calls: BTreeMap::new(),
             last_call: None,
+            custom: std::collections::HashMap::new(),
             round: Round::default(),
             done: false,
             upstream_error: None,
@@ -339,10 +424,19 @@ impl Stream {
         {
             p.id.push_str(id);
         }
-        if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
+        p.custom |= is_custom(tc);
+        if let Some(n) = tc
+            .pointer("/function/name")
+            .or_else(|| tc.pointer("/custom/name"))
+            .and_then(Value::as_str)
+        {
             p.name.push_str(n);
         }
-        if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
+        if let Some(a) = tc
+            .pointer("/function/arguments")
+            .or_else(|| tc.pointer("/custom/input"))
+            .and_then(Value::as_str)
+        {
             p.arguments.push_str(a);
         }
     }
@@ -446,16 +540,28 @@ impl Streamer for Stream {
     fn take_round(&mut self) -> Round {
         self.done = false;
         self.last_call = None;
-        let calls: Vec<Call> = std::mem::take(&mut self.calls)
+        let calls: Vec<Part> = std::mem::take(&mut self.calls)
             .into_values()
             .map(|p| {
+                if p.custom {
+                    let tc = json!({"id": p.id, "type": "custom",
+                                    "custom": {"name": p.name, "input": p.arguments}});
+                    self.custom.insert(p.id.clone(), tc.clone());
+                    let call = own_call(&tc).unwrap_or(Call {
+                        id: p.id,
+                        name: p.name,
+                        input: Map::new(),
+                        raw_input: Some(p.arguments),
+                    });
+                    return Part::Own(call, tc);
+                }
                 let (input, raw_input) = parse_arguments(&p.arguments);
-                Call {
+                Part::Call(Call {
                     id: p.id,
                     name: p.name,
                     input,
                     raw_input,
-                }
+                })
             })
             .collect();
         let text = std::mem::take(&mut self.text);
@@ -465,8 +571,8 @@ impl Streamer for Stream {
             r.parts
                 .push(Part::Raw(json!({"type": "text", "text": text})));
         }
-        r.entries = vec![assistant_entry(&text, &calls)];
-        r.parts.extend(calls.into_iter().map(Part::Call));
+        r.entries = vec![assistant_entry(&text, &call_values(&calls))];
+        r.parts.extend(calls);
         r
     }
 
@@ -491,8 +597,16 @@ impl Streamer for Stream {
     fn write_call(&mut self, call: &Call, out: &mut Vec<u8>) {
         let i = self.next_call;
         self.next_call += 1;
-        let mut delta = json!({"tool_calls": [{"index": i, "id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": client_arguments(call)}}]});
+        let tc = match self.custom.get(&call.id) {
+            Some(_) => {
+                let mut tc = custom_value(call);
+                tc["index"] = i.into();
+                tc
+            }
+            None => json!({"index": i, "id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": client_arguments(call)}}),
+        };
+        let mut delta = json!({"tool_calls": [tc]});
         if !self.role_sent {
             self.role_sent = true;
             delta["role"] = "assistant".into();
@@ -641,7 +755,7 @@ mod tests {
                 Part::Call(c) => {
                     Some((c.id.clone(), c.name.clone(), Value::Object(c.input.clone())))
                 }
-                Part::Raw(_) => None,
+                Part::Raw(_) | Part::Own(..) => None,
             })
             .collect();
         assert_eq!(

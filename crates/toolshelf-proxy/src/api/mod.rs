@@ -40,6 +40,12 @@ pub enum Part {
     Raw(Value),
     /// A tool call.
     Call(Call),
+    /// A call of a tool whose calls are of their own kind (Responses `custom_tool_call`,
+    /// `local_shell_call`, `shell_call`, `apply_patch_call`, `computer_call`; a Chat tool call of
+    /// type `custom`): the call as the permission rules and hooks read it (see
+    /// [`responses::own_call`], [`chat::own_call`]), and the item (the tool call entry) in the
+    /// format's own shape, which the client gets as it is.
+    Own(Call, Value),
 }
 
 /// What one upstream round produced.
@@ -67,6 +73,11 @@ pub struct ProxyResult {
     pub text: String,
     /// Whether it reports a failure.
     pub is_error: bool,
+    /// The type of the output item that answers a Responses call of its own kind
+    /// (`custom_tool_call_output`, `shell_call_output`, `apply_patch_call_output`; a
+    /// `local_shell_call` is answered by a `function_call_output`); `None` for a function call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// Token figures of a `usage` object, read the same way for every format.
@@ -342,14 +353,7 @@ impl Dialect {
                 .filter(|_| entry.get("role").and_then(Value::as_str) == Some("tool"))
                 .map(|s| vec![s.to_owned()])
                 .unwrap_or_default(),
-            Api::OpenAiResponses => entry
-                .get("call_id")
-                .and_then(Value::as_str)
-                .filter(|_| {
-                    entry.get("type").and_then(Value::as_str) == Some("function_call_output")
-                })
-                .map(|s| vec![s.to_owned()])
-                .unwrap_or_default(),
+            Api::OpenAiResponses => responses::result_id(entry).into_iter().collect(),
         }
     }
 

@@ -43,9 +43,171 @@ fn call_of(item: &Value) -> Option<Call> {
     })
 }
 
-/// The call in a `function_call` item.
+/// An output item the model writes to call a tool of its own kind: its type, the item that
+/// answers it (`None` when no text can: a computer call's output is a screenshot), and the field
+/// that holds its arguments.
+struct OwnKind {
+    item: &'static str,
+    answer: Option<&'static str>,
+    field: &'static str,
+}
+
+const OWN_KINDS: [OwnKind; 5] = [
+    OwnKind {
+        item: "custom_tool_call",
+        answer: Some("custom_tool_call_output"),
+        field: "input",
+    },
+    // Codex answers a `local_shell_call` with a `function_call_output` of its `call_id`.
+    OwnKind {
+        item: "local_shell_call",
+        answer: Some("function_call_output"),
+        field: "action",
+    },
+    OwnKind {
+        item: "shell_call",
+        answer: Some("shell_call_output"),
+        field: "action",
+    },
+    OwnKind {
+        item: "apply_patch_call",
+        answer: Some("apply_patch_call_output"),
+        field: "operation",
+    },
+    OwnKind {
+        item: "computer_call",
+        answer: None,
+        field: "action",
+    },
+];
+
+/// The output items that answer calls, by their type; each names its call by `call_id` (a
+/// `local_shell_call_output` by `id`).
+const ANSWERS: [&str; 6] = [
+    "function_call_output",
+    "custom_tool_call_output",
+    "local_shell_call_output",
+    "shell_call_output",
+    "apply_patch_call_output",
+    "computer_call_output",
+];
+
+fn own_kind(item: &Value) -> Option<&'static OwnKind> {
+    let ty = item.get("type").and_then(Value::as_str)?;
+    OWN_KINDS.iter().find(|k| k.item == ty)
+}
+
+/// Whether an output item is a call of a tool of its own kind.
+pub fn is_own_call(item: &Value) -> bool {
+    own_kind(item).is_some()
+}
+
+/// The call in an output item of its own kind, as the permission rules and hooks read it. Its
+/// name is the custom tool's `name`, or for a built-in the kind of tool it calls (`local_shell`,
+/// `shell`, `apply_patch`, `computer`; the proxy finds the client's tool of that type). Its
+/// params: `{"input": TEXT}` for a custom tool's text input, else the fields of the item's
+/// `action` (`local_shell`: `type`, `command` (the argument list), `env`, `working_directory`,
+/// `timeout_ms`, `user`; `shell`: `commands`, `timeout_ms`, `max_output_length`; `computer`: the
+/// action's `type` and its fields) or `operation` (`apply_patch`: `type`, `path`, `diff`).
+/// Arguments of another shape (no text, no object) are kept in `raw_input`.
+pub fn own_call(item: &Value) -> Option<Call> {
+    let kind = own_kind(item)?;
+    let id = item.get("call_id")?.as_str()?.to_owned();
+    let name = match kind.item {
+        "custom_tool_call" => item.get("name")?.as_str()?.to_owned(),
+        other => other.strip_suffix("_call").unwrap_or(other).to_owned(),
+    };
+    let args = item.get(kind.field);
+    let (input, raw_input) = match (kind.field, args) {
+        ("input", Some(Value::String(text))) => {
+            let mut m = Map::new();
+            m.insert("input".into(), text.clone().into());
+            (m, None)
+        }
+        ("input", _) => (Map::new(), Some(args.unwrap_or(&Value::Null).to_string())),
+        (_, Some(Value::Object(m))) => (m.clone(), None),
+        (_, _) => (Map::new(), Some(args.unwrap_or(&Value::Null).to_string())),
+    };
+    Some(Call {
+        id,
+        name,
+        input,
+        raw_input,
+    })
+}
+
+/// The type of the output item that answers a refused call of its own kind (`item`), or `None`
+/// when no text answer can be written (a computer call).
+pub fn answer_kind(item: &Value) -> Option<&'static str> {
+    own_kind(item).and_then(|k| k.answer)
+}
+
+/// The item of a call of its own kind with `params` (as a `pre_call` hook left them) written
+/// back in place of its arguments, or why they do not fit the item's shape.
+pub fn with_params(item: &Value, params: &Map<String, Value>) -> Result<Value, String> {
+    let kind = own_kind(item).ok_or("it is no call of its own kind")?;
+    let mut out = item.clone();
+    if kind.field == "input" {
+        return match params.get("input") {
+            Some(Value::String(text)) if params.len() == 1 => {
+                out["input"] = text.clone().into();
+                Ok(out)
+            }
+            _ => Err("a custom tool's params must be {\"input\": TEXT}".into()),
+        };
+    }
+    let text = |k: &str| params.get(k).is_some_and(Value::is_string);
+    let strings = |k: &str| {
+        params
+            .get(k)
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().all(Value::is_string))
+    };
+    let fits = match kind.item {
+        "local_shell_call" => {
+            params.get("type").and_then(Value::as_str) == Some("exec") && strings("command")
+        }
+        "shell_call" => strings("commands"),
+        "apply_patch_call" => {
+            matches!(
+                params.get("type").and_then(Value::as_str),
+                Some("create_file" | "update_file" | "delete_file")
+            ) && text("path")
+        }
+        _ => text("type"),
+    };
+    if !fits {
+        return Err(format!(
+            "they do not fit a {}'s {:?} object",
+            kind.item, kind.field
+        ));
+    }
+    out[kind.field] = Value::Object(params.clone());
+    Ok(out)
+}
+
+/// The call an output item makes: a function call, or a call of its own kind.
+fn any_call(item: &Value) -> Option<Call> {
+    call_of(item).or_else(|| own_call(item))
+}
+
+/// The call in a `function_call` item, or in an item of a call of its own kind.
 pub fn calls(entry: &Value) -> Vec<Call> {
-    call_of(entry).into_iter().collect()
+    any_call(entry).into_iter().collect()
+}
+
+/// The id of the call an input item answers.
+pub fn result_id(entry: &Value) -> Option<String> {
+    let ty = entry.get("type").and_then(Value::as_str)?;
+    if !ANSWERS.contains(&ty) {
+        return None;
+    }
+    let key = if ty == "local_shell_call_output" {
+        "id"
+    } else {
+        "call_id"
+    };
+    entry.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Renames the `function_call` item of call `id`.
@@ -64,10 +226,7 @@ pub fn rewrite_call(entry: &mut Value, id: &str, name: &str, input: &Map<String,
 
 /// One `function_call_output` item per result, then one user message with the injected text.
 pub fn result_entries(results: &[ProxyResult], injected: &[String]) -> Vec<Value> {
-    let mut out: Vec<Value> = results
-        .iter()
-        .map(|r| json!({"type": "function_call_output", "call_id": r.id, "output": r.text}))
-        .collect();
+    let mut out: Vec<Value> = results.iter().map(result_item).collect();
     if !injected.is_empty() {
         out.push(json!({"type": "message", "role": "user",
                         "content": [{"type": "input_text", "text": injected.join("\n\n")}]}));
@@ -75,8 +234,29 @@ pub fn result_entries(results: &[ProxyResult], injected: &[String]) -> Vec<Value
     out
 }
 
+/// The output item that answers a call with `r`, in the kind its call wants.
+fn result_item(r: &ProxyResult) -> Value {
+    match r.kind.as_deref() {
+        Some(kind @ "custom_tool_call_output") => {
+            json!({"type": kind, "call_id": r.id, "output": r.text})
+        }
+        Some(kind @ "shell_call_output") => json!({"type": kind, "call_id": r.id, "output": [
+            {"stdout": "", "stderr": r.text, "outcome": {"type": "exit", "exit_code": 1}}]}),
+        Some(kind @ "apply_patch_call_output") => {
+            json!({"type": kind, "call_id": r.id, "status": "failed", "output": r.text})
+        }
+        _ => json!({"type": "function_call_output", "call_id": r.id, "output": r.text}),
+    }
+}
+
 fn part_of(item: &Value) -> Part {
-    call_of(item).map_or_else(|| Part::Raw(item.clone()), Part::Call)
+    if let Some(c) = call_of(item) {
+        return Part::Call(c);
+    }
+    match own_call(item) {
+        Some(c) => Part::Own(c, item.clone()),
+        None => Part::Raw(item.clone()),
+    }
 }
 
 /// Reads a response.
@@ -88,7 +268,7 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
         return Err("the upstream response has no \"output\" array".into());
     };
     let parts = output.iter().map(part_of).collect();
-    let has_calls = output.iter().any(|i| call_of(i).is_some());
+    let has_calls = output.iter().any(|i| any_call(i).is_some());
     Ok(Round {
         stop: Some(stop_of(&envelope, has_calls)),
         usage: envelope.get("usage").cloned(),
@@ -130,6 +310,7 @@ fn output_of(parts: &[Part]) -> Vec<Value> {
         .map(|p| match p {
             Part::Raw(v) => v.clone(),
             Part::Call(c) => call_item(c, None),
+            Part::Own(_, item) => item.clone(),
         })
         .collect()
 }
@@ -204,6 +385,9 @@ pub struct Stream {
     /// Upstream output index to the client's; absent for held function calls.
     shown: BTreeMap<u64, u64>,
     held: BTreeMap<u64, Value>,
+    /// The calls of their own kind the upstream made in this response, by call id: what
+    /// [`Streamer::write_call`] writes for a call the proxy lets through.
+    own_items: std::collections::HashMap<String, Value>,
     /// The first round's response object.
     response: Option<Map<String, Value>>,
     /// Items the client saw, in order.
@@ -267,7 +451,11 @@ impl Streamer for Stream {
             "response.completed" | "response.incomplete" | "response.failed" => {
                 if let Some(Value::Object(r)) = data.get("response") {
                     self.round.usage = r.get("usage").cloned();
-                    let has_calls = self.round.parts.iter().any(|p| matches!(p, Part::Call(_)));
+                    let has_calls = self
+                        .round
+                        .parts
+                        .iter()
+                        .any(|p| matches!(p, Part::Call(_) | Part::Own(..)));
                     self.round.stop = Some(stop_of(r, has_calls));
                     self.ending = ENDING
                         .iter()
@@ -294,7 +482,9 @@ impl Streamer for Stream {
                     return Ok(());
                 };
                 let item = data.get("item").cloned().unwrap_or(Value::Null);
-                if item.get("type").and_then(Value::as_str) == Some("function_call") {
+                if item.get("type").and_then(Value::as_str) == Some("function_call")
+                    || is_own_call(&item)
+                {
                     self.held.insert(i, item);
                 } else {
                     let c = self.next_index;
@@ -311,6 +501,11 @@ impl Streamer for Stream {
                 let item = data.get("item").cloned().unwrap_or(Value::Null);
                 self.round.entries.push(item.clone());
                 self.round.parts.push(part_of(&item));
+                if let Some(id) = item.get("call_id").and_then(Value::as_str)
+                    && is_own_call(&item)
+                {
+                    self.own_items.insert(id.to_owned(), item.clone());
+                }
                 if self.held.remove(&i).is_none()
                     && let Some(&c) = self.shown.get(&i)
                 {
@@ -369,6 +564,28 @@ impl Streamer for Stream {
     fn write_call(&mut self, call: &Call, out: &mut Vec<u8>) {
         let i = self.next_index;
         self.next_index += 1;
+        if let Some(item) = self.own_items.get(&call.id) {
+            // Handed over as the model wrote it, with the params a hook may have rewritten
+            // (checked to fit before the call was let through).
+            let done = match own_call(item) {
+                Some(asked) if asked.input == call.input => item.clone(),
+                _ => with_params(item, &call.input).unwrap_or_else(|_| item.clone()),
+            };
+            let mut added = done.clone();
+            added["status"] = "in_progress".into();
+            self.send(
+                out,
+                Some("response.output_item.added"),
+                json!({"type": "response.output_item.added", "output_index": i, "item": added}),
+            );
+            self.send(
+                out,
+                Some("response.output_item.done"),
+                json!({"type": "response.output_item.done", "output_index": i, "item": done}),
+            );
+            self.items.push(done);
+            return;
+        }
         let done = call_item(call, None);
         let mut added = done.clone();
         added["arguments"] = "".into();

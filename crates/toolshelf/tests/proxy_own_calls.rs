@@ -1,0 +1,608 @@
+//! End-to-end tests of `toolshelf proxy` on calls of tools the client runs itself whose calls are
+//! of their own kind (OpenAI Responses `custom_tool_call`, `local_shell_call`, `shell_call`,
+//! `computer_call`; a Chat Completions tool call of type `custom`) and of client-run tools the
+//! active mode hides: they meet the permission rules and the `pre_call` hooks like every client
+//! tool's call, the client gets only the ones allowed, and the model reads each refusal in the
+//! next request in the shape its API wants. The upstream is `fixtures/loop_upstream.py`, which
+//! checks every request as the providers check it.
+
+mod common;
+
+use common::{HEADERS, ProxyProc, Scratch, Upstream, post, tool_uses, tools};
+use serde_json::{Value, json};
+
+const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
+
+/// `fixtures/loop_upstream.py` playing `steps`, killed (and reaped) on drop.
+struct LoopUpstream(Upstream);
+
+impl LoopUpstream {
+    fn start(s: &Scratch, steps: &Value) -> Self {
+        Self(Upstream::start_fixture(s, "loop_upstream.py", steps))
+    }
+
+    fn url(&self) -> String {
+        self.0.url()
+    }
+
+    fn records(&self, kind: &str) -> Vec<Value> {
+        self.0
+            .records()
+            .into_iter()
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    }
+
+    /// The requests the upstream answered from its script, in order.
+    fn played(&self) -> Vec<Value> {
+        self.records("request")
+            .into_iter()
+            .filter(|r| r["step"].is_u64())
+            .collect()
+    }
+
+    /// Why the upstream refused requests, as a provider would have.
+    fn refused(&self) -> Vec<Value> {
+        self.records("refused")
+    }
+
+    /// The ids of the calls scripted step `step` made.
+    fn call_ids(&self, step: u64) -> Vec<String> {
+        self.records("response")
+            .iter()
+            .find(|r| r["step"] == step)
+            .and_then(|r| r["ids"].as_array())
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The JSON events of an SSE body (`[DONE]` left out).
+fn events(body: &Value) -> Vec<Value> {
+    let text = body
+        .as_str()
+        .unwrap_or_else(|| panic!("not an event stream: {body}"));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("not JSON ({e}): {d}")))
+        .collect()
+}
+
+/// One Responses request; the response as the client reads it (a stream's last event's), and
+/// the call ids of every item a stream showed the client.
+fn responses(
+    proxy: &ProxyProc,
+    tools: &[Value],
+    input: &[Value],
+    stream: bool,
+) -> (Value, Vec<String>) {
+    let body = json!({"model": "m", "input": input, "tools": tools,
+                      "instructions": "You help.", "stream": stream});
+    let (status, answer) = post(&format!("{}/v1/responses", proxy.url), &body, &BEARER);
+    assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
+    if !stream {
+        let ids = call_ids(&answer["output"]);
+        return (answer, ids);
+    }
+    let all = events(&answer);
+    let mut shown: Vec<String> = Vec::new();
+    for id in all.iter().filter_map(|e| e["item"]["call_id"].as_str()) {
+        if !shown.iter().any(|s| s == id) {
+            shown.push(id.to_owned());
+        }
+    }
+    let last = all.last().expect("events").clone();
+    assert_eq!(last["type"], "response.completed", "{answer}");
+    (last["response"].clone(), shown)
+}
+
+fn call_ids(output: &Value) -> Vec<String> {
+    output
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["call_id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The item of `input` (a request's) that answers call `id`.
+fn answer_of<'a>(input: &'a Value, id: &str) -> &'a Value {
+    input
+        .as_array()
+        .expect("input")
+        .iter()
+        .find(|i| {
+            i["type"].as_str().is_some_and(|t| t.ends_with("_output"))
+                && (i["call_id"] == id || i["id"] == id)
+        })
+        .unwrap_or_else(|| panic!("no answer to {id}: {input}"))
+}
+
+/// A `pre_call` hook that appends every event it reads to `log`, and denies a call whose event
+/// holds `refuse-me`.
+fn logging_hook(log: &str) -> String {
+    format!(
+        "[[hooks.pre_call]]\ncommand = \"sh\"\n\
+         args = [\"-c\", \"e=$(cat); printf '%s\\\\n' \\\"$e\\\" >> {log}; \
+         case \\\"$e\\\" in *refuse-me*) echo 'not this one' >&2; exit 2;; esac\"]\n"
+    )
+}
+
+fn hook_events(log: &str) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Responses calls of their own kind meet the permission rules (a deny rule that names the tool,
+/// rules on their arguments) and the `pre_call` hooks, streamed or not: the client gets the
+/// allowed ones as the model wrote them and nothing of the refused ones, and the next request
+/// answers each refusal with the output item of its kind, which the provider accepts.
+#[test]
+fn responses_calls_of_their_own_kind_meet_the_rules_and_hooks() {
+    let s = Scratch::new("proxy-own-responses");
+    let hook_log = s.path("hook.jsonl");
+    let denied_patch = "*** Begin Patch\n*** Update File: /home/u/.ssh/authorized_keys\n+ssh-rsa EVIL\n*** End Patch";
+    let hooked_patch = "*** Begin Patch\n*** Add File: refuse-me.txt\n+x\n*** End Patch";
+    let good_patch = "*** Begin Patch\n*** Add File: notes.txt\n+hello\n*** End Patch";
+    let rm = json!({"type": "exec", "command": ["rm", "-rf", "/home/u"], "env": {}});
+    let ls =
+        json!({"type": "exec", "command": ["ls", "-la"], "env": {}, "working_directory": "/tmp"});
+    let round = json!({"text": "On it.", "calls": [
+        {"kind": "custom", "name": "apply_patch", "input": denied_patch},
+        {"kind": "custom", "name": "apply_patch", "input": hooked_patch},
+        {"kind": "local_shell", "name": "", "input": rm},
+        {"kind": "shell", "name": "", "input": {"commands": ["cat /etc/passwd"]}},
+        {"kind": "custom", "name": "apply_patch", "input": good_patch},
+        {"kind": "local_shell", "name": "", "input": ls},
+    ]});
+    let steps = json!([round, {"text": "Done."}, round, {"text": "Done."}]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = format!(
+        "[permissions]\ndeny = [\"^apply_patch(input=*.ssh*)\", \"^local_shell(rm)\", \"^shell$\"]\n{}",
+        logging_hook(&hook_log)
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), &config, &[]);
+    let list = vec![
+        json!({"type": "custom", "name": "apply_patch", "description": "Apply a patch."}),
+        json!({"type": "local_shell"}),
+        json!({"type": "shell"}),
+        json!({"type": "function", "name": "Read", "description": "Read a file.",
+               "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}}}}),
+    ];
+    for (k, stream) in [false, true].into_iter().enumerate() {
+        let step = 2 * k as u64;
+        let user = json!({"role": "user", "content": format!("patch it ({stream})")});
+        let (answer, shown) = responses(&proxy, &list, std::slice::from_ref(&user), stream);
+        let made = upstream.call_ids(step);
+        assert_eq!(made.len(), 6);
+        let allowed = [made[4].clone(), made[5].clone()];
+        assert_eq!(call_ids(&answer["output"]), allowed, "{answer}");
+        if stream {
+            assert_eq!(shown, allowed, "a stream shows no refused call");
+        }
+        let played = upstream.played();
+        let sent = &played[step as usize]["body"];
+        let tools_sent: Vec<String> = sent["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str().or(t["type"].as_str()).map(str::to_owned))
+            .collect();
+        assert!(!tools_sent.contains(&"shell".to_owned()), "{tools_sent:?}");
+        // The allowed calls reach the client as the model wrote them.
+        let output = answer["output"].as_array().expect("output");
+        let patch = output
+            .iter()
+            .find(|i| i["type"] == "custom_tool_call")
+            .expect("the patch");
+        assert_eq!(patch["name"], "apply_patch");
+        assert_eq!(patch["input"], good_patch);
+        let shell = output
+            .iter()
+            .find(|i| i["type"] == "local_shell_call")
+            .expect("the shell call");
+        assert_eq!(shell["action"], ls);
+        // The client answers its calls; the model reads the refusals of the others.
+        let mut input = vec![user];
+        input.extend(output.iter().cloned());
+        input.push(
+            json!({"type": "custom_tool_call_output", "call_id": made[4], "output": "patched"}),
+        );
+        input.push(json!({"type": "function_call_output", "call_id": made[5], "output": "a b c"}));
+        let (answer, _) = responses(&proxy, &list, &input, stream);
+        assert!(answer["output"].to_string().contains("Done."), "{answer}");
+        assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+        let played = upstream.played();
+        assert_eq!(played.len() as u64, step + 2, "no round in between");
+        let next = &played[step as usize + 1]["body"]["input"];
+        let denied = answer_of(next, &made[0]);
+        assert_eq!(denied["type"], "custom_tool_call_output", "{denied}");
+        assert!(denied["output"].to_string().contains("deny[0]"), "{denied}");
+        let hooked = answer_of(next, &made[1]);
+        assert_eq!(hooked["type"], "custom_tool_call_output", "{hooked}");
+        assert!(
+            hooked["output"].to_string().contains("not this one"),
+            "{hooked}"
+        );
+        let rm_answer = answer_of(next, &made[2]);
+        assert_eq!(rm_answer["type"], "function_call_output", "{rm_answer}");
+        assert!(
+            rm_answer["output"].to_string().contains("deny[1]"),
+            "{rm_answer}"
+        );
+        let shell_answer = answer_of(next, &made[3]);
+        assert_eq!(shell_answer["type"], "shell_call_output", "{shell_answer}");
+        assert!(
+            shell_answer["output"].to_string().contains("deny[2]"),
+            "{shell_answer}"
+        );
+    }
+    // The hook saw the calls the rules let through, by the client's tool name, with params it can
+    // judge; none the rules refused.
+    let seen: Vec<(String, Value)> = hook_events(&hook_log)
+        .iter()
+        .map(|e| {
+            (
+                e["tool"].as_str().unwrap_or_default().to_owned(),
+                e["params"].clone(),
+            )
+        })
+        .collect();
+    let once = [
+        ("apply_patch".to_owned(), json!({"input": hooked_patch})),
+        ("apply_patch".to_owned(), json!({"input": good_patch})),
+        ("local_shell".to_owned(), ls.clone()),
+    ];
+    assert_eq!(seen, [once.clone(), once].concat(), "{seen:#?}");
+}
+
+/// A computer call cannot be answered by text (its output is a screenshot): a refused one is not
+/// handed to the client, which is told so at the end of the model's answer; the model reads the
+/// same in place of its call, and the provider accepts the next request.
+#[test]
+fn a_refused_computer_call_is_dropped_with_a_note() {
+    let s = Scratch::new("proxy-own-computer");
+    let click = json!({"type": "click", "x": 10, "y": 20, "button": "left"});
+    let typed = json!({"type": "type", "text": "rm -rf ~"});
+    let steps = json!([
+        {"text": "Clicking.", "calls": [{"kind": "computer", "name": "", "input": typed}]},
+        {"text": "Done."},
+        {"text": "Clicking.", "calls": [{"kind": "computer", "name": "", "input": click}]},
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[permissions]\ndeny = [\"^computer_use_preview(text=rm *)\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let list = vec![
+        json!({"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
+               "environment": "linux"}),
+        json!({"type": "function", "name": "Read", "description": "Read a file.",
+               "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}}}}),
+    ];
+    let user = json!({"role": "user", "content": "type it"});
+    let (answer, _) = responses(&proxy, &list, std::slice::from_ref(&user), false);
+    assert!(call_ids(&answer["output"]).is_empty(), "{answer}");
+    let text = answer["output"].to_string();
+    assert!(
+        text.contains("Clicking.")
+            && text.contains("was refused and not handed to the client")
+            && text.contains("deny[0]"),
+        "{answer}"
+    );
+    let mut input = vec![user];
+    input.extend(answer["output"].as_array().expect("output").iter().cloned());
+    input.push(json!({"role": "user", "content": "and now?"}));
+    let (answer, _) = responses(&proxy, &list, &input, false);
+    assert!(answer["output"].to_string().contains("Done."), "{answer}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    let played = upstream.played();
+    let sent = played[1]["body"]["input"].to_string();
+    assert!(!sent.contains("computer_call"), "{sent}");
+    assert!(
+        sent.contains("was refused and not handed to the client"),
+        "{sent}"
+    );
+    // An allowed one reaches the client as the model wrote it.
+    let user = json!({"role": "user", "content": "click it"});
+    let (answer, _) = responses(&proxy, &list, std::slice::from_ref(&user), true);
+    let item = answer["output"]
+        .as_array()
+        .expect("output")
+        .iter()
+        .find(|i| i["type"] == "computer_call")
+        .unwrap_or_else(|| panic!("no computer call: {answer}"))
+        .clone();
+    assert_eq!(item["action"], click);
+}
+
+/// A `pre_call` hook's rewrite of a call of its own kind reaches the client when it fits the
+/// item's shape; one that does not is refused with the reason, never handed over half-applied.
+#[test]
+fn a_hook_rewrite_of_a_call_of_its_own_kind_applies_only_when_it_fits() {
+    let s = Scratch::new("proxy-own-rewrite");
+    let steps = json!([
+        {"calls": [{"kind": "custom", "name": "apply_patch", "input": "fit"},
+                   {"kind": "local_shell", "name": "",
+                    "input": {"type": "exec", "command": ["misfit"], "env": {}}}]},
+        {"text": "Done."},
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[[hooks.pre_call]]\ncommand = \"sh\"\n\
+         args = [\"-c\", \"e=$(cat); case \\\"$e\\\" in \
+         *fit*misfit*|*misfit*) echo '{\\\"params\\\": {\\\"command\\\": \\\"ls\\\"}}';; \
+         *) echo '{\\\"params\\\": {\\\"input\\\": \\\"rewritten\\\"}}';; esac\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let list = vec![
+        json!({"type": "custom", "name": "apply_patch", "description": "Apply a patch."}),
+        json!({"type": "local_shell"}),
+    ];
+    let user = json!({"role": "user", "content": "go"});
+    let (answer, _) = responses(&proxy, &list, std::slice::from_ref(&user), false);
+    let made = upstream.call_ids(0);
+    let output = answer["output"].as_array().expect("output");
+    assert_eq!(call_ids(&answer["output"]), [made[0].clone()], "{answer}");
+    assert_eq!(output[0]["input"], "rewritten", "{answer}");
+    let mut input = vec![user];
+    input.extend(output.iter().cloned());
+    input.push(json!({"type": "custom_tool_call_output", "call_id": made[0], "output": "ok"}));
+    responses(&proxy, &list, &input, false);
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    let played = upstream.played();
+    let refused = answer_of(&played[1]["body"]["input"], &made[1]);
+    assert!(
+        refused["output"]
+            .to_string()
+            .contains("a pre_call hook rewrote its params into a shape its call cannot take"),
+        "{refused}"
+    );
+}
+
+/// A client-run tool the active mode hides is not sent upstream, and a call the model makes of
+/// it anyway is refused as any hidden tool's call is, never handed to the client: Anthropic's
+/// `bash`, and in the OpenAI formats a local shell and a custom tool.
+#[test]
+fn a_client_run_tool_the_mode_hides_is_refused_when_called() {
+    let s = Scratch::new("proxy-own-mode");
+    let bash = json!({"name": "bash", "input": {"command": "echo PWNED > /tmp/pwned"}});
+    let steps = json!([
+        {"calls": [bash]}, {"text": "Not allowed."},
+        {"calls": [bash]}, {"text": "Not allowed."},
+        {"calls": [{"kind": "local_shell", "name": "",
+                    "input": {"type": "exec", "command": ["touch", "x"], "env": {}}}]},
+        {"text": "Not allowed."},
+        {"calls": [{"kind": "custom", "name": "apply_patch", "input": "*** Begin Patch"}]},
+        {"text": "Not allowed."},
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[modes.web]\ntools = [\"^Read$\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &["--mode", "web"]);
+    let mut list = tools();
+    list.push(json!({"type": "bash_20250124", "name": "bash"}));
+    let refused_text = "No tool named \\\"bash\\\" is available";
+    for (k, stream) in [false, true].into_iter().enumerate() {
+        let body = json!({"model": "m", "max_tokens": 64, "tools": list, "stream": stream,
+                          "messages": [{"role": "user", "content": format!("go {stream}")}]});
+        let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+        assert_eq!(status, 200, "{answer}");
+        let said: String = if stream {
+            let all = events(&answer);
+            assert!(
+                !all.iter().any(|e| e["content_block"]["type"] == "tool_use"),
+                "{answer}"
+            );
+            all.iter()
+                .filter_map(|e| e["delta"]["text"].as_str())
+                .collect()
+        } else {
+            assert!(tool_uses(&answer).is_empty(), "{answer}");
+            answer["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(said, "Not allowed.", "{answer}");
+        let played = upstream.played();
+        let sent = &played[2 * k];
+        assert!(
+            !sent["body"]["tools"].to_string().contains("bash_20250124"),
+            "{}",
+            sent["body"]["tools"]
+        );
+        let next = played[2 * k + 1]["body"]["messages"].to_string();
+        assert!(next.contains(refused_text), "{next}");
+    }
+    // Responses: a local shell call.
+    let openai = vec![
+        json!({"type": "local_shell"}),
+        json!({"type": "function", "name": "Read", "description": "Read a file.",
+               "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}}}}),
+    ];
+    let (answer, _) = responses(
+        &proxy,
+        &openai,
+        &[json!({"role": "user", "content": "touch"})],
+        false,
+    );
+    assert!(call_ids(&answer["output"]).is_empty(), "{answer}");
+    let played = upstream.played();
+    assert!(
+        !played[4]["body"]["tools"]
+            .to_string()
+            .contains("local_shell")
+    );
+    let made = upstream.call_ids(4);
+    let refusal = answer_of(&played[5]["body"]["input"], &made[0]);
+    assert!(
+        refusal["output"]
+            .to_string()
+            .contains("No tool named \\\"local_shell\\\" is available"),
+        "{refusal}"
+    );
+    // Chat: a custom tool.
+    let chat_tools = vec![
+        json!({"type": "custom", "custom": {"name": "apply_patch", "description": "Patch."}}),
+        json!({"type": "function", "function": {"name": "Read", "description": "Read a file.",
+               "parameters": {"type": "object"}}}),
+    ];
+    let body = json!({"model": "m", "tools": chat_tools,
+                      "messages": [{"role": "user", "content": "patch"}]});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &BEARER,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer["choices"][0]["message"]["tool_calls"].is_null(),
+        "{answer}"
+    );
+    let played = upstream.played();
+    let made = upstream.call_ids(6);
+    let result = played[7]["body"]["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
+        .cloned()
+        .unwrap_or_else(|| panic!("no result: {}", played[7]["body"]));
+    assert!(
+        result["content"]
+            .to_string()
+            .contains("No tool named \\\"apply_patch\\\" is available"),
+        "{result}"
+    );
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}
+
+/// The tool calls of a Chat answer as the client reads them (a stream's pieces joined).
+fn chat_calls(answer: &Value, stream: bool) -> Vec<Value> {
+    if !stream {
+        return answer["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+    }
+    let mut calls: Vec<Value> = Vec::new();
+    for e in events(answer) {
+        for tc in e["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = tc["index"].as_u64().expect("an index") as usize;
+            if calls.len() <= i {
+                let mut tc = tc.clone();
+                if let Some(o) = tc.as_object_mut() {
+                    o.remove("index");
+                }
+                calls.push(tc);
+            } else if let Some(more) = tc["custom"]["input"].as_str() {
+                let joined = format!(
+                    "{}{more}",
+                    calls[i]["custom"]["input"].as_str().unwrap_or("")
+                );
+                calls[i]["custom"]["input"] = joined.into();
+            }
+        }
+    }
+    calls
+}
+
+/// A Chat Completions call of a custom tool meets the rules and hooks: the client gets the
+/// allowed one as the model wrote it, streamed or not, and the model reads the refusal of the
+/// other as the `tool` message of its id.
+#[test]
+fn a_chat_custom_tool_call_meets_the_rules() {
+    let s = Scratch::new("proxy-own-chat");
+    let hook_log = s.path("hook.jsonl");
+    let denied = "*** Update File: /home/u/.ssh/authorized_keys";
+    let good = "*** Add File: notes.txt";
+    let round = json!({"calls": [
+        {"kind": "custom", "name": "apply_patch", "input": denied},
+        {"kind": "custom", "name": "apply_patch", "input": good},
+    ]});
+    let steps = json!([round, {"text": "Done."}, round, {"text": "Done."}]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = format!(
+        "[permissions]\ndeny = [\"^apply_patch(input=*.ssh*)\"]\n{}",
+        logging_hook(&hook_log)
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), &config, &[]);
+    let list = vec![
+        json!({"type": "custom", "custom": {"name": "apply_patch", "description": "Patch."}}),
+        json!({"type": "function", "function": {"name": "Read", "description": "Read a file.",
+               "parameters": {"type": "object"}}}),
+    ];
+    for (k, stream) in [false, true].into_iter().enumerate() {
+        let step = 2 * k as u64;
+        let user = json!({"role": "user", "content": format!("patch ({stream})")});
+        let body = json!({"model": "m", "tools": list, "stream": stream, "messages": [user]});
+        let (status, answer) = post(
+            &format!("{}/v1/chat/completions", proxy.url),
+            &body,
+            &BEARER,
+        );
+        assert_eq!(status, 200, "{answer}");
+        let made = upstream.call_ids(step);
+        let calls = chat_calls(&answer, stream);
+        assert_eq!(
+            calls,
+            [json!({"id": made[1], "type": "custom",
+                    "custom": {"name": "apply_patch", "input": good}})],
+            "{answer}"
+        );
+        let finish = if stream {
+            events(&answer)
+                .iter()
+                .filter_map(|e| e["choices"][0]["finish_reason"].as_str().map(str::to_owned))
+                .next_back()
+                .unwrap_or_default()
+        } else {
+            answer["choices"][0]["finish_reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(finish, "tool_calls", "{answer}");
+        let messages = json!([user,
+            {"role": "assistant", "content": null, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": made[1], "content": "patched"}]);
+        let body = json!({"model": "m", "tools": list, "stream": stream, "messages": messages});
+        let (status, answer) = post(
+            &format!("{}/v1/chat/completions", proxy.url),
+            &body,
+            &BEARER,
+        );
+        assert_eq!(status, 200, "{answer}");
+        assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+        let played = upstream.played();
+        assert_eq!(played.len() as u64, step + 2);
+        let result = played[step as usize + 1]["body"]["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
+            .cloned()
+            .unwrap_or_else(|| panic!("no result: {}", played[step as usize + 1]["body"]));
+        assert!(
+            result["content"].to_string().contains("deny[0]"),
+            "{result}"
+        );
+    }
+    let seen: Vec<Value> = hook_events(&hook_log)
+        .iter()
+        .map(|e| json!([e["tool"], e["params"]]))
+        .collect();
+    let once = json!(["apply_patch", {"input": good}]);
+    assert_eq!(seen, [once.clone(), once], "{seen:#?}");
+}
