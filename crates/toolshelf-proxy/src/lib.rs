@@ -32,7 +32,7 @@ use toolshelf_core::Compiled;
 use crate::api::{Dialect, Tokens};
 use crate::session::ProxySession;
 use crate::shelf::{OwnTools, Shelf, Shelves};
-use crate::store::{Cas, FailureLog, SessionStore};
+use crate::store::{Cas, Logged, SessionStore};
 
 pub use error::{ProxyError, Result};
 
@@ -82,7 +82,8 @@ pub struct Proxy {
     /// The compiled configuration.
     pub compiled: Arc<Compiled>,
     shelves: Shelves,
-    /// Where sessions live.
+    /// Where sessions live: the store given to [`Proxy::new`], each operation's failure or
+    /// success logged ([`store::Logged`]).
     pub store: Arc<dyn SessionStore>,
     /// The upstream client.
     pub http: reqwest::Client,
@@ -93,11 +94,10 @@ pub struct Proxy {
     script_items: Vec<serde_json::Value>,
     /// Totals.
     pub totals: Mutex<Totals>,
-    store_log: FailureLog,
 }
 
 impl Proxy {
-    /// A proxy over `store`.
+    /// A proxy over `store`, whose failures and recoveries it logs (see [`store::FailureLog`]).
     pub fn new(
         compiled: Arc<Compiled>,
         store: Arc<dyn SessionStore>,
@@ -119,13 +119,12 @@ impl Proxy {
         Ok(Self {
             compiled,
             shelves: Shelves::default(),
-            store,
+            store: Arc::new(Logged::new(store)),
             http,
             enrich,
             scripts: None,
             script_items: Vec::new(),
             totals: Mutex::new(Totals::default()),
-            store_log: FailureLog::default(),
         })
     }
 
@@ -204,19 +203,16 @@ impl Proxy {
         metrics::totals_moved(&before, &totals);
     }
 
-    /// Counts a failed store operation and logs it (at most once per [`store::LOG_EVERY`]).
-    pub fn store_failed(&self, error: &str) {
+    /// Counts a failed store operation. [`Self::store`] logged it already, as a read or a write
+    /// (at most once per [`store::LOG_EVERY`]); `error` is its message.
+    pub fn store_failed(&self, _error: &str) {
         self.count(|t| t.store_errors += 1);
-        self.store_log.failed(error);
     }
 
     /// The session under `key` with its version; a new one when missing, unreadable or when the
     /// store fails (counted and logged, and said in [`Loaded::failed`]).
     pub async fn load_session(&self, key: &str) -> Loaded {
         let got = self.store.get(key).await;
-        if got.is_ok() {
-            self.store_log.answered();
-        }
         let (session, version, failed) = match got {
             Ok(Some(v)) => match ProxySession::from_bytes(&v.value) {
                 Ok(s) => (s, Some(v.version), false),
@@ -242,25 +238,46 @@ impl Proxy {
         }
     }
 
-    /// Writes a session back. A concurrent write is merged once (recorded rounds of both are
-    /// kept), then written over.
+    /// Writes a session back. Each write that meets another's (a compare-and-set conflict) is
+    /// merged with it, read back, and written again (at most 16 times).
+    ///
+    /// A request whose session could not be read (`unread`) went on with a new session standing
+    /// in for one that may be stored: its session is written only where nothing is stored.
+    /// Merged into a stored session it would be taken for that session's continuation, with its
+    /// turns counted from 1 (its activations stamped turns ago, expiring early) and a frozen
+    /// surface and marks of its own; so the stored session is kept as it is, and this request's
+    /// update is left out (logged), as its session was.
     pub async fn save_session(
         &self,
         key: &str,
         mut session: ProxySession,
         bytes: Vec<u8>,
         version: Option<u64>,
+        unread: bool,
         base: &crate::session::Figures,
-    ) {
+    ) -> Saved {
         let ttl = self.ttl();
         let (mut bytes, mut version, mut base) = (bytes, version, base.clone());
+        let mut merged = false;
         // Each conflict means another writer stored first: take its session, add this one's
         // work, and try again on top of it. Nothing is ever written over another's work.
         for _ in 0..MERGES {
             match self.store.compare_and_set(key, version, bytes, ttl).await {
-                Ok(Cas::Written(_)) => return self.store_log.answered(),
+                Ok(Cas::Written(_)) if merged => return Saved::Merged,
+                Ok(Cas::Written(_)) => return Saved::Written,
+                Ok(Cas::Conflict) if unread => {
+                    tracing::info!(
+                        session = %short(key),
+                        "this request's session update was not stored: its session could not be \
+                         read, and the stored session it stood in for is kept as it was"
+                    );
+                    return Saved::Kept;
+                }
                 Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
-                Err(e) => return self.store_failed(&e),
+                Err(e) => {
+                    self.store_failed(&e);
+                    return Saved::Failed;
+                }
             }
             let Loaded {
                 session: other,
@@ -269,10 +286,11 @@ impl Proxy {
             } = self.load_session(key).await;
             if failed {
                 // Counted and logged by the read: merging into nothing would only conflict again.
-                return;
+                return Saved::Failed;
             }
             let other_figures = other.figures.clone();
             session.merge_from(other, &base, self.compiled.config().authoring.max_tools);
+            merged = true;
             // The merged figures are the other's plus this request's additions: measured from
             // the other's, the next merge adds those again, and only those.
             base = other_figures;
@@ -283,7 +301,22 @@ impl Proxy {
             session = %short(key),
             "this request's session update was not stored: {MERGES} other writers stored first, one after another"
         );
+        Saved::Failed
     }
+}
+
+/// What [`Proxy::save_session`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// The request's session was written as it was.
+    Written,
+    /// It was written merged with the sessions other writers had stored first.
+    Merged,
+    /// It was not written: its read had failed and a session is stored under its key, kept.
+    Kept,
+    /// It was not written: the store failed (counted and logged), or other writers kept
+    /// storing first.
+    Failed,
 }
 
 /// A session as read from the store.
@@ -388,11 +421,44 @@ mod tests {
                 session,
                 bytes,
                 None,
+                false,
                 &crate::session::Figures::default(),
             )
             .await;
         let t = proxy.totals.lock().expect("totals").clone();
         // One conflict, then the failed read: no merge into nothing, conflicting again.
         assert_eq!((t.store_conflicts, t.store_errors), (1, 1), "{t:?}");
+    }
+
+    /// A request whose session could not be read went on with a new session at turn 1: it is
+    /// written where nothing is stored, and never merged into a stored session as if it
+    /// continued it (its activations stamped turns before the stored ones).
+    #[tokio::test]
+    async fn a_session_that_could_not_be_read_is_not_merged_into_the_stored_one() {
+        let config = toolshelf_core::Config::default();
+        let compiled = Arc::new(Compiled::new(config, "t.toml", None).expect("compiles"));
+        let store = Arc::new(crate::store::MemoryStore::new(10, None));
+        let proxy = Proxy::new(compiled, store.clone(), None).expect("proxy");
+        let base = crate::session::Figures::default();
+        let mut stored = ProxySession::default();
+        for _ in 0..3 {
+            stored.state.next_turn();
+        }
+        let bytes = stored.to_bytes();
+        let saved = proxy.save_session("k", stored, bytes.clone(), None, false, &base);
+        assert_eq!(saved.await, Saved::Written);
+        let mut stand_in = ProxySession::default();
+        stand_in.state.next_turn();
+        stand_in.state.activate(["mcp__fs__read_file"]);
+        let standing = stand_in.to_bytes();
+        let saved = proxy.save_session("k", stand_in, standing.clone(), None, true, &base);
+        assert_eq!(saved.await, Saved::Kept);
+        let v = store.get("k").await.expect("ok").expect("stored");
+        assert_eq!((v.version, v.value), (1, bytes), "kept as it was");
+        let t = proxy.totals.lock().expect("totals").clone();
+        assert_eq!((t.store_conflicts, t.store_errors), (0, 0), "{t:?}");
+        // Nothing stored: the new session is the session.
+        let saved = proxy.save_session("new", ProxySession::default(), standing, None, true, &base);
+        assert_eq!(saved.await, Saved::Written);
     }
 }

@@ -40,7 +40,7 @@ use toolshelf_core::request::Api;
 use crate::api::{Dialect, Streamer, Tokens};
 use crate::exchange::{Next, PassReason, Plan, Prefix, Turn, prepare};
 use crate::sse::Reader;
-use crate::{HARNESS_SESSION_HEADER, Proxy, ProxyError, SESSION_HEADER};
+use crate::{HARNESS_SESSION_HEADER, Proxy, ProxyError, SESSION_HEADER, Saved};
 
 /// Per-session figures kept for the status page (the most recent sessions).
 #[derive(Debug, Clone, Serialize)]
@@ -531,6 +531,17 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         log_failure(dialect, None, &e.to_string());
         error_response(Some(dialect), &e)
     };
+    // Which session a request belongs to is read from one header: two of them (two session
+    // names, or the same twice from a client that adds its own) are refused rather than one
+    // being picked, as two `Host` or `Origin` headers are.
+    for name in [SESSION_HEADER, HARNESS_SESSION_HEADER] {
+        let n = parts.headers.get_all(name).iter().count();
+        if n > 1 {
+            return refuse(ProxyError::BadRequest(format!(
+                "the request has {n} {name} headers; send one, naming the request's session"
+            )));
+        }
+    }
     // A compressed body is not read as JSON text: said as such, not as "not valid JSON".
     if let Some(coding) = parts
         .headers
@@ -986,30 +997,21 @@ async fn finish(app: &AppState, turn: Turn) {
         }
     }
     // The session's figures as stored go to the status page: this request's, or, when its write
-    // met another's, the merge of both, read back. One request of a session at a time writes
+    // met another's, the merge of both, read back (or the stored session, kept as it was when
+    // this request could not read it). One request of a session at a time writes
     // and records, so the summary left is the one of the last write.
     let _writing = app.writing(&prepared.key).await;
-    let conflicts = proxy
-        .totals
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .store_conflicts;
-    proxy
+    let saved = proxy
         .save_session(
             &prepared.key,
             prepared.session,
             stored,
             prepared.version,
+            prepared.store_failed,
             &prepared.base_figures,
         )
         .await;
-    let merged = proxy
-        .totals
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .store_conflicts
-        != conflicts;
-    let summary = if merged {
+    let summary = if matches!(saved, Saved::Merged | Saved::Kept) {
         let loaded = proxy.load_session(&prepared.key).await;
         match loaded.version {
             Some(_) if !loaded.failed => {

@@ -9,12 +9,16 @@
 //!
 //! A store that fails is never fatal: a missing session degrades (the model sees its
 //! `defer_execute` calls without the searches before them, and can search again).
+//! [`Logged`] wraps the proxy's store and logs its failures ([`FailureLog`]): reads and writes
+//! apart, at most once per [`LOG_EVERY`] with the count since, and the recovery once both
+//! answer again.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// A stored value and its version (1 for the first write, +1 for each).
@@ -63,62 +67,208 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
 /// How often a failing store is reported in the log.
 pub const LOG_EVERY: Duration = Duration::from_secs(30);
 
+/// What a store operation does: read a session (or an alias) or write one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `get`.
+    Read,
+    /// `compare_and_set` or `put`.
+    Write,
+}
+
+impl Op {
+    fn bit(self) -> u8 {
+        match self {
+            Op::Read => 1,
+            Op::Write => 2,
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Op::Read => 0,
+            Op::Write => 1,
+        }
+    }
+}
+
 /// The log of a store's failures: the first failure at once, then at most one line per
-/// [`LOG_EVERY`] with the number of failures since the last line; and one line when the store
-/// answers again.
-#[derive(Debug, Default)]
+/// [`LOG_EVERY`] with the number of failures since the last line (of reads and of writes); and
+/// one line when the store answers again, which is when every kind of operation that failed
+/// (reads, writes) has succeeded since. A store that answers reads but refuses every write (an
+/// ACL without the scripts' commands, `OOM` under `noeviction`) is not answering again at each
+/// read: its writes still fail, and their failures are counted into the next report.
+#[derive(Debug)]
 pub struct FailureLog {
-    failing: std::sync::atomic::AtomicBool,
+    /// The kinds of operation ([`Op::bit`]) that failed and have not succeeded since.
+    failing: AtomicU8,
     state: Mutex<FailureState>,
+    every: Duration,
+}
+
+impl Default for FailureLog {
+    fn default() -> Self {
+        Self::every(LOG_EVERY)
+    }
 }
 
 #[derive(Debug, Default)]
 struct FailureState {
     /// When the last failure line was written.
     said: Option<Instant>,
-    /// Failures since then.
-    unsaid: u64,
-    /// Failures since the store last answered.
+    /// Failures since then not reported, of reads and of writes ([`Op::index`]).
+    unsaid: [u64; 2],
+    /// Failures since the store last answered every kind of operation.
     run: u64,
+    /// Whether a failure line was written in this run: only then is the recovery said.
+    reported: bool,
 }
 
 impl FailureLog {
-    /// Records a failure; logs it unless a line was written less than [`LOG_EVERY`] ago.
-    pub fn failed(&self, error: &str) {
-        self.failing
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.run += 1;
-        if s.said.is_some_and(|t| t.elapsed() < LOG_EVERY) {
-            s.unsaid += 1;
-            return;
+    /// A log that writes a failure line at most once per `every`.
+    pub fn every(every: Duration) -> Self {
+        Self {
+            failing: AtomicU8::new(0),
+            state: Mutex::new(FailureState::default()),
+            every,
         }
-        let more = match std::mem::take(&mut s.unsaid) {
-            0 => String::new(),
-            n => format!(" ({n} more failures since the last report)"),
-        };
-        s.said = Some(Instant::now());
-        tracing::warn!(
-            "session store: {error}{more}; requests go on as if their session were missing \
-             (reported at most every {} s)",
-            LOG_EVERY.as_secs()
-        );
     }
 
-    /// Records an answer; logs the recovery after failures.
-    pub fn answered(&self) {
-        if !self
-            .failing
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
-        {
-            return;
+    /// Records a failure of `op`; logs it unless a line was written less than the interval ago.
+    pub fn failed(&self, op: Op, error: &str) {
+        if let Some(line) = self.failure(op, error) {
+            tracing::warn!("{line}");
+        }
+    }
+
+    /// Records a success of `op`; logs the recovery when nothing fails any longer.
+    pub fn answered(&self, op: Op) {
+        if let Some(line) = self.answer(op) {
+            tracing::info!("{line}");
+        }
+    }
+
+    /// Records the outcome of `op`.
+    pub fn saw<T>(&self, op: Op, outcome: &Result<T, String>) {
+        match outcome {
+            Ok(_) => self.answered(op),
+            Err(e) => self.failed(op, e),
+        }
+    }
+
+    /// What [`Self::failed`] logs, if anything.
+    fn failure(&self, op: Op, error: &str) -> Option<String> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.failing.fetch_or(op.bit(), Ordering::Relaxed);
+        s.run += 1;
+        if s.said.is_some_and(|t| t.elapsed() < self.every) {
+            s.unsaid[op.index()] += 1;
+            return None;
+        }
+        let more = match std::mem::take(&mut s.unsaid) {
+            [0, 0] => String::new(),
+            [reads, writes] => {
+                let kinds: Vec<String> = [(reads, "read"), (writes, "write")]
+                    .into_iter()
+                    .filter(|(n, _)| *n > 0)
+                    .map(|(n, kind)| format!("{n} {kind}{}", if n == 1 { "" } else { "s" }))
+                    .collect();
+                format!(
+                    " ({} more failures since the last report: {})",
+                    reads + writes,
+                    kinds.join(", ")
+                )
+            }
+        };
+        s.said = Some(Instant::now());
+        s.reported = true;
+        let (what, meaning) = match op {
+            Op::Read => (
+                "reading a session failed",
+                "its request goes on as if its session were missing",
+            ),
+            Op::Write => (
+                "writing a session failed",
+                "its request's update of the session is not stored",
+            ),
+        };
+        Some(format!(
+            "session store: {what}: {error}; {meaning}{more} (reported at most every {} s)",
+            self.every.as_secs()
+        ))
+    }
+
+    /// What [`Self::answered`] logs, if anything.
+    fn answer(&self, op: Op) -> Option<String> {
+        if self.failing.load(Ordering::Relaxed) & op.bit() == 0 {
+            return None;
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let run = std::mem::take(&mut s.run);
-        s.unsaid = 0;
-        if run > 0 {
-            tracing::info!("session store: answering again after {run} failures");
+        let before = self.failing.fetch_and(!op.bit(), Ordering::Relaxed);
+        if before & op.bit() == 0 || before & !op.bit() != 0 {
+            // Another answer got here first, or another kind of operation still fails.
+            return None;
         }
+        let run = std::mem::take(&mut s.run);
+        // Failures not reported yet stay counted for the next report.
+        std::mem::take(&mut s.reported).then(|| {
+            format!("session store: answering again (reads and writes) after {run} failures")
+        })
+    }
+}
+
+/// A store whose every operation's outcome goes to a [`FailureLog`]: the proxy's store, so
+/// that each failure and each recovery is logged as what it was (a read or a write), whichever
+/// part of the proxy asked. Counting the failures is the caller's.
+#[derive(Debug)]
+pub struct Logged {
+    inner: std::sync::Arc<dyn SessionStore>,
+    log: FailureLog,
+}
+
+impl Logged {
+    /// `inner`, its failures logged.
+    pub fn new(inner: std::sync::Arc<dyn SessionStore>) -> Self {
+        Self {
+            inner,
+            log: FailureLog::default(),
+        }
+    }
+}
+
+impl SessionStore for Logged {
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Versioned>> {
+        Box::pin(async move {
+            let got = self.inner.get(key).await;
+            self.log.saw(Op::Read, &got);
+            got
+        })
+    }
+
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<u64>,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Cas> {
+        Box::pin(async move {
+            let done = self.inner.compare_and_set(key, expected, value, ttl).await;
+            self.log.saw(Op::Write, &done);
+            done
+        })
+    }
+
+    fn put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let done = self.inner.put(key, value, ttl).await;
+            self.log.saw(Op::Write, &done);
+            done
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
     }
 }
 
@@ -385,6 +535,61 @@ mod tests {
     }
 
     const TTL: Duration = Duration::from_secs(60);
+
+    /// A store that answers reads but refuses every write (an ACL without the scripts'
+    /// commands, `OOM` under `noeviction`): its reads are no recovery, the writes' failures are
+    /// counted into the next report, which names them, and the recovery is said once every kind
+    /// of operation that failed has succeeded again.
+    #[test]
+    fn failing_writes_between_answered_reads_are_counted_and_not_a_recovery() {
+        let every = Duration::from_millis(300);
+        let log = FailureLog::every(every);
+        let first = log
+            .failure(Op::Write, "NOPERM")
+            .expect("the first failure is said");
+        assert!(
+            first.contains("writing a session failed: NOPERM")
+                && !first.contains("more failures")
+                && !first.contains("as if its session were missing"),
+            "{first}"
+        );
+        for _ in 0..3 {
+            assert_eq!(log.answer(Op::Read), None, "reads never failed");
+            assert_eq!(log.failure(Op::Write, "NOPERM"), None, "said already");
+        }
+        std::thread::sleep(every);
+        assert_eq!(log.answer(Op::Read), None);
+        let again = log.failure(Op::Write, "NOPERM").expect("said again");
+        assert!(
+            again.contains("(3 more failures since the last report: 3 writes)"),
+            "{again}"
+        );
+        assert_eq!(
+            log.answer(Op::Write).as_deref(),
+            Some("session store: answering again (reads and writes) after 5 failures")
+        );
+        assert_eq!(log.answer(Op::Write), None, "said once");
+
+        // An outage: reads and writes fail, within the interval (not said); a read answering
+        // is not the end of it while writes have not.
+        assert_eq!(log.failure(Op::Read, "refused"), None);
+        assert_eq!(log.failure(Op::Write, "refused"), None);
+        assert_eq!(log.answer(Op::Read), None, "writes still fail");
+        assert_eq!(
+            log.answer(Op::Write),
+            None,
+            "a run that was never reported has no recovery to report"
+        );
+        std::thread::sleep(every);
+        let later = log.failure(Op::Read, "timeout").expect("said");
+        assert!(
+            later.contains("reading a session failed: timeout")
+                && later.contains("as if its session were missing")
+                && later.contains("(2 more failures since the last report: 1 read, 1 write)"),
+            "{later}"
+        );
+        assert!(log.answer(Op::Read).is_some(), "{later}");
+    }
 
     #[test]
     fn compare_and_set_refuses_a_stale_version() {

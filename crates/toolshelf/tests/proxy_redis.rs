@@ -1290,3 +1290,166 @@ fn two_conversations_defining_one_name_at_once_keep_one_definition_and_the_other
         "{text}"
     );
 }
+
+/// The log lines about the session store, warnings and the rest, in order.
+fn store_lines(p: &ProxyProc) -> Vec<String> {
+    p.log()
+        .lines()
+        .filter(|l| l.contains("session store:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A Redis that answers reads but refuses every write (an ACL user without the scripts'
+/// `EVALSHA`; `OOM` under `noeviction` fails the same way) is not "answering again" at each
+/// read: the log says that writes fail, once per 30 s with the failures since (none lost to the
+/// reads in between), and that Redis answers again only once a write succeeds.
+#[test]
+fn a_redis_refusing_every_write_is_reported_as_failing_writes_with_the_count_kept() {
+    let s = Scratch::new("redis-acl");
+    let redis = Redis::start(&s, false);
+    let acl = [
+        "ACL", "SETUSER", "limited", "on", ">pw", "~*", "+@all", "-evalsha", "-eval",
+    ];
+    assert_eq!(redis.cli(&acl), "OK");
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let sp = Scratch::new("redis-acl-p");
+    let config = format!(
+        "[store]\nurl = \"redis://limited:pw@127.0.0.1:{}\"\nkey_prefix = \"acl:\"\ntimeout_ms = 300\n",
+        redis.port
+    );
+    let p = ProxyProc::start(&sp, &upstream.url(), &config, &[]);
+    assert_eq!(probe(&p, "acl"), 200, "{}", p.log());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store_warnings(&p) == 0 {
+        assert!(Instant::now() < deadline, "no warning: {}", p.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let said = Instant::now();
+    for _ in 0..3 {
+        assert_eq!(probe(&p, "acl"), 200, "{}", p.log());
+    }
+    assert_eq!(totals(&p)["store_errors"], 4, "{}", totals(&p));
+    let lines = store_lines(&p);
+    assert_eq!(
+        lines.len(),
+        1,
+        "four failed writes between answered reads: one line, no recovery: {lines:#?}"
+    );
+    assert!(
+        lines[0].contains("WARN")
+            && lines[0].contains("writing a session failed: Redis at 127.0.0.1:")
+            && lines[0].contains("key acl:h:acl: NoPerm: this user has no permissions")
+            && !lines[0].contains("as if"),
+        "{lines:#?}"
+    );
+    // The next report, 30 s after the first, counts the writes that failed since.
+    std::thread::sleep(
+        (said + Duration::from_millis(30_300)).saturating_duration_since(Instant::now()),
+    );
+    assert_eq!(probe(&p, "acl"), 200, "{}", p.log());
+    let lines = store_lines(&p);
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[1].contains("WARN")
+            && lines[1].contains("(3 more failures since the last report: 3 writes)"),
+        "{lines:#?}"
+    );
+    // Writes allowed again: the first that succeeds ends the run.
+    assert_eq!(
+        redis.cli(&["ACL", "SETUSER", "limited", "+evalsha", "+eval"]),
+        "OK"
+    );
+    assert_eq!(probe(&p, "acl"), 200, "{}", p.log());
+    let lines = store_lines(&p);
+    assert_eq!(
+        lines
+            .get(2)
+            .map(|l| l.contains("answering again (reads and writes) after 5 failures")),
+        Some(true),
+        "{lines:#?}"
+    );
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert_eq!(redis.cli(&["HGET", "acl:h:acl", "v"]), "1");
+}
+
+/// A request whose session read failed (Redis stalled) went on with a new session, at turn 1.
+/// Its write, once Redis answers again, meets the stored session: it is not merged into it (its
+/// activations would count from turn 1, below the stored turns, and the request would be no
+/// turn of the session), and the stored session is kept as it was.
+#[test]
+fn a_request_whose_session_read_failed_leaves_the_stored_session_as_it_was() {
+    let s = Scratch::new("redis-unread");
+    let redis = Redis::start(&s, false);
+    let script = json!({"main_system": [SYSTEM], "steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "notes.txt"}}}]},
+        {"text": "Read it."},
+        // Redis stalls as this request reads its session, and answers again (the background
+        // ping finds it) before the upstream does.
+        {"text": "Slowly.", "hang": 3},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "other.txt"}}}]},
+        {"text": "Read that too."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let (_sp, p) = replica("redis-unread-p", &upstream, &redis, "ur:");
+    let mut messages = vec![json!({"role": "user", "content": "read notes.txt"})];
+    let headers = [HEADERS[0], HEADERS[1], ("x-toolshelf-session", "unread")];
+    assert_eq!(
+        calls(&turn(&p, &mut messages, &headers)),
+        read_call("notes.txt")
+    );
+    turn(&p, &mut messages, &headers);
+    let stored = |field| redis.cli(&["HGET", "ur:h:unread", field]);
+    let (version, bytes) = (stored("v"), stored("d"));
+    assert_eq!(version, "2");
+
+    messages.push(json!({"role": "user", "content": "take your time"}));
+    redis.pause();
+    let (url, body) = (format!("{}/v1/messages", p.url), request(&messages));
+    let stalled = std::thread::spawn(move || post(&url, &body, &headers));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while totals(&p)["store_errors"] == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the read never failed: {}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    redis.resume();
+    let (status, answer) = stalled.join().expect("client thread");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"][0]["text"], "Slowly.");
+    take(&mut messages, &answer);
+    assert_eq!(
+        (stored("v"), stored("d")),
+        (version, bytes),
+        "the stored session is as it was; the log:\n{}",
+        p.log()
+    );
+    assert!(
+        p.log().contains(
+            "its session could not be read, and the stored session it stood in for is kept"
+        ),
+        "{}",
+        p.log()
+    );
+    assert_eq!(totals(&p)["store_conflicts"], 0, "{}", totals(&p));
+    // The conversation goes on from the stored session: the activation made in the first request
+    // still holds (no new search), and the request is the session's third turn.
+    messages.push(json!({"role": "user", "content": "and other.txt"}));
+    assert_eq!(
+        calls(&turn(&p, &mut messages, &headers)),
+        read_call("other.txt")
+    );
+    let log = p.log();
+    let turns: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("session=h:unread "))
+        .filter_map(|l| l.split(" turn=").nth(1)?.split(' ').next())
+        .collect();
+    assert_eq!(turns, ["1", "2", "1", "3"], "{log}");
+}
