@@ -134,6 +134,22 @@ impl Event {
                     .get("content")
                     .cloned()
                     .ok_or("\"result\" needs \"content\"")?;
+                match &content {
+                    Value::String(_) => {}
+                    Value::Array(blocks) if blocks.iter().all(Value::is_object) => {}
+                    Value::Array(_) => {
+                        return Err(
+                            "\"result\".content must be a string or content blocks (objects such as {\"type\": \"text\", \"text\": \"...\"}), found an array holding something else"
+                                .into(),
+                        );
+                    }
+                    other => {
+                        return Err(format!(
+                            "\"result\".content must be a string or content blocks (an array), found {}",
+                            crate::catalog::kind_of(other)
+                        ));
+                    }
+                }
                 let is_error = match value.get("is_error") {
                     None | Some(Value::Null) => false,
                     Some(Value::Bool(b)) => *b,
@@ -174,6 +190,8 @@ impl Event {
 /// What happened in one model request, for `replay --explain`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TurnReport {
+    /// The model request, from 1, in the order they are made.
+    pub request: u64,
     /// The turn, from 1: the client request the model request belongs to (the rounds in which
     /// the proxy answers the model's calls itself share the turn of their request).
     pub turn: u64,
@@ -245,6 +263,11 @@ pub struct Replay<'a> {
     searches: Vec<String>,
     /// Tools the model wrote with `tool_define`, which the proxy runs itself.
     authored: BTreeSet<String>,
+    /// Model requests reported so far.
+    requests: u64,
+    /// Warnings about the transcript (a tool it adds named otherwise than it wrote), each with
+    /// its file and line; known once the replay has started.
+    warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for Replay<'_> {
@@ -418,12 +441,22 @@ impl<'a> Replay<'a> {
             rounds: 0,
             searches: Vec::new(),
             authored: BTreeSet::new(),
+            requests: 0,
+            warnings: Vec::new(),
         }
     }
 
     /// The session state.
     pub fn state(&self) -> &SessionState {
         &self.state
+    }
+
+    /// Warnings about the transcript, each naming its file and line: a tool that
+    /// `tools_changed.add` gives a name the session cannot use as written (`"bad name!"`) and
+    /// that the session names otherwise (`bad_name_`). All of them are known before the first
+    /// report is handed over.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Replays `events`, returning one report (with its request body) per model request. Errors
@@ -460,7 +493,7 @@ impl<'a> Replay<'a> {
         on_report: &mut dyn FnMut(&Self, TurnReport) -> Result<(), String>,
     ) -> Result<(), String> {
         check_pairing(events, at)?;
-        self.check_tool_changes(events, at)?;
+        self.warnings = self.check_tool_changes(events, at)?;
         let mut i = 0;
         while i < events.len() {
             match &events[i] {
@@ -651,7 +684,8 @@ impl<'a> Replay<'a> {
         self.items.push(item);
     }
 
-    fn report(&self, reminders: Vec<Note>, turn: Turn, injected: Vec<String>) -> TurnReport {
+    fn report(&mut self, reminders: Vec<Note>, turn: Turn, injected: Vec<String>) -> TurnReport {
+        self.requests += 1;
         // The sizes come from the parts themselves and the conversation's running size, so a
         // report without its body costs nothing that grows with the conversation.
         let text = |t: &str| {
@@ -691,6 +725,7 @@ impl<'a> Replay<'a> {
             String::new()
         };
         TurnReport {
+            request: self.requests,
             turn: self.state.turn(),
             body,
             bytes,
@@ -704,7 +739,8 @@ impl<'a> Replay<'a> {
     }
 
     fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
-        self.catalog = changed_catalog(&self.catalog, add, remove)?;
+        // The transcript's own changes were warned about before the replay started.
+        (self.catalog, _) = changed_catalog(&self.catalog, add, remove)?;
         let catalog = &self.catalog;
         self.authored.retain(|n| catalog.position(n).is_some());
         self.exposure = self.compiled.expose(&self.catalog);
@@ -1029,24 +1065,116 @@ fn calls_and_results(events: &[Event], i: usize) -> (usize, usize) {
     (calls, results)
 }
 
-/// `catalog` after a `tools_changed` event; a removal of a name it lacks is an error.
-fn changed_catalog(catalog: &Catalog, add: &[Value], remove: &[String]) -> Result<Catalog, String> {
-    if let Some(name) = remove.iter().find(|n| catalog.position(n).is_none()) {
-        return Err(format!(
-            "tools_changed.remove names {name:?}, which no tool of the session has (give canonical names, such as mcp__server__tool)"
-        ));
+/// The name `tool` would have if it kept the names it was given: its original name, or
+/// `mcp__SERVER__TOOL` with its server's and its own original names.
+fn as_written(tool: &crate::catalog::Tool) -> String {
+    match &tool.original_server {
+        Some(server) => crate::name::mcp_name(server, &tool.original_name),
+        None => tool.original_name.clone(),
     }
-    crate::catalog::rebuilt(catalog, add, remove, "transcript")
+}
+
+/// `catalog` after a `tools_changed` event, with warnings about it (without a location): a tool
+/// added under a name the session cannot use as written is named otherwise. A name to remove is
+/// a canonical name or, for a tool named otherwise than written, the name as written (see
+/// [`as_written`]); one no tool has is an error, and so is a tool to add under the name of a
+/// tool the session keeps.
+fn changed_catalog(
+    catalog: &Catalog,
+    add: &[Value],
+    remove: &[String],
+) -> Result<(Catalog, Vec<String>), String> {
+    let mut removed = Vec::with_capacity(remove.len());
+    for name in remove {
+        if catalog.position(name).is_some() {
+            removed.push(name.clone());
+            continue;
+        }
+        let written: Vec<&str> = catalog
+            .tools()
+            .iter()
+            .filter(|t| as_written(t) == *name)
+            .map(|t| t.name.as_str())
+            .collect();
+        match written.as_slice() {
+            [one] => removed.push((*one).to_owned()),
+            [] => {
+                return Err(format!(
+                    "tools_changed.remove names {name:?}, which no tool of the session has (give canonical names, such as mcp__server__tool)"
+                ));
+            }
+            several => {
+                return Err(format!(
+                    "tools_changed.remove names {name:?}, which several tools of the session were given ({}): give the canonical name",
+                    several.join(", ")
+                ));
+            }
+        }
+    }
+    // What each added item is, for the checks below; an item that does not load is refused by
+    // the rebuild, with its own error.
+    let specs: Vec<Option<crate::catalog::ToolSpec>> = add
+        .iter()
+        .enumerate()
+        .map(|(k, item)| {
+            crate::catalog::ToolSpec::from_value(
+                item.clone(),
+                "transcript",
+                &format!("tools_changed.add[{k}]"),
+            )
+            .ok()
+        })
+        .collect();
+    for (k, spec) in specs.iter().enumerate() {
+        let Some(spec) = spec else { continue };
+        if let Some(kept) = catalog.tools().iter().find(|t| {
+            !removed.contains(&t.name)
+                && t.original_server == spec.server
+                && t.original_name == spec.name
+        }) {
+            return Err(format!(
+                "tools_changed.add[{k}] {:?}: duplicate tool name; the session's tool {:?} has the same name (remove it first, in this tools_changed or an earlier one)",
+                spec.name, kept.name
+            ));
+        }
+    }
+    let rebuilt = crate::catalog::rebuilt(catalog, add, &removed, "transcript")?;
+    let mut warnings = Vec::new();
+    for (k, spec) in specs.iter().enumerate() {
+        let Some(spec) = spec else { continue };
+        let Some(tool) = rebuilt
+            .tools()
+            .iter()
+            .find(|t| t.original_server == spec.server && t.original_name == spec.name)
+        else {
+            continue;
+        };
+        let written = as_written(tool);
+        if tool.name != written {
+            let why = if crate::name::tool_segment(&spec.name) != spec.name {
+                " (a tool name holds ASCII letters, digits, `_` and `-` only)"
+            } else {
+                ""
+            };
+            warnings.push(format!(
+                "tools_changed.add[{k}] {written:?} is named {:?} in the session{why}; tools_changed.remove finds it by either name",
+                tool.name
+            ));
+        }
+    }
+    Ok((rebuilt, warnings))
 }
 
 impl Replay<'_> {
     /// Applies every `tools_changed` event to a copy of the catalog before the replay starts,
-    /// so that one it cannot apply fails before any turn's output.
+    /// so that one it cannot apply fails before any turn's output; returns their warnings, each
+    /// with its place.
     fn check_tool_changes(
         &self,
         events: &[Event],
         at: &dyn Fn(usize) -> String,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<String>, String> {
+        let mut warnings = Vec::new();
         let mut catalog: Option<Catalog> = None;
         // Names the model may define on the way: their removal is judged when the replay
         // reaches it, as whether the definition succeeds is known only then.
@@ -1075,15 +1203,15 @@ impl Replay<'_> {
                         })
                         .cloned()
                         .collect();
-                    catalog = Some(
-                        changed_catalog(current, add, &judged)
-                            .map_err(|e| format!("{}: {e}", at(i)))?,
-                    );
+                    let (changed, said) = changed_catalog(current, add, &judged)
+                        .map_err(|e| format!("{}: {e}", at(i)))?;
+                    warnings.extend(said.into_iter().map(|w| format!("{}: {w}", at(i))));
+                    catalog = Some(changed);
                 }
                 _ => {}
             }
         }
-        Ok(())
+        Ok(warnings)
     }
 }
 

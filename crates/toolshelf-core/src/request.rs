@@ -109,6 +109,21 @@ impl Api {
         Self::detected(body).and_then(|(api, certain)| certain.then_some(api))
     }
 
+    /// The APIs `body` may be for: the one [`Api::detect`] names when a rule before the last
+    /// decided; Anthropic and Chat Completions when only the last did (plain user and assistant
+    /// messages: not Responses, which has no `messages` without an `input`); none when the body
+    /// has neither `messages` nor `input`. Two bodies whose candidates share no API are plainly
+    /// of different APIs.
+    pub fn candidates(body: &Value) -> &'static [Api] {
+        match Self::detected(body) {
+            Some((Api::Anthropic, true)) => &[Api::Anthropic],
+            Some((Api::OpenAiChat, true)) => &[Api::OpenAiChat],
+            Some((Api::OpenAiResponses, _)) => &[Api::OpenAiResponses],
+            Some(_) => &[Api::Anthropic, Api::OpenAiChat],
+            None => &[],
+        }
+    }
+
     /// [`Api::detect`]'s answer, and whether a rule before the last one gave it.
     fn detected(body: &Value) -> Option<(Api, bool)> {
         let body = body.as_object()?;
@@ -1049,6 +1064,19 @@ mod tests {
         assert_eq!(d(json!({"model": "m"})), None);
         assert_eq!(d(json!({"messages": "x"})), None);
         assert_eq!(d(json!([1])), None);
+        // Plain messages may be Anthropic or Chat, but are never Responses.
+        let k = |v: Value| Api::candidates(&v);
+        assert_eq!(
+            k(json!({"messages": [{"role": "user", "content": "q", "type": "message"}]})),
+            [Api::Anthropic, Api::OpenAiChat]
+        );
+        assert_eq!(k(json!({"input": "q"})), [Api::OpenAiResponses]);
+        assert_eq!(k(json!({"system": "s", "messages": []})), [Api::Anthropic]);
+        assert_eq!(
+            k(json!({"messages": [{"role": "tool", "content": "r"}]})),
+            [Api::OpenAiChat]
+        );
+        assert!(k(json!({"model": "m"})).is_empty());
         for api in APIS {
             let body = assemble(api, "S", &tools(api), &conversation(), &Map::new());
             assert_eq!(Api::detect(&body), Some(api), "{api:?}");

@@ -39,6 +39,9 @@ pub struct Source {
     pub workspace: Option<String>,
 }
 
+/// The keys a command's JSON finding carries besides those of the finding itself.
+pub type JsonFields = serde_json::Map<String, serde_json::Value>;
+
 /// Everything computed from the inputs.
 #[derive(Debug)]
 pub struct Loaded {
@@ -242,6 +245,19 @@ impl Source {
     /// Loads and decides everything; prints catalog, policy and schema warnings to stderr, each
     /// kind cut to [`WARNINGS_SHOWN`] lines unless `-v` was given.
     pub fn load(&self) -> Result<Loaded> {
+        self.load_reporting(None)
+    }
+
+    /// [`Source::load`] for a command run with `--json`: a finding of the load (a description
+    /// template that reads a per-turn value or uses a stub, exit status 1) is printed on stdout
+    /// too, as `fields` (what the command's own findings carry, such as explain's `name`) with
+    /// `"error": "template"`, the template's `owner` and `line` and the `message` added. With
+    /// `None`, as [`Source::load`].
+    pub fn load_json(&self, json: bool, fields: JsonFields) -> Result<Loaded> {
+        self.load_reporting(json.then_some(fields))
+    }
+
+    fn load_reporting(&self, json: Option<JsonFields>) -> Result<Loaded> {
         let catalog = match &self.catalog {
             Some(p) => Catalog::from_json_str(&read_text(p, "catalog")?, &p.display().to_string())?,
             None => Catalog::from_json_str(EXAMPLE_CATALOG, "examples/catalog.json (bundled)")?,
@@ -276,15 +292,20 @@ impl Source {
         };
         // A template that reads a per-turn value or a stub is a finding (exit 1), as
         // `check-template` reports it; any other failure keeps the command from running.
-        let surface = compiled
-            .session_surface(&catalog, &exposure, &session)
-            .map_err(|e| {
-                if e.is_forbidden_access() {
-                    anyhow::Error::new(crate::commands::Finding(e.to_string()))
-                } else {
-                    anyhow::Error::new(e)
+        let surface = match compiled.session_surface(&catalog, &exposure, &session) {
+            Ok(surface) => surface,
+            Err(e) if e.is_forbidden_access() => {
+                if let Some(mut fields) = json {
+                    fields.insert("error".into(), "template".into());
+                    fields.insert("owner".into(), e.owner.clone().into());
+                    fields.insert("line".into(), e.line.into());
+                    fields.insert("message".into(), e.to_string().into());
+                    crate::commands::print_json(&fields)?;
                 }
-            })?;
+                return Err(crate::commands::Finding(e.to_string()).into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         let all = crate::commands::serve::verbosity() > 0;
         for kind in [
             catalog.warnings(),

@@ -2090,6 +2090,105 @@ fn a_refused_template_access_is_a_finding_and_a_broken_template_an_error() {
     }
 }
 
+/// With `--json`, a template finding is printed on stdout too, as JSON, and the exit status
+/// stays 1.
+#[test]
+fn a_template_finding_is_printed_as_json_with_json() {
+    let config = temp_file(
+        "turn-json.toml",
+        "[tools.Read]\ndescription_template = \"turn.number\"\n",
+    );
+    for (command, name) in [
+        (vec!["explain", "Read", "--json"], Some("Read")),
+        (vec!["ledger", "--json"], None),
+    ] {
+        let mut args = command.clone();
+        args.extend(["--config", &config]);
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {err}");
+        assert!(err.contains("reads turn.number"), "{command:?}: {err}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{command:?}: {e}: stdout {:?}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        assert_eq!(v["error"], "template", "{v}");
+        assert_eq!(v["owner"], "tool \"Read\"", "{v}");
+        assert_eq!(v["line"], 1, "{v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("reads turn.number")),
+            "{v}"
+        );
+        match name {
+            Some(n) => assert_eq!(v["name"], n, "{v}"),
+            None => assert!(v.get("name").is_none(), "{v}"),
+        }
+        // Without --json, stdout stays empty.
+        let plain: Vec<&str> = args.iter().copied().filter(|a| *a != "--json").collect();
+        assert!(run(&plain).stdout.is_empty(), "{command:?}");
+    }
+}
+
+/// A tiny window makes the share wider than its column: the columns still keep a space apart.
+#[test]
+fn ledger_columns_stay_apart_whatever_their_widths() {
+    let table = ok(&["ledger", "--window", "1"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("all resident"))
+        .expect("the all-resident row");
+    let cells: Vec<&str> = row["all resident".len()..].split_whitespace().collect();
+    assert_eq!(cells.len(), 3, "{row}");
+    assert!(cells[2].ends_with('%'), "{row}");
+    // The usual widths are unchanged.
+    let usual = ok(&["ledger"]);
+    let header = usual
+        .lines()
+        .find(|l| l.starts_with("per turn"))
+        .expect("header");
+    assert_eq!(header.len(), 24 + 3 * 10, "{header:?}");
+}
+
+#[test]
+fn check_template_vars_name_their_file_and_refuse_json_that_is_not_an_object() {
+    let template = temp_file("vars-kinds.star", "part(pkg.description)");
+    let not_json = temp_file("vars-not-json.txt", "part(\"x\")\n");
+    let (code, err) = status_and_err(&["check-template", &template, "--vars", &not_json]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("--vars file {not_json} is not valid JSON: ")),
+        "{err}"
+    );
+    for inline in ["[]", " [\"a\"]"] {
+        let (code, err) = status_and_err(&["check-template", &template, "--vars", inline]);
+        assert_eq!(code, Some(2), "{inline}: {err}");
+        assert!(
+            err.contains("--vars must be a JSON object") && err.contains("found an array"),
+            "{inline}: {err}"
+        );
+    }
+    let array_file = temp_file("vars-array.json", "[1]");
+    let (code, err) = status_and_err(&["check-template", &template, "--vars", &array_file]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("--vars file {array_file} must be a JSON object"))
+            && err.contains("found an array"),
+        "{err}"
+    );
+    // A file that is not there is still said so.
+    let (code, err) =
+        status_and_err(&["check-template", &template, "--vars", "/nonexistent/v.json"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("cannot read --vars file /nonexistent/v.json"),
+        "{err}"
+    );
+}
+
 /// `(status, stderr)` of a run.
 fn status_and_err(args: &[&str]) -> (Option<i32>, String) {
     let out = run(args);

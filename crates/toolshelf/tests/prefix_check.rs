@@ -595,3 +595,88 @@ fn a_change_of_api_is_named_as_the_break() {
         "{text}"
     );
 }
+
+/// A body of plain messages is Anthropic or Chat, never Responses: a switch to `input` (or back)
+/// is an `api` break, however the messages are written.
+#[test]
+fn a_switch_between_messages_and_input_is_an_api_break() {
+    let plain = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let typed =
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi", "type": "message"}]});
+    let responses = json!({"model": "m", "input": "hi"});
+    for (name, first) in [("plain", &plain), ("typed", &typed)] {
+        for (order, pair) in [
+            ("to", [first.clone(), responses.clone()]),
+            ("from", [responses.clone(), first.clone()]),
+        ] {
+            let (code, v) = check_lines(&format!("switch-{name}-{order}.jsonl"), &pair);
+            assert_eq!(code, Some(1), "{name} {order}: {v}");
+            let b = &v["pairs"][0]["break"];
+            assert_eq!(b["section"], "api", "{name} {order}: {v}");
+            let plain_side = if order == "to" { "earlier" } else { "later" };
+            assert_eq!(b[plain_side], "anthropic or openai", "{v}");
+            assert_eq!(v["pairs"][0]["settings"], false, "{v}");
+        }
+    }
+    let path = temp_file(
+        "switch-text.jsonl",
+        &format!(
+            "{}\n{}\n",
+            canonical_json(&plain),
+            canonical_json(&responses)
+        ),
+    );
+    let out = run(&["prefix-check", &path]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("1→2 the API changes (anthropic or openai → openai-responses)"),
+        "{text}"
+    );
+    // Plain messages next to plain messages, or a Chat body, are no change of API.
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "t", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "r"}]});
+    let (code, v) = check_lines("plain-chat.jsonl", &[plain.clone(), chat]);
+    assert_eq!((code, &v["ok"]), (Some(0), &json!(true)), "{v}");
+}
+
+/// A Chat log for Claude (through OpenRouter or LiteLLM) carries `cache_control` markers: its
+/// first body, plain user messages, reads as Anthropic alone, but byte-identical messages are
+/// no break next to a body that is Chat beyond doubt.
+#[test]
+fn a_marked_chat_body_whose_api_cannot_be_told_reads_as_its_neighbour() {
+    let user = json!({"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]});
+    let first = json!({"model": "m", "messages": [user.clone()]});
+    let second = json!({"model": "m", "messages": [user.clone(),
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "t", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "r"}]});
+    let (code, v) = check_lines("marked-chat.jsonl", &[first.clone(), second.clone()]);
+    assert_eq!((code, &v["ok"]), (Some(0), &json!(true)), "{v}");
+    // And the other way round: a certain Chat body, then one that cannot be told.
+    let third =
+        json!({"model": "m", "messages": [user.clone(), {"role": "assistant", "content": "ok"}]});
+    let (code, v) = check_lines("marked-chat-back.jsonl", &[second.clone(), third]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["pairs"][0]["break"]["section"], "messages[1]", "{v}");
+    // A marker that moves in a Chat body is still content there.
+    let unmarked = json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
+    let mut moved = second.clone();
+    moved["messages"][0] = unmarked;
+    let (code, v) = check_lines("marked-chat-moved.jsonl", &[first, moved]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["pairs"][0]["break"]["section"], "messages[0]", "{v}");
+}
+
+#[test]
+fn messages_that_are_not_an_array_are_named() {
+    let path = temp_file("messages-string.jsonl", "{\"messages\": \"x\"}\n");
+    let out = run(&["prefix-check", &path]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{path}:1: cannot tell the API: `messages` must be an array, found a string"
+        )),
+        "{err}"
+    );
+}

@@ -514,3 +514,97 @@ fn explain_counts_turns_as_the_proxy_does() {
         .collect();
     assert_eq!(turns, ["1", "1", "2", "3"], "{text}");
 }
+
+/// A tool that `tools_changed.add` names otherwise than the session can is renamed with a
+/// warning naming the line and both names, and `remove` finds it by the name it was given.
+#[test]
+fn a_tool_added_under_an_invalid_name_is_warned_about_and_removable_by_it() {
+    let path = temp(
+        "bad-name.jsonl",
+        "{\"user\": \"hi\"}\n{\"tools_changed\": {\"add\": [{\"name\": \"bad name!\"}]}}\n{\"user\": \"x\"}\n{\"tools_changed\": {\"remove\": [\"bad name!\"]}}\n{\"user\": \"y\"}\n",
+    );
+    let out = run(&["replay", "--ranker", "bm25", "--transcript", &path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "toolshelf: warning: {path}:2: tools_changed.add[0] \"bad name!\" is named \"bad_name_\""
+        )),
+        "{err}"
+    );
+    assert_eq!(err.matches("warning").count(), 1, "said once: {err}");
+    let bodies = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(bodies.lines().count(), 3, "{bodies}");
+    // A name the session already has names the tool that has it.
+    let path = temp(
+        "dup-add.jsonl",
+        "{\"user\": \"hi\"}\n{\"tools_changed\": {\"add\": [{\"name\": \"Read\"}]}}\n{\"user\": \"x\"}\n",
+    );
+    let out = run(&["replay", "--ranker", "bm25", "--transcript", &path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{path}:2: tools_changed.add[0] \"Read\": duplicate tool name; the session's tool \"Read\" has the same name"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("tool has the same name"), "{err}");
+}
+
+/// A recorded result's content is a string or content blocks; anything else names its line.
+#[test]
+fn a_result_content_that_is_neither_text_nor_blocks_is_refused() {
+    for (content, found) in [
+        ("5", "found a number"),
+        ("{\"text\": \"x\"}", "found an object"),
+        ("null", "found null"),
+        ("[\"x\"]", "found an array holding something else"),
+    ] {
+        let path = temp(
+            "content-kind.jsonl",
+            &format!(
+                "{{\"user\": \"a\"}}\n{{\"call\": {{\"name\": \"Read\", \"input\": {{\"file_path\": \"/a\"}}}}}}\n{{\"result\": {{\"content\": {content}}}}}\n"
+            ),
+        );
+        let out = run(&["replay", "--transcript", &path]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{content}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{path}:3: \"result\".content must be a string or content blocks"
+            )) && err.contains(found),
+            "{content}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{content}");
+    }
+}
+
+/// `--explain --json` prints one object per model request, numbered, with its turn.
+#[test]
+fn explain_json_numbers_every_model_request() {
+    let help = ok(&["replay", "--help"]);
+    assert!(!help.contains("one JSON object per turn"), "{help}");
+    assert!(help.contains("per model request"), "{help}");
+    let json = ok(&[
+        "replay",
+        "--transcript",
+        &example("transcript.jsonl"),
+        "--explain",
+        "--json",
+    ]);
+    let reports: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let requests: Vec<u64> = reports
+        .iter()
+        .map(|r| r["request"].as_u64().expect("request"))
+        .collect();
+    assert_eq!(requests, (1..=reports.len() as u64).collect::<Vec<_>>());
+    let turns: Vec<u64> = reports
+        .iter()
+        .map(|r| r["turn"].as_u64().expect("turn"))
+        .collect();
+    assert!(turns.windows(2).any(|w| w[0] == w[1]), "{turns:?}");
+}

@@ -63,6 +63,18 @@ fn sample_pkg() -> BTreeMap<String, Value> {
     ])
 }
 
+/// What a JSON value is, for an error: `an array`, `a string`.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 fn string_of(v: Option<&Value>, key: &str) -> Result<Option<String>> {
     match v {
         None | Some(Value::Null) => Ok(None),
@@ -102,21 +114,33 @@ pub fn run(args: Args) -> Result<bool> {
         ..SessionValues::default()
     };
     if let Some(vars) = &args.vars {
-        let text = if vars.trim_start().starts_with('{') {
-            vars.clone()
+        // Inline JSON, or a file. Text that opens as JSON does (`{`, `[`, `"`) is inline, and so
+        // is other JSON (`5`, `null`) that names no file, so that it gets the JSON's error
+        // rather than "no such file".
+        let trimmed = vars.trim_start();
+        let inline = trimmed.starts_with(['{', '[', '"'])
+            || (!std::path::Path::new(vars).exists() && toolshelf_core::json::parse(vars).is_ok());
+        let (text, from) = if inline {
+            (vars.clone(), "--vars".to_owned())
         } else {
-            crate::inputs::read_text(std::path::Path::new(vars), "--vars file")?
+            (
+                crate::inputs::read_text(std::path::Path::new(vars), "--vars file")?,
+                format!("--vars file {vars}"),
+            )
         };
         // As strict as a catalog: an object that gives a key twice is refused, not read as its
         // last value.
         let v: Value = toolshelf_core::json::parse(&text).map_err(|e| {
             anyhow::anyhow!(
-                "--vars is not valid JSON: {}",
+                "{from} is not valid JSON: {}",
                 toolshelf_core::json::in_words(&e, &text, false)
             )
         })?;
         let Value::Object(top) = v else {
-            bail!("--vars must be a JSON object {{\"pkg\": {{...}}, \"session\": {{...}}}}");
+            bail!(
+                "{from} must be a JSON object {{\"pkg\": {{...}}, \"session\": {{...}}}}, found {}",
+                kind_of(&v)
+            );
         };
         for key in top.keys() {
             if key != "pkg" && key != "session" {

@@ -18,7 +18,8 @@ pub struct Args {
     /// Print the decision as JSON; a name no tool has (exit status 1) prints {"name", "error":
     /// "unknown", "suggestions"}, one several tools have {"name", "error": "ambiguous",
     /// "candidates"}, one of an item the catalog left out at load {"name", "error": "left_out",
-    /// "location", "why"}.
+    /// "location", "why"}, and a description template that reads a per-turn value or uses a
+    /// stub {"name", "error": "template", "owner", "line", "message"}.
     #[arg(long)]
     json: bool,
 }
@@ -28,7 +29,10 @@ pub fn run(args: Args) -> Result<()> {
     if args.name.trim().is_empty() {
         anyhow::bail!("the tool name is blank: give a name to explain (canonical, or bare)");
     }
-    let l = args.source.load()?;
+    let l = args.source.load_json(
+        args.json,
+        crate::inputs::JsonFields::from_iter([("name".into(), json!(args.name))]),
+    )?;
     let tools = l.catalog.tools();
     let i = match l.catalog.resolve(&args.name) {
         Resolution::Exact(i) | Resolution::Bare(i) => i,

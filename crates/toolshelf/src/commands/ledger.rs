@@ -18,7 +18,9 @@ pub struct Args {
     /// Wire format whose serialized definitions are measured.
     #[arg(long, value_enum, default_value_t)]
     format: FormatArg,
-    /// Print one JSON object instead of the table.
+    /// Print one JSON object instead of the table; a description template that reads a
+    /// per-turn value or uses a stub (exit status 1) prints {"error": "template", "owner",
+    /// "line", "message"}.
     #[arg(long)]
     json: bool,
     /// Account a whole session instead of one turn: replay this transcript (see `replay`) and
@@ -75,7 +77,7 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    let l = args.source.load()?;
+    let l = args.source.load_json(args.json, Default::default())?;
     l.warn_index();
     let window = args.window.unwrap_or(l.config().defer.window);
     anyhow::ensure!(window > 0, "--window must be a positive number of tokens");
@@ -107,15 +109,17 @@ pub fn run(args: Args) -> Result<()> {
     );
     outln!();
     outln!(
-        "{:<24}{:>10}{:>10}{:>10}",
+        "{:<24} {:>9} {:>9} {:>9}",
         "per turn",
         "chars",
         "tokens",
         "window"
     );
     let row = |label: &str, chars: i64, tokens: i64, share: Option<f64>| -> Result<()> {
+        // Each column keeps a space before it, however wide a value (a tiny --window makes the
+        // share run past its width).
         outln!(
-            "{label:<24}{:>10}{:>10}{:>10}",
+            "{label:<24} {:>9} {:>9} {:>9}",
             thousands(chars.into()),
             thousands(tokens.into()),
             share.map(pct).unwrap_or_default()
@@ -221,7 +225,7 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
         explain: false,
         json: false,
     };
-    let l = args.source.load()?;
+    let l = args.source.load_json(args.json, Default::default())?;
     let parsed = super::replay::read_transcript(transcript)?;
     // Successive requests repeat every earlier message: each distinct one is counted once.
     let mut tokens: HashMap<String, usize> = HashMap::new();
@@ -298,7 +302,7 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     );
     outln!();
     outln!(
-        "{:>7}{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+        "{:>7} {:>4} {:>9} {:>9} {:>9} {:>9} {:>13}",
         "request",
         "turn",
         "tools",
@@ -309,7 +313,7 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     );
     for t in &turns {
         outln!(
-            "{:>7}{:>5}{:>10}{:>10}{:>10}{:>10}{:>14}",
+            "{:>7} {:>4} {:>9} {:>9} {:>9} {:>9} {:>13}",
             t.request,
             t.turn,
             thousands(t.tools as i128),

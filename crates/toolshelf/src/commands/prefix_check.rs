@@ -15,7 +15,11 @@
 //! The settings that decide which cache a request can use at all are compared too: `model` (each
 //! model has its own cache) and, for Anthropic, `tool_choice` and `thinking` (a change to either
 //! invalidates the cached messages), and so is the API itself: a body of another API than the one
-//! before it (detected, as only a log mixing APIs has) shares no cache with it. Other fields (`max_tokens`, `temperature`, `stream`) do not
+//! before it (detected, as only a log mixing APIs has) shares no cache with it. Plain user and
+//! assistant messages may be Anthropic or Chat ([`Api::candidates`]) but are never Responses,
+//! so a switch between `messages` and `input` is always a change of API; such a body is read
+//! as its neighbour's API when that one can be told, so the same bytes split alike on both
+//! sides of a pair. Other fields (`max_tokens`, `temperature`, `stream`) do not
 //! enter the cached prefix and are not compared.
 //!
 //! A break is reported where it starts: the section (`api`, `model`, `system`, `tools`, `tool_choice`,
@@ -63,31 +67,59 @@ struct Canon {
     /// The growing part, one string per element.
     elements: Vec<String>,
     sections: Sections,
-    /// The API the body is for beyond doubt ([`Api::detect_certain`]); `None` under `--api`.
-    certain: Option<Api>,
+    /// The APIs the body may be for ([`Api::candidates`]): one, or Anthropic and Chat for plain
+    /// user and assistant messages; empty under `--api`.
+    candidates: &'static [Api],
+    /// The body, kept to read it again as its neighbour's API when its own cannot be told.
+    body: Value,
 }
 
 impl Canon {
-    fn new(sections: Sections, body: &Value, forced: bool) -> Self {
-        let settings = sections
-            .api
+    fn new(api: Api, body: Value, forced: bool) -> Result<Self, String> {
+        let sections = Sections::of(api, &body)?;
+        let settings = api
             .cache_settings()
             .iter()
             .map(|&f| (f, canonical_json(body.get(f).unwrap_or(&Value::Null))))
             .collect();
-        Self {
+        Ok(Self {
             settings,
             system: canonical_json(&sections.system),
             tools: canonical_json(&sections.tools),
             elements: sections.conversation.iter().map(canonical_json).collect(),
             sections,
-            certain: if forced {
-                None
-            } else {
-                Api::detect_certain(body)
-            },
+            candidates: if forced { &[] } else { Api::candidates(&body) },
+            body,
+        })
+    }
+
+    /// The API the body is for beyond doubt, if it can be told.
+    fn certain(&self) -> Option<Api> {
+        match self.candidates {
+            [api] => Some(*api),
+            _ => None,
         }
     }
+
+    /// The body read as `other`'s API, when its own cannot be told and `other`'s can and is
+    /// one it may be for: the same bytes must split into the same sections on both sides of a
+    /// pair (a Chat log's first body, plain user messages with a `cache_control` marker, is
+    /// read as Anthropic alone, markers left out, but as Chat next to a body with a tool call).
+    fn read_as_neighbour(&self, other: &Canon) -> Option<Canon> {
+        let api = other.certain()?;
+        (self.candidates.len() > 1 && self.candidates.contains(&api) && self.sections.api != api)
+            .then(|| Canon::new(api, self.body.clone(), false).ok())
+            .flatten()
+    }
+}
+
+/// The candidate APIs as a break shows them: `openai`, or `anthropic or openai`.
+fn api_names(candidates: &[Api]) -> String {
+    candidates
+        .iter()
+        .map(|a| a.name())
+        .collect::<Vec<_>>()
+        .join(" or ")
 }
 
 /// Where a pair stops sharing a prefix.
@@ -171,15 +203,19 @@ fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
         differs(name.to_owned(), &value(a), &value(b))
     };
     // A request of another API goes to another endpoint, so it shares no cache with the last.
-    let api = match (a.certain, b.certain) {
-        (Some(x), Some(y)) if x != y => Some(Break {
-            section: "api".into(),
-            offset: 0,
-            earlier: x.name().into(),
-            later: y.name().into(),
-        }),
-        _ => None,
-    };
+    // A body whose API cannot be told (Anthropic or Chat) is of another API than a Responses
+    // one all the same.
+    let disjoint = !a.candidates.is_empty()
+        && !b.candidates.is_empty()
+        && !a.candidates.iter().any(|x| b.candidates.contains(x));
+    let api = disjoint.then(|| Break {
+        section: "api".into(),
+        offset: 0,
+        earlier: api_names(a.candidates),
+        later: api_names(b.candidates),
+    });
+    let (a_as_b, b_as_a) = (a.read_as_neighbour(b), b.read_as_neighbour(a));
+    let (a, b) = (a_as_b.as_ref().unwrap_or(a), b_as_a.as_ref().unwrap_or(b));
     let model = setting("model");
     // Only Anthropic says these invalidate its cache; a body read otherwise has none of them.
     let both_anthropic = a.sections.api == Api::Anthropic && b.sections.api == Api::Anthropic;
@@ -225,13 +261,20 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
         }
         let forced = api.is_some();
         let Some(api) = api.or_else(|| Api::detect(&body)) else {
+            if let Some(messages) = body.get("messages") {
+                bail!(
+                    "{}: cannot tell the API: `messages` must be an array, found {}",
+                    at(),
+                    kind_of(messages)
+                );
+            }
             bail!(
                 "{}: cannot tell the API: the body has no `messages` or `input` array (use --api)",
                 at()
             );
         };
-        let sections = Sections::of(api, &body).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
-        let current = Canon::new(sections, &body, forced);
+        let current =
+            Canon::new(api, body, forced).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
         requests += 1;
         if let Some(prev) = &previous {
             pairs.push(compare(requests - 1, prev, &current));
@@ -244,6 +287,18 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
         crate::inputs::shown(path)
     );
     Ok((requests, pairs))
+}
+
+/// What a JSON value is, for an error: `a string`, `an object`.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// Runs the check; `Ok(false)` when some pair breaks the prefix.

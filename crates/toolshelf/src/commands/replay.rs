@@ -44,8 +44,9 @@ pub struct Args {
     /// of the bodies.
     #[arg(long)]
     pub explain: bool,
-    /// With --explain: one JSON object per turn. (Without --explain the output is the request
-    /// bodies, one JSON object per line already, so --json alone is refused.)
+    /// With --explain: one JSON object a line per model request, with its number (`request`,
+    /// from 1) and its turn. (Without --explain the output is the request bodies, one JSON
+    /// object per line already, so --json alone is refused.)
     #[arg(long, requires = "explain")]
     pub json: bool,
 }
@@ -114,7 +115,19 @@ pub fn replay(
     // The callback's own error is kept whole; the session's are text.
     let mut failed: Option<anyhow::Error> = None;
     let mut requests = 0usize;
+    // The transcript's warnings are known once the replay has started: said before the first
+    // request's output (or at the end, when the replay fails before making one).
+    let mut warned = false;
+    let warn = |warnings: &[String]| {
+        for w in warnings {
+            errln!("toolshelf: warning: {w}");
+        }
+    };
     let outcome = session.run_transcript(transcript, &mut |s, r| {
+        if !warned {
+            warn(s.warnings());
+            warned = true;
+        }
         requests += 1;
         on_report(s, r).map_err(|e| {
             let text = e.to_string();
@@ -122,6 +135,9 @@ pub fn replay(
             text
         })
     });
+    if !warned {
+        warn(session.warnings());
+    }
     match (outcome, failed) {
         (_, Some(e)) => Err(e),
         (Err(e), None) => Err(anyhow::Error::msg(e)),
@@ -168,6 +184,7 @@ mod tests {
     #[test]
     fn refusal_codes_read_in_words() {
         let report = TurnReport {
+            request: 1,
             turn: 1,
             body: String::new(),
             bytes: Default::default(),
