@@ -48,6 +48,8 @@ pub struct DeferredIndex {
     /// Characters of the block without any server group or the line that stands for them: the
     /// tags and the built-in names.
     pub builtin_chars: usize,
+    /// How many built-in names the block lists (none in a catalog of servers alone).
+    pub builtins: usize,
     /// Set when the block is over the budget: the built-in names alone exceed it, or they fit but
     /// not with the line that stands for the dropped groups (both are kept anyway).
     pub over_budget: bool,
@@ -220,6 +222,7 @@ impl DeferredIndex {
         text.push_str(CLOSE);
         Self {
             builtin_chars: fixed,
+            builtins: builtin.len(),
             over_budget: chars(&text) > budget,
             text,
             listed: listed.iter().map(|(p, _)| p.clone()).collect(),

@@ -336,10 +336,18 @@ impl Loaded {
         if let Some(idx) = &self.surface.index {
             if idx.over_budget {
                 let total = idx.text.chars().count();
-                let why = if idx.builtin_chars > idx.budget {
+                let why = if idx.builtin_chars > idx.budget && idx.builtins == 0 {
+                    format!("its tags alone take {} characters", idx.builtin_chars)
+                } else if idx.builtin_chars > idx.budget {
                     format!(
                         "the tags and the built-in names alone take {} characters, and built-in names are never dropped",
                         idx.builtin_chars
+                    )
+                } else if idx.builtins == 0 {
+                    format!(
+                        "its tags take {} characters; the line that stands for the dropped server groups, which is always kept, takes the other {}",
+                        idx.builtin_chars,
+                        total - idx.builtin_chars
                     )
                 } else {
                     format!(

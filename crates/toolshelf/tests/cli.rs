@@ -2731,6 +2731,37 @@ fn the_index_stays_within_budget_and_the_warning_blames_what_does_not_fit() {
 }
 
 #[test]
+fn an_index_without_built_ins_blames_only_its_tags() {
+    let catalog = temp_file(
+        "servers-only.json",
+        r#"{"servers": [{"name": "git", "tools": [{"name": "git_log", "description": "log"}]}]}"#,
+    );
+    for (budget, says) in [
+        ("0", "its tags alone take 54 characters"),
+        (
+            "60",
+            "its tags take 54 characters; the line that stands for the dropped server groups",
+        ),
+    ] {
+        let cfg = temp_file(
+            &format!("servers-only-{budget}.toml"),
+            &format!("[defer]\nindex_budget_chars = {budget}\n"),
+        );
+        let out = run(&[
+            "render",
+            "--index-only",
+            "--catalog",
+            &catalog,
+            "--config",
+            &cfg,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{budget}: {err}");
+        assert!(!err.contains("built-in"), "{budget}: {err}");
+    }
+}
+
+#[test]
 fn no_server_description_characters_gives_headers_of_the_name_alone() {
     let cfg = temp_file("desc0.toml", "[defer]\nserver_description_chars = 0\n");
     let index = ok(&["render", "--index-only", "--config", &cfg]);
