@@ -6,74 +6,12 @@
 mod common;
 
 use common::{
-    HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, chat_tools, post, responses_tools,
-    tool_uses, tools,
+    HEADERS, LoopUpstream, ProxyProc, Scratch, anthropic_tool, chat_tools, events, post,
+    responses_tools, tool_uses, tools,
 };
 use serde_json::{Value, json};
 
 const BEARER: [(&str, &str); 1] = [("authorization", "Bearer k")];
-
-/// `fixtures/loop_upstream.py` playing `steps`, killed (and reaped) on drop.
-struct LoopUpstream(Upstream);
-
-impl LoopUpstream {
-    fn start(s: &Scratch, steps: &Value) -> Self {
-        Self(Upstream::start_fixture(s, "loop_upstream.py", steps))
-    }
-
-    fn url(&self) -> String {
-        self.0.url()
-    }
-
-    fn records(&self, kind: &str) -> Vec<Value> {
-        self.0
-            .records()
-            .into_iter()
-            .filter(|r| r["kind"] == kind)
-            .collect()
-    }
-
-    /// The requests the upstream answered from its script, in order.
-    fn played(&self) -> Vec<Value> {
-        self.records("request")
-            .into_iter()
-            .filter(|r| r["step"].is_u64())
-            .collect()
-    }
-
-    /// Why the upstream refused requests, as a provider would have.
-    fn refused(&self) -> Vec<Value> {
-        self.records("refused")
-    }
-
-    /// The ids of the calls scripted step `step` made.
-    fn call_ids(&self, step: u64) -> Vec<String> {
-        self.records("response")
-            .iter()
-            .find(|r| r["step"] == step)
-            .and_then(|r| r["ids"].as_array())
-            .map(|ids| {
-                ids.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-/// The JSON events of an SSE body (`[DONE]` left out).
-fn events(body: &Value) -> Vec<Value> {
-    let text = body
-        .as_str()
-        .unwrap_or_else(|| panic!("not an event stream: {body}"));
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(str::trim)
-        .filter(|d| !d.is_empty() && *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("not JSON ({e}): {d}")))
-        .collect()
-}
 
 /// The Anthropic message a client assembles from a stream: its content blocks (a call's input
 /// read from its JSON pieces), its stop reason, and any error event.

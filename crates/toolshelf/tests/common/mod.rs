@@ -974,3 +974,65 @@ pub fn tool_uses(answer: &Value) -> Vec<Value> {
         })
         .unwrap_or_default()
 }
+
+/// `fixtures/loop_upstream.py` playing `steps`, killed (and reaped) on drop.
+pub struct LoopUpstream(Upstream);
+
+impl LoopUpstream {
+    pub fn start(s: &Scratch, steps: &Value) -> Self {
+        Self(Upstream::start_fixture(s, "loop_upstream.py", steps))
+    }
+
+    pub fn url(&self) -> String {
+        self.0.url()
+    }
+
+    pub fn records(&self, kind: &str) -> Vec<Value> {
+        self.0
+            .records()
+            .into_iter()
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    }
+
+    /// The requests the upstream answered from its script, in order.
+    pub fn played(&self) -> Vec<Value> {
+        self.records("request")
+            .into_iter()
+            .filter(|r| r["step"].is_u64())
+            .collect()
+    }
+
+    /// Why the upstream refused requests, as a provider would have.
+    pub fn refused(&self) -> Vec<Value> {
+        self.records("refused")
+    }
+
+    /// The ids of the calls scripted step `step` made.
+    pub fn call_ids(&self, step: u64) -> Vec<String> {
+        self.records("response")
+            .iter()
+            .find(|r| r["step"] == step)
+            .and_then(|r| r["ids"].as_array())
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The JSON events of an SSE body (`[DONE]` left out).
+pub fn events(body: &Value) -> Vec<Value> {
+    let text = body
+        .as_str()
+        .unwrap_or_else(|| panic!("not an event stream: {body}"));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("not JSON ({e}): {d}")))
+        .collect()
+}
