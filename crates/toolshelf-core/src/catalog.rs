@@ -227,46 +227,36 @@ const ANNOTATION_KEYS: &[&str] = &[
 /// Keys of a server in the grouped form.
 const SERVER_KEYS: &[&str] = &["name", "description", "description_template", "tools"];
 
-/// The known key `key` is a slip for: the same but for case, or one edit away from a known key
-/// of five or more characters (two from one of eight or more). A key that is known, or far from
-/// every known key (`icons`, `execution`, `cache_control`), is no slip.
-fn near_miss(key: &str, known: &[&'static str]) -> Option<&'static str> {
-    if known.contains(&key) {
+/// The known key `key` is a slip for: the same but for case, or a slip of one edit (an insertion,
+/// a deletion, a substitution or two neighbours swapped: `tag`, `titel`) from a known key, two
+/// from one of eight or more characters, when no other key of `known` or of `unread` (keys the
+/// shape defines that the loader does not read) is as near. A key that is known or unread, or
+/// far from every known key (`icons`, `execution`, `cache_control`), or as near to two keys as
+/// each other, is no slip.
+fn near_miss(key: &str, known: &[&'static str], unread: &[&str]) -> Option<&'static str> {
+    if known.contains(&key) || unread.contains(&key) {
         return None;
     }
     let lower = key.to_ascii_lowercase();
-    let same_but_case = known
+    if let Some(k) = known
         .iter()
         .copied()
-        .find(|k| k.to_ascii_lowercase() == lower);
-    same_but_case.or_else(|| {
-        known.iter().copied().find(|k| {
-            let allowed = match k.len() {
-                0..=4 => 0,
-                5..=7 => 1,
-                _ => 2,
-            };
-            allowed > 0 && edit_distance(&lower, &k.to_ascii_lowercase()) <= allowed
-        })
-    })
-}
-
-/// Levenshtein distance of two short strings, by character.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb))
-                .min(above + 1)
-                .min(row[j] + 1);
-            diagonal = above;
-        }
+        .find(|k| k.to_ascii_lowercase() == lower)
+    {
+        return Some(k);
     }
-    row[b.len()]
+    let distance = |k: &str| name::edit_distance(&lower, &k.to_ascii_lowercase());
+    let (meant, edits) = known
+        .iter()
+        .copied()
+        .map(|k| (k, distance(k)))
+        .min_by_key(|&(_, d)| d)?;
+    let allowed = if meant.len() >= 8 { 2 } else { 1 };
+    let nearer_or_as_near = known
+        .iter()
+        .chain(unread)
+        .any(|&k| k != meant && distance(k) <= edits);
+    (edits <= allowed && edits < meant.len() && !nearer_or_as_near).then_some(meant)
 }
 
 impl ToolSpec {
@@ -303,7 +293,7 @@ impl ToolSpec {
             std::mem::take(&mut obj)
         };
         for key in def.keys().chain(obj.keys()) {
-            if let Some(meant) = near_miss(key, TOOL_KEYS) {
+            if let Some(meant) = near_miss(key, TOOL_KEYS, UNREAD_KEYS) {
                 return Err(err(format!(
                     "unknown key {key:?}; did you mean {meant:?}? (a misspelt key would lose what it holds)"
                 )));
@@ -457,7 +447,7 @@ impl ToolSpec {
             Some(Value::Object(a)) => {
                 if let Some((key, meant)) = a
                     .keys()
-                    .find_map(|k| Some((k, near_miss(k, ANNOTATION_KEYS)?)))
+                    .find_map(|k| Some((k, near_miss(k, ANNOTATION_KEYS, &[])?)))
                 {
                     return Err(named(format!(
                         "unknown key {key:?} in \"annotations\"; did you mean {meant:?}? (a misspelt hint would be lost)"
@@ -1630,7 +1620,7 @@ fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str
     };
     if let Some((key, meant)) = obj
         .keys()
-        .find_map(|k| Some((k, near_miss(k, SERVER_KEYS)?)))
+        .find_map(|k| Some((k, near_miss(k, SERVER_KEYS, &[])?)))
     {
         return Err(err(
             location,
@@ -2454,6 +2444,94 @@ mod tests {
         let c = load(json!({"servers": [{"name": fits.clone(), "tools": [{"name": "t"}]}]}))
             .expect("catalog");
         assert_eq!(names(&c), [format!("mcp__{fits}__t").as_str()]);
+    }
+
+    /// A short key one letter off (`tag`), and a key with two neighbours swapped (`titel`, one
+    /// edit), are slips too; a key as near to two keys, or to a key the shape defines but the
+    /// loader does not read, is not taken for either.
+    #[test]
+    fn one_letter_off_a_short_key_and_a_swap_are_slips() {
+        for (catalog, says) in [
+            (
+                json!([{"name": "a", "tag": ["billing"]}]),
+                "[0]: unknown key \"tag\"; did you mean \"tags\"?",
+            ),
+            (
+                json!([{"name": "a", "titel": "Billing lookup"}]),
+                "[0]: unknown key \"titel\"; did you mean \"title\"?",
+            ),
+            (
+                json!([{"name": "a", "tpye": "function"}]),
+                "did you mean \"type\"?",
+            ),
+            (json!([{"nmae": "a"}]), "did you mean \"name\"?"),
+            (
+                json!([{"name": "a", "sever": "s"}]),
+                "did you mean \"server\"?",
+            ),
+            (
+                json!({"servers": [{"nam": "git", "tools": []}]}),
+                "servers[0]: unknown key \"nam\"; did you mean \"name\"?",
+            ),
+            (
+                json!([{"name": "a", "annotations": {"tilte": "A"}}]),
+                "unknown key \"tilte\" in \"annotations\"; did you mean \"title\"?",
+            ),
+        ] {
+            let e = load(catalog.clone()).expect_err(says).to_string();
+            assert!(e.contains(says), "{catalog}: {e}");
+        }
+        // As near to two known keys, or to a key left unread: no guess (the loader warns).
+        assert_eq!(near_miss("tage", &["tags", "tape"], &[]), None);
+        assert_eq!(near_miss("icon", TOOL_KEYS, UNREAD_KEYS), None);
+        assert_eq!(near_miss("tag", &["tags"], &["tab"]), None);
+        // Every key a supported shape (or a common extension of one) gives a tool, and keys far
+        // from the known ones, are no slips.
+        for key in TOOL_KEYS.iter().chain(UNREAD_KEYS).chain(&[
+            "id",
+            "icon",
+            "url",
+            "version",
+            "enabled",
+            "examples",
+            "returns",
+            "required",
+            "properties",
+            "format",
+            "custom",
+            "schema",
+            "params",
+            "args",
+            "arguments",
+            "input",
+            "output",
+            "response",
+            "display_name",
+            "kind",
+            "mode",
+            "tool",
+            "tools",
+            "extra",
+            "metadata",
+            "labels",
+            "group",
+            "scope",
+            "auth",
+        ]) {
+            assert_eq!(near_miss(key, TOOL_KEYS, UNREAD_KEYS), None, "{key}");
+        }
+        for key in [
+            "url",
+            "command",
+            "args",
+            "env",
+            "version",
+            "id",
+            "type",
+            "transport",
+        ] {
+            assert_eq!(near_miss(key, SERVER_KEYS, &[]), None, "{key}");
+        }
     }
 
     /// Every key the loader reads is known, so a key one or two letters off it is refused

@@ -46,7 +46,7 @@ pub enum Error {
         message: String,
     },
     /// `--mode` names a mode the configuration does not define.
-    #[error("unknown mode {name:?}; {}", list_or_none("defined modes", available))]
+    #[error("unknown mode {name:?}{}", modes_defined(available))]
     UnknownMode {
         /// The requested mode.
         name: String,
@@ -78,5 +78,40 @@ fn list_or_none(label: &str, items: &[String]) -> String {
         format!("{label}: none")
     } else {
         format!("{label}: {}", items.join(", "))
+    }
+}
+
+/// What an unknown mode's error says of the modes there are: `; defined modes: a, b`, or that
+/// there are none and where modes come from (a list reading `none` would look like a mode named
+/// `none`).
+fn modes_defined(available: &[String]) -> String {
+    if available.is_empty() {
+        ": no modes are defined (modes come from [modes.NAME] in the configuration)".to_owned()
+    } else {
+        format!("; defined modes: {}", available.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_mode_says_which_modes_there_are_or_that_there_are_none() {
+        let unknown = |available: &[&str]| {
+            Error::UnknownMode {
+                name: "g".into(),
+                available: available.iter().map(|m| (*m).to_owned()).collect(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            unknown(&[]),
+            "unknown mode \"g\": no modes are defined (modes come from [modes.NAME] in the configuration)"
+        );
+        assert_eq!(
+            unknown(&["ask", "files"]),
+            "unknown mode \"g\"; defined modes: ask, files"
+        );
     }
 }

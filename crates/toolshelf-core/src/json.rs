@@ -7,6 +7,7 @@
 //! (`servers[1].tools[3]`). The path is kept as a chain of borrowed segments and only formatted
 //! when there is an error, so strictness costs no allocation per value.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -15,8 +16,21 @@ use serde_json::{Map, Value};
 /// Parses `text` as JSON, refusing duplicate keys in any object. The error message names the
 /// duplicate key, the object's path and the line and column.
 pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
+    parse_noting(text, None)
+}
+
+/// [`parse`], noting in `failed` (when given) where in the document an error was met: `in
+/// PATH` for a value that could not be read, `after PATH` for a missing separator after one.
+fn parse_noting(
+    text: &str,
+    failed: Option<&RefCell<Option<String>>>,
+) -> Result<Value, serde_json::Error> {
     let mut d = serde_json::Deserializer::from_str(text);
-    let value = Strict { at: &Path::Root }.deserialize(&mut d)?;
+    let value = Strict {
+        at: &Path::Root,
+        failed,
+    }
+    .deserialize(&mut d)?;
     d.end()?;
     Ok(value)
 }
@@ -25,6 +39,14 @@ pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
 /// text of one line (a line of a JSON-lines file, whose "line 1" is not the file's) ` (column
 /// C)`. The parser's terms (`EOF`, `ident`, `trailing characters`) become what is wrong with the
 /// text; a duplicate key keeps its own message.
+///
+/// For a whole file (not `one_line`), where a line and column alone are hard to find (a catalog
+/// minified to one line of megabytes), a syntax error also says which value it was met in or
+/// after (`in servers[0].tools[3].description`, `after servers[0].tools[2]`; a duplicate key's
+/// message names its object already), and every error ends with a few dozen characters of its
+/// line, control characters escaped and `<HERE>` before the character the parser stopped at (at
+/// the end for a text cut short): `expected `,` or `]` at line 1 column 426, after
+/// servers[0].tools[2]: …"required":["q"]}<HERE>{"name":"t3","description":"Does…`.
 pub fn in_words(e: &serde_json::Error, text: &str, one_line: bool) -> String {
     let full = e.to_string();
     let place = format!(" at line {} column {}", e.line(), e.column());
@@ -37,11 +59,130 @@ pub fn in_words(e: &serde_json::Error, text: &str, one_line: bool) -> String {
         syntax_in_words(message)
     };
     if one_line {
-        format!("{message} (column {})", e.column())
-    } else {
-        format!("{message}{place}")
+        return format!("{message} (column {})", e.column());
     }
+    let mut out = message + &place;
+    if !e.is_data()
+        && let Some(found) = located(text)
+    {
+        out.push_str(", ");
+        out.push_str(&found);
+    }
+    // A syntax error's column is the character the parser stopped at; a data error's (a duplicate
+    // key) the last one of what it refuses, the key's closing quote.
+    let mark = match e.classify() {
+        serde_json::error::Category::Eof => Mark::AtEnd,
+        serde_json::error::Category::Data => Mark::After,
+        _ => Mark::Before,
+    };
+    if let Some(excerpt) = excerpt(text, e.line(), e.column(), mark) {
+        out.push_str(": ");
+        out.push_str(&excerpt);
+    }
+    out
 }
+
+/// Characters of an excerpt's line shown on each side of the place of an error.
+const EXCERPT_SIDE: usize = 32;
+
+/// The marker an excerpt puts where an error is.
+pub const EXCERPT_MARK: &str = "<HERE>";
+
+/// Where an excerpt's [`EXCERPT_MARK`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// Before the character at the column.
+    Before,
+    /// After it.
+    After,
+    /// At the end of the line: the text ended there.
+    AtEnd,
+}
+
+/// Up to [`EXCERPT_SIDE`] characters on each side of line `line`, column `column` of `text` (both
+/// 1-based, the column counting bytes as serde_json's does) on that line, [`EXCERPT_MARK`] where
+/// `mark` puts it, `…` where the line goes on, and control characters escaped (`\t`, `\u{1}`).
+/// `None` when `text` has no such line.
+fn excerpt(text: &str, line: usize, column: usize, mark: Mark) -> Option<String> {
+    let l = text.split('\n').nth(line.checked_sub(1)?)?;
+    let l = l.strip_suffix('\r').unwrap_or(l);
+    let mut at = match mark {
+        Mark::Before => column.saturating_sub(1),
+        Mark::After => column,
+        Mark::AtEnd => l.len(),
+    }
+    .min(l.len());
+    while !l.is_char_boundary(at) {
+        at -= 1;
+    }
+    let (before, after) = l.split_at(at);
+    let start = before
+        .char_indices()
+        .rev()
+        .nth(EXCERPT_SIDE - 1)
+        .map_or(0, |(i, _)| i);
+    let end = after
+        .char_indices()
+        .nth(EXCERPT_SIDE)
+        .map_or(after.len(), |(i, _)| i);
+    let shown = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    };
+    Some(format!(
+        "{}{}{EXCERPT_MARK}{}{}",
+        if start > 0 { "…" } else { "" },
+        shown(&before[start..]),
+        shown(&after[..end]),
+        if end < after.len() { "…" } else { "" },
+    ))
+}
+
+/// Where reading `text` fails, as [`parse_noting`] notes it: `in PATH` or `after PATH`, a path
+/// of more than [`PATH_SHOWN`] steps cut after its first ones (`… (130 levels down)`). `None`
+/// when it fails at the top level (or does not fail).
+fn located(text: &str) -> Option<String> {
+    let failed = RefCell::new(None);
+    let _ = parse_noting(text, Some(&failed));
+    failed.into_inner()
+}
+
+/// Steps of a path shown in an error before the rest is cut.
+const PATH_SHOWN: usize = 8;
+
+/// `path` as an error shows it: in full up to [`PATH_SHOWN`] steps, else its first steps, `…`
+/// and how many levels down it is.
+fn shown_path(path: &Path<'_>) -> String {
+    let mut steps = Vec::new();
+    let mut p = path;
+    loop {
+        match p {
+            Path::Root => break,
+            Path::Key(parent, _) | Path::Index(parent, _) => {
+                steps.push(p);
+                p = parent;
+            }
+        }
+    }
+    let Some(&cut) = steps.iter().rev().nth(PATH_SHOWN - 1) else {
+        return path.to_string();
+    };
+    if steps.len() == PATH_SHOWN {
+        return path.to_string();
+    }
+    format!("{cut}… ({} levels down)", steps.len())
+}
+
+/// How deeply arrays and objects may nest: serde_json's recursion limit (it reads 127 levels and
+/// refuses the 128th), which it does not let a caller raise without its `unbounded_depth` feature.
+pub const MAX_DEPTH: usize = 127;
 
 /// serde_json's syntax message in plain words.
 fn syntax_in_words(message: &str) -> String {
@@ -68,7 +209,11 @@ null, an array or an object"
             "a raw control character (a line break or tab) inside a string: write it as \\n or \\t"
                 .to_owned()
         }
-        "recursion limit exceeded" => "nested more than 128 levels deep".to_owned(),
+        "recursion limit exceeded" => format!(
+            "nested more than {MAX_DEPTH} levels deep, the most that is read (arrays and objects \
+within one another; each level of a schema's properties takes two, \"properties\" and the \
+property's own schema)"
+        ),
         other => other.to_owned(),
     }
 }
@@ -98,13 +243,43 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 struct Strict<'a> {
     at: &'a Path<'a>,
+    /// Where an error was met, noted by the innermost value that met it ([`parse_noting`]).
+    failed: Option<&'a RefCell<Option<String>>>,
+}
+
+impl<'a> Strict<'a> {
+    /// Notes `what` as where the error was met, unless a value inside noted it first.
+    fn note(&self, what: impl FnOnce() -> String) {
+        if let Some(cell) = self.failed {
+            let mut cell = cell.borrow_mut();
+            if cell.is_none() {
+                *cell = Some(what());
+            }
+        }
+    }
+
+    /// The value at `at`, read with this one's notes.
+    fn inner<'b>(&self, at: &'b Path<'b>) -> Strict<'b>
+    where
+        'a: 'b,
+    {
+        Strict {
+            at,
+            failed: self.failed,
+        }
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for Strict<'_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
+        let (at, failed) = (self.at, self.failed);
+        let read = d.deserialize_any(self);
+        if read.is_err() && !matches!(at, Path::Root) {
+            Strict { at, failed }.note(|| format!("in {}", shown_path(at)));
+        }
+        read
     }
 }
 
@@ -151,16 +326,35 @@ impl<'de> Visitor<'de> for Strict<'_> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         loop {
             let at = Path::Index(self.at, items.len());
-            match seq.next_element_seed(Strict { at: &at })? {
-                Some(v) => items.push(v),
-                None => return Ok(Value::Array(items)),
+            match seq.next_element_seed(self.inner(&at)) {
+                Ok(Some(v)) => items.push(v),
+                Ok(None) => return Ok(Value::Array(items)),
+                Err(e) => {
+                    // Not noted inside an item: the separator after the last one is wrong.
+                    self.note(|| match items.len().checked_sub(1) {
+                        Some(last) => format!("after {}", shown_path(&Path::Index(self.at, last))),
+                        None => format!("in {}", shown_path(self.at)),
+                    });
+                    return Err(e);
+                }
             }
         }
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
+        loop {
+            let key = match map.next_key::<String>() {
+                Ok(Some(key)) => key,
+                Ok(None) => break,
+                Err(e) => {
+                    self.note(|| match out.keys().next_back() {
+                        Some(last) => format!("after {}", shown_path(&Path::Key(self.at, last))),
+                        None => format!("in {}", shown_path(self.at)),
+                    });
+                    return Err(e);
+                }
+            };
             if out.is_empty() && key == NUMBER_TOKEN {
                 // With serde_json's `arbitrary_precision` (the Starlark crate turns it on for the
                 // whole build), a number arrives as a one-entry map holding its text.
@@ -174,7 +368,14 @@ impl<'de> Visitor<'de> for Strict<'_> {
                 )));
             }
             let at = Path::Key(self.at, &key);
-            let value = map.next_value_seed(Strict { at: &at })?;
+            let value = match map.next_value_seed(self.inner(&at)) {
+                Ok(value) => value,
+                Err(e) => {
+                    // Not noted by the value: the `:` after the key is wrong.
+                    self.note(|| format!("after the key {}", shown_path(&at)));
+                    return Err(e);
+                }
+            };
             out.insert(key, value);
         }
         Ok(Value::Object(out))
@@ -228,11 +429,11 @@ mod tests {
         );
         assert_eq!(
             words("[1,\n 2", false),
-            "the text ends inside an array (is it cut short?) at line 2 column 2"
+            "the text ends inside an array (is it cut short?) at line 2 column 2, after [1]:  2<HERE>"
         );
         assert_eq!(
             words("{} x", false),
-            "more text after the end of the JSON value at line 1 column 4"
+            "more text after the end of the JSON value at line 1 column 4: {} <HERE>x"
         );
         assert_eq!(
             words(r#"{"a": 1, "a": 2}"#, true),
@@ -246,6 +447,106 @@ mod tests {
                 assert!(!w.contains(jargon), "{text:?}: {w}");
             }
         }
+    }
+
+    /// A file's syntax error says which value it was met in or after, and shows the text around
+    /// it: a line and column alone are no help in a catalog minified to one long line.
+    #[test]
+    fn a_files_errors_say_where_and_show_the_text_there() {
+        let words = |text: &str| in_words(&parse(text).expect_err(text), text, false);
+        let tool = |i: usize| {
+            format!(
+                r#"{{"name":"t{i}","description":"Does thing {i}","input_schema":{{"type":"object","properties":{{"q":{{"type":"string"}}}}}}}}"#
+            )
+        };
+        let tools: Vec<String> = (0..6).map(tool).collect();
+        // A comma left out between tools[2] and tools[3] of a one-line catalog.
+        let text = format!(
+            r#"{{"servers":[{{"name":"docs","tools":[{},{}{}{}]}}]}}"#,
+            tools[..2].join(","),
+            tools[2],
+            tools[3],
+            format_args!(",{}", tools[4..].join(","))
+        );
+        let column = text.find(r#"{"name":"t3""#).expect("t3") + 1;
+        assert_eq!(
+            words(&text),
+            format!(
+                r#"expected `,` or `]` at line 1 column {column}, after servers[0].tools[2]: …rties":{{"q":{{"type":"string"}}}}}}}}<HERE>{{"name":"t3","description":"Does…"#
+            )
+        );
+        // In a value, after a key, cut short, a raw control character (escaped), and a bare word.
+        for (text, says) in [
+            (
+                r#"[{"name" "a"}]"#,
+                r#"expected `:` at line 1 column 10, after the key [0].name: [{"name" <HERE>"a"}]"#,
+            ),
+            (
+                "[{\"name\": \"a\", \"description\": \"cut",
+                r#"the text ends inside a string (is it cut short?) at line 1 column 34, in [0].description: …"name": "a", "description": "cut<HERE>"#,
+            ),
+            (
+                "{\"tools\": [{\"name\": \"a\u{1}\"}]}",
+                r#"a raw control character (a line break or tab) inside a string: write it as \n or \t at line 1 column 23, in tools[0].name: {"tools": [{"name": "a<HERE>\u{1}"}]}"#,
+            ),
+            (
+                "{\n  \"tools\": [\n    {\"name\": tru}\n  ]\n}",
+                r#"a bare word that is not true, false or null (a string needs double quotes) at line 3 column 17, in tools[0].name:     {"name": tru<HERE>}"#,
+            ),
+        ] {
+            assert_eq!(words(text), says, "{text:?}");
+        }
+        // A duplicate key names its object itself; the mark follows the key.
+        assert_eq!(
+            words(r#"{"a": 1, "a": 2}"#),
+            r#"duplicate key "a" in the top level: a key may appear once per object at line 1 column 12: {"a": 1, "a"<HERE>: 2}"#
+        );
+        // An excerpt keeps to a few dozen characters of its line, cut at characters.
+        let long = format!("[\"{}\" \"{}\"]", "é".repeat(100), "x".repeat(100));
+        let w = words(&long);
+        let shown = w.split_once(": ").expect("excerpt").1;
+        assert_eq!(
+            shown,
+            format!("…{}\" <HERE>\"{}…", "é".repeat(30), "x".repeat(31)),
+            "{w}"
+        );
+        // One line of a JSON-lines file is said as before: its column only.
+        assert_eq!(
+            in_words(&parse("[1 2]").expect_err("comma"), "[1 2]", true),
+            "expected `,` or `]` (column 4)"
+        );
+    }
+
+    /// A value nested past the limit names the limit, the path into it (cut) and the text there.
+    #[test]
+    fn nesting_past_the_limit_is_said_with_the_limit_and_where() {
+        let mut schema = String::from(r#"{"type": "string"}"#);
+        for _ in 0..120 {
+            schema = format!(r#"{{"type": "object", "properties": {{"p": {schema}}}}}"#);
+        }
+        let text = format!(r#"[{{"name": "deep", "input_schema": {schema}}}]"#);
+        let w = in_words(&parse(&text).expect_err("too deep"), &text, false);
+        assert!(
+            w.starts_with(&format!(
+                "nested more than {MAX_DEPTH} levels deep, the most that is read"
+            )),
+            "{w}"
+        );
+        assert!(
+            w.contains(
+                ", in [0].input_schema.properties.p.properties.p.properties.p… (127 levels down): …"
+            ),
+            "{w}"
+        );
+        assert!(
+            w.ends_with(r#""properties": <HERE>{"p": {"type": "object", "proper…"#),
+            "{w}"
+        );
+        let fits = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        parse(&fits).expect("as deep as the limit");
+        let over = format!("[{fits}]");
+        let w = in_words(&parse(&over).expect_err("one past"), &over, false);
+        assert!(w.starts_with("nested more than 127 levels deep"), "{w}");
     }
 
     #[test]

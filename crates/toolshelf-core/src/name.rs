@@ -242,12 +242,25 @@ pub fn typo_edits(len: usize) -> usize {
 ///    neighbours) between the [`fold`]ed segments (`git_stauts`, `GIT-STATSU`, `crate_issue`),
 ///    fewest edits first;
 /// 2. the words of one are most of the other's, in order (`read_file` and `read_text_file`), or
-///    the name is a server's alone (`time` finds that server's tools);
+///    the name is a server's alone (`time` finds that server's tools); in the server the name
+///    names (below), any tool whose words hold all of the name's, in order (`read` in
+///    `read_text_file`);
 /// 3. a quarter of the longer segment's characters edited, case aside (`get_current_tim`).
 ///
-/// Within a tier, fewer edits come first, then the nearer server, then the segment made of more
-/// of the same letters (`bag_distance`: `fecht` is `fetch` mixed up, not `echo`, though each is
-/// two edits away), then the name.
+/// A name that names a server (`mcp__SERVER__TOOL`, `SERVER__TOOL`, `mcp__SERVER`,
+/// `SERVER__`, or a bare name that is a server's segment, case and separators aside) puts that
+/// server's close tools before every other close tool: the built-ins and other servers' tools
+/// follow, however close their tool segment alone is (`mcp__filesystem__read` lists the
+/// filesystem server's `read_*` tools before the built-in `Read`). The server it names is the
+/// catalog's server whose segment folds to the same, else the ones a typo away (as tool
+/// segments are judged), else none, and the name is then read as a tool's alone. A name that is
+/// a server alone (`mcp__git`, `mcp__git__`) lists that server's tools, and is not taken for a
+/// typo of a tool (`git` is two edits from `Edit`).
+///
+/// Within a tier, fewer edits come first, then the nearer server (a built-in is as far from a
+/// named server as the server's name is long), then the segment made of more of the same letters
+/// (`bag_distance`: `fecht` is `fetch` mixed up, not `echo`, though each is two edits away),
+/// then the name.
 ///
 /// `wanted` may be canonical, bare, or `SERVER__TOOL` as a list may show it.
 pub fn closest<'a>(
@@ -256,28 +269,56 @@ pub fn closest<'a>(
     n: usize,
 ) -> Vec<String> {
     let w = wanted.to_lowercase();
-    let bare = w.strip_prefix(MCP_PREFIX).unwrap_or(&w);
-    // A name with `__` may be `SERVER__TOOL` or a tool whose own name has `__`: both readings.
-    let mut readings = vec![(None, bare)];
-    if let Some((s, t)) = bare
-        .split_once("__")
-        .filter(|(s, t)| !s.is_empty() && !t.is_empty())
+    let prefixed = w.strip_prefix(MCP_PREFIX);
+    let bare = prefixed.unwrap_or(&w);
+    let candidates: Vec<(&str, String)> = candidates
+        .into_iter()
+        .map(|c| (c, c.to_lowercase()))
+        .collect();
+    let servers: std::collections::BTreeSet<&str> = candidates
+        .iter()
+        .filter_map(|(_, lc)| split_mcp(lc).map(|(s, _)| s))
+        .collect();
+    // The server the name is written with, and its tool segment: `SERVER__TOOL` (with or without
+    // the prefix), or a server alone, `mcp__SERVER` or `SERVER__` (a tool segment of separators).
+    let written: Option<(&str, &str)> = match bare.split_once("__") {
+        Some((s, t)) if !s.is_empty() => Some((s, t)),
+        Some(_) => None,
+        None if prefixed.is_some() && !bare.is_empty() => Some((bare, "")),
+        None => None,
+    };
+    let named: Vec<&str> = match written {
+        Some((s, _)) => named_servers(s, &servers, true),
+        // A bare name names a server only when it is one, case and separators aside.
+        None => named_servers(bare, &servers, false),
+    };
+    let server_alone = written.is_some_and(|(_, t)| fold(t).is_empty());
+    // A name with `__` may be `SERVER__TOOL` or a tool whose own name has `__`: both readings. A
+    // server alone is read as that server when the catalog has it, else as a bare name.
+    let mut readings: Vec<(Option<&str>, &str)> = Vec::new();
+    if !server_alone || named.is_empty() {
+        readings.push((None, bare));
+    }
+    if let Some((s, t)) = written
+        && (!fold(t).is_empty() || !named.is_empty())
     {
         readings.push((Some(s), t));
     }
     let readings: Vec<(Option<&str>, &str, String)> =
         readings.into_iter().map(|(s, t)| (s, t, fold(t))).collect();
     let mut scored: Vec<(Closeness, &str)> = candidates
-        .into_iter()
-        .filter_map(|c| {
-            let lc = c.to_lowercase();
-            let (server, tool) = split_mcp(&lc).map_or((None, lc.as_str()), |(s, t)| (Some(s), t));
+        .iter()
+        .filter_map(|(c, lc)| {
+            let (server, tool) = split_mcp(lc).map_or((None, lc.as_str()), |(s, t)| (Some(s), t));
+            let in_named = server.is_some_and(|s| named.contains(&s));
             let folded = fold(tool);
             readings
                 .iter()
-                .filter_map(|(ws, wt, wf)| closeness(*ws, wt, wf, server, tool, &folded))
+                .filter_map(|(ws, wt, wf)| closeness(*ws, wt, wf, server, tool, &folded, in_named))
                 .min()
-                .map(|k| (k, c))
+                .map(|(tier, edits, server_edits, bag)| {
+                    ((!in_named, tier, edits, server_edits, bag), *c)
+                })
         })
         .collect();
     scored.sort();
@@ -288,13 +329,50 @@ pub fn closest<'a>(
         .collect()
 }
 
-/// How close a tool is to the wanted name, lower is closer: (tier, edits between the tools, edits
-/// between the servers, letters not in common); see [`closest`].
-type Closeness = (u8, usize, usize, usize);
+/// The servers of `servers` (lower-cased segments) that `written` names: those equal to it once
+/// [`fold`]ed, else (with `typos`) those fewest edits away within [`typo_edits`], a name whose
+/// every character had to change aside; none when no server is that close.
+fn named_servers<'s>(
+    written: &str,
+    servers: &std::collections::BTreeSet<&'s str>,
+    typos: bool,
+) -> Vec<&'s str> {
+    let wf = fold(written);
+    if wf.is_empty() {
+        return Vec::new();
+    }
+    let exact: Vec<&str> = servers.iter().copied().filter(|s| fold(s) == wf).collect();
+    if !exact.is_empty() || !typos {
+        return exact;
+    }
+    let wlen = wf.chars().count();
+    let mut best: Option<usize> = None;
+    let mut out = Vec::new();
+    for &s in servers {
+        let sf = fold(s);
+        let d = edit_distance(&wf, &sf);
+        if d > typo_edits(wlen) || d >= wlen.max(sf.chars().count()) || best.is_some_and(|b| d > b)
+        {
+            continue;
+        }
+        if best != Some(d) {
+            out.clear();
+            best = Some(d);
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// How close a tool is to the wanted name, lower is closer: (outside the server the name names,
+/// tier, edits between the tools, edits between the servers, letters not in common); see
+/// [`closest`].
+type Closeness = (bool, u8, usize, usize, usize);
 
 /// How close tool `tool` (folded: `folded`) of `server` is to the wanted `wt` (folded: `wf`) of
 /// `ws`, lower is closer: (tier, edits between the tools, edits between the servers, letters not
-/// in common); `None` when it is not close. See [`closest`] for the tiers.
+/// in common); `None` when it is not close. `in_named`: the tool is of the server the name names.
+/// See [`closest`] for the tiers.
 fn closeness(
     ws: Option<&str>,
     wt: &str,
@@ -302,19 +380,29 @@ fn closeness(
     server: Option<&str>,
     tool: &str,
     folded: &str,
-) -> Option<Closeness> {
+    in_named: bool,
+) -> Option<(u8, usize, usize, usize)> {
     let server_edits = match (ws, server) {
         (Some(a), Some(b)) => edit_distance(a, b),
-        _ => 0,
+        // A built-in has no server: as far from the named one as removing all of it.
+        (Some(a), None) => a.chars().count(),
+        (None, _) => 0,
     };
     let (wlen, flen) = (wf.chars().count(), folded.chars().count());
+    if wlen == 0 {
+        // A server alone: every tool of the server it names.
+        return in_named.then_some((1, flen, server_edits, flen));
+    }
     let typos = edit_distance(wf, folded);
     // Not a typo when every character had to change (`ab` and `cd`).
-    if wlen > 0 && typos <= typo_edits(wlen) && typos < wlen.max(flen) {
+    if typos <= typo_edits(wlen) && typos < wlen.max(flen) {
         return Some((0, typos, server_edits, bag_distance(wf, folded)));
     }
     let edits = edit_distance(wt, tool);
-    let tier = if words_within(wt, tool) || (ws.is_none() && server == Some(wt)) {
+    let tier = if words_within(wt, tool)
+        || (ws.is_none() && server == Some(wt))
+        || (in_named && ws.is_some() && words_in_order(wt, tool))
+    {
         1
     } else if edits <= (wt.chars().count().max(tool.chars().count()) / 4).max(1) {
         2
@@ -322,6 +410,13 @@ fn closeness(
         return None;
     };
     Some((tier, edits, server_edits, bag_distance(wf, folded)))
+}
+
+/// Whether every word of `a` is a word of `b`, in order (`read` in `read_text_file`).
+fn words_in_order(a: &str, b: &str) -> bool {
+    let (a, b) = (split_words(a), split_words(b));
+    let mut rest = b.iter();
+    !a.is_empty() && a.iter().all(|w| rest.any(|l| l == w))
 }
 
 /// How many characters of one of `a` and `b` the other lacks, counting repeats, the larger of
@@ -356,7 +451,7 @@ fn words_within(a: &str, b: &str) -> bool {
 
 /// Edits (insertions, deletions, substitutions, and swaps of two neighbours) between two names,
 /// over characters: optimal string alignment, so `gerp` is one edit from `grep`.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
     let mut before = vec![0; b.len() + 1];
@@ -568,6 +663,79 @@ mod tests {
         assert_eq!(
             closest("mcp__gitlab_ce__list_issue", twice, 5),
             ["mcp__gitlab__list_issues", "mcp__jira__list_issues"]
+        );
+    }
+
+    #[test]
+    fn closest_prefers_the_server_the_name_names() {
+        let names = [
+            "Edit",
+            "Read",
+            "mcp__filesystem__read_file",
+            "mcp__filesystem__read_text_file",
+            "mcp__filesystem__write_file",
+            "mcp__git__git_add",
+            "mcp__git__git_status",
+            "mcp__docs__read",
+        ];
+        // The named server's tools whose words hold the name's come first; the built-in that is
+        // the tool segment exactly, and another server's, follow.
+        let fs = [
+            "mcp__filesystem__read_file",
+            "mcp__filesystem__read_text_file",
+            "mcp__docs__read",
+            "Read",
+        ];
+        for written in [
+            "mcp__filesystem__read",
+            "filesystem__read",
+            "MCP__FileSystem__Read",
+            "mcp__filesytem__read",
+        ] {
+            assert_eq!(closest(written, names, 5), fs, "{written}");
+        }
+        // A server alone lists its tools, and is no typo of `Edit`.
+        let git = ["mcp__git__git_add", "mcp__git__git_status"];
+        for written in ["mcp__git", "mcp__git__", "git__", "mcp__gti", "MCP__Git"] {
+            assert_eq!(closest(written, names, 5), git, "{written}");
+        }
+        // A bare name may be a tool's: when it is a server's too, that server's tools come first,
+        // its typos after.
+        assert_eq!(
+            closest("git", names, 5),
+            ["mcp__git__git_add", "mcp__git__git_status", "Edit"]
+        );
+        // A name whose server the catalog lacks is read as before: the tool segment decides.
+        assert_eq!(closest("mcp__nosuch", names, 5), [] as [String; 0]);
+        assert_eq!(
+            closest("mcp__read_file", names, 2),
+            [
+                "mcp__filesystem__read_file",
+                "mcp__filesystem__read_text_file"
+            ]
+        );
+        // A tool of the named server that is not close is not listed; the close one elsewhere is.
+        assert_eq!(
+            closest("mcp__git__write_file", names, 5),
+            ["mcp__filesystem__write_file"]
+        );
+        // A built-in is as far from a named server as its name is long: the server nearer by
+        // name comes first among tools equally close.
+        assert_eq!(
+            closest(
+                "mcp__gitlab_ce__list_issue",
+                [
+                    "list_issues",
+                    "mcp__gitlab__list_issues",
+                    "mcp__jira__list_issues"
+                ],
+                5
+            ),
+            [
+                "mcp__gitlab__list_issues",
+                "mcp__jira__list_issues",
+                "list_issues"
+            ]
         );
     }
 

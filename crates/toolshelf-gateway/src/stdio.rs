@@ -470,7 +470,7 @@ impl ChildTransport {
             Err(e) => {
                 let reason = if e.to_string().starts_with("recursion limit exceeded") {
                     format!(
-                        "server {server:?} sent a reply nested deeper than the 128 levels toolshelf reads"
+                        "server {server:?} sent a reply nested deeper than the 127 levels toolshelf reads"
                     )
                 } else {
                     // The line starts with `{` (checked above), so it is never empty; the text
@@ -1227,7 +1227,7 @@ mod tests {
         let (id, message) = error_of(&mut t).await;
         assert_eq!(id, RequestId::Number(1), "found by the id near the start");
         assert!(
-            message.contains("nested deeper than the 128 levels"),
+            message.contains("nested deeper than the 127 levels"),
             "{message}"
         );
     }
