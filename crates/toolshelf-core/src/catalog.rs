@@ -609,7 +609,8 @@ fn fix_type(t: &mut String) {
     *t = fixed.to_owned();
 }
 
-pub(crate) fn kind_of(v: &Value) -> &'static str {
+/// What a JSON value is, for an error that names it: `an array`, `a string`, `null`.
+pub fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -63,18 +63,6 @@ fn sample_pkg() -> BTreeMap<String, Value> {
     ])
 }
 
-/// What a JSON value is, for an error: `an array`, `a string`.
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn string_of(v: Option<&Value>, key: &str) -> Result<Option<String>> {
     match v {
         None | Some(Value::Null) => Ok(None),
@@ -139,7 +127,7 @@ pub fn run(args: Args) -> Result<bool> {
         let Value::Object(top) = v else {
             bail!(
                 "{from} must be a JSON object {{\"pkg\": {{...}}, \"session\": {{...}}}}, found {}",
-                kind_of(&v)
+                toolshelf_core::catalog::kind_of(&v)
             );
         };
         for key in top.keys() {

@@ -265,7 +265,7 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
                 bail!(
                     "{}: cannot tell the API: `messages` must be an array, found {}",
                     at(),
-                    kind_of(messages)
+                    toolshelf_core::catalog::kind_of(messages)
                 );
             }
             bail!(
@@ -287,18 +287,6 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
         crate::inputs::shown(path)
     );
     Ok((requests, pairs))
-}
-
-/// What a JSON value is, for an error: `a string`, `an object`.
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Runs the check; `Ok(false)` when some pair breaks the prefix.
