@@ -27,8 +27,9 @@
 //!   the textual `path=/etc/*` misses. Normalisation is lexical: symbolic links are not resolved
 //!   (the core does no I/O) and relative paths stay relative. A param that holds a list of paths
 //!   (`paths: ["/a", "/b"]`) is judged path by path, failing closed: a deny or ask rule matches
-//!   when any of them matches, an allow rule only when every one is a path that matches. (The
-//!   list's JSON text is no path, so compared whole it could never match.)
+//!   when any of them matches, an allow rule only when every one is a path that matches. An
+//!   object there matches a deny or ask rule when any string in it does, and no allow rule. (A
+//!   list's or an object's JSON text is no path, so compared whole it could never match.)
 //!
 //! A deny rule without ARGS denies every call; [`crate::policy`] then hides the tool.
 
@@ -90,19 +91,23 @@ impl ArgGlob {
     }
 
     /// Whether the call's params match, for a rule of `action`: a list of paths under
-    /// `file:key=` matches a deny or ask rule when any path does, an allow rule when all do.
+    /// `file:key=` matches a deny or ask rule when any path does, an allow rule when all do; an
+    /// object there matches a deny or ask rule when any string in it does, an allow rule never.
     pub fn matches(&self, params: &Map<String, Value>, action: Action) -> bool {
         match &self.key {
             Some(key) => params.get(key).is_some_and(|v| match v {
                 Value::String(s) => self.matches_text(s),
-                Value::Array(items) if self.kind == GlobKind::Path => {
-                    if action == Action::Allow {
-                        !items.is_empty()
-                            && items
-                                .iter()
-                                .all(|i| i.as_str().is_some_and(|s| self.matches_text(s)))
-                    } else {
-                        items.iter().any(|i| self.any_string(i))
+                v @ (Value::Array(_) | Value::Object(_)) if self.kind == GlobKind::Path => {
+                    match v {
+                        Value::Array(items) if action == Action::Allow => {
+                            !items.is_empty()
+                                && items
+                                    .iter()
+                                    .all(|i| i.as_str().is_some_and(|s| self.matches_text(s)))
+                        }
+                        // An object's paths could be anywhere in it: no allow.
+                        _ if action == Action::Allow => false,
+                        _ => self.any_string(v),
                     }
                 }
                 other => self.matches_text(&other.to_string()),
@@ -512,6 +517,17 @@ mod tests {
             check(json!({"paths": [["/h/x/../.ssh/k"]]})),
             deny,
             "nested too"
+        );
+        assert_eq!(
+            check(json!({"paths": {"p": "/h/.ssh/k"}})),
+            deny,
+            "in an object"
+        );
+        assert_eq!(check(json!({"paths": {"p": "/home/u/a"}})), ask);
+        assert_eq!(
+            check(json!({"paths": {"p": "/tmp/a"}})),
+            default,
+            "no allow"
         );
         assert_eq!(check(json!({"paths": ["/etc/x", "/home/u/a"]})), ask);
         assert_eq!(check(json!({"paths": ["/tmp/a", "//tmp/b"]})), allow);
