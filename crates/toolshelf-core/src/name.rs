@@ -400,7 +400,7 @@ fn closeness(
     }
     let edits = edit_distance(wt, tool);
     let tier = if words_within(wt, tool)
-        || (ws.is_none() && server == Some(wt))
+        || (ws.is_none() && server.is_some_and(|s| s == wt || fold(s) == wf))
         || (in_named && ws.is_some() && words_in_order(wt, tool))
     {
         1
@@ -705,6 +705,18 @@ mod tests {
             closest("git", names, 5),
             ["mcp__git__git_add", "mcp__git__git_status", "Edit"]
         );
+        // Written as the server is once case and separators are folded away.
+        let drive = ["mcp__google_drive__list_files", "mcp__google_drive__upload"];
+        for written in [
+            "google-drive",
+            "googledrive",
+            "Google Drive",
+            "GOOGLE_DRIVE",
+        ] {
+            let mut found = closest(written, drive, 5);
+            found.sort();
+            assert_eq!(found, drive, "{written}");
+        }
         // A name whose server the catalog lacks is read as before: the tool segment decides.
         assert_eq!(closest("mcp__nosuch", names, 5), [] as [String; 0]);
         assert_eq!(
