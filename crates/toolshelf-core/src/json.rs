@@ -101,12 +101,19 @@ enum Mark {
 
 /// Up to [`EXCERPT_SIDE`] characters on each side of line `line`, column `column` of `text` (both
 /// 1-based, the column counting bytes as serde_json's does) on that line, [`EXCERPT_MARK`] where
-/// `mark` puts it, `…` where the line goes on, and control characters escaped (`\t`, `\u{1}`).
-/// `None` when `text` has no such line.
+/// `mark` puts it, `…` where the line goes on, and control and invisible format characters
+/// escaped (`\t`, `\u{1}`, `\u{202e}`). Column 0 is the line break that ends the line before
+/// (where serde_json places an error found on reading it): that line is shown, marked at its
+/// end, then `\n`. `None` when `text` has no such line.
 fn excerpt(text: &str, line: usize, column: usize, mark: Mark) -> Option<String> {
+    let (line, at_break) = match (line, column) {
+        (2.., 0) => (line - 1, true),
+        _ => (line, false),
+    };
     let l = text.split('\n').nth(line.checked_sub(1)?)?;
     let l = l.strip_suffix('\r').unwrap_or(l);
     let mut at = match mark {
+        _ if at_break => l.len(),
         Mark::Before => column.saturating_sub(1),
         Mark::After => column,
         Mark::AtEnd => l.len(),
@@ -128,7 +135,7 @@ fn excerpt(text: &str, line: usize, column: usize, mark: Mark) -> Option<String>
     let shown = |s: &str| -> String {
         s.chars()
             .map(|c| {
-                if c.is_control() {
+                if c.is_control() || crate::index::is_ignorable(c) {
                     c.escape_default().to_string()
                 } else {
                     c.to_string()
@@ -137,9 +144,10 @@ fn excerpt(text: &str, line: usize, column: usize, mark: Mark) -> Option<String>
             .collect()
     };
     Some(format!(
-        "{}{}{EXCERPT_MARK}{}{}",
+        "{}{}{EXCERPT_MARK}{}{}{}",
         if start > 0 { "…" } else { "" },
         shown(&before[start..]),
+        if at_break { "\\n" } else { "" },
         shown(&after[..end]),
         if end < after.len() { "…" } else { "" },
     ))
@@ -492,6 +500,20 @@ mod tests {
             (
                 "{\n  \"tools\": [\n    {\"name\": tru}\n  ]\n}",
                 r#"a bare word that is not true, false or null (a string needs double quotes) at line 3 column 17, in tools[0].name:     {"name": tru<HERE>}"#,
+            ),
+            // At column 0, the line break ending the line before: that line, marked at its end.
+            (
+                "{\n  \"tools\": [{\"name\": \"a\"},\n",
+                r#"the text ends where a value should be (is it cut short?) at line 3 column 0, after tools[0]:   "tools": [{"name": "a"},<HERE>\n"#,
+            ),
+            (
+                "[{\"description\": \"one\ntwo\"}]",
+                r#"a raw control character (a line break or tab) inside a string: write it as \n or \t at line 2 column 0, in [0].description: [{"description": "one<HERE>\n"#,
+            ),
+            // Invisible format characters are shown as escapes.
+            (
+                "[{\"name\": \"a\u{202e}b\" x}]",
+                r#"expected `,` or `}` at line 1 column 19, after [0].name: [{"name": "a\u{202e}b" <HERE>x}]"#,
             ),
         ] {
             assert_eq!(words(text), says, "{text:?}");
