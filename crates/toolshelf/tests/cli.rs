@@ -3117,3 +3117,19 @@ fn a_capped_limit_is_noted() {
     let text = ok(&["search", "-k", "10", "-q", "file"]);
     assert!(!text.contains("Note: "), "{text}");
 }
+
+#[test]
+fn a_query_given_twice_is_searched_and_said_once() {
+    let once = ok(&["search", "--ranker", "bm25", "-q", "read file"]);
+    let twice = ok(&[
+        "search",
+        "--ranker",
+        "bm25",
+        "-q",
+        "read file",
+        "-q",
+        "READ  File",
+    ]);
+    assert_eq!(twice, once);
+    assert!(once.contains("Tools matching \"read file\" ("), "{once}");
+}

@@ -1755,8 +1755,8 @@ impl SearchIndex {
     /// ranked on its own (so one strong query cannot drown the others) and the rankings are
     /// merged round-robin (each intent's best, then each one's second, ...; within a round, tools
     /// several intents found first), so every intent is represented in the top hits; each hit's
-    /// reason names the intents it answers. A query given twice (the same words, spaced
-    /// alike or not) is one intent. Returns at most `limit` hits.
+    /// reason names the intents it answers. A query given twice (the same words, in any case and
+    /// spacing) is one intent. Returns at most `limit` hits.
     pub fn rank(&self, queries: &[String], limit: usize) -> Vec<Hit> {
         let unique: Vec<String>;
         let queries = match distinct_queries(queries) {
@@ -2832,18 +2832,18 @@ fn join_last(items: &[String], word: &str) -> String {
     }
 }
 
-/// Merges per-intent rankings (each best first, scores normalised per intent) into one,
-/// round-robin: round `r` takes every intent's `r`-th tool, and a tool in several rankings is
-/// placed once, in the round of its best rank. Within a round, tools found by more intents come
-/// first, then the intents in the order given. Returns (summed score, document, intents it
-/// answers) in order; ties break on the name.
-/// `queries` without the repeats of an earlier one (the same words with the same spacing once
-/// runs of whitespace are one space), first occurrences in order; `None` when none repeats.
-fn distinct_queries(queries: &[String]) -> Option<Vec<String>> {
+/// `queries` without the repeats of an earlier one (the same words once case is ignored and runs
+/// of whitespace are one space), first occurrences in order; `None` when none repeats.
+pub(crate) fn distinct_queries(queries: &[String]) -> Option<Vec<String>> {
     if queries.len() < 2 {
         return None;
     }
-    let key = |q: &str| q.split_whitespace().collect::<Vec<_>>().join(" ");
+    let key = |q: &str| {
+        q.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .to_lowercase()
+    };
     let keys: Vec<String> = queries.iter().map(|q| key(q)).collect();
     let first = |i: usize| keys.iter().position(|k| *k == keys[i]) == Some(i);
     if (0..keys.len()).all(first) {
@@ -2857,6 +2857,11 @@ fn distinct_queries(queries: &[String]) -> Option<Vec<String>> {
     )
 }
 
+/// Merges per-intent rankings (each best first, scores normalised per intent) into one,
+/// round-robin: round `r` takes every intent's `r`-th tool, and a tool in several rankings is
+/// placed once, in the round of its best rank. Within a round, tools found by more intents come
+/// first, then the intents in the order given. Returns (summed score, document, intents it
+/// answers) in order; ties break on the name.
 fn merge_intents<'a>(
     lists: &[Vec<(f32, u32)>],
     name_of: impl Fn(u32) -> &'a str,
@@ -2940,6 +2945,7 @@ mod tests {
         };
         let once = view(ranked(&["read file"], 5));
         assert_eq!(view(ranked(&["read file", " read  file "], 5)), once);
+        assert_eq!(view(ranked(&["read file", "READ File"], 5)), once);
         assert_eq!(
             view(ranked(&["read file", "weather", "read file"], 5)),
             view(ranked(&["read file", "weather"], 5))

@@ -249,6 +249,9 @@ fn search_within(
     match request {
         SearchRequest::Names(names) => exact(index, catalog, names, config, view),
         SearchRequest::Queries { queries, limit } => {
+            // A query given twice is one intent, and is said once.
+            let distinct = super::distinct_queries(queries);
+            let queries = distinct.as_deref().unwrap_or(queries);
             let requested = *limit;
             // Each query is a step of a task and gets a hit of its own: a limit below their
             // number would leave the last steps only named after "Also matching".
