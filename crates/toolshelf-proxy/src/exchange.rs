@@ -86,6 +86,10 @@ pub struct Prepared {
     /// The client tool names of the session's frozen upstream list: the tools the model sees
     /// with their schemas.
     pub frozen_names: HashSet<String>,
+    /// The name and type of every other tool of the session's frozen upstream list: the tools
+    /// passed along as sent when the session began (a custom tool, Anthropic's `bash`), which
+    /// stay in the model's list when the client stops sending them.
+    pub frozen_passed: Vec<(String, String)>,
 }
 
 /// Why a request goes upstream as sent.
@@ -268,6 +272,11 @@ pub async fn prepare(
         .iter()
         .filter_map(|t| dialect.client_tool_name(t).map(str::to_owned))
         .collect();
+    let frozen_passed: Vec<(String, String)> = upstream_tools
+        .iter()
+        .filter(|t| dialect.client_tool_name(t).is_none())
+        .filter_map(crate::shelf::passed_name_and_type)
+        .collect();
     let forced = body
         .get_mut("tool_choice")
         .and_then(|choice| force_meta_choice(dialect, choice, &frozen_names, &shelf));
@@ -380,6 +389,7 @@ pub async fn prepare(
         forced,
         chain_end,
         frozen_names,
+        frozen_passed,
     })))
 }
 
@@ -1060,9 +1070,6 @@ pub struct Turn {
     pub activated: Vec<String>,
     /// The queries searched for in this request.
     pub queries: Vec<String>,
-    /// Why calls that nothing of their kind could answer (a computer call) were refused in this
-    /// request: told to the client at the end of its answer.
-    dropped: Vec<String>,
 }
 
 /// What becomes of a call of its own kind ([`Part::Own`]).
@@ -1072,9 +1079,6 @@ enum OwnOutcome {
     Handed(Call, Value),
     /// The model is answered.
     Answered(ProxyResult),
-    /// Refused, and no answer of its kind could say so (a computer call's output is a
-    /// screenshot): why.
-    Dropped(String),
 }
 
 /// How a request's upstream prefix relates to its session's previous request.
@@ -1126,19 +1130,7 @@ impl Turn {
             search_us: Vec::new(),
             activated: Vec::new(),
             queries: Vec::new(),
-            dropped: Vec::new(),
         }
-    }
-
-    /// Adds a note of the proxy's at the end of the client's answer (a stream writes
-    /// [`Self::note`] there).
-    fn add_note(&mut self, note: Value) {
-        let text = raw_text(&note);
-        self.note = Some(match self.note.take() {
-            Some(before) => format!("{before}\n\n{text}"),
-            None => text,
-        });
-        self.client.parts.push(Part::Raw(note));
     }
 
     /// Records `name` as activated in this request, once: a tool two searches of one request
@@ -1211,22 +1203,6 @@ impl Turn {
                             client_calls.push(call);
                         }
                         OwnOutcome::Answered(result) => answered.push(result),
-                        OwnOutcome::Dropped(why) => {
-                            // Nothing of the call's kind can answer it: the model's turn reads
-                            // the refusal in its place, and so does the client's answer.
-                            let text = format!(
-                                "[toolshelf: the model's {} call was refused and not handed to the client: {why}]",
-                                toolshelf_core::echo::echo(&c.name)
-                            );
-                            for e in round.entries.iter_mut() {
-                                if e.get("call_id").and_then(Value::as_str) == Some(c.id.as_str()) {
-                                    *e = json!({"type": "message", "role": "assistant",
-                                        "status": "completed", "content": [
-                                            {"type": "output_text", "text": text, "annotations": []}]});
-                                }
-                            }
-                            self.dropped.push(text);
-                        }
                     }
                     continue;
                 }
@@ -1262,16 +1238,12 @@ impl Turn {
         }
         self.client.stop =
             stop_for_client(dialect, round.stop.as_deref(), !client_calls.is_empty());
-        // Calls refused with no answer of their kind: the client is told at the end of the
-        // answer (where a stream writes it).
-        for (k, text) in std::mem::take(&mut self.dropped).into_iter().enumerate() {
-            let note = note_part(dialect, &format!("msg_toolshelf_refused_{k}"), &text);
-            self.add_note(note);
-        }
         // The rounds ran out with calls only the proxy answers: the client is told, after
         // whatever the model wrote.
         if !early && !answered.is_empty() && client_calls.is_empty() {
-            self.add_note(limit_note(dialect, max));
+            let note = limit_note(dialect, max);
+            self.note = Some(raw_text(&note));
+            self.client.parts.push(Part::Raw(note));
         }
         let key = self.client_key();
         let shown = self.shown_print();
@@ -1481,18 +1453,19 @@ impl Turn {
                     false,
                 ),
                 None => {
-                    if self.prepared.frozen_names.contains(&c.name) {
-                        // In the model's list, which cannot change, but no longer the client's.
+                    // In the model's list, which cannot change, but no longer the client's: a
+                    // resident client tool, or a tool passed along as sent (Anthropic's `bash`).
+                    let passed_gone = shelf.passed.position(&c.name).is_none()
+                        && self
+                            .prepared
+                            .frozen_passed
+                            .iter()
+                            .any(|(n, _)| *n == c.name);
+                    if self.prepared.frozen_names.contains(&c.name) || passed_gone {
                         let kind = RefusalKind::Gone;
                         self.count_refusal(&c.name, kind);
                         crate::metrics::refused(kind.as_str());
-                        return Err(answer(
-                            format!(
-                                "{} was not run: the client no longer offers this tool. It stays in your tool list only because that list cannot change during a session; it works again if the client offers it again.",
-                                toolshelf_core::echo::echo(&c.name)
-                            ),
-                            true,
-                        ));
+                        return Err(answer(gone_text(&c.name), true));
                     }
                     if let Some(text) = self.authored_off(proxy, &c.name) {
                         return Err(answer(text, true));
@@ -1885,40 +1858,38 @@ impl Turn {
     /// Decides a call of its own kind (`c`, as the rules read it, made by `item`): the permission
     /// rules and `pre_call` hooks of the client's tool it calls, as for every client tool. The
     /// tool is a custom tool by its name, a built-in (`local_shell`, `shell`, `apply_patch`,
-    /// `computer`) by the client's tool of that type. One let through reaches the client as the
-    /// model wrote it, or with the params a hook rewrote when they fit its shape (else it is
-    /// refused). One refused is answered by an item of its kind (Responses
-    /// `custom_tool_call_output`, `function_call_output` for `local_shell_call`,
-    /// `shell_call_output`, `apply_patch_call_output` with status `failed`; a Chat `tool`
-    /// message), except a computer call, whose output is a screenshot: it is dropped.
+    /// `computer`) by the client's tool of that type; a call with no such tool of the client's is
+    /// refused (see [`Self::own_call_tool`]). One let through reaches the client as the model
+    /// wrote it, or with the params a hook rewrote when they fit its shape (else it is refused).
+    /// One refused is answered by an item of its kind (Responses `custom_tool_call_output`,
+    /// `function_call_output` for `local_shell_call`, `shell_call_output`,
+    /// `apply_patch_call_output` with status `failed`, `computer_call_output` with a blank
+    /// screenshot and the refusal in a message after it; a Chat `tool` message).
     async fn own_call(&mut self, proxy: &Proxy, c: &Call, item: &Value) -> OwnOutcome {
         let dialect = self.prepared.dialect;
         let shelf = self.prepared.shelf.clone();
         let responses = dialect.api() == Api::OpenAiResponses;
         let custom =
             !responses || item.get("type").and_then(Value::as_str) == Some("custom_tool_call");
-        let tool = if custom {
-            c.name.clone()
-        } else {
-            shelf
-                .own_call_tool(&c.name)
-                .unwrap_or(c.name.as_str())
-                .to_owned()
-        };
-        // The item that answers a refusal; none can for a computer call.
-        let answer_kind: Option<Option<String>> = if responses {
-            crate::api::responses::answer_kind(item).map(|k| Some(k.to_owned()))
-        } else {
-            Some(None)
-        };
-        let refuse = |text: String| match &answer_kind {
-            Some(kind) => OwnOutcome::Answered(ProxyResult {
+        // The item that answers a refusal (`None`: a function call's, Chat's `tool` message).
+        let answer_kind = responses
+            .then(|| crate::api::responses::answer_kind(item).map(str::to_owned))
+            .flatten();
+        let refuse = |text: String| {
+            OwnOutcome::Answered(ProxyResult {
                 id: c.id.clone(),
                 text,
                 is_error: true,
-                kind: kind.clone(),
-            }),
-            None => OwnOutcome::Dropped(text),
+                kind: answer_kind.clone(),
+            })
+        };
+        let tool = match self.own_call_tool(&shelf, c, custom) {
+            Ok(tool) => tool,
+            Err((kind, text)) => {
+                self.count_refusal(&c.name, kind);
+                crate::metrics::refused(kind.as_str());
+                return refuse(text);
+            }
         };
         if let Some(raw) = &c.raw_input {
             let kind = RefusalKind::BadArguments;
@@ -1960,7 +1931,8 @@ impl Turn {
                 OwnOutcome::Handed(call, item)
             }
             Err(why) => {
-                let kind = RefusalKind::BadArguments;
+                // As for a function call whose rewritten params its schema rejects.
+                let kind = RefusalKind::InvalidAfterHook;
                 self.count_refusal(&tool, kind);
                 crate::metrics::refused(kind.as_str());
                 refuse(format!(
@@ -1969,6 +1941,65 @@ impl Turn {
                 ))
             }
         }
+    }
+
+    /// The name of the client's tool a call of its own kind (`c`) is of, among the tools passed
+    /// along as sent: for a custom tool's call (`custom`) the custom tool of its name, for a
+    /// built-in's the tool of the type its kind names (`c.name`: `local_shell`, `computer`).
+    /// Without one the call is refused, never handed to a client that offered no tool of its
+    /// kind: as gone when the session's frozen list holds one the client no longer sends, else
+    /// with what the name is and how to call it.
+    fn own_call_tool(
+        &self,
+        shelf: &Shelf,
+        c: &Call,
+        custom: bool,
+    ) -> Result<String, (RefusalKind, String)> {
+        let name = format!("{:?}", toolshelf_core::echo::echo(&c.name));
+        let frozen = &self.prepared.frozen_passed;
+        if !custom {
+            if let Some(tool) = shelf.own_call_tool(&c.name) {
+                return Ok(tool.to_owned());
+            }
+            if let Some((gone, _)) = frozen
+                .iter()
+                .find(|(_, ty)| crate::shelf::type_is(ty, &c.name))
+            {
+                return Err((RefusalKind::Gone, gone_text(gone)));
+            }
+            return Err((
+                RefusalKind::Unknown,
+                format!(
+                    "This call was not run: no tool of type {name} was given. Call only the tools in your tool list."
+                ),
+            ));
+        }
+        let passed = shelf.passed_type(&c.name);
+        if passed == Some("custom") {
+            return Ok(c.name.clone());
+        }
+        if frozen.iter().any(|(n, ty)| *n == c.name && ty == "custom") {
+            return Err((RefusalKind::Gone, gone_text(&c.name)));
+        }
+        let client = shelf.by_client_name(&c.name);
+        let hidden =
+            shelf.passed_hidden(&c.name) || client.is_some_and(|i| shelf.state(i) == State::Hidden);
+        let text = match (passed, client) {
+            _ if hidden => format!("{name} was not run: no custom tool of that name is available."),
+            (Some(ty), _) => format!(
+                "{name} was not run: it is not a custom tool but the client's tool of type {ty:?}, whose calls are of that type."
+            ),
+            (None, Some(_)) if self.prepared.frozen_names.contains(&c.name) => format!(
+                "{name} was not run: it is not a custom tool. Call it as a function with JSON arguments."
+            ),
+            (None, Some(_)) => format!(
+                "{name} was not run: it is not a custom tool but a deferred function tool. Load it with tool_search and call it through defer_execute with JSON params."
+            ),
+            (None, None) => {
+                format!("{name} was not run: no custom tool of that name is available.")
+            }
+        };
+        Err((RefusalKind::Unknown, text))
     }
 
     /// A call of a tool that is not the catalog's (`via_defer`: one `defer_execute` names) after
@@ -2235,17 +2266,21 @@ fn limit_note(dialect: Dialect, max: u32) -> Value {
         "[toolshelf: the model used all {max} tool_search rounds of this request without an answer; \
          send another message to let it continue]"
     );
-    note_part(dialect, "msg_toolshelf_limit", &text)
-}
-
-/// A text part of the proxy's own for the client's answer (`id` names a Responses item).
-fn note_part(dialect: Dialect, id: &str, text: &str) -> Value {
     match dialect.api() {
-        Api::OpenAiResponses => json!({"type": "message", "id": id,
+        Api::OpenAiResponses => json!({"type": "message", "id": "msg_toolshelf_limit",
             "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}]}),
         _ => json!({"type": "text", "text": text}),
     }
+}
+
+/// The refusal of a call of `name`, a tool of the session's frozen upstream list the client no
+/// longer sends.
+fn gone_text(name: &str) -> String {
+    format!(
+        "{} was not run: the client no longer offers this tool. It stays in your tool list only because that list cannot change during a session; it works again if the client offers it again.",
+        toolshelf_core::echo::echo(name)
+    )
 }
 
 /// The session key header, re-exported for the server.

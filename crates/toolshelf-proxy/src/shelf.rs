@@ -318,10 +318,7 @@ impl Shelf {
             .collect();
         let passed_types = provider_tools
             .iter()
-            .filter_map(|def| {
-                let ty = def.get("type").and_then(Value::as_str).unwrap_or_default();
-                Some((passed_name(def)?, ty.to_owned()))
-            })
+            .filter_map(passed_name_and_type)
             .collect();
         let (provider_tools, passed, passed_exposure) =
             governed(provider_tools, compiled, &mut warnings);
@@ -457,13 +454,24 @@ impl Shelf {
     pub fn own_call_tool(&self, base: &str) -> Option<&str> {
         self.passed_types
             .iter()
-            .find(|(_, ty)| {
-                ty == base
-                    || ty
-                        .strip_prefix(base)
-                        .is_some_and(|rest| rest.starts_with('_'))
-            })
+            .find(|(_, ty)| type_is(ty, base))
             .map(|(name, _)| name.as_str())
+    }
+
+    /// The type of the tool passed along as sent named `name` (those left out too); `None` when
+    /// the client sent none of that name.
+    pub fn passed_type(&self, name: &str) -> Option<&str> {
+        self.passed_types
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, ty)| ty.as_str())
+    }
+
+    /// Whether the tool passed along as sent named `name` is one the exposure policy hides.
+    pub fn passed_hidden(&self, name: &str) -> bool {
+        self.passed
+            .position(name)
+            .is_some_and(|i| self.passed_exposure.decisions[i].state == State::Hidden)
     }
 
     /// The validator of tool `i` of [`Self::passed`].
@@ -522,6 +530,22 @@ fn governed(
         })
         .collect();
     (kept, probe, exposure)
+}
+
+/// Whether a tool of type `ty` is the one calls of the kind `base` are of: the type itself, or
+/// a type that starts with it and `_` (`computer_use_preview` for `computer`).
+pub fn type_is(ty: &str, base: &str) -> bool {
+    ty == base
+        || ty
+            .strip_prefix(base)
+            .is_some_and(|rest| rest.starts_with('_'))
+}
+
+/// The name and type of a definition passed along as sent (its name is its type when it has
+/// none).
+pub fn passed_name_and_type(def: &Value) -> Option<(String, String)> {
+    let ty = def.get("type").and_then(Value::as_str).unwrap_or_default();
+    Some((passed_name(def)?, ty.to_owned()))
 }
 
 /// The name a tool passed along as sent is called by (its type when it has none).

@@ -3,8 +3,11 @@
 //! `computer_call`; a Chat Completions tool call of type `custom`) and of client-run tools the
 //! active mode hides: they meet the permission rules and the `pre_call` hooks like every client
 //! tool's call, the client gets only the ones allowed, and the model reads each refusal in the
-//! next request in the shape its API wants. The upstream is `fixtures/loop_upstream.py`, which
-//! checks every request as the providers check it.
+//! next request in the shape its API wants (a computer call's: a blank screenshot and a message
+//! saying why), chained by `previous_response_id` too. A call of its own kind reaches the client
+//! only when the client sent a tool of that kind and name, and one of a tool passed along as sent
+//! that the client stopped sending is refused as gone. The upstream is
+//! `fixtures/loop_upstream.py`, which checks every request as the providers check it.
 
 mod common;
 
@@ -21,8 +24,22 @@ fn responses(
     input: &[Value],
     stream: bool,
 ) -> (Value, Vec<String>) {
-    let body = json!({"model": "m", "input": input, "tools": tools,
-                      "instructions": "You help.", "stream": stream});
+    responses_chained(proxy, tools, None, input, stream)
+}
+
+/// [`responses`], chained to the response `previous` when given.
+fn responses_chained(
+    proxy: &ProxyProc,
+    tools: &[Value],
+    previous: Option<&Value>,
+    input: &[Value],
+    stream: bool,
+) -> (Value, Vec<String>) {
+    let mut body = json!({"model": "m", "input": input, "tools": tools,
+                          "instructions": "You help.", "stream": stream});
+    if let Some(previous) = previous {
+        body["previous_response_id"] = previous.clone();
+    }
     let (status, answer) = post(&format!("{}/v1/responses", proxy.url), &body, &BEARER);
     assert_eq!(status, 200, "{answer}\nproxy log:\n{}", proxy.log());
     if !stream {
@@ -205,62 +222,285 @@ fn responses_calls_of_their_own_kind_meet_the_rules_and_hooks() {
     assert_eq!(seen, [once.clone(), once].concat(), "{seen:#?}");
 }
 
-/// A computer call cannot be answered by text (its output is a screenshot): a refused one is not
-/// handed to the client, which is told so at the end of the model's answer; the model reads the
-/// same in place of its call, and the provider accepts the next request.
-#[test]
-fn a_refused_computer_call_is_dropped_with_a_note() {
-    let s = Scratch::new("proxy-own-computer");
-    let click = json!({"type": "click", "x": 10, "y": 20, "button": "left"});
-    let typed = json!({"type": "type", "text": "rm -rf ~"});
-    let steps = json!([
-        {"text": "Clicking.", "calls": [{"kind": "computer", "name": "", "input": typed}]},
-        {"text": "Done."},
-        {"text": "Clicking.", "calls": [{"kind": "computer", "name": "", "input": click}]},
-    ]);
-    let upstream = LoopUpstream::start(&s, &steps);
-    let config = "[permissions]\ndeny = [\"^computer_use_preview(text=rm *)\"]\n";
-    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
-    let list = vec![
-        json!({"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
-               "environment": "linux"}),
-        json!({"type": "function", "name": "Read", "description": "Read a file.",
-               "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}}}}),
-    ];
-    let user = json!({"role": "user", "content": "type it"});
-    let (answer, _) = responses(&proxy, &list, std::slice::from_ref(&user), false);
-    assert!(call_ids(&answer["output"]).is_empty(), "{answer}");
-    let text = answer["output"].to_string();
+/// The user message of `input` (a request's) whose text holds `needle`.
+fn message_with<'a>(input: &'a Value, needle: &str) -> &'a Value {
+    input
+        .as_array()
+        .expect("input")
+        .iter()
+        .find(|i| i["role"] == "user" && i["content"].to_string().contains(needle))
+        .unwrap_or_else(|| panic!("no message with {needle:?}: {input}"))
+}
+
+/// Checks that `answer` is the `computer_call_output` of a refused computer call: a blank
+/// screenshot (the refusal is told in a message after it).
+fn assert_blank_screenshot(answer: &Value) {
+    assert_eq!(answer["type"], "computer_call_output", "{answer}");
+    assert_eq!(answer["output"]["type"], "computer_screenshot", "{answer}");
     assert!(
-        text.contains("Clicking.")
-            && text.contains("was refused and not handed to the client")
-            && text.contains("deny[0]"),
+        answer["output"]["image_url"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("data:image/png;base64,")),
         "{answer}"
     );
-    let mut input = vec![user];
-    input.extend(answer["output"].as_array().expect("output").iter().cloned());
-    input.push(json!({"role": "user", "content": "and now?"}));
-    let (answer, _) = responses(&proxy, &list, &input, false);
-    assert!(answer["output"].to_string().contains("Done."), "{answer}");
-    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
-    let played = upstream.played();
-    let sent = played[1]["body"]["input"].to_string();
-    assert!(!sent.contains("computer_call"), "{sent}");
-    assert!(
-        sent.contains("was refused and not handed to the client"),
-        "{sent}"
+}
+
+/// A refused computer call is answered like a refused call of any kind, not dropped: by a
+/// `computer_call_output` whose screenshot is a blank placeholder, and a message after it that
+/// says the call was refused and why. So a client that chains its requests by
+/// `previous_response_id` (the provider keeps the response that holds the call) continues the
+/// conversation: the results the proxy owes come first in the chained request, streamed or not,
+/// for a computer call and an apply_patch call alike, and a computer call refused in a round the
+/// proxy continues is answered there.
+#[test]
+fn a_refused_computer_call_is_answered_with_a_blank_screenshot_in_chained_requests() {
+    let s = Scratch::new("proxy-own-computer");
+    let double = json!({"type": "double_click", "x": 1, "y": 2});
+    let patch = json!({"type": "update_file", "path": "/home/u/.ssh/authorized_keys", "diff": "+"});
+    let first = json!({"text": "Patching.", "calls": [
+        {"kind": "apply_patch", "name": "", "input": patch},
+        {"kind": "computer", "name": "", "input": double},
+        {"kind": "custom", "name": "Fmt", "input": "ok"},
+    ]});
+    let second = json!({"text": "Clicking.", "calls": [
+        {"kind": "computer", "name": "", "input": double},
+    ]});
+    let mut steps = vec![
+        first,
+        second,
+        json!({"text": "Done."}),
+        json!({"text": "More."}),
+    ];
+    steps.extend(steps.clone());
+    let steps = Value::Array(steps);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[permissions]\ndeny = [\"^apply_patch(file:path=**/.ssh/**)\", \
+                  \"^computer_use_preview(type=double_click)\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let list = vec![
+        json!({"type": "custom", "name": "Fmt", "description": "Format."}),
+        json!({"type": "apply_patch"}),
+        json!({"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
+               "environment": "linux"}),
+    ];
+    for (k, stream) in [false, true].into_iter().enumerate() {
+        let step = 4 * k;
+        let user = json!({"role": "user", "content": format!("go ({stream})")});
+        let (answer, shown) = responses(&proxy, &list, std::slice::from_ref(&user), stream);
+        let made = upstream.call_ids(step as u64);
+        assert_eq!(call_ids(&answer["output"]), [made[2].clone()], "{answer}");
+        if stream {
+            assert_eq!(shown, [made[2].clone()], "a stream shows no refused call");
+        }
+        // The client answers its call in a request chained to the response.
+        let mine = json!({"type": "custom_tool_call_output", "call_id": made[2], "output": "done"});
+        let (answer, shown) = responses_chained(
+            &proxy,
+            &list,
+            Some(&answer["id"]),
+            std::slice::from_ref(&mine),
+            stream,
+        );
+        assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+        assert!(call_ids(&answer["output"]).is_empty(), "{answer}");
+        assert!(shown.is_empty(), "{shown:?}");
+        let text = answer["output"].to_string();
+        assert!(
+            text.contains("Clicking.") && text.contains("Done."),
+            "{answer}"
+        );
+        let played = upstream.played();
+        assert_eq!(played.len(), step + 3, "one round in between");
+        let sent = &played[step + 1]["body"];
+        assert!(sent["previous_response_id"].is_string(), "{sent}");
+        let input = &sent["input"];
+        let patched = answer_of(input, &made[0]);
+        assert_eq!(patched["type"], "apply_patch_call_output", "{patched}");
+        assert_eq!(patched["status"], "failed", "{patched}");
+        assert!(
+            patched["output"].to_string().contains("deny[0]"),
+            "{patched}"
+        );
+        assert_blank_screenshot(answer_of(input, &made[1]));
+        let told = message_with(input, &made[1]);
+        let told = told.to_string();
+        assert!(
+            told.contains("was refused")
+                && told.contains("deny[1]")
+                && told.contains("blank placeholder"),
+            "{told}"
+        );
+        // The answers to the turn's calls stay together, the message after them.
+        let items = input.as_array().expect("input");
+        let at = |id: &str| {
+            items
+                .iter()
+                .position(|i| i["call_id"] == id && i.get("role").is_none())
+                .unwrap_or_else(|| panic!("no answer to {id}: {input}"))
+        };
+        let told_at = items
+            .iter()
+            .position(|i| i["role"] == "user")
+            .expect("the message");
+        assert!(
+            at(&made[0]) < told_at && at(&made[1]) < told_at && at(&made[2]) < told_at,
+            "{input}"
+        );
+        // The computer call refused in the round the proxy continued is answered there.
+        let again = upstream.call_ids(step as u64 + 1);
+        let input = &played[step + 2]["body"]["input"];
+        assert_blank_screenshot(answer_of(input, &again[0]));
+        assert!(
+            message_with(input, &again[0])
+                .to_string()
+                .contains("deny[1]"),
+            "{input}"
+        );
+        // And the conversation goes on chained.
+        let (answer, _) = responses_chained(
+            &proxy,
+            &list,
+            Some(&answer["id"]),
+            &[json!({"role": "user", "content": "and now?"})],
+            stream,
+        );
+        assert!(answer["output"].to_string().contains("More."), "{answer}");
+        assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    }
+}
+
+/// A call of its own kind reaches the client only when the client sent a tool of that kind
+/// and name: a custom call named as a function tool (resident, deferred or hidden by a deny
+/// rule) or as a built-in, and a call of a built-in kind the client never offered, are refused
+/// to the model in their own kind, saying what to do, and never reach the client, streamed or
+/// not; in Chat too.
+#[test]
+fn a_call_of_its_own_kind_needs_a_tool_of_that_kind() {
+    let s = Scratch::new("proxy-own-kind");
+    let round = json!({"calls": [
+        {"kind": "custom", "name": "Bash", "input": "rm -rf /"},
+        {"kind": "custom", "name": "Deferred", "input": "cat secret"},
+        {"kind": "custom", "name": "Hidden", "input": "x"},
+        {"kind": "custom", "name": "apply_patch", "input": "*** Begin Patch"},
+        {"kind": "local_shell", "name": "",
+         "input": {"type": "exec", "command": ["rm", "-rf", "/"], "env": {}}},
+        {"kind": "computer", "name": "", "input": {"type": "click", "x": 1, "y": 2}},
+        {"kind": "custom", "name": "Fmt", "input": "ok"},
+    ]});
+    let chat_round = json!({"calls": [
+        {"kind": "custom", "name": "Bash", "input": "rm -rf /"},
+        {"kind": "custom", "name": "Fmt", "input": "ok"},
+    ]});
+    let steps = json!([round, {"text": "Done."}, round, {"text": "Done."},
+                       chat_round, {"text": "Done."}]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[defer]\ndefault = false\nrules = [\"Defer(^Deferred$)\"]\n\
+                  [permissions]\ndeny = [\"^Bash(*rm -rf*)\", \"^Hidden\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let function = |name: &str| {
+        json!({"type": "function", "name": name, "description": name,
+               "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}})
+    };
+    let list = vec![
+        function("Bash"),
+        function("Deferred"),
+        function("Hidden"),
+        json!({"type": "custom", "name": "Fmt", "description": "Format."}),
+        json!({"type": "apply_patch"}),
+    ];
+    for (k, stream) in [false, true].into_iter().enumerate() {
+        let step = 2 * k;
+        let user = json!({"role": "user", "content": format!("go ({stream})")});
+        let (answer, shown) = responses(&proxy, &list, std::slice::from_ref(&user), stream);
+        let made = upstream.call_ids(step as u64);
+        assert_eq!(call_ids(&answer["output"]), [made[6].clone()], "{answer}");
+        if stream {
+            assert_eq!(shown, [made[6].clone()], "a stream shows no refused call");
+        }
+        let mut input = vec![user];
+        input.extend(answer["output"].as_array().expect("output").iter().cloned());
+        input.push(json!({"type": "custom_tool_call_output", "call_id": made[6], "output": "ok"}));
+        let (answer, _) = responses(&proxy, &list, &input, stream);
+        assert!(answer["output"].to_string().contains("Done."), "{answer}");
+        assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+        let next = &upstream.played()[step + 1]["body"]["input"];
+        let expect = [
+            (
+                0,
+                "custom_tool_call_output",
+                "it is not a custom tool. Call it as a function",
+            ),
+            (1, "custom_tool_call_output", "a deferred function tool"),
+            (
+                2,
+                "custom_tool_call_output",
+                "no custom tool of that name is available",
+            ),
+            (
+                3,
+                "custom_tool_call_output",
+                "not a custom tool but the client's tool of type \\\"apply_patch\\\"",
+            ),
+            (
+                4,
+                "function_call_output",
+                "no tool of type \\\"local_shell\\\" was given",
+            ),
+        ];
+        for (i, kind, text) in expect {
+            let refused = answer_of(next, &made[i]);
+            assert_eq!(refused["type"], kind, "{refused}");
+            assert!(refused["output"].to_string().contains(text), "{refused}");
+        }
+        assert_blank_screenshot(answer_of(next, &made[5]));
+        message_with(next, "no tool of type \\\"computer\\\" was given");
+    }
+    // Chat: a custom call named as a function tool.
+    let chat_tools = vec![
+        json!({"type": "function", "function": {"name": "Bash", "description": "Run.",
+               "parameters": {"type": "object"}}}),
+        json!({"type": "custom", "custom": {"name": "Fmt", "description": "Format."}}),
+    ];
+    let user = json!({"role": "user", "content": "go (chat)"});
+    let body = json!({"model": "m", "tools": chat_tools, "messages": [user]});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &BEARER,
     );
-    // An allowed one reaches the client as the model wrote it.
-    let user = json!({"role": "user", "content": "click it"});
-    let (answer, _) = responses(&proxy, &list, std::slice::from_ref(&user), true);
-    let item = answer["output"]
+    assert_eq!(status, 200, "{answer}");
+    let made = upstream.call_ids(4);
+    let calls = chat_calls(&answer, false);
+    assert_eq!(
+        calls,
+        [json!({"id": made[1], "type": "custom", "custom": {"name": "Fmt", "input": "ok"}})],
+        "{answer}"
+    );
+    let messages = json!([user,
+        {"role": "assistant", "content": null, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": made[1], "content": "ok"}]);
+    let body = json!({"model": "m", "tools": chat_tools, "messages": messages});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &BEARER,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let played = upstream.played();
+    let result = played[5]["body"]["messages"]
         .as_array()
-        .expect("output")
+        .expect("messages")
         .iter()
-        .find(|i| i["type"] == "computer_call")
-        .unwrap_or_else(|| panic!("no computer call: {answer}"))
-        .clone();
-    assert_eq!(item["action"], click);
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
+        .cloned()
+        .unwrap_or_else(|| panic!("no result: {}", played[5]["body"]));
+    assert!(
+        result["content"]
+            .to_string()
+            .contains("it is not a custom tool. Call it as a function"),
+        "{result}"
+    );
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
 }
 
 /// A `pre_call` hook's rewrite of a call of its own kind reaches the client when it fits the
@@ -543,4 +783,124 @@ fn a_chat_custom_tool_call_meets_the_rules() {
         .collect();
     let once = json!(["apply_patch", {"input": good}]);
     assert_eq!(seen, [once.clone(), once], "{seen:#?}");
+}
+
+/// A tool passed along as sent that the client stops sending stays in the session's frozen
+/// list, but a call of it is refused to the model as gone, never handed to the client: Anthropic's
+/// `bash`, a Responses custom tool and local shell, a Chat custom tool.
+#[test]
+fn a_passed_along_tool_the_client_stops_sending_is_refused_as_gone() {
+    let gone = "the client no longer offers this tool";
+    // Each API with an upstream of its own, so that each part stands alone.
+    let start = |name: &str, calls: Value| {
+        let s = Scratch::new(&format!("proxy-own-gone-{name}"));
+        let steps = json!([{"text": "hello"}, {"calls": calls}, {"text": "ok"}]);
+        let upstream = LoopUpstream::start(&s, &steps);
+        let proxy = ProxyProc::start(&s, &upstream.url(), "[defer]\ndefault = false\n", &[]);
+        (s, upstream, proxy)
+    };
+    // Anthropic: bash.
+    let (_s, upstream, proxy) = start(
+        "anthropic",
+        json!([{"name": "bash", "input": {"command": "ls"}}]),
+    );
+    let headers = [
+        HEADERS[0],
+        HEADERS[1],
+        ("x-toolshelf-session", "gone-anthropic"),
+    ];
+    let mut list = tools();
+    let hi = json!({"role": "user", "content": "hi"});
+    list.push(json!({"type": "bash_20250124", "name": "bash"}));
+    let body = json!({"model": "m", "max_tokens": 64, "tools": list, "messages": [hi]});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    let messages = json!([hi, {"role": "assistant", "content": answer["content"]},
+                          {"role": "user", "content": "go"}]);
+    let body = json!({"model": "m", "max_tokens": 64, "tools": tools(), "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    assert!(tool_uses(&answer).is_empty(), "{answer}");
+    let played = upstream.played();
+    assert!(
+        played[1]["body"]["tools"]
+            .to_string()
+            .contains("bash_20250124"),
+        "the frozen list keeps it"
+    );
+    let next = played[2]["body"]["messages"].to_string();
+    assert!(next.contains(gone), "{next}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    // Responses: a custom tool and a local shell.
+    let (_s, upstream, proxy) = start(
+        "responses",
+        json!([{"kind": "custom", "name": "Fmt", "input": "x"},
+               {"kind": "local_shell", "name": "",
+                "input": {"type": "exec", "command": ["ls"], "env": {}}}]),
+    );
+    let headers = [BEARER[0], ("x-toolshelf-session", "gone-responses")];
+    let read = json!({"type": "function", "name": "Read", "description": "Read a file.",
+                      "parameters": {"type": "object", "properties": {}}});
+    let send = |tools: Value, input: Value| {
+        let body = json!({"model": "m", "input": input, "tools": tools,
+                          "instructions": "You help."});
+        let (status, answer) = post(&format!("{}/v1/responses", proxy.url), &body, &headers);
+        assert_eq!(status, 200, "{answer}");
+        answer
+    };
+    let answer = send(
+        json!([read, {"type": "custom", "name": "Fmt"}, {"type": "local_shell"}]),
+        json!([hi]),
+    );
+    let mut input = vec![hi.clone()];
+    input.extend(answer["output"].as_array().expect("output").iter().cloned());
+    input.push(json!({"role": "user", "content": "go"}));
+    let answer = send(json!([read]), json!(input));
+    assert!(call_ids(&answer["output"]).is_empty(), "{answer}");
+    let made = upstream.call_ids(1);
+    let next = &upstream.played()[2]["body"]["input"];
+    let fmt = answer_of(next, &made[0]);
+    assert_eq!(fmt["type"], "custom_tool_call_output", "{fmt}");
+    assert!(fmt["output"].to_string().contains(gone), "{fmt}");
+    let shell = answer_of(next, &made[1]);
+    assert_eq!(shell["type"], "function_call_output", "{shell}");
+    assert!(shell["output"].to_string().contains(gone), "{shell}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    // Chat: a custom tool.
+    let (_s, upstream, proxy) = start(
+        "chat",
+        json!([{"kind": "custom", "name": "Fmt", "input": "x"}]),
+    );
+    let headers = [BEARER[0], ("x-toolshelf-session", "gone-chat")];
+    let read = json!({"type": "function", "function": {"name": "Read", "description": "Read.",
+                      "parameters": {"type": "object"}}});
+    let fmt = json!({"type": "custom", "custom": {"name": "Fmt", "description": "Format."}});
+    let body = json!({"model": "m", "tools": [read, fmt], "messages": [hi]});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &headers,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let messages = json!([hi, {"role": "assistant", "content": "hello"},
+                          {"role": "user", "content": "go"}]);
+    let body = json!({"model": "m", "tools": [read], "messages": messages});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &headers,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(chat_calls(&answer, false).is_empty(), "{answer}");
+    let made = upstream.call_ids(1);
+    let played = upstream.played();
+    let result = played[2]["body"]["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
+        .cloned()
+        .unwrap_or_else(|| panic!("no result: {}", played[2]["body"]));
+    assert!(result["content"].to_string().contains(gone), "{result}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
 }

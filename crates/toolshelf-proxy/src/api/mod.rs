@@ -74,7 +74,8 @@ pub struct ProxyResult {
     /// Whether it reports a failure.
     pub is_error: bool,
     /// The type of the output item that answers a Responses call of its own kind
-    /// (`custom_tool_call_output`, `shell_call_output`, `apply_patch_call_output`; a
+    /// (`custom_tool_call_output`, `shell_call_output`, `apply_patch_call_output`,
+    /// `computer_call_output` with a blank screenshot and the text in a message after it; a
     /// `local_shell_call` is answered by a `function_call_output`); `None` for a function call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -390,6 +391,18 @@ impl Dialect {
             return;
         }
         let mut out = self.result_entries(results, &[]);
+        // A message after the results (the refusal of a computer call) goes after the client's
+        // own results too, so that the answers to the turn's calls stay together.
+        let told = match out.last() {
+            Some(last) if self.0 == Api::OpenAiResponses && last.get("role").is_some() => out.pop(),
+            _ => None,
+        };
+        let answers = entries
+            .iter()
+            .take_while(|e| !self.result_ids(e).is_empty())
+            .count();
+        out.extend(entries.drain(..answers));
+        out.extend(told);
         out.append(entries);
         *entries = out;
     }

@@ -44,39 +44,38 @@ fn call_of(item: &Value) -> Option<Call> {
 }
 
 /// An output item the model writes to call a tool of its own kind: its type, the item that
-/// answers it (`None` when no text can: a computer call's output is a screenshot), and the field
-/// that holds its arguments.
+/// answers it, and the field that holds its arguments.
 struct OwnKind {
     item: &'static str,
-    answer: Option<&'static str>,
+    answer: &'static str,
     field: &'static str,
 }
 
 const OWN_KINDS: [OwnKind; 5] = [
     OwnKind {
         item: "custom_tool_call",
-        answer: Some("custom_tool_call_output"),
+        answer: "custom_tool_call_output",
         field: "input",
     },
     // Codex answers a `local_shell_call` with a `function_call_output` of its `call_id`.
     OwnKind {
         item: "local_shell_call",
-        answer: Some("function_call_output"),
+        answer: "function_call_output",
         field: "action",
     },
     OwnKind {
         item: "shell_call",
-        answer: Some("shell_call_output"),
+        answer: "shell_call_output",
         field: "action",
     },
     OwnKind {
         item: "apply_patch_call",
-        answer: Some("apply_patch_call_output"),
+        answer: "apply_patch_call_output",
         field: "operation",
     },
     OwnKind {
         item: "computer_call",
-        answer: None,
+        answer: "computer_call_output",
         field: "action",
     },
 ];
@@ -136,11 +135,14 @@ pub fn own_call(item: &Value) -> Option<Call> {
     })
 }
 
-/// The type of the output item that answers a refused call of its own kind (`item`), or `None`
-/// when no text answer can be written (a computer call).
+/// The type of the output item that answers a refused call of its own kind (`item`).
 pub fn answer_kind(item: &Value) -> Option<&'static str> {
-    own_kind(item).and_then(|k| k.answer)
+    own_kind(item).map(|k| k.answer)
 }
+
+/// A blank 1x1 PNG: the screenshot of the `computer_call_output` that answers a computer call
+/// the proxy refused (the refusal itself follows it as text).
+const BLANK_SCREENSHOT: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR42mP4DwABAQEAHLCMmQAAAABJRU5ErkJggg==";
 
 /// The item of a call of its own kind with `params` (as a `pre_call` hook left them) written
 /// back in place of its arguments, or why they do not fit the item's shape.
@@ -224,12 +226,25 @@ pub fn rewrite_call(entry: &mut Value, id: &str, name: &str, input: &Map<String,
     }
 }
 
-/// One `function_call_output` item per result, then one user message with the injected text.
+/// One output item per result (`function_call_output`, or the item of its call's kind), then
+/// one user message with the text of refused computer calls (whose output is a screenshot, so
+/// their output item carries a blank one) and the injected text.
 pub fn result_entries(results: &[ProxyResult], injected: &[String]) -> Vec<Value> {
     let mut out: Vec<Value> = results.iter().map(result_item).collect();
-    if !injected.is_empty() {
+    let texts: Vec<String> = results
+        .iter()
+        .filter(|r| r.kind.as_deref() == Some("computer_call_output"))
+        .map(|r| {
+            format!(
+                "[toolshelf: computer call {} was refused and not run: {} The screenshot that answers it is a blank placeholder, not the screen.]",
+                r.id, r.text
+            )
+        })
+        .chain(injected.iter().cloned())
+        .collect();
+    if !texts.is_empty() {
         out.push(json!({"type": "message", "role": "user",
-                        "content": [{"type": "input_text", "text": injected.join("\n\n")}]}));
+                        "content": [{"type": "input_text", "text": texts.join("\n\n")}]}));
     }
     out
 }
@@ -245,6 +260,9 @@ fn result_item(r: &ProxyResult) -> Value {
         Some(kind @ "apply_patch_call_output") => {
             json!({"type": kind, "call_id": r.id, "status": "failed", "output": r.text})
         }
+        // The refusal is told in a message after the results (see `result_entries`).
+        Some(kind @ "computer_call_output") => json!({"type": kind, "call_id": r.id,
+            "output": {"type": "computer_screenshot", "image_url": BLANK_SCREENSHOT}}),
         _ => json!({"type": "function_call_output", "call_id": r.id, "output": r.text}),
     }
 }
