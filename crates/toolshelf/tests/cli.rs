@@ -2179,6 +2179,19 @@ fn check_template_vars_name_their_file_and_refuse_json_that_is_not_an_object() {
             && err.contains("found an array"),
         "{err}"
     );
+    // A file whose name opens as JSON does is read when it is there.
+    let named = temp_file(
+        "[team].json",
+        r#"{"pkg": {"description": "from the file"}}"#,
+    );
+    let dir = std::path::Path::new(&named).parent().expect("dir");
+    let out = bin()
+        .current_dir(dir)
+        .args(["check-template", &template, "--vars", "[team].json"])
+        .output()
+        .expect("run");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("from the file"), "{shown}");
     // A file that is not there is still said so.
     let (code, err) =
         status_and_err(&["check-template", &template, "--vars", "/nonexistent/v.json"]);

@@ -102,12 +102,13 @@ pub fn run(args: Args) -> Result<bool> {
         ..SessionValues::default()
     };
     if let Some(vars) = &args.vars {
-        // Inline JSON, or a file. Text that opens as JSON does (`{`, `[`, `"`) is inline, and so
-        // is other JSON (`5`, `null`) that names no file, so that it gets the JSON's error
-        // rather than "no such file".
+        // Inline JSON, or a file. Text that opens with `{` is inline; so is text that opens as
+        // other JSON does (`[`, `"`) or is other JSON (`5`, `null`) and names no file (a file
+        // `[team].json` is read), so that it gets the JSON's error rather than "no such file".
         let trimmed = vars.trim_start();
-        let inline = trimmed.starts_with(['{', '[', '"'])
-            || (!std::path::Path::new(vars).exists() && toolshelf_core::json::parse(vars).is_ok());
+        let inline = trimmed.starts_with('{')
+            || (!std::path::Path::new(vars).is_file()
+                && (trimmed.starts_with(['[', '"']) || toolshelf_core::json::parse(vars).is_ok()));
         let (text, from) = if inline {
             (vars.clone(), "--vars".to_owned())
         } else {
