@@ -95,7 +95,9 @@ impl Api {
     /// 2. a top-level `system` key: Anthropic (Chat Completions has none);
     /// 3. a message with role `system`, `developer` or `tool`, or with `tool_calls`, or a tool
     ///    with a `function` object: OpenAI Chat Completions;
-    /// 4. any other body with `messages`: Anthropic. Where nothing tells the two apart (plain
+    /// 4. a content block of a type only Anthropic has (`tool_use`, `tool_result`, `thinking`,
+    ///    `redacted_thinking`), or a tool with an `input_schema`: Anthropic;
+    /// 5. any other body with `messages`: Anthropic. Where nothing tells the two apart (plain
     ///    user and assistant messages, no system part) they split into the same sections, so
     ///    the choice does not change a comparison.
     pub fn detect(body: &Value) -> Option<Api> {
@@ -144,11 +146,26 @@ impl Api {
             .get("tools")
             .and_then(Value::as_array)
             .is_some_and(|ts| ts.iter().any(|t| t.get("function").is_some()));
-        Some(if chat_message || chat_tool {
-            (Api::OpenAiChat, true)
-        } else {
-            (Api::Anthropic, false)
-        })
+        if chat_message || chat_tool {
+            return Some((Api::OpenAiChat, true));
+        }
+        let anthropic_block = messages.iter().any(|m| {
+            m.get("content")
+                .and_then(Value::as_array)
+                .is_some_and(|blocks| {
+                    blocks.iter().any(|b| {
+                        matches!(
+                            b.get("type").and_then(Value::as_str),
+                            Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
+                        )
+                    })
+                })
+        });
+        let anthropic_tool = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|ts| ts.iter().any(|t| t.get("input_schema").is_some()));
+        Some((Api::Anthropic, anthropic_block || anthropic_tool))
     }
 }
 
@@ -1060,6 +1077,16 @@ mod tests {
             Some(Api::OpenAiChat)
         );
         assert_eq!(c(json!({"input": "q"})), Some(Api::OpenAiResponses));
+        // Blocks and tools only Anthropic has.
+        assert_eq!(
+            c(json!({"messages": [{"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]})),
+            Some(Api::Anthropic)
+        );
+        assert_eq!(
+            c(json!({"messages": [], "tools": [{"name": "f", "input_schema": {}}]})),
+            Some(Api::Anthropic)
+        );
         assert_eq!(c(json!({"model": "m"})), None);
         assert_eq!(d(json!({"model": "m"})), None);
         assert_eq!(d(json!({"messages": "x"})), None);

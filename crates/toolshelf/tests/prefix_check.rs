@@ -680,3 +680,27 @@ fn messages_that_are_not_an_array_are_named() {
         "{err}"
     );
 }
+
+/// A body with a block only Anthropic has is Anthropic beyond doubt: a Chat body after it is
+/// another API, though both carry `messages`.
+#[test]
+fn an_anthropic_tool_use_beside_a_chat_tool_message_is_an_api_break() {
+    let user = json!({"role": "user", "content": "hi"});
+    let tool_use = json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "a", "name": "x", "input": {}}]});
+    let tool = json!({"role": "tool", "tool_call_id": "a", "content": "r"});
+    let bodies = [
+        json!({"model": "m", "messages": [user.clone()]}),
+        json!({"model": "m", "messages": [user.clone(), tool_use.clone()]}),
+        json!({"model": "m", "messages": [user, tool_use, tool]}),
+    ];
+    let (code, v) = check_lines("anthropic-then-chat.jsonl", &bodies);
+    assert_eq!(code, Some(1), "{v}");
+    assert!(v["pairs"][0]["break"].is_null(), "{v}");
+    let b = &v["pairs"][1]["break"];
+    assert_eq!(
+        (&b["section"], &b["earlier"], &b["later"]),
+        (&json!("api"), &json!("anthropic"), &json!("openai")),
+        "{v}"
+    );
+}
