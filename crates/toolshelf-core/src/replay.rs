@@ -1156,8 +1156,17 @@ fn changed_catalog(
             } else {
                 ""
             };
+            // A written name that is another tool's canonical name removes that tool.
+            let removal = if rebuilt.position(&written).is_some() {
+                format!(
+                    "tools_changed.remove {written:?} removes the tool of that canonical name, so remove this one as {:?}",
+                    tool.name
+                )
+            } else {
+                "tools_changed.remove finds it by either name".to_owned()
+            };
             warnings.push(format!(
-                "tools_changed.add[{k}] {written:?} is named {:?} in the session{why}; tools_changed.remove finds it by either name",
+                "tools_changed.add[{k}] {written:?} is named {:?} in the session{why}; {removal}",
                 tool.name
             ));
         }

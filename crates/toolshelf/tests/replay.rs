@@ -550,6 +550,20 @@ fn a_tool_added_under_an_invalid_name_is_warned_about_and_removable_by_it() {
         "{err}"
     );
     assert!(!err.contains("tool has the same name"), "{err}");
+    // A written name that became another tool's canonical name: the warning says which name
+    // removes which tool.
+    let path = temp(
+        "written-is-canonical.jsonl",
+        "{\"user\": \"hi\"}\n{\"tools_changed\": {\"add\": [{\"name\": \"b__c\", \"server\": \"a\"}, {\"name\": \"c\", \"server\": \"a__b\"}]}}\n{\"user\": \"x\"}\n",
+    );
+    let out = run(&["replay", "--ranker", "bm25", "--transcript", &path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("tools_changed.remove \"mcp__a__b__c\" removes the tool of that canonical name, so remove this one as \"mcp__a_b__c\""),
+        "{err}"
+    );
+    assert!(!err.contains("finds it by either name"), "{err}");
 }
 
 /// A recorded result's content is a string or content blocks; anything else names its line.
