@@ -1162,7 +1162,7 @@ async fn unreadable_downstream_replies_fail_at_once() {
     );
     let deep = err(&exec(&client, "mcp__test__bad_reply", json!({"kind": "deep"})).await);
     assert!(
-        deep.contains("server \"test\" sent a reply nested deeper than the 128 levels"),
+        deep.contains("server \"test\" sent a reply nested deeper than the 127 levels"),
         "{deep}"
     );
     let shapeless = err(&exec(
