@@ -1455,19 +1455,33 @@ impl Turn {
                 None => {
                     // In the model's list, which cannot change, but no longer the client's: a
                     // resident client tool, or a tool passed along as sent (Anthropic's `bash`).
-                    let passed_gone = shelf.passed.position(&c.name).is_none()
-                        && self
+                    // One the client still sends under that name, as another kind of tool, is
+                    // not gone: the call is judged as a call of the tool it is now.
+                    let sent = shelf.passed.position(&c.name).is_some();
+                    let frozen = self.prepared.frozen_names.contains(&c.name)
+                        || self
                             .prepared
                             .frozen_passed
                             .iter()
                             .any(|(n, _)| *n == c.name);
-                    if self.prepared.frozen_names.contains(&c.name) || passed_gone {
+                    if frozen && !sent {
                         let kind = RefusalKind::Gone;
                         self.count_refusal(&c.name, kind);
                         crate::metrics::refused(kind.as_str());
                         return Err(answer(gone_text(&c.name), true));
                     }
                     if let Some(text) = self.authored_off(proxy, &c.name) {
+                        return Err(answer(text, true));
+                    }
+                    // A tool whose calls are of their own kind (a custom tool, `local_shell`)
+                    // is not called as a function: its rules read the call of its kind, and
+                    // the client runs only that. (One the exposure hides is not in `passed_kind`:
+                    // `admit_passed` refuses it as hidden.)
+                    if let Some(Passed::OwnCalls(ty)) = shelf.passed_kind(&c.name) {
+                        let text = own_kind_text(&c.name, ty);
+                        let kind = RefusalKind::NotRunnable;
+                        self.count_refusal(&c.name, kind);
+                        crate::metrics::refused(kind.as_str());
                         return Err(answer(text, true));
                     }
                     // Not a client tool of ours: a tool passed along as sent meets the rules
@@ -1947,8 +1961,10 @@ impl Turn {
     /// along as sent: for a custom tool's call (`custom`) the custom tool of its name, for a
     /// built-in's the tool of the type its kind names (`c.name`: `local_shell`, `computer`).
     /// Without one the call is refused, never handed to a client that offered no tool of its
-    /// kind: as gone when the session's frozen list holds one the client no longer sends, else
-    /// with what the name is and how to call it.
+    /// kind: one the exposure hides (a deny rule names it, the mode leaves it out) as if the
+    /// client had sent none, so that the answer does not tell it is there; as gone when the
+    /// session's frozen list holds one and the client sends no tool of that name now; else with
+    /// what the name is and how to call it.
     fn own_call_tool(
         &self,
         shelf: &Shelf,
@@ -1957,35 +1973,45 @@ impl Turn {
     ) -> Result<String, (RefusalKind, String)> {
         let name = format!("{:?}", toolshelf_core::echo::echo(&c.name));
         let frozen = &self.prepared.frozen_passed;
+        // Whether the client sends a tool named `n` now, of whatever kind: one it sends is not
+        // gone, whatever the session's frozen list holds.
+        let sends = |n: &str| shelf.passed_type(n).is_some() || shelf.by_client_name(n).is_some();
         if !custom {
-            if let Some(tool) = shelf.own_call_tool(&c.name) {
-                return Ok(tool.to_owned());
+            let unknown = format!(
+                "This call was not run: no tool of type {name} was given. Call only the tools in your tool list."
+            );
+            let of_kind = shelf.own_call_tools(&c.name);
+            if let Some(tool) = of_kind.iter().find(|t| !shelf.passed_hidden(t)) {
+                return Ok((*tool).to_owned());
+            }
+            // One the exposure hides was not sent upstream: refused as if none was given, so
+            // that the answer does not tell it is there.
+            if !of_kind.is_empty() {
+                return Err((RefusalKind::Hidden, unknown));
             }
             if let Some((gone, _)) = frozen
                 .iter()
-                .find(|(_, ty)| crate::shelf::type_is(ty, &c.name))
+                .find(|(n, ty)| crate::shelf::type_is(ty, &c.name) && !sends(n))
             {
                 return Err((RefusalKind::Gone, gone_text(gone)));
             }
-            return Err((
-                RefusalKind::Unknown,
-                format!(
-                    "This call was not run: no tool of type {name} was given. Call only the tools in your tool list."
-                ),
-            ));
+            return Err((RefusalKind::Unknown, unknown));
         }
+        let unknown = format!("{name} was not run: no custom tool of that name is available.");
         let passed = shelf.passed_type(&c.name);
+        let client = shelf.by_client_name(&c.name);
+        // A tool the exposure hides (a deny rule names it, the mode leaves it out) was not sent
+        // upstream: its call reads what an unknown name's reads, whatever kind it is.
+        if shelf.passed_hidden(&c.name) || client.is_some_and(|i| shelf.state(i) == State::Hidden) {
+            return Err((RefusalKind::Hidden, unknown));
+        }
         if passed == Some("custom") {
             return Ok(c.name.clone());
         }
-        if frozen.iter().any(|(n, ty)| *n == c.name && ty == "custom") {
+        if !sends(&c.name) && frozen.iter().any(|(n, ty)| *n == c.name && ty == "custom") {
             return Err((RefusalKind::Gone, gone_text(&c.name)));
         }
-        let client = shelf.by_client_name(&c.name);
-        let hidden =
-            shelf.passed_hidden(&c.name) || client.is_some_and(|i| shelf.state(i) == State::Hidden);
         let text = match (passed, client) {
-            _ if hidden => format!("{name} was not run: no custom tool of that name is available."),
             (Some(ty), _) => format!(
                 "{name} was not run: it is not a custom tool but the client's tool of type {ty:?}, whose calls are of that type."
             ),
@@ -1995,9 +2021,7 @@ impl Turn {
             (None, Some(_)) => format!(
                 "{name} was not run: it is not a custom tool but a deferred function tool. Load it with tool_search and call it through defer_execute with JSON params."
             ),
-            (None, None) => {
-                format!("{name} was not run: no custom tool of that name is available.")
-            }
+            (None, None) => unknown,
         };
         Err((RefusalKind::Unknown, text))
     }
@@ -2045,12 +2069,12 @@ impl Turn {
         let refused = |r: Refusal| (r.kind(), r.text(&shelf.passed));
         let tool = &shelf.passed.tools()[i];
         let params = c.input.clone();
+        // One the active mode hides or a deny rule names was not sent upstream: its call is
+        // refused as any hidden tool's is, before the rules, whose text would name it.
+        invoke::resolve(&shelf.passed, &shelf.passed_exposure, &c.name).map_err(refused)?;
         // An `ask` rule is the client's to ask, as for every client tool.
         invoke::authorize(&shelf.passed, proxy.compiled.permissions(), i, &params)
             .map_err(refused)?;
-        // One the active mode hides was not sent upstream: its call is refused as any hidden
-        // tool's is.
-        invoke::resolve(&shelf.passed, &shelf.passed_exposure, &c.name).map_err(refused)?;
         let hooks = proxy.compiled.hooks().of(HookEventKind::PreCall);
         if !hooks.iter().any(|h| h.applies_to(Some(tool))) {
             return Ok(c.clone());
@@ -2272,6 +2296,24 @@ fn limit_note(dialect: Dialect, max: u32) -> Value {
             "content": [{"type": "output_text", "text": text, "annotations": []}]}),
         _ => json!({"type": "text", "text": text}),
     }
+}
+
+/// The refusal of a function call of `name`, the client's tool of type `ty` whose calls are of
+/// their own kind: what it is and how to call it.
+fn own_kind_text(name: &str, ty: &str) -> String {
+    let name = format!("{:?}", toolshelf_core::echo::echo(name));
+    if ty == "custom" {
+        return format!(
+            "{name} was not run: it is a custom tool; call it with a custom tool call (free text input), not as a function."
+        );
+    }
+    let kind = ["local_shell", "shell", "apply_patch", "computer"]
+        .into_iter()
+        .find(|base| crate::shelf::type_is(ty, base))
+        .unwrap_or(ty);
+    format!(
+        "{name} was not run: it is the client's tool of type {ty:?}; call it with a {kind} call, not as a function."
+    )
 }
 
 /// The refusal of a call of `name`, a tool of the session's frozen upstream list the client no

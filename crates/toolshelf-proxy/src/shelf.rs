@@ -447,15 +447,16 @@ impl Shelf {
         self.passed_kinds.get(name)
     }
 
-    /// The name of the tool passed along as sent whose calls are of the kind `base` (`local_shell`
-    /// for a `local_shell_call`, `computer` for a `computer_call`): the first definition of that
-    /// type, or of a type that starts with it and `_` (`computer_use_preview`); `None` when the
-    /// client sent none.
-    pub fn own_call_tool(&self, base: &str) -> Option<&str> {
+    /// The names of the tools passed along as sent (those left out too) whose calls are of the
+    /// kind `base` (`local_shell` for a `local_shell_call`, `computer` for a `computer_call`):
+    /// the definitions of that type, or of a type that starts with it and `_`
+    /// (`computer_use_preview`), in the client's order; empty when the client sent none.
+    pub fn own_call_tools(&self, base: &str) -> Vec<&str> {
         self.passed_types
             .iter()
-            .find(|(_, ty)| type_is(ty, base))
+            .filter(|(_, ty)| type_is(ty, base))
             .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     /// The type of the tool passed along as sent named `name` (those left out too); `None` when

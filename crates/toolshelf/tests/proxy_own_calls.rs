@@ -99,8 +99,9 @@ fn hook_events(log: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Responses calls of their own kind meet the permission rules (a deny rule that names the tool,
-/// rules on their arguments) and the `pre_call` hooks, streamed or not: the client gets the
+/// Responses calls of their own kind meet the permission rules (a deny rule that names the tool
+/// hides it, and its call reads as one of a tool the client never sent; rules on their
+/// arguments name themselves) and the `pre_call` hooks, streamed or not: the client gets the
 /// allowed ones as the model wrote them and nothing of the refused ones, and the next request
 /// answers each refusal with the output item of its kind, which the provider accepts.
 #[test]
@@ -198,8 +199,11 @@ fn responses_calls_of_their_own_kind_meet_the_rules_and_hooks() {
         );
         let shell_answer = answer_of(next, &made[3]);
         assert_eq!(shell_answer["type"], "shell_call_output", "{shell_answer}");
+        // The shell a deny rule hides reads as one the client never sent.
         assert!(
-            shell_answer["output"].to_string().contains("deny[2]"),
+            shell_answer["output"]
+                .to_string()
+                .contains("no tool of type \\\"shell\\\" was given"),
             "{shell_answer}"
         );
     }
@@ -547,7 +551,8 @@ fn a_hook_rewrite_of_a_call_of_its_own_kind_applies_only_when_it_fits() {
 
 /// A client-run tool the active mode hides is not sent upstream, and a call the model makes of
 /// it anyway is refused as any hidden tool's call is, never handed to the client: Anthropic's
-/// `bash`, and in the OpenAI formats a local shell and a custom tool.
+/// `bash`, and in the OpenAI formats a local shell and a custom tool, whose calls read what a
+/// call of a tool of that kind the client never sent reads.
 #[test]
 fn a_client_run_tool_the_mode_hides_is_refused_when_called() {
     let s = Scratch::new("proxy-own-mode");
@@ -623,7 +628,7 @@ fn a_client_run_tool_the_mode_hides_is_refused_when_called() {
     assert!(
         refusal["output"]
             .to_string()
-            .contains("No tool named \\\"local_shell\\\" is available"),
+            .contains("no tool of type \\\"local_shell\\\" was given"),
         "{refusal}"
     );
     // Chat: a custom tool.
@@ -656,7 +661,7 @@ fn a_client_run_tool_the_mode_hides_is_refused_when_called() {
     assert!(
         result["content"]
             .to_string()
-            .contains("No tool named \\\"apply_patch\\\" is available"),
+            .contains("\\\"apply_patch\\\" was not run: no custom tool of that name is available"),
         "{result}"
     );
     assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
@@ -902,5 +907,289 @@ fn a_passed_along_tool_the_client_stops_sending_is_refused_as_gone() {
         .cloned()
         .unwrap_or_else(|| panic!("no result: {}", played[2]["body"]));
     assert!(result["content"].to_string().contains(gone), "{result}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}
+
+/// The proxy's `/metrics` text.
+fn metrics(proxy: &ProxyProc) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", &format!("{}/metrics", proxy.url)])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `tool` message of a Chat request's `body` that answers call `id`.
+fn chat_result(body: &Value, id: &str) -> Value {
+    body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no result for {id}: {body}"))
+}
+
+/// A function call of a tool whose calls are of their own kind (a custom tool, a local shell)
+/// is not handed to the client, where it would dodge the rules on the tool's own calls: it is
+/// refused to the model in the function call's output kind, saying how to call the tool; the
+/// call of its own kind goes on to the client. Responses (streamed or not) and Chat.
+#[test]
+fn a_function_call_of_a_tool_of_its_own_kind_is_refused() {
+    let s = Scratch::new("proxy-own-fn-call");
+    let round = json!({"calls": [
+        {"name": "Fmt", "input": {"cmd": "rm -rf /"}},
+        {"name": "local_shell", "input": {"command": ["rm", "-rf", "/"]}},
+        {"kind": "custom", "name": "Fmt", "input": "ok"},
+    ]});
+    let chat_round = json!({"calls": [{"name": "Fmt", "input": {"cmd": "rm -rf /"}}]});
+    let steps = json!([round, {"text": "Done."}, round, {"text": "Done."},
+                       chat_round, {"text": "Done."}]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[defer]\ndefault = false\n[permissions]\ndeny = [\"^Fmt(input=rm *)\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let list = vec![
+        json!({"type": "function", "name": "Read", "description": "Read a file.",
+               "parameters": {"type": "object", "properties": {}}}),
+        json!({"type": "custom", "name": "Fmt", "description": "Format."}),
+        json!({"type": "local_shell"}),
+    ];
+    for (k, stream) in [false, true].into_iter().enumerate() {
+        let step = 2 * k;
+        let user = json!({"role": "user", "content": format!("go ({stream})")});
+        let (answer, shown) = responses(&proxy, &list, std::slice::from_ref(&user), stream);
+        let made = upstream.call_ids(step as u64);
+        assert_eq!(call_ids(&answer["output"]), [made[2].clone()], "{answer}");
+        if stream {
+            assert_eq!(shown, [made[2].clone()], "a stream shows no refused call");
+        }
+        let mut input = vec![user];
+        input.extend(answer["output"].as_array().expect("output").iter().cloned());
+        input.push(json!({"type": "custom_tool_call_output", "call_id": made[2], "output": "ok"}));
+        let (answer, _) = responses(&proxy, &list, &input, stream);
+        assert!(answer["output"].to_string().contains("Done."), "{answer}");
+        let next = &upstream.played()[step + 1]["body"]["input"];
+        for (i, text) in [
+            (
+                0,
+                "\\\"Fmt\\\" was not run: it is a custom tool; call it with a custom tool call",
+            ),
+            (
+                1,
+                "it is the client's tool of type \\\"local_shell\\\"; call it with a local_shell call",
+            ),
+        ] {
+            let refused = answer_of(next, &made[i]);
+            assert_eq!(refused["type"], "function_call_output", "{refused}");
+            assert!(refused["output"].to_string().contains(text), "{refused}");
+        }
+    }
+    // Chat: a function call named as the client's custom tool.
+    let chat_tools = vec![
+        json!({"type": "function", "function": {"name": "Read", "description": "Read.",
+               "parameters": {"type": "object"}}}),
+        json!({"type": "custom", "custom": {"name": "Fmt", "description": "Format."}}),
+    ];
+    let body = json!({"model": "m", "tools": chat_tools,
+                      "messages": [{"role": "user", "content": "go (chat)"}]});
+    let (status, answer) = post(
+        &format!("{}/v1/chat/completions", proxy.url),
+        &body,
+        &BEARER,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(chat_calls(&answer, false).is_empty(), "{answer}");
+    let made = upstream.call_ids(4);
+    let result = chat_result(&upstream.played()[5]["body"], &made[0]);
+    assert!(
+        result["content"]
+            .to_string()
+            .contains("it is a custom tool; call it with a custom tool call"),
+        "{result}"
+    );
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}
+
+/// A call of a tool passed along as sent that a deny rule hides reads exactly what a call of a
+/// name the client never sent reads, in every kind, so the refusal does not tell the tool is
+/// there; it counts as hidden. A deny rule on the arguments leaves the tool visible, and its
+/// refusal still names the rule.
+#[test]
+fn a_call_of_a_hidden_passed_along_tool_reads_as_unknown() {
+    let s = Scratch::new("proxy-own-hidden");
+    let secret = json!({"kind": "custom", "name": "Secret", "input": "x"});
+    let nope = json!({"kind": "custom", "name": "Nope", "input": "x"});
+    let shell = json!({"kind": "local_shell", "name": "",
+                       "input": {"type": "exec", "command": ["ls"], "env": {}}});
+    let fmt = json!({"kind": "custom", "name": "Fmt", "input": "rm -rf /"});
+    let function = json!({"name": "Secret", "input": {}});
+    // The function call of a name the client never sent is the client's to judge: the second
+    // round, from a client that never sent Secret nor a local shell, leaves it out.
+    let steps = json!([{"calls": [secret, nope, shell, fmt, function]}, {"text": "Done."},
+                       {"calls": [secret, nope, shell, fmt]}, {"text": "Done."}]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let config = "[defer]\ndefault = false\n\
+                  [permissions]\ndeny = [\"Secret\", \"local_shell\", \"^Fmt(input=rm *)\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let sent = vec![
+        json!({"type": "function", "name": "Read", "description": "Read a file.",
+               "parameters": {"type": "object", "properties": {}}}),
+        json!({"type": "custom", "name": "Secret", "description": "Secret."}),
+        json!({"type": "custom", "name": "Fmt", "description": "Format."}),
+        json!({"type": "local_shell"}),
+    ];
+    let never = vec![sent[0].clone(), sent[2].clone()];
+    let mut outputs: Vec<Vec<String>> = Vec::new();
+    for (k, list) in [sent, never].iter().enumerate() {
+        let step = 2 * k;
+        let user = json!({"role": "user", "content": format!("go {k}")});
+        let (answer, _) = responses(&proxy, list, std::slice::from_ref(&user), false);
+        assert!(answer["output"].to_string().contains("Done."), "{answer}");
+        let made = upstream.call_ids(step as u64);
+        let next = &upstream.played()[step + 1]["body"]["input"];
+        let texts: Vec<String> = made
+            .iter()
+            .map(|id| {
+                answer_of(next, id)["output"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        assert!(texts[3].contains("deny[2]"), "{}", texts[3]);
+        outputs.push(texts);
+    }
+    let (hidden, never) = (&outputs[0], &outputs[1]);
+    assert_eq!(
+        hidden[0].replace("Secret", "Nope"),
+        hidden[1],
+        "a hidden custom tool reads as an unknown name"
+    );
+    // Hidden or never sent, the model reads the same.
+    assert_eq!(hidden[0], never[0]);
+    assert_eq!(hidden[2], never[2]);
+    assert!(
+        hidden[2].contains("no tool of type \"local_shell\" was given"),
+        "{}",
+        hidden[2]
+    );
+    // A function call of the hidden custom tool reads as any hidden tool's.
+    assert!(
+        hidden[4].starts_with("No tool named \"Secret\" is available."),
+        "{}",
+        hidden[4]
+    );
+    for t in [&hidden[0], &hidden[2], &hidden[4]] {
+        assert!(!t.contains("deny"), "{t}");
+    }
+    let metrics = metrics(&proxy);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "toolshelf_proxy_refused_calls_total{reason=\"hidden\"} 3"),
+        "{metrics}"
+    );
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+}
+
+/// A tool the client still sends under the same name, as another kind of tool, is not gone: a
+/// call of it is judged as a call of the tool it is now. Anthropic: a function tool `bash` that
+/// becomes `bash_20250124` is handed over under its rules; Responses: a function tool `Fmt`
+/// that becomes a custom tool is refused as a function call of a custom tool; Chat: a custom
+/// tool `Fmt` that becomes a function tool is refused as a custom call of a function tool.
+#[test]
+fn a_tool_sent_again_as_another_kind_is_not_gone() {
+    let gone = "no longer offers";
+    let start = |name: &str, calls: Value| {
+        let s = Scratch::new(&format!("proxy-own-rekind-{name}"));
+        let steps = json!([{"text": "hello"}, {"calls": calls}, {"text": "ok"}]);
+        let upstream = LoopUpstream::start(&s, &steps);
+        let config = "[defer]\ndefault = false\n[permissions]\ndeny = [\"^bash(command=rm *)\"]\n";
+        let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+        (s, upstream, proxy)
+    };
+    let hi = json!({"role": "user", "content": "hi"});
+    // Anthropic: a function tool bash, then the built-in bash.
+    let (_s, upstream, proxy) = start(
+        "anthropic",
+        json!([{"name": "bash", "input": {"command": "ls"}},
+               {"name": "bash", "input": {"command": "rm -rf /"}}]),
+    );
+    let headers = [HEADERS[0], HEADERS[1], ("x-toolshelf-session", "rekind-a")];
+    let mut list = tools();
+    list.push(common::anthropic_tool(
+        "bash",
+        "Run a command.",
+        json!({"command": {"type": "string"}}),
+        &["command"],
+    ));
+    let body = json!({"model": "m", "max_tokens": 64, "tools": list, "messages": [hi]});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    let mut list = tools();
+    list.push(json!({"type": "bash_20250124", "name": "bash"}));
+    let messages = json!([hi, {"role": "assistant", "content": answer["content"]},
+                          {"role": "user", "content": "go"}]);
+    let body = json!({"model": "m", "max_tokens": 64, "tools": list, "messages": messages});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    let uses = tool_uses(&answer);
+    assert_eq!(uses.len(), 1, "{answer}");
+    assert_eq!(uses[0]["name"], "bash", "{answer}");
+    assert_eq!(uses[0]["input"], json!({"command": "ls"}), "{answer}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    // Responses: a function tool Fmt, then a custom tool Fmt.
+    let (_s, upstream, proxy) = start("responses", json!([{"name": "Fmt", "input": {}}]));
+    let headers = [BEARER[0], ("x-toolshelf-session", "rekind-r")];
+    let read = json!({"type": "function", "name": "Read", "description": "Read a file.",
+                      "parameters": {"type": "object", "properties": {}}});
+    let send = |tools: Value, input: Value| {
+        let body = json!({"model": "m", "input": input, "tools": tools,
+                          "instructions": "You help."});
+        let (status, answer) = post(&format!("{}/v1/responses", proxy.url), &body, &headers);
+        assert_eq!(status, 200, "{answer}");
+        answer
+    };
+    let fmt = json!({"type": "function", "name": "Fmt", "description": "Format.",
+                     "parameters": {"type": "object", "properties": {}}});
+    let answer = send(json!([read, fmt]), json!([hi]));
+    let mut input = vec![hi.clone()];
+    input.extend(answer["output"].as_array().expect("output").iter().cloned());
+    input.push(json!({"role": "user", "content": "go"}));
+    let answer = send(
+        json!([read, {"type": "custom", "name": "Fmt"}]),
+        json!(input),
+    );
+    assert!(call_ids(&answer["output"]).is_empty(), "{answer}");
+    let made = upstream.call_ids(1);
+    let refused = answer_of(&upstream.played()[2]["body"]["input"], &made[0]).to_string();
+    assert!(!refused.contains(gone), "{refused}");
+    assert!(refused.contains("it is a custom tool"), "{refused}");
+    assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    // Chat: a custom tool Fmt, then a function tool Fmt.
+    let (_s, upstream, proxy) = start(
+        "chat",
+        json!([{"kind": "custom", "name": "Fmt", "input": "x"}]),
+    );
+    let headers = [BEARER[0], ("x-toolshelf-session", "rekind-c")];
+    let read = json!({"type": "function", "function": {"name": "Read", "description": "Read.",
+                      "parameters": {"type": "object"}}});
+    let custom = json!({"type": "custom", "custom": {"name": "Fmt", "description": "Format."}});
+    let function = json!({"type": "function", "function": {"name": "Fmt",
+                          "description": "Format.", "parameters": {"type": "object"}}});
+    let url = format!("{}/v1/chat/completions", proxy.url);
+    let body = json!({"model": "m", "tools": [read, custom], "messages": [hi]});
+    let (status, answer) = post(&url, &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    let messages = json!([hi, {"role": "assistant", "content": "hello"},
+                          {"role": "user", "content": "go"}]);
+    let body = json!({"model": "m", "tools": [read, function], "messages": messages});
+    let (status, answer) = post(&url, &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    assert!(chat_calls(&answer, false).is_empty(), "{answer}");
+    let made = upstream.call_ids(1);
+    let result = chat_result(&upstream.played()[2]["body"], &made[0]).to_string();
+    assert!(!result.contains(gone), "{result}");
+    assert!(result.contains("it is not a custom tool"), "{result}");
     assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
 }
