@@ -2098,9 +2098,15 @@ fn a_template_finding_is_printed_as_json_with_json() {
         "turn-json.toml",
         "[tools.Read]\ndescription_template = \"turn.number\"\n",
     );
+    let queries = temp_file(
+        "turn-json.jsonl",
+        "{\"query\": \"read a file\", \"gold\": [\"Read\"]}\n",
+    );
     for (command, name) in [
         (vec!["explain", "Read", "--json"], Some("Read")),
         (vec!["ledger", "--json"], None),
+        (vec!["search", "-q", "read a file", "--json"], None),
+        (vec!["eval", "--queries", &queries, "--json"], None),
     ] {
         let mut args = command.clone();
         args.extend(["--config", &config]);

@@ -22,7 +22,8 @@ pub struct Args {
     /// original, or mcp__<original server>__<original tool>. `-` reads standard input.
     #[arg(long, value_name = "FILE.jsonl")]
     queries: PathBuf,
-    /// Print one JSON object.
+    /// Print one JSON object; a description template that reads a per-turn value or uses a stub
+    /// (exit status 1) prints {"error": "template", "owner", "line", "message"}.
     #[arg(long)]
     json: bool,
     /// Ranker: bm25, semantic, or both fused.
@@ -230,7 +231,7 @@ fn round4(x: f64) -> f64 {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let loaded = args.source.load()?;
+    let loaded = args.source.load_json(args.json, Default::default())?;
     let (cases, unknown_gold) = load_cases(&args.queries, &loaded)?;
     anyhow::ensure!(
         !cases.is_empty(),

@@ -36,7 +36,9 @@ pub struct Args {
     limit: Option<usize>,
     /// Print {"hits": [...], "also_matching": [...], "unresolved": [...], "text": "..."} instead
     /// of the text the model reads: `hits` are the tools the text lists, `also_matching` the ones
-    /// it only names, `unresolved` the --name values no visible tool has.
+    /// it only names, `unresolved` the --name values no visible tool has. A description template
+    /// that reads a per-turn value or uses a stub (exit status 1) prints {"error": "template",
+    /// "owner", "line", "message"} instead (outside --batch).
     #[arg(long)]
     json: bool,
     /// Ranker: bm25, semantic, or both fused.
@@ -112,7 +114,10 @@ pub fn attach_ranker(
 /// Runs the search; `Ok(false)` when a `--name` matched no visible tool (a finding, exit
 /// status 1, as against 2 for input that cannot be searched).
 pub fn run(args: Args) -> Result<bool> {
-    let loaded = args.source.load()?;
+    // A batch's output is JSON lines whatever --json says: a finding there stays on stderr.
+    let loaded = args
+        .source
+        .load_json(args.json && args.batch.is_none(), Default::default())?;
     let index = build_index(&loaded, args.ranker)?;
     if let Some(path) = &args.batch {
         return batch(&loaded, &index, path, args.limit).map(|()| true);
