@@ -704,3 +704,42 @@ fn an_anthropic_tool_use_beside_a_chat_tool_message_is_an_api_break() {
         "{v}"
     );
 }
+
+/// A Responses request chained by `previous_response_id` sends only its new items: its earlier
+/// input is the provider's, so only the settings, the instructions and the tools are compared.
+#[test]
+fn a_chained_responses_request_is_compared_without_its_input() {
+    let tools = json!([{"type": "function", "name": "f", "parameters": {"type": "object"}}]);
+    let first = json!({"model": "m", "instructions": "S", "tools": tools, "input": "hi"});
+    let chained = json!({"model": "m", "instructions": "S", "tools": tools,
+                         "previous_response_id": "resp_1", "input": "and now?"});
+    let (code, v) = check_lines("chained.jsonl", &[first.clone(), chained.clone()]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["pairs"][0]["chained"], true, "{v}");
+    let path = temp_file(
+        "chained-text.jsonl",
+        &format!("{}\n{}\n", canonical_json(&first), canonical_json(&chained)),
+    );
+    let text = String::from_utf8_lossy(&run(&["prefix-check", &path]).stdout).into_owned();
+    assert!(
+        text.contains("1→2 ok (chained by previous_response_id"),
+        "{text}"
+    );
+    // Its tools are still compared; and the same input unchained is a break.
+    let mut other = chained.clone();
+    other["tools"] = json!([]);
+    let (code, v) = check_lines("chained-tools.jsonl", &[first.clone(), other]);
+    assert_eq!(
+        (code, &v["pairs"][0]["break"]["section"]),
+        (Some(1), &json!("tools")),
+        "{v}"
+    );
+    let mut unchained = chained;
+    unchained
+        .as_object_mut()
+        .expect("body")
+        .remove("previous_response_id");
+    let (code, v) = check_lines("unchained.jsonl", &[first, unchained]);
+    assert_eq!(code, Some(1), "{v}");
+    assert!(v["pairs"][0].get("chained").is_none(), "{v}");
+}

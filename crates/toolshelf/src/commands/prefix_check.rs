@@ -19,7 +19,9 @@
 //! assistant messages may be Anthropic or Chat ([`Api::candidates`]) but are never Responses,
 //! so a switch between `messages` and `input` is always a change of API; such a body is read
 //! as its neighbour's API when that one can be told, so the same bytes split alike on both
-//! sides of a pair. Other fields (`max_tokens`, `temperature`, `stream`) do not
+//! sides of a pair. A Responses request chained by `previous_response_id` sends only its new
+//! items, the earlier ones being the provider's: its input is not compared, only the settings,
+//! the instructions and the tools. Other fields (`max_tokens`, `temperature`, `stream`) do not
 //! enter the cached prefix and are not compared.
 //!
 //! A break is reported where it starts: the section (`api`, `model`, `system`, `tools`, `tool_choice`,
@@ -72,6 +74,9 @@ struct Canon {
     candidates: &'static [Api],
     /// The body, kept to read it again as its neighbour's API when its own cannot be told.
     body: Value,
+    /// A Responses body chained to an earlier response (`previous_response_id`): its `input`
+    /// holds only the new items, the earlier ones being the provider's.
+    chained: bool,
 }
 
 impl Canon {
@@ -89,6 +94,10 @@ impl Canon {
             elements: sections.conversation.iter().map(canonical_json).collect(),
             sections,
             candidates: if forced { &[] } else { Api::candidates(&body) },
+            chained: api == Api::OpenAiResponses
+                && body
+                    .get("previous_response_id")
+                    .is_some_and(Value::is_string),
             body,
         })
     }
@@ -145,6 +154,9 @@ struct Pair {
     system: bool,
     tools: bool,
     messages_prefix: bool,
+    /// The later request is chained (`previous_response_id`): its input was not compared.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    chained: bool,
     /// The first break, in the order API, model, system, tools, other settings, messages.
     #[serde(rename = "break", skip_serializing_if = "Option::is_none")]
     first_break: Option<Break>,
@@ -224,18 +236,23 @@ fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
         .flatten();
     let system = differs("system".into(), &a.system, &b.system);
     let tools = differs("tools".into(), &a.tools, &b.tools);
-    let messages = a.elements.iter().enumerate().find_map(|(k, earlier)| {
-        let name = a.sections.element_name(k);
-        match b.elements.get(k) {
-            Some(later) => differs(name, earlier, later),
-            None => Some(Break {
-                section: name,
-                offset: 0,
-                earlier: excerpt(earlier, 0),
-                later: String::new(),
-            }),
-        }
-    });
+    // A chained request's earlier input is the provider's to keep: only its new items are sent.
+    let messages = (!b.chained)
+        .then(|| {
+            a.elements.iter().enumerate().find_map(|(k, earlier)| {
+                let name = a.sections.element_name(k);
+                match b.elements.get(k) {
+                    Some(later) => differs(name, earlier, later),
+                    None => Some(Break {
+                        section: name,
+                        offset: 0,
+                        earlier: excerpt(earlier, 0),
+                        later: String::new(),
+                    }),
+                }
+            })
+        })
+        .flatten();
     Pair {
         from,
         to: from + 1,
@@ -243,6 +260,7 @@ fn compare(from: usize, a: &Canon, b: &Canon) -> Pair {
         system: system.is_none(),
         tools: tools.is_none(),
         messages_prefix: messages.is_none(),
+        chained: b.chained,
         first_break: api.or(model).or(system).or(tools).or(others).or(messages),
     }
 }
@@ -303,7 +321,15 @@ pub fn run(args: Args) -> Result<bool> {
     }
     for p in &pairs {
         let Some(b) = &p.first_break else {
-            outln!("{}→{} ok", p.from, p.to);
+            if p.chained {
+                outln!(
+                    "{}→{} ok (chained by previous_response_id: the earlier input is the provider's, not compared)",
+                    p.from,
+                    p.to
+                );
+            } else {
+                outln!("{}→{} ok", p.from, p.to);
+            }
             continue;
         };
         let reported = match b.section.as_str() {
