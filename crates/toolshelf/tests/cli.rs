@@ -282,6 +282,27 @@ fn explain_says_a_tool_the_catalog_left_out_was_left_out_and_why() {
     // A name no item had is still unknown.
     let err = fails(&["explain", "--catalog", &catalog, "apply_pach"]);
     assert!(err.contains("no tool named \"apply_pach\""), "{err}");
+    // `search -n` says the same of a left-out name, and still calls an unknown one unknown.
+    let (code, err) = status_and_err(&[
+        "search",
+        "--catalog",
+        &catalog,
+        "-n",
+        "apply_patch",
+        "-n",
+        "apply_pach",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "toolshelf: \"apply_patch\" was left out when the catalog loaded ({catalog}: builtin[1] \"apply_patch\"): {why}\n"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("toolshelf: no visible tool is named \"apply_pach\" (see above)"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -182,10 +182,27 @@ pub fn run(args: Args) -> Result<bool> {
         outln!("{}", response.text);
     }
     if !response.unresolved.is_empty() {
-        errln!(
-            "toolshelf: no visible tool is named {} (see above)",
-            quote_list(&response.unresolved)
-        );
+        // A name whose item the loader left out is no typo: say why it is not there.
+        let (left_out, unknown): (Vec<&String>, Vec<&String>) = response
+            .unresolved
+            .iter()
+            .partition(|n| loaded.catalog.left_out(n).is_some());
+        for name in left_out {
+            if let Some(l) = loaded.catalog.left_out(name) {
+                errln!(
+                    "toolshelf: {name:?} was left out when the catalog loaded ({}): {}",
+                    l.location,
+                    l.why
+                );
+            }
+        }
+        if !unknown.is_empty() {
+            let unknown: Vec<String> = unknown.into_iter().cloned().collect();
+            errln!(
+                "toolshelf: no visible tool is named {} (see above)",
+                quote_list(&unknown)
+            );
+        }
         return Ok(false);
     }
     Ok(true)
