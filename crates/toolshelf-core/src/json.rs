@@ -132,6 +132,7 @@ fn excerpt(text: &str, line: usize, column: usize, mark: Mark) -> Option<String>
         .char_indices()
         .nth(EXCERPT_SIDE)
         .map_or(after.len(), |(i, _)| i);
+    // The text's own `<HERE>` is written `\u{3c}HERE>`, so that the one mark is the error's.
     let shown = |s: &str| -> String {
         s.chars()
             .map(|c| {
@@ -141,7 +142,8 @@ fn excerpt(text: &str, line: usize, column: usize, mark: Mark) -> Option<String>
                     c.to_string()
                 }
             })
-            .collect()
+            .collect::<String>()
+            .replace(EXCERPT_MARK, "\\u{3c}HERE>")
     };
     Some(format!(
         "{}{}{EXCERPT_MARK}{}{}{}",
@@ -509,6 +511,11 @@ mod tests {
             (
                 "[{\"description\": \"one\ntwo\"}]",
                 r#"a raw control character (a line break or tab) inside a string: write it as \n or \t at line 2 column 0, in [0].description: [{"description": "one<HERE>\n"#,
+            ),
+            // The text's own mark is not taken for the error's.
+            (
+                "[{\"name\": \"<HERE>\" x}]",
+                r#"expected `,` or `}` at line 1 column 20, after [0].name: [{"name": "\u{3c}HERE>" <HERE>x}]"#,
             ),
             // Invisible format characters are shown as escapes.
             (
