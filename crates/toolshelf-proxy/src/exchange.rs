@@ -539,8 +539,8 @@ async fn find_by_root(
                 }
             }
             Ok(None) => {}
-            Err(e) => {
-                proxy.store_failed(&e);
+            Err(_) => {
+                proxy.store_failed();
                 failed = true;
             }
         }
@@ -573,16 +573,21 @@ async fn find_by_root(
                 }
             }
             Ok(None) => {}
-            Err(e) => {
-                proxy.store_failed(&e);
+            Err(_) => {
+                proxy.store_failed();
                 failed = true;
             }
         }
     }
     if !continues {
         let ttl = std::time::Duration::from_secs(proxy.compiled.config().proxy.session_ttl_secs);
-        if let Err(e) = proxy.store.put(&alias, key.clone().into_bytes(), ttl).await {
-            proxy.store_failed(&e);
+        if proxy
+            .store
+            .put(&alias, key.clone().into_bytes(), ttl)
+            .await
+            .is_err()
+        {
+            proxy.store_failed();
         }
     }
     loaded.failed = failed;

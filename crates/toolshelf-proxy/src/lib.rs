@@ -204,8 +204,8 @@ impl Proxy {
     }
 
     /// Counts a failed store operation. [`Self::store`] logged it already, as a read or a write
-    /// (at most once per [`store::LOG_EVERY`]); `error` is its message.
-    pub fn store_failed(&self, _error: &str) {
+    /// (at most once per [`store::LOG_EVERY`]).
+    pub fn store_failed(&self) {
         self.count(|t| t.store_errors += 1);
     }
 
@@ -226,8 +226,8 @@ impl Proxy {
                 }
             },
             Ok(None) => (ProxySession::default(), None, false),
-            Err(e) => {
-                self.store_failed(&e);
+            Err(_) => {
+                self.store_failed();
                 (ProxySession::default(), None, true)
             }
         };
@@ -274,8 +274,8 @@ impl Proxy {
                     return Saved::Kept;
                 }
                 Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
-                Err(e) => {
-                    self.store_failed(&e);
+                Err(_) => {
+                    self.store_failed();
                     return Saved::Failed;
                 }
             }

@@ -988,12 +988,13 @@ async fn finish(app: &AppState, turn: Turn) {
     {
         let ttl = Duration::from_secs(proxy.compiled.config().proxy.session_ttl_secs);
         let alias = crate::exchange::response_alias(id);
-        if let Err(e) = proxy
+        if proxy
             .store
             .put(&alias, prepared.key.clone().into_bytes(), ttl)
             .await
+            .is_err()
         {
-            proxy.store_failed(&e);
+            proxy.store_failed();
         }
     }
     // The session's figures as stored go to the status page: this request's, or, when its write

@@ -78,10 +78,7 @@ pub enum Op {
 
 impl Op {
     fn bit(self) -> u8 {
-        match self {
-            Op::Read => 1,
-            Op::Write => 2,
-        }
+        1 << self.index()
     }
 
     fn index(self) -> usize {

@@ -432,6 +432,21 @@ impl Stream {
         self.seq += 1;
         write_json(out, name, &data);
     }
+
+    /// Writes output item `i` whole: added (as `added` shows it), then done.
+    fn write_whole(&mut self, i: u64, added: Value, done: Value, out: &mut Vec<u8>) {
+        self.send(
+            out,
+            Some("response.output_item.added"),
+            json!({"type": "response.output_item.added", "output_index": i, "item": added}),
+        );
+        self.send(
+            out,
+            Some("response.output_item.done"),
+            json!({"type": "response.output_item.done", "output_index": i, "item": done}),
+        );
+        self.items.push(done);
+    }
 }
 
 impl Streamer for Stream {
@@ -566,17 +581,7 @@ impl Streamer for Stream {
         let mut added = item.clone();
         added["content"] = json!([]);
         added["status"] = "in_progress".into();
-        self.send(
-            out,
-            Some("response.output_item.added"),
-            json!({"type": "response.output_item.added", "output_index": i, "item": added}),
-        );
-        self.send(
-            out,
-            Some("response.output_item.done"),
-            json!({"type": "response.output_item.done", "output_index": i, "item": item}),
-        );
-        self.items.push(item);
+        self.write_whole(i, added, item, out);
     }
 
     fn write_call(&mut self, call: &Call, out: &mut Vec<u8>) {
@@ -591,17 +596,7 @@ impl Streamer for Stream {
             };
             let mut added = done.clone();
             added["status"] = "in_progress".into();
-            self.send(
-                out,
-                Some("response.output_item.added"),
-                json!({"type": "response.output_item.added", "output_index": i, "item": added}),
-            );
-            self.send(
-                out,
-                Some("response.output_item.done"),
-                json!({"type": "response.output_item.done", "output_index": i, "item": done}),
-            );
-            self.items.push(done);
+            self.write_whole(i, added, done, out);
             return;
         }
         let done = call_item(call, None);
