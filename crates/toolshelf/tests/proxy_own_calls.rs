@@ -378,6 +378,43 @@ fn a_refused_computer_call_is_answered_with_a_blank_screenshot_in_chained_reques
 /// rule) or as a built-in, and a call of a built-in kind the client never offered, are refused
 /// to the model in their own kind, saying what to do, and never reach the client, streamed or
 /// not; in Chat too.
+/// A Responses turn whose upstream step `step` makes several calls, of which only call
+/// `allowed` (a custom tool's) reaches the client, a stream showing no other; the client answers
+/// it `ok` and the model ends with "Done.". The call ids the step made, and the input of the
+/// request that answered them.
+fn only_one_call_reaches_the_client(
+    proxy: &ProxyProc,
+    upstream: &LoopUpstream,
+    list: &[Value],
+    stream: bool,
+    step: usize,
+    allowed: usize,
+) -> (Vec<String>, Value) {
+    let user = json!({"role": "user", "content": format!("go ({stream})")});
+    let (answer, shown) = responses(proxy, list, std::slice::from_ref(&user), stream);
+    let made = upstream.call_ids(step as u64);
+    assert_eq!(
+        call_ids(&answer["output"]),
+        [made[allowed].clone()],
+        "{answer}"
+    );
+    if stream {
+        assert_eq!(
+            shown,
+            [made[allowed].clone()],
+            "a stream shows no refused call"
+        );
+    }
+    let mut input = vec![user];
+    input.extend(answer["output"].as_array().expect("output").iter().cloned());
+    input
+        .push(json!({"type": "custom_tool_call_output", "call_id": made[allowed], "output": "ok"}));
+    let (answer, _) = responses(proxy, list, &input, stream);
+    assert!(answer["output"].to_string().contains("Done."), "{answer}");
+    let next = upstream.played()[step + 1]["body"]["input"].clone();
+    (made, next)
+}
+
 #[test]
 fn a_call_of_its_own_kind_needs_a_tool_of_that_kind() {
     let s = Scratch::new("proxy-own-kind");
@@ -414,20 +451,10 @@ fn a_call_of_its_own_kind_needs_a_tool_of_that_kind() {
     ];
     for (k, stream) in [false, true].into_iter().enumerate() {
         let step = 2 * k;
-        let user = json!({"role": "user", "content": format!("go ({stream})")});
-        let (answer, shown) = responses(&proxy, &list, std::slice::from_ref(&user), stream);
-        let made = upstream.call_ids(step as u64);
-        assert_eq!(call_ids(&answer["output"]), [made[6].clone()], "{answer}");
-        if stream {
-            assert_eq!(shown, [made[6].clone()], "a stream shows no refused call");
-        }
-        let mut input = vec![user];
-        input.extend(answer["output"].as_array().expect("output").iter().cloned());
-        input.push(json!({"type": "custom_tool_call_output", "call_id": made[6], "output": "ok"}));
-        let (answer, _) = responses(&proxy, &list, &input, stream);
-        assert!(answer["output"].to_string().contains("Done."), "{answer}");
+        let (made, next) =
+            only_one_call_reaches_the_client(&proxy, &upstream, &list, stream, step, 6);
         assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
-        let next = &upstream.played()[step + 1]["body"]["input"];
+        let next = &next;
         let expect = [
             (
                 0,
@@ -956,19 +983,9 @@ fn a_function_call_of_a_tool_of_its_own_kind_is_refused() {
     ];
     for (k, stream) in [false, true].into_iter().enumerate() {
         let step = 2 * k;
-        let user = json!({"role": "user", "content": format!("go ({stream})")});
-        let (answer, shown) = responses(&proxy, &list, std::slice::from_ref(&user), stream);
-        let made = upstream.call_ids(step as u64);
-        assert_eq!(call_ids(&answer["output"]), [made[2].clone()], "{answer}");
-        if stream {
-            assert_eq!(shown, [made[2].clone()], "a stream shows no refused call");
-        }
-        let mut input = vec![user];
-        input.extend(answer["output"].as_array().expect("output").iter().cloned());
-        input.push(json!({"type": "custom_tool_call_output", "call_id": made[2], "output": "ok"}));
-        let (answer, _) = responses(&proxy, &list, &input, stream);
-        assert!(answer["output"].to_string().contains("Done."), "{answer}");
-        let next = &upstream.played()[step + 1]["body"]["input"];
+        let (made, next) =
+            only_one_call_reaches_the_client(&proxy, &upstream, &list, stream, step, 2);
+        let next = &next;
         for (i, text) in [
             (
                 0,
