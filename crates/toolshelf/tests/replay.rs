@@ -79,17 +79,7 @@ fn explain_says_what_the_session_did() {
         text.contains("activated: mcp__memory__create_entities"),
         "{text}"
     );
-    let json = ok(&[
-        "replay",
-        "--transcript",
-        &example("transcript.jsonl"),
-        "--explain",
-        "--json",
-    ]);
-    let turns: Vec<Value> = json
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let turns = example_reports();
     assert_eq!(turns.len(), 14);
     assert!(
         turns
@@ -594,12 +584,8 @@ fn a_result_content_that_is_neither_text_nor_blocks_is_refused() {
     }
 }
 
-/// `--explain --json` prints one object per model request, numbered, with its turn.
-#[test]
-fn explain_json_numbers_every_model_request() {
-    let help = ok(&["replay", "--help"]);
-    assert!(!help.contains("one JSON object per turn"), "{help}");
-    assert!(help.contains("per model request"), "{help}");
+/// `replay --explain --json` of the bundled example transcript: one report a model request.
+fn example_reports() -> Vec<Value> {
     let json = ok(&[
         "replay",
         "--transcript",
@@ -607,10 +593,18 @@ fn explain_json_numbers_every_model_request() {
         "--explain",
         "--json",
     ]);
-    let reports: Vec<Value> = json
-        .lines()
+    json.lines()
         .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+        .collect()
+}
+
+/// `--explain --json` prints one object per model request, numbered, with its turn.
+#[test]
+fn explain_json_numbers_every_model_request() {
+    let help = ok(&["replay", "--help"]);
+    assert!(!help.contains("one JSON object per turn"), "{help}");
+    assert!(help.contains("per model request"), "{help}");
+    let reports = example_reports();
     let requests: Vec<u64> = reports
         .iter()
         .map(|r| r["request"].as_u64().expect("request"))
