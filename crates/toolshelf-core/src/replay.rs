@@ -10,7 +10,9 @@
 //! session would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that
 //! resolves, checks activation, validates and authorizes but runs nothing. A recorded result
 //! replaces the computed one in the request, its error flag and all, but the call still has its
-//! effect on the session (a search still activates what it found).
+//! effect on the session (a search still activates what it found). A call the client runs counts
+//! as made (its activation refreshed, its `after_tools` reminders fired) only when its recorded
+//! result is not an error, as the proxy counts it from the results the client sends back.
 //!
 //! Turns are counted as the proxy counts them: a turn is one request of the client (the harness),
 //! which starts with a user message or with the results of calls the client ran. The proxy
@@ -766,6 +768,9 @@ impl<'a> Replay<'a> {
         };
         let mut query = Vec::new();
         let mut target = None;
+        // A recorded result flagged as an error: the client's tool did not run (its user
+        // declined it, its hook blocked it, or it failed).
+        let failed = recorded.is_some_and(|(_, is_error)| is_error);
         let Outcome {
             text: content,
             is_error,
@@ -814,11 +819,12 @@ impl<'a> Replay<'a> {
                     &args.tool_name,
                     args.params,
                     Via::DeferExecute,
+                    failed,
                     turn,
                     &mut target,
                 ),
             },
-            other => self.dry_run(other, input.clone(), Via::Direct, turn, &mut target),
+            other => self.dry_run(other, input.clone(), Via::Direct, failed, turn, &mut target),
         };
         let (mut content, is_error) = match recorded {
             Some((recorded, failed)) => (recorded_text(recorded), failed),
@@ -921,6 +927,7 @@ impl<'a> Replay<'a> {
         requested: &str,
         params: Map<String, Value>,
         via: Via,
+        failed: bool,
         turn: &mut Turn,
         target: &mut Option<(String, Map<String, Value>)>,
     ) -> Outcome {
@@ -973,10 +980,14 @@ impl<'a> Replay<'a> {
             }
             Ok((i, ask)) => {
                 let name = self.catalog.tools()[i].name.clone();
-                self.state.record_call(&name);
-                // The proxy runs the tools the model wrote; the client runs the rest.
+                // The proxy runs the tools the model wrote; the client runs the rest. A call the
+                // client ran counts as made only when its recorded result is not an error, as
+                // the proxy counts it from the result the client sends back.
                 let inside = self.authored.contains(&name);
-                if !inside {
+                if inside || !failed {
+                    self.state.record_call(&name);
+                }
+                if !inside && !failed {
                     *target = Some((name.clone(), params.clone()));
                 }
                 let asked = ask

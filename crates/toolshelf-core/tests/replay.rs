@@ -821,3 +821,60 @@ ask = ["^word_count$", "^mcp__git__git_log$"]
         "{asked}"
     );
 }
+
+/// A call the client ran whose recorded result is an error (its user declined it, its hook
+/// blocked it, the tool failed) did not run: as in the proxy, which counts a handed-over call
+/// from the result the client sends back, it fires no `after_tools` reminder and does not
+/// refresh the tool's activation. The same call with a result that is not an error does both.
+#[test]
+fn a_client_call_whose_recorded_result_is_an_error_counts_as_not_made() {
+    let compiled = config_with(
+        1,
+        r#"
+[[reminders]]
+id = "logged"
+category = "git history"
+message = "The log was read; say which commit you mean."
+after_tools = ["^mcp__git__git_log$"]
+"#,
+    );
+    for is_error in [false, true] {
+        let reports = run_with(
+            &compiled,
+            &[
+                user("show me the log"),
+                load(GIT_LOG),
+                Event::Assistant("Loaded. Which repository?".into()),
+                user("/home/me/shop"),
+                exec(GIT_LOG, json!({"repo_path": "/home/me/shop"})),
+                Event::Result {
+                    content: json!("declined by the user"),
+                    is_error,
+                },
+                exec(GIT_LOG, json!({"repo_path": "/home/me/shop"})),
+            ],
+        );
+        let with_result = &reports[3];
+        assert_eq!(with_result.turn, 3, "is_error {is_error}");
+        let fired = with_result
+            .reminders
+            .iter()
+            .any(|n| n.id == "logged" && n.event == "fired");
+        assert_eq!(fired, !is_error, "{:?}", with_result.reminders);
+        // Searched in turn 1. A call that ran in turn 2 keeps the tool active through turn 3
+        // (TTL 1), so the next call goes to the client and its result starts turn 4; one that
+        // did not run leaves it unused for 2 turns, and the proxy refuses the next call in
+        // turn 3.
+        let last = reports.last().expect("a request");
+        let (expired, turn) = if is_error {
+            (vec![GIT_LOG.to_owned()], 3)
+        } else {
+            (Vec::new(), 4)
+        };
+        assert_eq!(
+            (&last.expired, last.turn),
+            (&expired, turn),
+            "is_error {is_error}"
+        );
+    }
+}
