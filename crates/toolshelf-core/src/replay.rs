@@ -12,7 +12,8 @@
 //! replaces the computed one in the request, its error flag and all, but the call still has its
 //! effect on the session (a search still activates what it found). A call the client runs counts
 //! as made (its activation refreshed, its `after_tools` reminders fired) only when its recorded
-//! result is not an error, as the proxy counts it from the results the client sends back.
+//! result is not an error, as the proxy counts it from the results the client sends back (only
+//! Anthropic's requests say so; in the OpenAI APIs every result counts).
 //!
 //! Turns are counted as the proxy counts them: a turn is one request of the client (the harness),
 //! which starts with a user message or with the results of calls the client ran. The proxy
@@ -769,8 +770,9 @@ impl<'a> Replay<'a> {
         let mut query = Vec::new();
         let mut target = None;
         // A recorded result flagged as an error: the client's tool did not run (its user
-        // declined it, its hook blocked it, or it failed).
-        let failed = recorded.is_some_and(|(_, is_error)| is_error);
+        // declined it, its hook blocked it, or it failed). Only Anthropic's requests carry the
+        // flag; the proxy counts every result of the OpenAI APIs as a call that ran.
+        let failed = self.api == Api::Anthropic && recorded.is_some_and(|(_, is_error)| is_error);
         let Outcome {
             text: content,
             is_error,

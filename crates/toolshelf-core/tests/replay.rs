@@ -339,8 +339,13 @@ fn config_with(ttl: u64, extra: &str) -> Compiled {
 
 /// The reports of replaying `events` over the example catalog (Anthropic format, BM25).
 fn run_with(compiled: &Compiled, events: &[Event]) -> Vec<TurnReport> {
+    run_in(Api::Anthropic, compiled, events)
+}
+
+/// The reports of replaying `events` over the example catalog in `api` (BM25).
+fn run_in(api: Api, compiled: &Compiled, events: &[Event]) -> Vec<TurnReport> {
     let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
-    let mut r = Replay::new(compiled, catalog(), Api::Anthropic, "Be brief.", &build);
+    let mut r = Replay::new(compiled, catalog(), api, "Be brief.", &build);
     r.run(events).expect("replays")
 }
 
@@ -825,7 +830,8 @@ ask = ["^word_count$", "^mcp__git__git_log$"]
 /// A call the client ran whose recorded result is an error (its user declined it, its hook
 /// blocked it, the tool failed) did not run: as in the proxy, which counts a handed-over call
 /// from the result the client sends back, it fires no `after_tools` reminder and does not
-/// refresh the tool's activation. The same call with a result that is not an error does both.
+/// refresh the tool's activation. The same call with a result that is not an error does both,
+/// and so does every result in the OpenAI APIs, whose requests carry no error flag.
 #[test]
 fn a_client_call_whose_recorded_result_is_an_error_counts_as_not_made() {
     let compiled = config_with(
@@ -838,8 +844,14 @@ message = "The log was read; say which commit you mean."
 after_tools = ["^mcp__git__git_log$"]
 "#,
     );
-    for is_error in [false, true] {
-        let reports = run_with(
+    for (api, is_error) in [
+        (Api::Anthropic, false),
+        (Api::Anthropic, true),
+        (Api::OpenAiChat, true),
+        (Api::OpenAiResponses, true),
+    ] {
+        let reports = run_in(
+            api,
             &compiled,
             &[
                 user("show me the log"),
@@ -854,27 +866,25 @@ after_tools = ["^mcp__git__git_log$"]
                 exec(GIT_LOG, json!({"repo_path": "/home/me/shop"})),
             ],
         );
+        let ran = api != Api::Anthropic || !is_error;
+        let at = format!("{api:?}, is_error {is_error}");
         let with_result = &reports[3];
-        assert_eq!(with_result.turn, 3, "is_error {is_error}");
+        assert_eq!(with_result.turn, 3, "{at}");
         let fired = with_result
             .reminders
             .iter()
             .any(|n| n.id == "logged" && n.event == "fired");
-        assert_eq!(fired, !is_error, "{:?}", with_result.reminders);
+        assert_eq!(fired, ran, "{at}: {:?}", with_result.reminders);
         // Searched in turn 1. A call that ran in turn 2 keeps the tool active through turn 3
         // (TTL 1), so the next call goes to the client and its result starts turn 4; one that
         // did not run leaves it unused for 2 turns, and the proxy refuses the next call in
         // turn 3.
         let last = reports.last().expect("a request");
-        let (expired, turn) = if is_error {
-            (vec![GIT_LOG.to_owned()], 3)
-        } else {
+        let (expired, turn) = if ran {
             (Vec::new(), 4)
+        } else {
+            (vec![GIT_LOG.to_owned()], 3)
         };
-        assert_eq!(
-            (&last.expired, last.turn),
-            (&expired, turn),
-            "is_error {is_error}"
-        );
+        assert_eq!((&last.expired, last.turn), (&expired, turn), "{at}");
     }
 }
