@@ -186,6 +186,35 @@ impl SessionState {
         }
     }
 
+    /// Adds the work of a request that could not read this session and went on with a new one
+    /// (`unread`, its turns counted from 1): its turns are read as the ones after this session's,
+    /// and its activations, calls and reminder marks are added as [`Self::absorb`] adds another
+    /// writer's, the later turn of each winning. The frozen surface and the tools told stay this
+    /// one's.
+    pub fn absorb_unread(&mut self, unread: &SessionState) {
+        let shift = self.turn;
+        let mut shifted = unread.clone();
+        shifted.turn += shift;
+        for t in shifted
+            .active
+            .values_mut()
+            .chain(shifted.called.values_mut())
+        {
+            *t += shift;
+        }
+        self.absorb(&shifted);
+        for (id, mark) in &unread.reminders {
+            let later = |mine: Option<u64>, theirs: Option<u64>| match (mine, theirs) {
+                (a, None) => a,
+                (None, Some(b)) => Some(b + shift),
+                (Some(a), Some(b)) => Some(a.max(b + shift)),
+            };
+            let mine = self.reminders.entry(id.clone()).or_default();
+            mine.last_fired = later(mine.last_fired, mark.last_fired);
+            mine.showing_until = later(mine.showing_until, mark.showing_until);
+        }
+    }
+
     /// Tools called at or after turn `since`, sorted.
     pub fn called_since(&self, since: u64) -> impl Iterator<Item = &str> {
         self.called
@@ -360,6 +389,55 @@ mod tests {
         assert_eq!(x.activity("a", 10), Activity::Active { last_used: 2 });
         assert_eq!(x.activity("c", 10), Activity::Active { last_used: 3 });
         assert_eq!(x.last_called("a"), Some(2));
+    }
+
+    /// A request that could not read the session worked on a new one from turn 1: its turns
+    /// follow the stored session's, so what it activated in its turn 1 was activated in the
+    /// stored session's next turn, and its reminder marks move with it.
+    #[test]
+    fn absorbing_an_unread_request_reads_its_turns_as_the_next_ones() {
+        let mut stored = SessionState::default();
+        for _ in 0..4 {
+            stored.next_turn();
+        }
+        stored.activate(["a"]);
+        stored.reminders.insert(
+            "r".into(),
+            ReminderMark {
+                last_fired: Some(2),
+                showing_until: Some(3),
+            },
+        );
+        let mut unread = SessionState::default();
+        unread.next_turn();
+        unread.activate(["b"]);
+        unread.record_call("b");
+        unread.reminders.insert(
+            "s".into(),
+            ReminderMark {
+                last_fired: Some(1),
+                showing_until: Some(2),
+            },
+        );
+        stored.absorb_unread(&unread);
+        assert_eq!(stored.turn(), 5);
+        assert_eq!(stored.activity("a", 10), Activity::Active { last_used: 4 });
+        assert_eq!(stored.activity("b", 10), Activity::Active { last_used: 5 });
+        assert_eq!(stored.last_called("b"), Some(5));
+        assert_eq!(
+            stored.reminders["r"],
+            ReminderMark {
+                last_fired: Some(2),
+                showing_until: Some(3),
+            }
+        );
+        assert_eq!(
+            stored.reminders["s"],
+            ReminderMark {
+                last_fired: Some(5),
+                showing_until: Some(6),
+            }
+        );
     }
 
     #[test]

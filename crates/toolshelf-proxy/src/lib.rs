@@ -242,11 +242,12 @@ impl Proxy {
     /// merged with it, read back, and written again (at most 16 times).
     ///
     /// A request whose session could not be read (`unread`) went on with a new session standing
-    /// in for one that may be stored: its session is written only where nothing is stored.
-    /// Merged into a stored session it would be taken for that session's continuation, with its
-    /// turns counted from 1 (its activations stamped turns ago, expiring early) and a frozen
-    /// surface and marks of its own; so the stored session is kept as it is, and this request's
-    /// update is left out (logged), as its session was.
+    /// in for one that may be stored. Where nothing is stored, its session is written as it is.
+    /// Where one is, this request's work is added to it as the turns after the stored ones
+    /// ([`SessionState::absorb_unread`](toolshelf_core::session::SessionState::absorb_unread):
+    /// its activations, calls and reminder marks), with its figures, model-written tools and
+    /// recorded blocks merged as another writer's are; the stored session's frozen surface and
+    /// the tools it told stay.
     pub async fn save_session(
         &self,
         key: &str,
@@ -258,21 +259,15 @@ impl Proxy {
     ) -> Saved {
         let ttl = self.ttl();
         let (mut bytes, mut version, mut base) = (bytes, version, base.clone());
-        let mut merged = false;
+        let (mut merged, mut unread) = (false, unread);
         // Each conflict means another writer stored first: take its session, add this one's
         // work, and try again on top of it. Nothing is ever written over another's work.
         for _ in 0..MERGES {
             match self.store.compare_and_set(key, version, bytes, ttl).await {
                 Ok(Cas::Written(_)) if merged => return Saved::Merged,
                 Ok(Cas::Written(_)) => return Saved::Written,
-                Ok(Cas::Conflict) if unread => {
-                    tracing::info!(
-                        session = %short(key),
-                        "this request's session update was not stored: its session could not be \
-                         read, and the stored session it stood in for is kept as it was"
-                    );
-                    return Saved::Kept;
-                }
+                // Not another writer's: the session this request could not read.
+                Ok(Cas::Conflict) if unread => {}
                 Ok(Cas::Conflict) => self.count(|t| t.store_conflicts += 1),
                 Err(_) => {
                     self.store_failed();
@@ -289,6 +284,14 @@ impl Proxy {
                 return Saved::Failed;
             }
             let other_figures = other.figures.clone();
+            if unread {
+                // This request's turns come after the stored session's; its surface and the
+                // tools it told are the stored session's.
+                let mut state = other.state.clone();
+                state.absorb_unread(&session.state);
+                session.state = state;
+                unread = false;
+            }
             session.merge_from(other, &base, self.compiled.config().authoring.max_tools);
             merged = true;
             // The merged figures are the other's plus this request's additions: measured from
@@ -310,10 +313,9 @@ impl Proxy {
 pub enum Saved {
     /// The request's session was written as it was.
     Written,
-    /// It was written merged with the sessions other writers had stored first.
+    /// It was written merged with the sessions other writers had stored first (or with the
+    /// stored session this request could not read).
     Merged,
-    /// It was not written: its read had failed and a session is stored under its key, kept.
-    Kept,
     /// It was not written: the store failed (counted and logged), or other writers kept
     /// storing first.
     Failed,
@@ -430,11 +432,12 @@ mod tests {
         assert_eq!((t.store_conflicts, t.store_errors), (1, 1), "{t:?}");
     }
 
-    /// A request whose session could not be read went on with a new session at turn 1: it is
-    /// written where nothing is stored, and never merged into a stored session as if it
-    /// continued it (its activations stamped turns before the stored ones).
+    /// A request whose session could not be read went on with a new session at turn 1. Where
+    /// nothing is stored, that session is written as it is; where a session is stored, the
+    /// request's work is added to it as its next turn: an activation made in the request's turn
+    /// 1 is the stored session's turn 4 when it stood at 3, and expires from there.
     #[tokio::test]
-    async fn a_session_that_could_not_be_read_is_not_merged_into_the_stored_one() {
+    async fn a_session_that_could_not_be_read_is_added_to_the_stored_one_as_its_next_turn() {
         let config = toolshelf_core::Config::default();
         let compiled = Arc::new(Compiled::new(config, "t.toml", None).expect("compiles"));
         let store = Arc::new(crate::store::MemoryStore::new(10, None));
@@ -444,6 +447,7 @@ mod tests {
         for _ in 0..3 {
             stored.state.next_turn();
         }
+        stored.state.activate(["mcp__git__git_log"]);
         let bytes = stored.to_bytes();
         let saved = proxy.save_session("k", stored, bytes.clone(), None, false, &base);
         assert_eq!(saved.await, Saved::Written);
@@ -452,9 +456,21 @@ mod tests {
         stand_in.state.activate(["mcp__fs__read_file"]);
         let standing = stand_in.to_bytes();
         let saved = proxy.save_session("k", stand_in, standing.clone(), None, true, &base);
-        assert_eq!(saved.await, Saved::Kept);
+        assert_eq!(saved.await, Saved::Merged);
         let v = store.get("k").await.expect("ok").expect("stored");
-        assert_eq!((v.version, v.value), (1, bytes), "kept as it was");
+        assert_eq!(v.version, 2);
+        let now = ProxySession::from_bytes(&v.value).expect("a session");
+        assert_eq!(now.state.turn(), 4);
+        use toolshelf_core::session::Activity;
+        assert_eq!(
+            now.state.activity("mcp__fs__read_file", 6),
+            Activity::Active { last_used: 4 }
+        );
+        assert_eq!(
+            now.state.activity("mcp__git__git_log", 6),
+            Activity::Active { last_used: 3 }
+        );
+        // Merging with the session this request could not read is no conflict with a writer.
         let t = proxy.totals.lock().expect("totals").clone();
         assert_eq!((t.store_conflicts, t.store_errors), (0, 0), "{t:?}");
         // Nothing stored: the new session is the session.

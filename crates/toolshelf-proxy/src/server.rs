@@ -998,8 +998,8 @@ async fn finish(app: &AppState, turn: Turn) {
         }
     }
     // The session's figures as stored go to the status page: this request's, or, when its write
-    // met another's, the merge of both, read back (or the stored session, kept as it was when
-    // this request could not read it). One request of a session at a time writes
+    // met another's (or the stored session this request could not read), the merge of both,
+    // read back. One request of a session at a time writes
     // and records, so the summary left is the one of the last write.
     let _writing = app.writing(&prepared.key).await;
     let saved = proxy
@@ -1012,7 +1012,7 @@ async fn finish(app: &AppState, turn: Turn) {
             &prepared.base_figures,
         )
         .await;
-    let summary = if matches!(saved, Saved::Merged | Saved::Kept) {
+    let summary = if saved == Saved::Merged {
         let loaded = proxy.load_session(&prepared.key).await;
         match loaded.version {
             Some(_) if !loaded.failed => {
