@@ -3173,3 +3173,40 @@ fn a_query_given_twice_is_searched_and_said_once() {
     assert_eq!(twice, once);
     assert!(once.contains("Tools matching \"read file\" ("), "{once}");
 }
+
+/// The bundled example's reminders show their `search_hint` queries as "the queries that find
+/// the tools": each one, searched as the model would search it, finds a tool the reminder is
+/// about (one its `unless_used` names) in the top 5, in English and in Chinese.
+#[test]
+fn every_search_hint_of_the_bundled_example_finds_its_tools() {
+    let text = std::fs::read_to_string(example("toolshelf.toml")).expect("example config");
+    let config =
+        toolshelf_core::Config::from_toml_str(&text, "toolshelf.toml").expect("example config");
+    let mut checked = 0;
+    for reminder in &config.reminders {
+        let patterns: Vec<toolshelf_core::pattern::Pattern> = reminder
+            .unless_used
+            .iter()
+            .map(|p| toolshelf_core::pattern::Pattern::new(p).expect("pattern"))
+            .collect();
+        for hint in &reminder.search_hint {
+            let out = run(&["search", "-q", hint, "-k", "5", "--json"]);
+            assert!(out.status.success(), "{hint}: {out:?}");
+            let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+            let names: Vec<&str> = answer["hits"]
+                .as_array()
+                .expect("hits")
+                .iter()
+                .filter_map(|h| h["name"].as_str())
+                .collect();
+            assert!(
+                names.iter().any(|n| patterns.iter().any(|p| p.matches(n))),
+                "reminder {:?}: search_hint {hint:?} found {names:?}, none of {:?}",
+                reminder.id,
+                reminder.unless_used
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "the example has search hints to check");
+}
