@@ -16,7 +16,8 @@
 //! which rmcp cannot read at all, is a JSON-RPC request all the same: it is answered -32602
 //! (invalid params) with its id, as over stdio (see `screen_requests`). rmcp answers the
 //! `DELETE` of any session id 202; the guard makes that of a session rmcp does not have 404, as
-//! for any other request of it.
+//! for any other request of it, and that of one it ended 204 (the Python SDK takes only 200 or
+//! 204 for a session ended, and logs a warning on every close otherwise).
 //!
 //! A session without traffic for `[http] session_idle_secs` is closed, which drops its
 //! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
@@ -585,10 +586,15 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
             None => false,
         };
         let response = next.run(request).await;
-        return if unknown && response.status() == StatusCode::ACCEPTED {
-            session_not_found()
-        } else {
-            response
+        return match response.status() {
+            StatusCode::ACCEPTED if unknown => session_not_found(),
+            // Ended: 204, which every SDK reads as done (the Python SDK warns on rmcp's 202).
+            StatusCode::ACCEPTED => {
+                let mut ended = Response::new(Body::empty());
+                *ended.status_mut() = StatusCode::NO_CONTENT;
+                ended
+            }
+            _ => response,
         };
     }
     if request.method() != Method::POST {
