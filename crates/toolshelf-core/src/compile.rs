@@ -311,6 +311,14 @@ impl Compiled {
     /// Rules that name no tool of `catalog`: usually a typo, and a silent one for a deny rule.
     /// One line each, naming the rule.
     pub fn unmatched(&self, catalog: &Catalog) -> Vec<String> {
+        self.unmatched_while_down(catalog, &[])
+    }
+
+    /// [`Self::unmatched`] for a catalog without the tools of the servers `down` (as configured:
+    /// failed, disabled, not started yet): their tools are unknown rather than absent, so a
+    /// pattern that may name one of them says so, naming the server.
+    pub fn unmatched_while_down(&self, catalog: &Catalog, down: &[String]) -> Vec<String> {
+        let down_note = |p: &Pattern| down_note(down, p);
         let tools = catalog.tools();
         let any_name = |p: &Pattern| {
             tools
@@ -332,7 +340,7 @@ impl Compiled {
                     " by its canonical name ({what} match canonical names only; see `toolshelf explain`)"
                 )
             } else {
-                brackets(p)
+                format!("{}{}", brackets(p), down_note(p))
             }
         };
         let mut out = Vec::new();
@@ -367,20 +375,45 @@ impl Compiled {
             self.policy
                 .admits_nothing(catalog, &self.expose(catalog).decisions),
         );
-        out.extend(self.templates.unmatched(catalog));
-        out.extend(self.reminders.unmatched(catalog));
+        out.extend(self.templates.unmatched(catalog, &|name: &str| {
+            Pattern::new(&format!("^{name}$"))
+                .map(|p| down_note(&p))
+                .unwrap_or_default()
+        }));
+        out.extend(self.reminders.unmatched(catalog, &down_note));
         for hook in self.hooks.all() {
             if let Some(p) = &hook.tools
                 && !any_name(p)
             {
                 out.push(format!(
-                    "[hooks] {} tools pattern {:?} matches no tool",
+                    "[hooks] {} tools pattern {:?} matches no tool{}",
                     hook.label,
-                    p.as_str()
+                    p.as_str(),
+                    down_note(p)
                 ));
             }
         }
         out
+    }
+}
+
+/// What a warning about `p`, which matches no tool, adds when servers `down` are not running: a
+/// server of theirs whose tools it may name. Empty when it can name none of theirs.
+fn down_note(down: &[String], p: &Pattern) -> String {
+    let named: Vec<String> = down
+        .iter()
+        .filter(|s| {
+            p.matches_some_name_after(&crate::name::mcp_name(&crate::name::server_segment(s), ""))
+        })
+        .map(|s| format!("{s:?}"))
+        .collect();
+    match named.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (it may name a tool of server {one}, which is not running)"),
+        many => format!(
+            " (it may name a tool of servers {}, which are not running)",
+            many.join(", ")
+        ),
     }
 }
 
@@ -895,6 +928,22 @@ mod tests {
         )
         .expect("compiles");
         let got = compiled.unmatched(&c);
+        let down = compiled.unmatched_while_down(&c, &["nope".to_owned(), "x.y".to_owned()]);
+        // With servers down, a pattern that may name one of their tools says so (`^Write$` and
+        // the mcp__a.b__ ones cannot); the others read as before.
+        let noted: Vec<&str> = down
+            .iter()
+            .map(String::as_str)
+            .filter(|w| w.contains("not running"))
+            .collect();
+        assert_eq!(
+            noted,
+            [
+                "[defer] rule NoDefer(Raed) matches no tool (it may name a tool of servers \"nope\", \"x.y\", which are not running)",
+                "[permissions] deny[1] \"^mcp__nope__\" matches no tool (it may name a tool of server \"nope\", which is not running)",
+                "[hooks] pre_call[0] \"x\" tools pattern \"zzz\" matches no tool (it may name a tool of servers \"nope\", \"x.y\", which are not running)",
+            ][..]
+        );
         assert_eq!(
             got,
             [

@@ -110,8 +110,9 @@ fn strong_terms(text: &str) -> Vec<String> {
 impl Reminders {
     /// A warning for each `after_tools` or `unless_used` pattern that matches no tool of
     /// `catalog` (by canonical name or alias): most likely a typo, and a rule whose `unless_used`
-    /// matches nothing is never kept quiet by a call.
-    pub fn unmatched(&self, catalog: &Catalog) -> Vec<String> {
+    /// matches nothing is never kept quiet by a call. `note` adds to a pattern's warning (see
+    /// [`crate::Compiled::unmatched_while_down`]).
+    pub fn unmatched(&self, catalog: &Catalog, note: &dyn Fn(&Pattern) -> String) -> Vec<String> {
         let tools = catalog.tools();
         let mut out = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
@@ -122,9 +123,10 @@ impl Reminders {
                 for p in patterns {
                     if !tools.iter().any(|t| names_match(p, t)) {
                         out.push(format!(
-                            "[[reminders]] {i} {:?} {key} pattern {:?} matches no tool",
+                            "[[reminders]] {i} {:?} {key} pattern {:?} matches no tool{}",
                             r.config.id,
-                            p.as_str()
+                            p.as_str(),
+                            note(p)
                         ));
                     }
                 }
@@ -845,7 +847,7 @@ mod tests {
         )
         .expect("rules");
         assert_eq!(
-            r.unmatched(&c),
+            r.unmatched(&c, &|_| String::new()),
             [
                 "[[reminders]] 0 \"migrations\" after_tools pattern \"^mcp__nope__nothing$\" matches no tool",
                 "[[reminders]] 0 \"migrations\" unless_used pattern \"^mcp__nope2__\" matches no tool",

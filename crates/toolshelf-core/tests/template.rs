@@ -220,6 +220,17 @@ fn a_tools_section_that_names_no_tool_is_reported() {
         cc.unmatched(&c),
         ["[tools.\"nope\"] matches no tool; its description_template is not used"]
     );
+    // A section for a tool of a server that is not running may name one of its unknown tools.
+    let down = compiled(
+        "[tools.mcp__db__query]\ndescription_template = \"'y'\"",
+        None,
+    );
+    assert_eq!(
+        down.unmatched_while_down(&c, &["db".to_owned()]),
+        [
+            "[tools.\"mcp__db__query\"] matches no tool (it may name a tool of server \"db\", which is not running); its description_template is not used"
+        ]
+    );
     // The configuration's template stands in for the catalog's.
     let s = cc
         .session_surface(&c, &cc.expose(&c), &SessionValues::default())

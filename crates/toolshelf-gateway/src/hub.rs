@@ -579,7 +579,14 @@ impl Hub {
                     .map(|h| h.index)
                     .collect()
             };
-            let mut found = self.compiled.unmatched(&snap.catalog);
+            // Servers whose tools are not known (failed or disabled, with no cached list).
+            let down: Vec<String> = self
+                .servers
+                .iter()
+                .filter(|(_, s)| !s.has_tools())
+                .map(|(name, _)| name.clone())
+                .collect();
+            let mut found = self.compiled.unmatched_while_down(&snap.catalog, &down);
             found.extend(self.compiled.reminders().check_against(&snap.catalog, hits));
             let mut held = self
                 .settle_warnings

@@ -299,8 +299,9 @@ async fn a_notice_says_only_what_a_session_without_tool_search_can_do() {
     client.cancel().await.expect("close");
 }
 
-/// A rule that matched no tool while a server was down is warned of; once the server lists a
-/// tool it matches, the warning is gone from the status.
+/// A rule that matched no tool while a server was down is warned of, saying that it may name a
+/// tool of that server, which is not running; once the server lists a tool it matches, the
+/// warning is gone from the status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_warning_lasts_only_while_it_holds() {
     let s = Scratch::new("churn-warning");
@@ -330,6 +331,11 @@ async fn a_rule_warning_lasts_only_while_it_holds() {
     list_names(&client).await;
     let first = status(&client).await;
     assert!(unmatched(&first), "{first:#}");
+    assert!(
+        first["warnings"].as_array().is_some_and(|w| w.iter().any(|w| w
+            == "[defer] rule NoDefer(^mcp__b__ping$) matches no tool (it may name a tool of server \"b\", which is not running)")),
+        "{first:#}"
+    );
     std::fs::remove_file(&marker).expect("remove marker");
     wait_for("the warning to go", || async {
         !unmatched(&status(&client).await)

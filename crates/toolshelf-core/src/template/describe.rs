@@ -166,7 +166,7 @@ impl Templates {
     }
 
     /// `[tools.NAME]` sections with a template that name no single tool of `catalog`.
-    pub fn unmatched(&self, catalog: &Catalog) -> Vec<String> {
+    pub fn unmatched(&self, catalog: &Catalog, note: &dyn Fn(&str) -> String) -> Vec<String> {
         let mut out: Vec<String> = self
             .tools
             .keys()
@@ -176,7 +176,8 @@ impl Templates {
                     "[tools.{name:?}] names several tools; its description_template applies to none (use the canonical name)"
                 )),
                 Resolution::NotFound => Some(format!(
-                    "[tools.{name:?}] matches no tool; its description_template is not used"
+                    "[tools.{name:?}] matches no tool{}; its description_template is not used",
+                    note(name)
                 )),
             })
             .collect();
