@@ -184,7 +184,8 @@ pub fn split_words(name: &str) -> Vec<String> {
         };
         let mut start = 0;
         while let Some((i, cur)) = chars.next() {
-            if word_boundary(prev, cur, chars.peek().map(|&(_, c)| c)) {
+            let mut ahead = part[i + cur.len_utf8()..].chars();
+            if word_boundary(prev, cur, ahead.next(), ahead.next()) {
                 words.push(part[start..i].to_lowercase());
                 start = i;
             }
@@ -195,12 +196,15 @@ pub fn split_words(name: &str) -> Vec<String> {
     words
 }
 
-/// Whether a word ends between `prev` and `cur` (`next` follows `cur`): lower to upper case, the
-/// last of a run of capitals before a lower-case letter, or a letter beside a digit.
-fn word_boundary(prev: char, cur: char, next: Option<char>) -> bool {
+/// Whether a word ends between `prev` and `cur` (`next` and `after` follow `cur`): lower to
+/// upper case, the last of a run of capitals before a lower-case letter, or a letter beside a
+/// digit. A run of capitals followed by a lone `s` is an acronym's plural and stays one word:
+/// `UUIDs`, `URLs` and `getPRsByID` give `uuids`, `urls` and `get prs by id` (not `uui ds`).
+fn word_boundary(prev: char, cur: char, next: Option<char>, after: Option<char>) -> bool {
     let next_lower = next.is_some_and(char::is_lowercase);
+    let plural = next == Some('s') && !after.is_some_and(char::is_lowercase);
     (prev.is_lowercase() && cur.is_uppercase())
-        || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
+        || (prev.is_uppercase() && cur.is_uppercase() && next_lower && !plural)
         || (prev.is_alphabetic() != cur.is_alphabetic()
             && (prev.is_ascii_digit() || cur.is_ascii_digit()))
 }
@@ -842,7 +846,12 @@ mod tests {
         let chars: Vec<char> = part.chars().collect();
         let mut start = 0;
         for i in 1..chars.len() {
-            if word_boundary(chars[i - 1], chars[i], chars.get(i + 1).copied()) {
+            if word_boundary(
+                chars[i - 1],
+                chars[i],
+                chars.get(i + 1).copied(),
+                chars.get(i + 2).copied(),
+            ) {
                 words.push(chars[start..i].iter().collect::<String>().to_lowercase());
                 start = i;
             }
@@ -857,7 +866,7 @@ mod tests {
         // Every string of up to five characters over letters of both cases, digits and a
         // separator, longer generated ones, and non-ASCII ones: slicing the part gives the words
         // collecting its characters gives.
-        let alphabet = ['a', 'b', 'Q', 'Z', '7', '0', '_', 'x', 'H'];
+        let alphabet = ['a', 'b', 'Q', 'Z', '7', '0', '_', 's', 'H'];
         let mut cases: Vec<String> = vec![String::new()];
         for _ in 0..5 {
             let longer: Vec<String> = cases
@@ -909,5 +918,11 @@ mod tests {
             ["triangle", "properties", "get"]
         );
         assert_eq!(split_words("read-file/path"), ["read", "file", "path"]);
+        // An acronym's plural is one word; a capital word after an acronym is another.
+        assert_eq!(split_words("generate UUIDs"), ["generate", "uuids"]);
+        assert_eq!(split_words("getPRsByID"), ["get", "prs", "by", "id"]);
+        assert_eq!(split_words("URLs"), ["urls"]);
+        assert_eq!(split_words("HTTPServer"), ["http", "server"]);
+        assert_eq!(split_words("HTTPSession"), ["http", "session"]);
     }
 }
