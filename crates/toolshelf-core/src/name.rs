@@ -178,12 +178,12 @@ pub fn with_suffix(candidate: &str, key: &str) -> String {
 pub fn split_words(name: &str) -> Vec<String> {
     let mut words = Vec::new();
     for part in name.split(|c: char| !c.is_alphanumeric()) {
-        let mut chars = part.char_indices().peekable();
+        let mut chars = part.char_indices();
         let Some((_, mut prev)) = chars.next() else {
             continue;
         };
         let mut start = 0;
-        while let Some((i, cur)) = chars.next() {
+        for (i, cur) in chars {
             let mut ahead = part[i + cur.len_utf8()..].chars();
             if word_boundary(prev, cur, ahead.next(), ahead.next()) {
                 words.push(part[start..i].to_lowercase());

@@ -1980,6 +1980,82 @@ impl SearchIndex {
             .collect()
     }
 
+    /// The best tool of group `g` for the first phrase of `query` that names its server, when the
+    /// query has several phrases (see [`split_phrases`]): among the tools the query may show,
+    /// does not name exactly, and whose whole-query score keeps `floor`, the one with the most
+    /// of the phrase's BM25F score and the whole query's fused score, each as a share of the
+    /// server's best (ties by name). `None` for a query of one phrase, or when no phrase names
+    /// the server on its own or matches one of its tools.
+    fn named_in_clause(
+        &self,
+        g: u32,
+        query: &str,
+        exact: &[u32],
+        floor: f32,
+        scratch: &mut RankScratch,
+    ) -> Option<u32> {
+        let groups = self.groups.as_ref()?;
+        let parts = split_phrases(query);
+        if parts.len() < 2 {
+            return None;
+        }
+        for text in parts {
+            let q = self.parse_memo(text, &mut scratch.memo);
+            let ids: Vec<Option<u32>> = match self.own_ids(&q) {
+                Some(ids) => ids.to_vec(),
+                None => q
+                    .terms
+                    .iter()
+                    .map(|(t, _)| self.lexical.index.term_id(t))
+                    .collect(),
+            };
+            if !groups.named_in(&ids, text).contains(&g) {
+                continue;
+            }
+            self.weighted_terms(&q, &mut scratch.terms, &mut scratch.group_terms);
+            let RankScratch {
+                scores,
+                matched,
+                terms,
+                allowed,
+                query: whole,
+                ..
+            } = scratch;
+            // All zero between passes: the documents this pass matched are reset below.
+            scores.resize(self.docs.len(), 0.0);
+            self.lexical.score_matches(terms, None, scores, matched);
+            let name_rank = |d: u32| self.name_rank[d as usize];
+            let members = &groups.members[g as usize];
+            let shown = |d: u32| {
+                allowed[d as usize]
+                    && whole.scores[d as usize] >= floor
+                    && whole.scores[d as usize] > 0.0
+                    && exact.binary_search(&d).is_err()
+            };
+            // The clause's evidence and the whole request's (which holds the meaning), each as
+            // a share of the server's best.
+            let (mut top_clause, mut top_whole) = (0.0f32, 0.0f32);
+            for &d in members.iter().filter(|&&d| shown(d)) {
+                top_clause = top_clause.max(scores[d as usize]);
+                top_whole = top_whole.max(whole.scores[d as usize]);
+            }
+            let mut best: Option<(f32, u32)> = None;
+            if top_clause > 0.0 {
+                for &d in members.iter().filter(|&&d| shown(d)) {
+                    let s = scores[d as usize] / top_clause + whole.scores[d as usize] / top_whole;
+                    if best.is_none_or(|b| s > b.0 || (s == b.0 && name_rank(d) < name_rank(b.1))) {
+                        best = Some((s, d));
+                    }
+                }
+            }
+            for &d in matched.iter() {
+                scores[d as usize] = 0.0;
+            }
+            return best.map(|(_, d)| d);
+        }
+        None
+    }
+
     /// The clauses of one long query whose own best tool is missing from the whole query's
     /// first [`CLAUSE_SLOT`] hits: a request such as "track my package. Also convert the price to
     /// yen" names two tasks, and the words of one can outweigh the other's in the bag of words.
@@ -2259,6 +2335,11 @@ impl SearchIndex {
                 if shown {
                     continue;
                 }
+                // In a request of several clauses, the server's tool for the clause that names
+                // it: the other clauses' words should not pick which of its tools comes.
+                let d = self
+                    .named_in_clause(g, &queries[0], &exact, floor, scratch)
+                    .unwrap_or(d);
                 ranked.retain(|x| x.1 != d);
                 let at = named_at.min(ranked.len());
                 ranked.insert(at, (scratch.query.scores[d as usize], d, None));
@@ -2627,6 +2708,46 @@ const CLAUSE_TRIM: &[char] = &[' ', '\t', '\n', '\r', ',', '，', ':', '：', '�
 
 /// Chinese words that open a new request.
 const CLAUSE_WORDS_ZH: &[&str] = &["然后", "并且", "另外", "此外", "同时", "接着"];
+
+/// The phrases of a query: its clauses (see [`split_clauses`]) split again after a comma, a
+/// semicolon or a colon before a space (and their full-width forms), and before "and". Finer than
+/// a clause, which these would cut into fragments, they only say which words go with a server
+/// the request names: "check Datadog for incidents, and post the report on Slack".
+fn split_phrases(query: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for clause in split_clauses(query) {
+        // (end of a phrase, start of the next)
+        let mut cuts: Vec<(usize, usize)> = Vec::new();
+        let mut chars = clause.char_indices().peekable();
+        while let Some((i, ch)) = chars.next() {
+            let next = i + ch.len_utf8();
+            let spaced = chars.peek().is_none_or(|&(_, c)| c.is_whitespace());
+            match ch {
+                ',' | ';' | ':' if spaced => cuts.push((next, next)),
+                '，' | '；' | '：' => cuts.push((next, next)),
+                c if c.is_whitespace() => {
+                    let rest = &clause[next..];
+                    let and = rest.get(..3).is_some_and(|w| w.eq_ignore_ascii_case("and"))
+                        && rest[3..].chars().next().is_none_or(char::is_whitespace);
+                    if and {
+                        cuts.push((i, next));
+                    }
+                }
+                _ => {}
+            }
+        }
+        cuts.push((clause.len(), clause.len()));
+        let mut start = 0;
+        for (end, next) in cuts {
+            let piece = clause[start..end].trim_matches(CLAUSE_TRIM);
+            if !piece.is_empty() {
+                out.push(piece);
+            }
+            start = next;
+        }
+    }
+    out
+}
 
 /// The clauses of a query: split after sentence ends (`. ? ! ;` before a space or the end, and
 /// `。？！；`) and before a word that opens a new request ("also", "then", "然后", "另外", ...).
@@ -3674,6 +3795,70 @@ mod tests {
             ["查询天气", "预订酒店"]
         );
         assert_eq!(split_clauses("I also"), ["I"]);
+    }
+
+    #[test]
+    fn phrases_split_clauses_at_commas_colons_and_and() {
+        assert_eq!(
+            split_phrases(
+                "Weekly: check Sentry for new issues, look at Datadog and post it to #eng on \
+                 Slack. Also book a room at 9:30"
+            ),
+            [
+                "Weekly",
+                "check Sentry for new issues",
+                "look at Datadog",
+                "and post it to #eng on Slack",
+                "book a room at 9:30"
+            ]
+        );
+        assert_eq!(
+            split_phrases("查询天气，然后预订酒店"),
+            ["查询天气", "预订酒店"]
+        );
+        assert_eq!(split_phrases("brand,new candy"), ["brand,new candy"]);
+    }
+
+    /// The tool a named server gets is its best for the phrase that names it: the rest of the
+    /// request's words ("list", "events", "busy times") favour Slack's channel listing, while
+    /// the phrase that names Slack asks to post.
+    #[test]
+    fn a_named_servers_tool_is_its_best_for_the_phrase_that_names_it() {
+        let mut catalog = named_servers();
+        catalog["servers"][1]["tools"]
+            .as_array_mut()
+            .expect("tools")
+            .push(serde_json::json!({"name": "list_channels",
+                "description": "List the channels with their events and busy times"}));
+        let (_, index) = indexed(&catalog);
+        let query = "List the calendar events of tomorrow and the free and busy times, and \
+                     post the summary to the standup channel on Slack";
+        index.rank(&[query.to_owned()], 5);
+        let name = |d: u32| &*index.labels[d as usize].name;
+        RANK_SCRATCH.with_borrow_mut(|scratch| {
+            let groups = index.groups.as_ref().expect("groups");
+            let slack: Vec<u32> = (0..index.docs.len() as u32)
+                .filter(|&d| name(d).starts_with("mcp__slack__"))
+                .collect();
+            let g = groups.of_doc[slack[0] as usize];
+            let by_whole = slack
+                .iter()
+                .copied()
+                .max_by(|&a, &b| {
+                    scratch.query.scores[a as usize].total_cmp(&scratch.query.scores[b as usize])
+                })
+                .expect("a Slack tool");
+            assert_eq!(name(by_whole), "mcp__slack__list_channels");
+            let d = index
+                .named_in_clause(g, query, &[], 0.0, scratch)
+                .expect("a tool for the phrase");
+            assert_eq!(name(d), "mcp__slack__post_message");
+            // A request of one phrase has no phrase of its own to go by.
+            assert_eq!(
+                index.named_in_clause(g, "post on Slack", &[], 0.0, scratch),
+                None
+            );
+        });
     }
 
     #[test]
