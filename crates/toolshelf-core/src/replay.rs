@@ -495,8 +495,9 @@ impl<'a> Replay<'a> {
         at: &dyn Fn(usize) -> String,
         on_report: &mut dyn FnMut(&Self, TurnReport) -> Result<(), String>,
     ) -> Result<(), String> {
-        check_pairing(events, at)?;
+        let uneven = check_pairing(events, at)?;
         self.warnings = self.check_tool_changes(events, at)?;
+        self.warnings.extend(uneven);
         let mut i = 0;
         while i < events.len() {
             match &events[i] {
@@ -1239,8 +1240,11 @@ impl Replay<'_> {
 
 /// Checks a transcript's shape before anything is replayed, so that a malformed file yields an
 /// error and no partial output: a user message comes before the first call, calls and results
-/// pair up, no context trails the last request.
-fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), String> {
+/// pair up, no context trails the last request. Returns a warning for each run of calls
+/// followed by fewer results (but some): paired from the last call back, the first calls get
+/// computed results, which is seldom what such a recording means.
+fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
     let last_request = events.iter().rposition(Replay::asks_the_model);
     let mut user_seen = false;
     let mut i = 0;
@@ -1278,9 +1282,26 @@ fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<(), S
                 ),
             });
         }
+        if results > 0 && results < calls {
+            let answered = match results {
+                1 => "the result answers the last call".to_owned(),
+                r => format!("the results answer the last {r} calls as one round"),
+            };
+            let computed = match calls - results {
+                1 => "the first call gets a computed result in a round of its own".to_owned(),
+                c => {
+                    format!("the first {c} calls get computed results, each in a round of its own")
+                }
+            };
+            warnings.push(format!(
+                "{}: {calls} calls followed by {results} result{}: {answered}, and {computed} (give every call of a round its result, in call order)",
+                at(i),
+                if results == 1 { "" } else { "s" },
+            ));
+        }
         i += calls + results;
     }
-    Ok(())
+    Ok(warnings)
 }
 
 /// The blocks for a turn's new item: reminders (rule order), the change notice, environment

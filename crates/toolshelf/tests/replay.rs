@@ -616,3 +616,34 @@ fn explain_json_numbers_every_model_request() {
         .collect();
     assert!(turns.windows(2).any(|w| w[0] == w[1]), "{turns:?}");
 }
+
+/// Three calls followed by two results: the results answer the last two calls and the first
+/// gets a computed result in a round of its own, as the README says; the replay warns, naming
+/// the line where the calls start, and still replays. As many results as calls say nothing.
+#[test]
+fn fewer_results_than_calls_are_warned_about() {
+    let calls = "{\"call\": {\"name\": \"tool_search\", \"input\": {\"queries\": [\"read file\"]}}}\n\
+                 {\"call\": {\"name\": \"tool_search\", \"input\": {\"queries\": [\"git log\"]}}}\n\
+                 {\"call\": {\"name\": \"tool_search\", \"input\": {\"queries\": [\"memory\"]}}}\n";
+    let result = "{\"result\": {\"content\": \"ok\"}}\n";
+    let path = temp(
+        "uneven.jsonl",
+        &format!("{{\"user\": \"hi\"}}\n{calls}{result}{result}"),
+    );
+    let out = run(&["replay", "--ranker", "bm25", "--transcript", &path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "toolshelf: warning: {path}:2: 3 calls followed by 2 results: the results answer the last 2 calls as one round, and the first call gets a computed result in a round of its own"
+        )),
+        "{err}"
+    );
+    let even = temp(
+        "even.jsonl",
+        &format!("{{\"user\": \"hi\"}}\n{calls}{result}{result}{result}"),
+    );
+    let out = run(&["replay", "--ranker", "bm25", "--transcript", &even]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("warning"), "{err}");
+}
