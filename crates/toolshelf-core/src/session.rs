@@ -187,12 +187,15 @@ impl SessionState {
     }
 
     /// Adds the work of a request that could not read this session and went on with a new one
-    /// (`unread`, its turns counted from 1): its turns are read as the ones after this session's,
-    /// and its activations, calls and reminder marks are added as [`Self::absorb`] adds another
-    /// writer's, the later turn of each winning. The frozen surface and the tools told stay this
-    /// one's.
-    pub fn absorb_unread(&mut self, unread: &SessionState) {
-        let shift = self.turn;
+    /// (`unread`, its turns counted from 1, and the calls it counted from earlier requests at
+    /// turn 0): its turns are read as the ones after this session's, or, for a request this
+    /// session already counted (`again`: the same request once more, a retry), its turn 1 as this
+    /// session's last. Its activations, calls and reminder marks are added as [`Self::absorb`]
+    /// adds another writer's, the later turn of each winning, and a call refreshes the
+    /// activation of its tool here, as [`Self::record_call`] would have on this session. The
+    /// frozen surface and the tools told stay this one's.
+    pub fn absorb_unread(&mut self, unread: &SessionState, again: bool) {
+        let shift = self.turn.saturating_sub(u64::from(again));
         let mut shifted = unread.clone();
         shifted.turn += shift;
         for t in shifted
@@ -203,6 +206,11 @@ impl SessionState {
             *t += shift;
         }
         self.absorb(&shifted);
+        for (name, &t) in &shifted.called {
+            if let Some(used) = self.active.get_mut(name) {
+                *used = (*used).max(t);
+            }
+        }
         for (id, mark) in &unread.reminders {
             let later = |mine: Option<u64>, theirs: Option<u64>| match (mine, theirs) {
                 (a, None) => a,
@@ -419,7 +427,7 @@ mod tests {
                 showing_until: Some(2),
             },
         );
-        stored.absorb_unread(&unread);
+        stored.absorb_unread(&unread, false);
         assert_eq!(stored.turn(), 5);
         assert_eq!(stored.activity("a", 10), Activity::Active { last_used: 4 });
         assert_eq!(stored.activity("b", 10), Activity::Active { last_used: 5 });
@@ -438,6 +446,36 @@ mod tests {
                 showing_until: Some(6),
             }
         );
+    }
+
+    /// A call the unread request counted (a client's result, recorded at its turn 0 before it
+    /// advanced) refreshes the stored activation of its tool, as it would have read stored: it
+    /// was used in the stored session's last turn. A retry's turn is that last turn itself.
+    #[test]
+    fn an_unread_requests_calls_refresh_stored_activations_and_a_retry_is_no_new_turn() {
+        let mut stored = SessionState::default();
+        for _ in 0..4 {
+            stored.next_turn();
+        }
+        stored.activate(["x"]);
+        stored.next_turn();
+        let mut read = stored.clone();
+        let mut unread = SessionState::default();
+        for s in [&mut read, &mut unread] {
+            s.record_call("x");
+            s.next_turn();
+        }
+        stored.absorb_unread(&unread, false);
+        assert_eq!(stored.turn(), read.turn());
+        assert_eq!(stored.activity("x", 3), read.activity("x", 3));
+        assert_eq!(stored.activity("x", 3), Activity::Active { last_used: 5 });
+        let mut again = read.clone();
+        let mut retry = SessionState::default();
+        retry.next_turn();
+        retry.activate(["y"]);
+        again.absorb_unread(&retry, true);
+        assert_eq!(again.turn(), read.turn());
+        assert_eq!(again.activity("y", 3), Activity::Active { last_used: 6 });
     }
 
     #[test]

@@ -284,15 +284,32 @@ impl Proxy {
                 return Saved::Failed;
             }
             let other_figures = other.figures.clone();
+            // What the stored session fixed when its list froze stays: the values its
+            // templates read and the descriptions they rendered.
+            let mut frozen = None;
             if unread {
-                // This request's turns come after the stored session's; its surface and the
-                // tools it told are the stored session's.
+                // This request's turns come after the stored session's (a retry of the request
+                // it ended at is that request's turn); its surface and the tools it told are the
+                // stored session's.
+                let again = session.last_entry.is_some() && session.last_entry == other.last_entry;
                 let mut state = other.state.clone();
-                state.absorb_unread(&session.state);
+                state.absorb_unread(&session.state, again);
                 session.state = state;
+                if other.values.is_some() {
+                    frozen = Some((
+                        other.values.clone(),
+                        other.described.clone(),
+                        other.described_on.clone(),
+                    ));
+                }
                 unread = false;
             }
             session.merge_from(other, &base, self.compiled.config().authoring.max_tools);
+            if let Some((values, described, on)) = frozen {
+                session.values = values;
+                session.described = described;
+                session.described_on = on;
+            }
             merged = true;
             // The merged figures are the other's plus this request's additions: measured from
             // the other's, the next merge adds those again, and only those.
@@ -476,5 +493,50 @@ mod tests {
         // Nothing stored: the new session is the session.
         let saved = proxy.save_session("new", ProxySession::default(), standing, None, true, &base);
         assert_eq!(saved.await, Saved::Written);
+    }
+
+    /// A retry of the request the stored session ended at, whose read failed, is that request's
+    /// turn again, not one more; and what the stored session fixed when its list froze (the
+    /// values its templates read, the descriptions they rendered) stays, whatever the unread
+    /// request fixed for itself.
+    #[tokio::test]
+    async fn an_unread_retry_keeps_the_turn_and_the_stored_session_keeps_its_frozen_values() {
+        use toolshelf_core::template::SessionValues;
+        let config = toolshelf_core::Config::default();
+        let compiled = Arc::new(Compiled::new(config, "t.toml", None).expect("compiles"));
+        let store = Arc::new(crate::store::MemoryStore::new(10, None));
+        let proxy = Proxy::new(compiled, store.clone(), None).expect("proxy");
+        let base = crate::session::Figures::default();
+        let values = |client: &str| SessionValues {
+            client: Some(client.to_owned()),
+            ..SessionValues::default()
+        };
+        let mut stored = ProxySession::default();
+        for _ in 0..3 {
+            stored.state.next_turn();
+        }
+        stored.last_entry = Some("entry".to_owned());
+        stored.values = Some(values("first"));
+        stored
+            .described
+            .insert("t".into(), "as first rendered".into());
+        let bytes = stored.to_bytes();
+        let saved = proxy.save_session("k", stored, bytes, None, false, &base);
+        assert_eq!(saved.await, Saved::Written);
+        let mut retry = ProxySession::default();
+        retry.state.next_turn();
+        retry.last_entry = Some("entry".to_owned());
+        retry.values = Some(values("second"));
+        retry
+            .described
+            .insert("t".into(), "as rendered again".into());
+        let bytes = retry.to_bytes();
+        let saved = proxy.save_session("k", retry, bytes, None, true, &base);
+        assert_eq!(saved.await, Saved::Merged);
+        let v = store.get("k").await.expect("ok").expect("stored");
+        let now = ProxySession::from_bytes(&v.value).expect("a session");
+        assert_eq!(now.state.turn(), 3);
+        assert_eq!(now.values, Some(values("first")));
+        assert_eq!(now.described["t"], "as first rendered");
     }
 }
