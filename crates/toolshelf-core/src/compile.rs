@@ -315,8 +315,9 @@ impl Compiled {
     }
 
     /// [`Self::unmatched`] for a catalog without the tools of the servers `down` (as configured:
-    /// failed, disabled, not started yet): their tools are unknown rather than absent, so a
-    /// pattern that may name one of them says so, naming the server.
+    /// those whose tool list is not known, neither listed nor cached: failed, disabled, still
+    /// starting): their tools are unknown rather than absent, so a pattern that may name one of
+    /// them says so, naming the server.
     pub fn unmatched_while_down(&self, catalog: &Catalog, down: &[String]) -> Vec<String> {
         let down_note = |p: &Pattern| down_note(down, p);
         let tools = catalog.tools();
@@ -376,7 +377,14 @@ impl Compiled {
                 .admits_nothing(catalog, &self.expose(catalog).decisions),
         );
         out.extend(self.templates.unmatched(catalog, &|name: &str| {
-            Pattern::new(&format!("^{name}$"))
+            // A section names a tool by its canonical name or by its bare one, which a tool of
+            // any server may have.
+            let whole = if name.starts_with(crate::name::MCP_PREFIX) {
+                format!("^{name}$")
+            } else {
+                format!("^{}*__{name}$", crate::name::MCP_PREFIX)
+            };
+            Pattern::new(&whole)
                 .map(|p| down_note(&p))
                 .unwrap_or_default()
         }));

@@ -225,6 +225,13 @@ fn a_tools_section_that_names_no_tool_is_reported() {
         "[tools.mcp__db__query]\ndescription_template = \"'y'\"",
         None,
     );
+    let bare = compiled("[tools.query]\ndescription_template = \"'y'\"", None);
+    assert_eq!(
+        bare.unmatched_while_down(&c, &["db".to_owned()]),
+        [
+            "[tools.\"query\"] matches no tool (it may name a tool of server \"db\", which is not running); its description_template is not used"
+        ]
+    );
     assert_eq!(
         down.unmatched_while_down(&c, &["db".to_owned()]),
         [

@@ -579,7 +579,8 @@ impl Hub {
                     .map(|h| h.index)
                     .collect()
             };
-            // Servers whose tools are not known (failed or disabled, with no cached list).
+            // Servers whose tools are not known, neither listed nor cached (failed, disabled,
+            // still starting).
             let down: Vec<String> = self
                 .servers
                 .iter()

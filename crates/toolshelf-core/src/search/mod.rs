@@ -21,6 +21,7 @@ pub mod schema_text;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -659,6 +660,13 @@ impl Groups {
     /// (not starting lower-case), which tells "on Linear" from "a linear regression"; one
     /// without capitals says nothing by its case.
     fn named_in(&self, ids: &[Option<u32>], text: &str) -> Vec<u32> {
+        self.named_in_part(ids, text, 0..text.len())
+    }
+
+    /// [`Self::named_in`] for the part `part` of `text` (a byte range) whose terms are `ids`:
+    /// whether a name is written as one is read in the whole text (which decides whether case
+    /// says anything, and where sentences start), from the words of the part.
+    fn named_in_part(&self, ids: &[Option<u32>], text: &str, part: Range<usize>) -> Vec<u32> {
         let mut out = Vec::new();
         // Read once, when a name is found: the terms written as names, or `None` for a query
         // without capitals.
@@ -674,7 +682,7 @@ impl Groups {
                 let written = written.get_or_insert_with(|| {
                     text.chars()
                         .any(char::is_uppercase)
-                        .then(|| capitalised_terms(text))
+                        .then(|| capitalised_terms(text, part.clone()))
                 });
                 if written.as_ref().is_none_or(|written| {
                     self.name_words[*g as usize]
@@ -1980,12 +1988,13 @@ impl SearchIndex {
             .collect()
     }
 
-    /// The best tool of group `g` for the first phrase of `query` that names its server, when the
-    /// query has several phrases (see [`split_phrases`]): among the tools the query may show,
+    /// The best tool of group `g` for the phrase of `query` that names its server, when the query
+    /// has several phrases (see [`split_phrases`]); of several such phrases, the one whose best
+    /// tool of the server scores highest for it by BM25F. Among the tools the query may show,
     /// does not name exactly, and whose whole-query score keeps `floor`, the one with the most
     /// of the phrase's BM25F score and the whole query's fused score, each as a share of the
-    /// server's best (ties by name). `None` for a query of one phrase, or when no phrase names
-    /// the server on its own or matches one of its tools.
+    /// server's best (ties by name); with the phrase, parsed. `None` for a query of one phrase,
+    /// or when no phrase names the server on its own or matches one of its tools.
     fn named_in_clause(
         &self,
         g: u32,
@@ -1993,12 +2002,15 @@ impl SearchIndex {
         exact: &[u32],
         floor: f32,
         scratch: &mut RankScratch,
-    ) -> Option<u32> {
+    ) -> Option<(u32, ParsedQuery)> {
         let groups = self.groups.as_ref()?;
         let parts = split_phrases(query);
         if parts.len() < 2 {
             return None;
         }
+        // The phrase whose best tool of the server it matches best: (its BM25F score for the
+        // phrase, the tool, the phrase).
+        let mut chosen: Option<(f32, u32, ParsedQuery)> = None;
         for text in parts {
             let q = self.parse_memo(text, &mut scratch.memo);
             let ids: Vec<Option<u32>> = match self.own_ids(&q) {
@@ -2009,7 +2021,13 @@ impl SearchIndex {
                     .map(|(t, _)| self.lexical.index.term_id(t))
                     .collect(),
             };
-            if !groups.named_in(&ids, text).contains(&g) {
+            // Phrases are slices of the query; whether the phrase writes the server's name as a
+            // name is read in the whole query, as for the request.
+            let at = text.as_ptr() as usize - query.as_ptr() as usize;
+            if !groups
+                .named_in_part(&ids, query, at..at + text.len())
+                .contains(&g)
+            {
                 continue;
             }
             self.weighted_terms(&q, &mut scratch.terms, &mut scratch.group_terms);
@@ -2032,17 +2050,17 @@ impl SearchIndex {
                     && whole.scores[d as usize] > 0.0
                     && exact.binary_search(&d).is_err()
             };
-            // The clause's evidence and the whole request's (which holds the meaning), each as
+            // The phrase's evidence and the whole request's (which holds the meaning), each as
             // a share of the server's best.
-            let (mut top_clause, mut top_whole) = (0.0f32, 0.0f32);
+            let (mut top_phrase, mut top_whole) = (0.0f32, 0.0f32);
             for &d in members.iter().filter(|&&d| shown(d)) {
-                top_clause = top_clause.max(scores[d as usize]);
+                top_phrase = top_phrase.max(scores[d as usize]);
                 top_whole = top_whole.max(whole.scores[d as usize]);
             }
             let mut best: Option<(f32, u32)> = None;
-            if top_clause > 0.0 {
+            if top_phrase > 0.0 {
                 for &d in members.iter().filter(|&&d| shown(d)) {
-                    let s = scores[d as usize] / top_clause + whole.scores[d as usize] / top_whole;
+                    let s = scores[d as usize] / top_phrase + whole.scores[d as usize] / top_whole;
                     if best.is_none_or(|b| s > b.0 || (s == b.0 && name_rank(d) < name_rank(b.1))) {
                         best = Some((s, d));
                     }
@@ -2051,9 +2069,13 @@ impl SearchIndex {
             for &d in matched.iter() {
                 scores[d as usize] = 0.0;
             }
-            return best.map(|(_, d)| d);
+            if let Some((_, d)) = best
+                && chosen.as_ref().is_none_or(|c| top_phrase > c.0)
+            {
+                chosen = Some((top_phrase, d, q));
+            }
         }
-        None
+        chosen.map(|(_, d, q)| (d, q))
     }
 
     /// The clauses of one long query whose own best tool is missing from the whole query's
@@ -2337,25 +2359,32 @@ impl SearchIndex {
                 }
                 // In a request of several clauses, the server's tool for the clause that names
                 // it: the other clauses' words should not pick which of its tools comes.
-                let d = self
-                    .named_in_clause(g, &queries[0], &exact, floor, scratch)
-                    .unwrap_or(d);
+                let (d, phrase) = match self.named_in_clause(g, &queries[0], &exact, floor, scratch)
+                {
+                    Some((d, q)) => (d, Some(q)),
+                    None => (d, None),
+                };
                 ranked.retain(|x| x.1 != d);
                 let at = named_at.min(ranked.len());
                 ranked.insert(at, (scratch.query.scores[d as usize], d, None));
-                named.push(d);
+                named.push((d, phrase));
                 named_at += 1;
             }
             ranked.truncate(keep);
             hits.extend(ranked.into_iter().map(|(score, d, clause)| {
                 let reason = match clause {
-                    None if named.contains(&d) => format!(
+                    None if let Some((_, phrase)) = named.iter().find(|n| n.0 == d) => format!(
                         "the request names server {}: {}",
                         self.labels[d as usize]
                             .original_server
                             .as_deref()
                             .unwrap_or_default(),
-                        self.reason(d, &all)
+                        // The phrase that names it, when it chose the tool: the other steps'
+                        // words say nothing of this hit.
+                        match phrase {
+                            Some(q) => self.reason(d, &[q]),
+                            None => self.reason(d, &all),
+                        }
                     ),
                     None => self.reason(d, &all),
                     Some(c) => {
@@ -2659,16 +2688,18 @@ fn next_part(total: &mut usize, out: &mut String) -> bool {
 /// query's two best, which keep their places. Set before measuring; 1 and 3 measured the same.
 const CLAUSE_SLOT: usize = 2;
 
-/// The terms of the words `text` writes as names would be: their first letter not lower-case.
-/// A sentence's first word is capitalised whatever it is, so there only a capital inside the
-/// word (`GitHub`) says it is a name.
-fn capitalised_terms(text: &str) -> Vec<String> {
+/// The terms of the words `text` writes as names would be (their first letter not lower-case),
+/// of its words that start in `part`. A sentence's first word is capitalised whatever it is, so
+/// there only a capital inside the word (`GitHub`) says it is a name.
+fn capitalised_terms(text: &str, part: Range<usize>) -> Vec<String> {
     let mut out = Vec::new();
     let mut opens = true;
     for word in text.split_whitespace() {
+        // Words are slices of `text`: where this one starts.
+        let at = word.as_ptr() as usize - text.as_ptr() as usize;
         let mut letters = word.chars().filter(|c| c.is_alphabetic());
         let capital = letters.next().is_some_and(|c| !c.is_lowercase());
-        if capital && (!opens || letters.any(char::is_uppercase)) {
+        if part.contains(&at) && capital && (!opens || letters.any(char::is_uppercase)) {
             analyze::analyze_into(word, &mut out);
         }
         opens = word.ends_with(['.', '!', '?', ':']);
@@ -3849,16 +3880,67 @@ mod tests {
                 })
                 .expect("a Slack tool");
             assert_eq!(name(by_whole), "mcp__slack__list_channels");
-            let d = index
+            let (d, phrase) = index
                 .named_in_clause(g, query, &[], 0.0, scratch)
                 .expect("a tool for the phrase");
+            assert_eq!(
+                phrase.text,
+                "and post the summary to the standup channel on Slack"
+            );
             assert_eq!(name(d), "mcp__slack__post_message");
             // A request of one phrase has no phrase of its own to go by.
-            assert_eq!(
-                index.named_in_clause(g, "post on Slack", &[], 0.0, scratch),
-                None
+            assert!(
+                index
+                    .named_in_clause(g, "post on Slack", &[], 0.0, scratch)
+                    .is_none()
             );
         });
+    }
+
+    /// In a request that uses capitals, a phrase names a server only where it writes the name
+    /// as one: "we had a notion to find it" does not name Notion, "and save it in Notion" does,
+    /// wherever each stands.
+    #[test]
+    fn a_phrase_names_a_server_as_the_request_would() {
+        let calendar: Vec<serde_json::Value> = (0..8)
+            .map(|i| {
+                serde_json::json!({"name": format!("view{i}"),
+                    "description": format!("Calendar events, free and busy times, view {i}")})
+            })
+            .collect();
+        let (_, index) = indexed(&serde_json::json!({"servers": [
+            {"name": "calendar", "description": "Calendar", "tools": calendar},
+            {"name": "notion", "description": "Workspace pages",
+             "tools": [{"name": "search", "description": "Find pages"},
+                       {"name": "create_page", "description": "Save text to a new page"},
+                       {"name": "get_page", "description": "One page"}]}
+        ]}));
+        let name = |d: u32| &*index.labels[d as usize].name;
+        for query in [
+            "List the calendar events of tomorrow with the free and busy times, we had a notion \
+             to find it, and save it in Notion",
+            "List the calendar events of tomorrow with the free and busy times, and save it in \
+             Notion, we had a notion to find it",
+        ] {
+            index.rank(&[query.to_owned()], 5);
+            let g = index.groups.as_ref().expect("groups").of_doc[(0..index.docs.len() as u32)
+                .find(|&d| name(d).starts_with("mcp__notion__"))
+                .expect("a notion tool")
+                as usize];
+            let found = RANK_SCRATCH.with_borrow_mut(|scratch| {
+                index
+                    .named_in_clause(g, query, &[], 0.0, scratch)
+                    .map(|(d, q)| (name(d).to_owned(), q.text))
+            });
+            assert_eq!(
+                found,
+                Some((
+                    "mcp__notion__create_page".to_owned(),
+                    "and save it in Notion".to_owned()
+                )),
+                "{query}"
+            );
+        }
     }
 
     #[test]
