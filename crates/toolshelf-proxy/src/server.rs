@@ -1092,7 +1092,36 @@ fn log_failure(dialect: Dialect, turn: Option<&Turn>, why: &str) {
 
 /// Why an upstream's error response failed a request.
 fn upstream_status(url: &str, status: reqwest::StatusCode) -> String {
-    format!("upstream {} answered {status}", shown_url(url))
+    format!(
+        "upstream {} answered {}",
+        shown_url(url),
+        status_line(status)
+    )
+}
+
+/// A status as a log line shows it: `429 Too Many Requests`, and `529 Overloaded` for the
+/// status Anthropic sends when it is overloaded, which HTTP does not name.
+fn status_line(status: reqwest::StatusCode) -> String {
+    let reason = match status.as_u16() {
+        529 => Some("Overloaded"),
+        _ => status.canonical_reason(),
+    };
+    match reason {
+        Some(r) => format!("{} {r}", status.as_u16()),
+        None => status.as_u16().to_string(),
+    }
+}
+
+/// What an upstream's error body says: its `error.message` (or `message`) when it is JSON that
+/// has one, else the body itself, cut.
+fn upstream_said(body: &str) -> String {
+    let said = serde_json::from_str::<Value>(body).ok().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    crate::short(&said.unwrap_or_else(|| body.to_owned()))
 }
 
 type Chunk = Result<Bytes, std::io::Error>;
@@ -1100,13 +1129,81 @@ type Chunk = Result<Bytes, std::io::Error>;
 /// Why pumping a round stopped early.
 enum Pump {
     ClientGone,
+    /// The upstream's stream failed: it broke, ended early, or is no event stream.
     Upstream(String),
+    /// The upstream's stream sent nothing for `[proxy] upstream_timeout_secs`.
+    Stalled(String),
+    /// An event of the upstream's stream failed the round: an error event it sent, or one
+    /// that cannot be read.
+    Event(String),
+}
+
+/// The client's side of a stream. Until the stream shows output past its opening (see
+/// [`Streamer::shown`]), what it writes is held and no status is sent: a failure before then,
+/// such as a 429 or 529 in a round the proxy added after answering a search itself, still
+/// reaches the client as the HTTP error the upstream gave (its status, `retry-after` and body),
+/// which SDKs retry, rather than as an error event after a 200.
+struct Gate {
+    tx: tokio::sync::mpsc::Sender<Chunk>,
+    held: Vec<Bytes>,
+    /// Told how to answer once that is known: `None` to stream, or a response to give instead.
+    start: Option<tokio::sync::oneshot::Sender<Option<Response>>>,
+}
+
+impl Gate {
+    /// Sends `bytes` on, or holds them while the stream shows nothing (`shown` says whether it
+    /// does with them). `Err` when the client went away.
+    async fn send(&mut self, bytes: Vec<u8>, shown: bool) -> Result<(), ()> {
+        if self.start.is_some() && !shown {
+            if !bytes.is_empty() {
+                self.held.push(Bytes::from(bytes));
+            }
+            return Ok(());
+        }
+        self.open().await?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.tx.send(Ok(Bytes::from(bytes))).await.map_err(|_| ())
+    }
+
+    /// Starts the client's stream (status 200) with what was held.
+    async fn open(&mut self) -> Result<(), ()> {
+        if let Some(start) = self.start.take() {
+            start.send(None).map_err(|_| ())?;
+            for b in std::mem::take(&mut self.held) {
+                self.tx.send(Ok(b)).await.map_err(|_| ())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the client's stream has not started: a failure can still be answered with a
+    /// status of its own.
+    fn unsent(&self) -> bool {
+        self.start.is_some()
+    }
+
+    /// Ends the client's stream with the format's error event (an event the upstream sent, as
+    /// it sent it: see [`Streamer::error`]), after what was held.
+    async fn fail(&mut self, streamer: &mut dyn Streamer, kind: &str, why: &str) {
+        let mut out = Vec::new();
+        streamer.error(kind, why, &mut out);
+        let _ = self.send(out, true).await;
+    }
+
+    /// Answers with `response` instead of a stream (only while [`Self::unsent`]).
+    fn answer(&mut self, response: Response) {
+        if let Some(start) = self.start.take() {
+            let _ = start.send(Some(response));
+        }
+    }
 }
 
 async fn pump(
     resp: reqwest::Response,
     streamer: &mut dyn Streamer,
-    tx: &tokio::sync::mpsc::Sender<Chunk>,
+    gate: &mut Gate,
     idle: Duration,
 ) -> Result<crate::api::Round, Pump> {
     let media = resp
@@ -1145,7 +1242,7 @@ async fn pump(
             Some(c) => Some(Ok(c)),
             None => match tokio::time::timeout(idle, stream.next()).await {
                 Err(_) => {
-                    return Err(Pump::Upstream(format!(
+                    return Err(Pump::Stalled(format!(
                         "the upstream stream stalled for {} s",
                         idle.as_secs()
                     )));
@@ -1166,16 +1263,14 @@ async fn pump(
         for event in reader.feed(&chunk) {
             if let Err(why) = streamer.event(&event, &mut out) {
                 // What the events before it in this chunk produced still reaches the client.
-                if !out.is_empty() {
-                    let _ = tx.send(Ok(Bytes::from(out))).await;
-                }
-                return Err(Pump::Upstream(why));
+                let _ = gate.send(out, streamer.shown()).await;
+                return Err(Pump::Event(why));
             }
             if streamer.round_done() {
                 break;
             }
         }
-        if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
+        if gate.send(out, streamer.shown()).await.is_err() {
             return Err(Pump::ClientGone);
         }
         if streamer.round_done() {
@@ -1221,12 +1316,18 @@ async fn run_stream(
     }
     let mut client_headers = response_headers(first.headers(), true);
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(64);
+    let (start, started) = tokio::sync::oneshot::channel();
     let idle = Duration::from_secs(app.proxy.compiled.config().proxy.upstream_timeout_secs);
     tokio::spawn(async move {
+        let mut gate = Gate {
+            tx,
+            held: Vec::new(),
+            start: Some(start),
+        };
         let mut streamer = dialect.streamer(turn.prepared.include_usage, turn.client.echo.clone());
         let mut resp = first;
         loop {
-            let round = match pump(resp, streamer.as_mut(), &tx, idle).await {
+            let round = match pump(resp, streamer.as_mut(), &mut gate, idle).await {
                 Ok(r) => r,
                 Err(Pump::ClientGone) => {
                     tracing::info!(
@@ -1235,11 +1336,25 @@ async fn run_stream(
                     book_unfinished(&app.proxy, &turn, None);
                     return;
                 }
-                Err(Pump::Upstream(message)) => {
+                Err(Pump::Stalled(message)) if gate.unsent() => {
                     book_unfinished(&app.proxy, &turn, Some(&message));
-                    let mut out = Vec::new();
-                    streamer.error("api_error", &message, &mut out);
-                    let _ = tx.send(Ok(Bytes::from(out))).await;
+                    gate.answer(error_response(
+                        Some(dialect),
+                        &timeout_error(&url, idle.as_secs()),
+                    ));
+                    return;
+                }
+                Err(Pump::Upstream(message)) if gate.unsent() => {
+                    book_unfinished(&app.proxy, &turn, Some(&message));
+                    gate.answer(error_response(
+                        Some(dialect),
+                        &upstream_error(&url, &message),
+                    ));
+                    return;
+                }
+                Err(Pump::Upstream(message) | Pump::Stalled(message) | Pump::Event(message)) => {
+                    book_unfinished(&app.proxy, &turn, Some(&message));
+                    gate.fail(streamer.as_mut(), "api_error", &message).await;
                     return;
                 }
             };
@@ -1247,6 +1362,15 @@ async fn run_stream(
                 Next::Continue => {
                     resp = match send(&app.proxy, &url, &headers, &turn.prepared.body).await {
                         Ok(r) if r.status().is_success() => r,
+                        Ok(r) if gate.unsent() => {
+                            book_unfinished(
+                                &app.proxy,
+                                &turn,
+                                Some(&upstream_status(&url, r.status())),
+                            );
+                            gate.answer(relay_error(&app.proxy, &url, dialect, r).await);
+                            return;
+                        }
                         Ok(r) => {
                             let status = r.status();
                             let body = match error_body(&app.proxy, &url, r).await {
@@ -1258,20 +1382,24 @@ async fn run_stream(
                                 &turn,
                                 Some(&upstream_status(&url, status)),
                             );
-                            let mut out = Vec::new();
-                            streamer.error(
-                                &upstream_kind(status),
-                                &format!("upstream {status}: {}", crate::short(&body)),
-                                &mut out,
+                            let why = format!(
+                                "upstream {}: {}",
+                                status_line(status),
+                                upstream_said(&body)
                             );
-                            let _ = tx.send(Ok(Bytes::from(out))).await;
+                            gate.fail(streamer.as_mut(), &upstream_kind(status), &why)
+                                .await;
+                            return;
+                        }
+                        Err(e) if gate.unsent() => {
+                            book_unfinished(&app.proxy, &turn, Some(&e.to_string()));
+                            gate.answer(error_response(Some(dialect), &e));
                             return;
                         }
                         Err(e) => {
                             book_unfinished(&app.proxy, &turn, Some(&e.to_string()));
-                            let mut out = Vec::new();
-                            streamer.error("api_error", &e.to_string(), &mut out);
-                            let _ = tx.send(Ok(Bytes::from(out))).await;
+                            gate.fail(streamer.as_mut(), "api_error", &e.to_string())
+                                .await;
                             return;
                         }
                     };
@@ -1290,7 +1418,7 @@ async fn run_stream(
                         turn.client.usage.as_ref(),
                         &mut out,
                     );
-                    let sent = tx.send(Ok(Bytes::from(out))).await.is_ok();
+                    let sent = gate.send(out, true).await.is_ok();
                     if sent {
                         finish(&app, turn).await;
                     }
@@ -1299,6 +1427,10 @@ async fn run_stream(
             }
         }
     });
+    // The status waits for the stream's first output, or for the failure that comes first.
+    if let Ok(Some(refused)) = started.await {
+        return refused;
+    }
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))
     });

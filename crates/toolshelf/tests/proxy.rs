@@ -402,11 +402,11 @@ fn a_failed_request_is_logged_with_the_reason() {
     let log = proxy.log();
     for says in [
         format!(
-            "failed: upstream {}/v1/messages answered 529",
+            "failed: upstream {}/v1/messages answered 529 Overloaded\n",
             upstream.url()
         ),
         format!(
-            "passing a request through failed: upstream {}/v1/messages answered 500",
+            "passing a request through failed: upstream {}/v1/messages answered 500 Internal Server Error",
             upstream.url()
         ),
         "failed: the request body must be a JSON object".to_owned(),

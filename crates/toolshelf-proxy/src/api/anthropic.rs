@@ -471,6 +471,11 @@ impl Streamer for Stream {
         self.done
     }
 
+    fn shown(&self) -> bool {
+        // Every block the client receives takes the next index.
+        self.next_index > 0
+    }
+
     fn take_round(&mut self) -> Round {
         self.done = false;
         self.open.clear();

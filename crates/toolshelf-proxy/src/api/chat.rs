@@ -365,6 +365,8 @@ pub struct Stream {
     /// The first chunk's `id`, `created`, `model`, ... (everything but choices and usage).
     head: Option<Map<String, Value>>,
     role_sent: bool,
+    /// Whether a chunk with more than the role was sent: see [`Streamer::shown`].
+    shown: bool,
     next_call: usize,
     text: String,
     /// Whether an earlier round streamed text: this round's first text starts on a new paragraph.
@@ -390,6 +392,7 @@ impl Stream {
             include_usage,
             head: None,
             role_sent: false,
+            shown: false,
             next_call: 0,
             text: String::new(),
             earlier_text: false,
@@ -523,6 +526,10 @@ impl Streamer for Stream {
                     .any(|v| v.as_array().is_some_and(|a| !a.is_empty()))
             });
             let empty = rest.values().all(|v| v.is_null() || v == "");
+            self.shown |= tokens
+                || rest
+                    .iter()
+                    .any(|(k, v)| k != "role" && !v.is_null() && v != "");
             if !empty || tokens {
                 let c = self.chunk(
                     json!([{"index": 0, "delta": rest, "logprobs": logprobs, "finish_reason": null}]),
@@ -535,6 +542,10 @@ impl Streamer for Stream {
 
     fn round_done(&self) -> bool {
         self.done
+    }
+
+    fn shown(&self) -> bool {
+        self.shown
     }
 
     fn take_round(&mut self) -> Round {
@@ -585,6 +596,7 @@ impl Streamer for Stream {
         };
         self.earlier_text |= !text.is_empty();
         let mut delta = json!({"content": text});
+        self.shown = true;
         if !self.role_sent {
             self.role_sent = true;
             delta["role"] = "assistant".into();
@@ -607,6 +619,7 @@ impl Streamer for Stream {
                 "function": {"name": call.name, "arguments": client_arguments(call)}}),
         };
         let mut delta = json!({"tool_calls": [tc]});
+        self.shown = true;
         if !self.role_sent {
             self.role_sent = true;
             delta["role"] = "assistant".into();

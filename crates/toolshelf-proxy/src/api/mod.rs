@@ -494,6 +494,10 @@ pub trait Streamer: Send + std::fmt::Debug {
     fn event(&mut self, event: &Event, out: &mut Vec<u8>) -> Result<(), String>;
     /// Whether the current round's stream ended.
     fn round_done(&self) -> bool;
+    /// Whether the client's stream holds output past its opening (the first round's
+    /// `message_start`, role chunk or `response.created`): text, a call, an item. Until it
+    /// does, the proxy may still answer a failure with an HTTP status instead of an error event.
+    fn shown(&self) -> bool;
     /// The round just streamed (and readies the next).
     fn take_round(&mut self) -> Round;
     /// Writes a complete text part the proxy adds itself.

@@ -565,6 +565,11 @@ impl Streamer for Stream {
         self.done
     }
 
+    fn shown(&self) -> bool {
+        // Every item the client receives takes the next output index.
+        self.next_index > 0
+    }
+
     fn take_round(&mut self) -> Round {
         self.done = false;
         self.rounds += 1;

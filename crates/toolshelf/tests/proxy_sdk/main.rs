@@ -270,7 +270,10 @@ fn openai_responses_agent_loop_streamed() {
 // --- faults ---------------------------------------------------------------------------------
 
 /// Upstream 429, 500 and 529 on the round after a search reach the client: as the upstream's
-/// status and body when nothing was sent yet, as the format's error event inside a stream.
+/// status and body when nothing was sent yet, as the format's error event inside a stream
+/// that showed the client the search round's text. A stream that showed nothing (the model only
+/// searched) has sent no status yet: the upstream's status, body and `retry-after` go out, as
+/// for a request not streamed, so the SDK can retry.
 fn upstream_errors(api: Api) {
     let cases = [
         (429, "rate_limit_error", "slow down, scripted"),
@@ -281,10 +284,20 @@ fn upstream_errors(api: Api) {
         Api::Anthropic => json!({"type": "error", "error": {"type": kind, "message": message}}),
         _ => json!({"error": {"type": kind, "message": message, "code": kind, "param": null}}),
     };
+    // The search round: with text the client sees, or with the call alone.
+    let quiet_search = || {
+        let mut step = search_step();
+        step.as_object_mut().expect("a step").remove("text");
+        step
+    };
     let mut steps = Vec::new();
-    for _stream in [false, true] {
+    for pass in 0..3 {
         for (status, kind, message) in cases {
-            steps.push(search_step());
+            steps.push(if pass < 2 {
+                search_step()
+            } else {
+                quiet_search()
+            });
             steps.push(json!({"status": status, "body": body(kind, message),
                               "headers": {"retry-after": "7"}}));
         }
@@ -293,22 +306,27 @@ fn upstream_errors(api: Api) {
     let upstream = Upstream::start(&s, &Value::Array(steps));
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
     let mut specs = Vec::new();
-    for stream in [false, true] {
+    for pass in 0..3 {
         for (status, _, _) in cases {
-            let prompt = format!("weather, please ({status}, stream {stream})");
+            let stream = pass > 0;
+            let prompt = format!("weather, please ({status}, pass {pass})");
             specs.push(spec(api, stream, &proxy, &prompt, json!({"requests": 1})));
         }
     }
     let reports = run_client(&s, "errors", &Value::Array(specs));
     let reports = reports.as_array().expect("one report per spec");
     for (i, report) in reports.iter().enumerate() {
-        let stream = i >= cases.len();
+        let pass = i / cases.len();
+        let (stream, shown) = (pass > 0, pass == 1);
         let (status, kind, message) = cases[i % cases.len()];
-        let what = format!("{} {status} (stream: {stream})", api.name());
+        let what = format!(
+            "{} {status} (stream: {stream}, text shown: {shown})",
+            api.name()
+        );
         let r = only_request(report);
         assert_eq!(r["ok"], false, "{what}: the SDK raised: {r:#}");
         let wire = &report["wire"][0];
-        if stream {
+        if shown {
             assert_eq!(wire["status"], 200, "{what}: the stream had started");
             let (got_kind, got_message) = stream_error(api, &what, wire);
             assert_eq!(
@@ -317,7 +335,11 @@ fn upstream_errors(api: Api) {
             );
             assert!(
                 got_message.contains(&status.to_string()) && got_message.contains(message),
-                "{what}: the message names the upstream's status and carries its body: {got_message}"
+                "{what}: the message names the upstream's status and carries its message: {got_message}"
+            );
+            assert!(
+                !got_message.contains('{'),
+                "{what}: the upstream's message, not its JSON body: {got_message}"
             );
             // The SDK read the stream's error event (the Responses stream helper reports the
             // stream that never completed).
@@ -354,7 +376,7 @@ fn upstream_errors(api: Api) {
         }
     }
     // Every fault came on the round after a search the proxy answered.
-    let turns = upstream.played(2 * 2 * cases.len());
+    let turns = upstream.played(3 * 2 * cases.len());
     for pair in turns.chunks(2) {
         let results = pair[1]["tool_results"].as_array().expect("tool_results");
         assert!(
@@ -365,10 +387,10 @@ fn upstream_errors(api: Api) {
         );
     }
     // A failed request still books the rounds and searches it had.
-    let totals = &totals_after(&proxy, 2 * cases.len() as u64);
-    assert_eq!(totals["errors"], 2 * cases.len(), "{totals}");
-    assert_eq!(totals["searches"], 2 * cases.len(), "{totals}");
-    assert_eq!(totals["rounds"], 2 * cases.len(), "{totals}");
+    let totals = &totals_after(&proxy, 3 * cases.len() as u64);
+    assert_eq!(totals["errors"], 3 * cases.len(), "{totals}");
+    assert_eq!(totals["searches"], 3 * cases.len(), "{totals}");
+    assert_eq!(totals["rounds"], 3 * cases.len(), "{totals}");
 }
 
 #[test]
@@ -824,7 +846,8 @@ fn a_10_mb_request_under_the_default_limit_is_rewritten() {
 /// An upstream that stops answering, before its headers, inside a JSON body, inside an error's
 /// body, or inside a stream on the round after a search: each request ends once
 /// `[proxy] upstream_timeout_secs` has passed, in an error that says so (a 504, or the stream's
-/// error event), and the proxy serves the next one.
+/// error event once the stream has shown the client something), and the proxy serves the next
+/// one.
 #[test]
 fn an_upstream_that_stops_answering_times_out() {
     let stall = json!({"hang": 30, "hang_after": 5});
@@ -836,6 +859,12 @@ fn an_upstream_that_stops_answering_times_out() {
     };
     let error = json!({"error": {"type": "rate_limit_error", "message": "slow down"}});
     let error_step = || json!({"status": 429, "body": error});
+    // A search round the client sees nothing of: the call alone.
+    let quiet_search = || {
+        let mut step = search_step();
+        step.as_object_mut().expect("a step").remove("text");
+        step
+    };
     // (what, API, streamed, the steps it plays)
     let cases = [
         ("no headers", Api::Chat, false, vec![json!({"hang": 30})]),
@@ -863,6 +892,18 @@ fn an_upstream_that_stops_answering_times_out() {
             true,
             vec![search_step(), with_stall(error_step())],
         ),
+        (
+            "quietly, a stalled stream",
+            Api::Anthropic,
+            true,
+            vec![quiet_search(), with_stall(execute_step())],
+        ),
+        (
+            "quietly, no headers",
+            Api::Responses,
+            true,
+            vec![quiet_search(), json!({"hang": 30})],
+        ),
         ("after the stalls", Api::Chat, true, vec![answer_step()]),
     ];
     let steps: Vec<Value> = cases.iter().flat_map(|c| c.3.clone()).collect();
@@ -888,7 +929,7 @@ fn an_upstream_that_stops_answering_times_out() {
         if *what == "after the stalls" {
             assert_eq!(r["ok"], true, "the next request is served: {r:#}");
             assert_eq!(r["text"], FINAL_TEXT);
-        } else if *stream {
+        } else if *stream && !what.starts_with("quietly") {
             let (_, message) = stream_error(*api, what, &report["wire"][0]);
             assert!(
                 message.contains("stalled for 2 s") || message.contains("within 2 s"),
