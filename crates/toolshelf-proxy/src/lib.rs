@@ -70,6 +70,9 @@ pub struct Totals {
     pub tokens_saved: u64,
     /// Requests that failed (upstream errors, bad requests).
     pub errors: u64,
+    /// Rewritten requests whose client went away before their answer was whole (a turn the
+    /// user cancelled, a client that timed out).
+    pub abandoned: u64,
     /// Session writes that met a concurrent write.
     pub store_conflicts: u64,
     /// Store operations that failed.

@@ -27,6 +27,8 @@ pub const REWRITTEN: &str = "toolshelf_proxy_requests_rewritten_total";
 pub const PASSED: &str = "toolshelf_proxy_requests_passed_total";
 /// Requests that ended in an error.
 pub const ERRORS: &str = "toolshelf_proxy_request_errors_total";
+/// Requests whose client went away before their answer was whole.
+pub const ABANDONED: &str = "toolshelf_proxy_requests_abandoned_total";
 /// Upstream rounds.
 pub const ROUNDS: &str = "toolshelf_proxy_upstream_rounds_total";
 /// Upstream tokens by `kind`.
@@ -91,6 +93,7 @@ pub fn register() {
         REWRITTEN,
         PASSED,
         ERRORS,
+        ABANDONED,
         ROUNDS,
         TOKENS_SAVED,
         PREFIX_BREAKS,
@@ -118,6 +121,10 @@ pub fn describe() {
         (
             ERRORS,
             "Requests that ended in an error: refused by the proxy, upstream errors, streams cut.",
+        ),
+        (
+            ABANDONED,
+            "Rewritten requests whose client went away before their answer was whole (a cancelled turn, a client timeout).",
         ),
         (ROUNDS, "Upstream rounds sent for rewritten requests."),
         (
@@ -175,6 +182,7 @@ pub(crate) fn totals_moved(before: &Totals, after: &Totals) {
     up(REWRITTEN, before.rewritten, after.rewritten);
     up(PASSED, before.passed, after.passed);
     up(ERRORS, before.errors, after.errors);
+    up(ABANDONED, before.abandoned, after.abandoned);
     up(ROUNDS, before.rounds, after.rounds);
     up(TOKENS_SAVED, before.tokens_saved, after.tokens_saved);
     up(PREFIX_BREAKS, before.prefix_breaks, after.prefix_breaks);

@@ -837,23 +837,29 @@ async fn relay_error(
     r
 }
 
-async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap) -> Response {
+async fn run_json(app: &AppState, turn: Turn, url: &str, headers: &HeaderMap) -> Response {
     let proxy = &app.proxy;
     let dialect = turn.prepared.dialect;
     let mut first_headers = None;
     let secs = proxy.compiled.config().proxy.upstream_timeout_secs;
+    // Booked as abandoned if the client goes away while the rounds run.
+    let mut watch = Unanswered {
+        proxy,
+        turn: Some(turn),
+    };
     loop {
         // The limit holds for the whole round: the body, too, must arrive by then.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-        let resp = match send(proxy, url, headers, &turn.prepared.body).await {
+        let resp = match send(proxy, url, headers, &watch.turn().prepared.body).await {
             Ok(r) => r,
             Err(e) => {
-                book_unfinished(proxy, &turn, Some(&e.to_string()));
+                book_unfinished(proxy, &watch.disarm(), Some(&e.to_string()));
                 return error_response(Some(dialect), &e);
             }
         };
         if !resp.status().is_success() {
-            book_unfinished(proxy, &turn, Some(&upstream_status(url, resp.status())));
+            let why = upstream_status(url, resp.status());
+            book_unfinished(proxy, &watch.disarm(), Some(&why));
             return relay_error(proxy, url, dialect, resp).await;
         }
         if first_headers.is_none() {
@@ -861,7 +867,7 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
         }
         let Ok(bytes) = tokio::time::timeout_at(deadline, resp.bytes()).await else {
             let e = timeout_error(url, secs);
-            book_unfinished(proxy, &turn, Some(&e.to_string()));
+            book_unfinished(proxy, &watch.disarm(), Some(&e.to_string()));
             return error_response(Some(dialect), &e);
         };
         let parsed = bytes
@@ -872,14 +878,15 @@ async fn run_json(app: &AppState, mut turn: Turn, url: &str, headers: &HeaderMap
             Ok(r) => r,
             Err(message) => {
                 let e = upstream_error(url, &message);
-                book_unfinished(proxy, &turn, Some(&e.to_string()));
+                book_unfinished(proxy, &watch.disarm(), Some(&e.to_string()));
                 return error_response(Some(dialect), &e);
             }
         };
-        if let Next::Done(_) = turn.round(proxy, round).await {
+        if let Next::Done(_) = watch.turn().round(proxy, round).await {
             break;
         }
     }
+    let turn = watch.disarm();
     let body = dialect.client_response(&turn.client);
     finish(app, turn).await;
     let mut r = Response::new(Body::from(body.to_string()));
@@ -1074,6 +1081,63 @@ fn book_unfinished(proxy: &Proxy, turn: &Turn, failure: Option<&str>) {
     });
 }
 
+/// Books a rewritten request whose client went away before its answer was whole: its log line
+/// (with its session and turn), the `abandoned` count, and what it had done: its upstream
+/// rounds (the one in flight too, which was sent), searches, refusals and tokens.
+fn book_abandoned(proxy: &Proxy, turn: &Turn, in_flight: bool) {
+    tracing::info!(
+        target: "toolshelf::proxy",
+        "{} session={} turn={} abandoned: the client went away before the answer was whole, after {} upstream round{}",
+        turn.prepared.dialect.api().name(),
+        crate::shown_key(&turn.prepared.key),
+        turn.prepared.session.state.turn(),
+        turn.rounds + u32::from(in_flight),
+        if turn.rounds + u32::from(in_flight) == 1 { "" } else { "s" },
+    );
+    let tokens = turn
+        .client
+        .usage
+        .as_ref()
+        .map(Tokens::of)
+        .unwrap_or_default();
+    proxy.count(|t| {
+        t.abandoned += 1;
+        t.rounds += u64::from(turn.rounds + u32::from(in_flight));
+        t.searches += turn.searches;
+        t.refused += turn.refused;
+        t.tokens.input += tokens.input;
+        t.tokens.output += tokens.output;
+        t.tokens.cache_read += tokens.cache_read;
+        t.tokens.cache_creation += tokens.cache_creation;
+    });
+}
+
+/// Books, when dropped armed, the request whose answer was being made: dropped so, the
+/// request's future was (its client went away, and the server stopped serving it).
+struct Unanswered<'a> {
+    proxy: &'a Proxy,
+    turn: Option<Turn>,
+}
+
+impl Unanswered<'_> {
+    /// The turn back, for booking it as answered or failed.
+    fn disarm(mut self) -> Turn {
+        self.turn.take().expect("armed")
+    }
+
+    fn turn(&mut self) -> &mut Turn {
+        self.turn.as_mut().expect("armed")
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(turn) = &self.turn {
+            book_abandoned(self.proxy, turn, true);
+        }
+    }
+}
+
 /// The log line of a request that failed, with its session and turn when it had them.
 fn log_failure(dialect: Dialect, turn: Option<&Turn>, why: &str) {
     match turn {
@@ -1154,6 +1218,10 @@ impl Gate {
     /// Sends `bytes` on, or holds them while the stream shows nothing (`shown` says whether it
     /// does with them). `Err` when the client went away.
     async fn send(&mut self, bytes: Vec<u8>, shown: bool) -> Result<(), ()> {
+        // The request's handler is gone: so is its client.
+        if self.start.as_ref().is_some_and(|s| s.is_closed()) {
+            return Err(());
+        }
         if self.start.is_some() && !shown {
             if !bytes.is_empty() {
                 self.held.push(Bytes::from(bytes));
@@ -1292,28 +1360,26 @@ fn looks_like_events(start: &[u8]) -> bool {
         .any(|f| start.starts_with(f))
 }
 
-async fn run_stream(
-    app: Arc<AppState>,
-    mut turn: Turn,
-    url: String,
-    headers: HeaderMap,
-) -> Response {
+async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: HeaderMap) -> Response {
     let dialect = turn.prepared.dialect;
-    let first = match send(&app.proxy, &url, &headers, &turn.prepared.body).await {
+    // Booked as abandoned if the client goes away before the upstream answers.
+    let mut watch = Unanswered {
+        proxy: &app.proxy,
+        turn: Some(turn),
+    };
+    let first = match send(&app.proxy, &url, &headers, &watch.turn().prepared.body).await {
         Ok(r) => r,
         Err(e) => {
-            book_unfinished(&app.proxy, &turn, Some(&e.to_string()));
+            book_unfinished(&app.proxy, &watch.disarm(), Some(&e.to_string()));
             return error_response(Some(dialect), &e);
         }
     };
     if !first.status().is_success() {
-        book_unfinished(
-            &app.proxy,
-            &turn,
-            Some(&upstream_status(&url, first.status())),
-        );
+        let why = upstream_status(&url, first.status());
+        book_unfinished(&app.proxy, &watch.disarm(), Some(&why));
         return relay_error(&app.proxy, &url, dialect, first).await;
     }
+    let mut turn = watch.disarm();
     let mut client_headers = response_headers(first.headers(), true);
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(64);
     let (start, started) = tokio::sync::oneshot::channel();
@@ -1330,10 +1396,7 @@ async fn run_stream(
             let round = match pump(resp, streamer.as_mut(), &mut gate, idle).await {
                 Ok(r) => r,
                 Err(Pump::ClientGone) => {
-                    tracing::info!(
-                        "the client went away mid-stream; the upstream stream is dropped"
-                    );
-                    book_unfinished(&app.proxy, &turn, None);
+                    book_abandoned(&app.proxy, &turn, true);
                     return;
                 }
                 Err(Pump::Stalled(message)) if gate.unsent() => {
@@ -1418,9 +1481,10 @@ async fn run_stream(
                         turn.client.usage.as_ref(),
                         &mut out,
                     );
-                    let sent = gate.send(out, true).await.is_ok();
-                    if sent {
+                    if gate.send(out, true).await.is_ok() {
                         finish(&app, turn).await;
+                    } else {
+                        book_abandoned(&app.proxy, &turn, false);
                     }
                     return;
                 }

@@ -150,6 +150,7 @@ fn overview(app: &AppState) -> Overview {
             t["tokens"]["cache_read"].as_u64().unwrap_or(0).to_string(),
         ),
         ("errors", n("errors")),
+        ("abandoned", n("abandoned")),
     ];
     let events = app.events.all();
     let latencies = events

@@ -1651,3 +1651,86 @@ fn any_session_name_names_its_session() {
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.iter().all(|n| n.len() <= 200), "{names:?}");
 }
+
+/// A client that goes away before its answer is whole (a cancelled turn, a client timeout),
+/// streamed or not, gets its request booked all the same: one log line with its session and
+/// turn, `abandoned` in the status and the metrics (not `errors`: nothing failed), and the
+/// upstream rounds it made, the one in flight too.
+#[test]
+fn a_request_its_client_abandons_is_logged_and_counted() {
+    let s = Scratch::new("proxy-abandoned");
+    let search =
+        json!({"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]});
+    let late = json!({"text": "too late", "hang": 4});
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [{"text": "ready"}, search, late, search, late]}),
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    // A first request builds the shelf for these tools, which takes a while in a debug build.
+    let mut messages = vec![json!({"role": "user", "content": "hello"})];
+    turn(&proxy, &tools(), &mut messages);
+    for stream in [false, true] {
+        let body = json!({"model": "m", "max_tokens": 8, "stream": stream, "tools": tools(),
+                          "messages": [{"role": "user", "content": format!("notes ({stream})")}]});
+        let mut curl = Command::new("curl");
+        curl.args(["-sS", "--max-time", "1.5", "-X", "POST"])
+            .arg(format!("{}/v1/messages", proxy.url))
+            .args([
+                "-H",
+                "content-type: application/json",
+                "-d",
+                &body.to_string(),
+            ]);
+        for (k, v) in HEADERS {
+            curl.args(["-H", &format!("{k}: {v}")]);
+        }
+        let out = curl.output().expect("curl");
+        // 28: curl's own timeout, the client giving up.
+        assert_eq!(out.status.code(), Some(28), "stream {stream}: {out:?}");
+    }
+    // The streamed request is booked when its task finds the client gone, once the upstream
+    // answers the round in flight.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let totals = loop {
+        let t = proxy.status()["totals"].clone();
+        if t["abandoned"] == 2 || std::time::Instant::now() > deadline {
+            break t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(
+        (
+            &totals["abandoned"],
+            &totals["errors"],
+            &totals["rounds"],
+            &totals["searches"]
+        ),
+        (&json!(2), &json!(0), &json!(5), &json!(2)),
+        "{totals}\n{}",
+        proxy.log()
+    );
+    let log = proxy.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" abandoned: the client went away before the answer was whole, after 2 upstream rounds"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("session=r:") && l.contains(" turn=1 ")),
+        "{lines:#?}"
+    );
+    let metrics = Command::new("curl")
+        .args(["-sS", &format!("{}/metrics", proxy.url)])
+        .output()
+        .expect("curl");
+    assert!(
+        String::from_utf8_lossy(&metrics.stdout)
+            .lines()
+            .any(|l| l == "toolshelf_proxy_requests_abandoned_total 2"),
+        "{}",
+        String::from_utf8_lossy(&metrics.stdout)
+    );
+}
