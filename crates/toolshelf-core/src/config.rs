@@ -873,6 +873,9 @@ pub struct ProxyConfig {
     pub max_body_bytes: usize,
     /// `upstream_timeout_secs`: how long one upstream round may take in total.
     pub upstream_timeout_secs: u64,
+    /// `stream_hold_secs`: how long a stream's status may wait for its first output, so that a
+    /// failure before it still gets an HTTP status; 0 sends it at once.
+    pub stream_hold_secs: u64,
 }
 
 impl Default for ProxyConfig {
@@ -888,6 +891,7 @@ impl Default for ProxyConfig {
             persist_sessions: false,
             max_body_bytes: 32 << 20,
             upstream_timeout_secs: 600,
+            stream_hold_secs: 10,
         }
     }
 }

@@ -846,10 +846,12 @@ async fn run_json(app: &AppState, turn: Turn, url: &str, headers: &HeaderMap) ->
     let mut watch = Unanswered {
         proxy,
         turn: Some(turn),
+        in_flight: false,
     };
     loop {
         // The limit holds for the whole round: the body, too, must arrive by then.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        watch.in_flight = true;
         let resp = match send(proxy, url, headers, &watch.turn().prepared.body).await {
             Ok(r) => r,
             Err(e) => {
@@ -882,6 +884,8 @@ async fn run_json(app: &AppState, turn: Turn, url: &str, headers: &HeaderMap) ->
                 return error_response(Some(dialect), &e);
             }
         };
+        // From here the round is the turn's own (`Turn::round` counts it).
+        watch.in_flight = false;
         if let Next::Done(_) = watch.turn().round(proxy, round).await {
             break;
         }
@@ -1117,6 +1121,8 @@ fn book_abandoned(proxy: &Proxy, turn: &Turn, in_flight: bool) {
 struct Unanswered<'a> {
     proxy: &'a Proxy,
     turn: Option<Turn>,
+    /// Whether an upstream round is on its way (sent, its answer not yet taken as a round).
+    in_flight: bool,
 }
 
 impl Unanswered<'_> {
@@ -1133,7 +1139,7 @@ impl Unanswered<'_> {
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if let Some(turn) = &self.turn {
-            book_abandoned(self.proxy, turn, true);
+            book_abandoned(self.proxy, turn, self.in_flight);
         }
     }
 }
@@ -1176,6 +1182,45 @@ fn status_line(status: reqwest::StatusCode) -> String {
     }
 }
 
+/// The HTTP answer to an error event an upstream streamed before the client's stream showed
+/// anything: the status its type means (a rate limit 429; an overloaded model 529 from
+/// Anthropic, 503 from OpenAI; anything else 502), with the error in the format's error body
+/// (Anthropic's and Chat's events are that body already).
+fn event_answer(dialect: Dialect, event: &Value) -> Response {
+    let text = |p: &str| event.pointer(p).and_then(Value::as_str);
+    // What names the error: Anthropic's `error.type`, Chat's `error.type` and `error.code`,
+    // the Responses event's `code`.
+    let names: Vec<&str> = ["/error/type", "/error/code", "/code"]
+        .iter()
+        .filter_map(|p| text(p))
+        .collect();
+    let kind = names.first().copied().unwrap_or("api_error");
+    let message = text("/error/message")
+        .or_else(|| text("/message"))
+        .unwrap_or("the upstream stream reported an error");
+    let api = dialect.api();
+    let status = if names.iter().any(|n| n.contains("rate_limit")) {
+        StatusCode::TOO_MANY_REQUESTS
+    } else if names.iter().any(|n| n.contains("overload")) {
+        match api {
+            Api::Anthropic => StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    let body = match api {
+        Api::OpenAiResponses => dialect.error_body(kind, message),
+        _ => event.clone(),
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
 /// What an upstream's error body says: its `error.message` (or `message`) when it is JSON that
 /// has one, else the body itself, cut.
 fn upstream_said(body: &str) -> String {
@@ -1203,26 +1248,42 @@ enum Pump {
 }
 
 /// The client's side of a stream. Until the stream shows output past its opening (see
-/// [`Streamer::shown`]), what it writes is held and no status is sent: a failure before then,
-/// such as a 429 or 529 in a round the proxy added after answering a search itself, still
-/// reaches the client as the HTTP error the upstream gave (its status, `retry-after` and body),
-/// which SDKs retry, rather than as an error event after a 200.
+/// [`Streamer::shown`]), what it writes is held and no status is sent, for at most
+/// `[proxy] stream_hold_secs`: a failure before then, such as a 429 or 529 in a round the proxy added after
+/// answering a search itself, still reaches the client as an HTTP status (the upstream's, with
+/// its `retry-after` and body), which SDKs retry, rather than as an error event after a 200.
 struct Gate {
     tx: tokio::sync::mpsc::Sender<Chunk>,
     held: Vec<Bytes>,
     /// Told how to answer once that is known: `None` to stream, or a response to give instead.
     start: Option<tokio::sync::oneshot::Sender<Option<Response>>>,
+    /// When holding ends whatever comes: `[proxy] stream_hold_secs` after it began. A round
+    /// that only writes a long call (which shows when its round ends) must not keep a client, or
+    /// a proxy in front of it, from hearing anything for longer.
+    until: Instant,
 }
 
 impl Gate {
+    fn new(
+        tx: tokio::sync::mpsc::Sender<Chunk>,
+        start: tokio::sync::oneshot::Sender<Option<Response>>,
+        hold: Duration,
+    ) -> Self {
+        Self {
+            tx,
+            held: Vec::new(),
+            start: Some(start),
+            until: Instant::now() + hold,
+        }
+    }
+
     /// Sends `bytes` on, or holds them while the stream shows nothing (`shown` says whether it
     /// does with them). `Err` when the client went away.
     async fn send(&mut self, bytes: Vec<u8>, shown: bool) -> Result<(), ()> {
-        // The request's handler is gone: so is its client.
-        if self.start.as_ref().is_some_and(|s| s.is_closed()) {
+        if self.client_gone() {
             return Err(());
         }
-        if self.start.is_some() && !shown {
+        if self.start.is_some() && !shown && Instant::now() < self.until {
             if !bytes.is_empty() {
                 self.held.push(Bytes::from(bytes));
             }
@@ -1244,6 +1305,15 @@ impl Gate {
             }
         }
         Ok(())
+    }
+
+    /// Whether the client went away: its request's handler is gone while the status waits, or
+    /// the stream's reader once it started.
+    fn client_gone(&self) -> bool {
+        match &self.start {
+            Some(start) => start.is_closed(),
+            None => self.tx.is_closed(),
+        }
     }
 
     /// Whether the client's stream has not started: a failure can still be answered with a
@@ -1366,6 +1436,7 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
     let mut watch = Unanswered {
         proxy: &app.proxy,
         turn: Some(turn),
+        in_flight: true,
     };
     let first = match send(&app.proxy, &url, &headers, &watch.turn().prepared.body).await {
         Ok(r) => r,
@@ -1385,16 +1456,18 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
     let (start, started) = tokio::sync::oneshot::channel();
     let idle = Duration::from_secs(app.proxy.compiled.config().proxy.upstream_timeout_secs);
     tokio::spawn(async move {
-        let mut gate = Gate {
-            tx,
-            held: Vec::new(),
-            start: Some(start),
-        };
+        let hold = Duration::from_secs(app.proxy.compiled.config().proxy.stream_hold_secs);
+        let mut gate = Gate::new(tx, start, hold);
         let mut streamer = dialect.streamer(turn.prepared.include_usage, turn.client.echo.clone());
         let mut resp = first;
         loop {
             let round = match pump(resp, streamer.as_mut(), &mut gate, idle).await {
                 Ok(r) => r,
+                // A failure the client is no longer there to hear: it left first.
+                Err(_) if gate.client_gone() => {
+                    book_abandoned(&app.proxy, &turn, true);
+                    return;
+                }
                 Err(Pump::ClientGone) => {
                     book_abandoned(&app.proxy, &turn, true);
                     return;
@@ -1415,6 +1488,15 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                     ));
                     return;
                 }
+                Err(Pump::Event(message)) if gate.unsent() => {
+                    book_unfinished(&app.proxy, &turn, Some(&message));
+                    let answer = match streamer.upstream_error() {
+                        Some(event) => event_answer(dialect, event),
+                        None => error_response(Some(dialect), &upstream_error(&url, &message)),
+                    };
+                    gate.answer(answer);
+                    return;
+                }
                 Err(Pump::Upstream(message) | Pump::Stalled(message) | Pump::Event(message)) => {
                     book_unfinished(&app.proxy, &turn, Some(&message));
                     gate.fail(streamer.as_mut(), "api_error", &message).await;
@@ -1422,8 +1504,18 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                 }
             };
             match turn.round(&app.proxy, round).await {
+                // No further paid round for a client that left meanwhile.
+                Next::Continue if gate.client_gone() => {
+                    book_abandoned(&app.proxy, &turn, false);
+                    return;
+                }
                 Next::Continue => {
-                    resp = match send(&app.proxy, &url, &headers, &turn.prepared.body).await {
+                    let sent = send(&app.proxy, &url, &headers, &turn.prepared.body).await;
+                    if gate.client_gone() {
+                        book_abandoned(&app.proxy, &turn, true);
+                        return;
+                    }
+                    resp = match sent {
                         Ok(r) if r.status().is_success() => r,
                         Ok(r) if gate.unsent() => {
                             book_unfinished(

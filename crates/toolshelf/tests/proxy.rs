@@ -1734,3 +1734,52 @@ fn a_request_its_client_abandons_is_logged_and_counted() {
         String::from_utf8_lossy(&metrics.stdout)
     );
 }
+
+/// `[proxy] stream_hold_secs` bounds how long a stream's status waits for its first output;
+/// 0 sends it at once, as the upstream's came. A 429 on the round after a search the model made
+/// without a word: with the default hold the client gets the 429 itself, with 0 the stream had
+/// started (200) and the 429 arrives as the format's error event.
+#[test]
+fn stream_hold_secs_zero_sends_a_streams_status_at_once() {
+    let search =
+        json!({"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]});
+    let limited = json!({"status": 429, "headers": {"retry-after": "3"},
+        "body": {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}});
+    for (config, status) in [("", 429), ("[proxy]\nstream_hold_secs = 0\n", 200)] {
+        let s = Scratch::new(&format!("proxy-hold-{status}"));
+        let upstream = Upstream::start(&s, &json!({"steps": [search, limited]}));
+        let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+        let body = json!({"model": "m", "max_tokens": 8, "stream": true, "tools": tools(),
+                          "messages": [{"role": "user", "content": "read my notes"}]});
+        let mut curl = Command::new("curl");
+        curl.args(["-sS", "-N", "-i", "-X", "POST"])
+            .arg(format!("{}/v1/messages", proxy.url))
+            .args([
+                "-H",
+                "content-type: application/json",
+                "-d",
+                &body.to_string(),
+            ]);
+        for (k, v) in HEADERS {
+            curl.args(["-H", &format!("{k}: {v}")]);
+        }
+        let out = String::from_utf8_lossy(&curl.output().expect("curl").stdout).into_owned();
+        let head = out.lines().next().unwrap_or_default();
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{config:?}: {out}"
+        );
+        if status == 429 {
+            assert!(
+                out.to_ascii_lowercase().contains("retry-after: 3")
+                    && out.contains("\"rate_limit_error\""),
+                "{out}"
+            );
+        } else {
+            assert!(
+                out.contains("event: error") && out.contains("\"rate_limit_error\""),
+                "{out}"
+            );
+        }
+    }
+}

@@ -471,6 +471,10 @@ impl Streamer for Stream {
         self.done
     }
 
+    fn upstream_error(&self) -> Option<&Value> {
+        self.upstream_error.as_ref()
+    }
+
     fn shown(&self) -> bool {
         // Every block the client receives takes the next index.
         self.next_index > 0

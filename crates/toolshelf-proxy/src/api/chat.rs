@@ -544,6 +544,10 @@ impl Streamer for Stream {
         self.done
     }
 
+    fn upstream_error(&self) -> Option<&Value> {
+        self.upstream_error.as_ref()
+    }
+
     fn shown(&self) -> bool {
         self.shown
     }

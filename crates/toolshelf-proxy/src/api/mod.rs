@@ -511,6 +511,8 @@ pub trait Streamer: Send + std::fmt::Debug {
     /// upstream wrote it instead: its type (an overloaded model, a rate limit) is what the client
     /// decides a retry by.
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>);
+    /// The error event the upstream sent, when that is what failed the round.
+    fn upstream_error(&self) -> Option<&Value>;
 }
 
 /// Whether a tool definition belongs to the provider's own deferral.

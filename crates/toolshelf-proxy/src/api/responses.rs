@@ -565,6 +565,10 @@ impl Streamer for Stream {
         self.done
     }
 
+    fn upstream_error(&self) -> Option<&Value> {
+        self.upstream_error.as_ref()
+    }
+
     fn shown(&self) -> bool {
         // Every item the client receives takes the next output index.
         self.next_index > 0

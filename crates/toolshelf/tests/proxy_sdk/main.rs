@@ -481,6 +481,77 @@ fn an_upstream_error_event_mid_stream_reaches_the_client_as_sent() {
     upstream.played(2 * cases.len());
 }
 
+/// The same error events before the client's stream showed anything (the model only searched,
+/// and the next round fails as it opens): no status was sent yet, so the client gets the one the
+/// event's type means, 529 (Anthropic) or 503 (OpenAI) for an overloaded model, with the error
+/// as the body, and its SDK reads the error it would read from the provider.
+#[test]
+fn an_upstream_error_event_before_any_output_gets_the_status_it_means() {
+    let cases = [
+        (
+            Api::Anthropic,
+            1,
+            529,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
+        (
+            Api::Chat,
+            1,
+            503,
+            json!({"error": {"type": "server_error", "message": "The server is overloaded",
+                             "code": "overloaded", "param": null}}),
+        ),
+        (
+            Api::Responses,
+            2,
+            503,
+            json!({"type": "error", "code": "server_is_overloaded",
+                   "message": "The server is overloaded", "param": null}),
+        ),
+    ];
+    let mut steps = Vec::new();
+    for (_, after, _, error) in &cases {
+        let mut quiet = search_step();
+        quiet.as_object_mut().expect("a step").remove("text");
+        steps.push(quiet);
+        steps.push(json!({"text": "never shown", "error_after": after, "error": error}));
+    }
+    let s = Scratch::new("sdk-error-event-early");
+    let upstream = Upstream::start(&s, &Value::Array(steps));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let specs: Vec<Value> = cases
+        .iter()
+        .map(|(api, ..)| {
+            let prompt = format!("weather ({} overloaded early)", api.name());
+            spec(*api, true, &proxy, &prompt, json!({"requests": 1}))
+        })
+        .collect();
+    let reports = run_client(&s, "error-event-early", &Value::Array(specs));
+    for (report, (api, _, status, error)) in reports.as_array().expect("reports").iter().zip(&cases)
+    {
+        let what = api.name();
+        let r = only_request(report);
+        assert_eq!(r["ok"], false, "{what}: the SDK raised: {r:#}");
+        let wire = &report["wire"][0];
+        assert_eq!(wire["status"], *status, "{what}: {wire:#}");
+        let body: Value = serde_json::from_str(wire["body"].as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{what}: the body is not JSON ({e}): {wire:#}"));
+        match api {
+            Api::Responses => assert_eq!(
+                (&body["error"]["code"], &body["error"]["message"]),
+                (&error["code"], &error["message"]),
+                "{what}: {body:#}"
+            ),
+            _ => assert_eq!(&body, error, "{what}: the event's error as the body"),
+        }
+        assert_eq!(
+            r["error"]["status"], *status,
+            "{what}: the SDK's error: {r:#}"
+        );
+    }
+    upstream.played(2 * cases.len());
+}
+
 /// An upstream stream that breaks off mid-event, on the round after a search, ends the client's
 /// stream with an error event that says so; the proxy then serves the next request. A JSON
 /// answer broken off the same way is a 502 naming the upstream.
@@ -661,7 +732,9 @@ fn a_client_leaving_mid_stream_frees_the_upstream_and_the_proxy_serves_on() {
             .filter(|r| r["kind"] == "aborted")
             .collect();
         let log = proxy.log();
-        let departures = log.matches("the client went away mid-stream").count();
+        let departures = log
+            .matches(" abandoned: the client went away before the answer was whole, after 1 upstream round\n")
+            .count();
         if seqs
             .iter()
             .all(|seq| aborted.iter().any(|a| &a["seq"] == seq))
