@@ -1783,3 +1783,90 @@ fn stream_hold_secs_zero_sends_a_streams_status_at_once() {
         }
     }
 }
+
+/// A streamed request, POSTed with curl giving up after `secs`; the proxy's status totals once
+/// `abandoned` reaches `n` (or after 20 s).
+fn abandon_stream(proxy: &ProxyProc, prompt: &str, secs: &str, n: u64) -> Value {
+    let body = json!({"model": "m", "max_tokens": 8, "stream": true, "tools": tools(),
+                      "messages": [{"role": "user", "content": prompt}]});
+    let mut curl = Command::new("curl");
+    curl.args(["-sS", "-N", "--max-time", secs, "-X", "POST"])
+        .arg(format!("{}/v1/messages", proxy.url))
+        .args([
+            "-H",
+            "content-type: application/json",
+            "-d",
+            &body.to_string(),
+        ]);
+    for (k, v) in HEADERS {
+        curl.args(["-H", &format!("{k}: {v}")]);
+    }
+    let out = curl.output().expect("curl");
+    assert_eq!(out.status.code(), Some(28), "curl gave up: {out:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let t = proxy.status()["totals"].clone();
+        if t["abandoned"] == n || std::time::Instant::now() > deadline {
+            return t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A client that left while the round in flight then fails (the upstream times out) left
+/// first: its request is abandoned, not an error.
+#[test]
+fn a_failure_after_the_client_left_is_booked_as_abandoned() {
+    let s = Scratch::new("proxy-gone-then-failed");
+    let search =
+        json!({"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]});
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [{"text": "ready"}, search, {"text": "late", "hang": 6}]}),
+    );
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[proxy]\nupstream_timeout_secs = 3\n",
+        &[],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "hello"})];
+    turn(&proxy, &tools(), &mut messages);
+    let totals = abandon_stream(&proxy, "read my notes", "1", 1);
+    assert_eq!(
+        (&totals["abandoned"], &totals["errors"]),
+        (&json!(1), &json!(0)),
+        "{totals}\n{}",
+        proxy.log()
+    );
+}
+
+/// A client that leaves a stream that has started is noticed in the rounds that show it
+/// nothing (searches the proxy answers): no further round goes upstream for it.
+#[test]
+fn no_round_goes_upstream_for_a_client_that_left_a_started_stream() {
+    let s = Scratch::new("proxy-gone-quiet");
+    let search = |text: Option<&str>, delay: f64| {
+        let mut step = json!({"tool_uses": [{"name": "tool_search",
+                                              "input": {"queries": ["read file"]}}],
+                              "event_delay": delay});
+        if let Some(t) = text {
+            step["text"] = json!(t);
+        }
+        step
+    };
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [{"text": "ready"}, search(Some("Looking."), 0.0),
+                          search(None, 0.5), search(None, 0.5), {"text": "done"}]}),
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let mut messages = vec![json!({"role": "user", "content": "hello"})];
+    turn(&proxy, &tools(), &mut messages);
+    let totals = abandon_stream(&proxy, "read my notes", "1", 1);
+    assert_eq!(totals["abandoned"], 1, "{totals}\n{}", proxy.log());
+    // The warm-up, the round that showed text, and the quiet round the client left in.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let mains = upstream.turns().len();
+    assert_eq!(mains, 3, "{:#?}", upstream.turns());
+}
