@@ -1183,34 +1183,59 @@ fn status_line(status: reqwest::StatusCode) -> String {
 }
 
 /// The HTTP answer to an error event an upstream streamed before the client's stream showed
-/// anything: the status its type means (a rate limit 429; an overloaded model 529 from
-/// Anthropic, 503 from OpenAI; anything else 502), with the error in the format's error body
+/// anything: the status its type means (a rate limit or quota 429; an overloaded model 529 from
+/// Anthropic, 503 from OpenAI; an invalid request 400, authentication 401, permission 403, not
+/// found 404, too large 413; anything else 502), with the error in the format's error body
 /// (Anthropic's and Chat's events are that body already).
 fn event_answer(dialect: Dialect, event: &Value) -> Response {
     let text = |p: &str| event.pointer(p).and_then(Value::as_str);
     // What names the error: Anthropic's `error.type`, Chat's `error.type` and `error.code`,
-    // the Responses event's `code`.
+    // the Responses event's `code` (or a nested `error`).
     let names: Vec<&str> = ["/error/type", "/error/code", "/code"]
         .iter()
         .filter_map(|p| text(p))
         .collect();
-    let kind = names.first().copied().unwrap_or("api_error");
     let message = text("/error/message")
         .or_else(|| text("/message"))
         .unwrap_or("the upstream stream reported an error");
     let api = dialect.api();
-    let status = if names.iter().any(|n| n.contains("rate_limit")) {
+    let named = |part: &str| names.iter().any(|n| n.contains(part));
+    let status = if named("rate_limit") || named("quota") {
         StatusCode::TOO_MANY_REQUESTS
-    } else if names.iter().any(|n| n.contains("overload")) {
+    } else if named("overload") {
         match api {
             Api::Anthropic => StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
             _ => StatusCode::SERVICE_UNAVAILABLE,
         }
+    } else if named("invalid_request") {
+        StatusCode::BAD_REQUEST
+    } else if named("authentication") {
+        StatusCode::UNAUTHORIZED
+    } else if named("permission") {
+        StatusCode::FORBIDDEN
+    } else if named("not_found") {
+        StatusCode::NOT_FOUND
+    } else if named("too_large") {
+        StatusCode::PAYLOAD_TOO_LARGE
     } else {
         StatusCode::BAD_GATEWAY
     };
     let body = match api {
-        Api::OpenAiResponses => dialect.error_body(kind, message),
+        // OpenAI's HTTP error body, its type and code kept apart as the event gives them.
+        Api::OpenAiResponses => {
+            let kind = text("/error/type").unwrap_or(match status {
+                StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+                StatusCode::BAD_REQUEST => "invalid_request_error",
+                _ => "server_error",
+            });
+            let param = event
+                .pointer("/error/param")
+                .or_else(|| event.get("param"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            let code = text("/error/code").or_else(|| text("/code"));
+            json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+        }
         _ => event.clone(),
     };
     (
@@ -1307,6 +1332,24 @@ impl Gate {
         Ok(())
     }
 
+    /// Awaits `fut` (an upstream round's answer or events, the proxy's own work on a round),
+    /// starting the client's stream meanwhile if the hold runs out first: the hold is a bound
+    /// on the time to the status, whether or not the upstream says anything.
+    async fn wait<T>(&mut self, fut: impl std::future::Future<Output = T>) -> T {
+        let mut fut = std::pin::pin!(fut);
+        if self.start.is_some() {
+            let until = tokio::time::Instant::from_std(self.until);
+            tokio::select! {
+                out = &mut fut => return out,
+                () = tokio::time::sleep_until(until) => {
+                    // A client gone is noticed by the next send.
+                    let _ = self.open().await;
+                }
+            }
+        }
+        fut.await
+    }
+
     /// Whether the client went away: its request's handler is gone while the status waits, or
     /// the stream's reader once it started.
     fn client_gone(&self) -> bool {
@@ -1359,7 +1402,7 @@ async fn pump(
         .to_ascii_lowercase()
         .starts_with("text/event-stream")
     {
-        let start = match tokio::time::timeout(idle, stream.next()).await {
+        let start = match gate.wait(tokio::time::timeout(idle, stream.next())).await {
             Ok(Some(Ok(c))) => c,
             _ => Bytes::new(),
         };
@@ -1378,7 +1421,7 @@ async fn pump(
     loop {
         let next = match first.take() {
             Some(c) => Some(Ok(c)),
-            None => match tokio::time::timeout(idle, stream.next()).await {
+            None => match gate.wait(tokio::time::timeout(idle, stream.next())).await {
                 Err(_) => {
                     return Err(Pump::Stalled(format!(
                         "the upstream stream stalled for {} s",
@@ -1463,13 +1506,15 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
         loop {
             let round = match pump(resp, streamer.as_mut(), &mut gate, idle).await {
                 Ok(r) => r,
-                // A failure the client is no longer there to hear: it left first.
-                Err(_) if gate.client_gone() => {
+                // The client left while the round came: it is dropped, and counted.
+                Err(Pump::ClientGone) => {
                     book_abandoned(&app.proxy, &turn, true);
                     return;
                 }
-                Err(Pump::ClientGone) => {
-                    book_abandoned(&app.proxy, &turn, true);
+                // A failure the client is no longer there to hear: it left first. The failed
+                // round is not counted, as for a request that failed.
+                Err(_) if gate.client_gone() => {
+                    book_abandoned(&app.proxy, &turn, false);
                     return;
                 }
                 Err(Pump::Stalled(message)) if gate.unsent() => {
@@ -1503,16 +1548,20 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                     return;
                 }
             };
-            match turn.round(&app.proxy, round).await {
+            match gate.wait(turn.round(&app.proxy, round)).await {
                 // No further paid round for a client that left meanwhile.
                 Next::Continue if gate.client_gone() => {
                     book_abandoned(&app.proxy, &turn, false);
                     return;
                 }
                 Next::Continue => {
-                    let sent = send(&app.proxy, &url, &headers, &turn.prepared.body).await;
+                    let sent = gate
+                        .wait(send(&app.proxy, &url, &headers, &turn.prepared.body))
+                        .await;
                     if gate.client_gone() {
-                        book_abandoned(&app.proxy, &turn, true);
+                        // A round that came is dropped and counted; one that failed is not.
+                        let came = sent.as_ref().is_ok_and(|r| r.status().is_success());
+                        book_abandoned(&app.proxy, &turn, came);
                         return;
                     }
                     resp = match sent {

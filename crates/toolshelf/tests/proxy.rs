@@ -1735,18 +1735,23 @@ fn a_request_its_client_abandons_is_logged_and_counted() {
     );
 }
 
-/// `[proxy] stream_hold_secs` bounds how long a stream's status waits for its first output;
-/// 0 sends it at once, as the upstream's came. A 429 on the round after a search the model made
-/// without a word: with the default hold the client gets the 429 itself, with 0 the stream had
-/// started (200) and the 429 arrives as the format's error event.
+/// `[proxy] stream_hold_secs` bounds how long a stream's status waits for its first output,
+/// whether or not the upstream is sending; 0 sends it at once, as the upstream's came. A 429,
+/// 2 s late, on the round after a search the model made without a word: with the default hold
+/// the client gets the 429 itself; with 0, or with 1 (which runs out while the upstream is
+/// silent), the stream had started (200) and the 429 arrives as the format's error event.
 #[test]
-fn stream_hold_secs_zero_sends_a_streams_status_at_once() {
+fn stream_hold_secs_bounds_the_wait_for_a_streams_status() {
     let search =
         json!({"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]});
-    let limited = json!({"status": 429, "headers": {"retry-after": "3"},
+    let limited = json!({"status": 429, "headers": {"retry-after": "3"}, "hang": 2,
         "body": {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}});
-    for (config, status) in [("", 429), ("[proxy]\nstream_hold_secs = 0\n", 200)] {
-        let s = Scratch::new(&format!("proxy-hold-{status}"));
+    for (config, status) in [
+        ("", 429),
+        ("[proxy]\nstream_hold_secs = 0\n", 200),
+        ("[proxy]\nstream_hold_secs = 1\n", 200),
+    ] {
+        let s = Scratch::new(&format!("proxy-hold-{}", config.len()));
         let upstream = Upstream::start(&s, &json!({"steps": [search, limited]}));
         let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
         let body = json!({"model": "m", "max_tokens": 8, "stream": true, "tools": tools(),

@@ -463,7 +463,7 @@ impl Streamer for Stream {
                 crate::short(&event.data)
             ));
         };
-        if let Some(e) = data.get("error") {
+        if let Some(e) = data.get("error").filter(|e| !e.is_null()) {
             let message = e
                 .get("message")
                 .and_then(Value::as_str)
@@ -680,6 +680,23 @@ mod tests {
             Some(upstream),
             "the upstream's error survives"
         );
+    }
+
+    /// A chunk whose `error` is null (some OpenAI-compatible servers send the key on every
+    /// chunk) is no error, and its text is output the client is shown.
+    #[test]
+    fn a_null_error_in_a_chunk_is_no_error() {
+        let mut s = Stream::new(false);
+        let mut out = Vec::new();
+        let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "error": null,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]});
+        let event = Event {
+            event: None,
+            data: chunk.to_string(),
+        };
+        s.event(&event, &mut out).expect("not an error");
+        assert!(s.shown(), "the text is shown");
+        assert!(String::from_utf8_lossy(&out).contains("\"Hi\""));
     }
 
     /// The texts of two rounds are two paragraphs of the one message, streamed or not, while the
