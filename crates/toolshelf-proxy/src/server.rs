@@ -40,7 +40,7 @@ use toolshelf_core::request::Api;
 use crate::api::{Dialect, Streamer, Tokens};
 use crate::exchange::{Next, PassReason, Plan, Prefix, Turn, prepare};
 use crate::sse::Reader;
-use crate::{HARNESS_SESSION_HEADER, Proxy, ProxyError, SESSION_HEADER, Saved};
+use crate::{HARNESS_SESSION_HEADER, Proxy, ProxyError, SESSION_HEADER, Saved, Totals};
 
 /// Per-session figures kept for the status page (the most recent sessions).
 #[derive(Debug, Clone, Serialize)]
@@ -1061,43 +1061,34 @@ const QUERY_SHOWN: usize = 200;
 
 /// Books a request that ended without its answer: the rounds the upstream served, the searches
 /// and refusals the proxy answered and their tokens count all the same. `failure` says why it
-/// failed (it is logged, as every finished request is); `None` when the client went away.
+/// failed (it is logged, as every finished request is, and counted in `errors`).
 fn book_unfinished(proxy: &Proxy, turn: &Turn, failure: Option<&str>) {
-    let failed = failure.is_some();
     if let Some(why) = failure {
         log_failure(turn.prepared.dialect, Some(turn), why);
     }
-    let tokens = turn
-        .client
-        .usage
-        .as_ref()
-        .map(Tokens::of)
-        .unwrap_or_default();
-    proxy.count(|t| {
-        t.errors += u64::from(failed);
-        t.rounds += u64::from(turn.rounds);
-        t.searches += turn.searches;
-        t.refused += turn.refused;
-        t.tokens.input += tokens.input;
-        t.tokens.output += tokens.output;
-        t.tokens.cache_read += tokens.cache_read;
-        t.tokens.cache_creation += tokens.cache_creation;
-    });
+    let failed = u64::from(failure.is_some());
+    count_unanswered(proxy, turn, turn.rounds, |t| t.errors += failed);
 }
 
 /// Books a rewritten request whose client went away before its answer was whole: its log line
 /// (with its session and turn), the `abandoned` count, and what it had done: its upstream
 /// rounds (the one in flight too, which was sent), searches, refusals and tokens.
 fn book_abandoned(proxy: &Proxy, turn: &Turn, in_flight: bool) {
+    let rounds = turn.rounds + u32::from(in_flight);
     tracing::info!(
         target: "toolshelf::proxy",
-        "{} session={} turn={} abandoned: the client went away before the answer was whole, after {} upstream round{}",
+        "{} session={} turn={} abandoned: the client went away before the answer was whole, after {rounds} upstream round{}",
         turn.prepared.dialect.api().name(),
         crate::shown_key(&turn.prepared.key),
         turn.prepared.session.state.turn(),
-        turn.rounds + u32::from(in_flight),
-        if turn.rounds + u32::from(in_flight) == 1 { "" } else { "s" },
+        if rounds == 1 { "" } else { "s" },
     );
+    count_unanswered(proxy, turn, rounds, |t| t.abandoned += 1);
+}
+
+/// Counts what a request that ended without its answer had done (`rounds` upstream rounds, its
+/// searches, refusals and tokens) with its `outcome`.
+fn count_unanswered(proxy: &Proxy, turn: &Turn, rounds: u32, outcome: impl Fn(&mut Totals)) {
     let tokens = turn
         .client
         .usage
@@ -1105,8 +1096,8 @@ fn book_abandoned(proxy: &Proxy, turn: &Turn, in_flight: bool) {
         .map(Tokens::of)
         .unwrap_or_default();
     proxy.count(|t| {
-        t.abandoned += 1;
-        t.rounds += u64::from(turn.rounds + u32::from(in_flight));
+        outcome(t);
+        t.rounds += u64::from(rounds);
         t.searches += turn.searches;
         t.refused += turn.refused;
         t.tokens.input += tokens.input;

@@ -1670,35 +1670,10 @@ fn a_request_its_client_abandons_is_logged_and_counted() {
     // A first request builds the shelf for these tools, which takes a while in a debug build.
     let mut messages = vec![json!({"role": "user", "content": "hello"})];
     turn(&proxy, &tools(), &mut messages);
-    for stream in [false, true] {
-        let body = json!({"model": "m", "max_tokens": 8, "stream": stream, "tools": tools(),
-                          "messages": [{"role": "user", "content": format!("notes ({stream})")}]});
-        let mut curl = Command::new("curl");
-        curl.args(["-sS", "--max-time", "1.5", "-X", "POST"])
-            .arg(format!("{}/v1/messages", proxy.url))
-            .args([
-                "-H",
-                "content-type: application/json",
-                "-d",
-                &body.to_string(),
-            ]);
-        for (k, v) in HEADERS {
-            curl.args(["-H", &format!("{k}: {v}")]);
-        }
-        let out = curl.output().expect("curl");
-        // 28: curl's own timeout, the client giving up.
-        assert_eq!(out.status.code(), Some(28), "stream {stream}: {out:?}");
-    }
     // The streamed request is booked when its task finds the client gone, once the upstream
     // answers the round in flight.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let totals = loop {
-        let t = proxy.status()["totals"].clone();
-        if t["abandoned"] == 2 || std::time::Instant::now() > deadline {
-            break t;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    abandon(&proxy, false, "notes (false)", "1.5", 1);
+    let totals = abandon(&proxy, true, "notes (true)", "1.5", 2);
     assert_eq!(
         (
             &totals["abandoned"],
@@ -1789,10 +1764,10 @@ fn stream_hold_secs_bounds_the_wait_for_a_streams_status() {
     }
 }
 
-/// A streamed request, POSTed with curl giving up after `secs`; the proxy's status totals once
-/// `abandoned` reaches `n` (or after 20 s).
-fn abandon_stream(proxy: &ProxyProc, prompt: &str, secs: &str, n: u64) -> Value {
-    let body = json!({"model": "m", "max_tokens": 8, "stream": true, "tools": tools(),
+/// A request (streamed or not), POSTed with curl giving up after `secs`; the proxy's status
+/// totals once `abandoned` reaches `n` (or after 20 s).
+fn abandon(proxy: &ProxyProc, stream: bool, prompt: &str, secs: &str, n: u64) -> Value {
+    let body = json!({"model": "m", "max_tokens": 8, "stream": stream, "tools": tools(),
                       "messages": [{"role": "user", "content": prompt}]});
     let mut curl = Command::new("curl");
     curl.args(["-sS", "-N", "--max-time", secs, "-X", "POST"])
@@ -1807,7 +1782,8 @@ fn abandon_stream(proxy: &ProxyProc, prompt: &str, secs: &str, n: u64) -> Value 
         curl.args(["-H", &format!("{k}: {v}")]);
     }
     let out = curl.output().expect("curl");
-    assert_eq!(out.status.code(), Some(28), "curl gave up: {out:?}");
+    // 28: curl's own timeout, the client giving up.
+    assert_eq!(out.status.code(), Some(28), "stream {stream}: {out:?}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let t = proxy.status()["totals"].clone();
@@ -1837,7 +1813,7 @@ fn a_failure_after_the_client_left_is_booked_as_abandoned() {
     );
     let mut messages = vec![json!({"role": "user", "content": "hello"})];
     turn(&proxy, &tools(), &mut messages);
-    let totals = abandon_stream(&proxy, "read my notes", "1", 1);
+    let totals = abandon(&proxy, true, "read my notes", "1", 1);
     assert_eq!(
         (&totals["abandoned"], &totals["errors"]),
         (&json!(1), &json!(0)),
@@ -1868,7 +1844,7 @@ fn no_round_goes_upstream_for_a_client_that_left_a_started_stream() {
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
     let mut messages = vec![json!({"role": "user", "content": "hello"})];
     turn(&proxy, &tools(), &mut messages);
-    let totals = abandon_stream(&proxy, "read my notes", "1", 1);
+    let totals = abandon(&proxy, true, "read my notes", "1", 1);
     assert_eq!(totals["abandoned"], 1, "{totals}\n{}", proxy.log());
     // The warm-up, the round that showed text, and the quiet round the client left in.
     std::thread::sleep(std::time::Duration::from_secs(2));
