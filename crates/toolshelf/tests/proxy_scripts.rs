@@ -281,3 +281,113 @@ fn a_tool_the_proxy_runs_fires_its_after_tools_reminder_and_a_refused_call_does_
     assert!(last.contains("Counted words chart well"), "{last}");
     assert_prefix_kept(&upstream);
 }
+
+/// A process killed when dropped, a failed assertion included.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A host whose every GET takes `secs` before it answers: a slow dictionary for a script tool.
+/// Its process (killed when dropped) and its port.
+fn slow_host(secs: f64) -> (Killed, u16) {
+    use std::io::BufRead as _;
+    let script = format!(
+        "import time, sys\n\
+         from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler\n\
+         class H(BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       time.sleep({secs})\n\
+         \x20       b = b'meaning'\n\
+         \x20       self.send_response(200); self.send_header('content-length', str(len(b)))\n\
+         \x20       self.end_headers(); self.wfile.write(b)\n\
+         \x20   def log_message(self, *a): pass\n\
+         s = ThreadingHTTPServer(('127.0.0.1', 0), H)\n\
+         print(s.server_address[1], flush=True)\n\
+         s.serve_forever()\n"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the host's port");
+    (Killed(child), line.trim().parse().expect("a port"))
+}
+
+/// A client that goes away while the proxy runs a script tool inside its request (the round
+/// came back, the proxy is working on it): that round counts once, and no further round goes
+/// upstream, streamed or not.
+#[test]
+fn a_client_that_leaves_while_a_script_tool_runs_costs_no_further_round() {
+    let s = Scratch::new("proxy-scripts-leave");
+    let (_host, port) = slow_host(3.0);
+    s.write(
+        "slow.star",
+        &format!(
+            "description = \"Look up a word in the slow dictionary\"\n\
+             schema = {{\"properties\": {{\"word\": {{\"type\": \"string\"}}}}, \"required\": [\"word\"]}}\n\n\
+             def run(params):\n    return http.get(\"http://127.0.0.1:{port}/word\")[\"body\"]\n"
+        ),
+    );
+    let search = json!({"tool_uses": [{"name": "tool_search",
+                                       "input": {"tool_names": ["mcp__scripts__slowlookup"]}}]});
+    let run = json!({"tool_uses": [{"name": "defer_execute",
+        "input": {"tool_name": "mcp__scripts__slowlookup", "params": {"word": "x"}}}]});
+    let upstream = Upstream::start(
+        &s,
+        &json!({"steps": [{"text": "ready"}, search, run, search, run, {"text": "never"}]}),
+    );
+    let config = format!(
+        "[scripts]\nallow_hosts = [\"127.0.0.1:{port}\"]\n[tools.slowlookup]\nscript = \"slow.star\"\n"
+    );
+    let proxy = ProxyProc::start(&s, &upstream.url(), &config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "hello"})];
+    turn(&proxy, &mut messages);
+    for (n, stream) in [(1, false), (2, true)] {
+        let body = json!({"model": "m", "max_tokens": 8, "stream": stream, "tools": tools(),
+                          "messages": [{"role": "user", "content": format!("look up x ({stream})")}]});
+        let mut curl = std::process::Command::new("curl");
+        curl.args(["-sS", "-N", "--max-time", "1.5", "-X", "POST"])
+            .arg(format!("{}/v1/messages", proxy.url))
+            .args([
+                "-H",
+                "content-type: application/json",
+                "-d",
+                &body.to_string(),
+            ]);
+        for (k, v) in common::HEADERS {
+            curl.args(["-H", &format!("{k}: {v}")]);
+        }
+        let out = curl.output().expect("curl");
+        assert_eq!(out.status.code(), Some(28), "curl gave up: {out:?}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let totals = loop {
+            let t = proxy.status()["totals"].clone();
+            if t["abandoned"] == n || std::time::Instant::now() > deadline {
+                break t;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        // The warm-up's round, then two rounds a request: the search, and the call the
+        // script answers.
+        assert_eq!(
+            (&totals["abandoned"], &totals["rounds"]),
+            (&json!(n), &json!(1 + 2 * n)),
+            "stream {stream}: {totals}\n{}",
+            proxy.log()
+        );
+    }
+    // The script's run outlasts the client; wait it out, then count what went upstream.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(upstream.turns().len(), 5, "{:#?}", upstream.turns());
+}
