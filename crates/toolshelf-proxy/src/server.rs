@@ -855,13 +855,13 @@ async fn run_json(app: &AppState, turn: Turn, url: &str, headers: &HeaderMap) ->
         let resp = match send(proxy, url, headers, &watch.turn().prepared.body).await {
             Ok(r) => r,
             Err(e) => {
-                book_unfinished(proxy, &watch.disarm(), Some(&e.to_string()));
+                book_unfinished(proxy, &watch.disarm(), &e.to_string());
                 return error_response(Some(dialect), &e);
             }
         };
         if !resp.status().is_success() {
             let why = upstream_status(url, resp.status());
-            book_unfinished(proxy, &watch.disarm(), Some(&why));
+            book_unfinished(proxy, &watch.disarm(), &why);
             return relay_error(proxy, url, dialect, resp).await;
         }
         if first_headers.is_none() {
@@ -869,7 +869,7 @@ async fn run_json(app: &AppState, turn: Turn, url: &str, headers: &HeaderMap) ->
         }
         let Ok(bytes) = tokio::time::timeout_at(deadline, resp.bytes()).await else {
             let e = timeout_error(url, secs);
-            book_unfinished(proxy, &watch.disarm(), Some(&e.to_string()));
+            book_unfinished(proxy, &watch.disarm(), &e.to_string());
             return error_response(Some(dialect), &e);
         };
         let parsed = bytes
@@ -880,7 +880,7 @@ async fn run_json(app: &AppState, turn: Turn, url: &str, headers: &HeaderMap) ->
             Ok(r) => r,
             Err(message) => {
                 let e = upstream_error(url, &message);
-                book_unfinished(proxy, &watch.disarm(), Some(&e.to_string()));
+                book_unfinished(proxy, &watch.disarm(), &e.to_string());
                 return error_response(Some(dialect), &e);
             }
         };
@@ -1059,15 +1059,12 @@ fn summarize(
 /// The longest query the timeline shows (with `[ui] show_arguments`), in characters.
 const QUERY_SHOWN: usize = 200;
 
-/// Books a request that ended without its answer: the rounds the upstream served, the searches
-/// and refusals the proxy answered and their tokens count all the same. `failure` says why it
-/// failed (it is logged, as every finished request is, and counted in `errors`).
-fn book_unfinished(proxy: &Proxy, turn: &Turn, failure: Option<&str>) {
-    if let Some(why) = failure {
-        log_failure(turn.prepared.dialect, Some(turn), why);
-    }
-    let failed = u64::from(failure.is_some());
-    count_unanswered(proxy, turn, turn.rounds, |t| t.errors += failed);
+/// Books a request that failed without its answer, saying `why` (logged, as every finished
+/// request is, and counted in `errors`): the rounds the upstream served, the searches and
+/// refusals the proxy answered and their tokens count all the same.
+fn book_unfinished(proxy: &Proxy, turn: &Turn, why: &str) {
+    log_failure(turn.prepared.dialect, Some(turn), why);
+    count_unanswered(proxy, turn, turn.rounds, |t| t.errors += 1);
 }
 
 /// Books a rewritten request whose client went away before its answer was whole: its log line
@@ -1475,13 +1472,13 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
     let first = match send(&app.proxy, &url, &headers, &watch.turn().prepared.body).await {
         Ok(r) => r,
         Err(e) => {
-            book_unfinished(&app.proxy, &watch.disarm(), Some(&e.to_string()));
+            book_unfinished(&app.proxy, &watch.disarm(), &e.to_string());
             return error_response(Some(dialect), &e);
         }
     };
     if !first.status().is_success() {
         let why = upstream_status(&url, first.status());
-        book_unfinished(&app.proxy, &watch.disarm(), Some(&why));
+        book_unfinished(&app.proxy, &watch.disarm(), &why);
         return relay_error(&app.proxy, &url, dialect, first).await;
     }
     let mut turn = watch.disarm();
@@ -1509,7 +1506,7 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                     return;
                 }
                 Err(Pump::Stalled(message)) if gate.unsent() => {
-                    book_unfinished(&app.proxy, &turn, Some(&message));
+                    book_unfinished(&app.proxy, &turn, &message);
                     gate.answer(error_response(
                         Some(dialect),
                         &timeout_error(&url, idle.as_secs()),
@@ -1517,7 +1514,7 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                     return;
                 }
                 Err(Pump::Upstream(message)) if gate.unsent() => {
-                    book_unfinished(&app.proxy, &turn, Some(&message));
+                    book_unfinished(&app.proxy, &turn, &message);
                     gate.answer(error_response(
                         Some(dialect),
                         &upstream_error(&url, &message),
@@ -1525,7 +1522,7 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                     return;
                 }
                 Err(Pump::Event(message)) if gate.unsent() => {
-                    book_unfinished(&app.proxy, &turn, Some(&message));
+                    book_unfinished(&app.proxy, &turn, &message);
                     let answer = match streamer.upstream_error() {
                         Some(event) => event_answer(dialect, event),
                         None => error_response(Some(dialect), &upstream_error(&url, &message)),
@@ -1534,7 +1531,7 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                     return;
                 }
                 Err(Pump::Upstream(message) | Pump::Stalled(message) | Pump::Event(message)) => {
-                    book_unfinished(&app.proxy, &turn, Some(&message));
+                    book_unfinished(&app.proxy, &turn, &message);
                     gate.fail(streamer.as_mut(), "api_error", &message).await;
                     return;
                 }
@@ -1558,11 +1555,7 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                     resp = match sent {
                         Ok(r) if r.status().is_success() => r,
                         Ok(r) if gate.unsent() => {
-                            book_unfinished(
-                                &app.proxy,
-                                &turn,
-                                Some(&upstream_status(&url, r.status())),
-                            );
+                            book_unfinished(&app.proxy, &turn, &upstream_status(&url, r.status()));
                             gate.answer(relay_error(&app.proxy, &url, dialect, r).await);
                             return;
                         }
@@ -1572,11 +1565,7 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                                 Ok(b) => String::from_utf8_lossy(&b).into_owned(),
                                 Err(e) => e.to_string(),
                             };
-                            book_unfinished(
-                                &app.proxy,
-                                &turn,
-                                Some(&upstream_status(&url, status)),
-                            );
+                            book_unfinished(&app.proxy, &turn, &upstream_status(&url, status));
                             let why = format!(
                                 "upstream {}: {}",
                                 status_line(status),
@@ -1587,12 +1576,12 @@ async fn run_stream(app: Arc<AppState>, turn: Turn, url: String, headers: Header
                             return;
                         }
                         Err(e) if gate.unsent() => {
-                            book_unfinished(&app.proxy, &turn, Some(&e.to_string()));
+                            book_unfinished(&app.proxy, &turn, &e.to_string());
                             gate.answer(error_response(Some(dialect), &e));
                             return;
                         }
                         Err(e) => {
-                            book_unfinished(&app.proxy, &turn, Some(&e.to_string()));
+                            book_unfinished(&app.proxy, &turn, &e.to_string());
                             gate.fail(streamer.as_mut(), "api_error", &e.to_string())
                                 .await;
                             return;

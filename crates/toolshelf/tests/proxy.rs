@@ -8,8 +8,8 @@ mod common;
 use std::process::Command;
 
 use common::{
-    HEADERS, ProxyProc, Scratch, Upstream, anthropic_tool, chat_tools, closed_port, post,
-    responses_tools, tools,
+    HEADERS, ProxyProc, Scratch, Upstream, abandon, anthropic_tool, chat_tools, closed_port,
+    curl_messages, post, responses_tools, tools,
 };
 use serde_json::{Value, json};
 
@@ -1731,19 +1731,10 @@ fn stream_hold_secs_bounds_the_wait_for_a_streams_status() {
         let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
         let body = json!({"model": "m", "max_tokens": 8, "stream": true, "tools": tools(),
                           "messages": [{"role": "user", "content": "read my notes"}]});
-        let mut curl = Command::new("curl");
-        curl.args(["-sS", "-N", "-i", "-X", "POST"])
-            .arg(format!("{}/v1/messages", proxy.url))
-            .args([
-                "-H",
-                "content-type: application/json",
-                "-d",
-                &body.to_string(),
-            ]);
-        for (k, v) in HEADERS {
-            curl.args(["-H", &format!("{k}: {v}")]);
-        }
-        let out = String::from_utf8_lossy(&curl.output().expect("curl").stdout).into_owned();
+        let out = curl_messages(&proxy, &body, &["-sS", "-N", "-i"])
+            .output()
+            .expect("curl");
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
         let head = out.lines().next().unwrap_or_default();
         assert!(
             head.starts_with(&format!("HTTP/1.1 {status}")),
@@ -1761,36 +1752,6 @@ fn stream_hold_secs_bounds_the_wait_for_a_streams_status() {
                 "{out}"
             );
         }
-    }
-}
-
-/// A request (streamed or not), POSTed with curl giving up after `secs`; the proxy's status
-/// totals once `abandoned` reaches `n` (or after 20 s).
-fn abandon(proxy: &ProxyProc, stream: bool, prompt: &str, secs: &str, n: u64) -> Value {
-    let body = json!({"model": "m", "max_tokens": 8, "stream": stream, "tools": tools(),
-                      "messages": [{"role": "user", "content": prompt}]});
-    let mut curl = Command::new("curl");
-    curl.args(["-sS", "-N", "--max-time", secs, "-X", "POST"])
-        .arg(format!("{}/v1/messages", proxy.url))
-        .args([
-            "-H",
-            "content-type: application/json",
-            "-d",
-            &body.to_string(),
-        ]);
-    for (k, v) in HEADERS {
-        curl.args(["-H", &format!("{k}: {v}")]);
-    }
-    let out = curl.output().expect("curl");
-    // 28: curl's own timeout, the client giving up.
-    assert_eq!(out.status.code(), Some(28), "stream {stream}: {out:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let t = proxy.status()["totals"].clone();
-        if t["abandoned"] == n || std::time::Instant::now() > deadline {
-            return t;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 

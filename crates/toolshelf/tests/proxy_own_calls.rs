@@ -518,13 +518,7 @@ fn a_call_of_its_own_kind_needs_a_tool_of_that_kind() {
     );
     assert_eq!(status, 200, "{answer}");
     let played = upstream.played();
-    let result = played[5]["body"]["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
-        .cloned()
-        .unwrap_or_else(|| panic!("no result: {}", played[5]["body"]));
+    let result = chat_result(&played[5]["body"], &made[0]);
     assert!(
         result["content"]
             .to_string()
@@ -678,13 +672,7 @@ fn a_client_run_tool_the_mode_hides_is_refused_when_called() {
     );
     let played = upstream.played();
     let made = upstream.call_ids(6);
-    let result = played[7]["body"]["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
-        .cloned()
-        .unwrap_or_else(|| panic!("no result: {}", played[7]["body"]));
+    let result = chat_result(&played[7]["body"], &made[0]);
     assert!(
         result["content"]
             .to_string()
@@ -797,13 +785,7 @@ fn a_chat_custom_tool_call_meets_the_rules() {
         assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
         let played = upstream.played();
         assert_eq!(played.len() as u64, step + 2);
-        let result = played[step as usize + 1]["body"]["messages"]
-            .as_array()
-            .expect("messages")
-            .iter()
-            .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
-            .cloned()
-            .unwrap_or_else(|| panic!("no result: {}", played[step as usize + 1]["body"]));
+        let result = chat_result(&played[step as usize + 1]["body"], &made[0]);
         assert!(
             result["content"].to_string().contains("deny[0]"),
             "{result}"
@@ -926,13 +908,7 @@ fn a_passed_along_tool_the_client_stops_sending_is_refused_as_gone() {
     assert!(chat_calls(&answer, false).is_empty(), "{answer}");
     let made = upstream.call_ids(1);
     let played = upstream.played();
-    let result = played[2]["body"]["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == made[0])
-        .cloned()
-        .unwrap_or_else(|| panic!("no result: {}", played[2]["body"]));
+    let result = chat_result(&played[2]["body"], &made[0]);
     assert!(result["content"].to_string().contains(gone), "{result}");
     assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
 }

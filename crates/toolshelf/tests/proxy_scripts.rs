@@ -354,30 +354,7 @@ fn a_client_that_leaves_while_a_script_tool_runs_costs_no_further_round() {
     let mut messages = vec![json!({"role": "user", "content": "hello"})];
     turn(&proxy, &mut messages);
     for (n, stream) in [(1, false), (2, true)] {
-        let body = json!({"model": "m", "max_tokens": 8, "stream": stream, "tools": tools(),
-                          "messages": [{"role": "user", "content": format!("look up x ({stream})")}]});
-        let mut curl = std::process::Command::new("curl");
-        curl.args(["-sS", "-N", "--max-time", "1.5", "-X", "POST"])
-            .arg(format!("{}/v1/messages", proxy.url))
-            .args([
-                "-H",
-                "content-type: application/json",
-                "-d",
-                &body.to_string(),
-            ]);
-        for (k, v) in common::HEADERS {
-            curl.args(["-H", &format!("{k}: {v}")]);
-        }
-        let out = curl.output().expect("curl");
-        assert_eq!(out.status.code(), Some(28), "curl gave up: {out:?}");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let totals = loop {
-            let t = proxy.status()["totals"].clone();
-            if t["abandoned"] == n || std::time::Instant::now() > deadline {
-                break t;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        };
+        let totals = common::abandon(&proxy, stream, &format!("look up x ({stream})"), "1.5", n);
         // The warm-up's round, then two rounds a request: the search, and the call the
         // script answers.
         assert_eq!(

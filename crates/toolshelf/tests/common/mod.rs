@@ -932,6 +932,45 @@ pub const HEADERS: [(&str, &str); 2] = [
     ("anthropic-version", "2023-06-01"),
 ];
 
+/// curl POSTing `body` to `proxy`'s Anthropic endpoint with [`HEADERS`]; `args` (curl's own
+/// options) come first.
+pub fn curl_messages(proxy: &ProxyProc, body: &Value, args: &[&str]) -> std::process::Command {
+    let mut curl = std::process::Command::new("curl");
+    curl.args(args)
+        .args(["-X", "POST"])
+        .arg(format!("{}/v1/messages", proxy.url))
+        .args([
+            "-H",
+            "content-type: application/json",
+            "-d",
+            &body.to_string(),
+        ]);
+    for (k, v) in HEADERS {
+        curl.args(["-H", &format!("{k}: {v}")]);
+    }
+    curl
+}
+
+/// A request (streamed or not) whose client gives up after `secs` (curl's own timeout); the
+/// proxy's status totals once `abandoned` reaches `n` (or after 20 s).
+pub fn abandon(proxy: &ProxyProc, stream: bool, prompt: &str, secs: &str, n: u64) -> Value {
+    let body = json!({"model": "m", "max_tokens": 8, "stream": stream, "tools": tools(),
+                      "messages": [{"role": "user", "content": prompt}]});
+    let out = curl_messages(proxy, &body, &["-sS", "-N", "--max-time", secs])
+        .output()
+        .expect("curl");
+    // 28: curl's own timeout, the client giving up.
+    assert_eq!(out.status.code(), Some(28), "stream {stream}: {out:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let t = proxy.status()["totals"].clone();
+        if t["abandoned"] == n || std::time::Instant::now() > deadline {
+            return t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// The CPU time process `pid` has used so far, in clock ticks (user and system).
 pub fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
