@@ -1720,6 +1720,92 @@ mod tests {
         assert_eq!(id, crate::session_id(&long), "the same key, the same id");
     }
 
+    /// Every error type the upstreams stream before any output, in each format, gets the HTTP
+    /// status it means, with the error in that format's error body.
+    #[test]
+    fn an_early_error_event_is_answered_with_the_status_its_type_means() {
+        use futures_util::FutureExt;
+        let answer = |api: Api, event: Value| {
+            let response = event_answer(Dialect(api), &event);
+            let status = response.status().as_u16();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .now_or_never()
+                .expect("the body is whole")
+                .expect("the body reads");
+            (
+                status,
+                serde_json::from_slice::<Value>(&body).expect("JSON"),
+            )
+        };
+        // Anthropic's error types, as its stream's `error` event carries them.
+        for (kind, status) in [
+            ("invalid_request_error", 400),
+            ("authentication_error", 401),
+            ("permission_error", 403),
+            ("not_found_error", 404),
+            ("request_too_large", 413),
+            ("rate_limit_error", 429),
+            ("api_error", 502),
+            ("overloaded_error", 529),
+        ] {
+            let event = json!({"type": "error", "error": {"type": kind, "message": "m"}});
+            let (got, body) = answer(Api::Anthropic, event.clone());
+            assert_eq!(got, status, "{kind}");
+            assert_eq!(body, event, "{kind}: Anthropic's event is its error body");
+        }
+        // OpenAI's types and codes, in a Chat chunk's `error` and in a Responses `error` event
+        // (flat, and with the error nested).
+        for (kind, code, status) in [
+            (
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+                400,
+            ),
+            ("invalid_request_error", None, 400),
+            ("authentication_error", Some("invalid_api_key"), 401),
+            ("permission_error", None, 403),
+            ("not_found_error", Some("model_not_found"), 404),
+            ("requests", Some("rate_limit_exceeded"), 429),
+            ("insufficient_quota", Some("insufficient_quota"), 429),
+            ("server_error", Some("server_is_overloaded"), 503),
+            ("server_error", None, 502),
+        ] {
+            let chunk =
+                json!({"error": {"message": "m", "type": kind, "param": null, "code": code}});
+            let (got, body) = answer(Api::OpenAiChat, chunk.clone());
+            assert_eq!(got, status, "chat {kind} {code:?}");
+            assert_eq!(body, chunk, "chat {kind}: the chunk is its error body");
+
+            let nested = json!({"type": "error", "sequence_number": 1, "error":
+                {"type": kind, "code": code, "message": "m", "param": "p"}});
+            let (got, body) = answer(Api::OpenAiResponses, nested);
+            assert_eq!(got, status, "responses {kind} {code:?}");
+            assert_eq!(
+                body,
+                json!({"error": {"message": "m", "type": kind, "param": "p", "code": code}}),
+                "responses {kind} {code:?}"
+            );
+        }
+        // The flat Responses event names the error by its code alone; the body's type is the
+        // one its status stands for.
+        for (code, status, kind) in [
+            ("rate_limit_exceeded", 429, "rate_limit_error"),
+            ("invalid_request_error", 400, "invalid_request_error"),
+            ("server_is_overloaded", 503, "server_error"),
+            ("ERR_SOMETHING", 502, "server_error"),
+        ] {
+            let event = json!({"type": "error", "sequence_number": 3, "code": code,
+                "message": "m", "param": null});
+            let (got, body) = answer(Api::OpenAiResponses, event);
+            assert_eq!(got, status, "{code}");
+            assert_eq!(
+                body,
+                json!({"error": {"message": "m", "type": kind, "param": null, "code": code}}),
+                "{code}"
+            );
+        }
+    }
+
     #[test]
     fn an_upstream_url_is_shown_without_its_userinfo() {
         for (url, shown) in [
