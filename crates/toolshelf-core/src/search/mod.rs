@@ -765,6 +765,9 @@ pub struct SearchIndex {
     /// to a query it is no server at all.
     server_names: BTreeMap<String, Vec<(String, String)>>,
     lexical: Lexical,
+    /// Each document's weight when it is deprecated for another tool of its server (see
+    /// [`deprecated_for_another`]), 1.0 otherwise; `None` when no document is.
+    deprecated: Option<Box<[f32]>>,
     /// Server groups as documents of their own (description, tool names and descriptions), and
     /// each tool document's group; `None` when fewer than two servers have a searchable tool.
     groups: Option<Groups>,
@@ -1175,6 +1178,7 @@ impl SearchIndex {
         if let Some(g) = &mut groups {
             g.find_nameable(catalog, &lexical.index, &server_pieces);
         }
+        let deprecated = deprecated_weights(tools, &docs);
         let mut name_rank = vec![0u32; docs.len()];
         for (r, &d) in by_name.iter().enumerate() {
             name_rank[d as usize] = r as u32;
@@ -1189,6 +1193,7 @@ impl SearchIndex {
             names,
             server_names,
             lexical,
+            deprecated,
             groups,
             extra: Vec::new(),
             lexical_weight: 1.0,
@@ -1210,6 +1215,7 @@ impl SearchIndex {
             names: self.names.clone(),
             server_names: self.server_names.clone(),
             lexical: self.lexical.clone(),
+            deprecated: self.deprecated.clone(),
             groups: self.groups.clone(),
             extra: Vec::new(),
             lexical_weight: self.lexical_weight,
@@ -1884,6 +1890,11 @@ impl SearchIndex {
                 }
             }
         }
+        if let Some(weights) = &self.deprecated {
+            for &d in query.touched.iter() {
+                query.scores[d as usize] *= weights[d as usize];
+            }
+        }
     }
 
     /// The best `keep` of the `candidates` (distinct documents, in any order; every one scoring
@@ -2233,7 +2244,7 @@ impl SearchIndex {
                     .iter()
                     .find(|&&d| allowed[d as usize] && !(lexical && scores[d as usize] > 0.0))
                 {
-                    best.offer((gw * gs, d), u64::from(gi), before);
+                    best.offer((gw * gs * self.weight_of(d), d), u64::from(gi), before);
                 }
             }
         }
@@ -2251,7 +2262,7 @@ impl SearchIndex {
                     c += if gs > 0.0 { gw * gs } else { 0.0 };
                     u64::from(gi)
                 };
-                best.offer((c, d), key, before);
+                best.offer((c * self.weight_of(d), d), key, before);
             }
         } else {
             for &d in matched.iter() {
@@ -2259,6 +2270,11 @@ impl SearchIndex {
             }
         }
         best.first.map(|f| (f, best.second))
+    }
+
+    /// Document `d`'s weight: below 1.0 when it is deprecated for another tool of its server.
+    fn weight_of(&self, d: u32) -> f32 {
+        self.deprecated.as_ref().map_or(1.0, |w| w[d as usize])
     }
 
     fn rank_with(&self, queries: &[String], limit: usize, scratch: &mut RankScratch) -> Vec<Hit> {
@@ -2710,6 +2726,86 @@ fn capitalised_terms(text: &str, part: Range<usize>) -> Vec<String> {
 /// How many of a query's first hits a server it names must have a tool among, or its best tool
 /// is brought forward: the default limit, what a model sees of a search unless it asks for more.
 const NAMED_WINDOW: usize = 5;
+
+/// The weight of a tool deprecated for another tool of its server: its score is halved, so a
+/// replacement that matches about as well ranks above it, while a request only it answers still
+/// finds it (and its name still finds it first).
+const DEPRECATED_WEIGHT: f32 = 0.5;
+
+/// How many words either side of "deprecated" may name the replacement.
+const DEPRECATED_NEAR: usize = 8;
+
+/// Each of `docs`' weight (see [`DEPRECATED_WEIGHT`]), `None` when no tool is deprecated.
+///
+/// A tool is deprecated for another when its description says "deprecated" and, within a few
+/// words of it, names another tool of its server, as the filesystem server's `read_file` does ("DEPRECATED: Use
+/// read_text_file instead."). Both are needed: a tool that only mentions the word may speak of
+/// what it handles ("lists deprecated APIs"), and a server that calls itself deprecated as a
+/// whole ("This MCP server is deprecated; migrate to ...") has no better tool of its own to
+/// offer. A name that is also a plain word (`search`) counts only beside "instead".
+fn deprecated_weights(tools: &[Tool], docs: &[usize]) -> Option<Box<[f32]>> {
+    fn words(text: &str) -> Vec<&str> {
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+            .map(|w| w.trim_matches('-'))
+            .filter(|w| !w.is_empty())
+            .collect()
+    }
+    let saying: Vec<(usize, Vec<&str>)> = docs
+        .iter()
+        .enumerate()
+        .filter_map(|(d, &i)| {
+            let said = words(&tools[i].description);
+            said.iter()
+                .any(|w| w.eq_ignore_ascii_case("deprecated"))
+                .then_some((d, said))
+        })
+        .collect();
+    if saying.is_empty() {
+        return None;
+    }
+    // Each server's tools by the names its description may give them.
+    let mut named: BTreeMap<(Option<&str>, &str), Vec<usize>> = BTreeMap::new();
+    for (d, &i) in docs.iter().enumerate() {
+        let t = &tools[i];
+        for n in [&t.original_name, &t.bare, &t.name] {
+            let at = named.entry((t.server.as_deref(), n.as_str())).or_default();
+            if !at.contains(&d) {
+                at.push(d);
+            }
+        }
+    }
+    let mut weights = vec![1.0; docs.len()];
+    let mut any = false;
+    for (d, said) in saying {
+        let server = tools[docs[d]].server.as_deref();
+        // The words around each "deprecated": a replacement is named beside the word, not
+        // anywhere in a long description that mentions it once.
+        let near: Vec<&str> = said
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.eq_ignore_ascii_case("deprecated"))
+            .flat_map(|(at, _)| {
+                &said
+                    [at.saturating_sub(DEPRECATED_NEAR)..(at + 1 + DEPRECATED_NEAR).min(said.len())]
+            })
+            .copied()
+            .collect();
+        let instead = near.iter().any(|w| w.eq_ignore_ascii_case("instead"));
+        let names_another = near.iter().any(|w| {
+            let written_as_name =
+                w.contains(['_', '-']) || w.chars().skip(1).any(char::is_uppercase);
+            (written_as_name || instead)
+                && named
+                    .get(&(server, *w))
+                    .is_some_and(|at| at.iter().any(|&o| o != d))
+        });
+        if names_another {
+            weights[d] = DEPRECATED_WEIGHT;
+            any = true;
+        }
+    }
+    any.then(|| weights.into_boxed_slice())
+}
 
 /// Terms a clause needs to be ranked on its own: fewer is a fragment ("thanks", "in Paris").
 const MIN_CLAUSE_TERMS: usize = 3;
@@ -3231,6 +3327,53 @@ mod tests {
             "{}",
             hits[0].reason
         );
+    }
+
+    /// A tool deprecated for another tool of its server ranks below that tool where both match
+    /// alike (the filesystem server's own descriptions); its name still finds it first.
+    /// Mentioning the word, or a whole server calling itself deprecated, demotes nothing.
+    #[test]
+    fn a_tool_deprecated_for_another_of_its_server_ranks_below_it() {
+        let tools = serde_json::json!({"servers": [
+            {"name": "filesystem", "description": "Files",
+             "tools": [
+                {"name": "read_file",
+                 "description": "Read the complete contents of a file as text. DEPRECATED: Use read_text_file instead.",
+                 "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+                {"name": "read_text_file",
+                 "description": "Read the complete contents of a file from the file system as text. Handles various text encodings and provides detailed error messages if the file cannot be read. Use this tool when you need to examine the contents of a single file. Operates on the file as text regardless of extension.",
+                 "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+                {"name": "list_directory", "description": "List the entries of a directory"}]},
+            {"name": "apis", "description": "API registry",
+             "tools": [{"name": "list_apis", "description": "List deprecated APIs of a project"},
+                       {"name": "list_versions", "description": "List the versions of an API"}]},
+            {"name": "legacy", "description": "Legacy tickets",
+             "tools": [{"name": "open_ticket",
+                        "description": "Open a ticket. NOTE: this server is deprecated, migrate to the hosted one."}]}
+        ]});
+        let (_, index) = indexed(&tools);
+        let names = |q: &str| -> Vec<String> {
+            index
+                .rank(&[q.to_owned()], 5)
+                .iter()
+                .map(|h| h.name.to_string())
+                .collect()
+        };
+        let read = names("read file");
+        let at = |n: &str| read.iter().position(|x| x == n);
+        assert!(
+            at("mcp__filesystem__read_text_file") < at("mcp__filesystem__read_file")
+                && at("mcp__filesystem__read_file").is_some(),
+            "{read:?}"
+        );
+        assert_eq!(names("read_file")[0], "mcp__filesystem__read_file");
+        // Only the filesystem tool that names its replacement is deprecated.
+        let weights = index.deprecated.as_deref().expect("one tool is deprecated");
+        let demoted: Vec<&str> = (0..index.len() as u32)
+            .filter(|&d| weights[d as usize] < 1.0)
+            .map(|d| &*index.labels[d as usize].name)
+            .collect();
+        assert_eq!(demoted, ["mcp__filesystem__read_file"]);
     }
 
     /// A server that stands out (here by one tool's description) brings in its tools without
