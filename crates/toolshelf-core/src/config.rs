@@ -83,6 +83,101 @@ pub struct Config {
     pub dir: Option<std::path::PathBuf>,
 }
 
+/// The sections of [`Config`] that are one table each (`[defer]`); `modes`, `servers` and
+/// `tools` hold one table per name (`[modes.NAME]`).
+const TABLES: &[&str] = &[
+    "defer",
+    "modes",
+    "search",
+    "servers",
+    "execute",
+    "permissions",
+    "hooks",
+    "audit",
+    "cache",
+    "session",
+    "gateway",
+    "http",
+    "proxy",
+    "ui",
+    "store",
+    "tools",
+    "template",
+    "scripts",
+    "authoring",
+];
+
+/// The sections of [`Config`] that hold one table per name.
+const NAMED_TABLES: &[&str] = &["modes", "servers", "tools"];
+
+/// The sections of [`Config`] that are arrays of tables (`[[reminders]]`).
+const ARRAYS_OF_TABLES: &[&str] = &["reminders"];
+
+/// A section written with the other kind of header: `[[defer]]` (an array of tables) for the
+/// table `[defer]`, `[[modes.NAME]]` for `[modes.NAME]`, or `[reminders]` for the array of tables
+/// `[[reminders]]`. The message names the line of its header (or its key) and says how to write
+/// it. `None` when the text is no TOML at all or has no such section.
+fn section_shape(text: &str) -> Option<String> {
+    let doc: toml::Table = toml::from_str(text).ok()?;
+    let (path, table) = doc.iter().find_map(|(key, value)| {
+        let key = key.as_str();
+        match value {
+            toml::Value::Array(_) if TABLES.contains(&key) => Some((vec![key], true)),
+            toml::Value::Table(_) if ARRAYS_OF_TABLES.contains(&key) => Some((vec![key], false)),
+            toml::Value::Table(named) if NAMED_TABLES.contains(&key) => named
+                .iter()
+                .find(|(_, v)| v.is_array())
+                .map(|(name, _)| (vec![key, name.as_str()], true)),
+            _ => None,
+        }
+    })?;
+    let dotted = path.join(".");
+    let (written, meant) = if table {
+        (format!("[[{dotted}]]"), format!("[{dotted}]"))
+    } else {
+        (format!("[{dotted}]"), format!("[[{dotted}]]"))
+    };
+    let line = header_line(text, &path)
+        .map(|n| format!("line {n}: "))
+        .unwrap_or_default();
+    Some(if table {
+        format!(
+            "{line}{written} makes {dotted:?} an array of tables, but {meant} is one table: write {meant}, with one pair of brackets"
+        )
+    } else {
+        format!(
+            "{line}{written} makes {dotted:?} one table, but {meant} is an array of tables, one for each {}: write {meant}, with two pairs of brackets",
+            dotted.trim_end_matches('s')
+        )
+    })
+}
+
+/// The line (from 1) of the first header (`[path]` or `[[path]]`) or `key =` line that gives
+/// `path`, its keys compared without their quotes and spaces.
+fn header_line(text: &str, path: &[&str]) -> Option<usize> {
+    let keys = |dotted: &str| -> Vec<String> {
+        dotted
+            .split('.')
+            .map(|k| k.trim().trim_matches(['"', '\'']).to_owned())
+            .collect()
+    };
+    text.lines()
+        .position(|l| {
+            let l = l.trim();
+            let header = l
+                .strip_prefix('[')
+                .and_then(|h| h.split_once(']'))
+                .map(|(h, _)| h.trim_start_matches('['));
+            match header {
+                Some(h) => keys(h) == path,
+                None => l
+                    .split_once('=')
+                    .is_some_and(|(k, _)| path.len() == 1 && keys(k) == path),
+            }
+        })
+        .map(|i| i + 1)
+}
+
 /// `[ui]`, read by the dashboard.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -925,6 +1020,14 @@ impl Config {
     /// [`crate::compile::Compiled::new`] for everything else.
     pub fn from_toml_str(text: &str, source_name: &str) -> Result<Self> {
         toml::from_str(text).map_err(|e| {
+            // A table written as an array of tables, or the other way round, fails deep inside
+            // (serde reads a list into a table's keys in order), so its shape is named first.
+            if let Some(message) = section_shape(text) {
+                return Error::Config {
+                    source_name: source_name.to_owned(),
+                    message,
+                };
+            }
             // The parser's report (line, column, the line itself) with its last word, serde's
             // message, said in plain words.
             let mut report = e.to_string();
@@ -1969,5 +2072,61 @@ mod tests {
             e.contains("unknown value `maybe`, expected one of `allow`, `ask`, `deny`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_table_written_as_an_array_of_tables_is_named_with_its_line() {
+        for (toml, says) in [
+            (
+                "[[defer]]",
+                "t.toml: line 1: [[defer]] makes \"defer\" an array of tables, but [defer] is one table: write [defer], with one pair of brackets",
+            ),
+            (
+                "[search]\nmax_limit = 3\n\n[[session]]\nactivation_ttl_turns = 2\n",
+                "t.toml: line 4: [[session]] makes \"session\" an array of tables, but [session] is one table",
+            ),
+            (
+                "[[ proxy ]]\n",
+                "line 1: [[proxy]] makes \"proxy\" an array of tables, but [proxy] is one table",
+            ),
+            (
+                "[modes.ask]\nread_only = true\n[[modes.files]]\ntools = [\"x\"]\n",
+                "line 3: [[modes.files]] makes \"modes.files\" an array of tables, but [modes.files] is one table: write [modes.files]",
+            ),
+            (
+                "# servers\n[[servers.git]]\ncommand = \"git\"\n",
+                "line 2: [[servers.git]] makes",
+            ),
+            (
+                "[reminders]\nid = \"x\"\n",
+                "t.toml: line 1: [reminders] makes \"reminders\" one table, but [[reminders]] is an array of tables, one for each reminder: write [[reminders]], with two pairs of brackets",
+            ),
+        ] {
+            let e = Config::from_toml_str(toml, "t.toml")
+                .expect_err(toml)
+                .to_string();
+            assert!(e.contains(says), "{toml:?}: {e}");
+            assert!(!e.contains("expected"), "{toml:?}: {e}");
+        }
+    }
+
+    /// The sections checked for the shape of their header are every section the file takes.
+    #[test]
+    fn every_section_is_known_as_a_table_or_an_array_of_tables() {
+        let e = Config::from_toml_str("[no_such_section]", "t.toml")
+            .expect_err("unknown")
+            .to_string();
+        let (_, expected) = e.split_once("expected one of ").expect("the keys");
+        let mut keys: Vec<&str> = expected
+            .split(", ")
+            .map(|k| k.trim().trim_matches('`'))
+            .collect();
+        keys.sort();
+        let mut known: Vec<&str> = TABLES.iter().chain(ARRAYS_OF_TABLES).copied().collect();
+        known.sort();
+        assert_eq!(keys, known);
+        for key in TABLES {
+            Config::from_toml_str(&format!("[{key}]"), "t.toml").expect(key);
+        }
     }
 }
