@@ -4,7 +4,9 @@
 //! "..."}` (the model's text), `{"call": {"name", "input"}}` (a tool call the model made),
 //! `{"result": {"content": ..., "is_error": false}}` (the recorded result of a call), `{"context":
 //! "..."}` (environment context for the next request) and `{"tools_changed": {"add": [...],
-//! "remove": [...]}}` (the tool set changed). Replaying it runs one session: a request is
+//! "remove": [...]}}` (the tool set changed). A call's `arguments` and a result's `isError`, the
+//! spellings of MCP and OpenAI, are read as `input` and `is_error`; any other key an event does
+//! not take is refused, as a misspelt key would be read as absent. Replaying it runs one session: a request is
 //! assembled whenever the model would be asked to continue (after a user message, and after the
 //! results of its calls), and each is reported. Calls are carried out against the catalog as the
 //! session would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that
@@ -91,9 +93,69 @@ pub enum Event {
     },
 }
 
+/// The events a transcript line may hold, one a line.
+const EVENTS: &[&str] = &[
+    "user",
+    "assistant",
+    "call",
+    "result",
+    "context",
+    "tools_changed",
+];
+
+/// The keys of a `call`: `arguments` is the spelling of MCP's `tools/call` and of OpenAI's
+/// function calls, read as `input`.
+const CALL_KEYS: &[&str] = &["name", "input", "arguments"];
+
+/// The keys of a `result`: `isError` is MCP's spelling of `is_error`.
+const RESULT_KEYS: &[&str] = &["content", "is_error", "isError"];
+
+/// The keys of a `tools_changed`.
+const TOOLS_CHANGED_KEYS: &[&str] = &["add", "remove"];
+
+/// Refuses a key of `event`'s object outside `known`: a misspelt key would be read as absent
+/// and change the replay without a word. The error names the key and, for a slip of a known
+/// one, the key it is a slip for (as the catalog loader judges slips).
+fn known_keys(event: &str, obj: &Map<String, Value>, known: &[&'static str]) -> Result<(), String> {
+    let Some(key) = obj.keys().find(|k| !known.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    Err(match crate::catalog::near_miss(key, known, &[]) {
+        Some(meant) => format!(
+            "unknown key {key:?} in \"{event}\"; did you mean {meant:?}? (a misspelt key would be read as absent)"
+        ),
+        None => format!(
+            "unknown key {key:?} in \"{event}\": it takes {}",
+            known
+                .iter()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
+/// The one of two spellings of a key `obj` gives (`None` for neither); both is an error, as
+/// either value would be lost.
+fn one_of<'v>(
+    event: &str,
+    obj: &'v Map<String, Value>,
+    key: &str,
+    alias: &str,
+) -> Result<Option<(&'v str, &'v Value)>, String> {
+    match (obj.get_key_value(key), obj.get_key_value(alias)) {
+        (Some(_), Some(_)) => Err(format!(
+            "\"{event}\" gives both {key:?} and {alias:?}, two spellings of one key; give one"
+        )),
+        (Some((k, v)), None) | (None, Some((k, v))) => Ok(Some((k.as_str(), v))),
+        (None, None) => Ok(None),
+    }
+}
+
 impl Event {
     /// Reads one transcript line, as strictly as a catalog (an object that gives a key twice is
-    /// refused, not read as its last value); the error says what a line may be.
+    /// refused, not read as its last value, and so is a key an event does not take); the error
+    /// says what a line may be.
     pub fn parse(line: &str) -> Result<Self, String> {
         let v: Value = crate::json::parse(line).map_err(|e| {
             let words = crate::json::in_words(&e, line, true);
@@ -113,19 +175,39 @@ impl Event {
                 .map(str::to_owned)
                 .ok_or_else(|| format!("\"{key}\" must be a string"))
         };
+        let fields = |shape: &str| {
+            value.as_object().ok_or_else(|| {
+                format!(
+                    "\"{key}\" must be an object: {shape}, found {}",
+                    crate::catalog::kind_of(value)
+                )
+            })
+        };
         match key.as_str() {
             "user" => Ok(Self::User(text(value)?)),
             "assistant" => Ok(Self::Assistant(text(value)?)),
             "context" => Ok(Self::Context(text(value)?)),
             "call" => {
-                let name = value
+                let call = fields("{\"name\": \"...\", \"input\": {...}}")?;
+                known_keys(key, call, CALL_KEYS)?;
+                let name = call
                     .get("name")
                     .and_then(Value::as_str)
                     .ok_or("\"call\" needs a \"name\" string")?;
-                let input = match value.get("input") {
-                    None | Some(Value::Null) => Map::new(),
-                    Some(Value::Object(m)) => m.clone(),
-                    Some(_) => return Err("\"call\".input must be an object".into()),
+                let input = match one_of(key, call, "input", "arguments")? {
+                    None | Some((_, Value::Null)) => Map::new(),
+                    Some((_, Value::Object(m))) => m.clone(),
+                    // OpenAI writes a function call's arguments as a string of JSON.
+                    Some(("arguments", Value::String(s))) => match crate::json::parse(s) {
+                        Ok(Value::Object(m)) => m,
+                        _ => {
+                            return Err(
+                                "\"call\".arguments must be an object, or a string of a JSON object"
+                                    .into(),
+                            );
+                        }
+                    },
+                    Some((k, _)) => return Err(format!("\"call\".{k} must be an object")),
                 };
                 Ok(Self::Call {
                     name: name.to_owned(),
@@ -133,7 +215,9 @@ impl Event {
                 })
             }
             "result" => {
-                let content = value
+                let result = fields("{\"content\": ..., \"is_error\": false}")?;
+                known_keys(key, result, RESULT_KEYS)?;
+                let content = result
                     .get("content")
                     .cloned()
                     .ok_or("\"result\" needs \"content\"")?;
@@ -153,26 +237,26 @@ impl Event {
                         ));
                     }
                 }
-                let is_error = match value.get("is_error") {
-                    None | Some(Value::Null) => false,
-                    Some(Value::Bool(b)) => *b,
-                    Some(_) => return Err("\"result\".is_error must be true or false".into()),
+                let is_error = match one_of(key, result, "is_error", "isError")? {
+                    None | Some((_, Value::Null)) => false,
+                    Some((_, Value::Bool(b))) => *b,
+                    Some((k, _)) => {
+                        return Err(format!("\"result\".{k} must be true or false"));
+                    }
                 };
                 Ok(Self::Result { content, is_error })
             }
             "tools_changed" => {
-                if !value.is_object() {
-                    return Err(
-                        "\"tools_changed\" must be an object: {\"add\": [...], \"remove\": [...]}"
-                            .into(),
-                    );
-                }
-                let add = match value.get("add") {
+                let change = value.as_object().ok_or(
+                    "\"tools_changed\" must be an object: {\"add\": [...], \"remove\": [...]}",
+                )?;
+                known_keys(key, change, TOOLS_CHANGED_KEYS)?;
+                let add = match change.get("add") {
                     None => Vec::new(),
                     Some(Value::Array(a)) => a.clone(),
                     Some(_) => return Err("\"tools_changed\".add must be an array".into()),
                 };
-                let remove = match value.get("remove") {
+                let remove = match change.get("remove") {
                     None => Vec::new(),
                     Some(Value::Array(a)) => a
                         .iter()
@@ -183,9 +267,12 @@ impl Event {
                 };
                 Ok(Self::ToolsChanged { add, remove })
             }
-            other => Err(format!(
-                "unknown event {other:?}: expected user, assistant, call, result, context or tools_changed"
-            )),
+            other => Err(match crate::catalog::near_miss(other, EVENTS, &[]) {
+                Some(meant) => format!("unknown event {other:?}; did you mean {meant:?}?"),
+                None => format!(
+                    "unknown event {other:?}: expected user, assistant, call, result, context or tools_changed"
+                ),
+            }),
         }
     }
 }
@@ -1429,4 +1516,112 @@ pub fn parse_transcript(text: &str, source: &str) -> Result<Transcript, String> 
         events,
         lines,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_key_an_event_does_not_take_is_refused_naming_it() {
+        for (line, says) in [
+            (
+                r#"{"call": {"name": "Read", "input": {}, "inptu": {}}}"#,
+                r#"unknown key "inptu" in "call"; did you mean "input"?"#,
+            ),
+            (
+                r#"{"result": {"content": "x", "is_eror": true}}"#,
+                r#"unknown key "is_eror" in "result"; did you mean "is_error"?"#,
+            ),
+            (
+                r#"{"result": {"contents": "the file text"}}"#,
+                r#"unknown key "contents" in "result"; did you mean "content"?"#,
+            ),
+            (
+                r#"{"tools_changed": {"add": [], "remvoe": ["Read"]}}"#,
+                r#"unknown key "remvoe" in "tools_changed"; did you mean "remove"?"#,
+            ),
+            (
+                r#"{"call": {"name": "Read", "id": "toolu_1"}}"#,
+                r#"unknown key "id" in "call": it takes "name", "input", "arguments""#,
+            ),
+            (
+                r#"{"result": {"content": "x", "structuredContent": {}}}"#,
+                r#"unknown key "structuredContent" in "result": it takes "content", "is_error", "isError""#,
+            ),
+            (
+                r#"{"usr": "hi"}"#,
+                r#"unknown event "usr"; did you mean "user"?"#,
+            ),
+            (
+                r#"{"call": {"name": "Read", "input": {}, "arguments": {}}}"#,
+                r#""call" gives both "input" and "arguments""#,
+            ),
+            (
+                r#"{"result": {"content": "x", "is_error": true, "isError": true}}"#,
+                r#""result" gives both "is_error" and "isError""#,
+            ),
+            (
+                r#"{"result": {"content": "x", "isError": "yes"}}"#,
+                r#""result".isError must be true or false"#,
+            ),
+            (
+                r#"{"call": {"name": "Read", "arguments": "[1]"}}"#,
+                r#""call".arguments must be an object, or a string of a JSON object"#,
+            ),
+            (r#"{"call": "Read"}"#, r#""call" must be an object"#),
+        ] {
+            let e = Event::parse(line).expect_err(line);
+            assert!(e.contains(says), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_spellings_of_mcp_and_openai_are_read_as_aliases() {
+        let failed = Event::parse(r#"{"result": {"content": "boom", "isError": true}}"#);
+        assert_eq!(
+            failed,
+            Ok(Event::Result {
+                content: json!("boom"),
+                is_error: true
+            })
+        );
+        let input = json!({"file_path": "/a"})
+            .as_object()
+            .cloned()
+            .expect("an object");
+        let call = |line: &str| Event::parse(line).expect(line);
+        let expected = Event::Call {
+            name: "Read".into(),
+            input,
+        };
+        assert_eq!(
+            call(r#"{"call": {"name": "Read", "arguments": {"file_path": "/a"}}}"#),
+            expected
+        );
+        assert_eq!(
+            call(r#"{"call": {"name": "Read", "arguments": "{\"file_path\": \"/a\"}"}}"#),
+            expected
+        );
+        assert_eq!(
+            call(r#"{"call": {"name": "Read", "input": {"file_path": "/a"}}}"#),
+            expected
+        );
+    }
+
+    #[test]
+    fn a_transcript_error_names_the_file_and_line() {
+        let e = parse_transcript(
+            "{\"user\": \"hi\"}\n\n{\"tools_changed\": {\"remvoe\": [\"Read\"]}}\n",
+            "t.jsonl",
+        )
+        .expect_err("refused");
+        assert!(
+            e.starts_with(
+                r#"t.jsonl:3: unknown key "remvoe" in "tools_changed"; did you mean "remove"?"#
+            ),
+            "{e}"
+        );
+    }
 }

@@ -186,6 +186,52 @@ fn a_recorded_result_keeps_its_error_flag_and_its_text() {
     assert_eq!(blocks["content"], "one\ntwo");
 }
 
+/// A key a transcript event does not take is refused by every command that reads transcripts,
+/// naming the file, line and key (and the key it is a slip for), before anything is printed;
+/// MCP's `isError` and the `arguments` of MCP and OpenAI are read as `is_error` and `input`.
+#[test]
+fn a_key_a_transcript_event_does_not_take_is_refused_and_wire_spellings_are_read() {
+    let call = "{\"user\": \"read\"}\n{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/a\"}}}\n";
+    let body = last_body(
+        "is-error.jsonl",
+        &format!("{call}{{\"result\": {{\"content\": \"boom\", \"isError\": true}}}}\n"),
+    );
+    let failed = &body["messages"][2]["content"][0];
+    assert_eq!(failed["content"], "boom");
+    assert_eq!(failed["is_error"], true, "{failed}");
+    let body = last_body(
+        "arguments.jsonl",
+        "{\"user\": \"read\"}\n{\"call\": {\"name\": \"Read\", \"arguments\": {\"file_path\": \"/a\"}}}\n{\"result\": {\"content\": \"ok\"}}\n",
+    );
+    let used = &body["messages"][1]["content"][0];
+    assert_eq!(used["input"]["file_path"], "/a", "{used}");
+    for (name, line, says) in [
+        (
+            "remove-slip.jsonl",
+            "{\"tools_changed\": {\"add\": [], \"remvoe\": [\"Read\"]}}",
+            "unknown key \"remvoe\" in \"tools_changed\"; did you mean \"remove\"?",
+        ),
+        (
+            "flag-slip.jsonl",
+            "{\"result\": {\"content\": \"x\", \"is_eror\": true}}",
+            "unknown key \"is_eror\" in \"result\"; did you mean \"is_error\"?",
+        ),
+    ] {
+        let path = temp(name, &format!("{call}{line}\n{{\"user\": \"next\"}}\n"));
+        for args in [
+            vec!["replay", "--transcript", &path],
+            vec!["replay", "--transcript", &path, "--explain"],
+            vec!["ledger", "--transcript", &path],
+        ] {
+            let out = run(&args);
+            let e = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
+            assert!(e.contains(&format!("{path}:3: {says}")), "{args:?}: {e}");
+            assert!(out.stdout.is_empty(), "{args:?}");
+        }
+    }
+}
+
 #[test]
 fn transcripts_that_cannot_be_replayed_are_refused_with_their_line_and_no_output() {
     for (name, text, expected) in [
