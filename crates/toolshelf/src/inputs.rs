@@ -245,7 +245,7 @@ impl Source {
     /// Loads and decides everything; prints catalog, policy and schema warnings to stderr, each
     /// kind cut to [`WARNINGS_SHOWN`] lines unless `-v` was given.
     pub fn load(&self) -> Result<Loaded> {
-        self.load_reporting(None)
+        self.load_reporting(None, None)
     }
 
     /// [`Source::load`] for a command run with `--json`: a finding of the load (a description
@@ -254,15 +254,26 @@ impl Source {
     /// `"error": "template"`, the template's `owner` and `line` and the `message` added. With
     /// `None`, as [`Source::load`].
     pub fn load_json(&self, json: bool, fields: JsonFields) -> Result<Loaded> {
-        self.load_reporting(json.then_some(fields))
+        self.load_reporting(json.then_some(fields), None)
     }
 
-    fn load_reporting(&self, json: Option<JsonFields>) -> Result<Loaded> {
+    /// [`Source::load_json`] with the context window set to `window` (when given) in place of
+    /// `[defer] window`, before anything is decided: `auto:N` deferral is measured against it.
+    pub fn load_json_with_window(
+        &self,
+        json: bool,
+        fields: JsonFields,
+        window: Option<u64>,
+    ) -> Result<Loaded> {
+        self.load_reporting(json.then_some(fields), window)
+    }
+
+    fn load_reporting(&self, json: Option<JsonFields>, window: Option<u64>) -> Result<Loaded> {
         let catalog = match &self.catalog {
             Some(p) => Catalog::from_json_str(&read_text(p, "catalog")?, &p.display().to_string())?,
             None => Catalog::from_json_str(EXAMPLE_CATALOG, "examples/catalog.json (bundled)")?,
         };
-        let config = match (&self.config, &self.catalog) {
+        let mut config = match (&self.config, &self.catalog) {
             (Some(p), _) => {
                 Config::from_toml_str(&read_text(p, "config")?, &p.display().to_string())?
             }
@@ -271,6 +282,9 @@ impl Source {
             }
             (None, Some(_)) => Config::default(),
         };
+        if let Some(window) = window {
+            config.defer.window = window;
+        }
         let config_name = match (&self.config, &self.catalog) {
             (Some(p), _) => p.display().to_string(),
             (None, None) => "examples/toolshelf.toml (bundled)".into(),

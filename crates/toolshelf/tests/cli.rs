@@ -978,6 +978,49 @@ fn eval_refuses_lines_that_cannot_be_scored() {
     }
 }
 
+/// `ledger --window N` is the window `[defer] window = N` sets: `auto:N` deferral is decided
+/// against it too, so both give the same account.
+#[test]
+fn ledger_window_decides_auto_deferral_as_the_configured_window_does() {
+    let catalog = example("catalog.json");
+    let flag = temp_file("auto-flag.toml", "[defer]\ndefault = \"auto:4\"\n");
+    let set = temp_file(
+        "auto-window.toml",
+        "[defer]\ndefault = \"auto:4\"\nwindow = 100000\n",
+    );
+    let account = |config: &str, window: Option<&str>| -> Value {
+        let mut args = vec![
+            "ledger",
+            "--catalog",
+            &catalog,
+            "--config",
+            config,
+            "--json",
+        ];
+        if let Some(w) = window {
+            args.extend(["--window", w]);
+        }
+        serde_json::from_str(&ok(&args)).expect("json")
+    };
+    let by_flag = account(&flag, Some("100000"));
+    assert_eq!(by_flag, account(&set, None));
+    assert!(by_flag["deferred"].as_u64() > Some(0), "{by_flag}");
+    // The flag overrides the configured window, for the decision as for the shares.
+    assert_eq!(account(&set, Some("2000000"))["deferred"], 0);
+    assert_eq!(
+        ok(&[
+            "ledger",
+            "--catalog",
+            &catalog,
+            "--config",
+            &flag,
+            "--window",
+            "100000"
+        ]),
+        ok(&["ledger", "--catalog", &catalog, "--config", &set])
+    );
+}
+
 #[test]
 fn bytes_are_stable_across_processes() {
     // Each process seeds its hash maps afresh: output that iterated one would differ here.

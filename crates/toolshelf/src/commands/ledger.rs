@@ -11,8 +11,9 @@ use crate::inputs::Source;
 pub struct Args {
     #[command(flatten)]
     source: Source,
-    /// Context window in tokens (default: [defer] window, 200000). The one-turn account only:
-    /// --transcript counts what each request sends.
+    /// Context window in tokens, in place of [defer] window (default 200000): the shares are of
+    /// it, and "auto:N" deferral is decided against it. The one-turn account only: --transcript
+    /// counts what each request sends.
     #[arg(long, value_name = "TOKENS", conflicts_with = "transcript")]
     window: Option<u64>,
     /// Wire format whose serialized definitions are measured.
@@ -77,10 +78,16 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    let l = args.source.load_json(args.json, Default::default())?;
+    anyhow::ensure!(
+        args.window != Some(0),
+        "--window must be a positive number of tokens"
+    );
+    // The window `auto:N` deferral is decided against, as well as the one the shares are of.
+    let l = args
+        .source
+        .load_json_with_window(args.json, Default::default(), args.window)?;
     l.warn_index();
-    let window = args.window.unwrap_or(l.config().defer.window);
-    anyhow::ensure!(window > 0, "--window must be a positive number of tokens");
+    let window = l.config().defer.window;
     let ledger = Ledger::compute(&l.catalog, &l.surface, args.format.into(), window);
     for w in toolshelf_core::ledger::oversized_residents(
         &l.catalog,
