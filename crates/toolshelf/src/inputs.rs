@@ -345,7 +345,8 @@ impl Loaded {
     }
 
     /// Warns on stderr when the index is over budget (the built-in names alone, or they and the
-    /// line that stands for the dropped groups) or dropped groups.
+    /// line that stands for the dropped groups) or dropped groups (naming the first
+    /// [`WARNINGS_SHOWN`] unless `-v` was given).
     pub fn warn_index(&self) {
         if let Some(idx) = &self.surface.index {
             if idx.over_budget {
@@ -376,12 +377,26 @@ impl Loaded {
                 );
             }
             if !idx.dropped.is_empty() {
+                // The first few by name, as the load warnings are cut, unless -v was given.
+                let all = crate::commands::serve::verbosity() > 0;
+                let shown = if all {
+                    idx.dropped.len()
+                } else {
+                    WARNINGS_SHOWN
+                };
+                let mut names = idx.dropped.iter().take(shown).cloned().collect::<Vec<_>>();
+                if idx.dropped.len() > shown {
+                    names.push(format!(
+                        "... and {} more (-v names every one)",
+                        idx.dropped.len() - shown
+                    ));
+                }
                 errln!(
                     "toolshelf: note: {} with {} did not fit the index budget of {} characters, so they are searchable only: {}",
                     crate::commands::count(idx.dropped.len(), "server group", "server groups"),
                     crate::commands::count(idx.dropped_tools, "tool", "tools"),
                     idx.budget,
-                    idx.dropped.join(", ")
+                    names.join(", ")
                 );
             }
         }

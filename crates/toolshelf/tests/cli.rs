@@ -1021,6 +1021,53 @@ fn ledger_window_decides_auto_deferral_as_the_configured_window_does() {
     );
 }
 
+/// The note naming the server groups the index budget dropped names the first few and counts
+/// the rest, as the other load warnings do; -v names every one.
+#[test]
+fn the_dropped_groups_note_is_cut_like_the_other_warnings() {
+    let servers: Vec<Value> = (0..20)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("srv{i:02}"),
+                "description": format!("Server number {i}"),
+                "tools": [{"name": "tool_a", "description": "Does a thing", "inputSchema": {"type": "object"}}],
+            })
+        })
+        .collect();
+    let catalog = temp_file(
+        "many-groups.json",
+        &serde_json::json!({ "servers": servers }).to_string(),
+    );
+    let config = temp_file("small-index.toml", "[defer]\nindex_budget_chars = 400\n");
+    let note = |verbose: bool| -> String {
+        let mut args = vec!["render", "--catalog", &catalog, "--config", &config];
+        if verbose {
+            args.insert(0, "-v");
+        }
+        let out = run(&args);
+        assert!(out.status.success());
+        let err = String::from_utf8(out.stderr).expect("utf-8");
+        err.lines()
+            .find(|l| l.contains("did not fit the index budget"))
+            .unwrap_or_else(|| panic!("{err}"))
+            .to_owned()
+    };
+    let short = note(false);
+    assert!(
+        short.ends_with(
+            "so they are searchable only: mcp__srv06, mcp__srv07, mcp__srv08, mcp__srv09, mcp__srv10, ... and 9 more (-v names every one)"
+        ),
+        "{short}"
+    );
+    assert!(
+        short.starts_with("toolshelf: note: 14 server groups with 14 tools"),
+        "{short}"
+    );
+    let all = note(true);
+    assert!(all.ends_with("mcp__srv18, mcp__srv19"), "{all}");
+    assert!(!all.contains("more"), "{all}");
+}
+
 #[test]
 fn bytes_are_stable_across_processes() {
     // Each process seeds its hash maps afresh: output that iterated one would differ here.
