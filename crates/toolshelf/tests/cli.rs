@@ -978,6 +978,41 @@ fn eval_refuses_lines_that_cannot_be_scored() {
     }
 }
 
+/// The query-length buckets come in order of length, in the text and in `--json`'s `by_length`.
+#[test]
+fn eval_lists_the_length_buckets_shortest_first() {
+    let line = |words: usize| {
+        format!(
+            "{{\"query\": \"{}\", \"gold\": [\"git_log\"]}}\n",
+            vec!["log"; words].join(" ")
+        )
+    };
+    let path = temp_file("eval-lengths.jsonl", &[20, 10, 5, 2].map(line).concat());
+    let order = ["1-3 words", "4-8 words", "9-16 words", "17+ words"];
+    let v: Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--queries",
+        &path,
+        "--json",
+    ]))
+    .expect("json");
+    let keys: Vec<&str> = v["by_length"]
+        .as_object()
+        .expect("by_length")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, order, "{v}");
+    let text = ok(&["eval", "--ranker", "bm25", "--queries", &path]);
+    let at: Vec<usize> = order
+        .iter()
+        .map(|b| text.find(&format!("  {b} ")).expect(b))
+        .collect();
+    assert!(at.is_sorted(), "{text}");
+}
+
 /// `ledger --window N` is the window `[defer] window = N` sets: `auto:N` deferral is decided
 /// against it too, so both give the same account.
 #[test]

@@ -61,8 +61,11 @@ impl Bucket {
     }
 }
 
+/// A bucket's place among its kind (smallest first) and its label.
+type BucketKey = (u8, &'static str);
+
 /// The length bucket of a query, in words (Chinese counted per two characters).
-fn length_bucket(query: &str) -> &'static str {
+fn length_bucket(query: &str) -> BucketKey {
     let words = query.split_whitespace().count()
         + query
             .chars()
@@ -70,18 +73,19 @@ fn length_bucket(query: &str) -> &'static str {
             .count()
             / 2;
     match words {
-        0..=3 => "1-3 words",
-        4..=8 => "4-8 words",
-        9..=16 => "9-16 words",
-        _ => "17+ words",
+        0..=3 => (0, "1-3 words"),
+        4..=8 => (1, "4-8 words"),
+        9..=16 => (2, "9-16 words"),
+        _ => (3, "17+ words"),
     }
 }
 
-fn gold_bucket(gold: usize) -> &'static str {
+/// The bucket of a query by its number of gold tools.
+fn gold_bucket(gold: usize) -> BucketKey {
     match gold {
-        0 | 1 => "1 gold",
-        2 => "2 gold",
-        _ => "3+ gold",
+        0 | 1 => (0, "1 gold"),
+        2 => (1, "2 gold"),
+        _ => (2, "3+ gold"),
     }
 }
 
@@ -260,8 +264,9 @@ pub fn run(args: Args) -> Result<()> {
     });
     let ks = [1usize, 3, 5, 10];
     let mut recall = [0f64; 4];
-    let mut by_length: std::collections::BTreeMap<&str, Bucket> = Default::default();
-    let mut by_gold: std::collections::BTreeMap<&str, Bucket> = Default::default();
+    // Keyed by place, so both the text and the JSON list the buckets smallest first.
+    let mut by_length: std::collections::BTreeMap<BucketKey, Bucket> = Default::default();
+    let mut by_gold: std::collections::BTreeMap<BucketKey, Bucket> = Default::default();
     // (recall@10, first gold rank or 11, case index): the worst misses sort first.
     let mut worst: Vec<(f64, usize, usize)> = Vec::new();
     let (mut mrr, mut ndcg) = (0f64, 0f64);
@@ -325,8 +330,12 @@ pub fn run(args: Args) -> Result<()> {
     let n = cases.len() as f64;
     latencies.sort_by(f64::total_cmp);
     let (p50, p99) = (percentile(&latencies, 50.0), percentile(&latencies, 99.0));
-    let buckets = |m: &std::collections::BTreeMap<&str, Bucket>| -> Value {
-        Value::Object(m.iter().map(|(k, b)| ((*k).to_owned(), b.json())).collect())
+    let buckets = |m: &std::collections::BTreeMap<BucketKey, Bucket>| -> Value {
+        Value::Object(
+            m.iter()
+                .map(|((_, label), b)| ((*label).to_owned(), b.json()))
+                .collect(),
+        )
     };
     let result = json!({
         "by_length": buckets(&by_length),
@@ -377,7 +386,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     for (title, m) in [("by query length", &by_length), ("by gold tools", &by_gold)] {
         outln!("{title}:");
-        for (k, b) in m {
+        for ((_, k), b) in m {
             let q = b.queries.max(1) as f64;
             outln!(
                 "  {k:<11} {:>6} {:<7}  recall@1 {:.3}  @5 {:.3}  @10 {:.3}",
