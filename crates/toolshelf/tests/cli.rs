@@ -968,12 +968,21 @@ fn eval_refuses_lines_that_cannot_be_scored() {
             r#"{"query": "commit", "gold": ["git_commit", 7]}"#,
             "gold[1] is 7, not a tool name",
         ),
+        (
+            r#"{"query": "commit", "gold": ["git_commit", ""]}"#,
+            "gold[1] is blank; give a tool name",
+        ),
+        (
+            r#"{"query": "commit", "gold": [" "]}"#,
+            "gold[0] is blank; give a tool name",
+        ),
     ] {
         let path = temp_file(
             "eval-unscorable.jsonl",
             &format!("{{\"query\": \"log\", \"gold\": [\"git_log\"]}}\n\n{line}\n"),
         );
-        let e = fails(&["eval", "--ranker", "bm25", "--queries", &path]);
+        let (code, e) = status_and_err(&["eval", "--ranker", "bm25", "--queries", &path]);
+        assert_eq!(code, Some(2), "{line}: {e}");
         assert!(e.contains(&format!("{path}:3: {says}")), "{line}: {e}");
     }
 }

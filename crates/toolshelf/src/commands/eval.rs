@@ -109,8 +109,9 @@ const ABSENT: &str = "not in the catalog";
 const UNKNOWN_GOLD_SHOWN: usize = 10;
 
 /// Reads the queries file. A line that cannot be scored (a blank query, no gold, a gold entry that
-/// is not a name) is refused with its line number: scoring it as a miss would lower every figure
-/// without saying why. A gold name the catalog lacks is a miss, named on stderr with its line.
+/// is not a name or is blank) is refused with its line number: scoring it as a miss would lower
+/// every figure without saying why. A gold name the catalog lacks is a miss, named on stderr with
+/// its line.
 fn load_cases(
     path: &std::path::Path,
     loaded: &crate::inputs::Loaded,
@@ -141,6 +142,9 @@ fn load_cases(
             let Some(g) = g.as_str() else {
                 bail!("{at}: gold[{j}] is {g}, not a tool name");
             };
+            if g.trim().is_empty() {
+                bail!("{at}: gold[{j}] is blank; give a tool name");
+            }
             let resolution = loaded.catalog.resolve(g);
             let first = match &resolution {
                 Resolution::Exact(i) | Resolution::Bare(i) if visible(*i) => {
