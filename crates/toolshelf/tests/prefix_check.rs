@@ -381,6 +381,14 @@ fn help_describes_the_check() {
             && help.contains("Exit status 1"),
         "{help}"
     );
+    // --json's shape as the README gives it, the field of a chained request included.
+    let one_line = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        one_line.contains(
+            r#"{"requests", "pairs": [{"from", "to", "settings", "system", "tools", "messages_prefix", "chained"?, "break"?: {"section", "offset", "earlier", "later"}}], "ok"}"#
+        ),
+        "{help}"
+    );
 }
 
 /// Writes `bodies` (JSON text, one a line) and checks them.

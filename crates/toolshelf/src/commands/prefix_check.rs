@@ -53,7 +53,9 @@ pub struct Args {
     #[arg(long, value_enum)]
     api: Option<ApiArg>,
     /// Print {"requests", "pairs": [{"from", "to", "settings", "system", "tools",
-    /// "messages_prefix", "break"?}], "ok"} instead of one line per pair.
+    /// "messages_prefix", "chained"?, "break"?: {"section", "offset", "earlier", "later"}}],
+    /// "ok"} instead of one line per pair ("chained": true for a Responses request chained by
+    /// previous_response_id, whose input is not compared).
     #[arg(long)]
     json: bool,
 }
