@@ -62,6 +62,22 @@ fn replayed_bodies_keep_their_prefix_in_every_format() {
     }
 }
 
+/// The bundled example is a clean transcript: every command that replays it says nothing on
+/// stderr.
+#[test]
+fn the_bundled_example_replays_without_a_warning() {
+    let transcript = example("transcript.jsonl");
+    for args in [
+        vec!["replay", "--transcript", &transcript],
+        vec!["replay", "--transcript", &transcript, "--explain"],
+        vec!["ledger", "--transcript", &transcript],
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.is_empty(), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn explain_says_what_the_session_did() {
     let text = ok(&[
