@@ -578,6 +578,11 @@ mod tests {
                 "a function of one argument",
             ),
             (
+                params("a", "x", "def run(*, x):\n    return 1\n"),
+                0,
+                "a function of one argument",
+            ),
+            (
                 params("forbidden_x", "x", ok),
                 0,
                 "the configuration's rules do not allow that name",

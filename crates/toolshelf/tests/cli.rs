@@ -1765,6 +1765,45 @@ fn check_template_reports_each_refused_access_with_its_line() {
     assert_eq!(v["rendered"], Value::Null);
 }
 
+/// A script tool's file whose `run` cannot take the params is refused as its definition would be,
+/// naming the line of the `def`; one whose `run` takes them renders as before.
+#[test]
+fn check_template_refuses_a_script_whose_run_cannot_take_the_params() {
+    for (name, def, takes) in [
+        ("run0.star", "def run():", "takes no argument"),
+        ("run2.star", "def run(a, b):", "needs 2 arguments"),
+    ] {
+        let file = temp_file(
+            name,
+            &format!("description = \"d\"\nschema = {{}}\n{def}\n    return 1\n"),
+        );
+        let out = run(&["check-template", &file]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.trim_end().ends_with(&format!(
+                "{name}: script line 3: failed: a script must define `def run(params): ...`, a function of one argument; its `run` {takes}"
+            )),
+            "{name}: {text}"
+        );
+        let v: Value = serde_json::from_str(&String::from_utf8_lossy(
+            &run(&["check-template", &file, "--json"]).stdout,
+        ))
+        .expect("json");
+        assert_eq!(
+            (v["ok"].clone(), v["rendered"].clone()),
+            (Value::Bool(false), Value::Null),
+            "{v}"
+        );
+        assert!(v["error"].as_str().expect("error").contains(takes), "{v}");
+    }
+    let good = temp_file(
+        "run1.star",
+        "description = \"d\"\nschema = {}\ndef run(params):\n    return 1\n",
+    );
+    assert!(ok(&["check-template", &good]).ends_with("run1.star: ok; renders to:\nd\n"));
+}
+
 #[test]
 fn check_template_renders_a_clean_template() {
     let file = temp_file(

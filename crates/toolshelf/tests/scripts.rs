@@ -314,22 +314,40 @@ async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
         "good.star",
         "description = 'Says hi.'\nschema = {}\ndef run(p):\n    return 'hi'\n",
     );
+    s.write(
+        "run2.star",
+        "description = 'Two.'\nschema = {}\ndef run(a, b):\n    return 1\n",
+    );
     let cfg = s.write(
         "toolshelf.toml",
         &format!(
-            "[tools.bad]\nscript = \"bad.star\"\n[tools.good]\nscript = \"good.star\"\n{}",
+            "[tools.bad]\nscript = \"bad.star\"\n[tools.good]\nscript = \"good.star\"\n[tools.run2]\nscript = \"run2.star\"\n{}",
             files_sections(&s)
         ),
     );
     let client = stdio_client(&cfg, TestClient::default()).await;
-    let why = "script tool \"mcp__scripts__bad\" (bad.star): script line 1: reads turn.number";
-    let found = ok(&search(&client, json!({"tool_names": ["mcp__scripts__bad"]})).await);
-    assert!(
-        found.contains(&format!("This script tool is unavailable: {why}")),
-        "{found}"
-    );
-    let e = err(&exec(&client, "mcp__scripts__bad", json!({})).await);
-    assert!(e.contains(why), "{e}");
+    // A forbidden read at the top level, and a `run` that cannot take the params.
+    for (tool, why) in [
+        (
+            "mcp__scripts__bad",
+            "script tool \"mcp__scripts__bad\" (bad.star): script line 1: reads turn.number",
+        ),
+        (
+            "mcp__scripts__run2",
+            "script tool \"mcp__scripts__run2\" (run2.star): script line 3: failed: a script must define `def run(params): ...`, a function of one argument; its `run` needs 2 arguments",
+        ),
+    ] {
+        let found = ok(&search(&client, json!({"tool_names": [tool]})).await);
+        assert!(
+            found.contains(&format!("This script tool is unavailable: {why}")),
+            "{found}"
+        );
+        let e = err(&exec(&client, tool, json!({})).await);
+        assert!(
+            e.contains(why) && !e.contains("description_template"),
+            "{e}"
+        );
+    }
     // The other script is unaffected.
     ok(&search(&client, json!({"tool_names": ["mcp__scripts__good"]})).await);
     assert_eq!(

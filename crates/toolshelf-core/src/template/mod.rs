@@ -507,18 +507,73 @@ fn defines_in(ast: &AstModule, name: &str, arguments: usize) -> bool {
 
 /// Whether the function `d` can be called with `n` positional arguments.
 fn takes(d: &starlark::syntax::ast::DefP<starlark::syntax::ast::AstNoPayload>, n: usize) -> bool {
+    let s = signature(d);
+    s.keyword.is_none() && s.required <= n && (s.star || n <= s.positional)
+}
+
+/// What the parameters of `d` ask of a call. After `*` or `*args` a parameter is keyword-only.
+fn signature(d: &starlark::syntax::ast::DefP<starlark::syntax::ast::AstNoPayload>) -> Signature {
     use starlark::syntax::ast::ParameterP;
-    let mut required = 0;
-    let mut optional = 0;
+    let mut s = Signature {
+        positional: 0,
+        required: 0,
+        star: false,
+        keyword: None,
+    };
+    let mut keyword_only = false;
     for p in &d.params {
         match &p.node {
-            ParameterP::Normal(_, _, None) => required += 1,
-            ParameterP::Normal(_, _, Some(_)) => optional += 1,
-            ParameterP::Args(_, _) => return required <= n,
-            _ => {}
+            ParameterP::Normal(id, _, default) if keyword_only => {
+                if default.is_none() && s.keyword.is_none() {
+                    s.keyword = Some(id.node.ident.clone());
+                }
+            }
+            ParameterP::Normal(_, _, default) => {
+                s.positional += 1;
+                s.required += usize::from(default.is_none());
+            }
+            ParameterP::Args(_, _) => {
+                s.star = true;
+                keyword_only = true;
+            }
+            ParameterP::NoArgs => keyword_only = true,
+            ParameterP::Slash | ParameterP::KwArgs(_, _) => {}
         }
     }
-    required <= n && n <= required + optional
+    s
+}
+
+/// A script tool's file whose top-level `def run` cannot be called with the params alone: the
+/// error a definition of it gives, at the line of that `def`. `None` for a source that parses
+/// no such `def` (a description template, or a script whose `run` takes one argument); a
+/// `run` bound otherwise (`run = lambda p: ...`) is judged when the script is defined.
+pub fn run_refusal(source: &str, owner: &str) -> Option<TemplateError> {
+    on_deep_stack(source, owner, || {
+        use starlark::syntax::ast::Stmt;
+        let Ok(ast) = parse(source, owner) else {
+            return Ok(None);
+        };
+        let top = ast.statement();
+        let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
+            Stmt::Statements(all) => all.iter().collect(),
+            _ => vec![top],
+        };
+        let last = statements.into_iter().rev().find_map(|s| match &s.node {
+            Stmt::Def(d) if d.name.node.ident == "run" => Some((s, d)),
+            _ => None,
+        });
+        Ok(last.and_then(|(s, d)| {
+            signature(d).one_argument().err().map(|m| TemplateError {
+                owner: owner.to_owned(),
+                what: "script",
+                line: position(ast.file_span(s.span).resolve_span().begin.line + 1),
+                column: None,
+                kind: TemplateErrorKind::Failed(m),
+            })
+        }))
+    })
+    .ok()
+    .flatten()
 }
 
 /// Renders `source` for `owner` with the package values `pkg` and the session's values, on a
@@ -739,6 +794,81 @@ fn definition<'v>(
     })
 }
 
+/// Whether the function `run` can be called as a script's `run` is, with the params as its one
+/// positional argument; if not, the refusal saying what it takes instead. Read from the
+/// function's parameters, so a `lambda` or a builtin bound to `run` is judged as a `def` is.
+fn one_argument(run: Value) -> Result<(), String> {
+    use starlark::docs::{DocItem, DocMember};
+    let DocItem::Member(DocMember::Function(f)) = run.documentation() else {
+        return Ok(());
+    };
+    let p = &f.params;
+    let signature = Signature {
+        positional: p.pos_only.len() + p.pos_or_named.len(),
+        required: p
+            .pos_only
+            .iter()
+            .chain(&p.pos_or_named)
+            .filter(|d| d.default_value.is_none())
+            .count(),
+        star: p.args.is_some(),
+        keyword: p
+            .named_only
+            .iter()
+            .find(|d| d.default_value.is_none())
+            .map(|d| d.name.clone()),
+    };
+    signature.one_argument()
+}
+
+/// What a function's parameters ask of a call.
+struct Signature {
+    /// Parameters that may be given by position.
+    positional: usize,
+    /// Those of them without a default.
+    required: usize,
+    /// Whether it has `*args`.
+    star: bool,
+    /// A keyword-only parameter without a default, which a call by position never gives.
+    keyword: Option<String>,
+}
+
+impl Signature {
+    /// Whether one positional argument is a call; if not, the refusal saying what it takes.
+    fn one_argument(&self) -> Result<(), String> {
+        let takes = match &self.keyword {
+            Some(k) => format!("needs the keyword-only argument `{k}`"),
+            None if self.required > 1 => format!("needs {} arguments", self.required),
+            None if self.positional == 0 && !self.star => "takes no argument".to_owned(),
+            None => return Ok(()),
+        };
+        Err(format!(
+            "a script must define `def run(params): ...`, a function of one argument; its `run` {takes}"
+        ))
+    }
+}
+
+/// The line of the last top-level statement that binds `run` (`def run` or `run = ...`): where
+/// a `run` that cannot be called is reported.
+fn run_line(ast: &AstModule) -> Option<u32> {
+    use starlark::syntax::ast::{AssignTargetP, Stmt};
+    let top = ast.statement();
+    let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
+        Stmt::Statements(all) => all.iter().collect(),
+        _ => vec![top],
+    };
+    statements
+        .into_iter()
+        .rfind(|s| match &s.node {
+            Stmt::Def(d) => d.name.node.ident == "run",
+            Stmt::Assign(a) => {
+                matches!(&a.lhs.node, AssignTargetP::Identifier(id) if id.node.ident == "run")
+            }
+            _ => false,
+        })
+        .and_then(|s| position(ast.file_span(s.span).resolve_span().begin.line + 1))
+}
+
 fn evaluate(
     source: &str,
     owner: &str,
@@ -753,6 +883,8 @@ fn evaluate(
         Job::Define | Job::Run(_) => "script",
     };
     let ast = parse(source, owner).map_err(|e| TemplateError { what, ..e })?;
+    // Where a `run` that cannot take the params is reported.
+    let run_at = run_line(&ast);
     let err = |line: Option<u32>, kind: TemplateErrorKind| TemplateError {
         owner: owner.to_owned(),
         what,
@@ -788,20 +920,34 @@ fn evaluate(
             )));
             let last = eval.eval_module(ast, globals)?;
             Ok(match job {
-                Job::Describe => {
-                    text_value(module.get("description").unwrap_or(last)).map(Output::Text)
-                }
-                Job::Define => definition(&module, last).map(Output::Definition),
+                Job::Describe => text_value(module.get("description").unwrap_or(last))
+                    .map(Output::Text)
+                    .map_err(|k| (None, k)),
+                Job::Define => definition(&module, last)
+                    .map_err(|k| (None, k))
+                    .and_then(|d| {
+                        // `definition` found `run` to be a function.
+                        let run = module.get("run").unwrap_or_else(Value::new_none);
+                        one_argument(run)
+                            .map(|()| Output::Definition(d))
+                            .map_err(|m| (run_at, TemplateErrorKind::Failed(m)))
+                    }),
                 Job::Run(params) => match module.get("run") {
                     Some(run) => {
+                        if let Err(m) = one_argument(run) {
+                            return Ok(Err((run_at, TemplateErrorKind::Failed(m))));
+                        }
                         let arg = heap.alloc(params.clone());
                         let value = eval.eval_function(run, &[arg], &[])?;
                         Ok(Output::Result(if let Ok(t) = text_value(value) {
                             Json::String(t)
                         } else if non_finite(value, 0) {
                             // JSON has no NaN or infinity; serde would write null, silently.
-                            return Ok(Err(TemplateErrorKind::Failed(
-                                "run returned a float that is NaN or infinite, which JSON cannot hold".into(),
+                            return Ok(Err((
+                                None,
+                                TemplateErrorKind::Failed(
+                                    "run returned a float that is NaN or infinite, which JSON cannot hold".into(),
+                                ),
                             )));
                         } else {
                             value.to_json_value().map_err(|e| {
@@ -812,26 +958,33 @@ fn evaluate(
                             })?
                         }))
                     }
-                    None => Err(TemplateErrorKind::Failed(
-                        "a script must define `def run(params): ...`".into(),
+                    None => Err((
+                        None,
+                        TemplateErrorKind::Failed(
+                            "a script must define `def run(params): ...`".into(),
+                        ),
                     )),
                 },
             })
         })
     }));
-    let outcome: Result<Result<Output, TemplateErrorKind>, starlark::Error> = match caught {
+    type Outcome = Result<Result<Output, (Option<u32>, TemplateErrorKind)>, starlark::Error>;
+    let outcome: Outcome = match caught {
         Ok(outcome) => outcome,
         Err(panic) => {
             let why = crate::echo::panic_text(panic.as_ref(), "no message");
-            Ok(Err(TemplateErrorKind::Limit(format!(
-                "Starlark gave up inside one operation ({}); the limits are checked between operations, so keep strings and lists from growing without bound",
-                crate::echo::echo(&why)
-            ))))
+            Ok(Err((
+                None,
+                TemplateErrorKind::Limit(format!(
+                    "Starlark gave up inside one operation ({}); the limits are checked between operations, so keep strings and lists from growing without bound",
+                    crate::echo::echo(&why)
+                )),
+            )))
         }
     };
     match outcome {
         Ok(Ok(out)) => Ok(out),
-        Ok(Err(kind)) => Err(err(None, kind)),
+        Ok(Err((line, kind))) => Err(err(line, kind)),
         Err(e) => {
             let line = line_of(&e);
             let kind = match builtins::refusal(&e) {

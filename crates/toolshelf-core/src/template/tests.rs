@@ -625,3 +625,66 @@ fn a_scripts_helpers_may_use_what_scripts_get_unless_the_top_level_calls_them() 
         1
     );
 }
+
+/// `run` is called with the params alone: a script whose `run` cannot take them (no parameter,
+/// two, a keyword-only one without a default) is refused when it is defined, naming its line,
+/// and a run of it says the same rather than Starlark's error about an internal module.
+#[test]
+fn a_run_that_cannot_take_the_params_is_refused_naming_its_line() {
+    let head = "description = \"d\"\nschema = {}\n";
+    for (run, takes) in [
+        ("def run():\n    return 1\n", "takes no argument"),
+        ("def run(a, b):\n    return 1\n", "needs 2 arguments"),
+        (
+            "def run(*, x):\n    return 1\n",
+            "needs the keyword-only argument `x`",
+        ),
+        ("run = lambda: 1\n", "takes no argument"),
+    ] {
+        let source = format!("{head}{run}");
+        let e = script_definition(&source, "script tool \"s\"", &pkg(), &session()).expect_err(run);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "script tool \"s\": script line 3: failed: a script must define `def run(params): ...`, a function of one argument; its `run` {takes}"
+            ),
+            "{run}"
+        );
+        let e = run_script(
+            &source,
+            "script tool \"s\"",
+            &environment(|_| {}),
+            &pkg(),
+            &session(),
+            &Json::Null,
+            Limits::TEMPLATE,
+        )
+        .expect_err(run);
+        assert!(
+            e.to_string().contains(takes) && !e.to_string().contains("description_template"),
+            "{run}: {e}"
+        );
+    }
+    for run in [
+        "def run(params):\n    return 1\n",
+        "def run(params, extra = 1):\n    return 1\n",
+        "def run(*args):\n    return 1\n",
+        "def run(p, *, x = 1, **kw):\n    return 1\n",
+        "run = lambda p: 1\n",
+        "run = len\n",
+    ] {
+        script_definition(&format!("{head}{run}"), "s", &pkg(), &session()).expect(run);
+    }
+    // Found in the source too, for check-template.
+    let e =
+        run_refusal(&format!("{head}def run(a, b):\n    return 1\n"), "t.star").expect("refused");
+    assert_eq!(
+        e.to_string(),
+        "t.star: script line 3: failed: a script must define `def run(params): ...`, a function of one argument; its `run` needs 2 arguments"
+    );
+    assert_eq!(
+        run_refusal(&format!("{head}def run(p):\n    return 1\n"), "t.star"),
+        None
+    );
+    assert_eq!(run_refusal("part('a template')", "t.star"), None);
+}

@@ -3,7 +3,8 @@
 //!
 //! Every access a render would refuse is found in the source, each with its line, including
 //! those on paths the sample values do not take; then the template is rendered once, as a session
-//! would render it. A finding or a failed render is exit status 1.
+//! would render it. A script tool's file whose top-level `def run` cannot take the params is
+//! refused as its definition would be. A finding or a failed render is exit status 1.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -196,7 +197,17 @@ pub fn run(args: Args) -> Result<bool> {
     }
 
     let (findings, rendered) = match template::findings(&source, &owner, &pkg, &session) {
-        Ok(f) => (f, template::render(&source, &owner, &pkg, &session)),
+        // A script tool's `run` that cannot take the params fails its definition, whatever the
+        // render gives.
+        Ok(f) => (
+            f,
+            template::render(&source, &owner, &pkg, &session).and_then(|text| {
+                match template::run_refusal(&source, &owner) {
+                    Some(e) => Err(e),
+                    None => Ok(text),
+                }
+            }),
+        ),
         // Does not parse: nothing to look through or render.
         Err(e) => (Vec::new(), Err(e)),
     };
