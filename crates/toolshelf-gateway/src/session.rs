@@ -1310,7 +1310,7 @@ impl GatewaySession {
         };
         let tool = &snap.catalog.tools()[i];
         if tool.origin != Origin::Model {
-            return self.define(snap, params).await;
+            return self.define(snap, params, runner).await;
         }
         let item = {
             let local = self.local.lock().await;
@@ -1334,9 +1334,15 @@ impl GatewaySession {
         }
     }
 
-    /// `tool_define`: checks the definition and keeps it in this session, whose catalog then
-    /// holds it (searchable at once, announced on the next result). The frozen list is untouched.
-    async fn define(&self, snap: &Arc<Snapshot>, params: &Map<String, Value>) -> CallToolResult {
+    /// `tool_define`: checks the definition (its script's top level read in a runner, as a script
+    /// tool's is) and keeps it in this session, whose catalog then holds it (searchable at once,
+    /// announced on the next result). The frozen list is untouched.
+    async fn define(
+        &self,
+        snap: &Arc<Snapshot>,
+        params: &Map<String, Value>,
+        runner: &toolshelf_runtime::scripts::Runner,
+    ) -> CallToolResult {
         let limits = &self.hub.config().authoring;
         let mut local = self.local.lock().await;
         // Checking compiles the schema the model wrote, which costs what the model chose: off
@@ -1360,6 +1366,9 @@ impl GatewaySession {
             Ok(tool) => tool,
             Err(e) => return error_result(e),
         };
+        if let Err(e) = runner.check_authored(&tool).await {
+            return error_result(e);
+        }
         let name = tool.name().to_owned();
         toolshelf_runtime::scripts::keep_authored(
             limits,

@@ -1730,7 +1730,7 @@ impl Turn {
                     None => return Err(format!("{:?} is not a tool of this session", tool.name)),
                 }
             }
-            Own::Define => return Ok(self.define(proxy, shelf, params).await),
+            Own::Define => return Ok(self.define(proxy, shelf, &scripts.runner, params).await),
         };
         // A script that failed or was stopped is a result reporting the error, as the
         // gateway's scripts server answers it.
@@ -1740,13 +1740,15 @@ impl Turn {
         })
     }
 
-    /// `tool_define`: checks the definition, keeps it in the session and rebuilds this request's
-    /// catalog with it, so the tool is searchable and callable in the next round. The frozen
-    /// tool list is not touched; the next request's change notice announces the tool.
+    /// `tool_define`: checks the definition (its script's top level read in a runner, as a script
+    /// tool's is), keeps it in the session and rebuilds this request's catalog with it, so the
+    /// tool is searchable and callable in the next round. The frozen tool list is not touched;
+    /// the next request's change notice announces the tool.
     async fn define(
         &mut self,
         proxy: &Proxy,
         shelf: &Arc<Shelf>,
+        runner: &toolshelf_runtime::scripts::Runner,
         params: Map<String, Value>,
     ) -> (String, bool) {
         let session = &mut self.prepared.session;
@@ -1771,6 +1773,10 @@ impl Turn {
             Ok(found) => found,
             Err(e) => return (e, true),
         };
+        if let Err(e) = runner.check_authored(&tool).await {
+            return (e, true);
+        }
+        let session = &mut self.prepared.session;
         let name = tool.name().to_owned();
         // A definition of a name the model gave a tool before replaces that tool in place.
         let before = session.authored.clone();

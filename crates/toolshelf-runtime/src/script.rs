@@ -63,6 +63,11 @@ fn settable(name: &str) -> bool {
 pub enum Job {
     /// Read its definition in the template environment: `{"description", "schema"}`.
     Define,
+    /// Read the top level of a script the model wrote (`tool_define`, which gives the
+    /// description and schema) in the template environment, as `Define` reads a script tool's:
+    /// `null`, or the error that refuses the definition.
+    #[serde(rename = "top_level")]
+    TopLevel,
     /// Call its `run(params)` in the script environment.
     Run,
 }
@@ -157,6 +162,17 @@ pub fn run(request: &RunRequest) -> RunResponse {
         });
         return match defined {
             Ok(d) => RunResponse::Ok(json!({"description": d.description, "schema": d.schema})),
+            Err(e) => RunResponse::Error(e.to_string()),
+        };
+    }
+    if request.job == Job::TopLevel {
+        return match template::script_top_level(
+            &request.source,
+            &request.owner,
+            &request.pkg,
+            &request.session,
+        ) {
+            Ok(()) => RunResponse::Ok(Json::Null),
             Err(e) => RunResponse::Error(e.to_string()),
         };
     }
@@ -494,6 +510,43 @@ mod tests {
             panic!("defined")
         };
         assert!(e.contains("a script must set `schema"), "{e}");
+    }
+
+    /// A script the model wrote has its top level read as a script tool's is, before it is
+    /// defined: pure, as a description template, and what it may not do is said in a tool's
+    /// terms. Its description and schema come from `tool_define`, so it needs neither.
+    #[test]
+    fn a_model_scripts_top_level_is_read_as_a_script_tools_is() {
+        let top = |source: &str| {
+            let mut r = req(source);
+            r.job = Job::TopLevel;
+            r.owner = "tool_define \"t\"".into();
+            run(&r)
+        };
+        assert_eq!(
+            top("n = len('ab')\ndef run(params):\n    return time.now() + n\n"),
+            RunResponse::Ok(Json::Null)
+        );
+        for (source, says) in [
+            (
+                "x = time.now()\ndef run(params):\n    return 1\n",
+                "tool_define \"t\": script line 1: uses time, which a script's top level cannot: it is read once, when the tool is defined, and is as pure as a description template (call time inside run, which has it)",
+            ),
+            (
+                "x = turn.number\ndef run(params):\n    return 1\n",
+                "tool_define \"t\": script line 1: reads turn.number, a per-turn value, which a tool's script cannot read: a tool is defined once and called from any turn (take what a call needs as a param; pkg.* and session.* hold the fixed values)",
+            ),
+            (
+                "fail(\"boom\")\ndef run(params):\n    return 1\n",
+                "tool_define \"t\": script line 1: failed: fail: boom",
+            ),
+            (
+                "def run(params):\n    return 1\nrun = 5\n",
+                "tool_define \"t\": script: failed: a script must define `def run(params): ...`",
+            ),
+        ] {
+            assert_eq!(top(source), RunResponse::Error(says.into()), "{source}");
+        }
     }
 
     #[test]

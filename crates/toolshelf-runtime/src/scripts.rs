@@ -6,9 +6,11 @@
 //! from source kept in their session.
 //!
 //! A script is never evaluated in the calling process: each definition (`description`,
-//! `schema`, `def run(params)`, read in the template environment) and each call happens in a
-//! runner (`toolshelf __script-run`) started under an address-space limit (`[scripts]
-//! max_memory_mb`) and killed past `[scripts] timeout_secs`. Neither an allocation Starlark
+//! `schema`, `def run(params)`, read in the template environment), each reading of the top level
+//! of a script the model wants to define (read the same way, so that what `tool_define` accepts
+//! loads as a script tool too) and each call happens in a runner (`toolshelf __script-run`)
+//! started under an address-space limit (`[scripts] max_memory_mb`) and killed past `[scripts]
+//! timeout_secs`. Neither an allocation Starlark
 //! cannot stop (it folds constants such as `"a" * 2000000000` while compiling) nor a hung host
 //! reaches the caller: the call fails with an error naming the limit. At most `[scripts]
 //! max_concurrent` runners of one [`Runner`] (and its clones) run at once: a call beyond them
@@ -352,6 +354,32 @@ impl Runner {
                 format!(": {}", tail.join(" | "))
             }
         ))
+    }
+
+    /// Reads the top level of a script the model wants to define (`tool_define`) in a runner, as
+    /// a script tool's file is read when it is defined: the refusal the model reads when it reads
+    /// `turn`, uses a stub (`time.now()`), fails or reaches a limit, so that no tool whose every
+    /// call would fail is defined (and no kept file fails as a script tool).
+    pub async fn check_authored(&self, tool: &Authored) -> Result<(), String> {
+        let (item, name) = (&tool.item, tool.name());
+        let owner = format!("tool_define {name:?}");
+        let pkg = self.pkg(
+            None,
+            name,
+            item["description"].as_str().unwrap_or_default(),
+            item["input_schema"].as_object(),
+        );
+        self.exec_with(
+            Job::TopLevel,
+            &owner,
+            &tool.script,
+            pkg,
+            Value::Null,
+            (&self.authored_hosts, "[authoring] allow_hosts"),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("{e}; fix the script and define the tool again"))
     }
 
     /// Runs a tool the model wrote (`tool_define`).

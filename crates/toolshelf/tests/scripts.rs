@@ -682,6 +682,67 @@ async fn a_tool_the_model_defines_in_the_gateway_is_its_sessions_alone() {
     client.cancel().await.expect("close");
 }
 
+/// A definition whose script's top level could not be read as a script tool's (a clock, a
+/// per-turn value, a failure) is refused at once, naming the tool and the line, keeps no file and
+/// takes no `max_tools` place: every call of it would fail, and its kept file would not load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_whose_top_level_cannot_run_is_refused_and_takes_no_place() {
+    let s = Scratch::new("gateway-authoring-top-level");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[authoring]\nenabled = true\nmax_tools = 1\nkeep_dir = \"authored\"\n{}",
+            named_server(
+                "notes",
+                &json!([tool("add_note", "Add a note.", json!({"type": "object"}))]),
+                ""
+            ),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["tool_define"]})).await);
+    let run = "def run(params):\n    return 1\n";
+    for (name, top, says) in [
+        (
+            "toptime",
+            "x = time.now()\n",
+            "tool_define \"toptime\": script line 1: uses time, which a script's top level cannot: it is read once, when the tool is defined, and is as pure as a description template (call time inside run, which has it); fix the script and define the tool again",
+        ),
+        (
+            "topturn",
+            "x = turn.number\n",
+            "tool_define \"topturn\": script line 1: reads turn.number, a per-turn value, which a tool's script cannot read: a tool is defined once and called from any turn (take what a call needs as a param; pkg.* and session.* hold the fixed values); fix the script and define the tool again",
+        ),
+        (
+            "topfail",
+            "fail(\"boom\")\n",
+            "tool_define \"topfail\": script line 1: failed: fail: boom; fix the script and define the tool again",
+        ),
+    ] {
+        let e = err(&exec(
+            &client,
+            "tool_define",
+            definition(name, &format!("{top}{run}")),
+        )
+        .await);
+        assert_eq!(e, says);
+        let e = err(&exec(&client, name, json!({"text": "x"})).await);
+        assert!(!e.contains("script line"), "{name} is not defined: {e}");
+    }
+    // None of them took the one place max_tools allows.
+    let defined = ok(&exec(&client, "tool_define", definition("fine", run)).await);
+    assert!(defined.contains("Defined fine"), "{defined}");
+    assert_eq!(ok(&exec(&client, "fine", json!({"text": "x"})).await), "1");
+    client.cancel().await.expect("close");
+    let kept: Vec<String> = std::fs::read_dir(s.path("authored"))
+        .expect("the keep directory")
+        .flat_map(|d| std::fs::read_dir(d.expect("entry").path()).expect("session directory"))
+        .map(|f| f.expect("file").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept, ["fine.star"]);
+}
+
 /// A script of 15,336 bytes (under the default `[authoring] max_script_bytes`) that nests 15,000
 /// unary minuses deep on one statement continued over 100 lines by `\` and CRLF.
 fn continued_with_crlf() -> String {

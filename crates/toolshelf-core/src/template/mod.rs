@@ -245,7 +245,25 @@ impl fmt::Display for TemplateError {
                 write!(f, ", column {c}")?;
             }
         }
-        write!(f, ": {}", self.kind)
+        // A tool's script is no description: what it may not read is said in its terms.
+        match (&self.kind, self.what) {
+            (TemplateErrorKind::Turn(name), "script") => write!(
+                f,
+                ": reads turn.{name}, a per-turn value, which a tool's script cannot read: a tool is defined once and called from any turn (take what a call needs as a param; pkg.* and session.* hold the fixed values)"
+            ),
+            (TemplateErrorKind::Stub(name), "script") => {
+                let instead = if SCRIPT_REAL.contains(&name.as_str()) {
+                    format!("call {name} inside run, which has it")
+                } else {
+                    format!("a script has no {name}")
+                };
+                write!(
+                    f,
+                    ": uses {name}, which a script's top level cannot: it is read once, when the tool is defined, and is as pure as a description template ({instead})"
+                )
+            }
+            _ => write!(f, ": {}", self.kind),
+        }
     }
 }
 
@@ -680,6 +698,32 @@ pub fn script_definition(
     }
 }
 
+/// Reads the top level of a script whose description and schema come from elsewhere (a tool the
+/// model defines with `tool_define`): it is evaluated as [`script_definition`] evaluates a script
+/// tool's file, in the template environment, so a top level that reads `turn`, uses a stub
+/// (`time.now()`), fails or reaches a limit is refused as a script tool's would be; and it must
+/// bind `run` to a function of one argument. Nothing else is required of it. It runs on the
+/// calling thread, as [`script_definition`] does.
+pub fn script_top_level(
+    source: &str,
+    owner: &str,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+) -> Result<(), TemplateError> {
+    match evaluate(
+        source,
+        owner,
+        globals(),
+        pkg,
+        session,
+        Limits::TEMPLATE,
+        Job::TopLevel,
+    )? {
+        Output::TopLevel => Ok(()),
+        _ => unreachable!("a top-level job gives no value"),
+    }
+}
+
 /// Runs a script tool: evaluates `source` in `globals` (see [`environment`]) and calls its
 /// `run(params)`, within `limits`. The result is `run`'s value as JSON (a string stays a
 /// string). Core does no I/O itself: whatever `globals` binds (a clock, an HTTP client) is the
@@ -727,12 +771,14 @@ pub fn environment(extend: impl FnOnce(&mut GlobalsBuilder)) -> Globals {
 enum Job<'a> {
     Describe,
     Define,
+    TopLevel,
     Run(&'a Json),
 }
 
 enum Output {
     Text(String),
     Definition(ScriptDefinition),
+    TopLevel,
     Result(Json),
 }
 
@@ -880,7 +926,7 @@ fn evaluate(
 ) -> Result<Output, TemplateError> {
     let what = match job {
         Job::Describe => "description template",
-        Job::Define | Job::Run(_) => "script",
+        Job::Define | Job::TopLevel | Job::Run(_) => "script",
     };
     let ast = parse(source, owner).map_err(|e| TemplateError { what, ..e })?;
     // Where a `run` that cannot take the params is reported.
@@ -932,6 +978,17 @@ fn evaluate(
                             .map(|()| Output::Definition(d))
                             .map_err(|m| (run_at, TemplateErrorKind::Failed(m)))
                     }),
+                Job::TopLevel => match module.get("run") {
+                    Some(f) if f.get_type() == "function" => one_argument(f)
+                        .map(|()| Output::TopLevel)
+                        .map_err(|m| (run_at, TemplateErrorKind::Failed(m))),
+                    _ => Err((
+                        None,
+                        TemplateErrorKind::Failed(
+                            "a script must define `def run(params): ...`".into(),
+                        ),
+                    )),
+                },
                 Job::Run(params) => match module.get("run") {
                     Some(run) => {
                         if let Err(m) = one_argument(run) {
