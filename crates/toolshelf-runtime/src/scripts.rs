@@ -466,6 +466,22 @@ impl ScriptTools {
                     None => Err(format!("{owner}: the runner gave no schema")),
                 }
             });
+        // A schema no call could be checked against makes the tool unavailable, as any other
+        // fault of its file: the fix is in the file, not in a server.
+        let defined = match defined {
+            Ok((description, schema)) => {
+                let given = schema.clone();
+                match crate::off_workers(move || toolshelf_core::invoke::schema_problem(&given))
+                    .await
+                {
+                    Some(p) => Err(format!(
+                        "{owner}: script: `schema` is not a valid JSON Schema ({p}); fix `schema` in the file"
+                    )),
+                    None => Ok((description, schema)),
+                }
+            }
+            Err(e) => Err(e),
+        };
         let (description, schema, broken) = match defined {
             Ok((d, schema)) => (d, schema, None),
             Err(e) => {

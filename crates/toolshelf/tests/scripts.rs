@@ -318,15 +318,21 @@ async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
         "run2.star",
         "description = 'Two.'\nschema = {}\ndef run(a, b):\n    return 1\n",
     );
+    s.write(
+        "badschema.star",
+        "description = 'Odd.'\nschema = {'properties': {'a': {'type': 'nosuchtype'}}}\ndef run(p):\n    return 1\n",
+    );
     let cfg = s.write(
         "toolshelf.toml",
         &format!(
-            "[tools.bad]\nscript = \"bad.star\"\n[tools.good]\nscript = \"good.star\"\n[tools.run2]\nscript = \"run2.star\"\n{}",
+            "[tools.bad]\nscript = \"bad.star\"\n[tools.good]\nscript = \"good.star\"\n[tools.run2]\nscript = \"run2.star\"\n\
+             [tools.badschema]\nscript = \"badschema.star\"\n{}",
             files_sections(&s)
         ),
     );
     let client = stdio_client(&cfg, TestClient::default()).await;
-    // A forbidden read at the top level, and a `run` that cannot take the params.
+    // A forbidden read at the top level, a `run` that cannot take the params, a schema no call
+    // could be checked against.
     for (tool, why) in [
         (
             "mcp__scripts__bad",
@@ -336,6 +342,10 @@ async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
             "mcp__scripts__run2",
             "script tool \"mcp__scripts__run2\" (run2.star): script line 3: failed: a script must define `def run(params): ...`, a function of one argument; its `run` needs 2 arguments",
         ),
+        (
+            "mcp__scripts__badschema",
+            "script tool \"mcp__scripts__badschema\" (badschema.star): script: `schema` is not a valid JSON Schema (at /properties/a/type: ",
+        ),
     ] {
         let found = ok(&search(&client, json!({"tool_names": [tool]})).await);
         assert!(
@@ -344,7 +354,7 @@ async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
         );
         let e = err(&exec(&client, tool, json!({})).await);
         assert!(
-            e.contains(why) && !e.contains("description_template"),
+            e.contains(why) && !e.contains("description_template") && !e.contains("server"),
             "{e}"
         );
     }
