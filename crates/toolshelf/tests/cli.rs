@@ -1645,7 +1645,7 @@ fn eval_reports_buckets_and_explains_misses() {
 fn eval_misses_name_the_best_hit_that_is_no_gold_tool_and_every_gold_name() {
     let path = temp_file(
         "eval-first-instead.jsonl",
-        "{\"query\": \"read file\", \"gold\": [\"mcp__filesystem__read_file\", \"mcp__time__convert_time\", \"no_such_tool\"]}\n",
+        "{\"query\": \"read file\", \"gold\": [\"mcp__filesystem__read_multiple_files\", \"mcp__time__convert_time\", \"no_such_tool\"]}\n",
     );
     let v: Value = serde_json::from_str(&ok(&[
         "eval",
@@ -1672,7 +1672,7 @@ fn eval_misses_name_the_best_hit_that_is_no_gold_tool_and_every_gold_name() {
         })
         .collect();
     assert_eq!(gold.len(), 3, "{miss}");
-    assert_eq!(gold[0].0, "mcp__filesystem__read_file");
+    assert_eq!(gold[0].0, "mcp__filesystem__read_multiple_files");
     assert_eq!(gold[0].1, Some(1), "{miss}");
     assert_eq!(
         gold[2],
