@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{Catalog, Resolution, ToolSpec};
+use crate::invoke::{Checked, ParamsValidator, Refusal, Violation};
 
 /// The tool's name.
 pub const TOOL_DEFINE: &str = "tool_define";
@@ -52,6 +53,41 @@ pub fn tool_define_item() -> Value {
 
 /// Why a definition may not say `defer_loading`.
 const ALWAYS_DEFERRED: &str = "a tool you define always goes on the shelf (deferred: tool_search finds it, defer_execute runs it), so there is nothing for it to set";
+
+/// Why `defer_loading` beside a definition is refused.
+fn defer_loading_beside() -> String {
+    format!(
+        "\"defer_loading\" is not an argument of tool_define: {ALWAYS_DEFERRED}; define the tool again without it"
+    )
+}
+
+/// Stage 3 of a `tool_define` call, in place of [`crate::invoke::validate`]: the params against
+/// `tool_define`'s schema (`tool` being its catalog index). Its schema allows no other property,
+/// so a `defer_loading` beside the definition would be refused as one more unknown property;
+/// here its violation says why a defined tool has none instead, and the other params are checked
+/// as they are, so one refusal names every fault.
+pub fn validate(
+    tool: usize,
+    validator: &ParamsValidator,
+    params: &Map<String, Value>,
+) -> Result<(), Refusal> {
+    if !params.contains_key("defer_loading") {
+        return crate::invoke::validate(tool, validator, params);
+    }
+    let mut rest = params.clone();
+    rest.shift_remove("defer_loading");
+    let mut violations = match validator.check(&rest) {
+        Checked::Valid => Vec::new(),
+        Checked::Invalid(violations) => violations,
+        Checked::Broken(error) => return Err(Refusal::SchemaBroken { tool, error }),
+    };
+    violations.push(Violation {
+        pointer: "/defer_loading".into(),
+        message: defer_loading_beside(),
+    });
+    violations.sort_by(|a, b| (&a.pointer, &a.message).cmp(&(&b.pointer, &b.message)));
+    Err(Refusal::Invalid { tool, violations })
+}
 
 /// What the model reads once `name` is defined.
 pub fn defined_text(name: &str) -> String {
@@ -133,9 +169,7 @@ fn checked(
     let limits = &compiled.config().authoring;
     // Refused by name, with why, rather than as one more unknown field.
     if params.contains_key("defer_loading") {
-        return Err(format!(
-            "tool_define: \"defer_loading\" is not an argument of tool_define: {ALWAYS_DEFERRED}; define the tool again without it"
-        ));
+        return Err(format!("tool_define: {}", defer_loading_beside()));
     }
     let args: DefineArgs = serde_json::from_value(Value::Object(params.clone()))
         .map_err(|e| format!("Invalid tool_define call: {e}."))?;
@@ -458,6 +492,42 @@ mod tests {
             0,
         )
         .expect("another name");
+    }
+
+    /// Checked against `tool_define`'s schema, which allows no other property, `defer_loading`
+    /// beside a definition is the violation that says why, and the call's other faults are named
+    /// with it.
+    #[test]
+    fn a_call_with_defer_loading_beside_the_definition_is_invalid_saying_why() {
+        let schema = tool_define_item()["input_schema"]
+            .as_object()
+            .cloned()
+            .expect("an object schema");
+        let validator = ParamsValidator::new(&schema);
+        let mut call = params("echo", "x", "def run(params):\n    return 1\n");
+        assert_eq!(validate(3, &validator, &call), Ok(()));
+        call.insert("defer_loading".into(), json!(false));
+        let explained = Violation {
+            pointer: "/defer_loading".into(),
+            message: "\"defer_loading\" is not an argument of tool_define: a tool you define always goes on the shelf (deferred: tool_search finds it, defer_execute runs it), so there is nothing for it to set; define the tool again without it".into(),
+        };
+        assert_eq!(
+            validate(3, &validator, &call),
+            Err(Refusal::Invalid {
+                tool: 3,
+                violations: vec![explained.clone()],
+            })
+        );
+        call.shift_remove("script");
+        let Err(Refusal::Invalid { violations, .. }) = validate(3, &validator, &call) else {
+            panic!("invalid");
+        };
+        assert_eq!(violations.len(), 2, "{violations:?}");
+        assert!(
+            violations[0].pointer.is_empty() && violations[0].message.contains("\"script\""),
+            "{violations:?}"
+        );
+        assert_eq!(violations[1], explained);
     }
 
     #[test]

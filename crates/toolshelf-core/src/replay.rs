@@ -1036,13 +1036,16 @@ impl<'a> Replay<'a> {
                 self.state.activity(name, ttl),
                 self.state.turn(),
             )?;
+            let define = self.compiled.config().authoring.enabled && name == authoring::TOOL_DEFINE;
             let validator = invoke::ParamsValidator::new(&self.catalog.tools()[i].input_schema);
-            invoke::validate(i, &validator, &params)?;
+            if define {
+                authoring::validate(i, &validator, &params)?;
+            } else {
+                invoke::validate(i, &validator, &params)?;
+            }
             // A tool the proxy runs itself never reaches the client, whose prompt would ask:
             // under an `ask` rule the proxy refuses it.
-            let inside = (self.compiled.config().authoring.enabled
-                && name == authoring::TOOL_DEFINE)
-                || self.authored.contains(name);
+            let inside = define || self.authored.contains(name);
             let ask =
                 match invoke::authorize(&self.catalog, self.compiled.permissions(), i, &params)? {
                     Authorization::Allowed => None,

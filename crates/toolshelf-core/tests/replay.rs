@@ -671,6 +671,43 @@ enabled = true
     );
 }
 
+/// A `tool_define` call with `defer_loading` beside the definition is refused saying why a
+/// defined tool has none, not only that the schema allows no such property.
+#[test]
+fn defer_loading_beside_a_definition_is_refused_saying_why() {
+    let compiled = config_with(6, "[authoring]\nenabled = true\n");
+    let define = call(
+        "defer_execute",
+        json!({"tool_name": "tool_define", "params": {
+            "name": "word_count",
+            "description": "Counts the words of a text.",
+            "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "script": "def run(params):\n    return 1\n",
+            "defer_loading": false
+        }}),
+    );
+    let reports = run_with(
+        &compiled,
+        &[
+            user("count the words in my notes"),
+            load("tool_define"),
+            define,
+        ],
+    );
+    let body: Value = serde_json::from_str(&reports[2].body).expect("json");
+    let result = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message")
+        .to_string();
+    assert!(
+        result.contains(
+            "tool_define was not run: its params do not match its schema (1 problem):\\n- at /defer_loading: \\\"defer_loading\\\" is not an argument of tool_define: a tool you define always goes on the shelf (deferred: tool_search finds it, defer_execute runs it), so there is nothing for it to set; define the tool again without it\\n"
+        ) && !result.contains("Additional properties"),
+        "{result}"
+    );
+}
+
 /// A definition of a name the model defined before replaces that tool, as the proxy does it,
 /// and does not count against `max_tools` again.
 #[test]

@@ -879,11 +879,17 @@ impl GatewaySession {
         }
         // The schema may be the model's own (`tool_define`), as costly to compile and to check
         // against as it chose: both run off the async workers.
+        let define = tool.origin != Origin::Model && self.runs_itself(tool);
         let (given, checked) = {
             let (view, given) = (snap.clone(), std::mem::take(params));
             toolshelf_runtime::off_workers(move || {
                 let validator = view.validator(i);
-                let checked = invoke::validate(i, &validator, &given).map(|()| validator);
+                let checked = if define {
+                    authoring::validate(i, &validator, &given)
+                } else {
+                    invoke::validate(i, &validator, &given)
+                };
+                let checked = checked.map(|()| validator);
                 (given, checked)
             })
             .await

@@ -1844,10 +1844,13 @@ impl Turn {
         // The schema may be the model's own (`tool_define`), as costly to compile and to check
         // against as it chose: both run off the async workers.
         let view = shelf.clone();
+        let define = shelf.own(i) == Some(Own::Define);
         let (params, checked) = toolshelf_runtime::off_workers(move || {
             let validator = view.validator(i);
             let checked = if resident {
                 Ok(validator)
+            } else if define {
+                authoring::validate(i, &validator, &params).map(|()| validator)
             } else {
                 invoke::validate(i, &validator, &params).map(|()| validator)
             };

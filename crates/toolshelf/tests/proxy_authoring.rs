@@ -345,9 +345,12 @@ def run(params):
 fn a_deep_definition_is_refused_and_long_errors_are_cut_in_the_proxy() {
     let s = Scratch::new("proxy-authoring-deep");
     s.write("fails.star", FAILS_LONG);
+    let mut deferred = define("deferred", "Sets defer_loading.", SHOUT);
+    deferred["input"]["params"]["defer_loading"] = json!(false);
     let script = json!({"steps": [
         {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["tool_define", "mcp__scripts__fails"]}}]},
         {"tool_uses": [define("deep", "Nests deep.", &continued_with_crlf())]},
+        {"tool_uses": [deferred]},
         {"tool_uses": [define("boom", "Fails long.", "def run(params):\n    fail('M' * 5000000)\n")]},
         {"tool_uses": [run("boom", "x")]},
         {"tool_uses": [{"name": "defer_execute", "input": {"tool_name": "mcp__scripts__fails", "params": {}}}]},
@@ -359,7 +362,7 @@ fn a_deep_definition_is_refused_and_long_errors_are_cut_in_the_proxy() {
     let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
     let mut messages = vec![json!({"role": "user", "content": "make tools"})];
     no_calls(&turn(&proxy, &mut messages));
-    upstream.played(6);
+    upstream.played(7);
     let (refused, is_error) = upstream.last_result(2);
     assert!(
         is_error
@@ -368,13 +371,21 @@ fn a_deep_definition_is_refused_and_long_errors_are_cut_in_the_proxy() {
             ),
         "{refused}"
     );
+    // `defer_loading` beside a definition is refused saying why a defined tool has none.
+    let (refused, is_error) = upstream.last_result(3);
+    assert!(
+        is_error
+            && refused.contains("- at /defer_loading: \"defer_loading\" is not an argument of tool_define: a tool you define always goes on the shelf")
+            && !refused.contains("Additional properties"),
+        "{refused}"
+    );
     for (i, starts) in [
         (
-            4,
+            5,
             "model-authored tool \"boom\": script line 2: failed: fail: MMMM",
         ),
         (
-            5,
+            6,
             "script tool \"mcp__scripts__fails\" (fails.star): script line 6: failed: fail: EEEE",
         ),
     ] {

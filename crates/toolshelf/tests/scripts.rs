@@ -740,6 +740,15 @@ async fn a_definition_whose_top_level_cannot_run_is_refused_and_takes_no_place()
         let e = err(&exec(&client, name, json!({"text": "x"})).await);
         assert!(!e.contains("script line"), "{name} is not defined: {e}");
     }
+    // Nor does `defer_loading` beside a definition, refused saying why a defined tool has none.
+    let mut deferred = definition("deferred", run);
+    deferred["defer_loading"] = json!(false);
+    let e = err(&exec(&client, "tool_define", deferred).await);
+    assert!(
+        e.contains("- at /defer_loading: \"defer_loading\" is not an argument of tool_define: a tool you define always goes on the shelf")
+            && !e.contains("Additional properties"),
+        "{e}"
+    );
     // None of them took the one place max_tools allows.
     let defined = ok(&exec(&client, "tool_define", definition("fine", run)).await);
     assert!(defined.contains("Defined fine"), "{defined}");
