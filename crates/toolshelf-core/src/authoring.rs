@@ -629,11 +629,7 @@ mod tests {
             ),
             (params("a", "x", "def run(params:\n"), 0, "does not parse"),
             (
-                params(
-                    "a",
-                    "x",
-                    &format!("x={}1{}\n", "(-".repeat(60), ")".repeat(60)),
-                ),
+                params("a", "x", &format!("x={}1\n", "lambda:".repeat(26))),
                 0,
                 "script line 1: does not parse: it nests more than 200 levels deep",
             ),

@@ -6,8 +6,11 @@
 //! stack of the thread that parses it, and a stack overflow aborts the whole process: every
 //! gateway session, every proxy conversation. The depth is bounded here, on the text, where no
 //! recursion is needed. The bound is conservative: within an element of a bracket or a statement,
-//! every operator and every keyword that can open an expression counts as one level, and so does
-//! each enclosing bracket; an indented block counts two, and so does each `elif` of a chain (the
+//! every operator (each unary sign on its own, `a - -1` being two) and every keyword that can open
+//! an expression counts as one level, and so does each enclosing bracket, so that 200 nested
+//! brackets are 200 levels; the brackets of a call or an index (`f(x)`, `a[i]`: a bracket right
+//! after an operand) count one more, the call nesting what it is called on (`a.b().c()`); an
+//! indented block counts two, and so does each `elif` of a chain (the
 //! parser nests the rest of the chain under it); a `lambda` or `def` counts eight (what they cost
 //! the compiler's stack, measured); siblings separated by commas do not add up, but the commas
 //! between a `lambda`'s parameters or a `for`'s targets separate no siblings. Real templates and
@@ -20,10 +23,16 @@
 //! parts are code the parser reads (even where the dialect then refuses f-strings), inside text
 //! this bound skips.
 
-/// The deepest nesting a source may have: Python refuses more than 200 nested brackets; this
-/// counts operators too, and must leave the parse, the evaluation and the drop room on a 2 MiB
-/// thread's stack.
+/// The deepest nesting a source may have: as in Python, 200 nested brackets pass and 201 do not;
+/// this counts operators too, and must leave the parse, the evaluation and the drop room on a
+/// 2 MiB thread's stack.
 pub const MAX_DEPTH: usize = 200;
+
+/// Keywords after which a bracket opens a list, a tuple, a dict or a group, not a call or an
+/// index (any other word is taken for an operand, which counts a bracket after it one more).
+const NOT_OPERANDS: &[&str] = &[
+    "and", "or", "not", "if", "else", "elif", "for", "in", "is", "while", "lambda", "return",
+];
 
 /// Keywords that nest an expression or a statement below them.
 const NESTING_WORDS: &[&str] = &[
@@ -85,7 +94,7 @@ struct Block {
 struct Depth {
     elements: Vec<Element>,
     blocks: Vec<Block>,
-    /// `elements.len()` plus every element's count.
+    /// Every element's count, and one for each but the statement's own: the brackets open.
     expression: usize,
     /// The blocks' and the `elif`s' levels.
     statement: usize,
@@ -96,7 +105,7 @@ impl Depth {
         Self {
             elements: vec![Element::default()],
             blocks: vec![Block { width: 0, elifs: 0 }],
-            expression: 1,
+            expression: 0,
             statement: 0,
         }
     }
@@ -122,8 +131,12 @@ impl Depth {
         self.expression = self.expression - old + n;
     }
 
-    fn open_bracket(&mut self) {
-        self.add(1);
+    /// A bracket opens: a level, and one more in the element around it for a call's or an
+    /// index's (`after_operand`), which nests what it is called on.
+    fn open_bracket(&mut self, after_operand: bool) {
+        if after_operand {
+            self.add(1);
+        }
         self.elements.push(Element::default());
         self.expression += 1;
     }
@@ -208,6 +221,9 @@ pub fn check(source: &str, limit: usize) -> Result<(), Refusal> {
     let mut line = 1;
     let mut depth = Depth::new();
     let mut at_line_start = true;
+    // Whether the last token was an operand (a name, a number, a string, a closed bracket), so
+    // that a bracket now is a call's or an index's.
+    let mut operand = false;
     let mut i = 0;
     while i < bytes.len() {
         if at_line_start && depth.elements.len() == 1 {
@@ -238,6 +254,7 @@ pub fn check(source: &str, limit: usize) -> Result<(), Refusal> {
                 if depth.elements.len() == 1 {
                     depth.end_statement();
                     at_line_start = true;
+                    operand = false;
                 }
                 i += 1;
             }
@@ -262,43 +279,65 @@ pub fn check(source: &str, limit: usize) -> Result<(), Refusal> {
                 let (end, lines) = skip_string(bytes, i);
                 line += lines;
                 i = end;
+                operand = true;
             }
             b'(' | b'[' | b'{' => {
-                depth.open_bracket();
+                depth.open_bracket(operand);
+                operand = false;
                 i += 1;
             }
             b')' | b']' | b'}' => {
                 depth.close_bracket();
+                operand = true;
                 i += 1;
             }
             b',' => {
                 depth.comma();
+                operand = false;
                 i += 1;
             }
             b';' => {
                 depth.end_statement();
+                operand = false;
                 i += 1;
             }
             b':' => {
                 depth.end_head(true);
+                operand = false;
                 i += 1;
             }
-            b'0'..=b'9' => i = number_end(bytes, i),
+            b'0'..=b'9' => {
+                i = number_end(bytes, i);
+                operand = true;
+            }
             b'+' | b'-' | b'*' | b'/' | b'%' | b'&' | b'|' | b'^' | b'~' | b'<' | b'>' | b'='
             | b'!' | b'.' | b'@' => {
-                // A run of operator characters (`**`, `<=`, `//=`) is one operator.
+                // A run of operator characters after an operand starts with one binary operator
+                // (`**`, `<=`, `//=`, `.`), a level; each unary sign in it after that, or in a
+                // run after no operand, nests on its own (`a - -1`, `- - -1`, `--1`).
+                let binary = operand;
+                let start = i;
+                let mut levels = usize::from(binary);
+                let mut other = false;
                 while i < bytes.len() && b"+-*/%&|^~<>=!.@".contains(&bytes[i]) {
-                    // Each unary sign nests on its own: `- - -1`, `--1`.
-                    if matches!(bytes[i], b'-' | b'+' | b'~') {
-                        depth.add(1);
+                    if matches!(bytes[i], b'-' | b'+' | b'~') && !(binary && i == start) {
+                        levels += 1;
+                    } else {
+                        other = true;
                     }
                     i += 1;
                 }
-                depth.add(1);
+                // What no operand comes before and is no sign (`**kwargs`) counts one.
+                if !binary && other {
+                    levels += 1;
+                }
+                depth.add(levels);
+                operand = false;
             }
             c if c == b'_' || c.is_ascii_alphabetic() => {
                 let word = word_at(source, i);
                 i += word.len();
+                operand = !NOT_OPERANDS.contains(&word);
                 let quoted = matches!(bytes.get(i), Some(b'"' | b'\''));
                 if quoted && FSTRING_PREFIXES.contains(&word) {
                     return Err(Refusal::FString(line));
@@ -520,6 +559,68 @@ mod tests {
             );
         }
         assert_eq!(check(&cases[0], MAX_DEPTH), Err(Refusal::TooDeep(2)));
+    }
+
+    /// The deepest source that passes, as the count is documented: a bracket is a level, a
+    /// call's or an index's bracket two, every operator and nesting keyword one; the statement
+    /// itself is none.
+    #[test]
+    fn the_limit_is_where_the_documented_count_puts_it() {
+        let deepest = |make: &dyn Fn(usize) -> String| {
+            (1..=2 * MAX_DEPTH)
+                .take_while(|&n| depth_ok(&make(n)))
+                .last()
+                .unwrap_or(0)
+        };
+        let nested =
+            |open: &str, close: &str, n: usize| format!("{}1{}\n", open.repeat(n), close.repeat(n));
+        assert_eq!(deepest(&|n| nested("[", "]", n)), MAX_DEPTH, "lists");
+        assert_eq!(deepest(&|n| nested("(", ")", n)), MAX_DEPTH, "parentheses");
+        assert_eq!(deepest(&|n| nested("{1: ", "}", n)), MAX_DEPTH, "dicts");
+        assert_eq!(
+            deepest(&|n| format!("{}True\n", "not ".repeat(n))),
+            MAX_DEPTH,
+            "not"
+        );
+        assert_eq!(
+            deepest(&|n| format!("{}1\n", "-".repeat(n))),
+            MAX_DEPTH,
+            "minus"
+        );
+        // `=` is an operator; `str(` a call, two.
+        assert_eq!(
+            deepest(&|n| format!("x = {}", nested("[", "]", n))),
+            MAX_DEPTH - 1
+        );
+        assert_eq!(
+            deepest(&|n| format!("str({})", nested("[", "]", n))),
+            MAX_DEPTH - 2
+        );
+        assert_eq!(deepest(&|n| nested("f(", ")", n)), MAX_DEPTH / 2, "calls");
+        // Each index or call nests the ones before it: what it leaves behind adds up.
+        assert_eq!(
+            deepest(&|n| format!("a{}\n", "[0]".repeat(n))),
+            MAX_DEPTH - 1,
+            "indexes"
+        );
+        assert_eq!(
+            deepest(&|n| format!("a{}\n", ".b()".repeat(n))),
+            MAX_DEPTH / 2 - 1,
+            "a method chain"
+        );
+        assert_eq!(
+            deepest(&|n| format!("return {}", nested("[", "]", n))),
+            MAX_DEPTH
+        );
+        // A binary operator is one level, a sign after it one more.
+        for op in ["+", "-", "*", " or "] {
+            let chain = |n: usize| format!("{}\n", vec!["1"; n + 1].join(op));
+            assert_eq!(deepest(&chain), MAX_DEPTH, "a chain of {op:?}");
+        }
+        assert_eq!(
+            deepest(&|n| format!("{}1\n", "1 - -".repeat(n))),
+            MAX_DEPTH / 2
+        );
     }
 
     /// Forms the lexer reads as one statement, one token or one chain, which a reading that

@@ -260,6 +260,22 @@ fn nesting_is_bounded_before_it_can_overflow_a_stack() {
             Box::new(|n| format!("str({}{})", "[".repeat(n), "]".repeat(n))),
         ),
         (
+            "lists alone",
+            Box::new(|n| format!("{}1{}\nstr(1)", "[".repeat(n), "]".repeat(n))),
+        ),
+        (
+            "calls",
+            Box::new(|n| format!("str({}1{})", "abs(".repeat(n), ")".repeat(n))),
+        ),
+        (
+            "a chain of -",
+            Box::new(|n| format!("x = {}\nstr(x)", vec!["1"; n + 1].join("-"))),
+        ),
+        (
+            "a chain of *",
+            Box::new(|n| format!("x = {}\nstr(x)", vec!["1"; n + 1].join("*"))),
+        ),
+        (
             "conditionals",
             Box::new(|n| format!("str({}1)", "1 if True else ".repeat(n))),
         ),
@@ -295,6 +311,18 @@ fn nesting_is_bounded_before_it_can_overflow_a_stack() {
                 }
                 s.push_str(&" ".repeat(n + 1));
                 s.push_str("return 1\n    return 0\nstr(f())");
+                s
+            }),
+        ),
+        (
+            "for blocks",
+            Box::new(|n| {
+                let mut s = "def f():\n    x = 0\n".to_owned();
+                for i in 1..=n {
+                    s.push_str(&format!("{}for a{i} in [1]:\n", " ".repeat(i)));
+                }
+                s.push_str(&" ".repeat(n + 1));
+                s.push_str("x += 1\n    return x\nstr(f())");
                 s
             }),
         ),
