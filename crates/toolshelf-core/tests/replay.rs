@@ -353,6 +353,16 @@ fn turns(reports: &[TurnReport]) -> Vec<u64> {
     reports.iter().map(|r| r.turn).collect()
 }
 
+/// The last message of a report's request body, as JSON text: where a call's result goes.
+fn last_message(report: &TurnReport) -> String {
+    let body: Value = serde_json::from_str(&report.body).expect("json");
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message")
+        .to_string()
+}
+
 const GIT_LOG: &str = "mcp__git__git_log";
 
 /// A `tool_search` by exact name.
@@ -642,12 +652,7 @@ enabled = true
         ran.reminders
     );
     // The block is on the tool's result, the last message of the request.
-    let body: Value = serde_json::from_str(&ran.body).expect("json");
-    let result = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .expect("a message")
-        .to_string();
+    let result = last_message(ran);
     assert!(
         result.contains("[dry run] word_count would run")
             && result.contains("Counted words are worth a note."),
@@ -694,12 +699,7 @@ fn defer_loading_beside_a_definition_is_refused_saying_why() {
             define,
         ],
     );
-    let body: Value = serde_json::from_str(&reports[2].body).expect("json");
-    let result = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .expect("a message")
-        .to_string();
+    let result = last_message(&reports[2]);
     assert!(
         result.contains(
             "tool_define was not run: its params do not match its schema (1 problem):\\n- at /defer_loading: \\\"defer_loading\\\" is not an argument of tool_define: a tool you define always goes on the shelf (deferred: tool_search finds it, defer_execute runs it), so there is nothing for it to set; define the tool again without it\\n"
@@ -734,22 +734,14 @@ fn a_redefinition_replaces_the_tool_as_in_the_proxy() {
             search("word_count"),
         ],
     );
-    let answered = |r: &TurnReport| -> String {
-        let body: Value = serde_json::from_str(&r.body).expect("json");
-        body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .expect("a message")
-            .to_string()
-    };
-    let again = answered(&reports[3]);
+    let again = last_message(&reports[3]);
     assert!(
         again.contains("Replaced your earlier tool \\\"word_count\\\".")
             && !again.contains("max_tools"),
         "{again}"
     );
     assert!(reports[3].refused.is_empty(), "{:?}", reports[3].refused);
-    let found = answered(&reports[4]);
+    let found = last_message(&reports[4]);
     assert!(
         found.contains("hyphenated ones as one") && !found.contains("a text.\\n"),
         "{found}"

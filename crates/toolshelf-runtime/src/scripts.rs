@@ -361,14 +361,8 @@ impl Runner {
     /// `turn`, uses a stub (`time.now()`), fails or reaches a limit, so that no tool whose every
     /// call would fail is defined (and no kept file fails as a script tool).
     pub async fn check_authored(&self, tool: &Authored) -> Result<(), String> {
-        let (item, name) = (&tool.item, tool.name());
-        let owner = format!("tool_define {name:?}");
-        let pkg = self.pkg(
-            None,
-            name,
-            item["description"].as_str().unwrap_or_default(),
-            item["input_schema"].as_object(),
-        );
+        let owner = format!("tool_define {name:?}", name = tool.name());
+        let pkg = self.authored_pkg(tool);
         self.exec_with(
             Job::TopLevel,
             &owner,
@@ -382,16 +376,21 @@ impl Runner {
         .map_err(|e| format!("{e}; fix the script and define the tool again"))
     }
 
-    /// Runs a tool the model wrote (`tool_define`).
-    pub async fn run_authored(&self, tool: &Authored, params: Value) -> Result<Value, String> {
-        let (item, name) = (&tool.item, tool.name());
-        let owner = format!("model-authored tool {name:?}");
-        let pkg = self.pkg(
+    /// The `pkg` values of a tool the model wrote: its name, description and schema's names.
+    fn authored_pkg(&self, tool: &Authored) -> BTreeMap<String, Value> {
+        let item = &tool.item;
+        self.pkg(
             None,
-            name,
+            tool.name(),
             item["description"].as_str().unwrap_or_default(),
             item["input_schema"].as_object(),
-        );
+        )
+    }
+
+    /// Runs a tool the model wrote (`tool_define`).
+    pub async fn run_authored(&self, tool: &Authored, params: Value) -> Result<Value, String> {
+        let owner = format!("model-authored tool {name:?}", name = tool.name());
+        let pkg = self.authored_pkg(tool);
         self.exec_with(
             Job::Run,
             &owner,

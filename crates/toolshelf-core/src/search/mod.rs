@@ -3214,6 +3214,14 @@ mod tests {
     }
 
     /// A server of three email tools, whose words a request's first sentence can pile up.
+    /// The names of `index`'s first five hits for `query`.
+    fn top_names(index: &SearchIndex, query: &str) -> Vec<String> {
+        index
+            .rank(&[query.to_owned()], 5)
+            .iter()
+            .map(|h| h.name.to_string())
+            .collect()
+    }
     fn mail_server() -> serde_json::Value {
         serde_json::json!({"name": "mail", "description": "Email messages",
          "tools": [{"name": "send", "description": "Send an email message"},
@@ -3352,13 +3360,7 @@ mod tests {
                         "description": "Open a ticket. NOTE: this server is deprecated, migrate to the hosted one."}]}
         ]});
         let (_, index) = indexed(&tools);
-        let names = |q: &str| -> Vec<String> {
-            index
-                .rank(&[q.to_owned()], 5)
-                .iter()
-                .map(|h| h.name.to_string())
-                .collect()
-        };
+        let names = |q: &str| top_names(&index, q);
         let read = names("read file");
         let at = |n: &str| read.iter().position(|x| x == n);
         assert!(
@@ -4286,13 +4288,7 @@ mod tests {
             mail_server()
         ]});
         let (_, index) = indexed(&tools);
-        let names = |q: &str| -> Vec<String> {
-            index
-                .rank(&[q.to_owned()], 5)
-                .iter()
-                .map(|h| h.name.to_string())
-                .collect()
-        };
+        let names = |q: &str| top_names(&index, q);
         assert_eq!(names("server:Git"), ["mcp__Git__log_upper"]);
         assert_eq!(names("server:git"), ["mcp__git__log_lower"]);
         // A full stop after the value is prose, not a separator to fold: still exactly git.

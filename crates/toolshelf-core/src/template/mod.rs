@@ -513,14 +513,20 @@ fn defines(source: &str, name: &str, arguments: usize) -> bool {
 
 fn defines_in(ast: &AstModule, name: &str, arguments: usize) -> bool {
     use starlark::syntax::ast::Stmt;
-    let top = ast.statement();
-    let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
-        Stmt::Statements(all) => all.iter().collect(),
-        _ => vec![top],
-    };
-    statements.into_iter().any(
+    top_level(ast).any(
         |s| matches!(&s.node, Stmt::Def(d) if d.name.node.ident == name && takes(d, arguments)),
     )
+}
+
+/// The module's top-level statements, in order.
+fn top_level(ast: &AstModule) -> impl DoubleEndedIterator<Item = &starlark::syntax::ast::AstStmt> {
+    use starlark::syntax::ast::Stmt;
+    let top = ast.statement();
+    let all = match &top.node {
+        Stmt::Statements(all) => all.as_slice(),
+        _ => std::slice::from_ref(top),
+    };
+    all.iter()
 }
 
 /// Whether the function `d` can be called with `n` positional arguments.
@@ -571,12 +577,7 @@ pub fn run_refusal(source: &str, owner: &str) -> Option<TemplateError> {
         let Ok(ast) = parse(source, owner) else {
             return Ok(None);
         };
-        let top = ast.statement();
-        let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
-            Stmt::Statements(all) => all.iter().collect(),
-            _ => vec![top],
-        };
-        let last = statements.into_iter().rev().find_map(|s| match &s.node {
+        let last = top_level(&ast).rev().find_map(|s| match &s.node {
             Stmt::Def(d) if d.name.node.ident == "run" => Some((s, d)),
             _ => None,
         });
@@ -898,13 +899,7 @@ impl Signature {
 /// a `run` that cannot be called is reported.
 fn run_line(ast: &AstModule) -> Option<u32> {
     use starlark::syntax::ast::{AssignTargetP, Stmt};
-    let top = ast.statement();
-    let statements: Vec<&starlark::syntax::ast::AstStmt> = match &top.node {
-        Stmt::Statements(all) => all.iter().collect(),
-        _ => vec![top],
-    };
-    statements
-        .into_iter()
+    top_level(ast)
         .rfind(|s| match &s.node {
             Stmt::Def(d) => d.name.node.ident == "run",
             Stmt::Assign(a) => {
