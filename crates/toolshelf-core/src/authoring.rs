@@ -16,6 +16,8 @@
 //!
 //! Arguments and schema come from one Rust type, as for the other meta-tools.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -110,6 +112,70 @@ impl Authored {
     pub fn name(&self) -> &str {
         self.item["name"].as_str().unwrap_or_default()
     }
+
+    /// The `pkg` values its script reads, `vars` (`[template] vars`) last: its name, description
+    /// and schema's names.
+    pub fn pkg(&self, vars: &BTreeMap<String, Value>) -> BTreeMap<String, Value> {
+        let mut pkg = crate::template::script_values(
+            None,
+            self.name(),
+            self.item["description"].as_str().unwrap_or_default(),
+            self.item["input_schema"].as_object(),
+        );
+        pkg.extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+        pkg
+    }
+
+    /// The name its script's top level is read under, in errors.
+    pub fn definer(&self) -> String {
+        format!("tool_define {:?}", self.name())
+    }
+}
+
+/// Why `tool`, checked against a session's tools while other definitions of the session were
+/// being checked too, cannot be kept now that the session has `authored` (no redefinition): one
+/// of them took its name (compared as names resolve, case and separators folded), or the last
+/// place `max_tools` allows. `None`: it can be kept.
+pub fn defined_meanwhile(
+    tool: &Authored,
+    authored: &[Authored],
+    max_tools: usize,
+) -> Option<String> {
+    let name = tool.name();
+    let folded = crate::name::fold(name);
+    if authored
+        .iter()
+        .any(|t| crate::name::fold(t.name()) == folded)
+    {
+        return Some(format!(
+            "tool_define: a tool named {name:?} was defined by another call of this session while this one was checked; that definition stands (choose another name for this one)"
+        ));
+    }
+    let defined = authored.len();
+    (defined >= max_tools).then(|| {
+        let s = if defined == 1 { "" } else { "s" };
+        format!(
+            "tool_define: this session has defined {defined} tool{s}, the most [authoring] max_tools allows"
+        )
+    })
+}
+
+/// What the model reads when the top level of the script it gave `tool_define` cannot be read
+/// (`error`, which names the tool and line).
+pub fn top_level_refusal(error: impl std::fmt::Display) -> String {
+    format!("{error}; fix the script and define the tool again")
+}
+
+/// Reads the top level of `tool`'s script on the calling thread, as a runner reads it for the
+/// proxy and the gateway ([`crate::template::script_top_level`], with the template environment's
+/// step and heap bounds but no process around it): `Err` is what the model reads.
+pub fn check_top_level(
+    tool: &Authored,
+    vars: &BTreeMap<String, Value>,
+    session: &crate::template::SessionValues,
+) -> Result<(), String> {
+    crate::template::script_top_level(&tool.script, &tool.definer(), &tool.pkg(vars), session)
+        .map_err(top_level_refusal)
 }
 
 fn valid_name(name: &str) -> bool {

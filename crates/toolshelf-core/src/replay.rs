@@ -10,7 +10,8 @@
 //! assembled whenever the model would be asked to continue (after a user message, and after the
 //! results of its calls), and each is reported. Calls are carried out against the catalog as the
 //! session would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that
-//! resolves, checks activation, validates and authorizes but runs nothing. A recorded result
+//! resolves, checks activation, validates and authorizes but runs nothing (`tool_define` reads the
+//! script's top level, as the proxy's runner does before it keeps a definition). A recorded result
 //! replaces the computed one in the request, its error flag and all, but the call still has its
 //! effect on the session (a search still activates what it found). A call the client runs counts
 //! as made (its activation refreshed, its `after_tools` reminders fired) only when its recorded
@@ -344,6 +345,8 @@ pub struct Replay<'a> {
     described: BTreeMap<String, String>,
     /// Whether reports carry their request bodies.
     bodies: bool,
+    /// The session values the top level of a script given to `tool_define` is read with.
+    script_session: crate::template::SessionValues,
     /// Changes of the tool set so far.
     generation: u64,
     /// Model requests of the current turn so far (the proxy's upstream rounds of one client
@@ -527,6 +530,11 @@ impl<'a> Replay<'a> {
             defined: Vec::new(),
             described,
             bodies: true,
+            script_session: crate::template::SessionValues {
+                mode: None,
+                client: None,
+                workspace: compiled.config().template.workspace.clone(),
+            },
             generation: 0,
             rounds: 0,
             searches: Vec::new(),
@@ -740,6 +748,13 @@ impl<'a> Replay<'a> {
     /// sizes of its parts only, which is all `--explain` prints.
     pub fn set_bodies(&mut self, on: bool) {
         self.bodies = on;
+    }
+
+    /// The session values a `tool_define` script's top level is read with, as the proxy's runner
+    /// has them (no mode or client; by default the configured `[template] workspace`, where the
+    /// proxy falls back on its working directory).
+    pub fn set_script_session(&mut self, values: crate::template::SessionValues) {
+        self.script_session = values;
     }
 
     /// Every tool the model may see now, each with its full definition: the tool list the
@@ -986,6 +1001,15 @@ impl<'a> Replay<'a> {
             Ok(found) => found,
             Err(e) => return (e, true),
         };
+        // Its top level is read as the proxy's runner reads it: a script whose every call would
+        // fail is refused here too.
+        if let Err(e) = authoring::check_top_level(
+            &tool,
+            &self.compiled.config().template.vars,
+            &self.script_session,
+        ) {
+            return (e, true);
+        }
         let name = tool.name().to_owned();
         // The replaced tool leaves the catalog, unless the transcript removed it already.
         let remove: Vec<String> = replaces

@@ -38,21 +38,7 @@ use crate::script::{Job, RunRequest, RunResponse};
 /// The subcommand of the toolshelf binary that runs one script call.
 pub const RUNNER_SUBCOMMAND: &str = "__script-run";
 
-/// The names under `key` of a schema, sorted: its `properties`' keys, or the strings of its
-/// `required` list (`pkg.params` and `pkg.required`).
-pub fn schema_names(schema: &Map<String, Value>, key: &str) -> Vec<String> {
-    let mut v: Vec<String> = match schema.get(key) {
-        Some(Value::Object(p)) => p.keys().cloned().collect(),
-        Some(Value::Array(r)) => r
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        _ => Vec::new(),
-    };
-    v.sort();
-    v
-}
+pub use toolshelf_core::template::schema_names;
 
 /// How many scripts are defined at once when the scripts server starts.
 pub const DEFINING_AT_ONCE: usize = 4;
@@ -174,20 +160,7 @@ impl Runner {
         description: &str,
         schema: Option<&Map<String, Value>>,
     ) -> BTreeMap<String, Value> {
-        let sorted = |key: &str| schema.map_or_else(Vec::new, |s| schema_names(s, key));
-        let canonical = match server {
-            Some(s) => name::mcp_name(s, &name::tool_segment(tool)),
-            None => tool.to_owned(),
-        };
-        let mut pkg = BTreeMap::from([
-            ("description".to_owned(), json!(description)),
-            ("name".to_owned(), json!(canonical)),
-            ("params".to_owned(), json!(sorted("properties"))),
-            ("required".to_owned(), json!(sorted("required"))),
-            ("server".to_owned(), json!(server)),
-            ("tags".to_owned(), json!([])),
-            ("tool".to_owned(), json!(tool)),
-        ]);
+        let mut pkg = toolshelf_core::template::script_values(server, tool, description, schema);
         pkg.extend(self.vars.clone());
         pkg
     }
@@ -361,36 +334,23 @@ impl Runner {
     /// `turn`, uses a stub (`time.now()`), fails or reaches a limit, so that no tool whose every
     /// call would fail is defined (and no kept file fails as a script tool).
     pub async fn check_authored(&self, tool: &Authored) -> Result<(), String> {
-        let owner = format!("tool_define {name:?}", name = tool.name());
-        let pkg = self.authored_pkg(tool);
         self.exec_with(
             Job::TopLevel,
-            &owner,
+            &tool.definer(),
             &tool.script,
-            pkg,
+            tool.pkg(&self.vars),
             Value::Null,
             (&self.authored_hosts, "[authoring] allow_hosts"),
         )
         .await
         .map(drop)
-        .map_err(|e| format!("{e}; fix the script and define the tool again"))
-    }
-
-    /// The `pkg` values of a tool the model wrote: its name, description and schema's names.
-    fn authored_pkg(&self, tool: &Authored) -> BTreeMap<String, Value> {
-        let item = &tool.item;
-        self.pkg(
-            None,
-            tool.name(),
-            item["description"].as_str().unwrap_or_default(),
-            item["input_schema"].as_object(),
-        )
+        .map_err(toolshelf_core::authoring::top_level_refusal)
     }
 
     /// Runs a tool the model wrote (`tool_define`).
     pub async fn run_authored(&self, tool: &Authored, params: Value) -> Result<Value, String> {
         let owner = format!("model-authored tool {name:?}", name = tool.name());
-        let pkg = self.authored_pkg(tool);
+        let pkg = tool.pkg(&self.vars);
         self.exec_with(
             Job::Run,
             &owner,

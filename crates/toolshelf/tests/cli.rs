@@ -2087,6 +2087,93 @@ fn a_replayed_session_that_authors_two_tools_keeps_its_prefix() {
     );
 }
 
+/// `tool_define` reads the script's top level in replay as the proxy's runner does: one the
+/// proxy would refuse (a stub read at the top level) is refused here too, and one that reads a
+/// `[template.vars]` value is defined.
+#[test]
+fn a_replayed_definition_whose_top_level_cannot_run_is_refused() {
+    let catalog = temp_file(
+        "authoring-top.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false}]"#,
+    );
+    let config = temp_file(
+        "authoring-top.toml",
+        "[authoring]\nenabled = true\n[template.vars]\nteam = \"ops\"\n",
+    );
+    let define = |name: &str, script: &str| {
+        serde_json::json!({"call": {"name": "defer_execute", "input": {
+            "tool_name": "tool_define",
+            "params": {
+                "name": name,
+                "description": "Says something.",
+                "schema": {"type": "object", "properties": {}},
+                "script": script
+            }
+        }}})
+        .to_string()
+    };
+    let transcript = temp_file(
+        "authoring-top.jsonl",
+        &[
+            r#"{"user": "tell me the time and the team"}"#.to_owned(),
+            r#"{"call": {"name": "tool_search", "input": {"tool_names": ["tool_define"]}}}"#
+                .to_owned(),
+            define(
+                "clock",
+                "STARTED = time.now()\ndef run(params):\n    return STARTED\n",
+            ),
+            define(
+                "team",
+                "TEAM = pkg.team\ndef run(params):\n    return TEAM\n",
+            ),
+            r#"{"call": {"name": "defer_execute", "input": {"tool_name": "clock", "params": {}}}}"#
+                .to_owned(),
+        ]
+        .join("\n"),
+    );
+    let out = ok(&[
+        "replay",
+        "--catalog",
+        &catalog,
+        "--config",
+        &config,
+        "--transcript",
+        &transcript,
+    ]);
+    let bodies: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a body"))
+        .collect();
+    assert_eq!(bodies.len(), 5, "{out}");
+    let result = |i: usize| {
+        bodies[i]["messages"]
+            .as_array()
+            .expect("messages")
+            .last()
+            .expect("last")
+            .to_string()
+    };
+    let clock = result(2);
+    assert!(
+        clock.contains(r#"tool_define \"clock\""#)
+            && clock.contains("line 1")
+            && clock.contains("fix the script and define the tool again")
+            && clock.contains(r#""is_error":true"#),
+        "{clock}"
+    );
+    assert!(
+        result(3).contains("Defined team for this session"),
+        "{}",
+        result(3)
+    );
+    // The refused tool was never defined: a call of it names no tool.
+    let call = result(4);
+    assert!(
+        call.contains(r#""is_error":true"#) && !call.contains("[dry run] clock"),
+        "{call}"
+    );
+}
+
 #[test]
 fn duplicate_keys_in_queries_and_batch_lines_are_refused() {
     // The first line is fine; the second gives a key twice, which no value may win.

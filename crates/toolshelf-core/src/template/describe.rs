@@ -289,6 +289,46 @@ pub fn tool_values(tool: &Tool) -> BTreeMap<String, Json> {
     ])
 }
 
+/// The names under `key` of a schema, sorted: its `properties`' keys, or the strings of its
+/// `required` list (`pkg.params` and `pkg.required`).
+pub fn schema_names(schema: &serde_json::Map<String, Json>, key: &str) -> Vec<String> {
+    let mut v: Vec<String> = match schema.get(key) {
+        Some(Json::Object(p)) => p.keys().cloned().collect(),
+        Some(Json::Array(r)) => r
+            .iter()
+            .filter_map(Json::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    };
+    v.sort();
+    v
+}
+
+/// The `pkg` values of a script tool named `tool` in `server` (none: a tool the model wrote),
+/// before `[template] vars`: what its script reads, when it is defined and when it runs.
+pub fn script_values(
+    server: Option<&str>,
+    tool: &str,
+    description: &str,
+    schema: Option<&serde_json::Map<String, Json>>,
+) -> BTreeMap<String, Json> {
+    let sorted = |key: &str| schema.map_or_else(Vec::new, |s| schema_names(s, key));
+    let canonical = match server {
+        Some(s) => crate::name::mcp_name(s, &crate::name::tool_segment(tool)),
+        None => tool.to_owned(),
+    };
+    BTreeMap::from([
+        ("description".to_owned(), json!(description)),
+        ("name".to_owned(), json!(canonical)),
+        ("params".to_owned(), json!(sorted("properties"))),
+        ("required".to_owned(), json!(sorted("required"))),
+        ("server".to_owned(), json!(server)),
+        ("tags".to_owned(), json!([])),
+        ("tool".to_owned(), json!(tool)),
+    ])
+}
+
 /// The catalog's `pkg` values for a server group whose visible tools are `tools` (bare names).
 pub fn server_values(server: &Server, tools: Vec<String>) -> BTreeMap<String, Json> {
     BTreeMap::from([

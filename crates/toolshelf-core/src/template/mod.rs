@@ -84,7 +84,10 @@ use starlark::values::{Value, ValueLike};
 
 use builtins::{Fault, Namespace, Raw};
 pub use builtins::{STUBS, TURN_VALUES, Tier, fold};
-pub use describe::{CATALOG_VALUES, Descriptions, Templates, server_values, tool_values};
+pub use describe::{
+    CATALOG_VALUES, Descriptions, Templates, schema_names, script_values, server_values,
+    tool_values,
+};
 
 /// The core language's functions a template may call.
 pub const CORE: [&str; 27] = [

@@ -112,6 +112,13 @@ pub fn replay(
         loaded.surface.descriptions().clone(),
     );
     session.set_bodies(bodies);
+    session.set_script_session(toolshelf_core::template::SessionValues {
+        mode: None,
+        client: None,
+        workspace: toolshelf_runtime::files::workspace(
+            loaded.compiled.config().template.workspace.as_deref(),
+        ),
+    });
     // The callback's own error is kept whole; the session's are text.
     let mut failed: Option<anyhow::Error> = None;
     let mut requests = 0usize;
