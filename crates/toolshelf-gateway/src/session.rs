@@ -1342,7 +1342,9 @@ impl GatewaySession {
 
     /// `tool_define`: checks the definition (its script's top level read in a runner, as a script
     /// tool's is) and keeps it in this session, whose catalog then holds it (searchable at once,
-    /// announced on the next result). The frozen list is untouched.
+    /// announced on the next result). The frozen list is untouched. The session's other calls go
+    /// on while it is checked; a definition of the session kept meanwhile is judged against once
+    /// the check is done.
     async fn define(
         &self,
         snap: &Arc<Snapshot>,
@@ -1350,15 +1352,10 @@ impl GatewaySession {
         runner: &toolshelf_runtime::scripts::Runner,
     ) -> CallToolResult {
         let limits = &self.hub.config().authoring;
-        let mut local = self.local.lock().await;
+        let defined = self.local.lock().await.authored.len();
         // Checking compiles the schema the model wrote, which costs what the model chose: off
         // the async workers.
-        let (hub, view, given, defined) = (
-            self.hub.clone(),
-            snap.clone(),
-            params.clone(),
-            local.authored.len(),
-        );
+        let (hub, view, given) = (self.hub.clone(), snap.clone(), params.clone());
         let checked = toolshelf_runtime::off_workers(move || {
             authoring::check(
                 &given,
@@ -1373,6 +1370,10 @@ impl GatewaySession {
             Err(e) => return error_result(e),
         };
         if let Err(e) = runner.check_authored(&tool).await {
+            return error_result(e);
+        }
+        let mut local = self.local.lock().await;
+        if let Some(e) = authoring::defined_meanwhile(&tool, &local.authored, limits.max_tools) {
             return error_result(e);
         }
         let name = tool.name().to_owned();

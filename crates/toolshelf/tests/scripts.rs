@@ -762,6 +762,72 @@ async fn a_definition_whose_top_level_cannot_run_is_refused_and_takes_no_place()
     assert_eq!(kept, ["fine.star"]);
 }
 
+/// Two definitions of one session made at once are checked side by side, and the second to be
+/// kept is judged against the first: of two of one name one is defined and the other refused, and
+/// of two names where `max_tools` leaves one place, one. The session's tools stay usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definitions_made_at_once_are_judged_against_each_other() {
+    let s = Scratch::new("gateway-authoring-at-once");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[authoring]\nenabled = true\nmax_tools = 2\nkeep_dir = \"\"\n{}",
+            named_server(
+                "notes",
+                &json!([tool("add_note", "Add a note.", json!({"type": "object"}))]),
+                ""
+            ),
+            files_sections(&s)
+        ),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["tool_define"]})).await);
+    let shout = "def run(params):\n    return params[\"text\"].upper() + \"!\"\n";
+    let (a, b) = tokio::join!(
+        exec(&client, "tool_define", definition("shout", shout)),
+        exec(&client, "tool_define", definition("shout", shout)),
+    );
+    let outcomes = [a.is_error == Some(true), b.is_error == Some(true)];
+    assert_eq!(
+        outcomes.iter().filter(|e| **e).count(),
+        1,
+        "one defined, one refused: {} / {}",
+        text(&a),
+        text(&b)
+    );
+    let refused = if outcomes[0] { text(&a) } else { text(&b) };
+    assert!(refused.contains("\"shout\""), "{refused}");
+    assert_eq!(
+        ok(&exec(&client, "shout", json!({"text": "hi"})).await),
+        "HI!"
+    );
+    // One place is left; two new names are offered it at once.
+    let (a, b) = tokio::join!(
+        exec(&client, "tool_define", definition("yell", shout)),
+        exec(&client, "tool_define", definition("holler", shout)),
+    );
+    let outcomes = [a.is_error == Some(true), b.is_error == Some(true)];
+    assert_eq!(
+        outcomes.iter().filter(|e| **e).count(),
+        1,
+        "one defined, one refused: {} / {}",
+        text(&a),
+        text(&b)
+    );
+    let (kept, refused) = if outcomes[0] {
+        ("holler", text(&a))
+    } else {
+        ("yell", text(&b))
+    };
+    assert!(refused.contains("[authoring] max_tools"), "{refused}");
+    assert_eq!(ok(&exec(&client, kept, json!({"text": "hi"})).await), "HI!");
+    assert_eq!(
+        ok(&exec(&client, "shout", json!({"text": "yo"})).await),
+        "YO!"
+    );
+    client.cancel().await.expect("close");
+}
+
 /// A script of 15,336 bytes (under the default `[authoring] max_script_bytes`) that nests 15,000
 /// unary minuses deep on one statement continued over 100 lines by `\` and CRLF.
 fn continued_with_crlf() -> String {
