@@ -221,10 +221,19 @@ impl AuditRecord {
         self.params = Some(capped_params_of(self.tool.as_deref(), params));
     }
 
-    /// The record as one line of JSON, without the newline.
+    /// The record as one line of JSON, without the newline. The characters that some readers
+    /// take for line ends though JSON does not escape them (U+0085, U+2028, U+2029; they can
+    /// only stand inside strings here) are written as escapes, so a record is one line to every
+    /// reader.
     pub fn to_line(&self) -> String {
-        serde_json::to_string(self)
-            .unwrap_or_else(|e| format!("{{\"serialize_error\":{:?}}}", e.to_string()))
+        let line = serde_json::to_string(self)
+            .unwrap_or_else(|e| format!("{{\"serialize_error\":{:?}}}", e.to_string()));
+        if !line.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+            return line;
+        }
+        line.replace('\u{85}', "\\u0085")
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029")
     }
 }
 
@@ -345,6 +354,20 @@ mod tests {
         );
         assert_eq!(kept["schema"], huge_script["schema"]);
         assert!(kept.contains_key("_truncated_bytes"));
+    }
+
+    #[test]
+    fn a_record_is_one_line_to_readers_that_split_on_unicode_line_ends() {
+        let mut r = AuditRecord::new(5, AuditKind::Call);
+        let text = "a\u{85}b\u{2028}c\u{2029}d\ne";
+        r.requested = Some(text.into());
+        let line = r.to_line();
+        assert_eq!(
+            line,
+            r#"{"ts_ms":5,"kind":"call","requested":"a\u0085b\u2028c\u2029d\ne"}"#
+        );
+        let back: Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(back["requested"], text);
     }
 
     #[test]
