@@ -94,7 +94,13 @@ impl Hooks {
                             "{at}: tools only applies to call events (pre_call, post_call, call_failed); a {event} hook has no target tool"
                         ));
                     }
-                    Some(p) => Some(Pattern::new(p).map_err(|e| format!("{at} tools: {e}"))?),
+                    // A pattern that can match no tool would keep the hook from ever running.
+                    Some(p) => match crate::pattern::regex_syntax(p) {
+                        Some(e) => {
+                            return Err(format!("{at} tools: {e}, in a hook of its own each"));
+                        }
+                        None => Some(Pattern::new(p).map_err(|e| format!("{at} tools: {e}"))?),
+                    },
                 };
                 hooks.push(Hook {
                     command: h.clone(),
@@ -616,6 +622,31 @@ mod tests {
             code: Some(code),
             stdout: stdout.into(),
             stderr: stderr.into(),
+        }
+    }
+
+    #[test]
+    fn a_tools_pattern_written_as_a_regular_expression_is_refused() {
+        let config = |tools: &str| -> HooksConfig {
+            toml::from_str(&format!(
+                "[[pre_call]]\ncommand = \"h\"\ntools = {tools:?}\n"
+            ))
+            .expect("hooks")
+        };
+        let e = Hooks::new(&config("^mcp__everything__(echo|get-sum)")).expect_err("regex");
+        assert_eq!(
+            e,
+            "[hooks] pre_call[0] tools: \"^mcp__everything__(echo|get-sum)\" has '(', which no tool \
+name holds: patterns are globs, not regular expressions (* any run of characters, ? one character, \
+^ the start, $ the end); write one per alternative (\"^mcp__everything__echo\", \
+\"^mcp__everything__get-sum\"), in a hook of its own each"
+        );
+        for regex in ["^mcp__git__[a-z]*", "^mcp__git__git\\_log$", "echo|sum"] {
+            let e = Hooks::new(&config(regex)).expect_err(regex);
+            assert!(e.contains("not regular expressions"), "{e}");
+        }
+        for glob in ["^mcp__git__*", "^mcp__my.time__get_?ime$", "echo"] {
+            Hooks::new(&config(glob)).expect(glob);
         }
     }
 

@@ -7,6 +7,32 @@
 
 use std::fmt;
 
+/// Why `source` reads as a regular expression rather than a pattern, when it holds syntax only a
+/// regular expression has (a group, an alternation, a class, an escape): no tool name holds those
+/// characters, so as a pattern it would match nothing. For a `prefix(a|b)` group, the patterns to
+/// write instead.
+pub fn regex_syntax(source: &str) -> Option<String> {
+    let c = source.chars().find(|c| "()|[]\\".contains(*c))?;
+    let alternatives = source.split_once('(').and_then(|(head, rest)| {
+        let (inner, tail) = rest.split_once(')')?;
+        let word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        (inner.contains('|') && inner.chars().all(|c| word(c) || c == '|')).then(|| {
+            inner
+                .split('|')
+                .map(|a| format!("{:?}", format!("{head}{a}{tail}")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    });
+    Some(format!(
+        "{source:?} has {c:?}, which no tool name holds: patterns are globs, not regular \
+expressions (* any run of characters, ? one character, ^ the start, $ the end){}",
+        alternatives
+            .map(|a| format!("; write one per alternative ({a})"))
+            .unwrap_or_default()
+    ))
+}
+
 /// A compiled name pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pattern {
