@@ -872,11 +872,18 @@ async fn run_json(app: &AppState, turn: Turn, url: &str, headers: &HeaderMap) ->
             book_unfinished(proxy, &watch.disarm(), &e.to_string());
             return error_response(Some(dialect), &e);
         };
-        let parsed = bytes
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| format!("not JSON: {e}")))
-            .and_then(|v| dialect.parse_response(v));
-        let round = match parsed {
+        let parsed = bytes.map_err(|e| e.to_string()).and_then(|b| {
+            serde_json::from_slice::<Value>(&b).map_err(|e| format!("not JSON: {e}"))
+        });
+        // A failed response is answered as an error event before any output is: the client has
+        // seen nothing of this request, and the status its error means is what SDKs retry by.
+        if let Ok(v) = &parsed
+            && let Some(why) = dialect.failed_response(v)
+        {
+            book_unfinished(proxy, &watch.disarm(), &why);
+            return event_answer(dialect, v);
+        }
+        let round = match parsed.and_then(|v| dialect.parse_response(v)) {
             Ok(r) => r,
             Err(message) => {
                 let e = upstream_error(url, &message);
@@ -1171,11 +1178,17 @@ fn status_line(status: reqwest::StatusCode) -> String {
 }
 
 /// The HTTP answer to an error event an upstream streamed before the client's stream showed
-/// anything: the status its type means (a rate limit or quota 429; an overloaded model 529 from
-/// Anthropic, 503 from OpenAI; an invalid request 400, authentication 401, permission 403, not
-/// found 404, too large 413; anything else 502), with the error in the format's error body
-/// (Anthropic's and Chat's events are that body already).
+/// anything, or to a failed Responses response (its `response.failed` event, or a response whose
+/// status is `failed`): the status its type means (a rate limit or quota 429; an overloaded model
+/// 529 from Anthropic, 503 from OpenAI; an invalid request 400, authentication 401, permission
+/// 403, not found 404, too large 413, another `invalid_…` code 400; anything else 502), with the
+/// error in the format's error body (Anthropic's and Chat's events are that body already).
 fn event_answer(dialect: Dialect, event: &Value) -> Response {
+    // A failed response names its error as the response's `error`.
+    let event = match event.get("response") {
+        Some(r) if event["type"] == "response.failed" => r,
+        _ => event,
+    };
     let text = |p: &str| event.pointer(p).and_then(Value::as_str);
     // What names the error: Anthropic's `error.type`, Chat's `error.type` and `error.code`,
     // the Responses event's `code` (or a nested `error`).
@@ -1185,7 +1198,7 @@ fn event_answer(dialect: Dialect, event: &Value) -> Response {
         .collect();
     let message = text("/error/message")
         .or_else(|| text("/message"))
-        .unwrap_or("the upstream stream reported an error");
+        .unwrap_or("the upstream reported an error");
     let api = dialect.api();
     let named = |part: &str| names.iter().any(|n| n.contains(part));
     let status = if named("rate_limit") || named("quota") {
@@ -1205,6 +1218,10 @@ fn event_answer(dialect: Dialect, event: &Value) -> Response {
         StatusCode::NOT_FOUND
     } else if named("too_large") {
         StatusCode::PAYLOAD_TOO_LARGE
+    } else if names.iter().any(|n| n.starts_with("invalid_")) {
+        // A failed response's code for what the request held (`invalid_prompt`,
+        // `invalid_image`): a request sent again fails again.
+        StatusCode::BAD_REQUEST
     } else {
         StatusCode::BAD_GATEWAY
     };
@@ -1255,8 +1272,8 @@ enum Pump {
     Upstream(String),
     /// The upstream's stream sent nothing for `[proxy] upstream_timeout_secs`.
     Stalled(String),
-    /// An event of the upstream's stream failed the round: an error event it sent, or one
-    /// that cannot be read.
+    /// An event of the upstream's stream failed the round: an error event it sent (or a
+    /// Responses `response.failed`), or one that cannot be read.
     Event(String),
 }
 
@@ -1803,6 +1820,38 @@ mod tests {
                 json!({"error": {"message": "m", "type": kind, "param": null, "code": code}}),
                 "{code}"
             );
+        }
+    }
+
+    /// A failed Responses response, streamed (`response.failed`) or not (status `failed`), is
+    /// answered with the status its error's code means and OpenAI's error body.
+    #[test]
+    fn a_failed_response_is_answered_with_the_status_its_code_means() {
+        use futures_util::FutureExt;
+        for (code, status, kind) in [
+            ("server_error", 502, "server_error"),
+            ("rate_limit_exceeded", 429, "rate_limit_error"),
+            ("server_is_overloaded", 503, "server_error"),
+            ("invalid_prompt", 400, "invalid_request_error"),
+            ("vector_store_timeout", 502, "server_error"),
+        ] {
+            let response = json!({"id": "resp_1", "object": "response", "status": "failed",
+                "output": [], "error": {"code": code, "message": "m"}});
+            let event = json!({"type": "response.failed", "sequence_number": 1,
+                               "response": response});
+            for answered in [&event, &response] {
+                let answer = event_answer(Dialect(Api::OpenAiResponses), answered);
+                assert_eq!(answer.status().as_u16(), status, "{code}");
+                let body = axum::body::to_bytes(answer.into_body(), usize::MAX)
+                    .now_or_never()
+                    .expect("the body is whole")
+                    .expect("the body reads");
+                assert_eq!(
+                    serde_json::from_slice::<Value>(&body).expect("JSON"),
+                    json!({"error": {"message": "m", "type": kind, "param": null, "code": code}}),
+                    "{code}"
+                );
+            }
         }
     }
 

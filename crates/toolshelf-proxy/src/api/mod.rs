@@ -430,6 +430,15 @@ impl Dialect {
         }
     }
 
+    /// Why a non-streaming response the upstream answered with success failed all the same,
+    /// if it did: a Responses response whose status is `failed`.
+    pub fn failed_response(self, body: &Value) -> Option<String> {
+        match self.0 {
+            Api::OpenAiResponses => responses::failed(body),
+            _ => None,
+        }
+    }
+
     /// The client's response from the rounds' parts it may see.
     pub fn client_response(self, out: &ClientTurn) -> Value {
         match self.0 {
@@ -509,9 +518,11 @@ pub trait Streamer: Send + std::fmt::Debug {
     /// An error event for a failure after the stream started. When the failure is an error
     /// event the upstream sent (the `Err` of [`Streamer::event`]), that event is written as the
     /// upstream wrote it instead: its type (an overloaded model, a rate limit) is what the client
-    /// decides a retry by.
+    /// decides a retry by. A Responses `response.failed` the upstream sent ends the stream as it
+    /// is, with the upstream's error.
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>);
-    /// The error event the upstream sent, when that is what failed the round.
+    /// The error event the upstream sent (or its `response.failed`), when that is what failed
+    /// the round.
     fn upstream_error(&self) -> Option<&Value>;
 }
 

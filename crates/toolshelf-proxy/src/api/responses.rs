@@ -296,6 +296,27 @@ pub fn parse_response(body: Value) -> Result<Round, String> {
     })
 }
 
+/// Why `response` failed, when its status is `failed`: the upstream answered with a failed
+/// response, not with an error status.
+pub fn failed(response: &Value) -> Option<String> {
+    (response.get("status").and_then(Value::as_str) == Some("failed")).then(|| failure(response))
+}
+
+/// What a failed response's `error` says, its code first.
+fn failure(response: &Value) -> String {
+    let said = |k: &str| {
+        response
+            .pointer(&format!("/error/{k}"))
+            .and_then(Value::as_str)
+            .unwrap_or("none given")
+    };
+    format!(
+        "the upstream response failed (code {}): {}",
+        crate::short(said("code")),
+        crate::short(said("message"))
+    )
+}
+
 /// Responses has no stop reason: a completed response with calls stopped for them.
 fn stop_of(response: &Map<String, Value>, has_calls: bool) -> String {
     let status = response
@@ -481,7 +502,13 @@ impl Streamer for Stream {
                     self.send(out, name.as_deref(), data);
                 }
             }
-            "response.completed" | "response.incomplete" | "response.failed" => {
+            // A failed response fails the round as an error event does.
+            "response.failed" => {
+                let why = failure(data.get("response").unwrap_or(&Value::Null));
+                self.upstream_error = Some(data);
+                return Err(why);
+            }
+            "response.completed" | "response.incomplete" => {
                 if let Some(Value::Object(r)) = data.get("response") {
                     self.round.usage = r.get("usage").cloned();
                     let has_calls = self
@@ -672,6 +699,29 @@ impl Streamer for Stream {
             }
             self.send(out, Some("response.created"), created);
         }
+        let mut r = self.response.clone().unwrap_or_default();
+        echo_client_fields(&mut r, &self.echo);
+        r.insert("status".into(), "failed".into());
+        r.insert("output".into(), Value::Array(self.items.clone()));
+        // A failed response the upstream sent ends the client's as it is: its error, after the
+        // items the client saw.
+        if let Some(failed) = self
+            .upstream_error
+            .take_if(|e| e["type"] == "response.failed")
+        {
+            let error = failed
+                .pointer("/response/error")
+                .filter(|e| e.is_object())
+                .cloned()
+                .unwrap_or_else(|| json!({"code": kind, "message": message}));
+            r.insert("error".into(), error);
+            self.send(
+                out,
+                Some("response.failed"),
+                json!({"type": "response.failed", "response": r}),
+            );
+            return;
+        }
         // Renumbered by `send`, like every event the client receives.
         let data = self.upstream_error.take().unwrap_or_else(
             || json!({"type": "error", "code": kind, "message": message, "param": null}),
@@ -685,10 +735,6 @@ impl Streamer for Stream {
         // Then the stream ends as a failed response ends, so that a client waiting for the
         // response's last event (Codex reads `response.failed`'s `error.message`) gets this
         // error rather than "stream closed before response.completed".
-        let mut r = self.response.clone().unwrap_or_default();
-        echo_client_fields(&mut r, &self.echo);
-        r.insert("status".into(), "failed".into());
-        r.insert("output".into(), Value::Array(self.items.clone()));
         r.insert("error".into(), json!({"code": code, "message": said}));
         self.send(
             out,
@@ -834,6 +880,82 @@ mod tests {
                 "error": {"code": "server_is_overloaded", "message": "The server is overloaded"}}}),
             "the stream ends as a failed response, with the upstream's error"
         );
+    }
+
+    /// A `response.failed` fails the round as an error event does, and ends the client's stream
+    /// as the upstream ended its own: a failed response with the upstream's error, after the
+    /// items the client saw.
+    #[test]
+    fn a_failed_response_fails_the_round_and_ends_the_stream_as_sent() {
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        let item = json!({"type": "message", "id": "m1", "role": "assistant", "status": "completed",
+                          "content": [{"type": "output_text", "text": "Hi", "annotations": []}]});
+        let error = json!({"code": "server_error", "message": "The model failed"});
+        for data in [
+            json!({"type": "response.created", "sequence_number": 0,
+                   "response": {"id": "resp_1", "status": "in_progress", "output": []}}),
+            json!({"type": "response.output_item.added", "sequence_number": 1,
+                   "output_index": 0, "item": item}),
+            json!({"type": "response.output_item.done", "sequence_number": 2,
+                   "output_index": 0, "item": item}),
+        ] {
+            let event = Event {
+                event: data["type"].as_str().map(str::to_owned),
+                data: data.to_string(),
+            };
+            s.event(&event, &mut out).expect("event");
+        }
+        let failed = json!({"type": "response.failed", "sequence_number": 3, "response": {
+            "id": "resp_1", "status": "failed", "output": [item], "error": error}});
+        let why = s
+            .event(
+                &Event {
+                    event: Some("response.failed".into()),
+                    data: failed.to_string(),
+                },
+                &mut out,
+            )
+            .expect_err("a failed response fails the round");
+        assert_eq!(
+            why,
+            "the upstream response failed (code server_error): The model failed"
+        );
+        assert!(!s.round_done(), "no round to take");
+        assert_eq!(s.upstream_error(), Some(&failed));
+        s.error("api_error", &why, &mut out);
+        let sent = events(&out);
+        let types: Vec<&str> = sent.iter().filter_map(|v| v["type"].as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.output_item.added",
+                "response.output_item.done",
+                "response.failed"
+            ],
+            "no error event of the proxy's own"
+        );
+        assert_eq!(
+            sent[3],
+            json!({"type": "response.failed", "sequence_number": 3, "response": {
+                "id": "resp_1", "status": "failed", "output": [item], "error": error}})
+        );
+    }
+
+    #[test]
+    fn a_response_whose_status_is_failed_says_why() {
+        assert_eq!(
+            failed(&json!({"status": "failed", "output": [],
+                           "error": {"code": "rate_limit_exceeded", "message": "Too many"}})),
+            Some("the upstream response failed (code rate_limit_exceeded): Too many".into())
+        );
+        assert_eq!(
+            failed(&json!({"status": "failed", "output": [], "error": null})),
+            Some("the upstream response failed (code none given): none given".into())
+        );
+        assert_eq!(failed(&json!({"status": "completed", "output": []})), None);
+        assert_eq!(failed(&json!({"status": "incomplete", "output": []})), None);
     }
 
     #[test]

@@ -552,6 +552,122 @@ fn an_upstream_error_event_before_any_output_gets_the_status_it_means() {
     upstream.played(2 * cases.len());
 }
 
+/// A Responses response that fails (`response.failed`, or a JSON answer whose status is
+/// `failed`) is a failed request, not an answer. Before the client's stream showed anything (as
+/// the stream opens, or on the round after a search the model made without a word), and for a
+/// response not streamed, the client gets the status the error's code means with the error as
+/// OpenAI's error body, which its SDK raises (and would retry); after the stream showed text, the
+/// stream ends with the upstream's `response.failed`. Each is logged as failed, naming the code,
+/// and counts in `errors`.
+#[test]
+fn a_failed_response_is_a_failed_request() {
+    let failed = json!({"code": "server_error",
+                        "message": "The model failed to generate a response."});
+    let limited = json!({"code": "rate_limit_exceeded", "message": "Too many requests, scripted"});
+    let partial = "Partial answer before the failure.";
+    let mut quiet = search_step();
+    quiet.as_object_mut().expect("a step").remove("text");
+    let steps = [
+        json!({"text": "never shown", "failure": failed, "failed_after": 1}),
+        quiet,
+        json!({"text": "never shown", "failure": limited, "failed_after": 2}),
+        json!({"text": "never shown", "failure": failed}),
+        search_step(),
+        json!({"text": partial, "failure": failed, "failed_after": 5}),
+    ];
+    let s = Scratch::new("sdk-response-failed");
+    let upstream = Upstream::start(&s, &Value::Array(steps.to_vec()));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    // (what, streamed, the status the client gets, the error)
+    let cases = [
+        ("failed as the stream opens", true, 502, &failed),
+        ("failed after a quiet search", true, 429, &limited),
+        ("failed, not streamed", false, 502, &failed),
+        ("failed after text was shown", true, 200, &failed),
+    ];
+    let specs: Vec<Value> = cases
+        .iter()
+        .map(|(what, stream, ..)| {
+            let prompt = format!("weather ({what})");
+            spec(
+                Api::Responses,
+                *stream,
+                &proxy,
+                &prompt,
+                json!({"requests": 1}),
+            )
+        })
+        .collect();
+    let reports = run_client(&s, "response-failed", &Value::Array(specs));
+    for (report, (what, _, status, error)) in
+        reports.as_array().expect("reports").iter().zip(&cases)
+    {
+        let r = only_request(report);
+        assert_eq!(r["ok"], false, "{what}: the SDK raised: {r:#}");
+        let wire = &report["wire"][0];
+        assert_eq!(wire["status"], *status, "{what}: {wire:#}");
+        if *status == 200 {
+            let events = wire_events(wire);
+            let types = framing::event_types(&events);
+            assert!(!types.contains(&"error".to_owned()), "{what}: {types:?}");
+            let last = events.last().expect("events");
+            assert_eq!(last["event"], "response.failed", "{what}: {types:?}");
+            assert_eq!(last["data"]["sequence_number"], json!(events.len() - 1));
+            assert_eq!(
+                &last["data"]["response"]["error"], *error,
+                "{what}: the upstream's error"
+            );
+            assert!(
+                wire["body"].as_str().unwrap_or_default().contains(partial),
+                "{what}: the text before the failure reached the client"
+            );
+            continue;
+        }
+        let body: Value = serde_json::from_str(wire["body"].as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{what}: the body is not JSON ({e}): {wire:#}"));
+        assert_eq!(
+            (&body["error"]["code"], &body["error"]["message"]),
+            (&error["code"], &error["message"]),
+            "{what}: {body:#}"
+        );
+        assert_eq!(
+            r["error"]["status"], *status,
+            "{what}: the SDK's error: {r:#}"
+        );
+    }
+    upstream.played(6);
+    // The failed rounds are not counted; the two searches' are.
+    let totals = totals_after(&proxy, 2);
+    assert_eq!(
+        (&totals["errors"], &totals["rounds"]),
+        (&json!(4), &json!(2)),
+        "{totals}"
+    );
+    let log = proxy.log();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("openai-responses session=") && l.contains(" failed: "))
+        .collect();
+    assert_eq!(failures.len(), 4, "{log}");
+    for (line, code) in failures.iter().zip([
+        "server_error",
+        "rate_limit_exceeded",
+        "server_error",
+        "server_error",
+    ]) {
+        assert!(
+            line.contains(&format!(
+                "failed: the upstream response failed (code {code}): "
+            )),
+            "{line}"
+        );
+    }
+    assert!(
+        !log.contains(" prefix="),
+        "no request was booked as answered:\n{log}"
+    );
+}
+
 /// An upstream stream that breaks off mid-event, on the round after a search, ends the client's
 /// stream with an error event that says so; the proxy then serves the next request. A JSON
 /// answer broken off the same way is a 502 naming the upstream.
