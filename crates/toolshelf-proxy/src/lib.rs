@@ -357,10 +357,11 @@ const MERGES: usize = 16;
 
 /// A session key as shown (the log, the status, the dashboard): hashes cut to 12 digits, other
 /// keys (a header's value) in full up to `SHOWN_KEY` characters; a longer one is cut, with a
-/// digest of the whole key after it so that two keys that start alike stay apart. Control and
-/// invisible format characters are written as escapes, so that a key cannot forge or reorder a
-/// log line; a backslash is written `\\` and `…` is written `\u{2026}`, so that no key spells
-/// another's escapes or another's cut form (`…` only ever marks a cut).
+/// digest of the whole key after it so that two keys that start alike stay apart. Control
+/// characters (a tab too, which reads as spaces) and invisible format characters are written as
+/// escapes, so that a key cannot forge or reorder a log line; a backslash is written `\\` and `…`
+/// is written `\u{2026}`, so that no key spells another's escapes or another's cut form (`…` only
+/// ever marks a cut).
 ///
 /// This is for reading only: what names a session where it must be told apart from every other
 /// (the status's list, the dashboard's links and timelines) is [`session_id`].
@@ -370,7 +371,10 @@ pub fn shown_key(key: &str) -> String {
     }
     // Each character escaped takes at most 10: nothing is cut here.
     let shown = |s: &str| {
-        let escaped = s.replace('\\', "\\\\").replace(CUT, "\\u{2026}");
+        let escaped = s
+            .replace('\\', "\\\\")
+            .replace(CUT, "\\u{2026}")
+            .replace('\t', "\\u{9}");
         toolshelf_core::echo::for_log(&escaped, SHOWN_KEY * 10)
     };
     if key.chars().count() <= SHOWN_KEY {

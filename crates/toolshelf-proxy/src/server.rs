@@ -1702,6 +1702,11 @@ mod tests {
         assert_eq!(crate::shown_key("h:sess with spaces"), "h:sess with spaces");
         assert_eq!(crate::shown_key("h:ünïcödé"), "h:ünïcödé");
         assert_eq!(
+            crate::shown_key("h:tab\there\u{7}"),
+            "h:tab\\u{9}here\\u{7}",
+            "every control character is escaped, a tab too"
+        );
+        assert_eq!(
             crate::shown_key("h:a\u{202e}b"),
             "h:a\\u{202e}b",
             "a bidirectional mark cannot reorder a log line"

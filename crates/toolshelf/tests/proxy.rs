@@ -1652,6 +1652,29 @@ fn any_session_name_names_its_session() {
     assert!(names.iter().all(|n| n.len() <= 200), "{names:?}");
 }
 
+/// A session key's control characters, a tab among them, are escaped where the key is shown:
+/// the log line and the status.
+#[test]
+fn a_session_keys_control_characters_are_shown_escaped() {
+    let s = Scratch::new("proxy-session-tab");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let mut headers = HEADERS.to_vec();
+    headers.push(("x-toolshelf-session", "tab\there"));
+    let body = json!({"model": "m", "max_tokens": 64, "tools": tools(),
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &headers);
+    assert_eq!(status, 200, "{answer}");
+    let log = proxy.log();
+    assert!(log.contains(r"session=h:tab\u{9}here turn=1 "), "{log}");
+    assert!(!log.contains('\t'), "no raw tab in the log:\n{log}");
+    let status = proxy.status();
+    assert_eq!(
+        status["recent_sessions"][0]["key"], r"h:tab\u{9}here",
+        "{status}"
+    );
+}
+
 /// A client that goes away before its answer is whole (a cancelled turn, a client timeout),
 /// streamed or not, gets its request booked all the same: one log line with its session and
 /// turn, `abandoned` in the status and the metrics (not `errors`: nothing failed), and the
