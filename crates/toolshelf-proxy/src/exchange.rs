@@ -1364,7 +1364,7 @@ impl Turn {
         if runs_here {
             let tool = toolshelf_core::echo::for_log(&c.name, toolshelf_core::echo::ECHO_CHARS);
             tracing::info!(
-                session = %self.prepared.key,
+                session = %crate::shown_key(&self.prepared.key),
                 tool = %tool,
                 stop = %stop,
                 "a call cut off before it was complete was dropped: not run, not handed to the client"
@@ -1666,7 +1666,7 @@ impl Turn {
         self.refused += 1;
         self.prepared.session.figures.refused += 1;
         tracing::info!(
-            session = %self.prepared.key,
+            session = %crate::shown_key(&self.prepared.key),
             tool = %toolshelf_core::echo::for_log(tool, toolshelf_core::echo::ECHO_CHARS),
             outcome = kind.as_str(),
             "call refused"
@@ -1807,7 +1807,7 @@ impl Turn {
         // The model wrote the schema: the tool is loaded.
         session.state.activate([name.as_str()]);
         self.note_activated(&name);
-        tracing::info!(session = %self.prepared.key, tool = %name, redefined = replaces.is_some(), "model-authored tool defined");
+        tracing::info!(session = %crate::shown_key(&self.prepared.key), tool = %name, redefined = replaces.is_some(), "model-authored tool defined");
         let mut text = authoring::defined_text(&name);
         if replaces.is_some() {
             text.insert_str(0, &format!("Replaced your earlier tool {name:?}. "));

@@ -321,7 +321,7 @@ impl Proxy {
             version = v;
         }
         tracing::warn!(
-            session = %short(key),
+            session = %shown_key(key),
             "this request's session update was not stored: {MERGES} other writers stored first, one after another"
         );
         Saved::Failed

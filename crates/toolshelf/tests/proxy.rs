@@ -276,6 +276,18 @@ fn refused_calls_are_answered_to_the_model_and_never_reach_the_client() {
     assert_eq!(status["totals"]["refused"], 3, "{status}");
     turn(&proxy, &tools(), &mut messages);
     assert_prefix_kept(&upstream);
+    // One session, one spelling in the log: the refusals' lines name it as the requests' do.
+    let log = proxy.log();
+    assert_eq!(log.matches(" call refused ").count(), 3, "{log}");
+    let spellings: std::collections::BTreeSet<&str> = log
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("session="))
+        .collect();
+    assert_eq!(spellings.len(), 1, "{spellings:?}\n{log}");
+    assert!(
+        spellings.iter().all(|k| k.len() == "r:".len() + 12),
+        "{spellings:?}"
+    );
 }
 
 #[test]
