@@ -6,8 +6,9 @@
 //! method) passes through byte for byte, streamed both ways, headers included. Credentials
 //! travel in headers the proxy forwards and never reads, logs or stores. The proxy's own paths
 //! (`/ui…`, `/toolshelf…`, `/metrics…`, with or without a trailing slash, and the
-//! `/favicon.ico` a browser asks for) are never forwarded: one it has no page at gets a 404 of
-//! its own (`OwnPage`).
+//! `/favicon.ico` a browser asks for) are never forwarded, however the path spells them
+//! (repeated slashes, dot segments, percent-escapes): one it has no page at gets a 404 of its
+//! own (`OwnPage`).
 //!
 //! Where a request goes: Anthropic paths (`/v1/messages…`, `/v1/complete`) and requests with an
 //! `anthropic-version` header go to `[proxy] anthropic_upstream`, everything else to
@@ -382,6 +383,14 @@ enum OwnPage {
 }
 
 impl OwnPage {
+    /// The page a request for `path` gets: the one its resolved form names ([`resolved`]), so
+    /// that no spelling of a page (`//toolshelf/status`, `/v1/../toolshelf/status`,
+    /// `/toolshelf%2Fstatus`) passes for an API path; and 404 for a path that is the proxy's only
+    /// as written (`/ui/../v1/models`).
+    fn for_path(path: &str) -> Option<Self> {
+        Self::of(&resolved(path)).or_else(|| Self::of(path).map(|_| Self::Missing))
+    }
+
     /// The page `path` names, trailing slashes aside; `None` for a path that is not the proxy's.
     fn of(path: &str) -> Option<Self> {
         let under = |root: &str| {
@@ -398,6 +407,43 @@ impl OwnPage {
         };
         Some(page)
     }
+}
+
+/// `path` as a server reads it: percent-escapes decoded (once), repeated slashes collapsed and
+/// dot segments resolved; no trailing slash.
+fn resolved(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| path.get(i + 1..i + 3))
+            .flatten()
+            .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(b) => {
+                decoded.push(b);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    let decoded = String::from_utf8_lossy(&decoded);
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    format!("/{}", segments.join("/"))
 }
 
 /// Why a request for one of the proxy's own pages is not served, if it is not (past the `Host`
@@ -438,7 +484,7 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
         .path_and_query()
         .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
     let path = parts.uri.path();
-    let own = OwnPage::of(path);
+    let own = OwnPage::for_path(path);
     let values = |name| {
         parts
             .headers
@@ -458,10 +504,12 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             return refused;
         }
         return match page {
-            OwnPage::Dashboard => crate::ui::handle(&app, path, parts.uri.query(), &parts.headers)
-                .unwrap_or_else(|| {
-                    (StatusCode::NOT_FOUND, "no such dashboard page").into_response()
-                }),
+            OwnPage::Dashboard => {
+                crate::ui::handle(&app, &resolved(path), parts.uri.query(), &parts.headers)
+                    .unwrap_or_else(|| {
+                        (StatusCode::NOT_FOUND, "no such dashboard page").into_response()
+                    })
+            }
             // Never stored: both name sessions and tools, and may be fetched with the token
             // in the URL.
             OwnPage::Status => (
@@ -1683,7 +1731,43 @@ mod tests {
             ("/", None),
         ] {
             assert_eq!(OwnPage::of(path), page, "{path}");
+            assert_eq!(OwnPage::for_path(path), page, "{path}");
         }
+    }
+
+    /// A path is the proxy's when it resolves to one of its own, however it is spelled; one that
+    /// is the proxy's only as written is a page it does not have.
+    #[test]
+    fn the_proxys_own_paths_are_known_however_spelled() {
+        for (path, page) in [
+            ("//toolshelf/status", Some(OwnPage::Status)),
+            ("/v1/../toolshelf/status", Some(OwnPage::Status)),
+            ("/toolshelf%2Fstatus", Some(OwnPage::Status)),
+            ("/toolshelf%2fstatus", Some(OwnPage::Status)),
+            ("/%74oolshelf/./status", Some(OwnPage::Status)),
+            ("/v1/%2e%2e/toolshelf//status/", Some(OwnPage::Status)),
+            ("//ui", Some(OwnPage::Dashboard)),
+            ("/v1/../ui/catalog", Some(OwnPage::Dashboard)),
+            ("/ui%2Fcatalog", Some(OwnPage::Dashboard)),
+            ("//metrics", Some(OwnPage::Metrics)),
+            ("/v1/../metrics", Some(OwnPage::Metrics)),
+            ("/metrics%2F", Some(OwnPage::Metrics)),
+            ("/metrics%2Fx", Some(OwnPage::Missing)),
+            ("//toolshelf/nothing", Some(OwnPage::Missing)),
+            ("/ui/../v1/models", Some(OwnPage::Missing)),
+            ("/toolshelf/../v1/messages", Some(OwnPage::Missing)),
+            ("//favicon.ico", Some(OwnPage::Icon)),
+            ("/v1//models", None),
+            ("/v1/models%2F", None),
+            ("/toolshelf%3Fstatus", None),
+            ("/toolshelf%2+status", None),
+            ("/..", None),
+        ] {
+            assert_eq!(OwnPage::for_path(path), page, "{path}");
+        }
+        assert_eq!(resolved("/a/%2e/b/../%2E%2E/c%2"), "/c%2");
+        assert_eq!(resolved("/a%ZZ%2+b"), "/a%ZZ%2+b");
+        assert_eq!(resolved("/%C3%BC/%FF"), "/ü/\u{fffd}");
     }
 
     #[test]

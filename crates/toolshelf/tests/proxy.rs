@@ -1557,8 +1557,9 @@ fn every_counter_has_a_sample_from_the_start() {
     }
 }
 
-/// The proxy's own paths are answered by the proxy with or without a trailing slash, and one it
-/// does not have is a 404 of its own: none is forwarded upstream with the client's headers.
+/// The proxy's own paths are answered by the proxy with or without a trailing slash, and however
+/// the path spells them, and one it does not have is a 404 of its own: none is forwarded
+/// upstream with the client's headers.
 #[test]
 fn the_proxys_own_paths_are_never_forwarded() {
     let s = Scratch::new("proxy-own-paths");
@@ -1583,6 +1584,53 @@ fn the_proxys_own_paths_are_never_forwarded() {
         let (status, body) = get(&format!("{}{path}", proxy.url));
         assert_eq!(status, 404, "{path}: {body}");
         assert!(body.contains("not forwarded upstream"), "{path}: {body}");
+    }
+    // However the path spells them: repeated slashes, dot segments, percent-escapes (sent as
+    // written, which curl does with --path-as-is).
+    let as_is = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "--path-as-is", "-w", "\n%{http_code}"])
+            .arg(format!("{}{path}", proxy.url))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').expect("a status line");
+        (
+            status.trim().parse::<u16>().expect("a status"),
+            body.to_owned(),
+        )
+    };
+    for (path, says) in [
+        ("//toolshelf/status", "\"totals\""),
+        ("/v1/../toolshelf/status", "\"totals\""),
+        ("/toolshelf%2Fstatus", "\"totals\""),
+        ("//ui", "<html"),
+        ("/v1/../ui", "<html"),
+        ("/ui%2Fcatalog", "<html"),
+        ("//metrics", "toolshelf_proxy_requests_total"),
+        ("/v1/../metrics", "toolshelf_proxy_requests_total"),
+        ("/metrics%2F", "toolshelf_proxy_requests_total"),
+    ] {
+        let (status, body) = as_is(path);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+    for path in [
+        "//toolshelf/nothing",
+        "/v1/../toolshelf/nothing",
+        "/toolshelf%2Fnothing",
+        "//metrics/x",
+        "/v1/%2e%2e/metrics/x",
+        "/metrics%2Fx",
+    ] {
+        let (status, body) = as_is(path);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.contains("not forwarded upstream"), "{path}: {body}");
+    }
+    for path in ["//ui/nothing", "/v1/../ui/nothing", "/ui%2Fnothing"] {
+        let (status, body) = as_is(path);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.contains("no such dashboard page"), "{path}: {body}");
     }
     assert!(
         upstream.records().is_empty(),
