@@ -2298,11 +2298,17 @@ fn arguments_so_far(raw: &str) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// The text a client sees when the model spent every search round without answering.
+/// The text a client sees when the model spent every round the request allows (`max`) on calls
+/// the proxy answers itself, without an answer.
 fn limit_note(dialect: Dialect, max: u32) -> Value {
+    let rounds = match max {
+        1 => "this request's one round".to_owned(),
+        n => format!("all {n} rounds of this request"),
+    };
     let text = format!(
-        "[toolshelf: the model used all {max} tool_search rounds of this request without an answer; \
-         send another message to let it continue]"
+        "[toolshelf: the model spent {rounds} on calls toolshelf answers itself (searches, \
+         refused calls, tools toolshelf runs) and gave no answer; send another message to let it \
+         continue]"
     );
     match dialect.api() {
         Api::OpenAiResponses => json!({"type": "message", "id": "msg_toolshelf_limit",
@@ -2703,6 +2709,30 @@ mod tests {
         assert!(early(Api::OpenAiResponses, "incomplete"));
         assert!(!early(Api::OpenAiResponses, "tool_calls"));
         assert!(!ended_early(Dialect(Api::Anthropic), None));
+    }
+
+    /// The note says what the rounds were (calls the proxy answers, not only searches), one
+    /// round as one.
+    #[test]
+    fn the_limit_note_says_what_the_rounds_went_on() {
+        let text = |max| limit_note(Dialect(Api::Anthropic), max)["text"].to_string();
+        let one = text(1);
+        assert!(
+            one.contains(
+                "the model spent this request's one round on calls toolshelf answers itself"
+            ),
+            "{one}"
+        );
+        let two = text(2);
+        assert!(
+            two.contains(
+                "the model spent all 2 rounds of this request on calls toolshelf answers itself"
+            ),
+            "{two}"
+        );
+        for note in [one, two] {
+            assert!(!note.contains("tool_search"), "{note}");
+        }
     }
 
     #[test]

@@ -1640,6 +1640,34 @@ fn the_proxys_own_paths_are_never_forwarded() {
     assert_eq!(proxy.status()["totals"]["passed"], 0);
 }
 
+/// An upstream flag that cannot be one says which client paths are appended to it: those of the
+/// flag's API.
+#[test]
+fn a_bad_upstream_flag_names_the_paths_of_its_api() {
+    for (flag, paths, other) in [
+        ("--anthropic-upstream", "(/v1/messages)", "/v1/chat"),
+        (
+            "--openai-upstream",
+            "(/v1/chat/completions or /v1/responses)",
+            "/v1/messages",
+        ),
+    ] {
+        for url in ["http://127.0.0.1:9?x=1", "http://127.0.0.1:9/v1"] {
+            let out = Command::new(common::TOOLSHELF)
+                .args(["proxy", "--listen", "127.0.0.1:0", flag, url])
+                .output()
+                .expect("toolshelf");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{flag} {url}: {err}");
+            assert!(
+                err.contains(&format!("the client's path {paths} is appended to it"))
+                    && !err.contains(other),
+                "{flag} {url}: {err}"
+            );
+        }
+    }
+}
+
 /// A session header may be long (its file name stays within what a file system takes, and the
 /// log shows it cut) or any UTF-8 text (it names the session as it is); one that is not UTF-8 is
 /// refused rather than ignored.

@@ -407,7 +407,7 @@ fn the_rounds_running_out_is_told_after_the_models_text() {
     let steps = Value::Array(vec![round; 12]);
     let upstream = LoopUpstream::start(&s, &steps);
     let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 2\n", &[]);
-    let note = "all 2 tool_search rounds";
+    let note = "the model spent all 2 rounds of this request on calls toolshelf answers itself";
     let mut chat_texts = Vec::new();
     for stream in [false, true] {
         let user = json!({"role": "user", "content": format!("find something ({stream})")});

@@ -125,7 +125,12 @@ fn a_chained_responses_request_after_the_search_rounds_ran_out_carries_the_owed_
     let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 1\n", &[]);
     let first = respond(&proxy, json!({"input": "find something"}));
     assert!(function_calls(&first).is_empty(), "{first}");
-    assert!(first.to_string().contains("tool_search rounds"), "{first}");
+    assert!(
+        first
+            .to_string()
+            .contains("the model spent this request's one round on calls toolshelf answers itself"),
+        "{first}"
+    );
     let rounds = upstream.turns().len();
     let next = json!({"role": "user", "content": "go on"});
     respond(
@@ -295,7 +300,9 @@ fn max_search_rounds_bounds_the_upstream_rounds_of_a_request() {
     let mut messages = vec![json!({"role": "user", "content": "find something"})];
     let answer = send(&proxy, &tools(), &messages);
     assert!(
-        answer.to_string().contains("all 2 tool_search rounds"),
+        answer
+            .to_string()
+            .contains("the model spent all 2 rounds of this request on calls toolshelf answers"),
         "{answer}"
     );
     assert_eq!(upstream.turns().len(), 2, "two upstream rounds");
@@ -304,6 +311,27 @@ fn max_search_rounds_bounds_the_upstream_rounds_of_a_request() {
     let answer = send(&proxy, &tools(), &messages);
     assert!(answer.to_string().contains("Here."), "{answer}");
     upstream.played(4);
+}
+
+/// A request whose one round (`max_search_rounds = 1`) went on a `defer_execute` call the
+/// proxy refused tells the client what the round went on: calls the proxy answers, no search.
+#[test]
+fn a_round_spent_on_a_refused_call_is_told_for_what_it_was() {
+    let s = Scratch::new("proxy-round-limit-refused");
+    let refused = json!({"tool_uses": [{"name": "defer_execute",
+                                        "input": {"tool_name": "no_such_tool", "params": {}}}]});
+    let upstream = Upstream::start(&s, &json!({"steps": [refused]}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_search_rounds = 1\n", &[]);
+    let messages = vec![json!({"role": "user", "content": "do it"})];
+    let answer = send(&proxy, &tools(), &messages);
+    let text = answer["content"].to_string();
+    assert!(
+        text.contains("the model spent this request's one round on calls toolshelf answers itself"),
+        "{answer}"
+    );
+    assert!(!text.contains("tool_search"), "{answer}");
+    assert_eq!(proxy.status()["totals"]["refused"], 1);
+    upstream.played(1);
 }
 
 const STATUS_REMINDER: &str = "[[reminders]]\nid = \"history\"\ncategory = \"git history\"\n\

@@ -30,18 +30,40 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     mode: Option<String>,
     /// Overrides [proxy] anthropic_upstream.
-    #[arg(long, value_name = "URL", value_parser = upstream_url)]
+    #[arg(long, value_name = "URL", value_parser = anthropic_upstream)]
     anthropic_upstream: Option<String>,
     /// Overrides [proxy] openai_upstream.
-    #[arg(long, value_name = "URL", value_parser = upstream_url)]
+    #[arg(long, value_name = "URL", value_parser = openai_upstream)]
     openai_upstream: Option<String>,
 }
 
-/// An upstream given on the command line, checked here so that the error names the flag.
-fn upstream_url(text: &str) -> Result<String, String> {
+fn anthropic_upstream(text: &str) -> Result<String, String> {
+    upstream_url(text, "/v1/messages")
+}
+
+fn openai_upstream(text: &str) -> Result<String, String> {
+    upstream_url(text, "/v1/chat/completions or /v1/responses")
+}
+
+/// An upstream given on the command line, checked here so that the error names the flag, and
+/// the client paths appended to it as those of the flag's API (`paths`).
+fn upstream_url(text: &str, paths: &str) -> Result<String, String> {
     match toolshelf_core::compile::upstream_url_problem(text) {
         None => Ok(text.to_owned()),
-        Some(problem) => Err(problem),
+        Some(problem) => Err(with_paths(&problem, paths)),
+    }
+}
+
+/// `problem` with the client paths it gives as an example (`the client's path (...)`) replaced
+/// by `paths`.
+fn with_paths(problem: &str, paths: &str) -> String {
+    const SAYS: &str = "the client's path (";
+    let Some(start) = problem.find(SAYS).map(|i| i + SAYS.len()) else {
+        return problem.to_owned();
+    };
+    match problem[start..].find(')') {
+        Some(end) => format!("{}{paths}{}", &problem[..start], &problem[start + end..]),
+        None => problem.to_owned(),
     }
 }
 
