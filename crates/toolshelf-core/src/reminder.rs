@@ -225,13 +225,9 @@ impl Reminders {
         self.rules.is_empty()
     }
 
-    /// The text of rule `i`'s block as the model reads it.
-    pub fn block(&self, i: usize) -> String {
-        self.block_in(i, true)
-    }
-
-    /// [`Self::block`] for a session that has `tool_search` when `searchable`; one without it is
-    /// not pointed at it (its tools are all in its list).
+    /// The text of rule `i`'s block as the model reads it, in a session that has `tool_search`
+    /// when `searchable`: one without it (nothing deferred) is not pointed at it, as its tools are
+    /// all in its list. Every caller says which, so no session is sent a tool it lacks.
     pub fn block_in(&self, i: usize, searchable: bool) -> String {
         let c = &self.rules[i].config;
         let mut text = format!("<system-reminder>\n{}", c.message.trim());
@@ -809,7 +805,7 @@ mod tests {
         )
         .expect("rules");
         assert_eq!(
-            r.block(0),
+            r.block_in(0, true),
             "<system-reminder>\nSchema changes usually go with the migration checks; a colleague would run them first.\nTo find these tools: tool_search {\"queries\": [\"migration check\",\"数据库迁移\"]}\n</system-reminder>"
         );
         // A session without tool_search is not pointed at it.

@@ -361,6 +361,9 @@ pub struct Replay<'a> {
     /// Warnings about the transcript (a tool it adds named otherwise than it wrote), each with
     /// its file and line; known once the replay has started.
     warnings: Vec<String>,
+    /// Whether the frozen list has `tool_search` (something was deferred): reminders point at
+    /// it only then.
+    searchable: bool,
 }
 
 impl std::fmt::Debug for Replay<'_> {
@@ -495,6 +498,7 @@ impl<'a> Replay<'a> {
             .into_iter()
             .map(|i| catalog.tools()[i].name.clone())
             .collect();
+        let mut searchable = false;
         let frozen = state.freeze(names, || {
             let surface = crate::surface::Surface::with_descriptions(
                 &catalog,
@@ -502,6 +506,7 @@ impl<'a> Replay<'a> {
                 compiled.config(),
                 descriptions,
             );
+            searchable = surface.index.is_some();
             FrozenSurface {
                 format: api.name().to_owned(),
                 tools: canonical_json(&Value::Array(surface.tools(&catalog, api.tool_format()))),
@@ -541,6 +546,7 @@ impl<'a> Replay<'a> {
             authored: BTreeSet::new(),
             requests: 0,
             warnings: Vec::new(),
+            searchable,
         }
     }
 
@@ -712,6 +718,7 @@ impl<'a> Replay<'a> {
                             &self.exposure,
                             &mut self.context,
                             &input,
+                            self.searchable,
                         )
                     } else {
                         // One more round of the same request: the turn's blocks were injected
@@ -781,6 +788,7 @@ impl<'a> Replay<'a> {
             &self.exposure,
             &mut self.context,
             input,
+            self.searchable,
         )
     }
 
@@ -983,7 +991,10 @@ impl<'a> Replay<'a> {
         let eval = reminders.evaluate(&mut self.state, &input);
         turn.notes
             .extend(eval.notes.into_iter().filter(|n| n.event != "showing"));
-        eval.fired.iter().map(|&r| reminders.block(r)).collect()
+        eval.fired
+            .iter()
+            .map(|&r| reminders.block_in(r, self.searchable))
+            .collect()
     }
 
     /// Carries out a `tool_define` call that passed the pipeline: the new tool joins the session's
@@ -1418,8 +1429,8 @@ fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<Vec<S
     Ok(warnings)
 }
 
-/// The blocks for a turn's new item: reminders (rule order), the change notice, environment
-/// context (taken).
+/// The blocks for a turn's new item: reminders (rule order; pointing at `tool_search` only in a
+/// `searchable` session), the change notice, environment context (taken).
 fn inject(
     compiled: &Compiled,
     state: &mut SessionState,
@@ -1427,13 +1438,14 @@ fn inject(
     exposure: &Exposure,
     context: &mut Vec<String>,
     input: &TurnInput<'_>,
+    searchable: bool,
 ) -> (Vec<String>, Vec<Note>) {
     let reminders = compiled.reminders();
     let evaluation = reminders.evaluate(state, input);
     let mut blocks: Vec<String> = evaluation
         .showing
         .iter()
-        .map(|&r| reminders.block(r))
+        .map(|&r| reminders.block_in(r, searchable))
         .collect();
     let names: BTreeSet<String> = visible(catalog, exposure)
         .into_iter()

@@ -331,6 +331,7 @@ pub async fn prepare(
         &links,
         &ran,
         notices,
+        frozen_names.contains(TOOL_SEARCH),
     );
     let mut out = rewrite(dialect, &session, &shelf, &frozen_names, conv, &links);
     if dialect.api() == Api::OpenAiResponses
@@ -705,7 +706,8 @@ pub fn response_alias(id: &str) -> String {
 
 /// Reminders and the tool-set notice for this request, recorded after its last client entry
 /// (a resent request reuses what was recorded, so its bytes do not change). `ran` are the calls
-/// the client ran since the previous request ([`ran_by_client`]). Returns the ids of the
+/// the client ran since the previous request ([`ran_by_client`]); `searchable`, whether the
+/// session's list has `tool_search` (a reminder points at it only then). Returns the ids of the
 /// reminder rules that fired.
 #[allow(clippy::too_many_arguments)]
 fn remember_injection(
@@ -717,6 +719,7 @@ fn remember_injection(
     links: &[String],
     ran: &[(usize, Map<String, Value>)],
     notices: Vec<String>,
+    searchable: bool,
 ) -> Vec<String> {
     let mut fired = Vec::new();
     let Some(last) = conv.len().checked_sub(1) else {
@@ -748,7 +751,11 @@ fn remember_injection(
             searches: &searches,
         };
         let eval = reminders.evaluate(&mut session.state, &input);
-        blocks.extend(eval.showing.iter().map(|&i| reminders.block(i)));
+        blocks.extend(
+            eval.showing
+                .iter()
+                .map(|&i| reminders.block_in(i, searchable)),
+        );
         fired.extend(
             eval.fired
                 .iter()
@@ -1658,7 +1665,11 @@ impl Turn {
                 .iter()
                 .map(|&r| reminders.rules()[r].config.id.clone()),
         );
-        eval.fired.iter().map(|&r| reminders.block(r)).collect()
+        let searchable = self.prepared.frozen_names.contains(TOOL_SEARCH);
+        eval.fired
+            .iter()
+            .map(|&r| reminders.block_in(r, searchable))
+            .collect()
     }
 
     /// Counts a refused call of `tool` in the request and the session, and logs it.

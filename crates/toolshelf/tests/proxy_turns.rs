@@ -685,3 +685,47 @@ fn a_responses_answer_echoes_the_clients_tool_choice() {
     let turns = upstream.played(2);
     assert_eq!(turns[0]["body"]["tool_choice"]["name"], "defer_execute");
 }
+
+/// A reminder points at `tool_search` only in a session whose list has it: with nothing deferred
+/// the list has no `tool_search`, and the reminder's text leaves the line out.
+#[test]
+fn a_reminder_points_at_tool_search_only_when_the_session_has_it() {
+    let rule = "[[reminders]]\nid = \"mig\"\ncategory = \"database migration checks\"\n\
+                message = \"Schema changes usually go with the migration checks.\"\n\
+                search_hint = [\"migration check\"]\nintents = [\"migration\"]\n";
+    for (name, defer, searchable) in [
+        (
+            "proxy-reminder-nodefer",
+            "[defer]\ndefault = false\n",
+            false,
+        ),
+        ("proxy-reminder-defer", "", true),
+    ] {
+        let s = Scratch::new(name);
+        // The list has Read when nothing is deferred, tool_search when everything is.
+        let script = json!({"steps": [{"text": "Done."}], "match": ["Read", "tool_search"]});
+        let upstream = Upstream::start(&s, &script);
+        let proxy = ProxyProc::start(&s, &upstream.url(), &format!("{defer}{rule}"), &[]);
+        send(
+            &proxy,
+            &tools(),
+            &[json!({"role": "user", "content": "write the migration"})],
+        );
+        let turns = upstream.played(1);
+        let body = &turns[0]["body"];
+        let listed = body["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "tool_search"));
+        assert_eq!(listed, searchable, "{name}: {}", body["tools"]);
+        let messages = body["messages"].to_string();
+        assert!(
+            messages.contains("Schema changes usually go with the migration checks."),
+            "{name}: the reminder fired: {messages}"
+        );
+        assert_eq!(
+            messages.contains("To find these tools: tool_search"),
+            searchable,
+            "{name}: {messages}"
+        );
+    }
+}

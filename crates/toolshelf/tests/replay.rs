@@ -709,3 +709,49 @@ fn fewer_results_than_calls_are_warned_about() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && !err.contains("warning"), "{err}");
 }
+
+/// A session with nothing deferred has no `tool_search`, so its reminders do not point at it;
+/// one that defers tools is shown the queries that find them.
+#[test]
+fn a_reminder_points_at_tool_search_only_when_the_session_has_it() {
+    let rule = "[[reminders]]\nid = \"mig\"\ncategory = \"database migration checks\"\n\
+                message = \"Schema changes usually go with the migration checks.\"\n\
+                search_hint = [\"migration check\"]\nintents = [\"migration\"]\n";
+    let transcript = temp(
+        "reminder-search.jsonl",
+        "{\"user\": \"write the migration\"}\n{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/m.sql\"}}}\n{\"result\": {\"content\": \"x\"}}\n",
+    );
+    for (name, defer, searchable) in [
+        ("reminder-nodefer.toml", "[defer]\ndefault = false\n", false),
+        ("reminder-defer.toml", "", true),
+    ] {
+        let config = temp(name, &format!("{defer}{rule}"));
+        let bodies = ok(&[
+            "replay",
+            "--ranker",
+            "bm25",
+            "--catalog",
+            &example("catalog.json"),
+            "--config",
+            &config,
+            "--transcript",
+            &transcript,
+        ]);
+        let first: Value =
+            serde_json::from_str(bodies.lines().next().expect("a body")).expect("a JSON body");
+        let listed = first["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "tool_search"));
+        assert_eq!(listed, searchable, "{name}");
+        let messages = first["messages"].to_string();
+        assert!(
+            messages.contains("Schema changes usually go with the migration checks."),
+            "{name}: {messages}"
+        );
+        assert_eq!(
+            messages.contains("To find these tools: tool_search"),
+            searchable,
+            "{name}: {messages}"
+        );
+    }
+}
