@@ -662,8 +662,11 @@ pub struct CatalogBuilder {
     servers: BTreeMap<String, Group>,
     declared: BTreeSet<String>,
     kept: Assignments,
-    /// What loading left out (provider tools, keys no supported shape has), each with why:
-    /// warnings of the catalog built.
+    /// Keys loading did not read (keys no supported shape has), each with why: warnings of the
+    /// catalog built.
+    unread: Vec<String>,
+    /// Items loading left out (provider tools, OpenAI custom tools), each with why: warnings of
+    /// the catalog built.
     left_out: Vec<String>,
     /// The named items among them, kept by the catalog built.
     left_out_tools: Vec<LeftOut>,
@@ -860,7 +863,11 @@ impl CatalogBuilder {
     /// (an incumbent), and a newcomer that wants an incumbent's name loses the contest: a name
     /// a session was shown never moves to another tool while its own tool is there.
     pub fn build(self) -> Catalog {
-        let mut warnings = self.left_out;
+        // Warnings by kind: unread keys, items left out, then names given otherwise (below).
+        let mut warnings = self.unread;
+        let unread_end = warnings.len();
+        warnings.extend(self.left_out);
+        let kinds = [unread_end, warnings.len()];
         let left_out = self.left_out_tools;
 
         let (server_originals, groups): (Vec<String>, Vec<Group>) =
@@ -1057,6 +1064,7 @@ impl CatalogBuilder {
         servers.sort_by(|a, b| a.name.cmp(&b.name));
         let mut catalog = Catalog::new(self.source_name, servers, tools, warnings);
         catalog.left_out = left_out;
+        catalog.warning_kinds = kinds;
         catalog
     }
 }
@@ -1172,6 +1180,8 @@ pub struct Catalog {
     by_fold: Vec<(u64, u32)>,
     /// The named items loading left out, in file order.
     left_out: Vec<LeftOut>,
+    /// Where each kind of `warnings` ends but the last: see [`Self::warnings_by_kind`].
+    warning_kinds: [usize; 2],
 }
 
 impl Catalog {
@@ -1211,6 +1221,7 @@ impl Catalog {
             by_short,
             by_fold,
             left_out: Vec::new(),
+            warning_kinds: [0; 2],
         }
     }
 
@@ -1291,7 +1302,7 @@ impl Catalog {
                     .collect();
                 if !ignored.is_empty() {
                     ignored.sort();
-                    b.left_out.push(format!(
+                    b.unread.push(format!(
                         "{source_name}: {} (a tools/list result has \"tools\", \"nextCursor\" and \"_meta\")",
                         unread(&ignored)
                     ));
@@ -1343,6 +1354,17 @@ impl Catalog {
     /// Warnings from loading (items and keys left out) and naming (collisions).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// [`Self::warnings`] by kind, so that many of one kind cannot hide another: keys loading did
+    /// not read, items it left out, and tools or servers named otherwise than written.
+    pub fn warnings_by_kind(&self) -> [&[String]; 3] {
+        let [unread, left_out] = self.warning_kinds;
+        [
+            &self.warnings[..unread],
+            &self.warnings[unread..left_out],
+            &self.warnings[left_out..],
+        ]
     }
 
     /// The item loading left out under `name`: its name as written, the canonical name it would
@@ -1516,7 +1538,7 @@ fn add_list(
                      \"input_schema\", \"inputSchema\" or \"parameters\")",
                 );
             }
-            b.left_out
+            b.unread
                 .push(format!("{source}: {location} {:?}: {why}", spec.name));
         }
         // The same server written another way (`GitHub` and `github`, `my.server` and
@@ -1662,7 +1684,7 @@ fn add_server_value(b: &mut CatalogBuilder, value: Value, i: usize, source: &str
                 name::server_segment(&name)
             ));
         }
-        b.left_out.push(format!("{source}: {named}: {why}"));
+        b.unread.push(format!("{source}: {named}: {why}"));
     }
     let description = match obj.get("description") {
         None | Some(Value::Null) => "",

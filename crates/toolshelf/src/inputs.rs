@@ -207,7 +207,7 @@ fn line_error(e: &serde_json::Error, line: &str, at: &str, not: &str) -> anyhow:
 pub const WARNINGS_SHOWN: usize = 5;
 
 /// Prints one kind of warning: all of them, or the first [`WARNINGS_SHOWN`] and a count, so a
-/// catalog with many duplicate names does not bury the other kinds.
+/// catalog with many duplicate names does not bury the other kinds (each kind is cut on its own).
 fn print_warnings(warnings: &[String], all: bool) {
     let shown = if all { warnings.len() } else { WARNINGS_SHOWN };
     for w in warnings.iter().take(shown) {
@@ -321,8 +321,11 @@ impl Source {
             Err(e) => return Err(e.into()),
         };
         let all = crate::commands::serve::verbosity() > 0;
+        let [unread, left_out, renamed] = catalog.warnings_by_kind();
         for kind in [
-            catalog.warnings(),
+            unread,
+            left_out,
+            renamed,
             &exposure.warnings,
             &compiled.unmatched(&catalog),
             &toolshelf_core::invoke::schema_warnings(&catalog),

@@ -538,6 +538,51 @@ fn many_warnings_of_one_kind_are_cut_and_counted() {
     assert!(!err.contains("more like these"), "{err}");
 }
 
+/// Keys the loader does not read, items it leaves out and tools it names otherwise are three
+/// kinds of load warning, each cut to its own first five: six unread keys or six provider tools
+/// do not hide the one rename after them.
+#[test]
+fn each_kind_of_catalog_warning_is_cut_on_its_own() {
+    let rename = [
+        serde_json::json!({"name": "dup x", "description": "spaced"}),
+        serde_json::json!({"name": "dup_x", "description": "plain"}),
+    ];
+    for (name, item, says) in [
+        (
+            "unread.json",
+            serde_json::json!({"name": "u", "description": "d", "foo": 1}),
+            "unknown key \"foo\"",
+        ),
+        (
+            "provider.json",
+            serde_json::json!({"type": "web_search_20250305", "name": "ws"}),
+            "left out: \"type\": \"web_search_20250305\"",
+        ),
+    ] {
+        let mut tools: Vec<Value> = (0..6)
+            .map(|i| {
+                let mut t = item.clone();
+                t["name"] = format!("{}{i}", t["name"].as_str().unwrap_or_default()).into();
+                t
+            })
+            .collect();
+        tools.extend(rename.iter().cloned());
+        let path = temp_file(name, &Value::from(tools).to_string());
+        let out = run(&["render", "--catalog", &path]);
+        assert!(out.status.success(), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.matches(says).count(), 5, "{name}: {err}");
+        assert!(
+            err.contains("... and 1 more like these (6 in all; -v prints every one)"),
+            "{name}: {err}"
+        );
+        assert!(
+            err.contains("tool \"dup x\" would be named \"dup_x\" like another tool"),
+            "{name}: the rename is printed: {err}"
+        );
+    }
+}
+
 #[test]
 fn over_budget_builtins_warn_on_stderr() {
     let cfg = temp_file("tiny.toml", "[defer]\nindex_budget_chars = 10\n");
