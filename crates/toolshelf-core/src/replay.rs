@@ -557,8 +557,8 @@ impl<'a> Replay<'a> {
 
     /// Warnings about the transcript, each naming its file and line: a tool that
     /// `tools_changed.add` gives a name the session cannot use as written (`"bad name!"`) and
-    /// that the session names otherwise (`bad_name_`). All of them are known before the first
-    /// report is handed over.
+    /// that the session names otherwise (`bad_name_`), or an input schema that does not compile.
+    /// All of them are known before the first report is handed over.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
@@ -1214,7 +1214,8 @@ fn as_written(tool: &crate::catalog::Tool) -> String {
 }
 
 /// `catalog` after a `tools_changed` event, with warnings about it (without a location): a tool
-/// added under a name the session cannot use as written is named otherwise. A name to remove is
+/// added under a name the session cannot use as written is named otherwise, and one whose input
+/// schema does not compile has every call refused. A name to remove is
 /// a canonical name or, for a tool named otherwise than written, the name as written (see
 /// [`as_written`]); one no tool has is an error, and so is a tool to add under the name of a
 /// tool the session keeps.
@@ -1288,6 +1289,11 @@ fn changed_catalog(
         else {
             continue;
         };
+        // A schema that does not compile is kept, and every call to the tool refused, as a
+        // catalog file's is: said here, where the transcript added it.
+        if let Some(w) = crate::invoke::schema_warning(tool) {
+            warnings.push(format!("tools_changed.add[{k}]: {w}"));
+        }
         let written = as_written(tool);
         if tool.name != written {
             let why = if crate::name::tool_segment(&spec.name) != spec.name {

@@ -755,3 +755,36 @@ fn a_reminder_points_at_tool_search_only_when_the_session_has_it() {
         );
     }
 }
+
+/// A tool `tools_changed` adds with an input schema that does not compile is warned about as a
+/// catalog file's is, naming the file and line of the event and the tool, before any output;
+/// its calls are then refused as the warning says.
+#[test]
+fn a_tool_added_with_a_broken_schema_is_warned_about() {
+    let path = temp(
+        "broken-schema.jsonl",
+        "{\"user\": \"hi\"}\n{\"tools_changed\": {\"add\": [{\"name\": \"N\", \"description\": \"a\", \"input_schema\": {\"type\": \"object\", \"properties\": {\"p\": {\"type\": 42}}}}]}}\n{\"user\": \"x\"}\n{\"call\": {\"name\": \"tool_search\", \"input\": {\"tool_names\": [\"N\"]}}}\n{\"call\": {\"name\": \"defer_execute\", \"input\": {\"tool_name\": \"N\", \"params\": {\"p\": \"v\"}}}}\n",
+    );
+    let out = run(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--explain",
+        "--transcript",
+        &path,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "toolshelf: warning: {path}:2: tools_changed.add[0]: tool \"N\": its input schema is not a valid JSON Schema (at /properties/p/type:"
+        )),
+        "{err}"
+    );
+    assert_eq!(err.matches("warning").count(), 1, "said once: {err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("refused: N: its schema does not compile"),
+        "{text}"
+    );
+}
