@@ -34,9 +34,13 @@
 //!
 //! A result answers the call right before it. Calls in a row followed by as many results are one
 //! round of parallel calls, paired in order; a call with no result right after it takes a round
-//! of its own, with a computed result. More results than calls in a row leave one answering
-//! nothing, which is an error that names its line, and so is a call before the first user
-//! message (a conversation opens with the user).
+//! of its own, with a computed result. `context` and `tools_changed` events between a round's
+//! calls and its results belong to the request that carries the results, as in the proxy (the
+//! client sends them with the results): they apply once the calls are judged, against the tools
+//! they were made with. More results than calls in a row leave one answering nothing, which is an
+//! error that names its line, and so is any other event between a call and its result, a round
+//! with something between its calls and fewer results than calls, and a call before the first
+//! user message (a conversation opens with the user).
 //!
 //! Injected blocks go into the new item of a turn's first request in a fixed order: reminders
 //! (rule order), the tool-set change notice, environment context. Earlier items keep the blocks
@@ -645,18 +649,27 @@ impl<'a> Replay<'a> {
                     // Calls followed by as many results are one round of parallel calls, the
                     // results in call order. Otherwise the first call is a round of its own, its
                     // result computed (the model saw it before making the next call).
-                    let (calls, results) = calls_and_results(events, i);
+                    let Round {
+                        calls,
+                        between,
+                        results,
+                    } = round_at(events, i);
+                    // Context and tool changes between a round's calls and its results belong to
+                    // the request that carries the results: applied once the calls are judged
+                    // (against the tools they were made with).
+                    let mut later = i + calls..i + calls;
                     let group: Vec<(&Event, Option<(&Value, bool)>)> =
                         if calls > 0 && results == calls {
                             let group = (0..calls)
-                                .map(|k| match &events[i + calls + k] {
+                                .map(|k| match &events[i + calls + between + k] {
                                     Event::Result { content, is_error } => {
                                         (&events[i + k], Some((content, *is_error)))
                                     }
                                     _ => (&events[i + k], None),
                                 })
                                 .collect();
-                            i += calls + results;
+                            later = i + calls..i + calls + between;
+                            i += calls + between + results;
                             group
                         } else if calls > 0 {
                             i += 1;
@@ -685,6 +698,16 @@ impl<'a> Replay<'a> {
                     });
                     self.searches
                         .extend(done.iter().flat_map(|d| d.query.iter().cloned()));
+                    for k in later {
+                        match &events[k] {
+                            Event::Context(text) => self.context.push(text.clone()),
+                            Event::ToolsChanged { add, remove } => {
+                                self.change_tools(add, remove)
+                                    .map_err(|e| format!("{}: {e}", at(k)))?
+                            }
+                            _ => {}
+                        }
+                    }
                     // The proxy asks the model again within the client's request while the round
                     // holds only calls it answered, for at most `max_search_rounds` rounds.
                     let max = self.compiled.config().proxy.max_search_rounds;
@@ -1191,17 +1214,89 @@ impl<'a> Replay<'a> {
     }
 }
 
-/// How many calls in a row start at event `i`, and how many results in a row follow them.
-fn calls_and_results(events: &[Event], i: usize) -> (usize, usize) {
-    let calls = events[i..]
+/// The round of calls that starts at event `i`: its calls in a row, the `context` and
+/// `tools_changed` events between them and their results (counted only when results follow),
+/// and the results in a row.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    calls: usize,
+    between: usize,
+    results: usize,
+}
+
+fn round_at(events: &[Event], i: usize) -> Round {
+    let count = |from: usize, what: fn(&Event) -> bool| {
+        events[from.min(events.len())..]
+            .iter()
+            .take_while(|e| what(e))
+            .count()
+    };
+    let calls = count(i, |e| matches!(e, Event::Call { .. }));
+    let between = if calls == 0 {
+        0
+    } else {
+        count(i + calls, |e| {
+            matches!(e, Event::Context(_) | Event::ToolsChanged { .. })
+        })
+    };
+    match count(i + calls + between, |e| matches!(e, Event::Result { .. })) {
+        0 => Round {
+            calls,
+            between: 0,
+            results: count(i + calls, |e| matches!(e, Event::Result { .. })),
+        },
+        results => Round {
+            calls,
+            between,
+            results,
+        },
+    }
+}
+
+/// Event `k`'s place within its file, `line N` (or the place itself, `event N`, for events that
+/// came from no file).
+fn line_of(at: &dyn Fn(usize) -> String, k: usize) -> String {
+    let place = at(k);
+    match place.rsplit_once(':') {
+        Some((_, n)) if n.parse::<usize>().is_ok() => format!("line {n}"),
+        _ => place,
+    }
+}
+
+/// The name of an event's kind, as a transcript line gives it.
+fn kind_of(e: &Event) -> &'static str {
+    match e {
+        Event::User(_) => "user",
+        Event::Assistant(_) => "assistant",
+        Event::Call { .. } => "call",
+        Event::Result { .. } => "result",
+        Event::Context(_) => "context",
+        Event::ToolsChanged { .. } => "tools_changed",
+    }
+}
+
+/// The error for result `r`, which no call right before it (past `context` and `tools_changed`)
+/// answers: the call it follows, when something else stands between them, and that event; else
+/// a result with no call at all.
+fn misplaced_result(events: &[Event], r: usize, at: &dyn Fn(usize) -> String) -> String {
+    let line = |k| line_of(at, k);
+    let call = events[..r]
         .iter()
-        .take_while(|e| matches!(e, Event::Call { .. }))
-        .count();
-    let results = events[i + calls..]
-        .iter()
-        .take_while(|e| matches!(e, Event::Result { .. }))
-        .count();
-    (calls, results)
+        .rposition(|e| matches!(e, Event::Call { .. } | Event::Result { .. }))
+        .filter(|&c| matches!(events[c], Event::Call { .. }));
+    let Some(c) = call else {
+        return format!("{}: a result with no call before it to answer", at(r));
+    };
+    let between = (c + 1..r)
+        .find(|&k| !matches!(events[k], Event::Context(_) | Event::ToolsChanged { .. }))
+        .unwrap_or(c + 1);
+    format!(
+        "{}: a result must come right after its call ({}); {} ({}) is between them",
+        at(r),
+        line(c),
+        line(between),
+        kind_of(&events[between])
+    )
 }
 
 /// The name `tool` would have if it kept the names it was given: its original name, or
@@ -1376,11 +1471,19 @@ impl Replay<'_> {
 /// computed results, which is seldom what such a recording means.
 fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
-    let last_request = events.iter().rposition(Replay::asks_the_model);
+    // A result is carried by a request too; one out of place is the error to report, not the
+    // context before it.
+    let last_request = events
+        .iter()
+        .rposition(|e| Replay::asks_the_model(e) || matches!(e, Event::Result { .. }));
     let mut user_seen = false;
     let mut i = 0;
     while i < events.len() {
-        let (calls, results) = calls_and_results(events, i);
+        let Round {
+            calls,
+            between,
+            results,
+        } = round_at(events, i);
         if calls > 0 && !user_seen {
             return Err(format!(
                 "{}: a call before the first user message: the first request would open with the model's call, and a conversation opens with the user (put a {{\"user\": ...}} line before it)",
@@ -1398,20 +1501,31 @@ fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<Vec<S
             i += 1;
             continue;
         }
+        if calls == 0 {
+            return Err(misplaced_result(events, i, at));
+        }
         if results > calls {
-            let first = at(i + calls + calls);
-            return Err(match (calls, results) {
-                (0, _) => format!("{first}: a result with no call before it to answer"),
-                (c, r) => format!(
-                    "{first}: a result with no call before it to answer (from {}, {} followed by {r} results)",
-                    at(i),
-                    if c == 1 {
-                        "1 call is".to_owned()
-                    } else {
-                        format!("{c} calls are")
-                    },
-                ),
-            });
+            let first = at(i + calls + between + calls);
+            return Err(format!(
+                "{first}: a result with no call before it to answer (from {}, {} followed by {results} results)",
+                at(i),
+                if calls == 1 {
+                    "1 call is".to_owned()
+                } else {
+                    format!("{calls} calls are")
+                },
+            ));
+        }
+        if between > 0 && results < calls {
+            // Which calls the results answer is told by their place, which the events between
+            // blur: a round with something between needs every result.
+            return Err(format!(
+                "{}: {calls} calls followed by {results} result{}, with {} ({}) between them: when context or tools_changed comes between a round's calls and its results, give every call its result, in call order",
+                at(i + calls + between),
+                if results == 1 { "" } else { "s" },
+                line_of(at, i + calls),
+                kind_of(&events[i + calls]),
+            ));
         }
         if results > 0 && results < calls {
             let answered = match results {
@@ -1430,7 +1544,7 @@ fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<Vec<S
                 if results == 1 { "" } else { "s" },
             ));
         }
-        i += calls + results;
+        i += calls + between + results;
     }
     Ok(warnings)
 }

@@ -788,3 +788,112 @@ fn a_tool_added_with_a_broken_schema_is_warned_about() {
         "{text}"
     );
 }
+
+/// Context and tool changes between a round's calls and its results belong to the request that
+/// carries the results: the context goes there as it would from a line before the call, and a
+/// removal there leaves the call judged against the tools it was made with. Anything else
+/// between a call and its result is an error naming both lines.
+#[test]
+fn events_between_a_call_and_its_result() {
+    let replay = |name: &str, lines: &str| {
+        run(&[
+            "replay",
+            "--ranker",
+            "bm25",
+            "--explain",
+            "--json",
+            "--transcript",
+            &temp(name, lines),
+        ])
+    };
+    let bodies = |name: &str, lines: &str| {
+        ok(&[
+            "replay",
+            "--ranker",
+            "bm25",
+            "--transcript",
+            &temp(name, lines),
+        ])
+    };
+    let (user, call, result) = (
+        "{\"user\": \"hi\"}\n",
+        "{\"call\": {\"name\": \"Read\", \"input\": {\"file_path\": \"/a\"}}}\n",
+        "{\"result\": {\"content\": \"x\"}}\n",
+    );
+    let context = "{\"context\": \"cwd: /repo\"}\n";
+    let between = bodies(
+        "ctx-between.jsonl",
+        &format!("{user}{call}{context}{result}{{\"assistant\": \"done\"}}\n"),
+    );
+    assert_eq!(
+        between,
+        bodies(
+            "ctx-before.jsonl",
+            &format!("{user}{context}{call}{result}{{\"assistant\": \"done\"}}\n")
+        ),
+        "the context reaches the results' request either way"
+    );
+    assert!(
+        between
+            .lines()
+            .nth(1)
+            .is_some_and(|b| b.contains("cwd: /repo")),
+        "{between}"
+    );
+    // Read is removed while the client runs it: the call still ran.
+    let out = replay(
+        "tc-between.jsonl",
+        &format!("{user}{call}{{\"tools_changed\": {{\"remove\": [\"Read\"]}}}}\n{result}"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a report a line"))
+        .collect();
+    assert_eq!(reports.len(), 2, "{text}");
+    assert_eq!(reports[1]["refused"], serde_json::json!([]), "{text}");
+    assert_eq!(reports[1]["turn"], 2, "the client ran it: {text}");
+    assert_eq!(
+        reports[1]["injected"].as_array().map(Vec::len),
+        Some(1),
+        "the change notice: {text}"
+    );
+    for (name, middle, says) in [
+        (
+            "assistant-between.jsonl",
+            "{\"assistant\": \"thinking\"}\n",
+            "assistant-between.jsonl:4: a result must come right after its call (line 2); line 3 (assistant) is between them",
+        ),
+        (
+            "user-between.jsonl",
+            "{\"user\": \"more\"}\n",
+            "user-between.jsonl:4: a result must come right after its call (line 2); line 3 (user) is between them",
+        ),
+        (
+            "ctx-assistant-between.jsonl",
+            "{\"context\": \"c\"}\n{\"assistant\": \"thinking\"}\n",
+            "ctx-assistant-between.jsonl:5: a result must come right after its call (line 2); line 4 (assistant) is between them",
+        ),
+    ] {
+        let out = replay(name, &format!("{user}{call}{middle}{result}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}: nothing replayed");
+    }
+    // With something between, which calls the results answer cannot be told by their place.
+    let out = replay(
+        "fewer-between.jsonl",
+        &format!("{user}{call}{call}{context}{result}"),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fewer-between.jsonl:5: 2 calls followed by 1 result, with line 4 (context) between them"),
+        "{err}"
+    );
+}
