@@ -204,6 +204,63 @@ fn explain_prints_the_chain() {
     assert_eq!(v["mode"]["admits"], false);
 }
 
+/// `render` lists `tool_search` and `defer_execute`; `explain` explains them as the resident
+/// meta-tools toolshelf adds, and says when a configuration has none (nothing deferred).
+#[test]
+fn explain_explains_the_meta_tools() {
+    let text = ok(&["explain", "tool_search"]);
+    assert!(
+        text.contains("toolshelf's own meta-tool, not in the catalog"),
+        "{text}"
+    );
+    assert!(
+        text.contains("final:     resident, pinned, never deferred"),
+        "{text}"
+    );
+    let json: Value =
+        serde_json::from_str(&ok(&["explain", "defer_execute", "--json"])).expect("json");
+    assert_eq!(json["tool"], "defer_execute");
+    assert_eq!(json["origin"], "meta");
+    assert_eq!(json["final"], "resident");
+    assert_eq!(json["pinned"], true);
+    // A spelling of the name that names no catalog tool is read as it, as names resolve.
+    let text = ok(&["explain", "Tool-Search"]);
+    assert!(text.starts_with("tool_search\n"), "{text}");
+    // With nothing deferred the list has neither.
+    let catalog = temp_file(
+        "meta.json",
+        r#"[{"name": "tool_search", "description": "the catalog's own"}, {"name": "b", "description": "d"}]"#,
+    );
+    let none = temp_file("meta-none.toml", "[defer]\ndefault = false\n");
+    let args = ["explain", "--catalog", &catalog, "--config", &none];
+    let json: Value =
+        serde_json::from_str(&ok(&[&args[..], &["tool_search", "--json"]].concat())).expect("json");
+    assert_eq!(json["tool"], "tool_search");
+    assert_eq!(json["final"], "absent");
+    assert_eq!(json["pinned"], false);
+    assert!(
+        json["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("nothing is deferred")),
+        "{json}"
+    );
+    // The catalog's own tool of that name is named otherwise, and said so.
+    assert_eq!(
+        json["namesakes"].as_array().map(Vec::len),
+        Some(1),
+        "{json}"
+    );
+    let text = ok(&[&args[..], &["tool_search"]].concat());
+    assert!(
+        text.contains("final:     absent (nothing is deferred"),
+        "{text}"
+    );
+    assert!(
+        text.contains("namesakes: the catalog's own tools of this name are named tool_search_"),
+        "{text}"
+    );
+}
+
 #[test]
 fn explain_unknown_tool_suggests_close_names() {
     let e = fails(&["explain", "git_comit"]);

@@ -13,15 +13,88 @@ use crate::inputs::Source;
 pub struct Args {
     #[command(flatten)]
     source: Source,
-    /// Tool name: canonical (mcp__server__tool), or bare when unambiguous.
+    /// Tool name: canonical (mcp__server__tool), or bare when unambiguous; tool_search and
+    /// defer_execute are the meta-tools toolshelf adds.
     name: String,
     /// Print the decision as JSON; a name no tool has (exit status 1) prints {"name", "error":
     /// "unknown", "suggestions"}, one several tools have {"name", "error": "ambiguous",
     /// "candidates"}, one of an item the catalog left out at load {"name", "error": "left_out",
     /// "location", "why"}, and a description template that reads a per-turn value or uses a
-    /// stub {"name", "error": "template", "owner", "line", "message"}.
+    /// stub {"name", "error": "template", "owner", "line", "message"}. The meta-tools
+    /// (tool_search, defer_execute) print {"tool", "origin": "meta", "role", "pinned", "final",
+    /// "reason", "namesakes"}.
     #[arg(long)]
     json: bool,
+}
+
+/// Explains `meta`, one of the resident meta-tools: toolshelf adds it, pinned, to the list of a
+/// session with anything to defer; no rule, mode or default decides it.
+fn explain_meta(l: &crate::inputs::Loaded, meta: &str, json: bool) -> Result<()> {
+    let role = if meta == name::TOOL_SEARCH {
+        "finds deferred tools and loads their schemas; its description holds the index of deferred tools"
+    } else {
+        "runs a deferred tool by name, once its schema was loaded"
+    };
+    let deferred = l.surface.deferred.len();
+    let (present, reason) = match (&l.surface.index, deferred) {
+        (None, _) => (
+            false,
+            format!(
+                "nothing is deferred in this configuration, so the list has neither {} nor {}: every tool it shows is there with its schema",
+                name::TOOL_SEARCH,
+                name::DEFER_EXECUTE
+            ),
+        ),
+        (Some(_), 0) => (
+            true,
+            "a server's tools are not known yet (it lists none), so the list keeps a way to reach them once they come".to_owned(),
+        ),
+        (Some(_), n) => (
+            true,
+            format!(
+                "{} deferred, and {} and {} are added as soon as any tool is",
+                super::count(n, "tool is", "tools are"),
+                name::TOOL_SEARCH,
+                name::DEFER_EXECUTE
+            ),
+        ),
+    };
+    // Catalog tools written with this name, which are named otherwise.
+    let namesakes: Vec<&str> = l
+        .catalog
+        .tools()
+        .iter()
+        .filter(|t| t.original_name == meta)
+        .map(|t| t.name.as_str())
+        .collect();
+    if json {
+        return print_json(&json!({
+            "tool": meta,
+            "origin": "meta",
+            "role": role,
+            "pinned": present,
+            "final": if present { "resident" } else { "absent" },
+            "reason": reason,
+            "namesakes": namesakes,
+        }));
+    }
+    outln!("{meta}");
+    outln!(
+        "  origin:    toolshelf's own meta-tool, not in the catalog: no rule, mode or default decides it"
+    );
+    outln!("  role:      {role}");
+    if present {
+        outln!("  final:     resident, pinned, never deferred ({reason})");
+    } else {
+        outln!("  final:     absent ({reason})");
+    }
+    if !namesakes.is_empty() {
+        outln!(
+            "  namesakes: the catalog's own tools of this name are named {} (explain them by that name)",
+            namesakes.join(", ")
+        );
+    }
+    Ok(())
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -34,7 +107,21 @@ pub fn run(args: Args) -> Result<()> {
         crate::inputs::JsonFields::from_iter([("name".into(), json!(args.name))]),
     )?;
     let tools = l.catalog.tools();
-    let i = match l.catalog.resolve(&args.name) {
+    // The session's own tools are no catalog tool's: `tool_search` is always the meta-tool (a
+    // catalog tool of that name is named otherwise), and a spelling of it that names no catalog
+    // tool is taken for it, as names resolve.
+    let resolved = l.catalog.resolve(&args.name);
+    let meta = match resolved {
+        _ if name::META_TOOLS.contains(&args.name.as_str()) => Some(args.name.as_str()),
+        Resolution::NotFound if l.catalog.left_out(&args.name).is_none() => {
+            name::meta_tool(&args.name)
+        }
+        _ => None,
+    };
+    if let Some(meta) = meta {
+        return explain_meta(&l, meta, args.json);
+    }
+    let i = match resolved {
         Resolution::Exact(i) | Resolution::Bare(i) => i,
         Resolution::Ambiguous(c) => {
             let names: Vec<&str> = c.iter().map(|&i| tools[i].name.as_str()).collect();
