@@ -282,9 +282,10 @@ impl Default for ScriptsConfig {
 }
 
 /// `[tools.NAME]`: settings of the catalog tool NAME (its canonical name, or another name that
-/// resolves to it alone).
+/// resolves to it alone). A section that sets neither key is refused where it is written, as an
+/// empty mode is: it would do nothing, and is most likely a key misplaced or forgotten.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "ToolSection")]
 pub struct ToolConfig {
     /// A description template (Starlark, see [`crate::template`]) rendered once per session in
     /// place of the tool's description.
@@ -293,6 +294,31 @@ pub struct ToolConfig {
     /// NAME of its own, served as `mcp__scripts__NAME`: its `description` (rendered like a
     /// description template), its `schema` and `def run(params)`.
     pub script: Option<String>,
+}
+
+/// `[tools.NAME]` as written, before [`ToolConfig`] refuses one that sets nothing.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolSection {
+    description_template: Option<String>,
+    script: Option<String>,
+}
+
+impl TryFrom<ToolSection> for ToolConfig {
+    type Error = String;
+
+    fn try_from(s: ToolSection) -> std::result::Result<Self, String> {
+        if s.description_template.is_none() && s.script.is_none() {
+            return Err(
+                "this [tools.NAME] section sets neither `script` (a script tool of that name) nor `description_template` (the description of the catalog tool of that name): give one, or leave the section out"
+                    .into(),
+            );
+        }
+        Ok(Self {
+            description_template: s.description_template,
+            script: s.script,
+        })
+    }
 }
 
 /// `[template]`.
@@ -2107,6 +2133,28 @@ mod tests {
                 .to_string();
             assert!(e.contains(says), "{toml:?}: {e}");
             assert!(!e.contains("expected"), "{toml:?}: {e}");
+        }
+    }
+
+    /// A `[tools.NAME]` section that sets neither of its keys is refused with its file, line
+    /// and section, as an empty mode is.
+    #[test]
+    fn a_tools_section_that_sets_nothing_is_refused_with_its_line() {
+        let e = Config::from_toml_str(
+            "[defer]\ndefault = true\n\n[tools.lookup]\n[tools.other]\nscript = \"o.star\"\n",
+            "t.toml",
+        )
+        .expect_err("empty")
+        .to_string();
+        for says in [
+            "t.toml: TOML parse error at line 4",
+            "[tools.lookup]",
+            "sets neither `script`",
+        ] {
+            assert!(e.contains(says), "{says:?}: {e}");
+        }
+        for one in ["script = \"x.star\"", "description_template = \"'d'\""] {
+            Config::from_toml_str(&format!("[tools.lookup]\n{one}\n"), "t.toml").expect(one);
         }
     }
 
