@@ -17,7 +17,8 @@
 //! (invalid params) with its id, as over stdio (see `screen_requests`). rmcp answers the
 //! `DELETE` of any session id 202; the guard makes that of a session rmcp does not have 404, as
 //! for any other request of it, and that of one it ended 204 (the Python SDK takes only 200 or
-//! 204 for a session ended, and logs a warning on every close otherwise).
+//! 204 for a session ended, and logs a warning on every close otherwise). A session it ended has
+//! its calls in flight abandoned before the 204: rmcp would let them run on for up to 5 s.
 //!
 //! A session without traffic for `[http] session_idle_secs` is closed, which drops its
 //! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
@@ -364,10 +365,18 @@ fn a(kind: &str) -> String {
     }
 }
 
+tokio::task_local! {
+    /// Set by [`guard`] around an `initialize` it passes to rmcp: the session factory leaves the
+    /// new session's end there, so that the guard can file it under the id rmcp answers with.
+    static MADE: Arc<Mutex<Option<Arc<SessionEnd>>>>;
+}
+
 /// The ends of the HTTP sessions still open.
 #[derive(Debug, Default)]
 struct OpenSessions {
     ends: Mutex<Vec<Weak<SessionEnd>>>,
+    /// The same ends by rmcp's session id, for a `DELETE` to abandon the session's calls.
+    by_id: Mutex<std::collections::HashMap<String, Weak<SessionEnd>>>,
     /// How many ends [`Self::end_all`] has still to finish, once it began.
     unfinished: Mutex<Option<usize>>,
 }
@@ -377,6 +386,22 @@ impl OpenSessions {
         let mut open = self.ends.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|e| e.strong_count() > 0);
         open.push(Arc::downgrade(end));
+        let _ = MADE.try_with(|made| {
+            *made.lock().unwrap_or_else(|p| p.into_inner()) = Some(end.clone());
+        });
+    }
+
+    /// Files `end` under rmcp's session id `id`.
+    fn name(&self, id: &str, end: &Arc<SessionEnd>) {
+        let mut by_id = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        by_id.retain(|_, e| e.strong_count() > 0);
+        by_id.insert(id.to_owned(), Arc::downgrade(end));
+    }
+
+    /// The end of session `id`, which a `DELETE` ended, forgotten here.
+    fn deleted(&self, id: &str) -> Option<Arc<SessionEnd>> {
+        let mut by_id = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        by_id.remove(id)?.upgrade()
     }
 
     fn open(&self) -> Vec<Arc<SessionEnd>> {
@@ -466,6 +491,7 @@ pub async fn serve_http(
         checks,
         sessions,
         admitting: tokio::sync::Mutex::new(()),
+        open: open.clone(),
     });
     let ui = crate::ui::UiState {
         hub: hub_for_ui,
@@ -553,6 +579,8 @@ struct Guard {
     /// Held from counting the sessions for an `initialize` until rmcp has made the new one, so
     /// concurrent handshakes cannot pass the limit together.
     admitting: tokio::sync::Mutex<()>,
+    /// The sessions' ends, by id once their `initialize` is answered.
+    open: Arc<OpenSessions>,
 }
 
 /// The checks in front of rmcp (see the module documentation).
@@ -590,6 +618,12 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
             StatusCode::ACCEPTED if unknown => session_not_found(),
             // Ended: 204, which every SDK reads as done (the Python SDK warns on rmcp's 202).
             StatusCode::ACCEPTED => {
+                // rmcp lets the session's calls run on for seconds after it closed the session,
+                // to send answers nobody will read: they are abandoned now, as when the client
+                // cancels them (the server is told, the audit says `cancelled`).
+                if let Some(end) = session.as_deref().and_then(|id| g.open.deleted(id)) {
+                    end.abandon_calls();
+                }
                 let mut ended = Response::new(Body::empty());
                 *ended.status_mut() = StatusCode::NO_CONTENT;
                 ended
@@ -637,7 +671,21 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
     } else {
         None
     };
-    let response = next.run(request).await;
+    let response = if initialize {
+        let made = Arc::new(Mutex::new(None));
+        let response = MADE.scope(made.clone(), next.run(request)).await;
+        let made = made.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        if let (Some(end), Some(id)) = (made, id) {
+            g.open.name(id, &end);
+        }
+        response
+    } else {
+        next.run(request).await
+    };
     match (response.status(), &bytes) {
         (StatusCode::UNSUPPORTED_MEDIA_TYPE, Some(bytes)) => {
             unparsable(&g, session.as_deref(), initialize, response, bytes).await

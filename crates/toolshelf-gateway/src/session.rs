@@ -524,8 +524,8 @@ impl GatewaySession {
     }
 
     /// Completes, saying why, when the call of `context` is to be abandoned: the session is
-    /// ending (which rmcp may also report as a cancellation), or the client cancelled the call
-    /// (`notifications/cancelled`, or its session was deleted under it).
+    /// ending (its HTTP session deleted among others; rmcp may also report that as a
+    /// cancellation), or the client cancelled the call (`notifications/cancelled`).
     async fn abandoned(&self, context: &RequestContext<RoleServer>) -> String {
         let mut closing = self.end.closing.subscribe();
         tokio::select! {

@@ -200,8 +200,9 @@ async fn a_cancelled_call_leaves_the_change_notice_for_the_next_result() {
     );
 }
 
-/// Over HTTP, deleting the session abandons its calls: the server is told and the audit says
-/// `cancelled`.
+/// Over HTTP, deleting the session abandons its calls at once: the server is told, the audit
+/// says `cancelled`, and the session's end follows. The call would end within the 5 s rmcp
+/// lets a closed session's calls run on, so a call left to run would be audited `ok`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_an_http_session_abandons_its_calls() {
     let s = Scratch::new("cancel-http");
@@ -209,22 +210,43 @@ async fn deleting_an_http_session_abandons_its_calls() {
     let (mut gateway, url) = http_gateway(&config);
     let leaving = http_client(&url, TestClient::default()).await;
     let observer = http_client(&url, TestClient::default()).await;
-    let _call = start_sleep(&leaving, 30).await;
+    let _call = start_sleep(&leaving, 3).await;
     let id = nth_sleep(&observer, 1).await;
     // Closing an rmcp HTTP client deletes its session.
     leaving.cancel().await.expect("close");
+    wait_for("the call's audit record", || async {
+        !s.calls_of("mcp__test__sleep").is_empty()
+    })
+    .await;
+    let record = &s.calls_of("mcp__test__sleep")[0];
+    assert_eq!(
+        (&record["outcome"], &record["detail"]),
+        (
+            &json!("cancelled"),
+            &json!("mcp__test__sleep was abandoned: its session ended")
+        ),
+        "{record}"
+    );
     wait_for("the cancellation to reach the server", || async {
         server_list(&observer, "mcp__test__cancels")
             .await
             .contains(&id)
     })
     .await;
-    wait_for("the call's audit record", || async {
-        !s.calls_of("mcp__test__sleep").is_empty()
+    let ended = |r: &Value| {
+        r["kind"] == "session" && r["outcome"] == "end" && r["session"] == record["session"]
+    };
+    wait_for("the deleted session's end", || async {
+        s.audit().iter().any(ended)
     })
     .await;
-    let record = &s.calls_of("mcp__test__sleep")[0];
-    assert_eq!(record["outcome"], "cancelled", "{record}");
+    let audit = s.audit();
+    let call = audit.iter().position(|r| r == record).expect("the call");
+    let end = audit.iter().position(ended).expect("the end");
+    assert!(
+        call < end,
+        "the call is recorded before the end: {audit:#?}"
+    );
     observer.cancel().await.expect("close");
     gateway.kill().expect("stop gateway");
     let _ = gateway.wait();
