@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
@@ -62,20 +62,28 @@ pub use toolshelf_runtime::enrich::{EnrichFn, Enricher};
 
 /// One background thread that adds the enricher's rankers to the newest snapshot. Snapshots are
 /// rebuilt in bursts (one per server that finishes starting); only the newest matters, since
-/// sessions search the newest one, so a snapshot replaced before its turn is skipped.
+/// sessions search the newest one, so a snapshot replaced before its turn is skipped. Each new
+/// snapshot is searched with BM25F alone until its turn is done, which searches wait for (see
+/// [`Hub::ranker_pending`]).
 #[derive(Debug)]
 struct Enrichment {
     latest: Arc<(Mutex<Option<std::sync::Weak<Snapshot>>>, std::sync::Condvar)>,
     /// The same rankers, for a session's own view (see [`Hub::enrich_view`]).
     enricher: Enricher,
+    /// Counts the snapshots the thread is done with (ranked, or the enricher failed).
+    done: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Whether the enricher failed on the last snapshot it tried: searches do not wait for it.
+    failed: Arc<AtomicBool>,
 }
 
 impl Enrichment {
     fn start(enricher: Enricher) -> Option<Self> {
         let latest: Arc<(Mutex<Option<std::sync::Weak<Snapshot>>>, std::sync::Condvar)> =
             Arc::default();
+        let done = Arc::new(tokio::sync::watch::Sender::new(0u64));
+        let failed = Arc::new(AtomicBool::new(false));
         let shared = Arc::clone(&latest);
-        let own = enricher.clone();
+        let (own, counted, failing) = (enricher.clone(), done.clone(), failed.clone());
         let spawned = std::thread::Builder::new()
             .name("toolshelf-enrich".into())
             .spawn(move || {
@@ -92,11 +100,16 @@ impl Enrichment {
                     };
                     // Gone already: replaced and no longer searched by anyone.
                     let Some(snap) = next.upgrade() else { continue };
+                    if crate::failpoint_set("semantic_never") {
+                        continue;
+                    }
                     let started = std::time::Instant::now();
                     let mut index = snap.search.clone_lexical();
-                    match (enricher.0)(&mut index, &snap.catalog) {
+                    match enrich(&enricher, &mut index, &snap.catalog) {
                         Ok(()) => {
+                            hold_for_a_search(&shared, &done);
                             let _ = snap.enriched.set(index);
+                            failed.store(false, Ordering::SeqCst);
                             tracing::info!(
                                 tools = snap.search.len(),
                                 ms = started.elapsed().as_millis() as u64,
@@ -104,15 +117,19 @@ impl Enrichment {
                             );
                         }
                         Err(e) => {
+                            failed.store(true, Ordering::SeqCst);
                             tracing::warn!("semantic search unavailable, using BM25F alone: {e}")
                         }
                     }
+                    done.send_modify(|n| *n += 1);
                 }
             });
         match spawned {
             Ok(_) => Some(Self {
                 latest,
                 enricher: own,
+                done: counted,
+                failed: failing,
             }),
             Err(e) => {
                 tracing::warn!("cannot start the semantic indexer, using BM25F alone: {e}");
@@ -126,6 +143,32 @@ impl Enrichment {
         let (slot, wake) = &*self.latest;
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(snap));
         wake.notify_one();
+    }
+}
+
+/// Runs `enricher` on `index`; a panic is a failure like any other (the thread lives on, and a
+/// session's view is settled all the same).
+fn enrich(enricher: &Enricher, index: &mut SearchIndex, catalog: &Catalog) -> Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (enricher.0)(index, catalog)
+    }))
+    .unwrap_or_else(|panic| Err(toolshelf_core::echo::panic_text(panic.as_ref(), "a panic")))
+}
+
+/// Test hook (`TOOLSHELF_FAILPOINTS=semantic_held`, debug builds): the ranker of the newest
+/// snapshot, built, is published only once a search waits for it, so that a test can search while
+/// it is provably not ready.
+fn hold_for_a_search(
+    latest: &(Mutex<Option<std::sync::Weak<Snapshot>>>, std::sync::Condvar),
+    done: &tokio::sync::watch::Sender<u64>,
+) {
+    let newest = || latest.0.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+    if !crate::failpoint_set("semantic_held") || !newest() {
+        return;
+    }
+    tracing::warn!("semantic search held until a search waits for it (failpoint semantic_held)");
+    while done.receiver_count() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
@@ -773,6 +816,22 @@ impl Hub {
             .clone()
     }
 
+    /// Whether a search of `snap` would lack the embedding ranker, which is still being
+    /// prepared for it (the model loading, the tools being embedded): `false` once it is there,
+    /// when this gateway has none, and while the enricher fails.
+    pub fn ranker_pending(&self, snap: &Snapshot) -> bool {
+        self.enrichment
+            .as_ref()
+            .is_some_and(|e| !e.failed.load(Ordering::SeqCst))
+            && !snap.is_enriched()
+    }
+
+    /// What changes each time the embedding ranker of a snapshot is ready or has failed, for a
+    /// search that waits for it (see [`Self::ranker_pending`]); `None` without a ranker.
+    pub fn ranker_progress(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.enrichment.as_ref().map(|e| e.done.subscribe())
+    }
+
     /// Adds the enricher's rankers to `view`, a session's own view of `base` (see
     /// [`Snapshot::with_authored`]), once `base` has them: the session's search then ranks as
     /// every other session's does. Blocking (it embeds the tools the session wrote, and reuses
@@ -787,7 +846,7 @@ impl Hub {
             return;
         }
         let mut index = view.search.clone_lexical();
-        if let Err(e) = (enrichment.enricher.0)(&mut index, &view.catalog) {
+        if let Err(e) = enrich(&enrichment.enricher, &mut index, &view.catalog) {
             tracing::warn!(
                 "semantic search unavailable for a session's own tools, using BM25F alone: {e}"
             );

@@ -26,5 +26,20 @@ pub mod stdio;
 pub mod ui;
 
 pub use error::{GatewayError, Result};
+
 pub use hub::{Enricher, Hub, Settings, Snapshot};
 pub use session::GatewaySession;
+
+/// Test-only fault injection: in debug builds, whether `name` is listed in `TOOLSHELF_FAILPOINTS`
+/// (comma-separated), so that end-to-end tests can reach states that correct input never reaches
+/// on demand. Release builds ignore it.
+pub(crate) fn failpoint_set(name: &str) -> bool {
+    #[cfg(debug_assertions)]
+    return std::env::var("TOOLSHELF_FAILPOINTS")
+        .is_ok_and(|v| v.split(',').any(|p| p.trim() == name));
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = name;
+        false
+    }
+}

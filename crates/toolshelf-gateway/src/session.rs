@@ -126,6 +126,17 @@ fn refused_as(action: &ElicitationAction) -> String {
 /// session's `session_start` hooks having run (see [`GatewaySession::started`]).
 const INITIALIZED_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a search by words waits for the embedding ranker while it is being prepared (the
+/// model loading at start-up, new tools being embedded after a server's tools changed).
+const RANKER_WAIT: Duration = Duration::from_secs(5);
+
+/// Appended to a search by words that ran without the embedding ranker, which was still being
+/// prepared: without it a tool described in other words, or in another language, is not found,
+/// and an empty answer must not read as "no such tool".
+const RANKER_STARTING: &str = "Meaning-based matching is still starting, so this search matched \
+words only: a tool described in other words or in another language may be missing. Search again \
+in a few seconds before concluding that no tool fits.";
+
 /// Progress notifications of one call that may wait to be sent to its client: a burst of a few
 /// hundred (one a step of a long loop) all reach it; past this, newer ones are dropped.
 const PROGRESS_BACKLOG: usize = 1024;
@@ -410,16 +421,13 @@ fn ask_label(answer: &Result<(), AskRefusal>) -> &'static str {
     }
 }
 
-/// Test-only fault injection: in debug builds, a name listed in `TOOLSHELF_FAILPOINTS` makes the
-/// code at that point panic, so end-to-end tests can reach failure paths that correct input never
-/// reaches. Release builds ignore it.
+/// Test-only fault injection (see [`crate::failpoint_set`]): a failpoint set makes the code at
+/// that point panic, so end-to-end tests can reach failure paths that correct input never
+/// reaches.
 fn failpoint(name: &str) {
-    #[cfg(debug_assertions)]
-    if std::env::var("TOOLSHELF_FAILPOINTS").is_ok_and(|v| v.split(',').any(|p| p.trim() == name)) {
+    if crate::failpoint_set(name) {
         panic!("failpoint {name}");
     }
-    #[cfg(not(debug_assertions))]
-    let _ = name;
 }
 
 impl GatewaySession {
@@ -669,9 +677,51 @@ impl GatewaySession {
         report_hook_failures(&self.hub, &self.id, verdict, tool);
     }
 
-    async fn search(&self, args: Map<String, Value>) -> CallToolResult {
+    /// The snapshot a search by words runs on, once its embedding ranker is ready: a search that
+    /// comes while the ranker is still being prepared (the gateway has just started, or a server's
+    /// tools changed) waits for it, up to [`RANKER_WAIT`], or until its call is abandoned. `true`
+    /// with it when the ranker is still not there: the search then matches words only.
+    async fn ranked_snapshot(&self, context: &RequestContext<RoleServer>) -> (Arc<Snapshot>, bool) {
+        let Some(mut progress) = self.hub.ranker_progress() else {
+            return (self.snapshot().await, false);
+        };
+        let deadline = tokio::time::Instant::now() + RANKER_WAIT;
+        loop {
+            progress.borrow_and_update();
+            // The newest snapshot each time: one that arrived meanwhile has a ranker of its own.
+            let snap = self.snapshot().await;
+            if !self.hub.ranker_pending(&snap) {
+                return (snap, false);
+            }
+            tokio::select! {
+                biased;
+                _ = self.abandoned(context) => return (snap, true),
+                changed = tokio::time::timeout_at(deadline, progress.changed()) => {
+                    if !matches!(changed, Ok(Ok(()))) {
+                        return (snap, true);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn search(
+        &self,
+        args: Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        // An exact lookup by name needs no ranker.
+        let by_words = matches!(
+            SearchRequest::from_json(&Value::Object(args.clone())),
+            Ok(SearchRequest::Queries { .. })
+        );
+        let (snap, unranked) = if by_words {
+            self.ranked_snapshot(context).await
+        } else {
+            (self.snapshot().await, false)
+        };
+        // The latency shown on the dashboard is the search's own, without that wait.
         let started = Instant::now();
-        let snap = self.snapshot().await;
         let ttl = self.hub.config().session.activation_ttl_calls;
         let described = self.described(&snap).await;
         let (held, pinned) = {
@@ -707,6 +757,13 @@ impl GatewaySession {
         let mut r = self.record(AuditKind::Search);
         r.set_params(&args);
         r.outcome = Some(outcome.outcome.into());
+        let unranked = unranked && !outcome.is_error;
+        if unranked {
+            r.detail = Some(format!(
+                "the embedding ranker was not ready after {}s: matched by words only",
+                RANKER_WAIT.as_secs()
+            ));
+        }
         r.loaded = Some(
             outcome
                 .loaded
@@ -722,6 +779,10 @@ impl GatewaySession {
                 Ok(SearchRequest::Names(names)) if outcome.outcome == "ok" => Some(names),
                 _ => None,
             };
+            // Before the servers' notes, which end the answer one line a server.
+            if unranked {
+                outcome.text = format!("{}\n{RANKER_STARTING}", outcome.text);
+            }
             if let Some(note) =
                 self.hub
                     .search_note(&snap.catalog, names.as_deref(), &outcome.shown)
@@ -1566,7 +1627,7 @@ it are deferred: find them with tool_search, run them with defer_execute.",
         let trigger = args.clone();
         // Reminders see searches, and calls whose tool ran: a refused call was not made.
         let (mut result, ran) = match request.name.as_ref() {
-            TOOL_SEARCH => (self.search(args).await, true),
+            TOOL_SEARCH => (self.search(args, &context).await, true),
             DEFER_EXECUTE => self.defer_execute(args, &context).await,
             other => self.execute(other, args, Via::Direct, &context).await,
         };

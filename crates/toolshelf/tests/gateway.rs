@@ -1120,6 +1120,126 @@ async fn semantic_search_through_the_gateway() {
     client.cancel().await.expect("close");
 }
 
+/// A server with English descriptions of file tools, which a Chinese request matches by meaning
+/// only, and a gateway on it started with the debug-build failpoints `failpoints`; its stderr
+/// goes to `stderr.log`.
+async fn file_tools_gateway(s: &Scratch, failpoints: &str) -> (Client, String) {
+    let tools = json!([
+        tool(
+            "read_text_file",
+            "Read the complete contents of a file from the file system as text.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}})
+        ),
+        tool(
+            "list_directory",
+            "List the files and subdirectories in a directory.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}})
+        ),
+        tool(
+            "get_weather",
+            "Current weather for a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}})
+        ),
+    ]);
+    let config = s.write(
+        "toolshelf.toml",
+        &format!("{}{}", named_server("files", &tools, ""), files_sections(s)),
+    );
+    let log = s.path("stderr.log");
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--config", &config])
+        .env("TOOLSHELF_LOG", "warn")
+        .env("TOOLSHELF_FAILPOINTS", failpoints);
+    (
+        stdio_client_logged(cmd, std::path::Path::new(&log)).await,
+        log,
+    )
+}
+
+/// The note a search by words carries when it ran without the embedding ranker.
+const RANKER_STARTING: &str =
+    "Meaning-based matching is still starting, so this search matched words only";
+
+/// A search by words that comes while the embedding ranker is still being prepared waits for it
+/// and finds by meaning what words alone do not. The debug-build failpoint `semantic_held` holds
+/// the built ranker back until a search waits for it, so the search provably came before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_waits_for_the_ranker_being_prepared() {
+    let s = Scratch::new("ranker-wait");
+    let (client, log) = file_tools_gateway(&s, "semantic_held").await;
+    wait_for("the ranker to be built and held back", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("semantic search held until a search waits for it")
+    })
+    .await;
+    let found = ok(&search(&client, json!({"queries": ["读取文件"]})).await);
+    assert!(
+        found.starts_with("Tools matching \"读取文件\"")
+            && found.contains("mcp__files__read_text_file")
+            && found.contains("related by meaning"),
+        "{found}"
+    );
+    assert!(!found.contains(RANKER_STARTING), "{found}");
+    client.cancel().await.expect("close");
+    let searches: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "search")
+        .collect();
+    assert_eq!(
+        (&searches[0]["outcome"], &searches[0]["detail"]),
+        (&json!("ok"), &Value::Null)
+    );
+}
+
+/// A search by words whose embedding ranker is still not ready after the wait answers with what
+/// words alone find and says that meaning-based matching is still starting, so that "no tool
+/// matches" is not read as "no such tool"; the audit says so too. An exact lookup by name needs
+/// no ranker and does not wait. The debug-build failpoint `semantic_never` keeps the ranker from
+/// ever being ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_without_the_ranker_says_it_is_still_starting() {
+    let s = Scratch::new("ranker-never");
+    let (client, _log) = file_tools_gateway(&s, "semantic_never").await;
+    let named = ok(&search(
+        &client,
+        json!({"tool_names": ["mcp__files__read_text_file"]}),
+    )
+    .await);
+    assert!(
+        named.contains("1. mcp__files__read_text_file") && !named.contains(RANKER_STARTING),
+        "{named}"
+    );
+    let unmatched = ok(&search(&client, json!({"queries": ["读取文件"]})).await);
+    assert!(
+        unmatched.starts_with("No tool matches \"读取文件\"")
+            && unmatched.contains(&format!(
+                "{RANKER_STARTING}: a tool described in other words or in another language may be missing. Search again in a few seconds before concluding that no tool fits."
+            )),
+        "{unmatched}"
+    );
+    client.cancel().await.expect("close");
+    let searches: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "search")
+        .collect();
+    assert_eq!(searches.len(), 2, "{searches:#?}");
+    assert_eq!(
+        (&searches[0]["outcome"], &searches[0]["detail"]),
+        (&json!("ok"), &Value::Null)
+    );
+    assert_eq!(searches[1]["outcome"], "no_match");
+    assert!(
+        searches[1]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("the embedding ranker was not ready")),
+        "{}",
+        searches[1]
+    );
+}
+
 /// Replies a downstream server sends that cannot be read fail their call at once, with what was
 /// wrong, instead of at the call timeout (60 s here, which every assertion on the text would
 /// notice); a long reply under the limit still arrives whole.
