@@ -282,6 +282,35 @@ impl Snapshot {
     }
 }
 
+/// The keys MCP defines for a tool.
+const MCP_TOOL_KEYS: [&str; 9] = [
+    "name",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+    "icons",
+    "execution",
+    "_meta",
+];
+
+/// A server's tool as MCP defines it, as the MCP library reads every list it can type: the keys
+/// of toolshelf's catalog format (`defer_loading`, `tags`, `category`, `origin`, `strict`,
+/// `description_template`, `server`) are left out. They are the operator's to give (in the
+/// configuration and catalog files), not a server's: a server does not decide what every
+/// session's context holds, nor how toolshelf treats its tools; and a list the library could not
+/// type (one bad tool in it), which the gateway reads raw, is read no differently.
+fn as_mcp_tool(tool: Value) -> Value {
+    match tool {
+        Value::Object(mut tool) => {
+            tool.retain(|key, _| MCP_TOOL_KEYS.contains(&key.as_str()));
+            Value::Object(tool)
+        }
+        other => other,
+    }
+}
+
 /// Logs the warnings of `now` that `before` did not have: a server's tool list is read again on
 /// every change and restart, and the same broken tool would otherwise be reported each time.
 fn log_new_warnings(before: &[String], now: &[String]) {
@@ -975,7 +1004,7 @@ impl Hub {
             }
             for (i, tool) in tools.into_iter().flatten().enumerate() {
                 let loc = format!("tools[{i}]");
-                let added = ToolSpec::from_value(tool, "tools/list", &loc)
+                let added = ToolSpec::from_value(as_mcp_tool(tool), "tools/list", &loc)
                     .and_then(|spec| b.add_tool(Some(name), spec, &loc));
                 if let Err(e) = added {
                     skipped.push(format!("skipping a tool of server {name:?}: {e}"));

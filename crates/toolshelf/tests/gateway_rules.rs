@@ -1178,6 +1178,40 @@ async fn pinned_tools_keep_their_meta_and_the_naming_and_marking_switch() {
     }
 }
 
+/// A server does not decide its tools' deferral: `defer_loading` (like the catalog format's other
+/// keys, which MCP does not define) is not read from a server's tool list, whether the MCP library
+/// read the list (it drops keys MCP does not define) or the gateway read it raw (a list with a
+/// tool the library cannot read). The configuration decides: a `NoDefer` rule keeps a tool
+/// resident.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_does_not_decide_its_tools_deferral() {
+    let s = Scratch::new("server-deferral");
+    let mut keep = tool("keep", "declared resident", empty());
+    keep["defer_loading"] = json!(false);
+    let typed = json!([keep.clone(), tool("other", "another tool", empty())]);
+    // A tool without an input schema: the MCP library cannot read this list.
+    let raw = json!([keep, {"name": "schemaless", "description": "no schema"}]);
+    let config = format!(
+        "{}{}{}[defer]\ndefault = true\nrules = [\"NoDefer(^mcp__typed__other$)\"]\n",
+        named_server("typed", &typed, ""),
+        named_server("raw", &raw, ""),
+        files_sections(&s)
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    assert_eq!(
+        list_names(&client).await,
+        ["typed__other", "tool_search", "defer_execute"]
+    );
+    // Both are deferred, found and run as any other.
+    for name in ["mcp__typed__keep", "mcp__raw__keep"] {
+        let found = ok(&search(&client, json!({"tool_names": [name]})).await);
+        assert!(found.contains(&format!("1. {name}")), "{found}");
+        assert!(ok(&exec(&client, name, json!({})).await).contains("\"tool\":\"keep\""));
+    }
+    client.cancel().await.expect("close");
+}
+
 /// A search names a tool the session's list carries as the list does, keeps its rank, and
 /// offers no schema or call form for it: the model calls it directly. It loads nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
