@@ -11,7 +11,9 @@
 //! results of its calls), and each is reported. Calls are carried out against the catalog as the
 //! session would: `tool_search` for real, `defer_execute` and pinned tools as a dry run that
 //! resolves, checks activation, validates and authorizes but runs nothing (`tool_define` reads the
-//! script's top level, as the proxy's runner does before it keeps a definition). A recorded result
+//! script's top level, as the proxy's runner does before it keeps a definition; a direct call of
+//! a tool the frozen list holds with its schema is not validated, as the proxy hands it to the
+//! client as written). A recorded result
 //! replaces the computed one in the request, its error flag and all, but the call still has its
 //! effect on the session (a search still activates what it found). A call the client runs counts
 //! as made (its activation refreshed, its `after_tools` reminders fired) only when its recorded
@@ -297,7 +299,8 @@ pub struct TurnReport {
     pub bytes: Parts,
     /// Reminder events.
     pub reminders: Vec<Note>,
-    /// Tools that became active this turn (their schema reached the model).
+    /// Deferred tools that became active this turn (their schema reached the model); a resident
+    /// tool's schema is in the list all along.
     pub activated: Vec<String>,
     /// Calls refused because the tool's activation had expired.
     pub expired: Vec<String>,
@@ -368,6 +371,9 @@ pub struct Replay<'a> {
     /// Whether the frozen list has `tool_search` (something was deferred): reminders point at
     /// it only then.
     searchable: bool,
+    /// The tools the frozen list holds with their schemas: a direct call of one is handed to the
+    /// client as the model wrote it, unchecked against the schema, as the proxy hands it.
+    frozen_resident: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Replay<'_> {
@@ -503,6 +509,7 @@ impl<'a> Replay<'a> {
             .map(|i| catalog.tools()[i].name.clone())
             .collect();
         let mut searchable = false;
+        let mut frozen_resident = BTreeSet::new();
         let frozen = state.freeze(names, || {
             let surface = crate::surface::Surface::with_descriptions(
                 &catalog,
@@ -511,6 +518,11 @@ impl<'a> Replay<'a> {
                 descriptions,
             );
             searchable = surface.index.is_some();
+            frozen_resident = surface
+                .resident
+                .iter()
+                .map(|&i| catalog.tools()[i].name.clone())
+                .collect();
             FrozenSurface {
                 format: api.name().to_owned(),
                 tools: canonical_json(&Value::Array(surface.tools(&catalog, api.tool_format()))),
@@ -551,6 +563,7 @@ impl<'a> Replay<'a> {
             requests: 0,
             warnings: Vec::new(),
             searchable,
+            frozen_resident,
         }
     }
 
@@ -1087,23 +1100,29 @@ impl<'a> Replay<'a> {
                 Via::DeferExecute => invoke::resolve(&self.catalog, &self.exposure, requested)?,
             };
             let name = &self.catalog.tools()[i].name;
-            invoke::require_loaded(
-                &self.exposure,
-                i,
-                require_search,
-                self.state.activity(name, ttl),
-                self.state.turn(),
-            )?;
             let define = self.compiled.config().authoring.enabled && name == authoring::TOOL_DEFINE;
-            let validator = invoke::ParamsValidator::new(&self.catalog.tools()[i].input_schema);
-            if define {
-                authoring::validate(i, &validator, &params)?;
-            } else {
-                invoke::validate(i, &validator, &params)?;
-            }
             // A tool the proxy runs itself never reaches the client, whose prompt would ask:
             // under an `ask` rule the proxy refuses it.
             let inside = define || self.authored.contains(name);
+            // A direct call of a tool the model has in its list with its schema goes to the
+            // client as written: the provider and the client judge it against the schema.
+            let resident =
+                matches!(via, Via::Direct) && !inside && self.frozen_resident.contains(name);
+            if !resident {
+                invoke::require_loaded(
+                    &self.exposure,
+                    i,
+                    require_search,
+                    self.state.activity(name, ttl),
+                    self.state.turn(),
+                )?;
+                let validator = invoke::ParamsValidator::new(&self.catalog.tools()[i].input_schema);
+                if define {
+                    authoring::validate(i, &validator, &params)?;
+                } else {
+                    invoke::validate(i, &validator, &params)?;
+                }
+            }
             let ask =
                 match invoke::authorize(&self.catalog, self.compiled.permissions(), i, &params)? {
                     Authorization::Allowed => None,
@@ -1169,7 +1188,10 @@ impl<'a> Replay<'a> {
                         turn.unused_turns.push(idle_turns);
                     }
                     self.state.activate([name.as_str()]);
-                    turn.activated.push(name);
+                    // A resident tool's schema was in the list all along: none became active.
+                    if self.exposure.decisions[i].state != State::Resident {
+                        turn.activated.push(name);
+                    }
                 }
                 // The proxy answers a refusal itself, except a direct call of a name no tool has
                 // exactly, which goes to the client as it came.

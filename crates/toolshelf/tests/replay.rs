@@ -897,3 +897,45 @@ fn events_between_a_call_and_its_result() {
         "{err}"
     );
 }
+
+/// A direct call of a tool the model has in its list with its schema goes to the client as the
+/// model wrote it, as the proxy hands it on: not refused for arguments that do not fit the
+/// schema (the provider and the client judge those), and no tool is reported activated for it.
+/// A deferred tool's call through `defer_execute` is still checked, and its refusal loads it.
+#[test]
+fn a_resident_tool_called_directly_is_not_checked_against_its_schema() {
+    let text = ok(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--explain",
+        "--transcript",
+        &temp(
+            "resident-invalid.jsonl",
+            "{\"user\": \"read\"}\n{\"call\": {\"name\": \"Read\", \"input\": {\"path\": \"/a\"}}}\n{\"result\": {\"content\": \"x\"}}\n",
+        ),
+    ]);
+    assert!(!text.contains("refused"), "{text}");
+    assert!(!text.contains("activated"), "{text}");
+    let turns: Vec<&str> = text.lines().filter(|l| l.starts_with("turn ")).collect();
+    assert!(
+        turns.len() == 2 && turns[1].starts_with("turn 2:"),
+        "the client ran it, and its result starts the next turn: {text}"
+    );
+    let text = ok(&[
+        "replay",
+        "--ranker",
+        "bm25",
+        "--explain",
+        "--transcript",
+        &temp(
+            "deferred-invalid.jsonl",
+            "{\"user\": \"log\"}\n{\"call\": {\"name\": \"tool_search\", \"input\": {\"tool_names\": [\"mcp__git__git_log\"]}}}\n{\"call\": {\"name\": \"defer_execute\", \"input\": {\"tool_name\": \"mcp__git__git_log\", \"params\": {\"max_count\": \"five\"}}}}\n",
+        ),
+    ]);
+    assert!(
+        text.contains("refused: mcp__git__git_log: invalid arguments"),
+        "{text}"
+    );
+    assert!(text.contains("activated: mcp__git__git_log"), "{text}");
+}

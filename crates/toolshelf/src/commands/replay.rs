@@ -170,9 +170,9 @@ pub fn run(args: Args) -> Result<()> {
     })
 }
 
-/// `report` with each refused call's kind in words (`Read: invalid arguments`) instead of its
-/// code (`Read: invalid`), for the text of `--explain`; `--json` keeps the codes, as the audit
-/// log has them.
+/// `report` with each refused call's kind in words (`mcp__git__git_log: invalid arguments`)
+/// instead of its code (`mcp__git__git_log: invalid`), for the text of `--explain`; `--json`
+/// keeps the codes, as the audit log has them.
 fn in_words(mut report: TurnReport) -> TurnReport {
     for entry in &mut report.refused {
         if let Some((name, code)) = entry.rsplit_once(": ")
