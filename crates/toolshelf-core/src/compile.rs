@@ -39,9 +39,10 @@ pub struct Compiled {
 impl Compiled {
     /// Validates `config` (named `source_name` in errors) and compiles it with `mode` active.
     pub fn new(config: Config, source_name: &str, mode: Option<&str>) -> Result<Self> {
+        // An error about a key names the line the file gave it on.
         let err = |message: String| Error::Config {
             source_name: source_name.to_owned(),
-            message,
+            message: config.located(message),
         };
         let rules = config
             .defer
@@ -428,7 +429,7 @@ fn down_note(down: &[String], p: &Pattern) -> String {
 fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> {
     let err = |message: String| Error::Config {
         source_name: source_name.to_owned(),
-        message,
+        message: config.located(message),
     };
     let m = &config.modes[name];
     let tools = match &m.tools {
@@ -743,6 +744,46 @@ mod tests {
         assert!(
             e.starts_with("t.toml: ") && e.contains(says),
             "{toml:?}: {e}"
+        );
+    }
+
+    /// A value the file gives that is out of range is refused with the line of its key, however
+    /// the key is written; a configuration of no file has no lines to name.
+    #[test]
+    fn an_error_about_a_key_names_its_line() {
+        for (toml, says) in [
+            (
+                "[defer]\ndefault = true\nwindow = 0\n",
+                "t.toml: line 3: [defer] window must be a positive number of tokens",
+            ),
+            (
+                "defer = { window = 0 }\n",
+                "t.toml: line 1: [defer] window must be",
+            ),
+            (
+                "[session]\n\nactivation_ttl_turns = 0\n",
+                "t.toml: line 3: [session] activation_ttl_turns must be at least 1",
+            ),
+            (
+                "[modes.m]\ndescription = \"d\"\ntools = []\n",
+                "t.toml: line 3: [modes.m] tools = [] admits no tool",
+            ),
+            (
+                "[scripts]\nallow_hosts = [\"a b\"]\n",
+                "t.toml: line 2: [scripts] allow_hosts[0]",
+            ),
+        ] {
+            let e = compile(toml, None).expect_err(toml).to_string();
+            assert!(e.starts_with(says), "{toml:?}: {e}");
+        }
+        let mut config = Config::default();
+        config.defer.window = 0;
+        let e = Compiled::new(config, "built", None)
+            .expect_err("window")
+            .to_string();
+        assert_eq!(
+            e,
+            "built: [defer] window must be a positive number of tokens"
         );
     }
 

@@ -81,6 +81,11 @@ pub struct Config {
     /// the file, never by the file.
     #[serde(skip)]
     pub dir: Option<std::path::PathBuf>,
+    /// The line of each key of the file's tables, by table (dotted) and key: where an error
+    /// found once the file is read (a value out of range) points. Set by
+    /// [`Config::from_toml_str`], never by the file.
+    #[serde(skip)]
+    key_lines: BTreeMap<(String, String), usize>,
 }
 
 /// The sections of [`Config`] that are one table each (`[defer]`); `modes`, `servers` and
@@ -150,6 +155,35 @@ fn section_shape(text: &str) -> Option<String> {
             dotted.trim_end_matches('s')
         )
     })
+}
+
+/// The line (from 1) of each key of `text`'s tables (not arrays of tables), by the table's
+/// dotted path (`modes.ask`) and the key; empty for text that does not parse.
+fn key_lines(text: &str) -> BTreeMap<(String, String), usize> {
+    fn walk(
+        text: &str,
+        path: &str,
+        table: &toml::de::DeTable<'_>,
+        out: &mut BTreeMap<(String, String), usize>,
+    ) {
+        for (key, value) in table {
+            let start = key.span().start.min(text.len());
+            let line = text[..start].matches('\n').count() + 1;
+            out.insert((path.to_owned(), key.get_ref().to_string()), line);
+            if let toml::de::DeValue::Table(inner) = value.get_ref() {
+                let path = match path {
+                    "" => key.get_ref().to_string(),
+                    _ => format!("{path}.{}", key.get_ref()),
+                };
+                walk(text, &path, inner, out);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    if let Ok(doc) = toml::de::DeTable::parse(text) {
+        walk(text, "", doc.get_ref(), &mut out);
+    }
+    out
 }
 
 /// The line (from 1) of the first header (`[path]` or `[[path]]`) or `key =` line that gives
@@ -1045,7 +1079,7 @@ impl Config {
     /// Parses TOML text; `source_name` labels errors. Only the shape is checked here; see
     /// [`crate::compile::Compiled::new`] for everything else.
     pub fn from_toml_str(text: &str, source_name: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| {
+        let mut config: Self = toml::from_str(text).map_err(|e| {
             // A table written as an array of tables, or the other way round, fails deep inside
             // (serde reads a list into a table's keys in order), so its shape is named first.
             if let Some(message) = section_shape(text) {
@@ -1065,7 +1099,26 @@ impl Config {
                 source_name: source_name.to_owned(),
                 message: report.trim_end().to_owned(),
             }
-        })
+        })?;
+        config.key_lines = key_lines(text);
+        Ok(config)
+    }
+
+    /// `message`, an error about the configuration that starts `[TABLE] KEY` (`[defer] window
+    /// must be ...`), with the line of that key when the file gave it: `line 2: [defer] ...`.
+    pub fn located(&self, message: String) -> String {
+        let place = message.strip_prefix('[').and_then(|rest| {
+            let (table, rest) = rest.split_once("] ")?;
+            let key = rest
+                .split([' ', '[', '='])
+                .next()
+                .filter(|k| !k.is_empty())?;
+            self.key_lines.get(&(table.to_owned(), key.to_owned()))
+        });
+        match place {
+            Some(line) => format!("line {line}: {message}"),
+            None => message,
+        }
     }
 
     /// Reads the `mcpServers` of a client configuration (`mcp.json` shape) into server
