@@ -1017,8 +1017,9 @@ pub struct ProxyConfig {
     /// `max_sessions`: sessions kept at once; the least recently used goes first past it.
     pub max_sessions: usize,
     /// `take_over_deferral`: rewrite requests that already use the provider's own deferral
-    /// (`defer_loading`, a tool-search tool) instead of passing them through.
-    pub take_over_deferral: bool,
+    /// (`defer_loading`, a tool-search tool) instead of passing them through. Unset, they are
+    /// taken over when permission rules, call hooks or a mode are in force, else passed through.
+    pub take_over_deferral: Option<bool>,
     /// `on_rewrite_failure`: `auto`, `open` or `closed`.
     pub on_rewrite_failure: OnRewriteFailure,
     /// `persist_sessions`: keep sessions in files under the cache directory, so a restart loses
@@ -1041,7 +1042,7 @@ impl Default for ProxyConfig {
             max_search_rounds: 4,
             session_ttl_secs: 6 * 3600,
             max_sessions: 10_000,
-            take_over_deferral: false,
+            take_over_deferral: None,
             on_rewrite_failure: OnRewriteFailure::Auto,
             persist_sessions: false,
             max_body_bytes: 32 << 20,

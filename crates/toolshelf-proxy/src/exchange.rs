@@ -97,7 +97,8 @@ pub struct Prepared {
 pub enum PassReason {
     /// It has no client tools.
     NoTools,
-    /// It uses the provider's own deferral and `take_over_deferral` is off.
+    /// It uses the provider's own deferral, which this proxy leaves alone
+    /// ([`Proxy::takes_over_deferral`]).
     ProviderDeferral,
 }
 
@@ -158,11 +159,10 @@ pub async fn prepare(
         );
     }
     let all = dialect.tools(&body);
-    let config = &proxy.compiled.config().proxy;
     let deferring = dialect.uses_provider_deferral(&body);
     // Taking over a request that uses the provider's own deferral: its tool-search tools go,
     // and `defer_loading` marks become the per-tool declarations the catalog reads.
-    if deferring && !config.take_over_deferral {
+    if deferring && !proxy.takes_over_deferral() {
         return Ok(Plan::Pass(PassReason::ProviderDeferral));
     }
     let kept: Option<Vec<Value>> = deferring.then(|| {

@@ -95,8 +95,40 @@ pub struct Proxy {
     scripts: Option<Arc<ScriptTools>>,
     /// `scripts`' catalog items.
     script_items: Vec<serde_json::Value>,
+    /// Whether requests that use the provider's own deferral are rewritten (see
+    /// [`Self::takes_over_deferral`]).
+    take_over_deferral: bool,
     /// Totals.
     pub totals: Mutex<Totals>,
+}
+
+/// What of the configuration governs calls and the tool list: permission rules (or a default
+/// other than allow), call hooks, the active mode. Empty when there is none.
+pub fn governance(compiled: &Compiled) -> Vec<String> {
+    use toolshelf_core::config::Action;
+    use toolshelf_core::hook::HookEventKind;
+    let c = compiled.config();
+    let p = &c.permissions;
+    let mut found = Vec::new();
+    if !(p.allow.is_empty() && p.ask.is_empty() && p.deny.is_empty()) {
+        found.push("[permissions] rules".to_owned());
+    }
+    if p.default != Action::Allow {
+        found.push(format!("[permissions] default = \"{}\"", p.default));
+    }
+    for (kind, name) in [
+        (HookEventKind::PreCall, "pre_call"),
+        (HookEventKind::PostCall, "post_call"),
+        (HookEventKind::CallFailed, "call_failed"),
+    ] {
+        if !compiled.hooks().of(kind).is_empty() {
+            found.push(format!("[hooks] {name}"));
+        }
+    }
+    if let Some(mode) = compiled.mode() {
+        found.push(format!("the mode {mode:?}"));
+    }
+    found
 }
 
 impl Proxy {
@@ -119,6 +151,19 @@ impl Proxy {
                 "[audit] is configured, but the proxy writes no audit log: calls it runs itself (script tools, model-written tools) and the calls it hands to the client are not recorded"
             );
         }
+        // Deferral never weakens governance: a request that defers on its own is taken over
+        // when rules, call hooks or a mode are in force, unless the operator said otherwise.
+        let governs = governance(&compiled);
+        let take_over_deferral = match compiled.config().proxy.take_over_deferral {
+            Some(on) => on,
+            None => !governs.is_empty(),
+        };
+        if !take_over_deferral && !governs.is_empty() {
+            tracing::warn!(
+                "[proxy] take_over_deferral = false: requests that use the provider's own deferral (defer_loading, a tool-search tool) pass through with none of {} applied",
+                governs.join(", ")
+            );
+        }
         Ok(Self {
             compiled,
             shelves: Shelves::default(),
@@ -127,6 +172,7 @@ impl Proxy {
             enrich,
             scripts: None,
             script_items: Vec::new(),
+            take_over_deferral,
             totals: Mutex::new(Totals::default()),
         })
     }
@@ -137,6 +183,12 @@ impl Proxy {
         self.script_items = scripts.items();
         self.scripts = Some(Arc::new(scripts));
         self
+    }
+
+    /// Whether requests that use the provider's own deferral are rewritten: as
+    /// `[proxy] take_over_deferral` says, or when unset, whenever [`governance`] finds any.
+    pub fn takes_over_deferral(&self) -> bool {
+        self.take_over_deferral
     }
 
     /// The script tools, if the proxy runs any.

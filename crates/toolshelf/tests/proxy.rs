@@ -211,6 +211,100 @@ fn a_request_that_cannot_be_rewritten_fails_closed_under_rules_and_open_without(
     assert!(proxy.log().contains("fail-open"), "{}", proxy.log());
 }
 
+/// The tools of a client that defers on its own (as Claude Code does): one marked
+/// `defer_loading`, beside the provider's tool-search tool.
+fn self_deferring_tools() -> Vec<Value> {
+    let mut list = tools();
+    list[2]["defer_loading"] = json!(true);
+    list.push(json!({"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}));
+    list
+}
+
+/// A request that uses the provider's own deferral is taken over when rules are in force, so
+/// they hold: the model's call of a denied tool is answered to the model, never handed to the
+/// client, and the denied tool is not sent upstream.
+#[test]
+fn a_request_that_defers_on_its_own_still_meets_the_rules() {
+    let s = Scratch::new("proxy-own-deferral-rules");
+    let script = json!({"match": ["tool_search", "Read"], "steps": [
+        {"tool_uses": [{"name": "mcp__fs__write_file", "input": {"path": "a", "content": "x"}}]},
+        {"text": "Not allowed."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[permissions]\ndeny = [\"^mcp__fs__write_file$\"]\n",
+        &[],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "write a"})];
+    let answer = turn(&proxy, &self_deferring_tools(), &mut messages);
+    assert!(
+        calls(&answer).is_empty(),
+        "no call reaches the client: {answer}"
+    );
+    let turns = upstream.turns();
+    assert_eq!(turns.len(), 2, "{turns:#?}");
+    let sent = turns[0]["tool_names"].to_string();
+    assert!(
+        !sent.contains("mcp__fs__write_file") && !sent.contains("tool_search_tool_regex"),
+        "{sent}"
+    );
+    let refused = last_result(&turns[1]);
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(
+        !proxy.log().contains("take_over_deferral = false"),
+        "no warning when the rules hold: {}",
+        proxy.log()
+    );
+}
+
+/// Without rules, hooks or a mode, such a request passes through exactly as sent; with rules
+/// and `take_over_deferral = false` it does too, and the proxy says at start-up, once, what it
+/// leaves unapplied to it.
+#[test]
+fn a_request_that_defers_on_its_own_passes_through_without_rules_or_when_told_to() {
+    let s = Scratch::new("proxy-own-deferral-pass");
+    let script = json!({"match": ["tool_search", "Read"], "steps": [
+        {"tool_uses": [{"name": "mcp__fs__write_file", "input": {"path": "a", "content": "x"}}]},
+        {"tool_uses": [{"name": "mcp__fs__write_file", "input": {"path": "a", "content": "x"}}]}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let body = json!({"model": "m", "max_tokens": 64, "tools": self_deferring_tools(),
+                      "messages": [{"role": "user", "content": "write a"}]});
+    for (config, warned) in [
+        ("", false),
+        (
+            "[proxy]\ntake_over_deferral = false\n[permissions]\ndeny = [\"^mcp__fs__write_file$\"]\n",
+            true,
+        ),
+    ] {
+        let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+        let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            calls(&answer),
+            [(
+                "mcp__fs__write_file".to_owned(),
+                json!({"path": "a", "content": "x"})
+            )],
+            "{config}"
+        );
+        let sent = upstream.turns().last().cloned().expect("a request");
+        assert_eq!(
+            sent["body"], body,
+            "passed through exactly as sent: {config}"
+        );
+        assert_eq!(proxy.status()["totals"]["passed"], 1, "{config}");
+        let log = proxy.log();
+        let warning = "take_over_deferral = false: requests that use the provider's own deferral";
+        assert_eq!(log.matches(warning).count(), usize::from(warned), "{log}");
+        if warned {
+            assert!(log.contains("[permissions] rules"), "{log}");
+        }
+    }
+}
+
 #[test]
 fn refused_calls_are_answered_to_the_model_and_never_reach_the_client() {
     let s = Scratch::new("proxy-refuse");
