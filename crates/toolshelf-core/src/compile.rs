@@ -114,11 +114,11 @@ impl Compiled {
         }
         crate::http::Listener::new(&config).map_err(err)?;
         let p = &config.proxy;
-        for (key, url) in [
-            ("anthropic_upstream", &p.anthropic_upstream),
-            ("openai_upstream", &p.openai_upstream),
+        for (key, url, paths) in [
+            ("anthropic_upstream", &p.anthropic_upstream, ANTHROPIC_PATHS),
+            ("openai_upstream", &p.openai_upstream, OPENAI_PATHS),
         ] {
-            if let Some(problem) = upstream_url_problem(url) {
+            if let Some(problem) = upstream_url_problem(url, paths) {
                 return Err(err(format!("[proxy] {key} {problem} (got {url:?})")));
             }
         }
@@ -564,10 +564,17 @@ fn url_authority(text: &str) -> std::result::Result<String, String> {
     }
 }
 
+/// The client paths the proxy appends to `[proxy] anthropic_upstream`.
+pub const ANTHROPIC_PATHS: &str = "/v1/messages";
+
+/// The client paths the proxy appends to `[proxy] openai_upstream`.
+pub const OPENAI_PATHS: &str = "/v1/chat/completions or /v1/responses";
+
 /// Why `url` cannot be a provider upstream of the proxy, if it cannot: it must be an `http://`
-/// or `https://` URL, and since the client's path (`/v1/messages`) is appended to it as it is,
-/// it must not end in `/v1` itself, as an SDK's base URL does, nor have a query or fragment.
-pub fn upstream_url_problem(url: &str) -> Option<String> {
+/// or `https://` URL, and since the client's path (one of `paths`, which the problem names) is
+/// appended to it as it is, it must not end in `/v1` itself, as an SDK's base URL does, nor
+/// have a query or fragment.
+pub fn upstream_url_problem(url: &str, paths: &str) -> Option<String> {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"));
@@ -587,18 +594,16 @@ pub fn upstream_url_problem(url: &str) -> Option<String> {
         return Some("must name a host (http://HOST or https://HOST[:PORT])".into());
     }
     if rest.contains(['?', '#']) {
-        return Some(
-            "must not have a query or fragment: the client's path (/v1/messages) is appended \
-             to it, after them"
-                .into(),
-        );
+        return Some(format!(
+            "must not have a query or fragment: the client's path ({paths}) is appended to it, \
+             after them"
+        ));
     }
     let trimmed = rest.trim_end_matches('/');
     if trimmed.ends_with("/v1") {
         let base = &url[..url.len() - rest.len() + trimmed.len() - "/v1".len()];
         return Some(format!(
-            "must not end in /v1: the client's path (/v1/messages, /v1/chat/completions) is \
-             appended to it, so give {base}"
+            "must not end in /v1: the client's path ({paths}) is appended to it, so give {base}"
         ));
     }
     None
@@ -621,7 +626,7 @@ mod tests {
             "https://gateway.ai.cloudflare.com/v1/account/gateway/openai",
             "http://host/v10",
         ] {
-            assert_eq!(upstream_url_problem(ok), None, "{ok}");
+            assert_eq!(upstream_url_problem(ok, ANTHROPIC_PATHS), None, "{ok}");
         }
         for (bad, says) in [
             ("ftp://host", "must be an http:// or https:// URL"),
@@ -637,7 +642,7 @@ mod tests {
             ("http://host/api/v1/", "so give http://host/api"),
             ("http://host/api?api-version=1", "must not have a query"),
         ] {
-            let problem = upstream_url_problem(bad).unwrap_or_default();
+            let problem = upstream_url_problem(bad, ANTHROPIC_PATHS).unwrap_or_default();
             assert!(problem.contains(says), "{bad}: {problem}");
         }
     }
@@ -905,13 +910,29 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_in_the_file_names_the_paths_of_its_api() {
+        assert_refused(
+            "[proxy]\nopenai_upstream = \"http://host/?x=1\"",
+            "[proxy] openai_upstream must not have a query or fragment: the client's path (/v1/chat/completions or /v1/responses) is appended to it, after them (got \"http://host/?x=1\")",
+        );
+        assert_refused(
+            "[proxy]\nopenai_upstream = \"http://host/v1\"",
+            "[proxy] openai_upstream must not end in /v1: the client's path (/v1/chat/completions or /v1/responses) is appended to it, so give http://host",
+        );
+        assert_refused(
+            "[proxy]\nanthropic_upstream = \"http://host/?x=1\"",
+            "[proxy] anthropic_upstream must not have a query or fragment: the client's path (/v1/messages) is appended",
+        );
+    }
+
+    #[test]
     fn an_upstream_names_a_host_and_holds_no_whitespace() {
         for ok in [
             "http://[::1]:8080",
             "http://user@host",
             "https://host:8443/base",
         ] {
-            assert_eq!(upstream_url_problem(ok), None, "{ok}");
+            assert_eq!(upstream_url_problem(ok, ANTHROPIC_PATHS), None, "{ok}");
         }
         for (bad, says) in [
             ("http://", "must name a host"),
@@ -927,7 +948,7 @@ mod tests {
                 "must be an http:// or https:// URL",
             ),
         ] {
-            let problem = upstream_url_problem(bad).unwrap_or_default();
+            let problem = upstream_url_problem(bad, ANTHROPIC_PATHS).unwrap_or_default();
             assert!(problem.contains(says), "{bad:?}: {problem}");
         }
         assert_refused(

@@ -38,32 +38,19 @@ pub struct Args {
 }
 
 fn anthropic_upstream(text: &str) -> Result<String, String> {
-    upstream_url(text, "/v1/messages")
+    upstream_url(text, toolshelf_core::compile::ANTHROPIC_PATHS)
 }
 
 fn openai_upstream(text: &str) -> Result<String, String> {
-    upstream_url(text, "/v1/chat/completions or /v1/responses")
+    upstream_url(text, toolshelf_core::compile::OPENAI_PATHS)
 }
 
 /// An upstream given on the command line, checked here so that the error names the flag, and
 /// the client paths appended to it as those of the flag's API (`paths`).
 fn upstream_url(text: &str, paths: &str) -> Result<String, String> {
-    match toolshelf_core::compile::upstream_url_problem(text) {
+    match toolshelf_core::compile::upstream_url_problem(text, paths) {
         None => Ok(text.to_owned()),
-        Some(problem) => Err(with_paths(&problem, paths)),
-    }
-}
-
-/// `problem` with the client paths it gives as an example (`the client's path (...)`) replaced
-/// by `paths`.
-fn with_paths(problem: &str, paths: &str) -> String {
-    const SAYS: &str = "the client's path (";
-    let Some(start) = problem.find(SAYS).map(|i| i + SAYS.len()) else {
-        return problem.to_owned();
-    };
-    match problem[start..].find(')') {
-        Some(end) => format!("{}{paths}{}", &problem[..start], &problem[start + end..]),
-        None => problem.to_owned(),
+        Some(problem) => Err(problem),
     }
 }
 
