@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use toolshelf_core::Compiled;
+use toolshelf_core::hook::HookEventKind;
 
 use crate::api::{Dialect, Tokens};
 use crate::session::ProxySession;
@@ -106,7 +107,6 @@ pub struct Proxy {
 /// other than allow), call hooks, the active mode. Empty when there is none.
 pub fn governance(compiled: &Compiled) -> Vec<String> {
     use toolshelf_core::config::Action;
-    use toolshelf_core::hook::HookEventKind;
     let c = compiled.config();
     let p = &c.permissions;
     let mut found = Vec::new();
@@ -149,6 +149,22 @@ impl Proxy {
         if audit.enabled && (audit.path.is_some() || !audit.required) {
             tracing::warn!(
                 "[audit] is configured, but the proxy writes no audit log: calls it runs itself (script tools, model-written tools) and the calls it hands to the client are not recorded"
+            );
+        }
+        // Hooks of events the proxy has no place to run: said once, not left to be found out.
+        let unrun: Vec<&str> = [
+            (HookEventKind::PostSearch, "post_search"),
+            (HookEventKind::SessionStart, "session_start"),
+            (HookEventKind::SessionEnd, "session_end"),
+        ]
+        .into_iter()
+        .filter(|(kind, _)| !compiled.hooks().of(*kind).is_empty())
+        .map(|(_, name)| name)
+        .collect();
+        if !unrun.is_empty() {
+            tracing::warn!(
+                "[hooks] {}: the proxy does not run hooks of these events (only the gateway does), so they never fire here",
+                unrun.join(", ")
             );
         }
         // Deferral never weakens governance: a request that defers on its own is taken over

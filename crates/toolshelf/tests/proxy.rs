@@ -305,6 +305,21 @@ fn a_request_that_defers_on_its_own_passes_through_without_rules_or_when_told_to
     }
 }
 
+/// Hooks of events the proxy does not run are named at start-up, once, not silently ignored.
+#[test]
+fn hooks_the_proxy_does_not_run_are_named_at_start() {
+    let s = Scratch::new("proxy-unrun-hooks");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let config = "[[hooks.post_search]]\ncommand = \"/bin/true\"\n\
+                  [[hooks.session_end]]\ncommand = \"/bin/true\"\n\
+                  [[hooks.post_call]]\ncommand = \"/bin/true\"\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let log = proxy.log();
+    let warning = "[hooks] post_search, session_end: the proxy does not run hooks of these events";
+    assert_eq!(log.matches(warning).count(), 1, "{log}");
+    assert!(!log.contains("session_start"), "{log}");
+}
+
 #[test]
 fn refused_calls_are_answered_to_the_model_and_never_reach_the_client() {
     let s = Scratch::new("proxy-refuse");
