@@ -1409,7 +1409,26 @@ impl Turn {
             self.searches += 1;
             self.prepared.session.figures.searches += 1;
             let started = std::time::Instant::now();
-            let (text, is_error) = self.search(proxy, c);
+            let (mut text, mut is_error, mut loaded) = self.search(proxy, c);
+            let hooks = proxy.compiled.hooks().of(HookEventKind::PostSearch);
+            if !hooks.is_empty() {
+                let mut event = HookEvent::new(HookEventKind::PostSearch, &self.prepared.key);
+                event.search = Some(Value::Object(c.input.clone()));
+                event.loaded = Some(loaded.clone());
+                let ((t, e), keep) =
+                    crate::results::after_search(hooks, event, (text, is_error)).await;
+                (text, is_error) = (t, e);
+                if !keep {
+                    loaded.clear();
+                }
+            }
+            for name in &loaded {
+                self.note_activated(name);
+            }
+            self.prepared
+                .session
+                .state
+                .activate(loaded.iter().map(String::as_str));
             self.search_us.push(started.elapsed().as_micros() as u64);
             if let Some(Value::Array(qs)) = c.input.get("queries") {
                 self.queries
@@ -2120,13 +2139,15 @@ impl Turn {
         Ok(Call { input, ..c.clone() })
     }
 
-    fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool) {
+    /// Answers a `tool_search` call: its text, whether it is an error, and the names of the
+    /// tools it loads (which the caller activates, once the hooks let the answer through).
+    fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool, Vec<String>) {
         let started = std::time::Instant::now();
         let request = match SearchRequest::from_json(&Value::Object(c.input.clone())) {
             Ok(r) => r,
             Err(text) => {
                 crate::metrics::searched("invalid", started.elapsed());
-                return (text, true);
+                return (text, true, Vec::new());
             }
         };
         let shelf = self.prepared.shelf.clone();
@@ -2167,12 +2188,8 @@ impl Turn {
                     toolshelf_core::search::render::Outcome::NoMatch => "no_match",
                 };
                 crate::metrics::searched(outcome, started.elapsed());
-                let names: Vec<&str> = r.loaded.iter().map(|&i| tools[i].name.as_str()).collect();
-                for name in &names {
-                    self.note_activated(name);
-                }
-                self.prepared.session.state.activate(names);
-                (r.text, false)
+                let names = r.loaded.iter().map(|&i| tools[i].name.clone()).collect();
+                (r.text, false, names)
             }
             Err(_) => {
                 crate::metrics::searched("engine_failure", started.elapsed());
@@ -2182,6 +2199,7 @@ impl Turn {
                     )
                     .text,
                     true,
+                    Vec::new(),
                 )
             }
         }

@@ -153,7 +153,6 @@ impl Proxy {
         }
         // Hooks of events the proxy has no place to run: said once, not left to be found out.
         let unrun: Vec<&str> = [
-            (HookEventKind::PostSearch, "post_search"),
             (HookEventKind::SessionStart, "session_start"),
             (HookEventKind::SessionEnd, "session_end"),
         ]

@@ -84,6 +84,22 @@ pub async fn after_call(
     }
 }
 
+/// Runs the `post_search` hooks on a search's answer (`event` has its arguments and the names it
+/// loaded), as the gateway does: the text the model reads, and whether the search's tools are
+/// loaded (not when a hook withheld the result, whose schemas the model never saw).
+pub async fn after_search(hooks: &[Hook], mut event: HookEvent, result: Text) -> (Text, bool) {
+    event.result = Some(call_result(&result));
+    let (verdict, replaced) = hooks::run_replacing(hooks, None, event, read_result).await;
+    if let Some(reason) = verdict.denied {
+        let withheld = format!("The search result was withheld by a hook: {reason}");
+        return ((withheld, true), false);
+    }
+    (
+        with_guidance(replaced.unwrap_or(result), verdict.guidance),
+        true,
+    )
+}
+
 fn with_guidance((mut text, is_error): Text, guidance: Vec<String>) -> Text {
     for g in guidance {
         text.push_str("\n\n");

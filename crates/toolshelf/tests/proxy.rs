@@ -312,12 +312,78 @@ fn hooks_the_proxy_does_not_run_are_named_at_start() {
     let upstream = Upstream::start(&s, &json!({"steps": []}));
     let config = "[[hooks.post_search]]\ncommand = \"/bin/true\"\n\
                   [[hooks.session_end]]\ncommand = \"/bin/true\"\n\
+                  [[hooks.session_start]]\ncommand = \"/bin/true\"\n\
                   [[hooks.post_call]]\ncommand = \"/bin/true\"\n";
     let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
     let log = proxy.log();
-    let warning = "[hooks] post_search, session_end: the proxy does not run hooks of these events";
+    let warning =
+        "[hooks] session_start, session_end: the proxy does not run hooks of these events";
     assert_eq!(log.matches(warning).count(), 1, "{log}");
-    assert!(!log.contains("session_start"), "{log}");
+    assert!(!log.contains("post_search"), "{log}");
+}
+
+/// `post_search` hooks see the searches the proxy answers, as the gateway's do: one adds
+/// guidance, one that withholds a result leaves its tools unloaded.
+#[test]
+fn post_search_hooks_see_and_may_withhold_the_proxys_searches() {
+    let s = Scratch::new("proxy-post-search");
+    let events = s.path("events.jsonl");
+    let hook = s.write(
+        "hook.sh",
+        &format!(
+            r#"#!/bin/sh
+event=$(cat)
+printf '%s\n' "$event" >> {events}
+case "$event" in
+  *git*) echo "no git today" >&2; exit 2 ;;
+  *) echo '{{"guidance": "prefer small files"}}' ;;
+esac
+"#
+        ),
+    );
+    Command::new("chmod")
+        .args(["+x", &hook])
+        .status()
+        .expect("chmod");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["write file"]}}]},
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__git__git_status"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__git__git_status", "params": {"repo_path": "."}}}]},
+        {"text": "Done."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config =
+        format!("[proxy]\nmax_search_rounds = 5\n[[hooks.post_search]]\ncommand = {hook:?}\n");
+    let proxy = ProxyProc::start(&s, &upstream.url(), &config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "status"})];
+    let answer = turn(&proxy, &tools(), &mut messages);
+    assert!(calls(&answer).is_empty(), "{answer}");
+    let (found, is_error) = upstream.last_result(1);
+    assert!(
+        !is_error && found.contains("mcp__fs__write_file") && found.ends_with("prefer small files"),
+        "{found}"
+    );
+    let (withheld, is_error) = upstream.last_result(2);
+    assert!(is_error, "{withheld}");
+    assert_eq!(
+        withheld,
+        "The search result was withheld by a hook: no git today"
+    );
+    let (refused, is_error) = upstream.last_result(3);
+    assert!(
+        is_error && refused.contains("not been loaded"),
+        "the withheld search loaded nothing: {refused}"
+    );
+    let seen: Vec<Value> = std::fs::read_to_string(&events)
+        .expect("events")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an event"))
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0]["event"], "post_search");
+    assert_eq!(seen[0]["search"], json!({"queries": ["write file"]}));
+    assert_eq!(seen[1]["loaded"], json!(["mcp__git__git_status"]));
 }
 
 #[test]
