@@ -705,6 +705,9 @@ mod tests {
         let e = crate::Compiled::new(config, "test.toml", None)
             .expect_err("invalid")
             .to_string();
-        assert_eq!(e, "test.toml: line 2: [http] max_sessions must be at least 1");
+        assert_eq!(
+            e,
+            "test.toml: line 2: [http] max_sessions must be at least 1"
+        );
     }
 }
