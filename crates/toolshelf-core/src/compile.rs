@@ -163,6 +163,18 @@ impl Compiled {
             ));
         }
         at_least_one("store", &[("timeout_ms", st.timeout_ms)]).map_err(err)?;
+        // An empty token would read as none: the dashboard refused, the status and metrics open.
+        if config
+            .ui
+            .token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            return Err(err(
+                "[ui] token must not be empty (got \"\"): set a token, or leave the key out for none"
+                    .into(),
+            ));
+        }
         let permissions = Permissions::new(&config.permissions, source_name)?;
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let reminders =
@@ -697,6 +709,10 @@ mod tests {
             (
                 "[store]\nkey_prefix = \"\"",
                 "[store] key_prefix must not be empty (got \"\")",
+            ),
+            (
+                "[ui]\ntoken = \"\"",
+                "[ui] token must not be empty (got \"\"): set a token, or leave the key out for none",
             ),
             // Each key at fault is named alone, with its value.
             (

@@ -909,6 +909,18 @@ async fn status_names_the_mode_and_a_changed_configuration() {
         table.contains("note: it does not run mode look; its tool counts are for no mode"),
         "{table}"
     );
+    // A mode the configuration does not define is refused, as `serve --mode` refuses it.
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &cfg, "--mode", "nosuch"])
+        .output()
+        .expect("status");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("unknown mode \"nosuch\"; defined modes: look"),
+        "{e}"
+    );
     client.cancel().await.expect("close");
 
     let catalog = |mode: Option<&str>| {

@@ -35,6 +35,17 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     init_logging(super::serve::ONE_SHOT_LOG);
     let mut settings = args.source.one_shot()?;
+    // A mode the configuration does not define is refused as `serve` refuses it, whether or not
+    // a gateway runs.
+    if let Some(m) = &settings.mode
+        && !settings.config.modes.contains_key(m)
+    {
+        return Err(toolshelf_core::Error::UnknownMode {
+            name: m.clone(),
+            available: settings.config.modes.keys().cloned().collect(),
+        }
+        .into());
+    }
     let running = if settings.config.cache.enabled {
         running_gateways(&cache_dir(&settings.config)?, &settings.label)
     } else {
