@@ -151,12 +151,14 @@ pub fn defined_meanwhile(
             "tool_define: a tool named {name:?} was defined by another call of this session while this one was checked; that definition stands (choose another name for this one)"
         ));
     }
-    let defined = authored.len();
+    at_max_tools(authored.len(), max_tools).map(|at_limit| format!("tool_define: {at_limit}"))
+}
+
+/// Why a session that has defined `defined` tools may define no more, when `max_tools` is reached.
+fn at_max_tools(defined: usize, max_tools: usize) -> Option<String> {
     (defined >= max_tools).then(|| {
         let s = if defined == 1 { "" } else { "s" };
-        format!(
-            "tool_define: this session has defined {defined} tool{s}, the most [authoring] max_tools allows"
-        )
+        format!("this session has defined {defined} tool{s}, the most [authoring] max_tools allows")
     })
 }
 
@@ -263,10 +265,7 @@ fn checked(
         Resolution::Ambiguous(all) => all.into_iter().any(visible),
         Resolution::NotFound => false,
     };
-    let at_limit = (defined >= limits.max_tools).then(|| {
-        let s = if defined == 1 { "" } else { "s" };
-        format!("this session has defined {defined} tool{s}, the most [authoring] max_tools allows")
-    });
+    let at_limit = at_max_tools(defined, limits.max_tools);
     if own && !redefinable {
         // Here a defined tool stays for the session, so at the limit no new name helps either.
         if let Some(at_limit) = at_limit {
