@@ -22,13 +22,14 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use serde::Serialize;
 use toolshelf_core::audit::{AuditKind, AuditRecord};
 
 use crate::error::{GatewayError, Result};
+use crate::hub::{Events, HubEvent};
 
 /// The audit log (or none).
 #[derive(Debug, Default)]
@@ -36,6 +37,9 @@ pub struct Audit {
     writer: Option<Writer>,
     required: bool,
     dropped: AtomicU64,
+    /// Told whenever the log's health changes (a record dropped, writes failing or resuming), so
+    /// that the status file `toolshelf status` reads follows it.
+    watcher: OnceLock<Events>,
 }
 
 #[derive(Debug)]
@@ -140,7 +144,20 @@ impl Audit {
             }),
             required,
             dropped: AtomicU64::new(0),
+            watcher: OnceLock::new(),
         })
+    }
+
+    /// Tells `events` of every change of the log's health from now on (once; later calls are
+    /// ignored).
+    pub fn report_to(&self, events: Events) {
+        let _ = self.watcher.set(events);
+    }
+
+    fn health_changed(&self) {
+        if let Some(events) = self.watcher.get() {
+            events.send(HubEvent::AuditHealth);
+        }
     }
 
     /// No audit log.
@@ -185,6 +202,8 @@ impl Audit {
                     );
                 }
                 state.failing = Some(why.clone());
+                drop(state);
+                self.health_changed();
                 Err(why)
             }
         }
@@ -218,6 +237,8 @@ impl Audit {
                             w.path.display()
                         );
                         state.failing = Some(why.clone());
+                        drop(state);
+                        self.health_changed();
                         Err(format!("{}: {why}", w.path.display()))
                     }
                 };
@@ -240,6 +261,8 @@ impl Audit {
                 );
                 state.failing = None;
                 state.lost = 0;
+                drop(state);
+                self.health_changed();
                 Ok(())
             }
             Err(e) => {

@@ -332,6 +332,8 @@ pub enum HubEvent {
     },
     /// Every server started at start-up is ready or has failed (sent once, after their events).
     Settled,
+    /// The audit log's health changed: a record was dropped, or writes failed or resumed.
+    AuditHealth,
 }
 
 /// The sending side of the hub's event channel, as servers hold it. It counts the tool changes
@@ -531,6 +533,7 @@ impl Hub {
             tx,
             announced: announced.clone(),
         };
+        audit.report_to(events.clone());
         let servers = config
             .servers
             .iter()
@@ -616,6 +619,7 @@ impl Hub {
         let mut tools = false;
         let mut tool_changes = 0;
         let mut settled = false;
+        let mut audit = false;
         for e in batch {
             match e {
                 HubEvent::Changed { server, tools: t } => {
@@ -626,6 +630,7 @@ impl Hub {
                     }
                 }
                 HubEvent::Settled => settled = true,
+                HubEvent::AuditHealth => audit = true,
             }
         }
         if tools {
@@ -678,7 +683,7 @@ impl Hub {
                 let _ = self.audit.append(&r);
             }
         }
-        if !changed.is_empty() || settled {
+        if !changed.is_empty() || settled || audit {
             let hub = self.clone();
             let _ = tokio::task::spawn_blocking(move || hub.write_status()).await;
         }

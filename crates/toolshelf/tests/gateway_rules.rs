@@ -496,8 +496,35 @@ async fn a_required_log_that_became_unwritable_refuses_the_next_call() {
             && e.contains(&format!("{} is a file", s.path("logs"))),
         "{e}"
     );
+    // The operator's view follows the log's health both ways.
+    // The operator's view follows the log's health both ways, and a health check fails while
+    // calls are refused.
+    let audit_status = || {
+        let out = std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &cfg, "--json"])
+            .output()
+            .expect("status");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        (v["gateways"][0]["audit"].clone(), out.status.code())
+    };
+    wait_for("toolshelf status to report the failing log", || async {
+        audit_status().0["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("is a file"))
+    })
+    .await;
+    assert_eq!(
+        audit_status().1,
+        Some(1),
+        "a failing required log is unhealthy"
+    );
     std::fs::remove_file(s.path("logs")).expect("clear the way");
     assert!(ok(&exec(&client, "mcp__s__t", json!({})).await).contains("\"server\":\"s\""));
+    wait_for("toolshelf status to report the log recovered", || async {
+        audit_status().0["error"].is_null()
+    })
+    .await;
+    assert_eq!(audit_status().1, Some(0));
     client.cancel().await.expect("close");
     let audit = s.audit_at("logs/audit.jsonl");
     let outcomes: Vec<(&str, &str)> = audit

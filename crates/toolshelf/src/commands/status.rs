@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 
 use anyhow::Result;
 use toolshelf_core::Config;
+use toolshelf_gateway::audit::AuditStatus;
 use toolshelf_gateway::downstream::ServerStatus;
 use toolshelf_gateway::hub::{StatusFile, cache_dir, running_gateways};
 
@@ -27,7 +28,8 @@ pub struct Args {
     source: GatewaySource,
     /// Print JSON: {"source": "running" | "probe", "pid"?, "servers": [...], "warnings": [...],
     /// "gateways"?: [{"pid", "mode", "servers", "audit", "warnings", "config_changed"?}]}.
-    /// Either way the exit status is 1 when a server has failed.
+    /// Either way the exit status is 1 when a server has failed or a required audit log cannot
+    /// be written.
     #[arg(long)]
     json: bool,
 }
@@ -79,7 +81,10 @@ pub fn run(args: Args) -> Result<()> {
                 "warnings": running[0].warnings,
                 "gateways": gateways,
             }))?;
-            return healthy(running.iter().flat_map(|g| &g.servers));
+            return healthy(
+                running.iter().flat_map(|g| &g.servers),
+                running.iter().filter_map(|g| g.audit.as_ref()),
+            );
         }
         for g in &running {
             match g.mode.as_deref().map(cell) {
@@ -119,7 +124,10 @@ pub fn run(args: Args) -> Result<()> {
             // A running gateway's log is usually hidden by the client that started it.
             print_warnings(&g.warnings)?;
         }
-        return healthy(running.iter().flat_map(|g| &g.servers));
+        return healthy(
+            running.iter().flat_map(|g| &g.servers),
+            running.iter().filter_map(|g| g.audit.as_ref()),
+        );
     }
     // Without the cache no gateway writes a status file: one may run all the same.
     let unseen = if settings.config.cache.enabled {
@@ -144,7 +152,7 @@ pub fn run(args: Args) -> Result<()> {
         outln!("{unseen}; started each server to check it");
         print_table(&servers)?;
     }
-    healthy(&servers)
+    healthy(&servers, [])
 }
 
 /// How a running gateway's servers differ from the configuration's servers now: the status
@@ -189,23 +197,41 @@ impl Drift {
     }
 }
 
-/// An error naming the failed servers, if any, so that a health check can go by the exit status.
-fn healthy<'a>(servers: impl IntoIterator<Item = &'a ServerStatus>) -> Result<()> {
+/// An error naming the failed servers and the required audit logs that cannot be written (every
+/// call of that gateway is refused), if any, so that a health check can go by the exit status.
+fn healthy<'a>(
+    servers: impl IntoIterator<Item = &'a ServerStatus>,
+    audit: impl IntoIterator<Item = &'a AuditStatus>,
+) -> Result<()> {
     let failed: BTreeSet<&str> = servers
         .into_iter()
         .filter(|s| s.state == "failed")
         .map(|s| s.name.as_str())
         .collect();
-    if failed.is_empty() {
+    let mut problems = Vec::new();
+    if !failed.is_empty() {
+        let names: Vec<String> = failed.into_iter().map(cell).collect();
+        problems.push(format!(
+            "{} failed: {}",
+            super::count(names.len(), "server", "servers"),
+            names.join(", ")
+        ));
+    }
+    let refusing: BTreeSet<&str> = audit
+        .into_iter()
+        .filter(|a| a.required && a.error.is_some())
+        .map(|a| a.path.as_str())
+        .collect();
+    for path in refusing {
+        problems.push(format!(
+            "the audit log {} cannot be written, and calls are refused until it can ([audit] required = true)",
+            cell(path)
+        ));
+    }
+    if problems.is_empty() {
         return Ok(());
     }
-    let names: Vec<String> = failed.into_iter().map(cell).collect();
-    Err(super::Finding(format!(
-        "{} failed: {}",
-        super::count(names.len(), "server", "servers"),
-        names.join(", ")
-    ))
-    .into())
+    Err(super::Finding(problems.join("; ")).into())
 }
 
 fn print_warnings(warnings: &[String]) -> Result<()> {
