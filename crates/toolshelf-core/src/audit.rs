@@ -193,6 +193,14 @@ pub struct AuditRecord {
     /// Searches: the tools whose full schemas the response carried, with their original names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loaded: Option<Vec<AuditHit>>,
+    /// What hooks changed, in order: `params_rewritten` (by a `pre_call` hook; `params` are
+    /// those the tool got, `requested_params` the caller's), `result_withheld` (`detail` says
+    /// why) or `result_replaced` (by a `post_call` or `post_search` hook).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<&'static str>,
+    /// The params the caller sent, when a `pre_call` hook rewrote them (bounded as `params`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_params: Option<Map<String, Value>>,
 }
 
 impl AuditRecord {
@@ -212,6 +220,8 @@ impl AuditRecord {
             duration_ms: None,
             ask: None,
             loaded: None,
+            hooks: Vec::new(),
+            requested_params: None,
         }
     }
 
@@ -219,6 +229,23 @@ impl AuditRecord {
     /// tool (set [`AuditRecord::tool`] first).
     pub fn set_params(&mut self, params: &Map<String, Value>) {
         self.params = Some(capped_params_of(self.tool.as_deref(), params));
+    }
+
+    /// Records that a `pre_call` hook rewrote the caller's `requested` params (bounded as
+    /// [`AuditRecord::set_params`] bounds them).
+    pub fn set_rewritten_from(&mut self, requested: &Map<String, Value>) {
+        self.hooks.push("params_rewritten");
+        self.requested_params = Some(capped_params_of(self.tool.as_deref(), requested));
+    }
+
+    /// Records that a hook withheld the result, and why (after any `detail` already set).
+    pub fn set_withheld(&mut self, reason: &str) {
+        self.hooks.push("result_withheld");
+        let why = format!("a hook withheld the result: {}", crate::echo::echo(reason));
+        self.detail = Some(match self.detail.take() {
+            Some(d) => format!("{d}; {why}"),
+            None => why,
+        });
     }
 
     /// The record as one line of JSON, without the newline. The characters that some readers

@@ -390,6 +390,8 @@ struct Admitted {
     /// `None` for a tool the gateway runs itself (`tool_define`, a model-authored tool).
     server: Option<Arc<Downstream>>,
     guidance: Vec<String>,
+    /// The caller's params, when a `pre_call` hook rewrote them.
+    rewritten_from: Option<Map<String, Value>>,
 }
 
 /// Why a call did not go out: a stage refused it, or it was abandoned while it waited for the
@@ -771,7 +773,6 @@ impl GatewaySession {
                 .map(|&i| AuditHit::of(&snap.catalog.tools()[i]))
                 .collect(),
         );
-        let _ = self.hub.audit.append(&r);
         // A server that is down is named whatever the search found: its tools may be the ones
         // wanted. An exact lookup that found something concerns only the names it did not find.
         if !outcome.is_error {
@@ -805,17 +806,22 @@ impl GatewaySession {
             self.report_hook_failures(&verdict, None);
             if let Some(reason) = verdict.denied {
                 // The model never saw the schemas, so nothing is loaded.
+                r.set_withheld(&reason);
+                r.loaded = Some(Vec::new());
+                let _ = self.hub.audit.append(&r);
                 return error_result(format!(
                     "The search result was withheld by a hook: {reason}"
                 ));
             }
-            if let Some(r) = rewritten {
-                result = r;
+            if let Some(rewritten) = rewritten {
+                r.hooks.push("result_replaced");
+                result = rewritten;
             }
             for g in verdict.guidance {
                 result.content.push(ContentBlock::text(g));
             }
         }
+        let _ = self.hub.audit.append(&r);
         self.local
             .lock()
             .await
@@ -982,6 +988,7 @@ impl GatewaySession {
                         index: i,
                         server,
                         guidance: Vec::new(),
+                        rewritten_from: None,
                     };
                     return Err(Stop::Abandoned { admitted, why });
                 }
@@ -990,6 +997,7 @@ impl GatewaySession {
             invoke::approved(i, &because, answer)?;
         }
         let mut guidance = Vec::new();
+        let mut rewritten_from = None;
         let hooks = self.hub.compiled().hooks().of(HookEventKind::PreCall);
         if hooks.iter().any(|h| h.applies_to(Some(tool))) {
             let mut event = self.call_event(HookEventKind::PreCall, tool, server.as_deref(), via);
@@ -1002,6 +1010,7 @@ impl GatewaySession {
                         index: i,
                         server,
                         guidance: Vec::new(),
+                        rewritten_from: None,
                     };
                     return Err(Stop::Abandoned { admitted, why });
                 }
@@ -1013,7 +1022,7 @@ impl GatewaySession {
                 invoke::after_pre_call(i, &validator, denial, rewritten)
             });
             if let Some(rewritten) = after.await? {
-                *params = rewritten;
+                rewritten_from = Some(std::mem::replace(params, rewritten));
             }
             guidance = pre.guidance;
         }
@@ -1025,6 +1034,7 @@ impl GatewaySession {
             index: i,
             server,
             guidance,
+            rewritten_from,
         })
     }
 
@@ -1179,6 +1189,7 @@ impl GatewaySession {
             index,
             server,
             mut guidance,
+            rewritten_from,
         } = admitted;
         let tool = &snap.catalog.tools()[index];
         let name = tool.name.as_str();
@@ -1241,6 +1252,9 @@ impl GatewaySession {
         record.tool = Some(name.to_owned());
         record.server = server.as_ref().map(|s| s.name().to_owned());
         record.set_params(&params);
+        if let Some(requested) = &rewritten_from {
+            record.set_rewritten_from(requested);
+        }
         record.duration_ms = Some(started.elapsed().as_millis() as u64);
         record.ask = ask.map(str::to_owned);
         let mut event = self.call_event(HookEventKind::PostCall, tool, server.as_deref(), via);
@@ -1255,10 +1269,12 @@ impl GatewaySession {
                     let (post, rewritten) = run_result_hooks(post, Some(tool), event).await;
                     self.report_hook_failures(&post, Some(name));
                     if let Some(reason) = post.denied {
+                        record.set_withheld(&reason);
                         result = error_result(format!(
                             "{shown} ran, but a post_call hook withheld its result: {reason}"
                         ));
                     } else if let Some(r) = rewritten {
+                        record.hooks.push("result_replaced");
                         result = r;
                     }
                     guidance.extend(post.guidance);

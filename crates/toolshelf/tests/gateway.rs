@@ -739,6 +739,8 @@ case "$role:$event" in
     exec sleep 60 ;;
   post:*'"message":"not a result"'*)
     echo '{"result": {"content": "plain text is not a content list"}}' ;;
+  post:*'"message":"withhold the result"'*)
+    echo '{"decision": "deny", "reason": "the test hook withholds this result"}' ;;
   post:*'"message":"rewrite the result"'*)
     echo '{"result": {"content": [{"type": "text", "text": "result rewritten by post_call"}]}, "guidance": "post_call guidance"}' ;;
   failed:*)
@@ -956,6 +958,71 @@ async fn hooks_on_every_event() {
     assert!(
         withheld.contains("the test hook withholds this search"),
         "{withheld}"
+    );
+    let withheld = err(&echo("withhold the result").await);
+    assert!(
+        withheld.contains("the test hook withholds this result"),
+        "{withheld}"
+    );
+
+    // The audit log says what the hooks changed: the params the tool got and the caller's, a
+    // result replaced or withheld (and why), and a withheld search loads nothing.
+    let audit = s.audit();
+    let record = |kind: &str, what: &str, value: &str| -> Value {
+        audit
+            .iter()
+            .find(|r| r["kind"] == kind && r["params"][what] == value)
+            .unwrap_or_else(|| panic!("no {kind} record with {what} {value}: {audit:?}"))
+            .clone()
+    };
+    let rewritten = record("call", "message", "rewritten by pre_call");
+    assert_eq!(
+        (
+            &rewritten["hooks"],
+            &rewritten["requested_params"],
+            &rewritten["params"]
+        ),
+        (
+            &json!(["params_rewritten"]),
+            &json!({"message": "rewrite me"}),
+            &json!({"message": "rewritten by pre_call", "added": 1})
+        ),
+        "{rewritten}"
+    );
+    let replaced = record("call", "message", "rewrite the result");
+    assert_eq!(replaced["hooks"], json!(["result_replaced"]), "{replaced}");
+    assert!(replaced.get("requested_params").is_none(), "{replaced}");
+    let plain = record("call", "message", "plain");
+    assert!(plain.get("hooks").is_none(), "{plain}");
+    let kept = record("call", "message", "withhold the result");
+    assert_eq!(
+        (&kept["hooks"], &kept["detail"]),
+        (
+            &json!(["result_withheld"]),
+            &json!("a hook withheld the result: the test hook withholds this result")
+        ),
+        "{kept}"
+    );
+    let search_audit = |query: &str| -> Value {
+        audit
+            .iter()
+            .find(|r| r["kind"] == "search" && r["params"]["queries"] == json!([query]))
+            .unwrap_or_else(|| panic!("no search record of {query}: {audit:?}"))
+            .clone()
+    };
+    let replaced = search_audit("rewrite");
+    assert_eq!(replaced["hooks"], json!(["result_replaced"]), "{replaced}");
+    let kept = search_audit("withhold");
+    assert_eq!(
+        (&kept["hooks"], &kept["loaded"]),
+        (&json!(["result_withheld"]), &json!([])),
+        "{kept}"
+    );
+    assert!(
+        kept["detail"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("the test hook withholds this search")),
+        "{kept}"
     );
 
     // Failing hooks: fail open lets the call through, fail closed refuses it; both are reported.
