@@ -497,19 +497,40 @@ pub async fn serve_http(
         hub: hub_for_ui,
         loopback: local.ip().is_loopback(),
     };
+    // `/ui/` and `/metrics/` are the pages without the slash, and `/favicon.ico`, which a
+    // browser asks for with every page, is an empty answer, as the proxy has them; any other path
+    // says which paths there are.
     let pages = axum::Router::new()
         .route("/ui", axum::routing::get(crate::ui::handle))
+        .route("/ui/", axum::routing::get(crate::ui::handle))
         .route("/ui/{*page}", axum::routing::get(crate::ui::handle))
         .with_state(ui);
+    let scrape = axum::routing::get(move |request: Request| {
+        metrics(scraped.clone(), local.ip().is_loopback(), request)
+    });
     let router = axum::Router::new()
         .nest_service("/mcp", service)
         .merge(pages)
+        .route("/metrics", scrape.clone())
+        .route("/metrics/", scrape)
         .route(
-            "/metrics",
-            axum::routing::get(move |request: Request| {
-                metrics(scraped.clone(), local.ip().is_loopback(), request)
+            "/favicon.ico",
+            axum::routing::get(|| async {
+                (
+                    StatusCode::NO_CONTENT,
+                    [(header::CACHE_CONTROL, "max-age=86400")],
+                )
             }),
         )
+        .fallback(|request: Request| async move {
+            plain(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "{} is no page of the toolshelf gateway (it has /mcp, /ui and /metrics)\n",
+                    request.uri().path()
+                ),
+            )
+        })
         .layer(axum::middleware::from_fn_with_state(state, guard));
     on_bound(local);
     let mut first = signals.clone();

@@ -2134,6 +2134,28 @@ async fn the_http_gateway_serves_its_dashboard() {
         .unwrap_or_else(|| panic!("a hit: {hits}"));
     assert_eq!(first, "mcp__time__get_current_time");
     assert_eq!(get_page(&format!("{base}/ui/nothing")).0, 404);
+    // With a trailing slash a page is the same page, as the proxy has it; a browser's icon
+    // request gets an empty answer, and any other path says which there are.
+    let (status, slashed) = get_page(&format!("{base}/ui/"));
+    assert!(
+        status == 200 && slashed.contains("<td>broken</td>"),
+        "{status} {slashed}"
+    );
+    let (status, scraped) = get_page(&format!("{base}/metrics/"));
+    assert!(
+        status == 200 && scraped.contains("toolshelf_"),
+        "{status} {scraped}"
+    );
+    let (status, icon) = get_page(&format!("{base}/favicon.ico"));
+    assert_eq!((status, icon.trim()), (204, ""));
+    let (status, missing) = get_page(&format!("{base}/elsewhere"));
+    assert_eq!(
+        (status, missing.trim()),
+        (
+            404,
+            "/elsewhere is no page of the toolshelf gateway (it has /mcp, /ui and /metrics)"
+        )
+    );
     client.cancel().await.expect("close");
 }
 
