@@ -691,19 +691,25 @@ async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
             }
         }
         Err(why) => {
-            let closed = match proxy.compiled.config().proxy.on_rewrite_failure {
-                OnRewriteFailure::Open => false,
-                OnRewriteFailure::Closed => true,
-                OnRewriteFailure::Auto => governed(proxy),
+            // A request passed through as sent reaches the model with every tool and none of
+            // what governs calls and the tool list applied: `auto` refuses it whenever the
+            // configuration has any of that, as it takes over a provider-deferral request then.
+            let (closed, because) = match proxy.compiled.config().proxy.on_rewrite_failure {
+                OnRewriteFailure::Open => (false, String::new()),
+                OnRewriteFailure::Closed => (true, String::new()),
+                OnRewriteFailure::Auto => {
+                    let governing = crate::governance(&proxy.compiled);
+                    (!governing.is_empty(), governing.join(", "))
+                }
             };
             tracing::warn!(
                 target: "toolshelf::proxy",
                 "cannot rewrite this {} request ({why}); {}",
                 dialect.api().name(),
-                if closed {
-                    "refused (fail-closed)"
-                } else {
-                    "passed through as sent (fail-open)"
+                match (closed, because.is_empty()) {
+                    (true, true) => "refused (fail-closed)".to_owned(),
+                    (true, false) => format!("refused (fail-closed: {because} in force)"),
+                    (false, _) => "passed through as sent (fail-open)".to_owned(),
                 }
             );
             if closed {
@@ -756,20 +762,6 @@ fn metrics_response() -> Response {
         )
             .into_response(),
     }
-}
-
-/// Whether permission rules or hooks are configured: then a request the proxy cannot rewrite
-/// must not reach the model with every tool and no rule applied.
-fn governed(proxy: &Proxy) -> bool {
-    let c = proxy.compiled.config();
-    !c.permissions.deny.is_empty()
-        || !c.permissions.ask.is_empty()
-        || !c.permissions.allow.is_empty()
-        || !proxy
-            .compiled
-            .hooks()
-            .of(toolshelf_core::hook::HookEventKind::PreCall)
-            .is_empty()
 }
 
 async fn pass_bytes(proxy: &Proxy, url: &str, headers: &HeaderMap, bytes: Bytes) -> Response {

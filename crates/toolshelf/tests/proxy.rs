@@ -182,21 +182,32 @@ fn a_request_that_cannot_be_rewritten_fails_closed_under_rules_and_open_without(
     dup.push(dup[0].clone());
     let body = json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}],
                       "tools": dup});
-    {
-        let proxy = ProxyProc::start(
-            &s,
-            &upstream.url(),
-            "[permissions]\ndeny = [\"Bash\"]\n",
-            &[],
-        );
+    // Whatever governs calls or the tool list: rules, a default other than allow, call hooks.
+    for (config, governing) in [
+        ("[permissions]\ndeny = [\"Bash\"]\n", "[permissions] rules"),
+        (
+            "[permissions]\ndefault = \"deny\"\n",
+            "[permissions] default = \"deny\"",
+        ),
+        (
+            "[[hooks.post_call]]\ncommand = \"true\"\n",
+            "[hooks] post_call",
+        ),
+    ] {
+        let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
         let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
-        assert_eq!(status, 400, "{answer}");
+        assert_eq!(status, 400, "{config}: {answer}");
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(
             message.contains("\"Read\"") && message.contains("twice"),
             "names the tool: {message}"
         );
         assert!(upstream.records().is_empty(), "nothing went upstream");
+        let log = proxy.log();
+        assert!(
+            log.contains(&format!("refused (fail-closed: {governing} in force)")),
+            "{log}"
+        );
     }
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
     let (status, answer) = post(&format!("{}/v1/messages", proxy.url), &body, &HEADERS);
