@@ -991,7 +991,8 @@ impl Default for HttpConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnRewriteFailure {
-    /// Closed when permission rules or hooks are configured, else open.
+    /// Closed when something governs calls or the tool list (permission rules or a default other
+    /// than allow, call hooks, a mode), else open.
     #[default]
     Auto,
     /// Send the request upstream as the client sent it.
