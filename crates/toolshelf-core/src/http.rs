@@ -213,8 +213,10 @@ fn hook_secs(hooks: &[HookCommand]) -> u64 {
 }
 
 /// The longest a tool call can go without a message to the client, in seconds: the slowest
-/// enabled server's start-up plus its call timeout, plus every `pre_call` hook's timeout, plus
-/// the longer of the `post_call` and `call_failed` chains.
+/// enabled server's start-up plus its call timeout (or, with `[authoring]` enabled, the script
+/// runner's `[scripts] timeout_secs`, which bounds `tool_define` and every tool the model wrote,
+/// when that is longer), plus every `pre_call` hook's timeout, plus the longer of the
+/// `post_call` and `call_failed` chains.
 pub fn longest_silent_call_secs(config: &Config) -> u64 {
     let server = config
         .servers
@@ -228,6 +230,12 @@ pub fn longest_silent_call_secs(config: &Config) -> u64 {
         })
         .max()
         .unwrap_or(0);
+    let own = if config.authoring.enabled {
+        config.scripts.timeout_secs
+    } else {
+        0
+    };
+    let server = server.max(own);
     let hooks = &config.hooks;
     server
         .saturating_add(hook_secs(&hooks.pre_call))
@@ -664,6 +672,15 @@ mod tests {
         assert_eq!(
             listener(&slow).expect("valid").session_idle_secs,
             20 + 3600 + 7 + 4 + IDLE_MARGIN_SECS
+        );
+        // Tools the model writes run as long as the script runner allows.
+        let authoring = format!(
+            "{base}[authoring]\nenabled = true\n[scripts]\ntimeout_secs = 400\n[http]\nsession_idle_secs = 200\n"
+        );
+        assert!(
+            listener(&authoring)
+                .expect_err("shorter than a model-written tool may run")
+                .ends_with(&format!("set at least {}", 400 + 7 + 4 + IDLE_MARGIN_SECS)),
         );
         let e = listener(&format!("{base}[http]\nsession_idle_secs = 60\n")).expect_err("short");
         assert!(
