@@ -450,7 +450,7 @@ fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> 
             list.iter()
                 .enumerate()
                 .map(|(i, p)| {
-                    Pattern::new(p).map_err(|e| err(format!("[modes.{name}] tools[{i}]: {e}")))
+                    Pattern::of_tools(p).map_err(|e| err(format!("[modes.{name}] tools[{i}]: {e}")))
                 })
                 .collect::<Result<Vec<_>>>()?,
         ),
@@ -657,6 +657,40 @@ mod tests {
             let problem = upstream_url_problem(bad, ANTHROPIC_PATHS).unwrap_or_default();
             assert!(problem.contains(says), "{bad}: {problem}");
         }
+    }
+
+    /// A tool-name pattern written as a regular expression could match no tool: refused wherever
+    /// tool names are matched, not only in permission rules and hooks.
+    #[test]
+    fn tool_name_patterns_written_as_regular_expressions_are_refused() {
+        for (toml, key) in [
+            (
+                "[defer]\nrules = [\"NoDefer(^mcp__git__git_(status|diff))\"]",
+                "[defer] rules[0]",
+            ),
+            (
+                "[modes.m]\ntools = [\"^mcp__git__(git_log|git_status)\"]",
+                "[modes.m] tools[0]",
+            ),
+            (
+                "[[reminders]]\nid = \"r\"\ncategory = \"c\"\nmessage = \"m\"\nafter_tools = [\"^mcp__git__(git_commit|git_add)$\"]",
+                "after_tools[0]",
+            ),
+        ] {
+            let mode = toml.contains("[modes.m]").then_some("m");
+            let e = compile(toml, mode)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                e.contains(key)
+                    && e.contains("has '(', which no tool name holds: patterns are globs")
+                    && e.contains("write one per alternative"),
+                "{toml}: {e}"
+            );
+        }
+        // The glob that means what the group meant is accepted.
+        compile("[defer]\nrules = [\"NoDefer(^mcp__git__git_*)\"]", None).expect("a glob");
     }
 
     #[test]

@@ -44,6 +44,16 @@ pub struct Pattern {
 }
 
 impl Pattern {
+    /// [`Pattern::new`] for a pattern of tool names, which refuses one written as a regular
+    /// expression (see [`regex_syntax`]): it could match no tool, so whatever it governs would
+    /// silently govern nothing.
+    pub fn of_tools(source: &str) -> Result<Self, String> {
+        match regex_syntax(source) {
+            Some(why) => Err(why),
+            None => Self::new(source),
+        }
+    }
+
     /// Compiles `source`. Fails on an empty pattern, which would match every tool by accident.
     pub fn new(source: &str) -> Result<Self, String> {
         let trimmed = source.trim();

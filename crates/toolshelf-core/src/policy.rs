@@ -50,7 +50,7 @@ impl Rule {
         let inner = rest
             .strip_suffix(')')
             .ok_or_else(|| format!("rule {text:?} is missing its closing parenthesis"))?;
-        let pattern = Pattern::new(inner).map_err(|e| format!("rule {text:?}: {e}"))?;
+        let pattern = Pattern::of_tools(inner).map_err(|e| format!("rule {text:?}: {e}"))?;
         Ok(if kind == "Defer" {
             Self::Defer(pattern)
         } else {

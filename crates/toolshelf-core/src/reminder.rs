@@ -179,7 +179,7 @@ impl Reminders {
             let pattern = |key: &str, list: &[String]| -> Result<Vec<Pattern>, String> {
                 list.iter()
                     .enumerate()
-                    .map(|(k, p)| Pattern::new(p).map_err(|e| format!("{at} {key}[{k}]: {e}")))
+                    .map(|(k, p)| Pattern::of_tools(p).map_err(|e| format!("{at} {key}[{k}]: {e}")))
                     .collect()
             };
             let mut intents = Vec::new();
