@@ -1083,9 +1083,10 @@ impl Hub {
     }
 
     /// The merged catalog in toolshelf's grouped form (what `toolshelf catalog` prints).
-    /// Tools the active mode or a deny rule hides are left out: the catalog is what this
-    /// gateway's sessions can reach.
-    pub fn grouped_catalog(&self) -> Value {
+    /// Tools the active mode or a deny rule hides are left out unless `hidden_too`: without it the
+    /// catalog is what this gateway's sessions can reach; with it, every tool the catalog holds,
+    /// which read back with the same configuration are hidden again (so its rules still match).
+    pub fn grouped_catalog(&self, hidden_too: bool) -> Value {
         let snap = self.snapshot();
         // The tools the catalog holds and the session may see, by server and original name: a
         // tool the catalog skipped (a duplicate, no schema) or the mode hides is left out, so
@@ -1095,7 +1096,7 @@ impl Hub {
             .tools()
             .iter()
             .enumerate()
-            .filter(|&(i, _)| snap.is_visible(i))
+            .filter(|&(i, _)| hidden_too || snap.is_visible(i))
             .filter_map(|(_, t)| Some((t.original_server.as_deref()?, t.original_name.as_str())))
             .collect();
         let servers: Vec<Value> = self

@@ -237,7 +237,7 @@ impl Source {
         };
         Some(format!(
             "the tools are the bundled example catalog's, not {whose} of {0}; for theirs run \
-`toolshelf catalog --config {0} > c.json`, then give --catalog c.json",
+`toolshelf catalog --config {0} --all > c.json`, then give --catalog c.json",
             path.display()
         ))
     }

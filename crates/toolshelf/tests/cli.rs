@@ -449,7 +449,7 @@ fn a_gateway_config_without_a_catalog_says_whose_tools_it_reads() {
         e.contains("no tool named \"mcp__mine__thing\"")
             && e.contains("the bundled example catalog")
             && e.contains(&format!(
-                "toolshelf catalog --config {config} > c.json`, then give --catalog c.json"
+                "toolshelf catalog --config {config} --all > c.json`, then give --catalog c.json"
             )),
         "{e}"
     );
@@ -475,7 +475,7 @@ fn a_gateway_config_without_a_catalog_says_whose_tools_it_reads() {
         assert!(
             e.contains(&format!(
                 "toolshelf: note: the tools are the bundled example catalog's, not the script \
-tools of {scripts}; for theirs run `toolshelf catalog --config {scripts} > c.json`"
+tools of {scripts}; for theirs run `toolshelf catalog --config {scripts} --all > c.json`"
             )),
             "{args:?}: {e}"
         );

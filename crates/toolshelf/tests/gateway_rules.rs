@@ -883,6 +883,63 @@ async fn by_default_the_log_holds_warnings_and_state_changes_only() {
     }
 }
 
+/// A catalog captured with `--all` reads back with its configuration as the gateway has it: the
+/// deny rule finds the tool it hides (no "matches no tool" warning) and `explain` says why it is
+/// hidden. Without `--all` the hidden tool is not in the file at all.
+#[test]
+fn a_catalog_captured_with_all_reads_back_with_its_rules() {
+    let s = Scratch::new("capture-all");
+    let tools = json!([tool("secret", "x", empty()), tool("t", "y", empty())]);
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[permissions]\ndeny = [\"^mcp__s__secret$\"]\n{}",
+            named_server("s", &tools, ""),
+            files_sections(&s)
+        ),
+    );
+    let capture = |all: bool| {
+        let mut cmd = std::process::Command::new(TOOLSHELF);
+        cmd.args(["catalog", "--config", &cfg]);
+        cmd.args(all.then_some("--all"));
+        let out = cmd.output().expect("catalog");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        s.write(
+            if all { "all.json" } else { "visible.json" },
+            &String::from_utf8_lossy(&out.stdout),
+        )
+    };
+    let read_back = |catalog: &str, args: &[&str]| {
+        std::process::Command::new(TOOLSHELF)
+            .args(args)
+            .args(["--catalog", catalog, "--config", &cfg])
+            .output()
+            .expect("run")
+    };
+    let visible = capture(false);
+    assert!(
+        !std::fs::read_to_string(&visible)
+            .expect("read")
+            .contains("secret")
+    );
+    let all = capture(true);
+    let ledger = read_back(&all, &["ledger"]);
+    assert!(ledger.status.success());
+    let warnings = String::from_utf8_lossy(&ledger.stderr);
+    assert!(!warnings.contains("matches no tool"), "{warnings}");
+    let explained = read_back(&all, &["explain", "mcp__s__secret"]);
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.status.success() && text.contains("deny[0]"),
+        "{text}{}",
+        String::from_utf8_lossy(&explained.stderr)
+    );
+}
+
 /// `status` says when a running gateway runs another mode than the one asked about, or an older
 /// version of the configuration; `catalog --mode` holds only what that mode's sessions reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -950,10 +1007,11 @@ async fn status_names_the_mode_and_a_changed_configuration() {
     );
     client.cancel().await.expect("close");
 
-    let catalog = |mode: Option<&str>| {
+    let catalog = |mode: Option<&str>, all: bool| {
         let mut cmd = std::process::Command::new(TOOLSHELF);
         cmd.args(["catalog", "--config", &cfg]);
         cmd.args(mode.map(|m| ["--mode", m]).iter().flatten());
+        cmd.args(all.then_some("--all"));
         let out = cmd.output().expect("catalog");
         assert!(
             out.status.success(),
@@ -976,8 +1034,13 @@ async fn status_names_the_mode_and_a_changed_configuration() {
         names.sort();
         names
     };
-    assert_eq!(catalog(None), ["s/change", "s/look", "second/t"]);
-    assert_eq!(catalog(Some("look")), ["s/look"]);
+    assert_eq!(catalog(None, false), ["s/change", "s/look", "second/t"]);
+    assert_eq!(catalog(Some("look"), false), ["s/look"]);
+    // --all keeps what the mode hides, for reading back with the configuration.
+    assert_eq!(
+        catalog(Some("look"), true),
+        ["s/change", "s/look", "second/t"]
+    );
 }
 
 /// A path the gateway cannot use is refused at start, naming the setting and the part in the way,
