@@ -15,6 +15,8 @@
 //! attaches the expected schema, so one round trip fixes it. Whatever the caller sent is echoed
 //! only in part ([`echo`]): a megabyte of tool name must not come back whole.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -40,14 +42,19 @@ pub struct Voice<'a> {
     pub searchable: bool,
     /// The name the list shows for a canonical name.
     pub listed: &'a dyn Fn(&str) -> String,
+    /// The descriptions this session is sent, by canonical name, where templates render them
+    /// otherwise than the catalog has them: a definition attached to a refusal shows the same
+    /// text as the session's list and search results.
+    pub described: Option<&'a BTreeMap<String, String>>,
 }
 
 impl Default for Voice<'_> {
-    /// Searchable, with canonical names.
+    /// Searchable, with canonical names and the catalog's descriptions.
     fn default() -> Self {
         Self {
             searchable: true,
             listed: &str::to_owned,
+            described: None,
         }
     }
 }
@@ -63,6 +70,16 @@ impl std::fmt::Debug for Voice<'_> {
 impl Voice<'_> {
     fn name(&self, canonical: &str) -> String {
         (self.listed)(canonical)
+    }
+
+    /// `tool`'s definition as attached to a refusal, named as the list shows it and described
+    /// as the session is sent it.
+    fn definition(&self, tool: &Tool) -> String {
+        let description = self
+            .described
+            .and_then(|d| d.get(&tool.name))
+            .unwrap_or(&tool.description);
+        definition_block(&self.name(&tool.name), description, &tool.input_schema)
     }
 
     fn names(&self, canonical: &[String]) -> String {
@@ -698,7 +715,7 @@ impl Refusal {
                     "{} was not run: its schema had not been loaded in this session, so the params could not be \
 checked. {again} with params that match:\n{}\n{}",
                     name(i),
-                    schema_block_named(tool(i), &name(i)),
+                    voice.definition(tool(i)),
                     voice.call_form(tool(i))
                 )
             }
@@ -714,14 +731,14 @@ checked. {again} with params that match:\n{}\n{}",
                 format!(
                     "{} was not run: its schema was loaded in this session but the tool has not been used for {idle_turns} turns, so it expired and the params could not be checked against a schema you still have. {again} with params that match:\n{}\n{}",
                     name(i),
-                    schema_block_named(tool(i), &name(i)),
+                    voice.definition(tool(i)),
                     voice.call_form(tool(i))
                 )
             }
             Self::Invalid {
                 tool: i,
                 violations,
-            } => invalid_params_text(tool(i), &name(i), violations),
+            } => invalid_params_text(&name(i), &voice.definition(tool(i)), violations),
             Self::SchemaBroken { tool: i, error } => format!(
                 "{} was not run: its input schema is broken ({}), so its params cannot be checked. \
 This is a fault of the tool's server, not of your call; use another tool or ask the user to fix the server.",
@@ -1238,18 +1255,15 @@ pub fn schema_warning(tool: &Tool) -> Option<String> {
 
 /// The tool's definition as attached to refusals: name, description and input schema, compact.
 pub fn schema_block(tool: &Tool) -> String {
-    schema_block_named(tool, &tool.name)
+    definition_block(&tool.name, &tool.description, &tool.input_schema)
 }
 
-/// [`schema_block`] with the tool named `name`.
-fn schema_block_named(tool: &Tool, name: &str) -> String {
+/// A definition as attached to refusals: `name`, `description` and `schema`, compact.
+pub fn definition_block(name: &str, description: &str, schema: &Map<String, Value>) -> String {
     let mut m = Map::new();
     m.insert("name".into(), name.into());
-    m.insert("description".into(), tool.description.clone().into());
-    m.insert(
-        "inputSchema".into(),
-        Value::Object(tool.input_schema.clone()),
-    );
+    m.insert("description".into(), description.into());
+    m.insert("inputSchema".into(), Value::Object(schema.clone()));
     Value::Object(m).to_string()
 }
 
@@ -1313,7 +1327,7 @@ fn brief(violations: &[Violation]) -> String {
     parts.join("; ")
 }
 
-fn invalid_params_text(tool: &Tool, name: &str, violations: &[Violation]) -> String {
+fn invalid_params_text(name: &str, definition: &str, violations: &[Violation]) -> String {
     let mut out = format!(
         "{} was not run: its params do not match its schema ({} problem{}):\n",
         name,
@@ -1329,7 +1343,7 @@ fn invalid_params_text(tool: &Tool, name: &str, violations: &[Violation]) -> Str
         out.push_str(&format!("- at {at}: {}\n", v.message));
     }
     out.push_str("Expected schema:\n");
-    out.push_str(&schema_block_named(tool, name));
+    out.push_str(definition);
     out
 }
 
@@ -1779,10 +1793,12 @@ blocks the call. This is a malfunction of the hook, not a decision about your ca
         let listed = Voice {
             searchable: true,
             listed: &short,
+            described: None,
         };
         let pinned = Voice {
             searchable: false,
             listed: &short,
+            described: None,
         };
         let all = exposure(&c, "");
         let unknown = resolve(&c, &all, "fs__read_txt_file").expect_err("unknown");

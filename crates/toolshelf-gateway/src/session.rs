@@ -1137,6 +1137,8 @@ impl GatewaySession {
             let voice = invoke::Voice {
                 searchable: local.searchable,
                 listed: &listed,
+                // Rendered for the snapshot the session's list was built on (or a later one).
+                described: Some(&local.described),
             };
             refusal.text_in(&snap.catalog, &voice)
         };

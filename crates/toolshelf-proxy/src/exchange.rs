@@ -1650,7 +1650,11 @@ impl Turn {
                     return Ok(c.clone());
                 }
                 crate::metrics::refused(refusal.kind().as_str());
-                Err(answer(refusal.text(&shelf.catalog), true))
+                let voice = invoke::Voice {
+                    described: Some(&self.prepared.session.described),
+                    ..invoke::Voice::default()
+                };
+                Err(answer(refusal.text_in(&shelf.catalog, &voice), true))
             }
         }
     }

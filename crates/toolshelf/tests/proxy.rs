@@ -1199,7 +1199,10 @@ fn description_templates_render_once_per_conversation_for_its_client() {
         &s,
         &json!({"steps": [
             {"text": "One."},
-            // A deferred tool's template shows in its search hit, rendered for this session.
+            // A deferred tool's template shows in the definition a refusal attaches and in its
+            // search hit, rendered for this session.
+            {"tool_uses": [{"name": "defer_execute",
+                            "input": {"tool_name": "mcp__git__git_status", "params": {}}}]},
             {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__git__git_status"]}}]},
             {"text": "Two."}
         ]}),
@@ -1220,8 +1223,18 @@ fn description_templates_render_once_per_conversation_for_its_client() {
     messages.push(json!({"role": "user", "content": "again"}));
     // A later request of the same conversation reuses the frozen list, whatever it says now.
     send(&messages, "another-agent/2.0");
-    let turns = upstream.played(3);
-    let hit = turns[2]["tool_results"][0]["content"]
+    let turns = upstream.played(4);
+    let refused = turns[2]["tool_results"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        refused.contains("schema had not been loaded")
+            && refused.contains(
+                r#""description":"Show the working tree status of a repository. For e2e-agent/1.0""#
+            ),
+        "{refused}"
+    );
+    let hit = turns[3]["tool_results"][0]["content"]
         .as_str()
         .unwrap_or_default();
     assert!(

@@ -91,7 +91,7 @@ async fn a_template_that_reads_a_turn_value_fails_the_first_list() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deferred_tools_search_hit_shows_its_sessions_rendering() {
+async fn a_deferred_tools_search_hit_and_refusal_show_its_sessions_rendering() {
     let s = Scratch::new("templates-search");
     let cfg = s.write(
         "toolshelf.toml",
@@ -103,6 +103,13 @@ async fn a_deferred_tools_search_hit_shows_its_sessions_rendering() {
     );
     let client = stdio_client(&cfg, TestClient::default()).await;
     client.list_all_tools().await.expect("tools/list");
+    // A refusal that attaches the tool's definition shows the session's rendering too.
+    let refused = err(&exec(&client, "mcp__docs__write", json!({})).await);
+    assert!(
+        refused.contains("schema had not been loaded")
+            && refused.contains(r#""description":"Write a page. Client: toolshelf-e2e""#),
+        "{refused}"
+    );
     let hit = ok(&search(&client, json!({"tool_names": ["mcp__docs__write"]})).await);
     assert!(
         hit.contains("Write a page. Client: toolshelf-e2e"),
