@@ -429,6 +429,10 @@ pub struct Hub {
     status_path: Option<PathBuf>,
     settled: tokio::sync::watch::Sender<bool>,
     sessions: AtomicU64,
+    /// When this hub started, in seconds since the Unix epoch: part of every session id, so that
+    /// ids never repeat across restarts, even of a process that always gets the same pid (a
+    /// container's first process).
+    started_secs: u64,
     /// The configuration's warnings against the catalog once every server settled.
     settle_warnings: Mutex<Vec<String>>,
     /// What the configuration alone warns about at start-up (hooks whose program is missing).
@@ -569,6 +573,9 @@ impl Hub {
             status_path,
             settled,
             sessions: AtomicU64::new(0),
+            started_secs: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
             settle_warnings: Mutex::new(Vec::new()),
             load_warnings,
             restarts,
@@ -979,11 +986,13 @@ impl Hub {
         (statuses, warnings)
     }
 
-    /// A new session id.
+    /// A new session id: `PID-STARTED-N`, the process id, the hub's start in seconds since the
+    /// Unix epoch, and the session's number in this process.
     pub fn new_session_id(&self) -> String {
         format!(
-            "{}-{}",
+            "{}-{}-{}",
             std::process::id(),
+            self.started_secs,
             self.sessions.fetch_add(1, Ordering::Relaxed) + 1
         )
     }

@@ -1086,6 +1086,22 @@ async fn hooks_on_every_event() {
 
     // session_start came with the session; session_end comes when the client disconnects.
     let session = pre[0]["session"].clone();
+    // Its id is PID-STARTED-N: the gateway's start in Unix seconds keeps ids from repeating
+    // across restarts of a process that always gets the same pid.
+    let parts: Vec<u64> = session
+        .as_str()
+        .expect("session id")
+        .split('-')
+        .map(|p| p.parse().expect("numbers"))
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    assert!(
+        parts.len() == 3 && parts[1] <= now && parts[1] + 3600 > now && parts[2] == 1,
+        "{session}"
+    );
     assert_eq!(
         events("session"),
         [json!({"event": "session_start", "session": session})]
