@@ -273,6 +273,10 @@ impl Default for AuthoringConfig {
 /// The server group script tools are served in: `mcp__scripts__NAME`.
 pub const SCRIPTS_SERVER: &str = "scripts";
 
+/// The description of the script tools' server group, its header in the index, wherever they are
+/// served (the gateway and the proxy alike).
+pub const SCRIPTS_DESCRIPTION: &str = "Tools defined by Starlark scripts of this configuration.";
+
 /// `[scripts]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -206,6 +206,16 @@ impl Shelf {
         }
         let mut own_by_name: HashMap<String, Own> = HashMap::new();
         let mut shadowed = Vec::new();
+        // The script tools' group has the header the gateway gives it.
+        if !own_tools.scripts.is_empty()
+            && let Err(e) = b.add_server(
+                SCRIPTS_SERVER,
+                toolshelf_core::config::SCRIPTS_DESCRIPTION,
+                "proxy tools",
+            )
+        {
+            tracing::warn!("{e}");
+        }
         let define = own_tools
             .define
             .then(toolshelf_core::authoring::tool_define_item);

@@ -102,6 +102,20 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
     no_calls(&a);
     assert!(a.to_string().contains("Three words."), "{a}");
     let turns = upstream.played(8);
+    // The index heads the script tools' group as the gateway does.
+    let index = turns[0]["body"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "tool_search")
+        .and_then(|t| t["description"].as_str())
+        .expect("tool_search")
+        .to_owned();
+    assert!(
+        index
+            .contains("\nmcp__scripts: Tools defined by Starlark scripts of this configuration.\n"),
+        "{index}"
+    );
     // The search found the script tool with its rendered description.
     let (found, _) = upstream.last_result(1);
     assert!(found.contains("mcp__scripts__word_count"), "{found}");

@@ -184,7 +184,7 @@ fn add_script_server(config: &mut Config, path: &Path, scripts_in_mcp: Option<&s
             cwd: None,
             url: None,
             headers: Default::default(),
-            description: Some("Tools defined by Starlark scripts of this configuration.".into()),
+            description: Some(toolshelf_core::config::SCRIPTS_DESCRIPTION.into()),
             // Defining the scripts takes at most this long; past it something hangs.
             startup_timeout_secs: toolshelf_runtime::scripts::defining_time(sources.len(), timeout),
             // The runner's own time limit decides; this only catches a runner that hangs.
