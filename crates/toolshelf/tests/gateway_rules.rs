@@ -883,6 +883,33 @@ async fn by_default_the_log_holds_warnings_and_state_changes_only() {
     }
 }
 
+/// A gateway may offer only the tools its model writes: no server, no script tool, `[authoring]`
+/// on. One with none of the three is refused, naming all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_may_offer_only_tool_define() {
+    let s = Scratch::new("authoring-only");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!("[authoring]\nenabled = true\n{}", files_sections(&s)),
+    );
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    let found = ok(&search(&client, json!({"tool_names": ["tool_define"]})).await);
+    assert!(found.starts_with("1. tool_define\n"), "{found}");
+    client.cancel().await.expect("close");
+    let none = s.write("none.toml", &files_sections(&s));
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["serve", "--config", &none])
+        .stdin(Stdio::null())
+        .output()
+        .expect("serve");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2)
+            && e.contains("no MCP servers configured ([servers.NAME]), no script tools ([tools.NAME] script) and no [authoring]"),
+        "{e}"
+    );
+}
+
 /// A catalog captured with `--all` reads back with its configuration as the gateway has it: the
 /// deny rule finds the tool it hides (no "matches no tool" warning) and `explain` says why it is
 /// hidden. Without `--all` the hidden tool is not in the file at all.

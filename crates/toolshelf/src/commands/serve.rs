@@ -94,8 +94,12 @@ impl GatewaySource {
         if let Some(p) = &self.config {
             add_script_server(&mut config, p, scripts_in_mcp.as_deref())?;
         }
-        if config.servers.is_empty() {
-            bail!("{}: no MCP servers configured", labels.join(" + "));
+        // Tools the model writes are a gateway's tools too: one may offer nothing else.
+        if config.servers.is_empty() && !config.authoring.enabled {
+            bail!(
+                "{}: no MCP servers configured ([servers.NAME]), no script tools ([tools.NAME] script) and no [authoring]: the gateway would have no tool to offer",
+                labels.join(" + ")
+            );
         }
         Ok((config, labels.join(" + ")))
     }
