@@ -827,6 +827,15 @@ mod tests {
                 "[scripts]\nallow_hosts = [\"a b\"]\n",
                 "t.toml: line 2: [scripts] allow_hosts[0]",
             ),
+            // A table named with quotes in the message, as tool names are.
+            (
+                "[tools.x]\n\nscript = \" \"\n",
+                "t.toml: line 3: [tools.\"x\"] script is empty",
+            ),
+            (
+                "[tools.\"x\"]\ndescription_template = \"'d'\"\nscript = \"x.star\"\n",
+                "t.toml: line 3: [tools.\"x\"] script and description_template are both set",
+            ),
         ] {
             let e = compile(toml, None).expect_err(toml).to_string();
             assert!(e.starts_with(says), "{toml:?}: {e}");

@@ -1119,7 +1119,15 @@ impl Config {
                 .split([' ', '[', '='])
                 .next()
                 .filter(|k| !k.is_empty())?;
-            self.key_lines.get(&(table.to_owned(), key.to_owned()))
+            // Messages quote names that may need it (`tools."x"`); the lines are by bare key.
+            let bare: String = table
+                .split('.')
+                .map(|k| k.trim_matches('"'))
+                .collect::<Vec<_>>()
+                .join(".");
+            self.key_lines
+                .get(&(table.to_owned(), key.to_owned()))
+                .or_else(|| self.key_lines.get(&(bare, key.to_owned())))
         });
         match place {
             Some(line) => format!("line {line}: {message}"),

@@ -191,7 +191,7 @@ fn configuration_templates_are_checked_when_compiled() {
         ("[tools.x]\nscript = \" \"", "[tools.\"x\"] script is empty"),
         (
             "[tools.x]\nscript = \"x.star\"\ndescription_template = \"'y'\"",
-            "sets both script and description_template",
+            "script and description_template are both set",
         ),
         (
             "[scripts]\nmax_steps = 0",

@@ -83,7 +83,7 @@ impl Templates {
         for (name, t) in &config.tools {
             if t.script.is_some() && t.description_template.is_some() {
                 return Err(format!(
-                    "[tools.{name:?}] sets both script and description_template: a script tool's description is the script's `description`"
+                    "[tools.{name:?}] script and description_template are both set: a script tool's description is the script's `description`"
                 ));
             }
             if let Some(src) = &t.description_template {
