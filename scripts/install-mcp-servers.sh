@@ -108,8 +108,12 @@ node_major=$(node -p 'process.versions.node.split(".")[0]')
 
 # --- install (skipped when the prefix already has exactly these pins) ---------
 mkdir -p "$PREFIX"
+# The Python that counts is the venv's once it exists (it is never re-created): another python3
+# on PATH must neither trigger a reinstall into the old venv nor be recorded for it.
+VENV_PYTHON=$PREFIX/venv/bin/python
+if [ -x "$VENV_PYTHON" ]; then PY_VERSION=$("$VENV_PYTHON" --version 2>&1); else PY_VERSION=$("$PYTHON" --version 2>&1); fi
 PIN_HASH=$(printf '%s\n' "${NPM_SERVERS[@]}" "${NPM_SCHEMA_DEPS[@]}" "${PIP_SERVERS[@]}" "$PIP_CONSTRAINTS" \
-  "$(node --version)" "$("$PYTHON" --version 2>&1)" | sha256sum | cut -d' ' -f1)
+  "$(node --version)" "$PY_VERSION" | sha256sum | cut -d' ' -f1)
 STAMP=$PREFIX/installed.sha256
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$PIN_HASH" ]; then
   rm -f "$STAMP"
