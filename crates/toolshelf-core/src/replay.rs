@@ -24,7 +24,8 @@
 //! which starts with a user message or with the results of calls the client ran. The proxy
 //! answers some calls itself within that request and asks the model again (one more upstream
 //! round): `tool_search`, a call it refuses (a malformed or refused `defer_execute`; a direct call
-//! of a name no tool has exactly goes to the client), `tool_define` and a tool the model wrote. A
+//! of a name no tool has exactly goes to the client), `tool_define`, a tool the model wrote and a
+//! script tool of the configuration (`mcp__scripts__NAME` with `[tools.NAME] script`). A
 //! model request after a round made only of such calls is reported with the same turn, and nothing
 //! is evaluated or injected for it but the environment context the transcript puts there; a round
 //! with a call the client runs (a deferred tool through `defer_execute`, a pinned one) ends the
@@ -1103,7 +1104,7 @@ impl<'a> Replay<'a> {
             let define = self.compiled.config().authoring.enabled && name == authoring::TOOL_DEFINE;
             // A tool the proxy runs itself never reaches the client, whose prompt would ask:
             // under an `ask` rule the proxy refuses it.
-            let inside = define || self.authored.contains(name);
+            let inside = define || self.runs_inside(i);
             // A direct call of a tool the model has in its list with its schema goes to the
             // client as written: the provider and the client judge it against the schema.
             let resident =
@@ -1150,10 +1151,10 @@ impl<'a> Replay<'a> {
             }
             Ok((i, ask)) => {
                 let name = self.catalog.tools()[i].name.clone();
-                // The proxy runs the tools the model wrote; the client runs the rest. A call the
-                // client ran counts as made only when its recorded result is not an error, as
-                // the proxy counts it from the result the client sends back.
-                let inside = self.authored.contains(&name);
+                // The proxy runs script tools and the tools the model wrote; the client runs the
+                // rest. A call the client ran counts as made only when its recorded result is not
+                // an error, as the proxy counts it from the result the client sends back.
+                let inside = self.runs_inside(i);
                 if inside || !failed {
                     self.state.record_call(&name);
                 }
@@ -1205,6 +1206,20 @@ impl<'a> Replay<'a> {
                 }
             }
         }
+    }
+
+    /// Whether the proxy runs catalog tool `i` itself: a tool the model wrote, or a script tool
+    /// of the configuration (`mcp__scripts__NAME` with `[tools.NAME] script`).
+    fn runs_inside(&self, i: usize) -> bool {
+        let tool = &self.catalog.tools()[i];
+        self.authored.contains(&tool.name)
+            || (tool.original_server.as_deref() == Some(crate::config::SCRIPTS_SERVER)
+                && self
+                    .compiled
+                    .config()
+                    .tools
+                    .get(&tool.original_name)
+                    .is_some_and(|t| t.script.is_some()))
     }
 
     /// A direct call's tool: the proxy matches a direct call only by a name exactly as the

@@ -534,6 +534,52 @@ fn a_search_only_round_keeps_the_turn_and_injects_nothing() {
     );
 }
 
+/// The proxy runs a script tool of its configuration itself, as it runs the tools the model
+/// wrote: the call is answered inside the request and does not end the turn. A tool of a server
+/// that happens to be called `scripts` but that no `[tools.NAME] script` defines is the client's.
+#[test]
+fn a_script_tool_runs_inside_the_request() {
+    let catalog = Catalog::from_json_str(
+        r#"{"servers": [{"name": "scripts", "tools": [
+            {"name": "echo2", "description": "Echo twice.",
+             "input_schema": {"type": "object", "properties": {}}},
+            {"name": "other", "description": "Not a script of this configuration.",
+             "input_schema": {"type": "object", "properties": {}}}]}]}"#,
+        "c.json",
+    )
+    .expect("catalog");
+    let compiled = Compiled::new(
+        Config::from_toml_str("[tools.echo2]\nscript = \"echo2.star\"\n", "t.toml")
+            .expect("config"),
+        "t.toml",
+        None,
+    )
+    .expect("compiles");
+    let build = |c: &Catalog, v: &[usize]| SearchIndex::build(c, v);
+    let run = |tool: &str| {
+        let mut r = Replay::new(
+            &compiled,
+            catalog.clone(),
+            Api::Anthropic,
+            "Be brief.",
+            &build,
+        );
+        r.run(&[
+            user("echo it"),
+            call(
+                "tool_search",
+                json!({"tool_names": [format!("mcp__scripts__{tool}")]}),
+            ),
+            exec(&format!("mcp__scripts__{tool}"), json!({})),
+            Event::Assistant("done".into()),
+            user("next"),
+        ])
+        .expect("replays")
+    };
+    assert_eq!(turns(&run("echo2")), [1, 1, 1, 2]);
+    assert_eq!(turns(&run("other")), [1, 1, 2, 3]);
+}
+
 /// A call the proxy refuses is answered inside the request (the loop continues with the refusal
 /// and the schema it attaches): only a call the client runs ends the request.
 #[test]
