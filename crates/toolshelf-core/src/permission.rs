@@ -200,7 +200,7 @@ alternative ({}) or a glob ({:?})",
                 format!("{pattern}*")
             ));
         }
-        let pattern = Pattern::new(pattern).map_err(|e| format!("{label}: {e}"))?;
+        let pattern = Pattern::of_tools(pattern).map_err(|e| format!("{label}: {e}"))?;
         let args = inner
             .map(ArgGlob::parse)
             .transpose()
