@@ -203,6 +203,50 @@ fn line_error(e: &serde_json::Error, line: &str, at: &str, not: &str) -> anyhow:
     }
 }
 
+/// A JSON line's value as a message names it: a scalar as its JSON text (cut when long), an
+/// array or an object by its kind.
+pub fn value_shown(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Array(_) | Value::Object(_) => toolshelf_core::catalog::kind_of(v).to_owned(),
+        _ => toolshelf_core::echo::for_log(&v.to_string(), 60),
+    }
+}
+
+/// The object a JSON line at `at` holds, or an error saying what it holds instead; `shape` shows
+/// the object expected (`{"query": "..."}`).
+pub fn line_object<'v>(
+    v: &'v serde_json::Value,
+    at: &str,
+    shape: &str,
+) -> Result<&'v serde_json::Map<String, serde_json::Value>> {
+    v.as_object().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{at}: the line is {}, not an object such as {shape}",
+            value_shown(v)
+        )
+    })
+}
+
+/// Refuses a key of `obj` that is a slip of one of `known` (the same but for case, or an edit or
+/// two away, as the catalog loader judges slips), naming the key it is a slip for: its value
+/// would be ignored without a word. Any other key is let be.
+pub fn refuse_slips(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    known: &[&'static str],
+    at: &str,
+) -> Result<()> {
+    for key in obj.keys() {
+        if let Some(meant) = toolshelf_core::catalog::near_miss(key, known, &[]) {
+            anyhow::bail!(
+                "{at}: unknown key {}; did you mean {meant:?}? (a misspelt key would be ignored)",
+                toolshelf_core::echo::for_log(&format!("{key:?}"), 60)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Warnings of one kind printed before the rest are counted; `-v` prints every one.
 pub const WARNINGS_SHOWN: usize = 5;
 

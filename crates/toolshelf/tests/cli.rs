@@ -1078,6 +1078,31 @@ fn eval_refuses_lines_that_cannot_be_scored() {
             r#"{"query": "commit", "gold": [" "]}"#,
             "gold[0] is blank; give a tool name",
         ),
+        (
+            r#"{"query": "commit"}"#,
+            "the line has no \"gold\", the tools the query should find",
+        ),
+        (
+            r#"{"query": "commit", "gold": "git_commit"}"#,
+            "\"gold\" is \"git_commit\", not an array of tool names: write [\"git_commit\"]",
+        ),
+        (
+            r#"{"query": "commit", "gld": ["git_commit"]}"#,
+            "unknown key \"gld\"; did you mean \"gold\"?",
+        ),
+        (
+            r#"{"Query": "commit", "gold": ["git_commit"]}"#,
+            "unknown key \"Query\"; did you mean \"query\"?",
+        ),
+        (
+            r#"{"query": 5, "gold": ["git_commit"]}"#,
+            "\"query\" is 5, not a string of words to search for",
+        ),
+        (r#"{"gold": ["git_commit"]}"#, "the line has no \"query\""),
+        (
+            r#"["commit", ["git_commit"]]"#,
+            "the line is an array, not an object such as {\"query\"",
+        ),
     ] {
         let path = temp_file(
             "eval-unscorable.jsonl",
@@ -3576,4 +3601,24 @@ fn every_search_hint_of_the_bundled_example_finds_its_tools() {
         }
     }
     assert!(checked >= 2, "the example has search hints to check");
+}
+
+/// Other keys of a queries line (an id, a category) are ignored; only slips of `query` and
+/// `gold` are refused.
+#[test]
+fn eval_ignores_other_keys_of_a_line() {
+    let path = temp_file(
+        "eval-other-keys.jsonl",
+        "{\"query\": \"commit changes\", \"gold\": [\"git_commit\"], \"id\": 7, \"category\": \"git\"}\n",
+    );
+    let v: Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--ranker",
+        "bm25",
+        "--queries",
+        &path,
+        "--json",
+    ]))
+    .expect("json");
+    assert_eq!(v["queries"], 1, "{v}");
 }

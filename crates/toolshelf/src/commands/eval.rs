@@ -11,7 +11,7 @@ use toolshelf_core::search::render::plain_quote;
 use toolshelf_core::{Resolution, State};
 
 use super::{errln, outln, print_json};
-use crate::inputs::Source;
+use crate::inputs::{Source, value_shown};
 
 /// Arguments of `eval`.
 #[derive(Debug, clap::Args)]
@@ -105,12 +105,16 @@ const SEVERAL: &str = "names several tools; give the canonical name";
 /// Why a gold name the catalog lacks has no rank.
 const ABSENT: &str = "not in the catalog";
 
+/// The shape of a queries line, as errors show it.
+const LINE_SHAPE: &str = r#"{"query": "...", "gold": ["tool", ...]}"#;
+
 /// Gold names not in the catalog that are named one by one; the rest are counted.
 const UNKNOWN_GOLD_SHOWN: usize = 10;
 
-/// Reads the queries file. A line that cannot be scored (a blank query, no gold, a gold entry that
-/// is not a name or is blank) is refused with its line number: scoring it as a miss would lower
-/// every figure without saying why. A gold name the catalog lacks is a miss, named on stderr with
+/// Reads the queries file. A line that cannot be scored (no object, a query or gold list missing
+/// or of the wrong type, a key that is a slip of either, a blank query, no gold, a gold entry that
+/// is not a name or is blank) is refused with its line number and what is wrong: scoring it as a
+/// miss would lower every figure without saying why. Other keys are ignored. A gold name the catalog lacks is a miss, named on stderr with
 /// its line.
 fn load_cases(
     path: &std::path::Path,
@@ -124,8 +128,31 @@ fn load_cases(
         let (n, line) = line?;
         let at = format!("{}:{n}", crate::inputs::shown(path));
         let v = crate::inputs::json_line(&line, &at, "not valid JSON")?;
-        let (Some(query), Some(gold)) = (v["query"].as_str(), v["gold"].as_array()) else {
-            bail!("{at}: expected {{\"query\": \"...\", \"gold\": [...]}}");
+        let obj = crate::inputs::line_object(&v, &at, LINE_SHAPE)?;
+        // Other keys (an id, a category) are let be, but a slip of these two is refused.
+        crate::inputs::refuse_slips(obj, &["query", "gold"], &at)?;
+        let query = match obj.get("query") {
+            Some(Value::String(q)) => q.as_str(),
+            Some(other) => bail!(
+                "{at}: \"query\" is {}, not a string of words to search for",
+                value_shown(other)
+            ),
+            None => bail!("{at}: the line has no \"query\"; expected {LINE_SHAPE}"),
+        };
+        let gold = match obj.get("gold") {
+            Some(Value::Array(gold)) => gold,
+            Some(one @ Value::String(_)) => bail!(
+                "{at}: \"gold\" is {}, not an array of tool names: write [{}]",
+                value_shown(one),
+                value_shown(one)
+            ),
+            Some(other) => bail!(
+                "{at}: \"gold\" is {}, not an array of tool names",
+                value_shown(other)
+            ),
+            None => bail!(
+                "{at}: the line has no \"gold\", the tools the query should find; expected {LINE_SHAPE}"
+            ),
         };
         if query.trim().is_empty() {
             bail!("{at}: \"query\" is blank; there is nothing to search for");
