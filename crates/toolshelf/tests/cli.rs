@@ -3622,3 +3622,125 @@ fn eval_ignores_other_keys_of_a_line() {
     .expect("json");
     assert_eq!(v["queries"], 1, "{v}");
 }
+
+/// A batch line that cannot be answered says what is wrong with it: the key missing, the key of
+/// the wrong type and what it is, both spellings, or the known key an unknown one is a slip for.
+#[test]
+fn search_batch_lines_say_what_is_wrong() {
+    for (line, says) in [
+        (
+            r#"{"query": 5}"#,
+            "\"query\" is 5, not a string of words to search for",
+        ),
+        (
+            r#"{"query": "a", "queries": ["b"]}"#,
+            "give \"query\" or \"queries\", not both",
+        ),
+        (
+            r#"{"qurey": "x"}"#,
+            "unknown key \"qurey\"; did you mean \"query\"?",
+        ),
+        (
+            r#"{"Queries": ["x"]}"#,
+            "unknown key \"Queries\"; did you mean \"queries\"?",
+        ),
+        (
+            r#"{"queries": "read file"}"#,
+            "\"queries\" is \"read file\", not an array of strings",
+        ),
+        (
+            r#"{"gold": ["Read"]}"#,
+            "the line has no \"query\", \"queries\" or \"tool_names\"",
+        ),
+        (r#"["read"]"#, "the line is an array, not an object such as"),
+        (
+            r#"{"query": "read", "limt": 2}"#,
+            "unknown key \"limt\"; did you mean \"limit\"?",
+        ),
+        (
+            r#"{"query": "read", "limit": 0}"#,
+            "\"limit\" is 0, not a whole number of at least 1",
+        ),
+        (
+            r#"{"query": "read", "limit": "2"}"#,
+            "\"limit\" is \"2\", not a whole number of at least 1",
+        ),
+        (
+            r#"{"query": "read", "tool_names": ["Read"]}"#,
+            "give \"tool_names\" or the queries, not both",
+        ),
+        (
+            r#"{"tool_names": ["Read", 3]}"#,
+            "tool_names[1] is 3, not a tool name",
+        ),
+        (r#"{"tool_names": [" "]}"#, "tool_names[0] is blank"),
+        (r#"{"tool_names": []}"#, "tool_names is empty"),
+    ] {
+        let path = temp_file(
+            "batch-says.jsonl",
+            &format!("{{\"query\": \"read\"}}\n{line}\n"),
+        );
+        let (code, err) = status_and_err(&["search", "--ranker", "bm25", "--batch", &path]);
+        assert_eq!(code, Some(2), "{line}: {err}");
+        assert!(err.contains(&format!("{path}:2: {says}")), "{line}: {err}");
+    }
+    // Other keys, such as an eval set's gold, are ignored.
+    let path = temp_file(
+        "batch-other-keys.jsonl",
+        "{\"query\": \"read file\", \"gold\": [\"Read\"], \"id\": 3}\n",
+    );
+    let out = ok(&["search", "--ranker", "bm25", "--batch", &path]);
+    let line: Value = serde_json::from_str(out.trim()).expect("json line");
+    assert_eq!(line["line"], 1, "{line}");
+}
+
+/// A batch line takes what `tool_search` takes: its own `limit`, and `tool_names`, answered as
+/// `tool_search` answers them.
+#[test]
+fn search_batch_lines_take_limit_and_tool_names() {
+    let path = temp_file(
+        "batch-tool-search.jsonl",
+        concat!(
+            "{\"queries\": [\"read file\"], \"limit\": 2}\n",
+            "{\"queries\": [\"read file\"]}\n",
+            "{\"query\": \"read file\", \"limit\": 1}\n",
+            "{\"tool_names\": [\"Read\", \"git_stauts\"]}\n",
+        ),
+    );
+    let out = ok(&[
+        "search", "--ranker", "bm25", "--batch", &path, "--limit", "3",
+    ]);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let count = |v: &Value| v["hits"].as_array().map(Vec::len);
+    assert_eq!(count(&lines[0]), Some(2), "a line's limit: {}", lines[0]);
+    assert_eq!(
+        count(&lines[1]),
+        Some(3),
+        "--limit when the line gives none"
+    );
+    assert_eq!(count(&lines[2]), Some(1), "{}", lines[2]);
+    // Names are answered as `search -n` (and so tool_search) answers them.
+    let direct: Value = serde_json::from_str(
+        &String::from_utf8(
+            run(&[
+                "search",
+                "--ranker",
+                "bm25",
+                "-n",
+                "Read",
+                "-n",
+                "git_stauts",
+                "--json",
+            ])
+            .stdout,
+        )
+        .expect("utf-8"),
+    )
+    .expect("json");
+    assert_eq!(lines[3]["hits"][0]["name"], "Read", "{}", lines[3]);
+    assert_eq!(lines[3]["hits"], direct["hits"], "{}", lines[3]);
+    assert_eq!(lines[3]["unresolved"], serde_json::json!(["git_stauts"]));
+}

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
-use toolshelf_core::search::render::{SessionView, quote_list, search_for};
+use toolshelf_core::search::render::{SearchResponse, SessionView, quote_list, search_for};
 use toolshelf_core::search::{SearchIndex, SearchRequest, effective_limit};
 
 use super::{errln, outln, print_json};
-use crate::inputs::{Loaded, Source};
+use crate::inputs::{Loaded, Source, value_shown};
 
 /// Arguments of `search`.
 #[derive(Debug, clap::Args)]
@@ -24,14 +24,16 @@ pub struct Args {
     /// suggestions the model would get, and the command then exits with status 1.
     #[arg(long, short = 'n', value_name = "NAME")]
     name: Vec<String>,
-    /// JSON lines file of requests, {"query": "..."} or {"queries": [...]} (other keys, such as
-    /// an eval set's "gold", are ignored); one JSON line each, {"line", "hits": [...]}, `line`
-    /// being the input line it answers, with or without --json. Every line is checked before
-    /// any is answered. `-` reads standard input.
+    /// JSON lines file of requests, as tool_search takes them: {"query": "..."} or
+    /// {"queries": [...]}, with an optional "limit" (--limit when none is given), or
+    /// {"tool_names": [...]} (other keys, such as an eval set's "gold", are ignored, but a slip
+    /// of one of these is refused); one JSON line each, {"line", "hits": [...]} (for names also
+    /// "also_matching" and "unresolved"), `line` being the input line it answers, with or
+    /// without --json. Every line is checked before any is answered. `-` reads standard input.
     #[arg(long, value_name = "FILE.jsonl")]
     batch: Option<PathBuf>,
     /// Maximum number of fuzzy hits, at least 1 (capped at [search] max_limit, except in
-    /// --batch).
+    /// --batch, where it is the default of lines that give no "limit").
     #[arg(long, short = 'k', value_parser = positive, allow_negative_numbers = true)]
     limit: Option<usize>,
     /// Print {"hits": [...], "also_matching": [...], "unresolved": [...], "text": "..."} instead
@@ -148,28 +150,7 @@ pub fn run(args: Args) -> Result<bool> {
         _ => bail!("give --query or --name, not both"),
     }
     let request = SearchRequest::from_json(&request).map_err(anyhow::Error::msg)?;
-    // Hits show the descriptions this session's templates render, as tool_search's do, and
-    // resident tools as already in the list `render` shows.
-    let described = loaded.surface.descriptions().tools_by_name(&loaded.catalog);
-    let tools = loaded.catalog.tools();
-    let resident = &loaded.surface.resident;
-    let view = SessionView {
-        active: &|_| false,
-        pinned: &|i| {
-            resident
-                .binary_search(&i)
-                .is_ok()
-                .then(|| tools[i].name.clone())
-        },
-        described: &described,
-    };
-    let response = search_for(
-        &index,
-        &loaded.catalog,
-        &request,
-        &loaded.config().search,
-        &view,
-    );
+    let response = session_search(&loaded, &index, &request);
     if args.json {
         let (listed, also) = response.hits.split_at(response.listed);
         print_json(&json!({
@@ -208,63 +189,159 @@ pub fn run(args: Args) -> Result<bool> {
     Ok(true)
 }
 
+/// What `tool_search` answers `request` in a session on `loaded`: hits show the descriptions
+/// this session's templates render, as tool_search's do, and resident tools as already in the
+/// list `render` shows.
+fn session_search(loaded: &Loaded, index: &SearchIndex, request: &SearchRequest) -> SearchResponse {
+    let described = loaded.surface.descriptions().tools_by_name(&loaded.catalog);
+    let tools = loaded.catalog.tools();
+    let resident = &loaded.surface.resident;
+    let view = SessionView {
+        active: &|_| false,
+        pinned: &|i| {
+            resident
+                .binary_search(&i)
+                .is_ok()
+                .then(|| tools[i].name.clone())
+        },
+        described: &described,
+    };
+    search_for(
+        index,
+        &loaded.catalog,
+        request,
+        &loaded.config().search,
+        &view,
+    )
+}
+
+/// The keys a batch line reads: `tool_search`'s, and `query` for a single query.
+const LINE_KEYS: &[&str] = &["query", "queries", "limit", "tool_names"];
+
+/// The shape of a batch line, as errors show it.
+const LINE_SHAPE: &str =
+    r#"{"query": "..."}, {"queries": [...], "limit": N} or {"tool_names": [...]}"#;
+
+/// One batch line's request.
+enum LineRequest {
+    /// Fuzzy queries, with the line's own limit when it gives one.
+    Queries(Vec<String>, Option<usize>),
+    /// Exact names, trimmed as `tool_search` trims them.
+    Names(Vec<String>),
+}
+
+/// The non-empty array of non-blank strings `v` (the line's `key`) holds, or an error at `at`
+/// naming the entry that is not `what` or is blank.
+fn strings(v: &Value, key: &str, what: &str, at: &str) -> Result<Vec<String>> {
+    let Value::Array(items) = v else {
+        bail!(
+            "{at}: \"{key}\" is {}, not an array of strings",
+            value_shown(v)
+        );
+    };
+    anyhow::ensure!(
+        !items.is_empty(),
+        "{at}: {key} is empty: give at least one {what}"
+    );
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(s) if s.trim().is_empty() => bail!("{at}: {key}[{i}] is blank"),
+            Value::String(s) => Ok(s.clone()),
+            other => bail!("{at}: {key}[{i}] is {}, not {what}", value_shown(other)),
+        })
+        .collect()
+}
+
+/// Reads one batch line (`at` its place) as `tool_search` reads its arguments, with `query` for
+/// one query. What cannot be answered is an error saying what is wrong: a key missing, or of the
+/// wrong type (and what it is), two keys that exclude each other, or a key that is a slip of one
+/// of [`LINE_KEYS`]; other keys are ignored.
+fn parse_line(v: &Value, at: &str) -> Result<LineRequest> {
+    let obj = crate::inputs::line_object(v, at, LINE_SHAPE)?;
+    crate::inputs::refuse_slips(obj, LINE_KEYS, at)?;
+    let limit = match obj.get("limit") {
+        None => None,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {
+            n.as_u64().map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        }
+        Some(other) => bail!(
+            "{at}: \"limit\" is {}, not a whole number of at least 1",
+            value_shown(other)
+        ),
+    };
+    const WORDS: &str = "a string of words to search for";
+    let queries = match (obj.get("query"), obj.get("queries")) {
+        (Some(_), Some(_)) => bail!("{at}: give \"query\" or \"queries\", not both"),
+        (Some(Value::String(q)), None) if q.trim().is_empty() => {
+            bail!("{at}: the query is blank")
+        }
+        (Some(Value::String(q)), None) => Some(vec![q.clone()]),
+        (Some(other @ Value::Array(_)), None) => bail!(
+            "{at}: \"query\" is {}, not {WORDS} (several go in \"queries\")",
+            value_shown(other)
+        ),
+        (Some(other), None) => bail!("{at}: \"query\" is {}, not {WORDS}", value_shown(other)),
+        (None, Some(qs)) => Some(strings(qs, "queries", WORDS, at)?),
+        (None, None) => None,
+    };
+    match (queries, obj.get("tool_names")) {
+        (Some(_), Some(_)) => bail!("{at}: give \"tool_names\" or the queries, not both"),
+        (Some(queries), None) => Ok(LineRequest::Queries(queries, limit)),
+        (None, Some(names)) => Ok(LineRequest::Names(
+            strings(names, "tool_names", "a tool name", at)?
+                .iter()
+                .map(|n| n.trim().to_owned())
+                .collect(),
+        )),
+        (None, None) => bail!(
+            "{at}: the line has no \"query\", \"queries\" or \"tool_names\"; expected {LINE_SHAPE}"
+        ),
+    }
+}
+
 fn batch(
     loaded: &Loaded,
     index: &SearchIndex,
     path: &std::path::Path,
     limit: Option<usize>,
 ) -> Result<()> {
-    let limit = limit.unwrap_or_else(|| effective_limit(None, &loaded.config().search));
+    let config = &loaded.config().search;
+    let limit = limit.unwrap_or_else(|| effective_limit(None, config));
     // Every line is read and checked before any is answered: a bad line yields an error and no
     // partial output.
-    let mut requests: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut requests: Vec<(usize, LineRequest)> = Vec::new();
     for line in crate::inputs::lines_of(path, "batch file")? {
         let (n, line) = line?;
-        let at = || format!("{}:{n}", crate::inputs::shown(path));
-        let v = crate::inputs::json_line(&line, &at(), "not valid JSON")?;
-        let queries: Vec<String> = match (v.get("query"), v.get("queries")) {
-            (Some(Value::String(q)), None) => vec![q.clone()],
-            (None, Some(Value::Array(qs))) => qs
-                .iter()
-                .enumerate()
-                .map(|(i, q)| match q {
-                    Value::String(q) => Ok(q.clone()),
-                    other => bail!(
-                        "{}: queries[{i}] is {other}, not a string of words to search for",
-                        at()
-                    ),
-                })
-                .collect::<Result<_>>()?,
-            _ => bail!(
-                "{}: expected {{\"query\": \"...\"}} or {{\"queries\": [...]}}",
-                at()
-            ),
-        };
-        anyhow::ensure!(
-            !queries.is_empty(),
-            "{}: queries is empty: give at least one string of words to search for",
-            at()
-        );
-        if let Some(i) = queries.iter().position(|q| q.trim().is_empty()) {
-            match queries.len() {
-                1 => bail!("{}: the query is blank", at()),
-                _ => bail!("{}: queries[{i}] is blank", at()),
-            }
-        }
-        requests.push((n, queries));
+        let at = format!("{}:{n}", crate::inputs::shown(path));
+        let v = crate::inputs::json_line(&line, &at, "not valid JSON")?;
+        requests.push((n, parse_line(&v, &at)?));
     }
     anyhow::ensure!(
         !requests.is_empty(),
-        "{} holds no requests (one JSON object a line: {{\"query\": ...}} or {{\"queries\": [...]}})",
+        "{} holds no requests (one JSON object a line: {{\"query\": ...}}, {{\"queries\": [...]}} or {{\"tool_names\": [...]}})",
         crate::inputs::shown(path)
     );
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let max_limit = loaded.config().search.max_limit;
-    for (line, queries) in requests {
-        // One hit per query at least, as `tool_search` gives.
-        let hits = index.rank(&queries, limit.max(queries.len().min(max_limit)));
-        serde_json::to_writer(&mut out, &json!({"line": line, "hits": hits}))?;
+    for (line, request) in requests {
+        let answer = match request {
+            LineRequest::Queries(queries, own) => {
+                // A line's own limit is capped as tool_search caps it; --limit is not. One hit
+                // per query at least, as `tool_search` gives.
+                let limit = own.map_or(limit, |l| l.min(config.max_limit));
+                let hits = index.rank(&queries, limit.max(queries.len().min(config.max_limit)));
+                json!({"line": line, "hits": hits})
+            }
+            LineRequest::Names(names) => {
+                let response = session_search(loaded, index, &SearchRequest::Names(names));
+                let (listed, also) = response.hits.split_at(response.listed);
+                json!({"line": line, "hits": listed, "also_matching": also,
+                    "unresolved": response.unresolved})
+            }
+        };
+        serde_json::to_writer(&mut out, &answer)?;
         out.write_all(b"\n")?;
     }
     out.flush()?;
