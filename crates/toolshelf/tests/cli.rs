@@ -3744,3 +3744,49 @@ fn search_batch_lines_take_limit_and_tool_names() {
     assert_eq!(lines[3]["hits"], direct["hits"], "{}", lines[3]);
     assert_eq!(lines[3]["unresolved"], serde_json::json!(["git_stauts"]));
 }
+
+/// `explain` prints what the catalog gives with its control characters escaped, as load errors
+/// show them: an escape sequence cannot reach the terminal, a newline cannot forge a line.
+#[test]
+fn explain_escapes_control_characters_from_the_catalog() {
+    let catalog = temp_file(
+        "explain-escapes.json",
+        r#"[{"name": "evil\u001b[31mRED", "description": "d"},
+            {"name": "a\nb\u0000c\td\u202eE", "description": "d"},
+            {"name": "plain", "description": "d"}]"#,
+    );
+    for (name, escaped) in [
+        ("evil__31mRED", r"evil\u{1b}[31mRED"),
+        ("a_b_c_d_E", r"a\nb\0c\td\u{202e}E"),
+    ] {
+        let text = ok(&["explain", "--catalog", &catalog, name]);
+        assert!(
+            !text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}' || c == '\u{fffd}'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(&format!("  original:  \"{escaped}\" (builtin)\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("  aliases:   {escaped} (deny and ask")),
+            "{text}"
+        );
+        let lines = text.lines().count();
+        let plain = ok(&["explain", "--catalog", &catalog, "plain"])
+            .lines()
+            .count();
+        assert_eq!(lines, plain + 1, "one more line, aliases: {text}");
+        // JSON carries the names as they are.
+        let v: Value =
+            serde_json::from_str(&ok(&["explain", "--catalog", &catalog, name, "--json"]))
+                .expect("json");
+        assert!(
+            v["original_name"]
+                .as_str()
+                .is_some_and(|n| n.chars().any(char::is_control))
+        );
+    }
+}

@@ -5,7 +5,7 @@ use serde_json::json;
 use toolshelf_core::search::render::plain_quote;
 use toolshelf_core::{Error, Resolution, name};
 
-use super::{outln, print_json};
+use super::{cell, outln, print_json};
 use crate::inputs::Source;
 
 /// Arguments of `explain`.
@@ -91,7 +91,7 @@ fn explain_meta(l: &crate::inputs::Loaded, meta: &str, json: bool) -> Result<()>
     if !namesakes.is_empty() {
         outln!(
             "  namesakes: the catalog's own tools of this name are named {} (explain them by that name)",
-            namesakes.join(", ")
+            cell(&namesakes.join(", "))
         );
     }
     Ok(())
@@ -187,43 +187,48 @@ pub fn run(args: Args) -> Result<()> {
             "reason": d.reason,
         }));
     }
-    outln!("{}", t.name);
+    // What the catalog and the configuration give is shown with its control characters
+    // escaped, as load errors show them: quoted as Rust writes a string, else as a cell.
+    outln!("{}", cell(&t.name));
     match &t.original_server {
         Some(orig) => {
             outln!(
-                "  original:  tool {} of server {}",
-                plain_quote(&t.original_name),
-                plain_quote(orig)
+                "  original:  tool {:?} of server {:?}",
+                t.original_name,
+                orig
             );
         }
         None => outln!(
-            "  original:  {} ({})",
-            plain_quote(&t.original_name),
+            "  original:  {:?} ({})",
+            t.original_name,
             serde_json::to_value(t.origin)?.as_str().unwrap_or("")
         ),
     }
     if !t.aliases.is_empty() {
         outln!(
             "  aliases:   {} (deny and ask rules and hooks match these too)",
-            t.aliases.join(", ")
+            cell(&t.aliases.join(", "))
         );
     }
     outln!("  declared:  defer_loading = {declared}");
     match mode {
         Some(m) => outln!(
             "  mode:      {} -> {}: {}",
-            m.name,
+            cell(&m.name),
             if d.in_mode == Some(true) {
                 "admits"
             } else {
                 "hides"
             },
-            d.mode_reason.as_deref().unwrap_or("")
+            cell(d.mode_reason.as_deref().unwrap_or(""))
         ),
         None => outln!("  mode:      none"),
     }
     match &d.denied_by {
-        Some(rule) => outln!("  deny:      [permissions] {rule} denies every call: hidden"),
+        Some(rule) => outln!(
+            "  deny:      [permissions] {} denies every call: hidden",
+            cell(rule)
+        ),
         None => outln!("  deny:      no rule denies every call"),
     }
     if policy.rules().is_empty() {
@@ -237,7 +242,7 @@ pub fn run(args: Args) -> Result<()> {
             } else {
                 "-"
             };
-            outln!("    {s:<40} {hit}");
+            outln!("    {:<40} {hit}", cell(&s));
         }
     }
     outln!(
@@ -249,6 +254,6 @@ pub fn run(args: Args) -> Result<()> {
             " (not consulted)"
         }
     );
-    outln!("  final:     {} ({})", d.state, d.reason);
+    outln!("  final:     {} ({})", d.state, cell(&d.reason));
     Ok(())
 }

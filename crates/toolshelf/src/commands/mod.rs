@@ -109,3 +109,21 @@ pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
+
+/// `text` fit for one line, or one cell of a line, on a terminal: control characters (tabs and
+/// newlines among them) and invisible format characters escaped as Rust writes them (`\n`,
+/// `\u{1b}`), so that a name from a catalog or a generated configuration can neither forge a
+/// line nor move the cursor.
+pub fn cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else if toolshelf_core::index::is_ignorable(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -19,7 +19,7 @@ use toolshelf_gateway::downstream::ServerStatus;
 use toolshelf_gateway::hub::{StatusFile, cache_dir, running_gateways};
 
 use super::serve::{GatewaySource, init_logging, runtime};
-use super::{outln, print_json};
+use super::{cell, outln, print_json};
 
 /// Arguments of `status`.
 #[derive(Debug, clap::Args)]
@@ -278,23 +278,6 @@ fn table(servers: &[ServerStatus]) -> String {
         out.push_str(&format!(
             "\n{name:width$}  {state:9}  {tools:>5}  {pid:>7}  {reason}"
         ));
-    }
-    out
-}
-
-/// `text` fit for one cell of a line on a terminal: control characters (tabs and newlines
-/// among them) and invisible format characters escaped as Rust writes them (`\n`, `\u{1b}`), so
-/// that a name from a generated configuration can neither forge a row nor move the cursor.
-fn cell(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_debug());
-        } else if toolshelf_core::index::is_ignorable(c) {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
-        }
     }
     out
 }
