@@ -1238,6 +1238,31 @@ impl Catalog {
     /// [`Self::from_value`] taking the value, whose tool schemas then move into the catalog
     /// instead of being copied.
     pub fn from_owned(value: Value, source_name: &str) -> Result<Self> {
+        Self::from_owned_adding(value, source_name, &[], "")
+    }
+
+    /// [`Self::from_json_str`] with the built-ins `add` (catalog items, at `location` in errors)
+    /// added to the file's tools before names are given, as a session adds its own tools
+    /// (`tool_define`) to its servers'. One that shares a built-in's name is an error.
+    pub fn from_json_str_adding(
+        text: &str,
+        source_name: &str,
+        add: &[Value],
+        location: &str,
+    ) -> Result<Self> {
+        let value = crate::json::parse(text).map_err(|e| Error::CatalogJson {
+            source_name: source_name.to_owned(),
+            message: crate::json::in_words(&e, text, false),
+        })?;
+        Self::from_owned_adding(value, source_name, add, location)
+    }
+
+    fn from_owned_adding(
+        value: Value,
+        source_name: &str,
+        add: &[Value],
+        location: &str,
+    ) -> Result<Self> {
         let mut b = CatalogBuilder::new(source_name);
         let shape_err = |message: String| Error::CatalogShape {
             source_name: source_name.to_owned(),
@@ -1327,6 +1352,10 @@ impl Catalog {
                     kind_of(&other)
                 )));
             }
+        }
+        for item in add {
+            let spec = ToolSpec::from_value(item.clone(), source_name, location)?;
+            b.add_tool(None, spec, location)?;
         }
         b.join_spellings()?;
         Ok(b.build())

@@ -247,6 +247,34 @@ pub fn refuse_slips(
     Ok(())
 }
 
+/// `catalog` (read from `text`, named `name`) with `tool_define`, as a session with
+/// `[authoring] enabled = true` has it from the start: a deferred built-in among the others, so
+/// the index lists it, rules and `[tools.tool_define]` match it, and the bytes are those a session
+/// is sent. A built-in of the catalog's own with that name keeps it, as the client's tool hides
+/// the proxy's, and is warned about.
+fn with_tool_define(catalog: Catalog, text: &str, name: &str) -> Catalog {
+    use toolshelf_core::authoring::{TOOL_DEFINE, tool_define_item};
+    let own = catalog
+        .tools()
+        .iter()
+        .any(|t| t.original_server.is_none() && t.original_name == TOOL_DEFINE);
+    let added = if own {
+        Err(format!(
+            "{name} has a built-in tool named {TOOL_DEFINE:?} of its own, which hides the one [authoring] adds"
+        ))
+    } else {
+        Catalog::from_json_str_adding(text, name, &[tool_define_item()], "[authoring]")
+            .map_err(|e| e.to_string())
+    };
+    match added {
+        Ok(c) => c,
+        Err(e) => {
+            errln!("toolshelf: warning: {TOOL_DEFINE} is not offered: {e}");
+            catalog
+        }
+    }
+}
+
 /// Warnings of one kind printed before the rest are counted; `-v` prints every one.
 pub const WARNINGS_SHOWN: usize = 5;
 
@@ -313,10 +341,14 @@ impl Source {
     }
 
     fn load_reporting(&self, json: Option<JsonFields>, window: Option<u64>) -> Result<Loaded> {
-        let catalog = match &self.catalog {
-            Some(p) => Catalog::from_json_str(&read_text(p, "catalog")?, &p.display().to_string())?,
-            None => Catalog::from_json_str(EXAMPLE_CATALOG, "examples/catalog.json (bundled)")?,
+        let (catalog_text, catalog_name): (std::borrow::Cow<str>, String) = match &self.catalog {
+            Some(p) => (read_text(p, "catalog")?.into(), p.display().to_string()),
+            None => (
+                EXAMPLE_CATALOG.into(),
+                "examples/catalog.json (bundled)".into(),
+            ),
         };
+        let catalog = Catalog::from_json_str(&catalog_text, &catalog_name)?;
         let mut config = match (&self.config, &self.catalog) {
             (Some(p), _) => {
                 Config::from_toml_str(&read_text(p, "config")?, &p.display().to_string())?
@@ -339,6 +371,11 @@ impl Source {
         if let Some(note) = self.example_catalog_note(compiled.config()) {
             errln!("toolshelf: note: {note}");
         }
+        let catalog = if compiled.config().authoring.enabled {
+            with_tool_define(catalog, &catalog_text, &catalog_name)
+        } else {
+            catalog
+        };
         let exposure = compiled.expose(&catalog);
         let session = SessionValues {
             mode: self.mode.clone(),

@@ -3790,3 +3790,79 @@ fn explain_escapes_control_characters_from_the_catalog() {
         );
     }
 }
+
+/// With `[authoring] enabled = true`, `tool_define` is in the catalog of every command, as it is
+/// in a session's: listed in the index, explained, counted, and matched by its `[tools.NAME]`.
+#[test]
+fn authoring_puts_tool_define_in_every_command() {
+    let config = temp_file(
+        "authoring.toml",
+        "[authoring]\nenabled = true\n[tools.tool_define]\ndescription_template = \"'Write a tool of your own.'\"\n",
+    );
+    let plain = temp_file("authoring-off.toml", "");
+    let args = |config: &str| -> Vec<String> {
+        vec![
+            "--catalog".into(),
+            example("catalog.json"),
+            "--config".into(),
+            config.into(),
+        ]
+    };
+    let with = |command: &[&str], config: &str| -> Output {
+        let mut a: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        a.extend(args(config));
+        bin().args(&a).output().expect("run")
+    };
+    let out = with(&["render", "--index-only"], &config);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("matches no tool"), "{err}");
+    let index = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(index.lines().any(|l| l == "tool_define"), "{index}");
+    // The tools render lists are the ones a replayed session is sent, byte for byte.
+    let transcript = temp_file("authoring.jsonl", "{\"user\": \"hi\"}\n");
+    let out = with(&["replay", "--transcript", &transcript], &config);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body: Value = serde_json::from_slice(&out.stdout).expect("body");
+    let rendered: Value =
+        serde_json::from_slice(&with(&["render"], &config).stdout).expect("render");
+    assert_eq!(body["tools"], rendered);
+    // explain knows it, with its template's description decided as any deferred tool.
+    let out = with(&["explain", "tool_define", "--json"], &config);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["final"], "deferred", "{v}");
+    // search finds it with the description its template renders.
+    let out = with(&["search", "-n", "tool_define"], &config);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Write a tool of your own."),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // ledger counts one more deferred tool.
+    let ledger = |config: &str| -> Value {
+        serde_json::from_slice(&with(&["ledger", "--json"], config).stdout).expect("ledger")
+    };
+    let (on, off) = (ledger(&config), ledger(&plain));
+    assert_eq!(
+        on["tools_total"].as_u64(),
+        off["tools_total"].as_u64().map(|n| n + 1)
+    );
+    assert_eq!(
+        on["deferred"].as_u64(),
+        off["deferred"].as_u64().map(|n| n + 1)
+    );
+}
