@@ -2510,11 +2510,17 @@ fn a_template_finding_is_printed_as_json_with_json() {
         "turn-json.jsonl",
         "{\"query\": \"read a file\", \"gold\": [\"Read\"]}\n",
     );
+    let transcript = temp_file("turn-json-transcript.jsonl", "{\"user\": \"hi\"}\n");
     for (command, name) in [
         (vec!["explain", "Read", "--json"], Some("Read")),
         (vec!["ledger", "--json"], None),
         (vec!["search", "-q", "read a file", "--json"], None),
         (vec!["eval", "--queries", &queries, "--json"], None),
+        (vec!["search", "--batch", &queries, "--json"], None),
+        (
+            vec!["replay", "--transcript", &transcript, "--explain", "--json"],
+            None,
+        ),
     ] {
         let mut args = command.clone();
         args.extend(["--config", &config]);

@@ -45,8 +45,10 @@ pub struct Args {
     #[arg(long)]
     pub explain: bool,
     /// With --explain: one JSON object a line per model request, with its number (`request`,
-    /// from 1) and its turn. (Without --explain the output is the request bodies, one JSON
-    /// object per line already, so --json alone is refused.)
+    /// from 1) and its turn; a description template that reads a per-turn value or uses a stub
+    /// (exit status 1) prints {"error": "template", "owner", "line", "message"} instead. (Without
+    /// --explain the output is the request bodies, one JSON object per line already, so --json
+    /// alone is refused.)
     #[arg(long, requires = "explain")]
     pub json: bool,
 }
@@ -158,7 +160,10 @@ pub fn replay(
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let loaded = args.source.load()?;
+    // With --explain --json, a template finding is printed as JSON, as the other commands print it.
+    let loaded = args
+        .source
+        .load_json(args.explain && args.json, Default::default())?;
     let transcript = read_transcript(&args.transcript)?;
     replay(&args, &loaded, &transcript, !args.explain, &mut |_, r| {
         match (args.explain, args.json) {

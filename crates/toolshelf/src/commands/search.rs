@@ -40,7 +40,7 @@ pub struct Args {
     /// of the text the model reads: `hits` are the tools the text lists, `also_matching` the ones
     /// it only names, `unresolved` the --name values no visible tool has. A description template
     /// that reads a per-turn value or uses a stub (exit status 1) prints {"error": "template",
-    /// "owner", "line", "message"} instead (outside --batch).
+    /// "owner", "line", "message"} instead (with --batch too).
     #[arg(long)]
     json: bool,
     /// Ranker: bm25, semantic, or both fused.
@@ -116,10 +116,9 @@ pub fn attach_ranker(
 /// Runs the search; `Ok(false)` when a `--name` matched no visible tool (a finding, exit
 /// status 1, as against 2 for input that cannot be searched).
 pub fn run(args: Args) -> Result<bool> {
-    // A batch's output is JSON lines whatever --json says: a finding there stays on stderr.
-    let loaded = args
-        .source
-        .load_json(args.json && args.batch.is_none(), Default::default())?;
+    // With --json a template finding is printed as JSON, in a batch too (its output is JSON
+    // lines whatever --json says, and without --json the finding stays on stderr).
+    let loaded = args.source.load_json(args.json, Default::default())?;
     let index = build_index(&loaded, args.ranker)?;
     if let Some(path) = &args.batch {
         return batch(&loaded, &index, path, args.limit).map(|()| true);
