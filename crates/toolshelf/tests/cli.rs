@@ -3872,3 +3872,26 @@ fn authoring_puts_tool_define_in_every_command() {
         off["deferred"].as_u64().map(|n| n + 1)
     );
 }
+
+/// `explain` suggests for a name no tool has what `search -n` (and so `tool_names`) suggests.
+#[test]
+fn explain_suggests_what_search_by_name_suggests() {
+    for written in ["gitt", "git_stauts"] {
+        let out = run(&["explain", written, "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{written}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+        let out = run(&["search", "-n", written, "--json"]);
+        let s: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+        let names: Vec<Value> = s["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .chain(s["also_matching"].as_array().expect("also"))
+            .map(|h| h["name"].clone())
+            .collect();
+        assert!(!names.is_empty(), "{written}: {s}");
+        assert_eq!(v["suggestions"], Value::Array(names), "{written}");
+    }
+    let e = fails(&["explain", "gitt"]);
+    assert!(e.contains("mcp__git__git_commit"), "{e}");
+}

@@ -2,9 +2,11 @@
 
 use anyhow::Result;
 use serde_json::json;
-use toolshelf_core::search::render::plain_quote;
+use toolshelf_core::search::render::{plain_quote, search};
+use toolshelf_core::search::{SearchIndex, SearchRequest};
 use toolshelf_core::{Error, Resolution, name};
 
+use super::search::Ranker;
 use super::{cell, outln, print_json};
 use crate::inputs::Source;
 
@@ -97,6 +99,22 @@ fn explain_meta(l: &crate::inputs::Loaded, meta: &str, json: bool) -> Result<()>
     Ok(())
 }
 
+/// What `tool_names` (and `search -n`) suggests for `wanted`, a name no tool has: likely typos
+/// first, then what a search for the name finds, with the ranker `search` uses by default. The
+/// search is over every tool of the catalog, as `explain` explains hidden tools too.
+fn suggestions(l: &crate::inputs::Loaded, wanted: &str) -> Vec<String> {
+    let all: Vec<usize> = (0..l.catalog.tools().len()).collect();
+    let mut index = SearchIndex::build(&l.catalog, &all);
+    // Without the embedding model the suggestions are BM25F's alone, as a search's would be.
+    let _ = super::search::attach_ranker(&mut index, &l.catalog, Ranker::default());
+    let request = SearchRequest::Names(vec![wanted.trim().to_owned()]);
+    search(&index, &l.catalog, &request, &l.config().search)
+        .hits
+        .iter()
+        .map(|h| h.name.to_string())
+        .collect()
+}
+
 pub fn run(args: Args) -> Result<()> {
     // A blank name is a bad argument (status 2), not a tool the catalog lacks (a finding, 1).
     if args.name.trim().is_empty() {
@@ -149,7 +167,7 @@ pub fn run(args: Args) -> Result<()> {
                 };
                 return Err(super::Finding(left_out.to_string()).into());
             }
-            let suggestions = name::closest(&args.name, tools.iter().map(|t| t.name.as_str()), 5);
+            let suggestions = suggestions(&l, &args.name);
             if args.json {
                 print_json(
                     &json!({"name": args.name, "error": "unknown", "suggestions": suggestions}),
