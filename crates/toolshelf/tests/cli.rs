@@ -3895,3 +3895,45 @@ fn explain_suggests_what_search_by_name_suggests() {
     let e = fails(&["explain", "gitt"]);
     assert!(e.contains("mcp__git__git_commit"), "{e}");
 }
+
+/// A name found with case and separators ignored is no exact name, and its reason says so.
+#[test]
+fn a_name_found_ignoring_case_and_separators_says_so() {
+    let catalog = temp_file(
+        "folded-names.json",
+        r#"[{"name": "Read-It", "description": "a"}, {"name": "read_it", "description": "b"}, {"name": "other", "description": "c"}]"#,
+    );
+    let v: Value = serde_json::from_str(&ok(&[
+        "search",
+        "--catalog",
+        &catalog,
+        "--ranker",
+        "bm25",
+        "-n",
+        "readit",
+        "--json",
+    ]))
+    .expect("json");
+    let reasons: Vec<&str> = v["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| h["reason"].as_str().expect("reason"))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{v}");
+    for r in reasons {
+        assert_eq!(r, "name with case and separators ignored", "{v}");
+    }
+    let v: Value = serde_json::from_str(&ok(&[
+        "search",
+        "--catalog",
+        &catalog,
+        "--ranker",
+        "bm25",
+        "-n",
+        "read_it",
+        "--json",
+    ]))
+    .expect("json");
+    assert_eq!(v["hits"][0]["reason"], "exact name", "{v}");
+}

@@ -352,6 +352,9 @@ fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchRespon
     }
 }
 
+/// The reason of a hit whose name is the one asked for once case and the separators are ignored.
+const FOLDED_NAME: &str = "name with case and separators ignored";
+
 fn exact(
     index: &SearchIndex,
     catalog: &Catalog,
@@ -396,7 +399,12 @@ fn exact(
                 ));
             }
             for d in found {
-                push_unique(&mut hits, index.named_hit(d));
+                let mut hit = index.named_hit(d);
+                let t = &catalog.tools()[hit.index];
+                if t.name != *name && !t.short_names().any(|n| n == name.as_str()) {
+                    hit.reason = FOLDED_NAME.into();
+                }
+                push_unique(&mut hits, hit);
             }
             continue;
         }
