@@ -200,3 +200,32 @@ fn the_error_a_template_stopped_at_is_reported_not_a_stub_it_never_used() {
         "{err}"
     );
 }
+
+/// A value nested deep at run time (`x = [x]` in a loop), which `repr` walks one level at a
+/// time, is rendered on a stack that holds the deepest value the template's heap allows: the
+/// render gives its text, and past the heap it is an error naming the limit; never a stack
+/// overflow that aborts the process (the gateway's or the proxy's, every session with it).
+#[test]
+fn a_value_nested_deep_at_run_time_renders_or_names_the_limit() {
+    let s = Scratch::new("templates-deep-value");
+    let file = s.write(
+        "deep.star",
+        "x = []\nfor i in range(150000):\n    x = [x]\ndescription = part(\"Nests\", str(len(repr(x))))\n",
+    );
+    let (code, out, err) = toolshelf(&["check-template", &file]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.ends_with("deep.star: ok; renders to:\nNests 300002\n"),
+        "{out}"
+    );
+    let file = s.write(
+        "deeper.star",
+        "x = ()\nfor i in range(2000000):\n    x = (x, 1)\ndescription = str(len(str(x)))\n",
+    );
+    let (code, out, err) = toolshelf(&["check-template", &file]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("deeper.star: description template: stopped: the memory limit of 16777216 bytes of Starlark heap was reached"),
+        "{out}"
+    );
+}

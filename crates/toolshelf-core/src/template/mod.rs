@@ -55,7 +55,9 @@
 //! (`nesting`); and [`check_syntax`], [`defines_function`], [`render`] and [`findings`] parse on
 //! a thread of their own whose stack holds the deepest nesting a source of its size can have
 //! (`stack_for`), so that what the count misses in a source (a model's `tool_define` script
-//! included) is an error, not a stack overflow that aborts the process. A source that Starlark
+//! included) is an error, not a stack overflow that aborts the process; [`render`] also sizes
+//! that stack for the deepest value the template's heap can hold (`evaluation_stack`), which
+//! `repr`, `==`, hashing and the garbage collector walk one level at a time. A source that Starlark
 //! cannot parse is an error naming the line and the column (from 1, in characters) where its
 //! parser stopped (`line 1, column 12: does not parse: ...`); a refusal by the nesting count
 //! names the line.
@@ -380,19 +382,68 @@ fn stack_for(len: usize) -> usize {
     BASE.saturating_add(len.saturating_mul(PER_BYTE)).min(MOST)
 }
 
-/// Runs `job`, which parses `source` (and may evaluate it), on a thread of its own with the
-/// stack [`stack_for`] its size: the nesting bound refuses deep sources before they are parsed,
-/// and this makes a source that gets past it an error, not a stack overflow that aborts the
+/// Bytes of Starlark heap one level of a value takes at the least: every heap value has an
+/// 8-byte header, and the smallest container that holds another value (a one-element tuple)
+/// adds its length and the value; a list adds an array of its own, a dict its map.
+const LEVEL_HEAP_BYTES: usize = 24;
+
+/// Stack one level of a value takes at most in the operations that recurse through a value:
+/// `repr` and `str` (and `%`, `format`, error messages), hashing a tuple, `==` and `<`, and the
+/// garbage collector's copy. Measured worst, a two-element tuple's `repr`: about 430 bytes
+/// (release) and 2 KiB (unoptimised); about twice that here.
+const LEVEL_STACK_BYTES: usize = if cfg!(debug_assertions) {
+    4 << 10
+} else {
+    1 << 10
+};
+
+/// The deepest value an evaluation under `limits` of `source` can build. A value `d` levels
+/// deep holds `d` containers one within another, each on the heap, and the heap is checked
+/// before every statement and every 1,000 steps: so at a check at most
+/// `max_heap_bytes / LEVEL_HEAP_BYTES` levels are held, and until the next one the value can
+/// grow only within one statement by at most 1,000 steps and the returns of at most
+/// `max_call_depth` calls, each of which builds at most two levels per bracket of the source
+/// (a display `[x]`, `(x,)`, `{k: x}`, or a call such as `zip(x)` or `l.append(x)`).
+fn value_levels(source: &str, limits: Limits) -> usize {
+    let brackets = source
+        .bytes()
+        .filter(|b| matches!(b, b'[' | b'(' | b'{'))
+        .count();
+    let between_checks = 1000usize.saturating_add(limits.max_call_depth);
+    (limits.max_heap_bytes / LEVEL_HEAP_BYTES)
+        .saturating_add(brackets.saturating_mul(2).saturating_mul(between_checks))
+}
+
+/// The stack a thread needs to parse `source` ([`stack_for`]) and then evaluate it under
+/// `limits`, whatever value it builds ([`value_levels`]). Only the pages a run touches are
+/// used; the rest is reserved address space.
+fn evaluation_stack(source: &str, limits: Limits) -> usize {
+    stack_for(source.len())
+        .saturating_add(value_levels(source, limits).saturating_mul(LEVEL_STACK_BYTES))
+}
+
+/// Runs `job`, which parses `source` (and may evaluate it), on a thread of its own with a stack
+/// of `stack` bytes ([`stack_for`] its size to parse it, [`evaluation_stack`] to run it): the
+/// nesting bound refuses deep sources before they are parsed, and this makes a source that gets
+/// past it, or a value built deep at run time, an error, not a stack overflow that aborts the
 /// process (a gateway's every session, a proxy's every conversation).
 fn on_deep_stack<T: Send>(
     source: &str,
     owner: &str,
     job: impl FnOnce() -> Result<T, TemplateError> + Send,
 ) -> Result<T, TemplateError> {
+    on_stack(stack_for(source.len()), owner, job)
+}
+
+fn on_stack<T: Send>(
+    stack: usize,
+    owner: &str,
+    job: impl FnOnce() -> Result<T, TemplateError> + Send,
+) -> Result<T, TemplateError> {
     std::thread::scope(|scope| {
         let thread = std::thread::Builder::new()
             .name("starlark-parse".into())
-            .stack_size(stack_for(source.len()))
+            .stack_size(stack)
             .spawn_scoped(scope, job)
             .map_err(|e| TemplateError {
                 owner: owner.to_owned(),
@@ -400,7 +451,8 @@ fn on_deep_stack<T: Send>(
                 line: None,
                 column: None,
                 kind: TemplateErrorKind::Failed(format!(
-                    "cannot start a thread to read it ({e}); try again"
+                    "cannot start a thread of {} MiB of stack to read it ({e}); try again",
+                    stack >> 20
                 )),
             })?;
         thread
@@ -606,7 +658,8 @@ pub fn render(
     pkg: &BTreeMap<String, Json>,
     session: &SessionValues,
 ) -> Result<String, TemplateError> {
-    on_deep_stack(source, owner, || {
+    let stack = evaluation_stack(source, Limits::TEMPLATE);
+    on_stack(stack, owner, || {
         match evaluate(
             source,
             owner,
