@@ -126,8 +126,20 @@ def run(params):
     return http.get("http://example.com/exfiltrate")["body"]
 "#;
 
+const NEST: &str = r#"
+description = "Nests a list in itself n times."
+schema = {"properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+def run(params):
+    x = 1
+    for i in range(params["n"]):
+        x = [x]
+    return x
+"#;
+
 fn config(s: &Scratch, port: u16) -> String {
     for (file, src) in [
+        ("tools/nest.star", NEST),
         ("tools/lookup.star", LOOKUP),
         ("tools/spin.star", SPIN),
         ("tools/greedy.star", GREEDY),
@@ -153,6 +165,8 @@ script = "tools/folded.star"
 script = "tools/deep.star"
 [tools.escape]
 script = "tools/escape.star"
+[tools.nest]
+script = "tools/nest.star"
 
 [scripts]
 allow_hosts = ["127.0.0.1:{port}"]
@@ -301,6 +315,30 @@ async fn script_tools_run_through_the_gateway_and_their_limits_hold() {
             "ok"
         ]
     );
+}
+
+/// A result is written as JSON and read back by the scripts server, which reads at most 128
+/// levels: a run that returns a value nested deeper than 100 levels is an error naming the tool
+/// and the limit, whatever the depth (past a few hundred levels the runner itself used to
+/// overflow its stack), and the scripts server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_nested_too_deep_is_an_error_naming_the_limit() {
+    let s = Scratch::new("scripts-nest");
+    let cfg = s.write("toolshelf.toml", &config(&s, 9));
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__scripts__nest"]})).await);
+    let before = scripts_pid(&status(&client).await).expect("scripts server running");
+    let r = ok(&exec(&client, "mcp__scripts__nest", json!({"n": 100})).await);
+    assert_eq!(r, format!("{}1{}", "[".repeat(100), "]".repeat(100)));
+    for n in [101, 127, 200, 300, 5000] {
+        let e = err(&exec(&client, "mcp__scripts__nest", json!({"n": n})).await);
+        assert!(
+            e.starts_with("script tool \"mcp__scripts__nest\" (tools/nest.star): script: stopped: run returned a value that nests more than 100 levels deep"),
+            "{n}: {e}"
+        );
+    }
+    assert_eq!(scripts_pid(&status(&client).await), Some(before));
+    client.cancel().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -488,6 +488,84 @@ fn non_finite(v: Value, depth: usize) -> bool {
     false
 }
 
+/// The deepest a script's result (or a script tool's `schema`) may nest: lists, tuples and
+/// dicts within one another. Past it the value is refused before it is written as JSON, as
+/// writing, reading and checking JSON recurse once per level.
+pub const MAX_VALUE_DEPTH: usize = 100;
+
+/// How deep `v` nests (a list, tuple or dict is one level more than the deepest thing it
+/// holds; anything else is 0), or `None` when deeper than `max`. Each value is walked once
+/// (`seen` keeps the depths found), and the walk never goes more than `max + 1` levels down, so
+/// neither a value shared many times over nor a cycle (which is deeper than any `max`) makes it
+/// costly.
+fn value_depth<'v>(
+    v: Value<'v>,
+    max: usize,
+    seen: &mut std::collections::HashMap<starlark::values::ValueIdentity<'v>, usize>,
+) -> Option<usize> {
+    use starlark::values::dict::DictRef;
+    use starlark::values::list::ListRef;
+    use starlark::values::tuple::TupleRef;
+    let children: Vec<Value<'v>> = if let Some(l) = ListRef::from_value(v) {
+        l.iter().collect()
+    } else if let Some(t) = TupleRef::from_value(v) {
+        t.iter().collect()
+    } else if let Some(d) = DictRef::from_value(v) {
+        d.iter().flat_map(|(k, x)| [k, x]).collect()
+    } else {
+        return Some(0);
+    };
+    if let Some(&d) = seen.get(&v.identity()) {
+        return (d <= max).then_some(d);
+    }
+    let inner = max.checked_sub(1)?;
+    let mut deepest = 0;
+    for c in children {
+        deepest = deepest.max(value_depth(c, inner, seen)?);
+    }
+    seen.insert(v.identity(), deepest + 1);
+    Some(deepest + 1)
+}
+
+/// `v` as JSON, for a value no deeper than [`MAX_VALUE_DEPTH`] ([`too_deep`]): lists, tuples
+/// and dicts are walked here, a frame per level, and only what they hold is handed to Starlark's
+/// own conversion, which takes tens of KiB of stack per level.
+fn json_of(v: Value) -> anyhow::Result<Json> {
+    use starlark::values::dict::DictRef;
+    use starlark::values::list::ListRef;
+    use starlark::values::tuple::TupleRef;
+    if let Some(l) = ListRef::from_value(v) {
+        return l
+            .iter()
+            .map(json_of)
+            .collect::<anyhow::Result<_>>()
+            .map(Json::Array);
+    }
+    if let Some(t) = TupleRef::from_value(v) {
+        return t
+            .iter()
+            .map(json_of)
+            .collect::<anyhow::Result<_>>()
+            .map(Json::Array);
+    }
+    if let Some(d) = DictRef::from_value(v) {
+        let mut out = serde_json::Map::new();
+        for (k, x) in d.iter() {
+            let Some(key) = k.unpack_str() else {
+                anyhow::bail!("key must be a string");
+            };
+            out.insert(key.to_owned(), json_of(x)?);
+        }
+        return Ok(Json::Object(out));
+    }
+    v.to_json_value()
+}
+
+/// Whether `v` nests deeper than [`MAX_VALUE_DEPTH`].
+fn too_deep(v: Value) -> bool {
+    value_depth(v, MAX_VALUE_DEPTH, &mut std::collections::HashMap::new()).is_none()
+}
+
 /// Every name `ast` binds: function names and parameters, assignment, `for` and comprehension
 /// variables, lambda parameters.
 fn bound_names(ast: &AstModule) -> std::collections::BTreeSet<String> {
@@ -864,14 +942,17 @@ fn definition<'v>(
             ));
         }
         // JSON has no NaN or infinity; serde would write null, silently.
+        Some(v) if too_deep(v) => {
+            return Err(bad(format!(
+                "`schema` nests more than {MAX_VALUE_DEPTH} levels deep (lists and dicts within one another), the most a schema may"
+            )));
+        }
         Some(v) if non_finite(v, 0) => {
             return Err(bad(
                 "`schema` holds a float that is NaN or infinite, which JSON cannot hold".into(),
             ));
         }
-        Some(v) => v
-            .to_json_value()
-            .map_err(|e| bad(format!("`schema` is not JSON: {e}")))?,
+        Some(v) => json_of(v).map_err(|e| bad(format!("`schema` is not JSON: {e}")))?,
     };
     let Json::Object(mut schema) = schema else {
         return Err(bad("`schema` must be a dict (a JSON Schema object)".into()));
@@ -1049,6 +1130,13 @@ fn evaluate(
                         let value = eval.eval_function(run, &[arg], &[])?;
                         Ok(Output::Result(if let Ok(t) = text_value(value) {
                             Json::String(t)
+                        } else if too_deep(value) {
+                            return Ok(Err((
+                                None,
+                                TemplateErrorKind::Limit(format!(
+                                    "run returned a value that nests more than {MAX_VALUE_DEPTH} levels deep (lists and dicts within one another), the most a result may; return a flatter value"
+                                )),
+                            )));
                         } else if non_finite(value, 0) {
                             // JSON has no NaN or infinity; serde would write null, silently.
                             return Ok(Err((
@@ -1058,7 +1146,7 @@ fn evaluate(
                                 ),
                             )));
                         } else {
-                            value.to_json_value().map_err(|e| {
+                            json_of(value).map_err(|e| {
                                 starlark::Error::new_other(anyhow::anyhow!(
                                     "run returned a {} that is not JSON: {e}",
                                     value.get_type()

@@ -716,3 +716,70 @@ fn a_run_that_cannot_take_the_params_is_refused_naming_its_line() {
     );
     assert_eq!(run_refusal("part('a template')", "t.star"), None);
 }
+
+/// A result is written as JSON, and reading JSON recurses once per level: a run that returns a
+/// value nested past [`MAX_VALUE_DEPTH`] is refused naming the tool and the limit, one at the
+/// limit is returned, and a value shared many times over is walked once.
+#[test]
+fn a_result_nested_past_the_limit_is_refused_naming_it() {
+    let nested = |n: usize| {
+        format!(
+            "description = \"d\"\nschema = {{}}\ndef run(params):\n    x = 1\n    for i in range({n}):\n        x = [x]\n    return x\n"
+        )
+    };
+    let call = |source: &str| {
+        run_script(
+            source,
+            "script tool \"s\"",
+            globals(),
+            &pkg(),
+            &session(),
+            &json!({}),
+            Limits::TEMPLATE,
+        )
+    };
+    let mut expected = json!(1);
+    for _ in 0..MAX_VALUE_DEPTH {
+        expected = json!([expected]);
+    }
+    assert_eq!(
+        call(&nested(MAX_VALUE_DEPTH)).expect("at the limit"),
+        expected
+    );
+    let e = call(&nested(MAX_VALUE_DEPTH + 1)).expect_err("past the limit");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "script tool \"s\": script: stopped: run returned a value that nests more than {MAX_VALUE_DEPTH} levels deep (lists and dicts within one another), the most a result may; return a flatter value"
+        )
+    );
+    // Dicts and tuples count as lists do; a cycle is deeper than any limit.
+    let source = "def run(params):\n    x = 1\n    for i in range(101):\n        x = {\"a\": (x,)} if i % 2 else (x,)\n    return x\n";
+    assert!(matches!(
+        call(source).expect_err("dicts").kind,
+        TemplateErrorKind::Limit(_)
+    ));
+    let source = "def run(params):\n    x = []\n    x.append(x)\n    return x\n";
+    assert!(matches!(
+        call(source).expect_err("cycle").kind,
+        TemplateErrorKind::Limit(_)
+    ));
+    // 2^90 paths through a value shared twice at each of 90 levels, beside one too deep.
+    let source = "def run(params):\n    x = 1\n    for i in range(90):\n        x = [x, x]\n    y = 1\n    for i in range(101):\n        y = [y]\n    return [x, y]\n";
+    assert!(matches!(
+        call(source).expect_err("shared").kind,
+        TemplateErrorKind::Limit(_)
+    ));
+    // A script tool's schema likewise.
+    let source = format!(
+        "description = \"d\"\nx = {{}}\nfor i in range({}):\n    x = {{\"a\": x}}\nschema = {{\"properties\": x}}\ndef run(params):\n    return 1\n",
+        MAX_VALUE_DEPTH
+    );
+    let e = script_definition(&source, "script tool \"s\"", &pkg(), &session())
+        .expect_err("schema too deep");
+    assert!(
+        e.to_string()
+            .contains("`schema` nests more than 100 levels deep"),
+        "{e}"
+    );
+}
