@@ -168,16 +168,22 @@ pub fn top_level_refusal(error: impl std::fmt::Display) -> String {
     format!("{error}; fix the script and define the tool again")
 }
 
-/// Reads the top level of `tool`'s script on the calling thread, as a runner reads it for the
-/// proxy and the gateway ([`crate::template::script_top_level`], with the template environment's
-/// step and heap bounds but no process around it): `Err` is what the model reads.
+/// Reads the top level of `tool`'s script in this process, as a runner reads it for the proxy
+/// and the gateway ([`crate::template::script_top_level`], with the template environment's step
+/// and heap bounds, on a thread whose stack holds the deepest value they allow, but with no
+/// address-space limit around it): `Err` is what the model reads.
 pub fn check_top_level(
     tool: &Authored,
     vars: &BTreeMap<String, Value>,
     session: &crate::template::SessionValues,
 ) -> Result<(), String> {
-    crate::template::script_top_level(&tool.script, &tool.definer(), &tool.pkg(vars), session)
-        .map_err(top_level_refusal)
+    crate::template::script_top_level_on_own_stack(
+        &tool.script,
+        &tool.definer(),
+        &tool.pkg(vars),
+        session,
+    )
+    .map_err(top_level_refusal)
 }
 
 fn valid_name(name: &str) -> bool {

@@ -375,7 +375,14 @@ pub struct Replay<'a> {
     /// The tools the frozen list holds with their schemas: a direct call of one is handed to the
     /// client as the model wrote it, unchecked against the schema, as the proxy hands it.
     frozen_resident: BTreeSet<String>,
+    /// Reads the top level of a script given to `tool_define` (see [`Replay::set_top_level`]);
+    /// `None`: in this process ([`authoring::check_top_level`]).
+    top_level: Option<Box<TopLevelCheck<'a>>>,
 }
+
+/// Reads the top level of a script given to `tool_define` as the proxy would: `Err` is what the
+/// model reads.
+pub type TopLevelCheck<'a> = dyn FnMut(&authoring::Authored) -> Result<(), String> + 'a;
 
 impl std::fmt::Debug for Replay<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -565,6 +572,7 @@ impl<'a> Replay<'a> {
             warnings: Vec::new(),
             searchable,
             frozen_resident,
+            top_level: None,
         }
     }
 
@@ -799,6 +807,14 @@ impl<'a> Replay<'a> {
     /// proxy falls back on its working directory).
     pub fn set_script_session(&mut self, values: crate::template::SessionValues) {
         self.script_session = values;
+    }
+
+    /// How the top level of a script given to `tool_define` is read: the CLI reads it in a
+    /// runner process under the `[scripts]` limits, as the proxy does, so that one the proxy
+    /// refuses (a memory limit reached) is refused with the same words. Without it the top level
+    /// is read in this process, under the same step and heap bounds.
+    pub fn set_top_level(&mut self, check: Box<TopLevelCheck<'a>>) {
+        self.top_level = Some(check);
     }
 
     /// Every tool the model may see now, each with its full definition: the tool list the
@@ -1051,11 +1067,15 @@ impl<'a> Replay<'a> {
         };
         // Its top level is read as the proxy's runner reads it: a script whose every call would
         // fail is refused here too.
-        if let Err(e) = authoring::check_top_level(
-            &tool,
-            &self.compiled.config().template.vars,
-            &self.script_session,
-        ) {
+        let read = match &mut self.top_level {
+            Some(check) => check(&tool),
+            None => authoring::check_top_level(
+                &tool,
+                &self.compiled.config().template.vars,
+                &self.script_session,
+            ),
+        };
+        if let Err(e) = read {
             return (e, true);
         }
         let name = tool.name().to_owned();

@@ -316,6 +316,14 @@ impl Runner {
                 l.max_memory_mb
             ));
         }
+        // The runner evaluates on its main thread: a value nested tens of thousands of levels
+        // deep (`x = [x]` in a loop), which `str`, `==`, hashing and the garbage collector walk
+        // one level at a time, outgrows its stack.
+        if stderr.contains("has overflowed its stack") {
+            return Err(format!(
+                "{owner}: stopped: the runner's stack ran out, most likely on a value nested thousands of levels deep (a list built as `x = [x]` in a loop); keep values flatter"
+            ));
+        }
         let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         Err(format!(

@@ -2301,6 +2301,89 @@ fn a_replayed_definition_whose_top_level_cannot_run_is_refused() {
     );
 }
 
+/// A replayed definition's top level is read in a runner process under the `[scripts]` limits,
+/// as the proxy reads it: a value nested deep at the top level is a refusal, not a crash of the
+/// replay, and a huge constant reaches the runner's memory limit, in the proxy's words, without
+/// the replay itself allocating it.
+#[test]
+fn a_replayed_definition_is_read_under_the_proxys_limits() {
+    let catalog = temp_file(
+        "authoring-limits.json",
+        r#"[{"name": "Read", "description": "Read a file.", "defer_loading": false}]"#,
+    );
+    let config = temp_file(
+        "authoring-limits.toml",
+        "[authoring]\nenabled = true\n[scripts]\nmax_memory_mb = 512\n",
+    );
+    let define = |name: &str, script: &str| {
+        serde_json::json!({"call": {"name": "defer_execute", "input": {
+            "tool_name": "tool_define",
+            "params": {
+                "name": name,
+                "description": "Says something.",
+                "schema": {"type": "object", "properties": {}},
+                "script": script
+            }
+        }}})
+        .to_string()
+    };
+    let transcript = temp_file(
+        "authoring-limits.jsonl",
+        &[
+            r#"{"user": "build something big"}"#.to_owned(),
+            r#"{"call": {"name": "tool_search", "input": {"tool_names": ["tool_define"]}}}"#
+                .to_owned(),
+            define(
+                "deeptop",
+                "x = []\nfor i in range(100000):\n    x = [x]\ny = str(x)\ndef run(params):\n    return 1\n",
+            ),
+            define(
+                "bigconst",
+                "x = \"a\" * 1500000000\ndef run(params):\n    return len(x)\n",
+            ),
+        ]
+        .join("\n"),
+    );
+    let out = ok(&[
+        "replay",
+        "--catalog",
+        &catalog,
+        "--config",
+        &config,
+        "--transcript",
+        &transcript,
+    ]);
+    let bodies: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a body"))
+        .collect();
+    assert_eq!(bodies.len(), 4, "{out}");
+    let result = |i: usize| {
+        bodies[i]["messages"]
+            .as_array()
+            .expect("messages")
+            .last()
+            .expect("last")
+            .to_string()
+    };
+    let deep = result(2);
+    assert!(
+        deep.contains(r#"tool_define \"deeptop\""#)
+            && deep.contains("fix the script and define the tool again")
+            && deep.contains(r#""is_error":true"#),
+        "{deep}"
+    );
+    let big = result(3);
+    assert!(
+        big.contains(r#"tool_define \"bigconst\""#)
+            && big.contains(
+                "stopped: the memory limit of 512 MiB ([scripts] max_memory_mb) was reached"
+            )
+            && big.contains(r#""is_error":true"#),
+        "{big}"
+    );
+}
+
 #[test]
 fn duplicate_keys_in_queries_and_batch_lines_are_refused() {
     // The first line is fine; the second gives a key twice, which no value may win.

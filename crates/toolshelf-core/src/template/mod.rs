@@ -859,6 +859,25 @@ pub fn script_top_level(
     }
 }
 
+/// [`script_top_level`] on a thread of its own whose stack holds the deepest value the top level
+/// can build ([`evaluation_stack`]), for a caller with no process of its own around the read
+/// (`toolshelf replay`): a value nested deep is an error or is read, never a stack overflow.
+pub fn script_top_level_on_own_stack(
+    source: &str,
+    owner: &str,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+) -> Result<(), TemplateError> {
+    let stack = evaluation_stack(source, Limits::TEMPLATE);
+    on_stack(stack, owner, || {
+        script_top_level(source, owner, pkg, session)
+    })
+    .map_err(|e| TemplateError {
+        what: "script",
+        ..e
+    })
+}
+
 /// Runs a script tool: evaluates `source` in `globals` (see [`environment`]) and calls its
 /// `run(params)`, within `limits`. The result is `run`'s value as JSON (a string stays a
 /// string). Core does no I/O itself: whatever `globals` binds (a clock, an HTTP client) is the

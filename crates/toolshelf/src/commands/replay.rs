@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use toolshelf_core::invoke::RefusalKind;
 use toolshelf_core::replay::{Replay, Transcript, TurnReport, explain_line, parse_transcript};
 use toolshelf_core::search::SearchIndex;
@@ -121,6 +121,17 @@ pub fn replay(
             loaded.compiled.config().template.workspace.as_deref(),
         ),
     });
+    // A `tool_define` script's top level is read in a runner process under the [scripts]
+    // limits, as the proxy reads it, so that the replay refuses what the proxy refuses, in the
+    // same words (a memory limit reached, a stack the runner cannot hold).
+    let exe = std::env::current_exe().context("cannot find the toolshelf binary")?;
+    let runner = toolshelf_runtime::scripts::Runner::new(exe, loaded.compiled.config());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    session.set_top_level(Box::new(move |tool| {
+        runtime.block_on(runner.check_authored(tool))
+    }));
     // The callback's own error is kept whole; the session's are text.
     let mut failed: Option<anyhow::Error> = None;
     let mut requests = 0usize;
