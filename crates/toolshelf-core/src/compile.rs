@@ -194,6 +194,13 @@ impl Compiled {
             ],
         )
         .map_err(err)?;
+        if sc.max_memory_mb < crate::config::MIN_MEMORY_MB {
+            return Err(err(format!(
+                "[scripts] max_memory_mb must be at least {} (got {}): a script runner is the toolshelf binary itself, which needs about 100 MiB of address space before a script runs",
+                crate::config::MIN_MEMORY_MB,
+                sc.max_memory_mb
+            )));
+        }
         for (setting, hosts) in [
             ("[scripts] allow_hosts", &sc.allow_hosts),
             ("[authoring] allow_hosts", &config.authoring.allow_hosts),
@@ -760,6 +767,10 @@ mod tests {
             (
                 "[scripts]\nmax_steps = 0",
                 "[scripts] max_steps must be at least 1 (got 0)",
+            ),
+            (
+                "[scripts]\nmax_steps = 5\nmax_memory_mb = 64",
+                "t.toml: line 3: [scripts] max_memory_mb must be at least 256 (got 64): a script runner is the toolshelf binary itself",
             ),
             (
                 "[proxy]\nsession_ttl_secs = 0",

@@ -277,6 +277,12 @@ pub const SCRIPTS_SERVER: &str = "scripts";
 /// served (the gateway and the proxy alike).
 pub const SCRIPTS_DESCRIPTION: &str = "Tools defined by Starlark scripts of this configuration.";
 
+/// The least `[scripts] max_memory_mb`: a runner is the toolshelf binary itself (about 90 MB of
+/// it mapped, in a release build), with its threads and allocator, and a release build needs
+/// about 100 MiB of address space before a script runs at all (below that it dies at start with
+/// no message); this leaves room for a script's own heap.
+pub const MIN_MEMORY_MB: u64 = 256;
+
 /// `[scripts]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -288,7 +294,8 @@ pub struct ScriptsConfig {
     pub max_steps: u64,
     /// `max_heap_mb`: Starlark heap one run may use.
     pub max_heap_mb: u64,
-    /// `max_memory_mb`: address space of the process a run happens in.
+    /// `max_memory_mb`: address space of the process a run happens in; at least
+    /// [`MIN_MEMORY_MB`].
     pub max_memory_mb: u64,
     /// `max_call_depth`: nested calls (recursion included).
     pub max_call_depth: usize,
