@@ -201,6 +201,43 @@ fn the_error_a_template_stopped_at_is_reported_not_a_stub_it_never_used() {
     );
 }
 
+/// A script tool's file is checked as the scripts server defines it, not only rendered: a file
+/// the gateway would list as unavailable is refused with the gateway's reason.
+#[test]
+fn check_template_refuses_a_script_file_the_gateway_refuses() {
+    let s = Scratch::new("templates-script-file");
+    let run = "def run(params):\n    return 1\n";
+    for (file, source, says) in [
+        (
+            "bad_type.star",
+            format!(
+                "description = \"d\"\nschema = {{\"properties\": {{\"a\": {{\"type\": \"strng\"}}}}}}\n{run}"
+            ),
+            "bad_type.star: script: `schema` is not a valid JSON Schema (at /properties/a/type: ",
+        ),
+        (
+            "array.star",
+            format!("description = \"d\"\nschema = {{\"type\": \"array\"}}\n{run}"),
+            "array.star: script: failed: `schema` must describe an object (\"type\": \"object\"), found \"type\": \"array\"",
+        ),
+        (
+            "no_schema.star",
+            format!("description = \"d\"\n{run}"),
+            "no_schema.star: script: failed: a script must set `schema = {...}`",
+        ),
+        (
+            "rebound.star",
+            format!("description = \"d\"\nschema = {{}}\n{run}run = 3\n"),
+            "rebound.star: script line 5: failed: `run` is an int, not a function: a script must define `def run(params): ...`",
+        ),
+    ] {
+        let path = s.write(file, &source);
+        let (code, out, err) = toolshelf(&["check-template", &path]);
+        assert_eq!(code, Some(1), "{file}: {out}{err}");
+        assert!(out.contains(says), "{file}: {out}");
+    }
+}
+
 /// A value nested deep at run time (`x = [x]` in a loop), which `repr` walks one level at a
 /// time, is rendered on a stack that holds the deepest value the template's heap allows: the
 /// render gives its text, and past the heap it is an error naming the limit; never a stack

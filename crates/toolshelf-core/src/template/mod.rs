@@ -833,6 +833,35 @@ pub fn script_definition(
     }
 }
 
+/// Reads a script tool's file as a runner reads it when the scripts server defines the tool:
+/// [`script_definition`] once to find the schema, then again with `pkg.params` and
+/// `pkg.required` taken from it (the description may read them); on a thread of its own whose
+/// stack holds the deepest value the file can build ([`evaluation_stack`]), for a caller with no
+/// runner process around the read (`toolshelf check-template`).
+pub fn script_file_definition(
+    source: &str,
+    owner: &str,
+    pkg: &BTreeMap<String, Json>,
+    session: &SessionValues,
+) -> Result<ScriptDefinition, TemplateError> {
+    let stack = evaluation_stack(source, Limits::TEMPLATE);
+    on_stack(stack, owner, || {
+        let first = script_definition(source, owner, pkg, session)?;
+        let mut pkg = pkg.clone();
+        for (key, field) in [("params", "properties"), ("required", "required")] {
+            pkg.insert(
+                key.to_owned(),
+                Json::from(schema_names(&first.schema, field)),
+            );
+        }
+        script_definition(source, owner, &pkg, session)
+    })
+    .map_err(|e| TemplateError {
+        what: "script",
+        ..e
+    })
+}
+
 /// Reads the top level of a script whose description and schema come from elsewhere (a tool the
 /// model defines with `tool_define`): it is evaluated as [`script_definition`] evaluates a script
 /// tool's file, in the template environment, so a top level that reads `turn`, uses a stub
@@ -987,14 +1016,37 @@ fn definition<'v>(
             )));
         }
     }
-    match module.get("run") {
-        Some(f) if f.get_type() == "function" => {}
-        _ => return Err(bad("a script must define `def run(params): ...`".into())),
-    }
     Ok(ScriptDefinition {
         description,
         schema,
     })
+}
+
+/// Whether `run`, what a script's top level bound to the name (at the line `run_at`), is a
+/// function that can take the params alone; if not, the refusal.
+fn callable_run(
+    run: Option<Value>,
+    run_at: Option<u32>,
+) -> Result<(), (Option<u32>, TemplateErrorKind)> {
+    let failed = |line, m: String| Err((line, TemplateErrorKind::Failed(m)));
+    match run {
+        Some(f) if f.get_type() == "function" => one_argument(f).or_else(|m| failed(run_at, m)),
+        Some(other) => {
+            let ty = other.get_type();
+            let a = if ty.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "an"
+            } else {
+                "a"
+            };
+            failed(
+                run_at,
+                format!(
+                    "`run` is {a} {ty}, not a function: a script must define `def run(params): ...` and not bind `run` to anything else"
+                ),
+            )
+        }
+        None => failed(None, "a script must define `def run(params): ...`".into()),
+    }
 }
 
 /// Whether the function `run` can be called as a script's `run` is, with the params as its one
@@ -1123,23 +1175,9 @@ fn evaluate(
                 Job::Define => definition(&module, last)
                     .map_err(|k| (None, k))
                     .and_then(|d| {
-                        // `definition` found `run` to be a function.
-                        let run = module.get("run").unwrap_or_else(Value::new_none);
-                        one_argument(run)
-                            .map(|()| Output::Definition(d))
-                            .map_err(|m| (run_at, TemplateErrorKind::Failed(m)))
+                        callable_run(module.get("run"), run_at).map(|()| Output::Definition(d))
                     }),
-                Job::TopLevel => match module.get("run") {
-                    Some(f) if f.get_type() == "function" => one_argument(f)
-                        .map(|()| Output::TopLevel)
-                        .map_err(|m| (run_at, TemplateErrorKind::Failed(m))),
-                    _ => Err((
-                        None,
-                        TemplateErrorKind::Failed(
-                            "a script must define `def run(params): ...`".into(),
-                        ),
-                    )),
-                },
+                Job::TopLevel => callable_run(module.get("run"), run_at).map(|()| Output::TopLevel),
                 Job::Run(params) => match module.get("run") {
                     Some(run) => {
                         if let Err(m) = one_argument(run) {

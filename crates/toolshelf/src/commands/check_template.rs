@@ -197,19 +197,32 @@ pub fn run(args: Args) -> Result<bool> {
     }
 
     let (findings, rendered) = match template::findings(&source, &owner, &pkg, &session) {
+        // A script tool's file is defined as the scripts server defines it: its `description`,
+        // `schema` and `run` are checked as there, and so is the schema as a JSON Schema.
+        Ok(f) if template::defines_function(&source, "run", 1) => (
+            f,
+            template::script_file_definition(&source, &owner, &pkg, &session)
+                .map_err(|e| e.to_string())
+                .and_then(|d| match toolshelf_core::invoke::schema_problem(&d.schema) {
+                    Some(p) => Err(format!(
+                        "{owner}: script: `schema` is not a valid JSON Schema ({p}); fix `schema` in the file"
+                    )),
+                    None => Ok(d.description),
+                }),
+        ),
         // A script tool's `run` that cannot take the params fails its definition, whatever the
         // render gives.
         Ok(f) => (
             f,
-            template::render(&source, &owner, &pkg, &session).and_then(|text| {
-                match template::run_refusal(&source, &owner) {
+            template::render(&source, &owner, &pkg, &session)
+                .and_then(|text| match template::run_refusal(&source, &owner) {
                     Some(e) => Err(e),
                     None => Ok(text),
-                }
-            }),
+                })
+                .map_err(|e| e.to_string()),
         ),
         // Does not parse: nothing to look through or render.
-        Err(e) => (Vec::new(), Err(e)),
+        Err(e) => (Vec::new(), Err(e.to_string())),
     };
     let ok = findings.is_empty() && rendered.is_ok();
     if args.json {
@@ -218,7 +231,7 @@ pub fn run(args: Args) -> Result<bool> {
             "ok": ok,
             "findings": findings,
             "rendered": rendered.as_ref().ok(),
-            "error": rendered.as_ref().err().map(ToString::to_string),
+            "error": rendered.as_ref().err(),
         }))?;
         return Ok(ok);
     }
@@ -238,7 +251,7 @@ pub fn run(args: Args) -> Result<bool> {
             outln!("{text}");
         }
         // A failure already listed as a finding is not said twice.
-        Err(e) if findings.iter().any(|f| f.message == e.to_string()) => {
+        Err(e) if findings.iter().any(|f| &f.message == e) => {
             outln!(
                 "{owner}: {}",
                 super::count(findings.len(), "refused access", "refused accesses")
