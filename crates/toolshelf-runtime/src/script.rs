@@ -542,7 +542,7 @@ mod tests {
             ),
             (
                 "def run(params):\n    return 1\nrun = 5\n",
-                "tool_define \"t\": script: failed: a script must define `def run(params): ...`",
+                "tool_define \"t\": script line 3: failed: `run` is an int, not a function: a script must define `def run(params): ...` and not bind `run` to anything else",
             ),
         ] {
             assert_eq!(top(source), RunResponse::Error(says.into()), "{source}");
