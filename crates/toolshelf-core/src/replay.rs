@@ -478,8 +478,11 @@ impl<'a> Replay<'a> {
         descriptions: crate::template::Descriptions,
     ) -> Self {
         // With authoring on, the session's catalog has `tool_define` (a deferred built-in) from the
-        // start, so the frozen index lists it. Rendered descriptions follow their tools by name.
-        let (catalog, descriptions) = if compiled.config().authoring.enabled {
+        // start, so the frozen index lists it (a catalog that has it already, as the commands load
+        // it, is kept as it is). Rendered descriptions follow their tools by name.
+        let (catalog, descriptions) = if compiled.config().authoring.enabled
+            && catalog.position(authoring::TOOL_DEFINE).is_none()
+        {
             let by_name: Vec<(String, String)> = descriptions
                 .tools
                 .iter()
