@@ -1177,7 +1177,20 @@ fn evaluate(
                     .and_then(|d| {
                         callable_run(module.get("run"), run_at).map(|()| Output::Definition(d))
                     }),
-                Job::TopLevel => callable_run(module.get("run"), run_at).map(|()| Output::TopLevel),
+                // `tool_define` gives the description and schema; the file it keeps puts them
+                // above the script, where a top-level binding of either would replace them.
+                Job::TopLevel => match ["description", "schema"]
+                    .into_iter()
+                    .find(|name| module.get(name).is_some())
+                {
+                    Some(name) => Err((
+                        None,
+                        TemplateErrorKind::Failed(format!(
+                            "the script binds `{name}` at its top level, which tool_define's own `{name}` argument gives; rename that variable"
+                        )),
+                    )),
+                    None => callable_run(module.get("run"), run_at).map(|()| Output::TopLevel),
+                },
                 Job::Run(params) => match module.get("run") {
                     Some(run) => {
                         if let Err(m) = one_argument(run) {

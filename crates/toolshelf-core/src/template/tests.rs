@@ -783,3 +783,26 @@ fn a_result_nested_past_the_limit_is_refused_naming_it() {
         "{e}"
     );
 }
+
+/// A `tool_define` script's top level may not bind `description` or `schema`: `tool_define`
+/// gives them, and the file it keeps puts them above the script, where such a binding would
+/// replace them.
+#[test]
+fn a_defined_scripts_top_level_may_not_bind_description_or_schema() {
+    let run = "def run(params):\n    return 1\n";
+    assert!(script_top_level(run, "t", &pkg(), &session()).is_ok());
+    for (top, name) in [
+        ("description = 5\n", "description"),
+        ("schema = \"nope\"\n", "schema"),
+    ] {
+        let e = script_top_level(&format!("{top}{run}"), "t", &pkg(), &session())
+            .expect_err(top)
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "the script binds `{name}` at its top level, which tool_define's own `{name}` argument gives"
+            )),
+            "{e}"
+        );
+    }
+}
