@@ -1828,11 +1828,16 @@ impl SearchIndex {
         // The matched scores are read out once, leaving zeros; the maximum and the divisions run
         // on the contiguous copy, where they vectorise, and the lexical shares, the first a
         // document is given, are written in one pass.
+        // (Slices, not the vectors: a store to one could not then be taken for a change to
+        // another's length or buffer, and the loop keeps its pointers in registers.)
         shares.clear();
-        for &d in matched.iter() {
-            let d = d as usize;
-            lexical_hit[d] = true;
-            shares.push(std::mem::take(&mut scores[d]));
+        {
+            let (hit, lexical) = (lexical_hit.as_mut_slice(), scores.as_mut_slice());
+            shares.extend(matched.iter().map(|&d| {
+                let d = d as usize;
+                hit[d] = true;
+                std::mem::take(&mut lexical[d])
+            }));
         }
         if self.lexical_weight > 0.0 {
             let max = shares.iter().copied().fold_max();
@@ -1861,13 +1866,19 @@ impl SearchIndex {
             groups.scores_into(group_terms, group, group_hits);
             let (w, floor) = (self.params.group_weight, self.params.group_floor);
             // A tool with evidence of its own gains its group's (a group without a score has
-            // zero): these are the tools touched so far.
+            // zero): these are the tools touched so far. Nearly all of them gain, so the sum is
+            // taken for each and kept by a select, not a branch; a tool of no group reads a zero
+            // it does not keep.
+            let (fused, of_doc, group) = (query.scores.as_mut_slice(), &groups.of_doc, &**group);
             for &d in query.touched.iter() {
                 let d = d as usize;
-                let g = groups.of_doc[d];
-                if g != u32::MAX && allowed[d] && query.scores[d] > 0.0 {
-                    query.scores[d] += w * group[g as usize];
-                }
+                let (g, s) = (of_doc[d], fused[d]);
+                let gained = s + w * group.get(g as usize).copied().unwrap_or(0.0);
+                fused[d] = if (g != u32::MAX) & allowed[d] & (s > 0.0) {
+                    gained
+                } else {
+                    s
+                };
             }
             // One without is brought in only by a group that stands out, and all of a group's
             // such tools score the same, `w · gs`: only the first `keep` of them by name can be
