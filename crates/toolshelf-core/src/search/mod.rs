@@ -671,12 +671,23 @@ impl Groups {
         // Read once, when a name is found: the terms written as names, or `None` for a query
         // without capitals.
         let mut written: Option<Option<Vec<String>>> = None;
+        // The ids sorted, once a name is looked for among them: a long request's terms are read
+        // by a search per word of each name rather than a scan.
+        let mut sorted: Option<Vec<u32>> = None;
         for id in ids.iter().flatten() {
             let Some(named) = self.nameable.get(id) else {
                 continue;
             };
             for (name, g) in named {
-                if out.contains(g) || !name.iter().all(|n| ids.contains(&Some(*n))) {
+                if out.contains(g) {
+                    continue;
+                }
+                let sorted = sorted.get_or_insert_with(|| {
+                    let mut v: Vec<u32> = ids.iter().flatten().copied().collect();
+                    v.sort_unstable();
+                    v
+                });
+                if !name.iter().all(|n| sorted.binary_search(n).is_ok()) {
                     continue;
                 }
                 let written = written.get_or_insert_with(|| {
@@ -2261,6 +2272,7 @@ impl SearchIndex {
         }
         if lexical {
             let of_doc = self.groups.as_ref().map(|g| g.of_doc.as_slice());
+            let scores = scores.as_mut_slice();
             for &d in matched.iter() {
                 let mut c = w * std::mem::take(&mut scores[d as usize]);
                 let gi = of_doc.map_or(u32::MAX, |o| o[d as usize]);
@@ -2983,6 +2995,11 @@ impl Best {
         group: u64,
         before: impl Fn((f32, u32), (f32, u32)) -> bool,
     ) {
+        // Below the second, `x` is no new first (the second never exceeds the first) and no new
+        // second: most of a clause's matches end here, on one comparison.
+        if self.first.is_some() && x.0 < self.second {
+            return;
+        }
         match self.first {
             Some(f) if !before(x, f) => {
                 if group != self.group {
