@@ -1041,9 +1041,30 @@ fn name_trim(c: char) -> bool {
     )
 }
 
+/// `word` without the [`name_trim`] characters at either end, as `trim_matches` gives it. A word
+/// that begins and ends with an ASCII letter or digit, as most words of a request do, has none
+/// there (none of them is one) and is returned as it is, without stepping through characters.
+fn trim_name(word: &str) -> &str {
+    let bytes = word.as_bytes();
+    if bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+    {
+        word
+    } else {
+        word.trim_matches(name_trim)
+    }
+}
+
 /// Punctuation that separates an identifier inside a query's word from what is written around it
 /// (`get_time(zone='UTC')`, `tool=read_file`, `read_file,write_file`, `name:read_file`).
 const NAME_PUNCTUATION: &[char] = &['(', '=', ',', ';', ':'];
+
+/// Whether `word` has a [`NAME_PUNCTUATION`] character, read byte by byte: they are all ASCII,
+/// and no byte of a longer UTF-8 character is ASCII.
+fn has_name_punctuation(word: &str) -> bool {
+    word.bytes()
+        .any(|b| b.is_ascii() && NAME_PUNCTUATION.contains(&char::from(b)))
+}
 
 /// Whether `folded` (a `server:` value, folded) begins server name `form` folded, or is one or
 /// more of its whole words in a row: `brave` and `search` both point at `brave-search`.
@@ -1543,7 +1564,7 @@ impl SearchIndex {
             let named = self.filter_servers(q, raw, name, written);
             return Taken::Operator((!named && !name.is_empty()).then_some(name));
         }
-        let word = raw.trim_matches(name_trim);
+        let word = trim_name(raw);
         if self.take_names(word, whole_query, q) {
             return Taken::Operator(Some(word));
         }
@@ -1584,11 +1605,11 @@ impl SearchIndex {
             return true;
         }
         // A word ends at whitespace, so a `.` that ends it ends a sentence.
-        let stopped = word.trim_end_matches('.').trim_matches(name_trim);
+        let stopped = trim_name(word.trim_end_matches('.'));
         if stopped.len() < word.len() && !stopped.is_empty() && take(stopped, whole_query) {
             return true;
         }
-        if !stopped.contains(NAME_PUNCTUATION) {
+        if !has_name_punctuation(stopped) {
             return false;
         }
         let mut any = false;
@@ -3188,6 +3209,54 @@ pub fn effective_limit(requested: Option<usize>, config: &SearchConfig) -> usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word-level shortcuts agree with the searches they stand for, on words with and
+    /// without punctuation at either end or inside, non-ASCII ones among them.
+    #[test]
+    fn word_shortcuts_agree_with_their_searches() {
+        assert!(
+            (0..128u8)
+                .map(char::from)
+                .filter(char::is_ascii_alphanumeric)
+                .all(|c| !name_trim(c))
+        );
+        let words = [
+            "",
+            "a",
+            "read_file",
+            "(read_file)",
+            "\"read_file\",",
+            "read_file.",
+            "file?",
+            "。文件",
+            "文件，",
+            "x(y=1)",
+            "a,b",
+            "name:read_file",
+            "tool=read",
+            "a;",
+            "é",
+            "中(",
+            "？?",
+            "getWeather",
+            "v2",
+            "'quoted'",
+            "[x]",
+            "<y>",
+            "{z}",
+            "!",
+            "ab！",
+            "a\u{ff08}b",
+        ];
+        for w in words {
+            assert_eq!(trim_name(w), w.trim_matches(name_trim), "{w:?}");
+            assert_eq!(
+                has_name_punctuation(w),
+                w.contains(NAME_PUNCTUATION),
+                "{w:?}"
+            );
+        }
+    }
 
     /// Three email tools with "text" in their names, a translator, and tools unrelated to both.
     fn catalog() -> Catalog {
