@@ -836,7 +836,7 @@ pub fn script_definition(
 /// Reads a script tool's file as a runner reads it when the scripts server defines the tool:
 /// [`script_definition`] once to find the schema, then again with `pkg.params` and
 /// `pkg.required` taken from it (the description may read them); on a thread of its own whose
-/// stack holds the deepest value the file can build ([`evaluation_stack`]), for a caller with no
+/// stack holds the deepest value the file can build (`evaluation_stack`), for a caller with no
 /// runner process around the read (`toolshelf check-template`).
 pub fn script_file_definition(
     source: &str,
@@ -889,7 +889,7 @@ pub fn script_top_level(
 }
 
 /// [`script_top_level`] on a thread of its own whose stack holds the deepest value the top level
-/// can build ([`evaluation_stack`]), for a caller with no process of its own around the read
+/// can build (`evaluation_stack`), for a caller with no process of its own around the read
 /// (`toolshelf replay`): a value nested deep is an error or is read, never a stack overflow.
 pub fn script_top_level_on_own_stack(
     source: &str,
