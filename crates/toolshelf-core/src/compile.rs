@@ -347,12 +347,6 @@ impl Compiled {
                 .any(|t| p.matches(&t.name) || t.aliases.iter().any(|a| p.matches(a)))
         };
         let canonical = |p: &Pattern| tools.iter().any(|t| p.matches(&t.name));
-        // A pattern written with `[...]` as if it were a character class.
-        let brackets = |p: &Pattern| {
-            p.literal_brackets_note()
-                .map(|n| format!(" ({n})"))
-                .unwrap_or_default()
-        };
         // What a pattern that matches only another name of a tool (the server's own spelling of
         // it) is told: `what` match canonical names only.
         let hint = |p: &Pattern, what: &str| {
@@ -361,7 +355,7 @@ impl Compiled {
                     " by its canonical name ({what} match canonical names only; see `toolshelf explain`)"
                 )
             } else {
-                format!("{}{}", brackets(p), down_note(p))
+                down_note(p)
             }
         };
         let mut out = Vec::new();

@@ -160,17 +160,6 @@ impl Pattern {
         }
         live
     }
-
-    /// A note for a pattern that matches no tool and holds `[...]`: brackets are no character
-    /// class here but literal characters, which no canonical name has.
-    pub fn literal_brackets_note(&self) -> Option<&'static str> {
-        let open = self.source.find('[')?;
-        self.source[open..].contains(']').then_some(
-            "brackets are literal characters in a pattern, not a character class: a pattern \
-             knows only `*` for any run of characters, `?` for one, `^` and `$`; write one \
-             pattern per alternative",
-        )
-    }
 }
 
 impl fmt::Display for Pattern {
@@ -323,14 +312,6 @@ mod tests {
                 "{pattern} every"
             );
         }
-    }
-
-    #[test]
-    fn brackets_get_a_note() {
-        let note = |s: &str| Pattern::new(s).expect("valid").literal_brackets_note();
-        assert!(note("^mcp__git__git_[lc]*").is_some_and(|n| n.contains("not a character class")));
-        assert_eq!(note("^mcp__git__git_l*"), None);
-        assert_eq!(note("a]b["), None);
     }
 
     #[test]

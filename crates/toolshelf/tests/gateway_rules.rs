@@ -41,13 +41,20 @@ fn status_table(cfg: &str) -> String {
 
 /// `toolshelf status --config CFG --json`, which must succeed.
 fn status_json(cfg: &str) -> Value {
+    let (status, code) = status_json_and_code(cfg);
+    assert_eq!(code, Some(0));
+    status
+}
+
+/// `toolshelf status --config CFG --json` and its exit status, whatever it is.
+fn status_json_and_code(cfg: &str) -> (Value, Option<i32>) {
     let out = std::process::Command::new(TOOLSHELF)
         .args(["status", "--config", cfg, "--json"])
         .stderr(Stdio::inherit())
         .output()
         .expect("status");
-    assert!(out.status.success());
-    serde_json::from_slice(&out.stdout).expect("status JSON")
+    let status = serde_json::from_slice(&out.stdout).expect("status JSON");
+    (status, out.status.code())
 }
 
 /// Servers `a` (tool `b__c`) and `a__b` (tool `c`) both have the original name `mcp__a__b__c`;
@@ -500,12 +507,8 @@ async fn a_required_log_that_became_unwritable_refuses_the_next_call() {
     // The operator's view follows the log's health both ways, and a health check fails while
     // calls are refused.
     let audit_status = || {
-        let out = std::process::Command::new(TOOLSHELF)
-            .args(["status", "--config", &cfg, "--json"])
-            .output()
-            .expect("status");
-        let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
-        (v["gateways"][0]["audit"].clone(), out.status.code())
+        let (status, code) = status_json_and_code(&cfg);
+        (status["gateways"][0]["audit"].clone(), code)
     };
     wait_for("toolshelf status to report the failing log", || async {
         audit_status().0["error"]
