@@ -53,7 +53,7 @@ pub fn describe() {
     describe_counter!(
         SEARCHES,
         Unit::Count,
-        "tool_search calls by outcome: ok, no_match, invalid, engine_failure."
+        "tool_search calls by outcome: ok, no_match, invalid, engine_failure, cancelled."
     );
     describe_histogram!(
         SEARCH_SECONDS,

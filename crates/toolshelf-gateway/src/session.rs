@@ -408,6 +408,11 @@ impl From<Refusal> for Stop {
     }
 }
 
+/// Why a call is abandoned when its session ends.
+const SESSION_ENDED: &str = "its session ended";
+/// Why a call is abandoned when its client sent `notifications/cancelled` for it.
+const CLIENT_CANCELLED: &str = "the client cancelled the call";
+
 /// The audit log's `ask` of a call abandoned before the user answered.
 const UNANSWERED: &str = "unanswered";
 
@@ -530,7 +535,19 @@ impl GatewaySession {
     /// Whether the result of the call of `context` reaches nobody: the client cancelled it, or
     /// the session is closing.
     fn unread(&self, context: &RequestContext<RoleServer>) -> bool {
-        context.ct.is_cancelled() || self.end.closing()
+        self.abandonment(context).is_some()
+    }
+
+    /// Why the result of the call of `context` reaches nobody, if it does not (see
+    /// [`Self::abandoned`]).
+    fn abandonment(&self, context: &RequestContext<RoleServer>) -> Option<&'static str> {
+        if self.end.closing() {
+            Some(SESSION_ENDED)
+        } else if context.ct.is_cancelled() {
+            Some(CLIENT_CANCELLED)
+        } else {
+            None
+        }
     }
 
     /// Completes, saying why, when the call of `context` is to be abandoned: the session is
@@ -540,8 +557,8 @@ impl GatewaySession {
         let mut closing = self.end.closing.subscribe();
         tokio::select! {
             biased;
-            _ = closing.wait_for(|c| *c) => "its session ended".into(),
-            () = context.ct.cancelled() => "the client cancelled the call".into(),
+            _ = closing.wait_for(|c| *c) => SESSION_ENDED.into(),
+            () = context.ct.cancelled() => CLIENT_CANCELLED.into(),
         }
     }
 
@@ -802,7 +819,19 @@ impl GatewaySession {
             event.search = Some(Value::Object(args));
             event.loaded = Some(names.clone());
             event.result = serde_json::to_value(&result).ok();
-            let (verdict, rewritten) = run_result_hooks(hooks, None, event).await;
+            // Dropped when the search is abandoned, which kills the hooks with their groups.
+            let ran = tokio::select! {
+                biased;
+                why = self.abandoned(context) => Err(why),
+                ran = run_result_hooks(hooks, None, event) => Ok(ran),
+            };
+            let (verdict, rewritten) = match ran {
+                Ok(ran) => ran,
+                Err(why) => {
+                    self.record_abandoned_search(r, &why);
+                    return error_result(format!("The search was abandoned: {why}"));
+                }
+            };
             self.report_hook_failures(&verdict, None);
             if let Some(reason) = verdict.denied {
                 // The model never saw the schemas, so nothing is loaded.
@@ -821,6 +850,11 @@ impl GatewaySession {
                 result.content.push(ContentBlock::text(g));
             }
         }
+        // A result that reaches nobody loads nothing: the model never read the schemas.
+        if let Some(why) = self.abandonment(context) {
+            self.record_abandoned_search(r, why);
+            return result;
+        }
         let _ = self.hub.audit.append(&r);
         self.local
             .lock()
@@ -828,6 +862,15 @@ impl GatewaySession {
             .state
             .activate(names.iter().map(String::as_str));
         result
+    }
+
+    /// Records a search whose answer reaches nobody (why: see [`Self::abandoned`]): `cancelled`,
+    /// and nothing loaded.
+    fn record_abandoned_search(&self, mut r: AuditRecord, why: &str) {
+        r.outcome = Some("cancelled".into());
+        r.detail = Some(format!("the search was abandoned: {why}"));
+        r.loaded = Some(Vec::new());
+        let _ = self.hub.audit.append(&r);
     }
 
     /// Asks the user through MCP elicitation. `script`: the tool is one the model wrote in this

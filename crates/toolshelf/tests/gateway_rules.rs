@@ -1622,6 +1622,76 @@ async fn an_abandoned_call_kills_its_pre_call_hook_at_once() {
     }
 }
 
+/// A search abandoned while its `post_search` hook runs kills the hook at once, is audited
+/// `cancelled` with nothing loaded, and loads nothing: the model never read the schemas, so a
+/// call of a tool it found is still refused as not loaded. (The hook would sleep for a minute.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_search_kills_its_post_search_hook_and_loads_nothing() {
+    let s = Scratch::new("abandoned-search-hook");
+    let pids = s.path("hook.pids");
+    let config = format!(
+        "{}{}{}",
+        named_server(
+            "s",
+            &json!([tool("quick", "a quick tool to find", empty())]),
+            ""
+        ),
+        files_sections(&s),
+        sh_hook(
+            "post_search",
+            &format!("cat > /dev/null; sleep 60 & echo \"$$ $!\" >> {pids:?}; wait"),
+            "timeout_secs = 120\n",
+        ),
+    );
+    let cfg = s.write("toolshelf.toml", &config);
+    let client = stdio_client(&cfg, TestClient::default()).await;
+    let found = json!({"names": ["mcp__s__quick"]});
+    let searching = start_call(&client, "tool_search", found).await;
+    wait_for("the post_search hook to start", || async {
+        std::fs::read_to_string(&pids).is_ok_and(|t| t.ends_with('\n'))
+    })
+    .await;
+    searching
+        .cancel(Some("the test cancels it".into()))
+        .await
+        .expect("cancel");
+    let searched = || {
+        s.audit()
+            .into_iter()
+            .filter(|r| r["kind"] == "search")
+            .collect::<Vec<_>>()
+    };
+    within(20, "the cancelled search's audit record", || async {
+        !searched().is_empty()
+    })
+    .await;
+    let record = &searched()[0];
+    assert_eq!(
+        (&record["outcome"], &record["detail"], &record["loaded"]),
+        (
+            &json!("cancelled"),
+            &json!("the search was abandoned: the client cancelled the call"),
+            &json!([])
+        ),
+        "{record}"
+    );
+    let text = std::fs::read_to_string(&pids).expect("pids");
+    for pid in text.split_whitespace() {
+        within(
+            20,
+            &format!("the end of the hook's process {pid}"),
+            || async { gone(pid) },
+        )
+        .await;
+    }
+    let refused = err(&exec(&client, "mcp__s__quick", json!({})).await);
+    assert!(
+        refused.contains("its schema had not been loaded"),
+        "the abandoned search loaded nothing: {refused}"
+    );
+    client.cancel().await.expect("close");
+}
+
 /// A client that supports elicitation and never answers: each question stays open until the
 /// server withdraws it (`notifications/cancelled`) or the client closes, which it counts.
 #[derive(Debug, Clone, Default)]
