@@ -884,8 +884,9 @@ pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Resul
             } else {
                 Vec::new()
             };
-            // A meta-tool spelt as names fold (`TOOL_SEARCH`), once no tool has the name.
-            if let (None, Some(meta)) = (candidates.first(), name::meta_tool(requested)) {
+            // A meta-tool spelt as names fold (`TOOL_SEARCH`) or under a client's prefix
+            // (`mcp__toolshelf__tool_search`), once no tool has the name.
+            if let (None, Some(meta)) = (candidates.first(), name::meta_tool_as_called(requested)) {
                 return Err(Refusal::MetaTool {
                     name: meta.to_owned(),
                 });
@@ -1571,13 +1572,38 @@ long to show whole: only its start is shown"
         assert_eq!(e.kind(), RefusalKind::MetaTool);
         assert!(e.text(&c).contains("call it directly"), "{}", e.text(&c));
         // Spelt as names fold, it is still a meta-tool, named as the model's list has it.
-        for written in ["TOOL_SEARCH", "Tool-Search", "toolsearch", "DEFER-EXECUTE"] {
+        for written in [
+            "TOOL_SEARCH",
+            "Tool-Search",
+            "toolsearch",
+            "DEFER-EXECUTE",
+            "mcp__toolshelf__tool_search",
+            "mcp__gw__DEFER_EXECUTE",
+        ] {
             let e = resolve(&c, &all, written).expect_err(written);
             assert_eq!(e.kind(), RefusalKind::MetaTool, "{written}");
             let text = e.text(&c);
             assert!(
                 text.starts_with("tool_search is one of") || text.starts_with("defer_execute is"),
                 "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_under_a_clients_prefix_suggests_the_tool_it_holds() {
+        let c = catalog();
+        let all = exposure(&c, "");
+        for written in [
+            "mcp__toolshelf__mcp__git__git_log",
+            "mcp__toolshelf__git__git_log",
+        ] {
+            let e = resolve(&c, &all, written).expect_err(written);
+            assert_eq!(e.kind(), RefusalKind::Unknown, "{written}");
+            let text = e.text(&c);
+            assert!(
+                text.contains("Closest names: mcp__git__git_log"),
+                "{written}: {text}"
             );
         }
     }

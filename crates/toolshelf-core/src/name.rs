@@ -26,6 +26,23 @@ pub fn meta_tool(name: &str) -> Option<&'static str> {
     META_TOOLS.into_iter().find(|m| fold(m) == folded)
 }
 
+/// [`meta_tool`], also under a client's prefix ([`client_prefixed`]:
+/// `mcp__toolshelf__tool_search`), as a model may write it in an argument.
+pub fn meta_tool_as_called(name: &str) -> Option<&'static str> {
+    meta_tool(name).or_else(|| client_prefixed(name).and_then(meta_tool))
+}
+
+/// The name a client's own prefix leaves, when `name` is `mcp__CLIENT_SERVER__REST`: an MCP
+/// client names the tools of a server it connects to `mcp__SERVER__TOOL` after the name it gave
+/// the server (`mcp__toolshelf__tool_search`, `mcp__toolshelf__mcp__git__git_log`), and a model
+/// may copy that form into an argument. Whether `CLIENT_SERVER` is a server of the catalog is the
+/// caller's to judge.
+pub fn client_prefixed(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(MCP_PREFIX)?;
+    let (server, rest) = rest.split_once("__")?;
+    (!server.is_empty() && !rest.is_empty()).then_some(rest)
+}
+
 /// Longest name the providers accept.
 pub const MAX_NAME_LEN: usize = 64;
 
@@ -266,19 +283,26 @@ pub fn typo_edits(len: usize) -> usize {
 /// (`bag_distance`: `fecht` is `fetch` mixed up, not `echo`, though each is two edits away),
 /// then the name.
 ///
-/// `wanted` may be canonical, bare, or `SERVER__TOOL` as a list may show it.
+/// `wanted` may be canonical, bare, or `SERVER__TOOL` as a list may show it. Under a client's
+/// prefix ([`client_prefixed`]: `mcp__toolshelf__mcp__git__git_log`, its server segment naming
+/// no server), the names close to what the prefix leaves come first.
 pub fn closest<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
     n: usize,
 ) -> Vec<String> {
-    let w = wanted.to_lowercase();
-    let prefixed = w.strip_prefix(MCP_PREFIX);
-    let bare = prefixed.unwrap_or(&w);
     let candidates: Vec<(&str, String)> = candidates
         .into_iter()
         .map(|c| (c, c.to_lowercase()))
         .collect();
+    closest_among(wanted, &candidates, n)
+}
+
+/// [`closest`] among `candidates`, each with its lower-cased form.
+fn closest_among(wanted: &str, candidates: &[(&str, String)], n: usize) -> Vec<String> {
+    let w = wanted.to_lowercase();
+    let prefixed = w.strip_prefix(MCP_PREFIX);
+    let bare = prefixed.unwrap_or(&w);
     let servers: std::collections::BTreeSet<&str> = candidates
         .iter()
         .filter_map(|(_, lc)| split_mcp(lc).map(|(s, _)| s))
@@ -296,6 +320,32 @@ pub fn closest<'a>(
         // A bare name names a server only when it is one, case and separators aside.
         None => named_servers(bare, &servers, false),
     };
+    // A client's prefix on a name (`mcp__toolshelf__mcp__git__git_log`, the server segment
+    // naming no server): the names close to what it leaves come first.
+    if prefixed.is_some()
+        && named.is_empty()
+        && let Some(rest) = client_prefixed(wanted)
+    {
+        let mut found = closest_among(rest, candidates, n);
+        for c in closest_as_written(bare, written, &named, candidates, n) {
+            if found.len() < n && !found.contains(&c) {
+                found.push(c);
+            }
+        }
+        return found;
+    }
+    closest_as_written(bare, written, &named, candidates, n)
+}
+
+/// [`closest`] for the name as written: `bare` (lower-cased, without the prefix), read as
+/// `written` (its server and tool segments) naming the servers `named`.
+fn closest_as_written(
+    bare: &str,
+    written: Option<(&str, &str)>,
+    named: &[&str],
+    candidates: &[(&str, String)],
+    n: usize,
+) -> Vec<String> {
     let server_alone = written.is_some_and(|(_, t)| fold(t).is_empty());
     // A name with `__` may be `SERVER__TOOL` or a tool whose own name has `__`: both readings. A
     // server alone is read as that server when the catalog has it, else as a bare name.
@@ -662,6 +712,15 @@ mod tests {
             ["mcp__time__convert_time", "mcp__time__get_current_time"]
         );
         assert_eq!(closest("read_docs", names, 5), ["mcp__docs__read_doc"]);
+        // A client's prefix (its own name for the gateway) on a canonical or a listed name.
+        assert_eq!(
+            closest("mcp__toolshelf__mcp__docs__read_doc", names, 1),
+            ["mcp__docs__read_doc"]
+        );
+        assert_eq!(
+            closest("mcp__gw__time__convert_time", names, 1),
+            ["mcp__time__convert_time"]
+        );
         // The nearer server comes first among the same tool.
         let twice = ["mcp__gitlab__list_issues", "mcp__jira__list_issues"];
         assert_eq!(

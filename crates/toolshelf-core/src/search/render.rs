@@ -260,7 +260,7 @@ fn search_within(
             let quoted = quote_list(queries);
             let mut notes = index.notes(queries);
             if hits.is_empty() {
-                return no_match(&quoted, &notes, config);
+                return no_match(&quoted, &notes, WORDS_ADVICE, config);
             }
             // A limit the model asked for and did not get is said, not cut silently.
             if let Some(asked) = requested.filter(|&n| n > config.max_limit) {
@@ -328,7 +328,15 @@ fn mark_active(response: &mut SearchResponse, catalog: &Catalog, active: &dyn Fn
     response.text = out;
 }
 
-fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchResponse {
+/// What a search by words that found nothing advises.
+const WORDS_ADVICE: &str = "Try other or fewer words, give keywords in both English and Chinese \
+(e.g. [\"send email\", \"发送邮件\"]), or look a tool up by its exact name from <available_deferred_tools> with tool_names.";
+
+/// What a lookup by names that found nothing advises: the lookup was already by name.
+const NAMES_ADVICE: &str = "Give names exactly as <available_deferred_tools> lists them \
+(mcp__SERVER__TOOL, or a tool's own name), or find a tool by what it does with query.";
+
+fn no_match(what: &str, notes: &[String], advice: &str, config: &SearchConfig) -> SearchResponse {
     let mut text = String::new();
     for n in notes {
         text.push_str("Note: ");
@@ -336,10 +344,7 @@ fn no_match(what: &str, notes: &[String], config: &SearchConfig) -> SearchRespon
         text.push('\n');
     }
     // The index holds every tool the session can see, pinned ones too.
-    text.push_str(&format!(
-        "No tool matches {what}. Try other or fewer words, give keywords in both English and Chinese \
-(e.g. [\"send email\", \"发送邮件\"]), or look a tool up by its exact name from <available_deferred_tools> with tool_names."
-    ));
+    text.push_str(&format!("No tool matches {what}. {advice}"));
     SearchResponse {
         hits: Vec::new(),
         text: fit_plain(text, config.response_budget_chars),
@@ -366,6 +371,7 @@ fn exact(
     let mut hits: Vec<Hit> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     let mut missing: Vec<&String> = Vec::new();
+    let mut own: Vec<String> = Vec::new();
     for name in names {
         let docs = index.exact(name);
         if docs.is_empty() {
@@ -390,7 +396,15 @@ fn exact(
                 found = catalog.folded(name).into_iter().filter_map(doc).collect();
             }
             if found.is_empty() {
-                missing.push(name);
+                // toolshelf's own tools are not in the catalog, and a search for one finds
+                // only tools that mention searching.
+                match crate::name::meta_tool_as_called(name) {
+                    Some(meta) => own.push(format!(
+                        "{} is toolshelf's own {meta}, not a deferred tool: call {meta} directly.",
+                        quote(name)
+                    )),
+                    None => missing.push(name),
+                }
             } else if found.len() > 1 {
                 notes.push(format!(
                     "{} names {} tools once case and the separators _ - . are ignored; all are shown.",
@@ -471,9 +485,15 @@ fn exact(
     if hits.is_empty() && fallback.is_empty() {
         return SearchResponse {
             unresolved,
-            ..no_match(&format!("the names {}", quote_list(names)), &[], config)
+            ..no_match(
+                &format!("the names {}", quote_list(names)),
+                &own,
+                NAMES_ADVICE,
+                config,
+            )
         };
     }
+    notes.extend(own);
     let header = if notes.is_empty() {
         String::new()
     } else {
@@ -805,6 +825,51 @@ mod tests {
     fn text(index: &SearchIndex, catalog: &Catalog, args: serde_json::Value) -> String {
         let request = SearchRequest::from_json(&args).expect("request");
         search(index, catalog, &request, &SearchConfig::default()).text
+    }
+
+    /// toolshelf's own tools, under a client's prefix too, are not looked up as deferred tools:
+    /// the answer says to call them directly, with no search for look-alikes; a lookup that
+    /// finds nothing advises names, not other words.
+    #[test]
+    fn own_tools_and_unknown_names_get_advice_for_names() {
+        let (catalog, index) = files();
+        for written in [
+            "tool_search",
+            "mcp__toolshelf__tool_search",
+            "DEFER-EXECUTE",
+        ] {
+            let answer = text(
+                &index,
+                &catalog,
+                serde_json::json!({"tool_names": [written]}),
+            );
+            assert!(
+                answer.starts_with(&format!("Note: \"{written}\" is toolshelf's own ")),
+                "{written}: {answer}"
+            );
+            assert!(!answer.contains("file_tool"), "{written}: {answer}");
+        }
+        let answer = text(
+            &index,
+            &catalog,
+            serde_json::json!({"tool_names": ["grow", "shrink"]}),
+        );
+        assert!(
+            answer.contains("Give names exactly as <available_deferred_tools> lists them")
+                && !answer.contains("other or fewer words"),
+            "{answer}"
+        );
+        // Beside a tool found, the note on an own tool stays.
+        let answer = text(
+            &index,
+            &catalog,
+            serde_json::json!({"tool_names": ["file_tool_01", "mcp__gw__defer_execute"]}),
+        );
+        assert!(
+            answer.contains("\"mcp__gw__defer_execute\" is toolshelf's own defer_execute, not a deferred tool: call defer_execute directly.")
+                && answer.contains("1. file_tool_01"),
+            "{answer}"
+        );
     }
 
     /// A limit above the maximum is capped, and the text says so on one note line; a limit
