@@ -79,7 +79,8 @@ impl Voice<'_> {
             .described
             .and_then(|d| d.get(&tool.name))
             .unwrap_or(&tool.description);
-        definition_block(&self.name(&tool.name), description, &tool.input_schema)
+        let description = capped(description, DEFINITION_DESCRIPTION_CHARS);
+        definition_block(&self.name(&tool.name), &description, &tool.input_schema)
     }
 
     fn names(&self, canonical: &[String]) -> String {
@@ -1259,6 +1260,26 @@ pub fn schema_block(tool: &Tool) -> String {
     definition_block(&tool.name, &tool.description, &tool.input_schema)
 }
 
+/// Characters of a description that a refusal's attached definition carries. The schema is sent
+/// whole (the call must match it), but a description can run to tens of thousands of
+/// characters, which every refused call would pay again; the first few thousand say what the
+/// tool does.
+pub const DEFINITION_DESCRIPTION_CHARS: usize = 4_000;
+
+/// `text`, or its first `max` characters and a mark saying how much was left out.
+fn capped(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    let total = text.chars().count();
+    if total <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let kept: String = text.chars().take(max).collect();
+    std::borrow::Cow::Owned(format!(
+        "{}… [{} of {total} characters shown]",
+        kept.trim_end(),
+        max
+    ))
+}
+
 /// A definition as attached to refusals: `name`, `description` and `schema`, compact.
 pub fn definition_block(name: &str, description: &str, schema: &Map<String, Value>) -> String {
     let mut m = Map::new();
@@ -1588,6 +1609,30 @@ long to show whole: only its start is shown"
                 "{text}"
             );
         }
+    }
+
+    /// A refusal's definition carries the schema whole and the description's first
+    /// [`DEFINITION_DESCRIPTION_CHARS`] characters, with how many there were.
+    #[test]
+    fn a_refusals_definition_caps_a_long_description() {
+        let long = "x".repeat(40_000);
+        let c = Catalog::from_value(
+            &json!({"servers": [{"name": "d", "tools": [{"name": "draw", "description": long,
+                "inputSchema": {"type": "object", "properties": {"xml": {"type": "string"}}}}]}]}),
+            "c",
+        )
+        .expect("catalog");
+        let t = Refusal::NotLoaded { tool: 0 }.text(&c);
+        assert!(
+            t.len() < DEFINITION_DESCRIPTION_CHARS + 600
+                && t.contains(&format!(
+                    "… [{DEFINITION_DESCRIPTION_CHARS} of 40000 characters shown]"
+                ))
+                && t.contains("\"inputSchema\":{\"type\":\"object\",\"properties\":{\"xml\""),
+            "{} characters: {}",
+            t.len(),
+            &t[t.len() - 300..]
+        );
     }
 
     #[test]

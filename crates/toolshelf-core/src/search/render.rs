@@ -140,11 +140,28 @@ struct Level {
     schemas: bool,
 }
 
-const LEVELS: [Level; 6] = [
+/// The layouts tried, fullest first, until one fits the budget. Between a whole description and
+/// 800 characters, two steps keep more of a long one (a tool described in tens of thousands of
+/// characters) when the budget has room for it.
+const LEVELS: [Level; 8] = [
     Level {
         full_desc: usize::MAX,
         param: Detail::Cut(300),
         line_desc: 200,
+        reasons: true,
+        schemas: true,
+    },
+    Level {
+        full_desc: 6_000,
+        param: Detail::Cut(300),
+        line_desc: 200,
+        reasons: true,
+        schemas: true,
+    },
+    Level {
+        full_desc: 2_500,
+        param: Detail::Cut(200),
+        line_desc: 150,
         reasons: true,
         schemas: true,
     },
@@ -825,6 +842,28 @@ mod tests {
     fn text(index: &SearchIndex, catalog: &Catalog, args: serde_json::Value) -> String {
         let request = SearchRequest::from_json(&args).expect("request");
         search(index, catalog, &request, &SearchConfig::default()).text
+    }
+
+    /// A description far over the budget keeps as much as the budget has room for, not a
+    /// fixed 800 characters.
+    #[test]
+    fn a_long_description_keeps_what_the_budget_has_room_for() {
+        let long = "word ".repeat(8_000);
+        let tools = serde_json::json!([{"name": "huge", "description": long}]);
+        let catalog = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        let index = SearchIndex::build(&catalog, &[0]);
+        let answer = text(
+            &index,
+            &catalog,
+            serde_json::json!({"tool_names": ["huge"]}),
+        );
+        let budget = SearchConfig::default().response_budget_chars;
+        let shown = answer.matches("word").count();
+        assert!(
+            chars(&answer) <= budget && shown * 5 > 5_000,
+            "{shown} words shown in {} characters",
+            chars(&answer)
+        );
     }
 
     /// toolshelf's own tools, under a client's prefix too, are not looked up as deferred tools:
