@@ -667,8 +667,9 @@ pub struct ServerConfig {
     /// Their values are secrets: no message shows them.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// What the server is for; heads its group in the index (default: the server's own
-    /// instructions, first line).
+    /// What the server is for; heads its group in the index (default: the description in the
+    /// server's `serverInfo`, else the first line of its instructions, a heading's `#` marks
+    /// taken off).
     pub description: Option<String>,
     /// Seconds allowed for start-up (spawn, initialize, tools/list).
     #[serde(default = "default_startup_timeout")]

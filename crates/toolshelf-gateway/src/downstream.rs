@@ -560,8 +560,14 @@ command = {first:?}, args = {:?}",
         };
         let instructions = peer
             .peer_info()
-            .and_then(|info| info.instructions.clone())
-            .and_then(|t| t.lines().find(|l| !l.trim().is_empty()).map(str::to_owned))
+            .map(|info| {
+                header_from(
+                    info.server_info
+                        .as_ref()
+                        .and_then(|i| i.description.as_deref()),
+                    info.instructions.as_deref(),
+                )
+            })
             .unwrap_or_default();
         let generation = {
             let mut i = self.lock();
@@ -1219,8 +1225,43 @@ impl ClientHandler for DownstreamClient {
     }
 }
 
+/// The index header of a server configured without a `description`: the description its
+/// `serverInfo` gives, else the first line of its instructions, a Markdown heading's marks
+/// (`# Everything Server`) taken off.
+fn header_from(description: Option<&str>, instructions: Option<&str>) -> String {
+    let first_line = |text: &str| {
+        text.lines()
+            .map(|l| l.trim().trim_start_matches('#').trim())
+            .find(|l| !l.is_empty())
+            .map(str::to_owned)
+    };
+    description
+        .and_then(first_line)
+        .or_else(|| instructions.and_then(first_line))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_header_is_the_servers_description_else_its_instructions_first_line() {
+        use super::header_from;
+        assert_eq!(
+            header_from(
+                None,
+                Some("\n# Everything Server – Instructions\n\nAudience: …")
+            ),
+            "Everything Server – Instructions"
+        );
+        assert_eq!(
+            header_from(Some("Reads mail."), Some("# Mail\nUse it.")),
+            "Reads mail."
+        );
+        assert_eq!(header_from(Some("  "), Some("Use it.\nMore.")), "Use it.");
+        assert_eq!(header_from(None, Some("###\n\n")), "");
+        assert_eq!(header_from(None, None), "");
+    }
+
     use super::*;
 
     #[test]
