@@ -46,6 +46,9 @@ pub struct Voice<'a> {
     /// otherwise than the catalog has them: a definition attached to a refusal shows the same
     /// text as the session's list and search results.
     pub described: Option<&'a BTreeMap<String, String>>,
+    /// What the session counts an expiry in: `turns` (model requests, in the proxy and replay),
+    /// or `tool calls` (the gateway, which sees no model requests).
+    pub turns: &'static str,
 }
 
 impl Default for Voice<'_> {
@@ -55,6 +58,7 @@ impl Default for Voice<'_> {
             searchable: true,
             listed: &str::to_owned,
             described: None,
+            turns: "turns",
         }
     }
 }
@@ -730,8 +734,9 @@ checked. {again} with params that match:\n{}\n{}",
                     "Here is its schema again; call it again"
                 };
                 format!(
-                    "{} was not run: its schema was loaded in this session but the tool has not been used for {idle_turns} turns, so it expired and the params could not be checked against a schema you still have. {again} with params that match:\n{}\n{}",
+                    "{} was not run: its schema was loaded in this session but the tool has not been used for {idle_turns} {}, so it expired and the params could not be checked against a schema you still have. {again} with params that match:\n{}\n{}",
                     name(i),
+                    voice.turns,
                     voice.definition(tool(i)),
                     voice.call_form(tool(i))
                 )
@@ -1865,11 +1870,13 @@ blocks the call. This is a malfunction of the hook, not a decision about your ca
             searchable: true,
             listed: &short,
             described: None,
+            turns: "turns",
         };
         let pinned = Voice {
             searchable: false,
             listed: &short,
             described: None,
+            turns: "turns",
         };
         let all = exposure(&c, "");
         let unknown = resolve(&c, &all, "fs__read_txt_file").expect_err("unknown");
@@ -2176,6 +2183,12 @@ not call it again unless the user asks; go on without it, or ask the user how to
             t.contains("has not been used for 7 turns") && t.contains("\"inputSchema\""),
             "{t}"
         );
+        let counted_in_calls = Voice {
+            turns: "tool calls",
+            ..Voice::default()
+        };
+        let t = r.text_in(&c, &counted_in_calls);
+        assert!(t.contains("has not been used for 7 tool calls"), "{t}");
         let asking = compiled("[permissions]\nask = [\"read\"]");
         let because = match authorize(&c, asking.permissions(), i, &Map::new()) {
             Ok(Authorization::Ask { because }) => because,

@@ -1182,6 +1182,8 @@ impl GatewaySession {
                 listed: &listed,
                 // Rendered for the snapshot the session's list was built on (or a later one).
                 described: Some(&local.described),
+                // Each call of the session is a turn (see `call_tool`).
+                turns: "tool calls",
             };
             refusal.text_in(&snap.catalog, &voice)
         };

@@ -1180,7 +1180,7 @@ async fn an_unused_tool_expires_and_its_next_call_carries_the_schema() {
     );
     let e = err(&exec(&client, "mcp__s__t", json!({"n": 2})).await); // turn 6: 4 calls unused
     assert!(
-        e.starts_with("mcp__s__t was not run: its schema was loaded in this session but the tool has not been used for 4 turns")
+        e.starts_with("mcp__s__t was not run: its schema was loaded in this session but the tool has not been used for 4 tool calls")
             && e.contains("\"inputSchema\""),
         "{e}"
     );

@@ -561,7 +561,7 @@ async fn a_cancelled_call_does_not_keep_its_tool_loaded() {
     // Turn 4: last used at turn 1 (its search), so expired.
     let e = err(&exec(&client, "mcp__test__sleep", json!({"secs": 0})).await);
     assert!(
-        e.starts_with("mcp__test__sleep was not run: its schema was loaded in this session but the tool has not been used for 3 turns"),
+        e.starts_with("mcp__test__sleep was not run: its schema was loaded in this session but the tool has not been used for 3 tool calls"),
         "{e}"
     );
     client.cancel().await.expect("close");
