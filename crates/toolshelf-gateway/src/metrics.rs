@@ -23,6 +23,8 @@ pub const REFUSED: &str = "toolshelf_gateway_refused_calls_total";
 pub const SEARCHES: &str = "toolshelf_gateway_searches_total";
 /// How long each search took.
 pub const SEARCH_SECONDS: &str = "toolshelf_gateway_search_duration_seconds";
+/// Hooks that failed or timed out.
+pub const HOOK_FAILURES: &str = "toolshelf_gateway_hook_failures_total";
 /// 1 for each server's current `state`, 0 for the others.
 pub const SERVER_STATE: &str = "toolshelf_gateway_server_state";
 /// Failed starts and crashes per server.
@@ -55,6 +57,11 @@ pub fn describe() {
         Unit::Count,
         "tool_search calls by outcome: ok, no_match, invalid, engine_failure, cancelled."
     );
+    describe_counter!(
+        HOOK_FAILURES,
+        Unit::Count,
+        "Hooks that failed or timed out (each a hook_error record of the audit log)."
+    );
     describe_histogram!(
         SEARCH_SECONDS,
         Unit::Seconds,
@@ -81,6 +88,7 @@ pub(crate) fn audited(r: &AuditRecord) {
             counter!(REFUSED, "reason" => outcome).increment(1);
         }
         AuditKind::Search => counter!(SEARCHES, "outcome" => outcome).increment(1),
+        AuditKind::HookError => counter!(HOOK_FAILURES).increment(1),
         _ => {}
     }
 }
@@ -121,6 +129,7 @@ mod tests {
             audited(&record(AuditKind::Hidden, "hidden"));
             audited(&record(AuditKind::Search, "no_match"));
             audited(&record(AuditKind::Session, "start"));
+            audited(&AuditRecord::new(0, AuditKind::HookError));
             searched(Duration::from_millis(3));
             servers(&[ServerStatus {
                 name: "fs".into(),
@@ -141,6 +150,7 @@ mod tests {
             "toolshelf_gateway_refused_calls_total{reason=\"not_loaded\"} 1",
             "toolshelf_gateway_refused_calls_total{reason=\"hidden\"} 1",
             "toolshelf_gateway_searches_total{outcome=\"no_match\"} 1",
+            "toolshelf_gateway_hook_failures_total 1",
             "toolshelf_gateway_search_duration_seconds_bucket{le=\"0.005\"} 1",
             "toolshelf_gateway_server_state{server=\"fs\",state=\"failed\"} 1",
             "toolshelf_gateway_server_state{server=\"fs\",state=\"ready\"} 0",
