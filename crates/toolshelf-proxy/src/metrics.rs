@@ -133,7 +133,7 @@ pub fn describe() {
         ),
         (
             TOKENS_SAVED,
-            "o200k tokens of the client's tool list minus those of the list sent, times the rounds.",
+            "o200k tokens of the client's tool list minus those of the list sent, times the rounds, of requests that saved (one whose list sent cost more adds nothing; the status's tokens_saved is the signed sum).",
         ),
         (
             PREFIX_BREAKS,
