@@ -591,7 +591,10 @@ command = {first:?}, args = {:?}",
             }
             i.generation
         };
-        tracing::info!(server = %self.name, pid = ?pid, "ready");
+        match pid {
+            Some(pid) => tracing::info!(server = %self.name, pid, "ready"),
+            None => tracing::info!(server = %self.name, "ready"),
+        }
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
             let reason = service.waiting().await;
