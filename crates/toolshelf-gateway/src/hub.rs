@@ -435,6 +435,9 @@ pub struct Hub {
     started_secs: u64,
     /// The configuration's warnings against the catalog once every server settled.
     settle_warnings: Mutex<Vec<String>>,
+    /// Each server's state (and reason) as last audited: a change of its tools alone is
+    /// audited `tools_changed`, not as the state again.
+    audited_states: Mutex<BTreeMap<String, (String, Option<String>)>>,
     /// What the configuration alone warns about at start-up (hooks whose program is missing).
     load_warnings: Vec<String>,
     /// Whether servers are restarted in the background.
@@ -577,6 +580,7 @@ impl Hub {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             settle_warnings: Mutex::new(Vec::new()),
+            audited_states: Mutex::new(BTreeMap::new()),
             load_warnings,
             restarts,
             enrichment: enrich.and_then(Enrichment::start),
@@ -622,7 +626,8 @@ impl Hub {
     /// Handles a batch of events: one rebuild and one cache write for all tool changes in it,
     /// an audit record per state change, one status write.
     async fn handle(self: &Arc<Self>, batch: Vec<HubEvent>) {
-        let mut changed: Vec<String> = Vec::new();
+        // Each server that changed, and whether its tools did.
+        let mut changed: Vec<(String, bool)> = Vec::new();
         let mut tools = false;
         let mut tool_changes = 0;
         let mut settled = false;
@@ -632,8 +637,9 @@ impl Hub {
                 HubEvent::Changed { server, tools: t } => {
                     tools |= t;
                     tool_changes += u64::from(t);
-                    if !changed.contains(&server) {
-                        changed.push(server);
+                    match changed.iter_mut().find(|(s, _)| *s == server) {
+                        Some((_, listed)) => *listed |= t,
+                        None => changed.push((server, t)),
                     }
                 }
                 HubEvent::Settled => settled = true,
@@ -680,13 +686,25 @@ impl Hub {
             log_new_warnings(&held, &found);
             *held = found;
         }
-        for name in &changed {
+        for (name, listed) in &changed {
             if let Some(s) = self.servers.get(name) {
                 let status = s.status();
+                let now = (status.state.clone(), status.reason.clone());
+                let same = self
+                    .audited_states
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.clone(), now.clone())
+                    .is_some_and(|before| before == now);
+                let outcome = match (same, listed) {
+                    (false, _) => now.0,
+                    (true, true) => "tools_changed".to_owned(),
+                    (true, false) => continue,
+                };
                 let mut r = Audit::record(AuditKind::Server);
                 r.server = Some(name.clone());
-                r.outcome = Some(status.state.clone());
-                r.detail = status.reason.clone();
+                r.outcome = Some(outcome);
+                r.detail = now.1;
                 let _ = self.audit.append(&r);
             }
         }

@@ -443,6 +443,18 @@ async fn stdio_gateway_with_real_servers() {
         "a refusal records the params the call came with: {by_hook}"
     );
     assert!(has("server", Some("failed")) && has("session", Some("start")));
+    // The test server: ready once, then its tools changed (audited as such, not as a second
+    // ready); memory: ready, failed when killed, ready again.
+    let server_outcomes = |name: &str| {
+        audit
+            .iter()
+            .filter(|r| r["kind"] == "server" && r["server"] == name)
+            .map(|r| r["outcome"].as_str().unwrap_or("").to_owned())
+            .filter(|o| o != "starting")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(server_outcomes("test"), ["ready", "tools_changed"]);
+    assert_eq!(server_outcomes("memory"), ["ready", "failed", "ready"]);
     let hidden = audit
         .iter()
         .find(|r| r["kind"] == "hidden")
