@@ -1104,6 +1104,11 @@ pub enum Prefix {
     Broken,
     /// The session store failed to answer, so the previous request is not known.
     Unknown,
+    /// No session was found, though the conversation has earlier turns (the model answered in
+    /// it before): its session expired, was evicted, or the store lost it, so the previous
+    /// request is not known, and the activations and frozen surface of the conversation went
+    /// with it.
+    Missing,
 }
 
 impl Prefix {
@@ -1114,8 +1119,29 @@ impl Prefix {
             Self::Kept => "kept",
             Self::Broken => "broken",
             Self::Unknown => "unknown",
+            Self::Missing => "missing",
         }
     }
+}
+
+/// Whether `body` continues a conversation the model already answered in: it holds an
+/// assistant message or a call's result, or (Responses) is chained to an earlier response.
+fn continues(body: &Map<String, Value>, dialect: Dialect) -> bool {
+    body.contains_key("previous_response_id")
+        || body
+            .get(dialect.api().conversation_key())
+            .and_then(Value::as_array)
+            .is_some_and(|items| {
+                items.iter().any(|m| {
+                    matches!(
+                        m.get("role").and_then(Value::as_str),
+                        Some("assistant" | "tool")
+                    ) || matches!(
+                        m.get("type").and_then(Value::as_str),
+                        Some("function_call" | "function_call_output")
+                    )
+                })
+            })
 }
 
 /// What the loop does after a round.
@@ -1163,6 +1189,7 @@ impl Turn {
         self.prefix = match &s.last_prefix {
             // The store did not answer: the previous request's prefix is not known.
             _ if self.prepared.store_failed => Prefix::Unknown,
+            None if continues(&self.prepared.body, self.prepared.dialect) => Prefix::Missing,
             None => Prefix::First,
             Some(p) if chained && p.head == print.head => Prefix::Kept,
             Some(p) if !chained && p.continued_by(&print) => Prefix::Kept,

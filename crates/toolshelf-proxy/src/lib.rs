@@ -65,6 +65,9 @@ pub struct Totals {
     pub refused: u64,
     /// Prefix breaks seen.
     pub prefix_breaks: u64,
+    /// Requests whose conversation had earlier turns but no session (see
+    /// [`exchange::Prefix::Missing`]).
+    pub sessions_missing: u64,
     /// Upstream tokens.
     pub tokens: Tokens,
     /// Tool-list tokens saved.

@@ -37,6 +37,8 @@ pub const TOKENS: &str = "toolshelf_proxy_upstream_tokens_total";
 pub const TOKENS_SAVED: &str = "toolshelf_proxy_tool_tokens_saved_total";
 /// Prefix breaks.
 pub const PREFIX_BREAKS: &str = "toolshelf_proxy_prefix_breaks_total";
+/// Requests whose conversation had earlier turns but no session.
+pub const SESSIONS_MISSING: &str = "toolshelf_proxy_sessions_missing_total";
 /// Failed store operations.
 pub const STORE_ERRORS: &str = "toolshelf_proxy_store_errors_total";
 /// Session writes that met a concurrent write.
@@ -97,6 +99,7 @@ pub fn register() {
         ROUNDS,
         TOKENS_SAVED,
         PREFIX_BREAKS,
+        SESSIONS_MISSING,
         STORE_ERRORS,
         STORE_CONFLICTS,
     ] {
@@ -138,6 +141,10 @@ pub fn describe() {
         (
             PREFIX_BREAKS,
             "Requests whose upstream body did not continue the previous request's byte for byte.",
+        ),
+        (
+            SESSIONS_MISSING,
+            "Requests whose conversation had earlier turns but no session (expired, evicted, or lost by the store): its activations went with it.",
         ),
         (
             STORE_ERRORS,
@@ -186,6 +193,11 @@ pub(crate) fn totals_moved(before: &Totals, after: &Totals) {
     up(ROUNDS, before.rounds, after.rounds);
     up(TOKENS_SAVED, before.tokens_saved, after.tokens_saved);
     up(PREFIX_BREAKS, before.prefix_breaks, after.prefix_breaks);
+    up(
+        SESSIONS_MISSING,
+        before.sessions_missing,
+        after.sessions_missing,
+    );
     up(STORE_ERRORS, before.store_errors, after.store_errors);
     up(
         STORE_CONFLICTS,

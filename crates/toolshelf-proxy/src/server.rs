@@ -988,6 +988,7 @@ async fn finish(app: &AppState, turn: Turn) {
         t.searches += searches;
         t.refused += refused;
         t.prefix_breaks += u64::from(prefix == Prefix::Broken);
+        t.sessions_missing += u64::from(prefix == Prefix::Missing);
         t.tokens.input += tokens.input;
         t.tokens.output += tokens.output;
         t.tokens.cache_read += tokens.cache_read;

@@ -144,6 +144,7 @@ fn overview(app: &AppState) -> Overview {
         ("searches", n("searches")),
         ("refused calls", n("refused")),
         ("prefix breaks", n("prefix_breaks")),
+        ("sessions missing", n("sessions_missing")),
         ("tool tokens saved", n("tokens_saved")),
         (
             "cache-read tokens",

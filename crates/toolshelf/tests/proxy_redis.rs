@@ -1030,6 +1030,17 @@ fn redis_stalled_or_restarted_without_persistence_mid_conversation_degrades_and_
         read_call("other.txt")
     );
     turn(&a, &mut messages, &HEADERS);
+    // The request after the restart found no session for a conversation with earlier turns:
+    // missing, not a session's first (as the probe's, a conversation of its own, is); the one
+    // after it continued the new session.
+    assert_eq!(
+        prefix_verdicts(&b),
+        ["unknown", "first", "missing"],
+        "{}",
+        b.log()
+    );
+    assert_eq!(totals(&b)["sessions_missing"], 1, "{}", totals(&b));
+    assert_eq!(prefix_verdicts(&a).last().map(String::as_str), Some("kept"));
     let turns = upstream.played(7);
     // What the outage cost, honestly: the requests it touched (Redis stalled, then stopped)
     // were sent without the search round, their session missing, so the prefix broke there; the
