@@ -200,7 +200,7 @@ impl Latencies {
         q.push_back(us);
     }
 
-    /// "N searches: p50 …" or "No search yet.".
+    /// "The last N searches: p50 …" or "No search yet.".
     pub fn summary(&self) -> String {
         let v: Vec<u64> = self
             .0
@@ -213,15 +213,19 @@ impl Latencies {
     }
 }
 
-/// "N searches: p50 …, p90 …, max …" of `latencies` (µs).
+/// "The last N searches: p50 …, p90 …, max …" of `latencies` (µs), the searches a page keeps
+/// (not every search since start: the totals count those).
 pub fn latency_summary(mut latencies: Vec<u64>) -> String {
     if latencies.is_empty() {
         return "No search yet.".to_owned();
     }
     latencies.sort_unstable();
+    if let [one] = latencies[..] {
+        return format!("The last search: {one} µs.");
+    }
     let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
     format!(
-        "{} searches: p50 {} µs, p90 {} µs, max {} µs.",
+        "The last {} searches: p50 {} µs, p90 {} µs, max {} µs.",
         latencies.len(),
         at(0.5),
         at(0.9),
@@ -867,7 +871,8 @@ mod tests {
         assert_eq!(latency_summary(Vec::new()), "No search yet.");
         assert_eq!(
             latency_summary(vec![30, 10, 20]),
-            "3 searches: p50 20 µs, p90 30 µs, max 30 µs."
+            "The last 3 searches: p50 20 µs, p90 30 µs, max 30 µs."
         );
+        assert_eq!(latency_summary(vec![7]), "The last search: 7 µs.");
     }
 }

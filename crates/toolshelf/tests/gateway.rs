@@ -2135,8 +2135,14 @@ async fn the_http_gateway_serves_its_dashboard() {
     };
     assert!(row("time").contains(">ready<"), "{}", row("time"));
     assert!(row("broken").contains(">failed<"), "{}", row("broken"));
+    // A failed server stands out from a ready one.
     assert!(
-        page.contains("1 searches: p50"),
+        row("broken").contains("class=\"server-failed\"") && page.contains(".server-failed {"),
+        "{}",
+        row("broken")
+    );
+    assert!(
+        page.contains("The last search: "),
         "the session's search is timed: {page}"
     );
 
