@@ -1785,23 +1785,31 @@ fn rebuild_from(
     for s in catalog.servers() {
         b.add_server(&s.original_name, &s.description, "server")
             .map_err(|e| e.to_string())?;
+        if let Some(template) = &s.description_template {
+            b.set_server_template(&s.original_name, template.clone());
+        }
     }
     for t in catalog.tools() {
         if remove.contains(&t.name) {
             continue;
         }
-        let mut item = crate::wire::definition(t, crate::wire::Format::Mcp);
-        item["name"] = Value::String(t.original_name.clone());
-        if let Some(d) = t.defer_loading {
-            item["defer_loading"] = Value::Bool(d);
-        }
-        if let Some(strict) = t.strict {
-            item["strict"] = Value::Bool(strict);
-        }
-        if t.origin == Origin::Model {
-            item["origin"] = Value::String("model".into());
-        }
-        let spec = ToolSpec::from_value(item, label, "tool").map_err(|e| e.to_string())?;
+        // Every field the tool was read with, as it was read: the tool is the same tool.
+        let spec = ToolSpec {
+            name: t.original_name.clone(),
+            description: t.description.clone(),
+            input_schema: Some(t.input_schema.clone()),
+            title: t.title.clone(),
+            output_schema: t.output_schema.clone(),
+            meta: t.meta.clone(),
+            strict: t.strict,
+            defer_loading: t.defer_loading,
+            tags: t.tags.clone(),
+            annotations: t.annotations.clone(),
+            model_authored: t.origin == Origin::Model,
+            server: None,
+            description_template: t.description_template.clone(),
+            ignored_keys: Vec::new(),
+        };
         b.add_tool(t.original_server.as_deref(), spec, "tool")
             .map_err(|e| e.to_string())?;
     }
@@ -3004,5 +3012,38 @@ mod tests {
             e.contains("builtin[0] \"u\": \"server\" is \"X_Y\", which writes each of the servers \"x.y\" and \"x_y\""),
             "{e}"
         );
+    }
+
+    /// A rebuild keeps every field of the tools it keeps: tags (and the category read as one),
+    /// a description template, annotations, title, output schema, `_meta`, `strict`,
+    /// `defer_loading`, the origin; and the servers' descriptions and header templates.
+    #[test]
+    fn a_rebuild_without_changes_keeps_every_field() {
+        let c = load(json!({
+            "builtin": [{"name": "b", "description": "bd", "input_schema": {"type": "object"},
+                "tags": ["alpha", "beta"], "category": "Logistics", "defer_loading": true,
+                "strict": true, "description_template": "'b ' + 'templated'"}],
+            "servers": [{"name": "s", "description": "sd", "description_template": "'s head'",
+                "tools": [{"name": "x.y", "description": "old", "inputSchema": {"type": "object"},
+                "annotations": {"readOnlyHint": true, "destructiveHint": false}, "title": "T",
+                "outputSchema": {"type": "object"}, "_meta": {"k": 1}, "tags": ["gamma"],
+                "description_template": "'xy'"}]},
+                {"name": "empty", "description": "none here", "tools": []}]
+        }))
+        .expect("catalog");
+        let model = rebuilt(
+            &c,
+            &[json!({"name": "m", "origin": "model", "tags": ["mine"]})],
+            &[],
+            "session",
+        )
+        .expect("with a model tool");
+        for rebuild in [rebuilt, rebuilt_keeping_names] {
+            for original in [&c, &model] {
+                let again = rebuild(original, &[], &[], "again").expect("rebuilt");
+                assert_eq!(again.tools(), original.tools());
+                assert_eq!(again.servers(), original.servers());
+            }
+        }
     }
 }
