@@ -175,10 +175,65 @@ pub fn glob_matches(glob: &str, text: &str) -> bool {
     wildcard(&g, &t, '*', '?')
 }
 
-/// Lexical path normalisation: drops a `file://` prefix, folds repeated `/` and `.` segments,
-/// applies `..` (never above the root of an absolute path; kept at the head of a relative one).
+/// The local path `raw` names: a `file:` URL (the scheme in any case; `file:///p`, `file:/p`,
+/// or `file://localhost/p` with the host in any case) read as its percent-decoded path, anything
+/// else as written. `None` when it cannot be read safely as one path: a file URL naming another
+/// host or holding a query, a fragment or an escape that is malformed or decodes to no UTF-8 or
+/// to a NUL, and any text holding a NUL (where a server's system calls would cut it short).
+pub fn local_path(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
+    if raw.contains('\0') {
+        return None;
+    }
+    let Some(rest) = raw
+        .get(..5)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("file:"))
+        .map(|_| &raw[5..])
+    else {
+        return Some(Cow::Borrowed(raw));
+    };
+    let path = match rest.strip_prefix("//") {
+        Some(authority_and_path) => {
+            let slash = authority_and_path
+                .find('/')
+                .unwrap_or(authority_and_path.len());
+            let host = &authority_and_path[..slash];
+            if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) {
+                return None;
+            }
+            &authority_and_path[slash..]
+        }
+        None => rest,
+    };
+    if !path.starts_with('/') || path.contains(['?', '#']) {
+        return None;
+    }
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let decoded = String::from_utf8(decoded).ok()?;
+    (!decoded.contains('\0')).then_some(Cow::Owned(decoded))
+}
+
+/// Lexical path normalisation of [`local_path`] (of `raw` as written when that is `None`): folds
+/// repeated `/` and `.` segments, applies `..` (never above the root of an absolute path; kept at
+/// the head of a relative one).
 pub fn normalize_path(raw: &str) -> String {
-    let raw = raw.strip_prefix("file://").unwrap_or(raw);
+    normalize_lexically(&local_path(raw).unwrap_or(std::borrow::Cow::Borrowed(raw)))
+}
+
+/// Lexical normalisation of a path as written (see [`normalize_path`]).
+pub fn normalize_lexically(raw: &str) -> String {
     let absolute = raw.starts_with('/');
     let mut parts: Vec<&str> = Vec::new();
     for seg in raw.split('/') {

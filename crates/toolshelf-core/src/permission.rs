@@ -21,11 +21,16 @@
 //!   rules (`deny = ["^mcp__filesystem__(*/.ssh/*)"]`). For allow rules prefer `key=GLOB`: "some
 //!   string matches" is a weak reason to allow.
 //! - `file:key=GLOB` and `file:GLOB`: the same, but path-aware. Both the value and the glob are
-//!   normalised lexically first (a `file://` prefix dropped, `//` and `/./` folded, `..` applied),
-//!   and the glob works on path segments: `*` and `?` never cross a `/`, `**` spans any number
-//!   of segments. So `file:path=/etc/**` matches `//etc/passwd` and `/tmp/../etc/passwd`, which
-//!   the textual `path=/etc/*` misses. Normalisation is lexical: symbolic links are not resolved
-//!   (the core does no I/O) and relative paths stay relative. A param that holds a list of paths
+//!   normalised lexically first (a `file:` URL read as its path, `//` and `/./` folded, `..`
+//!   applied), and the glob works on path segments: `*` and `?` never cross a `/`, `**` spans any
+//!   number of segments. So `file:path=/etc/**` matches `//etc/passwd` and `/tmp/../etc/passwd`,
+//!   which the textual `path=/etc/*` misses. A file URL is read with its scheme in any case, an
+//!   empty or `localhost` host, and its escapes decoded before `..` is applied
+//!   (`FILE://localhost/tmp/%2e%2e/etc/passwd` is `/etc/passwd`); a value that cannot be read
+//!   safely as one local path (a file URL naming another host or holding a query, a fragment or a
+//!   malformed escape; a NUL anywhere) fails closed: a deny or ask rule matches it, no allow rule
+//!   does. Normalisation is lexical: symbolic links are not resolved (the core does no I/O) and
+//!   relative paths stay relative. A param that holds a list of paths
 //!   (`paths: ["/a", "/b"]`) is judged path by path, failing closed: a deny or ask rule matches
 //!   when any of them matches, an allow rule only when every one is a path that matches. An
 //!   object there matches a deny or ask rule when any string in it does, and no allow rule. (A
@@ -38,7 +43,9 @@ use serde_json::{Map, Value};
 use crate::catalog::Tool;
 use crate::config::{Action, PermissionsConfig};
 use crate::error::{Error, Result};
-use crate::pattern::{Pattern, glob_matches, normalize_path, path_matches};
+use crate::pattern::{
+    Pattern, glob_matches, local_path, normalize_lexically, normalize_path, path_matches,
+};
 
 /// How an argument glob compares a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,42 +103,48 @@ impl ArgGlob {
     pub fn matches(&self, params: &Map<String, Value>, action: Action) -> bool {
         match &self.key {
             Some(key) => params.get(key).is_some_and(|v| match v {
-                Value::String(s) => self.matches_text(s),
+                Value::String(s) => self.matches_text(s, action),
                 v @ (Value::Array(_) | Value::Object(_)) if self.kind == GlobKind::Path => {
                     match v {
                         Value::Array(items) if action == Action::Allow => {
                             !items.is_empty()
-                                && items
-                                    .iter()
-                                    .all(|i| i.as_str().is_some_and(|s| self.matches_text(s)))
+                                && items.iter().all(|i| {
+                                    i.as_str().is_some_and(|s| self.matches_text(s, action))
+                                })
                         }
                         // An object's paths could be anywhere in it: no allow.
                         _ if action == Action::Allow => false,
-                        _ => self.any_string(v),
+                        _ => self.any_string(v, action),
                     }
                 }
-                other => self.matches_text(&other.to_string()),
+                other => self.matches_text(&other.to_string(), action),
             }),
             None => params
                 .iter()
-                .any(|(k, v)| self.matches_text(k) || self.any_string(v)),
+                .any(|(k, v)| self.matches_text(k, action) || self.any_string(v, action)),
         }
     }
 
-    fn matches_text(&self, text: &str) -> bool {
+    /// A path glob fails closed on a value that cannot be read safely as one local path (a file
+    /// URL of another host, with a query, a bad escape, a NUL): a deny or ask rule matches it,
+    /// an allow rule does not.
+    fn matches_text(&self, text: &str, action: Action) -> bool {
         match self.kind {
             GlobKind::Text => glob_matches(&self.glob, text),
-            GlobKind::Path => path_matches(&self.glob, &normalize_path(text)),
+            GlobKind::Path => match local_path(text) {
+                Some(path) => path_matches(&self.glob, &normalize_lexically(&path)),
+                None => action != Action::Allow,
+            },
         }
     }
 
-    fn any_string(&self, v: &Value) -> bool {
+    fn any_string(&self, v: &Value, action: Action) -> bool {
         match v {
-            Value::String(s) => self.matches_text(s),
-            Value::Array(items) => items.iter().any(|i| self.any_string(i)),
+            Value::String(s) => self.matches_text(s, action),
+            Value::Array(items) => items.iter().any(|i| self.any_string(i, action)),
             Value::Object(m) => m
                 .iter()
-                .any(|(k, i)| self.matches_text(k) || self.any_string(i)),
+                .any(|(k, i)| self.matches_text(k, action) || self.any_string(i, action)),
             _ => false,
         }
     }
@@ -452,6 +465,76 @@ mod tests {
             "non-strings as JSON"
         );
         assert_eq!(call("count", json!({"n": 120})), Action::Ask, "whole value");
+    }
+
+    /// A file URL is read as the path it names, however it is written: the scheme in any case,
+    /// an empty or `localhost` host, percent-escapes decoded before `..` is applied. One that
+    /// cannot be read safely as a local path (another host, a query or fragment, a bad escape, a
+    /// NUL) fails closed: a deny or ask rule matches it, an allow rule does not.
+    #[test]
+    fn file_urls_are_read_as_their_paths_and_fail_closed() {
+        let p = perms(
+            &["write(file:path=/tmp/**)"],
+            &["write(file:path=/home/**)"],
+            &["write(file:path=/etc/**)"],
+            Action::Allow,
+        );
+        let allowing = perms(&["write(file:path=/tmp/**)"], &[], &[], Action::Deny);
+        let action = |p: &Permissions, path: &str| {
+            p.check(&tool("write"), &params(json!({"path": path})))
+                .action
+        };
+        for path in [
+            "file:///etc/passwd",
+            "file:///%65tc/passwd",
+            "FILE:///etc/passwd",
+            "File:/etc/passwd",
+            "file://localhost/etc/passwd",
+            "file://LOCALHOST/etc/passwd",
+            "file:///tmp/%2e%2e/etc/passwd",
+            "file:///tmp/%2E%2E%2Fetc/passwd",
+            "file:///tmp/..%2fetc/passwd",
+        ] {
+            assert_eq!(action(&p, path), Action::Deny, "{path}");
+            assert_eq!(action(&allowing, path), Action::Deny, "{path}");
+        }
+        for path in [
+            "file:///tmp/x",
+            "FILE://localhost/tmp/%78",
+            "file:/tmp/a%20b",
+        ] {
+            assert_eq!(action(&p, path), Action::Allow, "{path}");
+            assert_eq!(action(&allowing, path), Action::Allow, "{path}");
+        }
+        assert_eq!(action(&p, "file:///home/u%2Fx"), Action::Ask);
+        for path in [
+            "file://server/etc/passwd",
+            "file:///etc/passwd?x",
+            "file:///tmp/x#y",
+            "file:///tmp/%zz",
+            "file:///tmp/%",
+            "file:///tmp/%ff",
+            "file:///tmp/x%00/../../etc/passwd",
+            "/tmp/x\u{0}/../../etc/passwd",
+            "file:tmp/x",
+        ] {
+            assert_eq!(action(&p, path), Action::Deny, "{path}: fails closed");
+            assert_eq!(action(&allowing, path), Action::Deny, "{path}: no allow");
+        }
+        // A list of paths: one unreadable item fails it closed too.
+        let list = perms(
+            &["write(file:paths=/tmp/**)"],
+            &[],
+            &["write(file:paths=/etc/**)"],
+            Action::Allow,
+        );
+        let paths = |v: Value| {
+            list.check(&tool("write"), &params(json!({"paths": v})))
+                .action
+        };
+        assert_eq!(paths(json!(["/tmp/a", "file:///%65tc/x"])), Action::Deny);
+        assert_eq!(paths(json!(["/tmp/a", "file://host/tmp/x"])), Action::Deny);
+        assert_eq!(paths(json!(["/tmp/a", "file:///tmp/b"])), Action::Allow);
     }
 
     #[test]
