@@ -215,7 +215,8 @@ pub enum Item {
 ///
 /// `tools` must already be in the API's wire format ([`Api::tool_format`]); they are written as
 /// given. An empty `system` or `tools` is left out (OpenAI refuses an empty `tools` array), and so
-/// is an item with nothing in it. `settings` (`model`, `max_tokens`, `stream`, ...) become
+/// is an item with nothing in it; text that is empty or only whitespace (an assistant's, an
+/// injected block) counts as nothing and is left out too (Anthropic refuses an empty text block). `settings` (`model`, `max_tokens`, `stream`, ...) become
 /// top-level keys; one that names a key assembled here (`system`, `tools`, `messages`, `input`,
 /// `instructions`) is ignored, the assembled value wins.
 pub fn assemble(
@@ -328,25 +329,39 @@ fn user_message(api: Api, blocks: Vec<Value>) -> Value {
 
 /// Appends the messages of one item.
 fn push_item(api: Api, item: &Item, out: &mut Vec<Value>) {
+    // Blank text is nothing (Anthropic refuses a text block without text): it is left out.
+    let injected_blocks = |injected: &[String]| -> Vec<String> {
+        injected.iter().filter(|b| !is_blank(b)).cloned().collect()
+    };
     match item {
         Item::User { text, injected } => {
-            let mut blocks: Vec<Value> = injected.iter().map(|b| user_text(api, b)).collect();
+            let mut blocks: Vec<Value> = injected_blocks(injected)
+                .iter()
+                .map(|b| user_text(api, b))
+                .collect();
             blocks.push(user_text(api, &user_query(text)));
             out.push(user_message(api, blocks));
         }
         Item::Assistant { text, calls } => {
+            let text = text.as_deref().filter(|t| !is_blank(t));
             if text.is_none() && calls.is_empty() {
                 return;
             }
-            push_assistant(api, text.as_deref(), calls, out);
+            push_assistant(api, text, calls, out);
         }
         Item::Results { results, injected } => {
+            let injected = injected_blocks(injected);
             if results.is_empty() && injected.is_empty() {
                 return;
             }
-            push_results(api, results, injected, out);
+            push_results(api, results, &injected, out);
         }
     }
+}
+
+/// Whether `text` holds nothing but whitespace.
+fn is_blank(text: &str) -> bool {
+    text.trim().is_empty()
 }
 
 fn push_assistant(api: Api, text: Option<&str>, calls: &[ToolCall], out: &mut Vec<Value>) {
@@ -662,6 +677,56 @@ mod tests {
         Item::User {
             text: text.into(),
             injected: injected.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Empty or blank text is nothing: an assistant item holding only that is left out, one with
+    /// calls carries them alone, and a blank injected block is dropped, in every API (Anthropic
+    /// refuses a text block without text).
+    #[test]
+    fn blank_text_is_left_out() {
+        let with = vec![
+            user("hi", &["", "<r>1</r>", " \n"]),
+            Item::Assistant {
+                text: Some(String::new()),
+                calls: vec![],
+            },
+            Item::Assistant {
+                text: Some(" \n".into()),
+                calls: vec![call("c1", "ls", json!({}))],
+            },
+            Item::Results {
+                results: vec![result("c1", "a.rs", false)],
+                injected: vec![String::new()],
+            },
+            Item::Results {
+                results: vec![],
+                injected: vec![" ".into()],
+            },
+        ];
+        let without = vec![
+            user("hi", &["<r>1</r>"]),
+            Item::Assistant {
+                text: None,
+                calls: vec![call("c1", "ls", json!({}))],
+            },
+            Item::Results {
+                results: vec![result("c1", "a.rs", false)],
+                injected: vec![],
+            },
+        ];
+        for (name, api) in Api::ALL {
+            let body = assemble(api, "s", &[], &with, &Map::new());
+            assert_eq!(
+                canonical_json(&body),
+                canonical_json(&assemble(api, "s", &[], &without, &Map::new())),
+                "{name}"
+            );
+            let mut size = ConversationSize::default();
+            with.iter().for_each(|i| size.add(api, i));
+            let mut expected = ConversationSize::default();
+            without.iter().for_each(|i| expected.add(api, i));
+            assert_eq!(size, expected, "{name}");
         }
     }
 
