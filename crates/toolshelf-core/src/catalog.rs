@@ -1221,8 +1221,10 @@ impl Catalog {
         }
     }
 
-    /// Parses a catalog file's text; `source_name` labels errors.
+    /// Parses a catalog file's text (a leading byte-order mark skipped); `source_name` labels
+    /// errors.
     pub fn from_json_str(text: &str, source_name: &str) -> Result<Self> {
+        let text = crate::json::without_bom(text);
         let value = crate::json::parse(text).map_err(|e| Error::CatalogJson {
             source_name: source_name.to_owned(),
             message: crate::json::in_words(&e, text, false),
@@ -1250,6 +1252,7 @@ impl Catalog {
         add: &[Value],
         location: &str,
     ) -> Result<Self> {
+        let text = crate::json::without_bom(text);
         let value = crate::json::parse(text).map_err(|e| Error::CatalogJson {
             source_name: source_name.to_owned(),
             message: crate::json::in_words(&e, text, false),
@@ -3045,5 +3048,27 @@ mod tests {
                 assert_eq!(again.servers(), original.servers());
             }
         }
+    }
+
+    /// Every text entry point takes a file that starts with a UTF-8 byte-order mark, as the
+    /// configuration's does.
+    #[test]
+    fn a_byte_order_mark_before_the_json_is_skipped() {
+        let text = "\u{feff}[{\"name\": \"a\"}]";
+        let c = Catalog::from_json_str(text, "c.json").expect("catalog");
+        assert_eq!(names(&c), ["a"]);
+        let c = Catalog::from_json_str_adding(text, "c.json", &[json!({"name": "b"})], "added")
+            .expect("catalog");
+        assert_eq!(names(&c), ["a", "b"]);
+        let (servers, _) = crate::config::Config::servers_from_mcp_json(
+            "\u{feff}{\"mcpServers\": {\"s\": {\"command\": \"x\"}}}",
+            "mcp.json",
+        )
+        .expect("mcp.json");
+        assert!(servers.contains_key("s"));
+        let e = Catalog::from_json_str("\u{feff}[{\"name\": }]", "c.json")
+            .expect_err("bad JSON")
+            .to_string();
+        assert!(e.contains("line 1"), "{e}");
     }
 }

@@ -1154,6 +1154,7 @@ impl Config {
             source_name: source_name.to_owned(),
             message,
         };
+        let text = crate::json::without_bom(text);
         let value = crate::json::parse(text).map_err(|e| {
             err(format!(
                 "not valid JSON: {}",

@@ -13,6 +13,11 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+/// `text` without a leading UTF-8 byte-order mark, which any input file may start with.
+pub fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 /// Parses `text` as JSON, refusing duplicate keys in any object. The error message names the
 /// duplicate key, the object's path and the line and column.
 pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
