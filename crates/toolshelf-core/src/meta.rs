@@ -207,15 +207,24 @@ pub fn defer_execute_schema() -> Map<String, Value> {
 
 /// Fixed part of `tool_search`'s description; the index follows it. It is part of the cached
 /// prompt prefix, so it depends on the configuration only, never on the catalog: its example
-/// name is a placeholder.
-pub fn tool_search_preamble(default_limit: usize) -> String {
+/// name is a placeholder. What it says a query returns follows `config.full_schemas` (none, the
+/// top one, the top ones with schemas); `config.default_limit` is the limit it names.
+pub fn tool_search_preamble(config: &SearchConfig) -> String {
+    let default_limit = config.default_limit;
+    let returns = match config.full_schemas {
+        0 => {
+            "the best matching tools, without schemas: look one up by tool_names for its schema and call"
+        }
+        1 => "the best matching tools, the top one with its full schema",
+        _ => "the best matching tools, the top ones with full schemas",
+    };
     format!(
         "Load tools that are not loaded yet. Their names are listed in <available_deferred_tools> below; \
 their schemas are not, so look a tool up here before running it with defer_execute.\n\
 Give exactly one of tool_names or queries:\n\
 - tool_names: exact names from the list, e.g. [\"mcp__SERVER__TOOL\"], returns their full schemas;\n\
 - queries: short keyword phrases for the task, in both English and Chinese, e.g. [\"read file\", \"读取文件\"]; \
-returns the best matching tools, the top ones with full schemas. A task of several steps gets one phrase per step, e.g. [\"search flights\", \"convert currency\"], and each step gets results of its own. Prefix a word with + to require it in the \
+returns {returns}. A task of several steps gets one phrase per step, e.g. [\"search flights\", \"convert currency\"], and each step gets results of its own. Prefix a word with + to require it in the \
 tool name (\"+commit\"); use server:NAME to search one server.\n\
 limit caps fuzzy results (default {default_limit}). Each schema comes with the exact defer_execute call to use."
     )
@@ -223,7 +232,7 @@ limit caps fuzzy results (default {default_limit}). Each schema comes with the e
 
 /// `tool_search`'s whole description: the preamble, then the rendered index.
 pub fn tool_search_description(index: &str, config: &SearchConfig) -> String {
-    format!("{}\n\n{index}", tool_search_preamble(config.default_limit))
+    format!("{}\n\n{index}", tool_search_preamble(config))
 }
 
 /// `defer_execute`'s description.
@@ -297,10 +306,40 @@ mod tests {
         assert!(DeferExecuteArgs::parse(&Map::from_iter([("x".into(), json!(1))])).is_err());
     }
 
+    /// What the description says a query returns is what `[search] full_schemas` makes it
+    /// return: no schema at all when it is 0 (the model then looks a hit up by name), one for
+    /// 1; the default's text is unchanged.
+    #[test]
+    fn the_description_says_how_many_hits_carry_schemas() {
+        let with = |full_schemas| {
+            tool_search_description(
+                "INDEX",
+                &SearchConfig {
+                    full_schemas,
+                    ..SearchConfig::default()
+                },
+            )
+        };
+        let default = with(3);
+        assert!(
+            default.contains("the top ones with full schemas."),
+            "{default}"
+        );
+        assert_eq!(with(7), default);
+        let none = with(0);
+        assert!(!none.contains("with full schemas"), "{none}");
+        assert!(
+            none.contains("returns the best matching tools, without schemas: look one up by tool_names for its schema and call."),
+            "{none}"
+        );
+        let one = with(1);
+        assert!(one.contains("the top one with its full schema."), "{one}");
+    }
+
     #[test]
     fn examples_name_no_tool_a_session_may_lack() {
         let e = DeferExecuteArgs::parse(&Map::new()).expect_err("no tool_name");
-        for text in [tool_search_preamble(5), e] {
+        for text in [tool_search_preamble(&SearchConfig::default()), e] {
             assert!(
                 text.contains("\"mcp__SERVER__TOOL\"") && !text.contains("mcp__git"),
                 "{text}"
