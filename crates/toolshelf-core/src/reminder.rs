@@ -368,7 +368,7 @@ impl Reminders {
                     }
                     _ => {
                         mark.last_fired = Some(turn);
-                        mark.showing_until = Some(turn + r.config.ttl_turns - 1);
+                        mark.showing_until = Some(turn.saturating_add(r.config.ttl_turns - 1));
                         eval.fired.push(i);
                         eval.notes.push(note("fired", why));
                     }

@@ -116,9 +116,10 @@ impl SessionState {
         self.turn
     }
 
-    /// Starts the next turn and returns its number (the first is 1).
+    /// Starts the next turn and returns its number (the first is 1); the last one, `u64::MAX`,
+    /// stays the turn.
     pub fn next_turn(&mut self) -> u64 {
-        self.turn += 1;
+        self.turn = self.turn.saturating_add(1);
         self.turn
     }
 
@@ -197,13 +198,13 @@ impl SessionState {
     pub fn absorb_unread(&mut self, unread: &SessionState, again: bool) {
         let shift = self.turn.saturating_sub(u64::from(again));
         let mut shifted = unread.clone();
-        shifted.turn += shift;
+        shifted.turn = shifted.turn.saturating_add(shift);
         for t in shifted
             .active
             .values_mut()
             .chain(shifted.called.values_mut())
         {
-            *t += shift;
+            *t = t.saturating_add(shift);
         }
         self.absorb(&shifted);
         for (name, &t) in &shifted.called {
@@ -367,6 +368,43 @@ fn list<S: AsRef<str>>(names: &[S]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored turn at the end of the range (a corrupt or hostile session store) stays there:
+    /// no step of a session overflows on it.
+    #[test]
+    fn the_last_turn_saturates() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&SessionState::default().to_json()).expect("json");
+        v["turn"] = u64::MAX.into();
+        let mut s = SessionState::from_json(&v.to_string()).expect("state");
+        assert_eq!(s.next_turn(), u64::MAX);
+        s.activate(["a"]);
+        assert!(matches!(s.activity("a", 6), Activity::Active { .. }));
+        let mut unread = SessionState::default();
+        unread.next_turn();
+        unread.next_turn();
+        unread.record_call("b");
+        s.absorb_unread(&unread, false);
+        assert_eq!(s.turn(), u64::MAX);
+        assert_eq!(s.last_called("b"), Some(u64::MAX));
+        let rules = crate::reminder::Reminders::new(
+            &[serde_json::from_value(serde_json::json!({
+                "id": "r", "category": "c", "message": "m", "intents": ["migration"],
+                "ttl_turns": 3,
+            }))
+            .expect("rule")],
+            400,
+        )
+        .expect("rules");
+        let e = rules.evaluate(
+            &mut s,
+            &crate::reminder::TurnInput {
+                user_text: Some("the migration"),
+                ..Default::default()
+            },
+        );
+        assert_eq!(e.fired, [0]);
+    }
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()
