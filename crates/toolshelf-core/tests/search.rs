@@ -945,7 +945,11 @@ fn a_pinned_hit_keeps_its_rank_and_says_to_call_it_directly() {
         .split_once("\nAlso matching, already in your tool list (call them directly): ")
         .expect("pinned names line");
     assert!(!deferred_names.contains("listed_"), "{}", r.text);
-    assert!(pinned_names.contains("listed_Edit"), "{}", r.text);
+    assert!(
+        pinned_names.split(", ").all(|n| n.starts_with("listed_")),
+        "{}",
+        r.text
+    );
     // Within any budget, as every response.
     for budget in [60, 200, 400, 800] {
         let e = Env {

@@ -481,8 +481,7 @@ struct Groups {
     names: Vec<String>,
     /// The place in `catalog.servers()` of each server group.
     servers: Vec<usize>,
-    /// Tool documents of each group, by name: the tools a group brings in on its evidence alone
-    /// all score the same, so only the first few by name can be among the best.
+    /// Tool documents of each group, by name.
     members: Vec<Vec<u32>>,
     /// The servers a request can name, by the lexical id of each term of the name: each name's
     /// term ids and its group (see [`Groups::find_nameable`]).
@@ -735,9 +734,6 @@ pub struct RankParams {
     /// Weight of a tool's server group's (normalised) score added to the tool's own; 0 turns the
     /// coarse stage off.
     pub group_weight: f32,
-    /// A group must score at least this fraction of the best group for its tools that share no
-    /// word with the query to be brought in on its evidence alone.
-    pub group_floor: f32,
 }
 
 impl Default for RankParams {
@@ -746,7 +742,6 @@ impl Default for RankParams {
             bm25: Bm25Params::default(),
             min_relative_score: 0.1,
             group_weight: 0.5,
-            group_floor: 0.5,
         }
     }
 }
@@ -1827,9 +1822,8 @@ impl SearchIndex {
     }
 
     /// Fused scores of one parsed query into `scratch.query`, filtered by its operators;
-    /// `scratch.allowed` is left holding the query's filter. Every tool that can be among the
-    /// best `keep` is touched; tools a group brings in beyond those may not be.
-    fn score_query(&self, q: &ParsedQuery, keep: usize, scratch: &mut RankScratch) {
+    /// `scratch.allowed` is left holding the query's filter. Every tool with a score is touched.
+    fn score_query(&self, q: &ParsedQuery, scratch: &mut RankScratch) {
         let n = self.docs.len();
         let RankScratch {
             query,
@@ -1855,6 +1849,21 @@ impl SearchIndex {
         self.weighted_terms(q, terms, group_terms);
         let filter = q.filters().then_some(allowed.as_slice());
         self.lexical.score_matches(terms, filter, scores, matched);
+        // Under one server's filter a match in the server's field (its name and description) is
+        // every candidate's: it tells them apart no more than their group does, so a tool that
+        // matches there alone has no evidence of its own.
+        if q.servers.len() == 1 {
+            let idx = self.lexical.index();
+            matched.retain(|&d| {
+                let own = terms
+                    .iter()
+                    .any(|&(t, _)| idx.fields(t, d) & !SERVER_FIELD != 0);
+                if !own {
+                    scores[d as usize] = 0.0;
+                }
+                own
+            });
+        }
         lexical_hit.clear();
         lexical_hit.resize(n, false);
         // The matched scores are read out once, leaving zeros; the maximum and the divisions run
@@ -1894,13 +1903,19 @@ impl SearchIndex {
                 }
             }
         }
-        if let Some(groups) = &self.groups {
+        // A tool with evidence of its own gains its group's score, which may reorder such tools
+        // but never makes a hit of a tool that has none: a server whose description or other
+        // tools match the query says what its tools are for, not which of them is asked for.
+        // Under one server's filter every candidate shares its group, whose score tells them
+        // nothing, so it is not added there.
+        if let Some(groups) = &self.groups
+            && q.servers.len() != 1
+        {
             groups.scores_into(group_terms, group, group_hits);
-            let (w, floor) = (self.params.group_weight, self.params.group_floor);
-            // A tool with evidence of its own gains its group's (a group without a score has
-            // zero): these are the tools touched so far. Nearly all of them gain, so the sum is
-            // taken for each and kept by a select, not a branch; a tool of no group reads a zero
-            // it does not keep.
+            let w = self.params.group_weight;
+            // A group without a score has zero. Nearly all of the touched tools gain, so the
+            // sum is taken for each and kept by a select, not a branch; a tool of no group reads
+            // a zero it does not keep.
             let (fused, of_doc, group) = (query.scores.as_mut_slice(), &groups.of_doc, &**group);
             for &d in query.touched.iter() {
                 let d = d as usize;
@@ -1911,26 +1926,6 @@ impl SearchIndex {
                 } else {
                     s
                 };
-            }
-            // One without is brought in only by a group that stands out, and all of a group's
-            // such tools score the same, `w · gs`: only the first `keep` of them by name can be
-            // among the best `keep`, so the rest of a large group is not visited.
-            for &g in group_hits.iter() {
-                let gs = group[g as usize];
-                if gs < floor {
-                    continue;
-                }
-                let mut found = 0;
-                for &d in &groups.members[g as usize] {
-                    if found == keep {
-                        break;
-                    }
-                    let d = d as usize;
-                    if allowed[d] && query.scores[d] <= 0.0 {
-                        query.add(d, w * gs);
-                        found += 1;
-                    }
-                }
             }
         }
         if let Some(weights) = &self.deprecated {
@@ -2223,8 +2218,7 @@ impl SearchIndex {
 
     /// A clause's best tool and score and the best score of a tool outside that tool's server
     /// group (0 when none), by BM25F and server groups fused as in [`Self::score_query`]: a
-    /// clause is ranked only for its best, so only the tools it matches and, for each group that
-    /// stands out, the first of its other tools by name (which all score the same) are visited.
+    /// clause is ranked only for its best, so only the tools it matches are visited.
     /// The clause's terms are `scratch.terms` and `scratch.group_terms`; its filter is
     /// `scratch.clause_allowed` when `own_filter`, else that of its `request`, left in
     /// `scratch.allowed`.
@@ -2266,31 +2260,14 @@ impl SearchIndex {
         } else {
             0.0
         };
-        let (gw, floor) = (self.params.group_weight, self.params.group_floor);
+        let gw = self.params.group_weight;
         let name_rank = |d: u32| self.name_rank[d as usize];
         let before = |a: (f32, u32), b: (f32, u32)| {
             a.0 > b.0 || (a.0 == b.0 && name_rank(a.1) < name_rank(b.1))
         };
         let mut best = Best::default();
-        // What is offered does not depend on the order of offering (see [`Best`]), so the
-        // groups go first, while the matched documents' scores still tell which tools matched,
-        // and the lexical pass then resets each score as it reads it.
-        if let Some(g) = &self.groups {
-            for &gi in group_hits.iter() {
-                let (members, gs) = (&g.members[gi as usize], group[gi as usize]);
-                if gs < floor {
-                    continue;
-                }
-                // Its tools without a match of their own all score the same, and none counts as
-                // another's second: the first by name stands for them all.
-                if let Some(&d) = members
-                    .iter()
-                    .find(|&&d| allowed[d as usize] && !(lexical && scores[d as usize] > 0.0))
-                {
-                    best.offer((gw * gs * self.weight_of(d), d), u64::from(gi), before);
-                }
-            }
-        }
+        // Only the tools the clause matches are offered: a group's score lifts its matched
+        // tools, but makes no candidate of a tool without a match (see [`Self::score_query`]).
         if lexical {
             let of_doc = self.groups.as_ref().map(|g| g.of_doc.as_slice());
             let scores = scores.as_mut_slice();
@@ -2337,7 +2314,7 @@ impl SearchIndex {
             } else {
                 self.parse_memo(text, &mut scratch.memo)
             };
-            self.score_query(&q, limit, scratch);
+            self.score_query(&q, scratch);
             exact.extend(q.exact.iter().filter(|&&d| scratch.allowed[d as usize]));
             let (list, b) = self.top(&scratch.query.scores, &scratch.query.touched, limit);
             best = best.max(b);
@@ -3475,12 +3452,12 @@ mod tests {
         assert_eq!(demoted, ["mcp__filesystem__read_file"]);
     }
 
-    /// A server that stands out (here by one tool's description) brings in its tools without
-    /// evidence of their own, all at one score, so only the first by name are visited: the best
-    /// `k` are still the first `k` of the full ranking, for every `k`, with and without a `+term`
-    /// filter that hides some of the server's tools.
+    /// A server that stands out (here by one tool's description) lifts its tools that match,
+    /// but brings in none without evidence of its own; under
+    /// a filter to that server alone (whose tools all share its group and its description)
+    /// nothing is added, and a match in the server's description alone is none.
     #[test]
-    fn a_large_group_gives_its_first_tools_by_name_for_any_limit() {
+    fn a_group_brings_in_no_tool_without_evidence_of_its_own() {
         let mut rail: Vec<serde_json::Value> = (0..12)
             .rev()
             .map(|i| {
@@ -3489,38 +3466,51 @@ mod tests {
             })
             .collect();
         rail.push(serde_json::json!({"name": "book_seat", "description": "Book a train seat"}));
+        rail.push(serde_json::json!({"name": "cancel_seat", "description": "Cancel a booking"}));
+        // Enough other tools that the rail server's description is a rare word.
+        let weather: Vec<serde_json::Value> = (0..40)
+            .map(
+                |i| serde_json::json!({"name": format!("now{i:02}"), "description": "Weather now"}),
+            )
+            .collect();
         let tools = serde_json::json!({"servers": [
             {"name": "rail", "description": "Timetables", "tools": rail},
-            {"name": "weather", "description": "Forecasts",
-             "tools": [{"name": "now", "description": "Weather now"}]}
+            {"name": "weather", "description": "Forecasts", "tools": weather}
         ]});
         let (c, index) = indexed(&tools);
-        let names = |hits: Vec<Hit>| {
-            hits.into_iter()
+        let names = |q: &str| {
+            index
+                .rank(&[q.to_owned()], c.tools().len())
+                .into_iter()
                 .map(|h| h.tool.to_string())
                 .collect::<Vec<_>>()
         };
-        for query in ["train seat", "train seat +step"] {
-            let q = [query.to_owned()];
-            let full = names(index.rank(&q, c.tools().len()));
-            assert!(full.len() >= 6, "{query}: {full:?}");
-            for k in 1..full.len() {
-                assert_eq!(names(index.rank(&q, k)), full[..k], "{query}, k = {k}");
-            }
-            // The tools brought in by their server alone follow in name order.
-            let mut steps: Vec<&String> = full
-                .iter()
-                .filter(|t| t.starts_with("leg") || t.starts_with("step"))
-                .collect();
-            assert!(steps.len() >= 6, "{query}: {full:?}");
-            let in_order = steps.clone();
-            steps.sort();
-            assert_eq!(in_order, steps, "{query}");
-        }
-        let q = ["train seat".to_owned()];
-        assert_eq!(names(index.rank(&q, 3)), ["book_seat", "leg00", "leg02"]);
-        let q = ["train seat +step".to_owned()];
-        assert_eq!(names(index.rank(&q, 2)), ["step01", "step03"]);
+        assert_eq!(names("train seat"), ["book_seat", "cancel_seat"]);
+        // With `+step` the step tools have a word of their own, the filter's.
+        assert_eq!(
+            names("train seat +step"),
+            ["step01", "step03", "step05", "step07", "step09", "step11"]
+        );
+        assert_eq!(names("server:rail train"), ["book_seat"]);
+        // The server's description is every one of its tools': under its filter, matching it
+        // alone is no evidence.
+        let found = names("server:rail booking timetables");
+        assert!(
+            !found.is_empty() && found.iter().all(|t| t.ends_with("_seat")),
+            "{found:?}"
+        );
+        // Under one server's filter the scores are the tools' own: the group adds nothing.
+        let filtered = index.rank(&["server:rail train seat".to_owned()], 5);
+        let plain = SearchIndex::build_with(
+            &c,
+            &(0..c.tools().len()).collect::<Vec<_>>(),
+            RankParams {
+                group_weight: 0.0,
+                ..RankParams::default()
+            },
+        )
+        .rank(&["server:rail train seat".to_owned()], 5);
+        assert_eq!(filtered, plain);
     }
 
     /// One memo serving several indexes in turn (as a thread's memo does) gives each the parse a
