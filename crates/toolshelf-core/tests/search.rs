@@ -618,6 +618,15 @@ fn response_snapshots() {
         "server_listing",
         run(&e, json!({"queries": ["server:memory"], "limit": 3})).text
     );
+    // A canonical name that names no tool is said to, before the tools its words find.
+    insta::assert_snapshot!(
+        "unknown_canonical_name",
+        run(
+            &e,
+            json!({"queries": ["use mcp__git__git_stash to shelve changes"], "limit": 2})
+        )
+        .text
+    );
     let tight = SearchConfig {
         response_budget_chars: 700,
         ..SearchConfig::default()

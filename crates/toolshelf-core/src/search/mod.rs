@@ -1567,6 +1567,7 @@ impl SearchIndex {
             let (server, tail) = rest.split_once("__").unwrap_or((rest, ""));
             // An unknown server's name is read as a word, with the tool's.
             let kept = if self.filter_servers(q, word, server, server) {
+                self.note_unnamed(q, word);
                 tail
             } else {
                 rest
@@ -1613,6 +1614,41 @@ impl SearchIndex {
             any |= !piece.is_empty() && take(piece, false);
         }
         any
+    }
+
+    /// Notes that `word`, written as a canonical name (`mcp__SERVER__TOOL`) of a known server,
+    /// names no tool the model can see, when it does not: the query still ranks the server's tools
+    /// by its words, but an answer of other tools, silent on the name, reads as if the tool were
+    /// found or did not matter. The name is the word's leading run of name characters (a call's
+    /// arguments and a sentence's full stop are not part of it); a name that finds a tool once
+    /// case and the separators `_ - .` are ignored (as a `tool_names` lookup would) is not noted.
+    fn note_unnamed(&self, q: &mut ParsedQuery, word: &str) {
+        let end = word
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.'))
+            .unwrap_or(word.len());
+        let name = word[..end].trim_end_matches(['.', '_', '-']);
+        let tool = name
+            .strip_prefix("mcp__")
+            .and_then(|rest| rest.split_once("__"))
+            .map_or("", |(_, tool)| tool);
+        if tool.is_empty() || !self.exact(name).is_empty() {
+            return;
+        }
+        let folded = crate::name::fold(name);
+        if self
+            .labels
+            .iter()
+            .any(|l| crate::name::folded_chars(&l.name).eq(folded.chars()))
+        {
+            return;
+        }
+        let note = format!(
+            "no tool is named {:?}; the tools below are what its words find.",
+            crate::echo::echo(name)
+        );
+        if !q.notes.contains(&note) {
+            q.notes.push(note);
+        }
     }
 
     /// A `server:` value without the prose around it (`"git"`, `git,`, `git.`, `git)`): the
@@ -3783,6 +3819,56 @@ mod tests {
             "{}",
             single[0].reason
         );
+    }
+
+    /// A canonical name of a known server that names no visible tool is noted; one that names a
+    /// tool (as written, or with case and separators ignored), or a server alone, is not.
+    #[test]
+    fn a_canonical_name_of_no_tool_is_noted() {
+        let tools = serde_json::json!({"servers": [
+            {"name": "git", "description": "Git repository",
+             "tools": [{"name": "git_log", "description": "Show the commit log"},
+                       {"name": "git_commit", "description": "Record a commit"},
+                       {"name": "git_reset", "description": "Unstage all changes"}]},
+            {"name": "time", "description": "Clocks",
+             "tools": [{"name": "now", "description": "The current time"}]}
+        ]});
+        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        // git_reset is hidden: it is not in the index.
+        let visible: Vec<usize> = (0..c.tools().len())
+            .filter(|&i| c.tools()[i].name != "mcp__git__git_reset")
+            .collect();
+        let index = SearchIndex::build(&c, &visible);
+        let notes = |q: &str| index.notes(&[q.to_owned()]);
+        let unnamed = |name: &str| {
+            format!("no tool is named \"{name}\"; the tools below are what its words find.")
+        };
+        assert_eq!(
+            notes("mcp__git__git_stash"),
+            [unnamed("mcp__git__git_stash")]
+        );
+        assert_eq!(
+            notes("use mcp__git__git_reset. to undo the last commit"),
+            [unnamed("mcp__git__git_reset")]
+        );
+        assert_eq!(
+            notes("mcp__git__git_stash(all) mcp__git__git_stash"),
+            [unnamed("mcp__git__git_stash")]
+        );
+        for named in [
+            "mcp__git__git_log",
+            "show mcp__git__GIT-LOG please",
+            "mcp__git__ log",
+            "server:git stash",
+        ] {
+            assert!(notes(named).is_empty(), "{named}: {:?}", notes(named));
+        }
+        // The query still ranks the server's tools by its words.
+        let hits = index.rank(
+            &["use mcp__git__git_reset to undo the last commit".into()],
+            5,
+        );
+        assert_eq!(&*hits[0].name, "mcp__git__git_commit");
     }
 
     #[test]
