@@ -1832,8 +1832,8 @@ impl SearchIndex {
     /// ranked on its own (so one strong query cannot drown the others) and the rankings are
     /// merged round-robin (each intent's best, then each one's second, ...; within a round, tools
     /// several intents found first), so every intent is represented in the top hits; each hit's
-    /// reason names the intents it answers. A query given twice (the same words, in any case and
-    /// spacing) is one intent. Returns at most `limit` hits.
+    /// reason names the intents it answers, each with its own matches. A query given twice (the
+    /// same words, in any case and spacing) is one intent. Returns at most `limit` hits.
     pub fn rank(&self, queries: &[String], limit: usize) -> Vec<Hit> {
         let unique: Vec<String>;
         let queries = match distinct_queries(queries) {
@@ -2473,23 +2473,28 @@ impl SearchIndex {
             }));
         } else {
             for (score, d, intents) in merge_intents(&lists, name_of).into_iter().take(keep) {
-                // A listing's tool matched no word of it: its reason is the listing's, unless an
-                // intent of words found it too.
-                let answered: Vec<&ParsedQuery> = intents
+                // Each intent that found the tool is credited with its own matches only (a
+                // listing's tool matched no word of it: its reason is the listing's); intents
+                // with the same reason share it, in the order of the intents.
+                let mut parts: Vec<(Vec<String>, String)> = Vec::new();
+                for &i in &intents {
+                    let why = if listings[i].is_none() {
+                        self.reason(d, &[&parsed[i]])
+                    } else {
+                        listed(d)
+                    };
+                    let label =
+                        format!("\"{}\"", crate::index::cut(&queries[i], INTENT_LABEL_CHARS));
+                    match parts.iter_mut().find(|p| p.1 == why) {
+                        Some(p) => p.0.push(label),
+                        None => parts.push((vec![label], why)),
+                    }
+                }
+                let reason = parts
                     .iter()
-                    .filter(|&&i| listings[i].is_none())
-                    .map(|&i| &parsed[i])
-                    .collect();
-                let labels: Vec<String> = intents
-                    .iter()
-                    .map(|&i| format!("\"{}\"", crate::index::cut(&queries[i], INTENT_LABEL_CHARS)))
-                    .collect();
-                let why = if answered.is_empty() {
-                    listed(d)
-                } else {
-                    self.reason(d, &answered)
-                };
-                let reason = format!("for {}: {why}", join_and(&labels));
+                    .map(|(labels, why)| format!("for {}: {why}", join_and(labels)))
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 hits.push(self.hit(d, score, reason));
             }
         }
@@ -3805,13 +3810,13 @@ mod tests {
             "{}",
             reason("translate_document")
         );
-        // Found by both: both are named, and its terms from either.
+        // Found by both: each is named with its own terms.
         let both = reason("email_text_send");
+        assert!(both.starts_with("for \"send email message\": "), "{both}");
         assert!(
-            both.starts_with("for \"send email message\" and \"translate text\": "),
+            both.ends_with("; for \"translate text\": \"text\" in name"),
             "{both}"
         );
-        assert!(both.contains("\"text\""), "{both}");
         // A single query's reasons carry no intent label.
         let single = ranked(&["translate text"], 3);
         assert!(
@@ -3871,20 +3876,27 @@ mod tests {
         assert_eq!(&*hits[0].name, "mcp__git__git_commit");
     }
 
+    /// Each intent is credited with its own matches: an intent that found a tool by other words
+    /// (or by meaning) does not share the reason of one whose words the tool has.
     #[test]
-    fn a_term_of_several_intents_is_named_once_at_its_first_place() {
-        let hits = ranked(&["send email", "text email send"], 5);
+    fn a_reason_credits_each_intent_with_its_own_matches() {
+        let hits = ranked(&["send email", "email"], 5);
         let hit = hits
             .iter()
             .find(|h| &*h.name == "email_text_send")
             .expect("found");
-        let quoted: Vec<&str> = hit.reason.split('"').skip(1).step_by(2).collect();
-        // The intents' labels, then the terms: the first intent's, then the second's new one.
         assert_eq!(
-            quoted,
-            ["send email", "text email send", "send", "email", "text"],
-            "{}",
-            hit.reason
+            hit.reason,
+            "for \"send email\": \"send\" in name, description; \"email\" in name, description; \
+             for \"email\": \"email\" in name, description",
+        );
+        let draft = hits
+            .iter()
+            .find(|h| &*h.name == "email_text_draft")
+            .expect("found");
+        assert_eq!(
+            draft.reason,
+            "for \"send email\" and \"email\": \"email\" in name, description"
         );
     }
 
