@@ -15,9 +15,10 @@
 //! appending again, so that a log that became unwritable since its last record (its directory
 //! removed and a file put in its place, a read-only remount, its permissions taken) refuses the
 //! very call whose record would be lost; a full disk, which only a write finds, fails the record
-//! of the call that found it and refuses the calls after it. While writes fail it tries to write
-//! a `recovered` record, so the log resumes by itself as soon as it can be written again, saying
-//! how many records were lost.
+//! of the call that found it and refuses the calls after it. While writes fail, each call's
+//! `ready` and each record appended (a search's too, required or not) first tries to write a
+//! `recovered` record, so the log resumes by itself as soon as it can be written again, saying
+//! how many records were lost, and its health (the status file) clears with it.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -184,8 +185,17 @@ impl Audit {
         let mut line = record.to_line();
         line.push('\n');
         let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
+        // A failing log that can be written again says so (and how many records it lost) before
+        // this record, whatever the record is: a search's resumes the log as a call's does.
+        let recovered = state.failing.is_some() && self.resume(w, &mut state).is_ok();
         match state.write(&w.path, line.as_bytes()) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                drop(state);
+                if recovered {
+                    self.health_changed();
+                }
+                Ok(())
+            }
             Err(e) => {
                 let why = e.to_string();
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -219,11 +229,16 @@ impl Audit {
         let Some(w) = &self.writer else {
             return Ok(());
         };
+        let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
         if !self.required {
+            // Calls go on whatever the log's state; a failing one is still retried here.
+            if state.failing.is_some() && self.resume(w, &mut state).is_ok() {
+                drop(state);
+                self.health_changed();
+            }
             return Ok(());
         }
-        let lost = {
-            let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
+        {
             if state.failing.is_none() {
                 return match open_append(&w.path) {
                     Ok(file) => {
@@ -243,8 +258,22 @@ impl Audit {
                     }
                 };
             }
-            state.lost
-        };
+        }
+        match self.resume(w, &mut state) {
+            Ok(()) => {
+                drop(state);
+                self.health_changed();
+                Ok(())
+            }
+            Err(why) => Err(format!("{}: {why}", w.path.display())),
+        }
+    }
+
+    /// Tries to write the `recovered` record of a failing log, saying how many records were
+    /// lost; on success the log is healthy again (the caller tells the watcher, once it has let
+    /// go of `state`). On failure the reason is kept as the log's error and returned.
+    fn resume(&self, w: &Writer, state: &mut State) -> std::result::Result<(), String> {
+        let lost = state.lost;
         let mut r = Self::record(AuditKind::Audit);
         r.outcome = Some("recovered".into());
         r.detail = Some(format!(
@@ -252,7 +281,6 @@ impl Audit {
         ));
         let mut line = r.to_line();
         line.push('\n');
-        let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
         match state.write(&w.path, line.as_bytes()) {
             Ok(()) => {
                 tracing::warn!(
@@ -261,13 +289,11 @@ impl Audit {
                 );
                 state.failing = None;
                 state.lost = 0;
-                drop(state);
-                self.health_changed();
                 Ok(())
             }
             Err(e) => {
-                let why = format!("{}: {e}", w.path.display());
-                state.failing = Some(e.to_string());
+                let why = e.to_string();
+                state.failing = Some(why.clone());
                 Err(why)
             }
         }
@@ -435,6 +461,61 @@ mod tests {
                 .starts_with("1 records were lost")
         );
         assert!(audit.status().expect("status").error.is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_record_written_after_a_failure_clears_it_required_or_not() {
+        for required in [true, false] {
+            let dir = scratch(&format!("append-clears-{required}"));
+            let path = dir.join("logs/audit.jsonl");
+            let audit = Audit::open(&path, required, "test").expect("open");
+            std::fs::remove_dir_all(dir.join("logs")).expect("rm");
+            std::fs::write(dir.join("logs"), "").expect("a file in the way");
+            audit
+                .append(&Audit::record(AuditKind::Search))
+                .expect_err("cannot write");
+            assert!(audit.status().expect("status").error.is_some());
+            std::fs::remove_file(dir.join("logs")).expect("clear the way");
+            // Only ordinary records from here on (searches reach no `ready` stage).
+            audit
+                .append(&Audit::record(AuditKind::Search))
+                .expect("written");
+            let s = audit.status().expect("status");
+            assert_eq!(s.error, None, "required = {required}");
+            assert_eq!(s.dropped, 1);
+            let got = lines(&path);
+            let kinds: Vec<_> = got
+                .iter()
+                .map(|r| (r["kind"].as_str(), r["outcome"].as_str()))
+                .collect();
+            assert_eq!(kinds.len(), 2, "{got:?}");
+            assert_eq!(kinds[0], (Some("audit"), Some("recovered")));
+            assert_eq!(kinds[1].0, Some("search"));
+            assert!(
+                got[0]["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("1 records were lost")),
+                "{got:?}"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
+    fn a_log_that_is_not_required_recovers_at_the_ready_stage_too() {
+        let dir = scratch("optional-ready");
+        let path = dir.join("audit.jsonl");
+        let audit = Audit::open(&path, false, "test").expect("open");
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::create_dir_all(&path).expect("dir in the way");
+        audit
+            .append(&Audit::record(AuditKind::Call))
+            .expect_err("cannot write");
+        std::fs::remove_dir(&path).expect("clear the way");
+        audit.ready().expect("not required");
+        assert_eq!(audit.status().expect("status").error, None);
+        assert_eq!(lines(&path)[0]["outcome"], "recovered");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
