@@ -23,8 +23,8 @@
 //! A session without traffic for `[http] session_idle_secs` is closed, which drops its
 //! [`GatewaySession`] and so runs its end (audit, `session_end` hooks). rmcp's idle timer also
 //! runs during a silent tool call, which is why that setting must outlast the longest call. On
-//! Ctrl-C or SIGTERM every session still open is ended the same way before the server returns,
-//! `ENDING_AT_ONCE` at a time; a second Ctrl-C or SIGTERM returns at once, skipping the ends
+//! Ctrl-C, SIGTERM or SIGHUP every session still open is ended the same way before the server returns,
+//! `ENDING_AT_ONCE` at a time; a second Ctrl-C, SIGTERM or SIGHUP returns at once, skipping the ends
 //! not yet done.
 
 use std::net::SocketAddr;
@@ -63,7 +63,7 @@ const ENDING_AT_ONCE: usize = 16;
 
 /// Serves one session over stdin/stdout until the client closes it, then ends the session
 /// (audit, `session_end` hooks) before returning, so the process does not exit under them.
-/// Ctrl-C or SIGTERM ([`signals`], counted from before the servers started) ends it the same way
+/// Ctrl-C, SIGTERM or SIGHUP ([`signals`], counted from before the servers started) ends it the same way
 /// (its calls are abandoned; a second signal skips what of the end is not done yet), also before
 /// or during the client's handshake, when there is nothing to end: the caller then stops the
 /// servers as after any session. The read of stdin, which the client may still hold open, is
@@ -443,7 +443,7 @@ impl OpenSessions {
     }
 }
 
-/// Serves streamable HTTP at `http://ADDR/mcp` until Ctrl-C or SIGTERM (counted by `signals`,
+/// Serves streamable HTTP at `http://ADDR/mcp` until Ctrl-C, SIGTERM or SIGHUP (counted by `signals`,
 /// so one that came before stops it at once); `on_bound` learns the bound address (useful with
 /// port 0).
 pub async fn serve_http(
@@ -831,13 +831,13 @@ fn jsonrpc_error(status: StatusCode, id: Value, code: i64, message: String) -> R
     r
 }
 
-/// How many times Ctrl-C or SIGTERM came since [`signals`] was called.
+/// How many times Ctrl-C, SIGTERM or SIGHUP came since [`signals`] was called.
 pub type Signals = tokio::sync::watch::Receiver<u32>;
 
-/// Counts Ctrl-C and SIGTERM from now on: they no longer kill the process, which must watch the
-/// count and stop on its own (the servers' process groups with it). Call it before starting
-/// servers, inside the runtime. (The count never closes: a process that cannot listen for
-/// signals runs until it is killed.)
+/// Counts Ctrl-C, SIGTERM and SIGHUP (the terminal closing) from now on: they no longer kill
+/// the process, which must watch the count and stop on its own (the servers' process groups
+/// with it). Call it before starting servers, inside the runtime. (The count never closes: a
+/// process that cannot listen for signals runs until it is killed.)
 pub fn signals() -> Signals {
     let (count, counted) = tokio::sync::watch::channel(0);
     // The listeners are made here, before this returns, so that no signal falls between two of
@@ -845,21 +845,27 @@ pub fn signals() -> Signals {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let listening = signal(SignalKind::interrupt())
-            .and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+        let listening = signal(SignalKind::interrupt()).and_then(|int| {
+            Ok((
+                int,
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::hangup())?,
+            ))
+        });
         tokio::spawn(async move {
             match listening {
-                Ok((mut int, mut term)) => loop {
+                Ok((mut int, mut term, mut hup)) => loop {
                     let got = tokio::select! {
                         got = int.recv() => got,
                         got = term.recv() => got,
+                        got = hup.recv() => got,
                     };
                     if got.is_none() {
                         break;
                     }
                     count.send_modify(|n| *n += 1);
                 },
-                Err(e) => tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}"),
+                Err(e) => tracing::warn!("cannot listen for Ctrl-C, SIGTERM and SIGHUP: {e}"),
             }
             let _count = count;
             std::future::pending::<()>().await

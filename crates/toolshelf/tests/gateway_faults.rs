@@ -1041,6 +1041,46 @@ async fn sigterm_to_a_stdio_gateway_stops_its_servers_and_ends_the_session() {
     drop(client);
 }
 
+/// SIGHUP (a terminal closing) stops an HTTP gateway as SIGTERM does: its session ends
+/// (recorded), its servers' process groups are stopped, and it exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_stops_the_http_gateway_like_sigterm() {
+    let s = Scratch::new("group-sighup");
+    let (config, pidfile) = wrapped_server(&s);
+    let (mut gateway, url) = http_gateway(&config);
+    let client = http_client(&url, TestClient::default()).await;
+    ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
+    let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
+    let sleeper = KillOnDrop(sleeper.trim().to_owned());
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &gateway.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(hup.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let exited = loop {
+        if let Some(status) = gateway.try_wait().expect("poll the gateway") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway did not exit on SIGHUP"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(exited.success(), "a clean stop on SIGHUP: {exited:?}");
+    wait_for("the server's own child to be stopped", || async {
+        gone(&sleeper.0)
+    })
+    .await;
+    let ended = s
+        .audit()
+        .iter()
+        .any(|r| r["kind"] == "session" && r["outcome"] == "end");
+    assert!(ended, "{:#?}", s.audit());
+    drop(client);
+}
+
 /// `toolshelf://status` is JSON, as its listing says; an unknown method is named in its error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_resource_is_json_and_an_unknown_method_is_named() {

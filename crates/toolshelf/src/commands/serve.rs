@@ -329,7 +329,7 @@ pub fn run(args: Args) -> Result<()> {
     let settings = args.source.serving()?;
     let runtime = runtime()?;
     let served = runtime.block_on(async move {
-        // Listened for before any server starts: from here on Ctrl-C and SIGTERM stop the
+        // Listened for before any server starts: from here on Ctrl-C, SIGTERM and SIGHUP stop the
         // gateway through `hub.shutdown()`, which takes the servers' process groups with it,
         // whenever they come (before the client's handshake too).
         let signals = toolshelf_gateway::serve::signals();
