@@ -91,8 +91,13 @@ pub async fn serve_stdio(hub: Arc<Hub>, mut signals: Signals) -> Result<()> {
                 message: e.to_string(),
             })?;
             let stop = running.cancellation_token();
+            // Held outside the select: dropping the running service cancels its requests, which
+            // must come after the session is marked closing, or its calls in flight would read
+            // as cancelled by the client.
+            let waiting = running.waiting();
+            tokio::pin!(waiting);
             tokio::select! {
-                _ = running.waiting() => {}
+                _ = &mut waiting => {}
                 _ = signals.changed() => {
                     tracing::info!("stopping on a signal: ending the session");
                     end.abandon_calls();
