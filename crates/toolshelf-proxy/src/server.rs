@@ -82,6 +82,8 @@ pub struct AppState {
     /// Per session key, the lock a finished request holds while it writes the session and
     /// records its summary ([`AppState::writing`]); gone when no request holds or awaits it.
     writes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Requests being answered now, a streamed answer until its last byte is handed on.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A request's turn to write one session ([`AppState::writing`]), given up on drop.
@@ -124,7 +126,13 @@ impl AppState {
             events: crate::ui::Events::default(),
             loopback: std::sync::atomic::AtomicBool::new(true),
             writes: Mutex::new(HashMap::new()),
+            in_flight: Arc::default(),
         })
+    }
+
+    /// How many requests are being answered now (a streamed answer until it is whole).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits for the turn to write the session under `key`: requests of one session write it,
@@ -477,7 +485,42 @@ fn own_page_refusal(
     }
 }
 
+/// A request counted in [`AppState::in_flight`] while this lives.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn enter(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Answers a request, counting it in flight until its answer is handed on whole: a body whose
+/// length is known is complete already; a stream is counted until it ends.
 async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
+    let counted = InFlight::enter(&app.in_flight);
+    let response = answer(app, req).await;
+    if axum::body::HttpBody::size_hint(response.body())
+        .exact()
+        .is_some()
+    {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(body.into_data_stream().map(move |chunk| {
+        let _held = &counted;
+        chunk
+    }));
+    Response::from_parts(parts, body)
+}
+
+async fn answer(app: Arc<AppState>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let path_and_query = parts
         .uri

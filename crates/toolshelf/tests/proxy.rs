@@ -2122,3 +2122,78 @@ fn no_round_goes_upstream_for_a_client_that_left_a_started_stream() {
     let mains = upstream.turns().len();
     assert_eq!(mains, 3, "{:#?}", upstream.turns());
 }
+
+/// The request `a_stopping_proxy_*` keep in flight: a turn whose upstream answer is `hang`
+/// seconds away; returns the thread that sends it (its status and answer) once the upstream has
+/// it.
+fn request_in_flight(
+    proxy: &ProxyProc,
+    upstream: &Upstream,
+) -> std::thread::JoinHandle<(u16, Value)> {
+    let url = format!("{}/v1/messages", proxy.url);
+    let body = json!({"model": "m", "max_tokens": 256, "tools": tools(),
+                      "messages": [{"role": "user", "content": "hello"}]});
+    let sent = std::thread::spawn(move || post(&url, &body, &HEADERS));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !upstream.records().iter().any(|r| r["kind"] == "request") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the upstream; proxy log:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    sent
+}
+
+/// SIGTERM, like Ctrl-C, stops the proxy only once the requests in flight are answered, and its
+/// log says it is draining them.
+#[test]
+fn a_stopping_proxy_answers_the_requests_in_flight_on_sigterm_and_ctrl_c() {
+    for sig in ["TERM", "INT"] {
+        let s = Scratch::new(&format!("proxy-drain-{sig}"));
+        let upstream = Upstream::start(&s, &json!({"steps": [{"text": "late", "hang": 3}]}));
+        let mut proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+        let sent = request_in_flight(&proxy, &upstream);
+        proxy.signal(sig);
+        let (status, answer) = sent.join().expect("the request's thread");
+        assert_eq!(status, 200, "SIG{sig}: {answer}\n{}", proxy.log());
+        assert_eq!(answer["content"][0]["text"], "late", "SIG{sig}: {answer}");
+        let exited = proxy.exited();
+        assert!(exited.success(), "SIG{sig}: {exited:?}\n{}", proxy.log());
+        let log = proxy.log();
+        assert!(
+            log.contains("stopping on a signal: answering the 1 request in flight first"),
+            "SIG{sig}: {log}"
+        );
+    }
+}
+
+/// A second Ctrl-C or SIGTERM while the proxy drains its requests stops it at once.
+#[test]
+fn a_second_signal_stops_a_draining_proxy_at_once() {
+    for sig in ["INT", "TERM"] {
+        let s = Scratch::new(&format!("proxy-drain-twice-{sig}"));
+        let upstream = Upstream::start(&s, &json!({"steps": [{"text": "late", "hang": 300}]}));
+        let mut proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+        let _sent = request_in_flight(&proxy, &upstream);
+        proxy.signal(sig);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !proxy.log().contains("stopping on a signal") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "SIG{sig}: no word of the stop:\n{}",
+                proxy.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        proxy.signal(sig);
+        // `exited` gives up after a minute, long before the upstream answers.
+        proxy.exited();
+        assert!(
+            proxy.log().contains("a second signal: stopping now"),
+            "SIG{sig}: {}",
+            proxy.log()
+        );
+    }
+}

@@ -124,13 +124,28 @@ pub fn run(args: Args) -> Result<()> {
         );
         let state = AppState::new(proxy);
         state.set_loopback(bound.ip().is_loopback());
-        let app = router(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .context("serving the proxy")
+        let app = router(state.clone());
+        // Ctrl-C, SIGTERM or SIGHUP stops accepting and lets the requests in flight be answered;
+        // a second one stops at once.
+        let mut signals = toolshelf_gateway::serve::signals();
+        let mut again = signals.clone();
+        let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = signals.changed().await;
+            match state.in_flight() {
+                0 => errln!("toolshelf: stopping on a signal"),
+                n => errln!(
+                    "toolshelf: stopping on a signal: answering the {n} request{} in flight first (a second signal stops at once)",
+                    if n == 1 { "" } else { "s" }
+                ),
+            }
+        });
+        tokio::select! {
+            served = served => served.context("serving the proxy"),
+            _ = again.wait_for(|n| *n > 1) => {
+                errln!("toolshelf: a second signal: stopping now; the requests in flight are dropped");
+                Ok(())
+            }
+        }
     })
 }
 

@@ -795,6 +795,31 @@ impl ProxyProc {
         self.child.id()
     }
 
+    /// Sends it signal `sig` (`TERM`, `INT`, ...).
+    pub fn signal(&self, sig: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{sig}");
+    }
+
+    /// Waits (at most a minute) for it to exit; its exit status.
+    pub fn exited(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the proxy") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the proxy did not exit; stderr:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
