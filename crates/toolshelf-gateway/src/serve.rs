@@ -448,12 +448,23 @@ impl OpenSessions {
     }
 }
 
+/// Listens on `addr` for [`serve_http`]. Called before the hub starts: a gateway that cannot
+/// have its address (another one has it) fails before it starts a server or writes a record.
+pub async fn bind_http(addr: &str) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| GatewayError::Serve {
+            transport: "http",
+            message: format!("cannot listen on {addr}: {e}"),
+        })
+}
+
 /// Serves streamable HTTP at `http://ADDR/mcp` until Ctrl-C, SIGTERM or SIGHUP (counted by `signals`,
-/// so one that came before stops it at once); `on_bound` learns the bound address (useful with
-/// port 0).
+/// so one that came before stops it at once) on `listener` ([`bind_http`]); `on_bound` learns
+/// the bound address (useful with port 0).
 pub async fn serve_http(
     hub: Arc<Hub>,
-    addr: &str,
+    listener: tokio::net::TcpListener,
     signals: Signals,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<()> {
@@ -461,9 +472,6 @@ pub async fn serve_http(
         transport: "http",
         message,
     };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| err(format!("cannot listen on {addr}: {e}")))?;
     let local = listener
         .local_addr()
         .map_err(|e| err(format!("no local address: {e}")))?;

@@ -1081,6 +1081,51 @@ async fn a_hangup_stops_the_http_gateway_like_sigterm() {
     drop(client);
 }
 
+/// A gateway that cannot listen on its HTTP address (another one has it) exits before it
+/// starts a server: the audit log they share gets no record of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_whose_port_is_taken_starts_no_server() {
+    let s = Scratch::new("port-taken");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[execute]\nrequire_search = false\n{}",
+            named_server("notes", &notebook(), ""),
+            files_sections(&s)
+        ),
+    );
+    let (_first, url) = http_gateway(&config);
+    let client = http_client(&url, TestClient::default()).await;
+    ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
+    let before = s.audit();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    // Its configuration has a server the first one's has not (so none of its tools is cached,
+    // and it would start at once), and the same audit log.
+    let other = s.write(
+        "other.toml",
+        &format!(
+            "{}{}",
+            named_server("other", &notebook(), ""),
+            files_sections(&s)
+        ),
+    );
+    let second = std::process::Command::new(TOOLSHELF)
+        .args(["serve", "--config", &other, "--http", &addr])
+        .env("TOOLSHELF_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run the second gateway");
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{said}");
+    assert!(said.contains(&format!("cannot listen on {addr}")), "{said}");
+    assert!(!said.contains("starting"), "{said}");
+    assert_eq!(s.audit(), before, "the second gateway wrote no record");
+    drop(client);
+}
+
 /// `toolshelf://status` is JSON, as its listing says; an unknown method is named in its error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_resource_is_json_and_an_unknown_method_is_named() {

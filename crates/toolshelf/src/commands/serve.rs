@@ -333,11 +333,17 @@ pub fn run(args: Args) -> Result<()> {
         // gateway through `hub.shutdown()`, which takes the servers' process groups with it,
         // whenever they come (before the client's handshake too).
         let signals = toolshelf_gateway::serve::signals();
+        // The address is taken before any server starts: a gateway that cannot have it exits
+        // without starting servers or writing to an audit log it may share with the one that has.
+        let listener = match &args.http {
+            Some(addr) => Some(toolshelf_gateway::serve::bind_http(addr).await?),
+            None => None,
+        };
         let hub: Arc<Hub> = Hub::start(settings)?;
-        let served = match &args.http {
-            Some(addr) => {
+        let served = match listener {
+            Some(listener) => {
                 toolshelf_gateway::metrics::install().map_err(anyhow::Error::msg)?;
-                toolshelf_gateway::serve::serve_http(hub.clone(), addr, signals, |bound| {
+                toolshelf_gateway::serve::serve_http(hub.clone(), listener, signals, |bound| {
                     errln!("toolshelf: serving MCP at http://{bound}/mcp");
                 })
                 .await
