@@ -91,7 +91,8 @@ impl Op {
 
 /// The log of a store's failures: the first failure at once, then at most one line per
 /// [`LOG_EVERY`] with the number of failures since the last line (of reads and of writes); and
-/// one line when the store answers again, which is when every kind of operation that failed
+/// one line when the store answers again (after which the next outage's first failure is said at
+/// once too), which is when every kind of operation that failed
 /// (reads, writes) has succeeded since. A store that answers reads but refuses every write (an
 /// ACL without the scripts' commands, `OOM` under `noeviction`) is not answering again at each
 /// read: its writes still fail, and their failures are counted into the next report.
@@ -207,10 +208,17 @@ impl FailureLog {
             return None;
         }
         let run = std::mem::take(&mut s.run);
-        // Failures not reported yet stay counted for the next report.
-        std::mem::take(&mut s.reported).then(|| {
-            format!("session store: answering again (reads and writes) after {run} failures")
-        })
+        if !std::mem::take(&mut s.reported) {
+            // Failures not reported yet stay counted for the next report.
+            return None;
+        }
+        // The outage is over, and said to be: the next one is said at once, as this one was,
+        // so that the log's last word never says the store answers while it does not.
+        s.said = None;
+        s.unsaid = [0, 0];
+        Some(format!(
+            "session store: answering again (reads and writes) after {run} failures"
+        ))
     }
 }
 
@@ -567,25 +575,38 @@ mod tests {
         );
         assert_eq!(log.answer(Op::Write), None, "said once");
 
-        // An outage: reads and writes fail, within the interval (not said); a read answering
-        // is not the end of it while writes have not.
-        assert_eq!(log.failure(Op::Read, "refused"), None);
-        assert_eq!(log.failure(Op::Write, "refused"), None);
+        // A second outage soon after the recovery: said at once, as the first was, so that
+        // the log's last word is never that the store answers while it does not.
+        let second = log
+            .failure(Op::Read, "refused")
+            .expect("a new outage is said at once");
+        assert!(
+            second.contains("reading a session failed: refused")
+                && !second.contains("more failures"),
+            "{second}"
+        );
+        assert_eq!(log.failure(Op::Write, "refused"), None, "said already");
         assert_eq!(log.answer(Op::Read), None, "writes still fail");
         assert_eq!(
-            log.answer(Op::Write),
-            None,
-            "a run that was never reported has no recovery to report"
+            log.answer(Op::Write).as_deref(),
+            Some("session store: answering again (reads and writes) after 2 failures")
+        );
+        // And a third, within the interval of the second's line.
+        let third = log.failure(Op::Write, "timeout").expect("said at once");
+        assert!(
+            third.contains("writing a session failed: timeout") && !third.contains("more failures"),
+            "{third}"
         );
         std::thread::sleep(every);
         let later = log.failure(Op::Read, "timeout").expect("said");
         assert!(
             later.contains("reading a session failed: timeout")
                 && later.contains("as if its session were missing")
-                && later.contains("(2 more failures since the last report: 1 read, 1 write)"),
+                && !later.contains("more failures"),
             "{later}"
         );
-        assert!(log.answer(Op::Read).is_some(), "{later}");
+        assert!(log.answer(Op::Read).is_none(), "writes still fail");
+        assert!(log.answer(Op::Write).is_some());
     }
 
     #[test]
