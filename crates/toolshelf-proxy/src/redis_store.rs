@@ -252,11 +252,26 @@ impl RedisStore {
                     None => format!("Redis at {}: {e}", self.addr),
                 });
             }
-            Err(_) => format!("no answer within {} ms", self.timeout.as_millis()),
+            Err(_) => self.why_no_answer().await,
         };
         *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
         self.probe();
         Err(format!("Redis at {}: {why}", self.addr))
+    }
+
+    /// Why the connection got no answer in time: the manager only retries and times out, so a
+    /// connection of its own asks, and its error (a refused connection, a wrong password, no such
+    /// database) is the reason; a server that does not answer that one either did not answer.
+    async fn why_no_answer(&self) -> String {
+        let own = tokio::time::timeout(self.timeout, async {
+            let mut c = self.client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        })
+        .await;
+        match own {
+            Ok(Err(e)) => e.to_string(),
+            _ => format!("no answer within {} ms", self.timeout.as_millis()),
+        }
     }
 
     /// Pings the server every [`PAUSE`] in the background until it answers, then ends the

@@ -324,8 +324,8 @@ fn concurrent_writers_on_a_real_server_lose_no_update() {
 
 #[test]
 fn a_redis_that_cannot_be_reached_is_named_in_the_systems_words() {
-    // Nothing listens there: the connection manager's retries only time out, so the message
-    // would say "no answer"; the background ping's own connection says why.
+    // Nothing listens there: the connection manager's retries only time out, so a connection
+    // of the store's own says why, from the first failure on (the start-up check's too).
     let port = common::closed_port();
     let rt = runtime();
     rt.block_on(async {
@@ -335,7 +335,11 @@ fn a_redis_that_cannot_be_reached_is_named_in_the_systems_words() {
             Duration::from_millis(300),
         )
         .expect("store");
-        st.get("k").await.expect_err("nothing there");
+        let first = st.ping().await.expect_err("nothing there");
+        assert!(
+            first.contains("Connection refused") && !first.contains("no answer"),
+            "{first}"
+        );
         let mut last = String::new();
         for _ in 0..50 {
             tokio::time::sleep(Duration::from_millis(200)).await;
