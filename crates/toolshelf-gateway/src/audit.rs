@@ -20,7 +20,7 @@
 //! `recovered` record, so the log resumes by itself as soon as it can be written again, saying
 //! how many records were lost, and its health (the status file) clears with it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,7 +74,7 @@ pub struct AuditStatus {
 
 fn open_append(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        toolshelf_runtime::files::create_private_dir_all(dir).map_err(|e| {
             // Say which part is in the way: `/etc/passwd/audit.jsonl` fails with "File exists".
             let blocked = dir.ancestors().find(|a| a.is_file());
             let why = match blocked {
@@ -84,7 +84,11 @@ fn open_append(path: &Path) -> std::io::Result<File> {
             std::io::Error::new(e.kind(), why)
         })?;
     }
-    OpenOptions::new().create(true).append(true).open(path)
+    // The log holds every call's params: a new one is its user's alone.
+    toolshelf_runtime::files::private_file()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 /// Whether `file` is still the file at `path` (not removed, not replaced by rotation).
@@ -516,6 +520,31 @@ mod tests {
         audit.ready().expect("not required");
         assert_eq!(audit.status().expect("status").error, None);
         assert_eq!(lines(&path)[0]["outcome"], "recovered");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The log holds every call's params: a log file and the directories it creates are its
+    /// user's alone, whatever the umask.
+    #[test]
+    #[cfg(unix)]
+    fn a_new_log_and_its_directories_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("private");
+        let path = dir.join("logs/audit.jsonl");
+        let audit = Audit::open(&path, true, "test").expect("open");
+        audit
+            .append(&Audit::record(AuditKind::Search))
+            .expect("written");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&dir.join("logs")), 0o700);
+        // Recreated after removal: private again.
+        std::fs::remove_dir_all(&dir).expect("rm");
+        audit
+            .append(&Audit::record(AuditKind::Search))
+            .expect("written");
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&dir), 0o700);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

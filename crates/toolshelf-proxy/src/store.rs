@@ -391,7 +391,7 @@ impl MemoryStore {
     fn save(&self, key: &str, version: u64, value: &[u8]) {
         if let Some(dir) = &self.dir {
             let path = dir.join(file_name(key));
-            if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| {
+            if let Err(e) = toolshelf_runtime::files::create_private_dir_all(dir).and_then(|()| {
                 toolshelf_runtime::files::write_atomic(&path, &encode(version, value))
             }) {
                 tracing::warn!("cannot write session file {}: {e}", path.display());

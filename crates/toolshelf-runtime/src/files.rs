@@ -117,7 +117,41 @@ pub fn expand_config_path(raw: &str, config_dir: Option<&Path>) -> Result<PathBu
     })
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+/// Creates `dir` and its missing parents as [`std::fs::create_dir_all`] does, each directory it
+/// creates private to this user (mode 0700 on Unix, whatever the umask): what toolshelf keeps
+/// there (the audit log's params, a server's stderr in a status file, sessions) is nobody
+/// else's. A directory that exists already keeps its mode: one the user made is theirs to set.
+pub fn create_private_dir_all(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::create_dir_all(dir)
+    }
+}
+
+/// Options that create a file private to this user (mode 0600 on Unix, whatever the umask); a
+/// file that exists already keeps its mode.
+pub fn private_file() -> std::fs::OpenOptions {
+    #[allow(unused_mut)]
+    let mut options = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename. The
+/// file is private to this user (0600), and so are the directories this creates
+/// ([`create_private_dir_all`]).
 ///
 /// The temporary name is unique per write (process id, a counter and the clock), and the file is
 /// created exclusively, so two gateways on one configuration, or two writes in one process, never
@@ -127,7 +161,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
+    create_private_dir_all(dir)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -141,7 +175,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
-    let written = std::fs::OpenOptions::new()
+    let written = private_file()
         .write(true)
         .create_new(true)
         .open(&tmp)
@@ -184,5 +218,26 @@ mod tests {
         }
         let e = expand_config_path("${TOOLSHELF_NO_SUCH_VAR}/x", Some(dir)).expect_err("unset");
         assert!(e.contains("TOOLSHELF_NO_SUCH_VAR is not set"), "{e}");
+    }
+
+    /// What toolshelf writes (status files, caches, session files) is its user's alone: the
+    /// directories it creates are 0700 and the files 0600, whatever the umask; a directory that
+    /// already exists keeps its mode.
+    #[test]
+    #[cfg(unix)]
+    fn written_files_and_created_directories_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("toolshelf-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("root");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let path = root.join("a/b/status.json");
+        write_atomic(&path, b"{}").expect("write");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&root.join("a")), 0o700);
+        assert_eq!(mode(&root.join("a/b")), 0o700);
+        assert_eq!(mode(&root), 0o755, "an existing directory keeps its mode");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
