@@ -5,9 +5,10 @@
 //! renders what it is given and decides who may look ([`admitted`]); each edge gathers its own
 //! figures (the proxy its sessions, the gateway its servers) and routes the requests.
 //!
-//! Nothing on these pages changes any state. On a loopback listener they are open; on any other
-//! address they need `[ui] token`, as `Authorization: Bearer …` or `?token=…`, and without a
-//! configured token they are not served there at all.
+//! Nothing on these pages changes any state. A configured `[ui] token` is required wherever they
+//! are served (as `Authorization: Bearer …` or `?token=…`), a loopback listener included: a
+//! reverse proxy in front of one makes it reachable by others. Without a token they are open on
+//! a loopback listener and not served on any other address.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -569,10 +570,10 @@ pub fn admitted(
                 .into_response(),
         ));
     }
-    if loopback {
-        return Ok(());
-    }
     let Some(token) = ui.token.as_deref().filter(|t| !t.is_empty()) else {
+        if loopback {
+            return Ok(());
+        }
         return Err(Box::new(
             (
                 StatusCode::FORBIDDEN,

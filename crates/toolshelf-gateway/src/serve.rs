@@ -1,5 +1,5 @@
 //! Serving sessions: one over stdio, or many over streamable HTTP at `/mcp` (with `GET /metrics`
-//! beside it for Prometheus, behind `[ui] token` off loopback, as the dashboard at `/ui`).
+//! beside it for Prometheus, behind `[ui] token` when one is set, as the dashboard at `/ui`).
 //!
 //! Over HTTP every client session gets its own [`GatewaySession`] (rmcp calls the factory once
 //! per session), so frozen lists and loaded tools never leak between clients while the servers
@@ -518,9 +518,7 @@ pub async fn serve_http(
         .route("/ui/", axum::routing::get(crate::ui::handle))
         .route("/ui/{*page}", axum::routing::get(crate::ui::handle))
         .with_state(ui);
-    let scrape = axum::routing::get(move |request: Request| {
-        metrics(scraped.clone(), local.ip().is_loopback(), request)
-    });
+    let scrape = axum::routing::get(move |request: Request| metrics(scraped.clone(), request));
     let router = axum::Router::new()
         .nest_service("/mcp", service)
         .merge(pages)
@@ -575,11 +573,10 @@ pub async fn serve_http(
 }
 
 /// `GET /metrics`: the Prometheus text, server states as of now; 404 when this process records
-/// no metrics. It names servers and their states, so on a listener that is not loopback, with
-/// `[ui] token` set, it needs the token as the dashboard does.
-async fn metrics(hub: Arc<Hub>, loopback: bool, request: Request) -> Response {
+/// no metrics. It names servers and their states, so with `[ui] token` set it needs the token as
+/// the dashboard does, on a loopback listener too.
+async fn metrics(hub: Arc<Hub>, request: Request) -> Response {
     if let Some(token) = hub.config().ui.token.as_deref().filter(|t| !t.is_empty())
-        && !loopback
         && let Err(refused) =
             toolshelf_dashboard::require_token(token, request.headers(), request.uri().query())
     {

@@ -154,8 +154,8 @@ impl AppState {
         }
     }
 
-    /// Records whether the listener is on a loopback address (the dashboard needs a token
-    /// elsewhere).
+    /// Records whether the listener is on a loopback address (without `[ui] token` the dashboard
+    /// is served there only).
     pub fn set_loopback(&self, loopback: bool) {
         self.loopback
             .store(loopback, std::sync::atomic::Ordering::Relaxed);
@@ -476,7 +476,7 @@ fn own_page_refusal(
     let token = app.proxy.compiled.config().ui.token.as_deref();
     match token.filter(|t| !t.is_empty()) {
         // The dashboard admits its own requests; the icon is nothing but "no icon".
-        Some(token) if !matches!(page, OwnPage::Dashboard | OwnPage::Icon) && !app.loopback() => {
+        Some(token) if !matches!(page, OwnPage::Dashboard | OwnPage::Icon) => {
             toolshelf_dashboard::require_token(token, &parts.headers, parts.uri.query())
                 .err()
                 .map(|r| *r)

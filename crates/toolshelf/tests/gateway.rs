@@ -2206,6 +2206,35 @@ fn curl_get(url: &str, headers: &[&str]) -> (u16, String) {
     (status.trim().parse().unwrap_or(0), body.to_owned())
 }
 
+/// A configured `[ui] token` is required on a loopback listener too: behind a reverse proxy
+/// (`Host: gw.internal` reaching 127.0.0.1) the pages would otherwise be open to whoever reaches
+/// the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_token_is_required_on_loopback_too() {
+    let s = Scratch::new("gateway-token-loopback");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[ui]\ntoken = \"sesame\"\n[http]\nallowed_hosts = [\"gw.internal\"]\n",
+            test_server_section(5),
+            files_sections(&s)
+        ),
+    );
+    let (_gateway, url) = http_gateway(&config);
+    let base = url.trim_end_matches("/mcp").to_owned();
+    for host in ["Host: gw.internal", "X-Nothing: 1"] {
+        for page in ["metrics", "ui"] {
+            let (status, body) = curl_get(&format!("{base}/{page}"), &[host]);
+            assert_eq!(status, 401, "{host} {page}: {body}");
+            let (status, body) = curl_get(
+                &format!("{base}/{page}"),
+                &[host, "Authorization: Bearer sesame"],
+            );
+            assert_eq!(status, 200, "{host} {page}: {body}");
+        }
+    }
+}
+
 /// On a listener that is not loopback, with `[ui] token` set, `/metrics` (which names servers and
 /// their states) needs the token, as `/ui` does and as the proxy's does; `/mcp` does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2197,3 +2197,50 @@ fn a_second_signal_stops_a_draining_proxy_at_once() {
         );
     }
 }
+
+/// A configured `[ui] token` is required on a loopback listener too (a reverse proxy in front
+/// makes it reachable by others), and the start-up line names the dashboard only where it is
+/// served.
+#[test]
+fn the_dashboard_token_holds_on_loopback_and_the_start_up_line_is_true() {
+    let s = Scratch::new("proxy-token-loopback");
+    let upstream = Upstream::start(&s, &json!({"steps": []}));
+    let guarded = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[http]\nallowed_hosts = [\"px.internal\"]\n[ui]\ntoken = \"sesame\"\n",
+        &[],
+    );
+    for page in ["ui", "metrics", "toolshelf/status"] {
+        let url = format!("{}/{page}", guarded.url);
+        for host in [None, Some(("host", "px.internal"))] {
+            let headers: Vec<(&str, &str)> = host.into_iter().collect();
+            let (status, _) = http("GET", &url, &headers);
+            assert_eq!(status, 401, "{page} {host:?}");
+            let mut with = headers.clone();
+            with.push(("authorization", "Bearer sesame"));
+            let (status, _) = http("GET", &url, &with);
+            assert_eq!(status, 200, "{page} {host:?}");
+        }
+    }
+    assert!(
+        guarded
+            .log()
+            .contains(&format!("dashboard at {}/ui", guarded.url)),
+        "{}",
+        guarded.log()
+    );
+    drop(guarded);
+    let open = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[http]\nallowed_hosts = [\"0.0.0.0\"]\n",
+        &["--listen", "0.0.0.0:0"],
+    );
+    let log = open.log();
+    assert!(!log.contains("dashboard at"), "{log}");
+    assert!(
+        log.contains("no dashboard on this address without [ui] token"),
+        "{log}"
+    );
+}

@@ -116,9 +116,19 @@ pub fn run(args: Args) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let bound = listener.local_addr()?;
-        let p = &proxy.compiled.config().proxy;
+        let config = proxy.compiled.config();
+        let p = &config.proxy;
+        // The dashboard is named only where it is served.
+        let tokened = config.ui.token.as_deref().is_some_and(|t| !t.is_empty());
+        let dashboard = if !config.ui.enabled {
+            "no dashboard ([ui] enabled = false)".to_owned()
+        } else if !bound.ip().is_loopback() && !tokened {
+            "no dashboard on this address without [ui] token".to_owned()
+        } else {
+            format!("dashboard at http://{bound}/ui")
+        };
         errln!(
-            "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {}); dashboard at http://{bound}/ui",
+            "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {}); {dashboard}",
             toolshelf_proxy::server::shown_url(&p.anthropic_upstream),
             toolshelf_proxy::server::shown_url(&p.openai_upstream)
         );
