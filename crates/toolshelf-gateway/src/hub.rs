@@ -1097,6 +1097,7 @@ impl Hub {
         };
         let status = StatusFile {
             pid: std::process::id(),
+            started: process_start(std::process::id()),
             config: self.label.clone(),
             servers: self.statuses(),
             audit: self.audit.status(),
@@ -1165,6 +1166,11 @@ impl Hub {
 pub struct StatusFile {
     /// The gateway's process id.
     pub pid: u32,
+    /// When that process started ([`process_start`]): a file whose pid now names another
+    /// process (the gateway was killed and its pid reused) is no running gateway. Absent where
+    /// it cannot be read, and in files of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<u64>,
     /// The configuration it runs.
     pub config: String,
     /// Its servers.
@@ -1225,7 +1231,12 @@ pub fn running_gateways(cache_dir: &std::path::Path, label: &str) -> Vec<StatusF
                 .ok()
                 .and_then(|t| serde_json::from_str::<StatusFile>(&t).ok())
                 .filter(|s| s.pid == pid);
-            if !process_alive(pid) {
+            // A live pid is the gateway's only if it started when the gateway did.
+            let reused = status
+                .as_ref()
+                .and_then(|s| s.started)
+                .is_some_and(|then| process_start(pid).is_some_and(|now| now != then));
+            if !process_alive(pid) || reused {
                 let _ = std::fs::remove_file(e.path());
                 return None;
             }
@@ -1234,6 +1245,15 @@ pub fn running_gateways(cache_dir: &std::path::Path, label: &str) -> Vec<StatusF
         .collect();
     out.sort_by_key(|s| s.pid);
     out
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of `/proc/PID/stat`), which
+/// tells it from a later process given the same pid; `None` where there is no `/proc`.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command (field 2) is in parentheses and may hold spaces: count from after it.
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// Whether process `pid` still exists. Where there is no `/proc` to ask, every process counts as

@@ -1126,6 +1126,66 @@ async fn a_gateway_whose_port_is_taken_starts_no_server() {
     drop(client);
 }
 
+/// A status file whose pid now belongs to another process (its gateway was killed, and the pid
+/// reused) is no running gateway: `toolshelf status` lists the live one only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_file_whose_pid_was_reused_is_no_running_gateway() {
+    let s = Scratch::new("status-pid-reused");
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}",
+            named_server("notes", &notebook(), ""),
+            files_sections(&s)
+        ),
+    );
+    let (gateway, _url) = http_gateway(&config);
+    let own = format!("-{}.json", gateway.id());
+    let cache = std::path::PathBuf::from(s.path("cache"));
+    let mut file = None;
+    wait_for("the gateway's status file", || {
+        file = std::fs::read_dir(&cache).ok().and_then(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().ends_with(&own))
+        });
+        let found = file.is_some();
+        async move { found }
+    })
+    .await;
+    let file = file.expect("found");
+    // A process of someone else's under a pid that a status file names.
+    let mut other = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .expect("spawn sleep");
+    let mut status: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("JSON");
+    status["pid"] = json!(other.id());
+    let stale = file
+        .to_string_lossy()
+        .replace(&own, &format!("-{}.json", other.id()));
+    std::fs::write(&stale, status.to_string()).expect("write the stale file");
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config, "--json"])
+        .output()
+        .expect("status");
+    let _ = other.kill();
+    let _ = other.wait();
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let pids: Vec<&Value> = listed["gateways"]
+        .as_array()
+        .expect("gateways")
+        .iter()
+        .map(|g| &g["pid"])
+        .collect();
+    assert_eq!(pids, [&json!(gateway.id())], "{listed:#}");
+    assert!(
+        !std::path::Path::new(&stale).exists(),
+        "the stale file is removed"
+    );
+}
+
 /// `toolshelf://status` is JSON, as its listing says; an unknown method is named in its error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_resource_is_json_and_an_unknown_method_is_named() {
