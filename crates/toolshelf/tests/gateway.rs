@@ -64,6 +64,16 @@ fn operator_status(config: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("status JSON")
 }
 
+/// The outcomes of server `name`'s audit records but `starting`, in order.
+fn server_outcomes(audit: &[Value], name: &str) -> Vec<String> {
+    audit
+        .iter()
+        .filter(|r| r["kind"] == "server" && r["server"] == name)
+        .map(|r| r["outcome"].as_str().unwrap_or("").to_owned())
+        .filter(|o| o != "starting")
+        .collect()
+}
+
 async fn server_status(client: &Client, name: &str) -> Value {
     statuses(client)
         .await
@@ -416,6 +426,12 @@ async fn stdio_gateway_with_real_servers() {
         Some(pid)
     );
     assert!(ok(&exec(&client, "read_graph", json!({})).await).contains("fronts MCP servers"));
+    // The hub audits a state change after the server reports it: wait for the restart's record
+    // before the session closes, as the gateway exits with it.
+    wait_for("the restart to be audited", || async {
+        server_outcomes(&s.audit(), "memory").len() >= 3
+    })
+    .await;
 
     client.cancel().await.expect("close");
 
@@ -445,16 +461,11 @@ async fn stdio_gateway_with_real_servers() {
     assert!(has("server", Some("failed")) && has("session", Some("start")));
     // The test server: ready once, then its tools changed (audited as such, not as a second
     // ready); memory: ready, failed when killed, ready again.
-    let server_outcomes = |name: &str| {
-        audit
-            .iter()
-            .filter(|r| r["kind"] == "server" && r["server"] == name)
-            .map(|r| r["outcome"].as_str().unwrap_or("").to_owned())
-            .filter(|o| o != "starting")
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(server_outcomes("test"), ["ready", "tools_changed"]);
-    assert_eq!(server_outcomes("memory"), ["ready", "failed", "ready"]);
+    assert_eq!(server_outcomes(&audit, "test"), ["ready", "tools_changed"]);
+    assert_eq!(
+        server_outcomes(&audit, "memory"),
+        ["ready", "failed", "ready"]
+    );
     let hidden = audit
         .iter()
         .find(|r| r["kind"] == "hidden")
