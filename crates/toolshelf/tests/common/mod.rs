@@ -648,10 +648,13 @@ impl Upstream {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The upstream's log records written whole: a last line without its newline is still
+    /// being written (a long record reaches the file in pieces).
     pub fn records(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
-            .lines()
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
             .map(|l| serde_json::from_str(l).expect("upstream log line is JSON"))
             .collect()
     }
