@@ -218,8 +218,8 @@ fn header_line(text: &str, path: &[&str]) -> Option<usize> {
 pub struct UiConfig {
     /// `enabled`: serve `/ui`.
     pub enabled: bool,
-    /// `token`: the bearer token the dashboard requires when the listener is not on loopback
-    /// (without one it is not served there at all).
+    /// `token`: the bearer token the dashboard (and `/metrics`, and the proxy's status) requires,
+    /// on any listener; without one the dashboard is served on a loopback listener only.
     pub token: Option<String>,
     /// `show_arguments`: show the queries the model searched for (tool arguments) in session
     /// timelines.
@@ -232,6 +232,35 @@ impl Default for UiConfig {
             enabled: true,
             token: None,
             show_arguments: false,
+        }
+    }
+}
+
+/// Why the dashboard is not served on a listener, whatever a request carries
+/// ([`UiConfig::unserved`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unserved {
+    /// `[ui] enabled = false`.
+    Off,
+    /// The listener is not on loopback, and no `[ui] token` is set.
+    NoToken,
+}
+
+impl UiConfig {
+    /// The token requests must carry, when one is set.
+    pub fn required_token(&self) -> Option<&str> {
+        self.token.as_deref().filter(|t| !t.is_empty())
+    }
+
+    /// Why the dashboard is not served on a listener (on loopback or not); `None` when it is, to
+    /// requests that carry the token when one is set.
+    pub fn unserved(&self, loopback: bool) -> Option<Unserved> {
+        if !self.enabled {
+            Some(Unserved::Off)
+        } else if self.required_token().is_none() && !loopback {
+            Some(Unserved::NoToken)
+        } else {
+            None
         }
     }
 }

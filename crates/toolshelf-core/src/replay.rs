@@ -1720,7 +1720,7 @@ impl Transcript {
 /// A transcript's events from its text, one JSON object a line (blank lines and a leading byte
 /// order mark are skipped); errors name the line.
 pub fn parse_transcript(text: &str, source: &str) -> Result<Transcript, String> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let text = crate::json::without_bom(text);
     let mut events = Vec::new();
     let mut lines = Vec::new();
     for (n, l) in text.lines().enumerate() {

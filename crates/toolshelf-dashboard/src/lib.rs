@@ -17,7 +17,7 @@ use askama::Template;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use toolshelf_core::config::UiConfig;
+use toolshelf_core::config::{UiConfig, Unserved};
 use toolshelf_core::policy::{Exposure, State};
 use toolshelf_core::search::SearchIndex;
 use toolshelf_core::{Catalog, Surface};
@@ -561,28 +561,23 @@ pub fn admitted(
     headers: &HeaderMap,
     query: Option<&str>,
 ) -> Result<(), Box<Response>> {
-    if !ui.enabled {
-        return Err(Box::new(
-            (
-                StatusCode::NOT_FOUND,
-                "the dashboard is off ([ui] enabled = false)",
-            )
-                .into_response(),
-        ));
-    }
-    let Some(token) = ui.token.as_deref().filter(|t| !t.is_empty()) else {
-        if loopback {
-            return Ok(());
+    let refused = match ui.unserved(loopback) {
+        Some(Unserved::Off) => (
+            StatusCode::NOT_FOUND,
+            "the dashboard is off ([ui] enabled = false)",
+        ),
+        Some(Unserved::NoToken) => (
+            StatusCode::FORBIDDEN,
+            "the dashboard is served on a non-loopback listener only with [ui] token set",
+        ),
+        None => {
+            return match ui.required_token() {
+                Some(token) => require_token(token, headers, query),
+                None => Ok(()),
+            };
         }
-        return Err(Box::new(
-            (
-                StatusCode::FORBIDDEN,
-                "the dashboard is served on a non-loopback listener only with [ui] token set",
-            )
-                .into_response(),
-        ));
     };
-    require_token(token, headers, query)
+    Err(Box::new(refused.into_response()))
 }
 
 /// Whether the request carries `token` (as `Authorization: Bearer`, `?token=` or the cookie a
@@ -635,7 +630,7 @@ const TOKEN_COOKIE: &str = "toolshelf_ui_token";
 /// `response` with the token cookie set when `query` carried the right `?token=`: one visit with
 /// it in the URL opens the dashboard for the browser's session.
 pub fn remember_token(mut response: Response, ui: &UiConfig, query: Option<&str>) -> Response {
-    let token = ui.token.as_deref().filter(|t| !t.is_empty());
+    let token = ui.required_token();
     let given = query.and_then(|q| param(q, "token"));
     if let (Some(token), Some(given)) = (token, given)
         && token == given

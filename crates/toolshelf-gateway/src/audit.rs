@@ -234,42 +234,37 @@ impl Audit {
             return Ok(());
         };
         let mut state = w.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.required {
-            // Calls go on whatever the log's state; a failing one is still retried here.
-            if state.failing.is_some() && self.resume(w, &mut state).is_ok() {
-                drop(state);
+        if state.failing.is_some() {
+            let resumed = self.resume(w, &mut state);
+            drop(state);
+            if resumed.is_ok() {
                 self.health_changed();
             }
+            // A log that is not required lets calls go on whatever its state.
+            return match resumed {
+                Err(why) if self.required => Err(format!("{}: {why}", w.path.display())),
+                _ => Ok(()),
+            };
+        }
+        if !self.required {
             return Ok(());
         }
-        {
-            if state.failing.is_none() {
-                return match open_append(&w.path) {
-                    Ok(file) => {
-                        state.file = Some(file);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        let why = e.to_string();
-                        tracing::error!(
-                            "cannot open the audit log {} for writing: {why}; calls are refused until it can be written ([audit] required = true)",
-                            w.path.display()
-                        );
-                        state.failing = Some(why.clone());
-                        drop(state);
-                        self.health_changed();
-                        Err(format!("{}: {why}", w.path.display()))
-                    }
-                };
-            }
-        }
-        match self.resume(w, &mut state) {
-            Ok(()) => {
-                drop(state);
-                self.health_changed();
+        match open_append(&w.path) {
+            Ok(file) => {
+                state.file = Some(file);
                 Ok(())
             }
-            Err(why) => Err(format!("{}: {why}", w.path.display())),
+            Err(e) => {
+                let why = e.to_string();
+                tracing::error!(
+                    "cannot open the audit log {} for writing: {why}; calls are refused until it can be written ([audit] required = true)",
+                    w.path.display()
+                );
+                state.failing = Some(why.clone());
+                drop(state);
+                self.health_changed();
+                Err(format!("{}: {why}", w.path.display()))
+            }
         }
     }
 

@@ -576,7 +576,7 @@ pub async fn serve_http(
 /// no metrics. It names servers and their states, so with `[ui] token` set it needs the token as
 /// the dashboard does, on a loopback listener too.
 async fn metrics(hub: Arc<Hub>, request: Request) -> Response {
-    if let Some(token) = hub.config().ui.token.as_deref().filter(|t| !t.is_empty())
+    if let Some(token) = hub.config().ui.required_token()
         && let Err(refused) =
             toolshelf_dashboard::require_token(token, request.headers(), request.uri().query())
     {

@@ -473,8 +473,7 @@ fn own_page_refusal(
                 .into_response(),
         );
     }
-    let token = app.proxy.compiled.config().ui.token.as_deref();
-    match token.filter(|t| !t.is_empty()) {
+    match app.proxy.compiled.config().ui.required_token() {
         // The dashboard admits its own requests; the icon is nothing but "no icon".
         Some(token) if !matches!(page, OwnPage::Dashboard | OwnPage::Icon) => {
             toolshelf_dashboard::require_token(token, &parts.headers, parts.uri.query())

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use toolshelf_core::config::Unserved;
 use toolshelf_core::{Compiled, Config};
 use toolshelf_proxy::Proxy;
 use toolshelf_proxy::redis_store::RedisStore;
@@ -119,13 +120,10 @@ pub fn run(args: Args) -> Result<()> {
         let config = proxy.compiled.config();
         let p = &config.proxy;
         // The dashboard is named only where it is served.
-        let tokened = config.ui.token.as_deref().is_some_and(|t| !t.is_empty());
-        let dashboard = if !config.ui.enabled {
-            "no dashboard ([ui] enabled = false)".to_owned()
-        } else if !bound.ip().is_loopback() && !tokened {
-            "no dashboard on this address without [ui] token".to_owned()
-        } else {
-            format!("dashboard at http://{bound}/ui")
+        let dashboard = match config.ui.unserved(bound.ip().is_loopback()) {
+            Some(Unserved::Off) => "no dashboard ([ui] enabled = false)".to_owned(),
+            Some(Unserved::NoToken) => "no dashboard on this address without [ui] token".to_owned(),
+            None => format!("dashboard at http://{bound}/ui"),
         };
         errln!(
             "toolshelf: proxy listening on http://{bound} (anthropic → {}, openai → {}); {dashboard}",
