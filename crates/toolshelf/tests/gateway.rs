@@ -2223,14 +2223,7 @@ fn curl_get(url: &str, headers: &[&str]) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_token_is_required_on_loopback_too() {
     let s = Scratch::new("gateway-token-loopback");
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "{}{}[ui]\ntoken = \"sesame\"\n[http]\nallowed_hosts = [\"gw.internal\"]\n",
-            test_server_section(5),
-            files_sections(&s)
-        ),
-    );
+    let config = token_config(&s);
     let (_gateway, url) = http_gateway(&config);
     let base = url.trim_end_matches("/mcp").to_owned();
     for host in ["Host: gw.internal", "X-Nothing: 1"] {
@@ -2246,19 +2239,25 @@ async fn a_configured_token_is_required_on_loopback_too() {
     }
 }
 
+/// A gateway configuration with the test server, `[ui] token = "sesame"`, and `gw.internal`
+/// among the allowed hosts (as behind a reverse proxy).
+fn token_config(s: &Scratch) -> String {
+    s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[ui]\ntoken = \"sesame\"\n[http]\nallowed_hosts = [\"gw.internal\"]\n",
+            test_server_section(5),
+            files_sections(s)
+        ),
+    )
+}
+
 /// On a listener that is not loopback, with `[ui] token` set, `/metrics` (which names servers and
 /// their states) needs the token, as `/ui` does and as the proxy's does; `/mcp` does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_need_the_dashboard_token_off_loopback() {
     let s = Scratch::new("gateway-metrics-token");
-    let config = s.write(
-        "toolshelf.toml",
-        &format!(
-            "{}{}[ui]\ntoken = \"sesame\"\n[http]\nallowed_hosts = [\"gw.internal\"]\n",
-            test_server_section(5),
-            files_sections(&s)
-        ),
-    );
+    let config = token_config(&s);
     let (_gateway, url) = http_gateway_on(&config, "0.0.0.0:0");
     let port = url
         .trim_end_matches("/mcp")

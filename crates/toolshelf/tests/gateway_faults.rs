@@ -1002,29 +1002,13 @@ async fn what_a_server_started_is_stopped_when_the_gateway_exits() {
 /// before it exits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_to_a_stdio_gateway_stops_its_servers_and_ends_the_session() {
-    use rmcp::ServiceExt;
     let s = Scratch::new("group-sigterm");
     let (config, pidfile) = wrapped_server(&s);
-    let mut cmd = tokio::process::Command::new(TOOLSHELF);
-    cmd.args(["serve", "--config", &config])
-        .env("TOOLSHELF_LOG", "warn");
-    let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("spawn toolshelf serve");
-    let gateway = transport.id().expect("the gateway's pid");
-    let client = TestClient::default()
-        .serve(transport)
-        .await
-        .expect("initialize toolshelf");
+    let (client, gateway) = stdio_gateway(&config, TestClient::default(), |_| {}).await;
     ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
     let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
     let sleeper = KillOnDrop(sleeper.trim().to_owned());
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &gateway.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(term.success());
+    signal(gateway, "TERM");
     wait_for("the gateway to exit", || async {
         gone(&gateway.to_string())
     })
@@ -1052,11 +1036,7 @@ async fn a_hangup_stops_the_http_gateway_like_sigterm() {
     ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
     let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
     let sleeper = KillOnDrop(sleeper.trim().to_owned());
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &gateway.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(hup.success());
+    signal(gateway.id(), "HUP");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let exited = loop {
         if let Some(status) = gateway.try_wait().expect("poll the gateway") {

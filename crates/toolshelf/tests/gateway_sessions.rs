@@ -435,30 +435,14 @@ async fn stopping_the_http_server_ends_every_session() {
 /// sent no cancellation, and the audit log says so as it does over HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_to_a_stdio_gateway_abandons_its_call_as_its_session_ended() {
-    use rmcp::ServiceExt;
     // The signal races the request's own cancellation: a few rounds.
     for round in 0..3 {
         let s = Scratch::new(&format!("stdio-stop-{round}"));
         let config = gateway_config(&s, &[]);
-        let mut cmd = tokio::process::Command::new(TOOLSHELF);
-        cmd.args(["serve", "--config", &config])
-            .env("TOOLSHELF_LOG", "warn");
-        let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("spawn toolshelf serve");
-        let gateway = transport.id().expect("the gateway's pid");
-        let client = TestClient::default()
-            .serve(transport)
-            .await
-            .expect("initialize toolshelf");
+        let (client, gateway) = stdio_gateway(&config, TestClient::default(), |_| {}).await;
         let _call = start_sleep(&client, 30).await;
         nth_sleep(&client, 1).await;
-        let term = std::process::Command::new("kill")
-            .args(["-TERM", &gateway.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(term.success());
+        signal(gateway, "TERM");
         wait_for("the gateway to exit", || async { process_gone(gateway) }).await;
         let audit = s.audit();
         let call = audit

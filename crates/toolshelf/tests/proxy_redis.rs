@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{HEADERS, ProxyProc, Scratch, Upstream, post, tools};
+use common::{HEADERS, ProxyProc, Scratch, Upstream, post, signal, tools};
 use serde_json::{Value, json};
 use toolshelf_proxy::redis_store::{PAUSE, RedisStore};
 use toolshelf_proxy::store::{Cas, SessionStore};
@@ -156,15 +156,6 @@ impl Redis {
     fn resume(&self) {
         signal(self.pid(), "CONT");
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
 }
 
 impl Drop for Redis {

@@ -189,6 +189,15 @@ pub async fn stdio_client_with(
     handler: TestClient,
     env: impl FnOnce(&mut tokio::process::Command),
 ) -> Client {
+    stdio_gateway(config, handler, env).await.0
+}
+
+/// [`stdio_client_with`], and the gateway's process id (to signal it).
+pub async fn stdio_gateway(
+    config: &str,
+    handler: TestClient,
+    env: impl FnOnce(&mut tokio::process::Command),
+) -> (Client, u32) {
     let mut cmd = tokio::process::Command::new(TOOLSHELF);
     cmd.args(["serve", "--config", config])
         .env("TOOLSHELF_LOG", "warn");
@@ -197,10 +206,21 @@ pub async fn stdio_client_with(
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn toolshelf serve");
-    handler
+    let pid = transport.id().expect("the gateway's pid");
+    let client = handler
         .serve(transport)
         .await
-        .expect("initialize toolshelf")
+        .expect("initialize toolshelf");
+    (client, pid)
+}
+
+/// Sends signal `sig` (`TERM`, `HUP`, `STOP`, ...) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{sig} {pid}");
 }
 
 /// A loopback port nothing listens at (bound, then let go).
@@ -800,11 +820,7 @@ impl ProxyProc {
 
     /// Sends it signal `sig` (`TERM`, `INT`, ...).
     pub fn signal(&self, sig: &str) {
-        let sent = std::process::Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -{sig}");
+        signal(self.pid(), sig);
     }
 
     /// Waits (at most a minute) for it to exit; its exit status.
