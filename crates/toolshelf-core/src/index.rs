@@ -4,7 +4,9 @@
 //! context, grouped by source: built-in names first, one a line, then one group per MCP server
 //! with a one-line header and its tool names indented. The block has a character budget; built-in
 //! names are never dropped (the agent's own tools must stay discoverable), and server groups that
-//! do not fit are dropped whole, replaced by one pointer line. Dropped groups remain searchable.
+//! do not fit are dropped whole, replaced by one pointer line, which names as many of them as
+//! the budget leaves room for (a model that knows a server's name can list its tools). Dropped
+//! groups remain searchable.
 //! Everything is sorted here, so the bytes depend only on the set of inputs.
 
 /// Opening tag of the index block.
@@ -120,6 +122,13 @@ pub(crate) fn chars(s: &str) -> usize {
 
 /// The line that stands in for dropped groups.
 pub fn pointer_line(servers: usize, tools: usize) -> String {
+    named_pointer_line(servers, tools, &[])
+}
+
+/// The line that stands in for dropped groups, naming the first of them: `named` holds each
+/// named group's prefix and tool count, in the order shown. With names it also says how to list
+/// one server's tools, which a model that knows the server's name can then ask for.
+pub fn named_pointer_line(servers: usize, tools: usize, named: &[(&str, usize)]) -> String {
     let (s, verb) = if servers == 1 {
         ("server", "is")
     } else {
@@ -130,8 +139,21 @@ pub fn pointer_line(servers: usize, tools: usize) -> String {
     } else {
         ("tools", "them")
     };
+    if named.is_empty() {
+        return format!(
+            "[other {servers} MCP {s} with {tools} {t} {verb} not listed here. tool_search finds {them}, defer_execute runs {them}.]"
+        );
+    }
+    let mut names = named
+        .iter()
+        .map(|&(prefix, n)| format!("{prefix} ({n} {})", if n == 1 { "tool" } else { "tools" }))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if named.len() < servers {
+        names.push_str(&format!(" and {} more", servers - named.len()));
+    }
     format!(
-        "[other {servers} MCP {s} with {tools} {t} {verb} not listed here. tool_search finds {them}, defer_execute runs {them}.]"
+        "[other {servers} MCP {s} with {tools} {t} {verb} not listed here: {names}. tool_search finds {them} (\"server:NAME\" alone lists one server's tools), defer_execute runs {them}.]"
     )
 }
 
@@ -216,7 +238,22 @@ impl DeferredIndex {
         }
         let dropped_tools: usize = dropped.iter().map(|(p, _)| tool_counts[p.as_str()]).sum();
         if !dropped.is_empty() {
-            text.push_str(&pointer_line(dropped.len(), dropped_tools));
+            // The line without names fits in the reserve; names are added, in sorted order, for
+            // as long as the line still fits in what the listed groups left.
+            let room = budget.saturating_sub(chars(&text) + chars(CLOSE));
+            let counts: Vec<(&str, usize)> = dropped
+                .iter()
+                .map(|(p, _)| (p.as_str(), tool_counts[p.as_str()]))
+                .collect();
+            let mut line = pointer_line(dropped.len(), dropped_tools);
+            for k in 1..=counts.len() {
+                let named = named_pointer_line(dropped.len(), dropped_tools, &counts[..k]);
+                if chars(&named) + 1 > room {
+                    break;
+                }
+                line = named;
+            }
+            text.push_str(&line);
             text.push('\n');
         }
         text.push_str(CLOSE);
@@ -358,12 +395,58 @@ mod tests {
         let idx = DeferredIndex::render(&input, full - 1, 400);
         assert_eq!(idx.dropped, ["mcp__b"]);
         assert_eq!(idx.listed, ["mcp__a", "mcp__c"]);
+        // What the dropped group left is room enough to name it.
         assert!(
+            idx.text.contains(
+                "\n[other 1 MCP server with 3 tools is not listed here: mcp__b (3 tools). tool_search finds them (\"server:NAME\" alone lists one server's tools), defer_execute runs them.]\n"
+            ),
+            "{}",
             idx.text
-                .contains("[other 1 MCP server with 3 tools is not listed here.")
         );
         assert!(!idx.text.contains("y1"));
         assert!(idx.text.chars().count() < full);
+    }
+
+    /// Dropped groups are named in sorted order for as long as the line fits; the rest are
+    /// counted.
+    #[test]
+    fn the_pointer_line_names_what_fits_of_the_dropped_groups() {
+        let input = IndexInput {
+            builtin: vec![],
+            groups: ["mcp__c", "mcp__a", "mcp__d", "mcp__b"]
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| group(p, &"long ".repeat(40), &["t"; 4][..i + 1]))
+                .collect(),
+        };
+        let plain = pointer_line(4, 10);
+        let line = |k: usize| {
+            let counts = [("mcp__a", 2), ("mcp__b", 4), ("mcp__c", 1), ("mcp__d", 3)];
+            named_pointer_line(4, 10, &counts[..k])
+        };
+        assert_eq!(
+            line(2),
+            "[other 4 MCP servers with 10 tools are not listed here: mcp__a (2 tools), mcp__b (4 tools) and 2 more. tool_search finds them (\"server:NAME\" alone lists one server's tools), defer_execute runs them.]"
+        );
+        assert!(
+            line(4).contains(
+                ": mcp__a (2 tools), mcp__b (4 tools), mcp__c (1 tool), mcp__d (3 tools). "
+            )
+        );
+        let frame = chars(OPEN) + 1 + chars(CLOSE);
+        for (k, expected) in [(0, plain.clone()), (1, line(1)), (2, line(2)), (4, line(4))] {
+            // Exactly the room for the line of k names: no group fits, and no more names.
+            let budget = frame + chars(&expected) + 1;
+            let idx = DeferredIndex::render(&input, budget, 400);
+            assert!(idx.listed.is_empty(), "{k}: {}", idx.text);
+            assert_eq!(idx.text, format!("{OPEN}\n{expected}\n{CLOSE}"), "{k}");
+            let less = DeferredIndex::render(&input, budget - 1, 400);
+            assert!(
+                chars(&less.text) < budget - 1 || k == 0,
+                "{k}: {}",
+                less.text
+            );
+        }
     }
 
     #[test]
