@@ -113,14 +113,28 @@ fn string_or_list<'de, D: Deserializer<'de>>(
     }
 }
 
-/// `limit`: a positive integer; anything else is named with the value found.
+/// `limit`: a positive integer; anything else is named with the value found. As `queries` takes
+/// a bare string and `params` a JSON string, the forms models write for an integer are read as
+/// one: `"3"` and `3.0`.
 fn positive_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match Value::deserialize(d)? {
-        Value::Null => Ok(None),
-        Value::Number(n) if n.as_u64().is_some_and(|n| n > 0) => Ok(n.as_u64()),
-        other => Err(serde::de::Error::custom(format_args!(
+    let value = Value::deserialize(d)?;
+    let read = match &value {
+        Value::Null => return Ok(None),
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 1.0 && *f <= u32::MAX as f64)
+                .map(|f| f as u64)
+        }),
+        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse::<u64>().ok()
+        }
+        _ => None,
+    };
+    match read {
+        Some(n) if n > 0 => Ok(Some(n)),
+        _ => Err(serde::de::Error::custom(format_args!(
             "limit must be a positive integer, found {}",
-            crate::echo::echo(&other.to_string())
+            crate::echo::echo(&value.to_string())
         ))),
     }
 }
@@ -360,8 +374,20 @@ mod tests {
                 "limit must be a positive integer, found 2.5",
             ),
             (
-                json!({"queries": ["x"], "limit": "3"}),
-                "limit must be a positive integer, found \"3\"",
+                json!({"queries": ["x"], "limit": "3 "}),
+                "limit must be a positive integer, found \"3 \"",
+            ),
+            (
+                json!({"queries": ["x"], "limit": "0"}),
+                "limit must be a positive integer, found \"0\"",
+            ),
+            (
+                json!({"queries": ["x"], "limit": "-2"}),
+                "limit must be a positive integer, found \"-2\"",
+            ),
+            (
+                json!({"queries": ["x"], "limit": 0.0}),
+                "limit must be a positive integer, found 0.0",
             ),
             (
                 json!({"queries": ["x"], "limit": 0}),
@@ -384,6 +410,17 @@ mod tests {
             assert!(
                 e.starts_with(&format!("Invalid tool_search call: {says}")),
                 "{args}: {e}"
+            );
+        }
+        // The forms models write for an integer.
+        for limit in [json!("3"), json!(3.0), json!("03")] {
+            assert_eq!(
+                SearchRequest::from_json(&json!({"queries": ["x"], "limit": limit})),
+                Ok(SearchRequest::Queries {
+                    queries: vec!["x".into()],
+                    limit: Some(3)
+                }),
+                "{limit}"
             );
         }
         assert_eq!(
