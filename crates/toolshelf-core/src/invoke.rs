@@ -1,7 +1,8 @@
 //! The call pipeline: the stages every call passes, through `defer_execute` or direct.
 //!
-//! resolve → require-loaded → validate → authorize → (ask) → pre-call hooks → invoke → post-call
-//! hooks. The stages that decide are here, pure; the edges (the gateway today, the API proxy
+//! resolve → (deny) → require-loaded → validate → authorize → (ask) → pre-call hooks → invoke →
+//! post-call hooks. A call the rules deny is refused right after it resolves: loading the schema
+//! or fixing the params would not let it run, so the model is not sent to do either. The stages that decide are here, pure; the edges (the gateway today, the API proxy
 //! next) run the parts that need I/O (asking the user, hook processes, the call itself) between
 //! them. Each stage returns `Ok` or a [`Refusal`]: a typed value from which the text the model
 //! reads ([`Refusal::text`]), the audit record's outcome ([`RefusalKind::as_str`]) and metrics
@@ -918,6 +919,18 @@ pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Resul
                 .collect(),
         }),
     }
+}
+
+/// Stage 1b: a call the permission rules deny is refused before the model is sent to load the
+/// tool's schema or to fix its params, since neither would let it run. [`authorize`] still runs
+/// in its place after validation; this only answers a denied call sooner.
+pub fn refuse_denied(
+    catalog: &Catalog,
+    permissions: &Permissions,
+    tool: usize,
+    params: &Map<String, Value>,
+) -> Result<(), Refusal> {
+    authorize(catalog, permissions, tool, params).map(|_| ())
 }
 
 /// Stage 2: a deferred tool runs only while the model holds its schema (`[execute]

@@ -1132,6 +1132,7 @@ impl<'a> Replay<'a> {
             // client as written: the provider and the client judge it against the schema.
             let resident =
                 matches!(via, Via::Direct) && !inside && self.frozen_resident.contains(name);
+            invoke::refuse_denied(&self.catalog, self.compiled.permissions(), i, &params)?;
             if !resident {
                 invoke::require_loaded(
                     &self.exposure,

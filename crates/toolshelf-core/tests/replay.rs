@@ -963,3 +963,33 @@ after_tools = ["^mcp__git__git_log$"]
         assert_eq!((&last.expired, last.turn), (&expired, turn), "{at}");
     }
 }
+
+/// A call the rules deny is refused as denied before its schema is asked for: loading it would
+/// not let the call run. Another call of the same unloaded tool is still refused as not loaded.
+#[test]
+fn a_denied_call_is_refused_before_its_schema_is_asked_for() {
+    let compiled = config_with(
+        6,
+        "[permissions]\ndeny = [\"^mcp__git__git_log(file:repo_path=/secret/**)\"]\n",
+    );
+    let reports = run_with(
+        &compiled,
+        &[
+            user("show me the log"),
+            exec(GIT_LOG, json!({"repo_path": "/secret/repo"})),
+            exec(GIT_LOG, json!({"repo_path": "/r"})),
+            exec(GIT_LOG, json!({"repo_path": "/r"})),
+            Event::Result {
+                content: json!("commit abc"),
+                is_error: false,
+            },
+        ],
+    );
+    assert_eq!(reports[1].refused, ["mcp__git__git_log: denied"]);
+    assert!(
+        last_message(&reports[1]).contains("forbids this call"),
+        "{}",
+        last_message(&reports[1])
+    );
+    assert_eq!(reports[2].refused, ["mcp__git__git_log: not_loaded"]);
+}

@@ -974,6 +974,7 @@ impl GatewaySession {
             None if self.runs_itself(tool) => None,
             None => return Err(Refusal::NotRunnable { tool: i }.into()),
         };
+        invoke::refuse_denied(&snap.catalog, self.hub.compiled().permissions(), i, params)?;
         // A tool the frozen list carries with its schema is loaded for the whole session,
         // whatever the current exposure says of it.
         if !pinned {

@@ -1893,6 +1893,7 @@ impl Turn {
         let tool = &shelf.catalog.tools()[i];
         let config = proxy.compiled.config();
         let state = &self.prepared.session.state;
+        invoke::refuse_denied(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
         if !resident && (via_defer || shelf.state(i) == State::Deferred) {
             invoke::require_loaded(
                 &shelf.exposure,

@@ -272,7 +272,18 @@ async fn stdio_gateway_with_real_servers() {
         "a hidden tool is never found: {searched}"
     );
 
-    // Deny by argument glob; ask without elicitation support.
+    // Deny by argument glob; ask without elicitation support. A denied call of a tool not loaded
+    // yet is refused as denied, without sending the model to load a schema it cannot use.
+    let moved = err(&exec(
+        &client,
+        "mcp__filesystem__move_file",
+        json!({"source": s.path("files/secret.txt"), "destination": s.path("files/out.txt")}),
+    )
+    .await);
+    assert!(
+        moved.contains("forbids this call") && !moved.contains("not been loaded"),
+        "{moved}"
+    );
     ok(&call(
         &client,
         "tool_search",
