@@ -42,8 +42,9 @@ pub struct Reminder {
     intents: Vec<(String, Vec<String>)>,
     after_tools: Vec<Pattern>,
     unless_used: Vec<Pattern>,
-    /// Terms of the category and search hints: a search sharing one clears the reminder.
-    category_terms: Vec<String>,
+    /// The category and each search hint, with their search terms: a query holding at least
+    /// half of the terms of one of them is a search for the category and clears the reminder.
+    category_phrases: Vec<(String, Vec<String>)>,
 }
 
 /// Every rule, in configuration order.
@@ -197,18 +198,17 @@ impl Reminders {
                     return Err(format!("{at} paths[{k}]: empty glob"));
                 }
             }
-            let mut category_terms: Vec<String> = std::iter::once(c.category.as_str())
+            let category_phrases: Vec<(String, Vec<String>)> = std::iter::once(c.category.as_str())
                 .chain(c.search_hint.iter().map(String::as_str))
-                .flat_map(strong_terms)
+                .map(|p| (p.to_owned(), strong_terms(p)))
+                .filter(|(_, terms)| !terms.is_empty())
                 .collect();
-            category_terms.sort();
-            category_terms.dedup();
             rules.push(Reminder {
                 paths: c.paths.iter().map(|p| normalize_path(p.trim())).collect(),
                 intents,
                 after_tools: pattern("after_tools", &c.after_tools)?,
                 unless_used: pattern("unless_used", &c.unless_used)?,
-                category_terms,
+                category_phrases,
                 config: c.clone(),
             });
         }
@@ -282,16 +282,11 @@ impl Reminders {
     pub fn evaluate(&self, state: &mut SessionState, input: &TurnInput<'_>) -> Evaluation {
         let turn = state.turn();
         let text_terms: Vec<String> = input.user_text.map(strong_terms).unwrap_or_default();
-        let search_terms: Vec<String> = {
-            let mut t: Vec<String> = input
-                .searches
-                .iter()
-                .flat_map(|q| strong_terms(q))
-                .collect();
-            t.sort();
-            t.dedup();
-            t
-        };
+        let search_terms: Vec<(&str, Vec<String>)> = input
+            .searches
+            .iter()
+            .map(|q| (q.as_str(), strong_terms(q)))
+            .collect();
         let mut paths: Vec<String> = Vec::new();
         for c in input.calls {
             for v in c.params.values() {
@@ -310,16 +305,24 @@ impl Reminders {
                 why,
             };
             let mut mark = state.reminder_mark(id);
-            // A search for the category since the last turn clears a showing reminder.
+            // A search for the category since the last turn clears a showing reminder: one
+            // query holding at least half of the terms of the category or of one search hint (a
+            // word shared by chance, "create" of "create a git branch", is no search for it).
             if mark.showing_until.is_some_and(|u| u >= turn)
-                && let Some(term) = search_terms
-                    .iter()
-                    .find(|t| r.category_terms.binary_search(t).is_ok())
+                && let Some((query, phrase)) = search_terms.iter().find_map(|(q, terms)| {
+                    r.category_phrases
+                        .iter()
+                        .find(|(_, p)| {
+                            let held = p.iter().filter(|t| terms.binary_search(t).is_ok());
+                            held.count() * 2 >= p.len()
+                        })
+                        .map(|(phrase, _)| (*q, phrase))
+                })
             {
                 mark.showing_until = None;
                 eval.notes.push(note(
                     "cleared",
-                    format!("the model searched for its category ({term:?})"),
+                    format!("the model searched for its category ({query:?} for {phrase:?})"),
                 ));
             }
             // So does a call of a tool of its category: the model is doing what it suggests.
@@ -694,6 +697,103 @@ mod tests {
             },
         ); // 3
         assert!(e.showing.is_empty());
+        assert_eq!(e.notes[0].event, "cleared");
+    }
+
+    /// One word a query shares with the category or a hint is not a search for the category: a
+    /// query clears the reminder when it holds at least half of the words of the category or of
+    /// one hint: one of a two-word category ("read a file" for "note files") does.
+    #[test]
+    fn a_search_sharing_one_word_with_the_category_leaves_it_showing() {
+        let r = Reminders::new(
+            &[rule(json!({
+                "id": "memory",
+                "category": "knowledge-graph memory",
+                "search_hint": ["create entities in memory", "在记忆中创建实体"],
+                "intents": ["remember"],
+                "ttl_turns": 9,
+                "cooldown_turns": 9,
+            }))],
+            400,
+        )
+        .expect("rules");
+        let mut s = SessionState::default();
+        assert_eq!(run(&r, &mut s, user("remember this")).fired, [0]); // turn 1
+        for query in [
+            "create a git branch",
+            "read a file into memory",
+            "graph of the call tree",
+        ] {
+            let searches = [query.to_owned()];
+            let e = run(
+                &r,
+                &mut s,
+                TurnInput {
+                    searches: &searches,
+                    ..TurnInput::default()
+                },
+            );
+            assert_eq!(e.showing, [0], "{query:?}: {:?}", e.notes);
+        }
+        // Words spread over several queries are no search for the category either.
+        let apart = ["create a branch".to_owned(), "list entities".to_owned()];
+        let e = run(
+            &r,
+            &mut s,
+            TurnInput {
+                searches: &apart,
+                ..TurnInput::default()
+            },
+        );
+        assert_eq!(e.showing, [0], "{:?}", e.notes);
+        for (query, phrase) in [
+            ("memory graph", "knowledge-graph memory"),
+            ("create memory entities", "create entities in memory"),
+            ("创建实体", "在记忆中创建实体"),
+        ] {
+            let mut s = SessionState::default();
+            run(&r, &mut s, user("remember this"));
+            let searches = [query.to_owned()];
+            let e = run(
+                &r,
+                &mut s,
+                TurnInput {
+                    searches: &searches,
+                    ..TurnInput::default()
+                },
+            );
+            assert!(e.showing.is_empty(), "{query:?}: {:?}", e.notes);
+            assert_eq!(e.notes[0].event, "cleared");
+            assert!(e.notes[0].why.contains(phrase), "{:?}", e.notes[0].why);
+        }
+    }
+
+    /// Half the words of a two-word category is a search for it: "read a file" clears a reminder
+    /// of "note files" (a client's own search for the file it then reads).
+    #[test]
+    fn half_the_words_of_a_short_category_clear_it() {
+        let r = Reminders::new(
+            &[rule(json!({
+                "id": "notes",
+                "category": "note files",
+                "intents": ["marker"],
+                "ttl_turns": 9,
+            }))],
+            400,
+        )
+        .expect("rules");
+        let mut s = SessionState::default();
+        assert_eq!(run(&r, &mut s, user("the marker")).fired, [0]);
+        let searches = ["read a file".to_owned()];
+        let e = run(
+            &r,
+            &mut s,
+            TurnInput {
+                searches: &searches,
+                ..TurnInput::default()
+            },
+        );
+        assert!(e.showing.is_empty(), "{:?}", e.notes);
         assert_eq!(e.notes[0].event, "cleared");
     }
 
