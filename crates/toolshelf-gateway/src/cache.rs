@@ -31,26 +31,38 @@ pub fn config_key(label: &str) -> String {
 /// expanded value (a secret). A server whose settings do not expand cannot start and has no
 /// fingerprint: `""`, which [`CatalogCache`] neither keeps nor returns.
 pub fn fingerprint(server: &ServerConfig) -> String {
-    fingerprint_with(server, &|k| std::env::var(k).ok())
+    let here = std::env::current_dir().unwrap_or_default();
+    fingerprint_with(server, &|k| std::env::var(k).ok(), &here)
 }
 
-/// [`fingerprint`] with variables looked up by `lookup`.
-fn fingerprint_with(server: &ServerConfig, lookup: &dyn Fn(&str) -> Option<String>) -> String {
-    launch_settings(server, lookup)
+/// [`fingerprint`] with variables looked up by `lookup`, for a gateway running in `here`.
+fn fingerprint_with(
+    server: &ServerConfig,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    here: &Path,
+) -> String {
+    launch_settings(server, lookup, here)
         .map(|settings| short_hash(&settings))
         .unwrap_or_default()
 }
 
-/// The launch settings of `server`, expanded ([`ServerConfig::expanded`]), in one string.
+/// The launch settings of `server`, expanded ([`ServerConfig::expanded`]), in one string. A
+/// program started without a `cwd`, or with a relative one, runs in the gateway's directory
+/// `here`, which its arguments may name (`args = ["."]`): that directory is a launch setting too,
+/// so tools listed in one repository are not served from the cache in another.
 fn launch_settings(
     server: &ServerConfig,
     lookup: &dyn Fn(&str) -> Option<String>,
+    here: &Path,
 ) -> Result<String, String> {
     let x = server.expanded("", lookup)?;
     let mut settings = format!(
         "{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}",
         x.command, x.args, x.env, x.cwd, x.url
     );
+    if x.command.is_some() && x.cwd.as_deref().is_none_or(|c| Path::new(c).is_relative()) {
+        settings.push_str(&format!("\u{0}in {}", here.display()));
+    }
     // Headers (a token can decide which tools a server lists) only when set, so that the
     // fingerprints of servers without them stay as they were.
     if !x.headers.is_empty() {
@@ -242,6 +254,30 @@ mod tests {
         );
     }
 
+    /// A program started in the gateway's directory (no `cwd`, or a relative one) has a
+    /// fingerprint per directory: `args = ["."]` names another repository in each. One with an
+    /// absolute `cwd`, and a server reached by URL, do not depend on it.
+    #[test]
+    fn the_gateways_directory_is_a_launch_setting_of_a_program_started_in_it() {
+        let none = |_: &str| None;
+        let at = |server: &ServerConfig, dir: &str| fingerprint_with(server, &none, Path::new(dir));
+        for text in [
+            "command = \"mcp-server-git\"\nargs = [\".\"]",
+            "command = \"mcp-server-git\"\ncwd = \"sub\"",
+        ] {
+            let server: ServerConfig = toml::from_str(text).expect("server");
+            assert_ne!(at(&server, "/repo/a"), at(&server, "/tmp/b"), "{text}");
+            assert_eq!(at(&server, "/repo/a"), at(&server, "/repo/a"), "{text}");
+        }
+        for text in [
+            "command = \"mcp-server-git\"\ncwd = \"/repo/a\"",
+            "url = \"http://h/mcp\"",
+        ] {
+            let server: ServerConfig = toml::from_str(text).expect("server");
+            assert_eq!(at(&server, "/repo/a"), at(&server, "/tmp/b"), "{text}");
+        }
+    }
+
     /// A lookup of the variables `vars`.
     fn vars(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let vars: BTreeMap<String, String> = vars
@@ -263,7 +299,7 @@ mod tests {
             ("TOKEN", "s3cret"),
             ("HOME", "/home/a"),
         ];
-        let fp = |pairs: &[(&str, &str)]| fingerprint_with(&stdio, &vars(pairs));
+        let fp = |pairs: &[(&str, &str)]| fingerprint_with(&stdio, &vars(pairs), Path::new("/"));
         let first = fp(&base);
         assert!(
             first.len() == 8 && first.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -293,7 +329,7 @@ mod tests {
             "url = \"${BASE}/mcp\"\nheaders = { Authorization = \"Bearer ${TOKEN}\" }",
         )
         .expect("http");
-        let fp = |pairs: &[(&str, &str)]| fingerprint_with(&http, &vars(pairs));
+        let fp = |pairs: &[(&str, &str)]| fingerprint_with(&http, &vars(pairs), Path::new("/"));
         let first = fp(&[("BASE", "http://h"), ("TOKEN", "a")]);
         assert_ne!(first, fp(&[("BASE", "http://g"), ("TOKEN", "a")]), "url");
         assert_ne!(
