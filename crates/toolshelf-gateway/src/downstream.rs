@@ -168,7 +168,14 @@ pub struct Downstream {
     list_seq: AtomicU64,
     /// The calls running whose progress is relayed, shared with every connection's transport.
     relays: Arc<Relays>,
+    /// The configurations of the gateways this server is started under, for [`FRONTED_BY`].
+    fronted_by: String,
 }
+
+/// The variable a server program is started with: the keys of the configurations of the
+/// gateways it runs under, comma-separated, outermost first. A gateway started with its own key
+/// in it is one of its own servers, and refuses to start rather than start itself without end.
+pub const FRONTED_BY: &str = "TOOLSHELF_FRONTED_BY";
 
 /// The calls whose progress is relayed, by the token the server was sent: unique in the process,
 /// so no call ever gets another's progress, whichever session or connection either belongs to.
@@ -275,7 +282,15 @@ impl Downstream {
             call_timeout,
             list_seq: AtomicU64::new(0),
             relays: Arc::default(),
+            fronted_by: String::new(),
         }
+    }
+
+    /// Starts its program with [`FRONTED_BY`] set to `chain`.
+    #[must_use]
+    pub fn fronted_by(mut self, chain: String) -> Self {
+        self.fronted_by = chain;
+        self
     }
 
     /// The server's name, as configured.
@@ -464,6 +479,9 @@ impl Downstream {
                 let mut cmd = tokio::process::Command::new(program);
                 cmd.args(&config.args);
                 cmd.envs(&config.env);
+                if !self.fronted_by.is_empty() {
+                    cmd.env(FRONTED_BY, &self.fronted_by);
+                }
                 if let Some(cwd) = &config.cwd {
                     // Spawning in a missing directory fails like a missing program would.
                     if !std::path::Path::new(&cwd).is_dir() {

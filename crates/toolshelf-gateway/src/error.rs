@@ -26,6 +26,14 @@ pub enum GatewayError {
         /// What went wrong.
         message: String,
     },
+    /// The gateway was started as a server of a gateway of the same configuration.
+    #[error(
+        "this gateway ({label}) was started by a gateway of the same configuration, as one of its servers: it would start itself again without end. Remove the server that runs toolshelf on this configuration (in an mcp.json the gateway reuses, the client's own toolshelf entry)"
+    )]
+    FrontsItself {
+        /// The configuration.
+        label: String,
+    },
     /// A file the gateway needs could not be read or written.
     #[error("{}: {cause}", if path.is_empty() { what.to_string() } else { format!("{what} {path}") })]
     Io {

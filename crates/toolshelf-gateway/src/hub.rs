@@ -492,6 +492,17 @@ impl Hub {
         // The cache directory is resolved only where something is kept there: a gateway with no
         // cache and an explicit (or no) audit path needs no home at all.
         let key = config_key(&label);
+        // A server that runs this gateway again (the toolshelf entry of an mcp.json the gateway
+        // reads) would start gateways without end.
+        let outer = std::env::var(crate::downstream::FRONTED_BY).unwrap_or_default();
+        if outer.split(',').any(|k| k == key) {
+            return Err(GatewayError::FrontsItself { label });
+        }
+        let chain = if outer.is_empty() {
+            key.clone()
+        } else {
+            format!("{outer},{key}")
+        };
         let cache_dir = if config.cache.enabled {
             Some(cache_dir(config)?)
         } else {
@@ -555,7 +566,8 @@ impl Hub {
                     from_cache,
                     events.clone(),
                     restarts,
-                );
+                )
+                .fronted_by(chain.clone());
                 (name.clone(), Arc::new(ds))
             })
             .collect();

@@ -1438,3 +1438,52 @@ fn a_server_in_the_way_of_script_tools_is_blamed_on_the_file_that_defines_it() {
         );
     }
 }
+
+/// A server that runs the gateway again on its own configuration (the client's toolshelf entry
+/// in an mcp.json the gateway reuses) would start gateways without end: the inner gateway
+/// refuses to start, and the outer one reports that server failed, saying why. (The wrapper
+/// stops the chain at depth 2 should the refusal not come.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_as_its_own_server_refuses_to_start() {
+    let s = Scratch::new("fronts-itself");
+    let path = s.path("toolshelf.toml");
+    let wrapper = "d=${DEPTH:-0}; if [ \"$d\" -ge 2 ]; then echo 'depth guard' >&2; exit 7; fi; \
+                   DEPTH=$((d+1)) exec \"$0\" serve --config \"$1\"";
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}{}[servers.again]\ncommand = \"sh\"\nargs = [\"-c\", {wrapper:?}, {TOOLSHELF:?}, {path:?}]\n",
+            files_sections(&s),
+            named_server("a", &json!([tool("ping", "Answer pong.", json!({"type": "object"}))]), ""),
+        ),
+    );
+    let client = stdio_client(&config, TestClient::default()).await;
+    // The reason with the server's stderr is the operator's: `toolshelf status`, not the
+    // client's status resource.
+    let operator_sees = || {
+        let out = std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &config, "--json"])
+            .output()
+            .expect("status");
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let gateways = status["gateways"].as_array().cloned().unwrap_or_default();
+        std::iter::once(&status)
+            .chain(gateways.iter())
+            .flat_map(|g| g["servers"].as_array().into_iter().flatten())
+            .any(|s| {
+                s["name"] == "again"
+                    && s["reason"].as_str().is_some_and(|r| {
+                        r.contains("was started by a gateway of the same configuration")
+                    })
+            })
+    };
+    wait_for("the inner gateway to refuse to start", || async {
+        operator_sees()
+    })
+    .await;
+    wait_for("the other server to be ready", || async {
+        server_status(&client, "a").await["state"] == "ready"
+    })
+    .await;
+    client.cancel().await.expect("close");
+}
