@@ -1273,7 +1273,7 @@ impl Config {
                 }
                 Some("stdio" | "http" | "streamable-http" | "streamableHttp") => None,
                 Some(other) => Some(format!(
-                    "{at}.type: {other:?} is not supported (use \"stdio\" or \"http\", streamable HTTP)"
+                    "{at}.type: {other:?} is not supported (use \"stdio\" or \"http\", streamable HTTP; or set \"disabled\": true on the entry, which toolshelf then skips with a warning)"
                 )),
             };
             for key in obj.keys() {
@@ -1805,7 +1805,7 @@ mod tests {
             ),
             (
                 r#"{"mcpServers": {"a": {"type": "sse", "url": "http://h"}}}"#,
-                "mcpServers.a.type",
+                "mcpServers.a.type: \"sse\" is not supported (use \"stdio\" or \"http\", streamable HTTP; or set \"disabled\": true on the entry",
             ),
             (
                 r#"{"mcpServers": {"a": {"command": "x", "args": [1]}}}"#,

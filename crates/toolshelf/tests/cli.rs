@@ -274,6 +274,15 @@ fn explain_unknown_tool_suggests_close_names() {
     assert_eq!(v["name"], "git_comit");
     assert_eq!(v["error"], "unknown");
     assert_eq!(v["suggestions"][0], "mcp__git__git_commit", "{v}");
+    // A slip of a meta-tool's name suggests the meta-tool first.
+    for (written, meta) in [
+        ("tool_serach", "tool_search"),
+        ("defer_exectue", "defer_execute"),
+    ] {
+        let out = run(&["explain", written, "--json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+        assert_eq!(v["suggestions"][0], meta, "{written}: {v}");
+    }
     let catalog = temp_file(
         "two-reads.json",
         r#"{"servers": [{"name": "s1", "tools": [{"name": "read"}]}, {"name": "s2", "tools": [{"name": "read"}]}]}"#,
@@ -3764,6 +3773,10 @@ fn search_batch_lines_say_what_is_wrong() {
         ),
         (r#"{"tool_names": [" "]}"#, "tool_names[0] is blank"),
         (r#"{"tool_names": []}"#, "tool_names is empty"),
+        (
+            r#"{"queries": []}"#,
+            "queries is empty: give at least one entry, a string of words to search for",
+        ),
     ] {
         let path = temp_file(
             "batch-says.jsonl",

@@ -108,11 +108,15 @@ fn suggestions(l: &crate::inputs::Loaded, wanted: &str) -> Vec<String> {
     // Without the embedding model the suggestions are BM25F's alone, as a search's would be.
     let _ = super::search::attach_ranker(&mut index, &l.catalog, Ranker::default());
     let request = SearchRequest::Names(vec![wanted.trim().to_owned()]);
-    search(&index, &l.catalog, &request, &l.config().search)
-        .hits
-        .iter()
-        .map(|h| h.name.to_string())
-        .collect()
+    // A slip of a meta-tool's name (`tool_serach`) is that tool's before any catalog tool's.
+    let mut names = name::closest(wanted.trim(), name::META_TOOLS, 1);
+    names.extend(
+        search(&index, &l.catalog, &request, &l.config().search)
+            .hits
+            .iter()
+            .map(|h| h.name.to_string()),
+    );
+    names
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -46,10 +46,12 @@ pub struct Args {
     /// are skipped. `-` reads standard input (`toolshelf replay ... | toolshelf prefix-check -`).
     #[arg(value_name = "FILE.jsonl")]
     file: PathBuf,
-    /// Read every body as this API. Default: detected per body, first match wins: `input` or
-    /// `instructions` → openai-responses; a top-level `system` → anthropic; a system, developer
-    /// or tool message, `tool_calls` or a function tool → openai; any other body with a
-    /// `messages` array → anthropic. A body with neither `messages` nor `input` is an error.
+    /// Read every body as this API. Default: detected per body: `input` or `instructions` →
+    /// openai-responses; a top-level `system`, a `tool_use`, `tool_result` or `thinking` block
+    /// or a tool with `input_schema` → anthropic; a system, developer or tool message,
+    /// `tool_calls` or a function tool → openai; a body of plain user and assistant messages,
+    /// which either could be, is read as its neighbour's API where that one can be told (else
+    /// anthropic). A body with neither `messages` nor `input` is an error.
     #[arg(long, value_enum)]
     api: Option<ApiArg>,
     /// Print {"requests", "pairs": [{"from", "to", "settings", "system", "tools",

@@ -240,7 +240,7 @@ fn strings(v: &Value, key: &str, what: &str, at: &str) -> Result<Vec<String>> {
     };
     anyhow::ensure!(
         !items.is_empty(),
-        "{at}: {key} is empty: give at least one {what}"
+        "{at}: {key} is empty: give at least one entry, {what}"
     );
     items
         .iter()
