@@ -3809,9 +3809,18 @@ fn search_batch_lines_take_limit_and_tool_names() {
             "{\"tool_names\": [\"Read\", \"git_stauts\"]}\n",
         ),
     );
-    let out = ok(&[
+    // A name no visible tool has is a finding, as for `-n`: exit status 1, said on stderr once
+    // every line is answered.
+    let run_out = run(&[
         "search", "--ranker", "bm25", "--batch", &path, "--limit", "3",
     ]);
+    assert_eq!(run_out.status.code(), Some(1));
+    let err = String::from_utf8(run_out.stderr).expect("utf-8");
+    assert!(
+        err.contains("no visible tool is named \"git_stauts\" (line 4)"),
+        "{err}"
+    );
+    let out = String::from_utf8(run_out.stdout).expect("utf-8");
     let lines: Vec<Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))

@@ -30,6 +30,7 @@ pub struct Args {
     /// of one of these is refused); one JSON line each, {"line", "hits": [...]} (for names also
     /// "also_matching" and "unresolved"), `line` being the input line it answers, with or
     /// without --json. Every line is checked before any is answered. `-` reads standard input.
+    /// A name no visible tool has exits with status 1 once every line is written.
     #[arg(long, value_name = "FILE.jsonl")]
     batch: Option<PathBuf>,
     /// Maximum number of fuzzy hits, at least 1 (capped at [search] max_limit, except in
@@ -121,7 +122,7 @@ pub fn run(args: Args) -> Result<bool> {
     let loaded = args.source.load_json(args.json, Default::default())?;
     let index = build_index(&loaded, args.ranker)?;
     if let Some(path) = &args.batch {
-        return batch(&loaded, &index, path, args.limit).map(|()| true);
+        return batch(&loaded, &index, path, args.limit);
     }
     let mut request = json!({});
     match (args.query.is_empty(), args.name.is_empty()) {
@@ -300,12 +301,15 @@ fn parse_line(v: &Value, at: &str) -> Result<LineRequest> {
     }
 }
 
+/// Answers every line of the batch file `path`; `Ok(false)` when a `tool_names` line named a
+/// tool no visible tool is (a finding, as for `--name`), said on stderr after every line is
+/// answered.
 fn batch(
     loaded: &Loaded,
     index: &SearchIndex,
     path: &std::path::Path,
     limit: Option<usize>,
-) -> Result<()> {
+) -> Result<bool> {
     let config = &loaded.config().search;
     let limit = limit.unwrap_or_else(|| effective_limit(None, config));
     // Every line is read and checked before any is answered: a bad line yields an error and no
@@ -324,6 +328,7 @@ fn batch(
     );
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
+    let mut unresolved: Vec<String> = Vec::new();
     for (line, request) in requests {
         let answer = match request {
             LineRequest::Queries(queries, own) => {
@@ -336,6 +341,12 @@ fn batch(
             LineRequest::Names(names) => {
                 let response = session_search(loaded, index, &SearchRequest::Names(names));
                 let (listed, also) = response.hits.split_at(response.listed);
+                unresolved.extend(
+                    response
+                        .unresolved
+                        .iter()
+                        .map(|n| format!("{n:?} (line {line})")),
+                );
                 json!({"line": line, "hits": listed, "also_matching": also,
                     "unresolved": response.unresolved})
             }
@@ -344,5 +355,12 @@ fn batch(
         out.write_all(b"\n")?;
     }
     out.flush()?;
-    Ok(())
+    if !unresolved.is_empty() {
+        errln!(
+            "toolshelf: no visible tool is named {}",
+            unresolved.join(", ")
+        );
+        return Ok(false);
+    }
+    Ok(true)
 }
