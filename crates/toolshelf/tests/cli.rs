@@ -261,6 +261,26 @@ fn explain_explains_the_meta_tools() {
     );
 }
 
+/// `explain` names the configuration whose rules it applies; on the bundled example, that it is
+/// not the one `serve` runs with no flags, and how to explain under that one.
+#[test]
+fn explain_names_the_configuration_it_explains_under() {
+    let text = ok(&["explain", "git_reset"]);
+    assert!(
+        text.contains("  config:    examples/toolshelf.toml (bundled); `serve` with no --config runs examples/gateway.toml")
+            && text.contains("final:     deferred"),
+        "{text}"
+    );
+    let gateway = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/gateway.toml");
+    let out = run(&["explain", "git_reset", "--config", gateway]);
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        text.contains(&format!("  config:    {gateway}\n"))
+            && text.contains("denies every call: hidden"),
+        "{text}"
+    );
+}
+
 #[test]
 fn explain_unknown_tool_suggests_close_names() {
     let e = fails(&["explain", "git_comit"]);

@@ -232,6 +232,15 @@ pub fn run(args: Args) -> Result<()> {
             cell(&t.aliases.join(", "))
         );
     }
+    // The bundled example is not what `serve` runs by default: say so where the rules are read.
+    let source = l.compiled.source_name();
+    if source.ends_with("(bundled)") {
+        outln!(
+            "  config:    {source}; `serve` with no --config runs examples/gateway.toml, whose rules differ: add --config examples/gateway.toml to explain under them"
+        );
+    } else {
+        outln!("  config:    {source}");
+    }
     outln!("  declared:  defer_loading = {declared}");
     match mode {
         Some(m) => outln!(
