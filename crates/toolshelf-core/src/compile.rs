@@ -175,7 +175,17 @@ impl Compiled {
                     .into(),
             ));
         }
-        let permissions = Permissions::new(&config.permissions, source_name)?;
+        let permissions =
+            Permissions::new(&config.permissions, source_name).map_err(|e| match e {
+                Error::Config {
+                    source_name,
+                    message,
+                } => Error::Config {
+                    source_name,
+                    message: config.located(message),
+                },
+                other => other,
+            })?;
         let hooks = Hooks::new(&config.hooks).map_err(err)?;
         let reminders =
             Reminders::new(&config.reminders, config.session.reminder_max_chars).map_err(err)?;
@@ -840,6 +850,16 @@ mod tests {
             (
                 "[tools.\"x\"]\ndescription_template = \"'d'\"\nscript = \"x.star\"\n",
                 "t.toml: line 3: [tools.\"x\"] script and description_template are both set",
+            ),
+            // A permission rule, by its list's line.
+            (
+                "[defer]\ndefault = true\n[permissions]\ndeny = [\"x(\"]\n",
+                "t.toml: line 4: [permissions] deny[0]",
+            ),
+            // A message about a table as a whole, by its header's line.
+            (
+                "[defer]\ndefault = true\n\n[servers.s]\ncommand = \"a\"\nurl = \"http://h\"\n",
+                "t.toml: line 4: [servers.s] sets both command and url",
             ),
         ] {
             let e = compile(toml, None).expect_err(toml).to_string();

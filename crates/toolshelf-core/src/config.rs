@@ -1149,22 +1149,27 @@ impl Config {
 
     /// `message`, an error about the configuration that starts `[TABLE] KEY` (`[defer] window
     /// must be ...`), with the line of that key when the file gave it: `line 2: [defer] ...`.
+    /// A message about the table as a whole (`[servers.s] sets both command and url`) gets the
+    /// line of the table's header.
     pub fn located(&self, message: String) -> String {
         let place = message.strip_prefix('[').and_then(|rest| {
             let (table, rest) = rest.split_once("] ")?;
-            let key = rest
-                .split([' ', '[', '='])
-                .next()
-                .filter(|k| !k.is_empty())?;
             // Messages quote names that may need it (`tools."x"`); the lines are by bare key.
             let bare: String = table
                 .split('.')
                 .map(|k| k.trim_matches('"'))
                 .collect::<Vec<_>>()
                 .join(".");
-            self.key_lines
-                .get(&(table.to_owned(), key.to_owned()))
-                .or_else(|| self.key_lines.get(&(bare, key.to_owned())))
+            let key = rest.split([' ', '[', '=']).next().filter(|k| !k.is_empty());
+            let of_key = key.and_then(|key| {
+                self.key_lines
+                    .get(&(table.to_owned(), key.to_owned()))
+                    .or_else(|| self.key_lines.get(&(bare.clone(), key.to_owned())))
+            });
+            of_key.or_else(|| {
+                let (parent, last) = bare.rsplit_once('.').unwrap_or(("", &bare));
+                self.key_lines.get(&(parent.to_owned(), last.to_owned()))
+            })
         });
         match place {
             Some(line) => format!("line {line}: {message}"),
