@@ -1136,7 +1136,11 @@ impl Config {
             let mut report = e.to_string();
             let message = e.message();
             if let Some(at) = report.rfind(message).filter(|_| !message.is_empty()) {
-                report.replace_range(at..at + message.len(), &serde_in_words(message));
+                let mut words = serde_in_words(message);
+                if let Some(home) = unknown_key(message).and_then(tables_with_key) {
+                    words.push_str(&format!(" (it is a key of {home})"));
+                }
+                report.replace_range(at..at + message.len(), &words);
             }
             Error::Config {
                 source_name: source_name.to_owned(),
@@ -1532,6 +1536,57 @@ fn closing_brace(body: &str) -> Option<usize> {
         i += 1;
     }
     None
+}
+
+/// The key serde's "unknown field `KEY`, expected ..." names.
+fn unknown_key(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.split_once('`').map(|(key, _)| key)
+}
+
+/// The tables that take `key` (`[execute]` for `require_search`), for an unknown key that is a
+/// known key of another table: read by serde itself, each table given `key` alone, so the list
+/// cannot drift from the tables' fields. `None` when no table takes it.
+fn tables_with_key(key: &str) -> Option<String> {
+    fn takes<T: serde::de::DeserializeOwned>(key: &str) -> bool {
+        let mut table = toml::Table::new();
+        table.insert(key.to_owned(), toml::Value::Integer(0));
+        match toml::Value::Table(table).try_into::<T>() {
+            Ok(_) => true,
+            Err(e) => !e.message().starts_with("unknown field"),
+        }
+    }
+    let tables: [(&str, fn(&str) -> bool); 19] = [
+        ("[defer]", takes::<DeferConfig>),
+        ("[modes.NAME]", takes::<ModeConfig>),
+        ("[search]", takes::<SearchConfig>),
+        ("[servers.NAME]", takes::<ServerConfig>),
+        ("[execute]", takes::<ExecuteConfig>),
+        ("[permissions]", takes::<PermissionsConfig>),
+        ("[audit]", takes::<AuditConfig>),
+        ("[cache]", takes::<CacheConfig>),
+        ("[session]", takes::<SessionConfig>),
+        ("[gateway]", takes::<GatewayConfig>),
+        ("[[reminders]]", takes::<ReminderConfig>),
+        ("[http]", takes::<HttpConfig>),
+        ("[proxy]", takes::<ProxyConfig>),
+        ("[ui]", takes::<UiConfig>),
+        ("[store]", takes::<StoreConfig>),
+        ("[tools.NAME]", takes::<ToolConfig>),
+        ("[template]", takes::<TemplateConfig>),
+        ("[scripts]", takes::<ScriptsConfig>),
+        ("[authoring]", takes::<AuthoringConfig>),
+    ];
+    let homes: Vec<&str> = tables
+        .iter()
+        .filter(|(_, takes)| takes(key))
+        .map(|(name, _)| *name)
+        .collect();
+    match homes.as_slice() {
+        [] => None,
+        [one] => Some((*one).to_owned()),
+        [init @ .., last] => Some(format!("{} and {last}", init.join(", "))),
+    }
 }
 
 /// A serde message about a configuration value in plain words: what the file should have there
@@ -2188,6 +2243,20 @@ mod tests {
             (
                 "[defer]\ndefualt = true",
                 "unknown key `defualt`, expected one of `default`",
+            ),
+            // A key of another table says which.
+            (
+                "[servers.time]\ncommand = \"t\"\nrequire_search = true",
+                "unknown key `require_search`, expected one of `command`",
+            ),
+            (
+                "[servers.time]\ncommand = \"t\"\nrequire_search = true",
+                "`description_template` (it is a key of [execute])",
+            ),
+            ("window = 5", "(it is a key of [defer])"),
+            (
+                "[execute]\nmax_sessions = 1",
+                "(it is a key of [http] and [proxy])",
             ),
         ] {
             let e = Config::from_toml_str(toml, "t.toml")
