@@ -1556,7 +1556,8 @@ fn tables_with_key(key: &str) -> Option<String> {
             Err(e) => !e.message().starts_with("unknown field"),
         }
     }
-    let tables: [(&str, fn(&str) -> bool); 19] = [
+    type Takes = fn(&str) -> bool;
+    let tables: [(&str, Takes); 19] = [
         ("[defer]", takes::<DeferConfig>),
         ("[modes.NAME]", takes::<ModeConfig>),
         ("[search]", takes::<SearchConfig>),
