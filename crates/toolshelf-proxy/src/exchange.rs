@@ -2175,6 +2175,18 @@ impl Turn {
     /// tools it loads (which the caller activates, once the hooks let the answer through).
     fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool, Vec<String>) {
         let started = std::time::Instant::now();
+        if let Some(raw) = &c.raw_input {
+            crate::metrics::searched("invalid", started.elapsed());
+            return (
+                format!(
+                    "Invalid tool_search call: the arguments are not a JSON object ({}). Example: {}",
+                    toolshelf_core::echo::echo(raw),
+                    toolshelf_core::search::REQUEST_EXAMPLE
+                ),
+                true,
+                Vec::new(),
+            );
+        }
         let request = match SearchRequest::from_json(&Value::Object(c.input.clone())) {
             Ok(r) => r,
             Err(text) => {

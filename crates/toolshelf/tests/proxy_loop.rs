@@ -610,6 +610,36 @@ fn a_resident_call_with_arguments_that_are_not_an_object_is_sent_back_to_the_mod
     assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
 }
 
+/// A `tool_search` whose arguments are not a JSON object is told so, with a correct call, as
+/// `defer_execute`'s is: "neither tool_names nor queries was given" did not say what was wrong.
+#[test]
+fn a_search_with_arguments_that_are_not_an_object_is_told_so() {
+    let s = Scratch::new("proxy-loop-bad-search-args");
+    let steps = json!([
+        {"text": "Looking.", "calls": [
+            {"name": "tool_search", "input": {}, "arguments": "\"weather\""}]},
+        {"text": "Done."}
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    let user = json!({"role": "user", "content": "what is the weather"});
+    let answer = chat(&proxy, std::slice::from_ref(&user), false);
+    assert!(
+        answer["text"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("Done."),
+        "{answer}"
+    );
+    let played = upstream.played();
+    assert!(
+        played.iter().any(|r| r["body"].to_string().contains(
+            "Invalid tool_search call: the arguments are not a JSON object (\\\"weather\\\"). Example: {\\\"queries\\\""
+        )),
+        "{played:?}"
+    );
+}
+
 /// A Chat client that asks for logprobs gets those of the text it reads, from every round that
 /// wrote some, streamed or not.
 #[test]
