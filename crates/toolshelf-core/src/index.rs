@@ -158,6 +158,38 @@ pub fn named_pointer_line(servers: usize, tools: usize, named: &[(&str, usize)])
 }
 
 impl DeferredIndex {
+    /// What to warn of when the block is over its budget, saying which part does not fit.
+    pub fn budget_warning(&self) -> Option<String> {
+        if !self.over_budget {
+            return None;
+        }
+        let total = chars(&self.text);
+        let why = if self.builtin_chars > self.budget && self.builtins == 0 {
+            format!("its tags alone take {} characters", self.builtin_chars)
+        } else if self.builtin_chars > self.budget {
+            format!(
+                "the tags and the built-in names alone take {} characters, and built-in names are never dropped",
+                self.builtin_chars
+            )
+        } else if self.builtins == 0 {
+            format!(
+                "its tags take {} characters; the line that stands for the dropped server groups, which is always kept, takes the other {}",
+                self.builtin_chars,
+                total - self.builtin_chars
+            )
+        } else {
+            format!(
+                "the tags and the built-in names take {} characters; the line that stands for the dropped server groups, which is always kept, takes the other {}",
+                self.builtin_chars,
+                total - self.builtin_chars
+            )
+        };
+        Some(format!(
+            "the deferred index is {total} characters, over its budget of {} ([defer] index_budget_chars): {why}",
+            self.budget
+        ))
+    }
+
     /// Renders the index within `budget` characters, cutting server descriptions at
     /// `description_chars`.
     pub fn render(input: &IndexInput, budget: usize, description_chars: usize) -> Self {

@@ -299,6 +299,15 @@ impl Shelf {
         }
         let surface = compiled.surface(&catalog, &exposure);
         let mut warnings: Vec<String> = found;
+        // The client's own tools are the index's built-in names, which are never dropped: a
+        // client of many plainly named tools is over the budget with nothing else to cut.
+        warnings.extend(surface.index.as_ref().and_then(|idx| {
+            idx.budget_warning().map(|w| {
+                format!(
+                    "{w} (the client's tools not named mcp__SERVER__TOOL are its built-in names)"
+                )
+            })
+        }));
         warnings.extend(catalog.warnings().iter().chain(&exposure.warnings).cloned());
         warnings.extend(toolshelf_core::ledger::oversized_residents(
             &catalog,

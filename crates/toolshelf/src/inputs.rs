@@ -433,32 +433,8 @@ impl Loaded {
     /// [`WARNINGS_SHOWN`] unless `-v` was given).
     pub fn warn_index(&self) {
         if let Some(idx) = &self.surface.index {
-            if idx.over_budget {
-                let total = idx.text.chars().count();
-                let why = if idx.builtin_chars > idx.budget && idx.builtins == 0 {
-                    format!("its tags alone take {} characters", idx.builtin_chars)
-                } else if idx.builtin_chars > idx.budget {
-                    format!(
-                        "the tags and the built-in names alone take {} characters, and built-in names are never dropped",
-                        idx.builtin_chars
-                    )
-                } else if idx.builtins == 0 {
-                    format!(
-                        "its tags take {} characters; the line that stands for the dropped server groups, which is always kept, takes the other {}",
-                        idx.builtin_chars,
-                        total - idx.builtin_chars
-                    )
-                } else {
-                    format!(
-                        "the tags and the built-in names take {} characters; the line that stands for the dropped server groups, which is always kept, takes the other {}",
-                        idx.builtin_chars,
-                        total - idx.builtin_chars
-                    )
-                };
-                errln!(
-                    "toolshelf: warning: the deferred index is {total} characters, over its budget of {} ([defer] index_budget_chars): {why}",
-                    idx.budget
-                );
+            if let Some(warning) = idx.budget_warning() {
+                errln!("toolshelf: warning: {warning}");
             }
             if !idx.dropped.is_empty() {
                 // The first few by name, as the load warnings are cut, unless -v was given.

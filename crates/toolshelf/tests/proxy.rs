@@ -2248,3 +2248,38 @@ fn the_dashboard_token_holds_on_loopback_and_the_start_up_line_is_true() {
         "{log}"
     );
 }
+
+/// A client whose own tools are plainly named (its index's built-in names, never dropped) and
+/// too many for `[defer] index_budget_chars` gets the block over its budget: the proxy says so
+/// in its log, once, as `render` says it on stderr.
+#[test]
+fn an_index_over_its_budget_is_warned_about_once() {
+    let s = Scratch::new("proxy-index-budget");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "One."}, {"text": "Two."}]}));
+    let config = "[defer]\ndefault = true\nindex_budget_chars = 400\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let many: Vec<Value> = (0..40)
+        .map(|i| {
+            anthropic_tool(
+                &format!("enterprise_resource_operation_{i:02}"),
+                "Runs one operation of the enterprise resource system.",
+                json!({"id": {"type": "string"}}),
+                &[],
+            )
+        })
+        .collect();
+    let mut messages = vec![json!({"role": "user", "content": "hello"})];
+    turn(&proxy, &many, &mut messages);
+    messages.push(json!({"role": "user", "content": "again"}));
+    turn(&proxy, &many, &mut messages);
+    let log = proxy.log();
+    let warned = log
+        .lines()
+        .filter(|l| {
+            l.contains("the deferred index is ")
+                && l.contains("characters, over its budget of 400 ([defer] index_budget_chars)")
+                && l.contains("built-in names")
+        })
+        .count();
+    assert_eq!(warned, 1, "{log}");
+}
