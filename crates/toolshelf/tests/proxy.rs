@@ -2173,7 +2173,8 @@ fn a_stopping_proxy_answers_the_requests_in_flight_on_sigterm_and_ctrl_c() {
     }
 }
 
-/// A second Ctrl-C or SIGTERM while the proxy drains its requests stops it at once.
+/// A second Ctrl-C or SIGTERM while the proxy drains its requests stops it at once, with exit
+/// status 1 and the number of requests dropped, so a supervisor can tell it from a clean stop.
 #[test]
 fn a_second_signal_stops_a_draining_proxy_at_once() {
     for sig in ["INT", "TERM"] {
@@ -2193,9 +2194,12 @@ fn a_second_signal_stops_a_draining_proxy_at_once() {
         }
         proxy.signal(sig);
         // `exited` gives up after a minute, long before the upstream answers.
-        proxy.exited();
+        let exited = proxy.exited();
+        assert_eq!(exited.code(), Some(1), "SIG{sig}: {}", proxy.log());
         assert!(
-            proxy.log().contains("a second signal: stopping now"),
+            proxy.log().contains(
+                "toolshelf: error: stopped by a second signal: 1 request in flight dropped"
+            ),
             "SIG{sig}: {}",
             proxy.log()
         );

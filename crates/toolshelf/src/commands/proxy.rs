@@ -112,7 +112,7 @@ pub fn run(args: Args) -> Result<()> {
         proxy = proxy.with_scripts(tools);
     }
     toolshelf_proxy::metrics::install().map_err(anyhow::Error::msg)?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -133,6 +133,7 @@ pub fn run(args: Args) -> Result<()> {
         let state = AppState::new(proxy);
         state.set_loopback(bound.ip().is_loopback());
         let app = router(state.clone());
+        let dropping = state.clone();
         // Ctrl-C, SIGTERM or SIGHUP stops accepting and lets the requests in flight be answered;
         // a second one stops at once.
         let mut signals = toolshelf_gateway::serve::signals();
@@ -149,12 +150,20 @@ pub fn run(args: Args) -> Result<()> {
         });
         tokio::select! {
             served = served => served.context("serving the proxy"),
-            _ = again.wait_for(|n| *n > 1) => {
-                errln!("toolshelf: a second signal: stopping now; the requests in flight are dropped");
-                Ok(())
-            }
+            _ = again.wait_for(|n| *n > 1) => match dropping.in_flight() {
+                0 => Ok(()),
+                n => Err(super::Finding(format!(
+                    "stopped by a second signal: {n} request{} in flight dropped",
+                    if n == 1 { "" } else { "s" }
+                ))
+                .into()),
+            },
         }
-    })
+    });
+    // Requests dropped by a second signal may still hold tasks (an upstream read, a hook) that a
+    // runtime dropped in the usual way would wait for.
+    rt.shutdown_background();
+    served
 }
 
 /// The store of `[store]`: Redis when a URL is given, else the embedded one.
