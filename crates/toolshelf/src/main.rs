@@ -45,7 +45,10 @@ enum Command {
     /// Run the LLM-API proxy: point ANTHROPIC_BASE_URL or OPENAI_BASE_URL at it, and the model
     /// gets deferred tool loading with no client change.
     Proxy(commands::proxy::Args),
-    /// Show each configured server's state (of the running gateway, or by starting them).
+    /// Show each configured server's state (of the running gateway, or by starting them). Exit
+    /// status 0: a gateway runs and is healthy; 1: a server of it failed, or its required audit
+    /// log cannot be written; 2: the status could not be read (a bad configuration); 3: no
+    /// gateway runs for this configuration (the servers were started to check them).
     Status(commands::status::Args),
     /// Start the configured servers and print their merged catalog (grouped form): the tools a
     /// session can reach, in the active mode.
@@ -96,9 +99,14 @@ fn main() -> ExitCode {
     exit_status(result)
 }
 
-/// Status 1 for what a command found ([`commands::Finding`]), 2 for what kept it from running.
+/// Status 1 for what a command found ([`commands::Finding`]), 2 for what kept it from running,
+/// 3 for a `status` that found no gateway running ([`commands::status::NotRunning`]).
 fn exit_status(result: anyhow::Result<()>) -> ExitCode {
     match result {
+        Err(e) if e.downcast_ref::<commands::status::NotRunning>().is_some() => {
+            errln!("toolshelf: error: {e:#}");
+            ExitCode::from(commands::status::NOT_RUNNING)
+        }
         Err(e) if e.downcast_ref::<commands::Finding>().is_some() => {
             errln!("toolshelf: error: {e:#}");
             ExitCode::FAILURE

@@ -1174,11 +1174,10 @@ fn the_bundled_example_fronts_every_installed_server() {
         .output()
         .expect("run toolshelf status");
     let _ = std::fs::remove_dir_all(&cache);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // No gateway runs: the servers are probed, and every one starts.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("no server failed"), "{stderr}");
     let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
     let servers = v["servers"].as_array().expect("servers");
     let names: Vec<&str> = servers.iter().filter_map(|s| s["name"].as_str()).collect();
@@ -1491,13 +1490,12 @@ fn a_server_that_cannot_start_says_why_in_plain_words() {
         .output()
         .expect("status");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "a health check sees the failures"
-    );
+    // No running gateway is found (3); the probe's failures are named all the same.
+    assert_eq!(out.status.code(), Some(3), "a health check sees no gateway");
     assert!(
-        stderr.contains("toolshelf: error: 3 servers failed: down, nowhere, quits"),
+        stderr.contains(
+            "(the servers were started to check them: 3 servers failed: down, nowhere, quits)"
+        ),
         "{stderr}"
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
@@ -2301,5 +2299,87 @@ async fn metrics_need_the_dashboard_token_off_loopback() {
     // The token guards the pages, not MCP: a session needs no token.
     let client = http_client(&format!("{base}/mcp"), TestClient::default()).await;
     assert!(!list_names(&client).await.is_empty());
+    client.cancel().await.expect("close");
+}
+
+/// `toolshelf status` with these arguments and `XDG_CACHE_HOME` in the scratch directory: its
+/// exit status, stdout and stderr.
+fn status_run(s: &Scratch, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(TOOLSHELF)
+        .arg("status")
+        .args(args)
+        .env("XDG_CACHE_HOME", s.path("xdg"))
+        .current_dir(&s.0)
+        .output()
+        .expect("status");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A health check can go by `toolshelf status`'s exit status: 3 when no gateway runs for the
+/// configuration (the servers probed all the same, `--json` saying so), 0 once one does, and a
+/// gateway started with `serve --mcp-config FILE` is found by `status --mcp-config FILE`, the
+/// file named relatively or not, or through a symbolic link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exits_3_without_a_gateway_and_finds_one_serving_an_mcp_config() {
+    let s = Scratch::new("status-exit");
+    let mcp = s.write(
+        "mcp.json",
+        &json!({"mcpServers": {
+            "test": {"command": "python3", "args": [fixture("test_server.py")]}
+        }})
+        .to_string(),
+    );
+    let (code, stdout, stderr) = status_run(&s, &["--mcp-config", &mcp]);
+    assert_eq!(code, Some(3), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with(
+            "no gateway running for this configuration; started each server to check it"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("no gateway running for this configuration (the servers were started to check them: no server failed)"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = status_run(&s, &["--mcp-config", &mcp, "--json"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).expect("status JSON");
+    assert_eq!(
+        (&v["source"], &v["running"], &v["gateways"]),
+        (&json!("probe"), &json!(false), &json!([])),
+        "{v}"
+    );
+    assert_eq!(v["servers"][0]["state"], "ready", "{v}");
+
+    // A gateway on the same file, named relatively from the scratch directory.
+    let mut cmd = tokio::process::Command::new(TOOLSHELF);
+    cmd.args(["serve", "--mcp-config", "mcp.json"])
+        .current_dir(&s.0)
+        .env("XDG_CACHE_HOME", s.path("xdg"))
+        .env("TOOLSHELF_LOG", "warn");
+    let client = stdio_client_logged(cmd, &s.0.join("serve.log")).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__test__pid"]})).await);
+    std::os::unix::fs::symlink(&mcp, s.0.join("link.json")).expect("symlink");
+    for named in [mcp.as_str(), "mcp.json", "link.json"] {
+        wait_for("status to find the gateway", || async {
+            status_run(&s, &["--mcp-config", named, "--json"]).0 == Some(0)
+        })
+        .await;
+        let (code, stdout, stderr) = status_run(&s, &["--mcp-config", named, "--json"]);
+        assert_eq!(code, Some(0), "{stderr}");
+        let v: Value = serde_json::from_str(&stdout).expect("status JSON");
+        assert_eq!(
+            (&v["source"], &v["running"]),
+            (&json!("running"), &json!(true)),
+            "{v}"
+        );
+    }
+    let (code, stdout, _) = status_run(&s, &["--mcp-config", &mcp]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.starts_with("gateway running (pid "), "{stdout}");
     client.cancel().await.expect("close");
 }

@@ -991,7 +991,7 @@ async fn status_names_the_mode_and_a_changed_configuration() {
     })
     .await;
     wait_for("the status file", || async {
-        status_json(&cfg)["source"] == "running"
+        status_json_and_code(&cfg).0["source"] == "running"
     })
     .await;
     let table = status_table(&cfg);

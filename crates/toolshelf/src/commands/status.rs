@@ -7,8 +7,11 @@
 //! gateway writes a status file, so it says that it found none, not that none runs). Tool counts
 //! are the tools a session can see: tools the mode or a deny rule hides are not counted. A
 //! running gateway's warnings (skipped tools, renames, invalid schemas, rules that match no tool)
-//! follow its table, since the client that started it usually hides its log. The exit status is
-//! 1 when any server has failed, so a health check can go by it.
+//! follow its table, since the client that started it usually hides its log. A health check can
+//! go by the exit status: 0 when a gateway runs and is healthy, 1 when a server of it has failed
+//! or its required audit log cannot be written, 3 ([`NOT_RUNNING`]) when no running gateway was
+//! found (whatever the probe of the servers found, which the table and the error still name),
+//! and 2 when the command could not run.
 
 use std::collections::BTreeSet;
 
@@ -26,10 +29,11 @@ use super::{cell, outln, print_json};
 pub struct Args {
     #[command(flatten)]
     source: GatewaySource,
-    /// Print JSON: {"source": "running" | "probe", "pid"?, "servers": [...], "warnings": [...],
-    /// "gateways"?: [{"pid", "mode", "servers", "audit", "warnings", "config_changed"?}]}.
-    /// Either way the exit status is 1 when a server has failed or a required audit log cannot
-    /// be written.
+    /// Print JSON: {"source": "running" | "probe", "running": true | false, "pid"?, "servers":
+    /// [...], "warnings": [...], "gateways": [{"pid", "mode", "servers", "audit", "warnings",
+    /// "config_changed"?}], "note"?}. The exit status is the same either way: 0 when a gateway
+    /// runs and is healthy, 1 when a server of it has failed or its required audit log cannot be
+    /// written, 2 when the status cannot be read, 3 when no gateway runs ("running": false).
     #[arg(long)]
     json: bool,
 }
@@ -76,6 +80,7 @@ pub fn run(args: Args) -> Result<()> {
             // `pid`, `servers` and `warnings` are the first gateway's, for scripts that expect one.
             print_json(&serde_json::json!({
                 "source": "running",
+                "running": true,
                 "pid": running[0].pid,
                 "servers": running[0].servers,
                 "warnings": running[0].warnings,
@@ -144,16 +149,45 @@ pub fn run(args: Args) -> Result<()> {
         anyhow::Ok(found)
     })?;
     if args.json {
-        print_json(
-            &serde_json::json!({"source": "probe", "servers": servers, "warnings": warnings}),
-        )?;
+        print_json(&serde_json::json!({
+            "source": "probe",
+            "running": false,
+            "note": unseen,
+            "servers": servers,
+            "warnings": warnings,
+            "gateways": [],
+        }))?;
     } else {
         // The probe's own log has printed the warnings on stderr already.
         outln!("{unseen}; started each server to check it");
         print_table(&servers)?;
     }
-    healthy(&servers, [])
+    // No gateway to report on is no healthy gateway: the probe's findings are said too.
+    let probed = match healthy(&servers, []) {
+        Ok(()) => "no server failed".to_owned(),
+        Err(found) => found.to_string(),
+    };
+    Err(NotRunning(format!(
+        "{unseen} (the servers were started to check them: {probed})"
+    ))
+    .into())
 }
+
+/// The exit status of `status` when no running gateway was found.
+pub const NOT_RUNNING: u8 = 3;
+
+/// No running gateway of the configuration was found: exit status [`NOT_RUNNING`], so that a
+/// health check tells it from a healthy gateway (0) and from a failed server (1).
+#[derive(Debug)]
+pub struct NotRunning(pub String);
+
+impl std::fmt::Display for NotRunning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotRunning {}
 
 /// How a running gateway's servers differ from the configuration's servers now: the status
 /// file outlives edits to the file, and the table would show the old set without a word.
