@@ -271,6 +271,10 @@ pub struct Overview {
     pub openai: String,
     /// Seconds up.
     pub uptime: u64,
+    /// The session store's health in words: which store, answering or failing since when, why.
+    pub store: String,
+    /// Whether the session store answers (else its line stands out).
+    pub store_up: bool,
     /// (label, value) figures.
     pub totals: Vec<(&'static str, String)>,
     /// The token chart (SVG, from [`token_chart`]).

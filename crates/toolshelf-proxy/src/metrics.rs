@@ -9,13 +9,17 @@
 //!
 //! Every counter is registered at 0 when the recorder is installed ([`register`]), the labelled
 //! ones with each value of their label, so a scrape of a proxy that has served nothing yet
-//! already lists them all.
+//! already lists them all. The gauges (sessions held, the store's health) are set from the
+//! proxy's state at every scrape ([`scraped`]); the build's version is a gauge of its own,
+//! [`BUILD_INFO`], set once.
 //!
 //! [`Proxy::count`]: crate::Proxy::count
 
 use std::time::Duration;
 
-use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
 
 use crate::Totals;
 
@@ -53,6 +57,14 @@ pub const SEARCHES: &str = "toolshelf_proxy_searches_total";
 pub const SEARCH_SECONDS: &str = "toolshelf_proxy_search_duration_seconds";
 /// Rounds the proxy answered itself, per finished request.
 pub const SEARCH_ROUNDS: &str = "toolshelf_proxy_search_rounds";
+/// Live sessions the embedded store evicted to stay within `[proxy] max_sessions`.
+pub const SESSIONS_EVICTED: &str = "toolshelf_proxy_sessions_evicted_total";
+/// Sessions the store holds, when scraped.
+pub const SESSIONS: &str = "toolshelf_proxy_sessions";
+/// 1 while the session store answers, 0 while its operations fail.
+pub const STORE_UP: &str = "toolshelf_proxy_store_up";
+/// 1, labelled with the version of the binary.
+pub const BUILD_INFO: &str = "toolshelf_build_info";
 
 /// Installs the process's recorder, describes the proxy's metrics and registers its counters
 /// at 0 ([`register`]).
@@ -60,6 +72,7 @@ pub fn install() -> Result<(), String> {
     toolshelf_runtime::metrics::install()?;
     describe();
     register();
+    build_info();
     Ok(())
 }
 
@@ -102,6 +115,7 @@ pub fn register() {
         SESSIONS_MISSING,
         STORE_ERRORS,
         STORE_CONFLICTS,
+        SESSIONS_EVICTED,
     ] {
         counter!(name).increment(0);
     }
@@ -155,6 +169,10 @@ pub fn describe() {
             "Session writes that met a concurrent write and were merged.",
         ),
         (
+            SESSIONS_EVICTED,
+            "Live sessions the embedded store evicted, least recently used first, to stay within [proxy] max_sessions: each costs its conversation its session.",
+        ),
+        (
             CALLS,
             "Tool calls the proxy judged, by outcome: forwarded (to the client to run), ran (a script, model-authored tool or tool_define the proxy ran itself) or refused (answered to the model).",
         ),
@@ -176,6 +194,31 @@ pub fn describe() {
         Unit::Count,
         "Upstream rounds the proxy answered itself (searches, refusals) per finished request."
     );
+    describe_gauge!(
+        SESSIONS,
+        "Sessions the store holds (for Redis, the keys under the prefix as last counted)."
+    );
+    describe_gauge!(
+        STORE_UP,
+        "1 while the session store answers, 0 while its reads or writes fail (see /toolshelf/status for since when and why)."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1, labelled with the version of the toolshelf binary."
+    );
+}
+
+/// Sets [`BUILD_INFO`].
+pub fn build_info() {
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+}
+
+/// Sets the gauges from the proxy's state, as a scrape finds it: the sessions `store` holds and
+/// whether it answers (a store that keeps no account of its health counts as answering).
+pub fn scraped(store: &dyn crate::store::SessionStore) {
+    gauge!(SESSIONS).set(store.len() as f64);
+    let up = store.health().is_none_or(|h| h.up);
+    gauge!(STORE_UP).set(if up { 1.0 } else { 0.0 });
 }
 
 /// Mirrors the growth of the status totals.
@@ -287,6 +330,35 @@ mod tests {
             !text.contains("toolshelf_proxy_request_errors_total "),
             "nothing moved or registered, nothing written: {text}"
         );
+    }
+
+    #[test]
+    fn the_gauges_are_read_from_the_store_when_scraped() {
+        let r = toolshelf_runtime::metrics::recorder();
+        let handle = r.handle();
+        metrics::with_local_recorder(&r, || {
+            describe();
+            register();
+            build_info();
+            let store = crate::store::Logged::new(std::sync::Arc::new(
+                crate::store::MemoryStore::new(5, None),
+            ));
+            scraped(&store);
+        });
+        let text = handle.render();
+        for line in [
+            "toolshelf_proxy_sessions 0",
+            "toolshelf_proxy_store_up 1",
+            "toolshelf_proxy_sessions_evicted_total 0",
+            &format!(
+                "toolshelf_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            ),
+            "# TYPE toolshelf_proxy_store_up gauge",
+            "# HELP toolshelf_proxy_store_up 1 while the session store answers",
+        ] {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
     }
 
     #[test]

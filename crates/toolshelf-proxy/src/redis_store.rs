@@ -126,6 +126,8 @@ pub struct RedisStore {
     paused: Arc<std::sync::Mutex<Option<String>>>,
     /// Whether the background ping that ends the pause is running.
     probing: Arc<AtomicBool>,
+    /// When the store was made: the age of a count never made.
+    created: Instant,
 }
 
 /// How often a server that failed to connect or to answer in time is pinged, in the
@@ -137,7 +139,10 @@ pub const PAUSE: Duration = Duration::from_secs(1);
 struct Census {
     count: AtomicUsize,
     running: AtomicBool,
+    /// When the last count ended, whether or not it succeeded.
     last: std::sync::Mutex<Option<Instant>>,
+    /// When the last count that succeeded ended: `count` is as of then.
+    counted: std::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -181,6 +186,7 @@ impl RedisStore {
             census: Arc::new(Census::default()),
             paused: Arc::new(std::sync::Mutex::new(None)),
             probing: Arc::new(AtomicBool::new(false)),
+            created: Instant::now(),
         })
     }
 
@@ -370,6 +376,7 @@ impl RedisStore {
             };
             if let Ok(Ok(n)) = tokio::time::timeout(limit, count).await {
                 census.count.store(n, Ordering::Relaxed);
+                *census.counted.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             }
             *census.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             census.running.store(false, Ordering::Release);
@@ -491,6 +498,17 @@ impl SessionStore for RedisStore {
     fn len(&self) -> usize {
         self.recount();
         self.census.count.load(Ordering::Relaxed)
+    }
+
+    /// The age of the last count that succeeded: a few seconds while Redis answers, growing
+    /// while it does not.
+    fn len_age(&self) -> Option<Duration> {
+        let counted = *self
+            .census
+            .counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Some(counted.unwrap_or(self.created).elapsed())
     }
 }
 

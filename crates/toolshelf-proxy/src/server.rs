@@ -217,10 +217,41 @@ impl AppState {
                 "openai": shown_url(&p.openai_upstream),
             },
             "store_entries": self.proxy.store.len(),
+            "store": self.store_status(),
             "session_bytes": {"mean": mean, "max": bytes.iter().max().copied().unwrap_or(0)},
             "totals": totals,
             "recent_sessions": sessions,
         })
+    }
+}
+
+impl AppState {
+    /// The session store's part of the status: which store, whether it answers (since when,
+    /// why not), the sessions it holds (for Redis, with the age of that count, which grows while
+    /// Redis cannot be counted) and, for the embedded store, its bound and the live sessions
+    /// evicted to keep it.
+    fn store_status(&self) -> Value {
+        let config = self.proxy.compiled.config();
+        let store = &self.proxy.store;
+        let mut v = match store.health() {
+            Some(h) => serde_json::to_value(h).unwrap_or_default(),
+            None => json!({"up": true}),
+        };
+        v["kind"] = if config.store.url.is_some() {
+            "redis"
+        } else {
+            "memory"
+        }
+        .into();
+        v["entries"] = store.len().into();
+        if let Some(age) = store.len_age() {
+            v["entries_age_secs"] = age.as_secs().into();
+        }
+        if config.store.url.is_none() {
+            v["max_sessions"] = config.proxy.max_sessions.into();
+            v["evicted"] = store.evicted().into();
+        }
+        v
     }
 }
 
@@ -564,7 +595,7 @@ async fn answer(app: Arc<AppState>, req: Request) -> Response {
                 .into_response(),
             OwnPage::Metrics => (
                 [(header::CACHE_CONTROL, "no-store")],
-                metrics_response(),
+                metrics_response(&app),
             )
                 .into_response(),
             // No icon, for a day: the pages name none (`data:,`), and a browser that asks
@@ -787,8 +818,10 @@ fn field_refusal(dialect: Dialect, param: &str, why: &str) -> Response {
         .into_response()
 }
 
-/// `GET /metrics`: the Prometheus text, or 404 when this process records no metrics.
-fn metrics_response() -> Response {
+/// `GET /metrics`: the Prometheus text, its gauges as of now, or 404 when this process records
+/// no metrics.
+fn metrics_response(app: &AppState) -> Response {
+    crate::metrics::scraped(app.proxy.store.as_ref());
     match toolshelf_runtime::metrics::render() {
         Some(text) => (
             [(

@@ -11,14 +11,19 @@
 //! `defer_execute` calls without the searches before them, and can search again).
 //! [`Logged`] wraps the proxy's store and logs its failures ([`FailureLog`]): reads and writes
 //! apart, at most once per [`LOG_EVERY`] with the count since, and the recovery once both
-//! answer again.
+//! answer again. It also keeps the store's health for the status ([`Health`]: up or failing, since
+//! when, the last error), which the log alone would hide from a dashboard or a scraper.
+//!
+//! The embedded store counts the sessions it evicts to stay within `[proxy] max_sessions`, and
+//! says so in the log at most once per [`LOG_EVERY`]: an eviction costs a conversation its
+//! session, and a store that is too small evicts all the time.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// A stored value and its version (1 for the first write, +1 for each).
@@ -62,6 +67,43 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// How old the figure [`Self::len`] gives is: `None` when it is counted on the spot, else
+    /// the time since the last count that succeeded (or since the store was made, when none
+    /// has), which grows while a shared store cannot be counted.
+    fn len_age(&self) -> Option<Duration> {
+        None
+    }
+    /// Its health as its operations found it; `None` for a store that keeps no account of it.
+    fn health(&self) -> Option<Health> {
+        None
+    }
+    /// Live sessions evicted since start to stay within the store's bound (the embedded
+    /// store's `[proxy] max_sessions`; a shared store's evictions are its server's).
+    fn evicted(&self) -> u64 {
+        0
+    }
+}
+
+/// A store's health, as the status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Health {
+    /// Whether it answers: no kind of operation has failed since it last succeeded.
+    pub up: bool,
+    /// Since when, in seconds since the Unix epoch: while failing, the first failure of the
+    /// outage; while up, the last recovery, or the start.
+    pub since: u64,
+    /// The kinds of operation failing now (`read`, `write`), none while up.
+    pub failing: Vec<&'static str>,
+    /// Failures since the outage began (0 while up).
+    pub failures: u64,
+    /// The last failure, in the store's words, while up too (absent when none failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// How often a failing store is reported in the log.
@@ -102,6 +144,8 @@ pub struct FailureLog {
     failing: AtomicU8,
     state: Mutex<FailureState>,
     every: Duration,
+    /// When the log was made: the store is up since then until it first fails.
+    created: SystemTime,
 }
 
 impl Default for FailureLog {
@@ -120,6 +164,10 @@ struct FailureState {
     run: u64,
     /// Whether a failure line was written in this run: only then is the recovery said.
     reported: bool,
+    /// When the store last went down or came back (`None`: neither since the log was made).
+    changed: Option<SystemTime>,
+    /// The last failure's message.
+    last_error: Option<String>,
 }
 
 impl FailureLog {
@@ -129,6 +177,26 @@ impl FailureLog {
             failing: AtomicU8::new(0),
             state: Mutex::new(FailureState::default()),
             every,
+            created: SystemTime::now(),
+        }
+    }
+
+    /// The store's health as the operations recorded here found it.
+    pub fn health(&self) -> Health {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let failing = self.failing.load(Ordering::Relaxed);
+        let kinds: Vec<&'static str> = [(Op::Read, "read"), (Op::Write, "write")]
+            .into_iter()
+            .filter(|(op, _)| failing & op.bit() != 0)
+            .map(|(_, name)| name)
+            .collect();
+        let up = kinds.is_empty();
+        Health {
+            up,
+            since: unix_secs(s.changed.unwrap_or(self.created)),
+            failing: kinds,
+            failures: if up { 0 } else { s.run },
+            last_error: s.last_error.clone(),
         }
     }
 
@@ -157,7 +225,10 @@ impl FailureLog {
     /// What [`Self::failed`] logs, if anything.
     fn failure(&self, op: Op, error: &str) -> Option<String> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        self.failing.fetch_or(op.bit(), Ordering::Relaxed);
+        if self.failing.fetch_or(op.bit(), Ordering::Relaxed) == 0 {
+            s.changed = Some(SystemTime::now());
+        }
+        s.last_error = Some(error.to_owned());
         s.run += 1;
         if s.said.is_some_and(|t| t.elapsed() < self.every) {
             s.unsaid[op.index()] += 1;
@@ -207,6 +278,7 @@ impl FailureLog {
             // Another answer got here first, or another kind of operation still fails.
             return None;
         }
+        s.changed = Some(SystemTime::now());
         let run = std::mem::take(&mut s.run);
         if !std::mem::take(&mut s.reported) {
             // Failures not reported yet stay counted for the next report.
@@ -275,6 +347,18 @@ impl SessionStore for Logged {
     fn len(&self) -> usize {
         self.inner.len()
     }
+
+    fn len_age(&self) -> Option<Duration> {
+        self.inner.len_age()
+    }
+
+    fn health(&self) -> Option<Health> {
+        Some(self.log.health())
+    }
+
+    fn evicted(&self) -> u64 {
+        self.inner.evicted()
+    }
 }
 
 #[derive(Debug)]
@@ -294,6 +378,10 @@ pub struct MemoryStore {
     dir: Option<PathBuf>,
     file_ttl: Duration,
     clock: std::sync::atomic::AtomicU64,
+    /// Live sessions evicted to stay within `max`, since start.
+    evicted: AtomicU64,
+    /// When an eviction was last logged, and how many there were since.
+    evictions_said: Mutex<(Option<Instant>, u64)>,
 }
 
 /// The file layout: the version, a newline, the value.
@@ -355,6 +443,8 @@ impl MemoryStore {
             dir,
             file_ttl: FILE_TTL,
             clock: std::sync::atomic::AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            evictions_said: Mutex::new((None, 0)),
         }
     }
 
@@ -414,7 +504,33 @@ impl MemoryStore {
                 .map(|(k, _)| k.clone())
         {
             map.remove(&oldest);
+            self.count_eviction();
         }
+    }
+
+    /// Counts a live session evicted, in the figures and the metrics, and says so in the log:
+    /// the first at once, then at most once per [`LOG_EVERY`] with the number since.
+    fn count_eviction(&self) {
+        let total = self.evicted.fetch_add(1, Ordering::Relaxed) + 1;
+        metrics::counter!(crate::metrics::SESSIONS_EVICTED).increment(1);
+        let mut said = self
+            .evictions_said
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        said.1 += 1;
+        if said.0.is_some_and(|t| t.elapsed() < LOG_EVERY) {
+            return;
+        }
+        let since = std::mem::take(&mut said.1);
+        said.0 = Some(Instant::now());
+        tracing::warn!(
+            "session store: {since} live session{} evicted to stay within [proxy] max_sessions = {} \
+             ({total} since start); an evicted conversation's next request goes on without its \
+             session (reported at most every {} s)",
+            if since == 1 { "" } else { "s" },
+            self.max,
+            LOG_EVERY.as_secs()
+        );
     }
 
     fn write(&self, key: &str, version: u64, value: Vec<u8>, ttl: Duration) {
@@ -526,6 +642,10 @@ impl SessionStore for MemoryStore {
         let now = Instant::now();
         self.lock().values().filter(|e| e.expires > now).count()
     }
+
+    fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]
@@ -607,6 +727,71 @@ mod tests {
         );
         assert!(log.answer(Op::Read).is_none(), "writes still fail");
         assert!(log.answer(Op::Write).is_some());
+    }
+
+    /// The health the status shows: down from the first failure, with the kinds of operation
+    /// failing and the last error; up again once every kind that failed has succeeded, the last
+    /// error kept.
+    #[test]
+    fn the_health_follows_failures_and_recoveries() {
+        let log = FailureLog::every(Duration::from_secs(30));
+        let h = log.health();
+        assert!(
+            h.up && h.failing.is_empty() && h.failures == 0 && h.last_error.is_none(),
+            "{h:?}"
+        );
+        let start = h.since;
+        log.failed(Op::Read, "Redis at x: refused");
+        log.failed(Op::Write, "Redis at x: not asked");
+        let h = log.health();
+        assert_eq!(
+            (h.up, h.failing.as_slice(), h.failures),
+            (false, &["read", "write"][..], 2),
+            "{h:?}"
+        );
+        assert_eq!(h.last_error.as_deref(), Some("Redis at x: not asked"));
+        assert!(h.since >= start, "{h:?}");
+        let down = h.since;
+        log.answered(Op::Read);
+        let h = log.health();
+        assert_eq!(
+            (h.up, h.failing.as_slice()),
+            (false, &["write"][..]),
+            "{h:?}"
+        );
+        assert_eq!(h.since, down, "the same outage");
+        log.answered(Op::Write);
+        let h = log.health();
+        assert!(h.up && h.failing.is_empty() && h.failures == 0, "{h:?}");
+        assert!(h.since >= down, "{h:?}");
+        assert_eq!(h.last_error.as_deref(), Some("Redis at x: not asked"));
+        // The proxy's store reports it; the embedded store alone keeps no account.
+        let logged = Logged::new(std::sync::Arc::new(MemoryStore::new(2, None)));
+        assert!(logged.health().is_some_and(|h| h.up));
+        assert!(MemoryStore::new(2, None).health().is_none());
+    }
+
+    /// Live sessions evicted to stay within `max` are counted; expired ones making room are not.
+    #[test]
+    fn live_sessions_evicted_are_counted_and_expired_ones_are_not() {
+        run(async {
+            let s = MemoryStore::new(2, None);
+            s.put("old", b"1".to_vec(), Duration::ZERO)
+                .await
+                .expect("put");
+            s.put("a", b"1".to_vec(), TTL).await.expect("put");
+            s.put("b", b"1".to_vec(), TTL).await.expect("put");
+            assert_eq!(s.evicted(), 0, "the expired session made room");
+            s.put("c", b"1".to_vec(), TTL).await.expect("put");
+            assert_eq!(s.evicted(), 1);
+            let cas = s.compare_and_set("d", None, b"1".to_vec(), TTL).await;
+            assert_eq!(cas, Ok(Cas::Written(1)));
+            assert_eq!(s.evicted(), 2);
+            s.put("d", b"2".to_vec(), TTL).await.expect("put");
+            assert_eq!(s.evicted(), 2, "a session written again takes no room");
+            let logged = Logged::new(std::sync::Arc::new(s));
+            assert_eq!(logged.evicted(), 2);
+        });
     }
 
     #[test]

@@ -132,6 +132,48 @@ fn is_session_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The session store's health as the overview says it, from the status's `store`.
+fn store_line(store: &serde_json::Value) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let ago = now.saturating_sub(store["since"].as_u64().unwrap_or(now));
+    let held = store["entries"].as_u64().unwrap_or(0);
+    let (what, held) = match store["kind"].as_str() {
+        Some("redis") => (
+            "Redis".to_owned(),
+            format!(
+                "{held} keys as counted {} s ago",
+                store["entries_age_secs"].as_u64().unwrap_or(0)
+            ),
+        ),
+        _ => (
+            "embedded".to_owned(),
+            format!(
+                "{held} sessions of at most {}, {} evicted to stay within it",
+                store["max_sessions"].as_u64().unwrap_or(0),
+                store["evicted"].as_u64().unwrap_or(0)
+            ),
+        ),
+    };
+    let last = store["last_error"].as_str();
+    if store["up"] == false {
+        let failing: Vec<&str> = store["failing"]
+            .as_array()
+            .map(|f| f.iter().filter_map(|k| k.as_str()).collect())
+            .unwrap_or_default();
+        format!(
+            "{what}, failing for {ago} s ({} failing, {} failures): {}. {held}.",
+            failing.join(" and "),
+            store["failures"].as_u64().unwrap_or(0),
+            last.unwrap_or("no error recorded")
+        )
+    } else {
+        let before = last.map_or(String::new(), |e| format!(" (the last error: {e})"));
+        format!("{what}, answering for {ago} s{before}. {held}.")
+    }
+}
+
 fn overview(app: &AppState) -> Overview {
     let status = app.status();
     let t = &status["totals"];
@@ -164,6 +206,8 @@ fn overview(app: &AppState) -> Overview {
         anthropic: crate::server::shown_url(&p.anthropic_upstream),
         openai: crate::server::shown_url(&p.openai_upstream),
         uptime: status["uptime_secs"].as_u64().unwrap_or(0),
+        store: store_line(&status["store"]),
+        store_up: status["store"]["up"] != false,
         totals,
         chart: token_chart(&events),
         latency: latency_summary(latencies),

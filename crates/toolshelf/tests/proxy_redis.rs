@@ -1468,3 +1468,96 @@ fn a_request_whose_session_read_failed_adds_its_work_to_the_stored_session() {
     // its turn 3, so the next requests are turns 4, 5 and 6.
     assert_eq!(turns, ["1", "2", "1", "4", "5", "6"], "{log}");
 }
+
+/// `GET PATH` of `proxy`: the body.
+fn fetch(proxy: &ProxyProc, path: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", &format!("{}{path}", proxy.url)])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of the metric line that starts with `series ` in a scrape of `proxy`.
+fn metric(proxy: &ProxyProc, series: &str) -> Option<String> {
+    fetch(proxy, "/metrics").lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .map(str::to_owned)
+    })
+}
+
+/// Redis stopped is visible where an operator looks, not only in the log: the status's `store`
+/// says it fails (since when, which operations, the error in words), and so do the dashboard and
+/// `toolshelf_proxy_store_up`; once Redis answers again, they all say so, and the last error
+/// stays in the status.
+#[test]
+fn a_failing_redis_shows_in_the_status_the_dashboard_and_the_metrics() {
+    let s = Scratch::new("redis-health");
+    let mut redis = Redis::start(&s, false);
+    let upstream = Upstream::start(&s, &json!({"main_system": [SYSTEM], "steps": []}));
+    let (_sa, a) = replica("redis-health-a", &upstream, &redis, "rh:");
+    until_stored(&a, &redis, "rh:", "probe-1");
+    let store = a.status()["store"].clone();
+    assert_eq!(
+        (&store["kind"], &store["up"], &store["failing"]),
+        (&json!("redis"), &json!(true), &json!([])),
+        "{store}"
+    );
+    assert_eq!(metric(&a, "toolshelf_proxy_store_up").as_deref(), Some("1"));
+    let started = store["since"].as_u64().expect("since");
+
+    redis.stop();
+    assert_eq!(probe(&a, "probe-2"), 200, "{}", a.log());
+    let store = a.status()["store"].clone();
+    assert_eq!(store["up"], false, "{store}");
+    assert!(
+        store["failing"]
+            .as_array()
+            .is_some_and(|f| f.contains(&json!("read"))),
+        "{store}"
+    );
+    let error = store["last_error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains(&format!("Redis at 127.0.0.1:{}", redis.port)),
+        "the error in words: {store}"
+    );
+    assert!(store["failures"].as_u64().unwrap_or(0) >= 1, "{store}");
+    assert!(store["since"].as_u64().unwrap_or(0) >= started, "{store}");
+    assert!(store["entries_age_secs"].is_u64(), "{store}");
+    assert_eq!(metric(&a, "toolshelf_proxy_store_up").as_deref(), Some("0"));
+    let help = fetch(&a, "/metrics");
+    assert!(
+        help.contains("# HELP toolshelf_proxy_store_up ")
+            && help.contains("# TYPE toolshelf_proxy_store_up gauge"),
+        "{help}"
+    );
+    let page = fetch(&a, "/ui");
+    let shown = page
+        .split("id=\"store\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_else(|| panic!("the store's line: {page}"));
+    assert!(
+        shown.contains("class=\"broken\"") || shown.starts_with(" class=\"broken\""),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("failing") && shown.contains(&format!("127.0.0.1:{}", redis.port)),
+        "{shown}"
+    );
+
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.status()["store"]["up"] != true {
+        assert!(Instant::now() < deadline, "{}", a.log());
+        assert_eq!(probe(&a, "probe-3"), 200, "{}", a.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let store = a.status()["store"].clone();
+    assert_eq!(store["failing"], json!([]), "{store}");
+    assert_eq!(store["last_error"], json!(error), "kept: {store}");
+    assert_eq!(metric(&a, "toolshelf_proxy_store_up").as_deref(), Some("1"));
+    let page = fetch(&a, "/ui");
+    assert!(!page.contains("class=\"broken\""), "{page}");
+}

@@ -87,3 +87,75 @@ fn two_session_headers_on_one_request_are_refused_naming_the_header() {
         "{log}"
     );
 }
+
+/// The value of the sample `series` (its name and labels as written) in a scrape of `proxy`.
+fn sample(proxy: &ProxyProc, series: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sS", &format!("{}/metrics", proxy.url)])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .map(str::to_owned)
+    })
+}
+
+/// Sessions evicted at `[proxy] max_sessions` are counted (the status, the metrics), said in the
+/// log once for the burst, not once each, and the sessions held are a gauge.
+#[test]
+fn sessions_evicted_at_max_sessions_are_counted_and_said_once() {
+    let s = Scratch::new("proxy-evictions");
+    let upstream = Upstream::start(&s, &json!({"steps": [{"text": "Fine."}]}));
+    let proxy = ProxyProc::start(&s, &upstream.url(), "[proxy]\nmax_sessions = 2\n", &[]);
+    assert_eq!(
+        sample(&proxy, "toolshelf_proxy_sessions_evicted_total").as_deref(),
+        Some("0"),
+        "registered at 0"
+    );
+    let body = json!({"model": "m", "max_tokens": 64, "system": "probe", "tools": tools(),
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let url = format!("{}/v1/messages", proxy.url);
+    for name in ["a", "b", "c", "d", "e"] {
+        let (status, answer) = curl_post(&url, &body, &[("x-toolshelf-session", name)]);
+        assert_eq!(status, 200, "{answer}");
+    }
+    let store = proxy.status()["store"].clone();
+    assert_eq!(
+        (&store["kind"], &store["up"], &store["max_sessions"]),
+        (&json!("memory"), &json!(true), &json!(2)),
+        "{store}"
+    );
+    let evicted = store["evicted"].as_u64().unwrap_or(0);
+    assert!(evicted >= 3, "five sessions in a store of two: {store}");
+    assert_eq!(store["entries"], 2, "{store}");
+    assert_eq!(
+        sample(&proxy, "toolshelf_proxy_sessions_evicted_total"),
+        Some(evicted.to_string())
+    );
+    assert_eq!(
+        sample(&proxy, "toolshelf_proxy_sessions").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        sample(
+            &proxy,
+            &format!(
+                "toolshelf_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        )
+        .as_deref(),
+        Some("1")
+    );
+    let log = proxy.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("evicted to stay within [proxy] max_sessions = 2"))
+        .collect();
+    assert_eq!(said.len(), 1, "once for the burst:\n{log}");
+    assert!(
+        said[0].contains("WARN") && said[0].contains("1 live session evicted"),
+        "{log}"
+    );
+}
