@@ -334,6 +334,8 @@ pub enum HubEvent {
     Settled,
     /// The audit log's health changed: a record was dropped, or writes failed or resumed.
     AuditHealth,
+    /// The HTTP sessions' figures changed (serving began, a session was refused).
+    Sessions,
 }
 
 /// The sending side of the hub's event channel, as servers hold it. It counts the tool changes
@@ -451,6 +453,12 @@ pub struct Hub {
     announced: Arc<AtomicU64>,
     /// Tool changes the snapshot holds: the announced ones the hub has rebuilt after.
     rebuilt: tokio::sync::watch::Sender<u64>,
+    /// Its own way into the event channel, for the HTTP sessions' figures.
+    events: Events,
+    /// `[http] max_sessions` once it serves HTTP.
+    http_limit: std::sync::OnceLock<usize>,
+    /// HTTP sessions refused at that limit, since start.
+    sessions_refused: AtomicU64,
 }
 
 /// Merges `[servers]` of the configuration with the servers of an `mcp.json`; a name in both is
@@ -552,6 +560,7 @@ impl Hub {
             announced: announced.clone(),
         };
         audit.report_to(events.clone());
+        let own_events = events.clone();
         let servers = config
             .servers
             .iter()
@@ -600,6 +609,9 @@ impl Hub {
             search_latencies: toolshelf_dashboard::Latencies::default(),
             announced,
             rebuilt: tokio::sync::watch::channel(0).0,
+            events: own_events,
+            http_limit: std::sync::OnceLock::new(),
+            sessions_refused: AtomicU64::new(0),
         });
         hub.rebuild();
         hub.write_status();
@@ -655,7 +667,7 @@ impl Hub {
                     }
                 }
                 HubEvent::Settled => settled = true,
-                HubEvent::AuditHealth => audit = true,
+                HubEvent::AuditHealth | HubEvent::Sessions => audit = true,
             }
         }
         if tools {
@@ -1115,11 +1127,35 @@ impl Hub {
             audit: self.audit.status(),
             warnings: self.warnings(),
             mode: self.compiled.mode().map(str::to_owned),
+            http: self.http_status(),
         };
         let text = serde_json::to_string_pretty(&status).unwrap_or_default();
         if let Err(e) = crate::cache::write_atomic(path, text.as_bytes()) {
             tracing::warn!("cannot write the status file {}: {e}", path.display());
         }
+    }
+
+    /// Records that this gateway serves HTTP sessions, at most `max_sessions` at once: the
+    /// status file says so from now on.
+    pub fn serving_http(&self, max_sessions: usize) {
+        let _ = self.http_limit.set(max_sessions);
+        self.events.send(HubEvent::Sessions);
+    }
+
+    /// Counts an HTTP session refused at `[http] max_sessions` (the status file follows);
+    /// returns how many have been, since start.
+    pub fn session_refused(&self) -> u64 {
+        let total = self.sessions_refused.fetch_add(1, Ordering::Relaxed) + 1;
+        self.events.send(HubEvent::Sessions);
+        total
+    }
+
+    /// The HTTP sessions' figures, once it serves HTTP.
+    pub fn http_status(&self) -> Option<HttpStatus> {
+        self.http_limit.get().map(|&max_sessions| HttpStatus {
+            max_sessions,
+            sessions_refused: self.sessions_refused.load(Ordering::Relaxed),
+        })
     }
 
     /// The merged catalog in toolshelf's grouped form (what `toolshelf catalog` prints).
@@ -1196,6 +1232,18 @@ pub struct StatusFile {
     /// The mode it runs (absent without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// Its HTTP sessions' figures (absent over stdio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpStatus>,
+}
+
+/// A gateway's HTTP sessions, as its status file gives them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HttpStatus {
+    /// `[http] max_sessions`: sessions served at once.
+    pub max_sessions: usize,
+    /// `initialize` requests refused because that many were open, since start.
+    pub sessions_refused: u64,
 }
 
 /// The cache directory of `config`: `[cache] path` (with `~/` expanded; a relative one is the

@@ -4,7 +4,10 @@
 //! Calls, refusals and searches are counted from the audit records, the one place every call's
 //! outcome is written (`audited`, called for each record whether or not a log is kept), so
 //! the metrics and the audit log cannot disagree. Search durations are timed at the search
-//! seam; server states are read from the hub when scraped ([`servers`]).
+//! seam; server states, the open HTTP sessions and the audit records dropped are read from the
+//! hub and the listener when scraped ([`servers`], [`scraped`]). Sessions refused at
+//! `[http] max_sessions` are counted as they are refused (`session_refused`), and the build's
+//! version is a gauge of its own, [`BUILD_INFO`], set at install.
 
 use std::time::Duration;
 
@@ -30,6 +33,15 @@ pub const SERVER_STATE: &str = "toolshelf_gateway_server_state";
 /// Failed starts and crashes per server.
 pub const SERVER_FAILURES: &str = "toolshelf_gateway_server_failures_total";
 
+/// Open HTTP sessions, when scraped.
+pub const HTTP_SESSIONS: &str = "toolshelf_gateway_http_sessions";
+/// `initialize` requests refused at `[http] max_sessions`.
+pub const SESSIONS_REFUSED: &str = "toolshelf_gateway_sessions_refused_total";
+/// Audit records that could not be written.
+pub const AUDIT_DROPPED: &str = "toolshelf_gateway_audit_dropped_total";
+/// 1, labelled with the version of the binary.
+pub const BUILD_INFO: &str = "toolshelf_build_info";
+
 /// The states a server can be in, as `toolshelf status` names them.
 pub const STATES: [&str; 5] = ["cached", "starting", "ready", "failed", "disabled"];
 
@@ -37,6 +49,7 @@ pub const STATES: [&str; 5] = ["cached", "starting", "ready", "failed", "disable
 pub fn install() -> Result<(), String> {
     toolshelf_runtime::metrics::install()?;
     describe();
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     Ok(())
 }
 
@@ -76,6 +89,41 @@ pub fn describe() {
         Unit::Count,
         "Failed starts and crashes of each MCP server."
     );
+    describe_gauge!(HTTP_SESSIONS, "Open HTTP client sessions.");
+    describe_counter!(
+        SESSIONS_REFUSED,
+        Unit::Count,
+        "HTTP initialize requests refused because [http] max_sessions sessions were open."
+    );
+    describe_counter!(
+        AUDIT_DROPPED,
+        Unit::Count,
+        "Audit records that could not be written to the audit log, since start."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1, labelled with the version of the toolshelf binary."
+    );
+}
+
+/// Serving HTTP: the sessions' figures are written from the first scrape, at 0.
+pub fn serving_http() {
+    gauge!(HTTP_SESSIONS).set(0.0);
+    counter!(SESSIONS_REFUSED).increment(0);
+}
+
+/// An HTTP session refused at the limit.
+pub(crate) fn session_refused() {
+    counter!(SESSIONS_REFUSED).increment(1);
+}
+
+/// Sets what a scrape reads of the listener and the hub: the open HTTP sessions and the audit
+/// records dropped (when a log is kept).
+pub fn scraped(http_sessions: usize, audit: Option<&crate::audit::AuditStatus>) {
+    gauge!(HTTP_SESSIONS).set(http_sessions as f64);
+    if let Some(a) = audit {
+        counter!(AUDIT_DROPPED).absolute(a.dropped);
+    }
 }
 
 /// Counts what an audit record says happened.
@@ -112,6 +160,35 @@ pub fn servers(statuses: &[ServerStatus]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_and_dropped_records_become_metrics() {
+        let r = toolshelf_runtime::metrics::recorder();
+        let handle = r.handle();
+        metrics::with_local_recorder(&r, || {
+            describe();
+            serving_http();
+            let audit = crate::audit::AuditStatus {
+                path: "/var/log/a.jsonl".into(),
+                required: false,
+                dropped: 3,
+                error: Some("no space".into()),
+            };
+            scraped(2, Some(&audit));
+            session_refused();
+            scraped(1, Some(&audit));
+        });
+        let text = handle.render();
+        for line in [
+            "toolshelf_gateway_http_sessions 1",
+            "toolshelf_gateway_sessions_refused_total 1",
+            "toolshelf_gateway_audit_dropped_total 3",
+            "# TYPE toolshelf_gateway_http_sessions gauge",
+            "# HELP toolshelf_gateway_audit_dropped_total Audit records",
+        ] {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
+    }
 
     #[test]
     fn audit_records_and_statuses_become_metrics() {

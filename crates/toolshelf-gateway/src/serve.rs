@@ -8,7 +8,8 @@
 //! rmcp's streamable HTTP service sits behind `guard`, which adds what rmcp lacks: it refuses
 //! a request with more than one `Host` or `Origin` header (rmcp reads only the first), checks
 //! both against loopback and `[http]` with answers that name the key (rmcp, configured alike,
-//! checks again behind it), refuses an `initialize` past `[http] max_sessions`, and answers a
+//! checks again behind it), refuses an `initialize` past `[http] max_sessions` (counted in the
+//! metrics and the status file, and logged at most once per [`REFUSALS_SAID_EVERY`]), and answers a
 //! body that is not JSON-RPC with a JSON-RPC error (parse error or invalid request, HTTP 400)
 //! instead of rmcp's plain-text 415. For that it buffers the body, up to the 4 MiB rmcp allows,
 //! and still lets rmcp answer first, so rmcp's order of checks (406, 415, 413) holds; only its
@@ -54,6 +55,10 @@ use toolshelf_core::http::Listener;
 use crate::error::{GatewayError, Result};
 use crate::hub::Hub;
 use crate::session::{GatewaySession, SessionEnd};
+
+/// How often sessions refused at `[http] max_sessions` are said in the log: the first at once,
+/// then at most one line per this interval, with the number since.
+pub const REFUSALS_SAID_EVERY: Duration = Duration::from_secs(30);
 
 /// The largest request body, as rmcp's default `max_request_body_bytes`.
 const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -489,7 +494,10 @@ pub async fn serve_http(
     let open = Arc::new(OpenSessions::default());
     let counted = sessions.clone();
     let hub_for_ui = hub.clone();
-    let scraped = hub.clone();
+    let hub_for_guard = hub.clone();
+    let scraped = (hub.clone(), sessions.clone());
+    hub.serving_http(checks.max_sessions);
+    crate::metrics::serving_http();
     let registered = open.clone();
     let service = StreamableHttpService::new(
         move || {
@@ -505,6 +513,8 @@ pub async fn serve_http(
         sessions,
         admitting: tokio::sync::Mutex::new(()),
         open: open.clone(),
+        hub: hub_for_guard,
+        refusals_said: Mutex::new((None, 0)),
     });
     let ui = crate::ui::UiState {
         hub: hub_for_ui,
@@ -518,7 +528,10 @@ pub async fn serve_http(
         .route("/ui/", axum::routing::get(crate::ui::handle))
         .route("/ui/{*page}", axum::routing::get(crate::ui::handle))
         .with_state(ui);
-    let scrape = axum::routing::get(move |request: Request| metrics(scraped.clone(), request));
+    let scrape = axum::routing::get(move |request: Request| {
+        let (hub, sessions) = scraped.clone();
+        metrics(hub, sessions, request)
+    });
     let router = axum::Router::new()
         .nest_service("/mcp", service)
         .merge(pages)
@@ -575,7 +588,7 @@ pub async fn serve_http(
 /// `GET /metrics`: the Prometheus text, server states as of now; 404 when this process records
 /// no metrics. It names servers and their states, so with `[ui] token` set it needs the token as
 /// the dashboard does, on a loopback listener too.
-async fn metrics(hub: Arc<Hub>, request: Request) -> Response {
+async fn metrics(hub: Arc<Hub>, sessions: Arc<LocalSessionManager>, request: Request) -> Response {
     if let Some(token) = hub.config().ui.required_token()
         && let Err(refused) =
             toolshelf_dashboard::require_token(token, request.headers(), request.uri().query())
@@ -583,6 +596,8 @@ async fn metrics(hub: Arc<Hub>, request: Request) -> Response {
         return *refused;
     }
     crate::metrics::servers(&hub.statuses());
+    let open = sessions.sessions.read().await.len();
+    crate::metrics::scraped(open, hub.audit.status().as_ref());
     match toolshelf_runtime::metrics::render() {
         Some(text) => {
             let mut r = Response::new(Body::from(text));
@@ -612,6 +627,10 @@ struct Guard {
     admitting: tokio::sync::Mutex<()>,
     /// The sessions' ends, by id once their `initialize` is answered.
     open: Arc<OpenSessions>,
+    /// The hub, which counts refused sessions for the status file.
+    hub: Arc<Hub>,
+    /// When a refused session was last said in the log, and how many were refused since.
+    refusals_said: Mutex<(Option<std::time::Instant>, u64)>,
 }
 
 /// The checks in front of rmcp (see the module documentation).
@@ -688,6 +707,7 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
         let open = g.sessions.sessions.read().await.len();
         let max = g.checks.max_sessions;
         if open >= max {
+            g.refused(open, max);
             let id = message.as_ref().map_or(Value::Null, id_of);
             return jsonrpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -735,6 +755,26 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
 }
 
 impl Guard {
+    /// Counts an `initialize` refused with `open` sessions at the limit `max`, and says so in
+    /// the log unless it did less than [`REFUSALS_SAID_EVERY`] ago.
+    fn refused(&self, open: usize, max: usize) {
+        crate::metrics::session_refused();
+        let total = self.hub.session_refused();
+        let mut said = self.refusals_said.lock().unwrap_or_else(|p| p.into_inner());
+        said.1 += 1;
+        if said.0.is_some_and(|t| t.elapsed() < REFUSALS_SAID_EVERY) {
+            return;
+        }
+        let since = std::mem::take(&mut said.1);
+        said.0 = Some(std::time::Instant::now());
+        tracing::warn!(
+            "refused {since} new HTTP session{}: {open} open, the limit ([http] max_sessions = \
+             {max}); {total} refused since start (said at most every {} s)",
+            if since == 1 { "" } else { "s" },
+            REFUSALS_SAID_EVERY.as_secs()
+        );
+    }
+
     /// Whether rmcp has an open session of this id.
     async fn knows(&self, session: &str) -> bool {
         self.sessions.sessions.read().await.contains_key(session)

@@ -2302,6 +2302,129 @@ async fn metrics_need_the_dashboard_token_off_loopback() {
     client.cancel().await.expect("close");
 }
 
+/// `GET URL` with curl: the body.
+fn curl(url: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", url])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of the sample `series` (its name and labels as written) in a scrape.
+fn sample(scrape: &str, series: &str) -> Option<String> {
+    scrape.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .map(str::to_owned)
+    })
+}
+
+/// A session refused at `[http] max_sessions` and audit records the log could not take are not
+/// only in the log: the metrics count them (with the open sessions and the build's version),
+/// and the status file and `toolshelf status` give the refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_sessions_and_dropped_audit_records_are_counted_and_shown() {
+    let s = Scratch::new("http-limits");
+    // /dev/full opens, and fails every write with "no space left on device".
+    let config = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[audit]\npath = \"/dev/full\"\nrequired = false\n[cache]\npath = {:?}\n[http]\nmax_sessions = 1\n",
+            test_server_section(5),
+            s.path("cache")
+        ),
+    );
+    let (_gateway, url, log) = http_gateway_logged(&config, "127.0.0.1:0", &[]);
+    let base = url.trim_end_matches("/mcp").to_owned();
+    let client = http_client(&url, TestClient::default()).await;
+    ok(&search(&client, json!({"tool_names": ["mcp__test__pid"]})).await);
+    for _ in 0..2 {
+        let refused = raw_http(&url, "POST", &[], RAW_INITIALIZE.as_bytes()).await;
+        assert_eq!(refused.status, 503, "{refused:?}");
+    }
+
+    let scrape = curl(&format!("{base}/metrics"));
+    assert_eq!(
+        sample(&scrape, "toolshelf_gateway_sessions_refused_total").as_deref(),
+        Some("2"),
+        "{scrape}"
+    );
+    assert_eq!(
+        sample(&scrape, "toolshelf_gateway_http_sessions").as_deref(),
+        Some("1"),
+        "{scrape}"
+    );
+    let dropped: u64 = sample(&scrape, "toolshelf_gateway_audit_dropped_total")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the dropped records: {scrape}"));
+    assert!(dropped >= 1, "{scrape}");
+    assert_eq!(
+        sample(
+            &scrape,
+            &format!(
+                "toolshelf_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        )
+        .as_deref(),
+        Some("1"),
+        "{scrape}"
+    );
+    for (name, kind) in [
+        ("toolshelf_gateway_sessions_refused_total", "counter"),
+        ("toolshelf_gateway_http_sessions", "gauge"),
+        ("toolshelf_gateway_audit_dropped_total", "counter"),
+        ("toolshelf_build_info", "gauge"),
+    ] {
+        assert!(
+            scrape.contains(&format!("# HELP {name} "))
+                && scrape.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name}: {scrape}"
+        );
+    }
+
+    // Said in the log, once for the burst.
+    let said: Vec<String> = log
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|l| l.contains("refused 1 new HTTP session"))
+        .cloned()
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("WARN") && said[0].contains("1 open, the limit ([http] max_sessions = 1)"),
+        "{said:?}"
+    );
+
+    // The status file follows, written in the background.
+    let operator = || {
+        let out = std::process::Command::new(TOOLSHELF)
+            .args(["status", "--config", &config, "--json"])
+            .output()
+            .expect("status");
+        serde_json::from_slice::<Value>(&out.stdout).expect("status JSON")
+    };
+    wait_for("the status file to count the refusals", || async {
+        operator()["gateways"][0]["http"] == json!({"max_sessions": 1, "sessions_refused": 2})
+    })
+    .await;
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["status", "--config", &config])
+        .output()
+        .expect("status");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(
+            "http: at most 1 sessions at once ([http] max_sessions); 2 refused at that limit"
+        ),
+        "{table}"
+    );
+
+    client.cancel().await.expect("close");
+}
+
 /// `toolshelf status` with these arguments and `XDG_CACHE_HOME` in the scratch directory: its
 /// exit status, stdout and stderr.
 fn status_run(s: &Scratch, args: &[&str]) -> (Option<i32>, String, String) {

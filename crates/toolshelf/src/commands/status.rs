@@ -31,7 +31,7 @@ pub struct Args {
     source: GatewaySource,
     /// Print JSON: {"source": "running" | "probe", "running": true | false, "pid"?, "servers":
     /// [...], "warnings": [...], "gateways": [{"pid", "mode", "servers", "audit", "warnings",
-    /// "config_changed"?}], "note"?}. The exit status is the same either way: 0 when a gateway
+    /// "http"?: {"max_sessions", "sessions_refused"}, "config_changed"?}], "note"?}. The exit status is the same either way: 0 when a gateway
     /// runs and is healthy, 1 when a server of it has failed or its required audit log cannot be
     /// written, 2 when the status cannot be read, 3 when no gateway runs ("running": false).
     #[arg(long)]
@@ -70,6 +70,9 @@ pub fn run(args: Args) -> Result<()> {
                         "audit": g.audit,
                         "warnings": g.warnings,
                     });
+                    if let Some(http) = &g.http {
+                        v["http"] = serde_json::json!(http);
+                    }
                     let d = drift(g);
                     if !d.is_empty() {
                         v["config_changed"] = serde_json::json!(d);
@@ -124,6 +127,13 @@ pub fn run(args: Args) -> Result<()> {
                         .as_deref()
                         .map(|e| format!("; failing: {}", cell(e)))
                         .unwrap_or_default()
+                );
+            }
+            if let Some(h) = &g.http {
+                outln!(
+                    "http: at most {} sessions at once ([http] max_sessions); {} refused at that limit",
+                    h.max_sessions,
+                    h.sessions_refused
                 );
             }
             // A running gateway's log is usually hidden by the client that started it.

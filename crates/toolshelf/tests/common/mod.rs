@@ -283,6 +283,21 @@ pub fn http_gateway_on(config: &str, addr: &str) -> (Reaped, String) {
 
 /// [`http_gateway_on`] with `env` set for the gateway (`TOKIO_WORKER_THREADS`, say).
 pub fn http_gateway_with(config: &str, addr: &str, env: &[(&str, &str)]) -> (Reaped, String) {
+    let (child, url, _) = http_gateway_logged(config, addr, env);
+    (child, url)
+}
+
+/// The lines a gateway has written to stderr so far (they are passed on to the test's stderr
+/// too).
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// [`http_gateway_with`], and its log.
+pub fn http_gateway_logged(
+    config: &str,
+    addr: &str,
+    env: &[(&str, &str)],
+) -> (Reaped, String, Log) {
+    let log = Log::default();
     let mut child = std::process::Command::new(TOOLSHELF)
         .args(["serve", "--config", config, "--http", addr])
         .env("TOOLSHELF_LOG", "warn")
@@ -302,8 +317,14 @@ pub fn http_gateway_with(config: &str, addr: &str, env: &[(&str, &str)]) -> (Rea
             break rest.trim().to_owned();
         }
     };
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
-    (Reaped(child), url)
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        lines.map_while(Result::ok).for_each(|l| {
+            eprintln!("{l}");
+            kept.lock().unwrap_or_else(|p| p.into_inner()).push(l);
+        })
+    });
+    (Reaped(child), url, log)
 }
 
 pub async fn http_client(url: &str, handler: TestClient) -> Client {
