@@ -1,7 +1,9 @@
 //! toolshelf-dashboard: the pages of `/ui`, shared by the proxy and the gateway.
 //!
 //! Pages are askama templates (`templates/`), escaped by default; the only script is htmx,
-//! embedded in the binary ([`HTMX`]), for the search playground and live timelines. This crate
+//! embedded in the binary ([`HTMX`]), for the search playground, live timelines and the figures
+//! of the overview and servers pages, which fetch their own page again every
+//! [`REFRESH_SECS`] seconds and swap in its `#live` part (no reload: the scroll position stays). This crate
 //! renders what it is given and decides who may look ([`admitted`]); each edge gathers its own
 //! figures (the proxy its sessions, the gateway its servers) and routes the requests.
 //!
@@ -21,6 +23,9 @@ use toolshelf_core::config::{UiConfig, Unserved};
 use toolshelf_core::policy::{Exposure, State};
 use toolshelf_core::search::SearchIndex;
 use toolshelf_core::{Catalog, Surface};
+
+/// How often the overview and servers pages refresh their figures, in seconds.
+pub const REFRESH_SECS: u32 = 5;
 
 /// htmx 2.0.11 (Zero-Clause BSD), served at `/ui/assets/htmx.min.js`.
 pub const HTMX: &[u8] = include_bytes!("../assets/htmx.min.js");
@@ -522,6 +527,12 @@ pub struct ServersPage {
     pub servers: Vec<ServerRow>,
     /// The latency summary.
     pub latency: String,
+    /// The audit log's health in words (empty without a log).
+    pub audit: String,
+    /// Whether the audit log takes every record (else its line stands out).
+    pub audit_ok: bool,
+    /// The HTTP sessions in words: open, the limit, refused at it (empty over stdio).
+    pub sessions: String,
 }
 
 /// A rendered page as a response: never cached (a page may have been reached with the token in

@@ -519,6 +519,7 @@ pub async fn serve_http(
     let ui = crate::ui::UiState {
         hub: hub_for_ui,
         loopback: local.ip().is_loopback(),
+        sessions: state.sessions.clone(),
     };
     // `/ui/` and `/metrics/` are the pages without the slash, and `/favicon.ico`, which a
     // browser asks for with every page, is an empty answer, as the proxy has them; any other path

@@ -1,6 +1,9 @@
 //! The gateway's dashboard at `/ui` on its HTTP listener: its servers and their states, the
 //! merged catalog with each tool's exposure decision, the index as clients read it, and a search
-//! playground over the same index its sessions search. The pages are `toolshelf-dashboard`'s.
+//! playground over the same index its sessions search. The servers page also says whether the
+//! audit log takes every record (and why not) and, over HTTP, how many sessions are open, the
+//! limit, and how many were refused at it; it refreshes its figures by itself. The pages are
+//! `toolshelf-dashboard`'s.
 
 use std::sync::Arc;
 
@@ -21,6 +24,8 @@ pub struct UiState {
     pub hub: Arc<Hub>,
     /// Whether the listener is on a loopback address.
     pub loopback: bool,
+    /// The listener's HTTP sessions.
+    pub sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
 }
 
 /// Serves every `/ui…` page.
@@ -31,17 +36,18 @@ pub async fn handle(State(ui): State<UiState>, req: Request) -> Response {
     if let Err(r) = admitted(&hub.config().ui, ui.loopback, &parts.headers, query) {
         return *r;
     }
-    let page = page(hub, parts.uri.path(), query);
+    let open = ui.sessions.sessions.read().await.len();
+    let page = page(hub, parts.uri.path(), query, open);
     toolshelf_dashboard::remember_token(page, &hub.config().ui, query)
 }
 
-fn page(hub: &Hub, path: &str, query: Option<&str>) -> Response {
+fn page(hub: &Hub, path: &str, query: Option<&str>, open: usize) -> Response {
     let q = query.and_then(|q| param(q, "q")).unwrap_or_default();
     let snap = hub.snapshot();
     let source = format!("the merged catalog of {}", hub.label());
     let found = Some(snap.search_index());
     match path.trim_end_matches('/') {
-        "/ui" => html(&servers(hub)),
+        "/ui" => html(&servers(hub, open)),
         "/ui/catalog" => html(&CatalogPage::of(
             Chrome::gateway(),
             source,
@@ -65,8 +71,37 @@ fn page(hub: &Hub, path: &str, query: Option<&str>) -> Response {
     }
 }
 
-fn servers(hub: &Hub) -> ServersPage {
+/// The audit log's health in words, and whether it takes every record.
+fn audit_line(a: &crate::audit::AuditStatus) -> (String, bool) {
+    let kind = if a.required {
+        "required: calls are refused while it cannot be written"
+    } else {
+        "optional"
+    };
+    match &a.error {
+        Some(e) => (
+            format!(
+                "{} is failing ({kind}): {e}; {} records dropped since start.",
+                a.path, a.dropped
+            ),
+            false,
+        ),
+        None => (
+            format!(
+                "{} is written ({kind}); {} records dropped since start.",
+                a.path, a.dropped
+            ),
+            true,
+        ),
+    }
+}
+
+fn servers(hub: &Hub, open: usize) -> ServersPage {
     let statuses = hub.statuses();
+    let (audit, audit_ok) = hub
+        .audit
+        .status()
+        .map_or((String::new(), true), |a| audit_line(&a));
     let tools: usize = statuses.iter().filter_map(|s| s.tools).sum();
     ServersPage {
         chrome: Chrome::gateway(),
@@ -89,5 +124,13 @@ fn servers(hub: &Hub) -> ServersPage {
             })
             .collect(),
         latency: hub.search_latencies.summary(),
+        audit,
+        audit_ok,
+        sessions: hub.http_status().map_or_else(String::new, |h| {
+            format!(
+                "{open} open of at most {} ([http] max_sessions); {} refused at that limit since start.",
+                h.max_sessions, h.sessions_refused
+            )
+        }),
     }
 }

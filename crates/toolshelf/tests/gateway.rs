@@ -2322,7 +2322,7 @@ fn sample(scrape: &str, series: &str) -> Option<String> {
 
 /// A session refused at `[http] max_sessions` and audit records the log could not take are not
 /// only in the log: the metrics count them (with the open sessions and the build's version),
-/// and the status file and `toolshelf status` give the refusals.
+/// the status file and `toolshelf status` give the refusals, and the dashboard shows both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_sessions_and_dropped_audit_records_are_counted_and_shown() {
     let s = Scratch::new("http-limits");
@@ -2422,6 +2422,39 @@ async fn refused_sessions_and_dropped_audit_records_are_counted_and_shown() {
         "{table}"
     );
 
+    let page = curl(&format!("{base}/ui"));
+    // The figures refresh by themselves, in place: the page fetches itself and swaps its live
+    // part in, which holds them.
+    let live = page
+        .split("<div id=\"live\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a live part: {page}"));
+    assert!(
+        live.starts_with(
+            " hx-get=\"/ui\" hx-trigger=\"every 5s\" hx-select=\"#live\" hx-swap=\"outerHTML\">"
+        ) && live.contains("<table id=\"servers\">")
+            && live.contains("id=\"audit\"")
+            && live.contains("id=\"sessions\""),
+        "{page}"
+    );
+    let audit = page
+        .split("id=\"audit\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_else(|| panic!("the audit log's line: {page}"));
+    assert!(
+        audit.contains("broken") && audit.contains("/dev/full") && audit.contains("No space left"),
+        "{audit}"
+    );
+    let sessions = page
+        .split("id=\"sessions\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_else(|| panic!("the sessions' line: {page}"));
+    assert!(
+        sessions.contains("1 open of at most 1") && sessions.contains("2 refused"),
+        "{sessions}"
+    );
     client.cancel().await.expect("close");
 }
 

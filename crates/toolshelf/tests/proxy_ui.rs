@@ -68,7 +68,8 @@ fn the_dashboard_shows_the_catalog_search_and_a_live_session_timeline_in_chromiu
             {"tool_uses": [{"name": "defer_execute",
                             "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "x"}}}]},
             {"text": "Read."},
-            {"text": "Again."}
+            {"text": "Again."},
+            {"text": "Once more."}
         ]}),
     );
     let proxy = ProxyProc::start(&s, &upstream.url(), "", &[]);
@@ -112,7 +113,18 @@ fn the_dashboard_shows_the_catalog_search_and_a_live_session_timeline_in_chromiu
     assert_eq!(ready["ready"], 2, "two requests in the timeline: {ready}");
     messages.push(json!({"role": "user", "content": "once more"}));
     post(&url, &body(&messages));
-    writeln!(driver.stdin.take().expect("stdin"), "next").expect("signal the driver");
+    let mut stdin = driver.stdin.take().expect("stdin");
+    writeln!(stdin, "next").expect("signal the driver");
+    // The overview, left open, shows a later request by itself.
+    let ready: Value =
+        serde_json::from_str(&lines.next().expect("ready line").expect("read")).expect("JSON");
+    assert_eq!(
+        ready["overview_ready"], "3",
+        "three requests so far: {ready}"
+    );
+    messages.push(json!({"role": "user", "content": "and again"}));
+    post(&url, &body(&messages));
+    writeln!(stdin, "next").expect("signal the driver");
     let result: Value =
         serde_json::from_str(&lines.next().expect("result line").expect("read")).expect("JSON");
     assert!(driver.wait().expect("driver").success());
@@ -146,6 +158,14 @@ fn the_dashboard_shows_the_catalog_search_and_a_live_session_timeline_in_chromiu
         result["session"]["prefix_cells"],
         json!(["first", "kept", "kept"])
     );
+    assert_eq!(
+        (
+            &result["refresh"]["after"],
+            &result["refresh"]["stayed_on_page"]
+        ),
+        (&json!("4"), &json!(true)),
+        "the overview's figures refresh in place: {result}"
+    );
     for page in ["overview", "search", "session"] {
         let (w, h) = png_size(&format!("{out}/{page}.png"));
         assert!(w >= 1000 && h >= 700, "{page}.png is {w}×{h}");
@@ -157,7 +177,7 @@ fn the_dashboard_shows_the_catalog_search_and_a_live_session_timeline_in_chromiu
         paths.iter().all(|p| p.ends_with("/v1/messages")),
         "{paths:?}"
     );
-    assert_eq!(proxy.status()["totals"]["requests"], 3);
+    assert_eq!(proxy.status()["totals"]["requests"], 4);
 }
 
 /// The paths of every request the upstream received.
