@@ -486,20 +486,21 @@ fn resolved(path: &str) -> String {
 }
 
 /// Why a request for one of the proxy's own pages is not served, if it is not (past the `Host`
-/// and `Origin` checks every request meets): a method other than GET (such a request was
-/// forwarded upstream as an API call); and for the paths besides the dashboard's (the status and
-/// metrics name sessions and tools), no `[ui] token` where the dashboard needs one.
+/// and `Origin` checks every request meets): a method other than GET or HEAD (such a request
+/// was forwarded upstream as an API call; HEAD is answered as GET, without the body, as HTTP
+/// asks); and for the paths besides the dashboard's (the status and metrics name sessions and
+/// tools), no `[ui] token` where the dashboard needs one.
 fn own_page_refusal(
     app: &AppState,
     page: OwnPage,
     parts: &axum::http::request::Parts,
 ) -> Option<Response> {
-    if parts.method != Method::GET {
+    if parts.method != Method::GET && parts.method != Method::HEAD {
         return Some(
             (
                 StatusCode::METHOD_NOT_ALLOWED,
-                [(header::ALLOW, "GET")],
-                format!("{} is read with GET only", parts.uri.path()),
+                [(header::ALLOW, "GET, HEAD")],
+                format!("{} is read with GET or HEAD only", parts.uri.path()),
             )
                 .into_response(),
         );

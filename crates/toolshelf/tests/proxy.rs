@@ -1079,13 +1079,19 @@ fn the_dashboard_needs_a_token_off_loopback_and_is_open_on_it() {
     let passed = status["totals"]["passed"].clone();
     drop(guarded);
 
-    // The proxy's own pages are read with GET only, never forwarded upstream as API calls, and
-    // only for a loopback Host (a page of another site reaching the port by DNS rebinding is
-    // refused).
+    // The proxy's own pages are read with GET (and HEAD, as HTTP asks of whatever answers GET:
+    // uptime probes use it) only, never forwarded upstream as API calls, and only for a loopback
+    // Host (a page of another site reaching the port by DNS rebinding is refused).
     let local = ProxyProc::start(&s, &upstream.url(), "", &[]);
+    for page in ["ui", "toolshelf/status", "metrics"] {
+        assert_eq!(
+            http("HEAD", &format!("{}/{page}", local.url), &[]).0,
+            200,
+            "HEAD {page}"
+        );
+    }
     for (method, page) in [
         ("POST", "ui/catalog"),
-        ("HEAD", "ui"),
         ("DELETE", "toolshelf/status"),
         ("PUT", "metrics"),
         ("POST", "toolshelf/status/"),
