@@ -38,7 +38,7 @@ use toolshelf_core::reminder::{Call as ReminderCall, TurnInput};
 use toolshelf_core::request::Api;
 use toolshelf_core::search::SearchRequest;
 use toolshelf_core::search::render::{SessionView, search_for};
-use toolshelf_core::session::FrozenSurface;
+use toolshelf_core::session::{Activity, FrozenSurface};
 
 use crate::api::{Call, ClientTurn, Dialect, Part, ProxyResult, Round, add_usage};
 use crate::session::{
@@ -1665,6 +1665,20 @@ impl Turn {
                     && let Some(text) = self.authored_off(proxy, &target)
                 {
                     return Err(answer(text, true));
+                }
+                // A deferred tool this session loaded or called that the client no longer
+                // sends is gone, as a resident one is: the change notice said so, and "no tool
+                // of that name" would contradict it.
+                let state = &self.prepared.session.state;
+                if via_defer
+                    && refusal.kind() == RefusalKind::Unknown
+                    && (state.activity(&target, u64::MAX) != Activity::Inactive
+                        || state.last_called(&target).is_some())
+                {
+                    let kind = RefusalKind::Gone;
+                    self.count_refusal(&target, kind);
+                    crate::metrics::refused(kind.as_str());
+                    return Err(answer(gone_text(&target), true));
                 }
                 self.count_refusal(&target, refusal.kind());
                 if let Some(i) = refusal.loads() {

@@ -678,3 +678,46 @@ fn a_chat_answer_carries_the_logprobs_of_its_text() {
     }
     assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
 }
+
+/// A deferred tool the session loaded that the client then stops sending is refused as gone,
+/// in the words a resident one gets, not as a name no tool has: the change notice told the model
+/// it is gone, and the refusal must not contradict it.
+#[test]
+fn a_loaded_deferred_tool_the_client_stops_sending_is_refused_as_gone() {
+    let s = Scratch::new("proxy-loop-deferred-gone");
+    let steps = json!([
+        {"calls": [{"name": "tool_search", "input": {"tool_names": ["get_weather"]}}]},
+        {"text": "Found it."},
+        {"calls": [{"name": "defer_execute",
+                    "input": {"tool_name": "get_weather", "params": {"city": "Paris"}}}]},
+        {"text": "It is gone."}
+    ]);
+    let upstream = LoopUpstream::start(&s, &steps);
+    let proxy = ProxyProc::start(&s, &upstream.url(), "[defer]\ndefault = true\n", &[]);
+    let weather = anthropic_tool(
+        "get_weather",
+        "Current weather for a city.",
+        json!({"city": {"type": "string"}}),
+        &["city"],
+    );
+    let read = anthropic_tool(
+        "read_file",
+        "Read a file.",
+        json!({"path": {"type": "string"}}),
+        &["path"],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "weather in Paris?"})];
+    let first = anthropic(&proxy, &[weather, read.clone()], &messages, false);
+    assert_eq!(text_of(&first), "Found it.", "{first}");
+    messages.push(json!({"role": "assistant", "content": first["content"]}));
+    messages.push(json!({"role": "user", "content": "and now?"}));
+    let second = anthropic(&proxy, &[read], &messages, false);
+    assert_eq!(text_of(&second), "It is gone.", "{second}");
+    let played = upstream.played();
+    let last = played.last().expect("a request")["body"]["messages"].to_string();
+    assert!(
+        last.contains("get_weather was not run: the client no longer offers this tool")
+            && !last.contains("No tool named"),
+        "{last}"
+    );
+}
