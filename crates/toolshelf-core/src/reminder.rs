@@ -537,6 +537,19 @@ mod tests {
         r.evaluate(s, &input)
     }
 
+    /// A turn whose only input is the model's searches for `queries`.
+    fn searched(r: &Reminders, s: &mut SessionState, queries: &[&str]) -> Evaluation {
+        let searches: Vec<String> = queries.iter().map(|q| (*q).to_owned()).collect();
+        run(
+            r,
+            s,
+            TurnInput {
+                searches: &searches,
+                ..TurnInput::default()
+            },
+        )
+    }
+
     fn user(text: &str) -> TurnInput<'_> {
         TurnInput {
             user_text: Some(text),
@@ -677,25 +690,9 @@ mod tests {
         let r = migration_rule(json!({"ttl_turns": 5}));
         let mut s = SessionState::default();
         run(&r, &mut s, user("run the migration")); // turn 1
-        let unrelated = ["weather".to_owned()];
-        let e = run(
-            &r,
-            &mut s,
-            TurnInput {
-                searches: &unrelated,
-                ..TurnInput::default()
-            },
-        ); // 2
+        let e = searched(&r, &mut s, &["weather"]); // 2
         assert_eq!(e.showing, [0], "another search does not clear it");
-        let category = ["database migration".to_owned()];
-        let e = run(
-            &r,
-            &mut s,
-            TurnInput {
-                searches: &category,
-                ..TurnInput::default()
-            },
-        ); // 3
+        let e = searched(&r, &mut s, &["database migration"]); // 3
         assert!(e.showing.is_empty());
         assert_eq!(e.notes[0].event, "cleared");
     }
@@ -724,27 +721,11 @@ mod tests {
             "read a file into memory",
             "graph of the call tree",
         ] {
-            let searches = [query.to_owned()];
-            let e = run(
-                &r,
-                &mut s,
-                TurnInput {
-                    searches: &searches,
-                    ..TurnInput::default()
-                },
-            );
+            let e = searched(&r, &mut s, &[query]);
             assert_eq!(e.showing, [0], "{query:?}: {:?}", e.notes);
         }
         // Words spread over several queries are no search for the category either.
-        let apart = ["create a branch".to_owned(), "list entities".to_owned()];
-        let e = run(
-            &r,
-            &mut s,
-            TurnInput {
-                searches: &apart,
-                ..TurnInput::default()
-            },
-        );
+        let e = searched(&r, &mut s, &["create a branch", "list entities"]);
         assert_eq!(e.showing, [0], "{:?}", e.notes);
         for (query, phrase) in [
             ("memory graph", "knowledge-graph memory"),
@@ -753,15 +734,7 @@ mod tests {
         ] {
             let mut s = SessionState::default();
             run(&r, &mut s, user("remember this"));
-            let searches = [query.to_owned()];
-            let e = run(
-                &r,
-                &mut s,
-                TurnInput {
-                    searches: &searches,
-                    ..TurnInput::default()
-                },
-            );
+            let e = searched(&r, &mut s, &[query]);
             assert!(e.showing.is_empty(), "{query:?}: {:?}", e.notes);
             assert_eq!(e.notes[0].event, "cleared");
             assert!(e.notes[0].why.contains(phrase), "{:?}", e.notes[0].why);
@@ -784,15 +757,7 @@ mod tests {
         .expect("rules");
         let mut s = SessionState::default();
         assert_eq!(run(&r, &mut s, user("the marker")).fired, [0]);
-        let searches = ["read a file".to_owned()];
-        let e = run(
-            &r,
-            &mut s,
-            TurnInput {
-                searches: &searches,
-                ..TurnInput::default()
-            },
-        );
+        let e = searched(&r, &mut s, &["read a file"]);
         assert!(e.showing.is_empty(), "{:?}", e.notes);
         assert_eq!(e.notes[0].event, "cleared");
     }
