@@ -146,7 +146,7 @@ pub fn describe() {
         (ROUNDS, "Upstream rounds sent for rewritten requests."),
         (
             TOKENS,
-            "Tokens the upstreams reported, by kind: input, output, cache_read (OpenAI cached tokens included), cache_creation.",
+            "Tokens the upstreams reported for rewritten requests, by kind: input, output, cache_read (OpenAI cached tokens included), cache_creation. Requests passed through as sent are not counted.",
         ),
         (
             TOKENS_SAVED,
