@@ -746,12 +746,23 @@ checked. {again} with params that match:\n{}\n{}",
                 tool: i,
                 violations,
             } => invalid_params_text(&name(i), &voice.definition(tool(i)), violations),
-            Self::SchemaBroken { tool: i, error } => format!(
-                "{} was not run: its input schema is broken ({}), so its params cannot be checked. \
-This is a fault of the tool's server, not of your call; use another tool or ask the user to fix the server.",
-                name(i),
-                echo(error)
-            ),
+            // A server's tool is its server's to fix; a tool of no server (a built-in, a proxy's
+            // client tool) is its definition's.
+            Self::SchemaBroken { tool: i, error } => {
+                let whose = match &tool(i).original_server {
+                    Some(_) => {
+                        "This is a fault of the tool's server, not of your call; use another tool or ask the user to fix the server."
+                    }
+                    None => {
+                        "This is a fault of the tool's definition, not of your call; use another tool or ask the user to fix the definition."
+                    }
+                };
+                format!(
+                    "{} was not run: its input schema is broken ({}), so its params cannot be checked. {whose}",
+                    name(i),
+                    echo(error)
+                )
+            }
             Self::Denied { tool: i, because } => {
                 format!("{} was not run: {because} forbids this call.", name(i))
             }
@@ -1630,6 +1641,31 @@ long to show whole: only its start is shown"
     }
 
     /// A refusal's definition carries the schema whole and the description's first
+    /// A broken schema is its server's to fix, or, for a tool of no server (a built-in, a proxy's
+    /// client tool), its definition's: the refusal does not send the model to a server there is
+    /// none of.
+    #[test]
+    fn a_broken_schema_is_blamed_on_its_server_or_its_definition() {
+        let c = catalog();
+        let read = c.position("Read").expect("Read");
+        let fs = c.position("mcp__fs__read_text_file").expect("fs");
+        let text = |tool| {
+            Refusal::SchemaBroken {
+                tool,
+                error: "bad pattern".into(),
+            }
+            .text(&c)
+        };
+        assert!(
+            text(fs).contains("a fault of the tool's server")
+                && !text(read).contains("server")
+                && text(read).contains("a fault of the tool's definition, not of your call"),
+            "{}\n{}",
+            text(fs),
+            text(read)
+        );
+    }
+
     /// [`DEFINITION_DESCRIPTION_CHARS`] characters, with how many there were.
     #[test]
     fn a_refusals_definition_caps_a_long_description() {
