@@ -514,7 +514,7 @@ pub async fn serve_http(
         admitting: tokio::sync::Mutex::new(()),
         open: open.clone(),
         hub: hub_for_guard,
-        refusals_said: Mutex::new((None, 0)),
+        refusals_said: toolshelf_runtime::throttle::Throttle::every(REFUSALS_SAID_EVERY),
     });
     let ui = crate::ui::UiState {
         hub: hub_for_ui,
@@ -630,8 +630,8 @@ struct Guard {
     open: Arc<OpenSessions>,
     /// The hub, which counts refused sessions for the status file.
     hub: Arc<Hub>,
-    /// When a refused session was last said in the log, and how many were refused since.
-    refusals_said: Mutex<(Option<std::time::Instant>, u64)>,
+    /// Refused sessions, said in the log at most once per [`REFUSALS_SAID_EVERY`].
+    refusals_said: toolshelf_runtime::throttle::Throttle,
 }
 
 /// The checks in front of rmcp (see the module documentation).
@@ -761,13 +761,9 @@ impl Guard {
     fn refused(&self, open: usize, max: usize) {
         crate::metrics::session_refused();
         let total = self.hub.session_refused();
-        let mut said = self.refusals_said.lock().unwrap_or_else(|p| p.into_inner());
-        said.1 += 1;
-        if said.0.is_some_and(|t| t.elapsed() < REFUSALS_SAID_EVERY) {
+        let Some(since) = self.refusals_said.event() else {
             return;
-        }
-        let since = std::mem::take(&mut said.1);
-        said.0 = Some(std::time::Instant::now());
+        };
         tracing::warn!(
             "refused {since} new HTTP session{}: {open} open, the limit ([http] max_sessions = \
              {max}); {total} refused since start (said at most every {} s)",

@@ -380,8 +380,8 @@ pub struct MemoryStore {
     clock: std::sync::atomic::AtomicU64,
     /// Live sessions evicted to stay within `max`, since start.
     evicted: AtomicU64,
-    /// When an eviction was last logged, and how many there were since.
-    evictions_said: Mutex<(Option<Instant>, u64)>,
+    /// Evictions, said in the log at most once per [`LOG_EVERY`].
+    evictions_said: toolshelf_runtime::throttle::Throttle,
 }
 
 /// The file layout: the version, a newline, the value.
@@ -444,7 +444,7 @@ impl MemoryStore {
             file_ttl: FILE_TTL,
             clock: std::sync::atomic::AtomicU64::new(0),
             evicted: AtomicU64::new(0),
-            evictions_said: Mutex::new((None, 0)),
+            evictions_said: toolshelf_runtime::throttle::Throttle::every(LOG_EVERY),
         }
     }
 
@@ -513,16 +513,9 @@ impl MemoryStore {
     fn count_eviction(&self) {
         let total = self.evicted.fetch_add(1, Ordering::Relaxed) + 1;
         metrics::counter!(crate::metrics::SESSIONS_EVICTED).increment(1);
-        let mut said = self
-            .evictions_said
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        said.1 += 1;
-        if said.0.is_some_and(|t| t.elapsed() < LOG_EVERY) {
+        let Some(since) = self.evictions_said.event() else {
             return;
-        }
-        let since = std::mem::take(&mut said.1);
-        said.0 = Some(Instant::now());
+        };
         tracing::warn!(
             "session store: {since} live session{} evicted to stay within [proxy] max_sessions = {} \
              ({total} since start); an evicted conversation's next request goes on without its \

@@ -3,7 +3,7 @@
 //! The core decides (what a hook's answer means, what a search index holds); this crate only
 //! does: running hook processes ([`hooks`]), keeping files ([`files`]), the seam for extra
 //! search rankers ([`enrich`]), the Prometheus exposition of the figures both edges record
-//! ([`metrics`]), and script tools: the environment they run in ([`script`]) and the processes that run them
+//! ([`metrics`]), a log line for a repeated event said sparingly ([`throttle`]), and script tools: the environment they run in ([`script`]) and the processes that run them
 //! ([`scripts`]). It knows nothing of MCP or of any LLM
 //! API, so both edges depend on it and not on each other.
 
@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod metrics;
 pub mod script;
 pub mod scripts;
+pub mod throttle;
 
 /// Kills every process left in process group `pgid` (SIGKILL; unix only, a no-op elsewhere): the
 /// group a hook or a server was started in, so that what it started goes with it. A group whose
