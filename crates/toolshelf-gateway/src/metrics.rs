@@ -7,7 +7,8 @@
 //! seam; server states, the open HTTP sessions and the audit records dropped are read from the
 //! hub and the listener when scraped ([`servers`], [`scraped`]). Sessions refused at
 //! `[http] max_sessions` are counted as they are refused (`session_refused`), and the build's
-//! version is a gauge of its own, [`BUILD_INFO`], set at install.
+//! version is a gauge of its own, `toolshelf_build_info`
+//! ([`toolshelf_runtime::metrics::build_info`]), set at install.
 
 use std::time::Duration;
 
@@ -39,8 +40,6 @@ pub const HTTP_SESSIONS: &str = "toolshelf_gateway_http_sessions";
 pub const SESSIONS_REFUSED: &str = "toolshelf_gateway_sessions_refused_total";
 /// Audit records that could not be written.
 pub const AUDIT_DROPPED: &str = "toolshelf_gateway_audit_dropped_total";
-/// 1, labelled with the version of the binary.
-pub const BUILD_INFO: &str = "toolshelf_build_info";
 
 /// The states a server can be in, as `toolshelf status` names them.
 pub const STATES: [&str; 5] = ["cached", "starting", "ready", "failed", "disabled"];
@@ -49,7 +48,7 @@ pub const STATES: [&str; 5] = ["cached", "starting", "ready", "failed", "disable
 pub fn install() -> Result<(), String> {
     toolshelf_runtime::metrics::install()?;
     describe();
-    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    toolshelf_runtime::metrics::build_info();
     Ok(())
 }
 
@@ -99,10 +98,6 @@ pub fn describe() {
         AUDIT_DROPPED,
         Unit::Count,
         "Audit records that could not be written to the audit log, since start."
-    );
-    describe_gauge!(
-        BUILD_INFO,
-        "Always 1, labelled with the version of the toolshelf binary."
     );
 }
 

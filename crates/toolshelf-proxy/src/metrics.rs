@@ -11,7 +11,7 @@
 //! ones with each value of their label, so a scrape of a proxy that has served nothing yet
 //! already lists them all. The gauges (sessions held, the store's health) are set from the
 //! proxy's state at every scrape ([`scraped`]); the build's version is a gauge of its own,
-//! [`BUILD_INFO`], set once.
+//! `toolshelf_build_info` ([`toolshelf_runtime::metrics::build_info`]), set once.
 //!
 //! [`Proxy::count`]: crate::Proxy::count
 
@@ -63,8 +63,6 @@ pub const SESSIONS_EVICTED: &str = "toolshelf_proxy_sessions_evicted_total";
 pub const SESSIONS: &str = "toolshelf_proxy_sessions";
 /// 1 while the session store answers, 0 while its operations fail.
 pub const STORE_UP: &str = "toolshelf_proxy_store_up";
-/// 1, labelled with the version of the binary.
-pub const BUILD_INFO: &str = "toolshelf_build_info";
 
 /// Installs the process's recorder, describes the proxy's metrics and registers its counters
 /// at 0 ([`register`]).
@@ -72,7 +70,7 @@ pub fn install() -> Result<(), String> {
     toolshelf_runtime::metrics::install()?;
     describe();
     register();
-    build_info();
+    toolshelf_runtime::metrics::build_info();
     Ok(())
 }
 
@@ -202,15 +200,6 @@ pub fn describe() {
         STORE_UP,
         "1 while the session store answers, 0 while its reads or writes fail (see /toolshelf/status for since when and why)."
     );
-    describe_gauge!(
-        BUILD_INFO,
-        "Always 1, labelled with the version of the toolshelf binary."
-    );
-}
-
-/// Sets [`BUILD_INFO`].
-pub fn build_info() {
-    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
 
 /// Sets the gauges from the proxy's state, as a scrape finds it: the sessions `store` holds and
@@ -339,7 +328,7 @@ mod tests {
         metrics::with_local_recorder(&r, || {
             describe();
             register();
-            build_info();
+            toolshelf_runtime::metrics::build_info();
             let store = crate::store::Logged::new(std::sync::Arc::new(
                 crate::store::MemoryStore::new(5, None),
             ));

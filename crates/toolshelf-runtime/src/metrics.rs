@@ -75,6 +75,18 @@ pub fn install() -> Result<(), String> {
     Ok(())
 }
 
+/// The gauge both edges write: 1, labelled with the version of the binary.
+pub const BUILD_INFO: &str = "toolshelf_build_info";
+
+/// Describes and sets [`BUILD_INFO`].
+pub fn build_info() {
+    metrics::describe_gauge!(
+        BUILD_INFO,
+        "Always 1, labelled with the version of the toolshelf binary."
+    );
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+}
+
 /// The metrics in the Prometheus text format; `None` when no recorder was installed.
 pub fn render() -> Option<String> {
     HANDLE.get().map(PrometheusHandle::render)
