@@ -543,20 +543,13 @@ async fn stopping_the_http_server_ends_more_sessions_than_it_ends_at_once() {
         ok(&search(&client, json!({"queries": ["list notes"]})).await);
         clients.push(client);
     }
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &gateway.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(term.success());
-    // A guard against a hang, not a measure of speed.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while gateway.try_wait().expect("poll the gateway").is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway did not exit on SIGTERM with {SESSIONS} sessions open"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    signal(gateway.id(), "TERM");
+    exit_of(
+        &mut gateway,
+        120,
+        &format!("on SIGTERM with {SESSIONS} sessions open"),
+    )
+    .await;
     let audit = s.audit();
     let sessions = |outcome: &str| -> std::collections::BTreeSet<String> {
         audit
@@ -959,6 +952,19 @@ fn wrapped_server(s: &Scratch) -> (String, String) {
     (config, pidfile)
 }
 
+/// The wrapper's own child, by the pid [`wrapped_server`] wrote, killed when dropped.
+fn sleeper(pidfile: &str) -> KillOnDrop {
+    let pid = std::fs::read_to_string(pidfile).expect("the pid file");
+    KillOnDrop(pid.trim().to_owned())
+}
+
+/// Whether the audit log holds a session's end record.
+fn a_session_ended(s: &Scratch) -> bool {
+    s.audit()
+        .iter()
+        .any(|r| r["kind"] == "session" && r["outcome"] == "end")
+}
+
 /// Whether process `pid` is gone (or a zombie waiting to be reaped).
 fn gone(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -988,8 +994,7 @@ async fn what_a_server_started_is_stopped_when_the_gateway_exits() {
     let (config, pidfile) = wrapped_server(&s);
     let client = stdio_client(&config, TestClient::default()).await;
     ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
-    let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
-    let sleeper = KillOnDrop(sleeper.trim().to_owned());
+    let sleeper = sleeper(&pidfile);
     assert!(!gone(&sleeper.0), "the background process runs");
     client.cancel().await.expect("close");
     wait_for("the server's own child to be stopped", || async {
@@ -1006,8 +1011,7 @@ async fn sigterm_to_a_stdio_gateway_stops_its_servers_and_ends_the_session() {
     let (config, pidfile) = wrapped_server(&s);
     let (client, gateway) = stdio_gateway(&config, TestClient::default(), |_| {}).await;
     ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
-    let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
-    let sleeper = KillOnDrop(sleeper.trim().to_owned());
+    let sleeper = sleeper(&pidfile);
     signal(gateway, "TERM");
     wait_for("the gateway to exit", || async {
         gone(&gateway.to_string())
@@ -1017,11 +1021,7 @@ async fn sigterm_to_a_stdio_gateway_stops_its_servers_and_ends_the_session() {
         gone(&sleeper.0)
     })
     .await;
-    let ended = s
-        .audit()
-        .iter()
-        .any(|r| r["kind"] == "session" && r["outcome"] == "end");
-    assert!(ended, "{:#?}", s.audit());
+    assert!(a_session_ended(&s), "{:#?}", s.audit());
     drop(client);
 }
 
@@ -1034,30 +1034,15 @@ async fn a_hangup_stops_the_http_gateway_like_sigterm() {
     let (mut gateway, url) = http_gateway(&config);
     let client = http_client(&url, TestClient::default()).await;
     ok(&exec(&client, "mcp__notes__list_notes", json!({})).await);
-    let sleeper = std::fs::read_to_string(&pidfile).expect("the pid file");
-    let sleeper = KillOnDrop(sleeper.trim().to_owned());
+    let sleeper = sleeper(&pidfile);
     signal(gateway.id(), "HUP");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let exited = loop {
-        if let Some(status) = gateway.try_wait().expect("poll the gateway") {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway did not exit on SIGHUP"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let exited = exit_of(&mut gateway, 60, "on SIGHUP").await;
     assert!(exited.success(), "a clean stop on SIGHUP: {exited:?}");
     wait_for("the server's own child to be stopped", || async {
         gone(&sleeper.0)
     })
     .await;
-    let ended = s
-        .audit()
-        .iter()
-        .any(|r| r["kind"] == "session" && r["outcome"] == "end");
-    assert!(ended, "{:#?}", s.audit());
+    assert!(a_session_ended(&s), "{:#?}", s.audit());
     drop(client);
 }
 

@@ -373,19 +373,8 @@ async fn stopping_the_http_server_ends_every_session() {
     assert_eq!(ok(&exec(&idle, "mcp__test__ping", json!({})).await), "pong");
     let _call = start_sleep(&busy, 30).await;
     nth_sleep(&idle, 1).await;
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &gateway.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(term.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while gateway.try_wait().expect("poll the gateway").is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway did not exit on SIGTERM"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    signal(gateway.id(), "TERM");
+    exit_of(&mut gateway, 60, "on SIGTERM").await;
     let audit = s.audit();
     let started: Vec<&Value> = audit
         .iter()
@@ -625,14 +614,7 @@ async fn a_second_signal_stops_the_http_server_at_once() {
     })
     .await;
     term();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while gateway.try_wait().expect("poll the gateway").is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway did not exit on the second SIGTERM"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    exit_of(&mut gateway, 60, "on the second SIGTERM").await;
     drop(client);
 }
 
@@ -776,22 +758,8 @@ async fn a_signal_before_the_handshake_stops_the_servers_and_what_they_started()
     let _sleep = KillOnDrop(sleep);
     assert!(!process_gone(sleep), "the wrapper's child runs");
 
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &gateway.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(term.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let exited = loop {
-        if let Some(exited) = gateway.try_wait().expect("poll the gateway") {
-            break exited;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway did not exit on SIGTERM"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    signal(gateway.id(), "TERM");
+    let exited = exit_of(&mut gateway, 60, "on SIGTERM").await;
     assert!(
         exited.success(),
         "the gateway stops cleanly on SIGTERM before the handshake: {exited:?}"

@@ -223,6 +223,26 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(sent.success(), "kill -{sig} {pid}");
 }
 
+/// Waits for `child` to exit and returns its status; fails after `secs` seconds (a guard
+/// against a hang, not a measure of speed) saying it did not exit `on`.
+pub async fn exit_of(
+    child: &mut std::process::Child,
+    secs: u64,
+    on: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the process did not exit {on}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A loopback port nothing listens at (bound, then let go).
 pub fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
