@@ -1,8 +1,9 @@
 //! The call pipeline: the stages every call passes, through `defer_execute` or direct.
 //!
-//! resolve → (deny) → require-loaded → validate → authorize → (ask) → pre-call hooks → invoke →
-//! post-call hooks. A call the rules deny is refused right after it resolves: loading the schema
-//! or fixing the params would not let it run, so the model is not sent to do either. The stages that decide are here, pure; the edges (the gateway today, the API proxy
+//! resolve → authorize → require-loaded → validate → (ask) → pre-call hooks → invoke → post-call
+//! hooks. The rules are judged right after the name resolves, so a call they deny is refused
+//! before the model is sent to load the schema or fix the params, neither of which would let it
+//! run; an `ask` verdict is acted on only once the params are valid. The stages that decide are here, pure; the edges (the gateway today, the API proxy
 //! next) run the parts that need I/O (asking the user, hook processes, the call itself) between
 //! them. Each stage returns `Ok` or a [`Refusal`]: a typed value from which the text the model
 //! reads ([`Refusal::text`]), the audit record's outcome ([`RefusalKind::as_str`]) and metrics
@@ -932,18 +933,6 @@ pub fn resolve(catalog: &Catalog, exposure: &Exposure, requested: &str) -> Resul
     }
 }
 
-/// Stage 1b: a call the permission rules deny is refused before the model is sent to load the
-/// tool's schema or to fix its params, since neither would let it run. [`authorize`] still runs
-/// in its place after validation; this only answers a denied call sooner.
-pub fn refuse_denied(
-    catalog: &Catalog,
-    permissions: &Permissions,
-    tool: usize,
-    params: &Map<String, Value>,
-) -> Result<(), Refusal> {
-    authorize(catalog, permissions, tool, params).map(|_| ())
-}
-
 /// Stage 2: a deferred tool runs only while the model holds its schema (`[execute]
 /// require_search`): shown in this session and not expired. Resident tools were sent with their
 /// schema. `turn` is the session's current turn.
@@ -992,7 +981,8 @@ pub enum Authorization {
     },
 }
 
-/// Stage 4: the permission rules, on the target tool.
+/// The permission rules, on the target tool: judged right after [`resolve`], so that a denied
+/// call is refused first; an [`Authorization::Ask`] is acted on once [`validate`] passed.
 pub fn authorize(
     catalog: &Catalog,
     permissions: &Permissions,
@@ -1012,7 +1002,7 @@ pub fn authorize(
     }
 }
 
-/// Stage 4b: the user's answer when the rules asked for it.
+/// The user's answer when the rules asked for it.
 pub fn approved(tool: usize, because: &str, answer: Result<(), AskRefusal>) -> Result<(), Refusal> {
     answer.map_err(|why| Refusal::NotApproved {
         tool,

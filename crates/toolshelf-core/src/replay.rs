@@ -1132,7 +1132,10 @@ impl<'a> Replay<'a> {
             // client as written: the provider and the client judge it against the schema.
             let resident =
                 matches!(via, Via::Direct) && !inside && self.frozen_resident.contains(name);
-            invoke::refuse_denied(&self.catalog, self.compiled.permissions(), i, &params)?;
+            // The rules first, as the proxy judges them: a denied call is refused before the
+            // schema is asked for; an `ask` is judged once the params are valid.
+            let verdict =
+                invoke::authorize(&self.catalog, self.compiled.permissions(), i, &params)?;
             if !resident {
                 invoke::require_loaded(
                     &self.exposure,
@@ -1148,15 +1151,14 @@ impl<'a> Replay<'a> {
                     invoke::validate(i, &validator, &params)?;
                 }
             }
-            let ask =
-                match invoke::authorize(&self.catalog, self.compiled.permissions(), i, &params)? {
-                    Authorization::Allowed => None,
-                    Authorization::Ask { because } if inside => {
-                        invoke::approved(i, &because, Err(invoke::AskRefusal::RunsInside))?;
-                        None
-                    }
-                    Authorization::Ask { because } => Some(because),
-                };
+            let ask = match verdict {
+                Authorization::Allowed => None,
+                Authorization::Ask { because } if inside => {
+                    invoke::approved(i, &because, Err(invoke::AskRefusal::RunsInside))?;
+                    None
+                }
+                Authorization::Ask { because } => Some(because),
+            };
             Ok((i, ask))
         })();
         match outcome {

@@ -974,7 +974,11 @@ impl GatewaySession {
             None if self.runs_itself(tool) => None,
             None => return Err(Refusal::NotRunnable { tool: i }.into()),
         };
-        invoke::refuse_denied(&snap.catalog, self.hub.compiled().permissions(), i, params)?;
+        // The rules first: a call they deny is refused before the model is sent to load the
+        // schema or fix the params, neither of which would let it run; an `ask` waits for the
+        // params to be valid.
+        let verdict =
+            invoke::authorize(&snap.catalog, self.hub.compiled().permissions(), i, params)?;
         // A tool the frozen list carries with its schema is loaded for the whole session,
         // whatever the current exposure says of it.
         if !pinned {
@@ -1007,10 +1011,7 @@ impl GatewaySession {
         };
         *params = given;
         let validator = checked?;
-        let permissions = self.hub.compiled().permissions();
-        if let Authorization::Ask { because } =
-            invoke::authorize(&snap.catalog, permissions, i, params)?
-        {
+        if let Authorization::Ask { because } = verdict {
             let script = if tool.origin == Origin::Model {
                 let local = self.local.lock().await;
                 local

@@ -1907,7 +1907,9 @@ impl Turn {
         let tool = &shelf.catalog.tools()[i];
         let config = proxy.compiled.config();
         let state = &self.prepared.session.state;
-        invoke::refuse_denied(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
+        // The rules first: a denied call is refused before the model is sent to load the schema
+        // or fix the params; an `ask` is judged once the params are valid.
+        let verdict = invoke::authorize(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
         if !resident && (via_defer || shelf.state(i) == State::Deferred) {
             invoke::require_loaded(
                 &shelf.exposure,
@@ -1936,7 +1938,6 @@ impl Turn {
         let validator = checked?;
         // An `ask` rule is the client's to ask: its own permission prompt sees the real call. A
         // tool the proxy runs itself never reaches the client, so nobody could be asked: refused.
-        let verdict = invoke::authorize(&shelf.catalog, proxy.compiled.permissions(), i, &params)?;
         if let (invoke::Authorization::Ask { because }, Some(_)) = (&verdict, shelf.own(i)) {
             invoke::approved(i, because, Err(invoke::AskRefusal::RunsInside))?;
         }
