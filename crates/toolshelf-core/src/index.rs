@@ -277,14 +277,16 @@ impl DeferredIndex {
                 .iter()
                 .map(|(p, _)| (p.as_str(), tool_counts[p.as_str()]))
                 .collect();
-            let mut line = pointer_line(dropped.len(), dropped_tools);
-            for k in 1..=counts.len() {
-                let named = named_pointer_line(dropped.len(), dropped_tools, &counts[..k]);
-                if chars(&named) + 1 > room {
-                    break;
-                }
-                line = named;
-            }
+            // Each name makes the line longer (it adds more than the "and N more" it replaces
+            // takes away), so the names that fit are found by bisection.
+            let line_of = |k: usize| named_pointer_line(dropped.len(), dropped_tools, &counts[..k]);
+            let named = (1..=counts.len())
+                .collect::<Vec<_>>()
+                .partition_point(|&k| chars(&line_of(k)) < room);
+            let line = match named {
+                0 => pointer_line(dropped.len(), dropped_tools),
+                k => line_of(k),
+            };
             text.push_str(&line);
             text.push('\n');
         }
