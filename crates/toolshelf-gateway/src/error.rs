@@ -46,5 +46,15 @@ pub enum GatewayError {
     },
 }
 
+impl From<toolshelf_runtime::audit::OpenError> for GatewayError {
+    fn from(e: toolshelf_runtime::audit::OpenError) -> Self {
+        Self::Io {
+            what: e.what,
+            path: e.path,
+            cause: e.cause,
+        }
+    }
+}
+
 /// Result alias for the gateway.
 pub type Result<T, E = GatewayError> = std::result::Result<T, E>;

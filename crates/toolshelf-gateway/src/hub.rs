@@ -28,10 +28,9 @@ use toolshelf_core::{
 };
 
 use crate::audit::Audit;
-use crate::cache::{CachedServer, CatalogCache, config_key, default_cache_dir, fingerprint};
+use crate::cache::{CachedServer, CatalogCache, config_key, fingerprint};
 use crate::downstream::{Downstream, ServerState, ServerStatus};
 use crate::error::{GatewayError, Result};
-use toolshelf_runtime::files::expand_config_path;
 
 /// How to build a gateway.
 #[derive(Debug, Clone)]
@@ -521,31 +520,9 @@ impl Hub {
             (Some(c), true) => c.load(),
             _ => BTreeMap::new(),
         };
-        let audit = match (config.audit.enabled, &config.audit.path) {
-            (false, _) => Audit::disabled(),
-            (true, Some(p)) => {
-                let path = expand_config_path(p, config.dir.as_deref()).map_err(|message| {
-                    GatewayError::Io {
-                        what: "[audit] path",
-                        path: p.clone(),
-                        cause: std::io::Error::other(message),
-                    }
-                })?;
-                Audit::open(&path, config.audit.required, "[audit] path")?
-            }
-            (true, None) => {
-                let dir = match &cache_dir {
-                    Some(dir) => dir.clone(),
-                    None => self::cache_dir(config)?,
-                };
-                let what = if config.cache.path.is_some() {
-                    "the audit log in [cache] path,"
-                } else {
-                    "the audit log in the cache directory,"
-                };
-                Audit::open(&dir.join("audit.jsonl"), config.audit.required, what)?
-            }
-        };
+        let audit = Audit::configured(config, cache_dir.as_deref())
+            .map_err(GatewayError::from)?
+            .counted_by(crate::metrics::audited);
         // The status file belongs to the cache: a gateway told to keep nothing on disk keeps no
         // status either.
         let status_path = cache_dir
@@ -559,7 +536,8 @@ impl Hub {
             tx,
             announced: announced.clone(),
         };
-        audit.report_to(events.clone());
+        let health = events.clone();
+        audit.report_to(move || health.send(HubEvent::AuditHealth));
         let own_events = events.clone();
         let servers = config
             .servers
@@ -1247,22 +1225,9 @@ pub struct HttpStatus {
 }
 
 /// The cache directory of `config`: `[cache] path` (with `~/` expanded; a relative one is the
-/// configuration file's directory's), else the user's cache directory (see [`default_cache_dir`]).
+/// configuration file's directory's), else the user's cache directory (see [`crate::cache::default_cache_dir`]).
 pub fn cache_dir(config: &Config) -> Result<PathBuf> {
-    match &config.cache.path {
-        Some(p) => {
-            expand_config_path(p, config.dir.as_deref()).map_err(|message| GatewayError::Io {
-                what: "[cache] path",
-                path: p.clone(),
-                cause: std::io::Error::other(message),
-            })
-        }
-        None => default_cache_dir().map_err(|cause| GatewayError::Io {
-            what: "the cache directory",
-            path: String::new(),
-            cause,
-        }),
-    }
+    Ok(crate::audit::cache_dir(config)?)
 }
 
 /// Where the gateway process `pid` of configuration `label` writes its status. Each gateway has

@@ -5,13 +5,13 @@
 //! run (catalog, policy, index, validation, permissions, hook answers, audit records) is decided
 //! by `toolshelf-core`, which has no I/O; this crate adds the moving parts: processes and
 //! connections to the downstream servers ([`downstream`], [`stdio`]), the shared state ([`hub`]),
-//! one MCP session per client ([`session`]), hook processes ([`hooks`]), files ([`cache`],
-//! [`audit`]), the stdio and HTTP listeners ([`serve`]) and what `GET /metrics` shows
-//! ([`metrics`]).
+//! one MCP session per client ([`session`]), hook processes ([`hooks`]) and the audit log
+//! ([`audit`]), both shared with the proxy, the catalog cache ([`cache`]), the stdio and HTTP
+//! listeners ([`serve`]) and what `GET /metrics` shows ([`metrics`]).
 //!
 //! Logs go through `tracing` to stderr: over stdio, stdout is the MCP channel.
 
-pub mod audit;
+pub use toolshelf_runtime::audit;
 pub mod cache;
 pub mod downstream;
 pub mod error;

@@ -71,37 +71,12 @@ fn page(hub: &Hub, path: &str, query: Option<&str>, open: usize) -> Response {
     }
 }
 
-/// The audit log's health in words, and whether it takes every record.
-fn audit_line(a: &crate::audit::AuditStatus) -> (String, bool) {
-    let kind = if a.required {
-        "required: calls are refused while it cannot be written"
-    } else {
-        "optional"
-    };
-    match &a.error {
-        Some(e) => (
-            format!(
-                "{} is failing ({kind}): {e}; {} records dropped since start.",
-                a.path, a.dropped
-            ),
-            false,
-        ),
-        None => (
-            format!(
-                "{} is written ({kind}); {} records dropped since start.",
-                a.path, a.dropped
-            ),
-            true,
-        ),
-    }
-}
-
 fn servers(hub: &Hub, open: usize) -> ServersPage {
     let statuses = hub.statuses();
     let (audit, audit_ok) = hub
         .audit
         .status()
-        .map_or((String::new(), true), |a| audit_line(&a));
+        .map_or((String::new(), true), |a| a.in_words());
     let tools: usize = statuses.iter().filter_map(|s| s.tools).sum();
     ServersPage {
         chrome: Chrome::gateway(),

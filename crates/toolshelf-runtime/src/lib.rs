@@ -1,12 +1,14 @@
 //! toolshelf-runtime: the async and file-system pieces the gateway and the proxy share.
 //!
 //! The core decides (what a hook's answer means, what a search index holds); this crate only
-//! does: running hook processes ([`hooks`]), keeping files ([`files`]), the seam for extra
-//! search rankers ([`enrich`]), the Prometheus exposition of the figures both edges record
-//! ([`metrics`]), a log line for a repeated event said sparingly ([`throttle`]), and script tools: the environment they run in ([`script`]) and the processes that run them
-//! ([`scripts`]). It knows nothing of MCP or of any LLM
-//! API, so both edges depend on it and not on each other.
+//! does: running hook processes ([`hooks`]), keeping files ([`files`]) and the audit log
+//! ([`audit`]), the seam for extra search rankers ([`enrich`]), the Prometheus exposition of the
+//! figures both edges record ([`metrics`]), a log line for a repeated event said sparingly
+//! ([`throttle`]), and script tools: the environment they run in ([`script`]) and the processes
+//! that run them ([`scripts`]). It knows nothing of MCP or of any LLM API, so both edges depend
+//! on it and not on each other.
 
+pub mod audit;
 pub mod enrich;
 pub mod files;
 pub mod hooks;

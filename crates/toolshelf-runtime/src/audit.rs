@@ -1,5 +1,9 @@
 //! The audit log writer: JSON lines, appended and flushed before the result goes back.
 //!
+//! Shared by the gateway and the proxy, which record what each decides and runs; the record's
+//! shape is the core's ([`toolshelf_core::audit`]). Each edge says where the log's health goes
+//! ([`Audit::report_to`]) and what its records count ([`Audit::counted_by`]).
+//!
 //! Writes go straight to an unbuffered `File` under a mutex: a line is in the operating system's
 //! hands before the client sees the result, and lines from concurrent sessions never interleave.
 //!
@@ -28,19 +32,75 @@ use std::sync::{Mutex, OnceLock};
 
 use serde::Serialize;
 use toolshelf_core::audit::{AuditKind, AuditRecord};
+use toolshelf_core::config::Config;
 
-use crate::error::{GatewayError, Result};
-use crate::hub::{Events, HubEvent};
+use crate::files::{default_cache_dir, expand_config_path};
+
+/// A function told of a change of the log's health.
+type Watcher = Box<dyn Fn() + Send + Sync>;
 
 /// The audit log (or none).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Audit {
     writer: Option<Writer>,
     required: bool,
     dropped: AtomicU64,
     /// Told whenever the log's health changes (a record dropped, writes failing or resuming), so
-    /// that the status file `toolshelf status` reads follows it.
-    watcher: OnceLock<Events>,
+    /// that what reports it (the gateway's status file) follows it.
+    watcher: OnceLock<Watcher>,
+    /// Told of every record appended, whether or not a log is kept (the edge's metrics).
+    counter: Option<fn(&AuditRecord)>,
+}
+
+impl std::fmt::Debug for Audit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Audit")
+            .field("writer", &self.writer)
+            .field("required", &self.required)
+            .field("dropped", &self.dropped)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A path of the audit log that cannot be used: which setting it comes from, the path and why.
+#[derive(Debug)]
+pub struct OpenError {
+    /// Which setting the path comes from: `[audit] path`, `the audit log in [cache] path,`.
+    pub what: &'static str,
+    /// The path as configured or found.
+    pub path: String,
+    /// Why it cannot be used.
+    pub cause: std::io::Error,
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}: {}", self.what, self.cause)
+        } else {
+            write!(f, "{} {}: {}", self.what, self.path, self.cause)
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// The directory `config` keeps its files in: `[cache] path` (with `~/` expanded; a relative one
+/// is the configuration file's directory's), else the user's cache directory (see
+/// [`default_cache_dir`]).
+pub fn cache_dir(config: &Config) -> Result<PathBuf, OpenError> {
+    match &config.cache.path {
+        Some(p) => expand_config_path(p, config.dir.as_deref()).map_err(|message| OpenError {
+            what: "[cache] path",
+            path: p.clone(),
+            cause: std::io::Error::other(message),
+        }),
+        None => default_cache_dir().map_err(|cause| OpenError {
+            what: "the cache directory",
+            path: String::new(),
+            cause,
+        }),
+    }
 }
 
 #[derive(Debug)]
@@ -72,9 +132,36 @@ pub struct AuditStatus {
     pub error: Option<String>,
 }
 
+impl AuditStatus {
+    /// The log's health in words, as a dashboard says it, and whether it takes every record.
+    pub fn in_words(&self) -> (String, bool) {
+        let kind = if self.required {
+            "required: calls are refused while it cannot be written"
+        } else {
+            "optional"
+        };
+        match &self.error {
+            Some(e) => (
+                format!(
+                    "{} is failing ({kind}): {e}; {} records dropped since start.",
+                    self.path, self.dropped
+                ),
+                false,
+            ),
+            None => (
+                format!(
+                    "{} is written ({kind}); {} records dropped since start.",
+                    self.path, self.dropped
+                ),
+                true,
+            ),
+        }
+    }
+}
+
 fn open_append(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
-        toolshelf_runtime::files::create_private_dir_all(dir).map_err(|e| {
+        crate::files::create_private_dir_all(dir).map_err(|e| {
             // Say which part is in the way: `/etc/passwd/audit.jsonl` fails with "File exists".
             let blocked = dir.ancestors().find(|a| a.is_file());
             let why = match blocked {
@@ -85,7 +172,7 @@ fn open_append(path: &Path) -> std::io::Result<File> {
         })?;
     }
     // The log holds every call's params: a new one is its user's alone.
-    toolshelf_runtime::files::private_file()
+    crate::files::private_file()
         .create(true)
         .append(true)
         .open(path)
@@ -130,10 +217,39 @@ impl State {
 }
 
 impl Audit {
+    /// The audit log `config`'s `[audit]` table asks for: none when it is not enabled, else
+    /// `[audit] path`, or `audit.jsonl` in `cache_dir` (when the caller has found it already)
+    /// or in [`cache_dir`] of `config`.
+    pub fn configured(config: &Config, cache_dir: Option<&Path>) -> Result<Self, OpenError> {
+        let audit = &config.audit;
+        if !audit.enabled {
+            return Ok(Self::disabled());
+        }
+        if let Some(p) = &audit.path {
+            let path =
+                expand_config_path(p, config.dir.as_deref()).map_err(|message| OpenError {
+                    what: "[audit] path",
+                    path: p.clone(),
+                    cause: std::io::Error::other(message),
+                })?;
+            return Self::open(&path, audit.required, "[audit] path");
+        }
+        let dir = match cache_dir {
+            Some(dir) => dir.to_owned(),
+            None => self::cache_dir(config)?,
+        };
+        let what = if config.cache.path.is_some() {
+            "the audit log in [cache] path,"
+        } else {
+            "the audit log in the cache directory,"
+        };
+        Self::open(&dir.join("audit.jsonl"), audit.required, what)
+    }
+
     /// Opens `path` for appending, creating it and its directory. `required`: refuse calls
     /// while the log cannot be written. `what` says where the path comes from, for the error.
-    pub fn open(path: &Path, required: bool, what: &'static str) -> Result<Self> {
-        let file = open_append(path).map_err(|cause| GatewayError::Io {
+    pub fn open(path: &Path, required: bool, what: &'static str) -> Result<Self, OpenError> {
+        let file = open_append(path).map_err(|cause| OpenError {
             what,
             path: path.display().to_string(),
             cause,
@@ -150,18 +266,31 @@ impl Audit {
             required,
             dropped: AtomicU64::new(0),
             watcher: OnceLock::new(),
+            counter: None,
         })
     }
 
-    /// Tells `events` of every change of the log's health from now on (once; later calls are
+    /// Calls `watch` on every change of the log's health from now on (once; later calls are
     /// ignored).
-    pub fn report_to(&self, events: Events) {
-        let _ = self.watcher.set(events);
+    pub fn report_to(&self, watch: impl Fn() + Send + Sync + 'static) {
+        let _ = self.watcher.set(Box::new(watch));
+    }
+
+    /// The log, telling `count` of every record appended (whether or not a log is kept).
+    #[must_use]
+    pub fn counted_by(mut self, count: fn(&AuditRecord)) -> Self {
+        self.counter = Some(count);
+        self
+    }
+
+    /// Whether a log is kept.
+    pub fn is_kept(&self) -> bool {
+        self.writer.is_some()
     }
 
     fn health_changed(&self) {
-        if let Some(events) = self.watcher.get() {
-            events.send(HubEvent::AuditHealth);
+        if let Some(watch) = self.watcher.get() {
+            watch();
         }
     }
 
@@ -180,9 +309,11 @@ impl Audit {
     }
 
     /// Appends one record. `Err` says why it was dropped (it is counted either way). Every record
-    /// also moves the metrics, whether or not a log is kept.
-    pub fn append(&self, record: &AuditRecord) -> std::result::Result<(), String> {
-        crate::metrics::audited(record);
+    /// is also told to the [`Audit::counted_by`] function, whether or not a log is kept.
+    pub fn append(&self, record: &AuditRecord) -> Result<(), String> {
+        if let Some(count) = self.counter {
+            count(record);
+        }
         let Some(w) = &self.writer else {
             return Ok(());
         };
@@ -229,7 +360,7 @@ impl Audit {
     /// one that became unwritable since its last record refuses this call rather than losing its
     /// record. A failing log is retried here, by writing a `recovered` record that says how many
     /// records were lost.
-    pub fn ready(&self) -> std::result::Result<(), String> {
+    pub fn ready(&self) -> Result<(), String> {
         let Some(w) = &self.writer else {
             return Ok(());
         };
@@ -271,7 +402,7 @@ impl Audit {
     /// Tries to write the `recovered` record of a failing log, saying how many records were
     /// lost; on success the log is healthy again (the caller tells the watcher, once it has let
     /// go of `state`). On failure the reason is kept as the log's error and returned.
-    fn resume(&self, w: &Writer, state: &mut State) -> std::result::Result<(), String> {
+    fn resume(&self, w: &Writer, state: &mut State) -> Result<(), String> {
         let lost = state.lost;
         let mut r = Self::record(AuditKind::Audit);
         r.outcome = Some("recovered".into());
