@@ -1,7 +1,7 @@
 //! Audit records: one JSON line per search, call, decision and error.
 //!
 //! The record type lives in the core so its shape is defined once and tested without a file;
-//! the gateway stamps the time and appends. Fields that do not apply are left out, so `jq`
+//! the gateway and the proxy stamp the time and append (`toolshelf-runtime`'s writer). Fields that do not apply are left out, so `jq`
 //! filters stay short (`select(.kind == "hidden")`). Whatever the caller sent is logged in
 //! bounded form ([`capped_params`], [`crate::echo::echo`]): a megabyte of params must not become
 //! a megabyte of log per call.

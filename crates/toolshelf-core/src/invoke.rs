@@ -341,6 +341,15 @@ fn shown_script(script: &str, max_chars: usize, max_lines: usize) -> (String, bo
     (shown.join("\n"), false)
 }
 
+/// What the model reads of a call of the tool it calls `name` that was not run because the
+/// required audit log cannot be written (`error` says why).
+pub fn audit_unavailable_text(name: &str, error: &str) -> String {
+    format!(
+        "{name} was not run: toolshelf must record every call ([audit] required = true) and the audit \
+log cannot be written ({error}). Tell the user; no tool can run until it is fixed."
+    )
+}
+
 /// The kind of a refusal: one short label per stage outcome, for the audit log and metrics.
 /// Serde reads and writes the label, so a log's codes read back without a hand-kept list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -830,11 +839,7 @@ is a malfunction of the hook, not a decision about your call; tell the user.",
                 name(i),
                 places(violations)
             ),
-            Self::AuditUnavailable { tool: i, error } => format!(
-                "{} was not run: toolshelf must record every call ([audit] required = true) and the audit \
-log cannot be written ({error}). Tell the user; no tool can run until it is fixed.",
-                name(i)
-            ),
+            Self::AuditUnavailable { tool: i, error } => audit_unavailable_text(&name(i), error),
         }
     }
 

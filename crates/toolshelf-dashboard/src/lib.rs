@@ -280,6 +280,10 @@ pub struct Overview {
     pub store: String,
     /// Whether the session store answers (else its line stands out).
     pub store_up: bool,
+    /// The audit log's health in words (empty without a log).
+    pub audit: String,
+    /// Whether the audit log takes every record (else its line stands out).
+    pub audit_ok: bool,
     /// (label, value) figures.
     pub totals: Vec<(&'static str, String)>,
     /// The token chart (SVG, from [`token_chart`]).

@@ -27,10 +27,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
+use toolshelf_core::audit::{AuditHit, AuditKind, AuditRecord};
 use toolshelf_core::authoring;
 use toolshelf_core::catalog::Resolution;
 use toolshelf_core::hook::{HookEvent, HookEventKind};
-use toolshelf_core::invoke::{self, Refusal, RefusalKind};
+use toolshelf_core::invoke::{self, Refusal, RefusalKind, Via};
 use toolshelf_core::meta::DeferExecuteArgs;
 use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use toolshelf_core::policy::State;
@@ -1082,6 +1083,33 @@ pub struct Turn {
     pub activated: Vec<String>,
     /// The queries searched for in this request.
     pub queries: Vec<String>,
+    /// What became of the call being decided, for its audit record (set where it is decided).
+    fate: Option<Fate>,
+}
+
+/// What became of a call, for its audit record: set where the call is decided, read by
+/// [`Turn::audit`], which writes exactly one record per call of a round.
+#[derive(Debug)]
+enum Fate {
+    /// A `tool_search` answered: its record, written as it is.
+    Searched(Box<toolshelf_core::audit::AuditRecord>),
+    /// Refused before it ran: the outcome (a [`RefusalKind`] label, or `incomplete` for a call
+    /// the response cut off) and the tool it resolved to, if any.
+    Refused {
+        outcome: &'static str,
+        tool: Option<String>,
+    },
+    /// Run by the proxy: `ok`, `tool_error` (the result reports an error) or `error` (it could
+    /// not be run), and what a hook did to the result.
+    Ran {
+        tool: String,
+        server: Option<String>,
+        outcome: &'static str,
+        changed: Option<crate::results::Changed>,
+    },
+    /// Handed to the client, which runs it (or declines to): the tool's canonical name, or the
+    /// client's for a tool passed along as sent.
+    Handed { tool: String },
 }
 
 /// What becomes of a call of its own kind ([`Part::Own`]).
@@ -1168,6 +1196,7 @@ impl Turn {
             search_us: Vec::new(),
             activated: Vec::new(),
             queries: Vec::new(),
+            fate: None,
         }
     }
 
@@ -1230,26 +1259,59 @@ impl Turn {
         let mut answered: Vec<ProxyResult> = Vec::new();
         let mut client_calls: Vec<Call> = Vec::new();
         for part in &round.parts {
-            let decided = match part {
-                Part::Raw(v) => {
+            let (Part::Call(c) | Part::Own(c, _)) = part else {
+                if let Part::Raw(v) = part {
                     self.client.parts.push(Part::Raw(v.clone()));
-                    continue;
                 }
-                Part::Own(c, item) => {
-                    match self.own_call(proxy, c, item).await {
-                        OwnOutcome::Handed(call, item) => {
-                            self.client.parts.push(Part::Own(call.clone(), item));
-                            client_calls.push(call);
+                continue;
+            };
+            self.fate = None;
+            // A required audit log that cannot be written lets no call run or reach the client.
+            if c.name != TOOL_SEARCH
+                && let Err(error) = proxy.audit.ready()
+            {
+                let kind = RefusalKind::AuditUnavailable;
+                // Through `defer_execute`, the tool it names.
+                let name = match DeferExecuteArgs::parse(&c.input) {
+                    Ok(a) if c.name == DEFER_EXECUTE => a.tool_name,
+                    _ => c.name.clone(),
+                };
+                self.count_refusal(&name, kind);
+                crate::metrics::refused(kind.as_str());
+                let result = ProxyResult {
+                    id: c.id.clone(),
+                    text: invoke::audit_unavailable_text(
+                        &toolshelf_core::echo::echo(&name),
+                        &error,
+                    ),
+                    is_error: true,
+                    kind: match part {
+                        Part::Own(_, item) if dialect.api() == Api::OpenAiResponses => {
+                            crate::api::responses::answer_kind(item).map(str::to_owned)
                         }
-                        OwnOutcome::Answered(result) => answered.push(result),
+                        _ => None,
+                    },
+                };
+                self.audit(proxy, c, Err(&result));
+                answered.push(result);
+                continue;
+            }
+            let decided = match part {
+                Part::Own(c, item) => match self.own_call(proxy, c, item).await {
+                    OwnOutcome::Handed(call, item) => {
+                        self.audit(proxy, c, Ok(&call));
+                        self.client.parts.push(Part::Own(call.clone(), item));
+                        client_calls.push(call);
+                        continue;
                     }
-                    continue;
-                }
-                Part::Call(c) if cut.as_ref() == Some(&c.id) => {
+                    OwnOutcome::Answered(result) => Err(result),
+                },
+                _ if cut.as_ref() == Some(&c.id) => {
                     self.cut_call(proxy, c, &stop, &mut round.entries).await
                 }
-                Part::Call(c) => self.call(proxy, c).await,
+                _ => self.call(proxy, c).await,
             };
+            self.audit(proxy, c, decided.as_ref());
             match decided {
                 Ok(call) => {
                     self.client.parts.push(Part::Call(call.clone()));
@@ -1403,6 +1465,10 @@ impl Turn {
                 stop = %stop,
                 "a call cut off before it was complete was dropped: not run, not handed to the client"
             );
+            self.fate = Some(Fate::Refused {
+                outcome: "incomplete",
+                tool: None,
+            });
             return Err(ProxyResult {
                 id: c.id.clone(),
                 text: format!(
@@ -1436,19 +1502,36 @@ impl Turn {
             self.searches += 1;
             self.prepared.session.figures.searches += 1;
             let started = std::time::Instant::now();
-            let (mut text, mut is_error, mut loaded) = self.search(proxy, c);
+            let (mut text, mut is_error, mut loaded, outcome) = self.search(proxy, c);
+            let mut record = self.record(AuditKind::Search);
+            record.set_params(&c.input);
+            record.outcome = Some(outcome.into());
             let hooks = proxy.compiled.hooks().of(HookEventKind::PostSearch);
             if !hooks.is_empty() {
                 let mut event = HookEvent::new(HookEventKind::PostSearch, &self.prepared.key);
                 event.search = Some(Value::Object(c.input.clone()));
                 event.loaded = Some(loaded.clone());
-                let ((t, e), keep) =
+                let ((t, e), changed) =
                     crate::results::after_search(hooks, event, (text, is_error)).await;
                 (text, is_error) = (t, e);
-                if !keep {
-                    loaded.clear();
+                if let Some(changed) = changed {
+                    changed.record(&mut record);
+                    if matches!(changed, crate::results::Changed::Withheld(_)) {
+                        loaded.clear();
+                    }
                 }
             }
+            let shelf = &self.prepared.shelf;
+            record.loaded = Some(
+                loaded
+                    .iter()
+                    .filter_map(|n| match shelf.catalog.resolve_exact(n) {
+                        Resolution::Exact(i) => Some(AuditHit::of(&shelf.catalog.tools()[i])),
+                        _ => None,
+                    })
+                    .collect(),
+            );
+            self.fate = Some(Fate::Searched(Box::new(record)));
             for name in &loaded {
                 self.note_activated(name);
             }
@@ -1470,8 +1553,7 @@ impl Turn {
         let shelf = self.prepared.shelf.clone();
         let (target, params, via_defer) = if c.name == DEFER_EXECUTE {
             if let Some(raw) = &c.raw_input {
-                self.refused += 1;
-                crate::metrics::refused(RefusalKind::BadArguments.as_str());
+                self.bad_arguments();
                 return Err(answer(
                     format!(
                         "Invalid defer_execute call: the arguments are not a JSON object ({}).",
@@ -1483,8 +1565,7 @@ impl Turn {
             match DeferExecuteArgs::parse(&c.input) {
                 Ok(a) => (a.tool_name, a.params, true),
                 Err(text) => {
-                    self.refused += 1;
-                    crate::metrics::refused(RefusalKind::BadArguments.as_str());
+                    self.bad_arguments();
                     return Err(answer(text, true));
                 }
             }
@@ -1494,8 +1575,7 @@ impl Turn {
                 // here parsed as far as written) cannot be judged by the rules and hooks, and
                 // no client could run them as the model meant: the model writes them again.
                 Some(_) if c.raw_input.is_some() => {
-                    self.refused += 1;
-                    crate::metrics::refused(RefusalKind::BadArguments.as_str());
+                    self.bad_arguments();
                     return Err(answer(
                         format!(
                             "{} was not run: its arguments are not a JSON object ({}). Call it again with its arguments as one JSON object.",
@@ -1556,9 +1636,8 @@ impl Turn {
                 _ => None,
             };
             if !picked.is_some_and(|p| allowed.contains(&p)) {
-                self.refused += 1;
-                crate::metrics::refused(RefusalKind::BadArguments.as_str());
                 let allowed = allowed.clone();
+                self.bad_arguments();
                 for &i in &allowed {
                     let tool = &shelf.catalog.tools()[i];
                     self.prepared.session.state.activate([tool.name.as_str()]);
@@ -1639,9 +1718,19 @@ impl Turn {
                         crate::metrics::ran();
                         self.prepared.session.state.record_call(&tool.name);
                     }
-                    let (mut text, is_error) =
+                    let ((mut text, is_error), changed) =
                         crate::results::after_call(proxy.compiled.hooks(), tool, event, outcome)
                             .await;
+                    self.fate = Some(Fate::Ran {
+                        tool: tool.name.clone(),
+                        server: tool.original_server.clone(),
+                        outcome: match (ran, is_error) {
+                            (false, _) => "error",
+                            (true, true) => "tool_error",
+                            (true, false) => "ok",
+                        },
+                        changed,
+                    });
                     if ran {
                         for block in self.fired_by(proxy, &shelf, i, &params) {
                             text.push_str("\n\n");
@@ -1653,6 +1742,9 @@ impl Turn {
                 // The client runs it, or declines to: it counts as called when its result comes
                 // back (see `ran_by_client`).
                 crate::metrics::forwarded();
+                self.fate = Some(Fate::Handed {
+                    tool: shelf.catalog.tools()[i].name.clone(),
+                });
                 Ok(Call {
                     id: c.id.clone(),
                     name: shelf.client_name(i).to_owned(),
@@ -1681,6 +1773,11 @@ impl Turn {
                     return Err(answer(gone_text(&target), true));
                 }
                 self.count_refusal(&target, refusal.kind());
+                if let Some(Fate::Refused { tool, .. }) = &mut self.fate {
+                    *tool = refusal
+                        .tool()
+                        .map(|i| shelf.catalog.tools()[i].name.clone());
+                }
                 if let Some(i) = refusal.loads() {
                     let name = shelf.catalog.tools()[i].name.clone();
                     self.prepared.session.state.activate([name.as_str()]);
@@ -1688,6 +1785,9 @@ impl Turn {
                 }
                 if !via_defer && refusal.kind() == RefusalKind::Unknown {
                     crate::metrics::forwarded();
+                    self.fate = Some(Fate::Handed {
+                        tool: c.name.clone(),
+                    });
                     return Ok(c.clone());
                 }
                 crate::metrics::refused(refusal.kind().as_str());
@@ -1740,12 +1840,117 @@ impl Turn {
     fn count_refusal(&mut self, tool: &str, kind: RefusalKind) {
         self.refused += 1;
         self.prepared.session.figures.refused += 1;
+        self.fate = Some(Fate::Refused {
+            outcome: kind.as_str(),
+            tool: None,
+        });
         tracing::info!(
             session = %crate::shown_key(&self.prepared.key),
             tool = %toolshelf_core::echo::for_log(tool, toolshelf_core::echo::ECHO_CHARS),
             outcome = kind.as_str(),
             "call refused"
         );
+    }
+
+    /// Counts a call refused for malformed arguments (of `defer_execute`, or not a JSON object).
+    fn bad_arguments(&mut self) {
+        let kind = RefusalKind::BadArguments;
+        self.refused += 1;
+        crate::metrics::refused(kind.as_str());
+        self.fate = Some(Fate::Refused {
+            outcome: kind.as_str(),
+            tool: None,
+        });
+    }
+
+    /// An audit record of this request's session.
+    fn record(&self, kind: AuditKind) -> AuditRecord {
+        let mut r = toolshelf_runtime::audit::Audit::record(kind);
+        r.session = Some(crate::session_id(&self.prepared.key));
+        r
+    }
+
+    /// Writes the audit record of call `c` of a round, decided as `decided` (`Ok`: the call
+    /// handed to the client; `Err`: the proxy's answer), from the [`Fate`] its decision set.
+    fn audit(&mut self, proxy: &Proxy, c: &Call, decided: Result<&Call, &ProxyResult>) {
+        let fate = self.fate.take();
+        if let Some(Fate::Searched(record)) = fate {
+            let _ = proxy.audit.append(&record);
+            return;
+        }
+        // The call as the model made it: through `defer_execute` its target and params.
+        let (requested, via, params) = match DeferExecuteArgs::parse(&c.input) {
+            Ok(a) if c.name == DEFER_EXECUTE => (a.tool_name, Via::DeferExecute, a.params),
+            _ => (c.name.clone(), Via::Direct, c.input.clone()),
+        };
+        let shelf = &self.prepared.shelf;
+        let server_of = |name: &str| match shelf.catalog.resolve_exact(name) {
+            Resolution::Exact(i) => shelf.catalog.tools()[i].original_server.clone(),
+            _ => None,
+        };
+        let mut r;
+        match (fate, decided) {
+            (Some(Fate::Handed { tool }), Ok(call)) => {
+                r = self.record(AuditKind::Call);
+                r.server = server_of(&tool);
+                r.tool = Some(tool);
+                r.set_params(&call.input);
+                if call.input != params {
+                    r.set_rewritten_from(&params);
+                }
+                r.outcome = Some("handed".into());
+            }
+            (
+                Some(Fate::Ran {
+                    tool,
+                    server,
+                    outcome,
+                    changed,
+                }),
+                Err(answer),
+            ) => {
+                r = self.record(AuditKind::Call);
+                r.tool = Some(tool);
+                r.server = server;
+                r.set_params(&params);
+                r.outcome = Some(outcome.into());
+                if outcome == "error" {
+                    r.detail = Some(toolshelf_core::echo::echo(&answer.text));
+                }
+                if let Some(changed) = changed {
+                    changed.record(&mut r);
+                }
+            }
+            (fate, decided) => {
+                let (outcome, tool) = match fate {
+                    Some(Fate::Refused { outcome, tool }) => (outcome, tool),
+                    other => {
+                        debug_assert!(false, "a call decided without its fate: {other:?}");
+                        ("refused", None)
+                    }
+                };
+                r = self.record(if outcome == RefusalKind::Hidden.as_str() {
+                    AuditKind::Hidden
+                } else {
+                    AuditKind::Refused
+                });
+                r.server = tool.as_deref().and_then(server_of);
+                r.tool = tool;
+                r.set_params(&params);
+                r.outcome = Some(outcome.into());
+                if let Err(answer) = decided {
+                    r.detail = Some(toolshelf_core::echo::echo(&answer.text));
+                }
+            }
+        }
+        r.requested = Some(toolshelf_core::echo::echo(&requested));
+        r.via = Some(via);
+        if let Err(e) = proxy.audit.append(&r) {
+            tracing::warn!(
+                session = %crate::shown_key(&self.prepared.key),
+                "a call's audit record was lost: {e}"
+            );
+        }
     }
 
     /// The refusal of a call of `name`, a tool the session's model wrote, when this proxy does
@@ -2018,6 +2223,7 @@ impl Turn {
                 return refuse(text);
             }
         };
+        self.fate = Some(Fate::Handed { tool: tool.clone() });
         if admitted.input == c.input {
             crate::metrics::forwarded();
             return OwnOutcome::Handed(c.clone(), item.clone());
@@ -2129,6 +2335,9 @@ impl Turn {
         match self.admit_passed(proxy, shelf, &c, via_defer).await {
             Ok(call) => {
                 crate::metrics::forwarded();
+                self.fate = Some(Fate::Handed {
+                    tool: call.name.clone(),
+                });
                 Ok(call)
             }
             Err((kind, text)) => {
@@ -2188,7 +2397,7 @@ impl Turn {
 
     /// Answers a `tool_search` call: its text, whether it is an error, and the names of the
     /// tools it loads (which the caller activates, once the hooks let the answer through).
-    fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool, Vec<String>) {
+    fn search(&mut self, proxy: &Proxy, c: &Call) -> (String, bool, Vec<String>, &'static str) {
         let started = std::time::Instant::now();
         if let Some(raw) = &c.raw_input {
             crate::metrics::searched("invalid", started.elapsed());
@@ -2200,13 +2409,14 @@ impl Turn {
                 ),
                 true,
                 Vec::new(),
+                "invalid",
             );
         }
         let request = match SearchRequest::from_json(&Value::Object(c.input.clone())) {
             Ok(r) => r,
             Err(text) => {
                 crate::metrics::searched("invalid", started.elapsed());
-                return (text, true, Vec::new());
+                return (text, true, Vec::new(), "invalid");
             }
         };
         let shelf = self.prepared.shelf.clone();
@@ -2248,7 +2458,7 @@ impl Turn {
                 };
                 crate::metrics::searched(outcome, started.elapsed());
                 let names = r.loaded.iter().map(|&i| tools[i].name.clone()).collect();
-                (r.text, false, names)
+                (r.text, false, names, outcome)
             }
             Err(_) => {
                 crate::metrics::searched("engine_failure", started.elapsed());
@@ -2259,6 +2469,7 @@ impl Turn {
                     .text,
                     true,
                     Vec::new(),
+                    "engine_failure",
                 )
             }
         }

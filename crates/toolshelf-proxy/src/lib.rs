@@ -104,6 +104,8 @@ pub struct Proxy {
     take_over_deferral: bool,
     /// Totals.
     pub totals: Mutex<Totals>,
+    /// The audit log: none until [`Proxy::with_audit`] gives one.
+    pub audit: toolshelf_runtime::audit::Audit,
 }
 
 /// What of the configuration governs calls and the tool list: permission rules (or a default
@@ -148,12 +150,6 @@ impl Proxy {
                 url: "(client)".into(),
                 message: e.to_string(),
             })?;
-        let audit = &compiled.config().audit;
-        if audit.enabled && (audit.path.is_some() || !audit.required) {
-            tracing::warn!(
-                "[audit] is configured, but the proxy writes no audit log: calls it runs itself (script tools, model-written tools) and the calls it hands to the client are not recorded"
-            );
-        }
         // Hooks of events the proxy has no place to run: said once, not left to be found out.
         let unrun: Vec<&str> = [
             (HookEventKind::SessionStart, "session_start"),
@@ -192,7 +188,15 @@ impl Proxy {
             script_items: Vec::new(),
             take_over_deferral,
             totals: Mutex::new(Totals::default()),
+            audit: toolshelf_runtime::audit::Audit::disabled(),
         })
+    }
+
+    /// The proxy, recording every search and call it decides in `audit` (see
+    /// [`toolshelf_runtime::audit::Audit::configured`] for the log `[audit]` asks for).
+    pub fn with_audit(mut self, audit: toolshelf_runtime::audit::Audit) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The proxy with script tools, run by the proxy itself; their runner also runs the tools

@@ -63,6 +63,8 @@ pub const SESSIONS_EVICTED: &str = "toolshelf_proxy_sessions_evicted_total";
 pub const SESSIONS: &str = "toolshelf_proxy_sessions";
 /// 1 while the session store answers, 0 while its operations fail.
 pub const STORE_UP: &str = "toolshelf_proxy_store_up";
+/// Audit records that could not be written, since start.
+pub const AUDIT_DROPPED: &str = "toolshelf_proxy_audit_dropped_total";
 
 /// Installs the process's recorder, describes the proxy's metrics and registers its counters
 /// at 0 ([`register`]).
@@ -200,14 +202,25 @@ pub fn describe() {
         STORE_UP,
         "1 while the session store answers, 0 while its reads or writes fail (see /toolshelf/status for since when and why)."
     );
+    describe_counter!(
+        AUDIT_DROPPED,
+        "Audit records that could not be written, since start (set at every scrape while a log is kept)."
+    );
 }
 
-/// Sets the gauges from the proxy's state, as a scrape finds it: the sessions `store` holds and
-/// whether it answers (a store that keeps no account of its health counts as answering).
-pub fn scraped(store: &dyn crate::store::SessionStore) {
+/// Sets the gauges from the proxy's state, as a scrape finds it: the sessions `store` holds,
+/// whether it answers (a store that keeps no account of its health counts as answering) and the
+/// audit records dropped (when a log is kept).
+pub fn scraped(
+    store: &dyn crate::store::SessionStore,
+    audit: Option<&toolshelf_runtime::audit::AuditStatus>,
+) {
     gauge!(SESSIONS).set(store.len() as f64);
     let up = store.health().is_none_or(|h| h.up);
     gauge!(STORE_UP).set(if up { 1.0 } else { 0.0 });
+    if let Some(a) = audit {
+        counter!(AUDIT_DROPPED).absolute(a.dropped);
+    }
 }
 
 /// Mirrors the growth of the status totals.
@@ -332,7 +345,7 @@ mod tests {
             let store = crate::store::Logged::new(std::sync::Arc::new(
                 crate::store::MemoryStore::new(5, None),
             ));
-            scraped(&store);
+            scraped(&store, None);
         });
         let text = handle.render();
         for line in [

@@ -44,59 +44,88 @@ pub fn read_result(v: &Value) -> Result<Text, String> {
 }
 
 /// Runs the hooks of `event` (`post_call` or `call_failed`, its params set) that apply to `tool`
-/// on `outcome` (`Ok` the result, `Err` why the tool could not be run): the text the model reads.
+/// on `outcome` (`Ok` the result, `Err` why the tool could not be run): the text the model reads,
+/// and what a hook did to the result, as the audit log says it (`result_withheld`, with the
+/// reason, or `result_replaced`).
 pub async fn after_call(
     all: &toolshelf_core::hook::Hooks,
     tool: &Tool,
     mut event: HookEvent,
     outcome: Result<Text, String>,
-) -> Text {
+) -> (Text, Option<Changed>) {
     let name = &tool.name;
     match outcome {
         Ok(result) => {
             let post = all.of(HookEventKind::PostCall);
             if !post.iter().any(|h| h.applies_to(Some(tool))) {
-                return result;
+                return (result, None);
             }
             event.event = HookEventKind::PostCall;
             event.result = Some(call_result(&result));
             let (denied, replaced, guidance) = post_call(post, tool, event).await;
-            let result = match (denied, replaced) {
+            let (result, changed) = match (denied, replaced) {
                 (Some(reason), _) => (
-                    format!("{name} ran, but a post_call hook withheld its result: {reason}"),
-                    true,
+                    (
+                        format!("{name} ran, but a post_call hook withheld its result: {reason}"),
+                        true,
+                    ),
+                    Some(Changed::Withheld(reason)),
                 ),
-                (None, Some(r)) => r,
-                (None, None) => result,
+                (None, Some(r)) => (r, Some(Changed::Replaced)),
+                (None, None) => (result, None),
             };
-            with_guidance(result, guidance)
+            (with_guidance(result, guidance), changed)
         }
         Err(text) => {
             let failed = all.of(HookEventKind::CallFailed);
             if !failed.iter().any(|h| h.applies_to(Some(tool))) {
-                return (text, true);
+                return ((text, true), None);
             }
             event.event = HookEventKind::CallFailed;
             event.error = Some(text.clone());
             let verdict = hooks::run(failed, Some(tool), event).await;
-            with_guidance((text, true), verdict.guidance)
+            (with_guidance((text, true), verdict.guidance), None)
+        }
+    }
+}
+
+/// What a hook did to a result, for the audit record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changed {
+    /// Withheld it, for this reason.
+    Withheld(String),
+    /// Replaced it.
+    Replaced,
+}
+
+impl Changed {
+    /// Says so in `record`.
+    pub fn record(&self, record: &mut toolshelf_core::audit::AuditRecord) {
+        match self {
+            Self::Withheld(reason) => record.set_withheld(reason),
+            Self::Replaced => record.hooks.push("result_replaced"),
         }
     }
 }
 
 /// Runs the `post_search` hooks on a search's answer (`event` has its arguments and the names it
-/// loaded), as the gateway does: the text the model reads, and whether the search's tools are
-/// loaded (not when a hook withheld the result, whose schemas the model never saw).
-pub async fn after_search(hooks: &[Hook], mut event: HookEvent, result: Text) -> (Text, bool) {
+/// loaded), as the gateway does: the text the model reads, and what a hook did to it. A search
+/// whose result a hook withheld loads nothing: the model never saw the schemas.
+pub async fn after_search(
+    hooks: &[Hook],
+    mut event: HookEvent,
+    result: Text,
+) -> (Text, Option<Changed>) {
     event.result = Some(call_result(&result));
     let (verdict, replaced) = hooks::run_replacing(hooks, None, event, read_result).await;
     if let Some(reason) = verdict.denied {
         let withheld = format!("The search result was withheld by a hook: {reason}");
-        return ((withheld, true), false);
+        return ((withheld, true), Some(Changed::Withheld(reason)));
     }
+    let changed = replaced.is_some().then_some(Changed::Replaced);
     (
         with_guidance(replaced.unwrap_or(result), verdict.guidance),
-        true,
+        changed,
     )
 }
 

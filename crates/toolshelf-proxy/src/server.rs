@@ -218,6 +218,7 @@ impl AppState {
             },
             "store_entries": self.proxy.store.len(),
             "store": self.store_status(),
+            "audit": self.proxy.audit.status(),
             "session_bytes": {"mean": mean, "max": bytes.iter().max().copied().unwrap_or(0)},
             "totals": totals,
             "recent_sessions": sessions,
@@ -822,7 +823,7 @@ fn field_refusal(dialect: Dialect, param: &str, why: &str) -> Response {
 /// `GET /metrics`: the Prometheus text, its gauges as of now, or 404 when this process records
 /// no metrics.
 fn metrics_response(app: &AppState) -> Response {
-    crate::metrics::scraped(app.proxy.store.as_ref());
+    crate::metrics::scraped(app.proxy.store.as_ref(), app.proxy.audit.status().as_ref());
     match toolshelf_runtime::metrics::render() {
         Some(text) => (
             [(

@@ -201,6 +201,11 @@ fn overview(app: &AppState) -> Overview {
         .flat_map(|e| e.search_us.iter().copied())
         .collect();
     let p = &app.proxy.compiled.config().proxy;
+    let (audit, audit_ok) = app
+        .proxy
+        .audit
+        .status()
+        .map_or((String::new(), true), |a| a.in_words());
     Overview {
         chrome: Chrome::proxy(),
         anthropic: crate::server::shown_url(&p.anthropic_upstream),
@@ -208,6 +213,8 @@ fn overview(app: &AppState) -> Overview {
         uptime: status["uptime_secs"].as_u64().unwrap_or(0),
         store: store_line(&status["store"]),
         store_up: status["store"]["up"] != false,
+        audit,
+        audit_ok,
         totals,
         chart: token_chart(&events),
         latency: latency_summary(latencies),

@@ -480,6 +480,146 @@ fn refused_calls_are_answered_to_the_model_and_never_reach_the_client() {
     );
 }
 
+/// The proxy records each search and call it decides; a call it hands to the client is
+/// `handed`. With the log required (the default), a log that cannot be written lets no call
+/// reach the client until it can be written again, which its first record then says.
+#[test]
+fn calls_handed_to_the_client_are_audited_and_stop_while_the_log_cannot_be_written() {
+    let s = Scratch::new("proxy-audit");
+    let read = |path: &str| {
+        json!({"tool_uses": [{"name": "defer_execute",
+                              "input": {"tool_name": "mcp__fs__read_file", "params": {"path": path}}}]})
+    };
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        read("notes.txt"),
+        {"text": "Read it."},
+        read("other.txt"),
+        {"text": "Cannot."},
+        read("third.txt"),
+        {"text": "Read that too."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    // Relative to the configuration's directory.
+    let config = "[audit]\npath = \"logs/audit.jsonl\"\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "read notes"})];
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert_eq!(calls(&a).len(), 1, "{a}");
+    turn(&proxy, &tools(), &mut messages);
+    // A file where the log's directory was: the path cannot be opened.
+    std::fs::remove_dir_all(s.path("logs")).expect("rm");
+    s.write("logs", "");
+    messages.push(json!({"role": "user", "content": "read other"}));
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert!(calls(&a).is_empty(), "no call reaches the client: {a}");
+    let refused = last_result(&upstream.turns()[4]);
+    let text = refused["content"].as_str().unwrap_or_default();
+    assert!(
+        refused["is_error"] == true
+            && text.starts_with("mcp__fs__read_file was not run:")
+            && text.contains("audit log cannot be written")
+            && text.contains("logs/audit.jsonl"),
+        "{refused}"
+    );
+    let status = proxy.status();
+    assert_eq!(status["audit"]["dropped"], 1, "{status}");
+    assert!(status["audit"]["error"].is_string(), "{status}");
+    let overview = || {
+        let out = Command::new("curl")
+            .args(["-sS", &format!("{}/ui", proxy.url)])
+            .output()
+            .expect("curl");
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    let page = overview();
+    assert!(
+        page.contains("<p id=\"audit\" class=\"broken\">Audit log: ")
+            && page.contains("is failing (required"),
+        "{page}"
+    );
+    std::fs::remove_file(s.path("logs")).expect("clear the way");
+    messages.push(json!({"role": "user", "content": "read the third"}));
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert_eq!(
+        calls(&a),
+        [(
+            "mcp__fs__read_file".to_owned(),
+            json!({"path": "third.txt"})
+        )]
+    );
+    turn(&proxy, &tools(), &mut messages);
+    let audit = s.audit_at("logs/audit.jsonl");
+    let seen: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap_or("-"),
+                r["outcome"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("audit", "recovered"), ("call", "handed")],
+        "the new file holds what came after: {audit:#?}"
+    );
+    assert!(
+        audit[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("1 records were lost")),
+        "{audit:#?}"
+    );
+    assert_eq!(audit[1]["params"], json!({"path": "third.txt"}));
+    assert!(proxy.status()["audit"]["error"].is_null());
+    assert!(
+        overview().contains("<p id=\"audit\" class=\"kept\">Audit log: "),
+        "the overview says the log is written again"
+    );
+}
+
+/// A search's record names the tools it loaded; the record of the call handed over names its
+/// target, params and how it was made; both name the session by its id in the status.
+#[test]
+fn the_proxys_audit_records_name_what_was_searched_loaded_and_handed() {
+    let s = Scratch::new("proxy-audit-records");
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let config = "[audit]\npath = \"audit.jsonl\"\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "read notes"})];
+    turn(&proxy, &tools(), &mut messages);
+    let audit = s.audit();
+    assert_eq!(audit.len(), 2, "{audit:#?}");
+    let (search, call) = (&audit[0], &audit[1]);
+    assert_eq!(
+        (&search["kind"], &search["outcome"]),
+        (&json!("search"), &json!("ok"))
+    );
+    assert_eq!(search["params"], json!({"queries": ["read file"]}));
+    let loaded: Vec<&str> = search["loaded"]
+        .as_array()
+        .expect("loaded")
+        .iter()
+        .filter_map(|h| h["name"].as_str())
+        .collect();
+    assert!(loaded.contains(&"mcp__fs__read_file"), "{search}");
+    assert_eq!(
+        (&call["kind"], &call["outcome"], &call["via"]),
+        (&json!("call"), &json!("handed"), &json!("defer_execute"))
+    );
+    assert_eq!(
+        (&call["tool"], &call["requested"], &call["params"]),
+        (
+            &json!("mcp__fs__read_file"),
+            &json!("mcp__fs__read_file"),
+            &json!({"path": "notes.txt"})
+        )
+    );
+    let id = &proxy.status()["recent_sessions"][0]["id"];
+    assert!(id.is_string());
+    assert_eq!((&search["session"], &call["session"]), (id, id));
+}
+
 #[test]
 fn a_tool_that_appears_mid_conversation_is_searchable_and_announced_without_changing_the_list() {
     let s = Scratch::new("proxy-new-tool");

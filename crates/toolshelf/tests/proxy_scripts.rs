@@ -157,6 +157,55 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
     assert!(!names.iter().any(|n| n.contains("scripts")), "{names:?}");
     let status = proxy.status();
     assert_eq!(status["totals"]["refused"], 3, "{status}");
+    // Each search and call has its record in the audit log (by default in the cache
+    // directory), as the gateway writes them.
+    let audit = s.audit_at("cache/toolshelf/audit.jsonl");
+    let seen: Vec<(&str, &str, &str)> = audit
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap_or("-");
+            (field("kind"), field("tool"), field("outcome"))
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("search", "-", "ok"),
+            ("call", "mcp__scripts__word_count", "ok"),
+            ("refused", "mcp__scripts__word_count", "invalid"),
+            ("search", "-", "ok"),
+            ("call", "mcp__scripts__spin", "tool_error"),
+            ("refused", "mcp__scripts__erase", "denied"),
+            ("refused", "mcp__scripts__careful", "not_approved"),
+        ],
+        "{audit:#?}"
+    );
+    let session = &status["recent_sessions"][0]["id"];
+    for r in &audit {
+        assert_eq!(&r["session"], session, "{r}");
+    }
+    assert_eq!(audit[0]["loaded"][0]["name"], "mcp__scripts__word_count");
+    assert_eq!(audit[0]["loaded"][0]["server"], "scripts");
+    assert_eq!(audit[1]["params"], json!({"text": "one two three"}));
+    assert_eq!(
+        (
+            &audit[1]["via"],
+            &audit[1]["requested"],
+            &audit[1]["server"]
+        ),
+        (
+            &json!("defer_execute"),
+            &json!("mcp__scripts__word_count"),
+            &json!("scripts")
+        )
+    );
+    assert!(
+        audit[5]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("deny[0]")),
+        "{}",
+        audit[5]
+    );
     // The next request puts the hidden rounds back byte for byte.
     messages.push(json!({"role": "user", "content": "still there?"}));
     turn(&proxy, &mut messages);

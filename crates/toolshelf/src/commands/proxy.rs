@@ -85,7 +85,9 @@ pub fn run(args: Args) -> Result<()> {
         errln!("toolshelf: warning: {w}");
     }
     let store = session_store(compiled.config(), &rt)?;
-    let mut proxy = Proxy::new(compiled.clone(), store, enrich)?;
+    // Every search and call the proxy decides is recorded, as the gateway records its own.
+    let audit = toolshelf_runtime::audit::Audit::configured(compiled.config(), None)?;
+    let mut proxy = Proxy::new(compiled.clone(), store, enrich)?.with_audit(audit);
     // Script tools ([tools.NAME] script) and the tools the model writes ([authoring]) run in
     // runner processes of this binary.
     let config = compiled.config();
