@@ -34,6 +34,15 @@ pub enum GatewayError {
         /// The configuration.
         label: String,
     },
+    /// Description templates that would fail every session's render.
+    #[error(
+        "{}: every session would fail to start (check a template with `toolshelf check-template`)",
+        faults.join("; ")
+    )]
+    Templates {
+        /// One message per fault, naming the template and its line.
+        faults: Vec<String>,
+    },
     /// A file the gateway needs could not be read or written.
     #[error("{}: {cause}", if path.is_empty() { what.to_string() } else { format!("{what} {path}") })]
     Io {

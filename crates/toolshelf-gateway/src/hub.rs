@@ -495,6 +495,10 @@ impl Hub {
             runner,
         } = settings;
         let compiled = Compiled::new(config, &label, mode.as_deref())?;
+        let faults = compiled.templates().faults();
+        if !faults.is_empty() {
+            return Err(GatewayError::Templates { faults });
+        }
         let config = compiled.config();
         // The cache directory is resolved only where something is kept there: a gateway with no
         // cache and an explicit (or no) audit path needs no home at all.

@@ -70,12 +70,14 @@ async fn each_session_gets_its_rendering_and_equal_sessions_equal_bytes() {
     );
 }
 
+/// A template that fails only when it runs (here on one tool's values) fails the first list of
+/// the session it runs for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_template_that_reads_a_turn_value_fails_the_first_list() {
+async fn a_template_that_fails_its_render_fails_the_first_list() {
     let s = Scratch::new("templates-bad");
     let cfg = s.write(
         "toolshelf.toml",
-        &config(&s, "a = pkg.description\na + str(turn.number)"),
+        &config(&s, "a = pkg.description\na + len(pkg.params)"),
     );
     let client = stdio_client(&cfg, TestClient::default()).await;
     let e = client
@@ -84,10 +86,42 @@ async fn a_template_that_reads_a_turn_value_fails_the_first_list() {
         .expect_err("the list fails")
         .to_string();
     assert!(
-        e.contains("tool \"mcp__docs__read\": description template line 2: reads turn.number"),
+        e.contains("tool \"mcp__docs__read\": description template line 2"),
         "{e}"
     );
     client.cancel().await.expect("close");
+}
+
+/// A template that would fail every session's render, whatever the session (a per-turn value, a
+/// stub, a `pkg` name nothing fills in), stops the gateway at start, as a syntax error does,
+/// naming each fault; it does not start a gateway whose every session fails.
+#[test]
+fn a_template_that_fails_whatever_the_session_stops_the_gateway_at_start() {
+    let s = Scratch::new("templates-refused");
+    let cfg = s.write(
+        "toolshelf.toml",
+        &format!(
+            "{}[tools.\"mcp__docs__write\"]\ndescription_template = \"part(pkg.description, pkg.nosuch)\"\n",
+            config(&s, "a = pkg.description\na + str(turn.number)")
+        ),
+    );
+    let (code, _, stderr) = toolshelf(&["serve", "--config", &cfg]);
+    assert_eq!(code, Some(2), "{stderr}");
+    for fault in [
+        "[tools.\"mcp__docs__read\"]: description template line 2: reads turn.number",
+        "[tools.\"mcp__docs__write\"]: description template line 1: pkg.nosuch",
+        "every session would fail to start",
+    ] {
+        assert!(stderr.contains(fault), "{fault:?} in {stderr}");
+    }
+    // Fixed, it starts: the check names only what no session could render.
+    let fixed = s.write(
+        "fixed.toml",
+        &config(&s, "part(pkg.description, session.client)"),
+    );
+    let (code, _, stderr) = toolshelf(&["status", "--config", &fixed, "--json"]);
+    assert!(!stderr.contains("every session would fail"), "{stderr}");
+    assert_ne!(code, Some(2), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

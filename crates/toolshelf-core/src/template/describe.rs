@@ -106,6 +106,48 @@ impl Templates {
         })
     }
 
+    /// What would make every render of the configuration's templates fail, whatever the session
+    /// and the catalog: each `turn.NAME`, each stub used, and each `pkg.NAME` or `session.NAME`
+    /// that no session or catalog ever fills in (see [`super::findings`]), one message each,
+    /// tools first, in name order. A server that runs on such a configuration would start no
+    /// session at all, so it refuses to start instead.
+    pub fn faults(&self) -> Vec<String> {
+        let names = |keys: &[&str]| {
+            let mut pkg: BTreeMap<String, Json> =
+                keys.iter().map(|k| ((*k).to_owned(), Json::Null)).collect();
+            pkg.extend(self.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+            pkg
+        };
+        let tool_pkg = names(&[
+            "description",
+            "name",
+            "params",
+            "required",
+            "server",
+            "tags",
+            "tool",
+        ]);
+        let server_pkg = names(&["description", "name", "server", "tools"]);
+        let session = SessionValues::default();
+        let tools = self
+            .tools
+            .iter()
+            .map(|(name, src)| (format!("[tools.{name:?}]"), src, &tool_pkg));
+        let servers = self
+            .servers
+            .iter()
+            .map(|(name, src)| (format!("[servers.{name}]"), src, &server_pkg));
+        tools
+            .chain(servers)
+            .flat_map(
+                |(owner, src, pkg)| match super::findings(src, &owner, pkg, &session) {
+                    Ok(found) => found.into_iter().map(|f| f.message).collect(),
+                    Err(e) => vec![e.to_string()],
+                },
+            )
+            .collect()
+    }
+
     /// `[template] workspace`.
     pub fn workspace(&self) -> Option<&str> {
         self.workspace.as_deref()
