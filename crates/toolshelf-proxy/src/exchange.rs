@@ -1104,6 +1104,8 @@ enum Fate {
     Ran {
         tool: String,
         server: Option<String>,
+        /// The params the tool got (a `pre_call` hook's, when one rewrote them).
+        params: Map<String, Value>,
         outcome: &'static str,
         changed: Option<crate::results::Changed>,
     },
@@ -1292,14 +1294,25 @@ impl Turn {
                         _ => None,
                     },
                 };
-                self.audit(proxy, c, Err(&result));
+                let _ = self.audit(proxy, c, Err(&result));
                 answered.push(result);
                 continue;
             }
             let decided = match part {
                 Part::Own(c, item) => match self.own_call(proxy, c, item).await {
                     OwnOutcome::Handed(call, item) => {
-                        self.audit(proxy, c, Ok(&call));
+                        if let Err(why) = self.audit(proxy, c, Ok(&call)) {
+                            let kind = match dialect.api() {
+                                Api::OpenAiResponses => {
+                                    crate::api::responses::answer_kind(&item).map(str::to_owned)
+                                }
+                                _ => None,
+                            };
+                            if let Some(refused) = self.unrecorded(proxy, c, &why, kind) {
+                                answered.push(refused);
+                                continue;
+                            }
+                        }
                         self.client.parts.push(Part::Own(call.clone(), item));
                         client_calls.push(call);
                         continue;
@@ -1311,7 +1324,15 @@ impl Turn {
                 }
                 _ => self.call(proxy, c).await,
             };
-            self.audit(proxy, c, decided.as_ref());
+            let recorded = self.audit(proxy, c, decided.as_ref());
+            // A call whose record was lost does not reach the client while the log is required.
+            let decided = match recorded {
+                Err(why) if decided.is_ok() => match self.unrecorded(proxy, c, &why, None) {
+                    Some(refused) => Err(refused),
+                    None => decided,
+                },
+                _ => decided,
+            };
             match decided {
                 Ok(call) => {
                     self.client.parts.push(Part::Call(call.clone()));
@@ -1724,6 +1745,7 @@ impl Turn {
                     self.fate = Some(Fate::Ran {
                         tool: tool.name.clone(),
                         server: tool.original_server.clone(),
+                        params: params.clone(),
                         outcome: match (ran, is_error) {
                             (false, _) => "error",
                             (true, true) => "tool_error",
@@ -1872,16 +1894,36 @@ impl Turn {
 
     /// Writes the audit record of call `c` of a round, decided as `decided` (`Ok`: the call
     /// handed to the client; `Err`: the proxy's answer), from the [`Fate`] its decision set.
-    fn audit(&mut self, proxy: &Proxy, c: &Call, decided: Result<&Call, &ProxyResult>) {
+    /// `Err` says why the record was lost.
+    fn audit(
+        &mut self,
+        proxy: &Proxy,
+        c: &Call,
+        decided: Result<&Call, &ProxyResult>,
+    ) -> Result<(), String> {
         let fate = self.fate.take();
         if let Some(Fate::Searched(record)) = fate {
-            let _ = proxy.audit.append(&record);
-            return;
+            return proxy.audit.append(&record);
         }
-        // The call as the model made it: through `defer_execute` its target and params.
-        let (requested, via, params) = match DeferExecuteArgs::parse(&c.input) {
-            Ok(a) if c.name == DEFER_EXECUTE => (a.tool_name, Via::DeferExecute, a.params),
-            _ => (c.name.clone(), Via::Direct, c.input.clone()),
+        // The call as the model made it (arguments cut off or not an object: as far as they
+        // read); through `defer_execute`, its target and params as far as it gave them.
+        let input = match &c.raw_input {
+            Some(raw) => arguments_so_far(raw),
+            None => c.input.clone(),
+        };
+        let (requested, via, params) = if c.name == DEFER_EXECUTE {
+            let target = input.get("tool_name").and_then(Value::as_str);
+            let params = match input.get("params") {
+                Some(Value::Object(p)) if target.is_some() => p.clone(),
+                _ => input.clone(),
+            };
+            (
+                target.unwrap_or(DEFER_EXECUTE).to_owned(),
+                Via::DeferExecute,
+                params,
+            )
+        } else {
+            (c.name.clone(), Via::Direct, input)
         };
         let shelf = &self.prepared.shelf;
         let server_of = |name: &str| match shelf.catalog.resolve_exact(name) {
@@ -1904,6 +1946,7 @@ impl Turn {
                 Some(Fate::Ran {
                     tool,
                     server,
+                    params: got,
                     outcome,
                     changed,
                 }),
@@ -1912,7 +1955,10 @@ impl Turn {
                 r = self.record(AuditKind::Call);
                 r.tool = Some(tool);
                 r.server = server;
-                r.set_params(&params);
+                r.set_params(&got);
+                if got != params {
+                    r.set_rewritten_from(&params);
+                }
                 r.outcome = Some(outcome.into());
                 if outcome == "error" {
                     r.detail = Some(toolshelf_core::echo::echo(&answer.text));
@@ -1945,12 +1991,40 @@ impl Turn {
         }
         r.requested = Some(toolshelf_core::echo::echo(&requested));
         r.via = Some(via);
-        if let Err(e) = proxy.audit.append(&r) {
+        proxy.audit.append(&r).inspect_err(|e| {
             tracing::warn!(
                 session = %crate::shown_key(&self.prepared.key),
                 "a call's audit record was lost: {e}"
             );
+        })
+    }
+
+    /// The refusal of call `c`, about to be handed to the client, whose audit record could not
+    /// be written (`why`) while the log is required: it does not reach the client. `None` when
+    /// the log is not required.
+    fn unrecorded(
+        &mut self,
+        proxy: &Proxy,
+        c: &Call,
+        why: &str,
+        kind: Option<String>,
+    ) -> Option<ProxyResult> {
+        if !proxy.audit.is_required() {
+            return None;
         }
+        let name = match DeferExecuteArgs::parse(&c.input) {
+            Ok(a) if c.name == DEFER_EXECUTE => a.tool_name,
+            _ => c.name.clone(),
+        };
+        self.count_refusal(&name, RefusalKind::AuditUnavailable);
+        crate::metrics::refused(RefusalKind::AuditUnavailable.as_str());
+        self.fate = None;
+        Some(ProxyResult {
+            id: c.id.clone(),
+            text: invoke::audit_unavailable_text(&toolshelf_core::echo::echo(&name), why),
+            is_error: true,
+            kind,
+        })
     }
 
     /// The refusal of a call of `name`, a tool the session's model wrote, when this proxy does

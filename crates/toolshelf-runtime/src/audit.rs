@@ -288,6 +288,11 @@ impl Audit {
         self.writer.is_some()
     }
 
+    /// Whether a log is kept and no call may run unrecorded (`[audit] required`).
+    pub fn is_required(&self) -> bool {
+        self.is_kept() && self.required
+    }
+
     fn health_changed(&self) {
         if let Some(watch) = self.watcher.get() {
             watch();

@@ -583,14 +583,38 @@ fn calls_handed_to_the_client_are_audited_and_stop_while_the_log_cannot_be_writt
 #[test]
 fn the_proxys_audit_records_name_what_was_searched_loaded_and_handed() {
     let s = Scratch::new("proxy-audit-records");
-    let upstream = Upstream::start(&s, &search_then_read_script());
-    let config = "[audit]\npath = \"audit.jsonl\"\n";
+    let script = json!({"steps": [
+        {"text": "Looking.", "tool_uses": [{"name": "tool_search", "input": {"queries": ["read file"]}}]},
+        // Misspelt: refused, and recorded as the call of the tool it names.
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "parms": {"path": "notes.txt"}}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__fs__read_file", "params": {"path": "notes.txt"}}}]},
+        {"text": "Read it."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[audit]\npath = \"audit.jsonl\"\n[proxy]\nmax_search_rounds = 5\n";
     let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
     let mut messages = vec![json!({"role": "user", "content": "read notes"})];
     turn(&proxy, &tools(), &mut messages);
     let audit = s.audit();
-    assert_eq!(audit.len(), 2, "{audit:#?}");
-    let (search, call) = (&audit[0], &audit[1]);
+    assert_eq!(audit.len(), 3, "{audit:#?}");
+    let (search, bad, call) = (&audit[0], &audit[1], &audit[2]);
+    assert_eq!(
+        (
+            &bad["kind"],
+            &bad["outcome"],
+            &bad["via"],
+            &bad["requested"]
+        ),
+        (
+            &json!("refused"),
+            &json!("bad_arguments"),
+            &json!("defer_execute"),
+            &json!("mcp__fs__read_file")
+        ),
+        "{bad}"
+    );
     assert_eq!(
         (&search["kind"], &search["outcome"]),
         (&json!("search"), &json!("ok"))
@@ -615,9 +639,36 @@ fn the_proxys_audit_records_name_what_was_searched_loaded_and_handed() {
             &json!({"path": "notes.txt"})
         )
     );
+    assert!(call.get("hooks").is_none(), "{call}");
     let id = &proxy.status()["recent_sessions"][0]["id"];
     assert!(id.is_string());
     assert_eq!((&search["session"], &call["session"]), (id, id));
+}
+
+/// A required log whose write fails only when written (a full disk: the file opens) loses the
+/// record of the call that found it; that call is not handed to the client either.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_call_whose_record_cannot_be_written_does_not_reach_the_client() {
+    let s = Scratch::new("proxy-audit-full");
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "Read", "input": {"file_path": "notes.txt"}}]},
+        {"text": "Cannot."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[audit]\npath = \"/dev/full\"\n[defer]\nrules = [\"NoDefer(^Read$)\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "read notes"})];
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert!(calls(&a).is_empty(), "{a}");
+    let refused = last_result(&upstream.turns()[1]);
+    let text = refused["content"].as_str().unwrap_or_default();
+    assert!(
+        refused["is_error"] == true
+            && text.starts_with("Read was not run:")
+            && text.contains("No space left on device"),
+        "{refused}"
+    );
 }
 
 #[test]

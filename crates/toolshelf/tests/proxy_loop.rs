@@ -323,6 +323,17 @@ fn a_client_call_the_output_limit_cut_off_reaches_the_client_as_far_as_it_got() 
         assert_eq!(next["status"], "completed", "{next}");
     }
     assert!(upstream.refused().is_empty(), "{:?}", upstream.refused());
+    // Each call cut off is recorded as handed with the arguments as far as they got, which no
+    // hook rewrote.
+    let audit = s.audit_at("cache/toolshelf/audit.jsonl");
+    let handed: Vec<&Value> = audit.iter().filter(|r| r["outcome"] == "handed").collect();
+    assert!(!handed.is_empty(), "{audit:#?}");
+    for r in handed {
+        assert!(
+            r.get("hooks").is_none() && r["params"].as_object().is_some_and(|p| !p.is_empty()),
+            "{r}"
+        );
+    }
 }
 
 /// The proxy does not check a call of a resident client tool against the tool's schema: the

@@ -431,3 +431,34 @@ fn a_client_that_leaves_while_a_script_tool_runs_costs_no_further_round() {
     std::thread::sleep(std::time::Duration::from_secs(3));
     assert_eq!(upstream.turns().len(), 5, "{:#?}", upstream.turns());
 }
+
+/// A `pre_call` hook's rewrite of a call the proxy runs itself is in its audit record as in the
+/// gateway's: `params` are those the script got, `requested_params` the model's.
+#[test]
+fn a_rewritten_call_of_a_script_tool_is_recorded_with_both_params() {
+    let s = Scratch::new("proxy-scripts-rewrite");
+    s.write("wc.star", WORD_COUNT);
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__scripts__word_count"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__word_count", "params": {"text": "one"}}}]},
+        {"text": "Five."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let config = "[template.vars]\nteam = \"docs\"\n\
+                  [tools.word_count]\nscript = \"wc.star\"\n\
+                  [[hooks.pre_call]]\ncommand = \"sh\"\n\
+                  args = [\"-c\", \"echo '{\\\"params\\\": {\\\"text\\\": \\\"a b c d e\\\"}}'\"]\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "count"})];
+    turn(&proxy, &mut messages);
+    assert_eq!(upstream.last_result(2), ("{\"words\":5}".to_owned(), false));
+    let audit = s.audit_at("cache/toolshelf/audit.jsonl");
+    let call = audit
+        .iter()
+        .find(|r| r["kind"] == "call")
+        .unwrap_or_else(|| panic!("{audit:#?}"));
+    assert_eq!(call["params"], json!({"text": "a b c d e"}), "{call}");
+    assert_eq!(call["requested_params"], json!({"text": "one"}), "{call}");
+    assert_eq!(call["hooks"], json!(["params_rewritten"]), "{call}");
+}
