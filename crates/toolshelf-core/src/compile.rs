@@ -112,6 +112,7 @@ impl Compiled {
         if config.execute.call_timeout_secs == 0 {
             return Err(err("[execute] call_timeout_secs must be at least 1".into()));
         }
+        seconds_within_bounds(&config).map_err(err)?;
         crate::http::Listener::new(&config).map_err(err)?;
         let p = &config.proxy;
         for (key, url, paths) in [
@@ -487,6 +488,53 @@ fn compile_mode(config: &Config, name: &str, source_name: &str) -> Result<Mode> 
 
 /// Each of `keys` (name and value) in `[section]` must be at least 1: the first that is 0, as
 /// `[section] key must be at least 1 (got 0)`.
+/// Every setting in seconds within [`crate::config::MAX_SECS`]: a deadline that far off is
+/// none, and one past what a clock can add would end the process that sets it.
+fn seconds_within_bounds(config: &Config) -> std::result::Result<(), String> {
+    let mut settings: Vec<(String, u64)> = vec![
+        (
+            "[execute] call_timeout_secs".into(),
+            config.execute.call_timeout_secs,
+        ),
+        ("[scripts] timeout_secs".into(), config.scripts.timeout_secs),
+        (
+            "[proxy] session_ttl_secs".into(),
+            config.proxy.session_ttl_secs,
+        ),
+        (
+            "[proxy] upstream_timeout_secs".into(),
+            config.proxy.upstream_timeout_secs,
+        ),
+        (
+            "[proxy] stream_hold_secs".into(),
+            config.proxy.stream_hold_secs,
+        ),
+    ];
+    if let Some(idle) = config.http.session_idle_secs {
+        settings.push(("[http] session_idle_secs".into(), idle));
+    }
+    for (name, s) in &config.servers {
+        settings.push((
+            format!("[servers.{name}] startup_timeout_secs"),
+            s.startup_timeout_secs,
+        ));
+        settings.push((
+            format!("[servers.{name}] restart_delay_secs"),
+            s.restart_delay_secs,
+        ));
+        if let Some(t) = s.call_timeout_secs {
+            settings.push((format!("[servers.{name}] call_timeout_secs"), t));
+        }
+    }
+    let max = crate::config::MAX_SECS;
+    match settings.into_iter().find(|(_, v)| *v > max) {
+        Some((key, v)) => Err(format!(
+            "{key} must be at most {max} (about 31 years; got {v})"
+        )),
+        None => Ok(()),
+    }
+}
+
 fn at_least_one(section: &str, keys: &[(&str, u64)]) -> std::result::Result<(), String> {
     match keys.iter().find(|(_, v)| *v == 0) {
         Some((key, v)) => Err(format!("[{section}] {key} must be at least 1 (got {v})")),
@@ -733,6 +781,18 @@ mod tests {
             (
                 "[execute]\ncall_timeout_secs = 0",
                 "[execute] call_timeout_secs",
+            ),
+            (
+                "[scripts]\ntimeout_secs = 9223372036854775807",
+                "[scripts] timeout_secs must be at most 1000000000 (about 31 years; got 9223372036854775807)",
+            ),
+            (
+                "[servers.s]\ncommand = \"x\"\nrestart_delay_secs = 1000000001",
+                "[servers.s] restart_delay_secs must be at most 1000000000",
+            ),
+            (
+                "[[hooks.pre_call]]\ncommand = \"x\"\ntimeout_secs = 18446744073709551615",
+                "[hooks] pre_call[0]: timeout_secs must be at most 1000000000",
             ),
             ("[permissions]\ndeny = [\"x(\"]", "[permissions] deny[0]"),
             (

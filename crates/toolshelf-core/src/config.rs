@@ -956,6 +956,9 @@ fn default_reminder_ttl() -> u64 {
     2
 }
 
+/// The most seconds any setting in seconds may hold (about 31 years).
+pub const MAX_SECS: u64 = 1_000_000_000;
+
 /// `[audit]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]

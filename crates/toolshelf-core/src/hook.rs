@@ -85,6 +85,13 @@ impl Hooks {
                 if h.timeout_secs == 0 {
                     return Err(format!("{at}: timeout_secs must be at least 1"));
                 }
+                if h.timeout_secs > crate::config::MAX_SECS {
+                    return Err(format!(
+                        "{at}: timeout_secs must be at most {} (got {})",
+                        crate::config::MAX_SECS,
+                        h.timeout_secs
+                    ));
+                }
                 let tools = match &h.tools {
                     None => None,
                     // Session and search events have no target tool: a pattern there would
