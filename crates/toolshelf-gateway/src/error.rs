@@ -34,6 +34,9 @@ pub enum GatewayError {
         /// The configuration.
         label: String,
     },
+    /// A script tool's file that cannot be read (the message names its `[tools.NAME]`).
+    #[error("{0}")]
+    Script(String),
     /// Description templates that would fail every session's render.
     #[error(
         "{}: every session would fail to start (check a template with `toolshelf check-template`)",

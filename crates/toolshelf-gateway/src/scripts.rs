@@ -17,7 +17,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
-use toolshelf_core::config::{Config, SCRIPTS_SERVER};
+use toolshelf_core::config::Config;
 use toolshelf_runtime::scripts::{Runner, ScriptTools, Source};
 
 use crate::error::{GatewayError, Result};
@@ -77,12 +77,7 @@ impl ScriptServer {
 
 /// Reads the scripts (`toolshelf_runtime::scripts::read_sources`), the error as the gateway's.
 pub fn sources(config: &Config, config_dir: &std::path::Path) -> Result<Vec<Source>> {
-    toolshelf_runtime::scripts::read_sources(config, config_dir).map_err(|message| {
-        GatewayError::Server {
-            server: SCRIPTS_SERVER.into(),
-            message,
-        }
-    })
+    toolshelf_runtime::scripts::read_sources(config, config_dir).map_err(GatewayError::Script)
 }
 
 impl ServerHandler for ScriptServer {

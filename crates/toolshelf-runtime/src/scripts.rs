@@ -84,10 +84,20 @@ pub struct Source {
 pub fn read_sources(config: &Config, config_dir: &Path) -> Result<Vec<Source>, String> {
     let mut out = Vec::new();
     for (name, path) in script_paths(config, config_dir) {
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let at = format!("[tools.{name:?}] script {}", path.display());
+        let bytes = std::fs::read(&path).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "there is no such file".to_owned(),
+                std::io::ErrorKind::IsADirectory => "it is a directory, not a file".to_owned(),
+                _ => e.to_string(),
+            };
+            format!("{at}: cannot read it: {why}")
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let offset = e.utf8_error().valid_up_to();
+            let line = 1 + e.as_bytes()[..offset].iter().filter(|&&b| b == b'\n').count();
             format!(
-                "[tools.{name:?}] script {}: cannot read it: {e}",
-                path.display()
+                "{at}:{line}: not valid UTF-8 (byte {offset} of the file); a script must be UTF-8 text"
             )
         })?;
         let written = config.tools[&name].script.clone().unwrap_or_default();

@@ -1194,3 +1194,42 @@ async fn a_header_http_does_not_allow_is_refused_naming_it() {
     );
     client.cancel().await.expect("close");
 }
+
+/// A script file that cannot be read stops the gateway at start, named by its `[tools.NAME]`
+/// (no `[servers.scripts]` the user never wrote), with the line and byte of text that is not
+/// UTF-8.
+#[test]
+fn a_script_file_that_cannot_be_read_is_named_with_where_it_fails() {
+    let s = Scratch::new("scripts-unreadable");
+    let mut bad = b"description = \"x\"\nschema = {}\n# caf".to_vec();
+    bad.push(0xff);
+    std::fs::write(s.path("bad.star"), bad).expect("write");
+    for (section, expected) in [
+        (
+            "[tools.gone]\nscript = \"missing.star\"\n",
+            "[tools.\"gone\"] script ".to_owned()
+                + &s.path("missing.star")
+                + ": cannot read it: there is no such file",
+        ),
+        (
+            "[tools.bad]\nscript = \"bad.star\"\n",
+            "[tools.\"bad\"] script ".to_owned()
+                + &s.path("bad.star")
+                + ":3: not valid UTF-8 (byte 35 of the file)",
+        ),
+    ] {
+        let cfg = s.write(
+            "toolshelf.toml",
+            &format!("{section}{}", files_sections(&s)),
+        );
+        let out = std::process::Command::new(TOOLSHELF)
+            .args(["serve", "--config", &cfg])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run toolshelf");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&expected), "{expected:?} in {stderr}");
+        assert!(!stderr.contains("[servers.scripts]"), "{stderr}");
+    }
+}
