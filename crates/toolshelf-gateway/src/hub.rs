@@ -204,6 +204,7 @@ impl Snapshot {
             .chain(&exposure.warnings)
             .cloned()
             .chain(toolshelf_core::invoke::schema_warnings(&catalog))
+            .chain(unavailable_scripts(&catalog))
             .chain(toolshelf_core::ledger::oversized_residents(
                 &catalog,
                 &surface,
@@ -308,6 +309,23 @@ fn as_mcp_tool(tool: Value) -> Value {
         }
         other => other,
     }
+}
+
+/// A warning for each script tool that could not be defined (its description says why), so that
+/// `toolshelf status` names it and not only the gateway's log.
+fn unavailable_scripts(catalog: &Catalog) -> Vec<String> {
+    use toolshelf_core::config::SCRIPTS_SERVER;
+    catalog
+        .tools()
+        .iter()
+        .filter(|t| t.original_server.as_deref() == Some(SCRIPTS_SERVER))
+        .filter_map(|t| {
+            let why = t
+                .description
+                .strip_prefix(toolshelf_runtime::scripts::UNAVAILABLE)?;
+            Some(format!("script tool {} is unavailable: {why}", t.name))
+        })
+        .collect()
 }
 
 /// Logs the warnings of `now` that `before` did not have: a server's tool list is read again on

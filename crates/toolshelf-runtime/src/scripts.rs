@@ -124,6 +124,9 @@ pub fn sources_digest(sources: &[Source], settings: &str) -> String {
     format!("{:016x}", name::fnv1a64(all.as_bytes()))
 }
 
+/// How the description of a script tool that could not be defined begins; the reason follows.
+pub const UNAVAILABLE: &str = "This script tool is unavailable: ";
+
 /// Runs jobs in runner processes under one configuration's limits.
 #[derive(Debug, Clone)]
 pub struct Runner {
@@ -464,7 +467,7 @@ impl ScriptTools {
             Err(e) => {
                 tracing::warn!("{e}");
                 (
-                    format!("This script tool is unavailable: {e}"),
+                    format!("{UNAVAILABLE}{e}"),
                     toolshelf_core::catalog::empty_object_schema(),
                     Some(e),
                 )

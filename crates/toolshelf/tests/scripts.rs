@@ -396,6 +396,22 @@ async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
             "{e}"
         );
     }
+    // The status names each unavailable script with why, as `toolshelf status` shows it.
+    let st = status(&client).await;
+    let warnings: Vec<&str> = st["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|w| w.starts_with("script tool "))
+        .collect();
+    assert_eq!(warnings.len(), 3, "{st}");
+    assert!(
+        warnings.iter().any(|w| w.starts_with(
+            "script tool mcp__scripts__bad is unavailable: script tool \"mcp__scripts__bad\" (bad.star): script line 1: reads turn.number"
+        )),
+        "{warnings:?}"
+    );
     // The other script is unaffected.
     ok(&search(&client, json!({"tool_names": ["mcp__scripts__good"]})).await);
     assert_eq!(
