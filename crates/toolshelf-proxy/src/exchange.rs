@@ -1532,8 +1532,11 @@ impl Turn {
                 let mut event = HookEvent::new(HookEventKind::PostSearch, &self.prepared.key);
                 event.search = Some(Value::Object(c.input.clone()));
                 event.loaded = Some(loaded.clone());
+                let mut failures = Vec::new();
                 let ((t, e), changed) =
-                    crate::results::after_search(hooks, event, (text, is_error)).await;
+                    crate::results::after_search(hooks, event, (text, is_error), &mut failures)
+                        .await;
+                self.hooks_failed(proxy, &failures, None);
                 (text, is_error) = (t, e);
                 if let Some(changed) = changed {
                     changed.record(&mut record);
@@ -1739,9 +1742,16 @@ impl Turn {
                         crate::metrics::ran();
                         self.prepared.session.state.record_call(&tool.name);
                     }
-                    let ((mut text, is_error), changed) =
-                        crate::results::after_call(proxy.compiled.hooks(), tool, event, outcome)
-                            .await;
+                    let mut failures = Vec::new();
+                    let ((mut text, is_error), changed) = crate::results::after_call(
+                        proxy.compiled.hooks(),
+                        tool,
+                        event,
+                        outcome,
+                        &mut failures,
+                    )
+                    .await;
+                    self.hooks_failed(proxy, &failures, Some(&tool.name));
                     self.fate = Some(Fate::Ran {
                         tool: tool.name.clone(),
                         server: tool.original_server.clone(),
@@ -1883,6 +1893,17 @@ impl Turn {
             outcome: kind.as_str(),
             tool: None,
         });
+    }
+
+    /// Records each hook that failed (its report), before the record of the search or call it
+    /// ran for, as the gateway records them.
+    fn hooks_failed(&self, proxy: &Proxy, failures: &[String], tool: Option<&str>) {
+        for f in failures {
+            let mut r = self.record(AuditKind::HookError);
+            r.tool = tool.map(str::to_owned);
+            r.detail = Some(f.clone());
+            let _ = proxy.audit.append(&r);
+        }
     }
 
     /// An audit record of this request's session.
@@ -2229,6 +2250,7 @@ impl Turn {
             event.via_defer_execute = Some(via_defer);
             event.params = Some(params.clone());
             let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
+            self.hooks_failed(proxy, &pre.failures, Some(&tool.name));
             let (denial, rewritten) = (pre.denial, pre.params);
             let rewritten = toolshelf_runtime::off_workers(move || {
                 invoke::after_pre_call(i, &validator, denial, rewritten)
@@ -2459,6 +2481,7 @@ impl Turn {
         event.via_defer_execute = Some(via_defer);
         event.params = Some(params.clone());
         let pre = toolshelf_runtime::hooks::run(hooks, Some(tool), event).await;
+        self.hooks_failed(proxy, &pre.failures, Some(&tool.name));
         let (view, denial, rewritten) = (shelf.clone(), pre.denial, pre.params);
         let input = toolshelf_runtime::off_workers(move || {
             invoke::after_pre_call(i, &view.passed_validator(i), denial, rewritten)

@@ -46,12 +46,13 @@ pub fn read_result(v: &Value) -> Result<Text, String> {
 /// Runs the hooks of `event` (`post_call` or `call_failed`, its params set) that apply to `tool`
 /// on `outcome` (`Ok` the result, `Err` why the tool could not be run): the text the model reads,
 /// and what a hook did to the result, as the audit log says it (`result_withheld`, with the
-/// reason, or `result_replaced`).
+/// reason, or `result_replaced`). The reports of hooks that failed go to `failures`.
 pub async fn after_call(
     all: &toolshelf_core::hook::Hooks,
     tool: &Tool,
     mut event: HookEvent,
     outcome: Result<Text, String>,
+    failures: &mut Vec<String>,
 ) -> (Text, Option<Changed>) {
     let name = &tool.name;
     match outcome {
@@ -62,7 +63,10 @@ pub async fn after_call(
             }
             event.event = HookEventKind::PostCall;
             event.result = Some(call_result(&result));
-            let (denied, replaced, guidance) = post_call(post, tool, event).await;
+            let (verdict, replaced) =
+                hooks::run_replacing(post, Some(tool), event, read_result).await;
+            failures.extend(verdict.failures);
+            let (denied, guidance) = (verdict.denied, verdict.guidance);
             let (result, changed) = match (denied, replaced) {
                 (Some(reason), _) => (
                     (
@@ -84,6 +88,7 @@ pub async fn after_call(
             event.event = HookEventKind::CallFailed;
             event.error = Some(text.clone());
             let verdict = hooks::run(failed, Some(tool), event).await;
+            failures.extend(verdict.failures);
             (with_guidance((text, true), verdict.guidance), None)
         }
     }
@@ -110,14 +115,17 @@ impl Changed {
 
 /// Runs the `post_search` hooks on a search's answer (`event` has its arguments and the names it
 /// loaded), as the gateway does: the text the model reads, and what a hook did to it. A search
-/// whose result a hook withheld loads nothing: the model never saw the schemas.
+/// whose result a hook withheld loads nothing: the model never saw the schemas. The reports of
+/// hooks that failed go to `failures`.
 pub async fn after_search(
     hooks: &[Hook],
     mut event: HookEvent,
     result: Text,
+    failures: &mut Vec<String>,
 ) -> (Text, Option<Changed>) {
     event.result = Some(call_result(&result));
     let (verdict, replaced) = hooks::run_replacing(hooks, None, event, read_result).await;
+    failures.extend(verdict.failures);
     if let Some(reason) = verdict.denied {
         let withheld = format!("The search result was withheld by a hook: {reason}");
         return ((withheld, true), Some(Changed::Withheld(reason)));
@@ -135,17 +143,6 @@ fn with_guidance((mut text, is_error): Text, guidance: Vec<String>) -> Text {
         text.push_str(&g);
     }
     (text, is_error)
-}
-
-/// Runs `post_call` hooks (see [`hooks::run_replacing`]): the deny reason, the replacement and
-/// the guidance.
-async fn post_call(
-    hooks: &[Hook],
-    tool: &Tool,
-    event: HookEvent,
-) -> (Option<String>, Option<Text>, Vec<String>) {
-    let (verdict, replaced) = hooks::run_replacing(hooks, Some(tool), event, read_result).await;
-    (verdict.denied, replaced, verdict.guidance)
 }
 
 #[cfg(test)]

@@ -645,6 +645,32 @@ fn the_proxys_audit_records_name_what_was_searched_loaded_and_handed() {
     assert_eq!((&search["session"], &call["session"]), (id, id));
 }
 
+/// A hook that fails is recorded as a `hook_error` with its report, before the record of the
+/// call it ran for, as in the gateway.
+#[test]
+fn a_failing_hook_is_recorded_before_the_call_it_ran_for() {
+    let s = Scratch::new("proxy-audit-hook");
+    let upstream = Upstream::start(&s, &search_then_read_script());
+    let config = "[audit]\npath = \"audit.jsonl\"\n\
+                  [[hooks.pre_call]]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 1\"]\non_error = \"allow\"\n";
+    let proxy = ProxyProc::start(&s, &upstream.url(), config, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "read notes"})];
+    let a = turn(&proxy, &tools(), &mut messages);
+    assert_eq!(calls(&a).len(), 1, "allowed on error: {a}");
+    let audit = s.audit();
+    let kinds: Vec<&str> = audit.iter().filter_map(|r| r["kind"].as_str()).collect();
+    assert_eq!(kinds, ["search", "hook_error", "call"], "{audit:#?}");
+    assert_eq!(audit[1]["tool"], "mcp__fs__read_file");
+    assert!(
+        audit[1]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("pre_call[0]") && d.contains("exit status 1")),
+        "{}",
+        audit[1]
+    );
+    assert_eq!(audit[1]["session"], audit[2]["session"]);
+}
+
 /// A required log whose write fails only when written (a full disk: the file opens) loses the
 /// record of the call that found it; that call is not handed to the client either.
 #[test]
