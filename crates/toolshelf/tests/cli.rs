@@ -1962,6 +1962,22 @@ fn check_template_refuses_a_script_whose_run_cannot_take_the_params() {
     assert!(ok(&["check-template", &good]).ends_with("run1.star: ok; renders to:\nd\n"));
 }
 
+/// What a template renders is printed line by line with its other control and invisible
+/// characters escaped: it cannot move the terminal's cursor or hide text there.
+#[test]
+fn check_template_prints_a_rendering_without_its_control_characters() {
+    let file = temp_file(
+        "ctrl.star",
+        "'red ' + chr(27) + '[31m' + chr(0x202e) + 'x\\ttab\\nsecond ' + chr(0)",
+    );
+    let out = ok(&["check-template", &file]);
+    assert!(
+        out.ends_with("renders to:\nred \\u{1b}[31m\\u{202e}x\\ttab\nsecond \\0\n"),
+        "{out:?}"
+    );
+    assert!(!out.contains(['\u{1b}', '\u{202e}', '\0']), "{out:?}");
+}
+
 #[test]
 fn check_template_renders_a_clean_template() {
     let file = temp_file(

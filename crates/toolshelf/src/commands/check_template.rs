@@ -248,7 +248,10 @@ pub fn run(args: Args) -> Result<bool> {
                     super::count(findings.len(), "refused access", "refused accesses")
                 );
             }
-            outln!("{text}");
+            // Line by line as it renders, its other control and invisible characters escaped:
+            // a template must not move the cursor or hide text on the terminal that checks it.
+            let shown: Vec<String> = text.split('\n').map(super::cell).collect();
+            outln!("{}", shown.join("\n"));
         }
         // A failure already listed as a finding is not said twice.
         Err(e) if findings.iter().any(|f| &f.message == e) => {
