@@ -1526,6 +1526,10 @@ impl Turn {
             let (mut text, mut is_error, mut loaded, outcome) = self.search(proxy, c);
             let mut record = self.record(AuditKind::Search);
             record.set_params(&c.input);
+            // Arguments that are no JSON object are kept as written.
+            if let Some(raw) = &c.raw_input {
+                record.detail = Some(format!("arguments: {}", toolshelf_core::echo::echo(raw)));
+            }
             record.outcome = Some(outcome.into());
             let hooks = proxy.compiled.hooks().of(HookEventKind::PostSearch);
             if !hooks.is_empty() {
@@ -2000,6 +2004,15 @@ impl Turn {
                     AuditKind::Hidden
                 } else {
                     AuditKind::Refused
+                });
+                // A refusal that did not resolve the name still names the tool the name is,
+                // of the catalog or passed along as sent.
+                let tool = tool.or_else(|| match shelf.catalog.resolve_exact(&requested) {
+                    Resolution::Exact(i) => Some(shelf.catalog.tools()[i].name.clone()),
+                    _ => shelf
+                        .passed
+                        .position(&requested)
+                        .map(|i| shelf.passed.tools()[i].name.clone()),
                 });
                 r.server = tool.as_deref().and_then(server_of);
                 r.tool = tool;
