@@ -615,7 +615,10 @@ fn the_proxys_audit_records_name_what_was_searched_loaded_and_handed() {
         ),
         "{bad}"
     );
-    assert_eq!(bad["tool"], "mcp__fs__read_file", "the tool it names: {bad}");
+    assert_eq!(
+        bad["tool"], "mcp__fs__read_file",
+        "the tool it names: {bad}"
+    );
     assert_eq!(
         (&search["kind"], &search["outcome"]),
         (&json!("search"), &json!("ok"))

@@ -189,7 +189,7 @@ fn check_template_passes_a_script_whose_helper_uses_http() {
     let (code, out, err) = toolshelf(&["check-template", &file]);
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(
-        out.contains("eager.star: description template line 5: uses http,"),
+        out.contains("eager.star: script line 5: uses http, which a script's top level cannot"),
         "{out}"
     );
 }
@@ -299,4 +299,28 @@ fn a_value_nested_deep_at_run_time_renders_or_names_the_limit() {
         out.contains("deeper.star: description template: stopped: the memory limit of 16777216 bytes of Starlark heap was reached"),
         "{out}"
     );
+}
+
+/// `check-template` on a script tool's file says what it finds in a script's terms, each once:
+/// a stub at the top level as the definition refuses it, one in `run` as the runner would.
+#[test]
+fn check_template_says_a_scripts_findings_in_a_scripts_terms_once_each() {
+    let s = Scratch::new("templates-script-terms");
+    let file = s.write(
+        "s.star",
+        "description = \"x\" + str(time.now())\nschema = {}\ndef run(p):\n    return uuid()\n",
+    );
+    let (code, out, err) = toolshelf(&["check-template", &file]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].ends_with("s.star: script line 1: uses time, which a script's top level cannot: it is read once, when the tool is defined, and is as pure as a description template (call time inside run, which has it)"),
+        "{out}"
+    );
+    assert!(
+        lines[1].ends_with("s.star: script line 4: uses uuid, which a script's run cannot: of the outside world it has time, random and http only"),
+        "{out}"
+    );
+    assert!(lines[2].ends_with("s.star: 2 refused accesses"), "{out}");
 }

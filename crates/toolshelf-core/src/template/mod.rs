@@ -1332,7 +1332,8 @@ fn findings_in(
     // A script tool's file: its functions run with `time`, `random` and `http` made real when
     // `run` calls them, so reading those in the body of a function the top level never calls is
     // no refused access.
-    let run_time = if defines_in(&ast, "run", 1) {
+    let script = defines_in(&ast, "run", 1);
+    let run_time = if script {
         run_time_bodies(&ast)
     } else {
         Vec::new()
@@ -1378,14 +1379,27 @@ fn findings_in(
                 TemplateErrorKind::Unknown { tier, name, .. } => format!("{tier}.{name}"),
                 _ => String::new(),
             };
-            let message = TemplateError {
-                owner: owner.to_owned(),
-                what: "description template",
-                line: position(line),
-                column: None,
-                kind: k,
-            }
-            .to_string();
+            // A script tool's file is said in a script's terms; a stub its `run` uses as the
+            // runner refuses it when the tool is called.
+            let message = match &k {
+                TemplateErrorKind::Stub(n) if run_time.iter().any(|body| within(e.span, *body)) => {
+                    format!(
+                        "{owner}: script line {line}: uses {n}, which a script's run cannot: of the outside world it has time, random and http only"
+                    )
+                }
+                _ => TemplateError {
+                    owner: owner.to_owned(),
+                    what: if script {
+                        "script"
+                    } else {
+                        "description template"
+                    },
+                    line: position(line),
+                    column: None,
+                    kind: k,
+                }
+                .to_string(),
+            };
             out.push(Finding {
                 line,
                 kind,
