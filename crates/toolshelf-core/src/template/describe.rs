@@ -112,35 +112,26 @@ impl Templates {
     /// tools first, in name order. A server that runs on such a configuration would start no
     /// session at all, so it refuses to start instead.
     pub fn faults(&self) -> Vec<String> {
-        let names = |keys: &[&str]| {
-            let mut pkg: BTreeMap<String, Json> =
-                keys.iter().map(|k| ((*k).to_owned(), Json::Null)).collect();
-            pkg.extend(self.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-            pkg
-        };
-        let tool_pkg = names(&[
-            "description",
-            "name",
-            "params",
-            "required",
-            "server",
-            "tags",
-            "tool",
-        ]);
-        let server_pkg = names(&["description", "name", "server", "tools"]);
+        // Every name the catalog fills in for some template counts as held: a fault here is one
+        // no render could avoid.
+        let mut pkg: BTreeMap<String, Json> = CATALOG_VALUES
+            .iter()
+            .map(|k| ((*k).to_owned(), Json::Null))
+            .collect();
+        pkg.extend(self.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
         let session = SessionValues::default();
         let tools = self
             .tools
             .iter()
-            .map(|(name, src)| (format!("[tools.{name:?}]"), src, &tool_pkg));
+            .map(|(name, src)| (format!("[tools.{name:?}]"), src));
         let servers = self
             .servers
             .iter()
-            .map(|(name, src)| (format!("[servers.{name}]"), src, &server_pkg));
+            .map(|(name, src)| (format!("[servers.{name}]"), src));
         tools
             .chain(servers)
             .flat_map(
-                |(owner, src, pkg)| match super::findings(src, &owner, pkg, &session) {
+                |(owner, src)| match super::findings(src, &owner, &pkg, &session) {
                     Ok(found) => found.into_iter().map(|f| f.message).collect(),
                     Err(e) => vec![e.to_string()],
                 },
