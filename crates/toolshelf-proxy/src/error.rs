@@ -13,6 +13,12 @@ pub enum ProxyError {
     /// The configuration is invalid.
     #[error(transparent)]
     Core(#[from] toolshelf_core::Error),
+    /// Description templates that would fail every request's render.
+    #[error(
+        "{}: no request could be rewritten (check a template with `toolshelf check-template`)",
+        .0.join("; ")
+    )]
+    Templates(Vec<String>),
     /// The listener could not start.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -59,7 +65,9 @@ impl ProxyError {
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::Core(_) | Self::Listen { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Core(_) | Self::Listen { .. } | Self::Templates(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -69,7 +77,7 @@ impl ProxyError {
             Self::BadRequest(_) | Self::Rewrite(_) => "invalid_request_error",
             Self::TooLarge { .. } => "request_too_large",
             Self::Upstream { .. } | Self::Timeout { .. } => "api_error",
-            Self::Core(_) | Self::Listen { .. } => "api_error",
+            Self::Core(_) | Self::Listen { .. } | Self::Templates(_) => "api_error",
         }
     }
 }

@@ -150,6 +150,10 @@ impl Proxy {
                 url: "(client)".into(),
                 message: e.to_string(),
             })?;
+        let faults = compiled.templates().faults();
+        if !faults.is_empty() {
+            return Err(ProxyError::Templates(faults));
+        }
         // Hooks of events the proxy has no place to run: said once, not left to be found out.
         let unrun: Vec<&str> = [
             (HookEventKind::SessionStart, "session_start"),

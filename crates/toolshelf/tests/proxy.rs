@@ -317,6 +317,30 @@ fn a_request_that_defers_on_its_own_passes_through_without_rules_or_when_told_to
 }
 
 /// Hooks of events the proxy does not run are named at start-up, once, not silently ignored.
+/// A description template that would fail every request's render stops the proxy at start,
+/// naming the template and its line, as it stops the gateway.
+#[test]
+fn a_template_no_request_could_render_stops_the_proxy_at_start() {
+    let s = Scratch::new("proxy-template-fault");
+    let config = s.write(
+        "proxy.toml",
+        "[tools.Read]\ndescription_template = \"x = 1\\nstr(turn.messages)\"\n",
+    );
+    let out = Command::new(common::TOOLSHELF)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config", &config])
+        .env("XDG_CACHE_HOME", s.path("cache"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run the proxy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("[tools.\"Read\"]: description template line 2: reads turn.messages")
+            && stderr.contains("no request could be rewritten"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn hooks_the_proxy_does_not_run_are_named_at_start() {
     let s = Scratch::new("proxy-unrun-hooks");
