@@ -1174,6 +1174,14 @@ fn continues(body: &Map<String, Value>, dialect: Dialect) -> bool {
             })
 }
 
+/// The item that answers a refusal of a call of its own kind made by `item` (a Responses
+/// `custom_tool_call_output`, ...); `None`: a function call's, or Chat's `tool` message.
+fn own_answer_kind(dialect: Dialect, item: &Value) -> Option<String> {
+    (dialect.api() == Api::OpenAiResponses)
+        .then(|| crate::api::responses::answer_kind(item).map(str::to_owned))
+        .flatten()
+}
+
 /// What the loop does after a round.
 #[derive(Debug, PartialEq)]
 pub enum Next {
@@ -1272,28 +1280,11 @@ impl Turn {
             if c.name != TOOL_SEARCH
                 && let Err(error) = proxy.audit.ready()
             {
-                let kind = RefusalKind::AuditUnavailable;
-                // Through `defer_execute`, the tool it names.
-                let name = match DeferExecuteArgs::parse(&c.input) {
-                    Ok(a) if c.name == DEFER_EXECUTE => a.tool_name,
-                    _ => c.name.clone(),
+                let kind = match part {
+                    Part::Own(_, item) => own_answer_kind(dialect, item),
+                    _ => None,
                 };
-                self.count_refusal(&name, kind);
-                crate::metrics::refused(kind.as_str());
-                let result = ProxyResult {
-                    id: c.id.clone(),
-                    text: invoke::audit_unavailable_text(
-                        &toolshelf_core::echo::echo(&name),
-                        &error,
-                    ),
-                    is_error: true,
-                    kind: match part {
-                        Part::Own(_, item) if dialect.api() == Api::OpenAiResponses => {
-                            crate::api::responses::answer_kind(item).map(str::to_owned)
-                        }
-                        _ => None,
-                    },
-                };
+                let result = self.refuse_unrecorded(c, &error, kind);
                 let _ = self.audit(proxy, c, Err(&result));
                 answered.push(result);
                 continue;
@@ -1302,12 +1293,7 @@ impl Turn {
                 Part::Own(c, item) => match self.own_call(proxy, c, item).await {
                     OwnOutcome::Handed(call, item) => {
                         if let Err(why) = self.audit(proxy, c, Ok(&call)) {
-                            let kind = match dialect.api() {
-                                Api::OpenAiResponses => {
-                                    crate::api::responses::answer_kind(&item).map(str::to_owned)
-                                }
-                                _ => None,
-                            };
+                            let kind = own_answer_kind(dialect, &item);
                             if let Some(refused) = self.unrecorded(proxy, c, &why, kind) {
                                 answered.push(refused);
                                 continue;
@@ -2043,22 +2029,29 @@ impl Turn {
         why: &str,
         kind: Option<String>,
     ) -> Option<ProxyResult> {
-        if !proxy.audit.is_required() {
-            return None;
-        }
+        proxy
+            .audit
+            .is_required()
+            .then(|| self.refuse_unrecorded(c, why, kind))
+    }
+
+    /// The refusal of call `c` because the audit log cannot be written (`why`), counted; the
+    /// answer is of `kind` (see [`own_answer_kind`]). Through `defer_execute`, it names the tool
+    /// the call names.
+    fn refuse_unrecorded(&mut self, c: &Call, why: &str, kind: Option<String>) -> ProxyResult {
         let name = match DeferExecuteArgs::parse(&c.input) {
             Ok(a) if c.name == DEFER_EXECUTE => a.tool_name,
             _ => c.name.clone(),
         };
-        self.count_refusal(&name, RefusalKind::AuditUnavailable);
-        crate::metrics::refused(RefusalKind::AuditUnavailable.as_str());
-        self.fate = None;
-        Some(ProxyResult {
+        let refusal = RefusalKind::AuditUnavailable;
+        self.count_refusal(&name, refusal);
+        crate::metrics::refused(refusal.as_str());
+        ProxyResult {
             id: c.id.clone(),
             text: invoke::audit_unavailable_text(&toolshelf_core::echo::echo(&name), why),
             is_error: true,
             kind,
-        })
+        }
     }
 
     /// The refusal of a call of `name`, a tool the session's model wrote, when this proxy does
@@ -2290,10 +2283,7 @@ impl Turn {
         let responses = dialect.api() == Api::OpenAiResponses;
         let custom =
             !responses || item.get("type").and_then(Value::as_str) == Some("custom_tool_call");
-        // The item that answers a refusal (`None`: a function call's, Chat's `tool` message).
-        let answer_kind = responses
-            .then(|| crate::api::responses::answer_kind(item).map(str::to_owned))
-            .flatten();
+        let answer_kind = own_answer_kind(dialect, item);
         let refuse = |text: String| {
             OwnOutcome::Answered(ProxyResult {
                 id: c.id.clone(),
