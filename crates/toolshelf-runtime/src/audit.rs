@@ -283,14 +283,9 @@ impl Audit {
         self
     }
 
-    /// Whether a log is kept.
-    pub fn is_kept(&self) -> bool {
-        self.writer.is_some()
-    }
-
     /// Whether a log is kept and no call may run unrecorded (`[audit] required`).
     pub fn is_required(&self) -> bool {
-        self.is_kept() && self.required
+        self.writer.is_some() && self.required
     }
 
     fn health_changed(&self) {
