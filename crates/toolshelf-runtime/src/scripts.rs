@@ -626,22 +626,34 @@ mod tests {
         (runner, release)
     }
 
-    /// The processes running `runner` now.
+    /// The processes running `runner` now. A child the runner's shell forks (`cat`, `sleep`)
+    /// shows the shell's command line until it execs, so a process whose parent runs `runner`
+    /// too is not counted.
     fn live(runner: &Path) -> usize {
         let needle = runner.display().to_string();
-        std::fs::read_dir("/proc")
+        let running: BTreeMap<String, String> = std::fs::read_dir("/proc")
             .expect("/proc")
             .filter_map(Result::ok)
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-            })
-            .filter(|e| {
-                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 String::from_utf8_lossy(&cmdline).contains(&needle)
             })
+            .map(|pid| {
+                // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let ppid = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .unwrap_or_default()
+                    .to_owned();
+                (pid, ppid)
+            })
+            .collect();
+        running
+            .values()
+            .filter(|ppid| !running.contains_key(*ppid))
             .count()
     }
 
