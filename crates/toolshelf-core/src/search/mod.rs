@@ -172,6 +172,8 @@ pub struct ParsedQuery {
     pub servers: Vec<String>,
     /// Documents named exactly in the query.
     pub exact: Vec<u32>,
+    /// Whether `exact` is the one tool the whole query names with case and separators ignored.
+    folded: bool,
     /// What the parser ignored and why, for the response text.
     pub notes: Vec<String>,
     /// Id of each of `terms` in the lexical index that parsed the query (`None`: no tool has
@@ -765,6 +767,10 @@ pub struct SearchIndex {
     by_name: Vec<u32>,
     /// Exact names (canonical, bare, original) to documents.
     names: rustc_hash::FxHashMap<String, Vec<u32>>,
+    /// The same names folded ([`crate::name::fold`]: case, `_ - .` and white space ignored) to
+    /// documents, and the longest such name in bytes.
+    folded: rustc_hash::FxHashMap<String, Vec<u32>>,
+    longest_folded: usize,
     /// The names (canonical and as configured) of the servers with a searchable tool, by their
     /// lower-cased form: each name as written and its server's canonical name. A server none of
     /// whose tools can be searched (a mode or a rule hides them all, or it has none) is not here:
@@ -1157,6 +1163,7 @@ impl SearchIndex {
             })
             .collect();
         let mut names: rustc_hash::FxHashMap<String, Vec<u32>> = Default::default();
+        let mut folded: rustc_hash::FxHashMap<String, Vec<u32>> = Default::default();
         for (d, &i) in docs.iter().enumerate() {
             let t = &tools[i];
             for n in [&t.name, &t.bare, &t.original_name] {
@@ -1164,8 +1171,14 @@ impl SearchIndex {
                 if !e.contains(&(d as u32)) {
                     e.push(d as u32);
                 }
+                let e = folded.entry(crate::name::fold(n)).or_default();
+                if !e.contains(&(d as u32)) {
+                    e.push(d as u32);
+                }
             }
         }
+        folded.remove("");
+        let longest_folded = folded.keys().map(String::len).max().unwrap_or(0);
         let searchable: std::collections::BTreeSet<(&str, &str)> = docs
             .iter()
             .filter_map(|&i| {
@@ -1218,6 +1231,8 @@ impl SearchIndex {
             name_terms,
             name_pieces: pieces,
             names,
+            folded,
+            longest_folded,
             server_names,
             lexical,
             deprecated,
@@ -1240,6 +1255,8 @@ impl SearchIndex {
             name_rank: self.name_rank.clone(),
             by_name: self.by_name.clone(),
             names: self.names.clone(),
+            folded: self.folded.clone(),
+            longest_folded: self.longest_folded,
             server_names: self.server_names.clone(),
             lexical: self.lexical.clone(),
             deprecated: self.deprecated.clone(),
@@ -1507,11 +1524,13 @@ impl SearchIndex {
             let mut words = query.split_whitespace();
             words.next().is_some() && words.next().is_none()
         };
+        let mut all_plain = true;
         for raw in query.split_whitespace() {
             let (kept, plain) = match self.take_word(raw, whole_query, &mut q) {
                 Taken::Plain => (Some(raw), true),
                 Taken::Operator(kept) => (kept, false),
             };
+            all_plain &= plain;
             if let Some(word) = kept {
                 if !std::mem::take(&mut first) {
                     text.push(' ');
@@ -1519,6 +1538,9 @@ impl SearchIndex {
                 text.push_str(word);
             }
             seen(raw, kept, plain);
+        }
+        if whole_query && all_plain {
+            self.take_folded_name(query, &mut q);
         }
         q.text = text;
         q.exact.sort_unstable();
@@ -1575,6 +1597,26 @@ impl SearchIndex {
             return Taken::Operator((!kept.is_empty()).then_some(kept));
         }
         Taken::Plain
+    }
+
+    /// Adds to `q` the one tool a query of one word, no tool's name as written, names when case
+    /// and the separators `_ - .` are ignored (`Tavily_Search`, `tavily-search` for
+    /// `tavily_search`): the word is that name as a person writes it. Words apart (`read file`)
+    /// are words, as in any other query. A fold that several tools' names share names none of
+    /// them, as `tool_names` resolves such a name.
+    fn take_folded_name(&self, query: &str, q: &mut ParsedQuery) {
+        let query = trim_name(query.trim());
+        if query.is_empty() || query.len() > self.longest_folded * 4 {
+            return;
+        }
+        if let Some(&[d]) = self
+            .folded
+            .get(&crate::name::fold(query))
+            .map(Vec::as_slice)
+        {
+            q.exact.push(d);
+            q.folded = true;
+        }
     }
 
     /// Adds to `q` the tools `word` (a query's word, trimmed of [`name_trim`]) names exactly, and
@@ -2377,10 +2419,19 @@ impl SearchIndex {
         let top = best.max(1.0);
         let mut exact_hits: Vec<(f32, u32)> = exact.iter().map(|&d| (top + 1.0, d)).collect();
         exact_hits.sort_by(|a, b| name_of(a.1).cmp(name_of(b.1)));
+        // A tool only a query's fold names says so: the query is not its name as written.
+        let written = |d: u32| parsed.iter().any(|q| !q.folded && q.exact.contains(&d));
         let mut hits: Vec<Hit> = exact_hits
             .into_iter()
             .take(limit)
-            .map(|(score, d)| self.hit(d, score, "exact name in the query".to_owned()))
+            .map(|(score, d)| {
+                let reason = if written(d) {
+                    "exact name in the query"
+                } else {
+                    "the query is its name with case and separators ignored"
+                };
+                self.hit(d, score, reason.to_owned())
+            })
             .collect();
         let listed = |d: u32| {
             let server = self.labels[d as usize]
@@ -4366,6 +4417,55 @@ mod tests {
             hits.iter().all(|h| h.reason != "exact name in the query"),
             "{hits:?}"
         );
+    }
+
+    /// A query of one word that is one tool's name with case and separators ignored names it,
+    /// saying so; the name as written stays an exact name; words apart, a longer query, or a fold
+    /// several tools' names share, name none.
+    #[test]
+    fn a_query_that_is_a_name_written_as_words_names_the_tool() {
+        const FOLDED: &str = "the query is its name with case and separators ignored";
+        for q in [
+            "Email_Text_Send",
+            "email-text-send",
+            "EMAIL_TEXT_SEND?",
+            " \"email-text.Send\" ",
+            "emailtextsend",
+        ] {
+            let hits = ranked(&[q], 3);
+            assert_eq!(
+                (&*hits[0].name, hits[0].reason.as_str()),
+                ("email_text_send", FOLDED),
+                "{q}"
+            );
+            assert!(hits[1..].iter().all(|h| h.reason != FOLDED), "{hits:?}");
+        }
+        let written = ranked(&["email_text_send"], 3);
+        assert_eq!(written[0].reason, "exact name in the query");
+        // One of several queries names it; the others are ranked as words.
+        let both = ranked(&["Email-Text-Send", "weather"], 3);
+        assert_eq!(
+            (&*both[0].name, both[0].reason.as_str()),
+            ("email_text_send", FOLDED)
+        );
+        for q in [
+            "email text send",
+            "email-text",
+            "please email-text-send",
+            "email_text_send*",
+        ] {
+            let hits = ranked(&[q], 3);
+            assert!(hits.iter().all(|h| h.reason != FOLDED), "{q}: {hits:?}");
+        }
+        let tools = serde_json::json!({"servers": [
+            {"name": "a", "tools": [{"name": "get_time", "description": "The time here."}]},
+            {"name": "b", "tools": [{"name": "get_time", "description": "The time there."}]}
+        ]});
+        let c = Catalog::from_json_str(&tools.to_string(), "test").expect("catalog");
+        let index = SearchIndex::build(&c, &[0, 1]);
+        let hits = index.rank(&["Get-Time".to_owned()], 3);
+        assert_eq!(hits.len(), 2, "{hits:?}");
+        assert!(hits.iter().all(|h| h.reason != FOLDED), "{hits:?}");
     }
 
     /// Skipping the name lookup for plain words inside a longer query never skips a word that
