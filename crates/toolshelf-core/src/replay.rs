@@ -983,7 +983,16 @@ impl<'a> Replay<'a> {
                 }
             },
             DEFER_EXECUTE => match DeferExecuteArgs::parse(input) {
-                Err(message) => Outcome::answered(message, true),
+                Err(message) => {
+                    // Refused as the proxy refuses it: the tool it names, if it names one.
+                    let named = input.get("tool_name").and_then(Value::as_str);
+                    turn.refused.push(format!(
+                        "{}: {}",
+                        crate::echo::echo(named.unwrap_or(DEFER_EXECUTE)),
+                        invoke::RefusalKind::BadArguments.as_str()
+                    ));
+                    Outcome::answered(message, true)
+                }
                 Ok(args) => self.dry_run(
                     &args.tool_name,
                     args.params,
@@ -1206,8 +1215,11 @@ impl<'a> Replay<'a> {
                 }
             }
             Err(refusal) => {
-                turn.refused
-                    .push(format!("{requested}: {}", refusal.kind().as_str()));
+                turn.refused.push(format!(
+                    "{}: {}",
+                    crate::echo::echo(requested),
+                    refusal.kind().as_str()
+                ));
                 if let Some(i) = refusal.loads() {
                     let name = self.catalog.tools()[i].name.clone();
                     if let Refusal::Expired { idle_turns, .. } = refusal {
@@ -1676,24 +1688,25 @@ pub fn explain_line(report: &TurnReport) -> String {
 }
 
 /// A recorded result's content as the text the model reads: a string as it is, content blocks
-/// that are all text as their texts one per line, anything else as canonical JSON.
+/// as their texts one per line, a block that holds no text (an image, a resource) as its type in
+/// brackets (`[image]`): its data (base64, a blob) is not text the model reads, and counted as
+/// text it would swamp the request's size.
 fn recorded_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(blocks) => {
-            let texts: Option<Vec<&str>> = blocks
-                .iter()
-                .map(|b| {
-                    (b.get("type").and_then(Value::as_str) == Some("text"))
-                        .then(|| b.get("text").and_then(Value::as_str))
-                        .flatten()
-                })
-                .collect();
-            match texts {
-                Some(texts) if !texts.is_empty() => texts.join("\n"),
-                _ => canonical_json(content),
-            }
-        }
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|b| match b.get("text").and_then(Value::as_str) {
+                Some(text) if b.get("type").and_then(Value::as_str) == Some("text") => {
+                    text.to_owned()
+                }
+                _ => format!(
+                    "[{}]",
+                    crate::echo::echo(b.get("type").and_then(Value::as_str).unwrap_or("block"))
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
         other => canonical_json(other),
     }
 }

@@ -993,3 +993,56 @@ fn a_denied_call_is_refused_before_its_schema_is_asked_for() {
     );
     assert_eq!(reports[2].refused, ["mcp__git__git_log: not_loaded"]);
 }
+
+/// A `defer_execute` whose arguments cannot be read is refused as the proxy refuses it
+/// (`bad_arguments`), under the tool it names when it names one.
+#[test]
+fn a_malformed_defer_execute_is_listed_as_refused() {
+    let compiled = compiled(None);
+    let reports = run_with(
+        &compiled,
+        &[
+            user("show me the log"),
+            call("defer_execute", json!({})),
+            call("defer_execute", json!({"tool_name": GIT_LOG, "params": 5})),
+        ],
+    );
+    assert_eq!(reports[1].refused, ["defer_execute: bad_arguments"]);
+    assert_eq!(reports[2].refused, [format!("{GIT_LOG}: bad_arguments")]);
+}
+
+/// A recorded result's content blocks are read as the model reads them: the texts one a line,
+/// a block without text (an image, a resource) as its type, never its data as JSON.
+#[test]
+fn a_recorded_image_block_is_read_as_its_type_not_its_data() {
+    let compiled = compiled(None);
+    let data = "QUJD".repeat(5000);
+    let reports = run_with(
+        &compiled,
+        &[
+            user("take a screenshot"),
+            call("mcp__git__git_status", json!({"repo_path": "/r"})),
+            Event::Result {
+                content: json!([
+                    {"type": "text", "text": "before"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+                    {"type": "resource", "resource": {"uri": "file:///a", "blob": data}},
+                    {"type": "text", "text": "after"}
+                ]),
+                is_error: false,
+            },
+            user("thanks"),
+        ],
+    );
+    let last = reports.last().expect("a report");
+    assert!(!last.body.contains("QUJD"), "the data is not text");
+    let body: Value = serde_json::from_str(&last.body).expect("json");
+    let result = body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result")
+        .expect("the result");
+    assert_eq!(result["content"], "before\n[image]\n[resource]\nafter");
+}

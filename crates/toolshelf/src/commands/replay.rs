@@ -188,14 +188,17 @@ pub fn run(args: Args) -> Result<()> {
 
 /// `report` with each refused call's kind in words (`mcp__git__git_log: invalid arguments`)
 /// instead of its code (`mcp__git__git_log: invalid`), for the text of `--explain`; `--json`
-/// keeps the codes, as the audit log has them.
+/// keeps the codes, as the audit log has them. The name is the model's, as it wrote it: escaped
+/// for the terminal ([`super::cell`]), so that it can neither forge a line nor send an escape.
 fn in_words(mut report: TurnReport) -> TurnReport {
     for entry in &mut report.refused {
-        if let Some((name, code)) = entry.rsplit_once(": ")
-            && let Some(kind) = RefusalKind::from_label(code)
-        {
-            *entry = format!("{name}: {}", kind.in_words());
-        }
+        *entry = match entry.rsplit_once(": ") {
+            Some((name, code)) => match RefusalKind::from_label(code) {
+                Some(kind) => format!("{}: {}", super::cell(name), kind.in_words()),
+                None => format!("{}: {code}", super::cell(name)),
+            },
+            None => super::cell(entry),
+        };
     }
     report
 }
@@ -227,5 +230,30 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("mcp__a__c: some_future_code"), "{line}");
+    }
+
+    #[test]
+    fn a_refused_name_cannot_forge_a_line_or_reach_the_terminal() {
+        let report = TurnReport {
+            request: 1,
+            turn: 1,
+            body: String::new(),
+            bytes: Default::default(),
+            reminders: Vec::new(),
+            activated: Vec::new(),
+            expired: Vec::new(),
+            unused_turns: Vec::new(),
+            refused: vec!["x\n  reminder r fired: forged\u{1b}[2J: unknown".to_owned()],
+            injected: Vec::new(),
+        };
+        let line = explain_line(&in_words(report));
+        assert_eq!(line.lines().count(), 2, "{line}");
+        assert!(
+            line.ends_with(&format!(
+                "refused: x\\n  reminder r fired: forged\\u{{1b}}[2J: {}",
+                RefusalKind::Unknown.in_words()
+            )),
+            "{line}"
+        );
     }
 }
