@@ -1426,7 +1426,6 @@ fn exit_status_tells_a_finding_from_an_error() {
         (vec!["explain", "Read", "--catalog", missing], 2),
         (vec!["render", "--catalog", missing], 2),
         (vec!["ledger", "--catalog", missing], 2),
-        (vec!["ledger", "--window", "0"], 2),
         (vec!["render", "--mode", "no_such_mode"], 2),
         (vec!["render", "--config", &bad_config], 2),
         (vec!["status", "--config", &bad_config], 2),
@@ -1447,6 +1446,27 @@ fn exit_status_tells_a_finding_from_an_error() {
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("toolshelf: "),
             "{args:?} says why"
+        );
+    }
+}
+
+/// `ledger --window` refuses a value that is no positive number of tokens, saying so: a negative
+/// one is its value, not an unknown option.
+#[test]
+fn a_window_that_is_no_positive_number_is_refused_saying_why() {
+    for (value, says) in [
+        ("-5", "the window must be a positive number of tokens"),
+        ("0", "the window must be at least 1 token"),
+        ("200k", "the window is a whole number of tokens"),
+    ] {
+        let out = run(&["ledger", "--window", value]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "invalid value '{value}' for '--window <TOKENS>': {says}"
+            )),
+            "{value}: {stderr}"
         );
     }
 }

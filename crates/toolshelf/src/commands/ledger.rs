@@ -14,7 +14,13 @@ pub struct Args {
     /// Context window in tokens, in place of [defer] window (default 200000): the shares are of
     /// it, and "auto:N" deferral is decided against it. The one-turn account only: --transcript
     /// counts what each request sends.
-    #[arg(long, value_name = "TOKENS", conflicts_with = "transcript")]
+    #[arg(
+        long,
+        value_name = "TOKENS",
+        conflicts_with = "transcript",
+        allow_hyphen_values = true,
+        value_parser = positive_tokens
+    )]
     window: Option<u64>,
     /// Wire format whose serialized definitions are measured.
     #[arg(long, value_enum, default_value_t)]
@@ -55,6 +61,21 @@ fn pct(x: f64) -> String {
     format!("{:.2}%", x * 100.0)
 }
 
+/// `--window`'s value: a whole number of tokens, at least 1. A negative one is taken as the
+/// value it is (not as an unknown option) and refused as such.
+fn positive_tokens(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("the window must be at least 1 token".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) if text.trim().parse::<i128>().is_ok() => {
+            Err("the window must be a positive number of tokens".to_owned())
+        }
+        Err(_) => {
+            Err("the window is a whole number of tokens (200000, not 200k or 2e5)".to_owned())
+        }
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     if let Some(transcript) = &args.transcript {
         return session(&args, transcript);
@@ -78,10 +99,6 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    anyhow::ensure!(
-        args.window != Some(0),
-        "--window must be a positive number of tokens"
-    );
     // The window `auto:N` deferral is decided against, as well as the one the shares are of.
     let l = args
         .source
