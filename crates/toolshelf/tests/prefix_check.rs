@@ -359,6 +359,21 @@ fn bad_lines_are_named_by_file_and_line() {
         err.contains("forced.jsonl:1: no `input` array (openai-responses request)"),
         "{err}"
     );
+    // A body plainly of another API that the forced one could read is refused too: read as
+    // Chat, an Anthropic body's `system` would not be compared.
+    let anthropic = "{\"model\": \"m\", \"system\": \"S\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    let path = temp_file(
+        "misread.jsonl",
+        &format!("{anthropic}\n{}\n", anthropic.replace("\"S\"", "\"S2\"")),
+    );
+    let out = run(&["prefix-check", &path, "--api", "openai"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("misread.jsonl:1: the body is plainly an anthropic request, which --api openai would misread")
+            && err.contains("give --api anthropic"),
+        "{err}"
+    );
     let path = temp_file("input.jsonl", "{\"input\": []}\n");
     let err = String::from_utf8(run(&["prefix-check", &path, "--api", "anthropic"]).stderr)
         .expect("utf-8");

@@ -295,8 +295,20 @@ fn check(path: &Path, api: Option<Api>) -> Result<(usize, Vec<Pair>)> {
                 at()
             );
         };
+        let seen = Api::detect_certain(&body);
         let current =
             Canon::new(api, body, forced).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        // A body plainly of another API would be read in the wrong places (an Anthropic
+        // `system` is no part of a Chat request), and its breaks there missed.
+        if let Some(seen) = seen.filter(|&seen| forced && seen != api) {
+            bail!(
+                "{}: the body is plainly an {} request, which --api {} would misread (its system part and messages are elsewhere, so breaks there would be missed); leave --api out to tell each body's API, or give --api {}",
+                at(),
+                seen.name(),
+                api.name(),
+                seen.name()
+            );
+        }
         requests += 1;
         if let Some(prev) = &previous {
             pairs.push(compare(requests - 1, prev, &current));
