@@ -207,9 +207,9 @@ fn in_words(mut report: TurnReport) -> TurnReport {
 mod tests {
     use super::*;
 
-    #[test]
-    fn refusal_codes_read_in_words() {
-        let report = TurnReport {
+    /// The report of a request that refused these calls (`name: code`), and nothing else.
+    fn refusing(refused: &[&str]) -> TurnReport {
+        TurnReport {
             request: 1,
             turn: 1,
             body: String::new(),
@@ -218,13 +218,17 @@ mod tests {
             activated: Vec::new(),
             expired: Vec::new(),
             unused_turns: Vec::new(),
-            refused: vec![
-                "mcp__a__b: not_loaded".to_owned(),
-                "mcp__a__c: some_future_code".to_owned(),
-            ],
+            refused: refused.iter().map(|r| (*r).to_owned()).collect(),
             injected: Vec::new(),
-        };
-        let line = explain_line(&in_words(report));
+        }
+    }
+
+    #[test]
+    fn refusal_codes_read_in_words() {
+        let line = explain_line(&in_words(refusing(&[
+            "mcp__a__b: not_loaded",
+            "mcp__a__c: some_future_code",
+        ])));
         assert!(
             line.contains(&format!("mcp__a__b: {}", RefusalKind::NotLoaded.in_words())),
             "{line}"
@@ -234,19 +238,9 @@ mod tests {
 
     #[test]
     fn a_refused_name_cannot_forge_a_line_or_reach_the_terminal() {
-        let report = TurnReport {
-            request: 1,
-            turn: 1,
-            body: String::new(),
-            bytes: Default::default(),
-            reminders: Vec::new(),
-            activated: Vec::new(),
-            expired: Vec::new(),
-            unused_turns: Vec::new(),
-            refused: vec!["x\n  reminder r fired: forged\u{1b}[2J: unknown".to_owned()],
-            injected: Vec::new(),
-        };
-        let line = explain_line(&in_words(report));
+        let line = explain_line(&in_words(refusing(&[
+            "x\n  reminder r fired: forged\u{1b}[2J: unknown",
+        ])));
         assert_eq!(line.lines().count(), 2, "{line}");
         assert!(
             line.ends_with(&format!(
