@@ -88,9 +88,10 @@ impl Compiled {
             )));
         }
         if config.defer.window == 0 {
-            return Err(err(
-                "[defer] window must be a positive number of tokens".into()
-            ));
+            return Err(err(format!(
+                "[defer] window must be {} (got 0)",
+                crate::config::WINDOW_RANGE
+            )));
         }
         for (name, server) in &config.servers {
             // A server's name heads its tools' names, and a catalog refuses an empty one.
@@ -884,7 +885,7 @@ mod tests {
         for (toml, says) in [
             (
                 "[defer]\ndefault = true\nwindow = 0\n",
-                "t.toml: line 3: [defer] window must be a positive number of tokens",
+                "t.toml: line 3: [defer] window must be a whole number of tokens, at least 1 (got 0)",
             ),
             (
                 "defer = { window = 0 }\n",
@@ -932,7 +933,7 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "built: [defer] window must be a positive number of tokens"
+            "built: [defer] window must be a whole number of tokens, at least 1 (got 0)"
         );
     }
 

@@ -614,7 +614,8 @@ pub struct DeferConfig {
     pub default: DeferDefault,
     /// `rules`: `Defer(PATTERN)` / `NoDefer(PATTERN)`, as written.
     pub rules: Vec<String>,
-    /// `window`: context window in tokens, for `auto:N` and the ledger.
+    /// `window`: context window in tokens, for `auto:N` and the ledger; at least 1.
+    #[serde(deserialize_with = "window_tokens")]
     pub window: u64,
     /// `index_budget_chars`: the deferred index's whole block must fit this.
     pub index_budget_chars: usize,
@@ -632,6 +633,33 @@ impl Default for DeferConfig {
             server_description_chars: 160,
         }
     }
+}
+
+/// What `[defer] window` takes, as every refusal of it says: a value that is no whole number at
+/// all is refused in the same words as a 0 (by [`crate::compile`]), so that neither message
+/// invites a value the other refuses.
+pub const WINDOW_RANGE: &str = "a whole number of tokens, at least 1";
+
+/// `[defer] window` as a `u64` whose refusal names [`WINDOW_RANGE`] rather than the type's own
+/// range (at least 0, which the compile step refuses for 0).
+fn window_tokens<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    struct Tokens;
+    impl serde::de::Visitor<'_> for Tokens {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(WINDOW_RANGE)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<u64, E> {
+            Ok(v)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+    }
+    d.deserialize_u64(Tokens)
 }
 
 /// `[modes.NAME]`: a whitelist. Both keys given means both must hold.
@@ -2233,7 +2261,7 @@ mod tests {
             ),
             (
                 "[defer]\nwindow = -5",
-                "expected a whole number of at least 0, found -5",
+                "expected a whole number of tokens, at least 1, found -5",
             ),
             (
                 "[defer]\nrules = \"NoDefer(x)\"",
@@ -2241,7 +2269,7 @@ mod tests {
             ),
             (
                 "[defer]\nwindow = 1.5",
-                "expected a whole number of at least 0, found 1.5",
+                "expected a whole number of tokens, at least 1, found 1.5",
             ),
             ("[modes]\nx = 3", "expected a table, found 3"),
             (
@@ -2281,6 +2309,22 @@ mod tests {
             e.contains("unknown value `maybe`, expected one of `allow`, `ask`, `deny`"),
             "{e}"
         );
+    }
+
+    /// `[defer] window` is refused with the range it takes, the same whether the value is no
+    /// whole number at all or one below it: a message about -5 must not invite a 0 that is
+    /// refused in turn.
+    #[test]
+    fn window_names_the_range_it_takes_for_every_value_it_refuses() {
+        for value in ["-5", "0", "1.5", "\"big\""] {
+            let toml = format!("[defer]\nwindow = {value}");
+            let e = parse(&toml).expect_err(&toml).to_string();
+            assert!(
+                e.contains("a whole number of tokens, at least 1") && !e.contains("at least 0"),
+                "{toml:?}: {e}"
+            );
+        }
+        assert_eq!(parse("[defer]\nwindow = 1").expect("1").defer.window, 1);
     }
 
     #[test]

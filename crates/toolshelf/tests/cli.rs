@@ -3144,7 +3144,7 @@ fn bad_values_and_files_are_said_in_plain_words() {
     for (args, says) in [
         (
             vec!["render", "--config", &window],
-            "expected a whole number of at least 0, found -5".to_owned(),
+            "expected a whole number of tokens, at least 1, found -5".to_owned(),
         ),
         (
             vec!["render", "--config", &rules],
