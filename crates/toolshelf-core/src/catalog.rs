@@ -233,7 +233,7 @@ const SERVER_KEYS: &[&str] = &["name", "description", "description_template", "t
 /// shape defines that the loader does not read) is as near. A key that is known or unread, or
 /// far from every known key (`icons`, `execution`, `cache_control`), or as near to two keys as
 /// each other, is no slip.
-pub fn near_miss(key: &str, known: &[&'static str], unread: &[&str]) -> Option<&'static str> {
+pub fn near_miss<'k>(key: &str, known: &[&'k str], unread: &[&str]) -> Option<&'k str> {
     if known.contains(&key) || unread.contains(&key) {
         return None;
     }

@@ -1162,16 +1162,31 @@ impl Config {
                     message,
                 };
             }
+            // serde stops at the first unknown key: when the file has more, each is named at
+            // once, by its line and table, so that fixing one does not only reveal the next.
+            let unknown = unknown_keys(text);
+            if unknown.len() > 1 {
+                let listed: Vec<String> = unknown
+                    .iter()
+                    .map(|k| {
+                        let table = match k.table.as_str() {
+                            "" => String::new(),
+                            t => format!("{t} "),
+                        };
+                        format!("  line {}: {table}{}", k.line, in_words(&k.message))
+                    })
+                    .collect();
+                return Error::Config {
+                    source_name: source_name.to_owned(),
+                    message: format!("{} unknown keys:\n{}", unknown.len(), listed.join("\n")),
+                };
+            }
             // The parser's report (line, column, the line itself) with its last word, serde's
             // message, said in plain words.
             let mut report = e.to_string();
             let message = e.message();
             if let Some(at) = report.rfind(message).filter(|_| !message.is_empty()) {
-                let mut words = serde_in_words(message);
-                if let Some(home) = unknown_key(message).and_then(tables_with_key) {
-                    words.push_str(&format!(" (it is a key of {home})"));
-                }
-                report.replace_range(at..at + message.len(), &words);
+                report.replace_range(at..at + message.len(), &in_words(message));
             }
             Error::Config {
                 source_name: source_name.to_owned(),
@@ -1573,6 +1588,114 @@ fn closing_brace(body: &str) -> Option<usize> {
 fn unknown_key(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("unknown field `")?;
     rest.split_once('`').map(|(key, _)| key)
+}
+
+/// A serde message about the configuration in plain words ([`serde_in_words`]); an unknown key's
+/// with the key of its table it is likely a slip for, and the tables it is a key of when it is
+/// one elsewhere.
+fn in_words(message: &str) -> String {
+    let mut words = serde_in_words(message);
+    if let Some(key) = unknown_key(message) {
+        if let Some(meant) = slip_for(key, message) {
+            words.push_str(&format!("; did you mean `{meant}`?"));
+        }
+        if let Some(home) = tables_with_key(key) {
+            words.push_str(&format!(" (it is a key of {home})"));
+        }
+    }
+    words
+}
+
+/// The key of its table that the unknown `key` is likely a slip for
+/// ([`crate::catalog::near_miss`]), among those serde's message lists: "unknown field `KEY`,
+/// expected one of `A`, `B`" (or "expected `A` or `B`", "expected `A`").
+fn slip_for<'m>(key: &str, message: &'m str) -> Option<&'m str> {
+    let (_, expected) = message.split_once("`, expected ")?;
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    crate::catalog::near_miss(key, &known, &[])
+}
+
+/// An unknown key of a configuration file, as [`unknown_keys`] finds it.
+struct UnknownKey {
+    /// Its line (from 1).
+    line: usize,
+    /// Its table as a header names it (`[servers.time]`, `[[reminders]]`); empty at the top level.
+    table: String,
+    /// serde's message about it.
+    message: String,
+}
+
+/// Every unknown key of `text`, in the order of the file. serde stops at the first fault, and
+/// reads the tables in the order of their names, not of the file: the document is read again
+/// without each fault found (an unknown key, or any other fault it can place, so that one does
+/// not hide the keys after it) until it reads, or a fault cannot be placed. Empty for text that
+/// is no TOML.
+fn unknown_keys(text: &str) -> Vec<UnknownKey> {
+    let Ok(mut doc) = toml::de::DeTable::parse(text) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(usize, UnknownKey)> = Vec::new();
+    while let Err(e) = Config::deserialize(toml::de::Deserializer::from(doc.clone())) {
+        let Some(span) = e.span() else { break };
+        let Some(table) = remove_at(doc.get_mut(), &span, &mut Vec::new(), false) else {
+            break;
+        };
+        if unknown_key(e.message()).is_some() {
+            let start = span.start.min(text.len());
+            found.push((
+                start,
+                UnknownKey {
+                    line: text[..start].matches('\n').count() + 1,
+                    table,
+                    message: e.message().to_owned(),
+                },
+            ));
+        }
+    }
+    found.sort_by_key(|(start, _)| *start);
+    found.into_iter().map(|(_, k)| k).collect()
+}
+
+/// Removes from `table` (at `path`, an element of an array of tables when `in_array`), or from a
+/// table within it, the entry whose key or value is at `span`; returns the table it was in, as a
+/// header names it ([`UnknownKey::table`]), or `None` when no entry is there.
+fn remove_at(
+    table: &mut toml::de::DeTable<'_>,
+    span: &std::ops::Range<usize>,
+    path: &mut Vec<String>,
+    in_array: bool,
+) -> Option<String> {
+    let at = table
+        .iter()
+        .find(|(k, v)| k.span() == *span || v.span() == *span)
+        .map(|(k, _)| k.clone());
+    if let Some(key) = at {
+        table.remove(&key);
+        let dotted = path.join(".");
+        return Some(match (dotted.is_empty(), in_array) {
+            (true, _) => String::new(),
+            (false, true) => format!("[[{dotted}]]"),
+            (false, false) => format!("[{dotted}]"),
+        });
+    }
+    for (key, value) in table.iter_mut() {
+        path.push(toml_key(key.get_ref()));
+        let found = match value.get_mut() {
+            toml::de::DeValue::Table(inner) => remove_at(inner, span, path, false),
+            toml::de::DeValue::Array(items) => {
+                items.iter_mut().find_map(|item| match item.get_mut() {
+                    toml::de::DeValue::Table(inner) => remove_at(inner, span, path, true),
+                    _ => None,
+                })
+            }
+            _ => None,
+        };
+        path.pop();
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 /// The tables that take `key` (`[execute]` for `require_search`), for an unknown key that is a
@@ -2325,6 +2448,45 @@ mod tests {
             );
         }
         assert_eq!(parse("[defer]\nwindow = 1").expect("1").defer.window, 1);
+    }
+
+    /// Every unknown key of a file is reported at once, in the order of the file (not of the
+    /// tables' names), each with its line, its table, the keys the table takes and the one it is
+    /// likely a slip for; a single one is reported as the parser reports it, with that slip.
+    #[test]
+    fn every_unknown_key_is_reported_in_file_order() {
+        let text = "[search]\nmax_limt = 3\n\n[defer]\ndefualt = true\nwindow = 5\n\
+                    require_search = true\n\n[servers.time]\ncommand = \"t\"\ncwdir = \"/\"\n\n\
+                    [[reminders]]\nid = \"r\"\ncategory = \"c\"\nmessage = \"m\"\nttl = 2\n";
+        let e = Config::from_toml_str(text, "t.toml")
+            .expect_err("unknown keys")
+            .to_string();
+        insta::assert_snapshot!("several_unknown_keys", e);
+        let lines: Vec<usize> = e
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                l.trim_start()
+                    .strip_prefix("line ")?
+                    .split(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert_eq!(lines, [2, 5, 7, 11, 17], "{e}");
+        // One alone keeps the parser's report, with the key it is a slip for.
+        let e = Config::from_toml_str("[defer]\ndefualt = true\n", "t.toml")
+            .expect_err("unknown key")
+            .to_string();
+        assert!(
+            e.starts_with("t.toml: TOML parse error at line 2, column 1")
+                && e.ends_with(
+                    "unknown key `defualt`, expected one of `default`, `rules`, `window`, \
+                     `index_budget_chars`, `server_description_chars`; did you mean `default`?"
+                ),
+            "{e}"
+        );
     }
 
     #[test]
