@@ -321,7 +321,8 @@ impl Source {
     }
 
     /// [`Source::load`] for a command run with `--json`: a finding of the load (a description
-    /// template that reads a per-turn value or uses a stub, exit status 1) is printed on stdout
+    /// template that reads a per-turn value, uses a stub or names a `pkg` or `session` value
+    /// that is not there, exit status 1) is printed on stdout
     /// too, as `fields` (what the command's own findings carry, such as explain's `name`) with
     /// `"error": "template"`, the template's `owner` and `line` and the `message` added. With
     /// `None`, as [`Source::load`].
@@ -385,11 +386,12 @@ impl Source {
                 .clone()
                 .or_else(|| toolshelf_runtime::files::workspace(compiled.templates().workspace())),
         };
-        // A template that reads a per-turn value or a stub is a finding (exit 1), as
-        // `check-template` reports it; any other failure keeps the command from running.
+        // A template that reads a per-turn value, a stub or a `pkg` or `session` value that is
+        // not there is a finding (exit 1), as `check-template` reports it; any other failure
+        // keeps the command from running.
         let surface = match compiled.session_surface(&catalog, &exposure, &session) {
             Ok(surface) => surface,
-            Err(e) if e.is_forbidden_access() => {
+            Err(e) if e.is_refused_access() => {
                 if let Some(mut fields) = json {
                     fields.insert("error".into(), "template".into());
                     fields.insert("owner".into(), e.owner.clone().into());

@@ -2614,8 +2614,9 @@ fn a_directory_for_a_json_lines_file_is_named_without_a_line() {
     }
 }
 
-/// A template that reads a per-turn value is a finding of the catalog commands (exit 1), as
-/// `check-template` reports it; a template that does not parse keeps them from running (exit 2).
+/// A template that reads a per-turn value, or a `pkg` or `session` value that is not there, is a
+/// finding of the catalog commands (exit 1), as `check-template` reports it; a template that
+/// does not parse keeps them from running (exit 2).
 #[test]
 fn a_refused_template_access_is_a_finding_and_a_broken_template_an_error() {
     for (name, template, code, says) in [
@@ -2624,6 +2625,18 @@ fn a_refused_template_access_is_a_finding_and_a_broken_template_an_error() {
             "part('Reads.', turn.number)",
             1,
             "reads turn.number",
+        ),
+        (
+            "pkg.toml",
+            "part('Reads.', pkg.nosuch)",
+            1,
+            "pkg.nosuch is not a value here (pkg has: description, name, params",
+        ),
+        (
+            "session.toml",
+            "part('Reads.', session.nosuch)",
+            1,
+            "session.nosuch is not a value here (session has: client, mode, workspace)",
         ),
         ("syntax.toml", "part('Reads.'", 2, "does not parse"),
     ] {
@@ -2652,16 +2665,20 @@ fn a_refused_template_access_is_a_finding_and_a_broken_template_an_error() {
 /// stays 1.
 #[test]
 fn a_template_finding_is_printed_as_json_with_json() {
-    let config = temp_file(
+    let turn = temp_file(
         "turn-json.toml",
         "[tools.Read]\ndescription_template = \"turn.number\"\n",
+    );
+    let pkg = temp_file(
+        "pkg-json.toml",
+        "[tools.Read]\ndescription_template = \"pkg.nosuch\"\n",
     );
     let queries = temp_file(
         "turn-json.jsonl",
         "{\"query\": \"read a file\", \"gold\": [\"Read\"]}\n",
     );
     let transcript = temp_file("turn-json-transcript.jsonl", "{\"user\": \"hi\"}\n");
-    for (command, name) in [
+    for ((command, name), (config, says)) in [
         (vec!["explain", "Read", "--json"], Some("Read")),
         (vec!["ledger", "--json"], None),
         (vec!["search", "-q", "read a file", "--json"], None),
@@ -2671,13 +2688,20 @@ fn a_template_finding_is_printed_as_json_with_json() {
             vec!["replay", "--transcript", &transcript, "--explain", "--json"],
             None,
         ),
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|c| {
+        [
+            (c.clone(), (turn.as_str(), "reads turn.number")),
+            (c, (pkg.as_str(), "pkg.nosuch is not a value here")),
+        ]
+    }) {
         let mut args = command.clone();
-        args.extend(["--config", &config]);
+        args.extend(["--config", config]);
         let out = run(&args);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{command:?}: {err}");
-        assert!(err.contains("reads turn.number"), "{command:?}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{command:?} {config}: {err}");
+        assert!(err.contains(says), "{command:?}: {err}");
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "{command:?}: {e}: stdout {:?}",
@@ -2688,9 +2712,7 @@ fn a_template_finding_is_printed_as_json_with_json() {
         assert_eq!(v["owner"], "tool \"Read\"", "{v}");
         assert_eq!(v["line"], 1, "{v}");
         assert!(
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("reads turn.number")),
+            v["message"].as_str().is_some_and(|m| m.contains(says)),
             "{v}"
         );
         match name {

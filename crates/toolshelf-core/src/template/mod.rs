@@ -273,11 +273,14 @@ impl fmt::Display for TemplateError {
 }
 
 impl TemplateError {
-    /// Whether the template read a per-turn value or used a stub.
-    pub fn is_forbidden_access(&self) -> bool {
+    /// Whether the template made an access `check-template` refuses: it read a per-turn value,
+    /// used a stub, or named a `pkg` or `session` value that is not there.
+    pub fn is_refused_access(&self) -> bool {
         matches!(
             self.kind,
-            TemplateErrorKind::Turn(_) | TemplateErrorKind::Stub(_)
+            TemplateErrorKind::Turn(_)
+                | TemplateErrorKind::Stub(_)
+                | TemplateErrorKind::Unknown { .. }
         )
     }
 }

@@ -22,8 +22,9 @@ pub struct Args {
     /// original, or mcp__<original server>__<original tool>. `-` reads standard input.
     #[arg(long, value_name = "FILE.jsonl")]
     queries: PathBuf,
-    /// Print one JSON object; a description template that reads a per-turn value or uses a stub
-    /// (exit status 1) prints {"error": "template", "owner", "line", "message"}.
+    /// Print one JSON object; a description template that reads a per-turn value, uses a stub
+    /// or names a pkg or session value that is not there (exit status 1) prints {"error":
+    /// "template", "owner", "line", "message"}.
     #[arg(long)]
     json: bool,
     /// Ranker: bm25, semantic, or both fused.

@@ -21,8 +21,9 @@ pub struct Args {
     /// Print the decision as JSON; a name no tool has (exit status 1) prints {"name", "error":
     /// "unknown", "suggestions"}, one several tools have {"name", "error": "ambiguous",
     /// "candidates"}, one of an item the catalog left out at load {"name", "error": "left_out",
-    /// "location", "why"}, and a description template that reads a per-turn value or uses a
-    /// stub {"name", "error": "template", "owner", "line", "message"}. The meta-tools
+    /// "location", "why"}, and a description template that reads a per-turn value, uses a stub
+    /// or names a pkg or session value that is not there {"name", "error": "template", "owner",
+    /// "line", "message"}. The meta-tools
     /// (tool_search, defer_execute) print {"tool", "origin": "meta", "role", "pinned", "final",
     /// "reason", "namesakes"}.
     #[arg(long)]

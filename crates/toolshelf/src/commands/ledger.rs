@@ -26,8 +26,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t)]
     format: FormatArg,
     /// Print one JSON object instead of the table; a description template that reads a
-    /// per-turn value or uses a stub (exit status 1) prints {"error": "template", "owner",
-    /// "line", "message"}.
+    /// per-turn value, uses a stub or names a pkg or session value that is not there (exit
+    /// status 1) prints {"error": "template", "owner", "line", "message"}.
     #[arg(long)]
     json: bool,
     /// Account a whole session instead of one turn: replay this transcript (see `replay`) and

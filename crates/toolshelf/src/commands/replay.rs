@@ -45,8 +45,9 @@ pub struct Args {
     #[arg(long)]
     pub explain: bool,
     /// With --explain: one JSON object a line per model request, with its number (`request`,
-    /// from 1) and its turn; a description template that reads a per-turn value or uses a stub
-    /// (exit status 1) prints {"error": "template", "owner", "line", "message"} instead. (Without
+    /// from 1) and its turn; a description template that reads a per-turn value, uses a stub
+    /// or names a pkg or session value that is not there (exit status 1) prints {"error":
+    /// "template", "owner", "line", "message"} instead. (Without
     /// --explain the output is the request bodies, one JSON object per line already, so --json
     /// alone is refused.)
     #[arg(long, requires = "explain")]

@@ -40,8 +40,9 @@ pub struct Args {
     /// Print {"hits": [...], "also_matching": [...], "unresolved": [...], "text": "..."} instead
     /// of the text the model reads: `hits` are the tools the text lists, `also_matching` the ones
     /// it only names, `unresolved` the --name values no visible tool has. A description template
-    /// that reads a per-turn value or uses a stub (exit status 1) prints {"error": "template",
-    /// "owner", "line", "message"} instead (with --batch too).
+    /// that reads a per-turn value, uses a stub or names a pkg or session value that is not
+    /// there (exit status 1) prints {"error": "template", "owner", "line", "message"} instead
+    /// (with --batch too).
     #[arg(long)]
     json: bool,
     /// Ranker: bm25, semantic, or both fused.
