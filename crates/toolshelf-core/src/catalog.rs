@@ -105,6 +105,17 @@ impl Tool {
     pub fn is_read_only(&self) -> bool {
         self.annotations.read_only == Some(true)
     }
+
+    /// Why no call of this tool can work, when it is a script tool whose script could not be
+    /// defined: the reason its description gives after
+    /// [`crate::config::SCRIPT_UNAVAILABLE`].
+    pub fn unavailable_script(&self) -> Option<&str> {
+        if self.original_server.as_deref() != Some(crate::config::SCRIPTS_SERVER) {
+            return None;
+        }
+        self.description
+            .strip_prefix(crate::config::SCRIPT_UNAVAILABLE)
+    }
 }
 
 /// An MCP server's group.

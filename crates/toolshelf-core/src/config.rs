@@ -302,6 +302,11 @@ impl Default for AuthoringConfig {
 /// The server group script tools are served in: `mcp__scripts__NAME`.
 pub const SCRIPTS_SERVER: &str = "scripts";
 
+/// How the description of a script tool whose script could not be defined begins; the reason
+/// follows. Such a tool is still listed, and every call of it fails with that reason
+/// ([`crate::catalog::Tool::unavailable_script`]).
+pub const SCRIPT_UNAVAILABLE: &str = "This script tool is unavailable: ";
+
 /// The description of the script tools' server group, its header in the index, wherever they are
 /// served (the gateway and the proxy alike).
 pub const SCRIPTS_DESCRIPTION: &str = "Tools defined by Starlark scripts of this configuration.";

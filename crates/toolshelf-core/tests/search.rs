@@ -1101,3 +1101,68 @@ fn the_models_words_are_quoted_plainly_without_escapes() {
         r.text
     );
 }
+
+/// A script tool whose script could not be defined is listed with the description
+/// `This script tool is unavailable: REASON` and an empty schema; its hit says it cannot be
+/// called and why, in place of a parameter list and a call form, and a pinned one is not offered
+/// for a direct call either.
+#[test]
+fn an_unavailable_script_tool_is_found_but_not_offered_for_a_call() {
+    use toolshelf_core::search::render::{SessionView, search_for};
+    let why = "script tool \"mcp__scripts__lookup\" (tools/lookup.star): script line 1: reads \
+               turn.number, a per-turn value, which a tool's script cannot read: a tool is \
+               defined once and called from any turn (take what a call needs as a param; pkg.* \
+               and session.* hold the fixed values)";
+    let e = env_of(json!({"servers": [{"name": "scripts", "tools": [
+        {"name": "lookup", "description": format!("This script tool is unavailable: {why}"),
+         "inputSchema": {"type": "object", "properties": {}}},
+        {"name": "lookup_word", "description": "Look up a word in the dictionary",
+         "inputSchema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}
+    ]}]}));
+    let lookup = e.catalog.position("mcp__scripts__lookup").expect("tool");
+    for args in [
+        json!({"tool_names": ["mcp__scripts__lookup"]}),
+        json!({"queries": ["lookup"]}),
+    ] {
+        let r = run(&e, args.clone());
+        assert!(
+            r.text.contains(&format!(
+                "   cannot be called: this script tool is unavailable: its script could not be \
+                 defined ({why}), so every call to it fails until the script is fixed. Use \
+                 another tool, or tell the user."
+            )) && !r.text.contains("\"tool_name\":\"mcp__scripts__lookup\""),
+            "{args}: {}",
+            r.text
+        );
+        assert_eq!(r.broken, [lookup], "{args}");
+        assert!(
+            r.loaded.contains(&lookup),
+            "a call gets its own answer at once"
+        );
+    }
+    // Pinned, it is in the session's list: its hit says it is unavailable, not to call it.
+    let request = SearchRequest::from_json(&json!({"queries": ["lookup"]})).expect("request");
+    let pinned = |i: usize| (i == lookup).then(|| "mcp__scripts__lookup".to_owned());
+    let view = SessionView {
+        pinned: &pinned,
+        ..SessionView::none()
+    };
+    let r = search_for(&e.index, &e.catalog, &request, &e.config, &view);
+    let line = r
+        .text
+        .lines()
+        .find(|l| l.contains("mcp__scripts__lookup") && !l.contains("lookup_word"))
+        .expect("the pinned hit");
+    assert!(
+        line.ends_with(
+            "mcp__scripts__lookup (in your tool list, but unavailable: its script could not be defined, as its description there says)"
+        ),
+        "{}",
+        r.text
+    );
+    let r = run(
+        &e,
+        json!({"tool_names": ["mcp__scripts__lookup", "mcp__scripts__lookup_word"]}),
+    );
+    insta::assert_snapshot!("unavailable_script_tool", r.text);
+}

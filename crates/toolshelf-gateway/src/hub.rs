@@ -314,15 +314,11 @@ fn as_mcp_tool(tool: Value) -> Value {
 /// A warning for each script tool that could not be defined (its description says why), so that
 /// `toolshelf status` names it and not only the gateway's log.
 fn unavailable_scripts(catalog: &Catalog) -> Vec<String> {
-    use toolshelf_core::config::SCRIPTS_SERVER;
     catalog
         .tools()
         .iter()
-        .filter(|t| t.original_server.as_deref() == Some(SCRIPTS_SERVER))
         .filter_map(|t| {
-            let why = t
-                .description
-                .strip_prefix(toolshelf_runtime::scripts::UNAVAILABLE)?;
+            let why = t.unavailable_script()?;
             Some(format!("script tool {} is unavailable: {why}", t.name))
         })
         .collect()

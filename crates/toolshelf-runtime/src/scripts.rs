@@ -125,7 +125,7 @@ pub fn sources_digest(sources: &[Source], settings: &str) -> String {
 }
 
 /// How the description of a script tool that could not be defined begins; the reason follows.
-pub const UNAVAILABLE: &str = "This script tool is unavailable: ";
+pub const UNAVAILABLE: &str = toolshelf_core::config::SCRIPT_UNAVAILABLE;
 
 /// Runs jobs in runner processes under one configuration's limits.
 #[derive(Debug, Clone)]

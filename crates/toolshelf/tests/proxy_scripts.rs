@@ -213,6 +213,45 @@ fn the_proxy_runs_script_tools_itself_under_the_same_rules_and_limits() {
     assert_prefix_kept(&upstream);
 }
 
+/// A script tool whose script could not be defined is found by a search, which says it cannot
+/// be called and why instead of offering a call; a call of it still gets that reason.
+#[test]
+fn the_proxys_search_does_not_offer_a_call_of_an_unavailable_script_tool() {
+    let s = Scratch::new("proxy-scripts-unavailable");
+    s.write(
+        "bad.star",
+        "description = 'x' + str(turn.number)\nschema = {}\ndef run(p):\n    return 1\n",
+    );
+    let script = json!({"steps": [
+        {"tool_uses": [{"name": "tool_search", "input": {"tool_names": ["mcp__scripts__bad"]}}]},
+        {"tool_uses": [{"name": "defer_execute",
+                        "input": {"tool_name": "mcp__scripts__bad", "params": {}}}]},
+        {"text": "It is broken."}
+    ]});
+    let upstream = Upstream::start(&s, &script);
+    let proxy = ProxyProc::start(
+        &s,
+        &upstream.url(),
+        "[tools.bad]\nscript = \"bad.star\"\n",
+        &[],
+    );
+    let mut messages = vec![json!({"role": "user", "content": "use bad"})];
+    no_calls(&turn(&proxy, &mut messages));
+    upstream.played(3);
+    let why = "script tool \"mcp__scripts__bad\" (bad.star): script line 1: reads turn.number";
+    let (found, is_error) = upstream.last_result(1);
+    assert!(
+        !is_error
+            && found.contains(&format!(
+                "   cannot be called: this script tool is unavailable: its script could not be defined ({why}"
+            ))
+            && !found.contains("call: "),
+        "{found}"
+    );
+    let (called, is_error) = upstream.last_result(2);
+    assert!(is_error && called.contains(why), "{called}");
+}
+
 const SHOUT: &str = "def run(params):\n    return params[\"text\"].upper() + \"!\"\n";
 
 fn define(name: &str, script: &str) -> Value {

@@ -385,9 +385,12 @@ async fn a_script_that_does_not_define_itself_is_listed_as_unavailable() {
             "script tool \"mcp__scripts__badschema\" (badschema.star): script: `schema` is not a valid JSON Schema (at /properties/a/type: ",
         ),
     ] {
+        // Found, but not offered for a call: the hit says why none can work.
         let found = ok(&search(&client, json!({"tool_names": [tool]})).await);
         assert!(
-            found.contains(&format!("This script tool is unavailable: {why}")),
+            found.contains(&format!(
+                "   cannot be called: this script tool is unavailable: its script could not be defined ({why}"
+            )) && !found.contains("call: "),
             "{found}"
         );
         let e = err(&exec(&client, tool, json!({})).await);
@@ -480,7 +483,7 @@ async fn scripts_slow_to_define_leave_the_others_listed() {
     );
     let found = ok(&search(&client, json!({"tool_names": ["mcp__scripts__slow0"]})).await);
     assert!(
-        found.contains("This script tool is unavailable")
+        found.contains("this script tool is unavailable")
             && found.contains("the time limit of 8 s ([scripts] timeout_secs)"),
         "{found}"
     );

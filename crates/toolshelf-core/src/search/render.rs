@@ -6,10 +6,13 @@
 //! steps, cutting descriptions before anything else and never cutting a name: a truncated schema
 //! the model can re-request is better than a truncated name it cannot use.
 //!
-//! Two kinds of hit keep their rank but show no call form. A tool the session's list already
+//! Three kinds of hit keep their rank but show no call form. A tool the session's list already
 //! carries with its schema (pinned) is one line under the name the list gives it: call it
 //! directly. A tool whose input schema is not valid JSON Schema says it cannot be called and why,
-//! since `defer_execute` refuses every call to it (see [`crate::invoke::schema_problem`]).
+//! since `defer_execute` refuses every call to it (see [`crate::invoke::schema_problem`]). A
+//! script tool whose script could not be defined says it is unavailable and why (see
+//! [`crate::catalog::Tool::unavailable_script`]), since every call of it fails with that reason;
+//! pinned, it is not offered for a direct call either.
 
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
@@ -45,8 +48,9 @@ pub struct SearchResponse {
     /// answer at once. Pinned tools are never in it: the session's list carries their schema.
     #[serde(skip)]
     pub loaded: Vec<usize>,
-    /// Catalog indices, among `loaded`, of tools whose input schema is not valid JSON Schema:
-    /// their hit says they cannot be called, in place of a parameter list and call form.
+    /// Catalog indices, among `loaded`, of tools no call of which can work (an input schema that
+    /// is not valid JSON Schema, a script tool whose script could not be defined): their hit
+    /// says they cannot be called and why, in place of a parameter list and call form.
     #[serde(skip)]
     pub broken: Vec<usize>,
     /// Found or not.
@@ -663,6 +667,10 @@ fn layout(
     }
 }
 
+/// The least of an unavailable script tool's reason its hit keeps, however tight the budget: a
+/// level that drops descriptions still says why no call can work.
+const UNAVAILABLE_REASON_CHARS: usize = 160;
+
 /// Cuts plain text to the budget (used only for fixed messages).
 fn fit_plain(text: String, budget: usize) -> String {
     if chars(&text) <= budget {
@@ -734,15 +742,26 @@ impl Page<'_> {
                         out.push('\n');
                     }
                     out.push_str(&format!("{}. {}\n", i + 1, t.name));
+                    let unavailable = t.unavailable_script();
+                    // An unavailable script tool's description is the reason, said below.
                     let desc = cut(description, level.full_desc);
-                    if !desc.is_empty() && level.full_desc > 0 {
+                    if !desc.is_empty() && level.full_desc > 0 && unavailable.is_none() {
                         out.push_str(&format!("   {desc}\n"));
                     }
                     if level.reasons {
                         out.push_str(&format!("   why: {}\n", hit.reason));
                     }
-                    match self.problem(i) {
-                        Some(problem) => {
+                    match (unavailable, self.problem(i)) {
+                        (Some(why), _) => {
+                            out.push_str(&format!(
+                                "   cannot be called: this script tool is unavailable: its script \
+could not be defined ({}), so every call to it fails until the script is fixed. Use another tool, \
+or tell the user.\n\n",
+                                cut(why, level.full_desc.max(UNAVAILABLE_REASON_CHARS))
+                            ));
+                            broken.push(hit.index);
+                        }
+                        (None, Some(problem)) => {
                             out.push_str(&format!(
                                 "   cannot be called: its input schema is not valid JSON Schema ({}), so \
 {DEFER_EXECUTE} refuses every call to it until its server fixes the schema. Use another tool, or \
@@ -751,7 +770,7 @@ tell the user.\n\n",
                             ));
                             broken.push(hit.index);
                         }
-                        None => {
+                        (None, None) => {
                             let params = render_params(&t.input_schema, level.param, 5);
                             if params.is_empty() {
                                 out.push_str("   parameters: none\n");
@@ -778,12 +797,24 @@ tell the user.\n\n",
                     }
                     out.push('\n');
                 }
+                Kind::Pinned if t.unavailable_script().is_some() => {
+                    out.push_str(&format!(
+                        "{}. {} (in your tool list, but unavailable: its script could not be \
+defined, as its description there says)\n",
+                        i + 1,
+                        self.name(i)
+                    ));
+                }
                 Kind::Pinned => {
                     out.push_str(&format!(
                         "{}. {} (already in your tool list with its schema: call it directly)\n",
                         i + 1,
                         self.name(i)
                     ));
+                }
+                // One that cannot be called is not listed with those to call directly.
+                Kind::NameOnly if t.unavailable_script().is_some() => {
+                    names_only.push(self.name(i));
                 }
                 Kind::NameOnly if self.pinned[i].is_some() => pinned_only.push(self.name(i)),
                 Kind::NameOnly => names_only.push(&t.name),
