@@ -33,7 +33,9 @@ pub struct Args {
     /// [...], "warnings": [...], "gateways": [{"pid", "mode", "servers", "audit", "warnings",
     /// "http"?: {"max_sessions", "sessions_refused"}, "config_changed"?}], "note"?}. The exit status is the same either way: 0 when a gateway
     /// runs and is healthy, 1 when a server of it has failed or its required audit log cannot be
-    /// written, 2 when the status cannot be read, 3 when no gateway runs ("running": false).
+    /// written, 2 when the status cannot be read, 3 when no running gateway was found
+    /// ("running": false; with [cache] enabled = false none can be, as a gateway keeps its
+    /// status file only with the cache enabled, and "note" says so).
     #[arg(long)]
     json: bool,
 }
