@@ -1783,7 +1783,9 @@ fn serde_in_words(message: &str) -> String {
 /// What serde says a value should be, as a TOML file has it.
 fn expected_in_words(expected: &str) -> String {
     match expected {
-        "u64" | "usize" | "u128" => "a whole number of at least 0",
+        // A key's own minimum (1 for most counts) is checked when the configuration compiles;
+        // "at least 0" here would invite a 0 that check then refuses.
+        "u64" | "usize" | "u128" => "a whole number, not negative",
         "u32" => "a whole number from 0 to 4294967295",
         "u16" => "a whole number from 0 to 65535",
         "u8" => "a whole number from 0 to 255",
@@ -2385,11 +2387,15 @@ mod tests {
         for (toml, says) in [
             (
                 "[session]\nactivation_ttl_turns = \"x\"",
-                "expected a whole number of at least 0, found the string \"x\"",
+                "expected a whole number, not negative, found the string \"x\"",
             ),
             (
                 "[defer]\nwindow = -5",
                 "expected a whole number of tokens, at least 1, found -5",
+            ),
+            (
+                "[proxy]\nmax_sessions = -3",
+                "expected a whole number, not negative, found -3",
             ),
             (
                 "[defer]\nrules = \"NoDefer(x)\"",

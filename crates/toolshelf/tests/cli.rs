@@ -3174,7 +3174,7 @@ fn bad_values_and_files_are_said_in_plain_words() {
         ),
         (
             vec!["render", "--config", &ttl],
-            "expected a whole number of at least 0, found the string \"x\"".to_owned(),
+            "expected a whole number, not negative, found the string \"x\"".to_owned(),
         ),
         (
             vec!["render", "--catalog", &empty],
