@@ -922,6 +922,15 @@ mod tests {
                 "[defer]\ndefault = true\n\n[servers.s]\ncommand = \"a\"\nurl = \"http://h\"\n",
                 "t.toml: line 4: [servers.s] sets both command and url",
             ),
+            // An element of an array of tables, by its header's line.
+            (
+                "[session]\nreminder_max_chars = 400\n\n[[reminders]]\nid = \"a\"\ncategory = \"c\"\nmessage = \"m\"\nintents = [\"deploy\"]\n\n[[reminders]]\nid = \"b\"\ncategory = \"c\"\nmessage = \"m\"\n",
+                "t.toml: line 10: [[reminders]] 1 \"b\": needs a trigger",
+            ),
+            (
+                "[[reminders]]\nid = \"a\"\ncategory = \"c\"\nmessage = \"m\"\nintents = [\"deploy\"]\n[[reminders]]\nid = \"a\"\ncategory = \"c\"\nmessage = \"m\"\nintents = [\"deploy\"]\n",
+                "t.toml: line 6: [[reminders]] 1 \"a\": id used twice",
+            ),
         ] {
             let e = compile(toml, None).expect_err(toml).to_string();
             assert!(e.starts_with(says), "{toml:?}: {e}");

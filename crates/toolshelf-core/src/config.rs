@@ -170,12 +170,26 @@ fn key_lines(text: &str) -> BTreeMap<(String, String), usize> {
             let start = key.span().start.min(text.len());
             let line = text[..start].matches('\n').count() + 1;
             out.insert((path.to_owned(), key.get_ref().to_string()), line);
-            if let toml::de::DeValue::Table(inner) = value.get_ref() {
-                let path = match path {
-                    "" => key.get_ref().to_string(),
-                    _ => format!("{path}.{}", key.get_ref()),
-                };
-                walk(text, &path, inner, out);
+            let path = match path {
+                "" => key.get_ref().to_string(),
+                _ => format!("{path}.{}", key.get_ref()),
+            };
+            match value.get_ref() {
+                toml::de::DeValue::Table(inner) => walk(text, &path, inner, out),
+                // An array of tables' elements, by `path[i]`: the line of each element's
+                // header under the key "", and its keys under their own.
+                toml::de::DeValue::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        if let toml::de::DeValue::Table(inner) = item.get_ref() {
+                            let start = item.span().start.min(text.len());
+                            let element = format!("{path}[{i}]");
+                            let line = text[..start].matches('\n').count() + 1;
+                            out.insert((element.clone(), String::new()), line);
+                            walk(text, &element, inner, out);
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -1207,6 +1221,16 @@ impl Config {
     /// A message about the table as a whole (`[servers.s] sets both command and url`) gets the
     /// line of the table's header.
     pub fn located(&self, message: String) -> String {
+        // `[[reminders]] 2 ...`: the element's header.
+        let element = message.strip_prefix("[[").and_then(|rest| {
+            let (table, rest) = rest.split_once("]] ")?;
+            let i: usize = rest.split([' ', ':']).next()?.parse().ok()?;
+            self.key_lines
+                .get(&(format!("{table}[{i}]"), String::new()))
+        });
+        if let Some(line) = element {
+            return format!("line {line}: {message}");
+        }
         let place = message.strip_prefix('[').and_then(|rest| {
             let (table, rest) = rest.split_once("] ")?;
             // Messages quote names that may need it (`tools."x"`); the lines are by bare key.
