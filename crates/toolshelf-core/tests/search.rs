@@ -613,6 +613,11 @@ fn response_snapshots() {
         run(&e, json!({"tool_names": ["git_history"]})).text
     );
     insta::assert_snapshot!("no_match", run(&e, json!({"queries": ["xylophone"]})).text);
+    // A name written with other case and separators, as the whole query.
+    insta::assert_snapshot!(
+        "folded_name",
+        run(&e, json!({"queries": ["Git-Log"], "limit": 2})).text
+    );
     // Server filters alone list that server's tools by name, and the header says so.
     insta::assert_snapshot!(
         "server_listing",
