@@ -531,6 +531,15 @@ pub struct Sections {
 impl Sections {
     /// Reads `body` as a request for `api`. The error says what is missing or malformed.
     pub fn of(api: Api, body: &Value) -> Result<Self, String> {
+        let mut sections = Self::as_sent(api, body)?;
+        sections.normalise();
+        Ok(sections)
+    }
+
+    /// [`Self::of`] without reading alike the forms a prompt cache takes alike: each part as the
+    /// body writes it, `cache_control` markers included, for what its bytes cost. Its
+    /// `conversation` has the same elements in the same places as [`Self::of`]'s.
+    pub fn as_sent(api: Api, body: &Value) -> Result<Self, String> {
         let body = body
             .as_object()
             .ok_or("a request body must be a JSON object")?;
@@ -543,7 +552,7 @@ impl Sections {
             None => return Err(format!("no `{key}` array ({} request)", api.name())),
         };
         let tools = body.get("tools").cloned().unwrap_or(Value::Null);
-        let mut sections = match api {
+        let sections = match api {
             Api::Anthropic => Sections {
                 api,
                 system: body.get("system").cloned().unwrap_or(Value::Null),
@@ -583,7 +592,6 @@ impl Sections {
                 first: 0,
             },
         };
-        sections.normalise();
         Ok(sections)
     }
 

@@ -137,6 +137,33 @@ fn the_ledger_accounts_the_whole_session() {
     assert!(table.contains("served by a prefix cache"), "{table}");
 }
 
+/// Each request's message tokens are those of the messages the replayed body sends, as written
+/// (a lone text block is counted as the block it is, not as the string a prompt cache reads it as).
+#[test]
+fn the_ledger_counts_the_messages_as_sent() {
+    let transcript = example("transcript.jsonl");
+    let v: Value = serde_json::from_str(&ok(&["ledger", "--transcript", &transcript, "--json"]))
+        .expect("json");
+    let bodies = ok(&["replay", "--transcript", &transcript]);
+    let turns = v["turns"].as_array().expect("turns");
+    let mut lone_blocks = 0;
+    for (turn, line) in turns.iter().zip(bodies.lines()) {
+        let body: Value = serde_json::from_str(line).expect("a body");
+        let messages = body["messages"].as_array().expect("messages");
+        lone_blocks += messages
+            .iter()
+            .filter(|m| m["content"].as_array().is_some_and(|c| c.len() == 1))
+            .count();
+        let sent: usize = messages
+            .iter()
+            .map(|m| toolshelf_core::tokens::count(&toolshelf_core::request::canonical_json(m)))
+            .sum();
+        assert_eq!(turn["messages"].as_u64(), Some(sent as u64), "{turn}");
+    }
+    assert_eq!(turns.len(), bodies.lines().count());
+    assert!(lone_blocks > 0, "the example sends content of one block");
+}
+
 #[test]
 fn bad_transcripts_and_rules_are_named() {
     let bad = temp("bad.jsonl", "{\"user\": \"hi\"}\n{\"shout\": \"x\"}\n");

@@ -268,12 +268,19 @@ fn session(args: &Args, transcript: &std::path::Path) -> Result<()> {
     let mut all_tools: Option<(u64, usize)> = None;
     super::replay::replay(&replay_args, &l, &parsed, true, &mut |session, r| {
         let body: serde_json::Value = serde_json::from_str(&r.body)?;
+        // Tokens are of the parts as sent; the cached prefix is the one a prompt cache keeps,
+        // whose forms are read alike (see `Sections::of`).
         let s = Sections::of(api, &body).map_err(anyhow::Error::msg)?;
+        let sent = Sections::as_sent(api, &body).map_err(anyhow::Error::msg)?;
         let (system_text, tools_text) = (canonical_json(&s.system), canonical_json(&s.tools));
         let messages: Vec<String> = s.conversation.iter().map(canonical_json).collect();
-        let system = counted(&system_text);
-        let tools = counted(&tools_text);
-        let message_tokens: Vec<usize> = messages.iter().map(|m| counted(m)).collect();
+        let system = counted(&canonical_json(&sent.system));
+        let tools = counted(&canonical_json(&sent.tools));
+        let message_tokens: Vec<usize> = sent
+            .conversation
+            .iter()
+            .map(|m| counted(&canonical_json(m)))
+            .collect();
         let generation = session.tools_generation();
         let all = match all_tools {
             Some((g, n)) if g == generation => n,
