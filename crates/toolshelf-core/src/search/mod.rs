@@ -172,8 +172,8 @@ pub struct ParsedQuery {
     pub servers: Vec<String>,
     /// Documents named exactly in the query.
     pub exact: Vec<u32>,
-    /// Whether `exact` is the one tool the whole query names with case and separators ignored.
-    folded: bool,
+    /// Those of `exact` named only with case and separators ignored.
+    folded: Vec<u32>,
     /// What the parser ignored and why, for the response text.
     pub notes: Vec<String>,
     /// Id of each of `terms` in the lexical index that parsed the query (`None`: no tool has
@@ -1609,13 +1609,18 @@ impl SearchIndex {
         if query.is_empty() || query.len() > self.longest_folded * 4 {
             return;
         }
-        if let Some(&[d]) = self
-            .folded
-            .get(&crate::name::fold(query))
-            .map(Vec::as_slice)
-        {
+        if let Some(d) = self.folded_one(query) {
             q.exact.push(d);
-            q.folded = true;
+            q.folded.push(d);
+        }
+    }
+
+    /// The one document whose name (canonical, bare or original) `name` is with case and the
+    /// separators `_ - .` ignored, if exactly one has such a name.
+    fn folded_one(&self, name: &str) -> Option<u32> {
+        match self.folded.get(&crate::name::fold(name)).map(Vec::as_slice) {
+            Some(&[d]) => Some(d),
+            _ => None,
         }
     }
 
@@ -1636,8 +1641,19 @@ impl SearchIndex {
             let named = !exact.is_empty() && (whole || names_a_tool(name, exact.len()));
             if named {
                 q.exact.extend_from_slice(exact);
+                return true;
             }
-            named
+            // A canonical name is a name wherever it stands: written with other case or
+            // separators, it names the one tool it folds to, as `tool_names` resolves it.
+            if exact.is_empty()
+                && name.starts_with(crate::name::MCP_PREFIX)
+                && let Some(d) = self.folded_one(name)
+            {
+                q.exact.push(d);
+                q.folded.push(d);
+                return true;
+            }
+            false
         };
         if take(word, whole_query) {
             return true;
@@ -2420,7 +2436,11 @@ impl SearchIndex {
         let mut exact_hits: Vec<(f32, u32)> = exact.iter().map(|&d| (top + 1.0, d)).collect();
         exact_hits.sort_by(|a, b| name_of(a.1).cmp(name_of(b.1)));
         // A tool only a query's fold names says so: the query is not its name as written.
-        let written = |d: u32| parsed.iter().any(|q| !q.folded && q.exact.contains(&d));
+        let written = |d: u32| {
+            parsed
+                .iter()
+                .any(|q| q.exact.contains(&d) && !q.folded.contains(&d))
+        };
         let mut hits: Vec<Hit> = exact_hits
             .into_iter()
             .take(limit)
@@ -4466,6 +4486,24 @@ mod tests {
         let hits = index.rank(&["Get-Time".to_owned()], 3);
         assert_eq!(hits.len(), 2, "{hits:?}");
         assert!(hits.iter().all(|h| h.reason != FOLDED), "{hits:?}");
+        // A canonical name is a name anywhere in a query, with case and separators ignored.
+        for q in [
+            "mcp__a__GET-TIME",
+            "what does mcp__b__Get_Time say",
+            "mcp__b__get.time",
+        ] {
+            let hits = index.rank(&[q.to_owned()], 3);
+            let want = if q.contains("__a__") {
+                "mcp__a__get_time"
+            } else {
+                "mcp__b__get_time"
+            };
+            assert_eq!(
+                (&*hits[0].name, hits[0].reason.as_str()),
+                (want, FOLDED),
+                "{q}"
+            );
+        }
     }
 
     /// Skipping the name lookup for plain words inside a longer query never skips a word that
