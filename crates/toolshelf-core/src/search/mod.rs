@@ -2279,7 +2279,7 @@ impl SearchIndex {
                     if own_filter {
                         self.allowed_into(&q, &mut scratch.clause_allowed);
                     }
-                    (Clause::Alone(q), own_filter)
+                    (Clause::Alone(Box::new(q)), own_filter)
                 }
             };
             let Some(((s1, d1), s2)) = self.clause_best(own_filter, parsed, scratch) else {
@@ -2297,7 +2297,7 @@ impl SearchIndex {
                 continue;
             }
             let q = match clause {
-                Clause::Alone(q) => q,
+                Clause::Alone(q) => *q,
                 Clause::Words(words) => {
                     let mut q = self.clause_query(&words, &scratch.counts, &mut scratch.memo);
                     restrict_like(&mut q, parsed);
@@ -3155,7 +3155,7 @@ enum Clause<'q> {
     /// parse, built only if it is brought forward.
     Words(ClauseWords<'q>),
     /// Alone, in full.
-    Alone(ParsedQuery),
+    Alone(Box<ParsedQuery>),
 }
 
 /// `q` under the filters of `request` (`server:`, `+term`), which hold for each of its clauses.

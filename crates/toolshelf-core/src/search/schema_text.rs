@@ -178,6 +178,10 @@ fn placeholder(root: &Map<String, Value>, prop: &Map<String, Value>, depth: usiz
         return Value::String("…".into());
     }
     let prop = resolve(root, prop);
+    // A value the schema fixes is the value to show: a placeholder of its type would be refused.
+    if let Some(fixed) = prop.get("const") {
+        return fixed.clone();
+    }
     if let Some(first) = prop
         .get("enum")
         .and_then(Value::as_array)
@@ -196,15 +200,75 @@ fn placeholder(root: &Map<String, Value>, prop: &Map<String, Value>, depth: usiz
     };
     match t {
         "string" => Value::String("…".into()),
-        "integer" | "number" => Value::from(0),
+        "integer" | "number" => number_within(prop, t == "integer"),
         "boolean" => Value::Bool(false),
-        "array" => Value::Array(Vec::new()),
+        "array" => {
+            // As many items as it needs, of the items' own placeholder.
+            let need = prop.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            let item = prop
+                .get("items")
+                .and_then(Value::as_object)
+                .map_or(Value::String("…".into()), |i| {
+                    placeholder(root, i, depth + 1)
+                });
+            match usize::try_from(need) {
+                Ok(n) if n <= MAX_PLACEHOLDER_ITEMS => Value::Array(vec![item; n]),
+                _ => Value::Array(Vec::new()),
+            }
+        }
         "object" => {
             let mut m = Map::new();
             fill_required(root, prop, &mut m, depth + 1);
             Value::Object(m)
         }
-        _ => Value::String("…".into()),
+        // No type of its own: the first branch of a choice that is not null.
+        _ => ["anyOf", "oneOf"]
+            .iter()
+            .filter_map(|k| prop.get(*k).and_then(Value::as_array))
+            .flatten()
+            .filter_map(Value::as_object)
+            .find(|b| resolve(root, b).get("type").and_then(Value::as_str) != Some("null"))
+            .map_or(Value::String("…".into()), |b| {
+                placeholder(root, b, depth + 1)
+            }),
+    }
+}
+
+/// The most items a placeholder array is given to meet a `minItems`; past it, `[]`.
+const MAX_PLACEHOLDER_ITEMS: usize = 3;
+
+/// A number a schema's bounds admit: 0 when they do, else the nearest bound (an integer one
+/// past an exclusive bound).
+fn number_within(prop: &Map<String, Value>, integer: bool) -> Value {
+    let bound = |k: &str| prop.get(k).and_then(Value::as_f64);
+    let (min, max) = (bound("minimum"), bound("maximum"));
+    // Draft 4 writes an exclusive bound as a flag beside the bound.
+    let flag = |k: &str| prop.get(k).and_then(Value::as_bool) == Some(true);
+    let (xmin, xmax) = (
+        bound("exclusiveMinimum").or(min.filter(|_| flag("exclusiveMinimum"))),
+        bound("exclusiveMaximum").or(max.filter(|_| flag("exclusiveMaximum"))),
+    );
+    let (min, max) = (
+        min.filter(|_| !flag("exclusiveMinimum")),
+        max.filter(|_| !flag("exclusiveMaximum")),
+    );
+    let mut v = 0.0f64;
+    if let Some(m) = min.filter(|&m| v < m) {
+        v = if integer { m.ceil() } else { m };
+    }
+    if let Some(m) = xmin.filter(|&m| v <= m) {
+        v = if integer { m.floor() + 1.0 } else { m + 1.0 };
+    }
+    if let Some(m) = max.filter(|&m| v > m) {
+        v = if integer { m.floor() } else { m };
+    }
+    if let Some(m) = xmax.filter(|&m| v >= m) {
+        v = if integer { m.ceil() - 1.0 } else { m - 1.0 };
+    }
+    if integer || v.fract() == 0.0 {
+        Value::from(v as i64)
+    } else {
+        serde_json::Number::from_f64(v).map_or(Value::from(0), Value::Number)
     }
 }
 
@@ -269,6 +333,36 @@ mod tests {
         assert_eq!(
             call_form("t", &s),
             "defer_execute {\"tool_name\":\"t\",\"params\":{\"prompt\":\"…\"}}"
+        );
+    }
+
+    /// The call form's placeholders are values the schema admits: a fixed value as it is, a
+    /// number within its bounds, as many items as an array needs, a choice's first branch.
+    #[test]
+    fn placeholders_meet_the_schema() {
+        let s = obj(json!({
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "minimum": 1},
+                "x": {"type": "number", "exclusiveMinimum": 0},
+                "old": {"type": "integer", "minimum": 5, "exclusiveMinimum": true},
+                "neg": {"type": "integer", "maximum": -2},
+                "mode": {"const": "driving"},
+                "ok": {"type": "boolean", "const": true},
+                "ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "many": {"type": "array", "items": {"type": "integer"}, "minItems": 50},
+                "maybe": {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 3}]},
+                "shape": {"oneOf": [{"type": "object", "properties": {"r": {"type": "number"}}, "required": ["r"]}, {"type": "object"}]}
+            },
+            "required": ["n", "x", "old", "neg", "mode", "ok", "ids", "many", "maybe", "shape"]
+        }));
+        let form = call_form("t", &s);
+        let params: Value =
+            serde_json::from_str(form.strip_prefix("defer_execute ").expect("form")).expect("json");
+        assert_eq!(
+            params["params"],
+            json!({"n": 1, "x": 1, "old": 6, "neg": -2, "mode": "driving", "ok": true,
+                   "ids": ["…"], "many": [], "maybe": 3, "shape": {"r": 0}})
         );
     }
 
