@@ -45,9 +45,13 @@
 //! with something between its calls and fewer results than calls, and a call before the first
 //! user message (a conversation opens with the user).
 //!
-//! Injected blocks go into the new item of a turn's first request in a fixed order: reminders
-//! (rule order), the tool-set change notice, environment context. Earlier items keep the blocks
-//! they were given, so each request's messages are a byte prefix of the next one's.
+//! Injected blocks go with the new item of a turn's first request, where the proxy puts them:
+//! after the client's last entry of the turn (the user's message, or the results of the calls
+//! it ran), in Anthropic as text blocks at the end of that user message, in the OpenAI APIs as
+//! one more user message holding them joined by a blank line (see [`crate::request`]). Their
+//! order is fixed: the tool-set change notice, reminders (rule order), as the proxy writes them,
+//! then environment context. Earlier items keep the blocks they were given, so each request's
+//! messages are a byte prefix of the next one's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -835,7 +839,7 @@ impl<'a> Replay<'a> {
         self.generation
     }
 
-    /// The blocks for this turn's new item: reminders, the change notice, environment context.
+    /// The blocks for this turn's new item: the change notice, reminders, environment context.
     fn injected(&mut self, input: &TurnInput<'_>) -> (Vec<String>, Vec<Note>) {
         inject(
             self.compiled,
@@ -1624,8 +1628,8 @@ fn check_pairing(events: &[Event], at: &dyn Fn(usize) -> String) -> Result<Vec<S
     Ok(warnings)
 }
 
-/// The blocks for a turn's new item: reminders (rule order; pointing at `tool_search` only in a
-/// `searchable` session), the change notice, environment context (taken).
+/// The blocks for a turn's new item: the change notice, reminders (rule order; pointing at
+/// `tool_search` only in a `searchable` session), environment context (taken).
 fn inject(
     compiled: &Compiled,
     state: &mut SessionState,
@@ -1637,18 +1641,18 @@ fn inject(
 ) -> (Vec<String>, Vec<Note>) {
     let reminders = compiled.reminders();
     let evaluation = reminders.evaluate(state, input);
-    let mut blocks: Vec<String> = evaluation
-        .showing
-        .iter()
-        .map(|&r| reminders.block_in(r, searchable))
-        .collect();
     let names: BTreeSet<String> = visible(catalog, exposure)
         .into_iter()
         .map(|i| catalog.tools()[i].name.clone())
         .collect();
-    if let Some(notice) = state.change_notice(&names) {
-        blocks.push(notice);
-    }
+    // The proxy's order: the change notice, then the reminders.
+    let mut blocks: Vec<String> = state.change_notice(&names).into_iter().collect();
+    blocks.extend(
+        evaluation
+            .showing
+            .iter()
+            .map(|&r| reminders.block_in(r, searchable)),
+    );
     blocks.append(context);
     (blocks, evaluation.notes)
 }

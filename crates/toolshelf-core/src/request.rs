@@ -12,12 +12,13 @@
 //!   `items[..n + 1]`: every item maps to its own messages, never merged with a neighbour's, and
 //!   nothing earlier is rewritten when an item is added;
 //! - host-injected text (reminders, tool-set change notices, environment context) is carried by
-//!   the item it arrived with and placed at a fixed position, never spliced into an earlier
-//!   message. In a user turn it goes before the user's own text, which is wrapped in
-//!   `<user_query>…</user_query>` and comes last. After tool results it goes after them:
-//!   Anthropic requires `tool_result` blocks to open their user message, so the injected blocks
-//!   follow them in the same message; the OpenAI APIs answer tool calls with one message (item)
-//!   per call, so the injected blocks follow those in one extra user message;
+//!   the item it arrived with and placed where the proxy places it, after the item's own
+//!   messages, never spliced into an earlier message: in Anthropic as text blocks at the end of
+//!   the item's user message (after the user's text, which is wrapped in
+//!   `<user_query>…</user_query>`, or after the `tool_result` blocks, which must open their
+//!   message); in the OpenAI APIs, which answer tool calls with one message (item) per call, as
+//!   one extra user message after the item's messages, whose text is the blocks joined by a
+//!   blank line;
 //! - bodies are compared and written through [`canonical_json`], so the same value is the same
 //!   bytes whatever order its keys were built in.
 //!
@@ -196,7 +197,7 @@ pub struct ToolResult {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
     /// The user's text, with host-injected blocks (reminders, tool-set change notices,
-    /// environment context) that go before it, in the given order.
+    /// environment context) that go after it, in the given order.
     User { text: String, injected: Vec<String> },
     /// The model's turn: optional text, then tool calls.
     Assistant {
@@ -306,7 +307,8 @@ impl ConversationSize {
 /// Top-level keys [`assemble`] writes itself, in any API; settings cannot replace them.
 const ASSEMBLED: [&str; 5] = ["system", "tools", "messages", "input", "instructions"];
 
-/// `text` as the user's query: wrapped, so injected blocks before it cannot be mistaken for it.
+/// `text` as the user's query: wrapped, so the injected blocks after it cannot be mistaken for
+/// it.
 fn user_query(text: &str) -> String {
     format!("<user_query>{text}</user_query>")
 }
@@ -327,6 +329,16 @@ fn user_message(api: Api, blocks: Vec<Value>) -> Value {
     }
 }
 
+/// The entry the OpenAI APIs carry injected `blocks` in, after an item's own messages: one user
+/// message whose text is the blocks joined by a blank line, as the proxy writes it.
+fn injected_message(api: Api, blocks: &[String]) -> Value {
+    let text = blocks.join("\n\n");
+    match api {
+        Api::OpenAiResponses => user_message(api, vec![user_text(api, &text)]),
+        _ => json!({"role": "user", "content": text}),
+    }
+}
+
 /// Appends the messages of one item.
 fn push_item(api: Api, item: &Item, out: &mut Vec<Value>) {
     // Blank text is nothing (Anthropic refuses a text block without text): it is left out.
@@ -335,12 +347,15 @@ fn push_item(api: Api, item: &Item, out: &mut Vec<Value>) {
     };
     match item {
         Item::User { text, injected } => {
-            let mut blocks: Vec<Value> = injected_blocks(injected)
-                .iter()
-                .map(|b| user_text(api, b))
-                .collect();
-            blocks.push(user_text(api, &user_query(text)));
+            let injected = injected_blocks(injected);
+            let mut blocks = vec![user_text(api, &user_query(text))];
+            if api == Api::Anthropic {
+                blocks.extend(injected.iter().map(|b| user_text(api, b)));
+            }
             out.push(user_message(api, blocks));
+            if api != Api::Anthropic && !injected.is_empty() {
+                out.push(injected_message(api, &injected));
+            }
         }
         Item::Assistant { text, calls } => {
             let text = text.as_deref().filter(|t| !is_blank(t));
@@ -403,7 +418,6 @@ fn push_assistant(api: Api, text: Option<&str>, calls: &[ToolCall], out: &mut Ve
 }
 
 fn push_results(api: Api, results: &[ToolResult], injected: &[String], out: &mut Vec<Value>) {
-    let injected_blocks = || injected.iter().map(|b| user_text(api, b));
     match api {
         Api::Anthropic => {
             let mut content: Vec<Value> = results
@@ -417,7 +431,7 @@ fn push_results(api: Api, results: &[ToolResult], injected: &[String], out: &mut
                     block
                 })
                 .collect();
-            content.extend(injected_blocks());
+            content.extend(injected.iter().map(|b| user_text(api, b)));
             out.push(user_message(api, content));
         }
         Api::OpenAiChat | Api::OpenAiResponses => {
@@ -428,7 +442,7 @@ fn push_results(api: Api, results: &[ToolResult], injected: &[String], out: &mut
                 _ => json!({"type": "function_call_output", "call_id": r.id, "output": r.content}),
             }));
             if !injected.is_empty() {
-                out.push(user_message(api, injected_blocks().collect()));
+                out.push(injected_message(api, injected));
             }
         }
     }
@@ -922,31 +936,41 @@ mod tests {
         assert!(bare.get("system").is_none() && bare.get("tools").is_none());
     }
 
+    /// Injected blocks follow the user's text, as the proxy puts them after the client's last
+    /// entry: Anthropic appends them to the user's message, the OpenAI APIs send them in one
+    /// more user message, joined by a blank line.
     #[test]
-    fn user_query_comes_last_after_injected_blocks() {
+    fn injected_blocks_follow_the_users_text() {
         let items = [user("do it", &["first", "second"])];
         let a = assemble(Api::Anthropic, "", &[], &items, &Map::new());
         assert_eq!(
-            a["messages"][0],
-            json!({"role": "user", "content": [
+            a["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "<user_query>do it</user_query>"},
                 {"type": "text", "text": "first"},
-                {"type": "text", "text": "second"},
-                {"type": "text", "text": "<user_query>do it</user_query>"}]})
+                {"type": "text", "text": "second"}]}])
         );
         let c = assemble(Api::OpenAiChat, "", &[], &items, &Map::new());
-        assert_eq!(c["messages"][0]["content"][2]["type"], "text");
         assert_eq!(
-            c["messages"][0]["content"][2]["text"],
-            "<user_query>do it</user_query>"
+            c["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "<user_query>do it</user_query>"}]},
+                {"role": "user", "content": "first\n\nsecond"}])
         );
         let r = assemble(Api::OpenAiResponses, "", &[], &items, &Map::new());
         assert_eq!(
-            r["input"][0],
-            json!({"type": "message", "role": "user", "content": [
-                {"type": "input_text", "text": "first"},
-                {"type": "input_text", "text": "second"},
-                {"type": "input_text", "text": "<user_query>do it</user_query>"}]})
+            r["input"],
+            json!([
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "<user_query>do it</user_query>"}]},
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "first\n\nsecond"}]}])
         );
+        // Without injected blocks, no extra message.
+        for api in [Api::OpenAiChat, Api::OpenAiResponses] {
+            let b = assemble(api, "", &[], &[user("do it", &[])], &Map::new());
+            assert_eq!(b[api.conversation_key()].as_array().map(Vec::len), Some(1));
+        }
     }
 
     #[test]
@@ -978,7 +1002,7 @@ mod tests {
             json!([
                 {"role": "tool", "tool_call_id": "c1", "content": "ok"},
                 {"role": "tool", "tool_call_id": "c2", "content": "boom"},
-                {"role": "user", "content": [{"type": "text", "text": "<a/>"}, {"type": "text", "text": "<b/>"}]}])
+                {"role": "user", "content": "<a/>\n\n<b/>"}])
         );
         let r = assemble(Api::OpenAiResponses, "", &[], &items, &Map::new());
         assert_eq!(
@@ -987,7 +1011,7 @@ mod tests {
                 {"type": "function_call_output", "call_id": "c1", "output": "ok"},
                 {"type": "function_call_output", "call_id": "c2", "output": "boom"},
                 {"type": "message", "role": "user", "content": [
-                    {"type": "input_text", "text": "<a/>"}, {"type": "input_text", "text": "<b/>"}]}])
+                    {"type": "input_text", "text": "<a/>\n\n<b/>"}]}])
         );
         // Without injected blocks, no extra message.
         let plain = [Item::Results {

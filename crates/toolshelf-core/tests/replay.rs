@@ -1046,3 +1046,120 @@ fn a_recorded_image_block_is_read_as_its_type_not_its_data() {
         .expect("the result");
     assert_eq!(result["content"], "before\n[image]\n[resource]\nafter");
 }
+
+/// The conversation of the last request of `reports`, as canonical JSON, one message a line.
+fn last_conversation(api: Api, reports: &[TurnReport]) -> Vec<Value> {
+    let body: Value = serde_json::from_str(&reports.last().expect("a report").body).expect("json");
+    body[api.conversation_key()]
+        .as_array()
+        .expect("a conversation")
+        .clone()
+}
+
+/// Injected blocks go where the proxy puts them: after the client's last entry of the turn (the
+/// user's text, or the results of the calls it ran), the change notice before the reminders,
+/// environment context last. Anthropic appends them to that user message; the OpenAI APIs send
+/// one more user message holding them joined by a blank line.
+#[test]
+fn injected_blocks_follow_the_turns_last_entry_as_the_proxy_puts_them() {
+    let compiled = compiled(None);
+    let deploy = json!({"name": "deploy", "description": "Deploy the service", "server": "ops"});
+    let events = |then: Event| {
+        vec![
+            user("hello"),
+            Event::ToolsChanged {
+                add: vec![deploy.clone()],
+                remove: vec![],
+            },
+            Event::Context("cwd: /repo".into()),
+            then,
+        ]
+    };
+    let notice = "[toolshelf: the available tools changed; new: mcp__ops__deploy. Use tool_search to load new ones.]";
+    let is_reminder = |b: &str| b.starts_with("<system-reminder>\nDecisions worth keeping");
+    for (_, api) in Api::ALL {
+        // A user turn: the reminder fires on "remember".
+        let reports = run_in(
+            api,
+            &compiled,
+            &events(user("remember: we deploy on fridays")),
+        );
+        let injected = &reports.last().expect("a report").injected;
+        assert_eq!(injected.len(), 3, "{api:?}: {injected:?}");
+        assert_eq!(injected[0], notice, "{api:?}");
+        assert!(is_reminder(&injected[1]), "{api:?}: {injected:?}");
+        assert_eq!(injected[2], "cwd: /repo", "{api:?}");
+        let conv = last_conversation(api, &reports);
+        let query = "<user_query>remember: we deploy on fridays</user_query>";
+        match api {
+            Api::Anthropic => {
+                let blocks: Vec<&str> = conv
+                    .last()
+                    .and_then(|m| m["content"].as_array())
+                    .expect("blocks")
+                    .iter()
+                    .map(|b| b["text"].as_str().expect("text"))
+                    .collect();
+                let mut expected = vec![query];
+                expected.extend(injected.iter().map(String::as_str));
+                assert_eq!(blocks, expected);
+            }
+            _ => {
+                let n = conv.len();
+                assert_eq!(conv[n - 2]["content"][0]["text"], query, "{api:?}");
+                let joined = injected.join("\n\n");
+                let last = match api {
+                    Api::OpenAiChat => json!({"role": "user", "content": joined}),
+                    _ => json!({"type": "message", "role": "user",
+                                "content": [{"type": "input_text", "text": joined}]}),
+                };
+                assert_eq!(conv[n - 1], last, "{api:?}");
+            }
+        }
+        // After the results of a call the client ran: the notice and context follow them.
+        let reports = run_in(
+            api,
+            &compiled,
+            &[
+                user("hello"),
+                call("mcp__git__git_status", json!({"repo_path": "/r"})),
+                Event::ToolsChanged {
+                    add: vec![deploy.clone()],
+                    remove: vec![],
+                },
+                Event::Context("cwd: /repo".into()),
+                Event::Result {
+                    content: json!("clean"),
+                    is_error: false,
+                },
+            ],
+        );
+        let injected = &reports.last().expect("a report").injected;
+        assert_eq!(injected, &[notice, "cwd: /repo"], "{api:?}");
+        let conv = last_conversation(api, &reports);
+        let n = conv.len();
+        match api {
+            Api::Anthropic => assert_eq!(
+                conv[n - 1]["content"],
+                json!([
+                    {"type": "tool_result", "tool_use_id": "call_0001", "content": "clean"},
+                    {"type": "text", "text": notice},
+                    {"type": "text", "text": "cwd: /repo"}]),
+            ),
+            Api::OpenAiChat => {
+                assert_eq!(conv[n - 2]["role"], "tool");
+                assert_eq!(
+                    conv[n - 1],
+                    json!({"role": "user", "content": format!("{notice}\n\ncwd: /repo")})
+                );
+            }
+            Api::OpenAiResponses => {
+                assert_eq!(conv[n - 2]["type"], "function_call_output");
+                assert_eq!(
+                    conv[n - 1]["content"],
+                    json!([{"type": "input_text", "text": format!("{notice}\n\ncwd: /repo")}])
+                );
+            }
+        }
+    }
+}

@@ -5,7 +5,9 @@
 use std::process::{Command, Output};
 
 use serde_json::{Map, Value, json};
-use toolshelf_core::request::{Api, Item, ToolCall, ToolResult, assemble, canonical_json};
+use toolshelf_core::request::{
+    Api, Item, Sections, ToolCall, ToolResult, assemble, canonical_json,
+};
 use toolshelf_core::wire::definition_from_parts;
 
 const APIS: [Api; 3] = [Api::Anthropic, Api::OpenAiChat, Api::OpenAiResponses];
@@ -200,8 +202,12 @@ fn an_edited_earlier_message_breaks_at_its_first_changed_byte() {
         let original = canonical_json(&bodies[3][key][index]);
         let edited = original.replace("list the files", "list the filez");
         assert_ne!(original, edited);
+        // The offset is in the message as compared: a content of one text block reads as its
+        // text.
+        let compared = Sections::of(api, &bodies[3]).expect("sections");
+        let compared = canonical_json(&compared.conversation[index - compared.first]);
         bodies[3][key][index] = serde_json::from_str(&edited).expect("json");
-        let offset = original.find("list the files").expect("text") + "list the file".len();
+        let offset = compared.find("list the files").expect("text") + "list the file".len();
         let path = file_of(&format!("edited-{}.jsonl", api.name()), &bodies);
         let (code, v) = check_json(&path);
         assert_eq!(code, Some(1), "{api:?}: {v}");
@@ -318,13 +324,15 @@ fn a_moved_anthropic_cache_breakpoint_is_not_a_break() {
     assert_eq!(code, Some(1), "{v}");
 }
 
+/// [`bodies`] with a marker on the first block of the first request's last message of blocks
+/// (in the OpenAI APIs, the injected blocks follow in a message whose content is a string).
 fn bodies_with_marker(api: Api) -> Vec<Value> {
     let mut bodies = bodies(api);
     let key = api.conversation_key();
     let last = bodies[0][key]
         .as_array_mut()
-        .and_then(|m| m.last_mut())
-        .expect("a message");
+        .and_then(|m| m.iter_mut().rev().find(|m| m["content"].is_array()))
+        .expect("a message of blocks");
     last["content"][0]["cache_control"] = json!({"type": "ephemeral"});
     bodies
 }
