@@ -780,8 +780,12 @@ impl<'a> Replay<'a> {
                     };
                     let mut notes_all = std::mem::take(&mut turn.notes);
                     notes_all.extend(notes);
+                    // The proxy's own answers open the request that carries the client's results,
+                    // before those (each in call order), as the proxy puts them back.
+                    let (own, ran): (Vec<Done>, Vec<Done>) =
+                        done.into_iter().partition(|d| !d.client);
                     self.push(Item::Results {
-                        results: done.into_iter().map(|d| d.result).collect(),
+                        results: own.into_iter().chain(ran).map(|d| d.result).collect(),
                         injected: injected.clone(),
                     });
                     let report = self.report(notes_all, turn, injected);
@@ -1024,6 +1028,7 @@ impl<'a> Replay<'a> {
                 id,
                 content,
                 is_error,
+                by_proxy: !client,
             },
             target,
             query,

@@ -191,6 +191,12 @@ pub struct ToolResult {
     /// Whether the call failed. Only Anthropic has a field for it (`is_error`); the OpenAI APIs
     /// have none, so there the content alone must say so.
     pub is_error: bool,
+    /// Whether the proxy wrote it (an answer it gave itself: a search's, a refusal, the result
+    /// of a tool it runs) rather than the client (the result of a call the client ran).
+    /// Anthropic carries the proxy's text as one text block, as the proxy writes its answers
+    /// (`"content": [{"type": "text", "text": ...}]`), and the client's as a string; the OpenAI
+    /// APIs carry both as a string.
+    pub by_proxy: bool,
 }
 
 /// One entry of the transcript. An item maps to its own messages, in order.
@@ -423,8 +429,13 @@ fn push_results(api: Api, results: &[ToolResult], injected: &[String], out: &mut
             let mut content: Vec<Value> = results
                 .iter()
                 .map(|r| {
+                    let content = if r.by_proxy {
+                        json!([{"type": "text", "text": r.content}])
+                    } else {
+                        Value::String(r.content.clone())
+                    };
                     let mut block = json!({"type": "tool_result", "tool_use_id": r.id,
-                        "content": r.content});
+                        "content": content});
                     if r.is_error {
                         block["is_error"] = true.into();
                     }
@@ -692,6 +703,7 @@ mod tests {
             id: id.into(),
             content: content.into(),
             is_error,
+            by_proxy: false,
         }
     }
 
@@ -987,6 +999,38 @@ mod tests {
                 {"type": "tool_result", "tool_use_id": "c1", "content": "ok"},
                 {"type": "tool_result", "tool_use_id": "c2", "content": "boom", "is_error": true},
                 {"type": "text", "text": "<note/>"}]})
+        );
+    }
+
+    /// The proxy's own answers carry their text as Anthropic's proxy writes them, one text
+    /// block; a result the client sent stays a string. The OpenAI APIs take a string either way.
+    #[test]
+    fn the_proxys_own_answers_are_one_text_block_in_anthropic() {
+        let own = ToolResult {
+            by_proxy: true,
+            ..result("c1", "No tool named x.", true)
+        };
+        let items = [Item::Results {
+            results: vec![own, result("c2", "ok", false)],
+            injected: vec![],
+        }];
+        let a = assemble(Api::Anthropic, "", &[], &items, &Map::new());
+        assert_eq!(
+            a["messages"][0]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "c1", "is_error": true,
+                 "content": [{"type": "text", "text": "No tool named x."}]},
+                {"type": "tool_result", "tool_use_id": "c2", "content": "ok"}])
+        );
+        let c = assemble(Api::OpenAiChat, "", &[], &items, &Map::new());
+        assert_eq!(
+            c["messages"][0],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "No tool named x."})
+        );
+        let r = assemble(Api::OpenAiResponses, "", &[], &items, &Map::new());
+        assert_eq!(
+            r["input"][0],
+            json!({"type": "function_call_output", "call_id": "c1", "output": "No tool named x."})
         );
     }
 

@@ -1163,3 +1163,56 @@ fn injected_blocks_follow_the_turns_last_entry_as_the_proxy_puts_them() {
         }
     }
 }
+
+/// The proxy writes its own answers (a search's, a refusal) in Anthropic as one text block, and
+/// passes a result the client ran as the client sent it (a string here); in a round of both,
+/// the proxy's answers come first, as it puts them back before the client's results.
+#[test]
+fn the_proxys_own_answers_are_written_as_the_proxy_writes_them() {
+    let compiled = compiled(None);
+    let recorded = |text: &str| Event::Result {
+        content: json!(text),
+        is_error: false,
+    };
+    let reports = run_with(
+        &compiled,
+        &[
+            user("what changed?"),
+            call("tool_search", json!({"tool_names": [GIT_LOG]})),
+            exec("mcp__git__no_such_tool", json!({})),
+            call("mcp__git__git_status", json!({"repo_path": "/r"})),
+            load(GIT_LOG),
+            recorded("clean"),
+            recorded("(recorded search)"),
+        ],
+    );
+    let conv = last_conversation(Api::Anthropic, &reports);
+    let results: Vec<&Value> = conv
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 4, "{conv:?}");
+    // The search and the refusal, each in a round of its own.
+    assert_eq!(results[0]["tool_use_id"], "call_0001");
+    let text = results[0]["content"][0]["text"]
+        .as_str()
+        .expect("one text block");
+    assert!(text.contains(GIT_LOG), "{text}");
+    assert_eq!(results[0]["content"].as_array().map(Vec::len), Some(1));
+    assert_eq!(results[1]["tool_use_id"], "call_0002");
+    assert_eq!(results[1]["is_error"], true);
+    assert_eq!(results[1]["content"][0]["type"], "text");
+    // A round of a client call and a search: the search's answer (its recorded text, in the
+    // proxy's form) first, then the client's result as a string.
+    assert_eq!(
+        results[2],
+        &json!({"type": "tool_result", "tool_use_id": "call_0004",
+                "content": [{"type": "text", "text": "(recorded search)"}]})
+    );
+    assert_eq!(
+        results[3],
+        &json!({"type": "tool_result", "tool_use_id": "call_0003", "content": "clean"})
+    );
+}

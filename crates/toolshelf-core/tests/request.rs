@@ -24,6 +24,7 @@ fn conversation() -> Vec<Item> {
                 id: "call_1".into(),
                 content: "commit 3f2a: README: usage table".into(),
                 is_error: false,
+                by_proxy: false,
             }],
             injected: vec![
                 "<system-reminder>The tool set changed: +git_show</system-reminder>".into(),

@@ -51,6 +51,7 @@ fn items() -> Vec<Item> {
         id: id.into(),
         content: content.into(),
         is_error: false,
+        by_proxy: false,
     };
     vec![
         Item::User {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_toolshelf"))
@@ -214,13 +214,17 @@ fn a_recorded_result_keeps_its_error_flag_and_its_text() {
     let failed = result("{\"result\": {\"content\": \"ENOENT\", \"is_error\": true}}");
     assert_eq!(failed["content"], "ENOENT");
     assert_eq!(failed["is_error"], true, "{failed}");
-    // A call the dry run refuses (not loaded) keeps the recording's verdict: it worked.
+    // A call the dry run refuses (not loaded) keeps the recording's verdict: it worked. The
+    // proxy writes that answer, so it carries the text as the proxy writes its answers.
     let body = last_body(
         "refused.jsonl",
         "{\"user\": \"log\"}\n{\"call\": {\"name\": \"defer_execute\", \"input\": {\"tool_name\": \"mcp__git__git_log\", \"params\": {\"repo_path\": \"/r\"}}}}\n{\"result\": {\"content\": \"commit abc\"}}\n",
     );
     let r = &body["messages"][2]["content"][0];
-    assert_eq!(r["content"], "commit abc");
+    assert_eq!(
+        r["content"],
+        json!([{"type": "text", "text": "commit abc"}])
+    );
     assert!(r.get("is_error").is_none(), "{r}");
     // Text blocks are the text the model read, one block a line.
     let blocks = result(
