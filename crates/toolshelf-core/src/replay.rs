@@ -84,6 +84,10 @@ pub enum Event {
         name: String,
         /// Its arguments.
         input: Map<String, Value>,
+        /// The arguments as the model wrote them, when the transcript gives them as a string of
+        /// JSON (the `arguments` of OpenAI's function calls): the OpenAI APIs carry that text
+        /// (see [`ToolCall::arguments`]). `None` when they were given as an object.
+        arguments: Option<String>,
     },
     /// The recorded result of a call: its content (a string, or content blocks) and whether
     /// the call failed.
@@ -206,12 +210,13 @@ impl Event {
                     .get("name")
                     .and_then(Value::as_str)
                     .ok_or("\"call\" needs a \"name\" string")?;
-                let input = match one_of(key, call, "input", "arguments")? {
-                    None | Some((_, Value::Null)) => Map::new(),
-                    Some((_, Value::Object(m))) => m.clone(),
-                    // OpenAI writes a function call's arguments as a string of JSON.
+                let (input, arguments) = match one_of(key, call, "input", "arguments")? {
+                    None | Some((_, Value::Null)) => (Map::new(), None),
+                    Some((_, Value::Object(m))) => (m.clone(), None),
+                    // OpenAI writes a function call's arguments as a string of JSON, which is
+                    // kept as written.
                     Some(("arguments", Value::String(s))) => match crate::json::parse(s) {
-                        Ok(Value::Object(m)) => m,
+                        Ok(Value::Object(m)) => (m, Some(s.clone())),
                         _ => {
                             return Err(
                                 "\"call\".arguments must be an object, or a string of a JSON object"
@@ -224,6 +229,7 @@ impl Event {
                 Ok(Self::Call {
                     name: name.to_owned(),
                     input,
+                    arguments,
                 })
             }
             "result" => {
@@ -709,8 +715,19 @@ impl<'a> Replay<'a> {
                     let mut done: Vec<Done> = Vec::new();
                     let mut turn = Turn::default();
                     for (event, recorded) in group {
-                        if let Event::Call { name, input } = event {
-                            done.push(self.call(name, input, recorded, &mut turn));
+                        if let Event::Call {
+                            name,
+                            input,
+                            arguments,
+                        } = event
+                        {
+                            done.push(self.call(
+                                name,
+                                input,
+                                arguments.as_deref(),
+                                recorded,
+                                &mut turn,
+                            ));
                         }
                     }
                     if done.is_empty() {
@@ -927,11 +944,13 @@ impl<'a> Replay<'a> {
         Ok(())
     }
 
-    /// Carries out one call (search for real, everything else as a dry run).
+    /// Carries out one call (search for real, everything else as a dry run); `arguments` are
+    /// its arguments as the model wrote them, when the transcript gives that text.
     fn call(
         &mut self,
         name: &str,
         input: &Map<String, Value>,
+        arguments: Option<&str>,
         recorded: Option<(&Value, bool)>,
         turn: &mut Turn,
     ) -> Done {
@@ -941,6 +960,7 @@ impl<'a> Replay<'a> {
             id: id.clone(),
             name: name.to_owned(),
             input: Value::Object(input.clone()),
+            arguments: arguments.map(str::to_owned),
         };
         let mut query = Vec::new();
         let mut target = None;
@@ -1514,7 +1534,7 @@ impl Replay<'_> {
         let mut definable: Vec<&str> = Vec::new();
         for (i, e) in events.iter().enumerate() {
             match e {
-                Event::Call { name, input } => {
+                Event::Call { name, input, .. } => {
                     let args = match name.as_str() {
                         authoring::TOOL_DEFINE => Some(input),
                         DEFER_EXECUTE
@@ -1838,15 +1858,21 @@ mod tests {
         let call = |line: &str| Event::parse(line).expect(line);
         let expected = Event::Call {
             name: "Read".into(),
-            input,
+            input: input.clone(),
+            arguments: None,
         };
         assert_eq!(
             call(r#"{"call": {"name": "Read", "arguments": {"file_path": "/a"}}}"#),
             expected
         );
+        // A string of JSON is kept as written too: the OpenAI APIs carry it so.
         assert_eq!(
             call(r#"{"call": {"name": "Read", "arguments": "{\"file_path\": \"/a\"}"}}"#),
-            expected
+            Event::Call {
+                name: "Read".into(),
+                input,
+                arguments: Some(r#"{"file_path": "/a"}"#.into()),
+            }
         );
         assert_eq!(
             call(r#"{"call": {"name": "Read", "input": {"file_path": "/a"}}}"#),

@@ -177,8 +177,26 @@ pub struct ToolCall {
     pub id: String,
     /// The tool's name.
     pub name: String,
-    /// The arguments (a JSON object). OpenAI APIs get them as a canonical JSON string.
+    /// The arguments (a JSON object).
     pub input: Value,
+    /// The arguments as the model wrote them (JSON text holding `input`), when known. The OpenAI
+    /// APIs carry arguments as text, and the proxy keeps the model's: Responses carries this text
+    /// as written, Chat Completions compact in the key order written (as the proxy writes a
+    /// call back, `serde_json`'s form of the parsed object). Without it, both carry
+    /// [`canonical_json`] of `input`.
+    pub arguments: Option<String>,
+}
+
+impl ToolCall {
+    /// The arguments text `api` carries (only the OpenAI APIs carry text).
+    fn arguments_in(&self, api: Api) -> String {
+        match (&self.arguments, api) {
+            (Some(written), Api::OpenAiResponses) => written.clone(),
+            (Some(written), _) => serde_json::from_str::<Value>(written)
+                .map_or_else(|_| written.clone(), |v| v.to_string()),
+            (None, _) => canonical_json(&self.input),
+        }
+    }
 }
 
 /// The result of one tool call.
@@ -404,7 +422,7 @@ fn push_assistant(api: Api, text: Option<&str>, calls: &[ToolCall], out: &mut Ve
                     .iter()
                     .map(|c| {
                         json!({"id": c.id, "type": "function", "function": {
-                            "name": c.name, "arguments": canonical_json(&c.input)}})
+                            "name": c.name, "arguments": c.arguments_in(api)}})
                     })
                     .collect();
             }
@@ -417,7 +435,7 @@ fn push_assistant(api: Api, text: Option<&str>, calls: &[ToolCall], out: &mut Ve
             }
             out.extend(calls.iter().map(|c| {
                 json!({"type": "function_call", "call_id": c.id, "name": c.name,
-                    "arguments": canonical_json(&c.input)})
+                    "arguments": c.arguments_in(api)})
             }));
         }
     }
@@ -695,6 +713,7 @@ mod tests {
             id: id.into(),
             name: name.into(),
             input,
+            arguments: None,
         }
     }
 
@@ -1120,6 +1139,33 @@ mod tests {
             let b = assemble(api, "", &[], &empty, &Map::new());
             assert_eq!(b[api.conversation_key()], json!([]), "{api:?}");
         }
+    }
+
+    /// Arguments the model wrote as text go out as the proxy sends them: Responses as written,
+    /// Chat Completions compact in the order written; given as an object, canonical.
+    #[test]
+    fn arguments_written_as_text_keep_the_models_text() {
+        let written = "{\"z\": 1, \"a\": \"\\u00e9\"}";
+        let c = ToolCall {
+            arguments: Some(written.into()),
+            ..call("c1", "ls", json!({"z": 1, "a": "é"}))
+        };
+        let items = [Item::Assistant {
+            text: None,
+            calls: vec![c],
+        }];
+        let r = assemble(Api::OpenAiResponses, "", &[], &items, &Map::new());
+        assert_eq!(r["input"][0]["arguments"], written);
+        let chat = assemble(Api::OpenAiChat, "", &[], &items, &Map::new());
+        assert_eq!(
+            chat["messages"][0]["tool_calls"][0]["function"]["arguments"],
+            "{\"z\":1,\"a\":\"é\"}"
+        );
+        let a = assemble(Api::Anthropic, "", &[], &items, &Map::new());
+        assert_eq!(
+            a["messages"][0]["content"][0]["input"],
+            json!({"z": 1, "a": "é"})
+        );
     }
 
     #[test]

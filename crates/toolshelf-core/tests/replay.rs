@@ -19,6 +19,7 @@ fn call(name: &str, input: Value) -> Event {
     Event::Call {
         name: name.to_owned(),
         input: input.as_object().cloned().expect("object"),
+        arguments: None,
     }
 }
 
@@ -1215,4 +1216,46 @@ fn the_proxys_own_answers_are_written_as_the_proxy_writes_them() {
         results[3],
         &json!({"type": "tool_result", "tool_use_id": "call_0003", "content": "clean"})
     );
+}
+
+/// A call whose arguments the transcript gives as text (OpenAI's spelling) goes out with that
+/// text, as the proxy keeps the model's: Responses as written, Chat Completions compact in the
+/// order written (the proxy's `serde_json` form); given as an object, canonical.
+#[test]
+fn arguments_given_as_text_are_sent_as_the_proxy_sends_the_models() {
+    let compiled = compiled(None);
+    let written = Event::parse(
+        r#"{"call": {"name": "mcp__git__git_status", "arguments": "{\"repo_path\": \"/r\", \"a\": 1}"}}"#,
+    )
+    .expect("a call");
+    let object = Event::parse(
+        r#"{"call": {"name": "mcp__git__git_status", "arguments": {"repo_path": "/r", "a": 1}}}"#,
+    )
+    .expect("a call");
+    for (api, as_text, as_object) in [
+        (
+            Api::OpenAiResponses,
+            r#"{"repo_path": "/r", "a": 1}"#,
+            r#"{"a":1,"repo_path":"/r"}"#,
+        ),
+        (
+            Api::OpenAiChat,
+            r#"{"repo_path":"/r","a":1}"#,
+            r#"{"a":1,"repo_path":"/r"}"#,
+        ),
+    ] {
+        let reports = run_in(
+            api,
+            &compiled,
+            &[user("status?"), written.clone(), object.clone()],
+        );
+        let arguments: Vec<Value> = last_conversation(api, &reports)
+            .iter()
+            .filter_map(|m| match api {
+                Api::OpenAiChat => m.pointer("/tool_calls/0/function/arguments").cloned(),
+                _ => m.get("arguments").cloned(),
+            })
+            .collect();
+        assert_eq!(arguments, [json!(as_text), json!(as_object)], "{api:?}");
+    }
 }

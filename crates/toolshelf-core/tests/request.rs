@@ -17,6 +17,7 @@ fn conversation() -> Vec<Item> {
                 id: "call_1".into(),
                 name: "git_log".into(),
                 input: json!({"max_count": 1, "repo_path": "."}),
+                arguments: None,
             }],
         },
         Item::Results {

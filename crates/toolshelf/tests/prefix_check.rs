@@ -46,6 +46,7 @@ fn items() -> Vec<Item> {
         id: id.into(),
         name: "read".into(),
         input: json!({"path": path}),
+        arguments: None,
     };
     let result = |id: &str, content: &str| ToolResult {
         id: id.into(),
