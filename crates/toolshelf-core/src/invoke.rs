@@ -350,6 +350,16 @@ log cannot be written ({error}). Tell the user; no tool can run until it is fixe
     )
 }
 
+/// What the model reads of a call of `name`, a tool of the session's frozen list (or a deferred
+/// tool the session loaded or called) that the client no longer offers: the proxy's refusal,
+/// which `replay` gives too.
+pub fn client_gone_text(name: &str) -> String {
+    format!(
+        "{} was not run: the client no longer offers this tool. It stays in your tool list only because that list cannot change during a session; it works again if the client offers it again.",
+        echo(name)
+    )
+}
+
 /// The kind of a refusal: one short label per stage outcome, for the audit log and metrics.
 /// Serde reads and writes the label, so a log's codes read back without a hand-kept list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -447,7 +457,7 @@ impl RefusalKind {
             Self::Unknown => "unknown name (no visible tool has it)",
             Self::Hidden => "hidden from this session",
             Self::Ambiguous => "ambiguous name (several tools have it)",
-            Self::Gone => "gone (its server no longer offers it)",
+            Self::Gone => "gone (no longer offered by its server or the client)",
             Self::NotRunnable => "not runnable here",
             Self::NotLoaded => "not loaded (its schema was not shown yet: search for it first)",
             Self::Expired => "activation expired (search for it again)",

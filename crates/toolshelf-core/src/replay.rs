@@ -1154,6 +1154,14 @@ impl<'a> Replay<'a> {
         turn: &mut Turn,
         target: &mut Option<(String, Map<String, Value>)>,
     ) -> Outcome {
+        if self.client_dropped(requested, via) {
+            turn.refused.push(format!(
+                "{}: {}",
+                crate::echo::echo(requested),
+                invoke::RefusalKind::Gone.as_str()
+            ));
+            return Outcome::answered(invoke::client_gone_text(requested), true);
+        }
         let ttl = self.compiled.config().session.activation_ttl_turns;
         let require_search = self.compiled.config().execute.require_search;
         let outcome = (|| -> Result<(usize, Option<String>), Refusal> {
@@ -1271,6 +1279,26 @@ impl<'a> Replay<'a> {
                     client,
                     ran_inside: None,
                 }
+            }
+        }
+    }
+
+    /// Whether a call of `requested` is of a tool the client no longer offers, which the proxy
+    /// refuses itself as gone (not as an unknown name): called directly, a name of the session's
+    /// frozen list that no tool of the session has now; through `defer_execute`, a name no tool
+    /// has that the session activated or called.
+    fn client_dropped(&self, requested: &str, via: Via) -> bool {
+        match via {
+            Via::Direct => {
+                self.frozen_resident.contains(requested)
+                    && self.catalog.position(requested).is_none()
+            }
+            Via::DeferExecute => {
+                matches!(
+                    invoke::resolve(&self.catalog, &self.exposure, requested),
+                    Err(refusal) if refusal.kind() == invoke::RefusalKind::Unknown
+                ) && (self.state.activity(requested, u64::MAX) != Activity::Inactive
+                    || self.state.last_called(requested).is_some())
             }
         }
     }

@@ -1259,3 +1259,72 @@ fn arguments_given_as_text_are_sent_as_the_proxy_sends_the_models() {
         assert_eq!(arguments, [json!(as_text), json!(as_object)], "{api:?}");
     }
 }
+
+/// A tool the client stopped offering is refused as the proxy refuses it, gone, not unknown: a
+/// resident tool of the frozen list called directly, and a deferred tool the session loaded or
+/// called, through `defer_execute`. The proxy answers the call itself, so the turn goes on. A
+/// deferred tool the session never loaded is an unknown name, and so is a direct call of a
+/// deferred tool, which no frozen list holds (the client gets it).
+#[test]
+fn a_tool_the_client_removed_is_refused_as_gone_as_in_the_proxy() {
+    let compiled = compiled(None);
+    let status = "mcp__git__git_status";
+    let removed = |names: &[&str]| Event::ToolsChanged {
+        add: vec![],
+        remove: names.iter().map(|n| n.to_string()).collect(),
+    };
+    let reports = run_with(
+        &compiled,
+        &[
+            user("what changed?"),
+            call(status, json!({"repo_path": "/r"})),
+            Event::Result {
+                content: json!("clean"),
+                is_error: false,
+            },
+            load(GIT_LOG),
+            removed(&[status, GIT_LOG, "mcp__git__git_commit", "mcp__git__git_add"]),
+            user("and now?"),
+            call(status, json!({"repo_path": "/r"})),
+            exec(GIT_LOG, json!({"repo_path": "/r"})),
+            exec(
+                "mcp__git__git_commit",
+                json!({"repo_path": "/r", "message": "m"}),
+            ),
+            call(
+                "mcp__git__git_add",
+                json!({"repo_path": "/r", "files": ["a"]}),
+            ),
+        ],
+    );
+    let refused: Vec<&[String]> = reports.iter().map(|r| r.refused.as_slice()).collect();
+    let n = reports.len();
+    assert_eq!(refused[n - 4], [format!("{status}: gone")]);
+    assert_eq!(refused[n - 3], [format!("{GIT_LOG}: gone")]);
+    assert_eq!(refused[n - 2], ["mcp__git__git_commit: unknown"]);
+    assert_eq!(refused[n - 1], ["mcp__git__git_add: unknown"]);
+    // Answered inside the request: one turn, until the unknown direct call goes to the client
+    // and its result opens the next.
+    let t = reports[n - 5].turn;
+    assert_eq!(
+        turns(&reports[n - 5..]),
+        [t, t, t, t, t + 1],
+        "{:?}",
+        turns(&reports)
+    );
+    let conv = last_conversation(Api::Anthropic, &reports);
+    let text_of = |id: &str| -> String {
+        conv.iter()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .find(|b| b["tool_use_id"] == id)
+            .and_then(|b| b["content"][0]["text"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no result for {id}"))
+    };
+    let gone = |name: &str| {
+        format!(
+            "{name} was not run: the client no longer offers this tool. It stays in your tool list only because that list cannot change during a session; it works again if the client offers it again."
+        )
+    };
+    assert_eq!(text_of("call_0003"), gone(status));
+    assert_eq!(text_of("call_0004"), gone(GIT_LOG));
+}

@@ -2736,12 +2736,9 @@ fn own_kind_text(name: &str, ty: &str) -> String {
 }
 
 /// The refusal of a call of `name`, a tool of the session's frozen upstream list the client no
-/// longer sends.
+/// longer sends (`replay` gives the same words).
 fn gone_text(name: &str) -> String {
-    format!(
-        "{} was not run: the client no longer offers this tool. It stays in your tool list only because that list cannot change during a session; it works again if the client offers it again.",
-        toolshelf_core::echo::echo(name)
-    )
+    invoke::client_gone_text(name)
 }
 
 /// The session key header, re-exported for the server.

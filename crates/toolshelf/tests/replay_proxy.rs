@@ -211,86 +211,119 @@ fn comparable(api: Api, body: &Value) -> Vec<Value> {
     conversation
 }
 
-/// The transcript of the conversation the client holds.
-fn transcript(added: &Value) -> String {
-    [
+/// One request of the client: its tools, and the user's words, or (`None`) the results of the
+/// calls the proxy's last answer handed over.
+type Request<'a> = (Vec<Value>, Option<&'a str>);
+
+/// Sends `requests` to the proxy, with `script` playing the model, and replays `transcript`, the
+/// same conversation: the bodies the upstream received and those `replay` printed.
+fn both(
+    s: &Scratch,
+    api: Api,
+    script: &Value,
+    requests: &[Request<'_>],
+    transcript: &[Value],
+) -> (Vec<Value>, Vec<Value>) {
+    let upstream = Upstream::start(s, script);
+    let proxy = ProxyProc::start(s, &upstream.url(), CONFIG, &[]);
+    let mut conversation = Vec::new();
+    let mut owed: Vec<String> = Vec::new();
+    for (tools, text) in requests {
+        match text {
+            Some(text) => conversation.push(user(api, text)),
+            None => conversation.extend(
+                owed.drain(..)
+                    .map(|id| result(api, &id, "contents of a.txt")),
+            ),
+        }
+        let answer = send(&proxy, api, tools, &conversation);
+        let (entries, ids) = answer_entries(api, &answer);
+        conversation.extend(entries);
+        owed = ids;
+    }
+    let steps = script["steps"].as_array().map_or(0, Vec::len);
+    let sent = upstream
+        .played(steps)
+        .iter()
+        .map(|t| t["body"].clone())
+        .collect();
+    let lines: String = transcript.iter().map(|e| format!("{e}\n")).collect();
+    let out = std::process::Command::new(TOOLSHELF)
+        .args(["replay", "--ranker", "bm25", "--format", api.name()])
+        .args(["--system", SYSTEM])
+        .args([
+            "--catalog",
+            &s.write("catalog.json", &catalog().to_string()),
+        ])
+        .args(["--config", &s.path("proxy.toml")])
+        .args(["--transcript", &s.write("t.jsonl", &lines)])
+        .output()
+        .expect("run toolshelf replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a body"))
+        .collect();
+    (sent, replayed)
+}
+
+/// Asserts that each body of `sent` has the messages of the same body of `replayed`.
+fn same_messages(api: Api, sent: &[Value], replayed: &[Value]) {
+    assert_eq!(replayed.len(), sent.len(), "{api:?}: one body per request");
+    for (k, (proxy_body, replay_body)) in sent.iter().zip(replayed).enumerate() {
+        let (p, r) = (comparable(api, proxy_body), comparable(api, replay_body));
+        for (i, (pm, rm)) in p.iter().zip(&r).enumerate() {
+            assert_eq!(
+                canonical_json(pm),
+                canonical_json(rm),
+                "{api:?}: request {} message {i} (proxy, then replay)",
+                k + 1
+            );
+        }
+        assert_eq!(p.len(), r.len(), "{api:?}: request {} messages", k + 1);
+    }
+}
+
+#[test]
+fn replayed_messages_are_the_messages_the_proxy_sends_upstream() {
+    let (_, item) = added(Api::Anthropic);
+    // The arguments as the scripted model writes them (Python's json.dumps).
+    let transcript = [
         json!({"user": "please commit: check the status"}),
         json!({"assistant": "Searching."}),
         json!({"call": {"name": "tool_search",
                         "arguments": "{\"tool_names\": [\"mcp__git__git_status\"], \"limit\": 3}"}}),
         json!({"assistant": "Reading."}),
         json!({"call": {"name": "Read", "arguments": "{\"file_path\": \"a.txt\"}"}}),
-        json!({"tools_changed": {"add": [added]}}),
+        json!({"tools_changed": {"add": [item]}}),
         json!({"result": {"content": "contents of a.txt"}}),
         json!({"assistant": "Done."}),
         json!({"user": "thanks"}),
-    ]
-    .iter()
-    .map(|e| format!("{e}\n"))
-    .collect()
-}
-
-#[test]
-fn replayed_messages_are_the_messages_the_proxy_sends_upstream() {
+    ];
     for (name, api) in Api::ALL {
         let s = Scratch::new(&format!("replay-proxy-{name}"));
-        let upstream = Upstream::start(&s, &script());
-        let proxy = ProxyProc::start(&s, &upstream.url(), CONFIG, &[]);
-        let (def, item) = added(api);
-        let mut tools = client_tools(api);
-        // The user's turn: a search the proxy answers, then a call the client runs.
-        let mut conversation = vec![user(api, "please commit: check the status")];
-        let first = send(&proxy, api, &tools, &conversation);
-        let (entries, ids) = answer_entries(api, &first);
-        assert_eq!(ids.len(), 1, "{first}");
-        conversation.extend(entries);
-        // Its result, with a tool the client has added meanwhile.
-        tools.push(def);
-        conversation.push(result(api, &ids[0], "contents of a.txt"));
-        let second = send(&proxy, api, &tools, &conversation);
-        conversation.extend(answer_entries(api, &second).0);
-        conversation.push(user(api, "thanks"));
-        send(&proxy, api, &tools, &conversation);
-        let sent: Vec<Value> = upstream
-            .played(4)
-            .iter()
-            .map(|t| t["body"].clone())
-            .collect();
-
-        let out = std::process::Command::new(TOOLSHELF)
-            .args([
-                "replay", "--ranker", "bm25", "--format", name, "--system", SYSTEM,
-            ])
-            .args([
-                "--catalog",
-                &s.write("catalog.json", &catalog().to_string()),
-            ])
-            .args(["--config", &s.path("proxy.toml")])
-            .args(["--transcript", &s.write("t.jsonl", &transcript(&item))])
-            .output()
-            .expect("run toolshelf replay");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let tools = client_tools(api);
+        // The client adds a tool when it sends its results.
+        let mut more = tools.clone();
+        more.push(added(api).0);
+        let (sent, replayed) = both(
+            &s,
+            api,
+            &script(),
+            &[
+                (tools, Some("please commit: check the status")),
+                (more.clone(), None),
+                (more, Some("thanks")),
+            ],
+            &transcript,
         );
-        let replayed: Vec<Value> = String::from_utf8(out.stdout)
-            .expect("utf-8")
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a body"))
-            .collect();
-        assert_eq!(replayed.len(), sent.len(), "{name}: one body per request");
+        same_messages(api, &sent, &replayed);
         for (k, (proxy_body, replay_body)) in sent.iter().zip(&replayed).enumerate() {
-            let (p, r) = (comparable(api, proxy_body), comparable(api, replay_body));
-            for (i, (pm, rm)) in p.iter().zip(&r).enumerate() {
-                assert_eq!(
-                    canonical_json(pm),
-                    canonical_json(rm),
-                    "{name}: request {} message {i} (proxy, then replay)",
-                    k + 1
-                );
-            }
-            assert_eq!(p.len(), r.len(), "{name}: request {} messages", k + 1);
             assert_eq!(
                 canonical_json(&proxy_body["tools"]),
                 canonical_json(&replay_body["tools"]),
@@ -299,14 +332,66 @@ fn replayed_messages_are_the_messages_the_proxy_sends_upstream() {
             );
         }
         // The conversation held what is compared: the notice and the reminder after the
-        // client's results, the search's answer and the model's arguments text.
+        // client's results, the search's answer.
         let last = canonical_json(&replayed[3]);
         for part in [
             "new: mcp__git__git_diff",
             "Check the working tree before committing.",
-            "mcp__git__git_status",
+            "why: exact name",
         ] {
             assert!(last.contains(part), "{name}: {part} in {last}");
         }
+    }
+}
+
+/// A resident tool the client stopped sending stays in the model's list; its call is refused by
+/// the proxy, which says the tool is gone, and `replay` says the same.
+#[test]
+fn a_call_of_a_tool_the_client_dropped_is_refused_alike() {
+    let read = json!({"name": "Read", "input": {"file_path": "a.txt"}});
+    let script = json!({"steps": [
+        {"tool_uses": [read]},
+        {"text": "Read it."},
+        {"tool_uses": [read]},
+        {"text": "It is gone."}
+    ]});
+    // The arguments as the scripted model writes them.
+    let call = json!({"call": {"name": "Read", "arguments": "{\"file_path\": \"a.txt\"}"}});
+    let transcript = [
+        json!({"user": "read a.txt"}),
+        call.clone(),
+        json!({"result": {"content": "contents of a.txt"}}),
+        json!({"assistant": "Read it."}),
+        json!({"tools_changed": {"remove": ["Read"]}}),
+        json!({"user": "read it again"}),
+        call,
+        json!({"assistant": "It is gone."}),
+    ];
+    for (name, api) in Api::ALL {
+        let s = Scratch::new(&format!("replay-proxy-gone-{name}"));
+        let tools = client_tools(api);
+        let without: Vec<Value> = tools
+            .iter()
+            .filter(|t| !canonical_json(t).contains("\"Read\""))
+            .cloned()
+            .collect();
+        assert_eq!(without.len() + 1, tools.len());
+        let (sent, replayed) = both(
+            &s,
+            api,
+            &script,
+            &[
+                (tools.clone(), Some("read a.txt")),
+                (tools, None),
+                (without, Some("read it again")),
+            ],
+            &transcript,
+        );
+        same_messages(api, &sent, &replayed);
+        let last = canonical_json(&replayed[3]);
+        assert!(
+            last.contains("Read was not run: the client no longer offers this tool."),
+            "{name}: {last}"
+        );
     }
 }
