@@ -271,6 +271,21 @@ pub fn near_miss<'k>(key: &str, known: &[&'k str], unread: &[&str]) -> Option<&'
 }
 
 impl ToolSpec {
+    /// This spec as a client's tool, as the proxy reads the tools a client sends: a name of the
+    /// form `mcp__SERVER__TOOL` (as harnesses name the tools of their MCP servers) is tool TOOL
+    /// of SERVER's group, whatever a `"server"` field says, so it is named as that server's tool
+    /// is (`mcp__svc__住处` is `mcp__svc__tool_1d75284e`, where a built-in of that name would be
+    /// `mcp__svc____`) and its client name, `mcp__SERVER__TOOL` of its original names, is the
+    /// name the client gave it. Any other name is left as it is.
+    pub fn as_client_tool(mut self) -> Self {
+        if let Some((server, tool)) = name::split_mcp(&self.name) {
+            let (server, tool) = (server.to_owned(), tool.to_owned());
+            self.server = Some(server);
+            self.name = tool;
+        }
+        self
+    }
+
     /// Reads one tool item in any supported shape. `location` names it in errors. The item is
     /// taken by value: its schema moves into the spec instead of being copied.
     pub fn from_value(value: Value, source_name: &str, location: &str) -> Result<Self> {
@@ -1771,7 +1786,19 @@ pub fn rebuilt(
     remove: &[String],
     label: &str,
 ) -> Result<Catalog, String> {
-    rebuild_from(catalog, add, remove, label, false)
+    rebuild_from(catalog, add, remove, label, false, false)
+}
+
+/// [`rebuilt`] with `add` read as a client's tools ([`ToolSpec::as_client_tool`]): a client that
+/// changes its tool list mid-conversation (a transcript's `tools_changed`) gets them named as
+/// the proxy names them.
+pub fn rebuilt_with_client_tools(
+    catalog: &Catalog,
+    add: &[Value],
+    remove: &[String],
+    label: &str,
+) -> Result<Catalog, String> {
+    rebuild_from(catalog, add, remove, label, false, true)
 }
 
 /// [`rebuilt`] in which every tool of `catalog` keeps its canonical name (see
@@ -1782,15 +1809,18 @@ pub fn rebuilt_keeping_names(
     remove: &[String],
     label: &str,
 ) -> Result<Catalog, String> {
-    rebuild_from(catalog, add, remove, label, true)
+    rebuild_from(catalog, add, remove, label, true, false)
 }
 
+/// [`rebuilt`], keeping the names of `catalog`'s tools when `keep_names`, and with `add` read as a
+/// client's tools when `client`.
 fn rebuild_from(
     catalog: &Catalog,
     add: &[Value],
     remove: &[String],
     label: &str,
     keep_names: bool,
+    client: bool,
 ) -> Result<Catalog, String> {
     let mut b = CatalogBuilder::new(label);
     if keep_names {
@@ -1830,6 +1860,7 @@ fn rebuild_from(
     for (k, item) in add.iter().enumerate() {
         let at = format!("tools_changed.add[{k}]");
         let spec = ToolSpec::from_value(item.clone(), label, &at).map_err(|e| e.to_string())?;
+        let spec = if client { spec.as_client_tool() } else { spec };
         b.add_tool(None, spec, &at).map_err(|e| e.to_string())?;
     }
     Ok(b.build())
@@ -3059,6 +3090,26 @@ mod tests {
                 assert_eq!(again.servers(), original.servers());
             }
         }
+    }
+
+    /// A client's tool named `mcp__SERVER__TOOL` joins SERVER's group and is named as that
+    /// server's tool, where a catalog's built-in of that name keeps it as a built-in name.
+    #[test]
+    fn a_client_tools_mcp_name_is_its_servers_tool() {
+        let c = load(json!([{"name": "Read"}])).expect("catalog");
+        let added = [json!({"name": "mcp__svc__住处"}), json!({"name": "Grep"})];
+        let client = rebuilt_with_client_tools(&c, &added, &[], "client").expect("rebuilt");
+        assert_eq!(names(&client), ["Grep", "Read", "mcp__svc__tool_1d75284e"]);
+        let tool = client.get("mcp__svc__tool_1d75284e").expect("the tool");
+        assert_eq!(
+            (tool.original_server.as_deref(), tool.original_name.as_str()),
+            (Some("svc"), "住处")
+        );
+        // The same as a catalog file's tool of server svc.
+        let file = load(json!([{"name": "住处", "server": "svc"}])).expect("catalog");
+        assert_eq!(names(&file), ["mcp__svc__tool_1d75284e"]);
+        let built_in = rebuilt(&c, &added, &[], "file").expect("rebuilt");
+        assert_eq!(names(&built_in), ["Grep", "Read", "mcp__svc____"]);
     }
 
     /// Every text entry point takes a file that starts with a UTF-8 byte-order mark, as the

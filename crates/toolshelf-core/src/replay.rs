@@ -665,7 +665,7 @@ impl<'a> Replay<'a> {
                     i += 1;
                 }
                 Event::ToolsChanged { add, remove } => {
-                    self.change_tools(add, remove)
+                    self.change_tools(add, remove, Adder::Client)
                         .map_err(|e| format!("{}: {e}", at(i)))?;
                     i += 1;
                 }
@@ -747,10 +747,9 @@ impl<'a> Replay<'a> {
                     for k in later {
                         match &events[k] {
                             Event::Context(text) => self.context.push(text.clone()),
-                            Event::ToolsChanged { add, remove } => {
-                                self.change_tools(add, remove)
-                                    .map_err(|e| format!("{}: {e}", at(k)))?
-                            }
+                            Event::ToolsChanged { add, remove } => self
+                                .change_tools(add, remove, Adder::Client)
+                                .map_err(|e| format!("{}: {e}", at(k)))?,
                             _ => {}
                         }
                     }
@@ -933,9 +932,9 @@ impl<'a> Replay<'a> {
         }
     }
 
-    fn change_tools(&mut self, add: &[Value], remove: &[String]) -> Result<(), String> {
+    fn change_tools(&mut self, add: &[Value], remove: &[String], by: Adder) -> Result<(), String> {
         // The transcript's own changes were warned about before the replay started.
-        (self.catalog, _) = changed_catalog(&self.catalog, add, remove)?;
+        (self.catalog, _) = changed_catalog(&self.catalog, add, remove, by)?;
         let catalog = &self.catalog;
         self.authored.retain(|n| catalog.position(n).is_some());
         self.exposure = self.compiled.expose(&self.catalog);
@@ -1126,7 +1125,7 @@ impl<'a> Replay<'a> {
             .map(|_| name.clone())
             .into_iter()
             .collect();
-        if let Err(e) = self.change_tools(std::slice::from_ref(&tool.item), &remove) {
+        if let Err(e) = self.change_tools(std::slice::from_ref(&tool.item), &remove, Adder::Model) {
             return (format!("tool_define: {e}"), true);
         }
         match replaces {
@@ -1440,6 +1439,17 @@ fn as_written(tool: &crate::catalog::Tool) -> String {
     }
 }
 
+/// Whose tools a change of the session's tool set adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adder {
+    /// The client's (a transcript's `tools_changed`): read as the proxy reads a client's tools
+    /// ([`crate::catalog::ToolSpec::as_client_tool`]), so `mcp__svc__住处` is server `svc`'s tool
+    /// `住处`, named `mcp__svc__tool_1d75284e`.
+    Client,
+    /// The model's (`tool_define`), added as written, as the proxy adds them.
+    Model,
+}
+
 /// `catalog` after a `tools_changed` event, with warnings about it (without a location): a tool
 /// added under a name the session cannot use as written is named otherwise, and one whose input
 /// schema does not compile has every call refused. A name to remove is
@@ -1450,6 +1460,7 @@ fn changed_catalog(
     catalog: &Catalog,
     add: &[Value],
     remove: &[String],
+    by: Adder,
 ) -> Result<(Catalog, Vec<String>), String> {
     let mut removed = Vec::with_capacity(remove.len());
     for name in remove {
@@ -1490,6 +1501,10 @@ fn changed_catalog(
                 &format!("tools_changed.add[{k}]"),
             )
             .ok()
+            .map(|spec| match by {
+                Adder::Client => spec.as_client_tool(),
+                Adder::Model => spec,
+            })
         })
         .collect();
     for (k, spec) in specs.iter().enumerate() {
@@ -1505,7 +1520,12 @@ fn changed_catalog(
             ));
         }
     }
-    let rebuilt = crate::catalog::rebuilt(catalog, add, &removed, "transcript")?;
+    let rebuilt = match by {
+        Adder::Client => {
+            crate::catalog::rebuilt_with_client_tools(catalog, add, &removed, "transcript")?
+        }
+        Adder::Model => crate::catalog::rebuilt(catalog, add, &removed, "transcript")?,
+    };
     let mut warnings = Vec::new();
     for (k, spec) in specs.iter().enumerate() {
         let Some(spec) = spec else { continue };
@@ -1584,7 +1604,7 @@ impl Replay<'_> {
                         })
                         .cloned()
                         .collect();
-                    let (changed, said) = changed_catalog(current, add, &judged)
+                    let (changed, said) = changed_catalog(current, add, &judged, Adder::Client)
                         .map_err(|e| format!("{}: {e}", at(i)))?;
                     warnings.extend(said.into_iter().map(|w| format!("{}: {w}", at(i))));
                     catalog = Some(changed);

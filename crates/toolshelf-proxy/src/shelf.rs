@@ -24,7 +24,7 @@ use serde_json::Value;
 use toolshelf_core::catalog::{CatalogBuilder, ToolSpec};
 use toolshelf_core::config::SCRIPTS_SERVER;
 use toolshelf_core::invoke::ParamsValidator;
-use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH, split_mcp};
+use toolshelf_core::name::{DEFER_EXECUTE, TOOL_SEARCH};
 use toolshelf_core::policy::{Exposure, State};
 use toolshelf_core::request::Api;
 use toolshelf_core::search::SearchIndex;
@@ -175,9 +175,8 @@ impl Shelf {
             if let Some(obj) = clean.as_object_mut() {
                 cache_marked |= obj.shift_remove("cache_control").is_some();
             }
-            let mut spec =
-                ToolSpec::from_value(clean.clone(), "request tools", &format!("tools[{i}]"))
-                    .map_err(|e| e.to_string())?;
+            let spec = ToolSpec::from_value(clean.clone(), "request tools", &format!("tools[{i}]"))
+                .map_err(|e| e.to_string())?;
             // Anthropic requires `input_schema`; an OpenAI function without `parameters` takes
             // none, which is valid.
             if spec.input_schema.is_none() && dialect.api() == Api::Anthropic {
@@ -185,10 +184,7 @@ impl Shelf {
                     "tools[{i}] {name:?} has no input_schema; it is searched and run as taking any object, but the provider would refuse it if it were sent"
                 ));
             }
-            let server = split_mcp(&name).map(|(s, t)| (s.to_owned(), t.to_owned()));
-            if let Some((_, t)) = &server {
-                spec.name = t.clone();
-            }
+            let spec = spec.as_client_tool();
             if let Some(obj) = clean.as_object_mut() {
                 for k in PROVIDER_KEYS {
                     obj.shift_remove(k);
@@ -197,12 +193,8 @@ impl Shelf {
             if raw_by_name.insert(name.clone(), clean).is_some() {
                 return Err(format!("tools[{i}]: the tool name {name:?} appears twice"));
             }
-            b.add_tool(
-                server.as_ref().map(|(s, _)| s.as_str()),
-                spec,
-                &format!("tools[{i}]"),
-            )
-            .map_err(|e| e.to_string())?;
+            b.add_tool(None, spec, &format!("tools[{i}]"))
+                .map_err(|e| e.to_string())?;
         }
         let mut own_by_name: HashMap<String, Own> = HashMap::new();
         let mut shadowed = Vec::new();

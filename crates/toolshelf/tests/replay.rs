@@ -647,6 +647,27 @@ fn a_tool_added_under_an_invalid_name_is_warned_about_and_removable_by_it() {
         "{err}"
     );
     assert!(!err.contains("finds it by either name"), "{err}");
+    // A name of the form mcp__SERVER__TOOL is that server's tool, as the proxy reads a client's
+    // tools: named by the rules for a server's tool, as the catalog and the proxy name it.
+    let path = temp(
+        "client-name.jsonl",
+        "{\"user\": \"hi\"}\n{\"tools_changed\": {\"add\": [{\"name\": \"mcp__svc__住处\"}]}}\n{\"user\": \"x\"}\n{\"tools_changed\": {\"remove\": [\"mcp__svc__住处\"]}}\n{\"user\": \"y\"}\n",
+    );
+    let out = run(&["replay", "--ranker", "bm25", "--transcript", &path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "toolshelf: warning: {path}:2: tools_changed.add[0] \"mcp__svc__住处\" is named \"mcp__svc__tool_1d75284e\" in the session"
+        )),
+        "{err}"
+    );
+    let bodies = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        bodies.contains("new: mcp__svc__tool_1d75284e.")
+            && bodies.contains("gone: mcp__svc__tool_1d75284e."),
+        "{bodies}"
+    );
 }
 
 /// A recorded result's content is a string or content blocks; anything else names its line.
