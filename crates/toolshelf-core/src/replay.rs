@@ -15,7 +15,10 @@
 //! a tool the frozen list holds with its schema is not validated, as the proxy hands it to the
 //! client as written). A recorded result
 //! replaces the computed one in the request, its error flag and all, but the call still has its
-//! effect on the session (a search still activates what it found). A call the client runs counts
+//! effect on the session (a search still activates what it found). A result is written as the
+//! one who writes it does: the proxy's own answers (a search's, a refusal, a tool it runs) as the
+//! proxy writes them, and in a round of both before the results of the calls the client ran,
+//! which read as the client sends them. A call the client runs counts
 //! as made (its activation refreshed, its `after_tools` reminders fired) only when its recorded
 //! result is not an error, as the proxy counts it from the results the client sends back (only
 //! Anthropic's requests say so; in the OpenAI APIs every result counts).
@@ -23,8 +26,9 @@
 //! Turns are counted as the proxy counts them: a turn is one request of the client (the harness),
 //! which starts with a user message or with the results of calls the client ran. The proxy
 //! answers some calls itself within that request and asks the model again (one more upstream
-//! round): `tool_search`, a call it refuses (a malformed or refused `defer_execute`; a direct call
-//! of a name no tool has exactly goes to the client), `tool_define`, a tool the model wrote and a
+//! round): `tool_search`, a call it refuses (a malformed or refused `defer_execute`, a call of a
+//! tool the client no longer offers, refused as gone; a direct call of any other name no tool has
+//! exactly goes to the client), `tool_define`, a tool the model wrote and a
 //! script tool of the configuration (`mcp__scripts__NAME` with `[tools.NAME] script`). A
 //! model request after a round made only of such calls is reported with the same turn, and nothing
 //! is evaluated or injected for it but the environment context the transcript puts there; a round
