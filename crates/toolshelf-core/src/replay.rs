@@ -424,6 +424,14 @@ struct Turn {
     notes: Vec<Note>,
 }
 
+impl Turn {
+    /// Lists a refused call of `name` (as the model wrote it, cut as echoes are) with its kind.
+    fn refuse(&mut self, name: &str, kind: invoke::RefusalKind) {
+        self.refused
+            .push(format!("{}: {}", crate::echo::echo(name), kind.as_str()));
+    }
+}
+
 /// A computed (or recorded) call with its effect on the session.
 struct Done {
     call: ToolCall,
@@ -1017,11 +1025,10 @@ impl<'a> Replay<'a> {
                 Err(message) => {
                     // Refused as the proxy refuses it: the tool it names, if it names one.
                     let named = input.get("tool_name").and_then(Value::as_str);
-                    turn.refused.push(format!(
-                        "{}: {}",
-                        crate::echo::echo(named.unwrap_or(DEFER_EXECUTE)),
-                        invoke::RefusalKind::BadArguments.as_str()
-                    ));
+                    turn.refuse(
+                        named.unwrap_or(DEFER_EXECUTE),
+                        invoke::RefusalKind::BadArguments,
+                    );
                     Outcome::answered(message, true)
                 }
                 Ok(args) => self.dry_run(
@@ -1158,11 +1165,7 @@ impl<'a> Replay<'a> {
         target: &mut Option<(String, Map<String, Value>)>,
     ) -> Outcome {
         if self.client_dropped(requested, via) {
-            turn.refused.push(format!(
-                "{}: {}",
-                crate::echo::echo(requested),
-                invoke::RefusalKind::Gone.as_str()
-            ));
+            turn.refuse(requested, invoke::RefusalKind::Gone);
             return Outcome::answered(invoke::client_gone_text(requested), true);
         }
         let ttl = self.compiled.config().session.activation_ttl_turns;
@@ -1255,11 +1258,7 @@ impl<'a> Replay<'a> {
                 }
             }
             Err(refusal) => {
-                turn.refused.push(format!(
-                    "{}: {}",
-                    crate::echo::echo(requested),
-                    refusal.kind().as_str()
-                ));
+                turn.refuse(requested, refusal.kind());
                 if let Some(i) = refusal.loads() {
                     let name = self.catalog.tools()[i].name.clone();
                     if let Refusal::Expired { idle_turns, .. } = refusal {

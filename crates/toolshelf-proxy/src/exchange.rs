@@ -1620,7 +1620,7 @@ impl Turn {
                         let kind = RefusalKind::Gone;
                         self.count_refusal(&c.name, kind);
                         crate::metrics::refused(kind.as_str());
-                        return Err(answer(gone_text(&c.name), true));
+                        return Err(answer(invoke::client_gone_text(&c.name), true));
                     }
                     if let Some(text) = self.authored_off(proxy, &c.name) {
                         return Err(answer(text, true));
@@ -1792,7 +1792,7 @@ impl Turn {
                     let kind = RefusalKind::Gone;
                     self.count_refusal(&target, kind);
                     crate::metrics::refused(kind.as_str());
-                    return Err(answer(gone_text(&target), true));
+                    return Err(answer(invoke::client_gone_text(&target), true));
                 }
                 self.count_refusal(&target, refusal.kind());
                 if let Some(Fate::Refused { tool, .. }) = &mut self.fate {
@@ -2389,7 +2389,7 @@ impl Turn {
                 .iter()
                 .find(|(n, ty)| crate::shelf::type_is(ty, &c.name) && !sends(n))
             {
-                return Err((RefusalKind::Gone, gone_text(gone)));
+                return Err((RefusalKind::Gone, invoke::client_gone_text(gone)));
             }
             return Err((RefusalKind::Unknown, unknown));
         }
@@ -2405,7 +2405,7 @@ impl Turn {
             return Ok(c.name.clone());
         }
         if !sends(&c.name) && frozen.iter().any(|(n, ty)| *n == c.name && ty == "custom") {
-            return Err((RefusalKind::Gone, gone_text(&c.name)));
+            return Err((RefusalKind::Gone, invoke::client_gone_text(&c.name)));
         }
         let text = match (passed, client) {
             (Some(ty), _) => format!(
@@ -2733,12 +2733,6 @@ fn own_kind_text(name: &str, ty: &str) -> String {
     format!(
         "{name} was not run: it is the client's tool of type {ty:?}; call it with a {kind} call, not as a function."
     )
-}
-
-/// The refusal of a call of `name`, a tool of the session's frozen upstream list the client no
-/// longer sends (`replay` gives the same words).
-fn gone_text(name: &str) -> String {
-    invoke::client_gone_text(name)
 }
 
 /// The session key header, re-exported for the server.
